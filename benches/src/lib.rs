@@ -1,1 +1,1 @@
-//! placeholder
+//! kiln's criterion benchmarks live in `benches/`; this library is empty.

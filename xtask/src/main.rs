@@ -1,1 +1,72 @@
-fn main() {}
+//! kiln's contributor tasks, run as `cargo xtask <task>`.
+//!
+//! - `test`: installs the system parts the tests need when they are missing,
+//!   then runs every test of the workspace.
+//! - `test-backend <name>`: runs one backend's tests on its real device.
+//! - `lint`: `cargo fmt --check`, clippy with `-D warnings`, and rustdoc with
+//!   `-D warnings`.
+//! - `setup`: only the install step of `test`.
+
+mod backend;
+mod command;
+mod setup;
+
+use anyhow::{Result, bail};
+
+const USAGE: &str = "\
+usage: cargo xtask <task>
+
+tasks:
+  test                  install what the tests need, then run every test
+  test-backend [NAME]   run one backend's tests on its device (no NAME: list them)
+  lint                  fmt --check, clippy -D warnings, doc -D warnings
+  setup                 install what the tests need, and nothing else";
+
+fn main() -> Result<()> {
+    let arguments: Vec<String> = std::env::args().skip(1).collect();
+    let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+    match arguments.as_slice() {
+        ["test", extra @ ..] => test(extra),
+        ["test-backend"] => {
+            backend::list();
+            Ok(())
+        }
+        ["test-backend", name, extra @ ..] => backend::test(name, extra),
+        ["lint"] => lint(),
+        ["setup"] => setup::ensure_all().map(drop),
+        ["help" | "--help" | "-h"] | [] => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        [task, ..] => bail!("unknown task `{task}`\n\n{USAGE}"),
+    }
+}
+
+/// Installs what is missing, then runs `cargo test` over the workspace with
+/// the environment the installed parts need. `extra` goes to `cargo test`.
+fn test(extra: &[&str]) -> Result<()> {
+    let environment = setup::ensure_all()?;
+    let mut arguments = vec!["test", "--workspace"];
+    arguments.extend_from_slice(extra);
+    command::cargo(&arguments)
+        .envs(environment)
+        .run("the workspace tests")
+}
+
+fn lint() -> Result<()> {
+    command::cargo(&["fmt", "--all", "--check"]).run("cargo fmt --check")?;
+    command::cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])
+    .run("cargo clippy")?;
+    command::cargo(&["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .run("cargo doc")?;
+    println!("lint: fmt, clippy and doc are clean");
+    Ok(())
+}

@@ -1,1 +1,35 @@
-//! placeholder
+//! kiln turns GPU kernels into loaded device kernels as fast as the hardware
+//! allows. It compiles what is missing in parallel batches, keeps every
+//! artifact in a verified store so that no process compiles the same kernel
+//! twice, and serves a kernel it already holds in one lookup.
+//!
+//! This is the crate to depend on: it re-exports the core and, behind the
+//! `cuda`, `hip` and `wgpu` features, the backends.
+//!
+//! ```
+//! use kiln::fake::{FakeKernel, FakeTarget};
+//! use kiln::{Kernel, KernelLoader};
+//!
+//! let mut loader = KernelLoader::new(FakeTarget::storeless());
+//! // Name everything the program will launch; nothing compiles yet.
+//! for number in 0..16 {
+//!     loader.enqueue(Box::new(FakeKernel::new(number)), ());
+//! }
+//! // The first launch compiles the whole queue in one parallel batch.
+//! let kernel = FakeKernel::new(0);
+//! let id = kernel.artifact_id();
+//! let module = loader.load(&kernel, &id)?;
+//! // Every later launch of a loaded kernel is one hash lookup.
+//! let again = loader.load(&kernel, &id)?;
+//! assert!(std::sync::Arc::ptr_eq(&module, &again));
+//! # Ok::<(), kiln::KernelError>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub use kiln_core::*;
+
+/// The README's examples, compiled and run as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;

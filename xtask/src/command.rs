@@ -1,0 +1,57 @@
+//! Running a child command and failing with its name when it fails.
+
+use std::ffi::OsStr;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// A command to run, echoed before it runs.
+pub struct Step {
+    command: Command,
+}
+
+/// `cargo` with `arguments`, using the cargo that runs xtask.
+pub fn cargo(arguments: &[&str]) -> Step {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command.args(arguments);
+    Step { command }
+}
+
+impl Step {
+    /// Sets one environment variable.
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.command.env(key, value);
+        self
+    }
+
+    /// Sets environment variables.
+    pub fn envs<K: AsRef<OsStr>, V: AsRef<OsStr>>(
+        mut self,
+        variables: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.command.envs(variables);
+        self
+    }
+
+    /// Runs it, failing with `what` when it cannot start or exits non-zero.
+    pub fn run(mut self, what: &str) -> Result<()> {
+        eprintln!("xtask: {}", describe(&self.command));
+        let status = self
+            .command
+            .status()
+            .with_context(|| format!("could not start {what}"))?;
+        if !status.success() {
+            bail!("{what} failed ({status})");
+        }
+        Ok(())
+    }
+}
+
+fn describe(command: &Command) -> String {
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|part| part.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
