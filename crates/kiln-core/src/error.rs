@@ -51,9 +51,11 @@ impl DeviceRefusal {
 /// Why a kernel did not load.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Failure {
-    /// The generator or the compiler reported an error.
+    /// The generator or the compiler reported an error. Boxed, because a
+    /// compile failure carries every diagnostic while a launch's `Result`
+    /// should stay small.
     #[error("{0}")]
-    Compile(CompileFailure),
+    Compile(Box<CompileFailure>),
     /// The generator or the compiler panicked; the panic stopped at this
     /// kernel.
     #[error("panicked: {message}")]

@@ -370,22 +370,22 @@ fn group_by_source<T: CompilationTarget>(
     statistics: &mut LoaderStatistics,
 ) {
     let mut leaders: FxHashMap<String, usize> = FxHashMap::default();
-    for index in 0..jobs.len() {
+    for (index, job) in jobs.iter_mut().enumerate() {
         let Step::Lowered {
             source: Some(source),
             ..
-        } = &jobs[index].step
+        } = &job.step
         else {
             continue;
         };
-        match leaders.get(source) {
-            Some(&leader) => jobs[index].wait_for(leader),
+        match leaders.get(source.as_str()).copied() {
+            Some(leader) => job.wait_for(leader),
             None => {
                 leaders.insert(source.clone(), index);
-                jobs[index].reuse_stored_source(target, statistics);
+                job.reuse_stored_source(target, statistics);
             }
         }
-        jobs[index].settle();
+        job.settle();
     }
 }
 
@@ -854,7 +854,7 @@ impl IntoKernelFailure for CompileFailure {
         KernelError {
             kernel: id.kernel.clone(),
             stage,
-            failure: Failure::Compile(self),
+            failure: Failure::Compile(Box::new(self)),
         }
     }
 }
