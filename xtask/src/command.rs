@@ -34,6 +34,12 @@ impl Step {
         self
     }
 
+    /// The command itself, echoed, for callers that read its output.
+    pub fn into_command(self) -> Command {
+        eprintln!("xtask: {}", describe(&self.command));
+        self.command
+    }
+
     /// Runs it, failing with `what` when it cannot start or exits non-zero.
     pub fn run(mut self, what: &str) -> Result<()> {
         eprintln!("xtask: {}", describe(&self.command));

@@ -10,6 +10,7 @@
 mod backend;
 mod command;
 mod setup;
+mod summary;
 
 use anyhow::{Result, bail};
 
@@ -48,9 +49,7 @@ fn test(extra: &[&str]) -> Result<()> {
     let environment = setup::ensure_all()?;
     let mut arguments = vec!["test", "--workspace"];
     arguments.extend_from_slice(extra);
-    command::cargo(&arguments)
-        .envs(environment)
-        .run("the workspace tests")
+    summary::run_tests(command::cargo(&arguments).envs(environment).into_command())
 }
 
 fn lint() -> Result<()> {
