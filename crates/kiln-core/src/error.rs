@@ -5,6 +5,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::CompileFailure;
+use crate::handle::DeviceId;
 use crate::id::KernelId;
 
 /// The step of a kernel's way to the device that failed.
@@ -104,4 +105,54 @@ pub struct ConfigError {
     pub value: String,
     /// What it should hold.
     pub expected: &'static str,
+}
+
+/// Why a [`KernelCache`](crate::handle::KernelCache) gave no kernel.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CacheError {
+    /// The cache was asked for a kernel to launch on a device other than
+    /// its own. Nothing was built or handed out: ask the cache of `used`.
+    #[error(
+        "this kernel cache serves device {owner} and was asked from device {used}: a kernel \
+         loaded on one device cannot launch on another; use the cache of {used}"
+    )]
+    WrongDevice {
+        /// The device the cache serves.
+        owner: DeviceId,
+        /// The device it was asked from.
+        used: DeviceId,
+    },
+    /// The kernel asked for failed; a request stays wanted, so the next
+    /// build tries it again.
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    /// Kernels of the batch a build ran failed.
+    #[error(transparent)]
+    Build(#[from] BuildFailure),
+}
+
+/// The kernels of one batch that failed. Each failed alone: the rest of the
+/// batch loaded, and each failed request stays wanted, so the next build
+/// tries it again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct BuildFailure {
+    /// How many kernels the batch built.
+    pub kernels: usize,
+    /// Each failed kernel's own error, in the batch's order; never empty.
+    pub failures: Vec<KernelError>,
+}
+
+impl fmt::Display for BuildFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of the {} kernels of the batch failed",
+            self.failures.len(),
+            self.kernels
+        )?;
+        if let Some(first) = self.failures.first() {
+            write!(f, "; the first: {first}")?;
+        }
+        Ok(())
+    }
 }

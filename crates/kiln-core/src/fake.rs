@@ -7,9 +7,18 @@
 //! and the [`FakeCompiler`] counts what it lowered and finalized, and on
 //! which threads, so tests can prove what the loader did rather than infer
 //! it from timings.
+//!
+//! The fake target keeps its artifacts in memory, or — through
+//! [`FakeTarget::on_store`] — in any real [`ArtifactStore`], so that tests of
+//! a store can run the loader over it from several processes. A compiler
+//! made with [`FakeCompiler::logging_compiles_to`] appends one line per
+//! compile to a file, which is how such tests count compiles across
+//! processes.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::Duration;
@@ -20,6 +29,7 @@ use crate::diagnostic::{CompileFailure, Diagnostic};
 use crate::error::DeviceRefusal;
 use crate::id::{ArtifactId, KernelId};
 use crate::kernel::Kernel;
+use crate::store::{ArtifactStore, BoundStore, Generation, KeyComponents, KeyedCompiler};
 use crate::target::{ArtifactCompiler, CompilationTarget, Finalized, Lookup, Miss, StoreOutcome};
 
 /// What a [`FakeKernel`] does on its way to the device.
@@ -160,13 +170,29 @@ pub struct FakeModule {
 }
 
 /// The fake compiler, counting its work.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FakeCompiler {
     lowered: AtomicUsize,
     finalized: AtomicUsize,
     running: AtomicUsize,
     most_running: AtomicUsize,
     threads: Mutex<FakeThreads>,
+    key_components: KeyComponents,
+    compile_log: Option<PathBuf>,
+}
+
+impl Default for FakeCompiler {
+    fn default() -> Self {
+        Self {
+            lowered: AtomicUsize::new(0),
+            finalized: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            most_running: AtomicUsize::new(0),
+            threads: Mutex::default(),
+            key_components: Self::default_key_components(),
+            compile_log: None,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -177,6 +203,67 @@ struct FakeThreads {
 }
 
 impl FakeCompiler {
+    /// The key components of a default fake compiler: backend `fake`,
+    /// compiler `kiln-fake 1`, architecture `fake_1`, no options.
+    pub fn default_key_components() -> KeyComponents {
+        KeyComponents::new("fake", "kiln-fake 1", "fake_1", "")
+    }
+
+    /// The same compiler, naming other key components: another compiler
+    /// version, architecture or options, as far as a store can tell.
+    pub fn with_key_components(mut self, components: KeyComponents) -> Self {
+        self.key_components = components;
+        self
+    }
+
+    /// The same compiler, appending a line `"<process id> <kernel number>"`
+    /// to `path` for every kernel it finalizes, so that tests can count the
+    /// compiles of several processes.
+    pub fn logging_compiles_to(mut self, path: impl Into<PathBuf>) -> Self {
+        self.compile_log = Some(path.into());
+        self
+    }
+
+    /// The compiles logged in `path` by [`logging_compiles_to`]: the process
+    /// id and kernel number of each, in the order they were appended.
+    ///
+    /// # Errors
+    ///
+    /// The log could not be read.
+    ///
+    /// [`logging_compiles_to`]: Self::logging_compiles_to
+    pub fn read_compile_log(path: &Path) -> std::io::Result<Vec<(u32, u32)>> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(error) => return Err(error),
+        };
+        Ok(text
+            .lines()
+            .filter_map(|line| {
+                let (process, number) = line.split_once(' ')?;
+                Some((process.parse().ok()?, number.parse().ok()?))
+            })
+            .collect())
+    }
+
+    fn log_compile(&self, number: u32) {
+        let Some(path) = &self.compile_log else {
+            return;
+        };
+        // One write of one short line to a file opened for appending: lines
+        // of several processes interleave whole.
+        let line = format!("{} {number}\n", std::process::id());
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut file| file.write_all(line.as_bytes()));
+        if let Err(error) = written {
+            log::warn!("fake compiler: cannot log to {}: {error}", path.display());
+        }
+    }
+
     /// How many kernels it lowered.
     pub fn lowered(&self) -> usize {
         self.lowered.load(Ordering::SeqCst)
@@ -297,6 +384,7 @@ impl ArtifactCompiler for FakeCompiler {
     ) -> Result<Finalized<FakeArtifact>, CompileFailure> {
         let _running = self.running();
         self.finalized.fetch_add(1, Ordering::SeqCst);
+        self.log_compile(lowered.number);
         let text = lowered
             .source
             .unwrap_or_else(|| format!("fake kernel {} without source", lowered.number));
@@ -337,19 +425,33 @@ impl ArtifactCompiler for FakeCompiler {
     }
 }
 
+impl KeyedCompiler for FakeCompiler {
+    fn key_components(&self) -> KeyComponents {
+        self.key_components.clone()
+    }
+}
+
 /// An in-memory store for the fake target.
 #[derive(Debug, Default)]
-struct FakeStore {
+struct MemoryStore {
     by_id: HashMap<ArtifactId<()>, FakeArtifact>,
     by_source: HashMap<String, FakeArtifact>,
 }
 
-/// The fake device and, when it persists, an in-memory store in front of it.
+/// Where a persisting fake target keeps its artifacts.
+#[derive(Debug)]
+enum FakeStore {
+    Memory(MemoryStore),
+    Shared(BoundStore<FakeCompiler>),
+}
+
+/// The fake device and, when it persists, a store in front of it: in memory,
+/// or any real [`ArtifactStore`].
 #[derive(Debug)]
 pub struct FakeTarget {
     compiler: FakeCompiler,
     store: Option<FakeStore>,
-    generation: Arc<AtomicU64>,
+    generation: Generation,
     failing_writes: bool,
     loaded: usize,
     stored: usize,
@@ -361,7 +463,7 @@ impl FakeTarget {
         Self {
             compiler: FakeCompiler::default(),
             store: None,
-            generation: Arc::new(AtomicU64::new(0)),
+            generation: Generation::fresh(),
             failing_writes: false,
             loaded: 0,
             stored: 0,
@@ -371,8 +473,41 @@ impl FakeTarget {
     /// A target with an (in-memory) store.
     pub fn persisting() -> Self {
         Self {
-            store: Some(FakeStore::default()),
+            store: Some(FakeStore::Memory(MemoryStore::default())),
             ..Self::storeless()
+        }
+    }
+
+    /// A target whose store is `store`: a real store, shared with other
+    /// targets and processes.
+    pub fn on_store(store: Arc<dyn ArtifactStore>) -> Self {
+        Self::storeless().switch_to(store)
+    }
+
+    /// The same target with `compiler`, bound to the same store.
+    pub fn with_compiler(mut self, compiler: FakeCompiler) -> Self {
+        self.compiler = compiler;
+        if let Some(FakeStore::Shared(bound)) = &self.store {
+            let store = Arc::clone(bound.store());
+            self = self.switch_to(store);
+        }
+        self
+    }
+
+    /// The same target on `store` instead of the one it had: what opening
+    /// another root does (L10).
+    pub fn switch_to(mut self, store: Arc<dyn ArtifactStore>) -> Self {
+        let bound = BoundStore::new(store, &self.compiler);
+        self.generation = bound.store().generation();
+        self.store = Some(FakeStore::Shared(bound));
+        self
+    }
+
+    /// The binding to a real store, when the target sits on one.
+    pub fn bound_store(&self) -> Option<&BoundStore<FakeCompiler>> {
+        match &self.store {
+            Some(FakeStore::Shared(bound)) => Some(bound),
+            _ => None,
         }
     }
 
@@ -399,25 +534,48 @@ impl FakeTarget {
 
     /// Whether the store holds something for `id`.
     pub fn holds(&self, id: &ArtifactId<()>) -> bool {
-        self.store
-            .as_ref()
-            .is_some_and(|store| store.by_id.contains_key(id))
+        match &self.store {
+            None => false,
+            Some(FakeStore::Memory(store)) => store.by_id.contains_key(id),
+            Some(FakeStore::Shared(bound)) => matches!(
+                bound.store().lookup(&bound.artifact_key(&self.compiler, id)),
+                Lookup::Hit { .. }
+            ),
+        }
     }
 
-    /// Switches to a new, empty store, as opening another root would.
+    /// Switches to a new, empty store, as opening another root would. A
+    /// target on a real store switches to a new in-memory one.
     pub fn switch_store(&mut self) {
-        if let Some(store) = &mut self.store {
-            *store = FakeStore::default();
-            self.generation.fetch_add(1, Ordering::SeqCst);
+        if self.store.is_some() {
+            self.store = Some(FakeStore::Memory(MemoryStore::default()));
+            self.generation = Generation::fresh();
         }
     }
 
     /// Forgets one kernel's entry by id, keeping its source entry, as a
     /// rebuilt program with new ids would find the store.
     pub fn forget_id(&mut self, id: &ArtifactId<()>) {
-        if let Some(store) = &mut self.store {
-            store.by_id.remove(id);
+        match &mut self.store {
+            None => {}
+            Some(FakeStore::Memory(store)) => {
+                store.by_id.remove(id);
+            }
+            Some(FakeStore::Shared(bound)) => {
+                bound
+                    .store()
+                    .remove(&bound.artifact_key(&self.compiler, id));
+            }
         }
+    }
+}
+
+/// An in-memory hit on `artifact`.
+fn memory_hit(artifact: &FakeArtifact) -> Lookup<FakeArtifact> {
+    Lookup::Hit {
+        bytes: artifact.text.len() as u64,
+        artifact: artifact.clone(),
+        work: Duration::from_millis(1),
     }
 }
 
@@ -433,32 +591,29 @@ impl CompilationTarget for FakeTarget {
         self.store.is_some()
     }
 
+    #[inline]
     fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Relaxed)
+        self.generation.current()
     }
 
     fn lookup(&mut self, id: &ArtifactId<()>) -> Lookup<FakeArtifact> {
-        match self.store.as_ref().and_then(|store| store.by_id.get(id)) {
-            Some(artifact) => Lookup::Hit {
-                bytes: artifact.text.len() as u64,
-                artifact: artifact.clone(),
-                work: Duration::from_millis(1),
+        match &mut self.store {
+            Some(FakeStore::Memory(store)) => match store.by_id.get(id) {
+                Some(artifact) => memory_hit(artifact),
+                None => Lookup::Miss(Miss::Absent),
             },
+            Some(FakeStore::Shared(bound)) => bound.lookup(&self.compiler, id),
             None => Lookup::Miss(Miss::Absent),
         }
     }
 
-    fn lookup_source(&mut self, _id: &ArtifactId<()>, source: &str) -> Lookup<FakeArtifact> {
-        match self
-            .store
-            .as_ref()
-            .and_then(|store| store.by_source.get(source))
-        {
-            Some(artifact) => Lookup::Hit {
-                bytes: artifact.text.len() as u64,
-                artifact: artifact.clone(),
-                work: Duration::from_millis(1),
+    fn lookup_source(&mut self, id: &ArtifactId<()>, source: &str) -> Lookup<FakeArtifact> {
+        match &mut self.store {
+            Some(FakeStore::Memory(store)) => match store.by_source.get(source) {
+                Some(artifact) => memory_hit(artifact),
+                None => Lookup::Miss(Miss::Absent),
             },
+            Some(FakeStore::Shared(bound)) => bound.lookup_source(&self.compiler, id, source),
             None => Lookup::Miss(Miss::Absent),
         }
     }
@@ -468,7 +623,7 @@ impl CompilationTarget for FakeTarget {
         id: &ArtifactId<()>,
         artifact: &FakeArtifact,
         source: Option<&str>,
-        _work: Duration,
+        work: Duration,
     ) -> StoreOutcome {
         let Some(store) = &mut self.store else {
             return StoreOutcome::Skipped;
@@ -478,14 +633,22 @@ impl CompilationTarget for FakeTarget {
                 detail: "fake store: no space left on device".into(),
             };
         }
-        store.by_id.insert(id.clone(), artifact.clone());
-        if let Some(source) = source {
-            store.by_source.insert(source.to_owned(), artifact.clone());
+        let outcome = match store {
+            FakeStore::Memory(store) => {
+                store.by_id.insert(id.clone(), artifact.clone());
+                if let Some(source) = source {
+                    store.by_source.insert(source.to_owned(), artifact.clone());
+                }
+                StoreOutcome::Stored {
+                    bytes: artifact.text.len() as u64,
+                }
+            }
+            FakeStore::Shared(bound) => bound.put(&self.compiler, id, artifact, source, work),
+        };
+        if matches!(outcome, StoreOutcome::Stored { .. }) {
+            self.stored += 1;
         }
-        self.stored += 1;
-        StoreOutcome::Stored {
-            bytes: artifact.text.len() as u64,
-        }
+        outcome
     }
 
     fn load(

@@ -74,22 +74,32 @@ pub mod conformance;
 pub mod diagnostic;
 pub mod error;
 pub mod fake;
+pub mod handle;
 pub mod id;
 pub mod kernel;
 pub mod loader;
 mod pool;
 pub mod statistics;
+pub mod store;
 pub mod target;
 
 pub use config::LoaderConfig;
 pub use diagnostic::{CompileFailure, Diagnostic, Location, Severity};
-pub use error::{ConfigError, DeviceRefusal, Failure, KernelError, Stage};
+pub use error::{
+    BuildFailure, CacheError, ConfigError, DeviceRefusal, Failure, KernelError, Stage,
+};
+pub use handle::{DeviceId, KernelCache, KeyedCache, PendingKernel};
 pub use id::{ArtifactId, KernelId, KernelIdBuilder};
 pub use kernel::Kernel;
 pub use loader::KernelLoader;
 pub use statistics::{
     BatchRecord, CollectorScope, KernelCounts, KernelOutcome, KernelRecord, LoaderStatistics,
     StatisticsCollector, WorkerMode,
+};
+pub use store::{
+    ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference, Explanation, Generation,
+    KeyComponent, KeyComponents, KeySubject, KeyedCompiler, STORE_FORMAT, StoreKey,
+    StoreStatistics,
 };
 pub use target::{
     ArtifactCompiler, ArtifactOf, CompilationTarget, Finalized, KernelOf, Lookup, LoweredOf, Miss,

@@ -171,6 +171,56 @@ impl<T: CompilationTarget> KernelLoader<T> {
         self.compile_queue(None);
     }
 
+    /// Compiles the queue together with `asked` in one batch, and answers
+    /// each kernel of `asked`, in order, with its own outcome.
+    ///
+    /// For a caller that keeps its kernels so that it can ask for a failed
+    /// one again, as the shared [`KernelCache`](crate::handle::KernelCache)
+    /// does: a failure of `asked` goes back to it here instead of waiting in
+    /// the loader for a load to report it. Each kernel of `asked` is not
+    /// loaded, not queued, and asked once.
+    pub(crate) fn compile_borrowed(
+        &mut self,
+        asked: Vec<BorrowedKernel<'_, T>>,
+    ) -> Vec<Result<T::Loaded, KernelError>> {
+        let mut queued = self.queue.take();
+        if queued.is_empty() && asked.is_empty() {
+            return Vec::new();
+        }
+        self.failed.clear();
+        let n_queued = queued.len();
+        let mut requests = Vec::with_capacity(n_queued + asked.len());
+        for entry in &mut queued {
+            requests.push(Request {
+                id: entry.id.clone(),
+                kernel: &*entry.kernel,
+                registration: entry.registration.take(),
+            });
+        }
+        requests.extend(asked.into_iter().map(|(kernel, id, registration)| Request {
+            id,
+            kernel,
+            registration,
+        }));
+        let mut answers = Vec::with_capacity(requests.len() - n_queued);
+        for (index, (id, result)) in self.run_batch(requests).into_iter().enumerate() {
+            let is_asked = index >= n_queued;
+            match result {
+                Ok(loaded) => {
+                    if is_asked {
+                        answers.push(Ok(loaded.clone()));
+                    }
+                    self.loaded.insert(id, loaded, &self.target);
+                }
+                Err(error) if is_asked => answers.push(Err(error)),
+                Err(error) => {
+                    self.failed.insert(id, error);
+                }
+            }
+        }
+        answers
+    }
+
     /// The loaded kernel for `id`, if it is loaded; compiles nothing.
     pub fn get(&mut self, id: &ArtifactId<VariantOf<T>>) -> Option<T::Loaded> {
         self.loaded.reset_if_switched(&self.target);
@@ -519,6 +569,14 @@ struct Asked<'k, T: CompilationTarget> {
     kernel: &'k KernelOf<T>,
     id: &'k ArtifactId<VariantOf<T>>,
 }
+
+/// A kernel its caller keeps, asked of [`KernelLoader::compile_borrowed`]
+/// under its id, with the collector it registered with.
+pub(crate) type BorrowedKernel<'k, T> = (
+    &'k KernelOf<T>,
+    ArtifactId<VariantOf<T>>,
+    Option<Registration>,
+);
 
 struct Request<'k, T: CompilationTarget> {
     id: ArtifactId<VariantOf<T>>,

@@ -110,6 +110,17 @@ pub enum Miss {
     },
 }
 
+impl std::fmt::Display for Miss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Absent => f.write_str("absent"),
+            Self::Corrupt { detail } => write!(f, "corrupt: {detail}"),
+            Self::ForeignKey { detail } => write!(f, "written for another key: {detail}"),
+            Self::Unreadable { detail } => write!(f, "unreadable: {detail}"),
+        }
+    }
+}
+
 /// What a store lookup found.
 #[derive(Debug, Clone)]
 pub enum Lookup<A> {
