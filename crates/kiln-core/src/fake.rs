@@ -538,7 +538,9 @@ impl FakeTarget {
             None => false,
             Some(FakeStore::Memory(store)) => store.by_id.contains_key(id),
             Some(FakeStore::Shared(bound)) => matches!(
-                bound.store().lookup(&bound.artifact_key(&self.compiler, id)),
+                bound
+                    .store()
+                    .lookup(&bound.artifact_key(&self.compiler, id)),
                 Lookup::Hit { .. }
             ),
         }

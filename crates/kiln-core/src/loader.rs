@@ -411,15 +411,17 @@ impl<T: CompilationTarget + std::fmt::Debug> std::fmt::Debug for KernelLoader<T>
     }
 }
 
-/// Gives each group of lowered kernels with identical source one leader: the
-/// leader asks the store by source and finalizes only when the store has
-/// nothing; every other member waits for the leader's artifact (L5c).
+/// Gives each group of lowered kernels with identical source under the same
+/// variant one leader: the leader asks the store by source and finalizes
+/// only when the store has nothing; every other member waits for the
+/// leader's artifact (L5c). The variant is part of the group's key because
+/// one text compiled for two architectures is two artifacts.
 fn group_by_source<T: CompilationTarget>(
     jobs: &mut [Job<'_, T>],
     target: &mut T,
     statistics: &mut LoaderStatistics,
 ) {
-    let mut leaders: FxHashMap<String, usize> = FxHashMap::default();
+    let mut leaders: FxHashMap<(VariantOf<T>, String), usize> = FxHashMap::default();
     for (index, job) in jobs.iter_mut().enumerate() {
         let Step::Lowered {
             source: Some(source),
@@ -428,10 +430,11 @@ fn group_by_source<T: CompilationTarget>(
         else {
             continue;
         };
-        match leaders.get(source.as_str()).copied() {
+        let key = (job.id.variant.clone(), source.clone());
+        match leaders.get(&key).copied() {
             Some(leader) => job.wait_for(leader),
             None => {
-                leaders.insert(source.clone(), index);
+                leaders.insert(key, index);
                 job.reuse_stored_source(target, statistics);
             }
         }

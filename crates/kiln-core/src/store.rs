@@ -318,11 +318,9 @@ impl StoreKey {
         }
         match (&self.subject, &asked.subject) {
             (a, b) if a == b => None,
-            (KeySubject::Source { digest: a }, KeySubject::Source { digest: b }) => differs(
-                KeyComponent::Source,
-                &hex(&a[..8]),
-                &hex(&b[..8]),
-            ),
+            (KeySubject::Source { digest: a }, KeySubject::Source { digest: b }) => {
+                differs(KeyComponent::Source, &hex(&a[..8]), &hex(&b[..8]))
+            }
             _ => differs(
                 KeyComponent::Kernel,
                 &self.subject_text(),
@@ -830,9 +828,14 @@ mod tests {
         key.format += 1;
         changes.push((KeyComponent::Format, key));
         for (component, edit) in [
-            (KeyComponent::Backend, (|c: &mut KeyComponents| c.backend = "hip".into()) as fn(&mut KeyComponents)),
+            (
+                KeyComponent::Backend,
+                (|c: &mut KeyComponents| c.backend = "hip".into()) as fn(&mut KeyComponents),
+            ),
             (KeyComponent::Compiler, |c| c.compiler = "nvrtc 12.5".into()),
-            (KeyComponent::Architecture, |c| c.architecture = "sm_80".into()),
+            (KeyComponent::Architecture, |c| {
+                c.architecture = "sm_80".into()
+            }),
             (KeyComponent::Options, |c| c.options = "-O2".into()),
         ] {
             let mut changed = components();

@@ -577,3 +577,111 @@ fn a_configuration_mistake_says_what_to_change() {
         "{error}"
     );
 }
+
+/// A fake compiler whose variant is an architecture number, to prove that
+/// grouping by source never crosses variants.
+mod variants {
+    use super::*;
+    use crate::target::{ArtifactCompiler, CompilationTarget, Finalized, Lookup, Miss};
+
+    struct ArchCompiler;
+
+    impl ArtifactCompiler for ArchCompiler {
+        type Kernel = FakeKernel;
+        type Variant = u32;
+        type Lowered = String;
+        type Artifact = String;
+
+        fn lower(
+            &self,
+            _kernel: &FakeKernel,
+            _id: &ArtifactId<u32>,
+        ) -> Result<String, CompileFailure> {
+            Ok("one text for every architecture".into())
+        }
+
+        fn source(lowered: &String) -> Option<&str> {
+            Some(lowered)
+        }
+
+        fn finalize(
+            &self,
+            id: &ArtifactId<u32>,
+            lowered: String,
+        ) -> Result<Finalized<String>, CompileFailure> {
+            Ok(Finalized::quiet(format!(
+                "{lowered} for arch {}",
+                id.variant
+            )))
+        }
+    }
+
+    /// Persists, so that grouping by source is on, with nothing stored.
+    struct ArchTarget(ArchCompiler);
+
+    impl CompilationTarget for ArchTarget {
+        type Compiler = ArchCompiler;
+        type Loaded = String;
+
+        fn compiler(&self) -> &ArchCompiler {
+            &self.0
+        }
+
+        fn persists(&self) -> bool {
+            true
+        }
+
+        fn lookup(&mut self, _id: &ArtifactId<u32>) -> Lookup<String> {
+            Lookup::Miss(Miss::Absent)
+        }
+
+        fn lookup_source(&mut self, _id: &ArtifactId<u32>, _source: &str) -> Lookup<String> {
+            Lookup::Miss(Miss::Absent)
+        }
+
+        fn store(
+            &mut self,
+            _id: &ArtifactId<u32>,
+            _artifact: &String,
+            _source: Option<&str>,
+            _work: Duration,
+        ) -> StoreOutcome {
+            StoreOutcome::Skipped
+        }
+
+        fn load(
+            &mut self,
+            _id: &ArtifactId<u32>,
+            artifact: &String,
+        ) -> Result<String, crate::error::DeviceRefusal> {
+            Ok(artifact.clone())
+        }
+    }
+
+    // L5c
+    #[test]
+    fn one_text_under_two_variants_is_two_artifacts() {
+        let mut loader =
+            KernelLoader::with_config(ArchTarget(ArchCompiler), LoaderConfig::default());
+        let kernel = FakeKernel::new(1);
+        loader.enqueue(Box::new(kernel.clone()), 90);
+        loader.enqueue(Box::new(kernel.clone()), 80);
+        loader.enqueue(Box::new(FakeKernel::new(2)), 90);
+        loader.compile_queued();
+        let batch = &loader.records()[0];
+        assert_eq!(batch.count(KernelOutcome::Compiled), 2, "one per variant");
+        assert_eq!(
+            batch.count(KernelOutcome::Rekeyed),
+            1,
+            "same text, same variant"
+        );
+        let for_80 = loader
+            .get(&ArtifactId::new(kernel.id(), 80))
+            .expect("loaded");
+        assert_eq!(for_80, "one text for every architecture for arch 80");
+        let for_90 = loader
+            .get(&ArtifactId::new(kernel.id(), 90))
+            .expect("loaded");
+        assert_eq!(for_90, "one text for every architecture for arch 90");
+    }
+}

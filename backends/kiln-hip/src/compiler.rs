@@ -1,0 +1,391 @@
+//! The HIP compiler: lowering runs a kernel's generator, finalizing runs
+//! hipRTC to a code object for the variant's gfx architecture.
+
+use std::ffi::CString;
+use std::fmt;
+use std::sync::Arc;
+
+use kiln_core::{ArtifactCompiler, ArtifactId, CompileFailure, Diagnostic, Finalized, Severity};
+use serde::{Deserialize, Serialize};
+
+use crate::diagnostics;
+use crate::error::{Error, Result};
+use crate::isa::{GfxArch, SupportedTargets};
+use crate::kernel::{HipHeader, HipKernel, HipSource};
+use crate::key::{CompilerIdentity, HipArtifactKey, digest_hex};
+use crate::options::{HipOptions, HipVariant};
+use crate::program::Program;
+use crate::result::c_string;
+use crate::toolchain::Toolchain;
+
+/// The name every program is given; diagnostics in it carry no file name.
+pub(crate) const PROGRAM_NAME: &str = "kernel.hip";
+
+/// A lowered HIP kernel: its source and everything else its compile needs,
+/// as plain data that can cross to another process.
+///
+/// Its [text](ArtifactCompiler::source) — the one the loader compares to
+/// share artifacts between kernels — opens with comment lines naming the
+/// target, the entry point, the flags and each header's digest, so that two
+/// kernels share an artifact only when everything that shapes it is equal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HipLowered {
+    text: String,
+    source_start: usize,
+    entry: String,
+    options: HipOptions,
+    headers: Vec<HipHeader>,
+}
+
+impl HipLowered {
+    /// Lowers `source` for `variant`.
+    ///
+    /// # Errors
+    ///
+    /// The options hold a flag that chooses the architecture.
+    pub fn new(
+        variant: &HipVariant,
+        entry: &str,
+        source: &str,
+        options: &HipOptions,
+        headers: &[HipHeader],
+    ) -> Result<Self> {
+        let mut text = format!("// kiln-hip target: {}\n", variant.arch);
+        text.push_str(&format!("// kiln-hip entry: {entry:?}\n"));
+        for flag in options.compile_flags(&variant.arch)? {
+            text.push_str(&format!("// kiln-hip flag: {flag:?}\n"));
+        }
+        for header in headers {
+            text.push_str(&format!(
+                "// kiln-hip header: {:?} {}\n",
+                header.include_name,
+                digest_hex(header.text.as_bytes())
+            ));
+        }
+        let source_start = text.len();
+        text.push_str(source);
+        Ok(Self {
+            text,
+            source_start,
+            entry: entry.to_owned(),
+            options: options.clone(),
+            headers: headers.to_vec(),
+        })
+    }
+
+    /// The HIP source hipRTC compiles.
+    pub fn source(&self) -> &str {
+        &self.text[self.source_start..]
+    }
+
+    /// The text artifacts are shared by: the source after a comment block
+    /// naming everything else that shapes the artifact.
+    pub fn sharing_text(&self) -> &str {
+        &self.text
+    }
+
+    /// The entry point's name expression.
+    pub fn entry(&self) -> &str {
+        &self.entry
+    }
+
+    /// The compile options.
+    pub fn options(&self) -> &HipOptions {
+        &self.options
+    }
+
+    /// The headers.
+    pub fn headers(&self) -> &[HipHeader] {
+        &self.headers
+    }
+}
+
+/// A compiled HIP kernel: a code object for one gfx architecture and the
+/// symbol its entry point was lowered to.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct HipArtifact {
+    /// The code object, as hipRTC returned it.
+    pub code_object: Vec<u8>,
+    /// The entry point's symbol in the code object (mangled for C++ names).
+    pub symbol: String,
+    /// The entry point's name expression.
+    pub entry: String,
+    /// The architecture it was compiled for.
+    pub arch: GfxArch,
+    /// Everything that shaped it.
+    pub key: HipArtifactKey,
+}
+
+impl fmt::Debug for HipArtifact {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HipArtifact")
+            .field(
+                "code_object",
+                &format_args!("{} bytes", self.code_object.len()),
+            )
+            .field("symbol", &self.symbol)
+            .field("entry", &self.entry)
+            .field("arch", &self.arch)
+            .finish_non_exhaustive()
+    }
+}
+
+/// hipRTC, turning HIP kernels into code objects.
+///
+/// Cloning is cheap: every clone shares the process's one opened hipRTC.
+/// Compiles run one at a time in a process, because ROCm 5's hipRTC aborts
+/// the process when two threads compile at once; a batch still lowers (runs
+/// generators) on all its workers.
+///
+/// ```no_run
+/// use kiln_hip::{GfxArch, HipCompiler, HipCompileOnlyTarget, HipKernel, HipVariant};
+/// use kiln_core::{ArtifactId, Kernel, KernelLoader};
+///
+/// let compiler = HipCompiler::new()?;
+/// let mut loader = KernelLoader::new(HipCompileOnlyTarget::new(compiler));
+/// let kernel = HipKernel::from_text(
+///     "scale",
+///     "scale",
+///     r#"extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }"#,
+/// );
+/// let id = ArtifactId::new(kernel.id(), HipVariant::new("gfx90a".parse()?));
+/// let compiled = loader.load(&kernel, &id)?;
+/// assert_eq!(compiled.symbol, "scale");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct HipCompiler {
+    toolchain: Arc<Toolchain>,
+}
+
+impl HipCompiler {
+    /// Opens hipRTC and comgr, or reuses the process's.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LibraryMissing`] naming the library, where it was looked
+    /// for and how to install it; or a library that does not answer.
+    pub fn new() -> Result<Self> {
+        Ok(Self {
+            toolchain: Toolchain::get()?,
+        })
+    }
+
+    /// Which hipRTC and comgr compile.
+    pub fn identity(&self) -> &CompilerIdentity {
+        &self.toolchain.identity
+    }
+
+    /// The targets the installed compiler supports.
+    pub fn supported_targets(&self) -> &SupportedTargets {
+        &self.toolchain.supported
+    }
+
+    /// Refuses a target this compiler cannot compile for. Every finalize
+    /// asks this first, because hipRTC aborts the process on such a target.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnsupportedArchitecture`] listing the supported processors.
+    pub fn check_target(&self, arch: &GfxArch) -> Result<()> {
+        self.toolchain.check_target(arch)
+    }
+
+    /// The key of `lowered` compiled under `id`'s variant.
+    ///
+    /// # Errors
+    ///
+    /// The options hold a flag that chooses the architecture.
+    pub fn artifact_key(
+        &self,
+        id: &ArtifactId<HipVariant>,
+        lowered: &HipLowered,
+    ) -> Result<HipArtifactKey> {
+        HipArtifactKey::new(self.identity(), &id.variant.arch, lowered)
+    }
+
+    fn compile(
+        &self,
+        arch: &GfxArch,
+        lowered: &HipLowered,
+    ) -> Result<Finalized<HipArtifact>, CompileFailure> {
+        self.check_target(arch).map_err(configuration_failure)?;
+        let key =
+            HipArtifactKey::new(self.identity(), arch, lowered).map_err(configuration_failure)?;
+
+        // hipRTC's own failures and text it cannot take are reported as they
+        // are: neither is about the source or the configuration.
+        let as_failure = |error: Error| CompileFailure::message(error.to_string());
+        let source = c_string(lowered.source(), || "the source".to_owned()).map_err(as_failure)?;
+        let name = CString::new(PROGRAM_NAME).expect("the program name has no NUL");
+        let entry =
+            c_string(lowered.entry(), || "the entry point".to_owned()).map_err(as_failure)?;
+        let mut headers = Vec::with_capacity(lowered.headers().len());
+        for header in lowered.headers() {
+            let what = || format!("the header {:?}", header.include_name);
+            headers.push((
+                c_string(&header.include_name, what).map_err(as_failure)?,
+                c_string(&header.text, what).map_err(as_failure)?,
+            ));
+        }
+        let flags = key
+            .options
+            .iter()
+            .map(|flag| c_string(flag, || format!("the flag {flag:?}")))
+            .collect::<Result<Vec<_>>>()
+            .map_err(as_failure)?;
+
+        let mut program =
+            Program::new(&self.toolchain.hiprtc, &source, &name, &headers).map_err(as_failure)?;
+        program.add_name_expression(&entry).map_err(as_failure)?;
+        let compiled = program.compile(&flags).map_err(as_failure)?;
+        let log = program.log().map_err(as_failure)?;
+        let source_lines = lowered.source().lines().count().max(1);
+        if !compiled {
+            return Err(diagnostics::failure(&log, source_lines, lowered.entry()));
+        }
+        let code_object = program.code().map_err(as_failure)?;
+        let symbol = program.lowered_name(&entry).map_err(|error| match error {
+            Error::Hiprtc { code, .. }
+                if code == crate::sys::HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID =>
+            {
+                CompileFailure::message(format!(
+                    "the entry point `{}` is not a kernel hipRTC can name",
+                    lowered.entry()
+                ))
+                .with_hint(
+                    "name a __global__ function or an instantiation of a __global__ template; \
+                     device functions and kernels in anonymous namespaces cannot be entry points",
+                )
+            }
+            other => as_failure(other),
+        })?;
+        drop(program);
+
+        let diagnostics: Vec<Diagnostic> = diagnostics::parse(&log, source_lines, lowered.entry())
+            .into_iter()
+            .filter(|diagnostic| diagnostic.severity < Severity::Error)
+            .collect();
+        Ok(Finalized {
+            artifact: HipArtifact {
+                code_object,
+                symbol,
+                entry: lowered.entry().to_owned(),
+                arch: arch.clone(),
+                key,
+            },
+            diagnostics,
+        })
+    }
+}
+
+impl fmt::Debug for HipCompiler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HipCompiler")
+            .field("identity", self.identity())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A configuration mistake as a compile failure: what is wrong, and a hint
+/// saying what to change.
+fn configuration_failure(error: Error) -> CompileFailure {
+    match error {
+        Error::UnsupportedArchitecture {
+            requested,
+            features_refused,
+            supported,
+            comgr_version,
+        } => {
+            let message = if features_refused {
+                format!(
+                    "{requested} is not a target this hipRTC can compile for: comgr {comgr_version} \
+                     refuses its features for that processor"
+                )
+            } else {
+                format!("{requested} is not a target this hipRTC can compile for")
+            };
+            CompileFailure::message(message).with_hint(format!(
+                "compile for a target comgr {comgr_version} supports: {}",
+                supported.join(", ")
+            ))
+        }
+        Error::ArchitectureFlag { flag } => CompileFailure::message(format!(
+            "the flag {flag:?} would choose the architecture"
+        ))
+        .with_hint(
+            "remove it: the architecture comes from the variant, so it can be checked first",
+        ),
+        other => CompileFailure::message(other.to_string()),
+    }
+}
+
+impl ArtifactCompiler for HipCompiler {
+    type Kernel = HipKernel;
+    type Variant = HipVariant;
+    type Lowered = HipLowered;
+    type Artifact = HipArtifact;
+
+    fn lower(
+        &self,
+        kernel: &HipKernel,
+        id: &ArtifactId<HipVariant>,
+    ) -> Result<HipLowered, CompileFailure> {
+        let generated;
+        let source = match kernel.source() {
+            HipSource::Text(text) => &**text,
+            HipSource::Generated(generator) => {
+                generated = generator(&id.variant).map_err(|message| {
+                    CompileFailure::message(format!("the generator failed: {message}"))
+                })?;
+                generated.as_str()
+            }
+        };
+        HipLowered::new(
+            &id.variant,
+            kernel.entry(),
+            source,
+            kernel.options(),
+            kernel.headers(),
+        )
+        .map_err(configuration_failure)
+    }
+
+    fn source(lowered: &HipLowered) -> Option<&str> {
+        Some(lowered.sharing_text())
+    }
+
+    fn finalize(
+        &self,
+        id: &ArtifactId<HipVariant>,
+        lowered: HipLowered,
+    ) -> Result<Finalized<HipArtifact>, CompileFailure> {
+        self.compile(&id.variant.arch, &lowered)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sharing_text_names_everything_that_shapes_the_artifact() {
+        let variant = HipVariant::new(GfxArch::new("gfx90a").expect("valid"));
+        let options = HipOptions::new().define("A", "1");
+        let headers = [HipHeader {
+            include_name: "a.h".into(),
+            text: "int a;".into(),
+        }];
+        let lowered =
+            HipLowered::new(&variant, "k<1>", "source text", &options, &headers).expect("lowers");
+        assert_eq!(lowered.source(), "source text");
+        let text = lowered.sharing_text();
+        for part in ["gfx90a", "\"k<1>\"", "\"-DA=1\"", "\"a.h\"", "source text"] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
+        let other_arch = HipVariant::new(GfxArch::new("gfx908").expect("valid"));
+        let other = HipLowered::new(&other_arch, "k<1>", "source text", &options, &headers)
+            .expect("lowers");
+        assert_ne!(other.sharing_text(), text, "another target, another text");
+    }
+}

@@ -1,0 +1,169 @@
+//! kiln-hip's errors.
+
+use std::path::PathBuf;
+
+/// What can go wrong in kiln-hip outside a kernel's own compile: libraries,
+/// targets, devices and launches.
+///
+/// A kernel's compile errors are not here: they are a
+/// [`CompileFailure`](kiln_core::CompileFailure) with every diagnostic, and
+/// errors of this type that stop one kernel's compile (an unsupported
+/// target, say) reach its caller inside one too.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A ROCm library is not installed, or not where the loader looks.
+    #[error(
+        "{library} could not be loaded: looked for {} in {searched}; {install} (dynamic loader: {detail})",
+        names.join(", ")
+    )]
+    LibraryMissing {
+        /// Which library.
+        library: &'static str,
+        /// The file names tried.
+        names: Vec<String>,
+        /// The places they were looked for in.
+        searched: String,
+        /// How to install it.
+        install: &'static str,
+        /// What the dynamic loader said: about a file that exists and did
+        /// not load when there was one, else about the last file tried.
+        detail: String,
+    },
+    /// A library opened but lacks a function kiln-hip calls: another
+    /// release than the ones kiln-hip knows, or not the ROCm library.
+    #[error("{} lacks the function {symbol}: {detail}", path.display())]
+    SymbolMissing {
+        /// The library.
+        path: PathBuf,
+        /// The missing function.
+        symbol: &'static str,
+        /// What the dynamic loader said.
+        detail: String,
+    },
+    /// A hipRTC call failed.
+    #[error("hipRTC {call} failed: {message} (status {code})")]
+    Hiprtc {
+        /// The function that failed.
+        call: &'static str,
+        /// hipRTC's status code.
+        code: i32,
+        /// hipRTC's name for the status.
+        message: String,
+    },
+    /// A comgr call failed.
+    #[error("comgr {call} failed with status {code}")]
+    Comgr {
+        /// The function that failed.
+        call: &'static str,
+        /// comgr's status code.
+        code: i32,
+    },
+    /// A HIP runtime call failed.
+    #[error("{call} failed: {name} ({code})")]
+    Hip {
+        /// The function that failed.
+        call: &'static str,
+        /// The runtime's status code.
+        code: i32,
+        /// The runtime's name for it.
+        name: String,
+    },
+    /// No AMD GPU can be used: the runtime did not start or sees no device.
+    #[error("no AMD GPU is usable: {call} returned {name} ({code})")]
+    NoDevice {
+        /// The call that showed it: `hipInit` or `hipGetDeviceCount`.
+        call: &'static str,
+        /// The runtime's status code, `0` when the call succeeded and
+        /// counted no device.
+        code: i32,
+        /// The runtime's name for the status.
+        name: String,
+    },
+    /// The device asked for does not exist.
+    #[error("there is no HIP device {ordinal}: {count} are visible")]
+    DeviceOutOfRange {
+        /// The ordinal asked for.
+        ordinal: i32,
+        /// How many devices the runtime sees.
+        count: i32,
+    },
+    /// The device's properties name no gfx architecture kiln-hip can read.
+    #[error(
+        "could not read the gfx architecture of HIP device {ordinal}; give it with HipDevice::with_arch"
+    )]
+    UnknownDeviceArchitecture {
+        /// The device.
+        ordinal: i32,
+    },
+    /// A name that is not a gfx architecture.
+    #[error(
+        "{name:?} is not a gfx architecture name ({reason}); names look like gfx90a or gfx90a:xnack-"
+    )]
+    InvalidArchitecture {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A target the installed hipRTC cannot compile for. hipRTC aborts the
+    /// whole process on such a target, so kiln-hip refuses it first.
+    #[error(
+        "{requested} is not a target this hipRTC can compile for{}; comgr {comgr_version} supports: {}",
+        if *features_refused { " (comgr refuses its features for that processor)" } else { "" },
+        supported.join(", ")
+    )]
+    UnsupportedArchitecture {
+        /// The target asked for.
+        requested: String,
+        /// Whether the processor is supported and only its features
+        /// (`:xnack+`, `:sramecc-`) are not.
+        features_refused: bool,
+        /// Every processor comgr lists.
+        supported: Vec<String>,
+        /// comgr's version, `major.minor`.
+        comgr_version: String,
+    },
+    /// An extra compile flag that would choose the architecture behind the
+    /// supported-target check.
+    #[error(
+        "the flag {flag:?} chooses the architecture; kiln-hip sets it from the variant so that it can check it first"
+    )]
+    ArchitectureFlag {
+        /// The refused flag.
+        flag: String,
+    },
+    /// Text handed to a C function holds a NUL byte.
+    #[error("{what} holds a NUL byte, which C strings cannot carry")]
+    InteriorNul {
+        /// Which text.
+        what: String,
+    },
+    /// Bytes that are not a complete AMD GPU code object.
+    #[error("not a loadable AMD GPU code object: {reason}")]
+    InvalidCodeObject {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A code object without the kernel asked for.
+    #[error(
+        "the code object has no kernel named {symbol} (it has: {})",
+        if kernels.is_empty() { "none".to_owned() } else { kernels.join(", ") }
+    )]
+    KernelMissing {
+        /// The kernel's symbol.
+        symbol: String,
+        /// The kernels it does have.
+        kernels: Vec<String>,
+    },
+    /// An artifact compiled for another processor than the device's.
+    #[error("the artifact was compiled for {artifact}, the device is {device}")]
+    ArchitectureMismatch {
+        /// The artifact's target.
+        artifact: String,
+        /// The device's target.
+        device: String,
+    },
+}
+
+/// A `Result` of kiln-hip.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

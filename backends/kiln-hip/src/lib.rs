@@ -1,0 +1,118 @@
+//! kiln's HIP backend: HIP source → hipRTC → a code object for a gfx
+//! architecture → `hipModuleLoadData` → a kernel to launch (SPEC B2).
+//!
+//! # Status: compiles for real, has never run on AMD hardware
+//!
+//! The compile half is tested for real: hipRTC compiles every test kernel
+//! for gfx90a, gfx908 and gfx1030, and the core conformance suite runs
+//! against it. The device half — [`HipDevice`], [`HipTarget`], launches and
+//! device memory — is written against the ROCm headers, but **no AMD GPU has
+//! ever run it**: kiln is developed where none exists. There it is tested
+//! only for what a machine without a GPU shows: the runtime does not start,
+//! and [`HipDevice::open`] returns [`Error::NoDevice`] instead of panicking.
+//! Treat the device path as unproven until a test launches a kernel on an
+//! AMD GPU and checks its numbers (`cargo xtask test-backend hip`).
+//!
+//! # Layers
+//!
+//! As in cudarc, three layers: `sys` opens hipRTC, comgr and the HIP runtime
+//! with `libloading` at run time (no ROCm is needed to build), `result`
+//! turns every call into a `Result`, and the safe types on top — a hipRTC
+//! program, [`HipModule`], [`HipFunction`], [`DeviceBuffer`] — release what
+//! they own when dropped.
+//!
+//! hipRTC is `libhiprtc.so` from ROCm 6 on and lives inside
+//! `libamdhip64.so.5` on ROCm 5; kiln-hip takes whichever exists. A missing
+//! library is an [`Error::LibraryMissing`] naming it, where it was looked
+//! for, and how to install it.
+//!
+//! # Design choices
+//!
+//! - **The target is checked before hipRTC sees it.** hipRTC aborts the
+//!   whole process (SIGABRT inside comgr) on an architecture its comgr does
+//!   not support, or on a feature the processor lacks (`gfx1030:xnack+`).
+//!   Every compile first asks comgr for its ISA list
+//!   (`amd_comgr_get_isa_count`, `amd_comgr_get_isa_name`) and, for a target
+//!   with features, whether it accepts the full ISA name; anything else
+//!   fails its kernel with the list of supported targets. Flags that could
+//!   choose the architecture behind this check are refused. Compiling in an
+//!   isolated worker process is a later step; until then this check is what
+//!   protects the host process.
+//! - **Compiles run one at a time in a process.** ROCm 5's hipRTC aborts the
+//!   process when two threads compile at once, so every hipRTC call holds
+//!   one process-wide lock. A batch still runs generators on all its
+//!   workers; parallel compiles need worker processes.
+//! - **Entry points are name expressions.** Every entry point, plain or a
+//!   template instantiation (`reduce<float, 256>`), is handed to
+//!   `hiprtcAddNameExpression`, and the symbol `hiprtcGetLoweredName`
+//!   returns is what loads. An entry point the source does not declare
+//!   fails its compile with an error that says so.
+//! - **The key is one value.** [`HipArtifactKey`] holds everything that
+//!   shapes an artifact: compiler identity (hipRTC and comgr versions and
+//!   library files), architecture, the exact flags, BLAKE3 digests of the
+//!   source and of each header, and the entry point. The targets are
+//!   storeless for now (`persists() == false`); the key rides on every
+//!   artifact for the store to come.
+//! - **Nothing unchecked reaches the driver.** `hipModuleLoadData` takes no
+//!   length, so every code object is read first: a truncated or foreign one
+//!   is refused before the driver sees it.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use kiln_core::{ArtifactId, Kernel, KernelLoader};
+//! use kiln_hip::{HipDevice, HipKernel, HipTarget, LaunchArguments, LaunchConfig};
+//!
+//! let device = HipDevice::open(0)?;
+//! let target = HipTarget::new(device.clone())?;
+//! let variant = target.variant();
+//! let mut loader = KernelLoader::new(target);
+//!
+//! let kernel = HipKernel::from_text(
+//!     "scale",
+//!     "scale",
+//!     r#"extern "C" __global__ void scale(float* x, float by, unsigned n) {
+//!         unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+//!         if (i < n) x[i] *= by;
+//!     }"#,
+//! );
+//! let id = ArtifactId::new(kernel.id(), variant);
+//! let function = loader.load(&kernel, &id)?;
+//!
+//! let values = device.copy_to_device(&[1.0f32, 2.0, 3.0])?;
+//! let mut arguments = LaunchArguments::new().pointer(&values).scalar(2.0f32).scalar(3u32);
+//! // SAFETY: the arguments match `scale`'s parameters, and the launch covers
+//! // the buffer's three values.
+//! unsafe { function.launch(&LaunchConfig::for_elements(3, 64), &mut arguments)? };
+//! assert_eq!(values.copy_to_host()?, [2.0, 4.0, 6.0]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod code_object;
+mod compiler;
+mod device;
+mod diagnostics;
+pub mod error;
+mod isa;
+mod kernel;
+mod key;
+mod launch;
+mod options;
+mod program;
+mod result;
+mod sys;
+mod target;
+mod toolchain;
+
+pub use code_object::CodeObjectInfo;
+pub use compiler::{HipArtifact, HipCompiler, HipLowered};
+pub use device::{DeviceBuffer, HipDevice, HipFunction, HipModule};
+pub use error::{Error, Result};
+pub use isa::{GfxArch, SupportedTargets};
+pub use kernel::{HipGenerator, HipHeader, HipKernel, HipSource};
+pub use key::{CompilerIdentity, HeaderDigest, HipArtifactKey};
+pub use launch::{KernelScalar, LaunchArguments, LaunchConfig};
+pub use options::{CxxStandard, HipOptions, HipVariant};
+pub use target::{CompiledKernel, HipCompileOnlyTarget, HipTarget};

@@ -1,0 +1,204 @@
+//! What a HIP kernel is compiled under: the variant (the target's gfx
+//! architecture) and each kernel's own compile options.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::isa::GfxArch;
+
+/// The compile choice a HIP artifact is built under: the gfx architecture.
+///
+/// A target gives its device's (see
+/// [`HipTarget::variant`](crate::HipTarget::variant)); a kernel compiled
+/// under another variant is another artifact.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct HipVariant {
+    /// The architecture code objects are compiled for.
+    pub arch: GfxArch,
+}
+
+impl HipVariant {
+    /// The variant for `arch`.
+    pub fn new(arch: GfxArch) -> Self {
+        Self { arch }
+    }
+}
+
+impl fmt::Debug for HipVariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.arch)
+    }
+}
+
+/// A C++ standard for `-std`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CxxStandard {
+    /// C++11.
+    Cxx11,
+    /// C++14.
+    Cxx14,
+    /// C++17.
+    Cxx17,
+    /// C++20.
+    Cxx20,
+}
+
+impl CxxStandard {
+    /// The flag that selects it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Self::Cxx11 => "-std=c++11",
+            Self::Cxx14 => "-std=c++14",
+            Self::Cxx17 => "-std=c++17",
+            Self::Cxx20 => "-std=c++20",
+        }
+    }
+}
+
+/// One kernel's compile options. Every option is part of the kernel's id
+/// and of its artifact's key.
+///
+/// ```
+/// use kiln_hip::{CxxStandard, HipOptions};
+///
+/// let options = HipOptions::new()
+///     .std(CxxStandard::Cxx17)
+///     .fast_math(true)
+///     .define("TILE", "16")
+///     .flag("-fno-unroll-loops");
+/// assert_eq!(options.defines.len(), 1);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HipOptions {
+    /// `-std`; `None` leaves hipRTC's default.
+    pub std: Option<CxxStandard>,
+    /// `-ffast-math`.
+    pub fast_math: bool,
+    /// `-D` definitions, in order: `(name, value)`, no value for a bare
+    /// `-DNAME`.
+    pub defines: Vec<(String, Option<String>)>,
+    /// Any other flags, passed as given after the rest. Flags that choose
+    /// the architecture are refused (see [`Error::ArchitectureFlag`]).
+    pub flags: Vec<String>,
+}
+
+impl HipOptions {
+    /// hipRTC's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Compiles under the C++ standard `std`.
+    pub fn std(mut self, std: CxxStandard) -> Self {
+        self.std = Some(std);
+        self
+    }
+
+    /// Allows floating-point arithmetic to be reordered and approximated.
+    pub fn fast_math(mut self, fast_math: bool) -> Self {
+        self.fast_math = fast_math;
+        self
+    }
+
+    /// Defines `name` as `value`.
+    pub fn define(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.defines.push((name.into(), Some(value.into())));
+        self
+    }
+
+    /// Defines `name` with no value.
+    pub fn define_name(mut self, name: impl Into<String>) -> Self {
+        self.defines.push((name.into(), None));
+        self
+    }
+
+    /// Adds a flag of hipRTC's (clang's) own.
+    pub fn flag(mut self, flag: impl Into<String>) -> Self {
+        self.flags.push(flag.into());
+        self
+    }
+
+    /// The flags handed to hipRTC for `arch`: the architecture first, then
+    /// the options in a fixed order.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ArchitectureFlag`] for an extra flag that would choose the
+    /// architecture: it would reach hipRTC unchecked, and hipRTC aborts the
+    /// process on a target it lacks.
+    pub fn compile_flags(&self, arch: &GfxArch) -> Result<Vec<String>> {
+        if let Some(flag) = self.flags.iter().find(|flag| chooses_architecture(flag)) {
+            return Err(Error::ArchitectureFlag { flag: flag.clone() });
+        }
+        let mut flags = vec![format!("--gpu-architecture={arch}")];
+        flags.extend(self.std.map(|std| std.flag().to_owned()));
+        if self.fast_math {
+            flags.push("-ffast-math".to_owned());
+        }
+        flags.extend(self.defines.iter().map(|(name, value)| match value {
+            Some(value) => format!("-D{name}={value}"),
+            None => format!("-D{name}"),
+        }));
+        flags.extend(self.flags.iter().cloned());
+        Ok(flags)
+    }
+}
+
+/// Whether `flag` could set the target processor: every clang spelling of
+/// it contains one of these words.
+fn chooses_architecture(flag: &str) -> bool {
+    ["arch", "mcpu", "target-cpu", "amdgpu-target", "offload"]
+        .iter()
+        .any(|word| flag.contains(word))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gfx90a() -> GfxArch {
+        GfxArch::new("gfx90a").expect("a valid name")
+    }
+
+    #[test]
+    fn flags_start_with_the_architecture_and_keep_the_options_order() {
+        let options = HipOptions::new()
+            .flag("-Wall")
+            .define("TILE", "16")
+            .define_name("FAST")
+            .std(CxxStandard::Cxx17)
+            .fast_math(true);
+        assert_eq!(
+            options
+                .compile_flags(&gfx90a())
+                .expect("no architecture flag"),
+            [
+                "--gpu-architecture=gfx90a",
+                "-std=c++17",
+                "-ffast-math",
+                "-DTILE=16",
+                "-DFAST",
+                "-Wall"
+            ]
+        );
+    }
+
+    // B2
+    #[test]
+    fn a_flag_that_chooses_the_architecture_is_refused() {
+        for flag in [
+            "--offload-arch=gfx1100",
+            "--gpu-architecture=gfx1100",
+            "-mcpu=gfx1100",
+            "-Xclang -target-cpu",
+        ] {
+            let error = HipOptions::new()
+                .flag(flag)
+                .compile_flags(&gfx90a())
+                .expect_err("an architecture flag is refused");
+            assert!(matches!(error, Error::ArchitectureFlag { .. }), "{error}");
+        }
+    }
+}

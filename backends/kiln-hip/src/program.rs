@@ -1,0 +1,132 @@
+//! A hipRTC program that destroys itself, and holds the process's hipRTC
+//! lock for as long as it lives.
+
+use std::ffi::{CStr, CString};
+use std::sync::MutexGuard;
+
+use crate::error::{Error, Result};
+use crate::result;
+use crate::sys::{self, HiprtcLibrary};
+use crate::toolchain;
+
+/// One hipRTC program, from creation to destruction. While it lives no
+/// other thread of the process enters hipRTC.
+pub struct Program<'a> {
+    library: &'a HiprtcLibrary,
+    raw: sys::hiprtcProgram,
+    compiled: bool,
+    // Dropped after `Drop::drop` destroyed the program: fields drop after.
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl<'a> Program<'a> {
+    /// A program of `source`, with `headers` as `(include name, text)`.
+    ///
+    /// # Errors
+    ///
+    /// hipRTC's status.
+    pub fn new(
+        library: &'a HiprtcLibrary,
+        source: &CStr,
+        name: &CStr,
+        headers: &[(CString, CString)],
+    ) -> Result<Self> {
+        let serial = toolchain::serial();
+        let raw = result::create_program(library, source, name, headers)?;
+        Ok(Self {
+            library,
+            raw,
+            compiled: false,
+            _serial: serial,
+        })
+    }
+
+    /// Asks for the lowered name of `expression` after the compile.
+    ///
+    /// # Errors
+    ///
+    /// hipRTC's status.
+    pub fn add_name_expression(&mut self, expression: &CStr) -> Result<()> {
+        self.expect_compiled("hiprtcAddNameExpression", false)?;
+        // SAFETY: the program is live and not yet compiled.
+        unsafe { result::add_name_expression(self.library, self.raw, expression) }
+    }
+
+    /// Compiles with `options`: `Ok(false)` when the source does not
+    /// compile, and [`log`](Self::log) says why.
+    ///
+    /// # Errors
+    ///
+    /// hipRTC failed for another reason than the source.
+    pub fn compile(&mut self, options: &[CString]) -> Result<bool> {
+        self.expect_compiled("hiprtcCompileProgram", false)?;
+        // SAFETY: the program is live and this thread holds the process's
+        // hipRTC lock.
+        match unsafe { result::compile_program(self.library, self.raw, options) } {
+            Ok(()) => {
+                self.compiled = true;
+                Ok(true)
+            }
+            Err(Error::Hiprtc { code, .. }) if code == sys::HIPRTC_ERROR_COMPILATION => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The compiler's log.
+    ///
+    /// # Errors
+    ///
+    /// hipRTC's status.
+    pub fn log(&self) -> Result<String> {
+        // SAFETY: the program is live.
+        unsafe { result::program_log(self.library, self.raw) }
+    }
+
+    /// The code object of a compile that succeeded.
+    ///
+    /// # Errors
+    ///
+    /// hipRTC's status.
+    pub fn code(&self) -> Result<Vec<u8>> {
+        self.expect_compiled("hiprtcGetCode", true)?;
+        // SAFETY: the program is live and compiled.
+        unsafe { result::code(self.library, self.raw) }
+    }
+
+    /// The symbol `expression` was lowered to by a compile that succeeded.
+    ///
+    /// # Errors
+    ///
+    /// hipRTC's status.
+    pub fn lowered_name(&self, expression: &CStr) -> Result<String> {
+        self.expect_compiled("hiprtcGetLoweredName", true)?;
+        // SAFETY: the program is live and compiled; hipRTC answers with a
+        // status for an expression that was never added.
+        unsafe { result::lowered_name(self.library, self.raw, expression) }
+    }
+
+    /// Refuses a call made before (or after) the compile it needs.
+    fn expect_compiled(&self, call: &'static str, compiled: bool) -> Result<()> {
+        if self.compiled == compiled {
+            return Ok(());
+        }
+        Err(Error::Hiprtc {
+            call,
+            code: sys::HIPRTC_SUCCESS,
+            message: if compiled {
+                "the program has not compiled".to_owned()
+            } else {
+                "the program is already compiled".to_owned()
+            },
+        })
+    }
+}
+
+impl Drop for Program<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the program is live and never used after this.
+        if let Err(error) = unsafe { result::destroy_program(self.library, self.raw) } {
+            log::warn!("could not destroy a hipRTC program: {error}");
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! The device half of the HIP backend (B2, B4).
+//!
+//! kiln has never had an AMD GPU: on the machines it is tested on, the HIP
+//! runtime does not start, and that must be an error value. The launch test
+//! is written for the day one exists; until then it skips with its reason,
+//! and fails under `KILN_REQUIRE_DEVICE=1`.
+
+use kiln_core::conformance::skip;
+use kiln_core::{ArtifactId, Kernel, KernelLoader};
+use kiln_hip::{Error, HipDevice, HipKernel, HipTarget, LaunchArguments, LaunchConfig};
+
+// B2
+#[test]
+fn b2_without_an_amd_gpu_opening_a_device_is_an_error_not_a_panic() {
+    match HipDevice::open(0) {
+        Err(Error::NoDevice { call, name, .. }) => {
+            assert!(call == "hipInit" || call == "hipGetDeviceCount", "{call}");
+            assert!(!name.is_empty());
+            let message = HipDevice::open(0).expect_err("still no device").to_string();
+            assert!(message.starts_with("no AMD GPU is usable"), "{message}");
+            assert!(
+                matches!(HipDevice::count(), Err(Error::NoDevice { .. })),
+                "counting devices is the same error"
+            );
+        }
+        Err(Error::LibraryMissing {
+            library, install, ..
+        }) => {
+            // Without the runtime there is no device either; the error says
+            // how to get one.
+            assert_eq!(library, "the HIP runtime");
+            assert!(install.contains("libamdhip64"), "{install}");
+        }
+        Err(other) => panic!("no device should read as NoDevice, not: {other}"),
+        Ok(device) => eprintln!("an AMD GPU is present ({device:?}): nothing to prove here"),
+    }
+}
+
+// B4
+#[test]
+fn b4_a_kernel_launched_on_an_amd_gpu_computes_its_numbers() {
+    let device = match HipDevice::open(0) {
+        Ok(device) => device,
+        Err(error) => {
+            skip("B4 launch on an AMD GPU", &error.to_string());
+            return;
+        }
+    };
+    let target = HipTarget::new(device.clone()).expect("hipRTC is installed with the runtime");
+    let variant = target.variant();
+    let mut loader = KernelLoader::new(target);
+    let kernel = HipKernel::from_text(
+        "tests.axpy",
+        "axpy",
+        r#"extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"#,
+    );
+    let function = loader
+        .load(&kernel, &ArtifactId::new(kernel.id(), variant))
+        .expect("axpy compiles and loads");
+
+    let n = 1000u32;
+    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let y: Vec<f32> = (0..n).map(|i| 1.0 + i as f32).collect();
+    let x_buffer = device.copy_to_device(&x).expect("x copies");
+    let y_buffer = device.copy_to_device(&y).expect("y copies");
+    let mut arguments = LaunchArguments::new()
+        .pointer(&y_buffer)
+        .pointer(&x_buffer)
+        .scalar(2.0f32)
+        .scalar(n);
+    // SAFETY: the arguments match axpy's parameters, and the grid covers
+    // exactly the n values of both buffers (the kernel checks `i < n`).
+    unsafe { function.launch(&LaunchConfig::for_elements(n, 256), &mut arguments) }
+        .expect("the launch is accepted");
+    device.synchronize().expect("the kernel finishes");
+    let result = y_buffer.copy_to_host().expect("y copies back");
+    for (i, value) in result.iter().enumerate() {
+        assert_eq!(*value, 2.0 * i as f32 + 1.0 + i as f32, "y[{i}]");
+    }
+}
