@@ -1,29 +1,49 @@
 //! `cargo xtask test-backend`: one backend's tests on its real device.
+//!
+//! The backend's test binaries are built here and run with
+//! `KILN_REQUIRE_DEVICE=1`, so a test that would skip for want of a device
+//! fails instead. On a machine without the device, the binaries are copied
+//! into `.device/<backend>/` with a `run.sh` that runs them all there (see
+//! docs/DEVICE.md).
 
-use anyhow::{Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::{command, setup};
 
 /// A backend kiln knows of, and whether its crate has landed.
 struct Backend {
     name: &'static str,
+    package: &'static str,
     device: &'static str,
     exists: bool,
+    /// Whether this machine has the device.
+    is_device_here: fn() -> bool,
 }
 
 const BACKENDS: &[Backend] = &[
     Backend {
         name: "cuda",
+        package: "kiln-cuda",
         device: "an NVIDIA GPU with its driver (NVRTC compiles without one)",
-        exists: false,
+        exists: true,
+        is_device_here: has_nvidia_gpu,
     },
     Backend {
         name: "hip",
+        package: "kiln-hip",
         device: "an AMD GPU with ROCm (hipRTC compiles without one)",
-        exists: false,
+        exists: true,
+        is_device_here: has_amd_gpu,
     },
     Backend {
         name: "wgpu",
+        package: "kiln-wgpu",
         device: "a Vulkan, Metal or DX12 adapter (lavapipe in CI)",
         exists: false,
+        is_device_here: never,
     },
 ];
 
@@ -43,8 +63,10 @@ pub fn list() {
     }
 }
 
-/// Runs `name`'s tests with `KILN_REQUIRE_DEVICE=1`.
-pub fn test(name: &str, _extra: &[&str]) -> Result<()> {
+/// Runs `name`'s tests with `KILN_REQUIRE_DEVICE=1`: here when this machine
+/// has the device, else packed into `.device/<name>/` for a machine that has.
+/// `extra` goes to `cargo test` when it builds them.
+pub fn test(name: &str, extra: &[&str]) -> Result<()> {
     let Some(backend) = BACKENDS.iter().find(|backend| backend.name == name) else {
         list();
         bail!("there is no backend named `{name}`");
@@ -53,5 +75,184 @@ pub fn test(name: &str, _extra: &[&str]) -> Result<()> {
         list();
         bail!("the {name} backend has not landed yet: there is nothing to test");
     }
-    bail!("the {name} backend has no device run yet")
+    let environment = setup::ensure_all()?;
+    let binaries = build_test_binaries(backend.package, extra)?;
+    if (backend.is_device_here)() {
+        let mut failed = Vec::new();
+        for (label, binary) in &binaries {
+            eprintln!("xtask: {label} ({})", binary.display());
+            let status = Command::new(binary)
+                .envs(environment.iter().map(|(key, value)| (key, value)))
+                .env("KILN_REQUIRE_DEVICE", "1")
+                .status()
+                .with_context(|| format!("could not run {}", binary.display()))?;
+            if !status.success() {
+                failed.push(label.clone());
+            }
+        }
+        println!(
+            "{name} device run: {} passed, {} failed",
+            binaries.len() - failed.len(),
+            failed.len()
+        );
+        if !failed.is_empty() {
+            bail!(
+                "the {name} tests failed on the device: {}",
+                failed.join(", ")
+            );
+        }
+        return Ok(());
+    }
+    let folder = pack(backend, &binaries)?;
+    println!(
+        "xtask: this machine lacks the device the {name} tests need: {}.\n\
+         xtask: the {name} test binaries are in {}; on a machine with the device, from the \
+         repository root, run:\n\n    bash .device/{name}/run.sh\n\n\
+         (docs/DEVICE.md says how; `OUT=<folder>` keeps each binary's output there)",
+        backend.device,
+        folder.display()
+    );
+    Ok(())
+}
+
+fn never() -> bool {
+    false
+}
+
+/// Whether an AMD GPU and its kernel driver are here.
+fn has_amd_gpu() -> bool {
+    Path::new("/dev/kfd").exists()
+}
+
+/// Whether an NVIDIA GPU and its driver are here.
+fn has_nvidia_gpu() -> bool {
+    Path::new("/dev/nvidiactl").exists()
+        || Command::new("nvidia-smi")
+            .arg("-L")
+            .output()
+            .is_ok_and(|output| output.status.success())
+}
+
+/// Builds `package`'s tests without running them; returns each test
+/// binary as (its target's name, its path).
+fn build_test_binaries(package: &str, extra: &[&str]) -> Result<Vec<(String, PathBuf)>> {
+    let mut arguments = vec![
+        "test",
+        "--package",
+        package,
+        "--no-run",
+        "--message-format=json",
+    ];
+    arguments.extend_from_slice(extra);
+    let output = command::cargo(&arguments).output("building the test binaries")?;
+    let mut binaries = Vec::new();
+    for line in String::from_utf8_lossy(&output).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" || message["profile"]["test"] != true {
+            continue;
+        }
+        let Some(executable) = message["executable"].as_str() else {
+            continue;
+        };
+        let label = message["target"]["name"]
+            .as_str()
+            .unwrap_or("tests")
+            .to_owned();
+        binaries.push((label, PathBuf::from(executable)));
+    }
+    if binaries.is_empty() {
+        bail!("cargo built no test binary for {package}");
+    }
+    binaries.sort();
+    Ok(binaries)
+}
+
+/// Copies `binaries` (without their debug information, when `strip` is
+/// here) into `.device/<name>/` beside a `run.sh`.
+fn pack(backend: &Backend, binaries: &[(String, PathBuf)]) -> Result<PathBuf> {
+    let name = backend.name;
+    let folder = setup::workspace_root().join(".device").join(name);
+    if folder.exists() {
+        std::fs::remove_dir_all(&folder)
+            .with_context(|| format!("could not clear {}", folder.display()))?;
+    }
+    std::fs::create_dir_all(&folder)
+        .with_context(|| format!("could not create {}", folder.display()))?;
+    let can_strip = Command::new("strip").arg("--version").output().is_ok();
+    for (label, binary) in binaries {
+        let copy = folder.join(label);
+        std::fs::copy(binary, &copy)
+            .with_context(|| format!("could not copy {}", binary.display()))?;
+        if can_strip {
+            // Debug information is most of a test binary's size, and the
+            // folder travels to the device machine.
+            let stripped = Command::new("strip")
+                .arg("--strip-debug")
+                .arg(&copy)
+                .status()
+                .is_ok_and(|status| status.success());
+            if !stripped {
+                eprintln!("xtask: could not strip {}; it goes whole", copy.display());
+            }
+        }
+    }
+    let labels: Vec<&str> = binaries.iter().map(|(label, _)| label.as_str()).collect();
+    let script = folder.join("run.sh");
+    std::fs::write(&script, run_script(backend, &labels))
+        .with_context(|| format!("could not write {}", script.display()))?;
+    Ok(folder)
+}
+
+/// The script that runs every binary on the device machine and prints the
+/// results; it exits non-zero when any binary failed.
+fn run_script(backend: &Backend, labels: &[&str]) -> String {
+    let name = backend.name;
+    format!(
+        r#"#!/usr/bin/env bash
+# Runs the {name} backend's test binaries on a machine with the device.
+# Made by `cargo xtask test-backend {name}`; see docs/DEVICE.md.
+# With OUT set to a folder, each binary's output is also kept there.
+set -uo pipefail
+here="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+export KILN_REQUIRE_DEVICE=1
+export RUST_BACKTRACE=1
+
+# NVRTC: KILN_NVRTC_PATH when given, else the dynamic linker's, else the
+# first libnvrtc.so.13 under the usual roots.
+# (grep reads the whole list: with -q it would stop early, and pipefail would
+# count ldconfig's broken pipe as "not found".)
+if [ -z "${{KILN_NVRTC_PATH:-}}" ] && ! ldconfig -p 2>/dev/null | grep 'libnvrtc\.so\.13' >/dev/null; then
+  found="$(find /usr/local/cuda/ /usr/local /usr /opt -name 'libnvrtc.so.13' 2>/dev/null | head -n 1)"
+  if [ -n "$found" ]; then export KILN_NVRTC_PATH="$found"; fi
+fi
+
+echo "machine: $(uname -srm); $(ldd --version 2>&1 | head -n 1)"
+nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1 || true
+echo "KILN_NVRTC_PATH=${{KILN_NVRTC_PATH:-<dynamic linker>}}"
+
+passed=0
+failed=0
+for binary in {binaries}; do
+  echo "=== $binary"
+  if [ -n "${{OUT:-}}" ]; then
+    "$here/$binary" 2>&1 | tee "$OUT/$binary.log"
+    status=${{PIPESTATUS[0]}}
+  else
+    "$here/$binary" 2>&1
+    status=$?
+  fi
+  if [ "$status" -eq 0 ]; then
+    passed=$((passed + 1))
+  else
+    echo "=== $binary FAILED (exit $status)"
+    failed=$((failed + 1))
+  fi
+done
+echo "{name} test binaries: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
+"#,
+        binaries = labels.join(" ")
+    )
 }

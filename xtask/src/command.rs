@@ -52,6 +52,22 @@ impl Step {
         }
         Ok(())
     }
+
+    /// Runs it with its standard output captured (its errors still reach
+    /// the terminal), failing with `what` when it cannot start or exits
+    /// non-zero.
+    pub fn output(mut self, what: &str) -> Result<Vec<u8>> {
+        eprintln!("xtask: {}", describe(&self.command));
+        let output = self
+            .command
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .with_context(|| format!("could not start {what}"))?;
+        if !output.status.success() {
+            bail!("{what} failed ({})", output.status);
+        }
+        Ok(output.stdout)
+    }
 }
 
 fn describe(command: &Command) -> String {

@@ -52,6 +52,35 @@ fn test(extra: &[&str]) -> Result<()> {
     summary::run_tests(command::cargo(&arguments).envs(environment).into_command())
 }
 
+/// Fails when the dependency tree holds two versions of one crate: CI
+/// builds everything on two cores, and a second version doubles its cost.
+fn duplicates() -> Result<()> {
+    let tree = command::cargo(&[
+        "tree",
+        "--workspace",
+        "--all-features",
+        "--duplicates",
+        "--depth",
+        "0",
+        "--edges",
+        "normal,build,dev",
+    ])
+    .output("cargo tree --duplicates")?;
+    let tree = String::from_utf8_lossy(&tree);
+    let duplicated: Vec<&str> = tree
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    if !duplicated.is_empty() {
+        bail!(
+            "the dependency tree holds several versions of a crate; pin one in the root \
+             Cargo.toml or Cargo.lock:\n{}",
+            duplicated.join("\n")
+        );
+    }
+    Ok(())
+}
+
 fn lint() -> Result<()> {
     command::cargo(&["fmt", "--all", "--check"]).run("cargo fmt --check")?;
     command::cargo(&[
@@ -63,6 +92,21 @@ fn lint() -> Result<()> {
         "warnings",
     ])
     .run("cargo clippy")?;
+    // The facade's backends are behind features the workspace build leaves
+    // off: lint the facade with each backend that has landed.
+    command::cargo(&[
+        "clippy",
+        "--package",
+        "kiln",
+        "--features",
+        "cuda,hip",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])
+    .run("cargo clippy of the facade with its backends")?;
+    duplicates()?;
     command::cargo(&["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings")
         .run("cargo doc")?;

@@ -6,6 +6,11 @@
 //! missing install step fails here with the part's name rather than later as
 //! a skipped or failing test.
 
+mod apt;
+mod nvrtc;
+
+use std::path::PathBuf;
+
 use anyhow::{Result, bail};
 
 /// One system part the tests need.
@@ -22,9 +27,54 @@ pub struct SystemPart {
     pub environment: fn() -> Vec<(String, String)>,
 }
 
+/// hipRTC from Debian's ROCm 5.2: compiles for gfx90a, gfx908 and gfx1030
+/// without a GPU.
+const HIP_PACKAGES: &[&str] = &[
+    "libamdhip64-5",
+    "libamdhip64-dev",
+    "libhiprtc-builtins5",
+    "libamd-comgr2",
+];
+
 /// Every part the tests need. The backends add theirs as they land.
 pub fn parts() -> Vec<SystemPart> {
-    Vec::new()
+    vec![
+        SystemPart {
+            name: "NVRTC 13.0 (PyPI wheel nvidia-cuda-nvrtc==13.0.88)",
+            needed_by: "CUDA backend's compile tests (backends/kiln-cuda)",
+            is_present: nvrtc::is_present,
+            install: nvrtc::install,
+            environment: nvrtc::environment,
+        },
+        SystemPart {
+            name: "hipRTC 5.2 (Debian: libamdhip64-5 libamdhip64-dev libhiprtc-builtins5 libamd-comgr2)",
+            needed_by: "HIP backend's compile and conformance tests (backends/kiln-hip)",
+            is_present: || apt::are_installed(HIP_PACKAGES),
+            install: || apt::install(HIP_PACKAGES),
+            environment: Vec::new,
+        },
+    ]
+}
+
+/// Where installed parts live: `kiln-system` in cargo's target directory
+/// (`CARGO_TARGET_DIR`, else the workspace's `target`), so `cargo clean`
+/// removes them and git ignores them.
+pub fn system_directory() -> PathBuf {
+    target_directory().join("kiln-system")
+}
+
+/// Cargo's target directory for this workspace.
+pub fn target_directory() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|directory| !directory.is_empty()) {
+        Some(directory) => workspace_root().join(directory),
+        None => workspace_root().join("target"),
+    }
+}
+
+/// The workspace's root folder.
+pub fn workspace_root() -> PathBuf {
+    let xtask = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    xtask.parent().map(PathBuf::from).unwrap_or(xtask)
 }
 
 /// Installs every missing part, checks each is present afterwards, and

@@ -4,7 +4,8 @@
 //! twice, and serves a kernel it already holds in one lookup.
 //!
 //! This is the crate to depend on: it re-exports the core and, behind the
-//! `cuda`, `hip` and `wgpu` features, the backends.
+//! `cuda`, `hip` and `wgpu` features, the backends (`kiln::cuda` with
+//! the `cuda` feature).
 //!
 //! ```
 //! use kiln::fake::{FakeKernel, FakeTarget};
@@ -28,6 +29,16 @@
 #![warn(missing_docs)]
 
 pub use kiln_core::*;
+
+/// The CUDA backend: CUDA C++ through NVRTC to a cubin, loaded with the
+/// driver and launched. NVRTC and the driver are opened at run time, so this
+/// feature builds on any machine.
+#[cfg(feature = "cuda")]
+pub use kiln_cuda as cuda;
+
+/// The HIP backend: hipRTC to code objects, loaded with the HIP runtime.
+#[cfg(feature = "hip")]
+pub use kiln_hip as hip;
 
 /// The README's examples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]

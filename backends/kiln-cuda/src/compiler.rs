@@ -1,0 +1,302 @@
+//! The CUDA compiler: a kernel's generator to CUDA C++ (lower), then NVRTC
+//! to a cubin for the exact architecture with its PTX beside it (finalize).
+
+use std::fmt;
+
+use kiln_core::{ArtifactCompiler, ArtifactId, CompileFailure, Diagnostic, Finalized, Severity};
+use serde::{Deserialize, Serialize};
+
+use crate::architecture::Architecture;
+use crate::compiler_log::{self, NAME_EXPRESSION_FILE};
+use crate::error::Error;
+use crate::kernel::CudaKernel;
+use crate::key::{self, CudaKeyComponents};
+use crate::nvrtc::{CompileRequest, Nvrtc, NvrtcVersion};
+
+/// The compile choice of a CUDA target: the architecture of its device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CudaVariant {
+    /// The device's architecture; kernels that pin another in their options
+    /// are built for that one instead.
+    pub architecture: Architecture,
+}
+
+/// A lowered CUDA kernel: the text NVRTC compiles and everything it is
+/// compiled with, ready to finalize here or in another process.
+///
+/// The text starts with comment lines naming the entry point, the options
+/// and the headers' digests, then a `#line 1` that gives the kernel's own
+/// source its own line numbers. So two kernels have the same text exactly
+/// when they compile to the same artifact, which is what kiln's sharing of
+/// artifacts between kernels with identical text needs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CudaLowered {
+    program_name: String,
+    text: String,
+    source_start: usize,
+    headers: Vec<(String, String)>,
+    arguments: Vec<String>,
+    architecture: Architecture,
+    entry: String,
+}
+
+impl CudaLowered {
+    /// The kernel's own source, as its generator returned it.
+    pub fn source(&self) -> &str {
+        &self.text[self.source_start..]
+    }
+
+    /// The full text NVRTC compiles.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// NVRTC's options.
+    pub fn arguments(&self) -> &[String] {
+        &self.arguments
+    }
+
+    /// The architecture the cubin is for.
+    pub fn architecture(&self) -> Architecture {
+        self.architecture
+    }
+}
+
+/// A compiled CUDA kernel: the cubin for one architecture, the PTX it was
+/// assembled from (the fallback a newer driver can compile for itself) and
+/// the entry point's symbol in both.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct CudaArtifact {
+    /// The cubin (an ELF image) for [`architecture`](Self::architecture).
+    pub cubin: Vec<u8>,
+    /// The PTX, as text.
+    pub ptx: String,
+    /// The entry point's symbol: the name expression NVRTC lowered.
+    pub lowered_name: String,
+    /// The architecture the cubin is for.
+    pub architecture: Architecture,
+    /// Everything that made these bytes.
+    pub key: CudaKeyComponents,
+}
+
+impl fmt::Debug for CudaArtifact {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaArtifact")
+            .field("cubin_bytes", &self.cubin.len())
+            .field("ptx_bytes", &self.ptx.len())
+            .field("lowered_name", &self.lowered_name)
+            .field("architecture", &self.architecture)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Lowers CUDA kernels by running their generators and finalizes them with
+/// NVRTC. Shared by every worker of a batch; holds no state between calls.
+#[derive(Debug, Clone)]
+pub struct CudaCompiler {
+    nvrtc: Nvrtc,
+}
+
+impl CudaCompiler {
+    /// A compiler on the NVRTC this machine has.
+    ///
+    /// # Errors
+    ///
+    /// NVRTC is missing or too old: the error names where it looked and how
+    /// to install it.
+    pub fn new() -> Result<Self, Error> {
+        Ok(Self {
+            nvrtc: Nvrtc::open()?,
+        })
+    }
+
+    /// The NVRTC it compiles with.
+    pub fn nvrtc(&self) -> &Nvrtc {
+        &self.nvrtc
+    }
+
+    /// NVRTC's version.
+    pub fn version(&self) -> NvrtcVersion {
+        self.nvrtc.version()
+    }
+
+    /// The key components of `lowered` compiled by this compiler (P1).
+    pub fn key_components(&self, lowered: &CudaLowered) -> CudaKeyComponents {
+        CudaKeyComponents::new(
+            self.version(),
+            lowered.architecture,
+            &lowered.arguments,
+            lowered.source(),
+            &lowered.headers,
+            &lowered.entry,
+        )
+    }
+
+    fn failure(&self, lowered: &CudaLowered, log: &str, invalid_option: bool) -> CompileFailure {
+        let entry_hint = format!(
+            "the entry point `{}` must name a __global__ function of the source: a plain \
+             name (declared extern \"C\" to keep it unmangled) or a template instantiation \
+             such as scale<float, 128>",
+            lowered.entry
+        );
+        let mut names_entry = false;
+        let diagnostics: Vec<Diagnostic> = compiler_log::parse(log)
+            .into_iter()
+            .map(|mut diagnostic| {
+                // NVRTC reports entry points in a file of its own making; the
+                // place means nothing to the kernel's author, the name does.
+                let in_name_map = diagnostic
+                    .location
+                    .as_ref()
+                    .and_then(|location| location.file.as_deref())
+                    == Some(NAME_EXPRESSION_FILE);
+                if in_name_map {
+                    names_entry = true;
+                    diagnostic.location = None;
+                    diagnostic.message =
+                        format!("entry point `{}`: {}", lowered.entry, diagnostic.message);
+                }
+                diagnostic
+            })
+            .collect();
+        let mut failure = CompileFailure::new(diagnostics).with_log(log);
+        if names_entry {
+            failure = failure.with_hint(entry_hint);
+        } else if invalid_option {
+            failure = failure.with_hint(if log.contains("gpu-architecture") {
+                format!(
+                    "NVRTC {} does not compile for {}; it compiles for {}",
+                    self.version(),
+                    lowered.architecture,
+                    self.nvrtc
+                        .supported_architectures()
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            } else {
+                format!(
+                    "NVRTC refused one of the kernel's options: {}",
+                    lowered.arguments.join(" ")
+                )
+            });
+        }
+        failure
+    }
+}
+
+impl ArtifactCompiler for CudaCompiler {
+    type Kernel = CudaKernel;
+    type Variant = CudaVariant;
+    type Lowered = CudaLowered;
+    type Artifact = CudaArtifact;
+
+    fn lower(
+        &self,
+        kernel: &CudaKernel,
+        id: &ArtifactId<CudaVariant>,
+    ) -> Result<CudaLowered, CompileFailure> {
+        let architecture = kernel.options().architecture_on(id.variant.architecture);
+        let source = kernel.generate(architecture)?;
+        let arguments = kernel.options().arguments(id.variant.architecture);
+        let headers: Vec<(String, String)> = kernel
+            .headers()
+            .iter()
+            .map(|header| (header.name.clone(), header.text.clone()))
+            .collect();
+        let entry = kernel.entry().expression().to_owned();
+        let program_name = kernel.program_name().to_owned();
+
+        let mut text = String::with_capacity(source.len() + 256);
+        text.push_str(&format!("// kiln-cuda entry point: {}\n", one_line(&entry)));
+        text.push_str(&format!(
+            "// kiln-cuda options: {}\n",
+            one_line(&arguments.join(" "))
+        ));
+        for (name, header_text) in &headers {
+            text.push_str(&format!(
+                "// kiln-cuda header: {} {}\n",
+                one_line(name),
+                key::digest(header_text.as_bytes())
+            ));
+        }
+        text.push_str(&format!(
+            "#line 1 \"{}\"\n",
+            program_name.replace(['"', '\\', '\n'], "_")
+        ));
+        let source_start = text.len();
+        text.push_str(&source);
+        Ok(CudaLowered {
+            program_name,
+            text,
+            source_start,
+            headers,
+            arguments,
+            architecture,
+            entry,
+        })
+    }
+
+    fn source(lowered: &CudaLowered) -> Option<&str> {
+        Some(&lowered.text)
+    }
+
+    fn finalize(
+        &self,
+        _id: &ArtifactId<CudaVariant>,
+        lowered: CudaLowered,
+    ) -> Result<Finalized<CudaArtifact>, CompileFailure> {
+        let request = CompileRequest {
+            program_name: &lowered.program_name,
+            source: &lowered.text,
+            headers: &lowered.headers,
+            arguments: &lowered.arguments,
+            name_expression: &lowered.entry,
+        };
+        let outcome = self
+            .nvrtc
+            .compile(&request)
+            .map_err(|error| CompileFailure::message(error.to_string()))?;
+        let Some(output) = outcome.output else {
+            let mut failure = self.failure(&lowered, &outcome.log, outcome.invalid_option);
+            if failure.diagnostics.is_empty() && outcome.log.trim().is_empty() {
+                failure = CompileFailure::message(format!("NVRTC failed: {}", outcome.status));
+            }
+            return Err(failure);
+        };
+        if !output
+            .ptx
+            .contains(&format!(".entry {}(", output.lowered_name))
+        {
+            return Err(CompileFailure::message(format!(
+                "entry point `{}` (`{}`) is not a kernel of the compiled module",
+                lowered.entry, output.lowered_name
+            ))
+            .with_hint(format!(
+                "the entry point `{}` must name a __global__ function",
+                lowered.entry
+            )));
+        }
+        let diagnostics = compiler_log::parse(&outcome.log)
+            .into_iter()
+            .filter(|diagnostic| diagnostic.severity < Severity::Error)
+            .collect();
+        let key = self.key_components(&lowered);
+        Ok(Finalized {
+            artifact: CudaArtifact {
+                cubin: output.cubin,
+                ptx: output.ptx,
+                lowered_name: output.lowered_name,
+                architecture: lowered.architecture,
+                key,
+            },
+            diagnostics,
+        })
+    }
+}
+
+/// `text` on one line, for the comment lines of a lowered text.
+fn one_line(text: &str) -> String {
+    text.replace(['\n', '\r'], " ")
+}

@@ -1,0 +1,288 @@
+//! CUDA kernels: a user generator of CUDA C++ source, the entry point to
+//! launch, the options to compile with and the headers the source includes.
+
+use std::fmt;
+use std::sync::Arc;
+
+use kiln_core::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
+use serde::{Deserialize, Serialize};
+
+use crate::architecture::Architecture;
+use crate::options::CudaOptions;
+
+/// The function a kernel launches, as NVRTC names it in the source: a plain
+/// name (`saxpy`, usually declared `extern "C"`) or a template
+/// instantiation (`scale<float, 128>`).
+///
+/// NVRTC resolves either to the symbol in the cubin (the *lowered* name,
+/// mangled for C++ linkage), so templates need no `extern "C"` wrapper.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EntryPoint(String);
+
+impl EntryPoint {
+    /// The entry point named by `expression`.
+    pub fn new(expression: impl Into<String>) -> Self {
+        Self(expression.into())
+    }
+
+    /// The name expression, as written.
+    pub fn expression(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for EntryPoint {
+    fn from(expression: &str) -> Self {
+        Self::new(expression)
+    }
+}
+
+impl From<String> for EntryPoint {
+    fn from(expression: String) -> Self {
+        Self::new(expression)
+    }
+}
+
+impl fmt::Display for EntryPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A header the source includes by `name` (`#include "name"`), supplied as
+/// text rather than found on disk: its text is part of the kernel's id and
+/// of its artifact's key, so editing it compiles again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Header {
+    /// The name the source includes it by.
+    pub name: String,
+    /// Its text.
+    pub text: String,
+}
+
+/// Generates a kernel's CUDA C++ source: the user code kiln runs in
+/// `lower`, on a worker thread, only when the kernel is not loaded already.
+///
+/// Closures `Fn(Architecture) -> Result<String, CompileFailure>` are
+/// generators.
+///
+/// # Contract
+///
+/// The same generator, asked for the same architecture, returns the same
+/// text: the kernel's id stands for it.
+pub trait SourceGenerator: Send + Sync {
+    /// The source for a device of `architecture`.
+    ///
+    /// # Errors
+    ///
+    /// Why no source can be made; the kernel fails alone with it.
+    fn generate(&self, architecture: Architecture) -> Result<String, CompileFailure>;
+}
+
+impl<F> SourceGenerator for F
+where
+    F: Fn(Architecture) -> Result<String, CompileFailure> + Send + Sync,
+{
+    fn generate(&self, architecture: Architecture) -> Result<String, CompileFailure> {
+        self(architecture)
+    }
+}
+
+/// A generator that returns the text it was given.
+struct FixedSource(Arc<str>);
+
+impl SourceGenerator for FixedSource {
+    fn generate(&self, _architecture: Architecture) -> Result<String, CompileFailure> {
+        Ok(self.0.to_string())
+    }
+}
+
+/// A CUDA kernel: cheap to clone, its id computed once when it is built.
+///
+/// ```
+/// use kiln_core::KernelId;
+/// use kiln_cuda::{CudaKernel, CudaOptions};
+///
+/// // A fixed source: its text is part of the id.
+/// let saxpy = CudaKernel::builder(KernelId::named("example.saxpy"), "saxpy").source(
+///     r#"extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+///            int i = blockIdx.x * blockDim.x + threadIdx.x;
+///            if (i < n) y[i] = a * x[i] + y[i];
+///        }"#,
+/// );
+///
+/// // A generated source: the id is made of the parameters the generator
+/// // uses, and the generator runs only when kiln compiles the kernel.
+/// let block = 256u32;
+/// let scale = CudaKernel::builder(
+///     KernelId::named("example.scale").parameter(&block),
+///     format!("scale<float, {block}>"),
+/// )
+/// .options(CudaOptions::default().fast_math(true))
+/// .generator(move |_architecture| {
+///     Ok(format!(
+///         "template <typename T, int B> __global__ void scale(T* y, T a) {{\n\
+///              y[blockIdx.x * B + threadIdx.x] *= a;\n\
+///          }}\n\
+///          // block {block}\n"
+///     ))
+/// });
+/// assert_ne!(kiln_core::Kernel::id(&saxpy), kiln_core::Kernel::id(&scale));
+/// ```
+#[derive(Clone)]
+pub struct CudaKernel {
+    id: KernelId,
+    program_name: String,
+    entry: EntryPoint,
+    options: CudaOptions,
+    headers: Vec<Header>,
+    generator: Arc<dyn SourceGenerator>,
+}
+
+impl CudaKernel {
+    /// Starts a kernel whose id is `id` (the family name and the parameters
+    /// the source depends on) and which launches `entry`.
+    pub fn builder(id: KernelIdBuilder, entry: impl Into<EntryPoint>) -> CudaKernelBuilder {
+        CudaKernelBuilder {
+            id,
+            program_name: None,
+            entry: entry.into(),
+            options: CudaOptions::default(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// The name diagnostics give the source (`saxpy.cu`).
+    pub fn program_name(&self) -> &str {
+        &self.program_name
+    }
+
+    /// The entry point.
+    pub fn entry(&self) -> &EntryPoint {
+        &self.entry
+    }
+
+    /// The compile options.
+    pub fn options(&self) -> &CudaOptions {
+        &self.options
+    }
+
+    /// The headers the source may include.
+    pub fn headers(&self) -> &[Header] {
+        &self.headers
+    }
+
+    /// Runs the generator.
+    ///
+    /// # Errors
+    ///
+    /// What the generator reported.
+    pub fn generate(&self, architecture: Architecture) -> Result<String, CompileFailure> {
+        self.generator.generate(architecture)
+    }
+}
+
+impl Kernel for CudaKernel {
+    fn id(&self) -> KernelId {
+        self.id.clone()
+    }
+}
+
+impl fmt::Debug for CudaKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaKernel")
+            .field("id", &self.id)
+            .field("program_name", &self.program_name)
+            .field("entry", &self.entry)
+            .field("options", &self.options)
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|header| &header.name)
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`CudaKernel`]; see [`CudaKernel::builder`].
+pub struct CudaKernelBuilder {
+    id: KernelIdBuilder,
+    program_name: Option<String>,
+    entry: EntryPoint,
+    options: CudaOptions,
+    headers: Vec<Header>,
+}
+
+impl CudaKernelBuilder {
+    /// Names the source in diagnostics; the default is the entry point's
+    /// name with `.cu`.
+    pub fn program_name(mut self, name: impl Into<String>) -> Self {
+        self.program_name = Some(name.into());
+        self
+    }
+
+    /// Compiles with `options`.
+    pub fn options(mut self, options: CudaOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Supplies a header the source includes as `#include "name"`.
+    pub fn header(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
+        self.headers.push(Header {
+            name: name.into(),
+            text: text.into(),
+        });
+        self
+    }
+
+    /// Finishes the kernel with a fixed source, whose text joins its id.
+    pub fn source(self, source: impl Into<String>) -> CudaKernel {
+        let source: Arc<str> = Arc::from(source.into());
+        let id = self.id.bytes(source.as_bytes());
+        Self { id, ..self }.finish(Arc::new(FixedSource(source)))
+    }
+
+    /// Finishes the kernel with a generator, which kiln runs when it
+    /// compiles the kernel. The id must cover every parameter the generator
+    /// reads (see [`SourceGenerator`]'s contract).
+    pub fn generator(self, generator: impl SourceGenerator + 'static) -> CudaKernel {
+        self.finish(Arc::new(generator))
+    }
+
+    fn finish(self, generator: Arc<dyn SourceGenerator>) -> CudaKernel {
+        let program_name = self.program_name.unwrap_or_else(|| {
+            let base: String = self
+                .entry
+                .expression()
+                .chars()
+                .take_while(|character| character.is_alphanumeric() || *character == '_')
+                .collect();
+            format!("{}.cu", if base.is_empty() { "kernel" } else { &base })
+        });
+        // Everything that changes the compiled code joins the id, so two
+        // kernels with one family name and other options never share an id.
+        let mut id = self
+            .id
+            .parameter("kiln-cuda")
+            .parameter(self.entry.expression())
+            .parameter(&self.options)
+            .parameter(program_name.as_str());
+        for header in &self.headers {
+            id = id
+                .parameter(header.name.as_str())
+                .bytes(header.text.as_bytes());
+        }
+        CudaKernel {
+            id: id.build(),
+            program_name,
+            entry: self.entry,
+            options: self.options,
+            headers: self.headers,
+            generator,
+        }
+    }
+}

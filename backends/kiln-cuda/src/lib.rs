@@ -1,0 +1,69 @@
+//! kiln's CUDA backend: CUDA C++ through NVRTC to a cubin for the device's
+//! exact architecture, loaded with the driver and launched (SPEC B1).
+//!
+//! # The way of a kernel
+//!
+//! - **Lower** runs the [`CudaKernel`]'s generator (user code) on a worker
+//!   thread and records how it compiles: entry point, options, headers.
+//! - **Finalize** runs NVRTC with `-arch=sm_XX` for the exact architecture,
+//!   keeping the cubin and, beside it, the PTX it was assembled from. The
+//!   entry point goes through NVRTC's name expressions, so a template
+//!   instantiation (`scale<float, 128>`) is found by its mangled name.
+//!   NVRTC's log becomes kiln's diagnostics: warnings stay on the record,
+//!   a failure leads with its first error and its line and column.
+//! - **Load** gives the driver the cubin with `cuModuleLoadData`, and the
+//!   PTX when the driver refuses the cubin; a [`LoadedKernel`] is an `Arc`
+//!   whose module is unloaded, on its own context, with the last clone.
+//!
+//! # Run time, not build time
+//!
+//! NVRTC and the driver are opened when first needed (cudarc with dynamic
+//! loading), so building needs no CUDA toolkit, and a machine without them
+//! runs everything that needs neither. A missing library is an
+//! [`Error::LibraryMissing`] naming where kiln-cuda looked and how to
+//! install it — never a panic: the [`library`] module checks before cudarc
+//! is reached. `KILN_NVRTC_PATH` names the NVRTC library (or its directory)
+//! to use.
+//!
+//! # Targets
+//!
+//! [`CudaTarget::on_device`] compiles for a GPU and loads on it;
+//! [`CudaTarget::compile_only`] compiles for an architecture with no GPU at
+//! all, and its loaded kernels describe their artifact (and cannot launch).
+//! Neither keeps artifacts beyond the process yet: [`CudaKeyComponents`]
+//! holds what a store will key them by.
+//!
+//! # Launching
+//!
+//! [`LoadedKernel::launch`] takes a [`LaunchConfig`] and
+//! [`KernelArgument`]s: device pointers and plain numbers. [`CudaDevice`]
+//! allocates [`DeviceBuffer`]s of plain numbers and copies them whole; kiln
+//! is not a tensor library, and that is all the memory it manages.
+
+#![warn(missing_docs)]
+
+mod architecture;
+mod compiler;
+mod compiler_log;
+mod device;
+mod error;
+mod kernel;
+mod key;
+mod launch;
+pub mod library;
+mod module;
+mod nvrtc;
+mod options;
+mod target;
+
+pub use architecture::{Architecture, ArchitectureParseError};
+pub use compiler::{CudaArtifact, CudaCompiler, CudaLowered, CudaVariant};
+pub use device::{CudaDevice, DeviceBuffer, DeviceScalar};
+pub use error::{CudaLibrary, Error};
+pub use kernel::{CudaKernel, CudaKernelBuilder, EntryPoint, Header, SourceGenerator};
+pub use key::CudaKeyComponents;
+pub use launch::{KernelArgument, LaunchConfig};
+pub use module::{LoadedImage, LoadedKernel};
+pub use nvrtc::{Nvrtc, NvrtcVersion};
+pub use options::{CudaOptions, DEFAULT_STANDARD};
+pub use target::CudaTarget;

@@ -1,0 +1,118 @@
+//! How a CUDA kernel is compiled: the NVRTC options it carries.
+
+use std::hash::Hash;
+
+use serde::{Deserialize, Serialize};
+
+use crate::architecture::Architecture;
+
+/// The C++ standard NVRTC compiles in when a kernel does not choose one.
+pub const DEFAULT_STANDARD: &str = "c++17";
+
+/// A kernel's compile options. Every field changes the compiled code, so
+/// every field is part of the kernel's id and of its artifact's key.
+///
+/// ```
+/// use kiln_cuda::{Architecture, CudaOptions};
+///
+/// let options = CudaOptions::default()
+///     .fast_math(true)
+///     .define("BLOCK", "256")
+///     .max_registers(64);
+/// assert_eq!(
+///     options.arguments(Architecture::new(9, 0)),
+///     ["-arch=sm_90", "-std=c++17", "--use_fast_math", "-DBLOCK=256", "-maxrregcount=64"],
+/// );
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CudaOptions {
+    /// The architecture to build for; `None` builds for the target's device.
+    pub architecture: Option<Architecture>,
+    /// The C++ standard (`c++17`, `c++20`); `None` is [`DEFAULT_STANDARD`].
+    pub standard: Option<String>,
+    /// `--use_fast_math`: approximate division, square root and
+    /// transcendentals, denormals flushed to zero.
+    pub fast_math: bool,
+    /// Preprocessor definitions, `-D<name>` or `-D<name>=<value>`, in order.
+    pub defines: Vec<(String, Option<String>)>,
+    /// `-maxrregcount`: the most registers a thread may use.
+    pub max_registers: Option<u32>,
+    /// Any other NVRTC options, passed as given after the ones above.
+    pub extra: Vec<String>,
+}
+
+impl CudaOptions {
+    /// Builds for `architecture` whatever the target's device is.
+    pub fn architecture(mut self, architecture: Architecture) -> Self {
+        self.architecture = Some(architecture);
+        self
+    }
+
+    /// Compiles in C++ `standard` (`c++20`, say).
+    pub fn standard(mut self, standard: impl Into<String>) -> Self {
+        self.standard = Some(standard.into());
+        self
+    }
+
+    /// Turns fast math on or off.
+    pub fn fast_math(mut self, fast_math: bool) -> Self {
+        self.fast_math = fast_math;
+        self
+    }
+
+    /// Defines `name` as `value`.
+    pub fn define(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.defines.push((name.into(), Some(value.into())));
+        self
+    }
+
+    /// Defines `name` with no value.
+    pub fn define_flag(mut self, name: impl Into<String>) -> Self {
+        self.defines.push((name.into(), None));
+        self
+    }
+
+    /// Caps the registers a thread may use.
+    pub fn max_registers(mut self, registers: u32) -> Self {
+        self.max_registers = Some(registers);
+        self
+    }
+
+    /// Adds an NVRTC option of its own (`-lineinfo`, say).
+    pub fn flag(mut self, flag: impl Into<String>) -> Self {
+        self.extra.push(flag.into());
+        self
+    }
+
+    /// The architecture code is built for on a target whose device is
+    /// `device`.
+    pub fn architecture_on(&self, device: Architecture) -> Architecture {
+        self.architecture.unwrap_or(device)
+    }
+
+    /// NVRTC's arguments for these options on a target whose device is
+    /// `device`, in a fixed order.
+    pub fn arguments(&self, device: Architecture) -> Vec<String> {
+        let mut arguments = vec![
+            self.architecture_on(device).nvrtc_option(),
+            format!(
+                "-std={}",
+                self.standard.as_deref().unwrap_or(DEFAULT_STANDARD)
+            ),
+        ];
+        if self.fast_math {
+            arguments.push("--use_fast_math".into());
+        }
+        for (name, value) in &self.defines {
+            arguments.push(match value {
+                Some(value) => format!("-D{name}={value}"),
+                None => format!("-D{name}"),
+            });
+        }
+        if let Some(registers) = self.max_registers {
+            arguments.push(format!("-maxrregcount={registers}"));
+        }
+        arguments.extend(self.extra.iter().cloned());
+        arguments
+    }
+}

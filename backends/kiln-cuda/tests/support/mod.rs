@@ -1,0 +1,156 @@
+//! What the CUDA tests share: targets that skip with a printed reason when
+//! NVRTC or the GPU is missing, kernels, and a tiny random generator.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses its own part of the support"
+)]
+
+use std::num::NonZeroUsize;
+
+use kiln_core::{
+    ArtifactCompiler, ArtifactId, Finalized, Kernel, KernelId, KernelLoader, LoaderConfig,
+};
+use kiln_cuda::{Architecture, CudaArtifact, CudaKernel, CudaTarget};
+
+/// The architecture a compile-only target compiles for: the H200's.
+pub const ARCHITECTURE: Architecture = Architecture::new(9, 0);
+
+/// Whether a missing NVRTC must fail the tests rather than skip them:
+/// `cargo xtask test` sets `KILN_REQUIRE_NVRTC=1` after installing it, and a
+/// device run needs it as much as the device.
+pub fn nvrtc_is_required() -> bool {
+    ["KILN_REQUIRE_NVRTC", "KILN_REQUIRE_DEVICE"]
+        .iter()
+        .any(|variable| std::env::var(variable).is_ok_and(|value| value == "1"))
+}
+
+/// A compile-only target on the real NVRTC, or `None` after printing why
+/// `what` skips.
+pub fn compile_only(what: &str) -> Option<CudaTarget> {
+    match CudaTarget::compile_only(ARCHITECTURE) {
+        Ok(target) => Some(target),
+        Err(error) if nvrtc_is_required() => {
+            panic!("{what} needs NVRTC, and KILN_REQUIRE_NVRTC=1: {error}")
+        }
+        Err(error) => {
+            kiln_core::conformance::skip(what, &format!("no NVRTC: {error}"));
+            None
+        }
+    }
+}
+
+/// A target on GPU 0, or `None` after printing why `what` skips (a failure
+/// instead when `KILN_REQUIRE_DEVICE=1`).
+pub fn on_device(what: &str) -> Option<CudaTarget> {
+    match CudaTarget::on_device(0) {
+        Ok(target) => Some(target),
+        Err(error) => {
+            kiln_core::conformance::skip(what, &format!("no CUDA device: {error}"));
+            None
+        }
+    }
+}
+
+/// A loader on `target` with four workers, whatever the machine has.
+pub fn loader(target: CudaTarget) -> KernelLoader<CudaTarget> {
+    KernelLoader::with_config(
+        target,
+        LoaderConfig {
+            parallelism: NonZeroUsize::new(4).expect("4 is not zero"),
+            ..LoaderConfig::default()
+        },
+    )
+}
+
+/// A kernel with a fixed source, in family `family`.
+pub fn fixed(family: &'static str, entry: &str, source: &str) -> CudaKernel {
+    CudaKernel::builder(KernelId::named(family), entry).source(source)
+}
+
+/// `kernel`'s id on `target`.
+pub fn id_on(target: &CudaTarget, kernel: &CudaKernel) -> ArtifactId<kiln_cuda::CudaVariant> {
+    ArtifactId::new(kernel.id(), target.variant())
+}
+
+/// Lowers and finalizes `kernel` with `target`'s compiler, outside a loader.
+pub fn compile(
+    target: &CudaTarget,
+    kernel: &CudaKernel,
+) -> Result<Finalized<CudaArtifact>, kiln_core::CompileFailure> {
+    use kiln_core::CompilationTarget;
+    let id = id_on(target, kernel);
+    let compiler = target.compiler();
+    let lowered = compiler.lower(kernel, &id)?;
+    compiler.finalize(&id, lowered)
+}
+
+pub const SAXPY: &str = r#"extern "C" __global__ void saxpy(float a, const float* x, const float* y, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a * x[i] + y[i];
+}
+"#;
+
+/// A kernel NVRTC compiles, with `value` in its text so that every index
+/// gives another text.
+pub fn distinct(index: usize) -> CudaKernel {
+    CudaKernel::builder(KernelId::named("tests.distinct").parameter(&index), "fill").generator(
+        move |_architecture| {
+            Ok(format!(
+                "extern \"C\" __global__ void fill(float* y, int n) {{\n\
+                 \x20   int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+                 \x20   if (i < n) y[i] = {index}.0f;\n\
+                 }}\n"
+            ))
+        },
+    )
+}
+
+/// Source with two syntax errors, the first at line 3, column 5.
+pub const BROKEN: &str = r#"extern "C" __global__ void broken(float* y) {
+    float x = 1.0f
+    y[0] = x + undefined_thing;
+    int z = ;
+}
+"#;
+
+/// A kernel whose source fails with located errors.
+pub fn broken(index: usize) -> CudaKernel {
+    CudaKernel::builder(KernelId::named("tests.broken").parameter(&index), "broken")
+        .generator(|_architecture| Ok(BROKEN.to_owned()))
+}
+
+/// A seeded xorshift64* generator: fresh inputs every run, reproducible from
+/// the printed seed.
+pub struct Random(u64);
+
+impl Random {
+    /// Seeded from the clock, or from `KILN_TEST_SEED`; the seed is printed.
+    pub fn fresh(what: &str) -> Self {
+        let seed = std::env::var("KILN_TEST_SEED")
+            .ok()
+            .and_then(|seed| seed.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|elapsed| elapsed.as_nanos() as u64)
+                    .unwrap_or(0x9e37_79b9_7f4a_7c15)
+            });
+        eprintln!("{what}: KILN_TEST_SEED={seed}");
+        Self(seed | 1)
+    }
+
+    /// The next value, uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let bits = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
+        bits as f32 / (1u64 << 24) as f32
+    }
+
+    /// `len` values uniform in `[-1, 1)`.
+    pub fn signed(&mut self, len: usize) -> Vec<f32> {
+        (0..len).map(|_| self.unit() * 2.0 - 1.0).collect()
+    }
+}
