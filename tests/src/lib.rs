@@ -1,1 +1,130 @@
-//! placeholder
+//! Helpers shared by kiln's cross-crate tests and their worker process:
+//! throw-away store roots, keys and artifacts that every process computes
+//! the same way, and what a worker reports.
+
+#![warn(missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use kiln_core::fake::{FakeCompiler, FakeKernel};
+use kiln_core::{ArtifactStore, StoreKey};
+use kiln_store::{DiskStore, StoreConfig};
+use serde::{Deserialize, Serialize};
+
+/// A folder for one test, removed when dropped.
+#[derive(Debug)]
+pub struct Scratch {
+    path: PathBuf,
+}
+
+impl Scratch {
+    /// A new, empty folder named after `test`.
+    pub fn new(test: &str) -> Self {
+        static MADE: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "kiln-tests-{test}-{}-{}",
+            std::process::id(),
+            MADE.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("a temporary folder");
+        Self { path }
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A path inside it.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// The store at `root`, durable, evicting only when asked.
+pub fn open_store(root: &Path) -> DiskStore {
+    DiskStore::open(StoreConfig {
+        collects_automatically: false,
+        ..StoreConfig::at(root)
+    })
+    .expect("the store opens")
+}
+
+/// The store at `root` behind an `Arc<dyn ArtifactStore>`, for a target.
+pub fn shared_store(root: &Path) -> Arc<dyn ArtifactStore> {
+    Arc::new(open_store(root))
+}
+
+/// The key the fake compiler stores kernel `number` under.
+pub fn fake_key(number: u32) -> StoreKey {
+    StoreKey::for_artifact(
+        &FakeCompiler::default_key_components(),
+        &FakeKernel::new(number).artifact_id(),
+        None,
+    )
+}
+
+/// The text the fake compiler makes of kernel `number`.
+pub fn fake_text(number: u32) -> String {
+    format!("fake kernel {number}")
+}
+
+/// Bytes of `length` that are a pure function of `number` and `round`, so a
+/// reader in another process can check what it read without being told.
+pub fn pattern(number: u32, round: u32, length: usize) -> Vec<u8> {
+    let mut state = u64::from(number) << 32 | u64::from(round) | 1;
+    let mut bytes = Vec::with_capacity(length + 8);
+    bytes.extend_from_slice(&number.to_le_bytes());
+    bytes.extend_from_slice(&round.to_le_bytes());
+    while bytes.len() < length {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        bytes.extend_from_slice(&state.to_le_bytes());
+    }
+    bytes.truncate(length.max(8));
+    bytes
+}
+
+/// Checks bytes made by [`pattern`]: whether they are exactly what their
+/// own header says they should be.
+pub fn is_whole_pattern(bytes: &[u8]) -> bool {
+    if bytes.len() < 8 {
+        return false;
+    }
+    let number = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"));
+    let round = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    pattern(number, round, bytes.len()) == bytes
+}
+
+/// What a worker process prints when it is done, as one JSON line.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerReport {
+    /// Loads or lookups made.
+    pub loads: u64,
+    /// Loads that returned a kernel.
+    pub loaded: u64,
+    /// Loads or lookups that returned wrong or torn bytes.
+    pub wrong: u64,
+    /// Loads that failed.
+    pub failed: u64,
+    /// Lookups that hit.
+    pub hits: u64,
+    /// Lookups that missed because nothing was there.
+    pub absent: u64,
+    /// Lookups that missed for any other reason.
+    pub bad_misses: u64,
+    /// Store writes that failed, by the store's count.
+    pub put_failures: u64,
+    /// Store writes that failed, by the loader's count.
+    pub store_errors: u64,
+}

@@ -1,0 +1,94 @@
+//! `kiln import FILE`: verify a bundle and add its entries.
+
+use std::fs::File;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use kiln_core::KeyComponents;
+use kiln_store::{BundleHeader, DiskStore, read_header};
+
+use super::Output;
+use super::export::CompilerChoice;
+use crate::progress::ProgressBar;
+use crate::table::print_pairs;
+
+/// `kiln import` options.
+#[derive(Debug, Args)]
+pub struct Arguments {
+    /// The bundle to read.
+    pub file: PathBuf,
+    /// What the bundle must have been built for. Without these, a bundle is
+    /// refused when the store already holds entries of other compilers and
+    /// none like the bundle's.
+    #[command(flatten)]
+    pub expected: CompilerChoice,
+}
+
+/// Imports, refusing a foreign bundle and naming the component that differs.
+pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<()> {
+    let path = &arguments.file;
+    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let header = read_header(path, &mut file)?;
+    drop(file);
+    let expected = expectation(store, &header, &arguments.expected);
+    let mut bar = ProgressBar::new("import");
+    let report = store.import(path, expected.as_ref(), &mut |progress| {
+        bar.update(progress)
+    })?;
+    drop(bar);
+    output.print(&report, || {
+        print_pairs(&[
+            ("built for", header.components.to_string()),
+            (
+                "objects",
+                format!("{} ({} new)", report.objects, report.new_objects),
+            ),
+            ("records", report.records.to_string()),
+            ("replaced", report.replaced.to_string()),
+        ]);
+    })
+}
+
+/// The components the bundle is checked against: the ones given on the
+/// command line (the bundle's own where none is given), else the store's
+/// compiler closest to the bundle's, else none (an empty store takes any
+/// bundle).
+fn expectation(
+    store: &DiskStore,
+    header: &BundleHeader,
+    choice: &CompilerChoice,
+) -> Option<KeyComponents> {
+    let bundle = &header.components;
+    if choice.is_given() {
+        return Some(KeyComponents {
+            backend: choice
+                .backend
+                .clone()
+                .unwrap_or_else(|| bundle.backend.clone()),
+            compiler: choice
+                .compiler
+                .clone()
+                .unwrap_or_else(|| bundle.compiler.clone()),
+            architecture: choice
+                .architecture
+                .clone()
+                .unwrap_or_else(|| bundle.architecture.clone()),
+            options: bundle.options.clone(),
+        });
+    }
+    let targets = store.targets();
+    if targets.is_empty()
+        || targets
+            .iter()
+            .any(|target| header.mismatch(target).is_none())
+    {
+        return None;
+    }
+    // The closest: same backend, then same compiler.
+    let closeness = |target: &KeyComponents| {
+        u8::from(target.backend == bundle.backend) * 2
+            + u8::from(target.compiler == bundle.compiler)
+    };
+    targets.into_iter().max_by_key(closeness)
+}

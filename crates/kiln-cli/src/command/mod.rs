@@ -1,0 +1,59 @@
+//! The subcommands, one module each, and what they share: the store they
+//! work on and how they print.
+
+pub mod explain;
+pub mod export;
+pub mod gc;
+pub mod import;
+pub mod ls;
+pub mod stats;
+pub mod verify;
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use kiln_store::{DiskStore, StoreConfig};
+use serde::Serialize;
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    /// JSON instead of tables.
+    pub json: bool,
+}
+
+impl Output {
+    /// Prints `value` as JSON when asked to, else runs `human`.
+    pub fn print<T: Serialize>(&self, value: &T, human: impl FnOnce()) -> Result<()> {
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(value)?);
+        } else {
+            human();
+        }
+        Ok(())
+    }
+}
+
+/// The store at `dir`, else the one the `KILN_CACHE_*` variables name.
+pub fn open_store(dir: Option<&Path>) -> Result<DiskStore> {
+    let config = match (StoreConfig::from_env(), dir) {
+        (Ok(Some(config)), Some(dir)) => StoreConfig {
+            root: dir.to_path_buf(),
+            ..config
+        },
+        (Ok(Some(config)), None) => config,
+        (Ok(None) | Err(kiln_store::Error::NoCacheFolder), Some(dir)) => StoreConfig::at(dir),
+        (Ok(None), None) => {
+            bail!("the store is disabled (KILN_CACHE_DISABLE=1); pass --dir to work on one")
+        }
+        (Err(error), _) => return Err(error.into()),
+    };
+    // The command line evicts when asked (`gc`), never behind the user's
+    // back in the middle of another command.
+    let config = StoreConfig {
+        collects_automatically: false,
+        ..config
+    };
+    let root = config.root.clone();
+    DiskStore::open(config).with_context(|| format!("opening the store at {}", root.display()))
+}

@@ -1,0 +1,45 @@
+//! Numbers and times as people read them.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// `1536` → `1.5 KiB`.
+pub fn bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// Seconds since the Unix epoch → `3m ago`, `2d ago`.
+pub fn ago(seconds: u64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let age = now.saturating_sub(seconds);
+    match age {
+        0..60 => format!("{age}s ago"),
+        60..3600 => format!("{}m ago", age / 60),
+        3600..86_400 => format!("{}h ago", age / 3600),
+        _ => format!("{}d ago", age / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_in_binary_units() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(10 << 30), "10.0 GiB");
+    }
+}

@@ -1,0 +1,224 @@
+//! Where the store lives and how big it may grow: a plain struct with
+//! defaults, each overridable by a `KILN_CACHE_*` variable.
+//!
+//! | variable | field | default |
+//! |---|---|---|
+//! | `KILN_CACHE_DIR` | [`StoreConfig::root`] | `$XDG_CACHE_HOME/kiln`, else `$HOME/.cache/kiln` |
+//! | `KILN_CACHE_DISABLE=1` | no store at all | enabled |
+//! | `KILN_CACHE_MAX_SIZE` | [`StoreConfig::max_bytes`] | 10 GiB; `512M`, `10G`, `1.5GiB` |
+//! | `KILN_CACHE_MAX_ENTRIES` | [`StoreConfig::max_entries`] | 1,000,000 |
+//! | `KILN_CACHE_LOCK_TIMEOUT` | [`StoreConfig::lock_timeout`] | 60 seconds |
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kiln_core::ConfigError;
+
+use crate::error::{Error, Result};
+
+/// How a [`DiskStore`](crate::DiskStore) is opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// The folder the store keeps everything in. `KILN_CACHE_DIR`.
+    pub root: PathBuf,
+    /// The most bytes of artifacts and records it keeps before evicting the
+    /// least recently used. `KILN_CACHE_MAX_SIZE`.
+    pub max_bytes: u64,
+    /// The most artifacts it keeps before evicting. `KILN_CACHE_MAX_ENTRIES`.
+    pub max_entries: u64,
+    /// How long a process waits for another compiling the same key before
+    /// compiling it too. `KILN_CACHE_LOCK_TIMEOUT`, in seconds.
+    pub lock_timeout: Duration,
+    /// Whether publishing syncs files and folders to the disk (P3). Only
+    /// scratch stores (benchmarks, throw-away tests) turn it off: without
+    /// it, a power cut may leave a published entry empty, which then reads
+    /// as corrupt.
+    pub durable: bool,
+    /// Whether a put that takes the store over a limit starts evicting, on a
+    /// thread of its own, down to 90 % of the limits.
+    pub collects_automatically: bool,
+}
+
+/// 10 GiB, the default [`StoreConfig::max_bytes`].
+pub const DEFAULT_MAX_BYTES: u64 = 10 << 30;
+/// The default [`StoreConfig::max_entries`].
+pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
+/// The default [`StoreConfig::lock_timeout`].
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl StoreConfig {
+    /// The defaults, rooted at `root`.
+    pub fn at(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            max_bytes: DEFAULT_MAX_BYTES,
+            max_entries: DEFAULT_MAX_ENTRIES,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            durable: true,
+            collects_automatically: true,
+        }
+    }
+
+    /// The settings from the environment, or `None` when
+    /// `KILN_CACHE_DISABLE=1`.
+    ///
+    /// # Errors
+    ///
+    /// A variable that is set and cannot be read, or no folder to keep the
+    /// store in.
+    pub fn from_env() -> Result<Option<Self>> {
+        Self::with_overrides(|name| std::env::var(name).ok())
+    }
+
+    /// The settings `lookup` gives, by variable name (`KILN_CACHE_*`,
+    /// `XDG_CACHE_HOME`, `HOME`), or `None` when the store is disabled.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_env`](Self::from_env).
+    pub fn with_overrides(lookup: impl Fn(&'static str) -> Option<String>) -> Result<Option<Self>> {
+        if let Some(value) = lookup("KILN_CACHE_DISABLE") {
+            match value.trim() {
+                "1" | "true" | "yes" => return Ok(None),
+                "" | "0" | "false" | "no" => {}
+                _ => {
+                    return Err(ConfigError {
+                        variable: "KILN_CACHE_DISABLE",
+                        value,
+                        expected: "1 to disable the store, 0 to keep it",
+                    }
+                    .into());
+                }
+            }
+        }
+        let root = default_root(&lookup).ok_or(Error::NoCacheFolder)?;
+        let mut config = Self::at(root);
+        if let Some(value) = lookup("KILN_CACHE_MAX_SIZE") {
+            config.max_bytes = parse_size(&value).ok_or(ConfigError {
+                variable: "KILN_CACHE_MAX_SIZE",
+                value,
+                expected: "a size in bytes, with an optional suffix: 512M, 10G, 1.5GiB",
+            })?;
+        }
+        if let Some(value) = lookup("KILN_CACHE_MAX_ENTRIES") {
+            config.max_entries = value.trim().parse().map_err(|_| ConfigError {
+                variable: "KILN_CACHE_MAX_ENTRIES",
+                value,
+                expected: "a whole number of entries",
+            })?;
+        }
+        if let Some(value) = lookup("KILN_CACHE_LOCK_TIMEOUT") {
+            let seconds: f64 = value
+                .trim()
+                .parse()
+                .ok()
+                .filter(|seconds: &f64| seconds.is_finite() && *seconds >= 0.0)
+                .ok_or(ConfigError {
+                    variable: "KILN_CACHE_LOCK_TIMEOUT",
+                    value,
+                    expected: "a number of seconds",
+                })?;
+            config.lock_timeout = Duration::from_secs_f64(seconds);
+        }
+        Ok(Some(config))
+    }
+}
+
+/// The folder the store lives in when `KILN_CACHE_DIR` does not say:
+/// `$XDG_CACHE_HOME/kiln`, else `$HOME/.cache/kiln`.
+fn default_root(lookup: &impl Fn(&'static str) -> Option<String>) -> Option<PathBuf> {
+    let non_empty = |name| lookup(name).filter(|value: &String| !value.trim().is_empty());
+    if let Some(dir) = non_empty("KILN_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    if let Some(cache) = non_empty("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(cache).join("kiln"));
+    }
+    non_empty("HOME").map(|home| PathBuf::from(home).join(".cache").join("kiln"))
+}
+
+/// A size in bytes from text like `1048576`, `512M`, `10G`, `1.5GiB` or
+/// `64 KB`. Suffixes are binary (K = 1024), as in `CUDA_CACHE_MAXSIZE`'s
+/// neighbours; case and a trailing `B`/`iB` do not matter.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let suffix = suffix.trim().to_ascii_lowercase();
+    let suffix = suffix
+        .strip_suffix("ib")
+        .or_else(|| suffix.strip_suffix('b'))
+        .unwrap_or(&suffix);
+    let shift = match suffix {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        _ => return None,
+    };
+    let bytes = number * (1u64 << shift) as f64;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("512M"), Some(512 << 20));
+        assert_eq!(parse_size("10G"), Some(10 << 30));
+        assert_eq!(parse_size("10 GiB"), Some(10 << 30));
+        assert_eq!(parse_size("1.5g"), Some(3 << 29));
+        assert_eq!(parse_size("64kb"), Some(64 << 10));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("ten"), None);
+        assert_eq!(parse_size("5X"), None);
+    }
+
+    #[test]
+    fn the_folder_comes_from_kiln_then_xdg_then_home() {
+        let config = |vars: &'static [(&'static str, &'static str)]| {
+            StoreConfig::with_overrides(|name| {
+                vars.iter()
+                    .find(|(key, _)| *key == name)
+                    .map(|(_, value)| (*value).to_owned())
+            })
+        };
+        let root = |vars| config(vars).expect("valid").expect("enabled").root;
+        assert_eq!(
+            root(&[
+                ("KILN_CACHE_DIR", "/a"),
+                ("XDG_CACHE_HOME", "/b"),
+                ("HOME", "/c")
+            ]),
+            PathBuf::from("/a")
+        );
+        assert_eq!(
+            root(&[("XDG_CACHE_HOME", "/b"), ("HOME", "/c")]),
+            PathBuf::from("/b/kiln")
+        );
+        assert_eq!(root(&[("HOME", "/c")]), PathBuf::from("/c/.cache/kiln"));
+        assert!(matches!(config(&[]), Err(Error::NoCacheFolder)));
+        assert!(
+            config(&[("KILN_CACHE_DISABLE", "1"), ("HOME", "/c")])
+                .expect("valid")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_bad_size_is_named_in_the_error() {
+        let error = StoreConfig::with_overrides(|name| match name {
+            "HOME" => Some("/c".into()),
+            "KILN_CACHE_MAX_SIZE" => Some("lots".into()),
+            _ => None,
+        })
+        .expect_err("lots is not a size");
+        assert!(error.to_string().contains("KILN_CACHE_MAX_SIZE"), "{error}");
+    }
+}

@@ -1,0 +1,138 @@
+//! Where each file of a store lives under its root.
+//!
+//! ```text
+//! root/
+//!   LAYOUT        the layout version, checked on open
+//!   locks         byte-range locks: one byte per key, per object, per counter
+//!   usage         bytes and entries held, updated by every put
+//!   targets       the key components of every compiler that stored here
+//!   generation    a token that an import replacing content changes
+//!   staging/      files being written, renamed into place when whole
+//!   objects/ab/c/<64 hex>   artifact bytes, named by their BLAKE3 digest
+//!   records/ab/c/<64 hex>   one record per key, named by the key's digest
+//!   kernels/ab/c/<32 hex>   one history per kernel id, for explaining misses
+//! ```
+//!
+//! Two levels of shards (256 × 16) keep every folder small: a million
+//! entries put about 250 files in a folder, and a lookup opens one known
+//! path without listing anything.
+
+use std::path::{Path, PathBuf};
+
+use kiln_core::store::hex;
+
+/// The layout version written to `LAYOUT`.
+pub(crate) const LAYOUT: &str = "kiln store layout 1";
+
+/// The paths of one store.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    pub(crate) fn new(root: PathBuf) -> Self {
+        Self { root }
+    }
+
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub(crate) fn layout_file(&self) -> PathBuf {
+        self.root.join("LAYOUT")
+    }
+
+    pub(crate) fn lock_file(&self) -> PathBuf {
+        self.root.join("locks")
+    }
+
+    pub(crate) fn usage_file(&self) -> PathBuf {
+        self.root.join("usage")
+    }
+
+    pub(crate) fn targets_file(&self) -> PathBuf {
+        self.root.join("targets")
+    }
+
+    pub(crate) fn generation_file(&self) -> PathBuf {
+        self.root.join("generation")
+    }
+
+    pub(crate) fn staging(&self) -> PathBuf {
+        self.root.join("staging")
+    }
+
+    pub(crate) fn objects(&self) -> PathBuf {
+        self.root.join("objects")
+    }
+
+    pub(crate) fn records(&self) -> PathBuf {
+        self.root.join("records")
+    }
+
+    pub(crate) fn kernels(&self) -> PathBuf {
+        self.root.join("kernels")
+    }
+
+    /// The object with BLAKE3 digest `digest`.
+    pub(crate) fn object(&self, digest: &[u8; 32]) -> PathBuf {
+        sharded(&self.root, "objects", &hex(digest))
+    }
+
+    /// The record of the key with digest `key_digest`.
+    pub(crate) fn record(&self, key_digest: &[u8; 32]) -> PathBuf {
+        sharded(&self.root, "records", &hex(key_digest))
+    }
+
+    /// The history of the kernel with id digest `kernel_digest`.
+    pub(crate) fn kernel(&self, kernel_digest: u128) -> PathBuf {
+        sharded(&self.root, "kernels", &format!("{kernel_digest:032x}"))
+    }
+}
+
+/// `root/tree/ab/c/abc…`: built in one string, as a lookup does it twice.
+fn sharded(root: &Path, tree: &str, name: &str) -> PathBuf {
+    let root = root.as_os_str();
+    let mut path = std::ffi::OsString::with_capacity(root.len() + tree.len() + name.len() + 8);
+    path.push(root);
+    path.push("/");
+    path.push(tree);
+    path.push("/");
+    path.push(&name[..2]);
+    path.push("/");
+    path.push(&name[2..3]);
+    path.push("/");
+    path.push(name);
+    PathBuf::from(path)
+}
+
+/// Parses a file name of 64 hex digits into a digest.
+pub(crate) fn digest_from_name(name: &str) -> Option<[u8; 32]> {
+    if name.len() != 64 {
+        return None;
+    }
+    let mut digest = [0u8; 32];
+    for (index, byte) in digest.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(name.get(index * 2..index * 2 + 2)?, 16).ok()?;
+    }
+    Some(digest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_lives_two_shards_deep_under_its_digest() {
+        let layout = Layout::new(PathBuf::from("/store"));
+        let digest = [0xab; 32];
+        let path = layout.object(&digest);
+        assert_eq!(
+            path,
+            PathBuf::from(format!("/store/objects/ab/a/{}", hex(&digest)))
+        );
+        let name = path.file_name().and_then(|name| name.to_str());
+        assert_eq!(name.and_then(digest_from_name), Some(digest));
+    }
+}

@@ -1,0 +1,58 @@
+//! kiln's verified on-disk artifact store.
+//!
+//! A [`DiskStore`] keeps compiled artifacts in a folder shared by every
+//! process of the machine, implements [`kiln_core::ArtifactStore`], and so
+//! sits behind any backend's target through [`kiln_core::BoundStore`].
+//!
+//! # Design
+//!
+//! - **Content-addressed objects, small records.** Artifact bytes are files
+//!   named by their BLAKE3 digest. A record per key — by kernel id or by
+//!   lowered source — carries every component of its key and the digest of
+//!   its object. Every read checks the record's digest, that the record is
+//!   the key asked for, the object's length and the object's digest (P1, P2).
+//! - **Sharded folders.** Records, objects and kernel histories live two
+//!   shard levels deep (`ab/c/abc…`), so a lookup opens known paths and
+//!   never lists a folder; see `ARCHITECTURE.md`, "Store", for the
+//!   measurements behind the choice.
+//! - **Atomic, durable publication.** Files are written whole in
+//!   `staging/`, synced, renamed into place and their folder synced (P3).
+//! - **Kernel-kept locks.** One byte-range lock per key in one `locks`
+//!   file gives single flight across processes (P4); the kernel drops a dead
+//!   process's locks, and a waiter gives up after
+//!   [`StoreConfig::lock_timeout`]. Readers and publishers hold a shared
+//!   lock on an object, which eviction must take alone (P6).
+//! - **Misses, never failures.** A lookup that cannot read is a miss; a put
+//!   that cannot write is a counted warning (P5).
+//! - **Explicit access times, bounded size.** A hit sets the object's access
+//!   time itself (at most once a minute), so `noatime` mounts still evict in
+//!   least-recently-used order; a put that takes the store over
+//!   [`StoreConfig::max_bytes`] or [`StoreConfig::max_entries`] evicts on a
+//!   thread of its own (P6).
+//! - **Bundles.** [`DiskStore::export`] and [`DiskStore::import`] move a
+//!   store between machines in one verified file (P8).
+//! - **Explanations.** A history per kernel id remembers the key it was
+//!   last stored under and the key it last missed under, so
+//!   [`kiln_core::ArtifactStore::explain`] names what changed (P9).
+
+#![warn(missing_docs)]
+
+mod bundle;
+pub mod config;
+mod disk;
+mod durable;
+mod envelope;
+pub mod error;
+mod layout;
+mod lock;
+mod maintenance;
+mod record;
+mod usage;
+
+pub use bundle::{BUNDLE_VERSION, BundleHeader, ExportReport, ImportReport, read_header};
+pub use config::{StoreConfig, parse_size};
+pub use disk::DiskStore;
+pub use error::{Error, Result};
+pub use maintenance::{CollectReport, EntryInfo, Limits, Progress, VerifyReport};
+pub use record::{KernelHistory, Record, Seen};
+pub use usage::Usage;
