@@ -474,3 +474,25 @@ fn p6_the_least_recently_used_entries_go_first_and_limits_hold_in_bytes_and_entr
     assert_eq!(report.after.entries, 3);
     assert!(kept(0), "still the most recently read");
 }
+
+// P4: a kernel that fails is never stored, so nothing would release its
+// claim; the batch's end does, so other processes waiting on that key
+// compile it (and see its failure) at once instead of after a timeout.
+#[test]
+fn p4_the_claim_of_a_kernel_that_failed_is_released_when_its_batch_ends() {
+    let scratch = Scratch::new("failed-claim");
+    let store = open_store(&scratch.join("store"));
+    let mut loader = loader_on(&store);
+    let failing = FakeKernel::new(1).failing();
+    loader.enqueue(Box::new(failing.clone()), ());
+    loader.enqueue(Box::new(FakeKernel::new(2)), ());
+    loader.compile_queued();
+    let bound = loader
+        .target()
+        .bound_store()
+        .expect("the target sits on the disk store");
+    assert_eq!(bound.claims_held(), 0, "no claim outlives its batch");
+    loader
+        .load(&failing, &failing.artifact_id())
+        .expect_err("the failure is still reported by its own load");
+}

@@ -658,6 +658,10 @@ impl<T: CompilationTarget> CompilationTarget for Gated<T> {
         self.inner.generation()
     }
 
+    fn batch_finished(&mut self) {
+        self.inner.batch_finished();
+    }
+
     fn lookup(&mut self, id: &ArtifactId<VariantOf<T>>) -> Lookup<ArtifactOf<T>> {
         if let Some((entered, release)) = self.gate.take() {
             // A test that stopped listening (it panicked) must not block the

@@ -598,6 +598,12 @@ impl CompilationTarget for FakeTarget {
         self.generation.current()
     }
 
+    fn batch_finished(&mut self) {
+        if let Some(FakeStore::Shared(bound)) = &mut self.store {
+            bound.release_claims();
+        }
+    }
+
     fn lookup(&mut self, id: &ArtifactId<()>) -> Lookup<FakeArtifact> {
         match &mut self.store {
             Some(FakeStore::Memory(store)) => match store.by_id.get(id) {

@@ -374,6 +374,8 @@ impl<T: CompilationTarget> KernelLoader<T> {
             outcomes.push(outcome);
         }
 
+        self.target.batch_finished();
+
         let batch = BatchRecord {
             kernels: records.len(),
             workers,

@@ -210,6 +210,12 @@ pub trait CompilationTarget {
         work: Duration,
     ) -> StoreOutcome;
 
+    /// Called once at the end of every batch, after the last load and store:
+    /// where a target lets go of what it held for the batch, such as the
+    /// store's per-key claims of kernels that failed and so were never
+    /// stored (other processes waiting on them can compile them at once).
+    fn batch_finished(&mut self) {}
+
     /// Makes `artifact` a device object.
     ///
     /// # Errors

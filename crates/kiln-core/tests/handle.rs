@@ -491,6 +491,10 @@ impl CompilationTarget for Hooked<FakeTarget> {
         self.inner.persists()
     }
 
+    fn batch_finished(&mut self) {
+        self.inner.batch_finished();
+    }
+
     fn lookup(&mut self, id: &ArtifactId<()>) -> Lookup<FakeArtifact> {
         (self.hook)();
         self.inner.lookup(id)
