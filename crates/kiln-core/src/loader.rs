@@ -183,20 +183,13 @@ impl<T: CompilationTarget> KernelLoader<T> {
         &mut self,
         asked: Vec<BorrowedKernel<'_, T>>,
     ) -> Vec<Result<T::Loaded, KernelError>> {
-        let mut queued = self.queue.take();
-        if queued.is_empty() && asked.is_empty() {
+        if self.queue.is_empty() && asked.is_empty() {
             return Vec::new();
         }
+        let mut queued = self.queue.take();
         self.failed.clear();
-        let n_queued = queued.len();
-        let mut requests = Vec::with_capacity(n_queued + asked.len());
-        for entry in &mut queued {
-            requests.push(Request {
-                id: entry.id.clone(),
-                kernel: &*entry.kernel,
-                registration: entry.registration.take(),
-            });
-        }
+        let (mut requests, _) = queued_requests(&mut queued, None);
+        let n_queued = requests.len();
         requests.extend(asked.into_iter().map(|(kernel, id, registration)| Request {
             id,
             kernel,
@@ -204,19 +197,14 @@ impl<T: CompilationTarget> KernelLoader<T> {
         }));
         let mut answers = Vec::with_capacity(requests.len() - n_queued);
         for (index, (id, result)) in self.run_batch(requests).into_iter().enumerate() {
-            let is_asked = index >= n_queued;
-            match result {
-                Ok(loaded) => {
-                    if is_asked {
-                        answers.push(Ok(loaded.clone()));
-                    }
-                    self.loaded.insert(id, loaded, &self.target);
-                }
-                Err(error) if is_asked => answers.push(Err(error)),
-                Err(error) => {
-                    self.failed.insert(id, error);
-                }
+            if index < n_queued {
+                self.keep(id, result);
+                continue;
             }
+            if let Ok(loaded) = &result {
+                self.loaded.insert(id, loaded.clone(), &self.target);
+            }
+            answers.push(result);
         }
         answers
     }
@@ -277,7 +265,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// Compiles the queue and `asked` together, keeping each kernel loaded or
     /// the reason it failed.
     fn compile_queue(&mut self, asked: Option<Asked<'_, T>>) {
-        if self.queue.kernels.is_empty() && asked.is_none() {
+        if self.queue.is_empty() && asked.is_none() {
             return;
         }
         let mut queued = self.queue.take();
@@ -285,35 +273,29 @@ impl<T: CompilationTarget> KernelLoader<T> {
         // compile again when they are launched or queued.
         self.failed.clear();
 
-        let mut requests = Vec::with_capacity(queued.len() + 1);
-        let mut asked_registration = None;
-        for entry in &mut queued {
-            if asked.as_ref().is_some_and(|asked| *asked.id == entry.id) {
-                // Asked for and queued: it counts where it was queued.
-                asked_registration = Some(entry.registration.take());
-                continue;
-            }
-            requests.push(Request {
-                id: entry.id.clone(),
-                kernel: &*entry.kernel,
-                registration: entry.registration.take(),
-            });
-        }
+        let (mut requests, queued_registration) =
+            queued_requests(&mut queued, asked.as_ref().map(|asked| asked.id));
         if let Some(asked) = asked {
             requests.push(Request {
                 id: asked.id.clone(),
                 kernel: asked.kernel,
-                // Asked for alone, it registers with the collector open now.
-                registration: asked_registration.unwrap_or_else(Registration::register),
+                // Asked for and queued, it counts where it was queued; asked
+                // for alone, it registers with the collector open now.
+                registration: queued_registration.unwrap_or_else(Registration::register),
             });
         }
-        let outcomes = self.run_batch(requests);
-        for (id, result) in outcomes {
-            match result {
-                Ok(loaded) => self.loaded.insert(id, loaded, &self.target),
-                Err(error) => {
-                    self.failed.insert(id, error);
-                }
+        for (id, result) in self.run_batch(requests) {
+            self.keep(id, result);
+        }
+    }
+
+    /// Keeps a kernel's outcome: loaded, or its failure for its own load to
+    /// report (L7).
+    fn keep(&mut self, id: ArtifactId<VariantOf<T>>, result: Result<T::Loaded, KernelError>) {
+        match result {
+            Ok(loaded) => self.loaded.insert(id, loaded, &self.target),
+            Err(error) => {
+                self.failed.insert(id, error);
             }
         }
     }
@@ -411,6 +393,29 @@ impl<T: CompilationTarget + std::fmt::Debug> std::fmt::Debug for KernelLoader<T>
             .field("pool", &self.pool)
             .finish_non_exhaustive()
     }
+}
+
+/// The requests of every queued kernel but `except`, and, when `except` was
+/// queued, the registration it was queued with, so that a kernel both queued
+/// and asked for compiles once and counts where it was queued.
+fn queued_requests<'q, T: CompilationTarget>(
+    queued: &'q mut [Queued<T>],
+    except: Option<&ArtifactId<VariantOf<T>>>,
+) -> (Vec<Request<'q, T>>, Option<Option<Registration>>) {
+    let mut requests = Vec::with_capacity(queued.len() + 1);
+    let mut excepted_registration = None;
+    for entry in queued {
+        if except.is_some_and(|except| *except == entry.id) {
+            excepted_registration = Some(entry.registration.take());
+            continue;
+        }
+        requests.push(Request {
+            id: entry.id.clone(),
+            kernel: &*entry.kernel,
+            registration: entry.registration.take(),
+        });
+    }
+    (requests, excepted_registration)
 }
 
 /// Gives each group of lowered kernels with identical source under the same
