@@ -3,7 +3,10 @@
 
 use std::fmt;
 
-use kiln_core::{ArtifactCompiler, ArtifactId, CompileFailure, Diagnostic, Finalized, Severity};
+use kiln_core::{
+    ArtifactCompiler, ArtifactId, CompileFailure, Diagnostic, Finalized, KeyComponents,
+    KeyedCompiler, Severity,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::architecture::Architecture;
@@ -65,6 +68,11 @@ impl CudaLowered {
 /// A compiled CUDA kernel: the cubin for one architecture, the PTX it was
 /// assembled from (the fallback a newer driver can compile for itself) and
 /// the entry point's symbol in both.
+///
+/// Stores keep it serialized. A change to its fields that old bytes would
+/// still decode into must change the compiler's name in
+/// [`CudaKeyComponents::for_store`], so that old entries miss; a change they
+/// no longer decode into is a miss already.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct CudaArtifact {
     /// The cubin (an ELF image) for [`architecture`](Self::architecture).
@@ -92,9 +100,15 @@ impl fmt::Debug for CudaArtifact {
 
 /// Lowers CUDA kernels by running their generators and finalizes them with
 /// NVRTC. Shared by every worker of a batch; holds no state between calls.
+///
+/// Its store keys (it is a [`KeyedCompiler`]) name the architecture of the
+/// target it serves, which [`CudaTarget`](crate::CudaTarget) gives it with
+/// [`keyed_for`](Self::keyed_for); see [`CudaKeyComponents::for_store`].
 #[derive(Debug, Clone)]
 pub struct CudaCompiler {
     nvrtc: Nvrtc,
+    /// The architecture its store keys name; `None` until a target names it.
+    keyed_architecture: Option<Architecture>,
 }
 
 impl CudaCompiler {
@@ -107,7 +121,21 @@ impl CudaCompiler {
     pub fn new() -> Result<Self, Error> {
         Ok(Self {
             nvrtc: Nvrtc::open()?,
+            keyed_architecture: None,
         })
+    }
+
+    /// The same compiler, naming `architecture` in its store keys: that of
+    /// the target it compiles for. What it compiles is unchanged: each
+    /// kernel is built for its variant's architecture (or its options').
+    pub fn keyed_for(mut self, architecture: Architecture) -> Self {
+        self.keyed_architecture = Some(architecture);
+        self
+    }
+
+    /// The architecture its store keys name, when a target named one.
+    pub fn keyed_architecture(&self) -> Option<Architecture> {
+        self.keyed_architecture
     }
 
     /// The NVRTC it compiles with.
@@ -120,8 +148,9 @@ impl CudaCompiler {
         self.nvrtc.version()
     }
 
-    /// The key components of `lowered` compiled by this compiler (P1).
-    pub fn key_components(&self, lowered: &CudaLowered) -> CudaKeyComponents {
+    /// The key components of `lowered` compiled by this compiler (P1): what
+    /// its artifact carries as [`CudaArtifact::key`].
+    pub fn artifact_key(&self, lowered: &CudaLowered) -> CudaKeyComponents {
         CudaKeyComponents::new(
             self.version(),
             lowered.architecture,
@@ -282,7 +311,7 @@ impl ArtifactCompiler for CudaCompiler {
             .into_iter()
             .filter(|diagnostic| diagnostic.severity < Severity::Error)
             .collect();
-        let key = self.key_components(&lowered);
+        let key = self.artifact_key(&lowered);
         Ok(Finalized {
             artifact: CudaArtifact {
                 cubin: output.cubin,
@@ -294,6 +323,18 @@ impl ArtifactCompiler for CudaCompiler {
             diagnostics,
         })
     }
+}
+
+/// The CUDA compiler's store keys (P1): see [`CudaKeyComponents::for_store`]
+/// for the components and why they cover every artifact's bytes.
+impl KeyedCompiler for CudaCompiler {
+    fn key_components(&self) -> KeyComponents {
+        CudaKeyComponents::for_store(self.version(), self.keyed_architecture)
+    }
+
+    // The entry point stays `None`: it is folded into every kernel's id and
+    // named by the first line of its lowered text, so both kinds of key
+    // already hold it, and the loader's id alone could not say it.
 }
 
 /// `text` on one line, for the comment lines of a lowered text.

@@ -1,14 +1,38 @@
-//! Everything that changes a CUDA artifact's bytes, gathered in one place
-//! (P1), so that a store keys and explains CUDA artifacts from this struct
-//! alone.
+//! Everything that changes a CUDA artifact's bytes (P1): per artifact in
+//! [`CudaKeyComponents`], carried on every artifact, and per target in the
+//! [`KeyComponents`] a store files every artifact of the target under.
+//!
+//! # How the store key covers every component
+//!
+//! A store key is the store's format, the [`KeyComponents`] of
+//! [`CudaKeyComponents::for_store`] (backend `cuda`, compiler
+//! `nvrtc <major>.<minor>`, the target's architecture, the options every
+//! kernel gets unless its own say otherwise), the variant (the
+//! architecture again), and a subject:
+//!
+//! - by kernel: the kernel's id, into which
+//!   [`CudaKernelBuilder`](crate::CudaKernelBuilder) folds the source (or
+//!   the generator's parameters), the entry point, the kernel's own options
+//!   and every header's text;
+//! - by source (P7): the digest of the lowered text, whose first lines name
+//!   the entry point, NVRTC's arguments and every header's digest.
+//!
+//! So the kernel's own parts are in both subjects, and the target's in the
+//! shared components; nothing that changes the bytes is left out.
 
 use std::fmt;
 
+use kiln_core::KeyComponents;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_128;
 
 use crate::architecture::Architecture;
 use crate::nvrtc::NvrtcVersion;
+use crate::options::CudaOptions;
+
+/// How [`KeyComponents::architecture`] reads for a compiler that no target
+/// has named an architecture for: each artifact's own is in its variant.
+pub(crate) const ANY_ARCHITECTURE: &str = "per variant";
 
 /// The components of a CUDA artifact's key: two compiles with equal
 /// components give interchangeable artifacts, and a change in any one of
@@ -47,7 +71,7 @@ impl CudaKeyComponents {
         entry_point: &str,
     ) -> Self {
         Self {
-            compiler: format!("nvrtc {version}"),
+            compiler: compiler_name(version),
             architecture,
             options: options.to_vec(),
             source_digest: digest(source.as_bytes()),
@@ -57,6 +81,34 @@ impl CudaKeyComponents {
                 .collect(),
             entry_point: entry_point.to_owned(),
         }
+    }
+
+    /// What every store key of a target's artifacts shares (P1): backend
+    /// `cuda`, compiler `nvrtc <version>`, the target's `architecture`, and
+    /// as options the NVRTC arguments a kernel that chooses none is compiled
+    /// with, past the architecture (`-std=c++17`).
+    ///
+    /// The options are there because a kernel's id holds its
+    /// [`CudaOptions`], not the arguments they become: should kiln-cuda's
+    /// defaults change, every key changes with them instead of serving
+    /// artifacts built under the old ones.
+    ///
+    /// ```
+    /// use kiln_cuda::{Architecture, CudaKeyComponents, NvrtcVersion};
+    ///
+    /// let version = NvrtcVersion { major: 13, minor: 0 };
+    /// let components = CudaKeyComponents::for_store(version, Some(Architecture::new(9, 0)));
+    /// assert_eq!(components.to_string(), "cuda / nvrtc 13.0 / sm_90 / -std=c++17");
+    /// ```
+    pub fn for_store(version: NvrtcVersion, architecture: Option<Architecture>) -> KeyComponents {
+        KeyComponents::new(
+            Self::BACKEND,
+            compiler_name(version),
+            architecture.map_or_else(|| ANY_ARCHITECTURE.to_owned(), |arch| arch.to_string()),
+            CudaOptions::default()
+                .arguments_past_architecture()
+                .join(" "),
+        )
     }
 
     /// Every component as `(name, value)`, in a fixed order: for a store
@@ -112,6 +164,11 @@ impl fmt::Display for CudaKeyComponents {
     }
 }
 
+/// The compiler's identity in both kinds of key: `nvrtc 13.0`.
+fn compiler_name(version: NvrtcVersion) -> String {
+    format!("nvrtc {version}")
+}
+
 pub(crate) fn digest(bytes: &[u8]) -> String {
     format!("{:032x}", xxh3_128(bytes))
 }
@@ -138,6 +195,44 @@ mod tests {
     #[test]
     fn the_same_inputs_give_the_same_key() {
         assert_eq!(components().digest(), components().digest());
+    }
+
+    // P1
+    #[test]
+    fn the_store_components_name_backend_nvrtc_architecture_and_default_options() {
+        let version = NvrtcVersion {
+            major: 13,
+            minor: 0,
+        };
+        let hopper = CudaKeyComponents::for_store(version, Some(Architecture::new(9, 0)));
+        assert_eq!(
+            hopper,
+            KeyComponents::new("cuda", "nvrtc 13.0", "sm_90", "-std=c++17")
+        );
+        assert_eq!(
+            hopper.compiler,
+            components().compiler,
+            "an artifact and its store key name the compiler alike"
+        );
+        assert_eq!(
+            hopper,
+            CudaKeyComponents::for_store(version, Some(Architecture::new(9, 0))),
+            "the same inputs, the same components"
+        );
+        let ampere = CudaKeyComponents::for_store(version, Some(Architecture::new(8, 0)));
+        assert_ne!(ampere.architecture, hopper.architecture);
+        let newer = CudaKeyComponents::for_store(
+            NvrtcVersion {
+                major: 13,
+                minor: 1,
+            },
+            Some(Architecture::new(9, 0)),
+        );
+        assert_ne!(newer.compiler, hopper.compiler);
+        assert_eq!(
+            CudaKeyComponents::for_store(version, None).architecture,
+            ANY_ARCHITECTURE
+        );
     }
 
     // P1

@@ -30,8 +30,12 @@
 //! [`CudaTarget::on_device`] compiles for a GPU and loads on it;
 //! [`CudaTarget::compile_only`] compiles for an architecture with no GPU at
 //! all, and its loaded kernels describe their artifact (and cannot launch).
-//! Neither keeps artifacts beyond the process yet: [`CudaKeyComponents`]
-//! holds what a store will key them by.
+//! Either is storeless until [`CudaTarget::with_store`] puts it on an
+//! [`ArtifactStore`](kiln_core::ArtifactStore), such as kiln-store's disk
+//! store: then no process compiles a kernel another already stored, and a
+//! kernel read from the store loads as one compiled here does.
+//! [`CudaKeyComponents`] says what the keys are made of and why they cover
+//! everything that changes an artifact's bytes (P1).
 //!
 //! # Launching
 //!
@@ -54,6 +58,7 @@ pub mod library;
 mod module;
 mod nvrtc;
 mod options;
+mod store;
 mod target;
 
 pub use architecture::{Architecture, ArchitectureParseError};

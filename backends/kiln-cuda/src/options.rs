@@ -93,13 +93,19 @@ impl CudaOptions {
     /// NVRTC's arguments for these options on a target whose device is
     /// `device`, in a fixed order.
     pub fn arguments(&self, device: Architecture) -> Vec<String> {
-        let mut arguments = vec![
-            self.architecture_on(device).nvrtc_option(),
-            format!(
-                "-std={}",
-                self.standard.as_deref().unwrap_or(DEFAULT_STANDARD)
-            ),
-        ];
+        let mut arguments = vec![self.architecture_on(device).nvrtc_option()];
+        arguments.extend(self.arguments_past_architecture());
+        arguments
+    }
+
+    /// NVRTC's arguments for these options after the architecture's, in
+    /// [`arguments`](Self::arguments)' order: what a store key names as
+    /// options, beside the architecture it names apart.
+    pub fn arguments_past_architecture(&self) -> Vec<String> {
+        let mut arguments = vec![format!(
+            "-std={}",
+            self.standard.as_deref().unwrap_or(DEFAULT_STANDARD)
+        )];
         if self.fast_math {
             arguments.push("--use_fast_math".into());
         }

@@ -1,14 +1,20 @@
-//! The CUDA target: NVRTC in front of one GPU, or of no GPU at all.
+//! The CUDA target: NVRTC in front of one GPU, or of no GPU at all, and
+//! optionally a store in front of NVRTC.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_core::{ArtifactId, CompilationTarget, DeviceRefusal, Lookup, Miss, StoreOutcome};
+use kiln_core::{
+    ArtifactId, ArtifactStore, BoundStore, CompilationTarget, DeviceRefusal, Lookup, Miss,
+    StoreOutcome,
+};
 
 use crate::architecture::Architecture;
 use crate::compiler::{CudaArtifact, CudaCompiler, CudaVariant};
 use crate::device::CudaDevice;
 use crate::error::Error;
 use crate::module::{self, LoadedKernel};
+use crate::store::TargetStore;
 
 /// Where a target's kernels go.
 #[derive(Debug)]
@@ -21,11 +27,28 @@ enum Destination {
 }
 
 /// NVRTC in front of a GPU (or of none, to compile without one), for a
-/// [`KernelLoader`](kiln_core::KernelLoader).
+/// [`KernelLoader`](kiln_core::KernelLoader), and optionally a store in
+/// front of NVRTC.
 ///
-/// The target keeps nothing beyond the process yet (`persists() == false`):
-/// every artifact's key is ready for the store in
-/// [`CudaCompiler::key_components`].
+/// # Constructors
+///
+/// | target | how |
+/// |---|---|
+/// | GPU `ordinal`, storeless | [`CudaTarget::on_device`]`(ordinal)?` |
+/// | no GPU, for an architecture, storeless | [`CudaTarget::compile_only`]`(architecture)?` |
+/// | either, on a store | `.`[`with_store`](Self::with_store)`(store)` |
+/// | either, on a store unless it is disabled | `.`[`with_optional_store`](Self::with_optional_store)`(store)` |
+///
+/// A storeless target keeps artifacts as long as its loader
+/// (`persists() == false`). A target on a store — kiln-store's `DiskStore`
+/// or any other [`ArtifactStore`] — reads every kernel the store holds
+/// instead of compiling it, stores every kernel it compiles, and shares
+/// artifacts between kernels whose lowered text is identical (L5). Its keys
+/// are described at [`CudaKeyComponents::for_store`].
+///
+/// [`CudaKeyComponents::for_store`]: crate::CudaKeyComponents::for_store
+///
+/// # Example
 ///
 /// ```no_run
 /// use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
@@ -57,10 +80,41 @@ enum Destination {
 /// assert!(output.to_vec()?.iter().all(|&value| value == 2.5));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// On the disk store the `KILN_CACHE_*` variables describe (none under
+/// `KILN_CACHE_DISABLE=1`), so that what one process compiled, the next
+/// loads from the store:
+///
+/// ```no_run
+/// use std::sync::Arc;
+///
+/// use kiln_cuda::CudaTarget;
+/// use kiln_store::DiskStore;
+///
+/// let store = DiskStore::open_from_env()?;
+/// let target = CudaTarget::on_device(0)?
+///     .with_optional_store(store.map(|store| Arc::new(store) as _));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Compiling ahead of time for a GPU this machine lacks, into a store in a
+/// folder of one's own (what `kiln warm` does):
+///
+/// ```no_run
+/// use std::sync::Arc;
+///
+/// use kiln_cuda::{Architecture, CudaTarget};
+/// use kiln_store::{DiskStore, StoreConfig};
+///
+/// let store = DiskStore::open(StoreConfig::at("/var/cache/kiln"))?;
+/// let target = CudaTarget::compile_only(Architecture::new(9, 0))?.with_store(Arc::new(store));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct CudaTarget {
     compiler: CudaCompiler,
     destination: Destination,
+    store: Option<TargetStore>,
 }
 
 impl CudaTarget {
@@ -72,8 +126,9 @@ impl CudaTarget {
     pub fn on_device(ordinal: usize) -> Result<Self, Error> {
         let device = CudaDevice::open(ordinal)?;
         Ok(Self {
-            compiler: CudaCompiler::new()?,
+            compiler: CudaCompiler::new()?.keyed_for(device.architecture()),
             destination: Destination::Device(device),
+            store: None,
         })
     }
 
@@ -86,9 +141,52 @@ impl CudaTarget {
     /// NVRTC is missing.
     pub fn compile_only(architecture: Architecture) -> Result<Self, Error> {
         Ok(Self {
-            compiler: CudaCompiler::new()?,
+            compiler: CudaCompiler::new()?.keyed_for(architecture),
             destination: Destination::CompileOnly(architecture),
+            store: None,
         })
+    }
+
+    /// The same target on `store`: it reads kernels the store holds instead
+    /// of compiling them, and stores what it compiles (`persists() ==
+    /// true`). Kernels asked for under a variant of another architecture
+    /// than the target's compile and load without the store.
+    pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
+        self.store = Some(TargetStore::new(store, &self.compiler, self.architecture()));
+        self
+    }
+
+    /// The same target on `store` when there is one, storeless otherwise:
+    /// for a store that may be disabled, such as
+    /// `kiln_store::DiskStore::open_from_env()`'s under
+    /// `KILN_CACHE_DISABLE=1`.
+    pub fn with_optional_store(self, store: Option<Arc<dyn ArtifactStore>>) -> Self {
+        match store {
+            Some(store) => self.with_store(store),
+            None => self,
+        }
+    }
+
+    /// Puts the target on `store` in place of the one it has, as opening
+    /// another root does: its loader drops every kernel it loaded and loads
+    /// them again from `store` (L10). Claims held on the old store are let
+    /// go.
+    ///
+    /// Returns `false`, changing nothing, on a storeless target: whether a
+    /// target persists never changes.
+    #[must_use = "a storeless target does not switch"]
+    pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
+        if self.store.is_none() {
+            return false;
+        }
+        self.store = Some(TargetStore::new(store, &self.compiler, self.architecture()));
+        true
+    }
+
+    /// The store binding, on a target that persists: its store, its key
+    /// components, the key of any kernel, why a kernel missed (P9).
+    pub fn bound_store(&self) -> Option<&BoundStore<CudaCompiler>> {
+        self.store.as_ref().map(TargetStore::bound)
     }
 
     /// The architecture kernels are compiled for.
@@ -129,29 +227,52 @@ impl CompilationTarget for CudaTarget {
     }
 
     fn persists(&self) -> bool {
-        false
+        self.store.is_some()
     }
 
-    fn lookup(&mut self, _id: &ArtifactId<CudaVariant>) -> Lookup<CudaArtifact> {
-        Lookup::Miss(Miss::Absent)
+    #[inline]
+    fn generation(&self) -> u64 {
+        match &self.store {
+            Some(store) => store.generation(),
+            None => 0,
+        }
+    }
+
+    fn lookup(&mut self, id: &ArtifactId<CudaVariant>) -> Lookup<CudaArtifact> {
+        match &mut self.store {
+            Some(store) => store.lookup(&self.compiler, id),
+            None => Lookup::Miss(Miss::Absent),
+        }
     }
 
     fn lookup_source(
         &mut self,
-        _id: &ArtifactId<CudaVariant>,
-        _source: &str,
+        id: &ArtifactId<CudaVariant>,
+        source: &str,
     ) -> Lookup<CudaArtifact> {
-        Lookup::Miss(Miss::Absent)
+        match &mut self.store {
+            Some(store) => store.lookup_source(&self.compiler, id, source),
+            None => Lookup::Miss(Miss::Absent),
+        }
     }
 
     fn store(
         &mut self,
-        _id: &ArtifactId<CudaVariant>,
-        _artifact: &CudaArtifact,
-        _source: Option<&str>,
-        _work: Duration,
+        id: &ArtifactId<CudaVariant>,
+        artifact: &CudaArtifact,
+        source: Option<&str>,
+        work: Duration,
     ) -> StoreOutcome {
-        StoreOutcome::Skipped
+        match &mut self.store {
+            Some(store) => store.put(&self.compiler, id, artifact, source, work),
+            None => StoreOutcome::Skipped,
+        }
+    }
+
+    fn batch_finished(&mut self) {
+        if let Some(store) = &mut self.store {
+            store.release_claims();
+        }
     }
 
     fn load(

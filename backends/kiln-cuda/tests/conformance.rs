@@ -1,25 +1,40 @@
 //! The core conformance suite (the L, S and D rules) against the real
 //! NVRTC (B4): on a compile-only target everywhere NVRTC is, and on GPU 0
-//! where there is one.
+//! where there is one; each storeless, and on a real disk store in a
+//! temporary folder, where the store's rules (L5a hits, L5c sharing across
+//! the store, L10 switching roots) apply too.
 
 mod support;
 
 use kiln_core::KernelId;
 use kiln_core::conformance::ConformanceSubject;
 use kiln_cuda::{Architecture, CudaKernel, CudaOptions, CudaTarget, CudaVariant};
+use support::StoreRoots;
 
 /// The CUDA backend as the suite's subject.
 struct Cuda {
     on_device: bool,
     architecture: Architecture,
+    /// Where each target's store lives, when the targets persist: a fresh
+    /// root per target, removed with the subject at the end of the test.
+    stores: Option<StoreRoots>,
 }
 
 impl Cuda {
+    /// The same subject, whose targets sit on disk stores.
+    fn on_store(subject: Result<Self, String>, test: &str) -> Result<Self, String> {
+        subject.map(|subject| Self {
+            stores: Some(StoreRoots::new(test)),
+            ..subject
+        })
+    }
+
     fn compile_only() -> Result<Self, String> {
         match CudaTarget::compile_only(support::ARCHITECTURE) {
             Ok(target) => Ok(Self {
                 on_device: false,
                 architecture: target.architecture(),
+                stores: None,
             }),
             Err(error) if support::nvrtc_is_required() => {
                 panic!("the conformance suite needs NVRTC, and KILN_REQUIRE_NVRTC=1: {error}")
@@ -33,6 +48,7 @@ impl Cuda {
             Ok(target) => Ok(Self {
                 on_device: true,
                 architecture: target.architecture(),
+                stores: None,
             }),
             Err(error) => Err(format!("no CUDA device: {error}")),
         }
@@ -43,11 +59,23 @@ impl ConformanceSubject for Cuda {
     type Target = CudaTarget;
 
     fn target(&self) -> CudaTarget {
-        if self.on_device {
+        let target = if self.on_device {
             CudaTarget::on_device(0).expect("the device opened when the subject was made")
         } else {
             CudaTarget::compile_only(self.architecture)
                 .expect("NVRTC opened when the subject was made")
+        };
+        match &self.stores {
+            Some(stores) => target.with_store(stores.fresh()),
+            None => target,
+        }
+    }
+
+    fn switch_store(&self, target: &mut CudaTarget) -> bool {
+        // Another root: another store, with its own generation.
+        match &self.stores {
+            Some(stores) => target.switch_store(stores.fresh()),
+            None => false,
         }
     }
 
@@ -120,4 +148,15 @@ mod compile_only {
 
 mod on_device {
     kiln_core::conformance_suite!(super::Cuda::on_device());
+}
+
+mod compile_only_on_store {
+    kiln_core::conformance_suite!(super::Cuda::on_store(
+        super::Cuda::compile_only(),
+        "compile-only"
+    ));
+}
+
+mod on_device_on_store {
+    kiln_core::conformance_suite!(super::Cuda::on_store(super::Cuda::on_device(), "on-device"));
 }

@@ -3,8 +3,8 @@
 //! Every test skips with a printed reason when there is no GPU, and fails
 //! instead when `KILN_REQUIRE_DEVICE=1`.
 //!
-//! Loading an artifact from the disk store in a second process is tested
-//! once the store lands (P3/P4 with this backend).
+//! A kernel loaded from the disk store by a second process, launched on the
+//! same inputs, is tested in `tests/store.rs`.
 
 mod support;
 

@@ -5,7 +5,10 @@ use std::ffi::CString;
 use std::fmt;
 use std::sync::Arc;
 
-use kiln_core::{ArtifactCompiler, ArtifactId, CompileFailure, Diagnostic, Finalized, Severity};
+use kiln_core::{
+    ArtifactCompiler, ArtifactId, CompileFailure, Diagnostic, Finalized, KeyComponents,
+    KeyedCompiler, Severity,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::diagnostics;
@@ -102,6 +105,11 @@ impl HipLowered {
 
 /// A compiled HIP kernel: a code object for one gfx architecture and the
 /// symbol its entry point was lowered to.
+///
+/// Stores keep it serialized. A change to its fields that old bytes would
+/// still decode into must change the compiler component of
+/// [`HipArtifactKey::for_store`], so that old entries miss; a change they no
+/// longer decode into is a miss already.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct HipArtifact {
     /// The code object, as hipRTC returned it.
@@ -153,9 +161,15 @@ impl fmt::Debug for HipArtifact {
 /// assert_eq!(compiled.symbol, "scale");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// Its store keys (it is a [`KeyedCompiler`]) name the architecture of the
+/// target it serves, which the targets give it with
+/// [`keyed_for`](Self::keyed_for); see [`HipArtifactKey::for_store`].
 #[derive(Clone)]
 pub struct HipCompiler {
     toolchain: Arc<Toolchain>,
+    /// The architecture its store keys name; `None` until a target names it.
+    keyed_arch: Option<GfxArch>,
 }
 
 impl HipCompiler {
@@ -168,7 +182,21 @@ impl HipCompiler {
     pub fn new() -> Result<Self> {
         Ok(Self {
             toolchain: Toolchain::get()?,
+            keyed_arch: None,
         })
+    }
+
+    /// The same compiler, naming `arch` in its store keys: that of the
+    /// target it compiles for. What it compiles is unchanged: each kernel is
+    /// built for its variant's architecture.
+    pub fn keyed_for(mut self, arch: GfxArch) -> Self {
+        self.keyed_arch = Some(arch);
+        self
+    }
+
+    /// The architecture its store keys name, when a target named one.
+    pub fn keyed_arch(&self) -> Option<&GfxArch> {
+        self.keyed_arch.as_ref()
     }
 
     /// Which hipRTC and comgr compile.
@@ -283,6 +311,7 @@ impl fmt::Debug for HipCompiler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HipCompiler")
             .field("identity", self.identity())
+            .field("keyed_arch", &self.keyed_arch)
             .finish_non_exhaustive()
     }
 }
@@ -362,6 +391,18 @@ impl ArtifactCompiler for HipCompiler {
     ) -> Result<Finalized<HipArtifact>, CompileFailure> {
         self.compile(&id.variant.arch, &lowered)
     }
+}
+
+/// The HIP compiler's store keys (P1): see [`HipArtifactKey::for_store`]
+/// for the components and why they cover every artifact's bytes.
+impl KeyedCompiler for HipCompiler {
+    fn key_components(&self) -> KeyComponents {
+        HipArtifactKey::for_store(self.identity(), self.keyed_arch.as_ref())
+    }
+
+    // The entry point stays `None`: it is folded into every kernel's id and
+    // named by the lowered text's comment lines, so both kinds of key
+    // already hold it, and the loader's id alone could not say it.
 }
 
 #[cfg(test)]

@@ -1,11 +1,33 @@
-//! Everything that changes the bytes of a HIP artifact, in one value: the
-//! key a store files it under (P1).
+//! Everything that changes the bytes of a HIP artifact (P1): per artifact
+//! in [`HipArtifactKey`], carried on every artifact, and per target in the
+//! [`KeyComponents`] a store files every artifact of the target under.
+//!
+//! # How the store key covers every component
+//!
+//! A store key is the store's format, the [`KeyComponents`] of
+//! [`HipArtifactKey::for_store`] (backend `hip`, the compiler's whole
+//! identity, the target's architecture, the flags every kernel gets), the
+//! variant (the architecture again), and a subject:
+//!
+//! - by kernel: the kernel's id, into which [`HipKernel`](crate::HipKernel)
+//!   folds the source (or the generator's parameters), the entry point,
+//!   the kernel's own options and every header's text;
+//! - by source (P7): the digest of the lowered text, whose first lines name
+//!   the target, the entry point, every flag and every header's digest.
 
+use std::fmt;
+
+use kiln_core::KeyComponents;
 use serde::{Deserialize, Serialize};
 
 use crate::compiler::HipLowered;
 use crate::error::Result;
 use crate::isa::GfxArch;
+use crate::options::HipOptions;
+
+/// How [`KeyComponents::architecture`] reads for a compiler that no target
+/// has named an architecture for: each artifact's own is in its variant.
+pub(crate) const ANY_ARCHITECTURE: &str = "per variant";
 
 /// Which compiler built an artifact.
 ///
@@ -24,6 +46,19 @@ pub struct CompilerIdentity {
     pub comgr_version: String,
     /// The file comgr was loaded from, without its directory.
     pub comgr_library: String,
+}
+
+/// `hiprtc 9.0 (libamdhip64.so.5.2.21153), comgr 2.4 (libamd_comgr.so.2.4.0)`:
+/// every field, so that the compiler component of a store key changes
+/// whenever one of them does.
+impl fmt::Display for CompilerIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "hiprtc {} ({}), comgr {} ({})",
+            self.hiprtc_version, self.hiprtc_library, self.comgr_version, self.comgr_library
+        )
+    }
 }
 
 /// The digest of one header.
@@ -62,6 +97,9 @@ pub struct HipArtifactKey {
 /// miss rather than match.
 const KEY_FORMAT: &str = "kiln-hip artifact key 1";
 
+/// The backend store keys name: `hip`.
+const BACKEND: &str = "hip";
+
 impl HipArtifactKey {
     /// The key of `lowered` compiled for `arch` by `compiler`.
     ///
@@ -84,6 +122,38 @@ impl HipArtifactKey {
                 .collect(),
             entry_point: lowered.entry().to_owned(),
         })
+    }
+
+    /// What every store key of a target's artifacts shares (P1): backend
+    /// `hip`, the compiler's whole identity (hipRTC's and comgr's versions
+    /// and library files: hipRTC's own version says little), the target's
+    /// architecture, and as options the flags a kernel that chooses none is
+    /// compiled with, past the architecture (none: hipRTC's defaults).
+    ///
+    /// ```
+    /// use kiln_hip::{CompilerIdentity, GfxArch, HipArtifactKey};
+    ///
+    /// let identity = CompilerIdentity {
+    ///     hiprtc_version: "9.0".into(),
+    ///     hiprtc_library: "libamdhip64.so.5.2.21153".into(),
+    ///     comgr_version: "2.4".into(),
+    ///     comgr_library: "libamd_comgr.so.2.4.0".into(),
+    /// };
+    /// let components = HipArtifactKey::for_store(&identity, Some(&GfxArch::new("gfx90a")?));
+    /// assert_eq!(
+    ///     components.compiler,
+    ///     "hiprtc 9.0 (libamdhip64.so.5.2.21153), comgr 2.4 (libamd_comgr.so.2.4.0)"
+    /// );
+    /// assert_eq!(components.architecture, "gfx90a");
+    /// # Ok::<(), kiln_hip::Error>(())
+    /// ```
+    pub fn for_store(identity: &CompilerIdentity, arch: Option<&GfxArch>) -> KeyComponents {
+        KeyComponents::new(
+            BACKEND,
+            identity.to_string(),
+            arch.map_or_else(|| ANY_ARCHITECTURE.to_owned(), ToString::to_string),
+            HipOptions::new().flags_past_architecture().join(" "),
+        )
     }
 
     /// BLAKE3 of every component, in hex: one name for the whole key.
@@ -141,6 +211,44 @@ mod tests {
             }],
             entry_point: "k".into(),
         }
+    }
+
+    // P1
+    #[test]
+    fn the_store_components_name_the_whole_compiler_identity_and_the_architecture() {
+        let base = key();
+        let gfx90a = GfxArch::new("gfx90a").expect("valid");
+        let components = HipArtifactKey::for_store(&base.compiler, Some(&gfx90a));
+        assert_eq!(
+            components,
+            KeyComponents::new(
+                "hip",
+                "hiprtc 9.0 (libamdhip64.so.5.2.21153), comgr 2.4 (libamd_comgr.so.2.4.0)",
+                "gfx90a",
+                ""
+            )
+        );
+        let identity_changes: [fn(&mut CompilerIdentity); 4] = [
+            |identity| identity.hiprtc_version = "9.1".into(),
+            |identity| identity.hiprtc_library = "libhiprtc.so.6.2.60200".into(),
+            |identity| identity.comgr_version = "2.6".into(),
+            |identity| identity.comgr_library = "libamd_comgr.so.2.6.0".into(),
+        ];
+        for change in identity_changes {
+            let mut identity = base.compiler.clone();
+            change(&mut identity);
+            let changed = HipArtifactKey::for_store(&identity, Some(&gfx90a));
+            assert_ne!(changed.compiler, components.compiler, "{identity:?}");
+        }
+        let gfx908 = GfxArch::new("gfx908").expect("valid");
+        assert_ne!(
+            HipArtifactKey::for_store(&base.compiler, Some(&gfx908)).architecture,
+            components.architecture
+        );
+        assert_eq!(
+            HipArtifactKey::for_store(&base.compiler, None).architecture,
+            ANY_ARCHITECTURE
+        );
     }
 
     // P1

@@ -50,9 +50,17 @@
 //! - **The key is one value.** [`HipArtifactKey`] holds everything that
 //!   shapes an artifact: compiler identity (hipRTC and comgr versions and
 //!   library files), architecture, the exact flags, BLAKE3 digests of the
-//!   source and of each header, and the entry point. The targets are
-//!   storeless for now (`persists() == false`); the key rides on every
-//!   artifact for the store to come.
+//!   source and of each header, and the entry point; it rides on every
+//!   artifact. A store files artifacts under
+//!   [`HipArtifactKey::for_store`]'s components (backend, the whole compiler
+//!   identity, architecture) plus the kernel's id or the lowered text, which
+//!   between them hold the rest.
+//! - **Targets are storeless until given a store.**
+//!   [`HipTarget::with_store`] and [`HipCompileOnlyTarget::with_store`] put
+//!   a target on any [`ArtifactStore`](kiln_core::ArtifactStore), such as
+//!   kiln-store's disk store, through kiln-core's
+//!   [`BoundStore`](kiln_core::BoundStore): a kernel the store holds is read,
+//!   not compiled, by every later process.
 //! - **Nothing unchecked reaches the driver.** `hipModuleLoadData` takes no
 //!   length, so every code object is read first: a truncated or foreign one
 //!   is refused before the driver sees it.
@@ -102,6 +110,7 @@ mod launch;
 mod options;
 mod program;
 mod result;
+mod store;
 mod sys;
 mod target;
 mod toolchain;

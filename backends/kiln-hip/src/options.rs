@@ -133,7 +133,19 @@ impl HipOptions {
             return Err(Error::ArchitectureFlag { flag: flag.clone() });
         }
         let mut flags = vec![format!("--gpu-architecture={arch}")];
-        flags.extend(self.std.map(|std| std.flag().to_owned()));
+        flags.extend(self.flags_past_architecture());
+        Ok(flags)
+    }
+
+    /// The flags of [`compile_flags`](Self::compile_flags) after the
+    /// architecture's, unchecked: what a store key names as options, beside
+    /// the architecture it names apart.
+    pub fn flags_past_architecture(&self) -> Vec<String> {
+        let mut flags: Vec<String> = self
+            .std
+            .map(|std| std.flag().to_owned())
+            .into_iter()
+            .collect();
         if self.fast_math {
             flags.push("-ffast-math".to_owned());
         }
@@ -142,7 +154,7 @@ impl HipOptions {
             None => format!("-D{name}"),
         }));
         flags.extend(self.flags.iter().cloned());
-        Ok(flags)
+        flags
     }
 }
 

@@ -1,13 +1,16 @@
 //! The two HIP targets: one that loads on an AMD GPU, and one that stops
 //! after compiling and describes what it would load.
 //!
-//! Both are storeless for now: artifacts live as long as their loader.
+//! Both are storeless until given a store (`with_store`): then they read
+//! every kernel the store holds instead of compiling it, and store what
+//! they compile.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_core::{
-    ArtifactId, CompilationTarget, DeviceRefusal, KernelId, Lookup, Miss, StoreOutcome,
+    ArtifactId, ArtifactStore, BoundStore, CompilationTarget, DeviceRefusal, KernelId, Lookup,
+    Miss, StoreOutcome,
 };
 
 use crate::code_object;
@@ -16,6 +19,46 @@ use crate::device::{HipDevice, HipFunction};
 use crate::error::{Error, Result};
 use crate::isa::GfxArch;
 use crate::options::HipVariant;
+use crate::store::TargetStore;
+
+/// A target's store methods, forwarded to its [`TargetStore`] when it has
+/// one: the same for both targets.
+fn lookup_in(
+    store: Option<&mut TargetStore>,
+    compiler: &HipCompiler,
+    id: &ArtifactId<HipVariant>,
+) -> Lookup<HipArtifact> {
+    match store {
+        Some(store) => store.lookup(compiler, id),
+        None => Lookup::Miss(Miss::Absent),
+    }
+}
+
+fn lookup_source_in(
+    store: Option<&mut TargetStore>,
+    compiler: &HipCompiler,
+    id: &ArtifactId<HipVariant>,
+    source: &str,
+) -> Lookup<HipArtifact> {
+    match store {
+        Some(store) => store.lookup_source(compiler, id, source),
+        None => Lookup::Miss(Miss::Absent),
+    }
+}
+
+fn put_in(
+    store: Option<&mut TargetStore>,
+    compiler: &HipCompiler,
+    id: &ArtifactId<HipVariant>,
+    artifact: &HipArtifact,
+    source: Option<&str>,
+    work: Duration,
+) -> StoreOutcome {
+    match store {
+        Some(store) => store.put(compiler, id, artifact, source, work),
+        None => StoreOutcome::Skipped,
+    }
+}
 
 fn refusal(error: Error) -> DeviceRefusal {
     let code = match &error {
@@ -31,11 +74,32 @@ fn refusal(error: Error) -> DeviceRefusal {
 /// An AMD GPU behind hipRTC: kernels compile to code objects for the
 /// device's architecture and load with `hipModuleLoadData`.
 ///
+/// Storeless as made; [`with_store`](Self::with_store) puts it on a store
+/// (kiln-store's `DiskStore`, or any other [`ArtifactStore`]) keyed by the
+/// device's architecture, see [`HipArtifactKey::for_store`].
+///
 /// **Not yet run on AMD hardware**: see the crate documentation.
+///
+/// ```no_run
+/// use std::sync::Arc;
+///
+/// use kiln_hip::{HipDevice, HipTarget};
+/// use kiln_store::DiskStore;
+///
+/// // The store the KILN_CACHE_* variables describe; none under
+/// // KILN_CACHE_DISABLE=1, and the target is storeless.
+/// let store = DiskStore::open_from_env()?;
+/// let target = HipTarget::new(HipDevice::open(0)?)?
+///     .with_optional_store(store.map(|store| Arc::new(store) as _));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// [`HipArtifactKey::for_store`]: crate::HipArtifactKey::for_store
 #[derive(Debug)]
 pub struct HipTarget {
     compiler: HipCompiler,
     device: HipDevice,
+    store: Option<TargetStore>,
 }
 
 impl HipTarget {
@@ -50,7 +114,60 @@ impl HipTarget {
 
     /// A target on `device` with `compiler`.
     pub fn with_compiler(compiler: HipCompiler, device: HipDevice) -> Self {
-        Self { compiler, device }
+        Self {
+            compiler: compiler.keyed_for(device.arch().clone()),
+            device,
+            store: None,
+        }
+    }
+
+    /// The same target on `store`: it reads kernels the store holds instead
+    /// of compiling them, and stores what it compiles (`persists() ==
+    /// true`). Kernels asked for under a variant of another architecture
+    /// than the device's compile without the store.
+    pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
+        self.store = Some(TargetStore::new(
+            store,
+            &self.compiler,
+            self.device.arch().clone(),
+        ));
+        self
+    }
+
+    /// The same target on `store` when there is one, storeless otherwise:
+    /// for a store that may be disabled, such as
+    /// `kiln_store::DiskStore::open_from_env()`'s under
+    /// `KILN_CACHE_DISABLE=1`.
+    pub fn with_optional_store(self, store: Option<Arc<dyn ArtifactStore>>) -> Self {
+        match store {
+            Some(store) => self.with_store(store),
+            None => self,
+        }
+    }
+
+    /// Puts the target on `store` in place of the one it has, as opening
+    /// another root does: its loader drops every kernel it loaded and loads
+    /// them again from `store` (L10).
+    ///
+    /// Returns `false`, changing nothing, on a storeless target: whether a
+    /// target persists never changes.
+    #[must_use = "a storeless target does not switch"]
+    pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
+        if self.store.is_none() {
+            return false;
+        }
+        self.store = Some(TargetStore::new(
+            store,
+            &self.compiler,
+            self.device.arch().clone(),
+        ));
+        true
+    }
+
+    /// The store binding, on a target that persists: its store, its key
+    /// components, the key of any kernel, why a kernel missed (P9).
+    pub fn bound_store(&self) -> Option<&BoundStore<HipCompiler>> {
+        self.store.as_ref().map(TargetStore::bound)
     }
 
     /// The variant the device runs: its architecture.
@@ -73,29 +190,46 @@ impl CompilationTarget for HipTarget {
     }
 
     fn persists(&self) -> bool {
-        false
+        self.store.is_some()
     }
 
-    fn lookup(&mut self, _id: &ArtifactId<HipVariant>) -> Lookup<HipArtifact> {
-        Lookup::Miss(Miss::Absent)
+    #[inline]
+    fn generation(&self) -> u64 {
+        match &self.store {
+            Some(store) => store.generation(),
+            None => 0,
+        }
     }
 
-    fn lookup_source(
-        &mut self,
-        _id: &ArtifactId<HipVariant>,
-        _source: &str,
-    ) -> Lookup<HipArtifact> {
-        Lookup::Miss(Miss::Absent)
+    fn lookup(&mut self, id: &ArtifactId<HipVariant>) -> Lookup<HipArtifact> {
+        lookup_in(self.store.as_mut(), &self.compiler, id)
+    }
+
+    fn lookup_source(&mut self, id: &ArtifactId<HipVariant>, source: &str) -> Lookup<HipArtifact> {
+        lookup_source_in(self.store.as_mut(), &self.compiler, id, source)
     }
 
     fn store(
         &mut self,
-        _id: &ArtifactId<HipVariant>,
-        _artifact: &HipArtifact,
-        _source: Option<&str>,
-        _work: Duration,
+        id: &ArtifactId<HipVariant>,
+        artifact: &HipArtifact,
+        source: Option<&str>,
+        work: Duration,
     ) -> StoreOutcome {
-        StoreOutcome::Skipped
+        put_in(
+            self.store.as_mut(),
+            &self.compiler,
+            id,
+            artifact,
+            source,
+            work,
+        )
+    }
+
+    fn batch_finished(&mut self) {
+        if let Some(store) = &mut self.store {
+            store.release_claims();
+        }
     }
 
     fn load(
@@ -141,16 +275,80 @@ pub struct CompiledKernel {
 /// [`CompiledKernel`] describing it.
 ///
 /// It serves machines with hipRTC and no AMD GPU: ahead-of-time compiles,
-/// and kiln's own tests.
-#[derive(Debug, Clone)]
+/// and kiln's own tests. Storeless as made, it compiles for any variant's
+/// architecture; [`with_store`](Self::with_store) puts it on a store for
+/// one architecture, the way `kiln warm` fills a store for a GPU it lacks:
+///
+/// ```no_run
+/// use std::sync::Arc;
+///
+/// use kiln_core::{ArtifactId, Kernel, KernelLoader};
+/// use kiln_hip::{GfxArch, HipCompileOnlyTarget, HipKernel, HipVariant};
+/// use kiln_store::{DiskStore, StoreConfig};
+///
+/// let arch = GfxArch::new("gfx90a")?;
+/// let store = DiskStore::open(StoreConfig::at("/var/cache/kiln"))?;
+/// let target = HipCompileOnlyTarget::open()?.with_store(Arc::new(store), arch.clone());
+/// let mut loader = KernelLoader::new(target);
+/// let kernel = HipKernel::from_text(
+///     "scale",
+///     "scale",
+///     r#"extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }"#,
+/// );
+/// // Compiled and stored, or read from the store when it holds it.
+/// loader.load(&kernel, &ArtifactId::new(kernel.id(), HipVariant::new(arch)))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
 pub struct HipCompileOnlyTarget {
     compiler: HipCompiler,
+    store: Option<TargetStore>,
 }
 
 impl HipCompileOnlyTarget {
     /// A target compiling with `compiler`.
     pub fn new(compiler: HipCompiler) -> Self {
-        Self { compiler }
+        Self {
+            compiler,
+            store: None,
+        }
+    }
+
+    /// The same target on `store`, for artifacts of `arch`: it reads
+    /// kernels the store holds instead of compiling them, and stores what
+    /// it compiles (`persists() == true`). Kernels asked for under a variant
+    /// of another architecture compile without the store.
+    pub fn with_store(mut self, store: Arc<dyn ArtifactStore>, arch: GfxArch) -> Self {
+        self.compiler = self.compiler.keyed_for(arch.clone());
+        self.store = Some(TargetStore::new(store, &self.compiler, arch));
+        self
+    }
+
+    /// Puts the target on `store` in place of the one it has, for the same
+    /// architecture, as opening another root does: its loader drops every
+    /// kernel it loaded and loads them again from `store` (L10).
+    ///
+    /// Returns `false`, changing nothing, on a storeless target: whether a
+    /// target persists never changes.
+    #[must_use = "a storeless target does not switch"]
+    pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
+        let Some(current) = &self.store else {
+            return false;
+        };
+        let arch = current.arch().clone();
+        self.store = Some(TargetStore::new(store, &self.compiler, arch));
+        true
+    }
+
+    /// The architecture its store holds artifacts for, when it has one.
+    pub fn stored_arch(&self) -> Option<&GfxArch> {
+        self.store.as_ref().map(TargetStore::arch)
+    }
+
+    /// The store binding, on a target that persists: its store, its key
+    /// components, the key of any kernel, why a kernel missed (P9).
+    pub fn bound_store(&self) -> Option<&BoundStore<HipCompiler>> {
+        self.store.as_ref().map(TargetStore::bound)
     }
 
     /// A target compiling with the process's hipRTC.
@@ -172,29 +370,46 @@ impl CompilationTarget for HipCompileOnlyTarget {
     }
 
     fn persists(&self) -> bool {
-        false
+        self.store.is_some()
     }
 
-    fn lookup(&mut self, _id: &ArtifactId<HipVariant>) -> Lookup<HipArtifact> {
-        Lookup::Miss(Miss::Absent)
+    #[inline]
+    fn generation(&self) -> u64 {
+        match &self.store {
+            Some(store) => store.generation(),
+            None => 0,
+        }
     }
 
-    fn lookup_source(
-        &mut self,
-        _id: &ArtifactId<HipVariant>,
-        _source: &str,
-    ) -> Lookup<HipArtifact> {
-        Lookup::Miss(Miss::Absent)
+    fn lookup(&mut self, id: &ArtifactId<HipVariant>) -> Lookup<HipArtifact> {
+        lookup_in(self.store.as_mut(), &self.compiler, id)
+    }
+
+    fn lookup_source(&mut self, id: &ArtifactId<HipVariant>, source: &str) -> Lookup<HipArtifact> {
+        lookup_source_in(self.store.as_mut(), &self.compiler, id, source)
     }
 
     fn store(
         &mut self,
-        _id: &ArtifactId<HipVariant>,
-        _artifact: &HipArtifact,
-        _source: Option<&str>,
-        _work: Duration,
+        id: &ArtifactId<HipVariant>,
+        artifact: &HipArtifact,
+        source: Option<&str>,
+        work: Duration,
     ) -> StoreOutcome {
-        StoreOutcome::Skipped
+        put_in(
+            self.store.as_mut(),
+            &self.compiler,
+            id,
+            artifact,
+            source,
+            work,
+        )
+    }
+
+    fn batch_finished(&mut self) {
+        if let Some(store) = &mut self.store {
+            store.release_claims();
+        }
     }
 
     fn load(

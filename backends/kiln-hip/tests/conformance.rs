@@ -1,20 +1,43 @@
 //! The core conformance suite (L, S and D rules) against real hipRTC,
 //! through the compile-only target (B4): every kernel is compiled for
 //! gfx90a by hipRTC, and every load checks the code object as a device
-//! would.
+//! would. It runs storeless, and on a real disk store in a temporary folder,
+//! where the store's rules (L5a hits, L5c sharing across the store, L10
+//! switching roots) apply too.
+
+mod support;
 
 use kiln_core::KernelId;
 use kiln_core::conformance::ConformanceSubject;
 use kiln_hip::{GfxArch, HipCompileOnlyTarget, HipCompiler, HipKernel, HipSource, HipVariant};
+use support::StoreRoots;
 
 struct Hip {
     compiler: HipCompiler,
+    /// Where each target's store lives, when the targets persist: a fresh
+    /// root per target, removed with the subject at the end of the test.
+    stores: Option<StoreRoots>,
 }
 
 fn subject() -> Result<Hip, String> {
     HipCompiler::new()
-        .map(|compiler| Hip { compiler })
+        .map(|compiler| Hip {
+            compiler,
+            stores: None,
+        })
         .map_err(|error| error.to_string())
+}
+
+/// The subject whose targets sit on disk stores.
+fn subject_on_store() -> Result<Hip, String> {
+    subject().map(|subject| Hip {
+        stores: Some(StoreRoots::new("conformance")),
+        ..subject
+    })
+}
+
+fn gfx90a() -> GfxArch {
+    GfxArch::new("gfx90a").expect("gfx90a is a valid name")
 }
 
 /// One kernel body every sharing kernel lowers to.
@@ -27,11 +50,23 @@ impl ConformanceSubject for Hip {
     type Target = HipCompileOnlyTarget;
 
     fn target(&self) -> HipCompileOnlyTarget {
-        HipCompileOnlyTarget::new(self.compiler.clone())
+        let target = HipCompileOnlyTarget::new(self.compiler.clone());
+        match &self.stores {
+            Some(stores) => target.with_store(stores.fresh(), gfx90a()),
+            None => target,
+        }
     }
 
     fn variant(&self) -> HipVariant {
-        HipVariant::new(GfxArch::new("gfx90a").expect("gfx90a is a valid name"))
+        HipVariant::new(gfx90a())
+    }
+
+    fn switch_store(&self, target: &mut HipCompileOnlyTarget) -> bool {
+        // Another root: another store, with its own generation.
+        match &self.stores {
+            Some(stores) => target.switch_store(stores.fresh()),
+            None => false,
+        }
     }
 
     fn distinct(&self, index: usize) -> Box<HipKernel> {
@@ -83,4 +118,10 @@ impl ConformanceSubject for Hip {
     // (a device function) already fails to compile, so L9 has no subject.
 }
 
-kiln_core::conformance_suite!(subject());
+mod storeless {
+    kiln_core::conformance_suite!(super::subject());
+}
+
+mod on_store {
+    kiln_core::conformance_suite!(super::subject_on_store());
+}

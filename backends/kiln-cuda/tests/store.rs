@@ -1,0 +1,503 @@
+//! The CUDA target on a real disk store with the real NVRTC: the keys it
+//! files artifacts under (P1), damaged entries (P2), sharing by text across
+//! processes' worth of rebuilds (P7), and a second process that reads what
+//! the first compiled (L5a) — the cubin's bytes without a GPU, and on a GPU
+//! a kernel that launches with results identical to the first process's.
+//!
+//! The tests that need a second process run this test binary again, with
+//! `KILN_CUDA_STORE_CHILD` naming the folder the first one filled: the same
+//! test then plays the second process.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kiln_core::{
+    ArtifactId, CompilationTarget, Kernel, KernelId, KernelOutcome, KeyComponent, KeyComponents,
+    Lookup,
+};
+use kiln_cuda::{
+    Architecture, CudaKernel, CudaOptions, CudaTarget, CudaVariant, DeviceBuffer, LaunchConfig,
+    LoadedImage,
+};
+use support::{Random, Scratch, disk_store, fixed, id_on, loader};
+
+/// Set in a second process: the folder the first process filled.
+const CHILD: &str = "KILN_CUDA_STORE_CHILD";
+
+/// How long a second process may take before it counts as hung.
+const CHILD_LIMIT: Duration = Duration::from_secs(120);
+
+/// The folder of the first process, when this process is the second.
+fn child_folder() -> Option<PathBuf> {
+    std::env::var_os(CHILD).map(PathBuf::from)
+}
+
+/// Runs test `test` of this binary again as a second process on `folder`,
+/// and fails with its output unless it passes.
+fn run_second_process(test: &str, folder: &Path) {
+    let stdout = folder.join("child.stdout");
+    let stderr = folder.join("child.stderr");
+    let mut child = Command::new(std::env::current_exe().expect("the test binary's path"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, folder)
+        .stdout(std::fs::File::create(&stdout).expect("a file for stdout"))
+        .stderr(std::fs::File::create(&stderr).expect("a file for stderr"))
+        .spawn()
+        .expect("the test binary runs again");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the child can be waited for") {
+            break status;
+        }
+        if started.elapsed() > CHILD_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the second process ran past {CHILD_LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = std::fs::read_to_string(&stdout).unwrap_or_default()
+        + &std::fs::read_to_string(&stderr).unwrap_or_default();
+    assert!(
+        status.success(),
+        "the second process failed ({status}):\n{output}"
+    );
+    assert!(
+        output.contains("1 passed"),
+        "the second process ran its test:\n{output}"
+    );
+}
+
+/// saxpy, with a fixed source: the same kernel id in every process.
+fn saxpy() -> CudaKernel {
+    fixed("tests.store.saxpy", "saxpy", support::SAXPY)
+}
+
+fn write_floats(path: &Path, values: &[f32]) {
+    let bytes: Vec<u8> = values
+        .iter()
+        .flat_map(|value| value.to_le_bytes())
+        .collect();
+    std::fs::write(path, bytes).expect("the floats are written");
+}
+
+fn read_floats(path: &Path) -> Vec<f32> {
+    std::fs::read(path)
+        .expect("the floats are there")
+        .chunks_exact(4)
+        .map(|chunk| f32::from_le_bytes(chunk.try_into().expect("four bytes")))
+        .collect()
+}
+
+// P1
+#[test]
+fn p1_the_store_key_names_cuda_nvrtc_the_architecture_and_the_default_options() {
+    let Some(target) = support::compile_only("P1 store key") else {
+        return;
+    };
+    let version = target.compiler().version();
+    let scratch = Scratch::new("key");
+    let store = disk_store(&scratch.join("store"));
+    let hopper = target.with_store(store.clone());
+    let bound = hopper
+        .bound_store()
+        .expect("a target on a store has a binding");
+    assert_eq!(
+        *bound.components(),
+        KeyComponents::new("cuda", format!("nvrtc {version}"), "sm_90", "-std=c++17")
+    );
+    let kernel = saxpy();
+    let compiled = support::compile(&hopper, &kernel).expect("saxpy compiles");
+    assert_eq!(
+        bound.components().compiler,
+        compiled.artifact.key.compiler,
+        "the artifact and its store key name the compiler alike"
+    );
+
+    // Two targets, as two processes would make them: the same key.
+    let again = CudaTarget::compile_only(support::ARCHITECTURE)
+        .expect("NVRTC opened once already")
+        .with_store(store.clone());
+    let id = id_on(&hopper, &kernel);
+    let key = bound.artifact_key(hopper.compiler(), &id);
+    let same = again
+        .bound_store()
+        .expect("bound")
+        .artifact_key(again.compiler(), &id);
+    assert_eq!(key.digest(), same.digest());
+
+    // Another architecture, or another option, is another key that says so.
+    let ampere = CudaTarget::compile_only(Architecture::new(8, 0))
+        .expect("NVRTC opened once already")
+        .with_store(store);
+    let ampere_key = ampere
+        .bound_store()
+        .expect("bound")
+        .artifact_key(ampere.compiler(), &id_on(&ampere, &kernel));
+    assert_ne!(ampere_key.digest(), key.digest());
+    assert_eq!(
+        key.first_difference(&ampere_key)
+            .map(|difference| difference.component),
+        Some(KeyComponent::Architecture)
+    );
+    let fast = CudaKernel::builder(KernelId::named("tests.store.saxpy"), "saxpy")
+        .options(CudaOptions::default().fast_math(true))
+        .source(support::SAXPY);
+    let fast_key = bound.artifact_key(hopper.compiler(), &id_on(&hopper, &fast));
+    assert_ne!(
+        fast_key.digest(),
+        key.digest(),
+        "a kernel's own options are in its id, so in its key"
+    );
+    let text = |kernel: &CudaKernel| {
+        use kiln_core::ArtifactCompiler;
+        let lowered = hopper
+            .compiler()
+            .lower(kernel, &id_on(&hopper, kernel))
+            .expect("lowers");
+        bound
+            .source_key(
+                hopper.compiler(),
+                &id_on(&hopper, kernel),
+                kiln_cuda::CudaCompiler::source(&lowered).expect("text"),
+            )
+            .digest()
+    };
+    assert_ne!(
+        text(&fast),
+        text(&kernel),
+        "a kernel's own options are in its lowered text, so in its source key"
+    );
+}
+
+// L5a, B1: the second process is the same test, run with `CHILD` set.
+#[test]
+fn l5a_a_second_process_reads_the_identical_cubin_from_the_store_without_compiling() {
+    const TEST: &str =
+        "l5a_a_second_process_reads_the_identical_cubin_from_the_store_without_compiling";
+    if let Some(folder) = child_folder() {
+        return second_process_reads_the_cubin(&folder);
+    }
+    let Some(target) = support::compile_only("L5a across processes") else {
+        return;
+    };
+    let scratch = Scratch::new("cubin");
+    let kernel = saxpy();
+    let reference = support::compile(&target, &kernel)
+        .expect("saxpy compiles")
+        .artifact;
+    let mut first = loader(target.with_store(disk_store(&scratch.join("store"))));
+    let id = id_on(first.target(), &kernel);
+    first.load(&kernel, &id).expect("saxpy loads");
+    assert_eq!(first.records()[0].count(KernelOutcome::Compiled), 1);
+    assert!(first.records()[0].stored, "the first process stored saxpy");
+    drop(first);
+
+    run_second_process(TEST, scratch.path());
+    let cubin = std::fs::read(scratch.join("second.cubin")).expect("the second process wrote it");
+    let ptx = std::fs::read_to_string(scratch.join("second.ptx")).expect("and the PTX");
+    assert!(!cubin.is_empty());
+    assert!(
+        cubin == reference.cubin,
+        "the cubin read from the store is the one NVRTC makes ({} and {} bytes)",
+        cubin.len(),
+        reference.cubin.len()
+    );
+    assert_eq!(ptx, reference.ptx);
+}
+
+/// The second process of the test above: loads saxpy from the store the
+/// first filled, proves nothing compiled, and writes the cubin it read.
+fn second_process_reads_the_cubin(folder: &Path) {
+    let target = CudaTarget::compile_only(support::ARCHITECTURE)
+        .expect("NVRTC is there: the first process used it")
+        .with_store(disk_store(&folder.join("store")));
+    let mut second = loader(target);
+    let kernel = saxpy();
+    let id = id_on(second.target(), &kernel);
+    let loaded = second
+        .load(&kernel, &id)
+        .expect("saxpy loads from the store");
+    let batch = &second.records()[0];
+    assert_eq!(batch.count(KernelOutcome::FromStore), 1, "{batch:?}");
+    assert_eq!(second.statistics().compiled, 0, "nothing was compiled");
+    assert_eq!(second.statistics().hits, 1);
+    assert!(!batch.stored, "nothing new to store");
+    assert_eq!(loaded.lowered_name(), "saxpy");
+    let Lookup::Hit { artifact, .. } = second.target_mut().lookup(&id) else {
+        panic!("the store still holds saxpy");
+    };
+    std::fs::write(folder.join("second.cubin"), &artifact.cubin).expect("written");
+    std::fs::write(folder.join("second.ptx"), &artifact.ptx).expect("written");
+}
+
+// L5a, B1, B4: the second process is the same test, run with `CHILD` set.
+#[test]
+fn l5a_a_kernel_loaded_from_the_store_by_a_second_process_launches_with_identical_results() {
+    const TEST: &str =
+        "l5a_a_kernel_loaded_from_the_store_by_a_second_process_launches_with_identical_results";
+    if let Some(folder) = child_folder() {
+        return second_process_launches(&folder);
+    }
+    let Some(target) = support::on_device("L5a across processes on the GPU") else {
+        return;
+    };
+    let scratch = Scratch::new("launch");
+    let device = target.device().expect("a device target").clone();
+    let mut first = loader(target.with_store(disk_store(&scratch.join("store"))));
+    let kernel = saxpy();
+    let id = id_on(first.target(), &kernel);
+    let saxpy = first.load(&kernel, &id).expect("saxpy loads");
+    assert_eq!(first.records()[0].count(KernelOutcome::Compiled), 1);
+    assert!(first.records()[0].stored, "the first process stored saxpy");
+
+    let mut random = Random::fresh("saxpy across processes");
+    let n = 1 << 20;
+    let a = random.unit() * 4.0 - 2.0;
+    let x = random.signed(n);
+    let y = random.signed(n);
+    write_floats(&scratch.join("a"), &[a]);
+    write_floats(&scratch.join("x"), &x);
+    write_floats(&scratch.join("y"), &y);
+    let first_output = launch_saxpy(&device, &saxpy, a, &x, &y);
+    assert!(first_output.iter().all(|value| value.is_finite()));
+    drop(saxpy);
+    drop(first);
+
+    run_second_process(TEST, scratch.path());
+    let second_output = read_floats(&scratch.join("second.out"));
+    assert_eq!(second_output.len(), n);
+    let differing = first_output
+        .iter()
+        .zip(&second_output)
+        .filter(|(first, second)| first.to_bits() != second.to_bits())
+        .count();
+    assert_eq!(
+        differing, 0,
+        "the kernel from the store gives the first process's results, bit for bit"
+    );
+}
+
+/// saxpy on `device` over `x` and `y`, into a buffer poisoned with NaN.
+fn launch_saxpy(
+    device: &kiln_cuda::CudaDevice,
+    saxpy: &kiln_cuda::LoadedKernel,
+    a: f32,
+    x: &[f32],
+    y: &[f32],
+) -> Vec<f32> {
+    let n = x.len();
+    let x_device = device.upload(x).expect("upload");
+    let y_device = device.upload(y).expect("upload");
+    let mut out: DeviceBuffer<f32> = device.alloc(n).expect("alloc");
+    out.copy_from_host(&vec![f32::NAN; n]).expect("poison");
+    let count = i32::try_from(n).expect("n fits");
+    // SAFETY: the arguments match saxpy(float, const float*, const float*,
+    // float*, int), and every buffer holds n floats.
+    unsafe {
+        saxpy.launch(
+            LaunchConfig::for_elements(count as u32, 256),
+            &[
+                a.into(),
+                (&x_device).into(),
+                (&y_device).into(),
+                (&out).into(),
+                count.into(),
+            ],
+        )
+    }
+    .expect("launch");
+    out.to_vec().expect("read back")
+}
+
+/// The second process of the test above: loads saxpy from the store, proves
+/// nothing compiled, launches it on the first process's inputs and writes
+/// what it computed.
+fn second_process_launches(folder: &Path) {
+    let target = CudaTarget::on_device(0)
+        .expect("the GPU is there: the first process used it")
+        .with_store(disk_store(&folder.join("store")));
+    let device = target.device().expect("a device target").clone();
+    let mut second = loader(target);
+    let kernel = saxpy();
+    let id = id_on(second.target(), &kernel);
+    let saxpy = second
+        .load(&kernel, &id)
+        .expect("saxpy loads from the store");
+    let batch = &second.records()[0];
+    assert_eq!(batch.count(KernelOutcome::FromStore), 1, "{batch:?}");
+    assert_eq!(second.statistics().compiled, 0, "nothing was compiled");
+    assert_eq!(
+        saxpy.image(),
+        LoadedImage::Cubin,
+        "the stored cubin loads as it is"
+    );
+    let a = read_floats(&folder.join("a"))[0];
+    let x = read_floats(&folder.join("x"));
+    let y = read_floats(&folder.join("y"));
+    let output = launch_saxpy(&device, &saxpy, a, &x, &y);
+    write_floats(&folder.join("second.out"), &output);
+}
+
+// P2
+#[test]
+fn p2_a_damaged_cubin_in_the_store_is_never_loaded_and_compiles_again() {
+    let Some(target) = support::compile_only("P2 with NVRTC") else {
+        return;
+    };
+    let scratch = Scratch::new("damaged");
+    let root = scratch.join("store");
+    let mut first = loader(target.with_store(disk_store(&root)));
+    let kernel = saxpy();
+    let id = id_on(first.target(), &kernel);
+    first.load(&kernel, &id).expect("saxpy loads");
+    drop(first);
+
+    let mut damaged = 0;
+    for object in files_under(&root.join("objects")) {
+        let mut bytes = std::fs::read(&object).expect("an object reads");
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0xff;
+        std::fs::write(&object, bytes).expect("an object writes");
+        damaged += 1;
+    }
+    assert!(damaged > 0, "the store held saxpy's object");
+
+    let target = CudaTarget::compile_only(support::ARCHITECTURE)
+        .expect("NVRTC opened once already")
+        .with_store(disk_store(&root));
+    let mut second = loader(target);
+    second.load(&kernel, &id).expect("saxpy compiles again");
+    let batch = &second.records()[0];
+    assert_eq!(
+        batch.count(KernelOutcome::Compiled),
+        1,
+        "the damaged entry was a miss: {batch:?}"
+    );
+    assert!(batch.stored, "and the new artifact took its place");
+}
+
+fn files_under(folder: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut folders = vec![folder.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+// P7, L5c
+#[test]
+fn p7_a_rebuilt_kernel_with_a_new_id_and_the_same_text_takes_the_stored_artifact() {
+    let Some(target) = support::compile_only("P7 with NVRTC") else {
+        return;
+    };
+    let scratch = Scratch::new("rekeyed");
+    let root = scratch.join("store");
+    // Two generated kernels with the same text: ids of two builds of a
+    // program whose id scheme changed.
+    let generated = |version: u32| {
+        CudaKernel::builder(
+            KernelId::named("tests.store.rebuilt").parameter(&version),
+            "saxpy",
+        )
+        .generator(|_architecture| Ok(support::SAXPY.to_owned()))
+    };
+    let (old, new) = (generated(1), generated(2));
+    assert_ne!(old.id(), new.id());
+    let mut first = loader(target.with_store(disk_store(&root)));
+    let old_id = id_on(first.target(), &old);
+    first.load(&old, &old_id).expect("the old build loads");
+    drop(first);
+
+    let target = CudaTarget::compile_only(support::ARCHITECTURE)
+        .expect("NVRTC opened once already")
+        .with_store(disk_store(&root));
+    let mut second = loader(target);
+    let new_id = id_on(second.target(), &new);
+    second.load(&new, &new_id).expect("the new build loads");
+    let batch = &second.records()[0];
+    assert_eq!(
+        batch.count(KernelOutcome::Rekeyed),
+        1,
+        "the text was found in the store: {batch:?}"
+    );
+    assert_eq!(second.statistics().compiled, 0, "NVRTC was not run");
+}
+
+// P1: a store's keys name one architecture.
+#[test]
+fn a_kernel_asked_for_another_architecture_compiles_without_the_store() {
+    let Some(target) = support::compile_only("another architecture") else {
+        return;
+    };
+    let scratch = Scratch::new("other-architecture");
+    let root = scratch.join("store");
+    let kernel = saxpy();
+    let ampere = ArtifactId::new(
+        kernel.id(),
+        CudaVariant {
+            architecture: Architecture::new(8, 0),
+        },
+    );
+    let mut first_target = Some(target);
+    for round in 0..2 {
+        // The second round is a new target, as a second process has.
+        let target = first_target.take().unwrap_or_else(|| {
+            CudaTarget::compile_only(support::ARCHITECTURE).expect("NVRTC opened once already")
+        });
+        let mut on_store = loader(target.with_store(disk_store(&root)));
+        on_store
+            .load(&kernel, &ampere)
+            .expect("an sm_80 kernel loads on a compile-only sm_90 target");
+        let batch = &on_store.records()[0];
+        assert_eq!(
+            batch.count(KernelOutcome::Compiled),
+            1,
+            "round {round}: compiled, never read from the store"
+        );
+        assert!(!batch.stored, "round {round}: and not stored");
+    }
+}
+
+// L5a, L10: a target without a store stays storeless.
+#[test]
+fn a_target_without_a_store_keeps_nothing_and_cannot_switch_to_one() {
+    let Some(mut target) = support::compile_only("a storeless target") else {
+        return;
+    };
+    assert!(!target.persists());
+    assert!(target.bound_store().is_none());
+    assert_eq!(target.generation(), 0);
+    let scratch = Scratch::new("storeless");
+    assert!(
+        !target.switch_store(disk_store(&scratch.join("store"))),
+        "a storeless target does not switch"
+    );
+    assert!(
+        !target.persists(),
+        "whether a target persists never changes"
+    );
+    let target = target.with_optional_store(None);
+    assert!(!target.persists());
+    let mut storeless = loader(target);
+    let kernel = saxpy();
+    storeless
+        .load(&kernel, &id_on(storeless.target(), &kernel))
+        .expect("saxpy loads");
+    assert!(!storeless.records()[0].stored);
+    assert_eq!(storeless.statistics().stored, 0);
+}
