@@ -21,6 +21,15 @@ struct Backend {
     exists: bool,
     /// Whether this machine has the device.
     is_device_here: fn() -> bool,
+    /// Whether the device here is a stand-in (lavapipe for wgpu), so that
+    /// the binaries are also packed for a machine with the real one.
+    packs_even_when_run_here: bool,
+    /// Release examples shipped beside the test binaries (measurements).
+    examples: &'static [&'static str],
+    /// Lines of `run.sh` that prepare the machine, before any binary runs.
+    preamble: &'static str,
+    /// Lines of `run.sh` after the test binaries.
+    epilogue: &'static str,
 }
 
 const BACKENDS: &[Backend] = &[
@@ -30,6 +39,10 @@ const BACKENDS: &[Backend] = &[
         device: "an NVIDIA GPU with its driver (NVRTC compiles without one)",
         exists: true,
         is_device_here: has_nvidia_gpu,
+        packs_even_when_run_here: false,
+        examples: &[],
+        preamble: "",
+        epilogue: "",
     },
     Backend {
         name: "hip",
@@ -37,13 +50,21 @@ const BACKENDS: &[Backend] = &[
         device: "an AMD GPU with ROCm (hipRTC compiles without one)",
         exists: true,
         is_device_here: has_amd_gpu,
+        packs_even_when_run_here: false,
+        examples: &[],
+        preamble: "",
+        epilogue: "",
     },
     Backend {
         name: "wgpu",
         package: "kiln-wgpu",
-        device: "a Vulkan, Metal or DX12 adapter (lavapipe in CI)",
-        exists: false,
-        is_device_here: never,
+        device: "a Vulkan adapter (lavapipe here and in CI, the NVIDIA driver on a GPU machine)",
+        exists: true,
+        is_device_here: has_vulkan_driver,
+        packs_even_when_run_here: true,
+        examples: &["pipeline_bench"],
+        preamble: WGPU_PREAMBLE,
+        epilogue: WGPU_EPILOGUE,
     },
 ];
 
@@ -101,6 +122,16 @@ pub fn test(name: &str, extra: &[&str]) -> Result<()> {
                 failed.join(", ")
             );
         }
+        if !backend.packs_even_when_run_here {
+            return Ok(());
+        }
+        let folder = pack(backend, &binaries)?;
+        println!(
+            "xtask: the {name} test binaries are also in {} for a machine with {}: from \
+             the repository root there, run\n\n    bash .device/{name}/run.sh\n",
+            folder.display(),
+            backend.device
+        );
         return Ok(());
     }
     let folder = pack(backend, &binaries)?;
@@ -115,8 +146,68 @@ pub fn test(name: &str, extra: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn never() -> bool {
-    false
+/// The wgpu run's preparation: a Vulkan loader from `.gl/` (Debian's
+/// libvulkan1 and the GL dispatch libraries NVIDIA's driver loads, carried
+/// unpacked) where the machine has none, NVIDIA's driver manifest where no
+/// driver is registered, and Mesa's shader cache in a fresh folder.
+const WGPU_PREAMBLE: &str = r#"
+if ! ldconfig -p 2>/dev/null | grep 'libvulkan\.so\.1' >/dev/null && [ -d .gl ]; then
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] \
+  && ! compgen -G '/usr/share/vulkan/icd.d/*.json' >/dev/null \
+  && ! compgen -G '/etc/vulkan/icd.d/*.json' >/dev/null; then
+  for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
+    if [ -f "$icd" ]; then export VK_DRIVER_FILES="$icd"; break; fi
+  done
+  if [ -f /usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json ]; then
+    export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+  fi
+fi
+echo "vulkan loader: $(ldconfig -p 2>/dev/null | grep 'libvulkan\.so\.1' | tr -s ' \t\n' ' '); VK_DRIVER_FILES=${VK_DRIVER_FILES:-<default>}"
+export MESA_SHADER_CACHE_DIR="$(mktemp -d)"
+"#;
+
+/// The wgpu run's measurements, with `KILN_BENCH=1`: what the stored
+/// pipeline cache saves for 100 kernels, each run a fresh process and the
+/// driver's own disk cache off (then on, for comparison), and whether
+/// pipelines made on several threads of one device finish sooner.
+const WGPU_EPILOGUE: &str = r#"
+if [ "${KILN_BENCH:-0}" = 1 ] && [ -x "$here/pipeline_bench" ]; then
+  bench="$(mktemp -d)"
+  echo "=== pipeline cache, 100 kernels, driver disk cache off"
+  for run in "cold $bench/a" "warm $bench/a" "cold $bench/b" "warm $bench/a" "warm $bench/b"; do
+    __GL_SHADER_DISK_CACHE=0 MESA_SHADER_CACHE_DISABLE=true "$here/pipeline_bench" $run 100 2>&1 | tee -a "${OUT:-$bench}/bench.log"
+  done
+  echo "=== the driver's own disk cache on, kiln's store fresh each time"
+  for run in "cold $bench/c" "cold $bench/d"; do
+    __GL_SHADER_DISK_CACHE=1 __GL_SHADER_DISK_CACHE_PATH="$bench/nv" __GL_SHADER_DISK_CACHE_SKIP_CLEANUP=1 \
+      MESA_SHADER_CACHE_DIR="$bench/mesa" "$here/pipeline_bench" $run 100 2>&1 | tee -a "${OUT:-$bench}/bench.log"
+  done
+  echo "=== pipelines made on several threads of one device"
+  __GL_SHADER_DISK_CACHE=0 MESA_SHADER_CACHE_DISABLE=true "$here/pipeline_bench" parallel 100 2>&1 | tee -a "${OUT:-$bench}/bench.log"
+fi
+"#;
+
+/// Whether a Vulkan driver is registered here: the loader's manifest
+/// folders hold one, or the environment names one.
+fn has_vulkan_driver() -> bool {
+    ["VK_DRIVER_FILES", "VK_ICD_FILENAMES"]
+        .iter()
+        .any(|variable| std::env::var_os(variable).is_some_and(|value| !value.is_empty()))
+        || ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"]
+            .iter()
+            .any(|folder| {
+                std::fs::read_dir(folder).is_ok_and(|entries| {
+                    entries.flatten().any(|entry| {
+                        entry
+                            .path()
+                            .extension()
+                            .is_some_and(|extension| extension == "json")
+                    })
+                })
+            })
 }
 
 /// Whether an AMD GPU and its kernel driver are here.
@@ -198,6 +289,23 @@ fn pack(backend: &Backend, binaries: &[(String, PathBuf)]) -> Result<PathBuf> {
             }
         }
     }
+    for example in backend.examples {
+        command::cargo(&[
+            "build",
+            "--release",
+            "--package",
+            backend.package,
+            "--example",
+            example,
+        ])
+        .run("building the measurement examples")?;
+        let built = setup::target_directory()
+            .join("release")
+            .join("examples")
+            .join(example);
+        std::fs::copy(&built, folder.join(example))
+            .with_context(|| format!("could not copy {}", built.display()))?;
+    }
     let labels: Vec<&str> = binaries.iter().map(|(label, _)| label.as_str()).collect();
     let script = folder.join("run.sh");
     std::fs::write(&script, run_script(backend, &labels))
@@ -231,7 +339,7 @@ fi
 echo "machine: $(uname -srm); $(ldd --version 2>&1 | head -n 1)"
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1 || true
 echo "KILN_NVRTC_PATH=${{KILN_NVRTC_PATH:-<dynamic linker>}}"
-
+{preamble}
 passed=0
 failed=0
 for binary in {binaries}; do
@@ -250,9 +358,12 @@ for binary in {binaries}; do
     failed=$((failed + 1))
   fi
 done
+{epilogue}
 echo "{name} test binaries: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
 "#,
-        binaries = labels.join(" ")
+        binaries = labels.join(" "),
+        preamble = backend.preamble,
+        epilogue = backend.epilogue,
     )
 }

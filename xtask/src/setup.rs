@@ -36,6 +36,29 @@ const HIP_PACKAGES: &[&str] = &[
     "libamd-comgr2",
 ];
 
+/// A Vulkan loader and Mesa's drivers, lavapipe among them: a software
+/// Vulkan device on any machine.
+const VULKAN_PACKAGES: &[&str] = &["libvulkan1", "mesa-vulkan-drivers"];
+
+/// The environment the wgpu tests need: Mesa's shader cache in a folder of
+/// this run's own, so that no test run finds pipelines an earlier one left
+/// in the user's cache (a pipeline cache test must see the driver compile).
+fn vulkan_environment() -> Vec<(String, String)> {
+    let folder =
+        std::env::temp_dir().join(format!("kiln-mesa-shader-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&folder);
+    if let Err(error) = std::fs::create_dir_all(&folder) {
+        eprintln!(
+            "xtask: setup: could not create {}: {error}",
+            folder.display()
+        );
+    }
+    vec![(
+        "MESA_SHADER_CACHE_DIR".to_owned(),
+        folder.display().to_string(),
+    )]
+}
+
 /// Every part the tests need. The backends add theirs as they land.
 pub fn parts() -> Vec<SystemPart> {
     vec![
@@ -52,6 +75,13 @@ pub fn parts() -> Vec<SystemPart> {
             is_present: || apt::are_installed(HIP_PACKAGES),
             install: || apt::install(HIP_PACKAGES),
             environment: Vec::new,
+        },
+        SystemPart {
+            name: "Vulkan loader and Mesa's lavapipe (Debian: libvulkan1 mesa-vulkan-drivers)",
+            needed_by: "wgpu backend's device and conformance tests (backends/kiln-wgpu)",
+            is_present: || apt::are_installed(VULKAN_PACKAGES),
+            install: || apt::install(VULKAN_PACKAGES),
+            environment: vulkan_environment,
         },
     ]
 }

@@ -1,4 +1,4 @@
-//! `kiln`: look after the artifact store from the command line.
+//! `kiln`: fill the artifact store and look after it from the command line.
 //!
 //! Every subcommand is a module of [`command`], taking the opened store and
 //! the output settings; adding one is a new module and one line in
@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 mod command;
 mod format;
+mod manifest;
 mod progress;
 mod table;
 
@@ -47,6 +48,8 @@ enum Command {
     Import(command::import::Arguments),
     /// Say why a kernel misses: what changed since the store last held it.
     Explain(command::explain::Arguments),
+    /// Compile every kernel of a folder into the store, for every backend here.
+    Warm(command::warm::Arguments),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
         Command::Export(arguments) => command::export::run(&store, &arguments, &output),
         Command::Import(arguments) => command::import::run(&store, &arguments, &output),
         Command::Explain(arguments) => command::explain::run(&store, &arguments, &output),
+        Command::Warm(arguments) => command::warm::run(&store, &arguments, &output),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -40,6 +40,12 @@ pub use kiln_cuda as cuda;
 #[cfg(feature = "hip")]
 pub use kiln_hip as hip;
 
+/// The wgpu backend: WGSL through naga to compute pipelines on a Vulkan
+/// device, with the driver's pipeline cache kept in the store. A machine
+/// without a Vulkan loader compiles with naga alone.
+#[cfg(feature = "wgpu")]
+pub use kiln_wgpu as wgpu_backend;
+
 /// The README's examples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]

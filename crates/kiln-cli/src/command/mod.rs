@@ -8,6 +8,7 @@ pub mod import;
 pub mod ls;
 pub mod stats;
 pub mod verify;
+pub mod warm;
 
 use std::path::Path;
 

@@ -1,0 +1,330 @@
+//! The wgpu compiler: a kernel's generator to WGSL (lower), then naga's
+//! parser and validator, the entry point, the constants and the layout
+//! checked, to an artifact a device loads without surprises (finalize).
+
+use std::fmt;
+
+use kiln_core::store::{KeyComponents, KeyedCompiler};
+use kiln_core::{ArtifactCompiler, ArtifactId, CompileFailure, Finalized};
+use naga::valid::{Capabilities, ValidationFlags, Validator};
+use serde::{Deserialize, Serialize};
+
+use crate::diagnostics;
+use crate::kernel::{BindingLayout, BufferKind, Constants, WgslKernel};
+
+/// The naga kiln-wgpu validates with, as pinned in the workspace: part of
+/// every artifact's key.
+pub const NAGA_VERSION: &str = "30.0.2";
+
+/// The wgpu kiln-wgpu builds pipelines with, as pinned in the workspace:
+/// part of every pipeline cache's key.
+pub const WGPU_VERSION: &str = "30.0.2";
+
+/// The version of [`WgpuArtifact`]'s serialized form; part of the key, so a
+/// change of the artifact type makes old entries misses, not misreads.
+const ARTIFACT_FORMAT: u32 = 1;
+
+/// The compile choice of a wgpu target. WGSL validated by naga does not
+/// depend on the device, so there is one: artifacts made without a device
+/// (compile-only) serve every device later.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct WgpuVariant;
+
+/// A lowered WGSL kernel: the source its generator returned and everything
+/// its pipeline is built with, ready to finalize here or in another process.
+///
+/// The text kernels are grouped by (see [`ArtifactCompiler::source`]) starts
+/// with comment lines naming the entry point, the constants and the layout,
+/// so two kernels share an artifact exactly when their pipelines are the
+/// same. naga parses the generator's source alone, so the lines and columns
+/// of diagnostics are the author's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WgpuLowered {
+    label: String,
+    text: String,
+    source_start: usize,
+    entry: String,
+    constants: Constants,
+    layout: BindingLayout,
+    zero_initialize_workgroup_memory: bool,
+}
+
+impl WgpuLowered {
+    /// The kernel's own source, as its generator returned it.
+    pub fn source(&self) -> &str {
+        &self.text[self.source_start..]
+    }
+
+    /// The full text kernels are grouped by.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+/// A buffer the entry point uses, as naga found it in the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ShaderBinding {
+    /// The `@group`.
+    pub group: u32,
+    /// The `@binding`.
+    pub binding: u32,
+    /// How the source declares it.
+    pub kind: BufferKind,
+}
+
+/// A validated WGSL kernel: what a device needs to build its pipeline, and
+/// what naga learnt about it so that loading needs no second look.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WgpuArtifact {
+    /// The WGSL source naga validated.
+    pub source: String,
+    /// The label of the shader module and pipeline.
+    pub label: String,
+    /// The `@compute` entry point.
+    pub entry: String,
+    /// The constants' values.
+    pub constants: Constants,
+    /// How the pipeline's bind group layouts are made.
+    pub layout: BindingLayout,
+    /// Whether workgroup memory starts zeroed.
+    pub zero_initialize_workgroup_memory: bool,
+    /// The workgroup size, with the constants applied.
+    pub workgroup_size: [u32; 3],
+    /// The buffers the entry point uses, by group and binding.
+    pub bindings: Vec<ShaderBinding>,
+}
+
+/// Lowers WGSL kernels by running their generators and finalizes them with
+/// naga. Shared by every worker of a batch; holds no state between calls.
+#[derive(Debug, Clone, Default)]
+pub struct WgpuCompiler;
+
+impl WgpuCompiler {
+    /// The key components of this compiler's artifacts (P1): naga's version
+    /// and the artifact format. No device: the artifact is the same for all.
+    pub fn components() -> KeyComponents {
+        KeyComponents::new(
+            "wgpu",
+            format!("naga {NAGA_VERSION} / artifact {ARTIFACT_FORMAT}"),
+            "wgsl",
+            "",
+        )
+    }
+}
+
+impl ArtifactCompiler for WgpuCompiler {
+    type Kernel = WgslKernel;
+    type Variant = WgpuVariant;
+    type Lowered = WgpuLowered;
+    type Artifact = WgpuArtifact;
+
+    fn lower(
+        &self,
+        kernel: &WgslKernel,
+        _id: &ArtifactId<WgpuVariant>,
+    ) -> Result<WgpuLowered, CompileFailure> {
+        let source = kernel.generate()?;
+        let mut text = String::with_capacity(source.len() + 160);
+        text.push_str(&format!(
+            "// kiln-wgpu entry point: {}\n",
+            one_line(kernel.entry())
+        ));
+        text.push_str(&format!(
+            "// kiln-wgpu constants: {}\n",
+            one_line(&kernel.constants().canonical())
+        ));
+        text.push_str(&format!("// kiln-wgpu layout: {}\n", kernel.layout()));
+        text.push_str(&format!(
+            "// kiln-wgpu zeroed workgroup memory: {}\n",
+            kernel.zero_initializes_workgroup_memory()
+        ));
+        let source_start = text.len();
+        text.push_str(&source);
+        Ok(WgpuLowered {
+            label: kernel.label().to_owned(),
+            text,
+            source_start,
+            entry: kernel.entry().to_owned(),
+            constants: kernel.constants().clone(),
+            layout: kernel.layout().clone(),
+            zero_initialize_workgroup_memory: kernel.zero_initializes_workgroup_memory(),
+        })
+    }
+
+    fn source(lowered: &WgpuLowered) -> Option<&str> {
+        Some(&lowered.text)
+    }
+
+    fn finalize(
+        &self,
+        _id: &ArtifactId<WgpuVariant>,
+        lowered: WgpuLowered,
+    ) -> Result<Finalized<WgpuArtifact>, CompileFailure> {
+        let source = lowered.source();
+        let module = naga::front::wgsl::parse_str(source)
+            .map_err(|error| diagnostics::parse_failure(&error, source, &lowered.label))?;
+        // Every capability: what the device lacks (f64, subgroups) is the
+        // device's refusal at load, where the device is known; here the
+        // source is checked for everything that holds on any device.
+        let info = Validator::new(ValidationFlags::all(), Capabilities::all())
+            .validate(&module)
+            .map_err(|error| diagnostics::validation_failure(&error, source, &lowered.label))?;
+
+        let Some(entry_index) = module.entry_points.iter().position(|entry| {
+            entry.name == lowered.entry && entry.stage == naga::ShaderStage::Compute
+        }) else {
+            return Err(missing_entry(&module, &lowered.entry));
+        };
+
+        let constants: naga::back::PipelineConstants = lowered
+            .constants
+            .iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect();
+        let (processed, _) = naga::back::pipeline_constants::process_overrides(
+            &module,
+            &info,
+            Some((naga::ShaderStage::Compute, &lowered.entry)),
+            &constants,
+        )
+        .map_err(|error| diagnostics::constant_failure(&error, &module, source))?;
+        let workgroup_size = processed
+            .entry_points
+            .iter()
+            .find(|entry| entry.name == lowered.entry)
+            .map_or(module.entry_points[entry_index].workgroup_size, |entry| {
+                entry.workgroup_size
+            });
+
+        let bindings = used_bindings(&module, info.get_entry_point(entry_index));
+        if let BindingLayout::Explicit(groups) = &lowered.layout {
+            check_layout(groups, &bindings, &lowered.entry)?;
+        }
+
+        Ok(Finalized::quiet(WgpuArtifact {
+            source: source.to_owned(),
+            label: lowered.label,
+            entry: lowered.entry,
+            constants: lowered.constants,
+            layout: lowered.layout,
+            zero_initialize_workgroup_memory: lowered.zero_initialize_workgroup_memory,
+            workgroup_size,
+            bindings,
+        }))
+    }
+}
+
+impl KeyedCompiler for WgpuCompiler {
+    fn key_components(&self) -> KeyComponents {
+        Self::components()
+    }
+}
+
+/// The failure of an entry point that is not a `@compute` function.
+fn missing_entry(module: &naga::Module, entry: &str) -> CompileFailure {
+    let compute: Vec<&str> = module
+        .entry_points
+        .iter()
+        .filter(|point| point.stage == naga::ShaderStage::Compute)
+        .map(|point| point.name.as_str())
+        .collect();
+    let other_stage = module
+        .entry_points
+        .iter()
+        .find(|point| point.name == entry)
+        .map(|point| point.stage);
+    let message = match other_stage {
+        Some(stage) => format!("entry point `{entry}` is a {stage:?} function, not @compute"),
+        None => format!("entry point `{entry}` is not a function of the source"),
+    };
+    let hint = if compute.is_empty() {
+        "the source has no @compute function; kiln-wgpu builds compute pipelines only".to_owned()
+    } else {
+        format!(
+            "name one of the source's @compute functions: {}",
+            compute.join(", ")
+        )
+    };
+    CompileFailure::message(message).with_hint(hint)
+}
+
+/// The buffers the entry point `function` uses.
+fn used_bindings(
+    module: &naga::Module,
+    function: &naga::valid::FunctionInfo,
+) -> Vec<ShaderBinding> {
+    let mut bindings: Vec<ShaderBinding> = module
+        .global_variables
+        .iter()
+        .filter(|(handle, _)| !function[*handle].is_empty())
+        .filter_map(|(_, variable)| {
+            let binding = variable.binding.as_ref()?;
+            let kind = match variable.space {
+                naga::AddressSpace::Uniform => BufferKind::Uniform,
+                naga::AddressSpace::Storage { access } => {
+                    if access.contains(naga::StorageAccess::STORE) {
+                        BufferKind::Storage
+                    } else {
+                        BufferKind::ReadOnlyStorage
+                    }
+                }
+                // Textures and samplers: automatic layouts take them, and
+                // explicit layouts describe buffers only.
+                _ => return None,
+            };
+            Some(ShaderBinding {
+                group: binding.group,
+                binding: binding.binding,
+                kind,
+            })
+        })
+        .collect();
+    bindings.sort_by_key(|binding| (binding.group, binding.binding));
+    bindings
+}
+
+/// Checks that an explicit layout has every buffer the entry point uses,
+/// bound as the source declares it.
+fn check_layout(
+    groups: &[Vec<crate::kernel::BufferBinding>],
+    used: &[ShaderBinding],
+    entry: &str,
+) -> Result<(), CompileFailure> {
+    for binding in used {
+        let declared = groups
+            .get(binding.group as usize)
+            .and_then(|group| group.iter().find(|entry| entry.binding == binding.binding));
+        let problem = match declared {
+            None => format!(
+                "the explicit layout has no @group({}) @binding({}), which `{entry}` uses",
+                binding.group, binding.binding
+            ),
+            Some(declared) if declared.kind != binding.kind => format!(
+                "the explicit layout binds @group({}) @binding({}) as {:?}, and the source \
+                 declares it {:?}",
+                binding.group, binding.binding, declared.kind, binding.kind
+            ),
+            Some(_) => continue,
+        };
+        return Err(CompileFailure::message(problem).with_hint(
+            "make the kernel's BindingLayout match the source's bindings, or use \
+             BindingLayout::Automatic",
+        ));
+    }
+    Ok(())
+}
+
+/// `text` on one line, for the comment lines of a lowered text.
+fn one_line(text: &str) -> String {
+    text.replace(['\n', '\r'], " ")
+}
+
+impl fmt::Display for ShaderBinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "@group({}) @binding({}) {:?}",
+            self.group, self.binding, self.kind
+        )
+    }
+}

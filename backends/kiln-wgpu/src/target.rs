@@ -1,0 +1,487 @@
+//! The wgpu target: a device (or none, compile-only), a store in front of
+//! it, and the driver's pipeline cache kept in that store.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use kiln_core::store::{ArtifactStore, BoundStore, Generation};
+use kiln_core::{ArtifactId, CompilationTarget, DeviceRefusal, Lookup, Miss, StoreOutcome};
+
+use crate::compiler::{WgpuArtifact, WgpuCompiler, WgpuVariant};
+use crate::device::WgpuDevice;
+use crate::error::Error;
+use crate::kernel::{BindingLayout, BufferKind};
+use crate::pipeline::{Loaded, OnDevice, WgpuPipeline};
+use crate::pipeline_cache::{PersistedPipelineCache, PipelineCacheState};
+
+/// Where a wgpu loader's kernels are compiled, kept and loaded.
+///
+/// - [`on_device`](Self::on_device) builds pipelines on a device;
+///   [`compile_only`](Self::compile_only) runs naga alone, for machines
+///   without an adapter, and its loaded kernels describe their artifact.
+/// - [`with_store`](Self::with_store) keeps artifacts in a store (P1-P9)
+///   and, on a device with [`wgpu::Features::PIPELINE_CACHE`], the driver's
+///   pipeline cache too (B3).
+///
+/// ```no_run
+/// use kiln_core::{Kernel, KernelId, KernelLoader};
+/// use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
+///
+/// let target = match WgpuDevice::open() {
+///     Ok(device) => WgpuTarget::on_device(device),
+///     Err(_) => WgpuTarget::compile_only(),
+/// };
+/// let mut loader = KernelLoader::new(target);
+/// let kernel = WgslKernel::builder(KernelId::named("example.noop"), "main")
+///     .source("@compute @workgroup_size(1) fn main() {}");
+/// let id = kiln_core::ArtifactId::new(kernel.id(), WgpuVariant);
+/// let pipeline = loader.load(&kernel, &id)?;
+/// # Ok::<(), kiln_core::KernelError>(())
+/// ```
+#[derive(Debug)]
+pub struct WgpuTarget {
+    compiler: WgpuCompiler,
+    device: Option<WgpuDevice>,
+    store: Option<BoundStore<WgpuCompiler>>,
+    generation: Generation,
+    pipeline_cache: Option<PersistedPipelineCache>,
+    pipeline_cache_state: PipelineCacheState,
+    pipelines_made: usize,
+    pipeline_time: Duration,
+    /// Pipelines of store hits being made on other threads, taken by `load`.
+    prefetched: HashMap<ArtifactId<WgpuVariant>, Arc<PrefetchSlot>>,
+}
+
+/// Where a pipeline made on another thread waits for its `load`.
+#[derive(Debug)]
+struct PrefetchSlot {
+    state: Mutex<Prefetch>,
+    ready: Condvar,
+}
+
+/// How far a prefetched pipeline is.
+#[derive(Debug)]
+enum Prefetch {
+    /// Waiting for a thread of the pool.
+    Queued,
+    /// Being made.
+    Running,
+    /// Made (or refused), in this long.
+    Done(Result<OnDevice, DeviceRefusal>, Duration),
+    /// `load` came first and makes it itself; the pool's job does nothing.
+    Claimed,
+}
+
+impl PrefetchSlot {
+    fn new() -> Self {
+        Self {
+            state: Mutex::new(Prefetch::Queued),
+            ready: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Prefetch> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether the pool's job may start: `load` has not claimed it.
+    fn start(&self) -> bool {
+        let mut state = self.lock();
+        if matches!(*state, Prefetch::Queued) {
+            *state = Prefetch::Running;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn fill(&self, built: Result<OnDevice, DeviceRefusal>, took: Duration) {
+        *self.lock() = Prefetch::Done(built, took);
+        self.ready.notify_all();
+    }
+
+    /// The pipeline, waiting while it is being made; `None` when no thread
+    /// has started it, and the caller makes it. A `load` never waits for a
+    /// job still queued: on a pool whose threads all wait in `load`, that
+    /// job would never run.
+    fn take(&self) -> Option<(Result<OnDevice, DeviceRefusal>, Duration)> {
+        let mut state = self.lock();
+        loop {
+            match std::mem::replace(&mut *state, Prefetch::Claimed) {
+                Prefetch::Queued | Prefetch::Claimed => return None,
+                Prefetch::Done(built, took) => return Some((built, took)),
+                Prefetch::Running => {
+                    *state = Prefetch::Running;
+                    state = self
+                        .ready
+                        .wait(state)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+            }
+        }
+    }
+}
+
+impl WgpuTarget {
+    /// A target that builds pipelines on `device` and keeps nothing beyond
+    /// the process.
+    pub fn on_device(device: WgpuDevice) -> Self {
+        Self::new(Some(device))
+    }
+
+    /// A target on the best Vulkan adapter here; see [`WgpuDevice::open`].
+    ///
+    /// # Errors
+    ///
+    /// No adapter, or it opened no device.
+    pub fn open() -> Result<Self, Error> {
+        WgpuDevice::open().map(Self::on_device)
+    }
+
+    /// A target without a device: naga parses and validates, loads describe
+    /// the artifact. Its artifacts are the same as a device's, so a store it
+    /// fills serves devices later.
+    pub fn compile_only() -> Self {
+        Self::new(None)
+    }
+
+    fn new(device: Option<WgpuDevice>) -> Self {
+        Self {
+            compiler: WgpuCompiler,
+            device,
+            store: None,
+            generation: Generation::fresh(),
+            pipeline_cache: None,
+            pipeline_cache_state: PipelineCacheState::Unavailable {
+                reason: "the target has no store".into(),
+            },
+            pipelines_made: 0,
+            pipeline_time: Duration::ZERO,
+            prefetched: HashMap::new(),
+        }
+    }
+
+    /// The same target keeping its artifacts in `store`, and its device's
+    /// pipeline cache too where the device has one. The pipeline cache is
+    /// read from the store now and written back after each batch that made
+    /// a pipeline.
+    pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
+        // Whatever the target held for another store is saved there first.
+        self.save_pipeline_cache();
+        let bound = BoundStore::new(Arc::clone(&store), &self.compiler);
+        self.generation = store.generation();
+        self.store = Some(bound);
+        self.pipeline_cache = None;
+        self.pipeline_cache_state = match &self.device {
+            None => PipelineCacheState::Unavailable {
+                reason: "compile-only: no device".into(),
+            },
+            Some(device) => match PersistedPipelineCache::open(device, store) {
+                Ok(cache) => {
+                    let state = cache.state().clone();
+                    self.pipeline_cache = Some(cache);
+                    state
+                }
+                Err(state) => state,
+            },
+        };
+        log::debug!("wgpu target: {}", self.pipeline_cache_state);
+        self
+    }
+
+    /// The device; `None` on a compile-only target.
+    pub fn device(&self) -> Option<&WgpuDevice> {
+        self.device.as_ref()
+    }
+
+    /// The binding to the store, when the target has one.
+    pub fn bound_store(&self) -> Option<&BoundStore<WgpuCompiler>> {
+        self.store.as_ref()
+    }
+
+    /// How the pipeline cache started: loaded from the store, empty,
+    /// refused, or unavailable and why.
+    pub fn pipeline_cache_state(&self) -> &PipelineCacheState {
+        &self.pipeline_cache_state
+    }
+
+    /// Whether pipelines are made through a pipeline cache kept in the store.
+    pub fn has_pipeline_cache(&self) -> bool {
+        self.pipeline_cache.is_some()
+    }
+
+    /// How many pipelines this target made, and the time it spent making
+    /// them (shader module, layouts and pipeline, on the driver).
+    pub fn pipelines_made(&self) -> (usize, Duration) {
+        (self.pipelines_made, self.pipeline_time)
+    }
+
+    /// Writes the pipeline cache to the store now, if pipelines were made
+    /// since it was last written; the loader does this after every batch.
+    pub fn save_pipeline_cache(&mut self) -> StoreOutcome {
+        match &mut self.pipeline_cache {
+            Some(cache) => cache.save(),
+            None => StoreOutcome::Skipped,
+        }
+    }
+
+    /// Starts making the pipeline of a store hit on another thread: the
+    /// loader looks every kernel of a batch up before it loads any, so a
+    /// warm batch's pipelines are made side by side, and `load` takes each
+    /// when it comes to it. Measured: one device makes pipelines on several
+    /// threads at once (lavapipe: 2.08x on 2 threads; see docs/DEVICE.md).
+    fn prefetch(
+        &mut self,
+        device: WgpuDevice,
+        id: &ArtifactId<WgpuVariant>,
+        artifact: WgpuArtifact,
+    ) {
+        let slot = Arc::new(PrefetchSlot::new());
+        self.prefetched.insert(id.clone(), Arc::clone(&slot));
+        let cache = self
+            .pipeline_cache
+            .as_ref()
+            .map(|cache| cache.cache().clone());
+        rayon::spawn(move || {
+            if !slot.start() {
+                return;
+            }
+            let started = Instant::now();
+            // A panic in wgpu must reach the loader as this kernel's panic,
+            // not leave `load` waiting for ever.
+            let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                Self::build(&device, cache.as_ref(), &artifact)
+            }))
+            .unwrap_or_else(|panic| {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(ToString::to_string)
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".into());
+                Err(DeviceRefusal::new(format!(
+                    "making the pipeline of `{}` panicked: {message}",
+                    artifact.entry
+                )))
+            });
+            slot.fill(built, started.elapsed());
+        });
+    }
+
+    /// Makes the pipeline of `artifact` on `device`, every wgpu error
+    /// captured.
+    fn build(
+        device: &WgpuDevice,
+        cache: Option<&wgpu::PipelineCache>,
+        artifact: &WgpuArtifact,
+    ) -> Result<OnDevice, DeviceRefusal> {
+        let wgpu_device = device.device();
+        let label = Some(artifact.label.as_str());
+        let (built, error) = device.capture(|| {
+            let module = wgpu_device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label,
+                source: wgpu::ShaderSource::Wgsl(artifact.source.as_str().into()),
+            });
+            let explicit: Option<Vec<wgpu::BindGroupLayout>> = match &artifact.layout {
+                BindingLayout::Automatic => None,
+                BindingLayout::Explicit(groups) => Some(
+                    groups
+                        .iter()
+                        .map(|bindings| {
+                            let entries: Vec<wgpu::BindGroupLayoutEntry> = bindings
+                                .iter()
+                                .map(|binding| wgpu::BindGroupLayoutEntry {
+                                    binding: binding.binding,
+                                    visibility: wgpu::ShaderStages::COMPUTE,
+                                    ty: wgpu::BindingType::Buffer {
+                                        ty: match binding.kind {
+                                            BufferKind::Uniform => wgpu::BufferBindingType::Uniform,
+                                            BufferKind::ReadOnlyStorage => {
+                                                wgpu::BufferBindingType::Storage { read_only: true }
+                                            }
+                                            BufferKind::Storage => {
+                                                wgpu::BufferBindingType::Storage {
+                                                    read_only: false,
+                                                }
+                                            }
+                                        },
+                                        has_dynamic_offset: false,
+                                        min_binding_size: None,
+                                    },
+                                    count: None,
+                                })
+                                .collect();
+                            wgpu_device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                                label,
+                                entries: &entries,
+                            })
+                        })
+                        .collect(),
+                ),
+            };
+            let layout = explicit.as_ref().map(|layouts| {
+                let groups: Vec<Option<&wgpu::BindGroupLayout>> =
+                    layouts.iter().map(Some).collect();
+                wgpu_device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                    label,
+                    bind_group_layouts: &groups,
+                    immediate_size: 0,
+                })
+            });
+            let constants: Vec<(&str, f64)> = artifact.constants.iter().collect();
+            let pipeline = wgpu_device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label,
+                layout: layout.as_ref(),
+                module: &module,
+                entry_point: Some(&artifact.entry),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &constants,
+                    zero_initialize_workgroup_memory: artifact.zero_initialize_workgroup_memory,
+                },
+                cache,
+            });
+            let bind_group_layouts = match explicit {
+                Some(layouts) => layouts,
+                None => {
+                    let groups = artifact
+                        .bindings
+                        .iter()
+                        .map(|binding| binding.group + 1)
+                        .max()
+                        .unwrap_or(0);
+                    (0..groups)
+                        .map(|group| pipeline.get_bind_group_layout(group))
+                        .collect()
+                }
+            };
+            OnDevice {
+                pipeline,
+                bind_group_layouts,
+            }
+        });
+        match error {
+            None => Ok(built),
+            Some(error) => Err(DeviceRefusal::new(format!(
+                "the device refused the pipeline of `{}`: {}",
+                artifact.entry,
+                one_paragraph(&error.to_string())
+            ))),
+        }
+    }
+}
+
+/// wgpu's multi-line error text as one paragraph.
+fn one_paragraph(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl CompilationTarget for WgpuTarget {
+    type Compiler = WgpuCompiler;
+    type Loaded = WgpuPipeline;
+
+    fn compiler(&self) -> &WgpuCompiler {
+        &self.compiler
+    }
+
+    fn persists(&self) -> bool {
+        self.store.is_some()
+    }
+
+    #[inline]
+    fn generation(&self) -> u64 {
+        self.generation.current()
+    }
+
+    fn lookup(&mut self, id: &ArtifactId<WgpuVariant>) -> Lookup<WgpuArtifact> {
+        let found = match &mut self.store {
+            Some(bound) => bound.lookup(&self.compiler, id),
+            None => Lookup::Miss(Miss::Absent),
+        };
+        if let (Lookup::Hit { artifact, .. }, Some(device)) = (&found, &self.device) {
+            self.prefetch(device.clone(), id, artifact.clone());
+        }
+        found
+    }
+
+    fn lookup_source(
+        &mut self,
+        id: &ArtifactId<WgpuVariant>,
+        source: &str,
+    ) -> Lookup<WgpuArtifact> {
+        match &mut self.store {
+            Some(bound) => bound.lookup_source(&self.compiler, id, source),
+            None => Lookup::Miss(Miss::Absent),
+        }
+    }
+
+    fn store(
+        &mut self,
+        id: &ArtifactId<WgpuVariant>,
+        artifact: &WgpuArtifact,
+        source: Option<&str>,
+        work: Duration,
+    ) -> StoreOutcome {
+        match &mut self.store {
+            Some(bound) => bound.put(&self.compiler, id, artifact, source, work),
+            None => StoreOutcome::Skipped,
+        }
+    }
+
+    fn batch_finished(&mut self) {
+        // Every hit is loaded in its batch; anything left was never asked
+        // for, and its pipeline is dropped once made.
+        self.prefetched.clear();
+        if let Some(bound) = &mut self.store {
+            bound.release_claims();
+        }
+        self.save_pipeline_cache();
+    }
+
+    fn load(
+        &mut self,
+        id: &ArtifactId<WgpuVariant>,
+        artifact: &WgpuArtifact,
+    ) -> Result<WgpuPipeline, DeviceRefusal> {
+        let on_device = match &self.device {
+            None => None,
+            Some(device) => {
+                let (built, took) = match self.prefetched.remove(id).and_then(|slot| slot.take()) {
+                    Some(done) => done,
+                    None => {
+                        let started = Instant::now();
+                        let cache = self.pipeline_cache.as_ref().map(|cache| cache.cache());
+                        let built = Self::build(device, cache, artifact);
+                        (built, started.elapsed())
+                    }
+                };
+                let built = built?;
+                self.pipelines_made += 1;
+                self.pipeline_time += took;
+                if let Some(cache) = &mut self.pipeline_cache {
+                    cache.made_pipeline(took);
+                }
+                Some(built)
+            }
+        };
+        Ok(WgpuPipeline::new(Loaded {
+            label: artifact.label.clone(),
+            entry: artifact.entry.clone(),
+            workgroup_size: artifact.workgroup_size,
+            bindings: artifact.bindings.clone(),
+            on_device,
+        }))
+    }
+}
+
+impl Drop for WgpuTarget {
+    fn drop(&mut self) {
+        // Pipelines made outside a batch's end (none today) are not lost.
+        self.save_pipeline_cache();
+    }
+}

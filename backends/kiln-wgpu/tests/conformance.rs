@@ -1,0 +1,109 @@
+//! The core conformance suite (the L, S, D and K rules) against real naga
+//! (B4): compile-only everywhere, and on the Vulkan adapter where there is
+//! one (lavapipe in CI, the NVIDIA driver on the H200). Both keep their
+//! artifacts in a fresh disk store per target.
+
+mod support;
+
+use kiln_core::KernelId;
+use kiln_core::conformance::ConformanceSubject;
+use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
+
+/// The wgpu backend as the suite's subject.
+struct Wgpu {
+    device: Option<WgpuDevice>,
+}
+
+impl Wgpu {
+    fn compile_only() -> Result<Self, String> {
+        Ok(Self { device: None })
+    }
+
+    fn on_device() -> Result<Self, String> {
+        support::device_or_reason().map(|device| Self {
+            device: Some(device),
+        })
+    }
+}
+
+impl ConformanceSubject for Wgpu {
+    type Target = WgpuTarget;
+
+    fn target(&self) -> WgpuTarget {
+        let target = match &self.device {
+            Some(device) => WgpuTarget::on_device(device.clone()),
+            None => WgpuTarget::compile_only(),
+        };
+        target.with_store(support::fresh_store("conformance"))
+    }
+
+    fn variant(&self) -> WgpuVariant {
+        WgpuVariant
+    }
+
+    fn distinct(&self, index: usize) -> Box<WgslKernel> {
+        Box::new(support::distinct(index))
+    }
+
+    fn sharing_source(&self, index: usize) -> Box<WgslKernel> {
+        Box::new(
+            WgslKernel::builder(
+                KernelId::named("conformance.sharing").parameter(&index),
+                "main",
+            )
+            .generator(|| {
+                Ok(
+                    "@group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
+                    @compute @workgroup_size(32)\n\
+                    fn main(@builtin(global_invocation_id) id: vec3<u32>) { data[id.x] = 1.0; }\n"
+                        .to_owned(),
+                )
+            }),
+        )
+    }
+
+    fn failing(&self, index: usize) -> Box<WgslKernel> {
+        Box::new(support::broken(index))
+    }
+
+    fn panicking(&self, index: usize) -> Option<Box<WgslKernel>> {
+        Some(Box::new(
+            WgslKernel::builder(
+                KernelId::named("conformance.panicking").parameter(&index),
+                "main",
+            )
+            .generator(move || -> Result<String, kiln_core::CompileFailure> {
+                panic!("generator {index} panicked")
+            }),
+        ))
+    }
+
+    fn refused(&self, index: usize) -> Option<Box<WgslKernel>> {
+        // Valid WGSL on every device, and a workgroup of a million
+        // invocations, which no device's limits allow: naga takes it, the
+        // device refuses the pipeline. A compile-only target has no device
+        // to refuse it.
+        self.device.as_ref()?;
+        Some(Box::new(
+            WgslKernel::builder(
+                KernelId::named("conformance.refused").parameter(&index),
+                "main",
+            )
+            .source("@compute @workgroup_size(1024, 1024, 1) fn main() {}"),
+        ))
+    }
+
+    fn switch_store(&self, target: &mut WgpuTarget) -> bool {
+        let current = std::mem::replace(target, WgpuTarget::compile_only());
+        *target = current.with_store(support::fresh_store("conformance-switched"));
+        true
+    }
+}
+
+mod compile_only {
+    kiln_core::conformance_suite!(super::Wgpu::compile_only());
+}
+
+mod on_device {
+    kiln_core::conformance_suite!(super::Wgpu::on_device());
+}

@@ -1,0 +1,559 @@
+//! The wgpu backend on a real device (B3, B4): example kernels launched on
+//! random inputs and checked against a CPU reference, bad input failing
+//! alone, and the driver's pipeline cache kept in the store. Every test
+//! skips with a printed reason where there is no Vulkan adapter, and fails
+//! instead under `KILN_REQUIRE_DEVICE=1`.
+
+mod support;
+
+use kiln_core::{KernelId, Severity, StoreOutcome};
+use kiln_wgpu::pipeline_cache::{pipeline_cache_components, pipeline_cache_key};
+use kiln_wgpu::{
+    BindingLayout, BufferBinding, PipelineCacheState, WgpuDevice, WgpuPipeline, WgpuTarget,
+    WgslKernel,
+};
+use support::{Random, assert_close, bytes_of, bytes_of_u32, floats, words};
+
+/// Loads `kernel` on `device` through a storeless loader.
+fn load(device: &WgpuDevice, kernel: &WgslKernel) -> WgpuPipeline {
+    let mut loader = support::loader(WgpuTarget::on_device(device.clone()));
+    loader
+        .load(kernel, &support::id_of(kernel))
+        .unwrap_or_else(|error| panic!("{} loads: {error}", kernel.label()))
+}
+
+fn storage(device: &WgpuDevice, values: &[f32]) -> kiln_wgpu::wgpu::Buffer {
+    device
+        .storage_buffer("test", &bytes_of(values))
+        .expect("a storage buffer")
+}
+
+fn read(device: &WgpuDevice, buffer: &kiln_wgpu::wgpu::Buffer, len: usize) -> Vec<f32> {
+    let mut values = floats(&device.read(buffer).expect("the buffer reads back"));
+    values.truncate(len);
+    values
+}
+
+// B4
+#[test]
+fn saxpy_matches_the_cpu_on_random_inputs() {
+    let Some(device) = support::device("saxpy") else {
+        return;
+    };
+    let mut random = Random::fresh("saxpy");
+    for workgroup in [64.0, 256.0] {
+        let kernel = support::example_kernel("saxpy.wgsl", &[("WORKGROUP", workgroup)]);
+        let pipeline = load(&device, &kernel);
+        assert_eq!(pipeline.workgroup_size(), [workgroup as u32, 1, 1]);
+        let n = 10_007;
+        let (x, y) = (random.signed(n), random.signed(n));
+        let a = random.unit() * 4.0 - 2.0;
+        let mut params = a.to_le_bytes().to_vec();
+        params.extend((n as u32).to_le_bytes());
+        let params = device.uniform_buffer("params", &params).expect("a uniform");
+        let (x_buffer, y_buffer) = (storage(&device, &x), storage(&device, &y));
+        let groups = (n as u32).div_ceil(workgroup as u32);
+        device
+            .dispatch(
+                &pipeline,
+                &[(0, 0, &params), (0, 1, &x_buffer), (0, 2, &y_buffer)],
+                [groups, 1, 1],
+            )
+            .expect("the dispatch runs");
+        let expected: Vec<f32> = x.iter().zip(&y).map(|(x, y)| a * x + y).collect();
+        assert_close("saxpy", &read(&device, &y_buffer, n), &expected, 1e-5);
+    }
+}
+
+// B4
+#[test]
+fn reduce_sum_partials_add_up_to_the_cpu_sum() {
+    let Some(device) = support::device("reduce_sum") else {
+        return;
+    };
+    let mut random = Random::fresh("reduce_sum");
+    let kernel = support::example_kernel("reduce_sum.wgsl", &[("WORKGROUP", 128.0)]);
+    let pipeline = load(&device, &kernel);
+    let n = 100_003;
+    let input = random.signed(n);
+    let groups = 64;
+    let input_buffer = storage(&device, &input);
+    let partials = storage(&device, &vec![f32::NAN; groups]);
+    device
+        .dispatch(
+            &pipeline,
+            &[(0, 0, &input_buffer), (0, 1, &partials)],
+            [groups as u32, 1, 1],
+        )
+        .expect("the dispatch runs");
+    let sum: f64 = read(&device, &partials, groups)
+        .iter()
+        .map(|partial| f64::from(*partial))
+        .sum();
+    let expected: f64 = input.iter().map(|value| f64::from(*value)).sum();
+    assert!(
+        (sum - expected).abs() < 1e-2,
+        "the device's sum {sum} is the CPU's {expected}"
+    );
+}
+
+// B4
+#[test]
+fn inclusive_scan_matches_the_cpu_within_each_block() {
+    let Some(device) = support::device("scan_inclusive") else {
+        return;
+    };
+    let mut random = Random::fresh("scan_inclusive");
+    let block = 128;
+    let kernel = support::example_kernel("scan_inclusive.wgsl", &[("WORKGROUP", block as f64)]);
+    let pipeline = load(&device, &kernel);
+    let n = 5000;
+    let input = random.signed(n);
+    let blocks = n.div_ceil(block);
+    let input_buffer = storage(&device, &input);
+    let output = storage(&device, &vec![f32::NAN; n]);
+    let block_sums = storage(&device, &vec![f32::NAN; blocks]);
+    device
+        .dispatch(
+            &pipeline,
+            &[(0, 0, &input_buffer), (0, 1, &output), (0, 2, &block_sums)],
+            [blocks as u32, 1, 1],
+        )
+        .expect("the dispatch runs");
+    let mut expected = Vec::with_capacity(n);
+    for chunk in input.chunks(block) {
+        let mut running = 0.0f32;
+        for value in chunk {
+            running += value;
+            expected.push(running);
+        }
+    }
+    assert_close("scan", &read(&device, &output, n), &expected, 1e-4);
+}
+
+fn cpu_matmul(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
+    let mut c = vec![0.0f32; m * n];
+    for row in 0..m {
+        for column in 0..n {
+            c[row * n + column] = (0..k).map(|i| a[row * k + i] * b[i * n + column]).sum();
+        }
+    }
+    c
+}
+
+// B4
+#[test]
+fn tiled_matmul_matches_the_cpu_on_ragged_shapes() {
+    let Some(device) = support::device("matmul_tiled") else {
+        return;
+    };
+    let mut random = Random::fresh("matmul_tiled");
+    let (m, n, k) = (67, 45, 83);
+    let (a, b) = (random.signed(m * k), random.signed(k * n));
+    let expected = cpu_matmul(&a, &b, m, n, k);
+    for tile in [8u32, 16] {
+        let kernel = support::example_kernel("matmul_tiled.wgsl", &[("TILE", f64::from(tile))]);
+        let pipeline = load(&device, &kernel);
+        assert_eq!(pipeline.workgroup_size(), [tile, tile, 1]);
+        let dims = device
+            .uniform_buffer("dims", &bytes_of_u32(&[m as u32, n as u32, k as u32]))
+            .expect("a uniform");
+        let (a_buffer, b_buffer) = (storage(&device, &a), storage(&device, &b));
+        let c = storage(&device, &vec![f32::NAN; m * n]);
+        device
+            .dispatch(
+                &pipeline,
+                &[
+                    (0, 0, &dims),
+                    (0, 1, &a_buffer),
+                    (0, 2, &b_buffer),
+                    (0, 3, &c),
+                ],
+                [(n as u32).div_ceil(tile), (m as u32).div_ceil(tile), 1],
+            )
+            .expect("the dispatch runs");
+        assert_close("matmul", &read(&device, &c, m * n), &expected, 1e-4);
+    }
+}
+
+// B4
+#[test]
+fn softmax_rows_match_the_cpu() {
+    let Some(device) = support::device("softmax") else {
+        return;
+    };
+    let mut random = Random::fresh("softmax");
+    let (rows, columns) = (37, 301);
+    let input: Vec<f32> = random
+        .signed(rows * columns)
+        .iter()
+        .map(|v| v * 8.0)
+        .collect();
+    let kernel = support::example_kernel("softmax.wgsl", &[("WORKGROUP", 64.0)]);
+    let pipeline = load(&device, &kernel);
+    let shape = device
+        .uniform_buffer("shape", &bytes_of_u32(&[rows as u32, columns as u32]))
+        .expect("a uniform");
+    let input_buffer = storage(&device, &input);
+    let output = storage(&device, &vec![f32::NAN; rows * columns]);
+    device
+        .dispatch(
+            &pipeline,
+            &[(0, 0, &shape), (0, 1, &input_buffer), (0, 2, &output)],
+            [rows as u32, 1, 1],
+        )
+        .expect("the dispatch runs");
+    let mut expected = Vec::with_capacity(rows * columns);
+    for row in input.chunks(columns) {
+        let max = row.iter().copied().fold(f32::MIN, f32::max);
+        let sum: f32 = row.iter().map(|v| (v - max).exp()).sum();
+        expected.extend(row.iter().map(|v| (v - max).exp() / sum));
+    }
+    assert_close(
+        "softmax",
+        &read(&device, &output, rows * columns),
+        &expected,
+        1e-5,
+    );
+}
+
+// B4
+#[test]
+fn transpose_matches_the_cpu() {
+    let Some(device) = support::device("transpose") else {
+        return;
+    };
+    let mut random = Random::fresh("transpose");
+    let (rows, columns) = (53, 29);
+    let input = random.signed(rows * columns);
+    let kernel = support::example_kernel("transpose.wgsl", &[("TILE", 16.0)]);
+    let pipeline = load(&device, &kernel);
+    let shape = device
+        .uniform_buffer("shape", &bytes_of_u32(&[rows as u32, columns as u32]))
+        .expect("a uniform");
+    let input_buffer = storage(&device, &input);
+    let output = storage(&device, &vec![f32::NAN; rows * columns]);
+    device
+        .dispatch(
+            &pipeline,
+            &[(0, 0, &shape), (0, 1, &input_buffer), (0, 2, &output)],
+            [(columns as u32).div_ceil(16), (rows as u32).div_ceil(16), 1],
+        )
+        .expect("the dispatch runs");
+    let mut expected = vec![0.0; rows * columns];
+    for row in 0..rows {
+        for column in 0..columns {
+            expected[column * rows + row] = input[row * columns + column];
+        }
+    }
+    assert_close(
+        "transpose",
+        &read(&device, &output, rows * columns),
+        &expected,
+        0.0,
+    );
+}
+
+// B4
+#[test]
+fn conv1d_matches_the_cpu() {
+    let Some(device) = support::device("conv1d") else {
+        return;
+    };
+    let mut random = Random::fresh("conv1d");
+    let radius = 2usize;
+    let n = 1000;
+    let input = random.signed(n);
+    let weights = random.signed(2 * radius + 1);
+    let kernel = support::example_kernel("conv1d.wgsl", &[("RADIUS", radius as f64)]);
+    let pipeline = load(&device, &kernel);
+    let (input_buffer, weight_buffer) = (storage(&device, &input), storage(&device, &weights));
+    let output = storage(&device, &vec![f32::NAN; n]);
+    device
+        .dispatch(
+            &pipeline,
+            &[
+                (0, 0, &input_buffer),
+                (0, 1, &weight_buffer),
+                (0, 2, &output),
+            ],
+            [(n as u32).div_ceil(64), 1, 1],
+        )
+        .expect("the dispatch runs");
+    let expected: Vec<f32> = (0..n)
+        .map(|i| {
+            (0..=2 * radius)
+                .filter_map(|t| {
+                    let at = (i + t).checked_sub(radius)?;
+                    input.get(at).map(|value| weights[t] * value)
+                })
+                .sum()
+        })
+        .collect();
+    assert_close("conv1d", &read(&device, &output, n), &expected, 1e-5);
+}
+
+// B4
+#[test]
+fn histogram_counts_every_value_once() {
+    let Some(device) = support::device("histogram") else {
+        return;
+    };
+    let mut random = Random::fresh("histogram");
+    let bins = 16usize;
+    let n = 4099;
+    let input: Vec<f32> = (0..n).map(|_| random.unit()).collect();
+    let kernel = support::example_kernel("histogram.wgsl", &[("BINS", bins as f64)]);
+    let pipeline = load(&device, &kernel);
+    let input_buffer = storage(&device, &input);
+    let counts = device
+        .storage_buffer("bins", &bytes_of_u32(&vec![0; bins]))
+        .expect("a storage buffer");
+    device
+        .dispatch(
+            &pipeline,
+            &[(0, 0, &input_buffer), (0, 1, &counts)],
+            [(n as u32).div_ceil(64), 1, 1],
+        )
+        .expect("the dispatch runs");
+    let mut expected = vec![0u32; bins];
+    for value in &input {
+        expected[((value * bins as f32) as usize).min(bins - 1)] += 1;
+    }
+    let got = words(&device.read(&counts).expect("the bins read back"));
+    assert_eq!(got, expected);
+}
+
+// D1, D2
+#[test]
+fn invalid_wgsl_fails_with_its_first_error_at_line_and_column() {
+    let mut loader = support::loader(WgpuTarget::compile_only());
+    let kernel = support::broken(0);
+    let error = loader
+        .load(&kernel, &support::id_of(&kernel))
+        .expect_err("WGSL without its semicolon fails");
+    let failure = error.compile_failure().expect("a compile failure");
+    let first = failure.first_error().expect("an error diagnostic");
+    assert_eq!(first.severity, Severity::Error);
+    let location = first.location.as_ref().expect("the error has a place");
+    assert_eq!(location.line, 3, "{failure:?}");
+    assert_eq!(location.column, Some(26), "{failure:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("3:"),
+        "the message leads with the place: {message}"
+    );
+}
+
+// D2, L6
+#[test]
+fn a_missing_entry_point_and_an_unknown_constant_fail_alone_with_hints() {
+    let mut loader = support::loader(WgpuTarget::compile_only());
+    let source = support::example("relu.wgsl");
+    let wrong_entry =
+        WgslKernel::builder(KernelId::named("tests.wrong_entry"), "nowhere").source(source.clone());
+    let wrong_constant = WgslKernel::builder(KernelId::named("tests.wrong_constant"), "main")
+        .constant("NO_SUCH", 1.0)
+        .source(source.clone());
+    let out_of_range = WgslKernel::builder(KernelId::named("tests.out_of_range"), "main")
+        .constant("WORKGROUP", -1.0)
+        .source(source.clone());
+    let good = WgslKernel::builder(KernelId::named("tests.good"), "main").source(source);
+    for kernel in [&wrong_entry, &wrong_constant, &out_of_range, &good] {
+        loader.enqueue(Box::new(kernel.clone()), kiln_wgpu::WgpuVariant);
+    }
+    loader.compile_queued();
+    let entry_error = loader
+        .load(&wrong_entry, &support::id_of(&wrong_entry))
+        .expect_err("no such entry point");
+    let failure = entry_error.compile_failure().expect("a compile failure");
+    assert!(entry_error.to_string().contains("nowhere"), "{entry_error}");
+    assert!(
+        failure
+            .hint
+            .as_deref()
+            .is_some_and(|hint| hint.contains("main")),
+        "the hint names the compute functions: {failure:?}"
+    );
+    let constant_error = loader
+        .load(&wrong_constant, &support::id_of(&wrong_constant))
+        .expect_err("no such constant");
+    let failure = constant_error.compile_failure().expect("a compile failure");
+    assert!(
+        constant_error.to_string().contains("NO_SUCH"),
+        "{constant_error}"
+    );
+    assert!(
+        failure
+            .hint
+            .as_deref()
+            .is_some_and(|hint| hint.contains("WORKGROUP")),
+        "the hint names the declared constants: {failure:?}"
+    );
+    loader
+        .load(&out_of_range, &support::id_of(&out_of_range))
+        .expect_err("a negative workgroup size fails");
+    loader
+        .load(&good, &support::id_of(&good))
+        .expect("the rest of the batch loads");
+}
+
+// D2
+#[test]
+fn an_explicit_layout_that_misses_a_binding_fails_in_finalize() {
+    let mut loader = support::loader(WgpuTarget::compile_only());
+    let kernel = WgslKernel::builder(KernelId::named("tests.layout"), "main")
+        .layout(BindingLayout::one_group([BufferBinding::read_only(1)]))
+        .source(support::example("gelu.wgsl"));
+    let error = loader
+        .load(&kernel, &support::id_of(&kernel))
+        .expect_err("binding 1 is read_write in the source and binding 0 is missing");
+    assert!(
+        error
+            .compile_failure()
+            .is_some_and(|failure| failure.hint.is_some())
+    );
+}
+
+// L9, B3
+#[test]
+fn a_pipeline_the_device_rejects_fails_alone_and_the_device_goes_on() {
+    let Some(device) = support::device("device refusal") else {
+        return;
+    };
+    let mut loader = support::loader(WgpuTarget::on_device(device.clone()));
+    let too_big = WgslKernel::builder(KernelId::named("tests.too_big"), "main")
+        .source("@compute @workgroup_size(1024, 1024, 1) fn main() {}");
+    let good = support::example_kernel("relu.wgsl", &[("WORKGROUP", 64.0)]);
+    loader.enqueue(Box::new(too_big.clone()), kiln_wgpu::WgpuVariant);
+    loader.enqueue(Box::new(good.clone()), kiln_wgpu::WgpuVariant);
+    loader.compile_queued();
+    let error = loader
+        .load(&too_big, &support::id_of(&too_big))
+        .expect_err("no device takes a million invocations per workgroup");
+    assert!(error.to_string().contains("refused"), "{error}");
+    let pipeline = loader
+        .load(&good, &support::id_of(&good))
+        .expect("the rest of the batch loaded");
+    let data = storage(&device, &[-1.0, 2.0]);
+    device
+        .dispatch(&pipeline, &[(0, 0, &data)], [1, 1, 1])
+        .expect("the device still runs kernels");
+    assert_eq!(read(&device, &data, 2), [0.0, 2.0]);
+}
+
+// B3
+#[test]
+fn the_pipeline_cache_round_trips_through_the_store() {
+    let Some(device) = support::device("pipeline cache") else {
+        return;
+    };
+    if !device.has_pipeline_cache() {
+        kiln_core::conformance::skip(
+            "the pipeline cache round trip",
+            &format!("{} has no Features::PIPELINE_CACHE", device.describe()),
+        );
+        return;
+    }
+    let folder = support::fresh_folder("pipeline-cache");
+    let kernels: Vec<WgslKernel> = (0..4).map(support::distinct).collect();
+
+    let first = WgpuTarget::on_device(device.clone()).with_store(support::store_at(&folder));
+    assert_eq!(first.pipeline_cache_state(), &PipelineCacheState::Empty);
+    let mut loader = support::loader(first);
+    for kernel in &kernels {
+        loader.enqueue(Box::new(kernel.clone()), kiln_wgpu::WgpuVariant);
+    }
+    loader.compile_queued();
+    drop(loader);
+
+    let store = support::store_at(&folder);
+    let key = pipeline_cache_key(&pipeline_cache_components(&device).expect("a cache key"));
+    let stored = match store.lookup(&key) {
+        kiln_core::Lookup::Hit { artifact, .. } => artifact,
+        kiln_core::Lookup::Miss(miss) => panic!("the batch stored its pipeline cache: {miss}"),
+    };
+    assert!(!stored.is_empty());
+
+    let second = WgpuTarget::on_device(device.clone()).with_store(store);
+    assert_eq!(
+        second.pipeline_cache_state(),
+        &PipelineCacheState::Loaded {
+            bytes: stored.len() as u64
+        }
+    );
+    let mut loader = support::loader(second);
+    for kernel in &kernels {
+        loader
+            .load(kernel, &support::id_of(kernel))
+            .expect("a stored kernel loads through the stored cache");
+    }
+}
+
+// B3, P2
+#[test]
+fn invalid_pipeline_cache_data_falls_back_to_an_empty_cache() {
+    let Some(device) = support::device("pipeline cache fallback") else {
+        return;
+    };
+    let Some(components) = pipeline_cache_components(&device) else {
+        kiln_core::conformance::skip(
+            "the pipeline cache fallback",
+            &format!("{} has no Features::PIPELINE_CACHE", device.describe()),
+        );
+        return;
+    };
+    let store = support::fresh_store("pipeline-cache-garbage");
+    let key = pipeline_cache_key(&components);
+    let garbage = b"not a pipeline cache, but verified bytes in the store".to_vec();
+    assert!(matches!(
+        store.put(&key, None, &garbage, std::time::Duration::ZERO),
+        StoreOutcome::Stored { .. }
+    ));
+    let target = WgpuTarget::on_device(device.clone()).with_store(store.clone());
+    assert!(
+        matches!(
+            target.pipeline_cache_state(),
+            PipelineCacheState::Rejected { .. }
+        ),
+        "{}",
+        target.pipeline_cache_state()
+    );
+    let mut loader = support::loader(target);
+    let kernel = support::distinct(99);
+    loader
+        .load(&kernel, &support::id_of(&kernel))
+        .expect("pipelines are made through the empty cache");
+    drop(loader);
+    match store.lookup(&key) {
+        kiln_core::Lookup::Hit { artifact, .. } => {
+            assert_ne!(artifact, garbage, "the next save replaced the bad blob");
+        }
+        kiln_core::Lookup::Miss(miss) => panic!("a cache was stored: {miss}"),
+    }
+}
+
+// B3
+#[test]
+fn a_compile_only_store_serves_the_device_without_compiling() {
+    let Some(device) = support::device("compile-only store") else {
+        return;
+    };
+    let folder = support::fresh_folder("compile-only-store");
+    let kernel = support::example_kernel("gelu.wgsl", &[("WORKGROUP", 256.0)]);
+    let mut compile_only =
+        support::loader(WgpuTarget::compile_only().with_store(support::store_at(&folder)));
+    let described = compile_only
+        .load(&kernel, &support::id_of(&kernel))
+        .expect("naga compiles it");
+    assert!(!described.is_on_device());
+    drop(compile_only);
+    let mut on_device =
+        support::loader(WgpuTarget::on_device(device).with_store(support::store_at(&folder)));
+    let loaded = on_device
+        .load(&kernel, &support::id_of(&kernel))
+        .expect("the stored artifact loads");
+    assert!(loaded.is_on_device());
+    assert_eq!(on_device.statistics().hits, 1);
+    assert_eq!(on_device.statistics().compiled, 0);
+}

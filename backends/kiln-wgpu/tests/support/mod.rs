@@ -1,0 +1,211 @@
+//! What the wgpu tests share: one device per test process (skipped with a
+//! printed reason where there is no adapter), fresh disk stores, the
+//! example kernels, and a tiny random generator.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses its own part of the support"
+)]
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use kiln_core::store::ArtifactStore;
+use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader, LoaderConfig};
+use kiln_store::{DiskStore, StoreConfig};
+use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
+
+/// The device every test of this process shares, or why there is none.
+pub fn device_or_reason() -> Result<WgpuDevice, String> {
+    static DEVICE: OnceLock<Result<WgpuDevice, String>> = OnceLock::new();
+    DEVICE
+        .get_or_init(|| WgpuDevice::open().map_err(|error| error.to_string()))
+        .clone()
+}
+
+/// The shared device, or `None` after printing why `what` skips (a failure
+/// instead when `KILN_REQUIRE_DEVICE=1`).
+pub fn device(what: &str) -> Option<WgpuDevice> {
+    match device_or_reason() {
+        Ok(device) => {
+            eprintln!("{what}: on {}", device.describe());
+            Some(device)
+        }
+        Err(reason) => {
+            kiln_core::conformance::skip(what, &reason);
+            None
+        }
+    }
+}
+
+/// A new, empty folder under the system's temporary folder.
+pub fn fresh_folder(what: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let folder = std::env::temp_dir().join(format!(
+        "kiln-wgpu-{what}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&folder);
+    std::fs::create_dir_all(&folder).expect("the temporary folder is writable");
+    folder
+}
+
+/// A disk store in `folder`.
+pub fn store_at(folder: &std::path::Path) -> Arc<dyn ArtifactStore> {
+    Arc::new(
+        DiskStore::open(StoreConfig::at(folder)).expect("a disk store opens in a fresh folder"),
+    )
+}
+
+/// A disk store in a new folder.
+pub fn fresh_store(what: &str) -> Arc<dyn ArtifactStore> {
+    store_at(&fresh_folder(what))
+}
+
+/// A loader on `target` with four workers, whatever the machine has.
+pub fn loader(target: WgpuTarget) -> KernelLoader<WgpuTarget> {
+    KernelLoader::with_config(
+        target,
+        LoaderConfig {
+            parallelism: NonZeroUsize::new(4).expect("4 is not zero"),
+            ..LoaderConfig::default()
+        },
+    )
+}
+
+/// `kernel`'s artifact id.
+pub fn id_of(kernel: &WgslKernel) -> ArtifactId<WgpuVariant> {
+    ArtifactId::new(kernel.id(), WgpuVariant)
+}
+
+/// The text of `examples/kernels/<name>`.
+pub fn example(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/kernels")
+        .join(name);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{} is readable: {error}", path.display()))
+}
+
+/// The example kernel `name` with `constants`.
+pub fn example_kernel(name: &str, constants: &[(&str, f64)]) -> WgslKernel {
+    let mut builder =
+        WgslKernel::builder(KernelId::named("tests.example").parameter(name), "main").label(name);
+    for (constant, value) in constants {
+        builder = builder.constant(*constant, *value);
+    }
+    builder.source(example(name))
+}
+
+/// A kernel that doubles its buffer, with `index` in its text so that every
+/// index gives another text.
+pub fn distinct(index: usize) -> WgslKernel {
+    WgslKernel::builder(KernelId::named("tests.distinct").parameter(&index), "main").generator(
+        move || {
+            Ok(format!(
+                "@group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
+                 @compute @workgroup_size(64)\n\
+                 fn main(@builtin(global_invocation_id) id: vec3<u32>) {{\n\
+                 \x20   if id.x < arrayLength(&data) {{ data[id.x] = data[id.x] * 2.0 + {index}.0; }}\n\
+                 }}\n"
+            ))
+        },
+    )
+}
+
+/// WGSL whose first error is on line 3, column 26 (an operator without its
+/// right operand), with an undeclared name after it.
+pub const BROKEN: &str = "@group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
+@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) id: vec3<u32>) {\n\
+\x20   let x = data[id.x] + ;\n\
+\x20   data[id.x] = x + undefined_thing;\n\
+}\n";
+
+/// A kernel whose source does not parse.
+pub fn broken(index: usize) -> WgslKernel {
+    WgslKernel::builder(KernelId::named("tests.broken").parameter(&index), "main")
+        .generator(|| Ok(BROKEN.to_owned()))
+}
+
+/// `values` as the bytes a storage buffer holds.
+pub fn bytes_of(values: &[f32]) -> Vec<u8> {
+    values
+        .iter()
+        .flat_map(|value| value.to_le_bytes())
+        .collect()
+}
+
+/// `u32`s as bytes.
+pub fn bytes_of_u32(values: &[u32]) -> Vec<u8> {
+    values
+        .iter()
+        .flat_map(|value| value.to_le_bytes())
+        .collect()
+}
+
+/// The `f32`s `bytes` hold.
+pub fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|chunk| f32::from_le_bytes(chunk.try_into().expect("four bytes")))
+        .collect()
+}
+
+/// The `u32`s `bytes` hold.
+pub fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(4)
+        .map(|chunk| u32::from_le_bytes(chunk.try_into().expect("four bytes")))
+        .collect()
+}
+
+/// Asserts `got` is `expected` within `tolerance`, relative to the larger
+/// magnitude (and absolute near zero).
+pub fn assert_close(what: &str, got: &[f32], expected: &[f32], tolerance: f32) {
+    assert_eq!(got.len(), expected.len(), "{what}: lengths");
+    for (index, (g, e)) in got.iter().zip(expected).enumerate() {
+        let scale = g.abs().max(e.abs()).max(1.0);
+        assert!(
+            (g - e).abs() <= tolerance * scale,
+            "{what}: element {index} is {g}, expected {e}"
+        );
+    }
+}
+
+/// A seeded xorshift64* generator: fresh inputs every run, reproducible from
+/// the printed seed.
+pub struct Random(u64);
+
+impl Random {
+    /// Seeded from the clock, or from `KILN_TEST_SEED`; the seed is printed.
+    pub fn fresh(what: &str) -> Self {
+        let seed = std::env::var("KILN_TEST_SEED")
+            .ok()
+            .and_then(|seed| seed.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|elapsed| elapsed.as_nanos() as u64)
+                    .unwrap_or(0x9e37_79b9_7f4a_7c15)
+            });
+        eprintln!("{what}: KILN_TEST_SEED={seed}");
+        Self(seed | 1)
+    }
+
+    /// The next value, uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let bits = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
+        bits as f32 / (1u64 << 24) as f32
+    }
+
+    /// `len` values uniform in `[-1, 1)`.
+    pub fn signed(&mut self, len: usize) -> Vec<f32> {
+        (0..len).map(|_| self.unit() * 2.0 - 1.0).collect()
+    }
+}

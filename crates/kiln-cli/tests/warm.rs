@@ -1,0 +1,141 @@
+//! `kiln warm` on the example kernels and on bad ones, through the real
+//! binary, a fresh store each time (B3, B4).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn fresh_folder(what: &str) -> PathBuf {
+    let folder = std::env::temp_dir().join(format!("kiln-cli-warm-{what}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&folder);
+    std::fs::create_dir_all(&folder).expect("the temporary folder is writable");
+    folder
+}
+
+/// Runs `kiln --dir STORE --json warm FOLDER`: its JSON and whether it
+/// succeeded.
+fn warm(store: &Path, folder: &Path) -> (Value, bool) {
+    let output = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("--dir")
+        .arg(store)
+        .arg("--json")
+        .arg("warm")
+        .arg(folder)
+        .output()
+        .expect("the kiln binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report = serde_json::from_str(&stdout).unwrap_or_else(|error| {
+        panic!(
+            "kiln warm prints JSON ({error}):\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (report, output.status.success())
+}
+
+fn backend<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["backends"]
+        .as_array()
+        .and_then(|backends| backends.iter().find(|backend| backend["backend"] == name))
+        .unwrap_or_else(|| panic!("the report has a {name} row: {report:#}"))
+}
+
+fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels")
+}
+
+// B3, B4, L5a
+#[test]
+fn every_example_kernel_warms_and_a_second_run_reads_them_all_from_the_store() {
+    let store = fresh_folder("examples");
+    let (first, succeeded) = warm(&store, &examples());
+    assert!(succeeded, "every example kernel compiles: {first:#}");
+    let wgpu = backend(&first, "wgpu");
+    let kernels = wgpu["kernels"].as_u64().expect("a count");
+    assert!(kernels >= 30, "at least 30 WGSL kernels: {wgpu:#}");
+    assert_eq!(wgpu["failed"], 0, "{wgpu:#}");
+    assert_eq!(
+        wgpu["compiled"].as_u64().unwrap_or(0) + wgpu["rekeyed"].as_u64().unwrap_or(0),
+        kernels,
+        "a fresh store compiles everything: {wgpu:#}"
+    );
+    if wgpu["on_device"] == true {
+        eprintln!("the example kernels loaded on {}", wgpu["target"]);
+    } else {
+        kiln_core::conformance::skip(
+            "loading the example kernels on a device",
+            &format!("wgpu ran {}", wgpu["target"]),
+        );
+    }
+    for name in ["cuda", "hip"] {
+        let row = backend(&first, name);
+        if let Some(reason) = row["unavailable"].as_str() {
+            eprintln!("{name} did not run here: {reason}");
+        } else {
+            assert_eq!(row["failed"], 0, "{row:#}");
+        }
+    }
+
+    let (second, succeeded) = warm(&store, &examples());
+    assert!(succeeded, "{second:#}");
+    for row in second["backends"].as_array().expect("backends") {
+        if row["unavailable"].is_null() {
+            assert_eq!(
+                row["from_store"], row["kernels"],
+                "the second run reads everything from the store: {row:#}"
+            );
+            assert_eq!(row["compiled"], 0, "{row:#}");
+        }
+    }
+}
+
+// D2, L6
+#[test]
+fn a_broken_kernel_fails_alone_with_its_first_diagnostic() {
+    let folder = fresh_folder("broken-kernels");
+    std::fs::write(
+        folder.join("good.wgsl"),
+        "@group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
+         @compute @workgroup_size(64)\n\
+         fn main(@builtin(global_invocation_id) id: vec3<u32>) { data[id.x] = 1.0; }\n",
+    )
+    .expect("a kernel file");
+    std::fs::write(
+        folder.join("broken.wgsl"),
+        "// kiln entry: main\n\
+         @compute @workgroup_size(64)\n\
+         fn main() {\n    let x = 1.0 + ;\n}\n",
+    )
+    .expect("a kernel file");
+    std::fs::write(
+        folder.join("constant.wgsl"),
+        "// kiln specialize: MISSING=3\n@compute @workgroup_size(1) fn main() {}\n",
+    )
+    .expect("a kernel file");
+    let (report, succeeded) = warm(&fresh_folder("broken-store"), &folder);
+    assert!(!succeeded, "a failed kernel fails the command");
+    let wgpu = backend(&report, "wgpu");
+    assert_eq!(wgpu["kernels"], 3);
+    assert_eq!(wgpu["failed"], 2, "{wgpu:#}");
+    let failures = wgpu["failures"].as_array().expect("failures");
+    let broken = failures
+        .iter()
+        .find(|failure| failure["kernel"] == "broken.wgsl")
+        .expect("broken.wgsl failed");
+    let first = broken["first_diagnostic"].as_str().expect("a diagnostic");
+    assert!(
+        first.contains("4:"),
+        "the first error with its line: {first}"
+    );
+    let constant = failures
+        .iter()
+        .find(|failure| failure["kernel"] == "constant.wgsl [MISSING=3]")
+        .expect("constant.wgsl failed");
+    assert!(
+        constant["first_diagnostic"]
+            .as_str()
+            .is_some_and(|text| text.contains("MISSING")),
+        "{constant:#}"
+    );
+}
