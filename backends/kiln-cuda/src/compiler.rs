@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use kiln_core::worker::{ProcessCompiler, WorkerRecipe};
 use kiln_core::{
     ArtifactCompiler, ArtifactId, CompileFailure, Diagnostic, Finalized, KeyComponents,
     KeyedCompiler, Severity,
@@ -321,6 +322,55 @@ impl ArtifactCompiler for CudaCompiler {
                 key,
             },
             diagnostics,
+        })
+    }
+
+    /// NVRTC serializes compiles inside one process, so a batch reaches the
+    /// machine's cores only with worker processes.
+    fn worker_recipe(&self) -> Option<WorkerRecipe> {
+        Some(WorkerRecipe::of(self))
+    }
+}
+
+/// What a compile worker process rebuilds a [`CudaCompiler`] from: the
+/// NVRTC version it must find, and the architecture its keys name.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CudaRecipe {
+    /// The NVRTC version of the loader's process; a worker that opens
+    /// another refuses, so artifacts never mix versions.
+    pub nvrtc_version: NvrtcVersion,
+    /// [`CudaCompiler::keyed_architecture`].
+    pub keyed_architecture: Option<Architecture>,
+}
+
+/// A CUDA compiler finalizes in worker processes (`kiln-cuda` in the
+/// worker hook's list: [`worker_entry`](crate::worker_entry)). Each worker
+/// opens NVRTC as the loader's process did (`KILN_NVRTC_PATH` and the rest
+/// are inherited).
+impl ProcessCompiler for CudaCompiler {
+    const NAME: &'static str = "kiln-cuda";
+    type Recipe = CudaRecipe;
+
+    fn recipe(&self) -> CudaRecipe {
+        CudaRecipe {
+            nvrtc_version: self.version(),
+            keyed_architecture: self.keyed_architecture,
+        }
+    }
+
+    fn from_recipe(recipe: CudaRecipe) -> Result<Self, String> {
+        let compiler = Self::new().map_err(|error| error.to_string())?;
+        if compiler.version() != recipe.nvrtc_version {
+            return Err(format!(
+                "the worker opened NVRTC {} from {} and the loader uses NVRTC {}",
+                compiler.version(),
+                compiler.nvrtc().origin(),
+                recipe.nvrtc_version
+            ));
+        }
+        Ok(match recipe.keyed_architecture {
+            Some(architecture) => compiler.keyed_for(architecture),
+            None => compiler,
         })
     }
 }

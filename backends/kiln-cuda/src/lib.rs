@@ -37,6 +37,14 @@
 //! [`CudaKeyComponents`] says what the keys are made of and why they cover
 //! everything that changes an artifact's bytes (P1).
 //!
+//! # Worker processes
+//!
+//! NVRTC takes a lock inside its process: threads stop scaling at about
+//! four. A [`CudaCompiler`] therefore finalizes in compile worker processes
+//! whenever the program provides them — its `main` starts with
+//! `kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry()])` — and
+//! on threads otherwise (see [`kiln_core::worker`]).
+//!
 //! # Launching
 //!
 //! [`LoadedKernel::launch`] takes a [`LaunchConfig`] and
@@ -62,7 +70,7 @@ mod store;
 mod target;
 
 pub use architecture::{Architecture, ArchitectureParseError};
-pub use compiler::{CudaArtifact, CudaCompiler, CudaLowered, CudaVariant};
+pub use compiler::{CudaArtifact, CudaCompiler, CudaLowered, CudaRecipe, CudaVariant};
 pub use device::{CudaDevice, DeviceBuffer, DeviceScalar};
 pub use error::{CudaLibrary, Error};
 pub use kernel::{CudaKernel, CudaKernelBuilder, EntryPoint, Header, SourceGenerator};
@@ -72,3 +80,23 @@ pub use module::{LoadedImage, LoadedKernel};
 pub use nvrtc::{Nvrtc, NvrtcVersion};
 pub use options::{CudaOptions, DEFAULT_STANDARD};
 pub use target::CudaTarget;
+
+/// The entry of the CUDA compiler for the worker hook at the top of `main`,
+/// so that NVRTC compiles in worker processes and a batch reaches every
+/// core (NVRTC serializes inside one process):
+///
+/// ```no_run
+/// fn main() {
+///     kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
+///     // ...
+/// }
+/// ```
+///
+/// See [`kiln_core::worker`] for how the workers are found and run.
+#[allow(
+    clippy::needless_doctest_main,
+    reason = "the hook belongs on the first line of main, which the example shows"
+)]
+pub fn worker_entry() -> kiln_core::worker::WorkerEntry {
+    kiln_core::worker::entry::<CudaCompiler>()
+}

@@ -5,6 +5,7 @@ use std::ffi::CString;
 use std::fmt;
 use std::sync::Arc;
 
+use kiln_core::worker::{ProcessCompiler, WorkerRecipe};
 use kiln_core::{
     ArtifactCompiler, ArtifactId, CompileFailure, Diagnostic, Finalized, KeyComponents,
     KeyedCompiler, Severity,
@@ -170,6 +171,9 @@ pub struct HipCompiler {
     toolchain: Arc<Toolchain>,
     /// The architecture its store keys name; `None` until a target names it.
     keyed_arch: Option<GfxArch>,
+    /// Whether every finalize checks its target first; only the crash
+    /// tests turn this off.
+    checks_targets: bool,
 }
 
 impl HipCompiler {
@@ -183,7 +187,20 @@ impl HipCompiler {
         Ok(Self {
             toolchain: Toolchain::get()?,
             keyed_arch: None,
+            checks_targets: true,
         })
+    }
+
+    /// **For crash tests only.** The same compiler without the target check
+    /// that keeps hipRTC from aborting the process: a kernel for a target
+    /// comgr lacks (or a feature its processor lacks, `gfx1030:xnack+`)
+    /// reaches hipRTC, and comgr aborts whichever process compiles it. Its
+    /// loader must finalize in worker processes, where that fails only the
+    /// kernel: on threads it ends the loader's own process.
+    #[doc(hidden)]
+    pub fn without_target_check_for_crash_tests(mut self) -> Self {
+        self.checks_targets = false;
+        self
     }
 
     /// The same compiler, naming `arch` in its store keys: that of the
@@ -237,7 +254,9 @@ impl HipCompiler {
         arch: &GfxArch,
         lowered: &HipLowered,
     ) -> Result<Finalized<HipArtifact>, CompileFailure> {
-        self.check_target(arch).map_err(configuration_failure)?;
+        if self.checks_targets {
+            self.check_target(arch).map_err(configuration_failure)?;
+        }
         let key =
             HipArtifactKey::new(self.identity(), arch, lowered).map_err(configuration_failure)?;
 
@@ -312,6 +331,7 @@ impl fmt::Debug for HipCompiler {
         f.debug_struct("HipCompiler")
             .field("identity", self.identity())
             .field("keyed_arch", &self.keyed_arch)
+            .field("checks_targets", &self.checks_targets)
             .finish_non_exhaustive()
     }
 }
@@ -390,6 +410,57 @@ impl ArtifactCompiler for HipCompiler {
         lowered: HipLowered,
     ) -> Result<Finalized<HipArtifact>, CompileFailure> {
         self.compile(&id.variant.arch, &lowered)
+    }
+
+    /// hipRTC runs one compile at a time in a process and aborts the
+    /// process on a target its comgr lacks: worker processes give a batch
+    /// every core and keep such a crash to its kernel.
+    fn worker_recipe(&self) -> Option<WorkerRecipe> {
+        Some(WorkerRecipe::of(self))
+    }
+}
+
+/// What a compile worker process rebuilds a [`HipCompiler`] from: the
+/// compiler it must find, the architecture its keys name, and whether it
+/// checks targets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HipRecipe {
+    /// The hipRTC and comgr of the loader's process; a worker that opens
+    /// others refuses, so artifacts never mix compilers.
+    pub identity: CompilerIdentity,
+    /// [`HipCompiler::keyed_arch`].
+    pub keyed_arch: Option<GfxArch>,
+    /// Whether finalizes check their target first (always, but in crash
+    /// tests).
+    pub checks_targets: bool,
+}
+
+/// A HIP compiler finalizes in worker processes (`kiln-hip` in the worker
+/// hook's list: [`worker_entry`](crate::worker_entry)).
+impl ProcessCompiler for HipCompiler {
+    const NAME: &'static str = "kiln-hip";
+    type Recipe = HipRecipe;
+
+    fn recipe(&self) -> HipRecipe {
+        HipRecipe {
+            identity: self.identity().clone(),
+            keyed_arch: self.keyed_arch.clone(),
+            checks_targets: self.checks_targets,
+        }
+    }
+
+    fn from_recipe(recipe: HipRecipe) -> std::result::Result<Self, String> {
+        let mut compiler = Self::new().map_err(|error| error.to_string())?;
+        if *compiler.identity() != recipe.identity {
+            return Err(format!(
+                "the worker opened {} and the loader uses {}",
+                compiler.identity(),
+                recipe.identity
+            ));
+        }
+        compiler.keyed_arch = recipe.keyed_arch;
+        compiler.checks_targets = recipe.checks_targets;
+        Ok(compiler)
     }
 }
 

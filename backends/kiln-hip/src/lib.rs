@@ -35,13 +35,17 @@
 //!   (`amd_comgr_get_isa_count`, `amd_comgr_get_isa_name`) and, for a target
 //!   with features, whether it accepts the full ISA name; anything else
 //!   fails its kernel with the list of supported targets. Flags that could
-//!   choose the architecture behind this check are refused. Compiling in an
-//!   isolated worker process is a later step; until then this check is what
-//!   protects the host process.
+//!   choose the architecture behind this check are refused. Without worker
+//!   processes this check is what protects the host process; where the
+//!   program provides compile worker
+//!   processes (`kiln_core::worker::run_if_worker(&[kiln_hip::worker_entry()])`
+//!   at the top of `main`), every finalize runs in one of them, so even an
+//!   abort the check misses fails only its kernel, and the worker is
+//!   replaced.
 //! - **Compiles run one at a time in a process.** ROCm 5's hipRTC aborts the
 //!   process when two threads compile at once, so every hipRTC call holds
 //!   one process-wide lock. A batch still runs generators on all its
-//!   workers; parallel compiles need worker processes.
+//!   workers; worker processes compile in parallel.
 //! - **Entry points are name expressions.** Every entry point, plain or a
 //!   template instantiation (`reduce<float, 256>`), is handed to
 //!   `hiprtcAddNameExpression`, and the symbol `hiprtcGetLoweredName`
@@ -116,7 +120,7 @@ mod target;
 mod toolchain;
 
 pub use code_object::CodeObjectInfo;
-pub use compiler::{HipArtifact, HipCompiler, HipLowered};
+pub use compiler::{HipArtifact, HipCompiler, HipLowered, HipRecipe};
 pub use device::{DeviceBuffer, HipDevice, HipFunction, HipModule};
 pub use error::{Error, Result};
 pub use isa::{GfxArch, SupportedTargets};
@@ -125,3 +129,23 @@ pub use key::{CompilerIdentity, HeaderDigest, HipArtifactKey};
 pub use launch::{KernelScalar, LaunchArguments, LaunchConfig};
 pub use options::{CxxStandard, HipOptions, HipVariant};
 pub use target::{CompiledKernel, HipCompileOnlyTarget, HipTarget};
+
+/// The entry of the HIP compiler for the worker hook at the top of `main`,
+/// so that hipRTC compiles in worker processes: in parallel, and where a
+/// compiler abort fails only its kernel.
+///
+/// ```no_run
+/// fn main() {
+///     kiln_core::worker::run_if_worker(&[kiln_hip::worker_entry()]);
+///     // ...
+/// }
+/// ```
+///
+/// See [`kiln_core::worker`] for how the workers are found and run.
+#[allow(
+    clippy::needless_doctest_main,
+    reason = "the hook belongs on the first line of main, which the example shows"
+)]
+pub fn worker_entry() -> kiln_core::worker::WorkerEntry {
+    kiln_core::worker::entry::<HipCompiler>()
+}

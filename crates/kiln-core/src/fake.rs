@@ -31,6 +31,7 @@ use crate::id::{ArtifactId, KernelId};
 use crate::kernel::Kernel;
 use crate::store::{ArtifactStore, BoundStore, Generation, KeyComponents, KeyedCompiler};
 use crate::target::{ArtifactCompiler, CompilationTarget, Finalized, Lookup, Miss, StoreOutcome};
+use crate::worker::{ProcessCompiler, WorkerRecipe};
 
 /// What a [`FakeKernel`] does on its way to the device.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +54,11 @@ pub struct FakeBehaviour {
     pub without_source: bool,
     /// The device refuses the artifact.
     pub refused: bool,
+    /// The compiler aborts the whole process, as hipRTC does on a target
+    /// its comgr lacks. Only for a compiler in worker processes (see
+    /// [`FakeCompiler::in_worker_processes`]): on threads it takes the
+    /// loader's own process down.
+    pub aborts_in_finalize: bool,
 }
 
 /// A kernel of the fake target, identified by its number.
@@ -122,6 +128,13 @@ impl FakeKernel {
         self
     }
 
+    /// Aborts the process that finalizes it (SIGABRT): a compiler crash,
+    /// for a compiler in worker processes.
+    pub fn aborting(mut self) -> Self {
+        self.behaviour.aborts_in_finalize = true;
+        self
+    }
+
     /// Is refused by the device.
     pub fn refused(mut self) -> Self {
         self.behaviour.refused = true;
@@ -179,6 +192,7 @@ pub struct FakeCompiler {
     threads: Mutex<FakeThreads>,
     key_components: KeyComponents,
     compile_log: Option<PathBuf>,
+    in_worker_processes: bool,
 }
 
 impl Default for FakeCompiler {
@@ -191,6 +205,7 @@ impl Default for FakeCompiler {
             threads: Mutex::default(),
             key_components: Self::default_key_components(),
             compile_log: None,
+            in_worker_processes: false,
         }
     }
 }
@@ -221,6 +236,16 @@ impl FakeCompiler {
     /// compiles of several processes.
     pub fn logging_compiles_to(mut self, path: impl Into<PathBuf>) -> Self {
         self.compile_log = Some(path.into());
+        self
+    }
+
+    /// The same compiler, finalizing in worker processes when the program
+    /// provides them (see [`crate::worker`]), as the CUDA and HIP compilers
+    /// do. Its counts then see only what ran in this process: lowering, and
+    /// the finalizes of a loader on threads. The default compiler finalizes
+    /// on threads.
+    pub fn in_worker_processes(mut self) -> Self {
+        self.in_worker_processes = true;
         self
     }
 
@@ -402,6 +427,14 @@ impl ArtifactCompiler for FakeCompiler {
         if behaviour.panics_in_finalize {
             panic!("fake compiler crashed on kernel {}", lowered.number);
         }
+        if behaviour.aborts_in_finalize {
+            eprintln!(
+                "fake compiler: aborting process {} on kernel {}, as asked",
+                std::process::id(),
+                lowered.number
+            );
+            std::process::abort();
+        }
         if behaviour.misconfigured {
             return Err(CompileFailure::message("unknown architecture fake_0")
                 .with_hint("choose an architecture the fake compiler lists: fake_1"));
@@ -421,6 +454,39 @@ impl ArtifactCompiler for FakeCompiler {
                 refused: behaviour.refused,
             },
             diagnostics: vec![Diagnostic::warning("fake remark: 0 registers spilled")],
+        })
+    }
+
+    fn worker_recipe(&self) -> Option<WorkerRecipe> {
+        self.in_worker_processes.then(|| WorkerRecipe::of(self))
+    }
+}
+
+/// What a worker process rebuilds a [`FakeCompiler`] from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FakeRecipe {
+    /// The key components it names.
+    pub key_components: KeyComponents,
+    /// Where it logs its compiles.
+    pub compile_log: Option<PathBuf>,
+}
+
+impl ProcessCompiler for FakeCompiler {
+    const NAME: &'static str = "kiln-fake";
+    type Recipe = FakeRecipe;
+
+    fn recipe(&self) -> FakeRecipe {
+        FakeRecipe {
+            key_components: self.key_components.clone(),
+            compile_log: self.compile_log.clone(),
+        }
+    }
+
+    fn from_recipe(recipe: FakeRecipe) -> Result<Self, String> {
+        let compiler = Self::default().with_key_components(recipe.key_components);
+        Ok(match recipe.compile_log {
+            Some(path) => compiler.logging_compiles_to(path),
+            None => compiler,
         })
     }
 }

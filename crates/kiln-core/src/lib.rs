@@ -82,6 +82,7 @@ mod pool;
 pub mod statistics;
 pub mod store;
 pub mod target;
+pub mod worker;
 
 pub use config::LoaderConfig;
 pub use diagnostic::{CompileFailure, Diagnostic, Location, Severity};

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -21,6 +22,7 @@ use crate::target::{
     ArtifactCompiler, ArtifactOf, CompilationTarget, KernelOf, Lookup, LoweredOf, StoreOutcome,
     VariantOf,
 };
+use crate::worker::{Outcome, ProcessPool, WorkerLost, WorkerProcesses};
 
 /// Every kernel one device has loaded, in front of the target that compiles
 /// and loads the ones it has not.
@@ -91,6 +93,31 @@ impl<T: CompilationTarget> KernelLoader<T> {
             records: VecDeque::new(),
             record_limit: config.record_limit,
         }
+    }
+
+    /// The same loader, finalizing on `mode`: [`WorkerMode::Threads`] keeps
+    /// every compile in this process; [`WorkerMode::Processes`] (the default
+    /// unless `KILN_WORKER_MODE=threads`) finalizes in worker processes when
+    /// the compiler can (it has a
+    /// [`worker_recipe`](ArtifactCompiler::worker_recipe)) and the program
+    /// provides a worker (see [`crate::worker`]), and on threads otherwise.
+    pub fn with_worker_mode(mut self, mode: WorkerMode) -> Self {
+        self.set_worker_mode(mode);
+        self
+    }
+
+    /// Chooses threads or worker processes for the next batches, as
+    /// [`with_worker_mode`](Self::with_worker_mode) does; choosing threads
+    /// shuts the worker processes down.
+    pub fn set_worker_mode(&mut self, mode: WorkerMode) {
+        self.pool.set_mode(mode);
+    }
+
+    /// The loader's worker processes: which are running, how many were
+    /// started and replaced, and why there are none when they could not
+    /// start.
+    pub fn worker_processes(&self) -> WorkerProcesses {
+        self.pool.worker_processes()
     }
 
     /// The loaded kernel for `kernel` under `id`, compiling first whatever is
@@ -311,22 +338,32 @@ impl<T: CompilationTarget> KernelLoader<T> {
         }
 
         let persists = self.target.persists();
-        let compiler = self.target.compiler();
         let mut missing: Vec<&mut Job<'_, T>> =
             jobs.iter_mut().filter(|job| job.is_missing()).collect();
+        let with_processes = !missing.is_empty()
+            && self
+                .pool
+                .prepare_processes(self.target.compiler().worker_recipe());
+        let used_processes = AtomicBool::new(false);
+        let finalizer = Finalizer {
+            compiler: self.target.compiler(),
+            processes: self.pool.process_pool().filter(|_| with_processes),
+            used_processes: &used_processes,
+        };
         let mut workers = self.pool.workers_for(missing.len());
         if missing.len() > 1 {
             log::debug!(
-                "compiling {} of {n_kernels} kernels on {workers} workers",
-                missing.len()
+                "compiling {} of {n_kernels} kernels on {workers} workers{}",
+                missing.len(),
+                if with_processes { " (processes)" } else { "" }
             );
         }
         self.pool.run(&mut missing, |job| {
-            job.lower(compiler);
+            job.lower(finalizer.compiler);
             // With nothing to share it by, a kernel finalizes on the worker
             // that lowered it, without waiting for the others to lower.
             if job.is_lowered() && !(persists && job.has_source()) {
-                job.finalize(compiler);
+                job.finalize(&finalizer);
             }
             job.settle();
         });
@@ -336,15 +373,24 @@ impl<T: CompilationTarget> KernelLoader<T> {
             group_by_source(&mut jobs, &mut self.target, &mut self.statistics);
         }
 
-        let compiler = self.target.compiler();
+        let finalizer = Finalizer {
+            compiler: self.target.compiler(),
+            processes: self.pool.process_pool().filter(|_| with_processes),
+            used_processes: &used_processes,
+        };
         let mut lowered: Vec<&mut Job<'_, T>> =
             jobs.iter_mut().filter(|job| job.is_lowered()).collect();
         workers = workers.max(self.pool.workers_for(lowered.len()));
         self.pool.run(&mut lowered, |job| {
-            job.finalize(compiler);
+            job.finalize(&finalizer);
             job.settle();
         });
         drop(lowered);
+        let mode = if used_processes.load(Ordering::Relaxed) {
+            WorkerMode::Processes
+        } else {
+            WorkerMode::Threads
+        };
 
         take_from_leaders(&mut jobs);
 
@@ -361,17 +407,18 @@ impl<T: CompilationTarget> KernelLoader<T> {
         let batch = BatchRecord {
             kernels: records.len(),
             workers,
-            mode: WorkerMode::Threads,
+            mode,
             wall: started.elapsed(),
             stored: records.iter().any(|record| record.stored),
             records,
         };
         log::debug!(
-            "batch of {} kernels: {:?} wall, {:?} work on {} workers",
+            "batch of {} kernels: {:?} wall, {:?} work on {} workers ({:?})",
             batch.kernels,
             batch.wall,
             batch.summed_work(),
-            batch.workers
+            batch.workers,
+            batch.mode
         );
         if self.record_limit > 0 {
             if self.records.len() == self.record_limit {
@@ -736,14 +783,23 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         self.compile_work += started.elapsed();
     }
 
-    fn finalize(&mut self, compiler: &T::Compiler) {
+    fn finalize(&mut self, finalizer: &Finalizer<'_, T>) {
         let Step::Lowered { lowered, source } = std::mem::replace(&mut self.step, Step::Missing)
         else {
             unreachable!("only a lowered kernel is finalized");
         };
         let started = Instant::now();
         let id = &self.id;
-        self.step = match contained(Stage::Finalize, id, || compiler.finalize(id, lowered)) {
+        let (result, remote_work) = match finalizer.in_process_or_worker(id, lowered) {
+            Ok(remote) => remote,
+            Err(lowered) => (
+                contained(Stage::Finalize, id, || {
+                    finalizer.compiler.finalize(id, lowered)
+                }),
+                None,
+            ),
+        };
+        self.step = match result {
             Ok(finalized) => {
                 self.diagnostics = finalized.diagnostics;
                 Step::Ready {
@@ -754,7 +810,8 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             }
             Err(error) => Step::Failed(error),
         };
-        self.compile_work += started.elapsed();
+        // A worker's own measure of its compile leaves out the pipes.
+        self.compile_work += remote_work.unwrap_or_else(|| started.elapsed());
     }
 
     fn wait_for(&mut self, leader: usize) {
@@ -881,6 +938,84 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             error: result.as_ref().err().map(ToString::to_string),
         };
         ((self.id, result), record)
+    }
+}
+
+/// Where a batch finalizes: the compiler in this process, or its worker
+/// processes.
+struct Finalizer<'p, T: CompilationTarget> {
+    compiler: &'p T::Compiler,
+    processes: Option<&'p ProcessPool>,
+    /// Whether any kernel of the batch was finalized in a worker process.
+    used_processes: &'p AtomicBool,
+}
+
+impl<T: CompilationTarget> Finalizer<'_, T> {
+    /// Finalizes `lowered` in a worker process: its result and the worker's
+    /// compile time. Gives `lowered` back when it is to be finalized here:
+    /// no worker processes, or none could start.
+    #[allow(clippy::type_complexity, reason = "a private two-way answer")]
+    fn in_process_or_worker(
+        &self,
+        id: &ArtifactId<VariantOf<T>>,
+        lowered: LoweredOf<T>,
+    ) -> Result<
+        (
+            Result<crate::target::Finalized<ArtifactOf<T>>, KernelError>,
+            Option<Duration>,
+        ),
+        LoweredOf<T>,
+    > {
+        let Some(pool) = self.processes else {
+            return Err(lowered);
+        };
+        let (Ok(id_bytes), Ok(lowered_bytes)) =
+            (crate::worker::encode(id), crate::worker::encode(&lowered))
+        else {
+            log::warn!("{id} does not serialize for a worker process; finalizing it here");
+            return Err(lowered);
+        };
+        let kernel_error = |failure: Failure| KernelError {
+            kernel: id.kernel.clone(),
+            stage: Stage::Finalize,
+            failure,
+        };
+        match pool.finalize(id_bytes, lowered_bytes) {
+            Ok((outcome, work)) => {
+                self.used_processes.store(true, Ordering::Relaxed);
+                let result = match outcome {
+                    Outcome::Built {
+                        artifact,
+                        diagnostics,
+                    } => match crate::worker::decode::<ArtifactOf<T>>(&artifact) {
+                        Ok(artifact) => Ok(crate::target::Finalized {
+                            artifact,
+                            diagnostics,
+                        }),
+                        Err(error) => Err(kernel_error(Failure::Compile(Box::new(
+                            CompileFailure::message(format!(
+                                "the artifact a worker process built does not decode: {error}"
+                            )),
+                        )))),
+                    },
+                    Outcome::Failed(failure) => {
+                        Err(kernel_error(Failure::Compile(Box::new(failure))))
+                    }
+                    Outcome::Panicked(message) => Err(kernel_error(Failure::Panicked { message })),
+                };
+                Ok((result, Some(work)))
+            }
+            Err(WorkerLost::Crashed(message)) => {
+                self.used_processes.store(true, Ordering::Relaxed);
+                Ok((
+                    Err(kernel_error(Failure::Compile(Box::new(
+                        CompileFailure::message(message),
+                    )))),
+                    None,
+                ))
+            }
+            Err(WorkerLost::Unavailable) => Err(lowered),
+        }
     }
 }
 

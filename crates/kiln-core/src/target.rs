@@ -13,6 +13,7 @@ use crate::diagnostic::{CompileFailure, Diagnostic};
 use crate::error::DeviceRefusal;
 use crate::id::ArtifactId;
 use crate::kernel::Kernel;
+use crate::worker::WorkerRecipe;
 
 /// Turns kernels into artifacts. Shared by every worker of a batch.
 ///
@@ -67,6 +68,15 @@ pub trait ArtifactCompiler: Send + Sync {
         id: &ArtifactId<Self::Variant>,
         lowered: Self::Lowered,
     ) -> Result<Finalized<Self::Artifact>, CompileFailure>;
+
+    /// How a worker process rebuilds this compiler, when it can finalize in
+    /// one: `Some(`[`WorkerRecipe::of`]`(self))` for a
+    /// [`ProcessCompiler`](crate::worker::ProcessCompiler). A loader then
+    /// finalizes in worker processes (see [`crate::worker`]). The default,
+    /// `None`, keeps every compile on the loader's threads.
+    fn worker_recipe(&self) -> Option<WorkerRecipe> {
+        None
+    }
 }
 
 /// A finalized artifact and what the compiler said while making it.

@@ -1,0 +1,192 @@
+//! hipRTC in compile worker processes, for real: this binary's `main` starts
+//! with the worker hook, so it is its own worker and needs no harness.
+//!
+//! The crash is hipRTC's own: with the target check turned off (a switch for
+//! these tests only), a kernel for a target comgr lacks reaches hipRTC,
+//! comgr aborts the worker that compiles it, and only that kernel fails.
+//!
+//! Each test skips with a printed reason when hipRTC is missing, and fails
+//! instead when `KILN_REQUIRE_DEVICE=1`. The binary prints libtest's
+//! `test result:` line.
+
+use std::num::NonZeroUsize;
+
+use kiln_core::conformance::skip;
+use kiln_core::{ArtifactId, Kernel, KernelLoader, KernelOutcome, LoaderConfig, WorkerMode};
+use kiln_hip::{GfxArch, HipCompileOnlyTarget, HipCompiler, HipKernel, HipVariant};
+
+fn main() {
+    kiln_core::worker::run_if_worker(&[kiln_hip::worker_entry()]);
+    let tests: &[(&str, fn())] = &[
+        (
+            "b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process",
+            b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process,
+        ),
+        (
+            "l6_a_kernel_whose_target_aborts_hiprtc_fails_alone_and_its_worker_is_replaced",
+            l6_a_kernel_whose_target_aborts_hiprtc_fails_alone_and_its_worker_is_replaced,
+        ),
+    ];
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|argument| !argument.starts_with('-'))
+        .collect();
+    let (mut passed, mut failed, mut filtered) = (0, 0, 0);
+    for (name, test) in tests {
+        if !filters.is_empty() && !filters.iter().any(|filter| name.contains(filter.as_str())) {
+            filtered += 1;
+            continue;
+        }
+        match std::panic::catch_unwind(test) {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed += 1;
+            }
+        }
+    }
+    let verdict = if failed == 0 { "ok" } else { "FAILED" };
+    println!(
+        "\ntest result: {verdict}. {passed} passed; {failed} failed; 0 ignored; 0 measured; \
+         {filtered} filtered out\n"
+    );
+    std::process::exit(i32::from(failed > 0));
+}
+
+fn compiler(test: &str) -> Option<HipCompiler> {
+    match HipCompiler::new() {
+        Ok(compiler) => Some(compiler),
+        Err(error) => {
+            skip(test, &error.to_string());
+            None
+        }
+    }
+}
+
+fn loader(compiler: HipCompiler, mode: WorkerMode) -> KernelLoader<HipCompileOnlyTarget> {
+    KernelLoader::with_config(
+        HipCompileOnlyTarget::new(compiler),
+        LoaderConfig {
+            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
+            ..LoaderConfig::default()
+        },
+    )
+    .with_worker_mode(mode)
+}
+
+fn variant(arch: &str) -> HipVariant {
+    HipVariant::new(GfxArch::new(arch).expect("a valid architecture name"))
+}
+
+fn scale(index: usize) -> HipKernel {
+    HipKernel::from_text(
+        "tests.worker.scale",
+        format!("scale_{index}"),
+        format!(
+            "extern \"C\" __global__ void scale_{index}(float* x, float by, unsigned n) {{\n\
+             \x20   unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+             \x20   if (i < n) x[i] *= by + {index}.0f;\n\
+             }}\n"
+        ),
+    )
+}
+
+fn b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process() {
+    let test = "b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process";
+    let Some(compiler) = compiler(test) else {
+        return;
+    };
+    let kernels: Vec<HipKernel> = (0..4).map(scale).collect();
+    let mut in_workers = loader(compiler.clone(), WorkerMode::Processes);
+    let mut in_process = loader(compiler, WorkerMode::Threads);
+    for kernel in &kernels {
+        in_workers.enqueue(Box::new(kernel.clone()), variant("gfx90a"));
+        in_process.enqueue(Box::new(kernel.clone()), variant("gfx90a"));
+    }
+    in_workers.compile_queued();
+    in_process.compile_queued();
+
+    let batch = in_workers.records().back().expect("a batch");
+    assert_eq!(batch.mode, WorkerMode::Processes);
+    assert_eq!(batch.count(KernelOutcome::Compiled), 4, "{batch:#?}");
+    assert_eq!(
+        in_process.records().back().expect("a batch").mode,
+        WorkerMode::Threads
+    );
+    let workers = in_workers.worker_processes();
+    assert!(!workers.running.is_empty(), "{workers:?}");
+    assert!(!workers.running.contains(&std::process::id()));
+    for kernel in &kernels {
+        let id = ArtifactId::new(kernel.id(), variant("gfx90a"));
+        let built_there = in_workers.load(kernel, &id).expect("compiled in a worker");
+        let built_here = in_process.load(kernel, &id).expect("compiled in process");
+        assert_eq!(built_there.symbol, built_here.symbol);
+        assert_eq!(built_there.arch, built_here.arch);
+        assert_eq!(built_there.elf_flags, built_here.elf_flags);
+        assert_eq!(built_there.kernels, built_here.kernels);
+        assert_eq!(
+            built_there.code_object_bytes, built_here.code_object_bytes,
+            "code objects of one size"
+        );
+    }
+}
+
+fn l6_a_kernel_whose_target_aborts_hiprtc_fails_alone_and_its_worker_is_replaced() {
+    let test = "l6_a_kernel_whose_target_aborts_hiprtc_fails_alone_and_its_worker_is_replaced";
+    let Some(compiler) = compiler(test) else {
+        return;
+    };
+    // A processor this comgr does not list: the check would refuse it, and
+    // without the check comgr aborts the process that compiles it.
+    let unsupported = ["gfx1100", "gfx1fff"]
+        .into_iter()
+        .find(|arch| {
+            !compiler
+                .supported_targets()
+                .has_processor(&GfxArch::new(arch).expect("valid"))
+        })
+        .expect("no comgr lists gfx1fff");
+    let mut loader = loader(
+        compiler.without_target_check_for_crash_tests(),
+        WorkerMode::Processes,
+    );
+    let crashing = scale(7);
+    for index in 0..4 {
+        loader.enqueue(Box::new(scale(index)), variant("gfx90a"));
+    }
+    loader.enqueue(Box::new(crashing.clone()), variant(unsupported));
+    loader.enqueue(Box::new(scale(5)), variant("gfx908"));
+    loader.compile_queued();
+
+    let batch = loader.records().back().expect("a batch").clone();
+    assert_eq!(batch.mode, WorkerMode::Processes);
+    assert_eq!(batch.count(KernelOutcome::Compiled), 5, "{batch:#?}");
+    assert_eq!(batch.count(KernelOutcome::Failed), 1, "{batch:#?}");
+    let error = loader
+        .load(
+            &crashing,
+            &ArtifactId::new(crashing.id(), variant(unsupported)),
+        )
+        .expect_err("the aborting target fails");
+    let message = error.to_string();
+    eprintln!("the crashed kernel's error: {message}");
+    assert!(message.contains("the compiler crashed"), "{message}");
+    assert!(message.contains("signal"), "{message}");
+    for index in 0..4 {
+        let kernel = scale(index);
+        assert!(loader.is_loaded(&ArtifactId::new(kernel.id(), variant("gfx90a"))));
+    }
+
+    let workers = loader.worker_processes();
+    assert_eq!(workers.replaced, 1, "{workers:?}");
+    assert!(workers.unavailable.is_none(), "{workers:?}");
+    // The replacement compiles the next batch.
+    loader.enqueue(Box::new(scale(6)), variant("gfx1030"));
+    loader.compile_queued();
+    let batch = loader.records().back().expect("a second batch");
+    assert_eq!(batch.mode, WorkerMode::Processes);
+    assert_eq!(batch.count(KernelOutcome::Compiled), 1, "{batch:#?}");
+}

@@ -1,0 +1,459 @@
+//! The loader's side: a pool of worker processes for one compiler recipe.
+
+use std::collections::BTreeSet;
+use std::io::{self, BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::WorkerRecipe;
+use super::protocol::{self, Outcome, PROTOCOL, Reply, Request};
+
+/// How long a starting worker has to answer its first request: the program
+/// starts, reaches its hook and opens the compiler's library.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a worker has to exit once its request pipe closed, before it is
+/// killed.
+const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// Why a kernel sent to a worker came back without an outcome.
+#[derive(Debug)]
+pub(crate) enum WorkerLost {
+    /// No worker could be started: finalize in this process instead.
+    Unavailable,
+    /// The worker died while it held the kernel.
+    Crashed(String),
+}
+
+/// The worker processes of one loader, for one compiler recipe.
+pub(crate) struct ProcessPool {
+    program: PathBuf,
+    recipe: WorkerRecipe,
+    idle: Mutex<Vec<WorkerProcess>>,
+    state: Mutex<PoolState>,
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    /// Process ids of the workers alive, idle or busy.
+    live: BTreeSet<u32>,
+    started: usize,
+    replaced: usize,
+    /// Set once a worker could not start: the pool is not used again.
+    unavailable: Option<String>,
+}
+
+/// A snapshot of a loader's worker processes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerProcesses {
+    /// The program started as the worker, once a pool exists.
+    pub program: Option<PathBuf>,
+    /// The compiler the workers serve.
+    pub compiler: Option<&'static str>,
+    /// Process ids of the workers alive now.
+    pub running: Vec<u32>,
+    /// Workers started since the pool began, replacements included.
+    pub started: usize,
+    /// Workers that died while compiling and were replaced.
+    pub replaced: usize,
+    /// Why the loader finalizes on threads instead, when a worker could not
+    /// start.
+    pub unavailable: Option<String>,
+}
+
+impl ProcessPool {
+    pub(crate) fn new(program: PathBuf, recipe: WorkerRecipe) -> Self {
+        Self {
+            program,
+            recipe,
+            idle: Mutex::default(),
+            state: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn recipe(&self) -> &WorkerRecipe {
+        &self.recipe
+    }
+
+    /// Whether a worker failed to start, so the loader uses threads.
+    pub(crate) fn is_unavailable(&self) -> bool {
+        self.state().unavailable.is_some()
+    }
+
+    pub(crate) fn snapshot(&self) -> WorkerProcesses {
+        let state = self.state();
+        WorkerProcesses {
+            program: Some(self.program.clone()),
+            compiler: Some(self.recipe.compiler),
+            running: state.live.iter().copied().collect(),
+            started: state.started,
+            replaced: state.replaced,
+            unavailable: state.unavailable.clone(),
+        }
+    }
+
+    /// Finalizes the encoded kernel on an idle worker (starting one when
+    /// none is idle): its outcome and the worker's compile time.
+    pub(crate) fn finalize(
+        &self,
+        id: Vec<u8>,
+        lowered: Vec<u8>,
+    ) -> Result<(Outcome, Duration), WorkerLost> {
+        let mut worker = self.checkout()?;
+        let began = Instant::now();
+        match worker.round_trip(&Request::Finalize { id, lowered }) {
+            Ok(Reply::Finalized { outcome, work }) => {
+                self.give_back(worker);
+                Ok((outcome, work))
+            }
+            Ok(other) => {
+                let message = format!(
+                    "worker process {} answered a finalize with {other:?}; it was replaced",
+                    worker.pid
+                );
+                self.replace(worker);
+                Err(WorkerLost::Crashed(message))
+            }
+            Err(error) => {
+                let pid = worker.pid;
+                let status = worker.reap();
+                let message = crash_message(pid, status.as_ref(), &error, began.elapsed());
+                log::warn!("{message}");
+                self.replace_dead(pid);
+                Err(WorkerLost::Crashed(message))
+            }
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<WorkerProcess>> {
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn checkout(&self) -> Result<WorkerProcess, WorkerLost> {
+        if self.state().unavailable.is_some() {
+            return Err(WorkerLost::Unavailable);
+        }
+        if let Some(worker) = self.idle().pop() {
+            return Ok(worker);
+        }
+        self.start_one()
+    }
+
+    fn start_one(&self) -> Result<WorkerProcess, WorkerLost> {
+        match WorkerProcess::start(&self.program, &self.recipe) {
+            Ok(worker) => {
+                let mut state = self.state();
+                state.live.insert(worker.pid);
+                state.started += 1;
+                log::debug!(
+                    "started compile worker {} ({}) for {}",
+                    worker.pid,
+                    self.program.display(),
+                    self.recipe.compiler
+                );
+                Ok(worker)
+            }
+            Err(reason) => {
+                let reason = format!(
+                    "could not start {} as a compile worker for {}: {reason}",
+                    self.program.display(),
+                    self.recipe.compiler
+                );
+                let mut state = self.state();
+                if state.unavailable.is_none() {
+                    log::warn!("{reason}; compiling on threads of this process instead");
+                    state.unavailable = Some(reason.clone());
+                }
+                Err(WorkerLost::Unavailable)
+            }
+        }
+    }
+
+    fn give_back(&self, worker: WorkerProcess) {
+        self.idle().push(worker);
+    }
+
+    /// Stops a worker that broke the protocol and starts another.
+    fn replace(&self, worker: WorkerProcess) {
+        let pid = worker.pid;
+        drop(worker.stop());
+        self.replace_dead(pid);
+    }
+
+    /// Forgets a dead worker and starts its replacement, so the pool keeps
+    /// its size for the rest of the batch and the next one.
+    fn replace_dead(&self, pid: u32) {
+        {
+            let mut state = self.state();
+            state.live.remove(&pid);
+            state.replaced += 1;
+        }
+        if let Ok(worker) = self.start_one() {
+            self.give_back(worker);
+        }
+    }
+}
+
+impl Drop for ProcessPool {
+    fn drop(&mut self) {
+        let workers = std::mem::take(&mut *self.idle());
+        // Close every pipe first, so the workers exit together, then reap.
+        let closing: Vec<(u32, Child)> = workers
+            .into_iter()
+            .map(|worker| (worker.pid, worker.close()))
+            .collect();
+        for (pid, mut child) in closing {
+            if wait_within(&mut child, EXIT_GRACE).is_none() {
+                log::warn!("compile worker {pid} did not exit after its pipe closed; killing it");
+                drop(child.kill());
+                drop(child.wait());
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for ProcessPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessPool")
+            .field("program", &self.program)
+            .field("compiler", &self.recipe.compiler)
+            .field("state", &*self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One worker process and its two pipes.
+struct WorkerProcess {
+    pid: u32,
+    child: Child,
+    requests: BufWriter<ChildStdin>,
+    replies: BufReader<ChildStdout>,
+}
+
+impl WorkerProcess {
+    /// Starts `program` as a worker and has it build the compiler of
+    /// `recipe`.
+    fn start(program: &Path, recipe: &WorkerRecipe) -> Result<Self, String> {
+        let mut child = Command::new(program)
+            .env(super::WORKER_CHANNEL_VARIABLE, PROTOCOL)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|error| error.to_string())?;
+        let pid = child.id();
+        let requests = BufWriter::new(child.stdin.take().expect("stdin was piped"));
+        let replies = BufReader::new(child.stdout.take().expect("stdout was piped"));
+        let mut worker = Self {
+            pid,
+            child,
+            requests,
+            replies,
+        };
+        let start = Request::Start {
+            protocol: PROTOCOL.to_owned(),
+            compiler: recipe.compiler.to_owned(),
+            recipe: recipe.recipe.clone(),
+        };
+        let answer = protocol::write_frame(&mut worker.requests, &start).and_then(|()| {
+            wait_readable(worker.replies.get_ref(), START_TIMEOUT)?;
+            protocol::read_frame::<Reply>(&mut worker.replies)
+        });
+        match answer {
+            Ok(Some(Reply::Started)) => Ok(worker),
+            Ok(Some(Reply::Refused { reason })) => {
+                drop(worker.stop());
+                Err(format!("the worker refused: {reason}"))
+            }
+            Ok(Some(other)) => {
+                drop(worker.stop());
+                Err(format!("the worker answered its start with {other:?}"))
+            }
+            Ok(None) => {
+                let status = worker.stop();
+                Err(format!(
+                    "it closed its pipe ({}); does its main call \
+                     kiln_core::worker::run_if_worker first?",
+                    describe_status(status.as_ref().ok())
+                ))
+            }
+            Err(error) => {
+                let status = worker.stop();
+                Err(format!(
+                    "{error} ({}); does its main call kiln_core::worker::run_if_worker first?",
+                    describe_status(status.as_ref().ok())
+                ))
+            }
+        }
+    }
+
+    fn round_trip(&mut self, request: &Request) -> io::Result<Reply> {
+        protocol::write_frame(&mut self.requests, request)?;
+        protocol::read_frame(&mut self.replies)?.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the worker closed its pipe mid-request",
+            )
+        })
+    }
+
+    /// Closes the request pipe, leaving the process to exit on its own.
+    fn close(self) -> Child {
+        let Self { child, .. } = self;
+        child
+    }
+
+    /// Stops the worker: closes its pipe, kills it when it does not exit.
+    fn stop(self) -> io::Result<ExitStatus> {
+        let mut child = self.close();
+        if let Some(status) = wait_within(&mut child, Duration::from_millis(200)) {
+            return Ok(status);
+        }
+        drop(child.kill());
+        child.wait()
+    }
+
+    /// The exit status of a worker whose pipe broke: it is dead or dying.
+    fn reap(self) -> Option<ExitStatus> {
+        let mut child = self.close();
+        match wait_within(&mut child, EXIT_GRACE) {
+            Some(status) => Some(status),
+            None => {
+                drop(child.kill());
+                child.wait().ok()
+            }
+        }
+    }
+}
+
+/// Waits up to `limit` for `child` to exit.
+fn wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// Waits until `pipe` has something to read (or is closed), up to `limit`.
+#[cfg(unix)]
+fn wait_readable(pipe: &ChildStdout, limit: Duration) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut poll = libc::pollfd {
+        fd: pipe.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let milliseconds = libc::c_int::try_from(limit.as_millis()).unwrap_or(libc::c_int::MAX);
+    loop {
+        // SAFETY: `poll` is one live pollfd and the count says one.
+        let ready = unsafe { libc::poll(&mut poll, 1, milliseconds) };
+        match ready {
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no answer within {} s", limit.as_secs()),
+                ));
+            }
+            ready if ready > 0 => return Ok(()),
+            _ => {
+                let error = io::Error::last_os_error();
+                if error.kind() != io::ErrorKind::Interrupted {
+                    return Err(error);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn wait_readable(_pipe: &ChildStdout, _limit: Duration) -> io::Result<()> {
+    Ok(())
+}
+
+/// The error of a kernel whose worker died while compiling it.
+fn crash_message(
+    pid: u32,
+    status: Option<&ExitStatus>,
+    error: &io::Error,
+    after: Duration,
+) -> String {
+    let how = match status {
+        Some(status) => describe_status(Some(status)),
+        None => format!("its pipe failed ({error})"),
+    };
+    format!(
+        "the compiler crashed: worker process {pid} {how} after {:.1} s on this kernel; the \
+         rest of the batch went on and the worker was replaced",
+        after.as_secs_f64()
+    )
+}
+
+/// How a process ended: `was killed by signal 6 (SIGABRT)`, or `exited with
+/// status 3`.
+fn describe_status(status: Option<&ExitStatus>) -> String {
+    let Some(status) = status else {
+        return "ended in an unknown way".to_owned();
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return format!("was killed by signal {signal} ({})", signal_name(signal));
+        }
+    }
+    match status.code() {
+        Some(code) => format!("exited with status {code}"),
+        None => format!("ended: {status}"),
+    }
+}
+
+#[cfg(unix)]
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => "a signal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_crash_message_names_the_compiler_crash_and_its_signal() {
+        use std::os::unix::process::ExitStatusExt;
+        let status = ExitStatus::from_raw(libc::SIGABRT);
+        let error = io::Error::new(io::ErrorKind::UnexpectedEof, "closed");
+        let message = crash_message(42, Some(&status), &error, Duration::from_millis(1500));
+        assert!(message.starts_with("the compiler crashed"), "{message}");
+        assert!(message.contains("signal 6 (SIGABRT)"), "{message}");
+        assert!(message.contains("worker process 42"), "{message}");
+    }
+}

@@ -1,0 +1,179 @@
+//! The worker's side: rebuild the compiler from its recipe, then finalize
+//! whatever the loader sends until it closes the pipe.
+
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter};
+use std::panic::AssertUnwindSafe;
+use std::time::Instant;
+
+use super::protocol::{self, Outcome, PROTOCOL, Reply, Request};
+use super::{ProcessCompiler, WorkerEntry};
+use crate::fake::FakeCompiler;
+use crate::id::ArtifactId;
+use crate::target::{ArtifactCompiler, Finalized};
+
+/// A compiler rebuilt in the worker, finalizing encoded requests.
+pub(crate) trait Finalizer {
+    /// Finalizes the encoded `id` and `lowered` form.
+    fn finalize(&self, id: &[u8], lowered: &[u8]) -> Outcome;
+}
+
+struct Typed<C>(C);
+
+impl<C: ProcessCompiler> Finalizer for Typed<C> {
+    fn finalize(&self, id: &[u8], lowered: &[u8]) -> Outcome {
+        let request = protocol::decode::<ArtifactId<C::Variant>>(id).and_then(|id| {
+            protocol::decode::<<C as ArtifactCompiler>::Lowered>(lowered)
+                .map(|lowered| (id, lowered))
+        });
+        let (id, lowered) = match request {
+            Ok(request) => request,
+            Err(error) => {
+                return Outcome::Failed(crate::CompileFailure::message(format!(
+                    "the worker could not read the request: {error}"
+                )));
+            }
+        };
+        match std::panic::catch_unwind(AssertUnwindSafe(|| self.0.finalize(&id, lowered))) {
+            Ok(Ok(Finalized {
+                artifact,
+                diagnostics,
+            })) => match protocol::encode(&artifact) {
+                Ok(artifact) => Outcome::Built {
+                    artifact,
+                    diagnostics,
+                },
+                Err(error) => Outcome::Failed(crate::CompileFailure::message(format!(
+                    "the worker could not encode the artifact: {error}"
+                ))),
+            },
+            Ok(Err(failure)) => Outcome::Failed(failure),
+            Err(payload) => Outcome::Panicked(
+                payload
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| payload.downcast_ref::<&str>().copied())
+                    .unwrap_or("a panic without a message")
+                    .to_owned(),
+            ),
+        }
+    }
+}
+
+/// [`WorkerEntry::start`] of `C`.
+pub(crate) fn start<C: ProcessCompiler>(recipe: &[u8]) -> Result<Box<dyn Finalizer>, String> {
+    let recipe = protocol::decode::<C::Recipe>(recipe)
+        .map_err(|error| format!("the recipe of {} does not decode: {error}", C::NAME))?;
+    let compiler = C::from_recipe(recipe)?;
+    Ok(Box::new(Typed(compiler)))
+}
+
+/// Serves the loader on this process's standard input and output; returns
+/// the process's exit code.
+pub(crate) fn serve(protocol: &str, entries: &[WorkerEntry]) -> i32 {
+    let fake = super::entry::<FakeCompiler>();
+    let (input, output) = match channel() {
+        Ok(channel) => channel,
+        Err(error) => {
+            eprintln!("kiln worker: cannot set up its pipes: {error}");
+            return 70;
+        }
+    };
+    let mut input = BufReader::new(input);
+    let mut output = BufWriter::new(output);
+    let result = (|| -> io::Result<()> {
+        let Some(Request::Start {
+            protocol: asked,
+            compiler,
+            recipe,
+        }) = protocol::read_frame(&mut input)?
+        else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the first request was not Start",
+            ));
+        };
+        let started = if asked != PROTOCOL || protocol != PROTOCOL {
+            Err(format!(
+                "the worker speaks {PROTOCOL} and the loader {asked}: build both from one kiln"
+            ))
+        } else {
+            match entries
+                .iter()
+                .chain([&fake])
+                .find(|entry| entry.compiler == compiler)
+            {
+                Some(entry) => std::panic::catch_unwind(|| (entry.start)(&recipe))
+                    .unwrap_or_else(|_| Err(format!("building {compiler} panicked"))),
+                None => Err(format!(
+                    "this program's worker hook does not serve {compiler}: it serves {}; add \
+                     {compiler}'s worker entry to run_if_worker",
+                    entries
+                        .iter()
+                        .chain([&fake])
+                        .map(|entry| entry.compiler)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+            }
+        };
+        let finalizer = match started {
+            Ok(finalizer) => {
+                protocol::write_frame(&mut output, &Reply::Started)?;
+                finalizer
+            }
+            Err(reason) => {
+                return protocol::write_frame(&mut output, &Reply::Refused { reason });
+            }
+        };
+        while let Some(request) = protocol::read_frame::<Request>(&mut input)? {
+            let Request::Finalize { id, lowered } = request else {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a second Start request",
+                ));
+            };
+            let began = Instant::now();
+            let outcome = finalizer.finalize(&id, &lowered);
+            let reply = Reply::Finalized {
+                outcome,
+                work: began.elapsed(),
+            };
+            protocol::write_frame(&mut output, &reply)?;
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => 0,
+        // The loader went away mid-frame: nothing is left to answer.
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => 0,
+        Err(error) => {
+            eprintln!("kiln worker {}: {error}", std::process::id());
+            70
+        }
+    }
+}
+
+/// The request pipe (standard input) and the reply pipe: standard output,
+/// moved to a descriptor of its own, with standard output itself pointed at
+/// standard error so that nothing the compiler prints lands in a frame.
+#[cfg(unix)]
+fn channel() -> io::Result<(File, File)> {
+    use std::os::fd::AsFd;
+    let input = io::stdin().as_fd().try_clone_to_owned()?;
+    let output = io::stdout().as_fd().try_clone_to_owned()?;
+    // SAFETY: descriptors 1 and 2 are open (the loader gave this process
+    // both); dup2 makes 1 another name of 2 and touches no Rust-owned value.
+    if unsafe { libc::dup2(2, 1) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((File::from(input), File::from(output)))
+}
+
+#[cfg(not(unix))]
+fn channel() -> io::Result<(File, File)> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "compile workers run on unix only",
+    ))
+}

@@ -1,0 +1,362 @@
+//! The compile worker processes, through real processes: this binary is its
+//! own worker (its `main` starts with the hook, so it needs no harness and no
+//! second binary), and the fake compiler finalizes in it.
+//!
+//! Each test is a sentence naming its rule; the binary prints libtest's
+//! `test result:` line, so `cargo test` and `cargo xtask test` count it.
+
+use std::collections::BTreeSet;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kiln_core::fake::{FakeCompiler, FakeKernel, FakeTarget};
+use kiln_core::{Failure, KernelLoader, KernelOutcome, LoaderConfig, WorkerMode};
+
+fn main() {
+    kiln_core::worker::run_if_worker(&[]);
+    let tests: &[(&str, fn())] = &[
+        (
+            "f2_a_batch_finalizes_in_worker_processes_each_taking_the_next_kernel",
+            f2_a_batch_finalizes_in_worker_processes_each_taking_the_next_kernel,
+        ),
+        (
+            "l6_a_kernel_whose_compile_crashes_its_worker_fails_alone_and_the_worker_is_replaced",
+            l6_a_kernel_whose_compile_crashes_its_worker_fails_alone_and_the_worker_is_replaced,
+        ),
+        (
+            "l8_a_panic_in_a_worker_process_fails_its_kernel_with_the_panic_s_message",
+            l8_a_panic_in_a_worker_process_fails_its_kernel_with_the_panic_s_message,
+        ),
+        (
+            "d2_a_compile_error_in_a_worker_process_keeps_every_diagnostic",
+            d2_a_compile_error_in_a_worker_process_keeps_every_diagnostic,
+        ),
+        (
+            "l5c_kernels_with_identical_source_share_one_artifact_built_in_a_worker",
+            l5c_kernels_with_identical_source_share_one_artifact_built_in_a_worker,
+        ),
+        (
+            "f2_the_worker_processes_stay_warm_between_batches_and_shut_down_with_the_loader",
+            f2_the_worker_processes_stay_warm_between_batches_and_shut_down_with_the_loader,
+        ),
+        (
+            "f2_a_loader_set_to_threads_finalizes_in_its_own_process",
+            f2_a_loader_set_to_threads_finalizes_in_its_own_process,
+        ),
+        (
+            "f2_a_worker_program_without_the_hook_leaves_the_loader_on_threads",
+            f2_a_worker_program_without_the_hook_leaves_the_loader_on_threads,
+        ),
+    ];
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|argument| !argument.starts_with('-'))
+        .collect();
+    let (mut passed, mut failed, mut filtered) = (0, 0, 0);
+    for (name, test) in tests {
+        if !filters.is_empty() && !filters.iter().any(|filter| name.contains(filter.as_str())) {
+            filtered += 1;
+            continue;
+        }
+        match std::panic::catch_unwind(test) {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed += 1;
+            }
+        }
+    }
+    let verdict = if failed == 0 { "ok" } else { "FAILED" };
+    println!(
+        "\ntest result: {verdict}. {passed} passed; {failed} failed; 0 ignored; 0 measured; \
+         {filtered} filtered out\n"
+    );
+    std::process::exit(i32::from(failed > 0));
+}
+
+fn loader(target: FakeTarget, parallelism: usize) -> KernelLoader<FakeTarget> {
+    KernelLoader::with_config(
+        target,
+        LoaderConfig {
+            parallelism: NonZeroUsize::new(parallelism).expect("at least 1"),
+            record_limit: 16,
+        },
+    )
+    .with_worker_mode(WorkerMode::Processes)
+}
+
+/// A storeless fake target whose compiler finalizes in worker processes and
+/// logs each compile, with its process id, to `log`.
+fn target_logging_to(log: &Path) -> FakeTarget {
+    FakeTarget::storeless().with_compiler(
+        FakeCompiler::default()
+            .in_worker_processes()
+            .logging_compiles_to(log),
+    )
+}
+
+/// A fresh compile log path in the temporary folder.
+fn compile_log(name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "kiln-worker-test-{}-{name}.log",
+        std::process::id()
+    ));
+    drop(std::fs::remove_file(&path));
+    path
+}
+
+fn is_running(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn f2_a_batch_finalizes_in_worker_processes_each_taking_the_next_kernel() {
+    let log = compile_log("f2-batch");
+    let mut loader = loader(target_logging_to(&log), 3);
+    for number in 0..12 {
+        let kernel = FakeKernel::new(number).sleeping(Duration::from_millis(20));
+        loader.enqueue(Box::new(kernel), ());
+    }
+    loader.compile_queued();
+
+    let batch = loader.records().back().expect("one batch").clone();
+    assert_eq!(batch.mode, WorkerMode::Processes);
+    assert_eq!(batch.workers, 3);
+    assert_eq!(batch.count(KernelOutcome::Compiled), 12);
+    assert_eq!(loader.loaded_len(), 12);
+    // Every compile ran in a worker, none here; more than one worker took
+    // kernels.
+    let compiles = FakeCompiler::read_compile_log(&log).expect("the log reads");
+    assert_eq!(compiles.len(), 12);
+    let processes: BTreeSet<u32> = compiles.iter().map(|(pid, _)| *pid).collect();
+    assert!(!processes.contains(&std::process::id()), "{processes:?}");
+    assert!(processes.len() > 1, "one worker took every kernel");
+    let workers = loader.worker_processes();
+    assert!(
+        processes.iter().all(|pid| workers.running.contains(pid)),
+        "{processes:?} ran in the pool's {workers:?}"
+    );
+    assert!(workers.running.len() <= 3, "{workers:?}");
+    // Lowering stays in this process.
+    assert_eq!(loader.target().fake_compiler().lowered(), 12);
+    assert_eq!(loader.target().fake_compiler().finalized(), 0);
+    drop(std::fs::remove_file(&log));
+}
+
+fn l6_a_kernel_whose_compile_crashes_its_worker_fails_alone_and_the_worker_is_replaced() {
+    let log = compile_log("l6-crash");
+    let mut loader = loader(target_logging_to(&log), 2);
+    let crashing = FakeKernel::new(3).aborting();
+    for number in 0..8 {
+        let kernel = if number == 3 {
+            crashing.clone()
+        } else {
+            FakeKernel::new(number)
+        };
+        loader.enqueue(Box::new(kernel), ());
+    }
+    loader.compile_queued();
+
+    let batch = loader.records().back().expect("one batch").clone();
+    assert_eq!(batch.mode, WorkerMode::Processes);
+    assert_eq!(batch.count(KernelOutcome::Compiled), 7, "{batch:#?}");
+    assert_eq!(batch.count(KernelOutcome::Failed), 1);
+    for number in (0..8).filter(|&number| number != 3) {
+        assert!(loader.is_loaded(&FakeKernel::new(number).artifact_id()));
+    }
+    let error = loader
+        .load(&crashing, &crashing.artifact_id())
+        .expect_err("the crashing kernel fails");
+    let message = error.to_string();
+    eprintln!("the crashed kernel's error: {message}");
+    assert!(message.contains("the compiler crashed"), "{message}");
+    assert!(message.contains("SIGABRT"), "{message}");
+    assert!(matches!(error.failure, Failure::Compile(_)), "{error:?}");
+
+    // The dead worker was replaced: the pool is back to its size, and the
+    // next batch compiles in it.
+    let workers = loader.worker_processes();
+    assert_eq!(workers.replaced, 1, "{workers:?}");
+    assert!(workers.unavailable.is_none(), "{workers:?}");
+    assert!(
+        workers.running.iter().all(|&pid| is_running(pid)),
+        "{workers:?}"
+    );
+    let compiles_before = FakeCompiler::read_compile_log(&log).expect("reads").len();
+    for number in 100..104 {
+        loader.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    loader.compile_queued();
+    let batch = loader.records().back().expect("a second batch").clone();
+    assert_eq!(batch.mode, WorkerMode::Processes);
+    assert_eq!(batch.count(KernelOutcome::Compiled), 4);
+    let compiles = FakeCompiler::read_compile_log(&log).expect("reads");
+    assert_eq!(compiles.len(), compiles_before + 4);
+    for (pid, _) in &compiles[compiles_before..] {
+        assert!(
+            loader.worker_processes().running.contains(pid),
+            "{pid} is a live worker"
+        );
+    }
+    drop(std::fs::remove_file(&log));
+}
+
+fn l8_a_panic_in_a_worker_process_fails_its_kernel_with_the_panic_s_message() {
+    let log = compile_log("l8-panic");
+    let mut loader = loader(target_logging_to(&log), 2);
+    let panicking = FakeKernel::new(1).panicking();
+    loader.enqueue(Box::new(FakeKernel::new(0)), ());
+    loader.enqueue(Box::new(panicking.clone()), ());
+    loader.compile_queued();
+    let error = loader
+        .load(&panicking, &panicking.artifact_id())
+        .expect_err("the panicking kernel fails");
+    let Failure::Panicked { message } = &error.failure else {
+        panic!("a panic, not {error:?}");
+    };
+    assert!(
+        message.contains("fake compiler crashed on kernel 1"),
+        "{message}"
+    );
+    assert!(loader.is_loaded(&FakeKernel::new(0).artifact_id()));
+    // A panic is not a crash: the worker lives on.
+    assert_eq!(loader.worker_processes().replaced, 0);
+    drop(std::fs::remove_file(&log));
+}
+
+fn d2_a_compile_error_in_a_worker_process_keeps_every_diagnostic() {
+    let log = compile_log("d2-failure");
+    let mut loader = loader(target_logging_to(&log), 2);
+    let failing = FakeKernel::new(7).failing();
+    loader.enqueue(Box::new(FakeKernel::new(6)), ());
+    let error = loader
+        .load(&failing, &failing.artifact_id())
+        .expect_err("fails to compile");
+    let failure = error.compile_failure().expect("a compile failure");
+    assert_eq!(failure.errors().count(), 3);
+    assert_eq!(failure.suppressed_errors(), 2);
+    assert!(error.to_string().contains("2:7"), "{error}");
+    assert_eq!(
+        loader.records().back().expect("a batch").mode,
+        WorkerMode::Processes
+    );
+    let module = loader
+        .load(&FakeKernel::new(6), &FakeKernel::new(6).artifact_id())
+        .expect("loads");
+    assert_eq!(module.text, "fake kernel 6");
+    // Remarks of a successful compile come back from the worker too.
+    let record = &loader.records().back().expect("a batch").records;
+    assert!(
+        record
+            .iter()
+            .any(|record| !record.diagnostics.is_empty() && record.error.is_none()),
+        "{record:#?}"
+    );
+    drop(std::fs::remove_file(&log));
+}
+
+fn l5c_kernels_with_identical_source_share_one_artifact_built_in_a_worker() {
+    let log = compile_log("l5c-share");
+    let target = FakeTarget::persisting().with_compiler(
+        FakeCompiler::default()
+            .in_worker_processes()
+            .logging_compiles_to(&log),
+    );
+    let mut loader = loader(target, 2);
+    for number in 0..4 {
+        loader.enqueue(
+            Box::new(FakeKernel::new(number).sharing_source("one text")),
+            (),
+        );
+    }
+    loader.enqueue(Box::new(FakeKernel::new(9)), ());
+    loader.compile_queued();
+    let batch = loader.records().back().expect("a batch").clone();
+    assert_eq!(batch.mode, WorkerMode::Processes);
+    assert_eq!(batch.count(KernelOutcome::Compiled), 2);
+    assert_eq!(batch.count(KernelOutcome::Rekeyed), 3);
+    let compiles = FakeCompiler::read_compile_log(&log).expect("reads");
+    assert_eq!(
+        compiles.len(),
+        2,
+        "one compile of the shared text: {compiles:?}"
+    );
+    drop(std::fs::remove_file(&log));
+}
+
+fn f2_the_worker_processes_stay_warm_between_batches_and_shut_down_with_the_loader() {
+    let log = compile_log("f2-warm");
+    let mut loader = loader(target_logging_to(&log), 2);
+    for number in 0..4 {
+        loader.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    loader.compile_queued();
+    let first = loader.worker_processes();
+    assert!(!first.running.is_empty());
+    for number in 10..14 {
+        loader.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    loader.compile_queued();
+    let second = loader.worker_processes();
+    // Every worker of the first batch served the second: none was started
+    // again (a second batch may start one more, up to the pool's size, if
+    // one thread took every kernel of the first).
+    assert!(
+        first.running.iter().all(|pid| second.running.contains(pid)),
+        "the same warm workers: {first:?} then {second:?}"
+    );
+    assert!(second.running.len() <= 2, "{second:?}");
+    assert_eq!(second.replaced, 0, "{second:?}");
+
+    drop(loader);
+    for pid in &second.running {
+        assert!(!is_running(*pid), "worker {pid} exited with its loader");
+    }
+    drop(std::fs::remove_file(&log));
+}
+
+fn f2_a_loader_set_to_threads_finalizes_in_its_own_process() {
+    let log = compile_log("f2-threads");
+    let mut loader = loader(target_logging_to(&log), 2).with_worker_mode(WorkerMode::Threads);
+    for number in 0..4 {
+        loader.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    loader.compile_queued();
+    assert_eq!(
+        loader.records().back().expect("a batch").mode,
+        WorkerMode::Threads
+    );
+    let compiles = FakeCompiler::read_compile_log(&log).expect("reads");
+    assert!(
+        compiles.iter().all(|(pid, _)| *pid == std::process::id()),
+        "{compiles:?}"
+    );
+    assert!(loader.worker_processes().running.is_empty());
+    drop(std::fs::remove_file(&log));
+}
+
+fn f2_a_worker_program_without_the_hook_leaves_the_loader_on_threads() {
+    let log = compile_log("f2-no-hook");
+    // SAFETY: this harness runs its tests one at a time, and no other thread
+    // of the process reads the environment while it changes.
+    unsafe { std::env::set_var(kiln_core::worker::WORKER_PROGRAM_VARIABLE, "/bin/true") };
+    let mut loader = loader(target_logging_to(&log), 2);
+    for number in 0..4 {
+        loader.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    loader.compile_queued();
+    // SAFETY: as above.
+    unsafe { std::env::remove_var(kiln_core::worker::WORKER_PROGRAM_VARIABLE) };
+
+    let batch = loader.records().back().expect("a batch").clone();
+    assert_eq!(batch.mode, WorkerMode::Threads);
+    assert_eq!(batch.count(KernelOutcome::Compiled), 4);
+    let workers = loader.worker_processes();
+    let reason = workers.unavailable.expect("says why there are no workers");
+    assert!(reason.contains("/bin/true"), "{reason}");
+    assert!(reason.contains("run_if_worker"), "{reason}");
+    drop(std::fs::remove_file(&log));
+}

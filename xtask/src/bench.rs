@@ -1,0 +1,570 @@
+//! `cargo xtask bench-report`: runs the benchmarks behind SPEC F1–F4 and
+//! prints one table of ratios.
+//!
+//! Here it runs short versions of `loader_hot_path` (F1), `batch_compile`
+//! (F2, and the peak memory of a batch), `warm_start` (F3) and `store_scale`
+//! (F4), then prints the table. On a machine without a GPU it also packs the
+//! benchmark binaries into `.device/bench/` beside a `run.sh` that runs the
+//! full versions there (256 kernels, 16 cores) and prints the same table with
+//! the packed xtask (`bench-report --from`), keeping everything in `$OUT`.
+//!
+//! The table comes from the records the benchmarks append (one JSON line
+//! per batch, process or loop: see `kiln_benches::BenchRecord`) and from
+//! criterion's own estimates for F1 and F4.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use crate::{command, setup};
+
+/// The benchmarks the report runs, in order.
+const BENCHES: &[&str] = &[
+    "batch_compile",
+    "warm_start",
+    "loader_hot_path",
+    "store_scale",
+];
+
+/// Loads per iteration of `loader_hot_path`, lookups per iteration of
+/// `store_scale`: their criterion figures are per 16.
+const PER_ITERATION: f64 = 16.0;
+
+/// `cargo xtask bench-report [--pack | --from DIR [--criterion DIR]]`: with
+/// no argument, runs here, prints the table and packs; `--pack` only packs;
+/// `--from` only prints the table of a finished run.
+pub fn report(arguments: &[&str]) -> Result<()> {
+    match arguments {
+        ["--from", folder] => print_table(Path::new(folder), &criterion_home_in(folder)),
+        ["--from", folder, "--criterion", criterion] => {
+            print_table(Path::new(folder), Path::new(criterion))
+        }
+        ["--pack"] => pack().map(|folder| println!("packed into {}", folder.display())),
+        [] => run_here(),
+        _ => bail!("usage: cargo xtask bench-report [--pack | --from DIR [--criterion DIR]]"),
+    }
+}
+
+fn criterion_home_in(folder: &str) -> PathBuf {
+    Path::new(folder).join("criterion")
+}
+
+/// A benchmark, the variables it runs with, and criterion's options.
+type QuickRun = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static [&'static str],
+);
+
+/// Runs the short benchmarks here, prints the table, and packs the full
+/// ones for a GPU machine when this one has none.
+fn run_here() -> Result<()> {
+    let environment = setup::ensure_all()?;
+    let folder = setup::target_directory().join("kiln-bench");
+    let records = folder.join("records.jsonl");
+    let criterion = folder.join("criterion");
+    std::fs::create_dir_all(&folder)
+        .with_context(|| format!("could not create {}", folder.display()))?;
+    if records.exists() {
+        std::fs::remove_file(&records)
+            .with_context(|| format!("could not clear {}", records.display()))?;
+    }
+    // Short runs: the CI machine has two cores. The GPU machine's are longer.
+    let quick: &[QuickRun] = &[
+        (
+            "batch_compile",
+            &[
+                ("KILN_BENCH_BATCH", "gemm:16;tiny:16;heavy:8"),
+                ("KILN_BENCH_MEMORY", "heavy:16"),
+            ],
+            &[],
+        ),
+        ("warm_start", &[("KILN_BENCH_WARM", "32")], &[]),
+        (
+            "loader_hot_path",
+            &[],
+            &["--warm-up-time", "1", "--measurement-time", "2"],
+        ),
+        (
+            "store_scale",
+            &[],
+            &["--warm-up-time", "1", "--measurement-time", "2"],
+        ),
+    ];
+    for (bench, variables, options) in quick {
+        let mut arguments = vec!["bench", "--package", "kiln-benches", "--bench", bench, "--"];
+        arguments.extend_from_slice(options);
+        command::cargo(&arguments)
+            .envs(environment.iter().map(|(key, value)| (key, value)))
+            .envs(variables.iter().copied())
+            .env("KILN_BENCH_RECORDS", &records)
+            .env("CRITERION_HOME", &criterion)
+            .run(&format!("the {bench} benchmark"))?;
+    }
+    print_table(&folder, &criterion)?;
+    if !has_nvidia_gpu() {
+        let packed = pack()?;
+        println!(
+            "\nxtask: this machine has no GPU; the full benchmarks are in {}. On a machine \
+             with an NVIDIA GPU and 16 cores, from the repository root, run\n\n    \
+             OUT=<folder> bash .device/bench/run.sh\n\n(the table lands in <folder>/table.md; \
+             docs/DEVICE.md says how the folder travels)",
+            packed.display()
+        );
+    }
+    Ok(())
+}
+
+fn has_nvidia_gpu() -> bool {
+    Path::new("/dev/nvidiactl").exists()
+}
+
+/// Builds the benchmark binaries and copies them, with this xtask, into
+/// `.device/bench/` beside `run.sh`.
+fn pack() -> Result<PathBuf> {
+    let mut arguments = vec![
+        "bench",
+        "--package",
+        "kiln-benches",
+        "--no-run",
+        "--message-format=json",
+    ];
+    for bench in BENCHES {
+        arguments.extend_from_slice(&["--bench", bench]);
+    }
+    let output = command::cargo(&arguments).output("building the benchmark binaries")?;
+    let folder = setup::workspace_root().join(".device").join("bench");
+    if folder.exists() {
+        std::fs::remove_dir_all(&folder)
+            .with_context(|| format!("could not clear {}", folder.display()))?;
+    }
+    std::fs::create_dir_all(&folder)
+        .with_context(|| format!("could not create {}", folder.display()))?;
+    let mut packed = Vec::new();
+    for line in String::from_utf8_lossy(&output).lines() {
+        let Ok(message) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let (Some(name), Some(executable)) = (
+            message["target"]["name"].as_str(),
+            message["executable"].as_str(),
+        ) else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" || !BENCHES.contains(&name) {
+            continue;
+        }
+        copy_stripped(Path::new(executable), &folder.join(name))?;
+        packed.push(name.to_owned());
+    }
+    for bench in BENCHES {
+        if !packed.iter().any(|name| name == bench) {
+            bail!("cargo built no binary for the {bench} benchmark");
+        }
+    }
+    let xtask = std::env::current_exe().context("xtask cannot find itself")?;
+    copy_stripped(&xtask, &folder.join("xtask"))?;
+    let script = folder.join("run.sh");
+    std::fs::write(&script, RUN_SCRIPT)
+        .with_context(|| format!("could not write {}", script.display()))?;
+    Ok(folder)
+}
+
+fn copy_stripped(from: &Path, to: &Path) -> Result<()> {
+    std::fs::copy(from, to).with_context(|| format!("could not copy {}", from.display()))?;
+    let stripped = Command::new("strip")
+        .arg("--strip-debug")
+        .arg(to)
+        .status()
+        .is_ok_and(|status| status.success());
+    if !stripped {
+        eprintln!("xtask: could not strip {}; it goes whole", to.display());
+    }
+    Ok(())
+}
+
+/// The GPU machine's run: the full benchmarks, each under a time limit, in
+/// the order of what matters most, then the table.
+const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
+# The benchmarks behind SPEC F1-F4 on a GPU machine (16 cores), made by
+# `cargo xtask bench-report`. Keeps records.jsonl, bench.log, machine.txt
+# and table.md in $OUT (default: a temporary folder).
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+out="${OUT:-$(mktemp -d)}"
+mkdir -p "$out"
+work="$(mktemp -d)"
+export KILN_BENCH_RECORDS="$out/records.jsonl"
+export CRITERION_HOME="$work/criterion"
+rm -f "$KILN_BENCH_RECORDS"
+
+if [ -z "${KILN_NVRTC_PATH:-}" ] && ! ldconfig -p 2>/dev/null | grep 'libnvrtc\.so\.13' >/dev/null; then
+  found="$(find /usr/local/cuda/ /usr/local /usr /opt -name 'libnvrtc.so.13' 2>/dev/null | head -n 1)"
+  if [ -n "$found" ]; then export KILN_NVRTC_PATH="$found"; fi
+fi
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "machine: $(uname -srm); $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+  nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1 || true
+  echo "KILN_NVRTC_PATH=${KILN_NVRTC_PATH:-<dynamic linker>}"
+} | tee "$out/machine.txt"
+
+# run LIMIT BENCH [VARIABLE=VALUE ...] [-- CRITERION OPTIONS ...]
+run() {
+  local limit="$1" bench="$2"
+  shift 2
+  local variables=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do variables+=("$1"); shift; done
+  if [ $# -gt 0 ]; then shift; fi
+  echo "=== $bench (limit ${limit}s)" | tee -a "$out/bench.log"
+  timeout "$limit" env "${variables[@]}" "$here/$bench" --bench "$@" >>"$out/bench.log" 2>&1
+  echo "=== $bench: exit $?" | tee -a "$out/bench.log"
+}
+
+run "${KILN_BENCH_LIMIT_BATCH:-280}" batch_compile \
+  KILN_BENCH_BATCH="${KILN_BENCH_BATCH:-gemm:16,64,256;tiny:16,64,256;heavy:16,64}" \
+  KILN_BENCH_MEMORY="${KILN_BENCH_MEMORY:-heavy:256}" \
+  KILN_BENCH_MEMORY_MODES="${KILN_BENCH_MEMORY_MODES:-processes}"
+run 60 warm_start KILN_BENCH_WARM="${KILN_BENCH_WARM:-256}"
+run 45 loader_hot_path -- --warm-up-time 1 --measurement-time 2
+run 100 store_scale -- --warm-up-time 1 --measurement-time 2
+
+"$here/xtask" bench-report --from "$out" --criterion "$CRITERION_HOME" | tee "$out/table.md"
+"#;
+
+/// One line of the records file.
+#[derive(Debug, Clone)]
+struct Sample {
+    bench: String,
+    case: String,
+    size: String,
+    kernels: usize,
+    wall: f64,
+    summed_work: f64,
+    slowest: f64,
+    workers: usize,
+    cores: usize,
+    host_peak: Option<f64>,
+    worker_peaks: Vec<f64>,
+    note: String,
+}
+
+impl Sample {
+    fn read(line: &str) -> Option<Self> {
+        let value: Value = serde_json::from_str(line).ok()?;
+        let text = |key: &str| value[key].as_str().unwrap_or_default().to_owned();
+        let number = |key: &str| value[key].as_f64().unwrap_or(0.0);
+        let count = |key: &str| value[key].as_u64().unwrap_or(0) as usize;
+        Some(Self {
+            bench: text("bench"),
+            case: text("case"),
+            size: text("size"),
+            kernels: count("kernels"),
+            wall: number("wall"),
+            summed_work: number("summed_work"),
+            slowest: number("slowest"),
+            workers: count("workers"),
+            cores: count("cores").max(1),
+            host_peak: value["host_peak_bytes"].as_f64(),
+            worker_peaks: value["worker_peak_bytes"]
+                .as_array()
+                .map(|peaks| peaks.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default(),
+            note: text("note"),
+        })
+    }
+
+    /// F2's ideal for this batch: max(slowest kernel, summed work / cores).
+    fn ideal(&self) -> f64 {
+        self.slowest.max(self.summed_work / self.cores as f64)
+    }
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    Some(if values.len() % 2 == 1 {
+        values[middle]
+    } else {
+        (values[middle - 1] + values[middle]) / 2.0
+    })
+}
+
+fn time(seconds: f64) -> String {
+    if seconds >= 1.0 {
+        format!("{seconds:.2} s")
+    } else if seconds >= 1e-3 {
+        format!("{:.1} ms", seconds * 1e3)
+    } else if seconds >= 1e-6 {
+        format!("{:.1} µs", seconds * 1e6)
+    } else {
+        format!("{:.1} ns", seconds * 1e9)
+    }
+}
+
+fn mebibytes(bytes: f64) -> String {
+    format!("{:.0} MiB", bytes / 1_048_576.0)
+}
+
+/// Criterion's median estimate of `bench/parameter`, seconds per iteration.
+fn criterion_median(criterion: &Path, bench: &str, parameter: &str) -> Option<f64> {
+    let path = criterion
+        .join(bench)
+        .join(parameter)
+        .join("new")
+        .join("estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let value: Value = serde_json::from_str(&text).ok()?;
+    value["median"]["point_estimate"]
+        .as_f64()
+        .map(|nanoseconds| nanoseconds * 1e-9)
+}
+
+/// Prints the table from the records in `folder` and criterion's estimates
+/// under `criterion`.
+fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
+    let path = folder.join("records.jsonl");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("could not read {}", path.display()))?;
+    let samples: Vec<Sample> = text.lines().filter_map(Sample::read).collect();
+    let of = |bench: &str, case: &str, size: &str, kernels: Option<usize>| -> Vec<Sample> {
+        samples
+            .iter()
+            .filter(|sample| {
+                sample.bench == bench
+                    && sample.case == case
+                    && (size.is_empty() || sample.size == size)
+                    && kernels.is_none_or(|kernels| sample.kernels == kernels)
+            })
+            .cloned()
+            .collect()
+    };
+    let cores = samples.iter().map(|sample| sample.cores).max().unwrap_or(1);
+    let mut rows: Vec<[String; 4]> = Vec::new();
+
+    // F2: every size and count that ran, processes against threads and the
+    // plain loop.
+    let mut batches: BTreeMap<(usize, String), ()> = BTreeMap::new();
+    for sample in &samples {
+        if sample.bench == "batch_compile"
+            && ["threads", "processes", "memory_processes"].contains(&sample.case.as_str())
+        {
+            batches.insert((size_rank(&sample.size), sample.size.clone()), ());
+        }
+    }
+    for (_, size) in batches.keys() {
+        let per_kernel = median(
+            of("batch_compile", "sequential_per_kernel", size, Some(1))
+                .iter()
+                .map(|sample| sample.wall)
+                .collect(),
+        );
+        let mut counts: Vec<usize> = samples
+            .iter()
+            .filter(|sample| sample.bench == "batch_compile" && sample.size == *size)
+            .filter(|sample| sample.kernels > 1)
+            .map(|sample| sample.kernels)
+            .collect();
+        counts.sort_unstable();
+        counts.dedup();
+        for count in counts {
+            let mut processes = of("batch_compile", "processes", size, Some(count));
+            let mut note = String::new();
+            if processes.is_empty() {
+                processes = of("batch_compile", "memory_processes", size, Some(count));
+                note = " (one batch)".to_owned();
+            }
+            let threads = of("batch_compile", "threads", size, Some(count));
+            let cold = of("batch_compile", "processes_cold", size, Some(count));
+            let wall = |batch: &[Sample]| median(batch.iter().map(|sample| sample.wall).collect());
+            let (processes_wall, threads_wall) = (wall(&processes), wall(&threads));
+            let sequential = per_kernel.map(|per_kernel| per_kernel * count as f64);
+            let mut measured = Vec::new();
+            let mut ratios = Vec::new();
+            if let Some(wall) = processes_wall {
+                let workers = processes.first().map_or(0, |sample| sample.workers);
+                measured.push(format!("processes ×{workers} {}{note}", time(wall)));
+                let ideal = median(processes.iter().map(Sample::ideal).collect()).unwrap_or(0.0);
+                let ratio = median(
+                    processes
+                        .iter()
+                        .map(|sample| sample.wall / sample.ideal())
+                        .collect(),
+                )
+                .unwrap_or(0.0);
+                measured.push(format!("ideal {}", time(ideal)));
+                ratios.push(format!("wall/ideal **{ratio:.2}**"));
+                if let Some(per_kernel) = per_kernel {
+                    let ideal = per_kernel.max(per_kernel * count as f64 / cores as f64);
+                    ratios.push(format!("wall/ideal of sequential work {:.2}", wall / ideal));
+                }
+            }
+            if let Some(wall) = threads_wall {
+                let workers = threads.first().map_or(0, |sample| sample.workers);
+                measured.push(format!("threads ×{workers} {}", time(wall)));
+            }
+            if let Some(sequential) = sequential {
+                measured.push(format!("sequential {}", time(sequential)));
+            }
+            if let Some(cold) = wall(&cold) {
+                measured.push(format!("processes, cold pool {}", time(cold)));
+            }
+            if let (Some(processes), Some(sequential)) = (processes_wall, sequential) {
+                ratios.push(format!("×{:.1} vs sequential", sequential / processes));
+            }
+            if let (Some(processes), Some(threads)) = (processes_wall, threads_wall) {
+                ratios.push(format!("×{:.2} vs threads", threads / processes));
+            }
+            rows.push([
+                format!("F2 batch_compile {size} ×{count}"),
+                measured.join("; "),
+                ratios.join("; "),
+                "wall ≤ 1.10 × ideal".to_owned(),
+            ]);
+        }
+    }
+
+    // F3: a fresh process loading from the store, against the floor and
+    // against compiling.
+    let fresh = of("warm_start", "fresh_process", "", None);
+    let floor = of("warm_start", "read_verify_load", "", None);
+    let compile = of("warm_start", "compile", "", None);
+    if let (Some(kernels), Some(fresh_wall), Some(floor_wall)) = (
+        fresh.first().map(|sample| sample.kernels),
+        median(fresh.iter().map(|sample| sample.wall).collect()),
+        median(floor.iter().map(|sample| sample.wall).collect()),
+    ) {
+        let warm = fresh_wall / kernels as f64;
+        let floor = floor_wall / kernels as f64;
+        let mut ratios = vec![format!(
+            "warm / (read + verify + load) **{:.2}**",
+            warm / floor
+        )];
+        let mut measured = vec![
+            format!(
+                "warm {} per kernel ({kernels} kernels, {})",
+                time(warm),
+                fresh[0].note
+            ),
+            format!("read + verify + load {}", time(floor)),
+        ];
+        if let Some(compile) = median(compile.iter().map(|sample| sample.wall).collect()) {
+            let compile = compile / kernels as f64;
+            measured.push(format!("compile {} per kernel (processes)", time(compile)));
+            ratios.push(format!("×{:.0} faster than compiling", compile / warm));
+        }
+        if let Some(per_kernel) = median(
+            of("batch_compile", "sequential_per_kernel", "gemm", Some(1))
+                .iter()
+                .map(|sample| sample.wall)
+                .collect(),
+        ) {
+            ratios.push(format!(
+                "×{:.0} vs one sequential compile",
+                per_kernel / warm
+            ));
+        }
+        rows.push([
+            "F3 warm_start gemm".to_owned(),
+            measured.join("; "),
+            ratios.join("; "),
+            "≤ 1.5× floor; ≥ 50× faster".to_owned(),
+        ]);
+    }
+
+    // F1: a launch of a loaded kernel.
+    let hot: Vec<(String, f64)> = ["10", "1000", "100000"]
+        .iter()
+        .filter_map(|held| {
+            criterion_median(criterion, "loader_hot_path", held)
+                .map(|seconds| ((*held).to_owned(), seconds / PER_ITERATION))
+        })
+        .collect();
+    if let (Some(first), Some(last)) = (hot.first(), hot.last()) {
+        rows.push([
+            "F1 loader_hot_path".to_owned(),
+            hot.iter()
+                .map(|(held, seconds)| format!("{held} held: {:.1} ns", seconds * 1e9))
+                .collect::<Vec<_>>()
+                .join("; "),
+            format!("{} / {} held: {:.2}", last.0, first.0, last.1 / first.1),
+            "tens of ns, flat".to_owned(),
+        ]);
+    }
+
+    // F4: a store lookup as the store grows.
+    let scale: Vec<(String, f64)> = ["10", "10000", "100000"]
+        .iter()
+        .filter_map(|entries| {
+            criterion_median(criterion, "store_scale", entries)
+                .map(|seconds| ((*entries).to_owned(), seconds / PER_ITERATION))
+        })
+        .collect();
+    if let (Some(first), Some(last)) = (scale.first(), scale.last()) {
+        rows.push([
+            "F4 store_scale".to_owned(),
+            scale
+                .iter()
+                .map(|(entries, seconds)| format!("{entries} entries: {}", time(*seconds)))
+                .collect::<Vec<_>>()
+                .join("; "),
+            format!("{} / {} entries: {:.2}", last.0, first.0, last.1 / first.1),
+            "flat".to_owned(),
+        ]);
+    }
+
+    // Peak memory of a batch of heavy kernels.
+    for sample in samples
+        .iter()
+        .filter(|sample| sample.bench == "compile_memory")
+    {
+        let workers = &sample.worker_peaks;
+        let measured = match sample.host_peak {
+            Some(host) if workers.is_empty() => format!("host {}", mebibytes(host)),
+            Some(host) => format!(
+                "host {}; {} workers, each {}–{}",
+                mebibytes(host),
+                workers.len(),
+                mebibytes(workers.iter().copied().fold(f64::MAX, f64::min)),
+                mebibytes(workers.iter().copied().fold(0.0, f64::max)),
+            ),
+            None => "not measured".to_owned(),
+        };
+        rows.push([
+            format!(
+                "peak memory {} ×{} ({})",
+                sample.size, sample.kernels, sample.case
+            ),
+            measured,
+            format!(
+                "all processes {}",
+                mebibytes(sample.host_peak.unwrap_or(0.0) + workers.iter().sum::<f64>())
+            ),
+            "reported".to_owned(),
+        ]);
+    }
+
+    println!("\n| measure | measured (medians) | ratios | goal |");
+    println!("|---|---|---|---|");
+    for [measure, measured, ratio, goal] in rows {
+        println!("| {measure} | {measured} | {ratio} | {goal} |");
+    }
+    println!(
+        "\n{cores} cores; ideal = max(slowest kernel, summed work / cores) from each batch's own \
+         records (S3); sequential = N × the median of one plain cudarc NVRTC compile."
+    );
+    Ok(())
+}
+
+fn size_rank(size: &str) -> usize {
+    ["tiny", "gemm", "heavy"]
+        .iter()
+        .position(|known| *known == size)
+        .unwrap_or(3)
+}
