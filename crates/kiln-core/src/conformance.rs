@@ -112,18 +112,29 @@ pub fn available<S>(subject: Result<S, String>) -> Option<S> {
 
 /// Prints that `what` is skipped and why, or panics when
 /// `KILN_REQUIRE_DEVICE=1` asks for every test to run.
+///
+/// The line goes straight to the process's standard error rather than
+/// through `eprintln!`, which the test harness captures and shows only for
+/// failing tests: a skip must be visible in every log, passing runs too.
 pub fn skip(what: &str, reason: &str) {
     if std::env::var("KILN_REQUIRE_DEVICE").is_ok_and(|value| value == "1") {
         panic!("{what} cannot run and KILN_REQUIRE_DEVICE=1: {reason}");
     }
-    eprintln!("skipped {what}: {reason}");
+    say(&format!("skipped {what}: {reason}"));
 }
 
 /// Prints that `rule` does not apply to this subject and why. Unlike
 /// [`skip`], this is no missing hardware: a storeless target has no store
 /// hits to prove, whatever machine runs it, so it never fails the run.
 fn not_applicable(rule: &str, reason: &str) {
-    eprintln!("{rule} does not apply here: {reason}");
+    say(&format!("{rule} does not apply here: {reason}"));
+}
+
+/// Writes one line to standard error, past the test harness's capture.
+fn say(line: &str) {
+    use std::io::Write;
+    // A closed standard error leaves nowhere to say it: nothing to do.
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 fn loader<S: ConformanceSubject>(subject: &S) -> KernelLoader<S::Target> {
