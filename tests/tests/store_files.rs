@@ -22,20 +22,49 @@ fn loader_on(store: &DiskStore) -> KernelLoader<FakeTarget> {
 }
 
 fn load(loader: &mut KernelLoader<FakeTarget>, number: u32) -> String {
-    let kernel = FakeKernel::new(number);
+    load_kernel(loader, &FakeKernel::new(number))
+}
+
+fn load_kernel(loader: &mut KernelLoader<FakeTarget>, kernel: &FakeKernel) -> String {
     loader
-        .load(&kernel, &kernel.artifact_id())
+        .load(kernel, &kernel.artifact_id())
         .expect("the fake kernel loads")
         .text
         .clone()
 }
 
-/// A store holding kernels 1 and 2, and the paths of kernel 1's files.
-fn stored_pair(scratch: &Scratch) -> (DiskStore, PathBuf, PathBuf) {
+/// How large the artifacts of a test's kernels are, which decides where a
+/// hit by kernel id reads their bytes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Size {
+    /// A few bytes: the kernel's record carries them (inline), and a hit
+    /// by id opens only the record.
+    Small,
+    /// Past the inline limit: the kernel's record points at the object,
+    /// and a hit by id reads the object.
+    Large,
+}
+
+/// Kernel `number` with artifacts of `size`, and the text it loads as.
+fn sized_kernel(number: u32, size: Size) -> (FakeKernel, String) {
+    match size {
+        Size::Small => (FakeKernel::new(number), fake_text(number)),
+        Size::Large => {
+            let text = format!("{}\n", fake_text(number)).repeat(4000);
+            (FakeKernel::new(number).sharing_source(&text), text)
+        }
+    }
+}
+
+/// A store holding kernels 1 and 2 of `size`, and the paths of kernel 1's
+/// record and object.
+fn stored_pair(scratch: &Scratch, size: Size) -> (DiskStore, PathBuf, PathBuf) {
     let store = open_store(&scratch.join("store"));
     let mut loader = loader_on(&store);
-    assert_eq!(load(&mut loader, 1), fake_text(1));
-    assert_eq!(load(&mut loader, 2), fake_text(2));
+    for number in [1, 2] {
+        let (kernel, text) = sized_kernel(number, size);
+        assert_eq!(load_kernel(&mut loader, &kernel), text);
+    }
     let record = store.record(&fake_key(1)).expect("kernel 1 is stored");
     (
         store.clone(),
@@ -54,18 +83,20 @@ enum Recovery {
     FromSource,
 }
 
-/// Damages kernel 1's entry with `damage`, then checks that a lookup misses
-/// for `reason`, removes the entry, and that the loader gets kernel 1 back
-/// as `recovery` says and loads the right text, never the damaged one (P2).
+/// Damages the entry of kernel 1 of `size` with `damage`, then checks that
+/// a lookup misses for `reason`, removes the entry, and that the loader
+/// gets kernel 1 back as `recovery` says and loads the right text, never
+/// the damaged one (P2).
 fn damaged_entry_is_a_removed_miss(
     test: &str,
+    size: Size,
     damage: impl FnOnce(&DiskStore, &PathBuf, &PathBuf),
     reason: fn(&Miss) -> bool,
     removed: fn(&Path, &Path) -> Vec<PathBuf>,
     recovery: Recovery,
 ) {
     let scratch = Scratch::new(test);
-    let (store, record, object) = stored_pair(&scratch);
+    let (store, record, object) = stored_pair(&scratch, size);
     damage(&store, &record, &object);
     match store.lookup(&fake_key(1)) {
         Lookup::Miss(miss) => assert!(reason(&miss), "unexpected miss: {miss:?}"),
@@ -75,9 +106,10 @@ fn damaged_entry_is_a_removed_miss(
         assert!(!path.exists(), "{} was removed", path.display());
     }
     let mut loader = loader_on(&store);
+    let (kernel, text) = sized_kernel(1, size);
     assert_eq!(
-        load(&mut loader, 1),
-        fake_text(1),
+        load_kernel(&mut loader, &kernel),
+        text,
         "the right artifact loads"
     );
     let compiled = loader.target().fake_compiler().finalized();
@@ -106,6 +138,7 @@ fn both(record: &Path, object: &Path) -> Vec<PathBuf> {
 fn p2_a_flipped_byte_in_an_object_is_a_miss_and_recompiles() {
     damaged_entry_is_a_removed_miss(
         "flip",
+        Size::Large,
         |_, _, object| {
             let mut bytes = fs::read(object).expect("the object");
             let middle = bytes.len() / 2;
@@ -122,6 +155,7 @@ fn p2_a_flipped_byte_in_an_object_is_a_miss_and_recompiles() {
 fn p2_a_truncated_object_is_a_miss_and_recompiles() {
     damaged_entry_is_a_removed_miss(
         "truncate",
+        Size::Large,
         |_, _, object| {
             let bytes = fs::read(object).expect("the object");
             fs::write(object, &bytes[..bytes.len() / 2]).expect("rewritten");
@@ -136,6 +170,7 @@ fn p2_a_truncated_object_is_a_miss_and_recompiles() {
 fn p2_an_empty_object_is_a_miss_and_recompiles() {
     damaged_entry_is_a_removed_miss(
         "empty",
+        Size::Large,
         |_, _, object| fs::write(object, b"").expect("emptied"),
         corrupt,
         both,
@@ -147,6 +182,7 @@ fn p2_an_empty_object_is_a_miss_and_recompiles() {
 fn p2_two_swapped_objects_are_misses_and_recompile() {
     damaged_entry_is_a_removed_miss(
         "swap",
+        Size::Large,
         |store, _, object| {
             let other = store.record(&fake_key(2)).expect("kernel 2 is stored");
             let other = store.object_path(&other.object);
@@ -168,6 +204,7 @@ fn p2_two_swapped_objects_are_misses_and_recompile() {
 fn p2_a_record_of_another_key_is_a_removed_miss_and_the_verified_source_entry_serves() {
     damaged_entry_is_a_removed_miss(
         "foreign-record",
+        Size::Small,
         |store, record, _| {
             fs::copy(store.record_path(&fake_key(2)), record).expect("copied");
         },
@@ -184,6 +221,7 @@ fn p2_a_record_of_another_key_is_a_removed_miss_and_the_verified_source_entry_se
 fn p2_a_damaged_record_is_a_removed_miss_and_the_verified_source_entry_serves() {
     damaged_entry_is_a_removed_miss(
         "damaged-record",
+        Size::Small,
         |_, record, _| {
             let mut bytes = fs::read(record).expect("the record");
             bytes[20] ^= 1;
@@ -196,10 +234,52 @@ fn p2_a_damaged_record_is_a_removed_miss_and_the_verified_source_entry_serves() 
 }
 
 #[test]
+fn p2_a_flipped_byte_in_the_bytes_a_record_carries_is_a_removed_miss_and_the_source_entry_serves() {
+    // P2: a small artifact's bytes are read from its kernel's record, and
+    // verified there as an object's are.
+    damaged_entry_is_a_removed_miss(
+        "flip-inline",
+        Size::Small,
+        |_, record, _| {
+            // The record starts with the artifact: its text's length, then
+            // "fake kernel 1".
+            let mut bytes = fs::read(record).expect("the record");
+            assert_eq!(&bytes[1..5], b"fake", "the artifact comes first");
+            bytes[2] ^= 0x20;
+            fs::write(record, bytes).expect("rewritten");
+        },
+        corrupt,
+        |record, _| vec![record.to_path_buf()],
+        Recovery::FromSource,
+    );
+}
+
+#[test]
+fn p2_a_damaged_object_never_reaches_a_hit_by_id_and_verify_removes_it_with_its_records() {
+    // P2: the hit by id serves the verified copy its record carries; the
+    // damaged object is found by verify, which removes it and every record
+    // of it, the copy-carrying one included.
+    let scratch = Scratch::new("inline-object");
+    let (store, record, object) = stored_pair(&scratch, Size::Small);
+    fs::write(&object, b"not the artifact").expect("damaged");
+    let mut loader = loader_on(&store);
+    assert_eq!(load(&mut loader, 1), fake_text(1));
+    assert_eq!(loader.target().fake_compiler().finalized(), 0, "a hit");
+    let report = store.verify(&mut |_| {}).expect("verify runs");
+    assert_eq!(report.bad_objects, 1, "{report:?}");
+    assert_eq!(report.dangling_records, 2, "{report:?}");
+    assert!(!object.exists() && !record.exists());
+    assert!(matches!(
+        store.lookup(&fake_key(1)),
+        Lookup::Miss(Miss::Absent)
+    ));
+}
+
+#[test]
 fn p5_an_unreadable_object_is_a_miss_a_failed_write_is_counted_and_the_kernel_loads() {
     // P5: the object's path is a folder, so reading it and writing it fail.
     let scratch = Scratch::new("unreadable");
-    let (store, _, object) = stored_pair(&scratch);
+    let (store, _, object) = stored_pair(&scratch, Size::Large);
     fs::remove_file(&object).expect("removed");
     fs::create_dir(&object).expect("a folder in its place");
     assert!(matches!(
@@ -207,7 +287,8 @@ fn p5_an_unreadable_object_is_a_miss_a_failed_write_is_counted_and_the_kernel_lo
         Lookup::Miss(Miss::Unreadable { .. })
     ));
     let mut loader = loader_on(&store);
-    assert_eq!(load(&mut loader, 1), fake_text(1));
+    let (kernel, text) = sized_kernel(1, Size::Large);
+    assert_eq!(load_kernel(&mut loader, &kernel), text);
     assert_eq!(
         loader.statistics().store_errors,
         1,
@@ -430,9 +511,23 @@ fn p8_a_foreign_or_damaged_bundle_is_refused_and_names_why() -> Result<()> {
 #[test]
 fn p6_the_least_recently_used_entries_go_first_and_limits_hold_in_bytes_and_entries() {
     // P6: access times are set explicitly, so `noatime` changes nothing.
-    let scratch = Scratch::new("lru");
+    // Artifacts of 8 KiB: each kernel's record carries a copy, and a hit
+    // reads only the record, which must still move the entry up.
+    least_recently_used_go_first("lru", 8 << 10, 2);
+}
+
+#[test]
+fn p6_the_least_recently_used_entries_go_first_when_hits_read_objects() {
+    // P6: artifacts of 24 KiB, which records point at without a copy.
+    least_recently_used_go_first("lru-objects", 24 << 10, 1);
+}
+
+/// Stores ten kernels of `length` bytes, each held `copies` times (object,
+/// and the record's copy), ages them, reads the oldest and evicts by
+/// entries, then by bytes.
+fn least_recently_used_go_first(test: &str, length: usize, copies: u64) {
+    let scratch = Scratch::new(test);
     let store = open_store(&scratch.join("store"));
-    let length = 8 << 10;
     let now = SystemTime::now();
     for number in 0..10u32 {
         store.put(
@@ -466,7 +561,7 @@ fn p6_the_least_recently_used_entries_go_first_and_limits_hold_in_bytes_and_entr
     assert!(kept(4) && kept(9));
 
     let by_bytes = Limits {
-        max_bytes: 3 * length as u64 + 3 * 1024,
+        max_bytes: 3 * copies * length as u64 + 3 * 1024,
         max_entries: u64::MAX,
     };
     let report = store.collect(by_bytes, &mut |_| {}).expect("collects");

@@ -14,6 +14,11 @@
 //! never records without objects. Import reads the bundle twice: once to
 //! verify every entry and the closing digest, refusing a damaged or foreign
 //! bundle before it touches the store, and once to publish.
+//!
+//! Records travel as pointer records: a record that carries its artifact's
+//! bytes in the store (inline) is written without them, since the bundle
+//! holds the object anyway, and import makes the inline form again from
+//! the object it has just published.
 
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
@@ -22,7 +27,7 @@ use std::path::Path;
 use kiln_core::{KeyComponent, KeyComponents, STORE_FORMAT};
 use serde::{Deserialize, Serialize};
 
-use crate::disk::{DiskStore, digest, touch};
+use crate::disk::{DiskStore, digest, is_inlined, not_yet_refreshed, touch};
 use crate::durable;
 use crate::envelope;
 use crate::error::{Error, Result};
@@ -276,12 +281,17 @@ impl DiskStore {
             let Ok(sealed) = fs::read(&path) else {
                 return;
             };
-            let Ok(record) = Record::open(&sealed) else {
+            let Ok((record, inline)) = Record::open_any(&sealed) else {
                 return;
             };
             if record.key.format != STORE_FORMAT || record.key.components != *components {
                 return;
             }
+            let sealed = if inline.is_some() {
+                record.seal()
+            } else {
+                sealed
+            };
             let result = out
                 .write_all(b"R")
                 .and_then(|()| out.write_all(&(sealed.len() as u32).to_le_bytes()))
@@ -387,14 +397,19 @@ impl DiskStore {
                     Section::Record { sealed, record } => {
                         report.records += 1;
                         let target = inner.layout.record(&record.key.digest());
-                        let replaced = fs::read(&target)
-                            .ok()
-                            .and_then(|old| Record::open(&old).ok())
-                            .is_some_and(|old| old.object != record.object);
-                        if fs::read(&target).is_ok_and(|old| old == sealed) {
+                        let inline = self.inline_form(&record);
+                        let sealed = inline.as_ref().unwrap_or(&sealed);
+                        let old = fs::read(&target).ok();
+                        if old.as_ref() == Some(sealed) {
                             return Ok(());
                         }
-                        durable::publish(&staging, &target, &sealed, durable)?;
+                        let replaced = old
+                            .and_then(|old| Record::open_any(&old).ok().map(|(old, _)| old))
+                            .is_some_and(|old| old.object != record.object);
+                        let file = durable::publish_open(&staging, &target, sealed, durable)?;
+                        if inline.is_some() {
+                            not_yet_refreshed(&file);
+                        }
                         added_bytes += sealed.len() as u64;
                         if replaced {
                             report.replaced += 1;
@@ -418,6 +433,18 @@ impl DiskStore {
             self.content_replaced();
         }
         Ok(report)
+    }
+
+    /// The inline form of `record`, as a put would write it, made from its
+    /// object in the store; `None` when the record is not one a put inlines
+    /// or the object does not verify.
+    fn inline_form(&self, record: &Record) -> Option<Vec<u8>> {
+        if !is_inlined(&record.key, record.size) {
+            return None;
+        }
+        let bytes = fs::read(self.inner.layout.object(&record.object)).ok()?;
+        (bytes.len() as u64 == record.size && digest(&bytes) == record.object)
+            .then(|| record.seal_inline(&bytes))
     }
 
     /// Reads every section after the header, verifying each and the closing
@@ -605,4 +632,51 @@ fn read_header_sealed(path: &Path, reader: &mut impl Read) -> Result<(BundleHead
     let header =
         record::decode(payload).map_err(|defect| not_a_bundle(format!("its header {defect}")))?;
     Ok((header, sealed))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kiln_core::ArtifactStore;
+    use kiln_core::fake::{FakeCompiler, FakeKernel};
+    use kiln_core::store::StoreKey;
+
+    use super::*;
+    use crate::config::StoreConfig;
+
+    #[test]
+    fn p8_a_record_that_carries_its_bytes_travels_without_them_and_carries_them_again() {
+        // P8: the bundle holds each artifact once, as its object.
+        let base = std::env::temp_dir().join(format!("kiln-bundle-inline-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let open = |name: &str| {
+            DiskStore::open(StoreConfig {
+                collects_automatically: false,
+                ..StoreConfig::at(base.join(name))
+            })
+            .expect("a store")
+        };
+        let (source, destination) = (open("source"), open("destination"));
+        let key = StoreKey::for_artifact(
+            &FakeCompiler::default_key_components(),
+            &FakeKernel::new(1).artifact_id(),
+            None,
+        );
+        let artifact = vec![5u8; 3000];
+        source.put(&key, None, &artifact, Duration::from_millis(3));
+        let bundle = base.join("warm.kiln");
+        let exported = source.export(&bundle, None, &mut |_| {}).expect("exports");
+        assert!(
+            exported.bytes < 2 * artifact.len() as u64,
+            "the bytes are in it once: {exported:?}"
+        );
+        destination
+            .import(&bundle, None, &mut |_| {})
+            .expect("imports");
+        let record = |store: &DiskStore| fs::read(store.record_path(&key)).expect("a record");
+        assert_eq!(record(&destination), record(&source));
+        assert!(record(&destination).starts_with(&artifact));
+        let _ = fs::remove_dir_all(&base);
+    }
 }

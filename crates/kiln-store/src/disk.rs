@@ -1,7 +1,9 @@
 //! [`DiskStore`]: lookups, puts, claims and explanations against one root.
 
 use std::fs::{self, File, FileTimes, Metadata};
-use std::io::{self, Read};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,10 +21,10 @@ use crate::durable;
 use crate::error::{Error, Result};
 use crate::layout::{LAYOUT, Layout};
 use crate::lock::{LockFile, Mode, TARGETS_SLOT, key_slot, object_slot};
-use crate::record::{self, KernelHistory, Record, Seen, now_seconds};
+use crate::record::{self, Checked, KernelHistory, Pointer, Record, Seen, now_seconds};
 use crate::usage::{Usage, UsageFile};
 
-/// How long a reader waits for an object that is being removed.
+/// How long a publisher waits for an object that is being removed.
 const PIN_WAIT: Duration = Duration::from_secs(2);
 /// An access time this recent is not written again: a hit then costs no
 /// write, and least-recently-used order at this grain is all eviction needs.
@@ -32,6 +34,18 @@ const ACCESS_GRAIN: Duration = Duration::from_secs(60);
 const TOKEN_CHECK: Duration = Duration::from_secs(1);
 /// Artifacts at least this large are digested on several threads.
 const PARALLEL_DIGEST: usize = 4 << 20;
+/// Artifacts at most this large are also kept inline in their kernel's
+/// record, so that a hit opens one file instead of two. Beyond it, the
+/// second open is a small part of reading and digesting the bytes, and the
+/// copy would cost more disk than it saves time (see `ARCHITECTURE.md`,
+/// "Store").
+pub(crate) const INLINE_MAX: usize = 16 << 10;
+/// The largest record file a lookup reads whole; anything longer is not a
+/// record the store wrote and reads as damaged.
+const RECORD_LIMIT: u64 = INLINE_MAX as u64 + (1 << 20);
+/// The key-derivation context of [`StoreKey::digest`]; a test holds
+/// [`key_digest`] equal to it.
+const KEY_CONTEXT: &str = "kiln store key";
 
 /// A verified artifact store in a folder, shared by every process that opens
 /// the same root.
@@ -217,7 +231,7 @@ impl DiskStore {
     /// is not read.
     pub fn record(&self, key: &StoreKey) -> Option<Record> {
         let sealed = fs::read(self.record_path(key)).ok()?;
-        Record::open(&sealed).ok()
+        Record::open_any(&sealed).ok().map(|(record, _)| record)
     }
 
     /// What the store knows of the kernel whose id has digest
@@ -264,18 +278,15 @@ impl DiskStore {
         }
     }
 
-    fn read_object(&self, record: &Record) -> Result<Vec<u8>, ObjectMiss> {
-        let inner = &self.inner;
-        let _pin = match inner.locks.acquire(
-            object_slot(&record.object),
-            Mode::Shared,
-            Some(Instant::now() + PIN_WAIT),
-        ) {
-            Ok(Some(pin)) => pin,
-            Ok(None) => return Err(ObjectMiss::Unreadable("the object stayed locked".into())),
-            Err(error) => return Err(ObjectMiss::Unreadable(format!("locking it: {error}"))),
-        };
-        let path = inner.layout.object(&record.object);
+    /// The verified bytes of the object `pointer` names.
+    ///
+    /// No lock: an object file is never changed in place, and a descriptor
+    /// keeps reading a file that eviction unlinks, so once the object is
+    /// open nothing can tear what is read from it (P6). Eviction can only
+    /// take it before it is opened, which the lookup sees as an absent
+    /// object.
+    fn read_object(&self, pointer: &Pointer) -> Result<Vec<u8>, ObjectMiss> {
+        let path = self.inner.layout.object(&pointer.object);
         let file = match File::open(&path) {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
@@ -305,37 +316,48 @@ impl DiskStore {
         if found.len() == 0 {
             return corrupt("empty object".into(), found);
         }
-        if found.len() != record.size {
+        if found.len() != pointer.size {
             return corrupt(
                 format!(
                     "the object is {} bytes, its record says {}",
                     found.len(),
-                    record.size
+                    pointer.size
                 ),
                 found,
             );
         }
-        let mut bytes = Vec::with_capacity(usize::try_from(record.size).unwrap_or(usize::MAX));
-        if let Err(error) = (&file).take(record.size).read_to_end(&mut bytes) {
-            return Err(ObjectMiss::Unreadable(format!(
-                "reading the object: {error}"
-            )));
+        let length = usize::try_from(pointer.size).unwrap_or(usize::MAX);
+        let bytes = match read_up_to(&file, length) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                return Err(ObjectMiss::Unreadable(format!(
+                    "reading the object: {error}"
+                )));
+            }
+        };
+        if bytes.len() != length {
+            return corrupt(format!("read {} of {length} bytes", bytes.len()), found);
         }
-        if bytes.len() as u64 != record.size {
-            return corrupt(
-                format!("read {} of {} bytes", bytes.len(), record.size),
-                found,
-            );
-        }
-        if digest(&bytes) != record.object {
+        if digest(&bytes) != pointer.object {
             return corrupt("the object's digest does not match its name".into(), found);
         }
         touch(&file, &found);
         Ok(bytes)
     }
 
+    fn hit(&self, artifact: Vec<u8>, pointer: &Pointer) -> Lookup<Vec<u8>> {
+        let counters = &self.inner.counters;
+        bump(&counters.hits, 1);
+        bump(&counters.bytes_read, artifact.len() as u64);
+        Lookup::Hit {
+            bytes: artifact.len() as u64,
+            artifact,
+            work: Duration::from_nanos(pointer.work_nanos),
+        }
+    }
+
     /// Removes the object at `digest` if it is still the file `found`
-    /// describes and nobody reads it.
+    /// describes and nobody is publishing it.
     fn remove_object(&self, digest: &[u8; 32], found: &Metadata) {
         let inner = &self.inner;
         let Ok(Some(_alone)) = inner
@@ -478,13 +500,13 @@ impl DiskStore {
             }
         }
         for key in std::iter::once(key).chain(source_key) {
-            let sealed = Record::new(key.clone(), object, size, work).seal();
-            durable::publish(
-                &staging,
-                &inner.layout.record(&key.digest()),
-                &sealed,
-                durable,
-            )?;
+            let record = Record::new(key.clone(), object, size, work);
+            let (sealed, inline) = record_file(&record, bytes);
+            let target = inner.layout.record(&key.digest());
+            let file = durable::publish_open(&staging, &target, &sealed, durable)?;
+            if inline {
+                not_yet_refreshed(&file);
+            }
             written += sealed.len() as u64;
         }
         drop(_pin);
@@ -507,6 +529,69 @@ impl DiskStore {
             Err(error) => log::debug!("cannot count a put: {error}"),
         }
         Ok(written)
+    }
+
+    /// Fills a scratch store with `entries`, as [`put`](ArtifactStore::put)
+    /// would with no source keys, only faster: for benchmarks that need a
+    /// store of many entries. Returns how many it wrote.
+    ///
+    /// Nothing of what makes a put safe to share is here: each file is
+    /// written in place, without staging, syncing or locks, so a process
+    /// reading the store meanwhile could see half a file, and a crash leaves
+    /// torn entries (which then read as corrupt). No kernel history is
+    /// kept, so misses of these kernels cannot be explained (P9). The
+    /// objects and records are those a put writes, so a lookup costs what
+    /// it would in a store filled by puts.
+    ///
+    /// # Errors
+    ///
+    /// A file could not be written.
+    #[doc(hidden)]
+    pub fn fill_scratch(
+        &self,
+        entries: impl IntoIterator<Item = (StoreKey, Vec<u8>)>,
+    ) -> io::Result<u64> {
+        let inner = &self.inner;
+        let mut folders = std::collections::HashSet::new();
+        let mut write = |path: &Path, bytes: &[u8]| -> io::Result<File> {
+            let folder = path.parent().expect("store files live in folders");
+            if !folders.contains(folder) {
+                fs::create_dir_all(folder)?;
+                folders.insert(folder.to_path_buf());
+            }
+            let mut file = File::create(path)?;
+            io::Write::write_all(&mut file, bytes)?;
+            Ok(file)
+        };
+        let (mut written, mut filled) = (0u64, 0u64);
+        let mut components: Vec<KeyComponents> = Vec::new();
+        for (key, bytes) in entries {
+            if bytes.is_empty() {
+                continue;
+            }
+            let object = digest(&bytes);
+            write(&inner.layout.object(&object), &bytes)?;
+            let record = Record::new(key.clone(), object, bytes.len() as u64, Duration::ZERO);
+            let (sealed, inline) = record_file(&record, &bytes);
+            let file = write(&inner.layout.record(&key.digest()), &sealed)?;
+            if inline {
+                not_yet_refreshed(&file);
+            }
+            written += (bytes.len() + sealed.len()) as u64;
+            filled += 1;
+            if !components.contains(&key.components) {
+                components.push(key.components);
+            }
+        }
+        for components in &components {
+            self.register_target(components);
+        }
+        inner.usage.adjust(
+            &inner.locks,
+            i64::try_from(written).unwrap_or(i64::MAX),
+            i64::try_from(filled).unwrap_or(i64::MAX),
+        )?;
+        Ok(filled)
     }
 
     /// Starts evicting on a thread of its own when `usage` is over a limit,
@@ -540,64 +625,80 @@ impl ArtifactStore for DiskStore {
     fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
         self.refresh_generation();
         let counters = &self.inner.counters;
-        let record_path = self.inner.layout.record(&key.digest());
-        let sealed = match read_small(&record_path) {
-            Ok(sealed) => sealed,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+        let mut key_buffer = [0u8; 512];
+        let encoded_key = record::encode_into(key, &mut key_buffer);
+        let encoded_key = encoded_key.as_ref();
+        let record_path = self.inner.layout.record(&key_digest(encoded_key));
+        // When the object a record names has vanished, the record is read
+        // once more: a writer may have replaced it meanwhile (its new object
+        // published first, P3), and then the new one is followed; the same
+        // record again means the entry was evicted.
+        let mut vanished: Option<Vec<u8>> = None;
+        let (sealed, miss) = loop {
+            let (record_file, record_found, mut sealed) = match read_record(&record_path) {
+                Ok(read) => read,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                    bump(&counters.absent, 1);
+                    self.note_miss(key);
+                    return Lookup::Miss(Miss::Absent);
+                }
+                Err(error) => {
+                    bump(&counters.unreadable, 1);
+                    return Lookup::Miss(Miss::Unreadable {
+                        detail: format!("reading {}: {error}", record_path.display()),
+                    });
+                }
+            };
+            if vanished.as_ref() == Some(&sealed) {
                 bump(&counters.absent, 1);
-                self.note_miss(key);
-                return Lookup::Miss(Miss::Absent);
+                break (sealed, Miss::Absent);
             }
-            Err(error) => {
-                bump(&counters.unreadable, 1);
-                return Lookup::Miss(Miss::Unreadable {
-                    detail: format!("reading {}: {error}", record_path.display()),
-                });
-            }
-        };
-        let miss = match Record::open(&sealed) {
-            Err(defect) => {
-                bump(&counters.corrupt, 1);
-                Miss::Corrupt {
-                    detail: format!("record {}: {defect}", key.subject_text()),
+            let pointer = match judge(&sealed, encoded_key, key) {
+                Judged::Inline(pointer) => {
+                    touch_inline(&record_file, &record_found, || {
+                        self.inner.layout.object(&pointer.object)
+                    });
+                    // The artifact is the start of the record: cut, not copied.
+                    sealed.truncate(usize::try_from(pointer.size).unwrap_or(usize::MAX));
+                    return self.hit(sealed, &pointer);
                 }
-            }
-            Ok(record) if record.key != *key => {
-                bump(&counters.foreign, 1);
-                Miss::ForeignKey {
-                    detail: record.key.first_difference(key).map_or_else(
-                        || "a record of another key".to_owned(),
-                        |difference| difference.to_string(),
-                    ),
+                Judged::Pointer(pointer) => pointer,
+                Judged::Corrupt(detail) => {
+                    bump(&counters.corrupt, 1);
+                    break (
+                        sealed,
+                        Miss::Corrupt {
+                            detail: format!("record {}: {detail}", key.subject_text()),
+                        },
+                    );
                 }
-            }
-            Ok(record) => match self.read_object(&record) {
-                Ok(bytes) => {
-                    bump(&counters.hits, 1);
-                    bump(&counters.bytes_read, bytes.len() as u64);
-                    return Lookup::Hit {
-                        bytes: bytes.len() as u64,
-                        artifact: bytes,
-                        work: record.work(),
-                    };
+                Judged::Foreign(detail) => {
+                    bump(&counters.foreign, 1);
+                    break (sealed, Miss::ForeignKey { detail });
                 }
+            };
+            match self.read_object(&pointer) {
+                Ok(bytes) => return self.hit(bytes, &pointer),
                 Err(ObjectMiss::Unreadable(detail)) => {
                     bump(&counters.unreadable, 1);
                     return Lookup::Miss(Miss::Unreadable { detail });
                 }
+                Err(ObjectMiss::Absent) if vanished.is_none() => vanished = Some(sealed),
                 Err(ObjectMiss::Absent) => {
-                    // Evicted: the record points at nothing.
                     bump(&counters.absent, 1);
-                    Miss::Absent
+                    break (sealed, Miss::Absent);
                 }
                 Err(ObjectMiss::Corrupt { detail, found }) => {
                     bump(&counters.corrupt, 1);
-                    self.remove_object(&record.object, &found);
-                    Miss::Corrupt {
-                        detail: format!("object {}: {detail}", hex(&record.object[..8])),
-                    }
+                    self.remove_object(&pointer.object, &found);
+                    break (
+                        sealed,
+                        Miss::Corrupt {
+                            detail: format!("object {}: {detail}", hex(&pointer.object[..8])),
+                        },
+                    );
                 }
-            },
+            }
         };
         // The record is bad, of another key, or points at nothing: remove it,
         // unless a writer replaced it meanwhile.
@@ -741,10 +842,114 @@ pub(crate) fn digest(bytes: &[u8]) -> [u8; 32] {
     }
 }
 
-/// Reads a small file whole: one open, one or two reads.
-fn read_small(path: &Path) -> io::Result<Vec<u8>> {
-    let mut bytes = Vec::with_capacity(1024);
-    File::open(path)?.read_to_end(&mut bytes)?;
+/// Whether the record of `key` carries a copy of its artifact of `size`
+/// bytes (inline). Only a kernel's own record does: the warm path looks
+/// kernels up by id, and a source record is read only after a miss by id,
+/// in a batch that lowers the kernel anyway.
+pub(crate) fn is_inlined(key: &StoreKey, size: u64) -> bool {
+    key.kernel().is_some() && size <= INLINE_MAX as u64
+}
+
+/// The file `record` of `bytes` is published as, and whether it carries
+/// them.
+fn record_file(record: &Record, bytes: &[u8]) -> (Vec<u8>, bool) {
+    if is_inlined(&record.key, record.size) {
+        (record.seal_inline(bytes), true)
+    } else {
+        (record.seal(), false)
+    }
+}
+
+/// The digest a key's record is filed under, from the key's bytes as
+/// [`record::encode`] writes them: [`StoreKey::digest`], without encoding
+/// the key a second time.
+fn key_digest(encoded_key: &[u8]) -> [u8; 32] {
+    *blake3::Hasher::new_derive_key(KEY_CONTEXT)
+        .update(encoded_key)
+        .finalize()
+        .as_bytes()
+}
+
+/// What a record file says to a lookup of `key`.
+enum Judged {
+    /// The artifact is the start of the file.
+    Inline(Pointer),
+    /// The artifact is in the object it names.
+    Pointer(Pointer),
+    /// The record is damaged.
+    Corrupt(String),
+    /// The record is whole and of another key: the first component that
+    /// differs.
+    Foreign(String),
+}
+
+/// Judges a record file read for `key`, whose bytes are `encoded_key`. The
+/// common case, a whole record of this key, is settled without decoding
+/// the key the record holds; anything else is decoded to say what is wrong.
+fn judge(sealed: &[u8], encoded_key: &[u8], key: &StoreKey) -> Judged {
+    match record::check(sealed, encoded_key) {
+        Checked::Inline(pointer) => Judged::Inline(pointer),
+        Checked::Pointer(pointer) => Judged::Pointer(pointer),
+        Checked::Other => match Record::open_any(sealed) {
+            Err(defect) => Judged::Corrupt(defect),
+            Ok((record, _)) if record.key != *key => {
+                Judged::Foreign(record.key.first_difference(key).map_or_else(
+                    || "a record of another key".to_owned(),
+                    |difference| difference.to_string(),
+                ))
+            }
+            Ok((record, inline)) => {
+                let pointer = record.pointer();
+                if inline.is_some() {
+                    Judged::Inline(pointer)
+                } else {
+                    Judged::Pointer(pointer)
+                }
+            }
+        },
+    }
+}
+
+/// Opens a record file and reads it whole: one open, one status, one read.
+fn read_record(path: &Path) -> io::Result<(File, Metadata, Vec<u8>)> {
+    let file = File::open(path)?;
+    let found = file.metadata()?;
+    if !found.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    // One byte past the limit is enough to see that a file is too long.
+    let length = usize::try_from(found.len().min(RECORD_LIMIT + 1)).unwrap_or(usize::MAX);
+    let bytes = read_up_to(&file, length)?;
+    Ok((file, found, bytes))
+}
+
+/// Reads up to `length` bytes from the start of `file`, fewer only where it
+/// ends, into a buffer of exactly that capacity: one `read` call for a
+/// whole file, where `Read::read_to_end` adds one to see the end or grows
+/// its buffer in steps.
+fn read_up_to(file: &File, length: usize) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(length);
+    while bytes.len() < length {
+        let spare = bytes.spare_capacity_mut();
+        // SAFETY: the descriptor is open for the life of `file`, and `spare`
+        // is `spare.len()` bytes of writable memory, which `read` only
+        // writes.
+        let read = unsafe { libc::read(file.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+        match usize::try_from(read) {
+            Ok(0) => break,
+            Ok(read) => {
+                // SAFETY: `read` returned how many bytes past the length it
+                // wrote, within the capacity.
+                unsafe { bytes.set_len(bytes.len() + read) };
+            }
+            Err(_) => {
+                let error = io::Error::last_os_error();
+                if error.kind() != io::ErrorKind::Interrupted {
+                    return Err(error);
+                }
+            }
+        }
+    }
     Ok(bytes)
 }
 
@@ -759,6 +964,65 @@ pub(crate) fn touch(file: &File, found: &Metadata) {
         .is_some_and(|age| age < ACCESS_GRAIN);
     if !recent && let Err(error) = file.set_times(FileTimes::new().set_accessed(now)) {
         log::trace!("cannot record an access: {error}");
+    }
+}
+
+/// Records an access through an inline record (P6), at most once per
+/// [`ACCESS_GRAIN`].
+///
+/// The object's access time stays the entry's one clock for eviction, so a
+/// hit through the record sets it, by path. The record's modification time
+/// says when a hit through it last did: a record's bytes never change, so
+/// that time has nothing else to say, and the record's own access time
+/// would not do, as the system may set it on every read. A record is
+/// published with the oldest modification time ([`not_yet_refreshed`]), so
+/// the first hit after a put always sets the clock.
+fn touch_inline(record: &File, found: &Metadata, object: impl FnOnce() -> PathBuf) {
+    let now = SystemTime::now();
+    let recent = found
+        .modified()
+        .ok()
+        .and_then(|refreshed| now.duration_since(refreshed).ok())
+        .is_some_and(|age| age < ACCESS_GRAIN);
+    if recent {
+        return;
+    }
+    if let Err(error) = set_accessed(&object(), now) {
+        log::trace!("cannot record an access: {error}");
+    }
+    if let Err(error) = record.set_times(FileTimes::new().set_accessed(now).set_modified(now)) {
+        log::trace!("cannot record an access: {error}");
+    }
+}
+
+/// Marks a freshly published inline record as never having set its
+/// object's access time (see [`touch_inline`]).
+pub(crate) fn not_yet_refreshed(record: &File) {
+    if let Err(error) = record.set_times(FileTimes::new().set_modified(SystemTime::UNIX_EPOCH)) {
+        log::trace!("cannot reset a record's time: {error}");
+    }
+}
+
+/// Sets the access time of the file at `path` to `when`, in one call.
+fn set_accessed(path: &Path, when: SystemTime) -> io::Result<()> {
+    let since = when
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_err(io::Error::other)?;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: `timespec` is plain data (on some systems with padding
+    // fields, hence no literal); all-zero is a valid value.
+    let mut times: [libc::timespec; 2] = unsafe { std::mem::zeroed() };
+    times[0].tv_sec = libc::time_t::try_from(since.as_secs()).map_err(io::Error::other)?;
+    // Below 10^9: fits a `c_long` of any width.
+    times[0].tv_nsec = since.subsec_nanos() as libc::c_long;
+    // The modification time stays as it is.
+    times[1].tv_nsec = libc::UTIME_OMIT;
+    // SAFETY: `path` is a NUL-terminated string and `times` two valid
+    // `timespec`s, both alive for the call.
+    if unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -797,4 +1061,135 @@ pub(crate) fn read_targets(path: &Path) -> Vec<KeyComponents> {
         .ok()
         .and_then(|sealed| record::open_targets(&sealed).ok())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_core::fake::{FakeCompiler, FakeKernel};
+
+    use super::*;
+
+    fn scratch(test: &str) -> DiskStore {
+        let root = std::env::temp_dir().join(format!("kiln-store-{test}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        DiskStore::open(StoreConfig {
+            collects_automatically: false,
+            ..StoreConfig::at(root)
+        })
+        .expect("a store")
+    }
+
+    fn kernel_key(number: u32) -> StoreKey {
+        StoreKey::for_artifact(
+            &FakeCompiler::default_key_components(),
+            &FakeKernel::new(number).artifact_id(),
+            None,
+        )
+    }
+
+    fn source_key(number: u32) -> StoreKey {
+        StoreKey::for_source(
+            &FakeCompiler::default_key_components(),
+            &FakeKernel::new(number).artifact_id(),
+            None,
+            &format!("source {number}"),
+        )
+    }
+
+    fn hit(store: &DiskStore, key: &StoreKey) -> Vec<u8> {
+        match store.lookup(key) {
+            Lookup::Hit { artifact, .. } => artifact,
+            Lookup::Miss(miss) => panic!("a stored entry missed: {miss}"),
+        }
+    }
+
+    fn accessed(path: &Path) -> SystemTime {
+        fs::metadata(path)
+            .and_then(|found| found.accessed())
+            .expect("an access time")
+    }
+
+    #[test]
+    fn a_record_is_filed_under_the_keys_own_digest() {
+        // P1: lookups name the file without encoding the key twice.
+        for key in [kernel_key(1), source_key(1)] {
+            assert_eq!(key_digest(&record::encode(&key)), key.digest());
+        }
+    }
+
+    #[test]
+    fn a_small_kernel_artifact_travels_in_its_record_and_a_source_record_points() {
+        let store = scratch("inline");
+        let small = vec![7u8; 4 << 10];
+        store.put(&kernel_key(1), Some(&source_key(1)), &small, Duration::ZERO);
+        let kernel_record = fs::read(store.record_path(&kernel_key(1))).expect("a record");
+        assert!(kernel_record.starts_with(&small), "it carries the bytes");
+        let source_record = fs::read(store.record_path(&source_key(1))).expect("a record");
+        assert!(Record::open(&source_record).is_ok(), "it points");
+        assert_eq!(hit(&store, &kernel_key(1)), small);
+        assert_eq!(hit(&store, &source_key(1)), small);
+
+        let large = vec![9u8; INLINE_MAX + 1];
+        store.put(&kernel_key(2), None, &large, Duration::ZERO);
+        let sealed = fs::read(store.record_path(&kernel_key(2))).expect("a record");
+        assert!(Record::open(&sealed).is_ok(), "a large artifact's points");
+        assert_eq!(hit(&store, &kernel_key(2)), large);
+        let _ = fs::remove_dir_all(store.root());
+    }
+
+    #[test]
+    fn p6_a_hit_through_a_record_that_carries_the_bytes_moves_its_object_up_once_a_minute() {
+        // P6: the object's access time is the entry's clock, whichever
+        // file a hit reads.
+        let store = scratch("inline-touch");
+        store.put(&kernel_key(1), None, b"small artifact", Duration::ZERO);
+        let object = store.object_path(&store.record(&kernel_key(1)).expect("stored").object);
+        let long_ago = SystemTime::now() - Duration::from_secs(86_400);
+        let age = |path: &Path| {
+            File::open(path)
+                .and_then(|file| file.set_times(FileTimes::new().set_accessed(long_ago)))
+                .expect("an access time");
+        };
+        age(&object);
+        hit(&store, &kernel_key(1));
+        assert!(accessed(&object) > long_ago, "the first hit after a put");
+        age(&object);
+        hit(&store, &kernel_key(1));
+        assert_eq!(
+            accessed(&object),
+            long_ago,
+            "a second hit within a minute writes nothing"
+        );
+        let _ = fs::remove_dir_all(store.root());
+    }
+
+    #[test]
+    fn a_scratch_fill_writes_what_puts_write() {
+        let filled = scratch("fill");
+        let put = scratch("fill-put");
+        let entries = [
+            (kernel_key(1), vec![1u8; 100]),
+            (kernel_key(2), vec![2u8; 20 << 10]),
+        ];
+        assert_eq!(filled.fill_scratch(entries.clone()).expect("fills"), 2);
+        for (key, bytes) in &entries {
+            put.put(key, None, bytes, Duration::ZERO);
+            assert_eq!(&hit(&filled, key), bytes);
+            let read = |store: &DiskStore| fs::read(store.record_path(key)).expect("a record");
+            assert_eq!(read(&filled).len(), read(&put).len());
+            assert_eq!(
+                filled
+                    .record(key)
+                    .map(|record| record.pointer())
+                    .map(|pointer| pointer.object),
+                put.record(key)
+                    .map(|record| record.pointer())
+                    .map(|pointer| pointer.object)
+            );
+        }
+        assert_eq!(filled.usage(), put.usage());
+        assert_eq!(filled.targets(), put.targets());
+        let _ = fs::remove_dir_all(filled.root());
+        let _ = fs::remove_dir_all(put.root());
+    }
 }

@@ -20,16 +20,27 @@ pub(crate) fn publish(
     bytes: &[u8],
     durable: bool,
 ) -> io::Result<()> {
+    publish_open(staging, target, bytes, durable).map(drop)
+}
+
+/// As [`publish`], and returns the file, still open, now at `target`: for
+/// setting its times once it is in place (set on the staging file, they
+/// could make another process's clean-up take it for a stale one).
+pub(crate) fn publish_open(
+    staging: &Path,
+    target: &Path,
+    bytes: &[u8],
+    durable: bool,
+) -> io::Result<File> {
     let (staged, mut file) = create_staged(staging)?;
-    let written = file
+    let renamed = file
         .write_all(bytes)
-        .and_then(|()| if durable { file.sync_all() } else { Ok(()) });
-    drop(file);
-    let renamed = written.and_then(|()| rename_into_place(&staged, target, durable));
+        .and_then(|()| if durable { file.sync_all() } else { Ok(()) })
+        .and_then(|()| rename_into_place(&staged, target, durable));
     if renamed.is_err() {
         let _ = fs::remove_file(&staged);
     }
-    renamed
+    renamed.map(|()| file)
 }
 
 /// A new file in `staging`, named `<pid>-<sequence>.part`.

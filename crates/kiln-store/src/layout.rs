@@ -17,9 +17,9 @@
 //! entries put about 250 files in a folder, and a lookup opens one known
 //! path without listing anything.
 
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
-
-use kiln_core::store::hex;
 
 /// The layout version written to `LAYOUT`.
 pub(crate) const LAYOUT: &str = "kiln store layout 1";
@@ -77,34 +77,38 @@ impl Layout {
 
     /// The object with BLAKE3 digest `digest`.
     pub(crate) fn object(&self, digest: &[u8; 32]) -> PathBuf {
-        sharded(&self.root, "objects", &hex(digest))
+        sharded(&self.root, "objects", digest)
     }
 
     /// The record of the key with digest `key_digest`.
     pub(crate) fn record(&self, key_digest: &[u8; 32]) -> PathBuf {
-        sharded(&self.root, "records", &hex(key_digest))
+        sharded(&self.root, "records", key_digest)
     }
 
     /// The history of the kernel with id digest `kernel_digest`.
     pub(crate) fn kernel(&self, kernel_digest: u128) -> PathBuf {
-        sharded(&self.root, "kernels", &format!("{kernel_digest:032x}"))
+        sharded(&self.root, "kernels", &kernel_digest.to_be_bytes())
     }
 }
 
-/// `root/tree/ab/c/abc…`: built in one string, as a lookup does it twice.
-fn sharded(root: &Path, tree: &str, name: &str) -> PathBuf {
-    let root = root.as_os_str();
-    let mut path = std::ffi::OsString::with_capacity(root.len() + tree.len() + name.len() + 8);
-    path.push(root);
-    path.push("/");
-    path.push(tree);
-    path.push("/");
-    path.push(&name[..2]);
-    path.push("/");
-    path.push(&name[2..3]);
-    path.push("/");
-    path.push(name);
-    PathBuf::from(path)
+/// `root/tree/ab/c/abc…`, the name being `digest` in lower-case hex: built
+/// in one buffer, without the formatting machinery, as a lookup does it on
+/// every call.
+fn sharded(root: &Path, tree: &str, digest: &[u8]) -> PathBuf {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let digit = |nibble: u8| DIGITS[usize::from(nibble & 0xf)];
+    let root = root.as_os_str().as_bytes();
+    let mut path = Vec::with_capacity(root.len() + tree.len() + 2 * digest.len() + 8);
+    path.extend_from_slice(root);
+    path.push(b'/');
+    path.extend_from_slice(tree.as_bytes());
+    path.push(b'/');
+    path.extend_from_slice(&[digit(digest[0] >> 4), digit(digest[0]), b'/']);
+    path.extend_from_slice(&[digit(digest[1] >> 4), b'/']);
+    for byte in digest {
+        path.extend_from_slice(&[digit(byte >> 4), digit(*byte)]);
+    }
+    PathBuf::from(OsString::from_vec(path))
 }
 
 /// Parses a file name of 64 hex digits into a digest.
@@ -123,16 +127,22 @@ pub(crate) fn digest_from_name(name: &str) -> Option<[u8; 32]> {
 mod tests {
     use super::*;
 
+    use kiln_core::store::hex;
+
     #[test]
     fn an_object_lives_two_shards_deep_under_its_digest() {
         let layout = Layout::new(PathBuf::from("/store"));
-        let digest = [0xab; 32];
+        let digest: [u8; 32] = std::array::from_fn(|index| (index * 37) as u8);
         let path = layout.object(&digest);
         assert_eq!(
             path,
-            PathBuf::from(format!("/store/objects/ab/a/{}", hex(&digest)))
+            PathBuf::from(format!("/store/objects/00/2/{}", hex(&digest)))
         );
         let name = path.file_name().and_then(|name| name.to_str());
         assert_eq!(name.and_then(digest_from_name), Some(digest));
+        assert_eq!(
+            layout.kernel(0x0123_4567_89ab_cdef_0011_2233_4455_6677),
+            PathBuf::from("/store/kernels/01/2/0123456789abcdef0011223344556677")
+        );
     }
 }

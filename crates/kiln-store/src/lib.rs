@@ -11,6 +11,10 @@
 //!   lowered source — carries every component of its key and the digest of
 //!   its object. Every read checks the record's digest, that the record is
 //!   the key asked for, the object's length and the object's digest (P1, P2).
+//! - **Small artifacts travel in their kernel's record.** A kernel's record
+//!   also carries a copy of an artifact of at most 16 KiB, sealed with it,
+//!   so a warm hit opens one file instead of two (F3); the object stays,
+//!   for source records, bundles and the eviction order.
 //! - **Sharded folders.** Records, objects and kernel histories live two
 //!   shard levels deep (`ab/c/abc…`), so a lookup opens known paths and
 //!   never lists a folder; see `ARCHITECTURE.md`, "Store", for the
@@ -20,13 +24,15 @@
 //! - **Kernel-kept locks.** One byte-range lock per key in one `locks`
 //!   file gives single flight across processes (P4); the kernel drops a dead
 //!   process's locks, and a waiter gives up after
-//!   [`StoreConfig::lock_timeout`]. Readers and publishers hold a shared
-//!   lock on an object, which eviction must take alone (P6).
+//!   [`StoreConfig::lock_timeout`]. Publishers hold a shared lock on an
+//!   object, which eviction must take alone (P6). Readers take none: files
+//!   are never changed in place, and an open descriptor reads a whole file
+//!   even after eviction unlinks it.
 //! - **Misses, never failures.** A lookup that cannot read is a miss; a put
 //!   that cannot write is a counted warning (P5).
 //! - **Explicit access times, bounded size.** A hit sets the object's access
-//!   time itself (at most once a minute), so `noatime` mounts still evict in
-//!   least-recently-used order; a put that takes the store over
+//!   time itself (at most once a minute), whichever file it read, so
+//!   `noatime` mounts still evict in least-recently-used order; a put that takes the store over
 //!   [`StoreConfig::max_bytes`] or [`StoreConfig::max_entries`] evicts on a
 //!   thread of its own (P6).
 //! - **Bundles.** [`DiskStore::export`] and [`DiskStore::import`] move a

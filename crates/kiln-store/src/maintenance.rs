@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::config::StoreConfig;
-use crate::disk::{DiskStore, remove_if_same, remove_if_unchanged};
+use crate::disk::{DiskStore, digest, remove_if_same, remove_if_unchanged};
 use crate::durable;
 use crate::error::{Error, Result};
 use crate::layout::digest_from_name;
@@ -234,12 +234,17 @@ impl DiskStore {
                 return;
             };
             report.records += 1;
-            let verdict = match Record::open(&sealed) {
+            let verdict = match Record::open_any(&sealed) {
                 Err(defect) => Err(format!("damaged: {defect}")),
-                Ok(record) if digest_from_name(name) != Some(record.key.digest()) => {
+                Ok((record, _)) if digest_from_name(name) != Some(record.key.digest()) => {
                     Err("filed under another key".to_owned())
                 }
-                Ok(record) => match fs::metadata(inner.layout.object(&record.object)) {
+                Ok((record, Some(inline))) if digest(inline) != record.object => {
+                    Err("the bytes it carries are not its object's".to_owned())
+                }
+                // An inline record lives as long as its object, as any
+                // other record does: eviction and verify go by objects.
+                Ok((record, _)) => match fs::metadata(inner.layout.object(&record.object)) {
                     Ok(object) if object.len() == record.size => Ok(()),
                     _ => Err(String::new()),
                 },
@@ -419,7 +424,7 @@ impl DiskStore {
             let Ok(sealed) = fs::read(&path) else {
                 return;
             };
-            let object = Record::open(&sealed).map(|record| (record.object, record.size));
+            let object = Record::open_any(&sealed).map(|(record, _)| (record.object, record.size));
             let present = object.as_ref().is_ok_and(|(object, size)| {
                 fs::metadata(inner.layout.object(object)).is_ok_and(|found| found.len() == *size)
             });
@@ -461,7 +466,7 @@ impl DiskStore {
         walk_files(&inner.layout.records(), &mut |path, _| {
             let Some(record) = fs::read(path)
                 .ok()
-                .and_then(|sealed| Record::open(&sealed).ok())
+                .and_then(|sealed| Record::open_any(&sealed).ok().map(|(record, _)| record))
             else {
                 return;
             };
@@ -553,7 +558,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn p6_an_object_being_read_is_not_evicted() {
+    fn p6_an_object_being_published_is_not_evicted() {
         use kiln_core::fake::{FakeCompiler, FakeKernel};
         use kiln_core::{ArtifactStore, Lookup, StoreKey};
 
@@ -571,7 +576,7 @@ mod tests {
             store.put(&key(number), None, &[number as u8 + 1; 100], Duration::ZERO);
         }
         let read = store.record(&key(1)).expect("stored").object;
-        // What a reader holds while it reads the object.
+        // What a publisher holds while it writes the object and its records.
         let pin = store
             .inner
             .locks

@@ -2,6 +2,15 @@
 //! histories (one per kernel id). Both carry every component of their keys
 //! in the clear, so a record read under one key can be told from a record of
 //! another (P2), and a miss can name what changed (P9).
+//!
+//! A record comes in two forms. A **pointer** record (leading seal,
+//! `kilnrec1`) names its object, which a hit then opens and digests. An
+//! **inline** record (trailing seal, `kilninl1`) carries a copy of its
+//! artifact's bytes ahead of the same payload, so a hit of a small artifact
+//! opens one file instead of two; its seal's digest covers the bytes, so
+//! they are verified as an object's would be. The object is written either
+//! way: source records point at it (P7), bundles carry it (P8), and its
+//! access time is the entry's place in the eviction order (P6).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::envelope;
 
 const RECORD_TAG: &[u8; 8] = b"kilnrec1";
+const INLINE_TAG: &[u8; 8] = b"kilninl1";
 const HISTORY_TAG: &[u8; 8] = b"kilnhis1";
 const TARGETS_TAG: &[u8; 8] = b"kilntgt1";
 
@@ -54,6 +64,107 @@ impl Record {
 
     pub(crate) fn open(sealed: &[u8]) -> Result<Self, String> {
         open(RECORD_TAG, sealed)
+    }
+
+    /// What it says besides its key.
+    pub(crate) fn pointer(&self) -> Pointer {
+        Pointer {
+            object: self.object,
+            size: self.size,
+            work_nanos: self.work_nanos,
+            stored_at: self.stored_at,
+        }
+    }
+
+    /// The inline form: `artifact`'s bytes ahead of this record, sealed
+    /// together.
+    pub(crate) fn seal_inline(&self, artifact: &[u8]) -> Vec<u8> {
+        debug_assert_eq!(artifact.len() as u64, self.size);
+        envelope::seal_trailing(INLINE_TAG, artifact, &encode(self))
+    }
+
+    /// A record file of either form: the record, and the artifact's bytes
+    /// when it carries them.
+    pub(crate) fn open_any(sealed: &[u8]) -> Result<(Self, Option<&[u8]>), String> {
+        if !envelope::is_trailing(INLINE_TAG, sealed) {
+            return Self::open(sealed).map(|record| (record, None));
+        }
+        // A pointer record whose bytes happen to end like an inline one is
+        // still a pointer record.
+        let (artifact, payload) = match envelope::open_trailing(INLINE_TAG, sealed) {
+            Ok(opened) => opened,
+            Err(defect) => {
+                return Self::open(sealed)
+                    .map(|record| (record, None))
+                    .or(Err(defect));
+            }
+        };
+        let record: Self = decode(payload)?;
+        if record.size != artifact.len() as u64 {
+            return Err(format!(
+                "it carries {} bytes and says {}",
+                artifact.len(),
+                record.size
+            ));
+        }
+        Ok((record, Some(artifact)))
+    }
+}
+
+/// What a record says besides its key: the fields of [`Record`] after
+/// `key`, in order, so that they decode from what follows the key's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub(crate) struct Pointer {
+    /// [`Record::object`].
+    pub(crate) object: [u8; 32],
+    /// [`Record::size`].
+    pub(crate) size: u64,
+    /// [`Record::work_nanos`].
+    pub(crate) work_nanos: u64,
+    /// [`Record::stored_at`].
+    pub(crate) stored_at: u64,
+}
+
+/// A record file read by a lookup, checked against the key asked for
+/// without decoding the key it holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Checked {
+    /// A whole pointer record of the key asked for.
+    Pointer(Pointer),
+    /// A whole inline record of the key asked for, whose artifact is the
+    /// first `size` bytes of the file.
+    Inline(Pointer),
+    /// Anything else: damaged, or of another key. [`Record::open_any`] says
+    /// which.
+    Other,
+}
+
+/// Checks a record file against `encoded_key`, the key's bytes as
+/// [`encode`] writes them: the seal, then that the record's key is exactly
+/// those bytes. A record's payload starts with its key, so this compares
+/// bytes where decoding would build every string of the key again.
+pub(crate) fn check(sealed: &[u8], encoded_key: &[u8]) -> Checked {
+    let inline = envelope::is_trailing(INLINE_TAG, sealed);
+    let opened = if inline {
+        envelope::open_trailing(INLINE_TAG, sealed).map(|(_, payload)| payload)
+    } else {
+        envelope::open(RECORD_TAG, sealed)
+    };
+    let Some(rest) = opened
+        .ok()
+        .and_then(|payload| payload.strip_prefix(encoded_key))
+    else {
+        return Checked::Other;
+    };
+    match decode::<Pointer>(rest) {
+        Ok(pointer) if !inline => Checked::Pointer(pointer),
+        Ok(pointer)
+            if sealed.len() as u64
+                == pointer.size + (rest.len() + encoded_key.len() + envelope::TRAILER) as u64 =>
+        {
+            Checked::Inline(pointer)
+        }
+        _ => Checked::Other,
     }
 }
 
@@ -107,6 +218,18 @@ pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
         .expect("the store's own types always serialize")
 }
 
+/// `value` as [`encode`] writes it, in `buffer` when it fits: a lookup
+/// encodes its key on every call.
+pub(crate) fn encode_into<'a, T: Serialize + ?Sized>(
+    value: &T,
+    buffer: &'a mut [u8],
+) -> std::borrow::Cow<'a, [u8]> {
+    match bincode::serde::encode_into_slice(value, &mut *buffer, bincode::config::standard()) {
+        Ok(written) => std::borrow::Cow::Borrowed(&buffer[..written]),
+        Err(_) => std::borrow::Cow::Owned(encode(value)),
+    }
+}
+
 pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     match bincode::serde::decode_from_slice(bytes, bincode::config::standard()) {
         Ok((value, read)) if read == bytes.len() => Ok(value),
@@ -128,4 +251,76 @@ pub(crate) fn now_seconds() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_core::fake::{FakeCompiler, FakeKernel};
+
+    use super::*;
+
+    fn key(number: u32) -> StoreKey {
+        StoreKey::for_artifact(
+            &FakeCompiler::default_key_components(),
+            &FakeKernel::new(number).artifact_id(),
+            None,
+        )
+    }
+
+    fn record(number: u32, bytes: &[u8]) -> Record {
+        Record::new(
+            key(number),
+            *blake3::hash(bytes).as_bytes(),
+            bytes.len() as u64,
+            Duration::from_millis(5),
+        )
+    }
+
+    #[test]
+    fn a_record_of_the_key_asked_for_is_recognized_without_decoding_its_key() {
+        // P2: `check` compares the key's bytes where `open_any` decodes.
+        let bytes = b"artifact bytes";
+        let record = record(1, bytes);
+        let expected = record.pointer();
+        let encoded = encode(&record.key);
+        assert_eq!(check(&record.seal(), &encoded), Checked::Pointer(expected));
+        let inline = record.seal_inline(bytes);
+        assert!(inline.starts_with(bytes), "the bytes come first");
+        assert_eq!(check(&inline, &encoded), Checked::Inline(expected));
+        assert_eq!(
+            Record::open_any(&inline),
+            Ok((record.clone(), Some(&bytes[..])))
+        );
+        assert_eq!(Record::open_any(&record.seal()), Ok((record, None)));
+    }
+
+    #[test]
+    fn a_key_encodes_the_same_in_a_buffer_of_any_size() {
+        let key = key(1);
+        for size in [0, 8, 4096] {
+            let mut buffer = vec![0u8; size];
+            assert_eq!(&*encode_into(&key, &mut buffer), &encode(&key)[..]);
+        }
+    }
+
+    #[test]
+    fn a_record_of_another_key_or_damaged_is_not_taken() {
+        // P2
+        let bytes = b"artifact bytes";
+        let record = record(1, bytes);
+        let other = encode(&key(2));
+        assert_eq!(check(&record.seal(), &other), Checked::Other);
+        assert_eq!(check(&record.seal_inline(bytes), &other), Checked::Other);
+        let encoded = encode(&record.key);
+        let mut flipped = record.seal_inline(bytes);
+        flipped[3] ^= 1;
+        assert_eq!(check(&flipped, &encoded), Checked::Other);
+        assert!(Record::open_any(&flipped).is_err());
+        let mut longer = record.clone();
+        longer.size += 1;
+        let lying = envelope::seal_trailing(INLINE_TAG, bytes, &encode(&longer));
+        assert_eq!(check(&lying, &encode(&longer.key)), Checked::Other);
+        assert!(Record::open_any(&lying).unwrap_err().contains("carries"));
+        assert!(Record::open_any(&[]).is_err());
+    }
 }
