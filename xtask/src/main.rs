@@ -52,7 +52,9 @@ fn main() -> Result<()> {
 /// the environment the installed parts need. `extra` goes to `cargo test`.
 fn test(extra: &[&str]) -> Result<()> {
     let environment = setup::ensure_all()?;
-    let mut arguments = vec!["test", "--workspace"];
+    // Every test binary runs even when one fails, so one failure does not
+    // hide the rest of the results.
+    let mut arguments = vec!["test", "--workspace", "--no-fail-fast"];
     arguments.extend_from_slice(extra);
     summary::run_tests(command::cargo(&arguments).envs(environment).into_command())
 }

@@ -356,15 +356,20 @@ fn p2_a_damaged_cubin_in_the_store_is_never_loaded_and_compiles_again() {
     first.load(&kernel, &id).expect("saxpy loads");
     drop(first);
 
+    // A small artifact's bytes live in its kernel's record as well as in its
+    // object, so both are damaged: every copy of the cubin is bad.
     let mut damaged = 0;
-    for object in files_under(&root.join("objects")) {
-        let mut bytes = std::fs::read(&object).expect("an object reads");
+    for file in files_under(&root.join("objects"))
+        .into_iter()
+        .chain(files_under(&root.join("records")))
+    {
+        let mut bytes = std::fs::read(&file).expect("a store file reads");
         let middle = bytes.len() / 2;
         bytes[middle] ^= 0xff;
-        std::fs::write(&object, bytes).expect("an object writes");
+        std::fs::write(&file, bytes).expect("a store file writes");
         damaged += 1;
     }
-    assert!(damaged > 0, "the store held saxpy's object");
+    assert!(damaged > 1, "the store held saxpy's object and records");
 
     let target = CudaTarget::compile_only(support::ARCHITECTURE)
         .expect("NVRTC opened once already")
