@@ -14,7 +14,7 @@ use crate::compiler::{CudaArtifact, CudaCompiler, CudaVariant};
 use crate::device::CudaDevice;
 use crate::error::Error;
 use crate::module::{self, LoadedKernel};
-use crate::store::TargetStore;
+use crate::store::{TargetStore, target_store};
 
 /// Where a target's kernels go.
 #[derive(Debug)]
@@ -152,7 +152,7 @@ impl CudaTarget {
     /// true`). Kernels asked for under a variant of another architecture
     /// than the target's compile and load without the store.
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
-        self.store = Some(TargetStore::new(store, &self.compiler, self.architecture()));
+        self.store = Some(target_store(store, &self.compiler, self.architecture()));
         self
     }
 
@@ -179,7 +179,7 @@ impl CudaTarget {
         if self.store.is_none() {
             return false;
         }
-        self.store = Some(TargetStore::new(store, &self.compiler, self.architecture()));
+        self.store = Some(target_store(store, &self.compiler, self.architecture()));
         true
     }
 

@@ -19,7 +19,7 @@ use crate::device::{HipDevice, HipFunction};
 use crate::error::{Error, Result};
 use crate::isa::GfxArch;
 use crate::options::HipVariant;
-use crate::store::TargetStore;
+use crate::store::{TargetStore, target_store};
 
 /// A target's store methods, forwarded to its [`TargetStore`] when it has
 /// one: the same for both targets.
@@ -126,7 +126,7 @@ impl HipTarget {
     /// true`). Kernels asked for under a variant of another architecture
     /// than the device's compile without the store.
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
-        self.store = Some(TargetStore::new(
+        self.store = Some(target_store(
             store,
             &self.compiler,
             self.device.arch().clone(),
@@ -156,7 +156,7 @@ impl HipTarget {
         if self.store.is_none() {
             return false;
         }
-        self.store = Some(TargetStore::new(
+        self.store = Some(target_store(
             store,
             &self.compiler,
             self.device.arch().clone(),
@@ -320,7 +320,7 @@ impl HipCompileOnlyTarget {
     /// of another architecture compile without the store.
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>, arch: GfxArch) -> Self {
         self.compiler = self.compiler.keyed_for(arch.clone());
-        self.store = Some(TargetStore::new(store, &self.compiler, arch));
+        self.store = Some(target_store(store, &self.compiler, arch));
         self
     }
 
@@ -335,14 +335,14 @@ impl HipCompileOnlyTarget {
         let Some(current) = &self.store else {
             return false;
         };
-        let arch = current.arch().clone();
-        self.store = Some(TargetStore::new(store, &self.compiler, arch));
+        let arch = current.architecture().clone();
+        self.store = Some(target_store(store, &self.compiler, arch));
         true
     }
 
     /// The architecture its store holds artifacts for, when it has one.
     pub fn stored_arch(&self) -> Option<&GfxArch> {
-        self.store.as_ref().map(TargetStore::arch)
+        self.store.as_ref().map(TargetStore::architecture)
     }
 
     /// The store binding, on a target that persists: its store, its key

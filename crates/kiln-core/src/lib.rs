@@ -98,9 +98,9 @@ pub use statistics::{
     StatisticsCollector, WorkerMode,
 };
 pub use store::{
-    ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference, Explanation, Generation,
-    KeyComponent, KeyComponents, KeySubject, KeyedCompiler, STORE_FORMAT, StoreKey,
-    StoreStatistics,
+    ArchitectureStore, ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference,
+    Explanation, Generation, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, STORE_FORMAT,
+    StoreKey, StoreStatistics,
 };
 pub use target::{
     ArtifactCompiler, ArtifactOf, CompilationTarget, Finalized, KernelOf, Lookup, LoweredOf, Miss,

@@ -892,3 +892,106 @@ mod tests {
         assert_ne!(first.current(), second.current());
     }
 }
+
+/// A [`BoundStore`] that holds the artifacts of one architecture only.
+///
+/// Every key a target's store makes names the target's architecture (P1).
+/// A kernel asked for under a variant of another architecture would be
+/// filed under components that misname it — in `kiln ls`, in a bundle
+/// exported for this architecture — so it bypasses the store instead: its
+/// lookups miss and its artifact is not stored.
+#[derive(Debug)]
+pub struct ArchitectureStore<C: KeyedCompiler, A> {
+    bound: BoundStore<C>,
+    architecture: A,
+    /// The architecture a variant compiles for.
+    architecture_of: fn(&C::Variant) -> &A,
+}
+
+impl<C: KeyedCompiler, A: PartialEq + fmt::Display> ArchitectureStore<C, A> {
+    /// `bound`, keeping the artifacts whose variant's architecture, as
+    /// `architecture_of` reads it, is `architecture`.
+    pub fn new(
+        bound: BoundStore<C>,
+        architecture: A,
+        architecture_of: fn(&C::Variant) -> &A,
+    ) -> Self {
+        Self {
+            bound,
+            architecture,
+            architecture_of,
+        }
+    }
+
+    /// The binding: components, keys, explanations.
+    pub fn bound(&self) -> &BoundStore<C> {
+        &self.bound
+    }
+
+    /// The architecture whose artifacts it keeps.
+    pub fn architecture(&self) -> &A {
+        &self.architecture
+    }
+
+    /// The store's generation: one atomic load.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.bound.generation()
+    }
+
+    /// Whether artifacts of `id` belong in this store.
+    fn keeps(&self, id: &ArtifactId<C::Variant>) -> bool {
+        let asked = (self.architecture_of)(&id.variant);
+        let keeps = *asked == self.architecture;
+        if !keeps {
+            log::debug!(
+                "{} is asked for {asked}, not the store's {}: it bypasses the store",
+                id.kernel,
+                self.architecture
+            );
+        }
+        keeps
+    }
+
+    /// [`BoundStore::lookup`], for the store's architecture only.
+    pub fn lookup(&mut self, compiler: &C, id: &ArtifactId<C::Variant>) -> Lookup<C::Artifact> {
+        if !self.keeps(id) {
+            return Lookup::Miss(Miss::Absent);
+        }
+        self.bound.lookup(compiler, id)
+    }
+
+    /// [`BoundStore::lookup_source`], for the store's architecture only.
+    pub fn lookup_source(
+        &mut self,
+        compiler: &C,
+        id: &ArtifactId<C::Variant>,
+        source: &str,
+    ) -> Lookup<C::Artifact> {
+        if !self.keeps(id) {
+            return Lookup::Miss(Miss::Absent);
+        }
+        self.bound.lookup_source(compiler, id, source)
+    }
+
+    /// [`BoundStore::put`], for the store's architecture only.
+    pub fn put(
+        &mut self,
+        compiler: &C,
+        id: &ArtifactId<C::Variant>,
+        artifact: &C::Artifact,
+        source: Option<&str>,
+        work: Duration,
+    ) -> StoreOutcome {
+        if !self.keeps(id) {
+            return StoreOutcome::Skipped;
+        }
+        self.bound.put(compiler, id, artifact, source, work)
+    }
+
+    /// Lets go of the claims of kernels the batch did not store, so other
+    /// processes waiting on them compile them at once (P4).
+    pub fn release_claims(&mut self) {
+        self.bound.release_claims();
+    }
+}
