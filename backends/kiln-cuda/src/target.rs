@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_core::{
-    ArtifactId, ArtifactStore, BoundStore, CompilationTarget, DeviceRefusal, Lookup, Miss,
-    StoreOutcome,
+    ArtifactId, ArtifactStore, BoundStore, CompilationTarget, DeviceRefusal, Lookup, StoreOutcome,
+    StoreSlot,
 };
 
 use crate::architecture::Architecture;
@@ -114,7 +114,7 @@ enum Destination {
 pub struct CudaTarget {
     compiler: CudaCompiler,
     destination: Destination,
-    store: Option<TargetStore>,
+    store: StoreSlot<CudaCompiler, Architecture>,
 }
 
 impl CudaTarget {
@@ -128,7 +128,7 @@ impl CudaTarget {
         Ok(Self {
             compiler: CudaCompiler::new()?.keyed_for(device.architecture()),
             destination: Destination::Device(device),
-            store: None,
+            store: StoreSlot::empty(),
         })
     }
 
@@ -143,7 +143,7 @@ impl CudaTarget {
         Ok(Self {
             compiler: CudaCompiler::new()?.keyed_for(architecture),
             destination: Destination::CompileOnly(architecture),
-            store: None,
+            store: StoreSlot::empty(),
         })
     }
 
@@ -152,7 +152,8 @@ impl CudaTarget {
     /// true`). Kernels asked for under a variant of another architecture
     /// than the target's compile and load without the store.
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
-        self.store = Some(target_store(store, &self.compiler, self.architecture()));
+        self.store
+            .set(target_store(store, &self.compiler, self.architecture()));
         self
     }
 
@@ -176,17 +177,18 @@ impl CudaTarget {
     /// target persists never changes.
     #[must_use = "a storeless target does not switch"]
     pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
-        if self.store.is_none() {
+        if !self.store.is_bound() {
             return false;
         }
-        self.store = Some(target_store(store, &self.compiler, self.architecture()));
+        self.store
+            .set(target_store(store, &self.compiler, self.architecture()));
         true
     }
 
     /// The store binding, on a target that persists: its store, its key
     /// components, the key of any kernel, why a kernel missed (P9).
     pub fn bound_store(&self) -> Option<&BoundStore<CudaCompiler>> {
-        self.store.as_ref().map(TargetStore::bound)
+        self.store.get().map(TargetStore::bound)
     }
 
     /// The architecture kernels are compiled for.
@@ -227,22 +229,16 @@ impl CompilationTarget for CudaTarget {
     }
 
     fn persists(&self) -> bool {
-        self.store.is_some()
+        self.store.is_bound()
     }
 
     #[inline]
     fn generation(&self) -> u64 {
-        match &self.store {
-            Some(store) => store.generation(),
-            None => 0,
-        }
+        self.store.generation()
     }
 
     fn lookup(&mut self, id: &ArtifactId<CudaVariant>) -> Lookup<CudaArtifact> {
-        match &mut self.store {
-            Some(store) => store.lookup(&self.compiler, id),
-            None => Lookup::Miss(Miss::Absent),
-        }
+        self.store.lookup(&self.compiler, id)
     }
 
     fn lookup_source(
@@ -250,10 +246,7 @@ impl CompilationTarget for CudaTarget {
         id: &ArtifactId<CudaVariant>,
         source: &str,
     ) -> Lookup<CudaArtifact> {
-        match &mut self.store {
-            Some(store) => store.lookup_source(&self.compiler, id, source),
-            None => Lookup::Miss(Miss::Absent),
-        }
+        self.store.lookup_source(&self.compiler, id, source)
     }
 
     fn store(
@@ -263,16 +256,11 @@ impl CompilationTarget for CudaTarget {
         source: Option<&str>,
         work: Duration,
     ) -> StoreOutcome {
-        match &mut self.store {
-            Some(store) => store.put(&self.compiler, id, artifact, source, work),
-            None => StoreOutcome::Skipped,
-        }
+        self.store.put(&self.compiler, id, artifact, source, work)
     }
 
     fn batch_finished(&mut self) {
-        if let Some(store) = &mut self.store {
-            store.release_claims();
-        }
+        self.store.batch_finished();
     }
 
     fn load(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use kiln_core::{
     ArtifactId, ArtifactStore, BoundStore, CompilationTarget, DeviceRefusal, KernelId, Lookup,
-    Miss, StoreOutcome,
+    StoreOutcome, StoreSlot,
 };
 
 use crate::code_object;
@@ -20,45 +20,6 @@ use crate::error::{Error, Result};
 use crate::isa::GfxArch;
 use crate::options::HipVariant;
 use crate::store::{TargetStore, target_store};
-
-/// A target's store methods, forwarded to its [`TargetStore`] when it has
-/// one: the same for both targets.
-fn lookup_in(
-    store: Option<&mut TargetStore>,
-    compiler: &HipCompiler,
-    id: &ArtifactId<HipVariant>,
-) -> Lookup<HipArtifact> {
-    match store {
-        Some(store) => store.lookup(compiler, id),
-        None => Lookup::Miss(Miss::Absent),
-    }
-}
-
-fn lookup_source_in(
-    store: Option<&mut TargetStore>,
-    compiler: &HipCompiler,
-    id: &ArtifactId<HipVariant>,
-    source: &str,
-) -> Lookup<HipArtifact> {
-    match store {
-        Some(store) => store.lookup_source(compiler, id, source),
-        None => Lookup::Miss(Miss::Absent),
-    }
-}
-
-fn put_in(
-    store: Option<&mut TargetStore>,
-    compiler: &HipCompiler,
-    id: &ArtifactId<HipVariant>,
-    artifact: &HipArtifact,
-    source: Option<&str>,
-    work: Duration,
-) -> StoreOutcome {
-    match store {
-        Some(store) => store.put(compiler, id, artifact, source, work),
-        None => StoreOutcome::Skipped,
-    }
-}
 
 fn refusal(error: Error) -> DeviceRefusal {
     let code = match &error {
@@ -99,7 +60,7 @@ fn refusal(error: Error) -> DeviceRefusal {
 pub struct HipTarget {
     compiler: HipCompiler,
     device: HipDevice,
-    store: Option<TargetStore>,
+    store: StoreSlot<HipCompiler, GfxArch>,
 }
 
 impl HipTarget {
@@ -117,7 +78,7 @@ impl HipTarget {
         Self {
             compiler: compiler.keyed_for(device.arch().clone()),
             device,
-            store: None,
+            store: StoreSlot::empty(),
         }
     }
 
@@ -126,7 +87,7 @@ impl HipTarget {
     /// true`). Kernels asked for under a variant of another architecture
     /// than the device's compile without the store.
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
-        self.store = Some(target_store(
+        self.store.set(target_store(
             store,
             &self.compiler,
             self.device.arch().clone(),
@@ -153,10 +114,10 @@ impl HipTarget {
     /// target persists never changes.
     #[must_use = "a storeless target does not switch"]
     pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
-        if self.store.is_none() {
+        if !self.store.is_bound() {
             return false;
         }
-        self.store = Some(target_store(
+        self.store.set(target_store(
             store,
             &self.compiler,
             self.device.arch().clone(),
@@ -167,7 +128,7 @@ impl HipTarget {
     /// The store binding, on a target that persists: its store, its key
     /// components, the key of any kernel, why a kernel missed (P9).
     pub fn bound_store(&self) -> Option<&BoundStore<HipCompiler>> {
-        self.store.as_ref().map(TargetStore::bound)
+        self.store.get().map(TargetStore::bound)
     }
 
     /// The variant the device runs: its architecture.
@@ -190,23 +151,20 @@ impl CompilationTarget for HipTarget {
     }
 
     fn persists(&self) -> bool {
-        self.store.is_some()
+        self.store.is_bound()
     }
 
     #[inline]
     fn generation(&self) -> u64 {
-        match &self.store {
-            Some(store) => store.generation(),
-            None => 0,
-        }
+        self.store.generation()
     }
 
     fn lookup(&mut self, id: &ArtifactId<HipVariant>) -> Lookup<HipArtifact> {
-        lookup_in(self.store.as_mut(), &self.compiler, id)
+        self.store.lookup(&self.compiler, id)
     }
 
     fn lookup_source(&mut self, id: &ArtifactId<HipVariant>, source: &str) -> Lookup<HipArtifact> {
-        lookup_source_in(self.store.as_mut(), &self.compiler, id, source)
+        self.store.lookup_source(&self.compiler, id, source)
     }
 
     fn store(
@@ -216,20 +174,11 @@ impl CompilationTarget for HipTarget {
         source: Option<&str>,
         work: Duration,
     ) -> StoreOutcome {
-        put_in(
-            self.store.as_mut(),
-            &self.compiler,
-            id,
-            artifact,
-            source,
-            work,
-        )
+        self.store.put(&self.compiler, id, artifact, source, work)
     }
 
     fn batch_finished(&mut self) {
-        if let Some(store) = &mut self.store {
-            store.release_claims();
-        }
+        self.store.batch_finished();
     }
 
     fn load(
@@ -302,7 +251,7 @@ pub struct CompiledKernel {
 #[derive(Debug)]
 pub struct HipCompileOnlyTarget {
     compiler: HipCompiler,
-    store: Option<TargetStore>,
+    store: StoreSlot<HipCompiler, GfxArch>,
 }
 
 impl HipCompileOnlyTarget {
@@ -310,7 +259,7 @@ impl HipCompileOnlyTarget {
     pub fn new(compiler: HipCompiler) -> Self {
         Self {
             compiler,
-            store: None,
+            store: StoreSlot::empty(),
         }
     }
 
@@ -320,7 +269,7 @@ impl HipCompileOnlyTarget {
     /// of another architecture compile without the store.
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>, arch: GfxArch) -> Self {
         self.compiler = self.compiler.keyed_for(arch.clone());
-        self.store = Some(target_store(store, &self.compiler, arch));
+        self.store.set(target_store(store, &self.compiler, arch));
         self
     }
 
@@ -332,23 +281,23 @@ impl HipCompileOnlyTarget {
     /// target persists never changes.
     #[must_use = "a storeless target does not switch"]
     pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
-        let Some(current) = &self.store else {
+        let Some(current) = self.store.get() else {
             return false;
         };
         let arch = current.architecture().clone();
-        self.store = Some(target_store(store, &self.compiler, arch));
+        self.store.set(target_store(store, &self.compiler, arch));
         true
     }
 
     /// The architecture its store holds artifacts for, when it has one.
     pub fn stored_arch(&self) -> Option<&GfxArch> {
-        self.store.as_ref().map(TargetStore::architecture)
+        self.store.get().map(TargetStore::architecture)
     }
 
     /// The store binding, on a target that persists: its store, its key
     /// components, the key of any kernel, why a kernel missed (P9).
     pub fn bound_store(&self) -> Option<&BoundStore<HipCompiler>> {
-        self.store.as_ref().map(TargetStore::bound)
+        self.store.get().map(TargetStore::bound)
     }
 
     /// A target compiling with the process's hipRTC.
@@ -370,23 +319,20 @@ impl CompilationTarget for HipCompileOnlyTarget {
     }
 
     fn persists(&self) -> bool {
-        self.store.is_some()
+        self.store.is_bound()
     }
 
     #[inline]
     fn generation(&self) -> u64 {
-        match &self.store {
-            Some(store) => store.generation(),
-            None => 0,
-        }
+        self.store.generation()
     }
 
     fn lookup(&mut self, id: &ArtifactId<HipVariant>) -> Lookup<HipArtifact> {
-        lookup_in(self.store.as_mut(), &self.compiler, id)
+        self.store.lookup(&self.compiler, id)
     }
 
     fn lookup_source(&mut self, id: &ArtifactId<HipVariant>, source: &str) -> Lookup<HipArtifact> {
-        lookup_source_in(self.store.as_mut(), &self.compiler, id, source)
+        self.store.lookup_source(&self.compiler, id, source)
     }
 
     fn store(
@@ -396,20 +342,11 @@ impl CompilationTarget for HipCompileOnlyTarget {
         source: Option<&str>,
         work: Duration,
     ) -> StoreOutcome {
-        put_in(
-            self.store.as_mut(),
-            &self.compiler,
-            id,
-            artifact,
-            source,
-            work,
-        )
+        self.store.put(&self.compiler, id, artifact, source, work)
     }
 
     fn batch_finished(&mut self) {
-        if let Some(store) = &mut self.store {
-            store.release_claims();
-        }
+        self.store.batch_finished();
     }
 
     fn load(

@@ -100,7 +100,7 @@ pub use statistics::{
 pub use store::{
     ArchitectureStore, ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference,
     Explanation, Generation, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, STORE_FORMAT,
-    StoreKey, StoreStatistics,
+    StoreKey, StoreSlot, StoreStatistics,
 };
 pub use target::{
     ArtifactCompiler, ArtifactOf, CompilationTarget, Finalized, KernelOf, Lookup, LoweredOf, Miss,

@@ -995,3 +995,83 @@ impl<C: KeyedCompiler, A: PartialEq + fmt::Display> ArchitectureStore<C, A> {
         self.bound.release_claims();
     }
 }
+
+/// Where a target keeps its [`ArchitectureStore`], if it has one: the
+/// store half of a [`CompilationTarget`](crate::CompilationTarget) written
+/// once, so that a target forwards `lookup`, `lookup_source`, `store`,
+/// `generation` and `batch_finished` here whether it persists or not. An
+/// empty slot misses every lookup, stores nothing and never changes
+/// generation.
+#[derive(Debug)]
+pub struct StoreSlot<C: KeyedCompiler, A>(Option<ArchitectureStore<C, A>>);
+
+impl<C: KeyedCompiler, A: PartialEq + fmt::Display> StoreSlot<C, A> {
+    /// A slot with no store: the target keeps nothing.
+    pub fn empty() -> Self {
+        Self(None)
+    }
+
+    /// Puts `store` in the slot, in place of any store it held.
+    pub fn set(&mut self, store: ArchitectureStore<C, A>) {
+        self.0 = Some(store);
+    }
+
+    /// The store, when there is one.
+    pub fn get(&self) -> Option<&ArchitectureStore<C, A>> {
+        self.0.as_ref()
+    }
+
+    /// Whether the slot holds a store: what the target's `persists` says.
+    pub fn is_bound(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// The store's generation, 0 without one: one atomic load.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.0.as_ref().map_or(0, ArchitectureStore::generation)
+    }
+
+    /// [`ArchitectureStore::lookup`], or a miss without a store.
+    pub fn lookup(&mut self, compiler: &C, id: &ArtifactId<C::Variant>) -> Lookup<C::Artifact> {
+        match &mut self.0 {
+            Some(store) => store.lookup(compiler, id),
+            None => Lookup::Miss(Miss::Absent),
+        }
+    }
+
+    /// [`ArchitectureStore::lookup_source`], or a miss without a store.
+    pub fn lookup_source(
+        &mut self,
+        compiler: &C,
+        id: &ArtifactId<C::Variant>,
+        source: &str,
+    ) -> Lookup<C::Artifact> {
+        match &mut self.0 {
+            Some(store) => store.lookup_source(compiler, id, source),
+            None => Lookup::Miss(Miss::Absent),
+        }
+    }
+
+    /// [`ArchitectureStore::put`], or nothing without a store.
+    pub fn put(
+        &mut self,
+        compiler: &C,
+        id: &ArtifactId<C::Variant>,
+        artifact: &C::Artifact,
+        source: Option<&str>,
+        work: Duration,
+    ) -> StoreOutcome {
+        match &mut self.0 {
+            Some(store) => store.put(compiler, id, artifact, source, work),
+            None => StoreOutcome::Skipped,
+        }
+    }
+
+    /// Lets go of the batch's claims, when there is a store (P4).
+    pub fn batch_finished(&mut self) {
+        if let Some(store) = &mut self.0 {
+            store.release_claims();
+        }
+    }
+}
