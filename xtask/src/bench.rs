@@ -1,4 +1,4 @@
-//! `cargo xtask bench-report`: runs the benchmarks behind SPEC F1–F4 and
+//! `cargo xtask bench-report`: runs the benchmarks behind rules F1–F4 (docs/BEHAVIOUR.md) and
 //! prints one table of ratios.
 //!
 //! Here it runs short versions of `loader_hot_path` (F1), `batch_compile`
@@ -189,7 +189,7 @@ fn copy_stripped(from: &Path, to: &Path) -> Result<()> {
 /// The GPU machine's run: the full benchmarks, each under a time limit, in
 /// the order of what matters most, then the table.
 const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
-# The benchmarks behind SPEC F1-F4 on a GPU machine (16 cores), made by
+# The benchmarks behind rules F1-F4 on a GPU machine (16 cores), made by
 # `cargo xtask bench-report`. Keeps records.jsonl, bench.log, machine.txt
 # and table.md in $OUT (default: a temporary folder).
 set -uo pipefail

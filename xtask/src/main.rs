@@ -6,7 +6,7 @@
 //! - `lint`: `cargo fmt --check`, clippy with `-D warnings`, and rustdoc with
 //!   `-D warnings`.
 //! - `setup`: only the install step of `test`.
-//! - `bench-report`: the benchmarks behind SPEC F1–F4 and one table of
+//! - `bench-report`: the benchmarks behind rules F1–F4 (docs/BEHAVIOUR.md) and one table of
 //!   their ratios; packs the full run for a GPU machine.
 
 mod backend;

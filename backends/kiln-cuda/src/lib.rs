@@ -1,5 +1,5 @@
 //! kiln's CUDA backend: CUDA C++ through NVRTC to a cubin for the device's
-//! exact architecture, loaded with the driver and launched (SPEC B1).
+//! exact architecture, loaded with the driver and launched (rule B1, docs/BEHAVIOUR.md).
 //!
 //! # The way of a kernel
 //!

@@ -1,5 +1,5 @@
 //! kiln's HIP backend: HIP source → hipRTC → a code object for a gfx
-//! architecture → `hipModuleLoadData` → a kernel to launch (SPEC B2).
+//! architecture → `hipModuleLoadData` → a kernel to launch (rule B2, docs/BEHAVIOUR.md).
 //!
 //! # Status: compiles for real, has never run on AMD hardware
 //!

@@ -1,5 +1,5 @@
 //! kiln's wgpu backend: WGSL through naga to compute pipelines, with the
-//! driver's pipeline cache kept in kiln's store (SPEC B3).
+//! driver's pipeline cache kept in kiln's store (rule B3, docs/BEHAVIOUR.md).
 //!
 //! # The way of a kernel
 //!
