@@ -227,6 +227,10 @@ impl ArtifactCompiler for CudaCompiler {
         kernel: &CudaKernel,
         id: &ArtifactId<CudaVariant>,
     ) -> Result<CudaLowered, CompileFailure> {
+        kernel.options().check_defines().map_err(|error| {
+            CompileFailure::message(error.to_string())
+                .with_hint("name each define with an identifier and give it a one-line value")
+        })?;
         let architecture = kernel.options().architecture_on(id.variant.architecture);
         let source = kernel.generate(architecture)?;
         let arguments = kernel.options().arguments(id.variant.architecture);

@@ -103,6 +103,16 @@ pub enum Error {
         /// The kernel's entry point.
         entry: String,
     },
+    /// A kernel's define cannot reach NVRTC as one macro: its name is not
+    /// an identifier, or its value holds what an option cannot carry. The
+    /// kernel fails to compile; fix the define.
+    #[error("the define {name:?} {problem}")]
+    InvalidDefine {
+        /// The define's name, as given.
+        name: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
     /// A launch or copy was asked with sizes that do not fit.
     #[error("invalid request: {0}")]
     Invalid(String),

@@ -1,10 +1,19 @@
 //! How a CUDA kernel is compiled: the NVRTC options it carries.
+//!
+//! A define reaches NVRTC as one `-DNAME=VALUE` argument and never as an
+//! option of its own: [`CudaOptions::check_defines`], which the compiler
+//! runs before lowering each kernel, refuses a name that is not a C
+//! identifier (`-include /etc/passwd`, `X -DY`, `A=B`) and a value holding
+//! a NUL byte (NVRTC's options are C strings) or a line break (a macro
+//! defined outside the source is one line). Anything else in a value, spaces
+//! and dashes included, is the macro's text.
 
 use std::hash::Hash;
 
 use serde::{Deserialize, Serialize};
 
 use crate::architecture::Architecture;
+use crate::error::Error;
 
 /// The C++ standard NVRTC compiles in when a kernel does not choose one.
 pub const DEFAULT_STANDARD: &str = "c++17";
@@ -33,7 +42,9 @@ pub struct CudaOptions {
     /// `--use_fast_math`: approximate division, square root and
     /// transcendentals, denormals flushed to zero.
     pub fast_math: bool,
-    /// Preprocessor definitions, `-D<name>` or `-D<name>=<value>`, in order.
+    /// Preprocessor definitions, `-D<name>` or `-D<name>=<value>`, in order;
+    /// each name an identifier and each value one line (see
+    /// [`check_defines`](Self::check_defines)).
     pub defines: Vec<(String, Option<String>)>,
     /// `-maxrregcount`: the most registers a thread may use.
     pub max_registers: Option<u32>,
@@ -84,6 +95,42 @@ impl CudaOptions {
         self
     }
 
+    /// Refuses a define that would not reach NVRTC as one macro.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidDefine`] for the first define whose name is not a C
+    /// identifier (`[A-Za-z_][A-Za-z0-9_]*`), or whose value holds a NUL
+    /// byte or a line break.
+    pub fn check_defines(&self) -> Result<(), Error> {
+        for (name, value) in &self.defines {
+            let problem = if !is_identifier(name) {
+                Some(
+                    "is not an identifier ([A-Za-z_][A-Za-z0-9_]*): a define's name must be one, \
+                     so that no part of it reaches NVRTC as an option of its own",
+                )
+            } else if value.as_deref().is_some_and(|value| value.contains('\0')) {
+                Some("has a NUL byte in its value, which NVRTC's options (C strings) cannot carry")
+            } else if value
+                .as_deref()
+                .is_some_and(|value| value.contains(['\n', '\r']))
+            {
+                Some(
+                    "has a line break in its value; a macro defined outside the source is one line",
+                )
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(Error::InvalidDefine {
+                    name: name.clone(),
+                    problem,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The architecture code is built for on a target whose device is
     /// `device`.
     pub fn architecture_on(&self, device: Architecture) -> Architecture {
@@ -91,7 +138,8 @@ impl CudaOptions {
     }
 
     /// NVRTC's arguments for these options on a target whose device is
-    /// `device`, in a fixed order.
+    /// `device`, in a fixed order: one argument per define. The defines are
+    /// not checked here; [`check_defines`](Self::check_defines) does.
     pub fn arguments(&self, device: Architecture) -> Vec<String> {
         let mut arguments = vec![self.architecture_on(device).nvrtc_option()];
         arguments.extend(self.arguments_past_architecture());
@@ -120,5 +168,45 @@ impl CudaOptions {
         }
         arguments.extend(self.extra.iter().cloned());
         arguments
+    }
+}
+
+/// Whether `name` is a C identifier: a letter or `_`, then letters, digits
+/// and `_`.
+fn is_identifier(name: &str) -> bool {
+    let mut characters = name.chars();
+    characters
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && characters.all(|rest| rest.is_ascii_alphanumeric() || rest == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_define_is_one_argument_whatever_its_value() {
+        let options = CudaOptions::default().define("PROBE", "1 -include /etc/passwd");
+        options.check_defines().expect("the value is macro text");
+        assert_eq!(
+            options.arguments_past_architecture(),
+            ["-std=c++17", "-DPROBE=1 -include /etc/passwd"]
+        );
+    }
+
+    #[test]
+    fn only_identifiers_are_define_names() {
+        for name in ["A", "_a", "a_1", "__CUDA"] {
+            assert!(is_identifier(name), "{name:?}");
+        }
+        for name in ["", "1A", "A B", "-O3", "A=B", "A-B", "X\nY", "é"] {
+            assert!(!is_identifier(name), "{name:?}");
+            let error = CudaOptions::default()
+                .define_flag(name)
+                .check_defines()
+                .expect_err("not an identifier");
+            assert!(error.to_string().contains(&format!("{name:?}")), "{error}");
+        }
     }
 }

@@ -132,6 +132,16 @@ pub enum Error {
         /// The refused flag.
         flag: String,
     },
+    /// A kernel's define cannot reach hipRTC as one macro: its name is not
+    /// an identifier, or its value holds what an option cannot carry. The
+    /// kernel fails to compile; fix the define.
+    #[error("the define {name:?} {problem}")]
+    InvalidDefine {
+        /// The define's name, as given.
+        name: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
     /// Text handed to a C function holds a NUL byte.
     #[error("{what} holds a NUL byte, which C strings cannot carry")]
     InteriorNul {

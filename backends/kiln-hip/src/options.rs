@@ -1,5 +1,13 @@
 //! What a HIP kernel is compiled under: the variant (the target's gfx
 //! architecture) and each kernel's own compile options.
+//!
+//! A define reaches hipRTC as one `-DNAME=VALUE` argument and never as an
+//! option of its own: [`HipOptions::compile_flags`], which every lowering
+//! and key goes through, refuses a name that is not a C identifier
+//! (`-include /etc/passwd`, `X -DY`, `A=B`) and a value holding a NUL byte
+//! (hipRTC's options are C strings) or a line break (a macro defined outside
+//! the source is one line). Anything else in a value, spaces and dashes
+//! included, is the macro's text.
 
 use std::fmt;
 
@@ -77,7 +85,8 @@ pub struct HipOptions {
     /// `-ffast-math`.
     pub fast_math: bool,
     /// `-D` definitions, in order: `(name, value)`, no value for a bare
-    /// `-DNAME`.
+    /// `-DNAME`; each name an identifier and each value one line (see
+    /// [`compile_flags`](Self::compile_flags)).
     pub defines: Vec<(String, Option<String>)>,
     /// Any other flags, passed as given after the rest. Flags that choose
     /// the architecture are refused (see [`Error::ArchitectureFlag`]).
@@ -127,10 +136,15 @@ impl HipOptions {
     ///
     /// [`Error::ArchitectureFlag`] for an extra flag that would choose the
     /// architecture: it would reach hipRTC unchecked, and hipRTC aborts the
-    /// process on a target it lacks.
+    /// process on a target it lacks. [`Error::InvalidDefine`] for a define
+    /// whose name is not a C identifier (`[A-Za-z_][A-Za-z0-9_]*`), or whose
+    /// value holds a NUL byte or a line break.
     pub fn compile_flags(&self, arch: &GfxArch) -> Result<Vec<String>> {
         if let Some(flag) = self.flags.iter().find(|flag| chooses_architecture(flag)) {
             return Err(Error::ArchitectureFlag { flag: flag.clone() });
+        }
+        for (name, value) in &self.defines {
+            check_define(name, value.as_deref())?;
         }
         let mut flags = vec![format!("--gpu-architecture={arch}")];
         flags.extend(self.flags_past_architecture());
@@ -156,6 +170,34 @@ impl HipOptions {
         flags.extend(self.flags.iter().cloned());
         flags
     }
+}
+
+/// Refuses a define that would not reach hipRTC as one macro.
+fn check_define(name: &str, value: Option<&str>) -> Result<()> {
+    let problem = if !is_identifier(name) {
+        "is not an identifier ([A-Za-z_][A-Za-z0-9_]*): a define's name must be one, so that \
+         no part of it reaches hipRTC as an option of its own"
+    } else if value.is_some_and(|value| value.contains('\0')) {
+        "has a NUL byte in its value, which hipRTC's options (C strings) cannot carry"
+    } else if value.is_some_and(|value| value.contains(['\n', '\r'])) {
+        "has a line break in its value; a macro defined outside the source is one line"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidDefine {
+        name: name.to_owned(),
+        problem,
+    })
+}
+
+/// Whether `name` is a C identifier: a letter or `_`, then letters, digits
+/// and `_`.
+fn is_identifier(name: &str) -> bool {
+    let mut characters = name.chars();
+    characters
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && characters.all(|rest| rest.is_ascii_alphanumeric() || rest == '_')
 }
 
 /// Whether `flag` could set the target processor: every clang spelling of
@@ -211,6 +253,37 @@ mod tests {
                 .compile_flags(&gfx90a())
                 .expect_err("an architecture flag is refused");
             assert!(matches!(error, Error::ArchitectureFlag { .. }), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_define_is_one_flag_whatever_its_value() {
+        let flags = HipOptions::new()
+            .define("PROBE", "1 -include /etc/passwd")
+            .compile_flags(&gfx90a())
+            .expect("the value is macro text");
+        assert_eq!(
+            flags,
+            [
+                "--gpu-architecture=gfx90a",
+                "-DPROBE=1 -include /etc/passwd"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_identifiers_are_define_names() {
+        for name in ["A", "_a", "a_1", "__HIP"] {
+            assert!(is_identifier(name), "{name:?}");
+        }
+        for name in ["", "1A", "A B", "-O3", "A=B", "A-B", "X\nY", "é"] {
+            assert!(!is_identifier(name), "{name:?}");
+            let error = HipOptions::new()
+                .define_name(name)
+                .compile_flags(&gfx90a())
+                .expect_err("not an identifier");
+            assert!(matches!(error, Error::InvalidDefine { .. }), "{error}");
+            assert!(error.to_string().contains(&format!("{name:?}")), "{error}");
         }
     }
 }

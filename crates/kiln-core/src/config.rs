@@ -1,20 +1,56 @@
 //! The loader's settings: a plain struct with defaults, each overridable by a
 //! `KILN_*` environment variable.
 //!
-//! | variable | field | default |
-//! |---|---|---|
-//! | `KILN_PARALLELISM` | [`LoaderConfig::parallelism`] | the machine's available cores |
-//! | `KILN_RECORD_LIMIT` | [`LoaderConfig::record_limit`] | 256 batches |
+//! | variable | field | default | allowed |
+//! |---|---|---|---|
+//! | `KILN_PARALLELISM` | [`LoaderConfig::parallelism`] | the machine's available cores | 1 to [`parallelism_limit`]; more is capped, with a warning |
+//! | `KILN_RECORD_LIMIT` | [`LoaderConfig::record_limit`] | 256 batches | any whole number |
+//!
+//! A variable that does not read as what it should hold is an error of
+//! [`LoaderConfig::from_env`], naming it. A loader made with
+//! [`KernelLoader::new`](crate::KernelLoader::new) cannot fail, so it reads
+//! with [`LoaderConfig::from_env_or_default`] instead: the default for that
+//! variable alone, the others still applied, and a warning naming the
+//! variable, its value and what is used. A setting the user typed and kiln
+//! did not honour must never go unsaid, so warnings of the settings go to
+//! the program's logger (the `log` crate) or, when it installed none, to
+//! standard error; each is said once per process, however many loaders read
+//! the environment.
+//!
+//! kiln-core reads no duration from the environment.
 
+use std::collections::HashSet;
+use std::convert::Infallible;
 use std::num::NonZeroUsize;
+use std::sync::{Mutex, OnceLock};
 
 use crate::error::ConfigError;
+
+/// The most workers `KILN_PARALLELISM` can ask for: four per available
+/// core, and never more than [`MAX_PARALLELISM`].
+///
+/// Compiling is bound by the cores, so workers beyond a few per core only
+/// cost memory and threads; a value far past them is a mistake (a `0`
+/// too many), and starting it could exhaust the process's thread limit.
+/// A [`LoaderConfig`] built in code is taken as it is.
+pub fn parallelism_limit() -> NonZeroUsize {
+    available_cores()
+        .saturating_mul(NonZeroUsize::new(4).expect("4 is not zero"))
+        .min(MAX_PARALLELISM)
+}
+
+/// The most workers `KILN_PARALLELISM` can ask for on any machine.
+pub const MAX_PARALLELISM: NonZeroUsize = NonZeroUsize::new(1024).expect("1024 is not zero");
+
+fn available_cores() -> NonZeroUsize {
+    std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN)
+}
 
 /// How a [`KernelLoader`](crate::KernelLoader) runs its batches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoaderConfig {
     /// How many workers lower and finalize at once. Default: the machine's
-    /// available cores. `KILN_PARALLELISM`.
+    /// available cores. `KILN_PARALLELISM`, at most [`parallelism_limit`].
     pub parallelism: NonZeroUsize,
     /// How many batch records the loader keeps before dropping the oldest:
     /// records are for inspection, and a long-running process must not
@@ -25,7 +61,7 @@ pub struct LoaderConfig {
 impl Default for LoaderConfig {
     fn default() -> Self {
         Self {
-            parallelism: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
+            parallelism: available_cores(),
             record_limit: 256,
         }
     }
@@ -42,40 +78,136 @@ impl LoaderConfig {
         Self::default().with_overrides(|name| std::env::var(name).ok())
     }
 
-    /// The defaults with the `KILN_*` variables applied, or the defaults alone
-    /// with a logged warning when a variable is invalid: a misspelt setting
-    /// must not stop a program from launching kernels.
+    /// The defaults with the `KILN_*` variables applied; a variable that is
+    /// invalid keeps its default, with a warning naming it, its value and
+    /// the value used: a misspelt setting must not stop a program from
+    /// launching kernels, nor take the valid settings beside it along.
     pub fn from_env_or_default() -> Self {
-        Self::from_env().unwrap_or_else(|error| {
-            log::warn!("{error}; using the default loader settings");
-            Self::default()
-        })
+        Self::default().with_overrides_or_defaults(|name| std::env::var(name).ok())
     }
 
-    /// Applies the overrides `lookup` finds, by variable name.
+    /// Applies the overrides `lookup` finds, by variable name. A value above
+    /// a variable's limit is capped to it, with a warning.
     ///
     /// # Errors
     ///
     /// A variable that is set and cannot be read.
     pub fn with_overrides(
-        mut self,
+        self,
         lookup: impl Fn(&'static str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
+        self.apply(lookup, |error, _used| Err(error))
+    }
+
+    /// Applies the overrides `lookup` finds, as
+    /// [`from_env_or_default`](Self::from_env_or_default) does: a variable
+    /// that cannot be read keeps the value it has, with a warning.
+    pub fn with_overrides_or_defaults(
+        self,
+        lookup: impl Fn(&'static str) -> Option<String>,
+    ) -> Self {
+        let Ok(config) = self.apply(lookup, |error, used| {
+            warn_once(
+                error.variable,
+                &error.value,
+                format!("{error}; using {used}"),
+            );
+            Ok::<(), Infallible>(())
+        });
+        config
+    }
+
+    /// Applies the overrides `lookup` finds; `refuse` decides what a
+    /// variable that cannot be read does, given its error and the value
+    /// kept instead.
+    fn apply<E>(
+        mut self,
+        lookup: impl Fn(&'static str) -> Option<String>,
+        refuse: impl Fn(ConfigError, String) -> Result<(), E>,
+    ) -> Result<Self, E> {
         if let Some(value) = lookup("KILN_PARALLELISM") {
-            self.parallelism = value.trim().parse().map_err(|_| ConfigError {
-                variable: "KILN_PARALLELISM",
-                value,
-                expected: "a whole number of workers, at least 1",
-            })?;
+            match read_parallelism(&value) {
+                Some(parallelism) => self.parallelism = capped_parallelism(parallelism, &value),
+                None => refuse(
+                    ConfigError {
+                        variable: "KILN_PARALLELISM",
+                        value,
+                        expected: "a whole number of workers, at least 1",
+                    },
+                    self.parallelism.to_string(),
+                )?,
+            }
         }
         if let Some(value) = lookup("KILN_RECORD_LIMIT") {
-            self.record_limit = value.trim().parse().map_err(|_| ConfigError {
-                variable: "KILN_RECORD_LIMIT",
-                value,
-                expected: "a whole number of batch records to keep",
-            })?;
+            match value.trim().parse() {
+                Ok(record_limit) => self.record_limit = record_limit,
+                Err(_) => refuse(
+                    ConfigError {
+                        variable: "KILN_RECORD_LIMIT",
+                        value,
+                        expected: "a whole number of batch records to keep",
+                    },
+                    self.record_limit.to_string(),
+                )?,
+            }
         }
         Ok(self)
+    }
+}
+
+/// The number of workers `value` asks for: a whole number, at least 1, and
+/// one too large for a `usize` asks for as many as can be.
+fn read_parallelism(value: &str) -> Option<NonZeroUsize> {
+    let digits = value.trim();
+    if digits.is_empty() || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    match digits.parse::<usize>() {
+        Ok(parallelism) => NonZeroUsize::new(parallelism),
+        Err(_) => Some(NonZeroUsize::MAX),
+    }
+}
+
+/// `parallelism`, read from `value`, at most [`parallelism_limit`].
+fn capped_parallelism(parallelism: NonZeroUsize, value: &str) -> NonZeroUsize {
+    let limit = parallelism_limit();
+    if parallelism <= limit {
+        return parallelism;
+    }
+    warn_once(
+        "KILN_PARALLELISM",
+        value,
+        format!(
+            "KILN_PARALLELISM={:?} is more workers than compiling can use (at most four per \
+             core, {MAX_PARALLELISM} on any machine); using {limit}",
+            value.trim()
+        ),
+    );
+    limit
+}
+
+/// Says `message`, once per process for this `subject` (a variable, say)
+/// and `value`, as a warning through `log`, or on standard error when the
+/// program installed no logger (the warning would otherwise reach no one).
+pub(crate) fn warn_once(subject: &str, value: &str, message: String) {
+    static SAID: OnceLock<Mutex<HashSet<(String, String)>>> = OnceLock::new();
+    let is_new = SAID
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .insert((subject.to_owned(), value.to_owned()));
+    if is_new {
+        warn(&message);
+    }
+}
+
+/// Says `message` as a warning through `log`, or on standard error when the
+/// program installed no logger.
+fn warn(message: &str) {
+    if log::max_level() == log::LevelFilter::Off {
+        eprintln!("kiln: warning: {message}");
+    } else {
+        log::warn!("{message}");
     }
 }
 
@@ -103,5 +235,39 @@ mod tests {
             .expect_err("zero workers is invalid");
         assert_eq!(error.variable, "KILN_PARALLELISM");
         assert!(error.to_string().contains("at least 1"), "{error}");
+    }
+
+    #[test]
+    fn a_parallelism_past_the_limit_is_capped() {
+        let config = LoaderConfig::default()
+            .with_overrides(|name| (name == "KILN_PARALLELISM").then(|| "100000".into()))
+            .expect("a large number is capped, not refused");
+        assert_eq!(config.parallelism, parallelism_limit());
+        let config = LoaderConfig::default()
+            .with_overrides(|name| {
+                (name == "KILN_PARALLELISM").then(|| "99999999999999999999999999".into())
+            })
+            .expect("a number past any machine's is capped, not refused");
+        assert_eq!(config.parallelism, parallelism_limit());
+        for unreadable in ["abc", "-1", "0", "1.5", "", "+"] {
+            LoaderConfig::default()
+                .with_overrides(|name| (name == "KILN_PARALLELISM").then(|| unreadable.into()))
+                .expect_err(unreadable);
+        }
+        assert!(parallelism_limit() <= MAX_PARALLELISM);
+    }
+
+    #[test]
+    fn an_unreadable_variable_keeps_its_default_and_the_others_apply() {
+        let defaults = LoaderConfig::default();
+        let config = defaults
+            .clone()
+            .with_overrides_or_defaults(|name| match name {
+                "KILN_PARALLELISM" => Some("abc".into()),
+                "KILN_RECORD_LIMIT" => Some("10".into()),
+                _ => None,
+            });
+        assert_eq!(config.parallelism, defaults.parallelism);
+        assert_eq!(config.record_limit, 10);
     }
 }

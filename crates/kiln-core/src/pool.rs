@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rayon::prelude::*;
 
+use crate::config;
 use crate::statistics::WorkerMode;
 use crate::worker::{self, ProcessPool, WorkerProcesses, WorkerRecipe};
 
@@ -134,9 +135,18 @@ impl WorkerPool {
             jobs.iter_mut().for_each(work);
             return;
         }
-        let threads = self
-            .threads
-            .get_or_init(|| shared_threads(self.parallelism));
+        let threads = match self.threads.get() {
+            Some(threads) => threads,
+            None => match shared_threads(self.parallelism) {
+                Some(threads) => self.threads.get_or_init(|| threads),
+                // Not one thread could start: the batch runs on the caller's,
+                // and the next batch tries to start the pool again.
+                None => {
+                    jobs.iter_mut().for_each(work);
+                    return;
+                }
+            },
+        };
         threads.install(|| jobs.par_iter_mut().with_max_len(1).for_each(work));
     }
 }
@@ -152,23 +162,86 @@ impl std::fmt::Debug for WorkerPool {
     }
 }
 
-/// The process's pool of `parallelism` threads, started on first use.
-fn shared_threads(parallelism: NonZeroUsize) -> Arc<rayon::ThreadPool> {
+/// The process's pool of `parallelism` threads, started on first use, or
+/// `None` when the operating system lets it start none.
+fn shared_threads(parallelism: NonZeroUsize) -> Option<Arc<rayon::ThreadPool>> {
     static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
     let mut pools = POOLS
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    pools
-        .entry(parallelism.get())
-        .or_insert_with(|| {
-            Arc::new(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(parallelism.get())
-                    .thread_name(|index| format!("kiln-compile-{index}"))
-                    .build()
-                    .expect("the operating system can start the compile worker threads"),
-            )
-        })
-        .clone()
+    if let Some(threads) = pools.get(&parallelism.get()) {
+        return Some(threads.clone());
+    }
+    let threads = Arc::new(start_threads(parallelism)?);
+    pools.insert(parallelism.get(), threads.clone());
+    Some(threads)
+}
+
+/// A pool of `wanted` threads, or of as many as the operating system lets
+/// the process start.
+///
+/// rayon starts a pool's threads all or none: one that cannot start (a
+/// process or user thread limit, memory for its stack) fails the whole
+/// pool. A compile needs no particular number of threads, so the pool is
+/// tried again with at most half as many, and no more than started, until
+/// one starts; a pool smaller than asked for, or none at all, is said once
+/// per process. The threads of a failed try are joined before the next, so
+/// that they no longer count against the limit that stopped it.
+fn start_threads(wanted: NonZeroUsize) -> Option<rayon::ThreadPool> {
+    let mut trying = wanted.get();
+    loop {
+        let mut started = Vec::new();
+        let attempt = rayon::ThreadPoolBuilder::new()
+            .num_threads(trying)
+            .thread_name(|index| format!("kiln-compile-{index}"))
+            .spawn_handler(|thread| {
+                let mut builder = std::thread::Builder::new();
+                if let Some(name) = thread.name() {
+                    builder = builder.name(name.to_owned());
+                }
+                if let Some(stack_size) = thread.stack_size() {
+                    builder = builder.stack_size(stack_size);
+                }
+                started.push(builder.spawn(move || thread.run())?);
+                Ok(())
+            })
+            .build();
+        match attempt {
+            Ok(threads) => {
+                if trying < wanted.get() {
+                    config::warn_once(
+                        "compile worker threads",
+                        &wanted.to_string(),
+                        format!(
+                            "the operating system would not start {wanted} compile worker \
+                             threads; compiling on {trying}"
+                        ),
+                    );
+                }
+                return Some(threads);
+            }
+            Err(error) => {
+                // A failed build has told the threads it started to stop.
+                let n_started = started.len();
+                for thread in started {
+                    // A worker that panicked has aborted the process already
+                    // (rayon's rule), so a join has nothing to report.
+                    let _ = thread.join();
+                }
+                if trying == 1 {
+                    config::warn_once(
+                        "compile worker threads",
+                        "none",
+                        format!(
+                            "the operating system would not start a compile worker thread \
+                             ({error}); compiling on the threads that ask for kernels"
+                        ),
+                    );
+                    return None;
+                }
+                trying = (trying / 2).min(n_started).max(1);
+            }
+        }
+    }
 }
