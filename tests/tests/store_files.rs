@@ -276,8 +276,11 @@ fn p2_a_damaged_object_never_reaches_a_hit_by_id_and_verify_removes_it_with_its_
 }
 
 #[test]
-fn p5_an_unreadable_object_is_a_miss_a_failed_write_is_counted_and_the_kernel_loads() {
-    // P5: the object's path is a folder, so reading it and writing it fail.
+fn p5_an_unreadable_object_is_a_miss_the_kernel_loads_and_its_put_rewrites_it() {
+    // P5: the object's path is a folder, so reading it fails; the kernel
+    // still loads, and its put replaces what is not a file (a failed write
+    // being counted is held by `store_writes`, on a full disk and under a
+    // file size limit).
     let scratch = Scratch::new("unreadable");
     let (store, _, object) = stored_pair(&scratch, Size::Large);
     fs::remove_file(&object).expect("removed");
@@ -289,12 +292,9 @@ fn p5_an_unreadable_object_is_a_miss_a_failed_write_is_counted_and_the_kernel_lo
     let mut loader = loader_on(&store);
     let (kernel, text) = sized_kernel(1, Size::Large);
     assert_eq!(load_kernel(&mut loader, &kernel), text);
-    assert_eq!(
-        loader.statistics().store_errors,
-        1,
-        "the failed write was counted"
-    );
-    assert!(store.statistics().put_failures >= 1);
+    assert_eq!(loader.statistics().store_errors, 0, "the write succeeded");
+    assert!(object.is_file(), "the folder was replaced by the object");
+    assert!(matches!(store.lookup(&fake_key(1)), Lookup::Hit { .. }));
 }
 
 #[test]

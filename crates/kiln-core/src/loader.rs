@@ -896,7 +896,9 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                                 StoreOutcome::Skipped => {}
                                 StoreOutcome::Failed { detail } => {
                                     statistics.store_errors += 1;
-                                    log::warn!("could not store {id}: {detail}; it still loads");
+                                    // The store warns once per cause; a line per kernel
+                                    // would bury that warning under a full disk's worth.
+                                    log::debug!("could not store {id}: {detail}; it still loads");
                                 }
                             }
                         }

@@ -493,8 +493,11 @@ pub struct StoreStatistics {
     pub claims_timed_out: u64,
     /// Artifacts written.
     pub puts: u64,
-    /// Writes that failed; each was logged and the kernel still loaded.
+    /// Writes that failed; each was counted under its cause and the
+    /// kernel still loaded.
     pub put_failures: u64,
+    /// Writes not attempted because the store is read-only.
+    pub writes_skipped: u64,
     /// Bytes of artifacts read by hits.
     pub bytes_read: u64,
     /// Bytes of artifacts and records written.
@@ -525,6 +528,9 @@ pub struct StoreStatistics {
 ///   system, and a waiter gives up after the store's timeout.
 /// - [`generation`](Self::generation) returns a handle to the store's one
 ///   generation: it moves when the store starts holding other content.
+/// - [`batch_finished`](Self::batch_finished) is called after the last put
+///   of every batch of a loader bound to the store; a store with limits
+///   is within them when it returns (P6).
 /// - Every method may be called from any thread.
 pub trait ArtifactStore: Send + Sync + fmt::Debug {
     /// The verified bytes stored under `key`, or why there are none.
@@ -556,6 +562,11 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
 
     /// Counts since the store was opened.
     fn statistics(&self) -> StoreStatistics;
+
+    /// A batch of a loader bound to the store ended: where a store with a
+    /// size limit brings itself within it, so a run that fills the store
+    /// ends within its limits (P6). The default does nothing.
+    fn batch_finished(&self) {}
 
     /// Why `key` (a kernel's key) is or is not held (P9).
     fn explain(&self, key: &StoreKey) -> Explanation {
@@ -602,8 +613,16 @@ pub trait KeyedCompiler: ArtifactCompiler {
 /// other waits for would otherwise stall — so in a batch of several missing
 /// kernels the first waits and the rest try once. Claims of kernels that
 /// never reach [`put`](Self::put) (their compile failed, the device refused
-/// them) are released when the next batch starts looking up, and when the
-/// binding drops.
+/// them) are released at the end of the batch
+/// ([`batch_finished`](Self::batch_finished)), when the next batch starts
+/// looking up, and when the binding drops.
+///
+/// # The end of a batch (P6)
+///
+/// [`batch_finished`](Self::batch_finished) also tells the store the batch
+/// is over ([`ArtifactStore::batch_finished`]), where a store with a size
+/// limit brings itself within it: every backend whose target forwards its
+/// [`CompilationTarget::batch_finished`](crate::CompilationTarget::batch_finished) here gets that.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -675,7 +694,7 @@ impl<C: KeyedCompiler> BoundStore<C> {
     /// another process compiling it and reading its artifact when it can.
     pub fn lookup(&mut self, compiler: &C, id: &ArtifactId<C::Variant>) -> Lookup<C::Artifact> {
         if !self.looking_up {
-            self.release_claims();
+            self.drop_claims();
             self.looking_up = true;
         }
         self.claims.remove(id);
@@ -746,8 +765,23 @@ impl<C: KeyedCompiler> BoundStore<C> {
         self.store.explain(&self.artifact_key(compiler, id))
     }
 
-    /// Releases every claim held: their kernels will not be stored.
+    /// Ends a batch: releases every claim held, as their kernels will not
+    /// be stored (P4), and tells the store, which may evict to hold its
+    /// limits ([`ArtifactStore::batch_finished`], P6). What a target's
+    /// [`CompilationTarget::batch_finished`](crate::CompilationTarget::batch_finished)
+    /// calls.
+    pub fn batch_finished(&mut self) {
+        self.drop_claims();
+        self.store.batch_finished();
+    }
+
+    /// [`batch_finished`](Self::batch_finished), by the name targets
+    /// written before the store's batch-end call use.
     pub fn release_claims(&mut self) {
+        self.batch_finished();
+    }
+
+    fn drop_claims(&mut self) {
         if !self.claims.is_empty() {
             log::debug!("releasing {} claims of unstored kernels", self.claims.len());
             self.claims.clear();
@@ -989,10 +1023,9 @@ impl<C: KeyedCompiler, A: PartialEq + fmt::Display> ArchitectureStore<C, A> {
         self.bound.put(compiler, id, artifact, source, work)
     }
 
-    /// Lets go of the claims of kernels the batch did not store, so other
-    /// processes waiting on them compile them at once (P4).
-    pub fn release_claims(&mut self) {
-        self.bound.release_claims();
+    /// Ends a batch: [`BoundStore::batch_finished`].
+    pub fn batch_finished(&mut self) {
+        self.bound.batch_finished();
     }
 }
 
@@ -1068,10 +1101,11 @@ impl<C: KeyedCompiler, A: PartialEq + fmt::Display> StoreSlot<C, A> {
         }
     }
 
-    /// Lets go of the batch's claims, when there is a store (P4).
+    /// Ends a batch, when there is a store: lets go of its claims (P4) and
+    /// lets the store hold its limits (P6).
     pub fn batch_finished(&mut self) {
         if let Some(store) = &mut self.0 {
-            store.release_claims();
+            store.batch_finished();
         }
     }
 }

@@ -224,6 +224,9 @@ pub trait CompilationTarget {
     /// where a target lets go of what it held for the batch, such as the
     /// store's per-key claims of kernels that failed and so were never
     /// stored (other processes waiting on them can compile them at once).
+    /// A target on a store forwards it to
+    /// [`BoundStore::batch_finished`](crate::BoundStore::batch_finished),
+    /// which also lets the store hold its size limit (P6).
     fn batch_finished(&mut self) {}
 
     /// Makes `artifact` a device object.

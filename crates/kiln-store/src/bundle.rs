@@ -11,19 +11,40 @@
 //!
 //! Objects come before the records that point at them, so an import that
 //! stops half-way leaves objects without records (which eviction ages out),
-//! never records without objects. Import reads the bundle twice: once to
-//! verify every entry and the closing digest, refusing a damaged or foreign
-//! bundle before it touches the store, and once to publish.
+//! never records without objects.
+//!
+//! # Trust
+//!
+//! A bundle is checksummed, not signed: whoever can write one can make every
+//! digest in it agree, and importing it is trusting its author with native
+//! code. Import reads the bundle twice. The first pass publishes nothing:
+//! it checks every length against what is left of the file before reading
+//! or allocating anything, streams each object through a fixed buffer to
+//! check its digest, checks every record's seal and that its key is of the
+//! header's compiler, and the closing digest. Then it checks what each
+//! record says about its object: that the bundle or the store holds an
+//! object of that digest and size, and, when the record's key names an
+//! entry point, that the object's bytes contain that name. Only a bundle
+//! that passes all of it is published, in the second pass, which checks
+//! every entry again as it goes. It cannot check that an object is what
+//! compiling the key's source would give, nor which kernel or architecture
+//! the bytes are for when the key has no entry point (the CUDA, HIP and
+//! wgpu backends fold it into the kernel id): a record re-sealed to name
+//! another kernel's artifact of the same compiler is imported then.
 //!
 //! Records travel as pointer records: a record that carries its artifact's
 //! bytes in the store (inline) is written without them, since the bundle
 //! holds the object anyway, and import makes the inline form again from
 //! the object it has just published.
 
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
-use std::path::Path;
+use std::path::{Component, Path};
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use kiln_core::store::hex;
 use kiln_core::{KeyComponent, KeyComponents, STORE_FORMAT};
 use serde::{Deserialize, Serialize};
 
@@ -34,7 +55,9 @@ use crate::error::{Error, Result};
 use crate::layout::digest_from_name;
 use crate::lock::{Mode, object_slot};
 use crate::maintenance::Progress;
+use crate::partial::PartialFile;
 use crate::record::{self, Record};
+use crate::tree::Folder;
 
 const MAGIC: &[u8; 8] = b"kilnbndl";
 /// The bundle format this version writes and reads.
@@ -42,6 +65,17 @@ pub const BUNDLE_VERSION: u32 = 1;
 const HEADER_TAG: &[u8; 8] = b"kilnhdr1";
 /// The largest object a bundle may hold: anything larger is damage.
 const LARGEST_OBJECT: u64 = 4 << 30;
+/// The largest sealed header or record a bundle may hold.
+const LARGEST_SEALED: u64 = 1 << 20;
+/// How much of an object import holds in memory at once: objects stream
+/// through one buffer of this size, whatever their length.
+const CHUNK: usize = 256 << 10;
+/// Bytes of the closing section after its tag.
+const END_LENGTH: usize = 48;
+
+/// Objects this process streamed into staging so far: with the process id,
+/// a staging file name no other live writer uses.
+static STAGED: AtomicU64 = AtomicU64::new(0);
 
 /// What a bundle says it was built for: the components its entries share.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,20 +172,6 @@ impl<W: Write> Write for Digesting<W> {
     }
 }
 
-/// A reader that digests what comes through it.
-struct Verifying<R> {
-    inner: R,
-    hasher: blake3::Hasher,
-}
-
-impl<R: Read> Read for Verifying<R> {
-    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
-        let read = self.inner.read(buffer)?;
-        self.hasher.update(&buffer[..read]);
-        Ok(read)
-    }
-}
-
 impl DiskStore {
     /// Writes every entry built by the compiler with `components` — or, when
     /// `None`, by the one compiler the store holds entries of — to a bundle
@@ -161,6 +181,10 @@ impl DiskStore {
     /// telling them apart would need a set of every digest in memory, and
     /// an object no record points at costs the importer only disk space
     /// until eviction.
+    ///
+    /// The bundle is written to a new file of its own beside `path` and
+    /// renamed over it: no other file is opened, written or removed, and a
+    /// link at `path` is replaced, not followed.
     ///
     /// # Errors
     ///
@@ -187,27 +211,21 @@ impl DiskStore {
                 }
             }
         };
-        let partial = path.with_extension("partial");
-        let file = File::create(&partial).map_err(Error::io("create", &partial))?;
-        let written = self.write_bundle(file, &components, progress);
-        let report = match written {
-            Ok(report) => report,
-            Err(error) => {
-                let _ = fs::remove_file(&partial);
-                return Err(error);
-            }
-        };
+        let partial = PartialFile::beside(path).map_err(Error::io("create a file beside", path))?;
+        // Dropping `partial` on any way out below removes it.
+        let report = self.write_bundle(partial.file(), &components, progress)?;
         if report.records == 0 {
-            let _ = fs::remove_file(&partial);
             return Err(Error::NothingToExport);
         }
-        fs::rename(&partial, path).map_err(Error::io("write", path))?;
+        partial
+            .rename_over(path)
+            .map_err(Error::io("write", path))?;
         Ok(report)
     }
 
     fn write_bundle(
         &self,
-        file: File,
+        file: &File,
         components: &KeyComponents,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<ExportReport> {
@@ -312,7 +330,7 @@ impl DiskStore {
         }
         out.write_all(b"E").map_err(failed)?;
         let total = *out.hasher.finalize().as_bytes();
-        let mut end = Vec::with_capacity(48);
+        let mut end = Vec::with_capacity(END_LENGTH);
         end.extend_from_slice(&report.objects.to_le_bytes());
         end.extend_from_slice(&report.records.to_le_bytes());
         end.extend_from_slice(&total);
@@ -328,13 +346,18 @@ impl DiskStore {
 
     /// Verifies the bundle at `path` whole, refuses it when it was built for
     /// another compiler than `expected` (naming the component that differs),
-    /// then publishes every entry. An entry that replaces one pointing at
-    /// other bytes moves the store's generation (L10).
+    /// checks that every record's object is what the record says (see the
+    /// module's "Trust"), then publishes every entry. An entry that replaces
+    /// one pointing at other bytes moves the store's generation (L10).
+    /// Memory stays bounded by one chunk of an object and one record,
+    /// however large the bundle's objects, plus a digest per object and per
+    /// record.
     ///
     /// # Errors
     ///
-    /// The file is not a bundle, is damaged, or is foreign; nothing was
-    /// imported then. Or a file of the store could not be written.
+    /// The file is not a bundle, is damaged, is foreign, or its records do
+    /// not agree with its objects; nothing was imported then. Or a file of
+    /// the store could not be read or written.
     pub fn import(
         &self,
         path: &Path,
@@ -342,84 +365,83 @@ impl DiskStore {
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<ImportReport> {
         let file = File::open(path).map_err(Error::io("open", path))?;
-        let mut reader = BufReader::with_capacity(1 << 20, file);
-        let (header, sealed_header) = read_header_sealed(path, &mut reader)?;
+        let file_length = file.metadata().map_err(Error::io("read", path))?.len();
+        let mut input = BufReader::with_capacity(64 << 10, file);
+        let (header, sealed_header) = read_header_sealed(path, &mut input)?;
         if let Some(expected) = expected
             && let Some(refusal) = header.mismatch(expected)
         {
             return Err(refusal);
         }
-        let start = reader.stream_position().map_err(Error::io("read", path))?;
+        let start = input.stream_position().map_err(Error::io("read", path))?;
 
         // First pass: verify everything, publish nothing.
-        let counted = self.read_sections(
+        let mut reader = SectionReader::new(
             path,
-            &mut reader,
-            (&header, &sealed_header),
-            &mut |_| Ok(()),
-            progress,
-        )?;
+            &mut input,
+            &header,
+            &sealed_header,
+            start,
+            file_length,
+        );
+        let mut carried: HashMap<[u8; 32], Carried> = HashMap::new();
+        let mut claims = Vec::new();
+        let mut approved = HashSet::new();
+        let mut read_bytes = 0u64;
+        loop {
+            match reader.next()? {
+                Next::Object { digest, size } => {
+                    let offset = reader.position;
+                    reader.object_bytes(&digest, size, &mut |_| Ok(()))?;
+                    carried.entry(digest).or_insert(Carried { size, offset });
+                    read_bytes += size;
+                }
+                Next::Record { sealed, record } => {
+                    read_bytes += sealed.len() as u64;
+                    approved.insert(crate::disk::digest(&sealed));
+                    claims.push(ObjectClaim::of(&record));
+                }
+                Next::End => break,
+            }
+            progress(&Progress {
+                phase: "verifying",
+                done: reader.counted.objects + reader.counted.records,
+                total: None,
+                bytes: read_bytes,
+            });
+        }
+        let counted = reader.counted;
+        drop(reader);
+        self.check_claims(path, &mut input, &carried, &claims)?;
 
         // Second pass: publish, re-verifying each entry as it goes.
-        reader
+        input
             .seek(io::SeekFrom::Start(start))
             .map_err(Error::io("read", path))?;
-        let inner = &self.inner;
-        let mut report = ImportReport::default();
-        let mut added_bytes = 0u64;
-        self.read_sections(
+        let mut reader = SectionReader::new(
             path,
-            &mut reader,
-            (&header, &sealed_header),
-            &mut |section| {
-                let staging = inner.layout.staging();
-                let durable = inner.config.durable;
-                match section {
-                    Section::Object { digest, bytes } => {
-                        report.objects += 1;
-                        let target = inner.layout.object(&digest);
-                        let _pin = inner
-                            .locks
-                            .acquire(object_slot(&digest), Mode::Shared, None)?;
-                        match fs::metadata(&target) {
-                            Ok(found) if found.len() == bytes.len() as u64 => {
-                                if let Ok(file) = File::open(&target) {
-                                    touch(&file, &found);
-                                }
-                            }
-                            _ => {
-                                durable::publish(&staging, &target, &bytes, durable)?;
-                                report.new_objects += 1;
-                                added_bytes += bytes.len() as u64;
-                            }
-                        }
-                    }
-                    Section::Record { sealed, record } => {
-                        report.records += 1;
-                        let target = inner.layout.record(&record.key.digest());
-                        let inline = self.inline_form(&record);
-                        let sealed = inline.as_ref().unwrap_or(&sealed);
-                        let old = fs::read(&target).ok();
-                        if old.as_ref() == Some(sealed) {
-                            return Ok(());
-                        }
-                        let replaced = old
-                            .and_then(|old| Record::open_any(&old).ok().map(|(old, _)| old))
-                            .is_some_and(|old| old.object != record.object);
-                        let file = durable::publish_open(&staging, &target, sealed, durable)?;
-                        if inline.is_some() {
-                            not_yet_refreshed(&file);
-                        }
-                        added_bytes += sealed.len() as u64;
-                        if replaced {
-                            report.replaced += 1;
-                        }
-                    }
-                }
-                Ok(())
-            },
-            &mut |_| {},
-        )?;
+            &mut input,
+            &header,
+            &sealed_header,
+            start,
+            file_length,
+        );
+        let (report, added_bytes) = self
+            .publish_sections(&mut reader, &carried, &approved)
+            .map_err(|error| match error {
+                // It verified whole in the first pass: it was changed since,
+                // and what this pass published before the change had
+                // verified.
+                Error::DamagedBundle { detail } => Error::Io {
+                    action: "import",
+                    path: path.to_path_buf(),
+                    source: io::Error::other(format!(
+                        "the bundle changed while it was imported ({detail})"
+                    )),
+                },
+                other => other,
+            })?;
+        let inner = &self.inner;
         debug_assert_eq!(counted.records, report.records);
         self.register(&header.components);
         if let Err(error) = inner.usage.adjust(
@@ -435,6 +457,257 @@ impl DiskStore {
         Ok(report)
     }
 
+    /// The second pass of an import: publishes every section of a bundle
+    /// the first pass verified, checking each again as it goes. Returns what
+    /// it did and the bytes it added to the store.
+    fn publish_sections(
+        &self,
+        reader: &mut SectionReader<'_>,
+        carried: &HashMap<[u8; 32], Carried>,
+        approved: &HashSet<[u8; 32]>,
+    ) -> Result<(ImportReport, u64)> {
+        let inner = &self.inner;
+        let mut report = ImportReport::default();
+        let mut added_bytes = 0u64;
+        let changed = || damaged("an entry is not one the first pass verified".into());
+        let published = |error: io::Error| Error::Io {
+            action: "import into",
+            path: self.root().to_path_buf(),
+            source: error,
+        };
+        loop {
+            match reader.next()? {
+                Next::Object { digest, size } => {
+                    if !carried.contains_key(&digest) {
+                        return Err(changed());
+                    }
+                    report.objects += 1;
+                    let target = inner.layout.object(&digest);
+                    let _pin = inner
+                        .locks
+                        .acquire(object_slot(&digest), Mode::Shared, None)
+                        .map_err(published)?;
+                    match fs::metadata(&target) {
+                        Ok(found) if found.len() == size => {
+                            if let Ok(file) = File::open(&target) {
+                                touch(&file, &found);
+                            }
+                            reader.object_bytes(&digest, size, &mut |_| Ok(()))?;
+                        }
+                        _ => {
+                            self.publish_object(reader, &digest, size, &target)?;
+                            report.new_objects += 1;
+                            added_bytes += size;
+                        }
+                    }
+                }
+                Next::Record { sealed, record } => {
+                    if !approved.contains(&crate::disk::digest(&sealed)) {
+                        return Err(changed());
+                    }
+                    report.records += 1;
+                    let target = inner.layout.record(&record.key.digest());
+                    let inline = self.inline_form(&record);
+                    let sealed = inline.as_ref().unwrap_or(&sealed);
+                    let old = fs::read(&target).ok();
+                    if old.as_ref() == Some(sealed) {
+                        continue;
+                    }
+                    let replaced = old
+                        .and_then(|old| Record::open_any(&old).ok().map(|(old, _)| old))
+                        .is_some_and(|old| old.object != record.object);
+                    let file = durable::publish_open(
+                        &inner.layout.staging(),
+                        &target,
+                        sealed,
+                        inner.config.durable,
+                    )
+                    .map_err(published)?;
+                    if inline.is_some() {
+                        not_yet_refreshed(&file);
+                    }
+                    added_bytes += sealed.len() as u64;
+                    if replaced {
+                        report.replaced += 1;
+                    }
+                }
+                Next::End => break,
+            }
+        }
+        Ok((report, added_bytes))
+    }
+
+    /// Streams the object `reader` is at into a staging file and renames it
+    /// to `target` once its digest is checked: [`durable::publish_open`]
+    /// for bytes that need not fit in memory. As there, every folder on the
+    /// way is reached from the root's descriptor without following a link.
+    fn publish_object(
+        &self,
+        reader: &mut SectionReader<'_>,
+        digest: &[u8; 32],
+        size: u64,
+        target: &Path,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        let durable = inner.config.durable;
+        let root_path = inner.layout.root();
+        let published = |error: io::Error| Error::Io {
+            action: "import into",
+            path: root_path.to_path_buf(),
+            source: error,
+        };
+        let outside = || {
+            published(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not inside the store", target.display()),
+            ))
+        };
+        let relative: Vec<&OsStr> = target
+            .strip_prefix(root_path)
+            .map_err(|_| outside())?
+            .components()
+            .map(|component| match component {
+                Component::Normal(name) => Ok(name),
+                _ => Err(outside()),
+            })
+            .collect::<Result<_>>()?;
+        let (name, folders) = relative.split_last().ok_or_else(outside)?;
+        let folders: Vec<&str> = folders
+            .iter()
+            .map(|folder| folder.to_str().ok_or_else(outside))
+            .collect::<Result<_>>()?;
+        let staging_path = inner.layout.staging();
+        let staging_name = staging_path
+            .file_name()
+            .and_then(OsStr::to_str)
+            .ok_or_else(outside)?;
+
+        let root = Folder::open(root_path).map_err(published)?;
+        let staging = durable::folder_at(&root, &[staging_name], durable).map_err(published)?;
+        let (staged, mut file) = loop {
+            // The name the store gives staging files, so that clean-up
+            // knows whose it is; numbered far from the store's own.
+            let sequence = STAGED.fetch_add(1, Ordering::Relaxed) + (1 << 40);
+            let staged = OsString::from(format!("{}-{sequence}.part", std::process::id()));
+            match staging.create_file(&staged) {
+                Ok(file) => break (staged, file),
+                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(error) => return Err(published(error)),
+            }
+        };
+        let placed = reader
+            .object_bytes(digest, size, &mut |chunk| {
+                file.write_all(chunk).map_err(published)
+            })
+            .and_then(|()| {
+                if durable {
+                    file.sync_all().map_err(published)?;
+                }
+                let folder = durable::folder_at(&root, &folders, durable).map_err(published)?;
+                staging.rename(&staged, &folder, name).map_err(published)?;
+                if durable {
+                    folder.sync().map_err(published)?;
+                }
+                Ok(())
+            });
+        if placed.is_err() {
+            let _ = staging.remove_file(&staged);
+        }
+        placed
+    }
+
+    /// Checks what every record of a verified bundle says about its object
+    /// against the object: the bundle's own, at its place in `input`, or
+    /// else the store's.
+    fn check_claims(
+        &self,
+        path: &Path,
+        input: &mut BufReader<File>,
+        carried: &HashMap<[u8; 32], Carried>,
+        claims: &[ObjectClaim],
+    ) -> Result<()> {
+        let refuse = |detail: String| Error::InconsistentBundle { detail };
+        // The entry points each object must name, so that an object several
+        // records point at is read once.
+        let mut named: HashMap<[u8; 32], Vec<&ObjectClaim>> = HashMap::new();
+        for claim in claims {
+            let size = match carried.get(&claim.object) {
+                Some(object) => object.size,
+                None => self.stored_size(&claim.object).ok_or_else(|| {
+                    refuse(format!(
+                        "the record of {} names object {}, which neither the bundle nor this store holds",
+                        claim.subject,
+                        short(&claim.object)
+                    ))
+                })?,
+            };
+            if size != claim.size {
+                return Err(refuse(format!(
+                    "the record of {} says its object {} holds {} bytes, and it holds {size}",
+                    claim.subject,
+                    short(&claim.object),
+                    claim.size
+                )));
+            }
+            let is_stored = !carried.contains_key(&claim.object);
+            if claim.entry_point.is_some() || is_stored {
+                named.entry(claim.object).or_default().push(claim);
+            }
+        }
+        for (object, claims) in named {
+            let names: Vec<&[u8]> = claims
+                .iter()
+                .filter_map(|claim| claim.entry_point.as_deref().map(str::as_bytes))
+                .collect();
+            let (digest, found) = match carried.get(&object) {
+                Some(bundled) => {
+                    input
+                        .seek(io::SeekFrom::Start(bundled.offset))
+                        .map_err(Error::io("read", path))?;
+                    scan(input, bundled.size, &names).map_err(Error::io("read", path))?
+                }
+                None => {
+                    let stored = self.inner.layout.object(&object);
+                    let file = File::open(&stored).map_err(Error::io("read", &stored))?;
+                    scan(
+                        &mut BufReader::with_capacity(CHUNK, file),
+                        claims[0].size,
+                        &names,
+                    )
+                    .map_err(Error::io("read", &stored))?
+                }
+            };
+            if digest != object {
+                return Err(refuse(format!(
+                    "the record of {} names object {}, and this store's copy of it does not verify",
+                    claims[0].subject,
+                    short(&object)
+                )));
+            }
+            let named_claims = claims.iter().filter(|claim| claim.entry_point.is_some());
+            for (claim, is_named) in named_claims.zip(found) {
+                if !is_named {
+                    return Err(refuse(format!(
+                        "the record of {} is for entry point {:?}, and its object {} does not name it: \
+                         it holds another kernel's artifact",
+                        claim.subject,
+                        claim.entry_point.as_deref().unwrap_or_default(),
+                        short(&object)
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The length of the store's object `object`, if it holds one.
+    fn stored_size(&self, object: &[u8; 32]) -> Option<u64> {
+        fs::metadata(self.inner.layout.object(object))
+            .ok()
+            .filter(fs::Metadata::is_file)
+            .map(|found| found.len())
+    }
+
     /// The inline form of `record`, as a put would write it, made from its
     /// object in the store; `None` when the record is not one a put inlines
     /// or the object does not verify.
@@ -446,149 +719,302 @@ impl DiskStore {
         (bytes.len() as u64 == record.size && digest(&bytes) == record.object)
             .then(|| record.seal_inline(&bytes))
     }
+}
 
-    /// Reads every section after the header, verifying each and the closing
-    /// digest, and hands each to `publish`.
-    fn read_sections(
-        &self,
-        path: &Path,
-        reader: &mut BufReader<File>,
-        (header, sealed_header): (&BundleHeader, &[u8]),
-        publish: &mut dyn FnMut(Section) -> io::Result<()>,
-        progress: &mut dyn FnMut(&Progress),
-    ) -> Result<ImportReport> {
-        let damaged = |detail: String| Error::DamagedBundle { detail };
-        let truncated = |error: io::Error| {
-            if error.kind() == io::ErrorKind::UnexpectedEof {
-                damaged("it ends early: truncated".into())
-            } else {
-                Error::io("read", path)(error)
-            }
-        };
-        let published = |error: io::Error| Error::Io {
-            action: "import into",
-            path: self.root().to_path_buf(),
-            source: error,
-        };
-        // The closing digest covers everything from the magic on: replay the
-        // header into the hasher.
-        let mut input = Verifying {
-            inner: reader,
-            hasher: blake3::Hasher::new(),
-        };
-        let mut head = Vec::new();
-        head.extend_from_slice(MAGIC);
-        head.extend_from_slice(&BUNDLE_VERSION.to_le_bytes());
-        head.extend_from_slice(&(sealed_header.len() as u32).to_le_bytes());
-        head.extend_from_slice(sealed_header);
-        input.hasher.update(&head);
+/// Where an object of the bundle is: its length and the offset of its bytes
+/// in the file.
+#[derive(Debug, Clone, Copy)]
+struct Carried {
+    size: u64,
+    offset: u64,
+}
 
-        let mut report = ImportReport::default();
-        let mut read_bytes = 0u64;
-        loop {
-            let mut tag = [0u8; 1];
-            input.read_exact(&mut tag).map_err(truncated)?;
-            match &tag {
-                b"O" => {
-                    let mut digest_bytes = [0u8; 32];
-                    let mut length = [0u8; 8];
-                    input.read_exact(&mut digest_bytes).map_err(truncated)?;
-                    input.read_exact(&mut length).map_err(truncated)?;
-                    let length = u64::from_le_bytes(length);
-                    if length == 0 || length > LARGEST_OBJECT {
-                        return Err(damaged(format!("an object claims {length} bytes")));
-                    }
-                    let mut bytes = Vec::with_capacity(length as usize);
-                    (&mut input)
-                        .take(length)
-                        .read_to_end(&mut bytes)
-                        .map_err(truncated)?;
-                    if bytes.len() as u64 != length {
-                        return Err(damaged("it ends inside an object: truncated".into()));
-                    }
-                    if digest(&bytes) != digest_bytes {
-                        return Err(damaged("an object's bytes do not match its digest".into()));
-                    }
-                    report.objects += 1;
-                    read_bytes += length;
-                    publish(Section::Object {
-                        digest: digest_bytes,
-                        bytes,
-                    })
-                    .map_err(published)?;
-                }
-                b"R" => {
-                    let mut length = [0u8; 4];
-                    input.read_exact(&mut length).map_err(truncated)?;
-                    let length = u32::from_le_bytes(length) as u64;
-                    if length > 1 << 20 {
-                        return Err(damaged(format!("a record claims {length} bytes")));
-                    }
-                    let mut sealed = Vec::with_capacity(length as usize);
-                    (&mut input)
-                        .take(length)
-                        .read_to_end(&mut sealed)
-                        .map_err(truncated)?;
-                    let record = Record::open(&sealed)
-                        .map_err(|defect| damaged(format!("a record is {defect}")))?;
-                    if record.key.format != header.store_format
-                        || record.key.components != header.components
-                    {
-                        return Err(damaged(format!(
-                            "a record of {} is for {}, not the header's {}",
-                            record.key.subject_text(),
-                            record.key.components,
-                            header.components
-                        )));
-                    }
-                    report.records += 1;
-                    read_bytes += length;
-                    publish(Section::Record {
-                        sealed,
-                        record: Box::new(record),
-                    })
-                    .map_err(published)?;
-                }
-                b"E" => {
-                    let expected_digest = *input.hasher.finalize().as_bytes();
-                    let mut end = [0u8; 48];
-                    input.inner.read_exact(&mut end).map_err(truncated)?;
-                    let objects = u64::from_le_bytes(end[..8].try_into().expect("8 bytes"));
-                    let records = u64::from_le_bytes(end[8..16].try_into().expect("8 bytes"));
-                    if objects != report.objects || records != report.records {
-                        return Err(damaged(format!(
-                            "it closes with {objects} objects and {records} records, and holds {} and {}",
-                            report.objects, report.records
-                        )));
-                    }
-                    if end[16..] != expected_digest {
-                        return Err(damaged("its closing digest does not match".into()));
-                    }
-                    return Ok(report);
-                }
-                other => {
-                    return Err(damaged(format!("unknown section {:?}", other[0] as char)));
-                }
-            }
-            progress(&Progress {
-                phase: "verifying",
-                done: report.objects + report.records,
-                total: None,
-                bytes: read_bytes,
-            });
+/// What a record of the bundle says about its object.
+#[derive(Debug)]
+struct ObjectClaim {
+    /// The record's subject, as a person reads it.
+    subject: String,
+    object: [u8; 32],
+    size: u64,
+    entry_point: Option<String>,
+}
+
+impl ObjectClaim {
+    fn of(record: &Record) -> Self {
+        Self {
+            subject: record.key.subject_text(),
+            object: record.object,
+            size: record.size,
+            entry_point: record.key.entry_point.clone(),
         }
     }
 }
 
-enum Section {
-    Object {
-        digest: [u8; 32],
-        bytes: Vec<u8>,
-    },
+/// The first bytes of a digest, in hex: enough to tell objects apart in a
+/// message.
+fn short(digest: &[u8; 32]) -> String {
+    hex(&digest[..8])
+}
+
+/// What the next section of a bundle is.
+enum Next {
+    /// An object of `size` bytes: the reader is at its bytes, which
+    /// [`SectionReader::object_bytes`] reads next.
+    Object { digest: [u8; 32], size: u64 },
+    /// A record, opened and of the header's compiler.
     Record {
         sealed: Vec<u8>,
         record: Box<Record>,
     },
+    /// The closing section, whose counts and digest matched.
+    End,
+}
+
+/// Reads a bundle's sections after its header, feeding the closing digest.
+/// Every length is checked against what is left of the file before anything
+/// is read or allocated.
+struct SectionReader<'a> {
+    path: &'a Path,
+    input: &'a mut BufReader<File>,
+    header: &'a BundleHeader,
+    hasher: blake3::Hasher,
+    /// Where in the file the next byte comes from.
+    position: u64,
+    file_length: u64,
+    counted: ImportReport,
+    buffer: Box<[u8]>,
+}
+
+impl<'a> SectionReader<'a> {
+    fn new(
+        path: &'a Path,
+        input: &'a mut BufReader<File>,
+        header: &'a BundleHeader,
+        sealed_header: &[u8],
+        position: u64,
+        file_length: u64,
+    ) -> Self {
+        // The closing digest covers everything from the magic on: replay the
+        // header into the hasher.
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(MAGIC);
+        hasher.update(&BUNDLE_VERSION.to_le_bytes());
+        hasher.update(&(sealed_header.len() as u32).to_le_bytes());
+        hasher.update(sealed_header);
+        Self {
+            path,
+            input,
+            header,
+            hasher,
+            position,
+            file_length,
+            counted: ImportReport::default(),
+            buffer: vec![0u8; CHUNK].into_boxed_slice(),
+        }
+    }
+
+    fn remaining(&self) -> u64 {
+        self.file_length.saturating_sub(self.position)
+    }
+
+    fn read_error(&self, error: io::Error) -> Error {
+        if error.kind() == io::ErrorKind::UnexpectedEof {
+            damaged("it ends early: truncated".into())
+        } else {
+            Error::io("read", self.path)(error)
+        }
+    }
+
+    /// Fills `bytes` from the file, into the closing digest.
+    fn read_exact(&mut self, bytes: &mut [u8]) -> Result<()> {
+        self.input
+            .read_exact(bytes)
+            .map_err(|error| self.read_error(error))?;
+        self.hasher.update(bytes);
+        self.position += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Refuses a `length` that `what` claims beyond `largest` or beyond the
+    /// end of the file.
+    fn check_length(&self, what: &str, length: u64, largest: u64) -> Result<()> {
+        if length > largest || length > self.remaining() {
+            return Err(damaged(format!(
+                "{what} claims {length} bytes, and {} are left in the file",
+                self.remaining()
+            )));
+        }
+        Ok(())
+    }
+
+    fn next(&mut self) -> Result<Next> {
+        let mut tag = [0u8; 1];
+        self.read_exact(&mut tag)?;
+        match &tag {
+            b"O" => {
+                let mut digest = [0u8; 32];
+                let mut length = [0u8; 8];
+                self.read_exact(&mut digest)?;
+                self.read_exact(&mut length)?;
+                let size = u64::from_le_bytes(length);
+                if size == 0 {
+                    return Err(damaged("an object claims 0 bytes".into()));
+                }
+                self.check_length("an object", size, LARGEST_OBJECT)?;
+                Ok(Next::Object { digest, size })
+            }
+            b"R" => {
+                let mut length = [0u8; 4];
+                self.read_exact(&mut length)?;
+                let length = u64::from(u32::from_le_bytes(length));
+                self.check_length("a record", length, LARGEST_SEALED)?;
+                let mut sealed = vec![0u8; length as usize];
+                self.read_exact(&mut sealed)?;
+                let record = Record::open(&sealed)
+                    .map_err(|defect| damaged(format!("a record is {defect}")))?;
+                if record.key.format != self.header.store_format
+                    || record.key.components != self.header.components
+                {
+                    return Err(damaged(format!(
+                        "a record of {} is for {}, not the header's {}",
+                        record.key.subject_text(),
+                        record.key.components,
+                        self.header.components
+                    )));
+                }
+                self.counted.records += 1;
+                Ok(Next::Record {
+                    sealed,
+                    record: Box::new(record),
+                })
+            }
+            b"E" => {
+                let expected_digest = *self.hasher.finalize().as_bytes();
+                let mut end = [0u8; END_LENGTH];
+                self.input
+                    .read_exact(&mut end)
+                    .map_err(|error| self.read_error(error))?;
+                let objects = u64::from_le_bytes(end[..8].try_into().expect("8 bytes"));
+                let records = u64::from_le_bytes(end[8..16].try_into().expect("8 bytes"));
+                let counted = self.counted;
+                if objects != counted.objects || records != counted.records {
+                    return Err(damaged(format!(
+                        "it closes with {objects} objects and {records} records, and holds {} and {}",
+                        counted.objects, counted.records
+                    )));
+                }
+                if end[16..] != expected_digest {
+                    return Err(damaged("its closing digest does not match".into()));
+                }
+                Ok(Next::End)
+            }
+            other => Err(damaged(format!("unknown section {:?}", other[0] as char))),
+        }
+    }
+
+    /// Reads the `size` bytes of the object [`next`](Self::next) announced
+    /// through the fixed buffer, handing each chunk to `sink`, and checks
+    /// them against `digest`: `sink` has seen bad bytes when this fails.
+    fn object_bytes(
+        &mut self,
+        digest: &[u8; 32],
+        size: u64,
+        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut object = blake3::Hasher::new();
+        let mut left = size;
+        while left > 0 {
+            let length = usize::try_from(left).map_or(CHUNK, |left| left.min(CHUNK));
+            let mut chunk = std::mem::take(&mut self.buffer);
+            let read = self.read_exact(&mut chunk[..length]);
+            let written = read.and_then(|()| {
+                object.update(&chunk[..length]);
+                sink(&chunk[..length])
+            });
+            self.buffer = chunk;
+            written?;
+            left -= length as u64;
+        }
+        if object.finalize().as_bytes() != digest {
+            return Err(damaged("an object's bytes do not match its digest".into()));
+        }
+        self.counted.objects += 1;
+        Ok(())
+    }
+}
+
+fn damaged(detail: String) -> Error {
+    Error::DamagedBundle { detail }
+}
+
+/// Reads `length` bytes of `input` through a fixed buffer: their digest, and
+/// for each of `names` whether it occurs in them.
+fn scan(input: &mut impl Read, length: u64, names: &[&[u8]]) -> io::Result<([u8; 32], Vec<bool>)> {
+    let mut hasher = blake3::Hasher::new();
+    let mut searches: Vec<Search<'_>> = names.iter().map(|name| Search::new(name)).collect();
+    let mut chunk = vec![0u8; CHUNK];
+    let mut left = length;
+    while left > 0 {
+        let size = usize::try_from(left).map_or(CHUNK, |left| left.min(CHUNK));
+        input.read_exact(&mut chunk[..size])?;
+        hasher.update(&chunk[..size]);
+        for search in &mut searches {
+            search.feed(&chunk[..size]);
+        }
+        left -= size as u64;
+    }
+    let found = searches.iter().map(|search| search.is_found()).collect();
+    Ok((*hasher.finalize().as_bytes(), found))
+}
+
+/// A search for one name in bytes that arrive in pieces (Knuth–Morris–Pratt):
+/// linear in the bytes whatever the name, and a match across two pieces
+/// counts.
+struct Search<'a> {
+    name: &'a [u8],
+    /// For each prefix of `name`, the length of its longest proper prefix
+    /// that is also its suffix.
+    fallback: Vec<usize>,
+    matched: usize,
+}
+
+impl<'a> Search<'a> {
+    fn new(name: &'a [u8]) -> Self {
+        let mut fallback = vec![0; name.len()];
+        let mut length = 0;
+        for at in 1..name.len() {
+            while length > 0 && name[at] != name[length] {
+                length = fallback[length - 1];
+            }
+            if name[at] == name[length] {
+                length += 1;
+            }
+            fallback[at] = length;
+        }
+        Self {
+            name,
+            fallback,
+            matched: 0,
+        }
+    }
+
+    fn is_found(&self) -> bool {
+        self.matched == self.name.len()
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            if self.is_found() {
+                return;
+            }
+            while self.matched > 0 && self.name[self.matched] != byte {
+                self.matched = self.fallback[self.matched - 1];
+            }
+            if self.name[self.matched] == byte {
+                self.matched += 1;
+            }
+        }
+    }
 }
 
 /// Reads the magic, the version and the header of the bundle `reader`
@@ -620,13 +1046,19 @@ fn read_header_sealed(path: &Path, reader: &mut impl Read) -> Result<(BundleHead
         )));
     }
     let length = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
-    if length > 1 << 20 {
+    if u64::from(length) > LARGEST_SEALED {
         return Err(not_a_bundle(format!("a header of {length} bytes")));
     }
-    let mut sealed = vec![0u8; length as usize];
-    reader
-        .read_exact(&mut sealed)
-        .map_err(|_| not_a_bundle("its header is truncated".into()))?;
+    // Read as it comes rather than into a buffer of the length it claims:
+    // what is allocated is what the file holds.
+    let mut sealed = Vec::new();
+    let read = reader
+        .take(u64::from(length))
+        .read_to_end(&mut sealed)
+        .map_err(|error| not_a_bundle(format!("its header cannot be read: {error}")))?;
+    if read != length as usize {
+        return Err(not_a_bundle("its header is truncated".into()));
+    }
     let payload = envelope::open(HEADER_TAG, &sealed)
         .map_err(|defect| not_a_bundle(format!("its header is {defect}")))?;
     let header =
@@ -644,6 +1076,26 @@ mod tests {
 
     use super::*;
     use crate::config::StoreConfig;
+
+    #[test]
+    fn a_name_is_found_across_the_pieces_it_arrives_in_and_a_near_miss_is_not() {
+        // P8: an entry point split by a chunk boundary still counts.
+        let bytes = b"..aab_aaab_kernel..";
+        for split in 0..bytes.len() {
+            let mut search = Search::new(b"aaab_kernel");
+            search.feed(&bytes[..split]);
+            search.feed(&bytes[split..]);
+            assert!(search.is_found(), "split at {split}");
+        }
+        let mut near = Search::new(b"aaab_kernel");
+        near.feed(b"aaab_kerne aab_kernel aaab_kernal");
+        assert!(!near.is_found());
+        assert!(Search::new(b"").is_found());
+        let (digest, found) =
+            scan(&mut &bytes[..], bytes.len() as u64, &[b"kernel", b"other"]).expect("reads");
+        assert_eq!(digest, *blake3::hash(bytes).as_bytes());
+        assert_eq!(found, [true, false]);
+    }
 
     #[test]
     fn p8_a_record_that_carries_its_bytes_travels_without_them_and_carries_them_again() {

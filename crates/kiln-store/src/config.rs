@@ -7,7 +7,8 @@
 //! | `KILN_CACHE_DISABLE=1` | no store at all | enabled |
 //! | `KILN_CACHE_MAX_SIZE` | [`StoreConfig::max_bytes`] | 10 GiB; `512M`, `10G`, `1.5GiB` |
 //! | `KILN_CACHE_MAX_ENTRIES` | [`StoreConfig::max_entries`] | 1,000,000 |
-//! | `KILN_CACHE_LOCK_TIMEOUT` | [`StoreConfig::lock_timeout`] | 60 seconds |
+//! | `KILN_CACHE_LOCK_TIMEOUT` | [`StoreConfig::lock_timeout`] | 60 seconds, at most a day |
+//! | `KILN_CACHE_READ_ONLY=1` | [`StoreConfig::read_only`] | writable |
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -34,9 +35,16 @@ pub struct StoreConfig {
     /// it, a power cut may leave a published entry empty, which then reads
     /// as corrupt.
     pub durable: bool,
-    /// Whether a put that takes the store over a limit starts evicting, on a
-    /// thread of its own, down to 90 % of the limits.
+    /// Whether the store keeps itself within its limits: a put that takes
+    /// it over a limit starts evicting, on a thread of its own, down to
+    /// 90 % of the limits, and the end of a batch that left it over evicts
+    /// before the batch returns (P6).
     pub collects_automatically: bool,
+    /// Whether the store is only read: hits are served, nothing is written
+    /// (a put is skipped and counted, a claim is never taken). A store
+    /// whose folder cannot be written is opened this way by itself.
+    /// `KILN_CACHE_READ_ONLY=1`.
+    pub read_only: bool,
 }
 
 /// 10 GiB, the default [`StoreConfig::max_bytes`].
@@ -45,6 +53,9 @@ pub const DEFAULT_MAX_BYTES: u64 = 10 << 30;
 pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
 /// The default [`StoreConfig::lock_timeout`].
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest [`StoreConfig::lock_timeout`] the environment may set: one
+/// day. A longer wait is a hung build, not a patient one.
+pub const MAX_LOCK_TIMEOUT: Duration = Duration::from_secs(86_400);
 
 impl StoreConfig {
     /// The defaults, rooted at `root`.
@@ -56,6 +67,7 @@ impl StoreConfig {
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             durable: true,
             collects_automatically: true,
+            read_only: false,
         }
     }
 
@@ -108,17 +120,25 @@ impl StoreConfig {
             })?;
         }
         if let Some(value) = lookup("KILN_CACHE_LOCK_TIMEOUT") {
-            let seconds: f64 = value
-                .trim()
-                .parse()
-                .ok()
-                .filter(|seconds: &f64| seconds.is_finite() && *seconds >= 0.0)
-                .ok_or(ConfigError {
-                    variable: "KILN_CACHE_LOCK_TIMEOUT",
-                    value,
-                    expected: "a number of seconds",
-                })?;
-            config.lock_timeout = Duration::from_secs_f64(seconds);
+            config.lock_timeout = parse_seconds(&value, MAX_LOCK_TIMEOUT).ok_or(ConfigError {
+                variable: "KILN_CACHE_LOCK_TIMEOUT",
+                value,
+                expected: "a number of seconds from 0 to 86400 (one day)",
+            })?;
+        }
+        if let Some(value) = lookup("KILN_CACHE_READ_ONLY") {
+            config.read_only = match value.trim() {
+                "1" | "true" | "yes" => true,
+                "" | "0" | "false" | "no" => false,
+                _ => {
+                    return Err(ConfigError {
+                        variable: "KILN_CACHE_READ_ONLY",
+                        value,
+                        expected: "1 to only read the store, 0 to write it too",
+                    }
+                    .into());
+                }
+            };
         }
         Ok(Some(config))
     }
@@ -135,6 +155,15 @@ fn default_root(lookup: &impl Fn(&'static str) -> Option<String>) -> Option<Path
         return Some(PathBuf::from(cache).join("kiln"));
     }
     non_empty("HOME").map(|home| PathBuf::from(home).join(".cache").join("kiln"))
+}
+
+/// A duration from a number of seconds (`60`, `0.5`, `1e3`) of at most
+/// `most`, or `None` for anything else: no text of the environment may make
+/// a duration that `Duration` or a deadline cannot hold.
+fn parse_seconds(text: &str, most: Duration) -> Option<Duration> {
+    let seconds: f64 = text.trim().parse().ok()?;
+    (seconds.is_finite() && (0.0..=most.as_secs_f64()).contains(&seconds))
+        .then(|| Duration::from_secs_f64(seconds))
 }
 
 /// A size in bytes from text like `1048576`, `512M`, `10G`, `1.5GiB` or
@@ -208,6 +237,53 @@ mod tests {
             config(&[("KILN_CACHE_DISABLE", "1"), ("HOME", "/c")])
                 .expect("valid")
                 .is_none()
+        );
+    }
+
+    fn with(variable: &'static str, value: &'static str) -> Result<Option<StoreConfig>> {
+        StoreConfig::with_overrides(move |name| match name {
+            "HOME" => Some("/c".into()),
+            name if name == variable => Some(value.into()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn a_lock_timeout_out_of_range_is_refused_naming_the_variable_and_the_range() {
+        for value in ["1e20", "9.3e18", "86401", "-1", "inf", "NaN", "soon"] {
+            let error = with("KILN_CACHE_LOCK_TIMEOUT", value).expect_err(value);
+            let message = error.to_string();
+            assert!(
+                message.contains("KILN_CACHE_LOCK_TIMEOUT") && message.contains("0 to 86400"),
+                "{message}"
+            );
+        }
+        let timeout = |value| {
+            with("KILN_CACHE_LOCK_TIMEOUT", value)
+                .expect("in range")
+                .expect("enabled")
+                .lock_timeout
+        };
+        assert_eq!(timeout("86400"), MAX_LOCK_TIMEOUT);
+        assert_eq!(timeout("0.5"), Duration::from_millis(500));
+        assert_eq!(timeout("0"), Duration::ZERO);
+    }
+
+    #[test]
+    fn kiln_cache_read_only_asks_for_a_read_only_store() {
+        let read_only = |value| {
+            with("KILN_CACHE_READ_ONLY", value)
+                .expect("valid")
+                .expect("enabled")
+                .read_only
+        };
+        assert!(read_only("1"));
+        assert!(!read_only("0"));
+        assert!(!StoreConfig::at("/c").read_only);
+        let error = with("KILN_CACHE_READ_ONLY", "maybe").expect_err("not a switch");
+        assert!(
+            error.to_string().contains("KILN_CACHE_READ_ONLY"),
+            "{error}"
         );
     }
 

@@ -16,11 +16,11 @@ use kiln_core::{
     Miss, StoreKey, StoreOutcome, StoreStatistics,
 };
 
-use crate::config::StoreConfig;
+use crate::config::{MAX_LOCK_TIMEOUT, StoreConfig};
 use crate::durable;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, WriteCause, WriteFailure};
 use crate::layout::{LAYOUT, Layout};
-use crate::lock::{LockFile, Mode, TARGETS_SLOT, key_slot, object_slot};
+use crate::lock::{COLLECT_SLOT, LockFile, Mode, TARGETS_SLOT, key_slot, object_slot};
 use crate::record::{self, Checked, KernelHistory, Pointer, Record, Seen, now_seconds};
 use crate::usage::{Usage, UsageFile};
 
@@ -92,6 +92,17 @@ pub(crate) struct Inner {
     /// Key components this process has written to the targets file.
     registered: Mutex<Vec<KeyComponents>>,
     collecting: AtomicBool,
+    /// Whether the store is only read (P5): asked for, or its folder cannot
+    /// be written.
+    read_only: bool,
+    /// The failed writes so far, one entry per cause.
+    write_failures: Mutex<Vec<WriteFailure>>,
+    /// Whether a put stored something since the end of the last batch.
+    wrote_since_batch: AtomicBool,
+    /// Whether a collection started on this process's own thread since the
+    /// end of the last batch: its recount may have missed the puts made
+    /// while it walked.
+    collected_since_batch: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -105,6 +116,7 @@ pub(crate) struct Counters {
     claims_timed_out: AtomicU64,
     puts: AtomicU64,
     put_failures: AtomicU64,
+    writes_skipped: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
     pub(crate) evicted: AtomicU64,
@@ -112,6 +124,25 @@ pub(crate) struct Counters {
 
 fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Ordering::Relaxed);
+}
+
+/// What a put finds where its object belongs.
+enum Here {
+    /// Nothing.
+    Absent,
+    /// The object, whole: open, and as it was found.
+    Same(File, Box<Metadata>),
+    /// A file that is not the object, or nothing left of what was not a
+    /// file.
+    Other,
+}
+
+/// Why a store is opened read-only.
+enum ReadOnly {
+    /// [`StoreConfig::read_only`].
+    Asked,
+    /// Its folder cannot be written.
+    Unwritable(io::Error),
 }
 
 /// Why an object gave no bytes.
@@ -128,14 +159,43 @@ impl DiskStore {
     /// Opens (creating when missing) the store at `config.root`. Opening
     /// another root than before gives a new [`Generation`] (L10).
     ///
+    /// A store that cannot be written — [`StoreConfig::read_only`], or a
+    /// root on a read-only file system or not writable by this user — is
+    /// opened read-only (P5): it serves hits and stores nothing (see
+    /// [`is_read_only`](Self::is_read_only)). Found so rather than asked
+    /// for, it says so in one warning.
+    ///
     /// # Errors
     ///
     /// The root cannot be created or is not a folder, or it holds a store
-    /// of another layout.
+    /// of another layout; [`Error::ReadOnlyEmpty`] when it holds no store
+    /// and cannot be written.
     pub fn open(config: StoreConfig) -> Result<Self> {
         let layout = Layout::new(config.root.clone());
+        // Decided before anything is created: a store that cannot be
+        // written is read as it is.
+        if let Some(reason) = read_only_reason(&config, &layout) {
+            return Self::open_read_only(config, layout, reason);
+        }
+        // Adopts only an empty folder or a store, never follows a link
+        // below the root, and rebuilds the skeleton's own names.
+        crate::skeleton::prepare(&layout, config.durable)?;
+        let lock_path = layout.lock_file();
+        let locks = match LockFile::open(&lock_path) {
+            Ok(locks) => locks,
+            Err(error) if is_unwritable(&error) => {
+                return Self::open_read_only(config, layout, ReadOnly::Unwritable(error));
+            }
+            Err(error) => return Err(Error::io("open", &lock_path)(error)),
+        };
+        let usage_path = layout.usage_file();
+        let usage = UsageFile::open(&usage_path).map_err(Error::io("open", &usage_path))?;
+        Ok(Self::with_parts(config, layout, locks, usage, false))
+    }
+
+    /// Opens the store at `layout` to read it only, for `reason`.
+    fn open_read_only(config: StoreConfig, layout: Layout, reason: ReadOnly) -> Result<Self> {
         let root = layout.root();
-        fs::create_dir_all(root).map_err(Error::io("create the store folder", root))?;
         let layout_file = layout.layout_file();
         match fs::read_to_string(&layout_file) {
             Ok(found) if found.trim() == LAYOUT => {}
@@ -146,31 +206,47 @@ impl DiskStore {
                     expected: LAYOUT,
                 });
             }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                durable::publish(
-                    &layout.staging(),
-                    &layout_file,
-                    format!("{LAYOUT}\n").as_bytes(),
-                    config.durable,
-                )
-                .map_err(Error::io("write", &layout_file))?;
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Err(Error::ReadOnlyEmpty {
+                    root: root.to_path_buf(),
+                });
             }
             Err(error) => return Err(Error::io("read", &layout_file)(error)),
         }
-        for folder in [
-            layout.objects(),
-            layout.records(),
-            layout.kernels(),
-            layout.staging(),
-        ] {
-            fs::create_dir_all(&folder).map_err(Error::io("create", &folder))?;
-        }
-        let lock_path = layout.lock_file();
-        let locks = LockFile::open(&lock_path).map_err(Error::io("open", &lock_path))?;
         let usage_path = layout.usage_file();
-        let usage = UsageFile::open(&usage_path).map_err(Error::io("open", &usage_path))?;
+        let usage =
+            UsageFile::open_read_only(&usage_path).map_err(Error::io("open", &usage_path))?;
+        match reason {
+            ReadOnly::Asked => log::debug!("kiln store: reading {} only", root.display()),
+            ReadOnly::Unwritable(error) => log::warn!(
+                "kiln store: {} cannot be written ({error}); reading it only: hits are served, \
+                 nothing is stored",
+                root.display()
+            ),
+        }
+        Ok(Self::with_parts(
+            config,
+            layout,
+            LockFile::in_process(),
+            usage,
+            true,
+        ))
+    }
+
+    fn with_parts(
+        config: StoreConfig,
+        layout: Layout,
+        locks: Arc<LockFile>,
+        usage: UsageFile,
+        read_only: bool,
+    ) -> Self {
         let root_token = read_token(&layout.generation_file());
-        Ok(Self {
+        Self {
             inner: Arc::new(Inner {
                 config,
                 layout,
@@ -183,8 +259,57 @@ impl DiskStore {
                 opened: Instant::now(),
                 registered: Mutex::new(Vec::new()),
                 collecting: AtomicBool::new(false),
+                read_only,
+                write_failures: Mutex::new(Vec::new()),
+                wrote_since_batch: AtomicBool::new(false),
+                collected_since_batch: AtomicBool::new(false),
             }),
-        })
+        }
+    }
+
+    /// Whether the store only reads (P5): it serves hits, and skips every
+    /// write ([`StoreStatistics::writes_skipped`]) and claim. Asked for
+    /// with [`StoreConfig::read_only`], or found when its folder cannot be
+    /// written.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
+    }
+
+    /// The writes that failed through this handle and its clones, one
+    /// entry per cause, in the order the causes were first seen (P5).
+    pub fn write_failures(&self) -> Vec<WriteFailure> {
+        self.inner
+            .write_failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Counts a failed write under its cause, and logs the first of each
+    /// cause: a full disk fails every put of a run, and one line says it.
+    fn count_write_failure(&self, error: &io::Error) -> WriteCause {
+        let cause = WriteCause::of(error);
+        let mut failures = self
+            .inner
+            .write_failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match failures.iter_mut().find(|failure| failure.cause == cause) {
+            Some(failure) => failure.count += 1,
+            None => {
+                failures.push(WriteFailure {
+                    cause,
+                    detail: error.to_string(),
+                    count: 1,
+                });
+                log::warn!(
+                    "kiln store: cannot write to {}: {cause}: {error}; kernels still load, and \
+                     further writes that fail so are only counted",
+                    self.root().display()
+                );
+            }
+        }
+        cause
     }
 
     /// Opens the store the `KILN_CACHE_*` variables describe, or `None` when
@@ -264,16 +389,14 @@ impl DiskStore {
     pub(crate) fn content_replaced(&self) {
         let inner = &self.inner;
         inner.generation.advance();
+        if inner.read_only {
+            return;
+        }
         let token =
             inner.generation.current() ^ u64::from(std::process::id()) << 32 ^ now_seconds();
         let path = inner.layout.generation_file();
-        match durable::publish(
-            &inner.layout.staging(),
-            &path,
-            &token.to_le_bytes(),
-            inner.config.durable,
-        ) {
-            Ok(()) => inner.root_token.store(token, Ordering::Relaxed),
+        match self.publish(&path, &token.to_le_bytes()) {
+            Ok(_) => inner.root_token.store(token, Ordering::Relaxed),
             Err(error) => log::warn!("cannot tell other processes the store changed: {error}"),
         }
     }
@@ -341,7 +464,9 @@ impl DiskStore {
         if digest(&bytes) != pointer.object {
             return corrupt("the object's digest does not match its name".into(), found);
         }
-        touch(&file, &found);
+        if !self.inner.read_only {
+            touch(&file, &found);
+        }
         Ok(bytes)
     }
 
@@ -360,6 +485,9 @@ impl DiskStore {
     /// describes and nobody is publishing it.
     fn remove_object(&self, digest: &[u8; 32], found: &Metadata) {
         let inner = &self.inner;
+        if inner.read_only {
+            return;
+        }
         let Ok(Some(_alone)) = inner
             .locks
             .acquire(object_slot(digest), Mode::Exclusive, None)
@@ -373,6 +501,9 @@ impl DiskStore {
     }
 
     fn note_miss(&self, key: &StoreKey) {
+        if self.inner.read_only {
+            return;
+        }
         let Some((name, kernel)) = key.kernel() else {
             return;
         };
@@ -409,9 +540,12 @@ impl DiskStore {
                 asked: None,
                 held_at_miss: None,
             });
-        if change(&mut history)
-            && let Err(error) =
-                durable::publish(&self.inner.layout.staging(), &path, &history.seal(), false)
+        if !change(&mut history) {
+            return;
+        }
+        let sealed = history.seal();
+        if let Err(error) = within_file_size_limit(sealed.len() as u64)
+            .and_then(|()| durable::publish(&self.inner.layout.staging(), &path, &sealed, false))
         {
             log::debug!("cannot update the history of {name}: {error}");
         }
@@ -423,7 +557,7 @@ impl DiskStore {
             .registered
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if registered.contains(components) {
+        if registered.contains(components) || inner.read_only {
             return;
         }
         let result = (|| -> io::Result<()> {
@@ -439,12 +573,7 @@ impl DiskStore {
             let mut targets = read_targets(&path);
             if !targets.contains(components) {
                 targets.push(components.clone());
-                durable::publish(
-                    &inner.layout.staging(),
-                    &path,
-                    &record::seal_targets(&targets),
-                    inner.config.durable,
-                )?;
+                self.publish(&path, &record::seal_targets(&targets))?;
             }
             Ok(())
         })();
@@ -471,11 +600,24 @@ impl DiskStore {
         let inner = &self.inner;
         let object = digest(bytes);
         let size = bytes.len() as u64;
-        let staging = inner.layout.staging();
-        let durable = inner.config.durable;
+        let records: Vec<(PathBuf, Vec<u8>, bool)> = std::iter::once(key)
+            .chain(source_key)
+            .map(|key| {
+                let record = Record::new(key.clone(), object, size, work);
+                let (sealed, inline) = record_file(&record, bytes);
+                (inner.layout.record(&key.digest()), sealed, inline)
+            })
+            .collect();
+        // Refused before a byte is written: past the limit, the system
+        // would stop the process with SIGXFSZ unless it ignores it.
+        let largest = records
+            .iter()
+            .map(|(_, sealed, _)| sealed.len() as u64)
+            .fold(size, u64::max);
+        within_file_size_limit(largest)?;
         // Held while the object and its records are published, so eviction
         // cannot take the object between the two (P6).
-        let _pin = inner
+        let pin = inner
             .locks
             .acquire(
                 object_slot(&object),
@@ -486,30 +628,55 @@ impl DiskStore {
         let object_path = inner.layout.object(&object);
         let mut written = 0;
         let mut new_entries = 0;
-        match fs::metadata(&object_path) {
-            Ok(found) if found.len() == size => {
-                // The same bytes are already here: content addressing.
-                if let Ok(file) = File::open(&object_path) {
+        // What this put published, to take back if it cannot finish: a
+        // failed put stores nothing, not an object without its records.
+        let mut published_object: Option<Metadata> = None;
+        let mut published_records: Vec<&Path> = Vec::new();
+        let result = (|| -> io::Result<()> {
+            match self.same_object_here(&object_path, &object, size)? {
+                Here::Same(file, found) => {
+                    // The same bytes are already here: content addressing.
                     touch(&file, &found);
                 }
+                other => {
+                    if matches!(other, Here::Absent) {
+                        new_entries = 1;
+                    }
+                    let file = self.publish(&object_path, bytes)?;
+                    written += size;
+                    if new_entries == 1 {
+                        published_object = file.metadata().ok();
+                    }
+                }
             }
-            _ => {
-                durable::publish(&staging, &object_path, bytes, durable)?;
-                written += size;
-                new_entries = 1;
+            for (target, sealed, inline) in &records {
+                clear_non_file(target)?;
+                let file = self.publish(target, sealed)?;
+                published_records.push(target);
+                if *inline {
+                    not_yet_refreshed(&file);
+                }
+                written += sealed.len() as u64;
             }
+            Ok(())
+        })();
+        drop(pin);
+        if let Err(error) = result {
+            for target in published_records {
+                let _ = fs::remove_file(target);
+            }
+            // Unless another publisher of the same bytes holds it now.
+            if let Some(found) = published_object
+                && let Ok(Some(_alone)) =
+                    inner
+                        .locks
+                        .acquire(object_slot(&object), Mode::Exclusive, None)
+            {
+                remove_if_same(&object_path, &found);
+            }
+            return Err(error);
         }
-        for key in std::iter::once(key).chain(source_key) {
-            let record = Record::new(key.clone(), object, size, work);
-            let (sealed, inline) = record_file(&record, bytes);
-            let target = inner.layout.record(&key.digest());
-            let file = durable::publish_open(&staging, &target, &sealed, durable)?;
-            if inline {
-                not_yet_refreshed(&file);
-            }
-            written += sealed.len() as u64;
-        }
-        drop(_pin);
+        inner.wrote_since_batch.store(true, Ordering::Release);
         if let Some((name, kernel)) = key.kernel() {
             self.update_history(name, kernel, |history| {
                 history.stored = Some(Seen {
@@ -529,6 +696,53 @@ impl DiskStore {
             Err(error) => log::debug!("cannot count a put: {error}"),
         }
         Ok(written)
+    }
+
+    /// What is at `path`, where the object with digest `object` and `size`
+    /// bytes belongs. A file of the right length is digested before it is
+    /// trusted: a bit flipped in place keeps the length, and a put that
+    /// trusted it would leave the entry corrupt for every later run (P2).
+    /// Anything else than a file there is removed, so the object can be
+    /// published in its place.
+    fn same_object_here(&self, path: &Path, object: &[u8; 32], size: u64) -> io::Result<Here> {
+        let found = match fs::symlink_metadata(path) {
+            Ok(found) => found,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Here::Absent),
+            Err(error) => return Err(error),
+        };
+        if !found.is_file() {
+            clear_non_file(path)?;
+            return Ok(Here::Other);
+        }
+        if found.len() != size {
+            return Ok(Here::Other);
+        }
+        let Ok(file) = File::open(path) else {
+            return Ok(Here::Other);
+        };
+        match file_digest(&file) {
+            Ok(found_digest) if found_digest == *object => Ok(Here::Same(file, Box::new(found))),
+            Ok(_) => {
+                log::warn!(
+                    "kiln store: object {} was damaged in place; written again",
+                    hex(&object[..8])
+                );
+                Ok(Here::Other)
+            }
+            Err(_) => Ok(Here::Other),
+        }
+    }
+
+    /// Publishes `bytes` at `path` (P3), refusing a file the process's
+    /// file size limit would not let it write whole.
+    fn publish(&self, path: &Path, bytes: &[u8]) -> io::Result<File> {
+        within_file_size_limit(bytes.len() as u64)?;
+        durable::publish_open(
+            &self.inner.layout.staging(),
+            path,
+            bytes,
+            self.inner.config.durable,
+        )
     }
 
     /// Fills a scratch store with `entries`, as [`put`](ArtifactStore::put)
@@ -604,6 +818,9 @@ impl DiskStore {
         {
             return;
         }
+        self.inner
+            .collected_since_batch
+            .store(true, Ordering::Release);
         let store = self.clone();
         let spawned = std::thread::Builder::new()
             .name("kiln-store-collect".into())
@@ -617,6 +834,51 @@ impl DiskStore {
         if let Err(error) = spawned {
             log::warn!("cannot start evicting: {error}");
             self.inner.collecting.store(false, Ordering::Release);
+        }
+    }
+
+    /// Brings the store within its limits before a batch returns, when
+    /// this process's puts took it over (P6): a run that fills the store
+    /// ends within its limits, where eviction on its own thread alone
+    /// could end the process long before it caught up. Waits for a
+    /// collection that is running, then evicts down to 90 % of the limits
+    /// when still over. A collection that ran on this process's thread
+    /// during the batch may have counted before the batch's last puts, so
+    /// the store is then recounted (evicting down to the limits only).
+    fn hold_limits(&self) {
+        let inner = &self.inner;
+        let config = &inner.config;
+        if inner.read_only
+            || !config.collects_automatically
+            || !inner.wrote_since_batch.swap(false, Ordering::AcqRel)
+        {
+            return;
+        }
+        let deadline = deadline_after(config.lock_timeout);
+        while inner.collecting.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // Another process collecting holds the slot until it is done.
+        drop(
+            inner
+                .locks
+                .acquire(COLLECT_SLOT, Mode::Exclusive, Some(deadline)),
+        );
+        let recount = inner.collected_since_batch.swap(false, Ordering::AcqRel);
+        let usage = self.usage();
+        let limits = if usage.bytes > config.max_bytes || usage.entries > config.max_entries {
+            crate::Limits::low_water(config)
+        } else if recount {
+            crate::Limits::of(config)
+        } else {
+            return;
+        };
+        match self.collect(limits, &mut |_| {}) {
+            Ok(report) if report.skipped => {
+                log::debug!("another process is evicting from {}", self.root().display());
+            }
+            Ok(_) => {}
+            Err(error) => log::warn!("evicting from {}: {error}", self.root().display()),
         }
     }
 }
@@ -655,9 +917,11 @@ impl ArtifactStore for DiskStore {
             }
             let pointer = match judge(&sealed, encoded_key, key) {
                 Judged::Inline(pointer) => {
-                    touch_inline(&record_file, &record_found, || {
-                        self.inner.layout.object(&pointer.object)
-                    });
+                    if !self.inner.read_only {
+                        touch_inline(&record_file, &record_found, || {
+                            self.inner.layout.object(&pointer.object)
+                        });
+                    }
                     // The artifact is the start of the record: cut, not copied.
                     sealed.truncate(usize::try_from(pointer.size).unwrap_or(usize::MAX));
                     return self.hit(sealed, &pointer);
@@ -702,6 +966,12 @@ impl ArtifactStore for DiskStore {
         };
         // The record is bad, of another key, or points at nothing: remove it,
         // unless a writer replaced it meanwhile.
+        if self.inner.read_only {
+            if !matches!(miss, Miss::Absent) {
+                log::warn!("kiln store: {miss}; the store is read-only, the kernel compiles");
+            }
+            return Lookup::Miss(miss);
+        }
         remove_if_unchanged(&record_path, &sealed);
         self.note_miss(key);
         if !matches!(miss, Miss::Absent) {
@@ -712,6 +982,12 @@ impl ArtifactStore for DiskStore {
 
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
         let inner = &self.inner;
+        if inner.read_only {
+            // Nothing it compiles is stored, so nobody could wait for it,
+            // and it waits for nobody: what others store is read as it
+            // lands.
+            return Claim::Uncoordinated;
+        }
         let slot = key_slot(&key.digest());
         let held = |guard| Claim::Held(ClaimGuard::new(guard));
         match inner.locks.acquire(slot, Mode::Exclusive, None) {
@@ -724,7 +1000,7 @@ impl ArtifactStore for DiskStore {
             }
         }
         bump(&inner.counters.claims_waited, 1);
-        let deadline = Instant::now() + inner.config.lock_timeout;
+        let deadline = deadline_after(inner.config.lock_timeout);
         match inner.locks.acquire(slot, Mode::Exclusive, Some(deadline)) {
             Ok(Some(guard)) => held(guard),
             Ok(None) => {
@@ -751,6 +1027,10 @@ impl ArtifactStore for DiskStore {
         work: Duration,
     ) -> StoreOutcome {
         let counters = &self.inner.counters;
+        if self.inner.read_only {
+            bump(&counters.writes_skipped, 1);
+            return StoreOutcome::Skipped;
+        }
         match self.try_put(key, source_key, bytes, work) {
             Ok(written) => {
                 bump(&counters.puts, 1);
@@ -759,19 +1039,23 @@ impl ArtifactStore for DiskStore {
             }
             Err(error) => {
                 bump(&counters.put_failures, 1);
-                log::warn!(
+                let cause = self.count_write_failure(&error);
+                log::debug!(
                     "kiln store: cannot store {} in {}: {error}",
                     key.subject_text(),
                     self.root().display()
                 );
                 StoreOutcome::Failed {
-                    detail: error.to_string(),
+                    detail: format!("{cause}: {error}"),
                 }
             }
         }
     }
 
     fn remove(&self, key: &StoreKey) {
+        if self.inner.read_only {
+            return;
+        }
         let path = self.record_path(key);
         if let Err(error) = fs::remove_file(&path)
             && error.kind() != io::ErrorKind::NotFound
@@ -797,10 +1081,15 @@ impl ArtifactStore for DiskStore {
             claims_timed_out: read(&counters.claims_timed_out),
             puts: read(&counters.puts),
             put_failures: read(&counters.put_failures),
+            writes_skipped: read(&counters.writes_skipped),
             bytes_read: read(&counters.bytes_read),
             bytes_written: read(&counters.bytes_written),
             evicted: read(&counters.evicted),
         }
+    }
+
+    fn batch_finished(&self) {
+        self.hold_limits();
     }
 
     fn explain(&self, key: &StoreKey) -> Explanation {
@@ -1045,6 +1334,135 @@ pub(crate) fn remove_if_same(path: &Path, found: &Metadata) -> bool {
     }
 }
 
+/// Why the store at `layout` is to be opened read-only, if it is: asked
+/// for, or its `locks` file (when it has none, the nearest folder that
+/// exists on the way to its root) cannot be written.
+fn read_only_reason(config: &StoreConfig, layout: &Layout) -> Option<ReadOnly> {
+    if config.read_only {
+        return Some(ReadOnly::Asked);
+    }
+    let lock_path = layout.lock_file();
+    let probe = if lock_path.exists() {
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&lock_path)
+            .map(drop)
+    } else {
+        let existing = layout
+            .root()
+            .ancestors()
+            .find(|folder| folder.exists())
+            .unwrap_or(Path::new("."));
+        may_write(existing)
+    };
+    match probe {
+        Err(error) if is_unwritable(&error) => Some(ReadOnly::Unwritable(error)),
+        _ => None,
+    }
+}
+
+/// Whether this process may create files in `folder`, as the system
+/// answers before trying: a read-only file system says so too.
+fn may_write(folder: &Path) -> io::Result<()> {
+    let path = std::ffi::CString::new(folder.as_os_str().as_bytes())?;
+    // SAFETY: `path` is a NUL-terminated string alive for the call.
+    if unsafe { libc::access(path.as_ptr(), libc::W_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Whether `error` says the store's folder cannot be written at all, as
+/// opposed to a failure of one write.
+fn is_unwritable(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EROFS | libc::EACCES | libc::EPERM)
+    )
+}
+
+/// Refuses a file of `length` bytes that the process's file size limit
+/// (`RLIMIT_FSIZE`) would not let it write whole. Past the limit the system
+/// sends SIGXFSZ, which stops a process that does not ignore it: the store
+/// must not depend on how its host set that signal up (P5).
+pub(crate) fn within_file_size_limit(length: u64) -> io::Result<()> {
+    let mut limit = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: `limit` is a valid `rlimit` that the call fills.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } != 0
+        || limit.rlim_cur == libc::RLIM_INFINITY
+        || length <= limit.rlim_cur
+    {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::FileTooLarge,
+        format!(
+            "a file of {length} bytes would pass the process's file size limit of {} bytes",
+            limit.rlim_cur
+        ),
+    ))
+}
+
+/// The instant `wait` from now; a wait longer than a clock can add is cut
+/// to the longest lock timeout the environment may set.
+fn deadline_after(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .or_else(|| now.checked_add(MAX_LOCK_TIMEOUT))
+        .unwrap_or(now)
+}
+
+/// The BLAKE3 digest of what `file` holds, read in chunks.
+fn file_digest(file: &File) -> io::Result<[u8; 32]> {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(file)?;
+    Ok(*hasher.finalize().as_bytes())
+}
+
+/// Removes what is at `path` when it is not a regular file, so that a file
+/// can be published there: at an entry's path inside the store (a name of
+/// 64 hex digits two shards deep) only a file the store wrote belongs, and
+/// a folder there would fail every put of the entry forever. A link is
+/// removed, never followed. A folder goes only when `symlink_metadata`
+/// says the path itself is one; what it holds goes without following a
+/// link in it (the standard library's `remove_dir_all` unlinks a link it
+/// meets instead of entering it).
+pub(crate) fn clear_non_file(path: &Path) -> io::Result<()> {
+    let found = match fs::symlink_metadata(path) {
+        Ok(found) => found,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    if found.is_file() {
+        return Ok(());
+    }
+    let is_entry_name = path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.len() == 64 && name.bytes().all(|byte| byte.is_ascii_hexdigit()));
+    if found.is_dir() {
+        match fs::remove_dir(path) {
+            Ok(()) => {}
+            Err(error) if is_entry_name && error.kind() == io::ErrorKind::DirectoryNotEmpty => {
+                fs::remove_dir_all(path)?;
+            }
+            Err(error) => return Err(error),
+        }
+    } else {
+        fs::remove_file(path)?;
+    }
+    log::warn!(
+        "kiln store: {} was not a file; removed to store the entry again",
+        path.display()
+    );
+    Ok(())
+}
+
 fn read_token(path: &Path) -> u64 {
     fs::read(path)
         .ok()
@@ -1191,5 +1609,52 @@ mod tests {
         assert_eq!(filled.targets(), put.targets());
         let _ = fs::remove_dir_all(filled.root());
         let _ = fs::remove_dir_all(put.root());
+    }
+
+    #[test]
+    fn p4_a_claim_waits_under_any_lock_timeout_without_overflowing() {
+        // P4: a timeout no clock can add to is cut, never a panic.
+        let holder = scratch("claim-timeout");
+        let waiter = DiskStore::open(StoreConfig {
+            lock_timeout: Duration::from_secs(9_300_000_000_000_000_000),
+            ..holder.config().clone()
+        })
+        .expect("a second handle");
+        let Claim::Held(guard) = holder.claim(&kernel_key(1), ClaimWait::Patiently) else {
+            panic!("the first claim is held");
+        };
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(guard);
+        });
+        assert!(matches!(
+            waiter.claim(&kernel_key(1), ClaimWait::Patiently),
+            Claim::Held(_)
+        ));
+        releaser.join().expect("released");
+        let _ = fs::remove_dir_all(holder.root());
+    }
+
+    #[test]
+    fn failed_writes_are_counted_once_per_cause() {
+        // P5: one entry, and one warning, per cause; the first detail kept.
+        let store = scratch("write-causes");
+        for (number, detail) in [(libc::ENOSPC, "first"), (libc::ENOSPC, "second")] {
+            let error = io::Error::new(io::Error::from_raw_os_error(number).kind(), detail);
+            store.count_write_failure(&error);
+        }
+        store.count_write_failure(&io::Error::from_raw_os_error(libc::EDQUOT));
+        let failures = store.write_failures();
+        assert_eq!(
+            failures
+                .iter()
+                .map(|failure| (failure.cause, failure.count, failure.detail.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (WriteCause::DiskFull, 2, "first"),
+                (WriteCause::Quota, 1, "Disk quota exceeded (os error 122)")
+            ]
+        );
+        let _ = fs::remove_dir_all(store.root());
     }
 }

@@ -2,18 +2,30 @@
 //! `staging/`, synced, renamed over its final name, and the folder that
 //! received it is synced. A reader opens the old file or the new one, never
 //! a part of either, and a process killed at any instant leaves at most a
-//! file in `staging/`, which `verify` and `gc` clean up.
+//! file in `staging/`, which `verify`, `gc` and an hourly sweep at open
+//! clean up.
+//!
+//! Every folder on the way is reached from the root's descriptor without
+//! following a link ([`crate::tree`]): a link where the store's own folder
+//! should be is replaced by a real folder, so no write lands outside the
+//! store.
 
-use std::fs::{self, File, OpenOptions};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::layout;
+use crate::tree::Folder;
 
 /// Staging files written by this process so far: with the process id, a
 /// name no other live writer uses.
 static STAGED: AtomicU64 = AtomicU64::new(0);
 
 /// Writes `bytes` to `target` atomically, and durably when `durable`.
+/// `staging` is the store's staging folder, right under its root, and
+/// `target` a path under that root.
 pub(crate) fn publish(
     staging: &Path,
     target: &Path,
@@ -32,92 +44,148 @@ pub(crate) fn publish_open(
     bytes: &[u8],
     durable: bool,
 ) -> io::Result<File> {
-    let (staged, mut file) = create_staged(staging)?;
-    let renamed = file
+    let root_path = staging.parent().ok_or_else(|| outside(staging))?;
+    // A relative root of one name has an empty parent: the current folder.
+    let root = Folder::open(if root_path.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        root_path
+    })?;
+    let staging = folder_at(&root, &[name_of(staging)?], durable)?;
+    let (staged, mut file) = create_staged(&staging)?;
+    let placed = file
         .write_all(bytes)
         .and_then(|()| if durable { file.sync_all() } else { Ok(()) })
-        .and_then(|()| rename_into_place(&staged, target, durable));
-    if renamed.is_err() {
-        let _ = fs::remove_file(&staged);
+        .and_then(|()| {
+            let relative = relative_names(root_path, target)?;
+            let (name, folders) = relative.split_last().ok_or_else(|| outside(target))?;
+            let folder = folder_at(&root, folders, durable)?;
+            staging.rename(&staged, &folder, OsStr::new(name))?;
+            if durable { folder.sync() } else { Ok(()) }
+        });
+    if placed.is_err() {
+        let _ = staging.remove_file(&staged);
     }
-    renamed.map(|()| file)
+    placed.map(|()| file)
+}
+
+fn outside(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{} is not inside the store", path.display()),
+    )
+}
+
+fn name_of(path: &Path) -> io::Result<&str> {
+    path.file_name()
+        .and_then(OsStr::to_str)
+        .ok_or_else(|| outside(path))
+}
+
+/// The names from `root` down to `target`, which must lie under it.
+fn relative_names<'a>(root: &Path, target: &'a Path) -> io::Result<Vec<&'a str>> {
+    let relative = target.strip_prefix(root).map_err(|_| outside(target))?;
+    relative
+        .components()
+        .map(|component| match component {
+            Component::Normal(name) => name.to_str().ok_or_else(|| outside(target)),
+            _ => Err(outside(target)),
+        })
+        .collect()
+}
+
+/// The folder at `names` under `root`, each made when missing and synced
+/// into its parent when `durable`. A link or file where one of the store's
+/// own folders should be is replaced by a folder; anywhere else it is an
+/// error. Nothing is followed.
+pub(crate) fn folder_at(root: &Folder, names: &[&str], durable: bool) -> io::Result<Folder> {
+    let mut current = root.reopen()?;
+    for depth in 0..names.len() {
+        let own = layout::is_own_folder(&names[..=depth]);
+        let (next, made) = current.folder_made(OsStr::new(names[depth]), own)?;
+        if made && durable {
+            current.sync()?;
+        }
+        current = next;
+    }
+    Ok(current)
 }
 
 /// A new file in `staging`, named `<pid>-<sequence>.part`.
-pub(crate) fn create_staged(staging: &Path) -> io::Result<(PathBuf, File)> {
+fn create_staged(staging: &Folder) -> io::Result<(OsString, File)> {
     loop {
         let sequence = STAGED.fetch_add(1, Ordering::Relaxed);
-        let path = staging.join(format!("{}-{sequence}.part", std::process::id()));
-        match OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(file) => return Ok((path, file)),
+        let name = OsString::from(format!("{}-{sequence}.part", std::process::id()));
+        match staging.create_file(&name) {
+            Ok(file) => return Ok((name, file)),
             // Left by a dead process that had this id: take the next name.
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir_all(staging)?;
-            }
             Err(error) => return Err(error),
         }
     }
 }
 
-/// Renames a whole, synced staging file over `target`, creating its shard
-/// folders when they are missing, then syncs the folder it landed in.
-pub(crate) fn rename_into_place(staged: &Path, target: &Path, durable: bool) -> io::Result<()> {
-    let parent = target.parent().expect("store files live in folders");
-    match fs::rename(staged, target) {
-        Ok(()) => {}
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {
-            create_folders(parent, durable)?;
-            fs::rename(staged, target)?;
-        }
-        Err(error) => return Err(error),
+/// The process id in `name` when it is a staging file's name as the store
+/// gives them, `<pid>-<sequence>.part`; `None` for any other name.
+pub(crate) fn staging_pid(name: &str) -> Option<libc::pid_t> {
+    let (pid, rest) = name.split_once('-')?;
+    let sequence = rest.strip_suffix(".part")?;
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit());
+    if !digits(pid) || !digits(sequence) {
+        return None;
     }
-    if durable {
-        sync_folder(parent)?;
-    }
-    Ok(())
+    pid.parse().ok()
 }
 
-/// Creates `folder` and its missing parents, syncing each parent that
-/// gained an entry so the new folder survives a crash too.
-fn create_folders(folder: &Path, durable: bool) -> io::Result<()> {
-    let mut missing = Vec::new();
-    let mut current = folder;
-    while !current.exists() {
-        missing.push(current);
-        match current.parent() {
-            Some(parent) => current = parent,
-            None => break,
-        }
-    }
-    fs::create_dir_all(folder)?;
-    if durable {
-        for created in missing.iter().rev() {
-            if let Some(parent) = created.parent() {
-                sync_folder(parent)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Makes the entries of `folder` durable.
-pub(crate) fn sync_folder(folder: &Path) -> io::Result<()> {
-    File::open(folder)?.sync_all()
-}
-
-/// Whether the process that wrote staging file `name` is gone.
-pub(crate) fn staged_by_dead_process(name: &str) -> bool {
-    let Some(pid) = name
-        .split_once('-')
-        .and_then(|(pid, _)| pid.parse::<libc::pid_t>().ok())
-    else {
+/// Whether the process `pid`, which wrote a staging file, is gone.
+pub(crate) fn is_dead(pid: libc::pid_t) -> bool {
+    if pid <= 0 {
         return true;
-    };
+    }
     if pid == std::process::id() as libc::pid_t {
         return false;
     }
     // SAFETY: signal 0 checks that the process exists and sends nothing.
     let status = unsafe { libc::kill(pid, 0) };
     status != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_the_store_gives_are_staging_files() {
+        assert_eq!(staging_pid("123-4.part"), Some(123));
+        for name in [
+            "notes.txt",
+            "123-4.part.bak",
+            "-4.part",
+            "12a-4.part",
+            "123-.part",
+        ] {
+            assert_eq!(staging_pid(name), None, "{name}");
+        }
+        assert!(!is_dead(std::process::id() as libc::pid_t));
+    }
+
+    #[test]
+    fn a_publication_replaces_a_link_at_a_shard_and_writes_nothing_through_it() {
+        let scratch =
+            std::env::temp_dir().join(format!("kiln-durable-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&scratch);
+        let (root, outside) = (scratch.join("store"), scratch.join("outside"));
+        std::fs::create_dir_all(root.join("records")).expect("a store");
+        std::fs::create_dir_all(&outside).expect("a folder outside");
+        std::os::unix::fs::symlink(&outside, root.join("records/ab")).expect("a link");
+        let target = root.join("records/ab/c").join("ab".repeat(32));
+        publish(&root.join("staging"), &target, b"record", true).expect("published");
+        assert_eq!(std::fs::read(&target).expect("in place"), b"record");
+        assert!(
+            !root.join("records/ab").is_symlink(),
+            "the link was replaced"
+        );
+        assert_eq!(std::fs::read_dir(&outside).expect("lists").count(), 0);
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
 }

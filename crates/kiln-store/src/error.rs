@@ -65,6 +65,16 @@ pub enum Error {
         /// What did not verify.
         detail: String,
     },
+    /// The bundle's checksums hold, but its entries do not agree with each
+    /// other: a record names an object that neither the bundle nor the store
+    /// holds, or bytes that are not what the record says. The file was
+    /// written that way, by a faulty exporter or by hand: nothing was
+    /// imported, and it should not be trusted.
+    #[error("the bundle does not hold together, nothing was imported: {detail}")]
+    InconsistentBundle {
+        /// Which record, and what does not agree.
+        detail: String,
+    },
     /// Export needs one compiler to name in the bundle's header.
     #[error("the store holds entries of {} compilers; choose one of: {}", choices.len(), choices.join("; "))]
     AmbiguousExport {
@@ -74,6 +84,41 @@ pub enum Error {
     /// Export found nothing to put in a bundle.
     #[error("the store holds no entries to export")]
     NothingToExport,
+    /// The folder holds no store and none can be made there: it, or the
+    /// folder it would be made in, is read-only. The caller can run without
+    /// a store, with one warning.
+    #[error(
+        "{} holds no kiln store and none can be made there: it is read-only",
+        root.display()
+    )]
+    ReadOnlyEmpty {
+        /// The store's root.
+        root: PathBuf,
+    },
+    /// The folder holds files but no store: kiln never makes a store among
+    /// files it did not write, nor verifies or collects them.
+    #[error(
+        "{} is not a kiln store (it holds files but no LAYOUT file); give kiln an empty or new folder, or the folder of an existing store",
+        root.display()
+    )]
+    NotAStore {
+        /// The folder.
+        root: PathBuf,
+    },
+    /// The store's own folders or files are damaged in a way it would not
+    /// repair on its own (it removes only what it can prove is its own):
+    /// the caller can run without the store, with one warning.
+    #[error(
+        "the store at {} is damaged: {}; move away or repair what is named, or run without the store",
+        root.display(),
+        damage.join("; ")
+    )]
+    Damaged {
+        /// The store's root.
+        root: PathBuf,
+        /// What is damaged, one line each.
+        damage: Vec<String>,
+    },
 }
 
 impl Error {
@@ -90,3 +135,91 @@ impl Error {
 
 /// A kiln-store result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a write to the store failed: what the user can do about it differs
+/// (free space, raise a quota or a limit, mount it writable, fix owners).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum WriteCause {
+    /// The file system is full (`ENOSPC`).
+    DiskFull,
+    /// The user's or the group's disk quota is spent (`EDQUOT`).
+    Quota,
+    /// The file system or the store is read-only (`EROFS`).
+    ReadOnly,
+    /// The file would pass the process's file size limit (`RLIMIT_FSIZE`,
+    /// `EFBIG`).
+    FileSizeLimit,
+    /// The store's files or folders may not be written by this user
+    /// (`EACCES`, `EPERM`).
+    Permission,
+    /// Any other failure of the system.
+    Other,
+}
+
+impl WriteCause {
+    /// The cause of `error`, from its system error number where it has one.
+    pub fn of(error: &io::Error) -> Self {
+        match error.raw_os_error() {
+            Some(libc::ENOSPC) => return Self::DiskFull,
+            Some(libc::EDQUOT) => return Self::Quota,
+            Some(libc::EROFS) => return Self::ReadOnly,
+            Some(libc::EFBIG) => return Self::FileSizeLimit,
+            Some(libc::EACCES | libc::EPERM) => return Self::Permission,
+            Some(_) => return Self::Other,
+            None => {}
+        }
+        match error.kind() {
+            io::ErrorKind::StorageFull => Self::DiskFull,
+            io::ErrorKind::QuotaExceeded => Self::Quota,
+            io::ErrorKind::ReadOnlyFilesystem => Self::ReadOnly,
+            io::ErrorKind::FileTooLarge => Self::FileSizeLimit,
+            io::ErrorKind::PermissionDenied => Self::Permission,
+            _ => Self::Other,
+        }
+    }
+}
+
+impl std::fmt::Display for WriteCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::DiskFull => "disk full",
+            Self::Quota => "quota exceeded",
+            Self::ReadOnly => "read-only",
+            Self::FileSizeLimit => "file size limit",
+            Self::Permission => "permission denied",
+            Self::Other => "I/O error",
+        })
+    }
+}
+
+/// The failed writes of one cause, as one store handle saw them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WriteFailure {
+    /// Why they failed.
+    pub cause: WriteCause,
+    /// What the first of them said.
+    pub detail: String,
+    /// How many failed for this cause.
+    pub count: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_error_is_classified_by_its_cause() {
+        let cause = |number| WriteCause::of(&io::Error::from_raw_os_error(number));
+        assert_eq!(cause(libc::ENOSPC), WriteCause::DiskFull);
+        assert_eq!(cause(libc::EDQUOT), WriteCause::Quota);
+        assert_eq!(cause(libc::EROFS), WriteCause::ReadOnly);
+        assert_eq!(cause(libc::EFBIG), WriteCause::FileSizeLimit);
+        assert_eq!(cause(libc::EACCES), WriteCause::Permission);
+        assert_eq!(cause(libc::EPERM), WriteCause::Permission);
+        assert_eq!(cause(libc::EIO), WriteCause::Other);
+        let refused = io::Error::new(io::ErrorKind::FileTooLarge, "past the limit");
+        assert_eq!(WriteCause::of(&refused), WriteCause::FileSizeLimit);
+        assert_eq!(WriteCause::DiskFull.to_string(), "disk full");
+        assert_eq!(WriteCause::Other.to_string(), "I/O error");
+    }
+}

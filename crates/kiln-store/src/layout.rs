@@ -7,6 +7,7 @@
 //!   usage         bytes and entries held, updated by every put
 //!   targets       the key components of every compiler that stored here
 //!   generation    a token that an import replacing content changes
+//!   swept         its time is when staging was last swept at open
 //!   staging/      files being written, renamed into place when whole
 //!   objects/ab/c/<64 hex>   artifact bytes, named by their BLAKE3 digest
 //!   records/ab/c/<64 hex>   one record per key, named by the key's digest
@@ -16,6 +17,11 @@
 //! Two levels of shards (256 × 16) keep every folder small: a million
 //! entries put about 250 files in a folder, and a lookup opens one known
 //! path without listing anything.
+//!
+//! These names are also how the store knows its own: it removes a file
+//! only under one of them (see [`crate::tree`]), and `LAYOUT` marks a
+//! folder as a store, so a folder without it that holds anything is never
+//! taken for one.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -23,6 +29,36 @@ use std::path::{Path, PathBuf};
 
 /// The layout version written to `LAYOUT`.
 pub(crate) const LAYOUT: &str = "kiln store layout 1";
+
+/// The folders at the root, each the store's own.
+pub(crate) const FOLDERS: [&str; 4] = ["objects", "records", "kernels", "staging"];
+
+/// The files at the root, each the store's own.
+pub(crate) const FILES: [&str; 6] = ["LAYOUT", "locks", "usage", "targets", "generation", "swept"];
+
+/// The sharded trees and the length of the names of their files: 64 hex
+/// digits of a BLAKE3 digest, 32 of a kernel id.
+pub(crate) const TREES: [(&str, usize); 3] = [("objects", 64), ("records", 64), ("kernels", 32)];
+
+/// Whether `name` is `length` lower-case hex digits, as the store names
+/// its shards (2 and 1) and its files (64 and 32).
+pub(crate) fn is_hex_name(name: &str, length: usize) -> bool {
+    name.len() == length
+        && name
+            .bytes()
+            .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Whether the folder at `relative` (names below the root) is one the
+/// store makes: a root folder, or a shard two levels deep in a tree.
+pub(crate) fn is_own_folder(relative: &[&str]) -> bool {
+    match relative {
+        [folder] => FOLDERS.contains(folder),
+        [tree, first] => TREES.iter().any(|(name, _)| name == tree) && is_hex_name(first, 2),
+        [tree, first, second] => is_own_folder(&[tree, first]) && is_hex_name(second, 1),
+        _ => false,
+    }
+}
 
 /// The paths of one store.
 #[derive(Debug, Clone)]
@@ -69,10 +105,6 @@ impl Layout {
 
     pub(crate) fn records(&self) -> PathBuf {
         self.root.join("records")
-    }
-
-    pub(crate) fn kernels(&self) -> PathBuf {
-        self.root.join("kernels")
     }
 
     /// The object with BLAKE3 digest `digest`.
@@ -144,5 +176,17 @@ mod tests {
             layout.kernel(0x0123_4567_89ab_cdef_0011_2233_4455_6677),
             PathBuf::from("/store/kernels/01/2/0123456789abcdef0011223344556677")
         );
+    }
+
+    #[test]
+    fn only_the_names_the_store_gives_are_its_own_folders() {
+        assert!(is_own_folder(&["records", "ab", "c"]));
+        assert!(is_own_folder(&["staging"]));
+        assert!(!is_own_folder(&["records", "AB"]));
+        assert!(!is_own_folder(&["staging", "ab"]));
+        assert!(!is_own_folder(&["records", "ab", "c", "d"]));
+        assert!(!is_own_folder(&["notes"]));
+        assert!(is_hex_name(&"0f".repeat(32), 64));
+        assert!(!is_hex_name(&"0F".repeat(32), 64));
     }
 }

@@ -52,13 +52,16 @@ pub mod error;
 mod layout;
 mod lock;
 mod maintenance;
+mod partial;
 mod record;
+mod skeleton;
+mod tree;
 mod usage;
 
 pub use bundle::{BUNDLE_VERSION, BundleHeader, ExportReport, ImportReport, read_header};
 pub use config::{StoreConfig, parse_size};
 pub use disk::DiskStore;
-pub use error::{Error, Result};
+pub use error::{Error, Result, WriteCause, WriteFailure};
 pub use maintenance::{CollectReport, EntryInfo, Limits, Progress, VerifyReport};
 pub use record::{KernelHistory, Record, Seen};
 pub use usage::Usage;

@@ -71,7 +71,11 @@ struct Holders {
 /// The store's `locks` file and the table of what this process holds in it.
 #[derive(Debug)]
 pub(crate) struct LockFile {
-    file: File,
+    /// `None` for a read-only store, which has no file it may write locks
+    /// into (a write lock needs a descriptor open for writing): it writes
+    /// nothing, so only its own threads need keeping apart, and the table
+    /// does that.
+    file: Option<File>,
     held: Mutex<HashMap<u64, Holders>>,
     released: Condvar,
 }
@@ -98,11 +102,22 @@ impl LockFile {
             .create(true)
             .truncate(false)
             .open(path)?;
-        Ok(Arc::new(Self {
+        Ok(Self::with_file(Some(file)))
+    }
+
+    /// Locks that keep this process's threads apart only: for a read-only
+    /// store, which never publishes nor removes anything another process
+    /// could be reading.
+    pub(crate) fn in_process() -> Arc<Self> {
+        Self::with_file(None)
+    }
+
+    fn with_file(file: Option<File>) -> Arc<Self> {
+        Arc::new(Self {
             file,
             held: Mutex::new(HashMap::new()),
             released: Condvar::new(),
-        }))
+        })
     }
 
     /// Takes `slot` in `mode`, trying until `deadline`, or once when there is
@@ -215,6 +230,9 @@ impl LockFile {
     }
 
     fn fcntl(&self, slot: u64, kind: libc::c_int) -> io::Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
         // SAFETY: `flock` is plain data; all-zero is a valid value, and the
         // fields that matter are set below.
         let mut lock: libc::flock = unsafe { std::mem::zeroed() };
@@ -225,7 +243,7 @@ impl LockFile {
         loop {
             // SAFETY: the descriptor is open for the life of `self`, and
             // `lock` is a valid `flock` that outlives the call.
-            let status = unsafe { libc::fcntl(self.file.as_raw_fd(), SET_LOCK, &lock) };
+            let status = unsafe { libc::fcntl(file.as_raw_fd(), SET_LOCK, &lock) };
             if status == 0 {
                 return Ok(());
             }

@@ -2,8 +2,10 @@
 //! the shard folders one at a time and keeps only counters, so memory stays
 //! flat whatever the store holds.
 
-use std::fs::{self, File};
+use std::ffi::OsStr;
+use std::fs::{File, Metadata};
 use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -11,12 +13,13 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::config::StoreConfig;
-use crate::disk::{DiskStore, digest, remove_if_same, remove_if_unchanged};
+use crate::disk::{DiskStore, digest};
 use crate::durable;
 use crate::error::{Error, Result};
-use crate::layout::digest_from_name;
+use crate::layout::{TREES, digest_from_name, is_hex_name};
 use crate::lock::{COLLECT_SLOT, Mode, key_slot, object_slot};
 use crate::record::{KernelHistory, Record};
+use crate::tree::{Folder, Kind, Status, is_absent};
 use crate::usage::Usage;
 
 /// How far a pass has got, for a progress bar.
@@ -34,7 +37,7 @@ pub struct Progress {
 }
 
 /// What a verify found and did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VerifyReport {
     /// Objects re-digested.
     pub objects: u64,
@@ -57,12 +60,19 @@ pub struct VerifyReport {
     pub staging_removed: u64,
     /// Bad files left alone because another process was using them.
     pub busy: u64,
+    /// What verify could not check, and why: a folder it may not read, a
+    /// folder or link where a file should be, a name the store does not
+    /// give its files. Left as it was.
+    #[serde(default)]
+    pub unchecked: Vec<(PathBuf, String)>,
 }
 
 impl VerifyReport {
-    /// Whether everything verified.
+    /// Whether everything verified: nothing was bad, and nothing was left
+    /// unchecked.
     pub fn is_clean(&self) -> bool {
         self.bad_objects + self.bad_records + self.dangling_records + self.bad_histories == 0
+            && self.unchecked.is_empty()
     }
 }
 
@@ -95,7 +105,7 @@ impl Limits {
 }
 
 /// What a collection did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CollectReport {
     /// What the store held before.
     pub before: Usage,
@@ -114,6 +124,10 @@ pub struct CollectReport {
     /// Whether another process was already collecting, so this one did
     /// nothing.
     pub skipped: bool,
+    /// What the collection could not check, and why (as
+    /// [`VerifyReport::unchecked`]): left as it was.
+    #[serde(default)]
+    pub unchecked: Vec<(PathBuf, String)>,
 }
 
 /// One entry as `kiln ls` shows it: a record and what its object looks like.
@@ -140,164 +154,456 @@ fn age_bucket(accessed: SystemTime, now: SystemTime) -> usize {
         .min((AGE_BUCKETS - 1) as f64) as usize
 }
 
-/// Calls `visit` with the path and name of every file two shard levels
-/// under `tree`, one folder at a time.
-pub(crate) fn walk_files(tree: &Path, visit: &mut dyn FnMut(PathBuf, &str)) -> Result<()> {
-    let entries = |folder: &Path| -> Option<fs::ReadDir> { fs::read_dir(folder).ok() };
-    let top = fs::read_dir(tree).map_err(Error::io("list", tree))?;
-    for first in top.flatten() {
-        let Some(second_level) = entries(&first.path()) else {
+/// Something a pass could not check and left as it was, and why.
+pub(crate) type Unchecked = (PathBuf, String);
+
+/// Why a file of a walk was not checked: gone meanwhile (evicted or
+/// replaced: nothing to say), or something to report.
+enum Skip {
+    Gone,
+    Unchecked(String),
+}
+
+impl From<String> for Skip {
+    fn from(reason: String) -> Self {
+        Self::Unchecked(reason)
+    }
+}
+
+/// Why the folder `name` in `parent` could not be entered.
+fn why_not_entered(parent: &Folder, name: &OsStr, error: &io::Error) -> String {
+    match parent.status(name) {
+        Ok(found) if found.kind != Kind::Folder => {
+            format!(
+                "{} where a folder should be: left alone",
+                found.kind.describe()
+            )
+        }
+        _ => format!("cannot be listed: {error}"),
+    }
+}
+
+/// Calls `visit` with the shard folder, name and path of every file of
+/// `tree` (`objects`, `records`, `kernels`) under `root`, one shard at a
+/// time. Only folders and files named as the store names them are
+/// entered or visited, and nothing is followed ([`crate::tree`]); what it
+/// cannot enter, what is not the store's, and what `visit` could not check
+/// goes to `unchecked`.
+fn walk_tree(
+    root: &Folder,
+    root_path: &Path,
+    tree: &str,
+    unchecked: &mut Vec<Unchecked>,
+    visit: &mut dyn FnMut(&Folder, &str, &Path) -> Result<(), Skip>,
+) {
+    let name_length = TREES
+        .iter()
+        .find(|(name, _)| *name == tree)
+        .map_or(64, |(_, length)| *length);
+    let tree_path = root_path.join(tree);
+    let tree_folder = match root.folder(OsStr::new(tree)) {
+        Ok(folder) => folder,
+        Err(error) if is_absent(&error) => return,
+        Err(error) => {
+            let why = why_not_entered(root, OsStr::new(tree), &error);
+            unchecked.push((tree_path, why));
+            return;
+        }
+    };
+    // Each level: the folder, its path, and the names it holds.
+    let list = |folder: &Folder, path: &Path, unchecked: &mut Vec<Unchecked>| {
+        folder.names().unwrap_or_else(|error| {
+            unchecked.push((path.to_path_buf(), format!("cannot be listed: {error}")));
+            Vec::new()
+        })
+    };
+    let enter =
+        |parent: &Folder, name: &OsStr, path: &Path, unchecked: &mut Vec<Unchecked>| match parent
+            .folder(name)
+        {
+            Ok(folder) => Some(folder),
+            Err(error) if is_absent(&error) => None,
+            Err(error) => {
+                unchecked.push((path.to_path_buf(), why_not_entered(parent, name, &error)));
+                None
+            }
+        };
+    let foreign = "not a name the store gives: left alone".to_owned();
+    for first in list(&tree_folder, &tree_path, unchecked) {
+        let first_path = tree_path.join(&first);
+        if !first.to_str().is_some_and(|name| is_hex_name(name, 2)) {
+            unchecked.push((first_path, foreign.clone()));
+            continue;
+        }
+        let Some(first_folder) = enter(&tree_folder, &first, &first_path, unchecked) else {
             continue;
         };
-        for second in second_level.flatten() {
-            let Some(files) = entries(&second.path()) else {
+        for second in list(&first_folder, &first_path, unchecked) {
+            let second_path = first_path.join(&second);
+            if !second.to_str().is_some_and(|name| is_hex_name(name, 1)) {
+                unchecked.push((second_path, foreign.clone()));
+                continue;
+            }
+            let Some(shard) = enter(&first_folder, &second, &second_path, unchecked) else {
                 continue;
             };
-            for file in files.flatten() {
-                let name = file.file_name();
-                if let Some(name) = name.to_str() {
-                    visit(file.path(), name);
+            for file in list(&shard, &second_path, unchecked) {
+                let path = second_path.join(&file);
+                let Some(name) = file.to_str().filter(|name| is_hex_name(name, name_length)) else {
+                    unchecked.push((path, foreign.clone()));
+                    continue;
+                };
+                if let Err(Skip::Unchecked(why)) = visit(&shard, name, &path) {
+                    unchecked.push((path, why));
                 }
             }
         }
     }
+}
+
+/// Calls `visit` with the path and name of every file two shard levels
+/// under `tree`, one folder at a time, as [`walk_tree`] finds them: for
+/// passes that only read. What cannot be walked is logged.
+///
+/// # Errors
+///
+/// The store's root cannot be opened.
+pub(crate) fn walk_files(tree: &Path, visit: &mut dyn FnMut(PathBuf, &str)) -> Result<()> {
+    let (Some(root_path), Some(name)) = (tree.parent(), tree.file_name().and_then(OsStr::to_str))
+    else {
+        return Err(Error::io("list", tree)(io::Error::from(
+            io::ErrorKind::InvalidInput,
+        )));
+    };
+    let root = Folder::open(root_path).map_err(Error::io("open", root_path))?;
+    let mut unchecked = Vec::new();
+    walk_tree(
+        &root,
+        root_path,
+        name,
+        &mut unchecked,
+        &mut |_, name, path| {
+            visit(path.to_path_buf(), name);
+            Ok(())
+        },
+    );
+    for (path, why) in unchecked {
+        log::warn!("{}: {why}", path.display());
+    }
     Ok(())
 }
 
+/// The file `name` in `folder`, opened to read without following a link,
+/// and what it is; a folder, link or special file there is reported.
+fn open_regular(folder: &Folder, name: &str) -> Result<(File, Metadata), Skip> {
+    let file = match folder.open_file(OsStr::new(name)) {
+        Ok(file) => file,
+        Err(error) if is_absent(&error) => return Err(Skip::Gone),
+        Err(error) => {
+            return Err(match folder.status(OsStr::new(name)) {
+                Ok(found) if found.kind != Kind::File => {
+                    format!(
+                        "{} where a file should be: left alone",
+                        found.kind.describe()
+                    )
+                }
+                _ => format!("cannot be read: {error}"),
+            }
+            .into());
+        }
+    };
+    let found = file
+        .metadata()
+        .map_err(|error| format!("cannot be read: {error}"))?;
+    if !found.is_file() {
+        let kind = if found.is_dir() {
+            Kind::Folder
+        } else {
+            Kind::Other
+        };
+        return Err(format!("{} where a file should be: left alone", kind.describe()).into());
+    }
+    Ok((file, found))
+}
+
+/// The whole of the file `name` in `folder`, read as [`open_regular`]
+/// opens it.
+fn read_regular(folder: &Folder, name: &str) -> Result<Vec<u8>, Skip> {
+    let (mut file, found) = open_regular(folder, name)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(found.len()).unwrap_or(0));
+    file.read_to_end(&mut bytes)
+        .map_err(|error| format!("cannot be read: {error}"))?;
+    Ok(bytes)
+}
+
+/// What is at the object `digest`'s name, reached from the `objects`
+/// folder without following a link. Only `NotFound` says it is gone.
+fn object_status(objects: Option<&Folder>, digest: &[u8; 32]) -> io::Result<Status> {
+    let name = kiln_core::store::hex(digest);
+    let objects = objects.ok_or_else(|| io::Error::other("the objects folder cannot be opened"))?;
+    objects
+        .folder(OsStr::new(&name[..2]))?
+        .folder(OsStr::new(&name[2..3]))?
+        .status(OsStr::new(&name))
+}
+
+/// The store's `objects` folder for [`object_status`]; `None` when it
+/// cannot be opened, which makes every object's state unknown, never gone.
+fn objects_folder(root: &Folder) -> Option<Folder> {
+    root.folder(OsStr::new("objects")).ok()
+}
+
+/// How a removal went.
+enum Removal {
+    Removed,
+    /// The file changed or went meanwhile: another process's doing.
+    Changed,
+    Failed(io::Error),
+}
+
+/// What a removal in a store opened to read only says.
+fn read_only() -> Removal {
+    Removal::Failed(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        "the store is opened to read only",
+    ))
+}
+
+/// Removes `name` from `folder` if it is still the file `(device, inode)`.
+fn remove_if_same(folder: &Folder, name: &str, device: u64, inode: u64) -> Removal {
+    match folder.status(OsStr::new(name)) {
+        Ok(now) if now.kind == Kind::File && now.device == device && now.inode == inode => {
+            match folder.remove_file(OsStr::new(name)) {
+                Ok(()) => Removal::Removed,
+                Err(error) if is_absent(&error) => Removal::Changed,
+                Err(error) => Removal::Failed(error),
+            }
+        }
+        _ => Removal::Changed,
+    }
+}
+
+/// Removes `name` from `folder` if it still holds exactly `sealed`: a
+/// writer may have published a good file there since it was read.
+fn remove_if_unchanged(folder: &Folder, name: &str, sealed: &[u8]) -> Removal {
+    match read_regular(folder, name) {
+        Ok(now) if now == sealed => match folder.remove_file(OsStr::new(name)) {
+            Ok(()) => Removal::Removed,
+            Err(error) if is_absent(&error) => Removal::Changed,
+            Err(error) => Removal::Failed(error),
+        },
+        _ => Removal::Changed,
+    }
+}
+
+/// Counts a removal in `removed`; a failed one is not checked for lack of
+/// a fix, and says why.
+fn count(removal: Removal, removed: &mut u64, defect: &str) -> Result<(), Skip> {
+    match removal {
+        Removal::Removed => {
+            *removed += 1;
+            Ok(())
+        }
+        Removal::Changed => Ok(()),
+        Removal::Failed(error) => Err(format!("{defect}; cannot be removed: {error}").into()),
+    }
+}
+
 impl DiskStore {
+    /// The store's root, opened for a pass.
+    fn open_root(&self) -> Result<Folder> {
+        let root = self.inner.layout.root();
+        Folder::open(root).map_err(Error::io("open", root))
+    }
+
     /// Re-digests every object, checks every record and history, removes
     /// whatever is bad, recounts the usage and reports. Streams: memory
     /// stays flat however large the store.
     ///
+    /// Only files the store can prove are its own are removed: reached
+    /// without following a link, named as the store names them. A file it
+    /// could not read, a folder or link where a file should be, a name it
+    /// does not give, or a removal that failed is reported in
+    /// [`VerifyReport::unchecked`] and left as it was; a record is dangling
+    /// only when its object is not there, never when it cannot be looked
+    /// at.
+    ///
     /// # Errors
     ///
-    /// A folder of the store cannot be listed.
+    /// The store's root cannot be opened.
     pub fn verify(&self, progress: &mut dyn FnMut(&Progress)) -> Result<VerifyReport> {
         let inner = &self.inner;
+        let root_path = inner.layout.root();
+        let root = self.open_root()?;
+        // A store opened to read only reports what is bad, and keeps it.
+        let writable = !self.is_read_only();
+        let mut unchecked = Vec::new();
         let mut report = VerifyReport {
-            staging_removed: self.remove_stale_staging(),
+            staging_removed: self.remove_stale_staging(&root, &mut unchecked),
             ..VerifyReport::default()
         };
         let estimate = inner.usage.read().entries;
         let mut usage = Usage::default();
         let mut buffer = vec![0u8; 64 << 10];
         let mut done = 0;
-        walk_files(&inner.layout.objects(), &mut |path, name| {
-            done += 1;
-            let Some(expected) = digest_from_name(name) else {
-                // Not an object: nothing the store wrote under this name.
-                let _ = fs::remove_file(&path);
-                report.bad_objects += 1;
-                return;
-            };
-            let Ok(file) = File::open(&path) else {
-                return;
-            };
-            let Ok(found) = file.metadata() else {
-                return;
-            };
-            let read = stream_digest(&file, &mut buffer);
-            report.objects += 1;
-            match read {
-                Ok((digest, length)) if digest == expected && length > 0 => {
-                    report.bytes += length;
-                    usage.bytes += length;
-                    usage.entries += 1;
+        walk_tree(
+            &root,
+            root_path,
+            "objects",
+            &mut unchecked,
+            &mut |folder, name, _| {
+                done += 1;
+                let expected = digest_from_name(name).expect("the walk passes only digest names");
+                let (file, found) = open_regular(folder, name)?;
+                let read = stream_digest(&file, &mut buffer);
+                report.objects += 1;
+                match read {
+                    Ok((digest, length)) if digest == expected && length > 0 => {
+                        report.bytes += length;
+                        usage.bytes += length;
+                        usage.entries += 1;
+                    }
+                    Ok(_) => {
+                        match inner
+                            .locks
+                            .acquire(object_slot(&expected), Mode::Exclusive, None)
+                        {
+                            Ok(Some(_alone)) => count(
+                                if writable {
+                                    remove_if_same(folder, name, found.dev(), found.ino())
+                                } else {
+                                    read_only()
+                                },
+                                &mut report.bad_objects,
+                                "does not match its name",
+                            )?,
+                            _ => report.busy += 1,
+                        }
+                    }
+                    Err(error) => return Err(format!("cannot be read: {error}").into()),
                 }
-                Ok(_) => {
-                    match inner
-                        .locks
-                        .acquire(object_slot(&expected), Mode::Exclusive, None)
-                    {
-                        Ok(Some(_alone)) => {
-                            if remove_if_same(&path, &found) {
-                                report.bad_objects += 1;
+                progress(&Progress {
+                    phase: "objects",
+                    done,
+                    total: Some(estimate),
+                    bytes: report.bytes,
+                });
+                Ok(())
+            },
+        );
+
+        done = 0;
+        let objects = objects_folder(&root);
+        walk_tree(
+            &root,
+            root_path,
+            "records",
+            &mut unchecked,
+            &mut |folder, name, _| {
+                done += 1;
+                let sealed = read_regular(folder, name)?;
+                report.records += 1;
+                // `Err(None)`: its object is gone; `Err(Some(defect))`: the
+                // record itself is bad.
+                let verdict = match Record::open_any(&sealed) {
+                    Err(defect) => Err(Some(format!("damaged: {defect}"))),
+                    Ok((record, _)) if digest_from_name(name) != Some(record.key.digest()) => {
+                        Err(Some("filed under another key".to_owned()))
+                    }
+                    Ok((record, Some(inline))) if digest(inline) != record.object => {
+                        Err(Some("the bytes it carries are not its object's".to_owned()))
+                    }
+                    // An inline record lives as long as its object, as any
+                    // other record does: eviction and verify go by objects.
+                    Ok((record, _)) => match object_status(objects.as_ref(), &record.object) {
+                        Ok(object) if object.kind == Kind::File && object.len == record.size => {
+                            Ok(())
+                        }
+                        Ok(object) if object.kind == Kind::File => Err(None),
+                        Err(error) if is_absent(&error) => Err(None),
+                        Ok(object) => {
+                            return Err(format!(
+                                "its object is {}: not checked",
+                                object.kind.describe()
+                            )
+                            .into());
+                        }
+                        Err(error) => {
+                            return Err(format!("its object cannot be looked at: {error}").into());
+                        }
+                    },
+                };
+                match verdict {
+                    Ok(()) => usage.bytes += sealed.len() as u64,
+                    Err(defect) => {
+                        let key = digest_from_name(name).unwrap_or_default();
+                        let Ok(Some(_alone)) =
+                            inner.locks.acquire(key_slot(&key), Mode::Exclusive, None)
+                        else {
+                            report.busy += 1;
+                            return Ok(());
+                        };
+                        let removal = if writable {
+                            remove_if_unchanged(folder, name, &sealed)
+                        } else {
+                            read_only()
+                        };
+                        match defect {
+                            None => count(removal, &mut report.dangling_records, "dangling")?,
+                            Some(defect) => {
+                                if matches!(removal, Removal::Removed) {
+                                    log::info!("removed record {name}: {defect}");
+                                }
+                                count(removal, &mut report.bad_records, &defect)?;
                             }
                         }
-                        _ => report.busy += 1,
                     }
                 }
-                Err(error) => log::warn!("cannot read {}: {error}", path.display()),
-            }
-            progress(&Progress {
-                phase: "objects",
-                done,
-                total: Some(estimate),
-                bytes: report.bytes,
-            });
-        })?;
+                progress(&Progress {
+                    phase: "records",
+                    done,
+                    total: None,
+                    bytes: report.bytes,
+                });
+                Ok(())
+            },
+        );
 
         done = 0;
-        walk_files(&inner.layout.records(), &mut |path, name| {
-            done += 1;
-            let Ok(sealed) = fs::read(&path) else {
-                return;
-            };
-            report.records += 1;
-            let verdict = match Record::open_any(&sealed) {
-                Err(defect) => Err(format!("damaged: {defect}")),
-                Ok((record, _)) if digest_from_name(name) != Some(record.key.digest()) => {
-                    Err("filed under another key".to_owned())
-                }
-                Ok((record, Some(inline))) if digest(inline) != record.object => {
-                    Err("the bytes it carries are not its object's".to_owned())
-                }
-                // An inline record lives as long as its object, as any
-                // other record does: eviction and verify go by objects.
-                Ok((record, _)) => match fs::metadata(inner.layout.object(&record.object)) {
-                    Ok(object) if object.len() == record.size => Ok(()),
-                    _ => Err(String::new()),
-                },
-            };
-            match verdict {
-                Ok(()) => usage.bytes += sealed.len() as u64,
-                Err(defect) => {
-                    let key = digest_from_name(name).unwrap_or_default();
-                    let Ok(Some(_alone)) =
-                        inner.locks.acquire(key_slot(&key), Mode::Exclusive, None)
-                    else {
-                        report.busy += 1;
-                        return;
-                    };
-                    if remove_if_unchanged(&path, &sealed) {
-                        if defect.is_empty() {
-                            report.dangling_records += 1;
+        walk_tree(
+            &root,
+            root_path,
+            "kernels",
+            &mut unchecked,
+            &mut |folder, name, _| {
+                done += 1;
+                let sealed = read_regular(folder, name)?;
+                report.histories += 1;
+                let whole = KernelHistory::open(&sealed)
+                    .is_ok_and(|history| format!("{:032x}", history.digest) == name);
+                if !whole {
+                    count(
+                        if writable {
+                            remove_if_unchanged(folder, name, &sealed)
                         } else {
-                            log::info!("removed record {name}: {defect}");
-                            report.bad_records += 1;
-                        }
-                    }
+                            read_only()
+                        },
+                        &mut report.bad_histories,
+                        "a damaged history",
+                    )?;
                 }
-            }
-            progress(&Progress {
-                phase: "records",
-                done,
-                total: None,
-                bytes: report.bytes,
-            });
-        })?;
+                progress(&Progress {
+                    phase: "histories",
+                    done,
+                    total: None,
+                    bytes: report.bytes,
+                });
+                Ok(())
+            },
+        );
 
-        done = 0;
-        walk_files(&inner.layout.kernels(), &mut |path, name| {
-            done += 1;
-            let Ok(sealed) = fs::read(&path) else {
-                return;
-            };
-            report.histories += 1;
-            let whole = KernelHistory::open(&sealed)
-                .is_ok_and(|history| format!("{:032x}", history.digest) == name);
-            if !whole && remove_if_unchanged(&path, &sealed) {
-                report.bad_histories += 1;
-            }
-            progress(&Progress {
-                phase: "histories",
-                done,
-                total: None,
-                bytes: report.bytes,
-            });
-        })?;
-
-        if let Err(error) = inner.usage.set(&inner.locks, usage) {
+        report.unchecked = unchecked;
+        if writable && let Err(error) = inner.usage.set(&inner.locks, usage) {
             log::warn!("cannot write the recounted usage: {error}");
         }
         Ok(report)
@@ -306,12 +612,14 @@ impl DiskStore {
     /// Evicts least recently used entries until the store is within
     /// `limits` (P6), skipping any entry being read or written, then
     /// removes records left pointing at nothing and recounts. Streams, as
-    /// [`verify`](Self::verify) does. Another process already collecting
+    /// [`verify`](Self::verify) does, and removes only what verify would:
+    /// what it cannot check is reported in
+    /// [`CollectReport::unchecked`]. Another process already collecting
     /// makes this one return at once.
     ///
     /// # Errors
     ///
-    /// A folder of the store cannot be listed.
+    /// The store's root cannot be opened.
     pub fn collect(
         &self,
         limits: Limits,
@@ -324,33 +632,72 @@ impl DiskStore {
                 ..CollectReport::default()
             });
         };
+        let root_path = inner.layout.root();
+        let root = self.open_root()?;
+        let mut unchecked = Vec::new();
         let mut report = CollectReport {
-            staging_removed: self.remove_stale_staging(),
+            staging_removed: self.remove_stale_staging(&root, &mut unchecked),
             ..CollectReport::default()
         };
         let now = SystemTime::now();
+        let regular = |folder: &Folder, name: &str| -> Result<Status, Skip> {
+            match folder.status(OsStr::new(name)) {
+                Ok(found) if found.kind == Kind::File => Ok(found),
+                Ok(found) => Err(format!(
+                    "{} where a file should be: left alone",
+                    found.kind.describe()
+                )
+                .into()),
+                Err(error) if is_absent(&error) => Err(Skip::Gone),
+                Err(error) => Err(format!("cannot be looked at: {error}").into()),
+            }
+        };
 
-        // Pass 1: how many bytes of each age.
+        // Pass 1: how many bytes of each age. What it cannot check is
+        // reported by the later passes.
         let mut record_bytes = 0u64;
-        walk_files(&inner.layout.records(), &mut |path, _| {
-            record_bytes += fs::metadata(path).map_or(0, |found| found.len());
-        })?;
+        let mut ignored = Vec::new();
+        walk_tree(
+            &root,
+            root_path,
+            "records",
+            &mut ignored,
+            &mut |folder, name, _| {
+                record_bytes += regular(folder, name)?.len;
+                Ok(())
+            },
+        );
         let mut buckets = [(0u64, 0u64); AGE_BUCKETS];
         let (mut object_bytes, mut objects) = (0u64, 0u64);
-        walk_files(&inner.layout.objects(), &mut |path, _| {
-            let Ok(found) = fs::metadata(path) else {
-                return;
-            };
-            let bucket = age_bucket(found.accessed().unwrap_or(now), now);
-            buckets[bucket].0 += found.len();
-            buckets[bucket].1 += 1;
-            object_bytes += found.len();
-            objects += 1;
-        })?;
+        walk_tree(
+            &root,
+            root_path,
+            "objects",
+            &mut unchecked,
+            &mut |folder, name, _| {
+                let found = regular(folder, name)?;
+                let bucket = age_bucket(found.accessed, now);
+                buckets[bucket].0 += found.len;
+                buckets[bucket].1 += 1;
+                object_bytes += found.len;
+                objects += 1;
+                Ok(())
+            },
+        );
         report.before = Usage {
             bytes: object_bytes + record_bytes,
             entries: objects,
         };
+        if self.is_read_only() {
+            // Reports what it holds, and removes nothing.
+            report.after = report.before;
+            unchecked.push((
+                root_path.to_path_buf(),
+                "the store is opened to read only: nothing was evicted or removed".to_owned(),
+            ));
+            report.unchecked = unchecked;
+            return Ok(report);
+        }
         // Records go with their objects: count each entry's share.
         let overhead = record_bytes.checked_div(objects).unwrap_or(0);
         let mut excess_bytes = report.before.bytes.saturating_sub(limits.max_bytes);
@@ -372,83 +719,122 @@ impl DiskStore {
         // the cutoff bucket until the excess is gone.
         let mut done = 0;
         if cutoff < AGE_BUCKETS {
-            walk_files(&inner.layout.objects(), &mut |path, name| {
-                if excess_bytes == 0 && excess_entries == 0 {
-                    return;
-                }
-                done += 1;
-                let (Some(digest), Ok(found)) = (digest_from_name(name), fs::metadata(&path))
-                else {
-                    return;
-                };
-                let bucket = age_bucket(found.accessed().unwrap_or(now), now);
-                if bucket < cutoff {
-                    return;
-                }
-                // Alone on the object: nobody reads it or publishes it (P6).
-                let Ok(Some(_alone)) =
-                    inner
-                        .locks
-                        .acquire(object_slot(&digest), Mode::Exclusive, None)
-                else {
-                    report.busy += 1;
-                    return;
-                };
-                if remove_if_same(&path, &found) {
-                    report.evicted += 1;
-                    report.evicted_bytes += found.len();
-                    excess_bytes = excess_bytes.saturating_sub(found.len() + overhead);
-                    excess_entries = excess_entries.saturating_sub(1);
-                }
-                progress(&Progress {
-                    phase: "evicting",
-                    done,
-                    total: Some(objects),
-                    bytes: report.evicted_bytes,
-                });
-            })?;
+            // What this walk meets again pass 1 reported; only a removal
+            // that failed is news.
+            let mut ignored = Vec::new();
+            let mut failed = Vec::new();
+            walk_tree(
+                &root,
+                root_path,
+                "objects",
+                &mut ignored,
+                &mut |folder, name, path| {
+                    if excess_bytes == 0 && excess_entries == 0 {
+                        return Ok(());
+                    }
+                    done += 1;
+                    let digest = digest_from_name(name).expect("the walk passes only digest names");
+                    let found = regular(folder, name)?;
+                    if age_bucket(found.accessed, now) < cutoff {
+                        return Ok(());
+                    }
+                    // Alone on the object: nobody reads it or publishes it (P6).
+                    let Ok(Some(_alone)) =
+                        inner
+                            .locks
+                            .acquire(object_slot(&digest), Mode::Exclusive, None)
+                    else {
+                        report.busy += 1;
+                        return Ok(());
+                    };
+                    let mut evicted = 0;
+                    if let Err(Skip::Unchecked(why)) = count(
+                        remove_if_same(folder, name, found.device, found.inode),
+                        &mut evicted,
+                        "to be evicted",
+                    ) {
+                        failed.push((path.to_path_buf(), why));
+                    }
+                    if evicted == 1 {
+                        report.evicted += 1;
+                        report.evicted_bytes += found.len;
+                        excess_bytes = excess_bytes.saturating_sub(found.len + overhead);
+                        excess_entries = excess_entries.saturating_sub(1);
+                    }
+                    progress(&Progress {
+                        phase: "evicting",
+                        done,
+                        total: Some(objects),
+                        bytes: report.evicted_bytes,
+                    });
+                    Ok(())
+                },
+            );
+            unchecked.extend(failed);
         }
         inner
             .counters
             .evicted
             .fetch_add(report.evicted, Ordering::Relaxed);
 
-        // Pass 3: records whose object is gone go too.
+        // Pass 3: records whose object is gone go too; a record whose
+        // object cannot be looked at stays.
         let mut usage = Usage {
             bytes: object_bytes - report.evicted_bytes,
             entries: objects - report.evicted,
         };
         done = 0;
-        walk_files(&inner.layout.records(), &mut |path, name| {
-            done += 1;
-            let Ok(sealed) = fs::read(&path) else {
-                return;
-            };
-            let object = Record::open_any(&sealed).map(|(record, _)| (record.object, record.size));
-            let present = object.as_ref().is_ok_and(|(object, size)| {
-                fs::metadata(inner.layout.object(object)).is_ok_and(|found| found.len() == *size)
-            });
-            if present {
-                usage.bytes += sealed.len() as u64;
-                return;
-            }
-            let key = digest_from_name(name).unwrap_or_default();
-            // A process holding the key is publishing it now: leave it.
-            let Ok(Some(_alone)) = inner.locks.acquire(key_slot(&key), Mode::Exclusive, None)
-            else {
-                return;
-            };
-            if remove_if_unchanged(&path, &sealed) {
-                report.records_removed += 1;
-            }
-            progress(&Progress {
-                phase: "records",
-                done,
-                total: None,
-                bytes: report.evicted_bytes,
-            });
-        })?;
+        let objects = objects_folder(&root);
+        walk_tree(
+            &root,
+            root_path,
+            "records",
+            &mut unchecked,
+            &mut |folder, name, _| {
+                done += 1;
+                let sealed = read_regular(folder, name)?;
+                if let Ok((record, _)) = Record::open_any(&sealed) {
+                    match object_status(objects.as_ref(), &record.object) {
+                        Ok(found) if found.kind == Kind::File && found.len == record.size => {
+                            usage.bytes += sealed.len() as u64;
+                            return Ok(());
+                        }
+                        Ok(found) if found.kind == Kind::File => {}
+                        Err(error) if is_absent(&error) => {}
+                        Ok(found) => {
+                            return Err(format!(
+                                "its object is {}: not checked",
+                                found.kind.describe()
+                            )
+                            .into());
+                        }
+                        Err(error) => {
+                            return Err(format!("its object cannot be looked at: {error}").into());
+                        }
+                    }
+                }
+                let key = digest_from_name(name).unwrap_or_default();
+                // A process holding the key is publishing it now: leave it.
+                let Ok(Some(_alone)) = inner.locks.acquire(key_slot(&key), Mode::Exclusive, None)
+                else {
+                    return Ok(());
+                };
+                count(
+                    remove_if_unchanged(folder, name, &sealed),
+                    &mut report.records_removed,
+                    "dangling",
+                )?;
+                progress(&Progress {
+                    phase: "records",
+                    done,
+                    total: None,
+                    bytes: report.evicted_bytes,
+                });
+                Ok(())
+            },
+        );
         report.after = usage;
+        report.unchecked = unchecked;
         if let Err(error) = inner.usage.set(&inner.locks, usage) {
             log::warn!("cannot write the recounted usage: {error}");
         }
@@ -460,26 +846,37 @@ impl DiskStore {
     ///
     /// # Errors
     ///
-    /// A folder of the store cannot be listed.
+    /// The store's root cannot be opened.
     pub fn entries(&self, visit: &mut dyn FnMut(EntryInfo)) -> Result<()> {
-        let inner = &self.inner;
-        walk_files(&inner.layout.records(), &mut |path, _| {
-            let Some(record) = fs::read(path)
-                .ok()
-                .and_then(|sealed| Record::open_any(&sealed).ok().map(|(record, _)| record))
-            else {
-                return;
-            };
-            let accessed_at = fs::metadata(inner.layout.object(&record.object))
-                .ok()
-                .and_then(|found| found.accessed().ok())
-                .and_then(|accessed| accessed.duration_since(SystemTime::UNIX_EPOCH).ok())
-                .map(|since| since.as_secs());
-            visit(EntryInfo {
-                record,
-                accessed_at,
-            });
-        })
+        let root = self.open_root()?;
+        let objects = objects_folder(&root);
+        let mut unchecked = Vec::new();
+        walk_tree(
+            &root,
+            self.inner.layout.root(),
+            "records",
+            &mut unchecked,
+            &mut |folder, name, _| {
+                let sealed = read_regular(folder, name)?;
+                let Ok((record, _)) = Record::open_any(&sealed) else {
+                    return Ok(());
+                };
+                let accessed_at = object_status(objects.as_ref(), &record.object)
+                    .ok()
+                    .filter(|found| found.kind == Kind::File)
+                    .and_then(|found| found.accessed.duration_since(SystemTime::UNIX_EPOCH).ok())
+                    .map(|since| since.as_secs());
+                visit(EntryInfo {
+                    record,
+                    accessed_at,
+                });
+                Ok(())
+            },
+        );
+        for (path, why) in unchecked {
+            log::warn!("{}: {why}", path.display());
+        }
+        Ok(())
     }
 
     /// The histories of every kernel whose name, `name#digest` text or id
@@ -488,7 +885,7 @@ impl DiskStore {
     ///
     /// # Errors
     ///
-    /// A folder of the store cannot be listed.
+    /// The store's root cannot be opened.
     pub fn find_kernels(&self, query: &str) -> Result<Vec<KernelHistory>> {
         let query = query.trim();
         if query.len() == 32
@@ -496,47 +893,108 @@ impl DiskStore {
         {
             return Ok(self.history(digest).into_iter().collect());
         }
+        let root = self.open_root()?;
         let mut found = Vec::new();
-        walk_files(&self.inner.layout.kernels(), &mut |path, _| {
-            let Some(history) = fs::read(path)
-                .ok()
-                .and_then(|sealed| KernelHistory::open(&sealed).ok())
-            else {
-                return;
-            };
-            let text = format!("{}#{:032x}", history.name, history.digest);
-            if text.contains(query) {
-                found.push(history);
-            }
-        })?;
+        let mut unchecked = Vec::new();
+        walk_tree(
+            &root,
+            self.inner.layout.root(),
+            "kernels",
+            &mut unchecked,
+            &mut |folder, name, _| {
+                let Ok(history) = KernelHistory::open(&read_regular(folder, name)?) else {
+                    return Ok(());
+                };
+                let text = format!("{}#{:032x}", history.name, history.digest);
+                if text.contains(query) {
+                    found.push(history);
+                }
+                Ok(())
+            },
+        );
+        for (path, why) in unchecked {
+            log::warn!("{}: {why}", path.display());
+        }
         Ok(found)
     }
 
     /// Removes staging files of dead processes, and any older than the lock
-    /// timeout; returns how many.
-    fn remove_stale_staging(&self) -> u64 {
-        let staging = self.inner.layout.staging();
-        let Ok(files) = fs::read_dir(&staging) else {
+    /// timeout; returns how many. Only files named as the store names them
+    /// (`<pid>-<n>.part`) in the store's own `staging` folder go; anything
+    /// else there is reported.
+    fn remove_stale_staging(&self, root: &Folder, unchecked: &mut Vec<Unchecked>) -> u64 {
+        if self.is_read_only() {
             return 0;
-        };
-        let now = SystemTime::now();
-        let timeout = self.inner.config.lock_timeout.max(Duration::from_secs(60));
-        let mut removed = 0;
-        for file in files.flatten() {
-            let name = file.file_name();
-            let old = file
-                .metadata()
-                .and_then(|found| found.modified())
-                .ok()
-                .and_then(|modified| now.duration_since(modified).ok())
-                .is_some_and(|age| age > timeout);
-            let dead = name.to_str().is_none_or(durable::staged_by_dead_process);
-            if (old || dead) && fs::remove_file(file.path()).is_ok() {
-                removed += 1;
-            }
         }
-        removed
+        let timeout = self.inner.config.lock_timeout.max(Duration::from_secs(60));
+        sweep_staging(
+            root,
+            &self.inner.layout.staging(),
+            unchecked,
+            &|pid, age| durable::is_dead(pid) || age > timeout,
+        )
     }
+}
+
+/// Removes from the `staging` folder of `root` (at `staging_path`) every
+/// staging file for which `stale(pid, age)` holds, reaching nothing through
+/// a link; returns how many. What is not a staging file is reported.
+pub(crate) fn sweep_staging(
+    root: &Folder,
+    staging_path: &Path,
+    unchecked: &mut Vec<Unchecked>,
+    stale: &dyn Fn(libc::pid_t, Duration) -> bool,
+) -> u64 {
+    let staging = match root.folder(OsStr::new("staging")) {
+        Ok(folder) => folder,
+        Err(error) if is_absent(&error) => return 0,
+        Err(error) => {
+            let why = why_not_entered(root, OsStr::new("staging"), &error);
+            unchecked.push((staging_path.to_path_buf(), why));
+            return 0;
+        }
+    };
+    let names = match staging.names() {
+        Ok(names) => names,
+        Err(error) => {
+            unchecked.push((
+                staging_path.to_path_buf(),
+                format!("cannot be listed: {error}"),
+            ));
+            return 0;
+        }
+    };
+    let now = SystemTime::now();
+    let mut removed = 0;
+    for name in names {
+        let path = staging_path.join(&name);
+        let Some(pid) = name.to_str().and_then(durable::staging_pid) else {
+            unchecked.push((path, "not a name the store gives: left alone".to_owned()));
+            continue;
+        };
+        let found = match staging.status(&name) {
+            Ok(found) if found.kind == Kind::File => found,
+            Ok(found) => {
+                let why = format!(
+                    "{} where a file should be: left alone",
+                    found.kind.describe()
+                );
+                unchecked.push((path, why));
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let age = now.duration_since(found.modified).unwrap_or(Duration::ZERO);
+        if !stale(pid, age) {
+            continue;
+        }
+        match staging.remove_file(&name) {
+            Ok(()) => removed += 1,
+            Err(error) if is_absent(&error) => {}
+            Err(error) => unchecked.push((path, format!("stale; cannot be removed: {error}"))),
+        }
+    }
+    removed
 }
 
 /// The BLAKE3 digest and length of what `file` holds, read in chunks.
@@ -556,6 +1014,8 @@ fn stream_digest(mut file: &File, buffer: &mut [u8]) -> io::Result<([u8; 32], u6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::fs;
 
     #[test]
     fn p6_an_object_being_published_is_not_evicted() {

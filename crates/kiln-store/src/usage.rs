@@ -30,7 +30,11 @@ pub struct Usage {
 
 #[derive(Debug)]
 pub(crate) struct UsageFile {
-    file: File,
+    /// `None` for a read-only store whose root holds no usage file: it
+    /// holds nothing that was counted.
+    file: Option<File>,
+    /// Whether the file may be written: a read-only store's is only read.
+    writable: bool,
 }
 
 impl UsageFile {
@@ -41,13 +45,32 @@ impl UsageFile {
             .create(true)
             .truncate(false)
             .open(path)?;
-        Ok(Self { file })
+        Ok(Self {
+            file: Some(file),
+            writable: true,
+        })
+    }
+
+    /// The counts of a read-only store, read and never written.
+    pub(crate) fn open_read_only(path: &Path) -> io::Result<Self> {
+        let file = match File::open(path) {
+            Ok(file) => Some(file),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+            Err(error) => return Err(error),
+        };
+        Ok(Self {
+            file,
+            writable: false,
+        })
     }
 
     /// The counts, zero when the file is new or damaged.
     pub(crate) fn read(&self) -> Usage {
         let mut bytes = [0u8; LENGTH];
-        if self.file.read_exact_at(&mut bytes, 0).is_err() || &bytes[..8] != TAG {
+        let Some(file) = &self.file else {
+            return Usage::default();
+        };
+        if file.read_exact_at(&mut bytes, 0).is_err() || &bytes[..8] != TAG {
             return Usage::default();
         }
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
@@ -96,12 +119,22 @@ impl UsageFile {
     }
 
     fn write(&self, usage: Usage) -> io::Result<()> {
+        let file = match &self.file {
+            Some(file) if self.writable => file,
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::ReadOnlyFilesystem,
+                    "the store is read-only",
+                ));
+            }
+        };
+        crate::disk::within_file_size_limit(LENGTH as u64)?;
         let mut bytes = [0u8; LENGTH];
         bytes[..8].copy_from_slice(TAG);
         bytes[8..16].copy_from_slice(&usage.bytes.to_le_bytes());
         bytes[16..24].copy_from_slice(&usage.entries.to_le_bytes());
         bytes[24..].copy_from_slice(&check(usage.bytes, usage.entries).to_le_bytes());
-        self.file.write_all_at(&bytes, 0)
+        file.write_all_at(&bytes, 0)
     }
 }
 

@@ -1,0 +1,218 @@
+//! What makes a folder a store, and the folders and files every store has.
+//!
+//! A store is marked by its `LAYOUT` file. Opening takes an empty folder
+//! (or one holding only the staging files of a store whose creator died
+//! before writing the marker) as a new store; a folder that holds anything
+//! else and no marker is refused, so kiln never writes into, verifies or
+//! collects someone's project. In a marked store the names of
+//! [`layout::FOLDERS`] and [`layout::FILES`] are the store's own: a file or
+//! link where a folder should be is replaced, an empty folder where a file
+//! should be is removed, and what cannot be repaired that way is reported
+//! as [`Error::Damaged`], for the caller to run without the store.
+//!
+//! Opening also sweeps the staging files of dead processes, at most once
+//! an hour per store (the time of the `swept` file says when it last did),
+//! so a store nobody verifies does not accumulate them.
+
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::time::{Duration, SystemTime};
+
+use crate::durable;
+use crate::error::{Error, Result};
+use crate::layout::{self, LAYOUT, Layout};
+use crate::maintenance;
+use crate::tree::{Folder, Kind, is_absent};
+
+/// How often opening sweeps `staging/`.
+const SWEEP_EVERY: Duration = Duration::from_secs(3600);
+/// How old a dead process's staging file must be before a sweep at open
+/// takes it: a process that just exited may have a publication in flight
+/// through a process it handed the file to, and a minute costs nothing.
+const STAGING_GRACE: Duration = Duration::from_secs(60);
+/// The longest marker read: anything longer is not one.
+const MARKER_LIMIT: u64 = 256;
+
+/// Makes the folder at `layout`'s root a store, or checks that it is one,
+/// and repairs its skeleton.
+///
+/// # Errors
+///
+/// The root cannot be made or opened; it holds files and no marker
+/// ([`Error::NotAStore`]) or the marker of another layout; the skeleton is
+/// damaged beyond what the store repairs on its own ([`Error::Damaged`]).
+pub(crate) fn prepare(layout: &Layout, durable: bool) -> Result<()> {
+    let root_path = layout.root();
+    fs::create_dir_all(root_path).map_err(Error::io("create the store folder", root_path))?;
+    // The root itself may be reached through a link: where the store lives
+    // is the user's choice. Nothing below it is.
+    let root = Folder::open(root_path).map_err(Error::io("open the store folder", root_path))?;
+    adopt(&root, layout, durable)?;
+    repair(&root, layout, durable)?;
+    sweep(&root, layout);
+    Ok(())
+}
+
+/// Checks the marker, or writes it into a folder that may become a store.
+fn adopt(root: &Folder, layout: &Layout, durable: bool) -> Result<()> {
+    let marker_path = layout.layout_file();
+    let marker = OsStr::new("LAYOUT");
+    match read_marker(root, marker) {
+        Ok(found) if found.trim() == LAYOUT => Ok(()),
+        Ok(found) => Err(Error::Layout {
+            root: layout.root().to_path_buf(),
+            found: found.trim().to_owned(),
+            expected: LAYOUT,
+        }),
+        Err(error) if is_absent(&error) => {
+            if !is_empty_or_unfinished(root).map_err(Error::io("list", layout.root()))? {
+                return Err(Error::NotAStore {
+                    root: layout.root().to_path_buf(),
+                });
+            }
+            durable::publish(
+                &layout.staging(),
+                &marker_path,
+                format!("{LAYOUT}\n").as_bytes(),
+                durable,
+            )
+            .map_err(Error::io("write", &marker_path))
+        }
+        Err(error) => Err(Error::io("read", &marker_path)(error)),
+    }
+}
+
+fn read_marker(root: &Folder, marker: &OsStr) -> io::Result<String> {
+    let file: File = root.open_file(marker)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other("not a file"));
+    }
+    let mut found = String::new();
+    file.take(MARKER_LIMIT).read_to_string(&mut found)?;
+    Ok(found)
+}
+
+/// Whether `root` holds nothing, or only what a store's creation leaves
+/// before its marker: a `staging` folder of staging files.
+fn is_empty_or_unfinished(root: &Folder) -> io::Result<bool> {
+    for name in root.names()? {
+        if name != "staging" || root.status(&name)?.kind != Kind::Folder {
+            return Ok(false);
+        }
+        let staging = root.folder(&name)?;
+        for staged in staging.names()? {
+            let is_staged = staged.to_str().and_then(durable::staging_pid).is_some()
+                && staging.status(&staged)?.kind == Kind::File;
+            if !is_staged {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Rebuilds what is missing or damaged among the store's own names.
+fn repair(root: &Folder, layout: &Layout, durable: bool) -> Result<()> {
+    let mut damage = Vec::new();
+    let mut changed = false;
+    for name in layout::FOLDERS {
+        // A file or link there is replaced; a folder is kept as it is.
+        match root.folder_made(OsStr::new(name), true) {
+            Ok((_, made)) => changed |= made,
+            Err(error) => damage.push(format!(
+                "{name} should be a folder and cannot be made one: {error}"
+            )),
+        }
+    }
+    for name in layout::FILES {
+        let name = OsStr::new(name);
+        let shown = name.to_string_lossy();
+        let found = match root.status(name) {
+            Ok(found) => found,
+            Err(error) if is_absent(&error) => continue,
+            Err(error) => {
+                damage.push(format!("{shown} cannot be looked at: {error}"));
+                continue;
+            }
+        };
+        let removed = match found.kind {
+            Kind::File => continue,
+            // Only an empty folder: what a folder holds is not the store's
+            // to remove.
+            Kind::Folder => root.remove_folder(name).map_err(|error| {
+                if matches!(error.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) {
+                    format!(
+                        "{shown} is a folder that holds files where the store keeps a file: move it away"
+                    )
+                } else {
+                    format!("{shown} is a folder where a file should be and cannot be removed: {error}")
+                }
+            }),
+            // The name only, never what a link points to.
+            Kind::Link | Kind::Other => root.remove_file(name).map_err(|error| {
+                format!(
+                    "{shown} is {} where a file should be and cannot be removed: {error}",
+                    found.kind.describe()
+                )
+            }),
+        };
+        match removed {
+            Ok(()) => {
+                log::warn!(
+                    "removed {} at {} where the store keeps a file",
+                    found.kind.describe(),
+                    layout.root().join(name).display()
+                );
+                changed = true;
+            }
+            Err(why) => damage.push(why),
+        }
+    }
+    if changed && durable {
+        let _ = root.sync();
+    }
+    if damage.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Damaged {
+            root: layout.root().to_path_buf(),
+            damage,
+        })
+    }
+}
+
+/// Removes the staging files of dead processes older than a minute, unless
+/// a sweep ran in the last hour. A store it cannot write is not swept.
+fn sweep(root: &Folder, layout: &Layout) {
+    let swept = OsStr::new("swept");
+    let now = SystemTime::now();
+    let is_recent = root.status(swept).is_ok_and(|found| {
+        found.kind == Kind::File
+            && now
+                .duration_since(found.modified)
+                .is_ok_and(|age| age < SWEEP_EVERY)
+    });
+    if is_recent {
+        return;
+    }
+    // The time is set first, so processes opening meanwhile skip the sweep.
+    let marked = root
+        .open_or_create_file(swept)
+        .and_then(|file| file.set_modified(now));
+    if let Err(error) = marked {
+        log::debug!("not sweeping staging: {error}");
+        return;
+    }
+    let mut unchecked = Vec::new();
+    let removed =
+        maintenance::sweep_staging(root, &layout.staging(), &mut unchecked, &|pid, age| {
+            age > STAGING_GRACE && durable::is_dead(pid)
+        });
+    if removed > 0 {
+        log::debug!("removed {removed} staging files of dead processes");
+    }
+    for (path, why) in unchecked {
+        log::debug!("{}: {why}", path.display());
+    }
+}
