@@ -6,12 +6,15 @@
 //! JSON with `--json`, and shows a progress bar on a terminal when it runs
 //! for more than a moment.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::Result;
 use clap::{Parser, Subcommand};
+use kiln_store::DiskStore;
 
 mod command;
+mod console;
 mod format;
 mod manifest;
 mod progress;
@@ -53,23 +56,64 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    ignore_file_size_signal();
     let cli = Cli::parse();
     let output = command::Output { json: cli.json };
-    let result = command::open_store(cli.dir.as_deref()).and_then(|store| match cli.command {
-        Command::Stats(arguments) => command::stats::run(&store, &arguments, &output),
-        Command::Ls(arguments) => command::ls::run(&store, &arguments, &output),
-        Command::Verify(arguments) => command::verify::run(&store, &arguments, &output),
-        Command::Gc(arguments) => command::gc::run(&store, &arguments, &output),
-        Command::Export(arguments) => command::export::run(&store, &arguments, &output),
-        Command::Import(arguments) => command::import::run(&store, &arguments, &output),
-        Command::Explain(arguments) => command::explain::run(&store, &arguments, &output),
-        Command::Warm(arguments) => command::warm::run(&store, &arguments, &output),
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("kiln: {error:#}");
+    let dir = cli.dir.as_deref();
+    let result = match cli.command {
+        Command::Stats(arguments) => {
+            with_store(dir, |store| command::stats::run(store, &arguments, &output))
+        }
+        Command::Ls(arguments) => {
+            with_store(dir, |store| command::ls::run(store, &arguments, &output))
+        }
+        Command::Verify(arguments) => with_store(dir, |store| {
+            command::verify::run(store, &arguments, &output)
+        }),
+        Command::Gc(arguments) => {
+            with_store(dir, |store| command::gc::run(store, &arguments, &output))
+        }
+        Command::Export(arguments) => with_store(dir, |store| {
+            command::export::run(store, &arguments, &output)
+        }),
+        Command::Import(arguments) => with_store(dir, |store| {
+            command::import::run(store, &arguments, &output)
+        }),
+        Command::Explain(arguments) => with_store(dir, |store| {
+            command::explain::run(store, &arguments, &output)
+        }),
+        // Warming opens the store its own way: it fills it, and it runs
+        // without one when the store cannot be written and holds nothing.
+        Command::Warm(arguments) => command::warm::run(dir, &arguments, &output),
+    };
+    let printed = console::finish();
+    match (result, printed) {
+        (Ok(()), Ok(())) => ExitCode::SUCCESS,
+        (Err(error), _) => {
+            console::errln!("kiln: {error:#}");
             ExitCode::FAILURE
         }
+        (Ok(()), Err(error)) => {
+            console::errln!("kiln: writing the output: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs `command` on the store at `dir` (else the configured one).
+fn with_store(dir: Option<&Path>, command: impl FnOnce(&DiskStore) -> Result<()>) -> Result<()> {
+    command(&command::open_store(dir)?)
+}
+
+/// Turns the file size limit (`ulimit -f`) from a signal that kills the
+/// process into a write error: a store write over the limit then fails
+/// alone and is counted like any failed write (P5), and the run ends as it
+/// would have, with its report.
+fn ignore_file_size_signal() {
+    // SAFETY: called first thing in `main`, before any other thread
+    // exists, and `SIG_IGN` runs no code in the handler: no other part of
+    // the process relies on SIGXFSZ's default action.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
 }

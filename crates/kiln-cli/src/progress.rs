@@ -4,12 +4,12 @@
 //! so quick commands and pipes print nothing extra; it redraws at most ten
 //! times a second and clears itself when done.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use kiln_store::Progress;
 
-use crate::format;
+use crate::{console, format};
 
 /// How long a pass runs before the bar appears.
 const QUIET_FOR: Duration = Duration::from_millis(300);
@@ -60,22 +60,20 @@ impl ProgressBar {
             None => format!("{} files", progress.done),
         };
         let rate = progress.bytes as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
-        eprint!(
+        console::write_error(format_args!(
             "\r\x1b[2K{} {}: {bar}  {}  {}/s",
             self.label,
             progress.phase,
             format::bytes(progress.bytes),
             format::bytes(rate as u64)
-        );
-        let _ = std::io::stderr().flush();
+        ));
     }
 }
 
 impl Drop for ProgressBar {
     fn drop(&mut self) {
         if self.drawn_at.is_some() {
-            eprint!("\r\x1b[2K");
-            let _ = std::io::stderr().flush();
+            console::write_error(format_args!("\r\x1b[2K"));
         }
     }
 }

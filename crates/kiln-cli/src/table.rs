@@ -1,6 +1,8 @@
 //! Aligned tables for people: columns as wide as their widest cell, numbers
 //! on the right.
 
+use crate::console::outln;
+
 /// A table being filled.
 #[derive(Debug)]
 pub struct Table {
@@ -77,7 +79,7 @@ impl Table {
 
     /// Prints it.
     pub fn print(&self) {
-        print!("{}", self.render());
+        crate::console::write_out(format_args!("{}", self.render()));
     }
 }
 
@@ -89,7 +91,7 @@ pub fn print_pairs(pairs: &[(&str, String)]) {
         .max()
         .unwrap_or(0);
     for (label, value) in pairs {
-        println!("{label:<width$}  {value}");
+        outln!("{label:<width$}  {value}");
     }
 }
 

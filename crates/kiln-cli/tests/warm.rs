@@ -139,3 +139,91 @@ fn a_broken_kernel_fails_alone_with_its_first_diagnostic() {
         "{constant:#}"
     );
 }
+
+/// Runs `kiln --dir STORE --json warm FOLDER` with `variable=value` set.
+fn warm_with(store: &Path, folder: &Path, variable: &str, value: &str) -> (Value, bool) {
+    let output = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("--dir")
+        .arg(store)
+        .arg("--json")
+        .arg("warm")
+        .arg(folder)
+        .env(variable, value)
+        .output()
+        .expect("the kiln binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report = serde_json::from_str(&stdout)
+        .unwrap_or_else(|error| panic!("kiln warm prints JSON ({error}):\n{stdout}"));
+    (report, output.status.success())
+}
+
+// S4, L7
+#[test]
+fn counts_and_failures_do_not_depend_on_the_batch_records_kept() {
+    let folder = fresh_folder("record-limit-kernels");
+    std::fs::write(
+        folder.join("good.wgsl"),
+        "@compute @workgroup_size(1) fn main() {}\n",
+    )
+    .expect("a kernel file");
+    std::fs::write(
+        folder.join("broken.wgsl"),
+        "@compute @workgroup_size(1) fn main() { let x = 1.0 + ; }\n",
+    )
+    .expect("a kernel file");
+    let store = fresh_folder("record-limit-store");
+    let (report, succeeded) = warm_with(&store, &folder, "KILN_RECORD_LIMIT", "0");
+    assert!(!succeeded, "a failed kernel fails the command: {report:#}");
+    let wgpu = backend(&report, "wgpu");
+    assert_eq!(wgpu["compiled"], 1, "{wgpu:#}");
+    assert_eq!(wgpu["failed"], 1, "{wgpu:#}");
+    assert_eq!(
+        wgpu["failures"][0]["kernel"], "broken.wgsl",
+        "the failure is named: {wgpu:#}"
+    );
+}
+
+#[test]
+fn a_specialization_carries_only_its_own_header_line() {
+    let folder = fresh_folder("header-kernels");
+    let mut text = String::from("// kiln entry: main\n");
+    for number in 0..400 {
+        text.push_str(&format!("// kiln specialize: SCALE={number}.5\n"));
+    }
+    text.push_str(
+        "override SCALE: f32 = 1.0;\n\
+         @group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
+         @compute @workgroup_size(64)\n\
+         fn main(@builtin(global_invocation_id) id: vec3<u32>) { data[id.x] *= SCALE; }\n",
+    );
+    std::fs::write(folder.join("scale.wgsl"), &text).expect("a kernel file");
+    let store = fresh_folder("header-store");
+    let (report, succeeded) = warm(&store, &folder);
+    assert!(succeeded, "{report:#}");
+    assert_eq!(backend(&report, "wgpu")["kernels"], 400, "{report:#}");
+
+    let listed = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("--dir")
+        .arg(&store)
+        .args(["--json", "ls", "--kernels-only"])
+        .output()
+        .expect("the kiln binary runs");
+    let entries: Value = serde_json::from_slice(&listed.stdout).expect("kiln ls prints JSON");
+    // On a device, the driver's pipeline cache is an entry of its own.
+    let entries: Vec<&Value> = entries
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|entry| entry["record"]["key"]["subject"]["Kernel"]["name"] == "warm/scale.wgsl")
+        .collect();
+    assert_eq!(entries.len(), 400);
+    for entry in entries {
+        let size = entry["record"]["size"].as_u64().expect("a size");
+        assert!(
+            size < text.len() as u64 / 4,
+            "an artifact of {size} bytes from a file of {}: it carries the other \
+             specializations' lines",
+            text.len()
+        );
+    }
+}

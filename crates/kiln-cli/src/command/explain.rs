@@ -7,6 +7,7 @@ use kiln_store::{DiskStore, KernelHistory};
 use serde::Serialize;
 
 use super::Output;
+use crate::console::outln;
 use crate::format;
 
 /// `kiln explain` options.
@@ -35,7 +36,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         .collect();
     output.print(&explained, || {
         if explained.is_empty() {
-            println!(
+            outln!(
                 "{}: never seen: the store never held or missed such a kernel",
                 arguments.kernel
             );
@@ -49,7 +50,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                 }
                 Explanation::NeverSeen => String::new(),
             };
-            println!("{}: {}{when}", entry.kernel, entry.explanation);
+            outln!("{}: {}{when}", entry.kernel, entry.explanation);
         }
     })
 }

@@ -5,6 +5,7 @@ use clap::Args;
 use kiln_store::{DiskStore, Limits, parse_size};
 
 use super::Output;
+use crate::console::outln;
 use crate::format;
 use crate::progress::ProgressBar;
 use crate::table::print_pairs;
@@ -37,7 +38,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
     drop(bar);
     output.print(&report, || {
         if report.skipped {
-            println!("another process is collecting this store; nothing done");
+            outln!("another process is collecting this store; nothing done");
             return;
         }
         print_pairs(&[

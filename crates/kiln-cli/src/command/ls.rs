@@ -7,6 +7,7 @@ use kiln_core::store::hex;
 use kiln_store::{DiskStore, EntryInfo};
 
 use super::Output;
+use crate::console::{self, outln};
 use crate::format;
 use crate::table::Table;
 
@@ -36,21 +37,23 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
     if output.json {
         // Streamed as one array, whatever the store's size.
         let mut first = true;
-        println!("[");
+        outln!("[");
         let mut failed = None;
         store.entries(&mut |entry| {
-            if !wanted(&entry) || failed.is_some() {
+            // Past a closed pipe (`kiln --json ls | head`) nobody reads the
+            // rest: skip the work of printing it.
+            if !wanted(&entry) || failed.is_some() || console::is_closed() {
                 return;
             }
             match serde_json::to_string(&entry) {
                 Ok(line) => {
-                    println!("{}{line}", if first { "" } else { "," });
+                    outln!("{}{line}", if first { "" } else { "," });
                     first = false;
                 }
                 Err(error) => failed = Some(error),
             }
         })?;
-        println!("]");
+        outln!("]");
         return failed.map_or(Ok(()), |error| Err(error.into()));
     }
     let mut table = Table::new(&[
@@ -80,7 +83,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         ]);
     })?;
     if table.len() == 0 {
-        println!("the store at {} holds no entries", store.root().display());
+        outln!("the store at {} holds no entries", store.root().display());
     } else {
         table.print();
     }

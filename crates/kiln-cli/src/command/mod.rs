@@ -12,6 +12,7 @@ pub mod warm;
 
 use std::path::Path;
 
+use crate::console::outln;
 use anyhow::{Context, Result, bail};
 use kiln_store::{DiskStore, StoreConfig};
 use serde::Serialize;
@@ -27,7 +28,7 @@ impl Output {
     /// Prints `value` as JSON when asked to, else runs `human`.
     pub fn print<T: Serialize>(&self, value: &T, human: impl FnOnce()) -> Result<()> {
         if self.json {
-            println!("{}", serde_json::to_string_pretty(value)?);
+            outln!("{}", serde_json::to_string_pretty(value)?);
         } else {
             human();
         }
@@ -35,9 +36,10 @@ impl Output {
     }
 }
 
-/// The store at `dir`, else the one the `KILN_CACHE_*` variables name.
-pub fn open_store(dir: Option<&Path>) -> Result<DiskStore> {
-    let config = match (StoreConfig::from_env(), dir) {
+/// The settings of the store at `dir`, else of the one the `KILN_CACHE_*`
+/// variables name.
+fn store_config(dir: Option<&Path>) -> Result<StoreConfig> {
+    Ok(match (StoreConfig::from_env(), dir) {
         (Ok(Some(config)), Some(dir)) => StoreConfig {
             root: dir.to_path_buf(),
             ..config
@@ -48,13 +50,40 @@ pub fn open_store(dir: Option<&Path>) -> Result<DiskStore> {
             bail!("the store is disabled (KILN_CACHE_DISABLE=1); pass --dir to work on one")
         }
         (Err(error), _) => return Err(error.into()),
-    };
+    })
+}
+
+/// The store at `dir`, else the one the `KILN_CACHE_*` variables name, to
+/// look after.
+pub fn open_store(dir: Option<&Path>) -> Result<DiskStore> {
     // The command line evicts when asked (`gc`), never behind the user's
     // back in the middle of another command.
     let config = StoreConfig {
         collects_automatically: false,
-        ..config
+        ..store_config(dir)?
     };
     let root = config.root.clone();
     DiskStore::open(config).with_context(|| format!("opening the store at {}", root.display()))
+}
+
+/// The store at `dir`, else the configured one, to fill as any program
+/// using it would: it keeps to its size limit by evicting as it fills.
+///
+/// # Errors
+///
+/// The store cannot be opened. A store folder that is read-only and empty,
+/// or a store too damaged to repair itself, is no error: it gives
+/// `Ok(Err(reason))`, and the caller runs without a store (P5).
+pub fn open_store_to_fill(dir: Option<&Path>) -> Result<Result<DiskStore, String>> {
+    let config = store_config(dir)?;
+    let root = config.root.clone();
+    match DiskStore::open(config) {
+        Ok(store) => Ok(Ok(store)),
+        Err(
+            error @ (kiln_store::Error::ReadOnlyEmpty { .. } | kiln_store::Error::Damaged { .. }),
+        ) => Ok(Err(error.to_string())),
+        Err(error) => {
+            Err(error).with_context(|| format!("opening the store at {}", root.display()))
+        }
+    }
 }

@@ -5,6 +5,7 @@ use clap::Args;
 use kiln_store::DiskStore;
 
 use super::Output;
+use crate::console::outln;
 use crate::format;
 use crate::progress::ProgressBar;
 use crate::table::print_pairs;
@@ -37,7 +38,7 @@ pub fn run(store: &DiskStore, _arguments: &Arguments, output: &Output) -> Result
             ("left alone, in use", report.busy.to_string()),
         ]);
         if report.is_clean() {
-            println!("everything verified");
+            outln!("everything verified");
         }
     })
 }

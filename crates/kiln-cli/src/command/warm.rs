@@ -8,10 +8,16 @@
 //! (for `--hip-arch`, gfx90a by default). A backend whose compiler is
 //! missing is listed with the reason. A second run finds everything in the
 //! store.
+//!
+//! A run fails only for its kernels: a kernel file that cannot be read or
+//! parsed fails alone, and a store that cannot take a write (disk full,
+//! quota, read-only, file size limit) is reported once per cause and
+//! counted, while the kernels still compile (P5). A store folder that is
+//! read-only and empty makes the run storeless, with one warning.
 
-use std::collections::HashMap;
-use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::collections::HashSet;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -21,7 +27,7 @@ use anyhow::{Result, bail};
 use clap::Args;
 use kiln_core::store::ArtifactStore;
 use kiln_core::{
-    CompilationTarget, Kernel, KernelId, KernelLoader, KernelOf, KernelOutcome, LoaderConfig,
+    ArtifactId, CompilationTarget, Kernel, KernelId, KernelLoader, KernelOf, LoaderConfig,
     VariantOf,
 };
 use kiln_cuda::{Architecture, CudaKernel, CudaOptions, CudaTarget};
@@ -34,6 +40,7 @@ use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
 use serde::Serialize;
 
 use super::Output;
+use crate::console::{self, errln, outln};
 use crate::manifest::{self, KernelFile, Language, Specialization};
 use crate::table::Table;
 
@@ -62,12 +69,19 @@ struct BackendReport {
     /// Why the backend did not run, when it did not.
     unavailable: Option<String>,
     kernels: usize,
-    from_store: usize,
-    rekeyed: usize,
-    compiled: usize,
-    failed: usize,
-    workers: usize,
+    from_store: u64,
+    rekeyed: u64,
+    compiled: u64,
+    failed: u64,
+    /// Artifacts written to the store.
+    stored: u64,
+    /// Artifacts whose store write failed (each kernel still compiled).
+    store_write_failures: u64,
+    /// Workers of the batch, when the loader kept its record
+    /// (`KILN_RECORD_LIMIT=0` keeps none).
+    workers: Option<usize>,
     wall_seconds: f64,
+    /// Seconds of lowering and finalizing, summed over workers.
     work_seconds: f64,
     /// How the driver's pipeline cache started (wgpu on a device).
     pipeline_cache: Option<String>,
@@ -81,25 +95,70 @@ struct FailureReport {
     first_diagnostic: String,
 }
 
+/// A file of the folder that failed or was left alone, and why.
+#[derive(Debug, Serialize)]
+struct FileReport {
+    file: String,
+    reason: String,
+}
+
+/// A cause of failed store writes, reported once per run however many
+/// writes it failed.
+#[derive(Debug, Serialize)]
+struct WriteFailureReport {
+    cause: String,
+    detail: String,
+    count: u64,
+}
+
 /// The whole run, as `--json` prints it.
 #[derive(Debug, Serialize)]
 struct WarmReport {
     folder: String,
-    store: String,
+    /// The store's folder; `None` when the run had no store.
+    store: Option<String>,
+    /// Why the run had no store, when it had none.
+    storeless: Option<String>,
+    /// Whether the store could only be read: it served hits and stored
+    /// nothing.
+    store_read_only: bool,
+    /// Writes not attempted because the store is read-only.
+    store_writes_skipped: u64,
     files: usize,
+    /// Kernel files that could not be read or parsed: each failed alone.
+    failed_files: Vec<FileReport>,
+    /// Entries left alone: links, FIFOs, device nodes.
+    skipped: Vec<FileReport>,
     backends: Vec<BackendReport>,
+    /// Why store writes failed, one entry per cause.
+    store_write_failures: Vec<WriteFailureReport>,
 }
 
-/// Compiles every kernel of the folder into `store`.
-pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<()> {
-    let files = manifest::find(&arguments.folder)?;
-    if files.is_empty() {
+/// Compiles every kernel of the folder into the store at `dir` (else the
+/// configured one).
+pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result<()> {
+    let found = manifest::find(&arguments.folder)?;
+    if found.files.is_empty() && found.failed.is_empty() {
         bail!(
             "no kernels in {}: kiln warm compiles *.wgsl, *.cu and *.hip files",
             arguments.folder.display()
         );
     }
-    let shared: Arc<dyn ArtifactStore> = Arc::new(store.clone());
+    let store = super::open_store_to_fill(dir)?;
+    match &store {
+        Err(reason) => errln!("kiln: warning: {reason}; compiling without a store"),
+        Ok(store) if store.is_read_only() => errln!(
+            "kiln: warning: the store at {} cannot be written: kernels it holds are read \
+             from it, nothing is stored",
+            store.root().display()
+        ),
+        Ok(_) => {}
+    }
+    let shared: Option<Arc<dyn ArtifactStore>> = store
+        .as_ref()
+        .ok()
+        .map(|store| Arc::new(store.clone()) as Arc<dyn ArtifactStore>);
+    let files = &found.files;
     let of = |language: Language| -> Vec<&KernelFile> {
         files
             .iter()
@@ -109,34 +168,87 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
     let (wgsl, cuda, hip) = (of(Language::Wgsl), of(Language::Cuda), of(Language::Hip));
     let mut backends = Vec::new();
     if !wgsl.is_empty() {
-        backends.push(warm_wgpu(&wgsl, &shared));
+        backends.push(warm_wgpu(&wgsl, shared.as_ref()));
     }
     if !cuda.is_empty() {
-        backends.push(warm_cuda(&cuda, &shared, &arguments.cuda_arch));
+        backends.push(warm_cuda(&cuda, shared.as_ref(), &arguments.cuda_arch));
     }
     let for_hip: Vec<&KernelFile> = cuda.iter().chain(&hip).copied().collect();
     if !for_hip.is_empty() {
-        backends.push(warm_hip(&for_hip, &shared, &arguments.hip_arch));
+        backends.push(warm_hip(&for_hip, shared.as_ref(), &arguments.hip_arch));
     }
+    let notes = |unusable: &[manifest::Unusable]| -> Vec<FileReport> {
+        unusable
+            .iter()
+            .map(|entry| FileReport {
+                file: entry.name.clone(),
+                reason: entry.reason.clone(),
+            })
+            .collect()
+    };
     let report = WarmReport {
         folder: arguments.folder.display().to_string(),
-        store: store.root().display().to_string(),
-        files: files.len(),
+        store: store
+            .as_ref()
+            .ok()
+            .map(|store| store.root().display().to_string()),
+        storeless: store.as_ref().err().cloned(),
+        store_read_only: store.as_ref().is_ok_and(DiskStore::is_read_only),
+        store_writes_skipped: store
+            .as_ref()
+            .map_or(0, |store| store.statistics().writes_skipped),
+        files: files.len() + found.failed.len(),
+        failed_files: notes(&found.failed),
+        skipped: notes(&found.skipped),
+        store_write_failures: store.as_ref().map(write_failures).unwrap_or_default(),
         backends,
     };
     output.print(&report, || print_report(&report))?;
-    let failed: usize = report.backends.iter().map(|backend| backend.failed).sum();
-    if failed > 0 {
-        bail!("{failed} kernels failed");
+    // Once per cause, on standard error, however many writes failed: the
+    // table counts them per backend.
+    for failure in &report.store_write_failures {
+        errln!(
+            "kiln: warning: {} store write{} failed: {}: {}; those kernels compiled but were \
+             not stored",
+            failure.count,
+            if failure.count == 1 { "" } else { "s" },
+            failure.cause,
+            failure.detail
+        );
     }
-    Ok(())
+    let failed: u64 = report.backends.iter().map(|backend| backend.failed).sum();
+    match (failed, report.failed_files.len()) {
+        (0, 0) => Ok(()),
+        (kernels, 0) => bail!("{kernels} kernels failed"),
+        (0, files) => bail!("{files} kernel files failed"),
+        (kernels, files) => bail!("{kernels} kernels and {files} kernel files failed"),
+    }
+}
+
+/// Why the store's writes failed during the run, one entry per cause.
+fn write_failures(store: &DiskStore) -> Vec<WriteFailureReport> {
+    store
+        .write_failures()
+        .into_iter()
+        .map(|failure| WriteFailureReport {
+            cause: failure.cause.to_string(),
+            detail: failure.detail,
+            count: failure.count,
+        })
+        .collect()
 }
 
 fn print_report(report: &WarmReport) {
     let kernels: usize = report.backends.iter().map(|backend| backend.kernels).sum();
-    println!(
-        "{} files, {kernels} kernels in {}; store {}",
-        report.files, report.folder, report.store
+    let store = match (&report.store, &report.storeless) {
+        (Some(root), _) => format!("store {root}"),
+        (None, Some(reason)) => format!("no store: {reason}"),
+        (None, None) => "no store".to_owned(),
+    };
+    outln!(
+        "{} files, {kernels} kernels in {}; {store}",
+        report.files,
+        report.folder
     );
     let mut table = Table::new(&[
         "BACKEND",
@@ -146,24 +258,22 @@ fn print_report(report: &WarmReport) {
         "REKEYED>",
         "COMPILED>",
         "FAILED>",
+        "NOT STORED>",
         "WALL>",
         "SUMMED WORK>",
     ]);
     for backend in &report.backends {
         if let Some(reason) = &backend.unavailable {
-            table.row(vec![
+            let mut row = vec![
                 backend.backend.to_owned(),
                 format!("unavailable: {}", short(reason)),
                 backend.kernels.to_string(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-            ]);
+            ];
+            row.resize(10, "-".into());
+            table.row(row);
             continue;
         }
+        let work = seconds(backend.work_seconds);
         table.row(vec![
             backend.backend.to_owned(),
             backend.target.clone(),
@@ -172,13 +282,17 @@ fn print_report(report: &WarmReport) {
             backend.rekeyed.to_string(),
             backend.compiled.to_string(),
             backend.failed.to_string(),
+            backend.store_write_failures.to_string(),
             seconds(backend.wall_seconds),
-            format!(
-                "{} on {} worker{}",
-                seconds(backend.work_seconds),
-                backend.workers,
-                if backend.workers == 1 { "" } else { "s" }
-            ),
+            match backend.workers {
+                Some(workers) => {
+                    format!(
+                        "{work} on {workers} worker{}",
+                        if workers == 1 { "" } else { "s" }
+                    )
+                }
+                None => work,
+            },
         ]);
     }
     table.print();
@@ -188,17 +302,25 @@ fn print_report(report: &WarmReport) {
             .as_ref()
             .filter(|reason| short(reason) != **reason)
         {
-            println!("{} unavailable: {reason}", backend.backend);
+            outln!("{} unavailable: {reason}", backend.backend);
         }
         if let Some(cache) = &backend.pipeline_cache {
-            println!("{} pipeline cache: {cache}", backend.backend);
+            outln!("{} pipeline cache: {cache}", backend.backend);
         }
         for failure in &backend.failures {
-            println!(
+            outln!(
                 "{} failed: {}: {}",
-                backend.backend, failure.kernel, failure.first_diagnostic
+                backend.backend,
+                failure.kernel,
+                failure.first_diagnostic
             );
         }
+    }
+    for file in &report.failed_files {
+        outln!("failed: {}: {}", file.file, file.reason);
+    }
+    for file in &report.skipped {
+        outln!("skipped: {}: {}", file.file, file.reason);
     }
 }
 
@@ -237,7 +359,9 @@ fn unavailable(backend: &'static str, kernels: usize, reason: String) -> Backend
         rekeyed: 0,
         compiled: 0,
         failed: 0,
-        workers: 0,
+        stored: 0,
+        store_write_failures: 0,
+        workers: None,
         wall_seconds: 0.0,
         work_seconds: 0.0,
         pipeline_cache: None,
@@ -248,7 +372,7 @@ fn unavailable(backend: &'static str, kernels: usize, reason: String) -> Backend
 /// A kernel to warm: its label and the kernel.
 type Labelled<K> = (String, Box<K>);
 
-/// Every kernel of `files`, made by `make(file, specialization, counter)`.
+/// Every kernel of `files`, made by `make(file, specialization)`.
 fn kernels_of<K>(
     files: &[&KernelFile],
     mut make: impl FnMut(&KernelFile, &Specialization) -> K,
@@ -270,22 +394,31 @@ fn kernels_of<K>(
 }
 
 /// The id every backend's kernel of `file` and `specialization` starts from:
-/// the file's name, the specialization and the text.
+/// the file's name, the specialization, the entry and the text compiled
+/// (which leaves out the header, so adding a specialization to a file
+/// leaves the ids of the others alone).
 fn base_id(file: &KernelFile, specialization: &Specialization) -> kiln_core::KernelIdBuilder {
     KernelId::named(format!("warm/{}", file.name))
         .parameter(&specialization.to_string())
-        .bytes(file.text.as_bytes())
+        .parameter(file.entry.as_str())
+        .bytes(file.source.as_bytes())
 }
 
-/// Enqueues every kernel on a loader over `target`, compiles them in one
-/// batch with a progress bar, and reports.
+/// Enqueues every kernel `make` makes on a loader over `target`, compiles
+/// them in one batch with a progress bar, and reports.
+///
+/// The counts come from the loader's cumulative statistics and each
+/// failure from its kernel's own load (L7), never from the batch records,
+/// which the loader may keep none of (`KILN_RECORD_LIMIT=0`): `make` is
+/// called twice, once for the kernels to queue and once for the kernels to
+/// ask for their outcome.
 fn warm_batch<T>(
     backend: &'static str,
     description: String,
     on_device: bool,
     target: T,
     variant: &VariantOf<T>,
-    kernels: Vec<Labelled<KernelOf<T>>>,
+    make: impl Fn() -> Vec<Labelled<KernelOf<T>>>,
     generated: &Arc<AtomicUsize>,
 ) -> (BackendReport, T)
 where
@@ -293,72 +426,82 @@ where
     KernelOf<T>: Sized,
 {
     let mut loader = KernelLoader::with_config(target, LoaderConfig::from_env_or_default());
-    let mut labels: HashMap<KernelId, String> = HashMap::new();
-    let count = kernels.len();
-    for (label, kernel) in kernels {
-        labels.insert(kernel.id(), label);
+    for (_, kernel) in make() {
         loader.enqueue(kernel, variant.clone());
     }
+    // Two identical `specialize` lines make one kernel: the queue holds
+    // each once.
+    let count = loader.queued_len();
     let bar = Bar::start(backend, count, Arc::clone(generated));
     let started = Instant::now();
     loader.compile_queued();
     let wall = started.elapsed();
     drop(bar);
-    let mut report = BackendReport {
+    let statistics = loader.statistics();
+    let mut failures = Vec::new();
+    let mut asked = HashSet::new();
+    for (label, kernel) in make() {
+        let id = ArtifactId::new(kernel.id(), variant.clone());
+        // A failure is reported once: asking a second time would compile
+        // the kernel again.
+        if !asked.insert(id.kernel.clone()) {
+            continue;
+        }
+        // A loaded kernel answers from memory; a failed one reports the
+        // failure its batch kept, without compiling again.
+        if let Err(error) = loader.load(&kernel, &id) {
+            failures.push(FailureReport {
+                kernel: label,
+                first_diagnostic: error
+                    .to_string()
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned(),
+            });
+        }
+    }
+    let report = BackendReport {
         backend,
         target: description,
         on_device,
         unavailable: None,
         kernels: count,
-        from_store: 0,
-        rekeyed: 0,
-        compiled: 0,
-        failed: 0,
-        workers: 0,
+        from_store: statistics.hits,
+        rekeyed: statistics.rekeyed,
+        compiled: statistics.compiled,
+        failed: statistics.failed + statistics.refused,
+        stored: statistics.stored,
+        store_write_failures: statistics.store_errors,
+        workers: loader.records().back().map(|batch| batch.workers),
         wall_seconds: wall.as_secs_f64(),
-        work_seconds: 0.0,
+        work_seconds: statistics.compile_seconds,
         pipeline_cache: None,
-        failures: Vec::new(),
+        failures,
     };
-    if let Some(batch) = loader.records().back() {
-        report.from_store = batch.count(KernelOutcome::FromStore);
-        report.rekeyed = batch.count(KernelOutcome::Rekeyed);
-        report.compiled = batch.count(KernelOutcome::Compiled);
-        report.failed = batch.count(KernelOutcome::Failed) + batch.count(KernelOutcome::Refused);
-        report.workers = batch.workers;
-        report.work_seconds = batch.summed_work().as_secs_f64();
-        for record in &batch.records {
-            if let Some(error) = &record.error {
-                report.failures.push(FailureReport {
-                    kernel: labels
-                        .get(&record.kernel)
-                        .cloned()
-                        .unwrap_or_else(|| record.kernel.to_string()),
-                    first_diagnostic: error.lines().next().unwrap_or_default().to_owned(),
-                });
-            }
-        }
-    }
     (report, loader.into_target())
 }
 
-fn warm_wgpu(files: &[&KernelFile], store: &Arc<dyn ArtifactStore>) -> BackendReport {
+fn warm_wgpu(files: &[&KernelFile], store: Option<&Arc<dyn ArtifactStore>>) -> BackendReport {
     let generated = Arc::new(AtomicUsize::new(0));
-    let kernels = kernels_of(files, |file, specialization| {
-        let mut builder = WgslKernel::builder(base_id(file, specialization), file.entry.clone())
-            .label(file.name.clone());
-        for (name, value) in &specialization.0 {
-            // A value that is not a number is passed as NaN: naga then
-            // refuses it for this kernel alone, naming the constant.
-            builder = builder.constant(name.clone(), value.parse().unwrap_or(f64::NAN));
-        }
-        let text = file.text.clone();
-        let counter = Arc::clone(&generated);
-        builder.generator(move || {
-            counter.fetch_add(1, Ordering::Relaxed);
-            Ok(text.clone())
+    let make = || {
+        kernels_of(files, |file, specialization| {
+            let mut builder =
+                WgslKernel::builder(base_id(file, specialization), file.entry.clone())
+                    .label(file.name.clone());
+            for (name, value) in &specialization.0 {
+                // A value that is not a number is passed as NaN: naga then
+                // refuses it for this kernel alone, naming the constant.
+                builder = builder.constant(name.clone(), value.parse().unwrap_or(f64::NAN));
+            }
+            let source = Arc::clone(&file.source);
+            let counter = Arc::clone(&generated);
+            builder.generator(move || {
+                counter.fetch_add(1, Ordering::Relaxed);
+                Ok(source.to_string())
+            })
         })
-    });
+    };
     let (target, description, on_device) = match WgpuDevice::open() {
         Ok(device) => {
             let description = format!("{} (Vulkan)", device.info().name);
@@ -376,14 +519,17 @@ fn warm_wgpu(files: &[&KernelFile], store: &Arc<dyn ArtifactStore>) -> BackendRe
             )
         }
     };
-    let target = target.with_store(Arc::clone(store));
+    let target = match store {
+        Some(store) => target.with_store(Arc::clone(store)),
+        None => target,
+    };
     let (mut report, target) = warm_batch(
         "wgpu",
         description,
         on_device,
         target,
         &WgpuVariant,
-        kernels,
+        make,
         &generated,
     );
     if on_device {
@@ -392,7 +538,11 @@ fn warm_wgpu(files: &[&KernelFile], store: &Arc<dyn ArtifactStore>) -> BackendRe
     report
 }
 
-fn warm_cuda(files: &[&KernelFile], store: &Arc<dyn ArtifactStore>, arch: &str) -> BackendReport {
+fn warm_cuda(
+    files: &[&KernelFile],
+    store: Option<&Arc<dyn ArtifactStore>>,
+    arch: &str,
+) -> BackendReport {
     let count = files.iter().map(|file| file.specializations.len()).sum();
     let (target, description, on_device) = match CudaTarget::on_device(0) {
         Ok(target) => {
@@ -422,22 +572,29 @@ fn warm_cuda(files: &[&KernelFile], store: &Arc<dyn ArtifactStore>, arch: &str) 
         }
     };
     let generated = Arc::new(AtomicUsize::new(0));
-    let kernels = kernels_of(files, |file, specialization| {
-        let mut options = CudaOptions::default();
-        for (name, value) in &specialization.0 {
-            options = options.define(name.clone(), value.clone());
-        }
-        let text = file.text.clone();
-        let counter = Arc::clone(&generated);
-        CudaKernel::builder(base_id(file, specialization), file.entry.clone())
-            .program_name(file.name.clone())
-            .options(options)
-            .generator(move |_architecture| {
-                counter.fetch_add(1, Ordering::Relaxed);
-                Ok(text.clone())
-            })
-    });
-    let target = target.with_store(Arc::clone(store));
+    let make = || {
+        kernels_of(files, |file, specialization| {
+            let mut options = CudaOptions::default();
+            for (name, value) in &specialization.0 {
+                // Only ever a definition: the header's names are
+                // identifiers, and a value is the macro's text.
+                options = options.define(name.clone(), value.clone());
+            }
+            let source = Arc::clone(&file.source);
+            let counter = Arc::clone(&generated);
+            CudaKernel::builder(base_id(file, specialization), file.entry.clone())
+                .program_name(file.name.clone())
+                .options(options)
+                .generator(move |_architecture| {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    Ok(source.to_string())
+                })
+        })
+    };
+    let target = match store {
+        Some(store) => target.with_store(Arc::clone(store)),
+        None => target,
+    };
     let variant = target.variant();
     warm_batch(
         "cuda",
@@ -445,49 +602,49 @@ fn warm_cuda(files: &[&KernelFile], store: &Arc<dyn ArtifactStore>, arch: &str) 
         on_device,
         target,
         &variant,
-        kernels,
+        make,
         &generated,
     )
     .0
 }
 
-fn warm_hip(files: &[&KernelFile], store: &Arc<dyn ArtifactStore>, arch: &str) -> BackendReport {
+fn warm_hip(
+    files: &[&KernelFile],
+    store: Option<&Arc<dyn ArtifactStore>>,
+    arch: &str,
+) -> BackendReport {
     let count = files.iter().map(|file| file.specializations.len()).sum();
     let generated = Arc::new(AtomicUsize::new(0));
-    let kernels = kernels_of(files, |file, specialization| {
-        let mut options = HipOptions::default();
-        for (name, value) in &specialization.0 {
-            options = options.define(name.clone(), value.clone());
-        }
-        let text = file.text.clone();
-        let counter = Arc::clone(&generated);
-        HipKernel::new(
-            base_id(file, specialization).build(),
-            file.entry.clone(),
-            HipSource::generated(move |_variant| {
-                counter.fetch_add(1, Ordering::Relaxed);
-                Ok(text.clone())
-            }),
-        )
-        .with_options(options)
-    });
+    let make = || {
+        kernels_of(files, |file, specialization| {
+            let mut options = HipOptions::default();
+            for (name, value) in &specialization.0 {
+                options = options.define(name.clone(), value.clone());
+            }
+            let source = Arc::clone(&file.source);
+            let counter = Arc::clone(&generated);
+            HipKernel::new(
+                base_id(file, specialization).build(),
+                file.entry.clone(),
+                HipSource::generated(move |_variant| {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    Ok(source.to_string())
+                }),
+            )
+            .with_options(options)
+        })
+    };
     if let Some(target) = HipDevice::open(0)
         .ok()
         .and_then(|device| HipTarget::new(device).ok())
     {
         let description = format!("AMD GPU {}", target.variant().arch);
-        let target = target.with_store(Arc::clone(store));
+        let target = match store {
+            Some(store) => target.with_store(Arc::clone(store)),
+            None => target,
+        };
         let variant = target.variant();
-        return warm_batch(
-            "hip",
-            description,
-            true,
-            target,
-            &variant,
-            kernels,
-            &generated,
-        )
-        .0;
+        return warm_batch("hip", description, true, target, &variant, make, &generated).0;
     }
     let arch = match GfxArch::new(arch) {
         Ok(arch) => arch,
@@ -501,14 +658,17 @@ fn warm_hip(files: &[&KernelFile], store: &Arc<dyn ArtifactStore>, arch: &str) -
         "compile-only: {arch}, hiprtc {}",
         target.compiler().identity().hiprtc_version
     );
-    let target = target.with_store(Arc::clone(store), arch.clone());
+    let target = match store {
+        Some(store) => target.with_store(Arc::clone(store), arch.clone()),
+        None => target,
+    };
     warm_batch(
         "hip",
         description,
         false,
         target,
         &HipVariant::new(arch),
-        kernels,
+        make,
         &generated,
     )
     .0
@@ -539,17 +699,15 @@ impl Bar {
                     let done = done.load(Ordering::Relaxed).min(total);
                     let width = 30;
                     let filled = (done * width).checked_div(total).unwrap_or(width);
-                    eprint!(
+                    console::write_error(format_args!(
                         "\r\x1b[2Kwarm {label}: [{}{}] {done}/{total} compiling",
                         "#".repeat(filled),
                         "-".repeat(width - filled)
-                    );
-                    let _ = std::io::stderr().flush();
+                    ));
                     drawn = true;
                 }
                 if drawn {
-                    eprint!("\r\x1b[2K");
-                    let _ = std::io::stderr().flush();
+                    console::write_error(format_args!("\r\x1b[2K"));
                 }
             })
         });

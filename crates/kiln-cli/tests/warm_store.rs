@@ -1,0 +1,204 @@
+//! `kiln warm` against stores that cannot take what it writes, through the
+//! real binary: a write that fails is counted and reported once with its
+//! cause, and the kernels still compile (P5); a read-only store still
+//! serves what it holds; the store keeps to its size limit (P6).
+
+mod support;
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+
+use serde_json::Value;
+use support::{Scratch, Tmpfs, backend, finish, kiln, wgsl_kernel};
+
+/// A folder of `count` WGSL kernels, each about `padding` bytes larger than
+/// its code (a comment the artifact carries with the source).
+fn padded_kernels(folder: &Path, count: u32, padding: usize) {
+    std::fs::create_dir_all(folder).expect("the kernel folder can be created");
+    for number in 0..count {
+        let mut text = wgsl_kernel(number);
+        let line = format!("// padding of kernel {number}, to give its artifact some size\n");
+        while text.len() < padding {
+            text.push_str(&line);
+        }
+        std::fs::write(folder.join(format!("k{number:03}.wgsl")), text).expect("a kernel file");
+    }
+}
+
+/// kiln's own lines on standard error (a Vulkan driver may add its own).
+fn kiln_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|line| line.starts_with("kiln"))
+        .collect()
+}
+
+/// The causes of failed store writes a report lists.
+fn write_failures(report: &Value) -> &Vec<Value> {
+    report["store_write_failures"]
+        .as_array()
+        .unwrap_or_else(|| panic!("the report lists failed store writes: {report:#}"))
+}
+
+// P5
+#[test]
+fn a_file_size_limit_fails_store_writes_and_the_run_ends_as_it_would() {
+    let scratch = Scratch::new("store-fsize");
+    let folder = scratch.0.join("kernels");
+    padded_kernels(&folder, 3, 32 << 10);
+    let mut command = kiln(&scratch.0.join("store"), &["--json", "warm"]);
+    command.arg(&folder);
+    // As `prlimit --fsize=8192`: a write past 8 KiB raises SIGXFSZ, which
+    // kills a process that does not ignore it.
+    // SAFETY: `setrlimit` is async-signal-safe and touches only the child.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 8192,
+                rlim_max: 8192,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let run = finish(&mut command);
+    assert_eq!(
+        run.status.signal(),
+        None,
+        "kiln is not killed by the file size limit: {}",
+        run.stderr
+    );
+    let report = run.succeeded_json();
+    let wgpu = backend(&report, "wgpu");
+    assert_eq!(wgpu["compiled"], 3, "every kernel still compiles: {wgpu:#}");
+    assert_eq!(wgpu["store_write_failures"], 3, "{wgpu:#}");
+    let causes = write_failures(&report);
+    assert_eq!(causes.len(), 1, "one cause, reported once: {report:#}");
+    assert_eq!(causes[0]["cause"], "file size limit", "{report:#}");
+    let warnings = kiln_lines(&run.stderr);
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("file size limit"),
+        "one warning: {}",
+        run.stderr
+    );
+}
+
+// P5
+#[test]
+fn a_full_disk_is_reported_once_with_its_cause_and_the_kernels_still_compile() {
+    let scratch = Scratch::new("store-full");
+    let what = "filling a 2 MB tmpfs store";
+    let Some(disk) = Tmpfs::mount(scratch.0.join("disk"), "2m", what) else {
+        return;
+    };
+    let folder = scratch.0.join("kernels");
+    padded_kernels(&folder, 60, 64 << 10);
+    let run = finish(kiln(&disk.path.join("store"), &["--json", "warm"]).arg(&folder));
+    let report = run.succeeded_json();
+    let wgpu = backend(&report, "wgpu");
+    assert_eq!(
+        wgpu["compiled"], 60,
+        "every kernel still compiles: {wgpu:#}"
+    );
+    let failed = wgpu["store_write_failures"].as_u64().unwrap_or(0);
+    assert!(failed > 0, "writes failed and are counted: {wgpu:#}");
+    assert_eq!(
+        wgpu["stored"].as_u64().unwrap_or(0) + failed,
+        60,
+        "each kernel stored or counted: {wgpu:#}"
+    );
+    let causes = write_failures(&report);
+    assert_eq!(causes.len(), 1, "one cause, reported once: {report:#}");
+    assert_eq!(causes[0]["cause"], "disk full", "{report:#}");
+    assert_eq!(causes[0]["count"], failed, "{report:#}");
+    let warnings = kiln_lines(&run.stderr);
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("disk full"),
+        "one warning: {}",
+        run.stderr
+    );
+}
+
+// P5
+#[test]
+fn an_empty_read_only_store_folder_makes_the_run_storeless_with_one_warning() {
+    let scratch = Scratch::new("store-ro-empty");
+    let what = "warming into an empty read-only store";
+    let Some(disk) = Tmpfs::mount(scratch.0.join("disk"), "2m", what) else {
+        return;
+    };
+    disk.remount_read_only();
+    let folder = scratch.0.join("kernels");
+    padded_kernels(&folder, 2, 0);
+    let run = finish(kiln(&disk.path, &["--json", "warm"]).arg(&folder));
+    let report = run.succeeded_json();
+    assert!(report["store"].is_null(), "{report:#}");
+    assert!(report["storeless"].is_string(), "says why: {report:#}");
+    let wgpu = backend(&report, "wgpu");
+    assert_eq!(wgpu["compiled"], 2, "{wgpu:#}");
+    assert_eq!(
+        kiln_lines(&run.stderr).len(),
+        1,
+        "one warning: {}",
+        run.stderr
+    );
+}
+
+// P5
+#[test]
+fn a_populated_read_only_store_serves_hits_and_can_be_inspected() {
+    let scratch = Scratch::new("store-ro-full");
+    let what = "reading a read-only store";
+    let Some(disk) = Tmpfs::mount(scratch.0.join("disk"), "4m", what) else {
+        return;
+    };
+    let folder = scratch.0.join("kernels");
+    padded_kernels(&folder, 3, 0);
+    let store = disk.path.join("store");
+    finish(kiln(&store, &["--json", "warm"]).arg(&folder)).succeeded_json();
+    disk.remount_read_only();
+
+    let run = finish(kiln(&store, &["--json", "warm"]).arg(&folder));
+    let report = run.succeeded_json();
+    let wgpu = backend(&report, "wgpu");
+    assert_eq!(wgpu["from_store"], 3, "every kernel is a hit: {wgpu:#}");
+    assert_eq!(wgpu["store_write_failures"], 0, "{wgpu:#}");
+    assert!(write_failures(&report).is_empty(), "{report:#}");
+
+    let stats = finish(&mut kiln(&store, &["--json", "stats"])).succeeded_json();
+    assert!(stats["entries"].as_u64().unwrap_or(0) >= 3, "{stats:#}");
+    let listed =
+        finish(&mut kiln(&store, &["--json", "ls", "--kernel", "warm/k"])).succeeded_json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(3), "{listed:#}");
+    let explained = finish(&mut kiln(&store, &["--json", "explain", "warm/k000"])).succeeded_json();
+    assert_eq!(explained.as_array().map(Vec::len), Some(1), "{explained:#}");
+    let verified = finish(&mut kiln(&store, &["--json", "verify"])).succeeded_json();
+    assert_eq!(verified["bad_objects"], 0, "{verified:#}");
+}
+
+// P6
+#[test]
+fn warm_leaves_the_store_within_its_size_limit() {
+    let scratch = Scratch::new("store-limit");
+    let folder = scratch.0.join("kernels");
+    padded_kernels(&folder, 40, 16 << 10);
+    let store = scratch.0.join("store");
+    let limit: u64 = 256 << 10;
+    let run = finish(
+        kiln(&store, &["--json", "warm"])
+            .arg(&folder)
+            .env("KILN_CACHE_MAX_SIZE", limit.to_string()),
+    );
+    let report = run.succeeded_json();
+    assert_eq!(backend(&report, "wgpu")["compiled"], 40, "{report:#}");
+    let stats =
+        finish(kiln(&store, &["--json", "stats"]).env("KILN_CACHE_MAX_SIZE", limit.to_string()))
+            .succeeded_json();
+    let bytes = stats["bytes"].as_u64().expect("a size");
+    assert!(
+        bytes <= limit,
+        "{bytes} bytes stored, over the limit of {limit}: {stats:#}"
+    );
+}
