@@ -56,6 +56,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Started again as a compile worker, this process serves NVRTC or
+    // hipRTC compiles and exits here: a compiler that crashes, or exits
+    // from inside (hipRTC does, when a temporary file passes the file size
+    // limit), fails only the kernel it held, never the run.
+    kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry(), kiln_hip::worker_entry()]);
     ignore_file_size_signal();
     let cli = Cli::parse();
     let output = command::Output { json: cli.json };

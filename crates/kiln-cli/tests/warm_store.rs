@@ -7,6 +7,7 @@ mod support;
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
+use std::process::Command;
 
 use serde_json::Value;
 use support::{Scratch, Tmpfs, backend, finish, kiln, wgsl_kernel};
@@ -40,6 +41,65 @@ fn write_failures(report: &Value) -> &Vec<Value> {
         .unwrap_or_else(|| panic!("the report lists failed store writes: {report:#}"))
 }
 
+/// As `prlimit --fsize=BYTES`: a write past `bytes` raises SIGXFSZ, which
+/// kills a process that does not ignore it.
+fn limit_file_size(command: &mut Command, bytes: libc::rlim_t) {
+    // SAFETY: `setrlimit` is async-signal-safe and touches only the child.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+// P5, L6
+#[test]
+fn a_compiler_that_exits_under_the_file_size_limit_fails_its_kernels_not_the_run() {
+    // hipRTC writes temporary files as it compiles, and exits the process
+    // from inside when one passes the limit: in a worker process of its own
+    // that fails the kernels it held, and the run reports them.
+    let scratch = Scratch::new("store-fsize-compiler");
+    let folder = scratch.folder("kernels");
+    std::fs::write(
+        folder.join("scale.cu"),
+        "// kiln entry: scale\n\
+         extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n",
+    )
+    .expect("a kernel file");
+    let mut command = kiln(&scratch.0.join("store"), &["--json", "warm"]);
+    command.arg(&folder);
+    limit_file_size(&mut command, 8192);
+    let run = finish(&mut command);
+    assert_eq!(
+        run.status.signal(),
+        None,
+        "kiln is not killed by the file size limit: {}",
+        run.stderr
+    );
+    let report = run.json();
+    let hip = backend(&report, "hip");
+    if let Some(reason) = hip["unavailable"].as_str() {
+        kiln_core::conformance::skip(
+            "a compiler that exits under the file size limit",
+            &format!("hipRTC is not here: {reason}"),
+        );
+        return;
+    }
+    assert_eq!(hip["kernels"], 1, "{hip:#}");
+    assert_eq!(
+        hip["compiled"].as_u64().unwrap_or(0) + hip["failed"].as_u64().unwrap_or(0),
+        1,
+        "the kernel was compiled or failed alone, and the report was printed: {hip:#}"
+    );
+}
+
 // P5
 #[test]
 fn a_file_size_limit_fails_store_writes_and_the_run_ends_as_it_would() {
@@ -48,21 +108,7 @@ fn a_file_size_limit_fails_store_writes_and_the_run_ends_as_it_would() {
     padded_kernels(&folder, 3, 32 << 10);
     let mut command = kiln(&scratch.0.join("store"), &["--json", "warm"]);
     command.arg(&folder);
-    // As `prlimit --fsize=8192`: a write past 8 KiB raises SIGXFSZ, which
-    // kills a process that does not ignore it.
-    // SAFETY: `setrlimit` is async-signal-safe and touches only the child.
-    unsafe {
-        command.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: 8192,
-                rlim_max: 8192,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    limit_file_size(&mut command, 8192);
     let run = finish(&mut command);
     assert_eq!(
         run.status.signal(),

@@ -41,6 +41,10 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             outln!("another process is collecting this store; nothing done");
             return;
         }
+        if store.is_read_only() {
+            outln!("the store is read-only; nothing evicted");
+            return;
+        }
         print_pairs(&[
             (
                 "before",
@@ -69,5 +73,8 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                 ),
             ),
         ]);
+        for (path, why) in &report.unchecked {
+            outln!("not checked: {}: {why}", path.display());
+        }
     })
 }

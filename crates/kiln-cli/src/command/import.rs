@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use kiln_core::KeyComponents;
 use kiln_store::{BundleHeader, DiskStore, read_header};
@@ -28,6 +28,12 @@ pub struct Arguments {
 /// Imports, refusing a foreign bundle and naming the component that differs.
 pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<()> {
     let path = &arguments.file;
+    if store.is_read_only() {
+        bail!(
+            "the store at {} is read-only: import into a writable store, or unset KILN_CACHE_READ_ONLY",
+            store.root().display()
+        );
+    }
     let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let header = read_header(path, &mut file)?;
     drop(file);

@@ -37,6 +37,12 @@ pub fn run(store: &DiskStore, _arguments: &Arguments, output: &Output) -> Result
             ("staging files removed", report.staging_removed.to_string()),
             ("left alone, in use", report.busy.to_string()),
         ]);
+        for (path, why) in &report.unchecked {
+            outln!("not checked: {}: {why}", path.display());
+        }
+        if store.is_read_only() {
+            outln!("the store is read-only: what is bad was reported, not removed");
+        }
         if report.is_clean() {
             outln!("everything verified");
         }
