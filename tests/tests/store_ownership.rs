@@ -429,3 +429,91 @@ fn a_shard_verify_may_not_read_is_reported_and_its_records_are_kept() {
         "the shard it could not read is named: {report:?}"
     );
 }
+
+/// Replaces the shard folder that holds `file` (`tree/ab/c/<name>`) at its
+/// first level, `tree/ab`, with a link to `outside`, where a file of the
+/// same name holding `bytes` waits at `outside/c/<name>`; returns that file.
+fn link_shard_out(file: &Path, outside: &Path, bytes: &[u8]) -> PathBuf {
+    let shard = file.parent().expect("a second shard level");
+    let first = shard.parent().expect("a first shard level");
+    let planted = outside
+        .join(shard.file_name().expect("a shard name"))
+        .join(file.file_name().expect("a file name"));
+    fs::create_dir_all(planted.parent().expect("a folder")).expect("the outside folders");
+    fs::write(&planted, bytes).expect("the outside file");
+    fs::remove_dir_all(first).expect("the shard goes");
+    symlink(outside, first).expect("a link in its place");
+    planted
+}
+
+#[test]
+fn a_lookup_removes_nothing_through_a_symlinked_record_shard() {
+    // A damaged file under the record's exact name, behind a link where the
+    // record's shard should be.
+    let scratch = Scratch::new("ownership-lookup-record");
+    let store = open_store(&scratch.join("store"));
+    store.put(&fake_key(1), None, b"small artifact", Duration::ZERO);
+    let record = store.record_path(&fake_key(1));
+    let damaged = link_shard_out(&record, &scratch.join("outside"), b"damaged");
+    assert!(matches!(store.lookup(&fake_key(1)), Lookup::Miss(_)));
+    assert_eq!(fs::read(&damaged).expect("still there"), b"damaged");
+}
+
+#[test]
+fn a_lookup_removes_nothing_through_a_symlinked_object_shard() {
+    let scratch = Scratch::new("ownership-lookup-object");
+    let store = open_store(&scratch.join("store"));
+    // A large artifact: its kernel's record points at the object.
+    let artifact = kiln_tests::pattern(1, 0, 64 << 10);
+    store.put(&fake_key(1), None, &artifact, Duration::ZERO);
+    let object = store.object_path(&store.record(&fake_key(1)).expect("stored").object);
+    let damaged = link_shard_out(&object, &scratch.join("outside"), b"damaged");
+    assert!(
+        matches!(store.lookup(&fake_key(1)), Lookup::Miss(_)),
+        "an object of the wrong length is no hit"
+    );
+    assert_eq!(fs::read(&damaged).expect("still there"), b"damaged");
+}
+
+#[test]
+fn a_put_clears_nothing_through_a_symlinked_record_shard() {
+    // A folder outside the store stands at the record's name behind a link
+    // where the record's shard should be: the put replaces the link and
+    // leaves the folder and what it holds.
+    let scratch = Scratch::new("ownership-clear");
+    let store = open_store(&scratch.join("store"));
+    store.put(&fake_key(1), None, b"first", Duration::ZERO);
+    let record = store.record_path(&fake_key(1));
+    let outside = scratch.join("outside");
+    let planted = link_shard_out(&record, &outside, b"");
+    fs::remove_file(&planted).expect("the planted file goes");
+    fs::create_dir(&planted).expect("a folder at the record's name");
+    fs::write(planted.join("results.csv"), b"1,2,3").expect("the user's file");
+    let before = snapshot(&outside);
+
+    store.put(&fake_key(1), None, b"second", Duration::ZERO);
+    assert_eq!(snapshot(&outside), before, "nothing outside changed");
+    match store.lookup(&fake_key(1)) {
+        Lookup::Hit { artifact, .. } => assert_eq!(artifact, b"second"),
+        Lookup::Miss(miss) => panic!("the entry was stored inside the store: {miss}"),
+    }
+}
+
+#[test]
+fn nothing_is_removed_from_a_store_whose_marker_is_gone() {
+    let scratch = Scratch::new("ownership-marker");
+    let root = scratch.join("store");
+    let store = open_store(&root);
+    store.put(&fake_key(1), None, b"small artifact", Duration::ZERO);
+    let record = store.record_path(&fake_key(1));
+    fs::write(&record, b"damaged").expect("the record is damaged");
+    fs::remove_file(root.join("LAYOUT")).expect("the marker goes");
+
+    assert!(matches!(store.lookup(&fake_key(1)), Lookup::Miss(_)));
+    assert_eq!(fs::read(&record).expect("kept by the lookup"), b"damaged");
+    match store.verify(&mut |_| {}) {
+        Err(Error::NotAStore { .. }) => {}
+        other => panic!("verify refuses a folder without the marker: {other:?}"),
+    }
+    assert_eq!(fs::read(&record).expect("kept by verify"), b"damaged");
+}

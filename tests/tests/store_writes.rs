@@ -456,6 +456,24 @@ fn p5_a_store_asked_to_be_read_only_writes_nothing() {
 }
 
 #[test]
+fn p5_a_read_only_open_refuses_a_folder_that_holds_files_and_no_store() {
+    // P5 and the store's ownership rule: a read-only open adopts by the
+    // rules of a writable one, and writes nothing.
+    let scratch = Scratch::new("read-only-project");
+    let project = scratch.join("project");
+    fs::create_dir_all(project.join("records")).expect("the project's folders");
+    fs::write(project.join("README"), b"a project").expect("the project's file");
+    let before = files_under(&project);
+    let error = DiskStore::open(StoreConfig {
+        read_only: true,
+        ..StoreConfig::at(&project)
+    })
+    .expect_err("a project is no store");
+    assert!(matches!(error, Error::NotAStore { .. }), "{error}");
+    assert_eq!(files_under(&project), before, "nothing was written");
+}
+
+#[test]
 fn p5_an_empty_read_only_folder_is_no_store_and_says_so() {
     // P5: nothing to read and nowhere to write: the caller runs storeless.
     let scratch = Scratch::new("read-only-empty");

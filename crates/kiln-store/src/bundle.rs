@@ -38,11 +38,9 @@
 //! the object it has just published.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
-use std::path::{Component, Path};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use kiln_core::store::hex;
 use kiln_core::{KeyComponent, KeyComponents, STORE_FORMAT};
@@ -57,7 +55,6 @@ use crate::lock::{Mode, object_slot};
 use crate::maintenance::Progress;
 use crate::partial::PartialFile;
 use crate::record::{self, Record};
-use crate::tree::Folder;
 
 const MAGIC: &[u8; 8] = b"kilnbndl";
 /// The bundle format this version writes and reads.
@@ -72,10 +69,6 @@ const LARGEST_SEALED: u64 = 1 << 20;
 const CHUNK: usize = 256 << 10;
 /// Bytes of the closing section after its tag.
 const END_LENGTH: usize = 48;
-
-/// Objects this process streamed into staging so far: with the process id,
-/// a staging file name no other live writer uses.
-static STAGED: AtomicU64 = AtomicU64::new(0);
 
 /// What a bundle says it was built for: the components its entries share.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,6 +162,19 @@ impl<W: Write> Write for Digesting<W> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
+    }
+}
+
+/// What streaming an object into the store failed with: reading the
+/// bundle (or writing what it read), or publishing the file.
+enum Streamed {
+    Reading(Error),
+    Publishing(io::Error),
+}
+
+impl From<io::Error> for Streamed {
+    fn from(error: io::Error) -> Self {
+        Self::Publishing(error)
     }
 }
 
@@ -537,10 +543,8 @@ impl DiskStore {
         Ok((report, added_bytes))
     }
 
-    /// Streams the object `reader` is at into a staging file and renames it
-    /// to `target` once its digest is checked: [`durable::publish_open`]
-    /// for bytes that need not fit in memory. As there, every folder on the
-    /// way is reached from the root's descriptor without following a link.
+    /// Streams the object `reader` is at into a staging file and publishes
+    /// it at `target` once its digest is checked ([`durable::publish_from`]).
     fn publish_object(
         &self,
         reader: &mut SectionReader<'_>,
@@ -549,71 +553,28 @@ impl DiskStore {
         target: &Path,
     ) -> Result<()> {
         let inner = &self.inner;
-        let durable = inner.config.durable;
-        let root_path = inner.layout.root();
         let published = |error: io::Error| Error::Io {
             action: "import into",
-            path: root_path.to_path_buf(),
+            path: inner.layout.root().to_path_buf(),
             source: error,
         };
-        let outside = || {
-            published(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} is not inside the store", target.display()),
-            ))
-        };
-        let relative: Vec<&OsStr> = target
-            .strip_prefix(root_path)
-            .map_err(|_| outside())?
-            .components()
-            .map(|component| match component {
-                Component::Normal(name) => Ok(name),
-                _ => Err(outside()),
-            })
-            .collect::<Result<_>>()?;
-        let (name, folders) = relative.split_last().ok_or_else(outside)?;
-        let folders: Vec<&str> = folders
-            .iter()
-            .map(|folder| folder.to_str().ok_or_else(outside))
-            .collect::<Result<_>>()?;
-        let staging_path = inner.layout.staging();
-        let staging_name = staging_path
-            .file_name()
-            .and_then(OsStr::to_str)
-            .ok_or_else(outside)?;
-
-        let root = Folder::open(root_path).map_err(published)?;
-        let staging = durable::folder_at(&root, &[staging_name], durable).map_err(published)?;
-        let (staged, mut file) = loop {
-            // The name the store gives staging files, so that clean-up
-            // knows whose it is; numbered far from the store's own.
-            let sequence = STAGED.fetch_add(1, Ordering::Relaxed) + (1 << 40);
-            let staged = OsString::from(format!("{}-{sequence}.part", std::process::id()));
-            match staging.create_file(&staged) {
-                Ok(file) => break (staged, file),
-                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(error) => return Err(published(error)),
-            }
-        };
-        let placed = reader
-            .object_bytes(digest, size, &mut |chunk| {
-                file.write_all(chunk).map_err(published)
-            })
-            .and_then(|()| {
-                if durable {
-                    file.sync_all().map_err(published)?;
-                }
-                let folder = durable::folder_at(&root, &folders, durable).map_err(published)?;
-                staging.rename(&staged, &folder, name).map_err(published)?;
-                if durable {
-                    folder.sync().map_err(published)?;
-                }
-                Ok(())
-            });
-        if placed.is_err() {
-            let _ = staging.remove_file(&staged);
-        }
-        placed
+        durable::publish_from(
+            &inner.layout.staging(),
+            target,
+            inner.config.durable,
+            |file| {
+                reader
+                    .object_bytes(digest, size, &mut |chunk| {
+                        file.write_all(chunk).map_err(published)
+                    })
+                    .map_err(Streamed::Reading)
+            },
+        )
+        .map(drop)
+        .map_err(|streamed| match streamed {
+            Streamed::Reading(error) => error,
+            Streamed::Publishing(error) => published(error),
+        })
     }
 
     /// Checks what every record of a verified bundle says about its object

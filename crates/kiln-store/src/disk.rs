@@ -1,10 +1,11 @@
 //! [`DiskStore`]: lookups, puts, claims and explanations against one root.
 
-use std::fs::{self, File, FileTimes, Metadata};
+use std::ffi::OsStr;
+use std::fs::{self, File, FileTimes, Metadata, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,9 +20,10 @@ use kiln_core::{
 use crate::config::{MAX_LOCK_TIMEOUT, StoreConfig};
 use crate::durable;
 use crate::error::{Error, Result, WriteCause, WriteFailure};
-use crate::layout::{LAYOUT, Layout};
+use crate::layout::{self, Layout};
 use crate::lock::{COLLECT_SLOT, LockFile, Mode, TARGETS_SLOT, key_slot, object_slot};
 use crate::record::{self, Checked, KernelHistory, Pointer, Record, Seen, now_seconds};
+use crate::tree::{Folder, Removal, relative_names};
 use crate::usage::{Usage, UsageFile};
 
 /// How long a publisher waits for an object that is being removed.
@@ -37,8 +39,8 @@ const PARALLEL_DIGEST: usize = 4 << 20;
 /// Artifacts at most this large are also kept inline in their kernel's
 /// record, so that a hit opens one file instead of two. Beyond it, the
 /// second open is a small part of reading and digesting the bytes, and the
-/// copy would cost more disk than it saves time (see `ARCHITECTURE.md`,
-/// "Store").
+/// copy would cost more disk than it saves time (see
+/// `docs/design/store.md`).
 pub(crate) const INLINE_MAX: usize = 16 << 10;
 /// The largest record file a lookup reads whole; anything longer is not a
 /// record the store wrote and reads as damaged.
@@ -168,8 +170,10 @@ impl DiskStore {
     /// # Errors
     ///
     /// The root cannot be created or is not a folder, or it holds a store
-    /// of another layout; [`Error::ReadOnlyEmpty`] when it holds no store
-    /// and cannot be written.
+    /// of another layout; [`Error::NotAStore`] when it holds files and no
+    /// store; [`Error::Damaged`] when the store's own files or folders are
+    /// damaged beyond what it repairs; [`Error::ReadOnlyEmpty`] when it
+    /// holds no store and cannot be written.
     pub fn open(config: StoreConfig) -> Result<Self> {
         let layout = Layout::new(config.root.clone());
         // Decided before anything is created: a store that cannot be
@@ -196,27 +200,12 @@ impl DiskStore {
     /// Opens the store at `layout` to read it only, for `reason`.
     fn open_read_only(config: StoreConfig, layout: Layout, reason: ReadOnly) -> Result<Self> {
         let root = layout.root();
-        let layout_file = layout.layout_file();
-        match fs::read_to_string(&layout_file) {
-            Ok(found) if found.trim() == LAYOUT => {}
-            Ok(found) => {
-                return Err(Error::Layout {
-                    root: root.to_path_buf(),
-                    found: found.trim().to_owned(),
-                    expected: LAYOUT,
-                });
-            }
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                ) =>
-            {
-                return Err(Error::ReadOnlyEmpty {
-                    root: root.to_path_buf(),
-                });
-            }
-            Err(error) => return Err(Error::io("read", &layout_file)(error)),
+        // The rules of a writable open, without its writes: a folder that
+        // holds files and no marker is no store either.
+        if !crate::skeleton::inspect(&layout)? {
+            return Err(Error::ReadOnlyEmpty {
+                root: root.to_path_buf(),
+            });
         }
         let usage_path = layout.usage_file();
         let usage =
@@ -410,7 +399,7 @@ impl DiskStore {
     /// object.
     fn read_object(&self, pointer: &Pointer) -> Result<Vec<u8>, ObjectMiss> {
         let path = self.inner.layout.object(&pointer.object);
-        let file = match File::open(&path) {
+        let file = match open_no_link(&path) {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
                 return Err(ObjectMiss::Absent);
@@ -494,9 +483,72 @@ impl DiskStore {
         else {
             return;
         };
-        if remove_if_same(&inner.layout.object(digest), found) {
+        let path = inner.layout.object(digest);
+        let removal = self.remove_at(&path, |folder, name| {
+            folder.remove_if_same(name, found.dev(), found.ino())
+        });
+        if matches!(removal, Removal::Removed) {
             // Best effort: the counters are estimates between recounts.
             let _ = inner.usage.adjust(&inner.locks, -(found.len() as i64), -1);
+        }
+    }
+
+    /// Removes the store's file at `path` as `remove` decides, in the
+    /// folder that holds it, which is reached from a root that carries the
+    /// store's marker one name at a time without following a link; `path`
+    /// must be named as the store names its entries' files. A link on the
+    /// way fails the removal: neither it nor what it points to is touched.
+    fn remove_at(&self, path: &Path, remove: impl FnOnce(&Folder, &OsStr) -> Removal) -> Removal {
+        let holder = || -> io::Result<(Folder, &OsStr)> {
+            let names = relative_names(self.root(), path)?;
+            if !layout::is_own_file(&names) {
+                return Err(io::Error::other(format!(
+                    "{} is not a file of the store",
+                    path.display()
+                )));
+            }
+            let (name, folders) = names.split_last().expect("a file of the store has a name");
+            let root =
+                crate::skeleton::open_marked(&self.inner.layout).map_err(io::Error::other)?;
+            Ok((root.descend(folders)?, OsStr::new(*name)))
+        };
+        match holder() {
+            Ok((folder, name)) => remove(&folder, name),
+            Err(error) => Removal::Failed(error),
+        }
+    }
+
+    /// Clears the entry's name at `path` for a file to be published there
+    /// when something else stands there: at an entry's name only a file
+    /// the store wrote belongs, and a folder there would fail every put of
+    /// the entry forever. It is reached as [`remove_at`](Self::remove_at)
+    /// reaches it; when a link stands where a folder on the way should be,
+    /// nothing is cleared, as publication replaces the link with a folder.
+    fn clear_non_file(&self, path: &Path) -> io::Result<()> {
+        // The common case, a file or nothing, costs one look by path; what
+        // that look saw is only a hint, acted on from descriptors.
+        match fs::symlink_metadata(path) {
+            Ok(found) if found.is_file() => return Ok(()),
+            Ok(_) => {}
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+            // A file where a shard folder should be, say: the put fails.
+            Err(error) => return Err(error),
+        }
+        let mut cleared = Ok(false);
+        let removal = self.remove_at(path, |folder, name| {
+            cleared = folder.clear_for_file(name);
+            Removal::Changed
+        });
+        match (removal, cleared?) {
+            (Removal::Failed(error), _) if !is_unreachable(&error) => Err(error),
+            (_, true) => {
+                log::warn!(
+                    "kiln store: {} was not a file; removed to store the entry again",
+                    path.display()
+                );
+                Ok(())
+            }
+            _ => Ok(()),
         }
     }
 
@@ -631,7 +683,7 @@ impl DiskStore {
         // What this put published, to take back if it cannot finish: a
         // failed put stores nothing, not an object without its records.
         let mut published_object: Option<Metadata> = None;
-        let mut published_records: Vec<&Path> = Vec::new();
+        let mut published_records: Vec<(&Path, Metadata)> = Vec::new();
         let result = (|| -> io::Result<()> {
             match self.same_object_here(&object_path, &object, size)? {
                 Here::Same(file, found) => {
@@ -650,9 +702,11 @@ impl DiskStore {
                 }
             }
             for (target, sealed, inline) in &records {
-                clear_non_file(target)?;
+                self.clear_non_file(target)?;
                 let file = self.publish(target, sealed)?;
-                published_records.push(target);
+                if let Ok(found) = file.metadata() {
+                    published_records.push((target, found));
+                }
                 if *inline {
                     not_yet_refreshed(&file);
                 }
@@ -662,17 +716,23 @@ impl DiskStore {
         })();
         drop(pin);
         if let Err(error) = result {
-            for target in published_records {
-                let _ = fs::remove_file(target);
+            // Only the files this put published: another writer's record
+            // published since stays.
+            let same = |found: &Metadata| {
+                let (device, inode) = (found.dev(), found.ino());
+                move |folder: &Folder, name: &OsStr| folder.remove_if_same(name, device, inode)
+            };
+            for (target, found) in &published_records {
+                self.remove_at(target, same(found));
             }
             // Unless another publisher of the same bytes holds it now.
-            if let Some(found) = published_object
+            if let Some(found) = &published_object
                 && let Ok(Some(_alone)) =
                     inner
                         .locks
                         .acquire(object_slot(&object), Mode::Exclusive, None)
             {
-                remove_if_same(&object_path, &found);
+                self.remove_at(&object_path, same(found));
             }
             return Err(error);
         }
@@ -711,7 +771,7 @@ impl DiskStore {
             Err(error) => return Err(error),
         };
         if !found.is_file() {
-            clear_non_file(path)?;
+            self.clear_non_file(path)?;
             return Ok(Here::Other);
         }
         if found.len() != size {
@@ -972,10 +1032,18 @@ impl ArtifactStore for DiskStore {
             }
             return Lookup::Miss(miss);
         }
-        remove_if_unchanged(&record_path, &sealed);
+        let removal = self.remove_at(&record_path, |folder, name| {
+            folder.remove_if_holds(name, &sealed)
+        });
         self.note_miss(key);
-        if !matches!(miss, Miss::Absent) {
-            log::warn!("kiln store: {miss}; removed, the kernel compiles again");
+        match removal {
+            Removal::Failed(error) => {
+                log::warn!("kiln store: {miss}; left as it is ({error}), the kernel compiles again")
+            }
+            _ if !matches!(miss, Miss::Absent) => {
+                log::warn!("kiln store: {miss}; removed, the kernel compiles again");
+            }
+            _ => {}
         }
         Lookup::Miss(miss)
     }
@@ -1057,9 +1125,9 @@ impl ArtifactStore for DiskStore {
             return;
         }
         let path = self.record_path(key);
-        if let Err(error) = fs::remove_file(&path)
-            && error.kind() != io::ErrorKind::NotFound
-        {
+        // A file or a link at the record's name goes, never a folder.
+        let removal = self.remove_at(&path, |folder, name| Removal::of(folder.remove_file(name)));
+        if let Removal::Failed(error) = removal {
             log::warn!("kiln store: cannot remove {}: {error}", path.display());
         }
     }
@@ -1201,7 +1269,7 @@ fn judge(sealed: &[u8], encoded_key: &[u8], key: &StoreKey) -> Judged {
 
 /// Opens a record file and reads it whole: one open, one status, one read.
 fn read_record(path: &Path) -> io::Result<(File, Metadata, Vec<u8>)> {
-    let file = File::open(path)?;
+    let file = open_no_link(path)?;
     let found = file.metadata()?;
     if !found.is_file() {
         return Err(io::Error::other("not a regular file"));
@@ -1210,6 +1278,18 @@ fn read_record(path: &Path) -> io::Result<(File, Metadata, Vec<u8>)> {
     let length = usize::try_from(found.len().min(RECORD_LIMIT + 1)).unwrap_or(usize::MAX);
     let bytes = read_up_to(&file, length)?;
     Ok((file, found, bytes))
+}
+
+/// Opens the file at `path` to read, refusing a link at its final name
+/// (`ELOOP`) in the same single `open` a plain one costs. A link on the way
+/// (a shard folder swapped for one) is not looked for here, so a hit still
+/// opens one path: what is read through it is verified as any read is, and
+/// removals and publications reach their folders without following links.
+fn open_no_link(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
 }
 
 /// Reads up to `length` bytes from the start of `file`, fewer only where it
@@ -1306,31 +1386,14 @@ fn set_accessed(path: &Path, when: SystemTime) -> io::Result<()> {
     times[0].tv_nsec = since.subsec_nanos() as libc::c_long;
     // The modification time stays as it is.
     times[1].tv_nsec = libc::UTIME_OMIT;
+    // A link at the object's name is left as it is, and its target too.
+    let flags = libc::AT_SYMLINK_NOFOLLOW;
     // SAFETY: `path` is a NUL-terminated string and `times` two valid
     // `timespec`s, both alive for the call.
-    if unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) } == 0 {
+    if unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), flags) } == 0 {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
-    }
-}
-
-/// Removes `path` if it still holds exactly `sealed`; a writer may have
-/// published a good file there since it was read.
-pub(crate) fn remove_if_unchanged(path: &Path, sealed: &[u8]) -> bool {
-    if fs::read(path).is_ok_and(|now| now == sealed) {
-        return fs::remove_file(path).is_ok();
-    }
-    false
-}
-
-/// Removes `path` if it is still the file `found` describes.
-pub(crate) fn remove_if_same(path: &Path, found: &Metadata) -> bool {
-    match fs::symlink_metadata(path) {
-        Ok(now) if now.dev() == found.dev() && now.ino() == found.ino() => {
-            fs::remove_file(path).is_ok()
-        }
-        _ => false,
     }
 }
 
@@ -1372,6 +1435,17 @@ fn may_write(folder: &Path) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Whether `error`, met on the way to a name that a look by path reached,
+/// says a folder on the way is a link (`ELOOP`, or `ENOTDIR` as
+/// `O_DIRECTORY` reports one) or has gone: nothing of the store's stands
+/// at the name, and publication replaces the link with a folder.
+fn is_unreachable(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)
+    )
 }
 
 /// Whether `error` says the store's folder cannot be written at all, as
@@ -1422,45 +1496,6 @@ fn file_digest(file: &File) -> io::Result<[u8; 32]> {
     let mut hasher = blake3::Hasher::new();
     hasher.update_reader(file)?;
     Ok(*hasher.finalize().as_bytes())
-}
-
-/// Removes what is at `path` when it is not a regular file, so that a file
-/// can be published there: at an entry's path inside the store (a name of
-/// 64 hex digits two shards deep) only a file the store wrote belongs, and
-/// a folder there would fail every put of the entry forever. A link is
-/// removed, never followed. A folder goes only when `symlink_metadata`
-/// says the path itself is one; what it holds goes without following a
-/// link in it (the standard library's `remove_dir_all` unlinks a link it
-/// meets instead of entering it).
-pub(crate) fn clear_non_file(path: &Path) -> io::Result<()> {
-    let found = match fs::symlink_metadata(path) {
-        Ok(found) => found,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(error) => return Err(error),
-    };
-    if found.is_file() {
-        return Ok(());
-    }
-    let is_entry_name = path
-        .file_name()
-        .and_then(|name| name.to_str())
-        .is_some_and(|name| name.len() == 64 && name.bytes().all(|byte| byte.is_ascii_hexdigit()));
-    if found.is_dir() {
-        match fs::remove_dir(path) {
-            Ok(()) => {}
-            Err(error) if is_entry_name && error.kind() == io::ErrorKind::DirectoryNotEmpty => {
-                fs::remove_dir_all(path)?;
-            }
-            Err(error) => return Err(error),
-        }
-    } else {
-        fs::remove_file(path)?;
-    }
-    log::warn!(
-        "kiln store: {} was not a file; removed to store the entry again",
-        path.display()
-    );
-    Ok(())
 }
 
 fn read_token(path: &Path) -> u64 {

@@ -13,11 +13,11 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Write};
-use std::path::{Component, Path};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::layout;
-use crate::tree::Folder;
+use crate::tree::{Folder, relative_names};
 
 /// Staging files written by this process so far: with the process id, a
 /// name no other live writer uses.
@@ -44,6 +44,18 @@ pub(crate) fn publish_open(
     bytes: &[u8],
     durable: bool,
 ) -> io::Result<File> {
+    publish_from(staging, target, durable, |file| file.write_all(bytes))
+}
+
+/// As [`publish_open`], for bytes that `fill` writes to the staging file:
+/// an object streamed from a bundle need not fit in memory. What `fill`
+/// fails with is returned as it is, and nothing is published then.
+pub(crate) fn publish_from<E: From<io::Error>>(
+    staging: &Path,
+    target: &Path,
+    durable: bool,
+    fill: impl FnOnce(&mut File) -> Result<(), E>,
+) -> Result<File, E> {
     let root_path = staging.parent().ok_or_else(|| outside(staging))?;
     // A relative root of one name has an empty parent: the current folder.
     let root = Folder::open(if root_path.as_os_str().is_empty() {
@@ -53,16 +65,19 @@ pub(crate) fn publish_open(
     })?;
     let staging = folder_at(&root, &[name_of(staging)?], durable)?;
     let (staged, mut file) = create_staged(&staging)?;
-    let placed = file
-        .write_all(bytes)
-        .and_then(|()| if durable { file.sync_all() } else { Ok(()) })
-        .and_then(|()| {
-            let relative = relative_names(root_path, target)?;
-            let (name, folders) = relative.split_last().ok_or_else(|| outside(target))?;
-            let folder = folder_at(&root, folders, durable)?;
-            staging.rename(&staged, &folder, OsStr::new(name))?;
-            if durable { folder.sync() } else { Ok(()) }
-        });
+    let placed = fill(&mut file).and_then(|()| {
+        if durable {
+            file.sync_all()?;
+        }
+        let relative = relative_names(root_path, target)?;
+        let (name, folders) = relative.split_last().ok_or_else(|| outside(target))?;
+        let folder = folder_at(&root, folders, durable)?;
+        staging.rename(&staged, &folder, OsStr::new(name))?;
+        if durable {
+            folder.sync()?;
+        }
+        Ok(())
+    });
     if placed.is_err() {
         let _ = staging.remove_file(&staged);
     }
@@ -82,23 +97,11 @@ fn name_of(path: &Path) -> io::Result<&str> {
         .ok_or_else(|| outside(path))
 }
 
-/// The names from `root` down to `target`, which must lie under it.
-fn relative_names<'a>(root: &Path, target: &'a Path) -> io::Result<Vec<&'a str>> {
-    let relative = target.strip_prefix(root).map_err(|_| outside(target))?;
-    relative
-        .components()
-        .map(|component| match component {
-            Component::Normal(name) => name.to_str().ok_or_else(|| outside(target)),
-            _ => Err(outside(target)),
-        })
-        .collect()
-}
-
 /// The folder at `names` under `root`, each made when missing and synced
 /// into its parent when `durable`. A link or file where one of the store's
 /// own folders should be is replaced by a folder; anywhere else it is an
 /// error. Nothing is followed.
-pub(crate) fn folder_at(root: &Folder, names: &[&str], durable: bool) -> io::Result<Folder> {
+fn folder_at(root: &Folder, names: &[&str], durable: bool) -> io::Result<Folder> {
     let mut current = root.reopen()?;
     for depth in 0..names.len() {
         let own = layout::is_own_folder(&names[..=depth]);
@@ -167,6 +170,27 @@ mod tests {
             assert_eq!(staging_pid(name), None, "{name}");
         }
         assert!(!is_dead(std::process::id() as libc::pid_t));
+    }
+
+    #[test]
+    fn a_streamed_publication_that_fails_publishes_nothing_and_leaves_no_staging_file() {
+        let root = std::env::temp_dir().join(format!("kiln-durable-stream-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).expect("a store folder");
+        let target = root.join("objects/ab/c").join("ab".repeat(32));
+        let failed = publish_from(&root.join("staging"), &target, false, |file| {
+            file.write_all(b"half an object")?;
+            Err(io::Error::other("the bundle ended early"))
+        });
+        assert!(failed.is_err());
+        assert!(!target.exists());
+        assert_eq!(
+            std::fs::read_dir(root.join("staging"))
+                .expect("lists")
+                .count(),
+            0
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

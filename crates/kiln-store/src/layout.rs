@@ -60,6 +60,20 @@ pub(crate) fn is_own_folder(relative: &[&str]) -> bool {
     }
 }
 
+/// Whether the file at `relative` (names below the root) is named as the
+/// store names the files of its trees: a digest's hex digits in a shard.
+pub(crate) fn is_own_file(relative: &[&str]) -> bool {
+    match relative {
+        [tree, first, second, name] => {
+            is_own_folder(&[tree, first, second])
+                && TREES
+                    .iter()
+                    .any(|(own, length)| own == tree && is_hex_name(name, *length))
+        }
+        _ => false,
+    }
+}
+
 /// The paths of one store.
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
@@ -188,5 +202,10 @@ mod tests {
         assert!(!is_own_folder(&["notes"]));
         assert!(is_hex_name(&"0f".repeat(32), 64));
         assert!(!is_hex_name(&"0F".repeat(32), 64));
+        let record = "ab".repeat(32);
+        assert!(is_own_file(&["records", "ab", "c", &record]));
+        assert!(!is_own_file(&["kernels", "ab", "c", &record]));
+        assert!(!is_own_file(&["records", "ab", "c", "notes.txt"]));
+        assert!(!is_own_file(&["staging", &record]));
     }
 }

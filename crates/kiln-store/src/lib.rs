@@ -17,10 +17,24 @@
 //!   for source records, bundles and the eviction order.
 //! - **Sharded folders.** Records, objects and kernel histories live two
 //!   shard levels deep (`ab/c/abc…`), so a lookup opens known paths and
-//!   never lists a folder; see `ARCHITECTURE.md`, "Store", for the
-//!   measurements behind the choice.
+//!   never lists a folder; `docs/design/store.md` has the measurements
+//!   behind the choice.
+//! - **Only its own files.** The store removes a file only when it can
+//!   prove it is its own: inside the root, reached without following a
+//!   link (every folder below the root is opened from the root's descriptor
+//!   with `O_NOFOLLOW`, see `tree.rs`), named as the store names its files,
+//!   in a folder that carries the `LAYOUT` marker, and still the file that
+//!   was judged. An error other than "not found" never counts as "gone".
+//!   A hit still opens one path, refusing a link only at the file's name.
+//! - **Adopts only a store.** Opening makes a store of an empty folder and
+//!   refuses one that holds files and no marker ([`Error::NotAStore`]); it
+//!   repairs the store's own names at the root, and reports what it would
+//!   not repair ([`Error::Damaged`]). It also sweeps the staging files of
+//!   dead processes, at most once an hour (the time of the `swept` file).
 //! - **Atomic, durable publication.** Files are written whole in
-//!   `staging/`, synced, renamed into place and their folder synced (P3).
+//!   `staging/`, synced, renamed into place and their folder synced (P3),
+//!   through one function whether the bytes are in memory or streamed from
+//!   a bundle. A put that cannot finish takes back what it published.
 //! - **Kernel-kept locks.** One byte-range lock per key in one `locks`
 //!   file gives single flight across processes (P4); the kernel drops a dead
 //!   process's locks, and a waiter gives up after
@@ -29,12 +43,21 @@
 //!   are never changed in place, and an open descriptor reads a whole file
 //!   even after eviction unlinks it.
 //! - **Misses, never failures.** A lookup that cannot read is a miss; a put
-//!   that cannot write is a counted warning (P5).
-//! - **Explicit access times, bounded size.** A hit sets the object's access
-//!   time itself (at most once a minute), whichever file it read, so
-//!   `noatime` mounts still evict in least-recently-used order; a put that takes the store over
-//!   [`StoreConfig::max_bytes`] or [`StoreConfig::max_entries`] evicts on a
-//!   thread of its own (P6).
+//!   that cannot write is a counted warning (P5), one warning per
+//!   [`WriteCause`], listed by [`DiskStore::write_failures`]. A put checks
+//!   its files against the process's file size limit before writing, so
+//!   the store never depends on how `SIGXFSZ` is handled.
+//! - **Read-only stores.** Asked for ([`StoreConfig::read_only`],
+//!   `KILN_CACHE_READ_ONLY=1`) or found when the folder cannot be written
+//!   (a read-only mount), a store serves hits and writes and removes
+//!   nothing; a folder that holds no store and cannot be written is
+//!   [`Error::ReadOnlyEmpty`].
+//! - **Explicit access times, bounded size.** A hit sets the object's
+//!   access time itself (at most once a minute), whichever file it read,
+//!   so `noatime` mounts still evict in least-recently-used order. A put
+//!   that takes the store over [`StoreConfig::max_bytes`] or
+//!   [`StoreConfig::max_entries`] evicts on a thread of its own, and every
+//!   batch that stored something ends within the limits (P6).
 //! - **Bundles.** [`DiskStore::export`] and [`DiskStore::import`] move a
 //!   store between machines in one verified file (P8).
 //! - **Explanations.** A history per kernel id remembers the key it was

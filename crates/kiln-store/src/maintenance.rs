@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::layout::{TREES, digest_from_name, is_hex_name};
 use crate::lock::{COLLECT_SLOT, Mode, key_slot, object_slot};
 use crate::record::{KernelHistory, Record};
-use crate::tree::{Folder, Kind, Status, is_absent};
+use crate::tree::{Folder, Kind, Removal, Status, is_absent};
 use crate::usage::Usage;
 
 /// How far a pass has got, for a progress bar.
@@ -201,62 +201,65 @@ fn walk_tree(
         .find(|(name, _)| *name == tree)
         .map_or(64, |(_, length)| *length);
     let tree_path = root_path.join(tree);
-    let tree_folder = match root.folder(OsStr::new(tree)) {
-        Ok(folder) => folder,
-        Err(error) if is_absent(&error) => return,
+    if let Some(tree_folder) = enter(root, OsStr::new(tree), &tree_path, unchecked) {
+        walk_level(
+            &tree_folder,
+            &tree_path,
+            &[2, 1, name_length],
+            unchecked,
+            visit,
+        );
+    }
+}
+
+/// Walks `folder` at `path`, whose names are `lengths[0]` hex digits: the
+/// shard folders of the levels left, then the files of the last one, which
+/// go to `visit`. One folder of each level is open at a time.
+fn walk_level(
+    folder: &Folder,
+    path: &Path,
+    lengths: &[usize],
+    unchecked: &mut Vec<Unchecked>,
+    visit: &mut dyn FnMut(&Folder, &str, &Path) -> Result<(), Skip>,
+) {
+    let Some((&length, deeper)) = lengths.split_first() else {
+        return;
+    };
+    let names = folder.names().unwrap_or_else(|error| {
+        unchecked.push((path.to_path_buf(), format!("cannot be listed: {error}")));
+        Vec::new()
+    });
+    for name in names {
+        let inner_path = path.join(&name);
+        let Some(text) = name.to_str().filter(|text| is_hex_name(text, length)) else {
+            let why = "not a name the store gives: left alone".to_owned();
+            unchecked.push((inner_path, why));
+            continue;
+        };
+        if deeper.is_empty() {
+            if let Err(Skip::Unchecked(why)) = visit(folder, text, &inner_path) {
+                unchecked.push((inner_path, why));
+            }
+        } else if let Some(inner) = enter(folder, &name, &inner_path, unchecked) {
+            walk_level(&inner, &inner_path, deeper, unchecked, visit);
+        }
+    }
+}
+
+/// The folder `name` in `parent`, at `path`; `None` when it is gone or,
+/// said in `unchecked`, cannot be entered.
+fn enter(
+    parent: &Folder,
+    name: &OsStr,
+    path: &Path,
+    unchecked: &mut Vec<Unchecked>,
+) -> Option<Folder> {
+    match parent.folder(name) {
+        Ok(folder) => Some(folder),
+        Err(error) if is_absent(&error) => None,
         Err(error) => {
-            let why = why_not_entered(root, OsStr::new(tree), &error);
-            unchecked.push((tree_path, why));
-            return;
-        }
-    };
-    // Each level: the folder, its path, and the names it holds.
-    let list = |folder: &Folder, path: &Path, unchecked: &mut Vec<Unchecked>| {
-        folder.names().unwrap_or_else(|error| {
-            unchecked.push((path.to_path_buf(), format!("cannot be listed: {error}")));
-            Vec::new()
-        })
-    };
-    let enter =
-        |parent: &Folder, name: &OsStr, path: &Path, unchecked: &mut Vec<Unchecked>| match parent
-            .folder(name)
-        {
-            Ok(folder) => Some(folder),
-            Err(error) if is_absent(&error) => None,
-            Err(error) => {
-                unchecked.push((path.to_path_buf(), why_not_entered(parent, name, &error)));
-                None
-            }
-        };
-    let foreign = "not a name the store gives: left alone".to_owned();
-    for first in list(&tree_folder, &tree_path, unchecked) {
-        let first_path = tree_path.join(&first);
-        if !first.to_str().is_some_and(|name| is_hex_name(name, 2)) {
-            unchecked.push((first_path, foreign.clone()));
-            continue;
-        }
-        let Some(first_folder) = enter(&tree_folder, &first, &first_path, unchecked) else {
-            continue;
-        };
-        for second in list(&first_folder, &first_path, unchecked) {
-            let second_path = first_path.join(&second);
-            if !second.to_str().is_some_and(|name| is_hex_name(name, 1)) {
-                unchecked.push((second_path, foreign.clone()));
-                continue;
-            }
-            let Some(shard) = enter(&first_folder, &second, &second_path, unchecked) else {
-                continue;
-            };
-            for file in list(&shard, &second_path, unchecked) {
-                let path = second_path.join(&file);
-                let Some(name) = file.to_str().filter(|name| is_hex_name(name, name_length)) else {
-                    unchecked.push((path, foreign.clone()));
-                    continue;
-                };
-                if let Err(Skip::Unchecked(why)) = visit(&shard, name, &path) {
-                    unchecked.push((path, why));
-                }
-            }
+            unchecked.push((path.to_path_buf(), why_not_entered(parent, name, &error)));
+            None
         }
     }
 }
@@ -347,18 +350,22 @@ fn object_status(objects: Option<&Folder>, digest: &[u8; 32]) -> io::Result<Stat
         .status(OsStr::new(&name))
 }
 
+/// Whether `record`'s object is there, of the size the record says;
+/// `false` only when it is gone or of another size, never when it cannot
+/// be looked at or is not a file (that is reported, and the record kept).
+fn has_object(objects: Option<&Folder>, record: &Record) -> Result<bool, Skip> {
+    match object_status(objects, &record.object) {
+        Ok(found) if found.kind == Kind::File => Ok(found.len == record.size),
+        Err(error) if is_absent(&error) => Ok(false),
+        Ok(found) => Err(format!("its object is {}: not checked", found.kind.describe()).into()),
+        Err(error) => Err(format!("its object cannot be looked at: {error}").into()),
+    }
+}
+
 /// The store's `objects` folder for [`object_status`]; `None` when it
 /// cannot be opened, which makes every object's state unknown, never gone.
 fn objects_folder(root: &Folder) -> Option<Folder> {
     root.folder(OsStr::new("objects")).ok()
-}
-
-/// How a removal went.
-enum Removal {
-    Removed,
-    /// The file changed or went meanwhile: another process's doing.
-    Changed,
-    Failed(io::Error),
 }
 
 /// What a removal in a store opened to read only says.
@@ -367,33 +374,6 @@ fn read_only() -> Removal {
         io::ErrorKind::PermissionDenied,
         "the store is opened to read only",
     ))
-}
-
-/// Removes `name` from `folder` if it is still the file `(device, inode)`.
-fn remove_if_same(folder: &Folder, name: &str, device: u64, inode: u64) -> Removal {
-    match folder.status(OsStr::new(name)) {
-        Ok(now) if now.kind == Kind::File && now.device == device && now.inode == inode => {
-            match folder.remove_file(OsStr::new(name)) {
-                Ok(()) => Removal::Removed,
-                Err(error) if is_absent(&error) => Removal::Changed,
-                Err(error) => Removal::Failed(error),
-            }
-        }
-        _ => Removal::Changed,
-    }
-}
-
-/// Removes `name` from `folder` if it still holds exactly `sealed`: a
-/// writer may have published a good file there since it was read.
-fn remove_if_unchanged(folder: &Folder, name: &str, sealed: &[u8]) -> Removal {
-    match read_regular(folder, name) {
-        Ok(now) if now == sealed => match folder.remove_file(OsStr::new(name)) {
-            Ok(()) => Removal::Removed,
-            Err(error) if is_absent(&error) => Removal::Changed,
-            Err(error) => Removal::Failed(error),
-        },
-        _ => Removal::Changed,
-    }
 }
 
 /// Counts a removal in `removed`; a failed one is not checked for lack of
@@ -410,10 +390,10 @@ fn count(removal: Removal, removed: &mut u64, defect: &str) -> Result<(), Skip> 
 }
 
 impl DiskStore {
-    /// The store's root, opened for a pass.
+    /// The store's root, opened for a pass once it is seen to carry the
+    /// store's marker: a pass removes only from a store.
     fn open_root(&self) -> Result<Folder> {
-        let root = self.inner.layout.root();
-        Folder::open(root).map_err(Error::io("open", root))
+        crate::skeleton::open_marked(&self.inner.layout)
     }
 
     /// Re-digests every object, checks every record and history, removes
@@ -470,7 +450,11 @@ impl DiskStore {
                         {
                             Ok(Some(_alone)) => count(
                                 if writable {
-                                    remove_if_same(folder, name, found.dev(), found.ino())
+                                    folder.remove_if_same(
+                                        OsStr::new(name),
+                                        found.dev(),
+                                        found.ino(),
+                                    )
                                 } else {
                                     read_only()
                                 },
@@ -515,23 +499,13 @@ impl DiskStore {
                     }
                     // An inline record lives as long as its object, as any
                     // other record does: eviction and verify go by objects.
-                    Ok((record, _)) => match object_status(objects.as_ref(), &record.object) {
-                        Ok(object) if object.kind == Kind::File && object.len == record.size => {
+                    Ok((record, _)) => {
+                        if has_object(objects.as_ref(), &record)? {
                             Ok(())
+                        } else {
+                            Err(None)
                         }
-                        Ok(object) if object.kind == Kind::File => Err(None),
-                        Err(error) if is_absent(&error) => Err(None),
-                        Ok(object) => {
-                            return Err(format!(
-                                "its object is {}: not checked",
-                                object.kind.describe()
-                            )
-                            .into());
-                        }
-                        Err(error) => {
-                            return Err(format!("its object cannot be looked at: {error}").into());
-                        }
-                    },
+                    }
                 };
                 match verdict {
                     Ok(()) => usage.bytes += sealed.len() as u64,
@@ -544,7 +518,7 @@ impl DiskStore {
                             return Ok(());
                         };
                         let removal = if writable {
-                            remove_if_unchanged(folder, name, &sealed)
+                            folder.remove_if_holds(OsStr::new(name), &sealed)
                         } else {
                             read_only()
                         };
@@ -584,7 +558,7 @@ impl DiskStore {
                 if !whole {
                     count(
                         if writable {
-                            remove_if_unchanged(folder, name, &sealed)
+                            folder.remove_if_holds(OsStr::new(name), &sealed)
                         } else {
                             read_only()
                         },
@@ -749,7 +723,7 @@ impl DiskStore {
                     };
                     let mut evicted = 0;
                     if let Err(Skip::Unchecked(why)) = count(
-                        remove_if_same(folder, name, found.device, found.inode),
+                        folder.remove_if_same(OsStr::new(name), found.device, found.inode),
                         &mut evicted,
                         "to be evicted",
                     ) {
@@ -793,25 +767,11 @@ impl DiskStore {
             &mut |folder, name, _| {
                 done += 1;
                 let sealed = read_regular(folder, name)?;
-                if let Ok((record, _)) = Record::open_any(&sealed) {
-                    match object_status(objects.as_ref(), &record.object) {
-                        Ok(found) if found.kind == Kind::File && found.len == record.size => {
-                            usage.bytes += sealed.len() as u64;
-                            return Ok(());
-                        }
-                        Ok(found) if found.kind == Kind::File => {}
-                        Err(error) if is_absent(&error) => {}
-                        Ok(found) => {
-                            return Err(format!(
-                                "its object is {}: not checked",
-                                found.kind.describe()
-                            )
-                            .into());
-                        }
-                        Err(error) => {
-                            return Err(format!("its object cannot be looked at: {error}").into());
-                        }
-                    }
+                if let Ok((record, _)) = Record::open_any(&sealed)
+                    && has_object(objects.as_ref(), &record)?
+                {
+                    usage.bytes += sealed.len() as u64;
+                    return Ok(());
                 }
                 let key = digest_from_name(name).unwrap_or_default();
                 // A process holding the key is publishing it now: leave it.
@@ -820,7 +780,7 @@ impl DiskStore {
                     return Ok(());
                 };
                 count(
-                    remove_if_unchanged(folder, name, &sealed),
+                    folder.remove_if_holds(OsStr::new(name), &sealed),
                     &mut report.records_removed,
                     "dangling",
                 )?;

@@ -10,6 +10,10 @@
 //! should be is removed, and what cannot be repaired that way is reported
 //! as [`Error::Damaged`], for the caller to run without the store.
 //!
+//! A store opened to read only is checked by the same rules
+//! ([`inspect`]) and nothing is written; and every removal starts from a
+//! root seen to carry the marker ([`open_marked`]).
+//!
 //! Opening also sweeps the staging files of dead processes, at most once
 //! an hour per store (the time of the `swept` file says when it last did),
 //! so a store nobody verifies does not accumulate them.
@@ -56,30 +60,100 @@ pub(crate) fn prepare(layout: &Layout, durable: bool) -> Result<()> {
 
 /// Checks the marker, or writes it into a folder that may become a store.
 fn adopt(root: &Folder, layout: &Layout, durable: bool) -> Result<()> {
+    if is_marked(root, layout)? {
+        return Ok(());
+    }
     let marker_path = layout.layout_file();
-    let marker = OsStr::new("LAYOUT");
-    match read_marker(root, marker) {
-        Ok(found) if found.trim() == LAYOUT => Ok(()),
+    durable::publish(
+        &layout.staging(),
+        &marker_path,
+        format!("{LAYOUT}\n").as_bytes(),
+        durable,
+    )
+    .map_err(Error::io("write", &marker_path))
+}
+
+/// Checks, as [`prepare`] does and writing nothing, that the folder at
+/// `layout`'s root is a store: for a store opened to read only. `false`
+/// when there is no store yet, where [`prepare`] would make one: the root
+/// is missing, or holds nothing a store would not.
+///
+/// # Errors
+///
+/// As [`prepare`]'s: [`Error::NotAStore`], [`Error::Layout`], or the root
+/// or its marker cannot be read.
+pub(crate) fn inspect(layout: &Layout) -> Result<bool> {
+    let root_path = layout.root();
+    let root = match Folder::open(root_path) {
+        Ok(root) => root,
+        Err(error)
+            if matches!(
+                error.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(false);
+        }
+        Err(error) => return Err(Error::io("open the store folder", root_path)(error)),
+    };
+    is_marked(&root, layout)
+}
+
+/// The store's root, opened, once it is seen to carry this layout's
+/// marker: where every removal starts, so that nothing is removed from a
+/// folder that is not (or is no longer) a store.
+///
+/// # Errors
+///
+/// The root cannot be opened or its marker read; it carries no marker
+/// ([`Error::NotAStore`]) or another layout's.
+pub(crate) fn open_marked(layout: &Layout) -> Result<Folder> {
+    let root_path = layout.root();
+    let root = Folder::open(root_path).map_err(Error::io("open the store folder", root_path))?;
+    if !read_layout(&root, layout)? {
+        return Err(Error::NotAStore {
+            root: root_path.to_path_buf(),
+        });
+    }
+    Ok(root)
+}
+
+/// Whether `root` carries this layout's marker; `false` when it carries
+/// none and may become a store.
+///
+/// # Errors
+///
+/// It carries none and holds what a store would not ([`Error::NotAStore`]),
+/// or as [`read_layout`].
+fn is_marked(root: &Folder, layout: &Layout) -> Result<bool> {
+    if read_layout(root, layout)? {
+        return Ok(true);
+    }
+    if !is_empty_or_unfinished(root).map_err(Error::io("list", layout.root()))? {
+        return Err(Error::NotAStore {
+            root: layout.root().to_path_buf(),
+        });
+    }
+    Ok(false)
+}
+
+/// Whether `root` carries this layout's marker; `false` when it carries
+/// none. Only "not found" says it carries none: a marker that cannot be
+/// read, or is a link, is an error.
+///
+/// # Errors
+///
+/// The marker is of another layout ([`Error::Layout`]) or cannot be read.
+fn read_layout(root: &Folder, layout: &Layout) -> Result<bool> {
+    match read_marker(root, OsStr::new("LAYOUT")) {
+        Ok(found) if found.trim() == LAYOUT => Ok(true),
         Ok(found) => Err(Error::Layout {
             root: layout.root().to_path_buf(),
             found: found.trim().to_owned(),
             expected: LAYOUT,
         }),
-        Err(error) if is_absent(&error) => {
-            if !is_empty_or_unfinished(root).map_err(Error::io("list", layout.root()))? {
-                return Err(Error::NotAStore {
-                    root: layout.root().to_path_buf(),
-                });
-            }
-            durable::publish(
-                &layout.staging(),
-                &marker_path,
-                format!("{LAYOUT}\n").as_bytes(),
-                durable,
-            )
-            .map_err(Error::io("write", &marker_path))
-        }
-        Err(error) => Err(Error::io("read", &marker_path)(error)),
+        Err(error) if is_absent(&error) => Ok(false),
+        Err(error) => Err(Error::io("read", &layout.layout_file())(error)),
     }
 }
 

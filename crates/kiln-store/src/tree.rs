@@ -9,13 +9,20 @@
 //! land outside its root, and a folder swapped for a link while a pass
 //! runs cannot redirect it either, because the pass holds the folder
 //! itself, not its path.
+//!
+//! A removal takes a name only while it is still the file the caller
+//! judged: the same device and inode ([`Folder::remove_if_same`]) or the
+//! same bytes ([`Folder::remove_if_holds`]). Only "not found" says a file
+//! is gone ([`Removal::Changed`]); any other error is a failure, reported
+//! by the caller and never taken for success.
 
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path};
 use std::time::{Duration, SystemTime};
 
 /// What a name in a folder is, looked at without following it.
@@ -58,6 +65,49 @@ pub(crate) struct Status {
 #[derive(Debug)]
 pub(crate) struct Folder {
     descriptor: OwnedFd,
+}
+
+/// How a removal went.
+#[derive(Debug)]
+pub(crate) enum Removal {
+    /// The file was removed.
+    Removed,
+    /// The file went, or was replaced, meanwhile: another process's doing,
+    /// and nothing of this caller's to remove.
+    Changed,
+    /// The name could not be looked at or removed. Never taken for "gone".
+    Failed(io::Error),
+}
+
+impl Removal {
+    /// The outcome of unlinking a name that was just seen to be the file.
+    pub(crate) fn of(unlinked: io::Result<()>) -> Self {
+        match unlinked {
+            Ok(()) => Self::Removed,
+            Err(error) if is_absent(&error) => Self::Changed,
+            Err(error) => Self::Failed(error),
+        }
+    }
+}
+
+/// The names from `root` down to `target`, which must lie under it: each a
+/// plain component, so that walking them from the root's descriptor can
+/// only go down.
+pub(crate) fn relative_names<'a>(root: &Path, target: &'a Path) -> io::Result<Vec<&'a str>> {
+    let outside = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not inside the store", target.display()),
+        )
+    };
+    let relative = target.strip_prefix(root).map_err(|_| outside())?;
+    relative
+        .components()
+        .map(|component| match component {
+            Component::Normal(name) => name.to_str().ok_or_else(outside),
+            _ => Err(outside()),
+        })
+        .collect()
 }
 
 /// `name` as a C string, refused unless it is one plain component: a name
@@ -136,6 +186,21 @@ impl Folder {
         // SAFETY: `openat` just returned this descriptor, open and unowned.
         let descriptor = unsafe { OwnedFd::from_raw_fd(descriptor) };
         Ok(Self { descriptor })
+    }
+
+    /// The folder `names` below this one, each entered as [`folder`]
+    /// enters it: nothing is made, and a link on the way is an error.
+    ///
+    /// [`folder`]: Self::folder
+    pub(crate) fn descend(&self, names: &[&str]) -> io::Result<Self> {
+        let Some((first, rest)) = names.split_first() else {
+            return self.reopen();
+        };
+        let mut current = self.folder(OsStr::new(first))?;
+        for name in rest {
+            current = current.folder(OsStr::new(name))?;
+        }
+        Ok(current)
     }
 
     /// A second descriptor of this folder, with an offset of its own.
@@ -273,6 +338,85 @@ impl Folder {
     /// to).
     pub(crate) fn remove_file(&self, name: &OsStr) -> io::Result<()> {
         self.unlink(name, 0)
+    }
+
+    /// Removes the file `name` if it is still the file `(device, inode)`
+    /// that the caller looked at.
+    pub(crate) fn remove_if_same(&self, name: &OsStr, device: u64, inode: u64) -> Removal {
+        match self.status(name) {
+            Ok(now) if now.kind == Kind::File && now.device == device && now.inode == inode => {
+                Removal::of(self.remove_file(name))
+            }
+            Ok(_) => Removal::Changed,
+            Err(error) if is_absent(&error) => Removal::Changed,
+            Err(error) => Removal::Failed(error),
+        }
+    }
+
+    /// Removes the file `name` if it still holds exactly `bytes`: a writer
+    /// may have published a good file there since the caller read it.
+    pub(crate) fn remove_if_holds(&self, name: &OsStr, bytes: &[u8]) -> Removal {
+        let file = match self.open_file(name) {
+            Ok(file) => file,
+            // A link there now (`ELOOP`) is not the file that was read.
+            Err(error) if is_absent(&error) || error.raw_os_error() == Some(libc::ELOOP) => {
+                return Removal::Changed;
+            }
+            Err(error) => return Removal::Failed(error),
+        };
+        let read = file.metadata().and_then(|found| {
+            let mut now = Vec::with_capacity(bytes.len());
+            // One byte more than expected is enough to see a longer file.
+            (&file).take(bytes.len() as u64 + 1).read_to_end(&mut now)?;
+            Ok((found, now))
+        });
+        match read {
+            Ok((found, now)) if found.is_file() && now == bytes => {
+                self.remove_if_same(name, found.dev(), found.ino())
+            }
+            Ok(_) => Removal::Changed,
+            Err(error) => Removal::Failed(error),
+        }
+    }
+
+    /// Clears the name `name` for a file to be published there: a link or
+    /// special file is removed (never what a link points to), and a folder
+    /// with everything in it, reached from this folder's descriptor so that
+    /// nothing inside is followed. Says whether anything was removed.
+    pub(crate) fn clear_for_file(&self, name: &OsStr) -> io::Result<bool> {
+        let found = match self.status(name) {
+            Ok(found) => found,
+            Err(error) if is_absent(&error) => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        match found.kind {
+            Kind::File => return Ok(false),
+            Kind::Folder => self.remove_tree(name)?,
+            Kind::Link | Kind::Other => self.remove_file(name)?,
+        }
+        Ok(true)
+    }
+
+    /// Removes the folder `name` and what it holds, one name at a time
+    /// from descriptors: a link inside is removed, never entered.
+    fn remove_tree(&self, name: &OsStr) -> io::Result<()> {
+        match self.remove_folder(name) {
+            Err(error) if matches!(error.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) => {}
+            done => return done,
+        }
+        let folder = self.folder(name)?;
+        for inner in folder.names()? {
+            let removed = match folder.status(&inner) {
+                Ok(found) if found.kind == Kind::Folder => folder.remove_tree(&inner),
+                Ok(_) => folder.remove_file(&inner),
+                Err(error) => Err(error),
+            };
+            match removed {
+                Err(error) if !is_absent(&error) => return Err(error),
+                _ => {}
+            }
+        }
+        self.remove_folder(name)
     }
 
     /// Removes the folder `name` if it is empty.
@@ -422,6 +566,35 @@ mod tests {
             root.join("outside/file").exists(),
             "the link's target stays"
         );
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_removal_takes_only_the_file_that_was_read_and_never_enters_a_link() {
+        let root = scratch("removal");
+        fs::create_dir_all(root.join("outside")).expect("a folder");
+        fs::write(root.join("outside/file"), b"kept").expect("a file");
+        fs::create_dir_all(root.join("store/entry")).expect("a folder at a file's name");
+        symlink(root.join("outside"), root.join("store/entry/link")).expect("a link");
+        fs::write(root.join("store/record"), b"read").expect("a file");
+        let store = Folder::open(&root.join("store")).expect("opens");
+
+        let record = OsStr::new("record");
+        assert!(matches!(
+            store.remove_if_holds(record, b"other"),
+            Removal::Changed
+        ));
+        assert!(matches!(
+            store.remove_if_holds(record, b"read"),
+            Removal::Removed
+        ));
+        assert!(matches!(
+            store.remove_if_holds(record, b"read"),
+            Removal::Changed
+        ));
+        assert!(store.clear_for_file(OsStr::new("entry")).expect("cleared"));
+        assert!(!root.join("store/entry").exists());
+        assert_eq!(fs::read(root.join("outside/file")).expect("kept"), b"kept");
         let _ = fs::remove_dir_all(&root);
     }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::lock::{LockFile, Mode, USAGE_SLOT};
+use crate::lock::{LockFile, Mode, SlotGuard, USAGE_SLOT};
 
 const TAG: &[u8; 8] = b"kilnuse1";
 const LENGTH: usize = 32;
@@ -90,13 +90,7 @@ impl UsageFile {
         bytes: i64,
         entries: i64,
     ) -> io::Result<Usage> {
-        let _guard = locks
-            .acquire(
-                USAGE_SLOT,
-                Mode::Exclusive,
-                Some(Instant::now() + Duration::from_secs(2)),
-            )?
-            .ok_or_else(|| io::Error::other("the usage counters stayed locked"))?;
+        let _guard = lock(locks)?;
         let current = self.read();
         let next = Usage {
             bytes: current.bytes.saturating_add_signed(bytes),
@@ -108,13 +102,7 @@ impl UsageFile {
 
     /// Replaces the counts with a recount.
     pub(crate) fn set(&self, locks: &Arc<LockFile>, usage: Usage) -> io::Result<()> {
-        let _guard = locks
-            .acquire(
-                USAGE_SLOT,
-                Mode::Exclusive,
-                Some(Instant::now() + Duration::from_secs(2)),
-            )?
-            .ok_or_else(|| io::Error::other("the usage counters stayed locked"))?;
+        let _guard = lock(locks)?;
         self.write(usage)
     }
 
@@ -136,6 +124,18 @@ impl UsageFile {
         bytes[24..].copy_from_slice(&check(usage.bytes, usage.entries).to_le_bytes());
         file.write_all_at(&bytes, 0)
     }
+}
+
+/// The usage lock, held while the counters are read and written; given up
+/// after two seconds, as a count is only an estimate between recounts.
+fn lock(locks: &Arc<LockFile>) -> io::Result<SlotGuard> {
+    locks
+        .acquire(
+            USAGE_SLOT,
+            Mode::Exclusive,
+            Some(Instant::now() + Duration::from_secs(2)),
+        )?
+        .ok_or_else(|| io::Error::other("the usage counters stayed locked"))
 }
 
 /// A check word, so a torn write of the counters reads as zero rather than
