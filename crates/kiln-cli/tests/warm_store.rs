@@ -34,11 +34,20 @@ fn kiln_lines(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
-/// The causes of failed store writes a report lists.
-fn write_failures(report: &Value) -> &Vec<Value> {
-    report["store_write_failures"]
+/// The one cause of failed store writes a report lists, after checking it
+/// is `cause` and that standard error says so in one warning.
+fn reported_once<'a>(report: &'a Value, stderr: &str, cause: &str) -> &'a Value {
+    let causes = report["store_write_failures"]
         .as_array()
-        .unwrap_or_else(|| panic!("the report lists failed store writes: {report:#}"))
+        .unwrap_or_else(|| panic!("the report lists failed store writes: {report:#}"));
+    assert_eq!(causes.len(), 1, "one cause, reported once: {report:#}");
+    assert_eq!(causes[0]["cause"], cause, "{report:#}");
+    let warnings = kiln_lines(stderr);
+    assert!(
+        warnings.len() == 1 && warnings[0].contains(cause),
+        "one warning: {stderr}"
+    );
+    &causes[0]
 }
 
 /// As `prlimit --fsize=BYTES`: a write past `bytes` raises SIGXFSZ, which
@@ -120,15 +129,7 @@ fn a_file_size_limit_fails_store_writes_and_the_run_ends_as_it_would() {
     let wgpu = backend(&report, "wgpu");
     assert_eq!(wgpu["compiled"], 3, "every kernel still compiles: {wgpu:#}");
     assert_eq!(wgpu["store_write_failures"], 3, "{wgpu:#}");
-    let causes = write_failures(&report);
-    assert_eq!(causes.len(), 1, "one cause, reported once: {report:#}");
-    assert_eq!(causes[0]["cause"], "file size limit", "{report:#}");
-    let warnings = kiln_lines(&run.stderr);
-    assert!(
-        warnings.len() == 1 && warnings[0].contains("file size limit"),
-        "one warning: {}",
-        run.stderr
-    );
+    reported_once(&report, &run.stderr, "file size limit");
 }
 
 // P5
@@ -155,16 +156,8 @@ fn a_full_disk_is_reported_once_with_its_cause_and_the_kernels_still_compile() {
         60,
         "each kernel stored or counted: {wgpu:#}"
     );
-    let causes = write_failures(&report);
-    assert_eq!(causes.len(), 1, "one cause, reported once: {report:#}");
-    assert_eq!(causes[0]["cause"], "disk full", "{report:#}");
-    assert_eq!(causes[0]["count"], failed, "{report:#}");
-    let warnings = kiln_lines(&run.stderr);
-    assert!(
-        warnings.len() == 1 && warnings[0].contains("disk full"),
-        "one warning: {}",
-        run.stderr
-    );
+    let cause = reported_once(&report, &run.stderr, "disk full");
+    assert_eq!(cause["count"], failed, "{report:#}");
 }
 
 // P5
@@ -211,7 +204,12 @@ fn a_populated_read_only_store_serves_hits_and_can_be_inspected() {
     let wgpu = backend(&report, "wgpu");
     assert_eq!(wgpu["from_store"], 3, "every kernel is a hit: {wgpu:#}");
     assert_eq!(wgpu["store_write_failures"], 0, "{wgpu:#}");
-    assert!(write_failures(&report).is_empty(), "{report:#}");
+    assert!(
+        report["store_write_failures"]
+            .as_array()
+            .is_some_and(Vec::is_empty),
+        "{report:#}"
+    );
 
     let stats = finish(&mut kiln(&store, &["--json", "stats"])).succeeded_json();
     assert!(stats["entries"].as_u64().unwrap_or(0) >= 3, "{stats:#}");
