@@ -53,8 +53,16 @@ fn main() -> Result<()> {
 fn test(extra: &[&str]) -> Result<()> {
     let environment = setup::ensure_all()?;
     // Every test binary runs even when one fails, so one failure does not
-    // hide the rest of the results.
-    let mut arguments = vec!["test", "--workspace", "--no-fail-fast"];
+    // hide the rest of the results. The crates' dev-dependencies turn on
+    // kiln-core's `testing` feature for their tests; the facade's examples
+    // ask for the facade's own.
+    let mut arguments = vec![
+        "test",
+        "--workspace",
+        "--no-fail-fast",
+        "--features",
+        "kiln/testing",
+    ];
     arguments.extend_from_slice(extra);
     summary::run_tests(command::cargo(&arguments).envs(environment).into_command())
 }
@@ -118,14 +126,14 @@ fn lint() -> Result<()> {
         "warnings",
     ])
     .run("cargo clippy")?;
-    // The facade's backends are behind features the workspace build leaves
-    // off: lint the facade with each backend that has landed.
+    // The facade's backends and its `testing` examples are behind features
+    // the workspace build leaves off: lint the facade with all of them.
     command::cargo(&[
         "clippy",
         "--package",
         "kiln",
         "--features",
-        "cuda,hip,wgpu",
+        "cuda,hip,wgpu,testing",
         "--all-targets",
         "--",
         "-D",

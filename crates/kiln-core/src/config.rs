@@ -5,6 +5,7 @@
 //! |---|---|---|---|
 //! | `KILN_PARALLELISM` | [`LoaderConfig::parallelism`] | the machine's available cores | 1 to [`parallelism_limit`]; more is capped, with a warning |
 //! | `KILN_RECORD_LIMIT` | [`LoaderConfig::record_limit`] | 256 batches | any whole number |
+//! | `KILN_WORKER_MODE` | [`LoaderConfig::worker_mode`] | `processes` | `threads` or `processes` |
 //!
 //! A variable that does not read as what it should hold is an error of
 //! [`LoaderConfig::from_env`], naming it. A loader made with
@@ -24,7 +25,24 @@ use std::convert::Infallible;
 use std::num::NonZeroUsize;
 use std::sync::{Mutex, OnceLock};
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::ConfigError;
+
+/// The variable choosing `threads` or `processes` for every loader that
+/// reads its settings from the environment.
+pub const WORKER_MODE_VARIABLE: &str = "KILN_WORKER_MODE";
+
+/// Where a loader finalizes its kernels: the setting
+/// ([`LoaderConfig::worker_mode`]), and what a batch did
+/// ([`BatchRecord::mode`](crate::BatchRecord::mode)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WorkerMode {
+    /// Threads of this process.
+    Threads,
+    /// Separate worker processes.
+    Processes,
+}
 
 /// The most workers `KILN_PARALLELISM` can ask for: four per available
 /// core, and never more than [`MAX_PARALLELISM`].
@@ -56,6 +74,12 @@ pub struct LoaderConfig {
     /// records are for inspection, and a long-running process must not
     /// grow without bound. `KILN_RECORD_LIMIT`.
     pub record_limit: usize,
+    /// Whether batches may finalize in worker processes. Default:
+    /// [`WorkerMode::Processes`], which finalizes in them when the compiler
+    /// can and the program provides a worker (see [`crate::worker`]), and on
+    /// threads otherwise; [`WorkerMode::Threads`] keeps every compile in
+    /// this process. `KILN_WORKER_MODE`.
+    pub worker_mode: WorkerMode,
 }
 
 impl Default for LoaderConfig {
@@ -63,6 +87,7 @@ impl Default for LoaderConfig {
         Self {
             parallelism: available_cores(),
             record_limit: 256,
+            worker_mode: WorkerMode::Processes,
         }
     }
 }
@@ -151,6 +176,19 @@ impl LoaderConfig {
                 )?,
             }
         }
+        if let Some(value) = lookup(WORKER_MODE_VARIABLE) {
+            match read_worker_mode(&value) {
+                Some(worker_mode) => self.worker_mode = worker_mode,
+                None => refuse(
+                    ConfigError {
+                        variable: WORKER_MODE_VARIABLE,
+                        value,
+                        expected: "`threads` or `processes`",
+                    },
+                    worker_mode_name(self.worker_mode).to_owned(),
+                )?,
+            }
+        }
         Ok(self)
     }
 }
@@ -165,6 +203,23 @@ fn read_parallelism(value: &str) -> Option<NonZeroUsize> {
     match digits.parse::<usize>() {
         Ok(parallelism) => NonZeroUsize::new(parallelism),
         Err(_) => Some(NonZeroUsize::MAX),
+    }
+}
+
+/// The worker mode `value` names; empty names the default, processes.
+fn read_worker_mode(value: &str) -> Option<WorkerMode> {
+    match value.trim() {
+        "threads" => Some(WorkerMode::Threads),
+        "processes" | "" => Some(WorkerMode::Processes),
+        _ => None,
+    }
+}
+
+/// How `KILN_WORKER_MODE` names `mode`.
+fn worker_mode_name(mode: WorkerMode) -> &'static str {
+    match mode {
+        WorkerMode::Threads => "threads",
+        WorkerMode::Processes => "processes",
     }
 }
 
@@ -255,6 +310,29 @@ mod tests {
                 .expect_err(unreadable);
         }
         assert!(parallelism_limit() <= MAX_PARALLELISM);
+    }
+
+    #[test]
+    fn the_worker_mode_is_threads_or_processes_and_nothing_else() {
+        let read = |value: &'static str| {
+            LoaderConfig::default()
+                .with_overrides(|name| (name == WORKER_MODE_VARIABLE).then(|| value.into()))
+        };
+        assert_eq!(
+            read(" threads ").map(|c| c.worker_mode),
+            Ok(WorkerMode::Threads)
+        );
+        assert_eq!(
+            read("processes").map(|c| c.worker_mode),
+            Ok(WorkerMode::Processes)
+        );
+        assert_eq!(read("").map(|c| c.worker_mode), Ok(WorkerMode::Processes));
+        let error = read("thread").expect_err("a misspelt mode is refused");
+        assert_eq!(error.variable, WORKER_MODE_VARIABLE);
+        let config = LoaderConfig::default().with_overrides_or_defaults(|name| {
+            (name == WORKER_MODE_VARIABLE).then(|| "both".into())
+        });
+        assert_eq!(config.worker_mode, WorkerMode::Processes);
     }
 
     #[test]

@@ -5,8 +5,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::CompileFailure;
-use crate::handle::DeviceId;
-use crate::id::KernelId;
+use crate::id::{DeviceId, KernelId};
 
 /// The step of a kernel's way to the device that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

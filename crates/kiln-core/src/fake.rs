@@ -25,13 +25,15 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::compiler::{ArtifactCompiler, Finalized, ProcessCompiler, WorkerRecipe};
 use crate::diagnostic::{CompileFailure, Diagnostic};
 use crate::error::DeviceRefusal;
 use crate::id::{ArtifactId, KernelId};
 use crate::kernel::Kernel;
-use crate::store::{ArtifactStore, BoundStore, Generation, KeyComponents, KeyedCompiler};
-use crate::target::{ArtifactCompiler, CompilationTarget, Finalized, Lookup, Miss, StoreOutcome};
-use crate::worker::{ProcessCompiler, WorkerRecipe};
+use crate::store::{
+    ArtifactStore, BoundStore, Generation, KeyComponents, KeyedCompiler, Lookup, Miss, StoreOutcome,
+};
+use crate::target::CompilationTarget;
 
 /// What a [`FakeKernel`] does on its way to the device.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

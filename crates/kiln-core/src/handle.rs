@@ -84,7 +84,6 @@
 //! They are taken in that order (build, state, failures; an index, then
 //! failures), so no two threads can wait on each other.
 
-mod device;
 mod keyed;
 mod pending;
 mod slot;
@@ -97,13 +96,12 @@ use rustc_hash::FxHashMap;
 
 use crate::config::LoaderConfig;
 use crate::error::{BuildFailure, CacheError, KernelError};
-use crate::id::ArtifactId;
+use crate::id::{ArtifactId, DeviceId};
 use crate::kernel::Kernel;
 use crate::loader::KernelLoader;
 use crate::statistics::{BatchRecord, KernelOutcome, KernelRecord, LoaderStatistics, Registration};
 use crate::target::{CompilationTarget, KernelOf, VariantOf};
 
-pub use device::DeviceId;
 pub use keyed::KeyedCache;
 pub use pending::PendingKernel;
 

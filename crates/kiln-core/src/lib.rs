@@ -63,16 +63,29 @@
 //!
 //! A backend implements [`ArtifactCompiler`] (lower and finalize, on any
 //! thread) and [`CompilationTarget`] (store and device, on the loader's
-//! thread), and proves itself with the [`conformance`] suite. The [`fake`]
-//! target is always compiled: it drives the loader's tests and lets kiln run
-//! without a GPU.
+//! thread), and proves itself with the conformance suite.
+//!
+//! # Testing
+//!
+//! The `testing` feature adds what tests and examples need and a program
+//! does not: the fake target (`kiln_core::fake`), a compiler and device
+//! whose every behaviour can be chosen, which drives the loader's tests and
+//! lets kiln run without a GPU; and the conformance suite
+//! (`kiln_core::conformance`, instantiated with `conformance_suite!`) that
+//! every backend runs on its real compiler. A crate turns it on in its
+//! `[dev-dependencies]`; a build without it holds neither, and its worker
+//! processes serve only the compilers their program lists.
 
 #![warn(missing_docs)]
 
+pub mod compiler;
 pub mod config;
+#[cfg(feature = "testing")]
 pub mod conformance;
 pub mod diagnostic;
+mod encoding;
 pub mod error;
+#[cfg(feature = "testing")]
 pub mod fake;
 pub mod handle;
 pub mod id;
@@ -84,25 +97,23 @@ pub mod store;
 pub mod target;
 pub mod worker;
 
-pub use config::LoaderConfig;
+pub use compiler::{ArtifactCompiler, Finalized};
+pub use config::{LoaderConfig, WorkerMode};
 pub use diagnostic::{CompileFailure, Diagnostic, Location, Severity};
 pub use error::{
     BuildFailure, CacheError, ConfigError, DeviceRefusal, Failure, KernelError, Stage,
 };
-pub use handle::{DeviceId, KernelCache, KeyedCache, PendingKernel};
-pub use id::{ArtifactId, KernelId, KernelIdBuilder};
+pub use handle::{KernelCache, KeyedCache, PendingKernel};
+pub use id::{ArtifactId, DeviceId, KernelId, KernelIdBuilder};
 pub use kernel::Kernel;
 pub use loader::KernelLoader;
 pub use statistics::{
     BatchRecord, CollectorScope, KernelCounts, KernelOutcome, KernelRecord, LoaderStatistics,
-    StatisticsCollector, WorkerMode,
+    StatisticsCollector,
 };
 pub use store::{
     ArchitectureStore, ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference,
-    Explanation, Generation, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, STORE_FORMAT,
-    StoreKey, StoreSlot, StoreStatistics,
+    Explanation, Generation, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, Lookup, Miss,
+    STORE_FORMAT, StoreKey, StoreOutcome, StoreSlot, StoreStatistics,
 };
-pub use target::{
-    ArtifactCompiler, ArtifactOf, CompilationTarget, Finalized, KernelOf, Lookup, LoweredOf, Miss,
-    StoreOutcome, VariantOf,
-};
+pub use target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, VariantOf};

@@ -18,8 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rayon::prelude::*;
 
-use crate::config;
-use crate::statistics::WorkerMode;
+use crate::config::{self, WorkerMode};
 use crate::worker::{self, ProcessPool, WorkerProcesses, WorkerRecipe};
 
 /// A loader's workers: the shared threads of one size and, for compilers
@@ -35,22 +34,8 @@ pub(crate) struct WorkerPool {
 }
 
 impl WorkerPool {
-    pub(crate) fn new(parallelism: NonZeroUsize) -> Self {
-        let mode = match std::env::var(worker::WORKER_MODE_VARIABLE) {
-            Ok(value) if value.trim() == "threads" => WorkerMode::Threads,
-            Ok(value) if value.trim() == "processes" || value.trim().is_empty() => {
-                WorkerMode::Processes
-            }
-            Ok(value) => {
-                log::warn!(
-                    "{}={value:?} is neither `threads` nor `processes`; using processes where \
-                     the compiler allows",
-                    worker::WORKER_MODE_VARIABLE
-                );
-                WorkerMode::Processes
-            }
-            Err(_) => WorkerMode::Processes,
-        };
+    /// Workers for `parallelism` jobs at once, finalizing as `mode` allows.
+    pub(crate) fn new(parallelism: NonZeroUsize, mode: WorkerMode) -> Self {
         Self {
             parallelism,
             threads: OnceLock::new(),

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::WorkerMode;
 use crate::diagnostic::Diagnostic;
 use crate::error::KernelError;
 use crate::id::KernelId;
@@ -136,14 +137,6 @@ impl Counters {
     }
 }
 
-/// How a kernel settled in its collector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Settlement {
-    Compiled,
-    Loaded,
-    Failed,
-}
-
 /// A kernel registered with a collector and not settled yet. Dropped
 /// unsettled, it counts as abandoned.
 #[derive(Debug)]
@@ -161,14 +154,19 @@ impl Registration {
         })
     }
 
-    /// Settles the kernel; what its load does next is counted on the
-    /// returned value.
-    pub(crate) fn settle(mut self, settlement: Settlement) -> Settled {
+    /// Settles the kernel by how it came to have an artifact — compiled,
+    /// or taken from the store or from a kernel with the same source — or
+    /// by its failure; what its load does next is counted on the returned
+    /// value.
+    pub(crate) fn settle(mut self, outcome: KernelOutcome) -> Settled {
         let counters = self.counters.take().expect("a registration settles once");
-        let counter = match settlement {
-            Settlement::Compiled => &counters.compiled,
-            Settlement::Loaded => &counters.loaded,
-            Settlement::Failed => &counters.failed,
+        let counter = match outcome {
+            KernelOutcome::Compiled => &counters.compiled,
+            KernelOutcome::FromStore | KernelOutcome::Rekeyed => &counters.loaded,
+            KernelOutcome::Failed => &counters.failed,
+            KernelOutcome::Refused => {
+                unreachable!("a kernel settles before the device sees its artifact")
+            }
         };
         counter.fetch_add(1, Ordering::Relaxed);
         Settled { counters }
@@ -199,7 +197,10 @@ impl Settled {
     }
 }
 
-/// How a kernel of a batch ended.
+/// How a kernel of a batch ended: where its artifact came from (the store,
+/// a kernel with the same source, or a compile), or why none was loaded.
+/// The loader tracks an artifact's origin with it too, so a record, a
+/// collector's counts and the loader's totals cannot disagree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KernelOutcome {
     /// Its artifact was in the store under its own id.
@@ -230,15 +231,6 @@ pub struct KernelRecord {
     pub diagnostics: Vec<Diagnostic>,
     /// The failure message, for a failed or refused kernel.
     pub error: Option<String>,
-}
-
-/// How a batch ran its workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum WorkerMode {
-    /// Threads of this process.
-    Threads,
-    /// Separate worker processes.
-    Processes,
 }
 
 /// What one batch did.
@@ -329,7 +321,7 @@ mod tests {
             "the guard closed the scope"
         );
         // It settles to its collector after the scope closed.
-        let _ = registration.settle(Settlement::Compiled);
+        let _ = registration.settle(KernelOutcome::Compiled);
         let counts = collector.counts();
         assert_eq!((counts.registered, counts.compiled), (1, 1));
     }
@@ -344,11 +336,11 @@ mod tests {
             let _inner_scope = inner.open();
             let _ = Registration::register()
                 .expect("open")
-                .settle(Settlement::Loaded);
+                .settle(KernelOutcome::FromStore);
         }
         let _ = Registration::register()
             .expect("open")
-            .settle(Settlement::Failed);
+            .settle(KernelOutcome::Failed);
         assert_eq!(inner.counts().loaded, 1);
         assert_eq!(outer.counts().failed, 1);
         assert_eq!(outer.counts().registered, 1);

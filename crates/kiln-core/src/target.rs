@@ -1,168 +1,14 @@
-//! The two traits a backend implements: an [`ArtifactCompiler`] that lowers
-//! and finalizes kernels on any thread, and a [`CompilationTarget`] that owns
-//! the store and the device, used from the loader's thread only.
+//! The [`CompilationTarget`] a backend implements beside its
+//! [`ArtifactCompiler`]: the store and the device, used from the loader's
+//! thread only.
 
 use std::fmt::Debug;
-use std::hash::Hash;
 use std::time::Duration;
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-
-use crate::diagnostic::{CompileFailure, Diagnostic};
+use crate::compiler::ArtifactCompiler;
 use crate::error::DeviceRefusal;
 use crate::id::ArtifactId;
-use crate::kernel::Kernel;
-use crate::worker::WorkerRecipe;
-
-/// Turns kernels into artifacts. Shared by every worker of a batch.
-///
-/// # Contract
-///
-/// - `lower` and `finalize` run on worker threads, several at once, and may
-///   run in another process: they touch no device and keep no state that a
-///   later call depends on.
-/// - `lower` is deterministic: the same kernel and variant give the same
-///   lowered form and the same [`source`](Self::source) text.
-/// - Two lowered forms with the same `source` text and the same variant
-///   finalize to interchangeable artifacts: the loader finalizes one and
-///   gives the artifact to both.
-/// - A panic in either step is caught by the loader and becomes that
-///   kernel's failure, but a compiler should report errors as values.
-pub trait ArtifactCompiler: Send + Sync {
-    /// The kernels this compiler takes.
-    type Kernel: Kernel + ?Sized;
-    /// The compile choice an artifact is built under: architecture,
-    /// fast-math, and so on. Part of every artifact's key.
-    type Variant: Clone + Eq + Hash + Debug + Send + Sync + Serialize + DeserializeOwned + 'static;
-    /// What lowering produces, ready to finalize, possibly in another process.
-    type Lowered: Send + Serialize + DeserializeOwned;
-    /// What finalizing produces: plain data a store can keep and a target can
-    /// load.
-    type Artifact: Clone + Send + Sync + Serialize + DeserializeOwned;
-
-    /// Generates the backend source of `kernel` for `id`'s variant.
-    ///
-    /// # Errors
-    ///
-    /// What the generator reported; a bad kernel fails alone.
-    fn lower(
-        &self,
-        kernel: &Self::Kernel,
-        id: &ArtifactId<Self::Variant>,
-    ) -> Result<Self::Lowered, CompileFailure>;
-
-    /// The text `lowered` finalizes from, when it has one: kernels whose text
-    /// is identical share one artifact. `None` opts the kernel out of
-    /// sharing.
-    fn source(lowered: &Self::Lowered) -> Option<&str>;
-
-    /// Compiles `lowered` into an artifact, with the warnings and remarks of
-    /// a successful compile.
-    ///
-    /// # Errors
-    ///
-    /// What the compiler reported, with its diagnostics.
-    fn finalize(
-        &self,
-        id: &ArtifactId<Self::Variant>,
-        lowered: Self::Lowered,
-    ) -> Result<Finalized<Self::Artifact>, CompileFailure>;
-
-    /// How a worker process rebuilds this compiler, when it can finalize in
-    /// one: `Some(`[`WorkerRecipe::of`]`(self))` for a
-    /// [`ProcessCompiler`](crate::worker::ProcessCompiler). A loader then
-    /// finalizes in worker processes (see [`crate::worker`]). The default,
-    /// `None`, keeps every compile on the loader's threads.
-    fn worker_recipe(&self) -> Option<WorkerRecipe> {
-        None
-    }
-}
-
-/// A finalized artifact and what the compiler said while making it.
-#[derive(Debug, Clone)]
-pub struct Finalized<A> {
-    /// The artifact.
-    pub artifact: A,
-    /// Warnings and remarks of the successful compile.
-    pub diagnostics: Vec<Diagnostic>,
-}
-
-impl<A> Finalized<A> {
-    /// An artifact the compiler said nothing about.
-    pub fn quiet(artifact: A) -> Self {
-        Self {
-            artifact,
-            diagnostics: Vec::new(),
-        }
-    }
-}
-
-/// Why a store had nothing to give.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Miss {
-    /// Nothing is stored under the key.
-    Absent,
-    /// Something was stored but failed verification; it was removed.
-    Corrupt {
-        /// What did not verify.
-        detail: String,
-    },
-    /// The entry found was written for another key; it was removed.
-    ForeignKey {
-        /// Which component of the key differed.
-        detail: String,
-    },
-    /// The store could not be read; this is a miss, never a failed launch.
-    Unreadable {
-        /// The I/O error.
-        detail: String,
-    },
-}
-
-impl std::fmt::Display for Miss {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Absent => f.write_str("absent"),
-            Self::Corrupt { detail } => write!(f, "corrupt: {detail}"),
-            Self::ForeignKey { detail } => write!(f, "written for another key: {detail}"),
-            Self::Unreadable { detail } => write!(f, "unreadable: {detail}"),
-        }
-    }
-}
-
-/// What a store lookup found.
-#[derive(Debug, Clone)]
-pub enum Lookup<A> {
-    /// A verified artifact.
-    Hit {
-        /// The artifact.
-        artifact: A,
-        /// How many bytes were read.
-        bytes: u64,
-        /// How long compiling it took when it was stored: what this hit saved.
-        work: Duration,
-    },
-    /// Nothing usable, and why.
-    Miss(Miss),
-}
-
-/// What storing an artifact did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreOutcome {
-    /// Written; `bytes` is what it took.
-    Stored {
-        /// Bytes written.
-        bytes: u64,
-    },
-    /// The target keeps nothing, or already held it.
-    Skipped,
-    /// The write failed; the kernel still loads, the failure is counted.
-    Failed {
-        /// The I/O error.
-        detail: String,
-    },
-}
+use crate::store::{Lookup, StoreOutcome};
 
 /// A device and the store in front of it: where a loader's artifacts come
 /// from and go.
@@ -171,10 +17,10 @@ pub enum StoreOutcome {
 ///
 /// - Every method runs on the loader's thread.
 /// - [`persists`](Self::persists) never changes for one target. A target that
-///   does not persist answers every lookup with [`Miss::Absent`] and stores
-///   nothing.
+///   does not persist answers every lookup with
+///   [`Miss::Absent`](crate::store::Miss::Absent) and stores nothing.
 /// - A lookup verifies what it returns: a corrupt entry is a
-///   [`Miss`], never an artifact.
+///   [`Miss`](crate::store::Miss), never an artifact.
 /// - [`generation`](Self::generation) changes whenever the store behind the
 ///   target starts holding other content (another root, an import that
 ///   replaced entries). Reading it must not lock or allocate: the loader

@@ -28,7 +28,9 @@
 //! 3. None: the loader finalizes on threads of its own process, and logs a
 //!    warning once, naming both ways to get workers.
 //!
-//! `KILN_WORKER_MODE=threads` keeps every loader on threads;
+//! `KILN_WORKER_MODE=threads` keeps on threads every loader that reads its
+//! settings from the environment
+//! ([`LoaderConfig::worker_mode`](crate::LoaderConfig::worker_mode));
 //! [`KernelLoader::with_worker_mode`](crate::KernelLoader::with_worker_mode)
 //! chooses for one loader. A process that is itself a worker never starts
 //! workers.
@@ -83,20 +85,15 @@ mod serve;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-
-use crate::target::ArtifactCompiler;
+pub use crate::compiler::{ProcessCompiler, WorkerRecipe};
 
 pub use processes::WorkerProcesses;
 pub(crate) use processes::{ProcessPool, WorkerLost};
 pub(crate) use protocol::{Outcome, decode, encode};
+pub use serve::{WorkerEntry, entry};
 
 /// The variable naming a program to start as the worker.
 pub const WORKER_PROGRAM_VARIABLE: &str = "KILN_WORKER_PROGRAM";
-
-/// The variable choosing `threads` or `processes` for every loader.
-pub const WORKER_MODE_VARIABLE: &str = "KILN_WORKER_MODE";
 
 /// Set on a worker process: the protocol its parent speaks.
 pub(crate) const WORKER_CHANNEL_VARIABLE: &str = "KILN_WORKER_CHANNEL";
@@ -105,102 +102,11 @@ pub(crate) const WORKER_CHANNEL_VARIABLE: &str = "KILN_WORKER_CHANNEL";
 /// it again makes a worker.
 static HOOK_CALLED: AtomicBool = AtomicBool::new(false);
 
-/// A compiler that can be rebuilt in a worker process from plain data.
-///
-/// # Contract
-///
-/// `from_recipe(compiler.recipe())` finalizes exactly as `compiler` does:
-/// same compiler version, same options, so that an artifact built in a
-/// worker is interchangeable with one built in the loader's process. A
-/// worker that cannot honour that (it finds another compiler version, say)
-/// returns an error, and the loader stays on its own threads.
-pub trait ProcessCompiler: ArtifactCompiler + Sized + 'static {
-    /// The name workers dispatch on: unique among the compilers of a
-    /// program, stable across builds (`"kiln-cuda"`).
-    const NAME: &'static str;
-    /// What a worker rebuilds the compiler from.
-    type Recipe: Serialize + DeserializeOwned;
-
-    /// This compiler as a recipe.
-    fn recipe(&self) -> Self::Recipe;
-
-    /// The compiler a recipe describes, in the worker.
-    ///
-    /// # Errors
-    ///
-    /// The worker cannot build an equal compiler: the library is missing, or
-    /// of another version than the recipe names.
-    fn from_recipe(recipe: Self::Recipe) -> Result<Self, String>;
-}
-
-/// A compiler's name and recipe, encoded: what a loader sends to start a
-/// worker. A compiler that can finalize in worker processes returns one from
-/// [`ArtifactCompiler::worker_recipe`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerRecipe {
-    compiler: &'static str,
-    recipe: Vec<u8>,
-}
-
-impl WorkerRecipe {
-    /// The recipe of `compiler`.
-    ///
-    /// # Panics
-    ///
-    /// The recipe does not serialize, which a recipe made of plain data
-    /// never fails to.
-    pub fn of<C: ProcessCompiler>(compiler: &C) -> Self {
-        Self {
-            compiler: C::NAME,
-            recipe: protocol::encode(&compiler.recipe())
-                .expect("a compiler recipe is plain data that serializes"),
-        }
-    }
-
-    /// The name the worker dispatches on.
-    pub fn compiler(&self) -> &'static str {
-        self.compiler
-    }
-}
-
-/// A compiler a worker can serve, for [`run_if_worker`]'s list.
-#[derive(Clone, Copy)]
-pub struct WorkerEntry {
-    compiler: &'static str,
-    start: StartWorker,
-}
-
-/// Builds a compiler from its encoded recipe, in the worker.
-type StartWorker = fn(&[u8]) -> Result<Box<dyn serve::Finalizer>, String>;
-
-impl WorkerEntry {
-    /// The name of the compiler it serves.
-    pub fn compiler(&self) -> &'static str {
-        self.compiler
-    }
-}
-
-impl std::fmt::Debug for WorkerEntry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WorkerEntry")
-            .field("compiler", &self.compiler)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The entry that lets a worker serve compiler `C`.
-pub fn entry<C: ProcessCompiler>() -> WorkerEntry {
-    WorkerEntry {
-        compiler: C::NAME,
-        start: serve::start::<C>,
-    }
-}
-
 /// The hook at the top of `main`: in a worker process, serves compile
-/// requests for the compilers of `entries` (and the fake compiler, always)
-/// until the loader that started it goes away, then exits the process; in
-/// any other process, returns at once and lets this process's loaders start
-/// it again as their workers.
+/// requests for the compilers of `entries` (and, with kiln-core's `testing`
+/// feature, the fake compiler) until the loader that started it goes away,
+/// then exits the process; in any other process, returns at once and lets
+/// this process's loaders start it again as their workers.
 pub fn run_if_worker(entries: &[WorkerEntry]) {
     match std::env::var(WORKER_CHANNEL_VARIABLE) {
         Ok(protocol) => std::process::exit(serve::serve(&protocol, entries)),

@@ -104,6 +104,7 @@ fn round(seed: u64) {
         LoaderConfig {
             parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
             record_limit: 4,
+            ..LoaderConfig::default()
         },
     );
     let keyed = cache.keyed::<u32>();

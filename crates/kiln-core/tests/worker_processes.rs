@@ -84,6 +84,7 @@ fn loader(target: FakeTarget, parallelism: usize) -> KernelLoader<FakeTarget> {
         LoaderConfig {
             parallelism: NonZeroUsize::new(parallelism).expect("at least 1"),
             record_limit: 16,
+            ..LoaderConfig::default()
         },
     )
     .with_worker_mode(WorkerMode::Processes)

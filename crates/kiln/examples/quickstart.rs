@@ -2,7 +2,7 @@
 //! in one parallel batch at the first launch, then launch each from memory.
 //!
 //! ```text
-//! cargo run --release --example quickstart
+//! cargo run --release -p kiln --features testing --example quickstart
 //! ```
 //!
 //! The fake compiler sleeps a few milliseconds per kernel, as a small real

@@ -5,7 +5,9 @@
 //!
 //! This is the crate to depend on: it re-exports the core and, behind the
 //! `cuda`, `hip` and `wgpu` features, the backends (`kiln::cuda` with
-//! the `cuda` feature).
+//! the `cuda` feature). The `testing` feature adds kiln-core's fake target
+//! (`kiln::fake`), on which the examples here run without a GPU, and its
+//! conformance suite.
 //!
 //! ```
 //! use kiln::fake::{FakeKernel, FakeTarget};

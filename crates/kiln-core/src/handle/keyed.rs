@@ -7,8 +7,9 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use rustc_hash::FxHashMap;
 
 use super::slot::Slot;
-use super::{DeviceId, KernelCache, PendingKernel};
+use super::{KernelCache, PendingKernel};
 use crate::error::CacheError;
+use crate::id::DeviceId;
 use crate::kernel::Kernel;
 use crate::target::{CompilationTarget, KernelOf, VariantOf};
 

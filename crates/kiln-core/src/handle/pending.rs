@@ -3,10 +3,10 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::KernelCache;
 use super::slot::Slot;
-use super::{DeviceId, KernelCache};
 use crate::error::CacheError;
-use crate::id::ArtifactId;
+use crate::id::{ArtifactId, DeviceId};
 use crate::target::{CompilationTarget, VariantOf};
 
 /// A kernel requested from a [`KernelCache`], built by the first

@@ -1,5 +1,6 @@
 //! The frames between a loader and its worker processes: a little-endian
-//! `u32` length, then one message in bincode's standard encoding.
+//! `u32` length, then one message in kiln-core's encoding (bincode's
+//! standard one).
 
 use std::io::{self, Read, Write};
 use std::time::Duration;
@@ -8,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::{CompileFailure, Diagnostic};
+use crate::encoding;
 
 /// The protocol a loader and its workers speak; a worker of another version
 /// refuses to start.
@@ -74,12 +76,12 @@ pub(crate) enum Outcome {
 
 /// `value` in the protocol's encoding.
 pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> io::Result<Vec<u8>> {
-    bincode::serde::encode_to_vec(value, bincode::config::standard()).map_err(io::Error::other)
+    encoding::encode(value).map_err(io::Error::other)
 }
 
 /// A value of the protocol's encoding.
 pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {
-    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+    encoding::decode(bytes)
         .map(|(value, _)| value)
         .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))
 }

@@ -1,5 +1,6 @@
-//! The worker's side: rebuild the compiler from its recipe, then finalize
-//! whatever the loader sends until it closes the pipe.
+//! The worker's side: the compilers a worker can serve, and serving one:
+//! rebuild the compiler from its recipe, then finalize whatever the loader
+//! sends until it closes the pipe.
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter};
@@ -7,10 +8,9 @@ use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
 use super::protocol::{self, Outcome, PROTOCOL, Reply, Request};
-use super::{ProcessCompiler, WorkerEntry};
-use crate::fake::FakeCompiler;
+use crate::compiler::{ArtifactCompiler, Finalized, ProcessCompiler};
+use crate::diagnostic::CompileFailure;
 use crate::id::ArtifactId;
-use crate::target::{ArtifactCompiler, Finalized};
 
 /// A compiler rebuilt in the worker, finalizing encoded requests.
 pub(crate) trait Finalizer {
@@ -29,7 +29,7 @@ impl<C: ProcessCompiler> Finalizer for Typed<C> {
         let (id, lowered) = match request {
             Ok(request) => request,
             Err(error) => {
-                return Outcome::Failed(crate::CompileFailure::message(format!(
+                return Outcome::Failed(CompileFailure::message(format!(
                     "the worker could not read the request: {error}"
                 )));
             }
@@ -43,7 +43,7 @@ impl<C: ProcessCompiler> Finalizer for Typed<C> {
                     artifact,
                     diagnostics,
                 },
-                Err(error) => Outcome::Failed(crate::CompileFailure::message(format!(
+                Err(error) => Outcome::Failed(CompileFailure::message(format!(
                     "the worker could not encode the artifact: {error}"
                 ))),
             },
@@ -61,17 +61,51 @@ impl<C: ProcessCompiler> Finalizer for Typed<C> {
 }
 
 /// [`WorkerEntry::start`] of `C`.
-pub(crate) fn start<C: ProcessCompiler>(recipe: &[u8]) -> Result<Box<dyn Finalizer>, String> {
+fn start<C: ProcessCompiler>(recipe: &[u8]) -> Result<Box<dyn Finalizer>, String> {
     let recipe = protocol::decode::<C::Recipe>(recipe)
         .map_err(|error| format!("the recipe of {} does not decode: {error}", C::NAME))?;
     let compiler = C::from_recipe(recipe)?;
     Ok(Box::new(Typed(compiler)))
 }
 
+/// A compiler a worker can serve, for
+/// [`run_if_worker`](super::run_if_worker)'s list.
+#[derive(Clone, Copy)]
+pub struct WorkerEntry {
+    compiler: &'static str,
+    start: StartWorker,
+}
+
+/// Builds a compiler from its encoded recipe, in the worker.
+type StartWorker = fn(&[u8]) -> Result<Box<dyn Finalizer>, String>;
+
+impl WorkerEntry {
+    /// The name of the compiler it serves.
+    pub fn compiler(&self) -> &'static str {
+        self.compiler
+    }
+}
+
+impl std::fmt::Debug for WorkerEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerEntry")
+            .field("compiler", &self.compiler)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The entry that lets a worker serve compiler `C`.
+pub fn entry<C: ProcessCompiler>() -> WorkerEntry {
+    WorkerEntry {
+        compiler: C::NAME,
+        start: start::<C>,
+    }
+}
+
 /// Serves the loader on this process's standard input and output; returns
 /// the process's exit code.
 pub(crate) fn serve(protocol: &str, entries: &[WorkerEntry]) -> i32 {
-    let fake = super::entry::<FakeCompiler>();
+    let entries = served(entries);
     let (input, output) = match channel() {
         Ok(channel) => channel,
         Err(error) => {
@@ -98,11 +132,7 @@ pub(crate) fn serve(protocol: &str, entries: &[WorkerEntry]) -> i32 {
                 "the worker speaks {PROTOCOL} and the loader {asked}: build both from one kiln"
             ))
         } else {
-            match entries
-                .iter()
-                .chain([&fake])
-                .find(|entry| entry.compiler == compiler)
-            {
+            match entries.iter().find(|entry| entry.compiler == compiler) {
                 Some(entry) => std::panic::catch_unwind(|| (entry.start)(&recipe))
                     .unwrap_or_else(|_| Err(format!("building {compiler} panicked"))),
                 None => Err(format!(
@@ -110,7 +140,6 @@ pub(crate) fn serve(protocol: &str, entries: &[WorkerEntry]) -> i32 {
                      {compiler}'s worker entry to run_if_worker",
                     entries
                         .iter()
-                        .chain([&fake])
                         .map(|entry| entry.compiler)
                         .collect::<Vec<_>>()
                         .join(", ")
@@ -152,6 +181,18 @@ pub(crate) fn serve(protocol: &str, entries: &[WorkerEntry]) -> i32 {
             70
         }
     }
+}
+
+/// The compilers a worker serves: the program's and, with the `testing`
+/// feature, the fake one, so that the tests of any crate can finalize fake
+/// kernels in worker processes. A production worker serves only what its
+/// program listed.
+fn served(entries: &[WorkerEntry]) -> Vec<WorkerEntry> {
+    #[allow(unused_mut, reason = "only the testing feature adds an entry")]
+    let mut served = entries.to_vec();
+    #[cfg(feature = "testing")]
+    served.push(entry::<crate::fake::FakeCompiler>());
+    served
 }
 
 /// The request pipe (standard input) and the reply pipe: standard output,

@@ -1,0 +1,505 @@
+//! One batch (L5): every kernel asked of the store, the missing ones
+//! lowered on the workers, grouped by source, finalized, then loaded in
+//! order and recorded.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use rustc_hash::FxHashMap;
+
+use super::KernelLoader;
+use super::finalize::Finalizer;
+use super::job::{Job, JobOutcome, Step};
+use super::queue::Request;
+use crate::compiler::ArtifactCompiler;
+use crate::config::WorkerMode;
+use crate::error::KernelError;
+use crate::statistics::{BatchRecord, KernelOutcome, LoaderStatistics};
+use crate::target::{CompilationTarget, VariantOf};
+
+impl<T: CompilationTarget> KernelLoader<T> {
+    /// One batch (L5): store, lower, group by source, finalize, load, record.
+    pub(super) fn run_batch(&mut self, requests: Vec<Request<'_, T>>) -> Vec<JobOutcome<T>> {
+        let started = Instant::now();
+        let mut jobs: Vec<Job<'_, T>> = requests.into_iter().map(Job::new).collect();
+        let n_kernels = jobs.len();
+
+        for job in &mut jobs {
+            job.look_up(&mut self.target, &mut self.statistics);
+        }
+
+        let persists = self.target.persists();
+        let mut missing: Vec<&mut Job<'_, T>> =
+            jobs.iter_mut().filter(|job| job.is_missing()).collect();
+        let with_processes = !missing.is_empty()
+            && self
+                .pool
+                .prepare_processes(self.target.compiler().worker_recipe());
+        let used_processes = AtomicBool::new(false);
+        let finalizer = Finalizer {
+            compiler: self.target.compiler(),
+            processes: self.pool.process_pool().filter(|_| with_processes),
+            used_processes: &used_processes,
+        };
+        let mut workers = self.pool.workers_for(missing.len());
+        if missing.len() > 1 {
+            log::debug!(
+                "compiling {} of {n_kernels} kernels on {workers} workers{}",
+                missing.len(),
+                if with_processes { " (processes)" } else { "" }
+            );
+        }
+        self.pool.run(&mut missing, |job| {
+            job.lower(finalizer.compiler);
+            // With nothing to share it by, a kernel finalizes on the worker
+            // that lowered it, without waiting for the others to lower.
+            if job.is_lowered() && !(persists && job.has_source()) {
+                job.finalize(&finalizer);
+            }
+            job.settle();
+        });
+        drop(missing);
+
+        if persists {
+            group_by_source(&mut jobs, &mut self.target, &mut self.statistics);
+        }
+
+        let finalizer = Finalizer {
+            compiler: self.target.compiler(),
+            processes: self.pool.process_pool().filter(|_| with_processes),
+            used_processes: &used_processes,
+        };
+        let mut lowered: Vec<&mut Job<'_, T>> =
+            jobs.iter_mut().filter(|job| job.is_lowered()).collect();
+        workers = workers.max(self.pool.workers_for(lowered.len()));
+        self.pool.run(&mut lowered, |job| {
+            job.finalize(&finalizer);
+            job.settle();
+        });
+        drop(lowered);
+        let mode = if used_processes.load(Ordering::Relaxed) {
+            WorkerMode::Processes
+        } else {
+            WorkerMode::Threads
+        };
+
+        take_from_leaders(&mut jobs);
+
+        let mut records = Vec::with_capacity(jobs.len());
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let (outcome, record) = job.load(&mut self.target, &mut self.statistics);
+            records.push(record);
+            outcomes.push(outcome);
+        }
+
+        self.target.batch_finished();
+
+        let batch = BatchRecord {
+            kernels: records.len(),
+            workers,
+            mode,
+            wall: started.elapsed(),
+            stored: records.iter().any(|record| record.stored),
+            records,
+        };
+        log::debug!(
+            "batch of {} kernels: {:?} wall, {:?} work on {} workers ({:?})",
+            batch.kernels,
+            batch.wall,
+            batch.summed_work(),
+            batch.workers,
+            batch.mode
+        );
+        if self.record_limit > 0 {
+            if self.records.len() == self.record_limit {
+                self.records.pop_front();
+            }
+            self.records.push_back(batch);
+        }
+        outcomes
+    }
+}
+
+/// Gives each group of lowered kernels with identical source under the same
+/// variant one leader: the leader asks the store by source and finalizes
+/// only when the store has nothing; every other member waits for the
+/// leader's artifact (L5c). The variant is part of the group's key because
+/// one text compiled for two architectures is two artifacts.
+pub(super) fn group_by_source<T: CompilationTarget>(
+    jobs: &mut [Job<'_, T>],
+    target: &mut T,
+    statistics: &mut LoaderStatistics,
+) {
+    let mut leaders: FxHashMap<(VariantOf<T>, String), usize> = FxHashMap::default();
+    for (index, job) in jobs.iter_mut().enumerate() {
+        let Step::Lowered {
+            source: Some(source),
+            ..
+        } = &job.step
+        else {
+            continue;
+        };
+        let key = (job.id.variant.clone(), source.clone());
+        match leaders.get(&key).copied() {
+            Some(leader) => job.wait_for(leader),
+            None => {
+                leaders.insert(key, index);
+                job.reuse_stored_source(target, statistics);
+            }
+        }
+        job.settle();
+    }
+}
+
+/// Hands each waiting kernel its leader's artifact, or its leader's failure
+/// (L6): the source is finalized once, not once per member.
+pub(super) fn take_from_leaders<T: CompilationTarget>(jobs: &mut [Job<'_, T>]) {
+    for index in 0..jobs.len() {
+        let Step::Waiting { leader, .. } = jobs[index].step else {
+            continue;
+        };
+        // Leaders come first in the batch, so the leader is in `before`.
+        let (before, rest) = jobs.split_at_mut(index);
+        let member = &mut rest[0];
+        let Step::Waiting { source, .. } = std::mem::replace(&mut member.step, Step::Missing)
+        else {
+            unreachable!("matched as waiting right above");
+        };
+        member.step = match &before[leader].step {
+            Step::Ready { artifact, .. } => Step::Ready {
+                artifact: artifact.clone(),
+                origin: KernelOutcome::Rekeyed,
+                source: Some(source),
+            },
+            Step::Failed(error) => Step::Failed(KernelError {
+                kernel: member.id.kernel.clone(),
+                ..error.clone()
+            }),
+            Step::Missing | Step::Lowered { .. } | Step::Waiting { .. } => {
+                unreachable!("every leader is finalized, taken from the store, or failed")
+            }
+        };
+        member.settle();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::tests::{load, loader};
+    use crate::error::Stage;
+    use crate::fake::{FakeKernel, FakeTarget};
+    use crate::kernel::Kernel;
+    use crate::statistics::KernelOutcome;
+
+    // L5b
+    #[test]
+    fn a_batch_runs_on_the_shared_workers_at_once() {
+        let mut loader = loader(FakeTarget::storeless(), 4);
+        for number in 0..8 {
+            let kernel = FakeKernel::new(number).sleeping(Duration::from_millis(30));
+            loader.enqueue(Box::new(kernel), ());
+        }
+        loader.compile_queued();
+        let compiler = loader.target().fake_compiler();
+        assert!(compiler.most_at_once() > 1, "steps overlapped");
+        assert!(
+            compiler.most_at_once() <= 4,
+            "never more than the parallelism"
+        );
+        assert_eq!(loader.records()[0].workers, 4);
+        let caller = std::thread::current().id();
+        assert_ne!(
+            compiler.finalized_on(0),
+            Some(caller),
+            "compiled on a worker"
+        );
+    }
+
+    // L5b
+    #[test]
+    fn batches_reuse_the_same_worker_threads() {
+        let mut loader = loader(FakeTarget::storeless(), 3);
+        let mut threads = std::collections::HashSet::new();
+        for round in 0..5 {
+            for number in 0..6 {
+                let kernel =
+                    FakeKernel::new(round * 10 + number).sleeping(Duration::from_millis(5));
+                loader.enqueue(Box::new(kernel), ());
+            }
+            loader.compile_queued();
+            for number in 0..6 {
+                let thread = loader
+                    .target()
+                    .fake_compiler()
+                    .finalized_on(round * 10 + number);
+                threads.insert(format!("{:?}", thread.expect("finalized")));
+            }
+        }
+        assert!(
+            threads.len() <= 3,
+            "30 kernels in 5 batches ran on {} threads",
+            threads.len()
+        );
+    }
+
+    // L5c, P7
+    #[test]
+    fn one_source_finalizes_once_per_batch() {
+        let mut loader = loader(FakeTarget::persisting(), 4);
+        for number in 0..5 {
+            loader.enqueue(
+                Box::new(FakeKernel::new(number).sharing_source("same text")),
+                (),
+            );
+        }
+        loader.compile_queued();
+        let compiler = loader.target().fake_compiler();
+        assert_eq!(compiler.lowered(), 5);
+        assert_eq!(compiler.finalized_source("same text"), 1);
+        let batch = &loader.records()[0];
+        assert_eq!(batch.count(KernelOutcome::Compiled), 1);
+        assert_eq!(batch.count(KernelOutcome::Rekeyed), 4);
+        assert_eq!(loader.statistics().rekeyed, 4);
+    }
+
+    // L5c, P7
+    #[test]
+    fn a_stored_source_serves_a_new_kernel_id() {
+        let mut loader = loader(FakeTarget::persisting(), 2);
+        load(&mut loader, &FakeKernel::new(1).sharing_source("shared")).expect("loads");
+        // Another kernel with the same text, as a rebuilt program with new ids
+        // would ask for: it takes the stored artifact instead of finalizing.
+        load(&mut loader, &FakeKernel::new(2).sharing_source("shared")).expect("loads");
+        assert_eq!(loader.target().fake_compiler().finalized(), 1);
+        assert_eq!(loader.records()[1].count(KernelOutcome::Rekeyed), 1);
+        assert!(
+            loader.target().holds(&FakeKernel::new(2).artifact_id()),
+            "stored under its id"
+        );
+    }
+
+    // L5
+    #[test]
+    fn without_a_store_each_kernel_finalizes_where_it_lowered() {
+        let mut loader = loader(FakeTarget::storeless(), 4);
+        for number in 0..6 {
+            let kernel = FakeKernel::new(number)
+                .sharing_source("same")
+                .sleeping(Duration::from_millis(5));
+            loader.enqueue(Box::new(kernel), ());
+        }
+        loader.compile_queued();
+        let compiler = loader.target().fake_compiler();
+        assert_eq!(compiler.finalized_source("same"), 6);
+        for number in 0..6 {
+            assert_eq!(compiler.lowered_on(number), compiler.finalized_on(number));
+        }
+    }
+
+    // L5
+    #[test]
+    fn a_kernel_without_source_finalizes_where_it_lowered() {
+        let mut loader = loader(FakeTarget::persisting(), 4);
+        for number in 0..4 {
+            let kernel = FakeKernel::new(number)
+                .without_source()
+                .sleeping(Duration::from_millis(5));
+            loader.enqueue(Box::new(kernel), ());
+        }
+        loader.compile_queued();
+        let compiler = loader.target().fake_compiler();
+        assert_eq!(compiler.finalized(), 4);
+        for number in 0..4 {
+            assert_eq!(compiler.lowered_on(number), compiler.finalized_on(number));
+        }
+    }
+
+    // L5a
+    #[test]
+    fn a_stored_kernel_skips_lowering() {
+        let mut first = loader(FakeTarget::persisting(), 2);
+        load(&mut first, &FakeKernel::new(7)).expect("loads");
+        let mut second = loader(first.into_target(), 2);
+        let lowered_before = second.target().fake_compiler().lowered();
+        load(&mut second, &FakeKernel::new(7)).expect("loads from the store");
+        assert_eq!(second.target().fake_compiler().lowered(), lowered_before);
+        assert_eq!(second.records()[0].count(KernelOutcome::FromStore), 1);
+        assert!(
+            !second.records()[0].stored,
+            "what came from the store is not stored again"
+        );
+    }
+
+    // L6
+    #[test]
+    fn a_failed_source_is_finalized_once_and_fails_its_whole_group() {
+        let mut loader = loader(FakeTarget::persisting(), 4);
+        for number in 0..4 {
+            let kernel = FakeKernel::new(number).sharing_source("bad text").failing();
+            loader.enqueue(Box::new(kernel), ());
+        }
+        loader.compile_queued();
+        assert_eq!(
+            loader.target().fake_compiler().finalized_source("bad text"),
+            1
+        );
+        for number in 0..4 {
+            let kernel = FakeKernel::new(number).sharing_source("bad text").failing();
+            let error = load(&mut loader, &kernel).expect_err("the group fails");
+            assert_eq!(
+                error.kernel,
+                kernel.id(),
+                "each member's error names itself"
+            );
+            assert_eq!(error.stage, Stage::Finalize);
+        }
+    }
+
+    // S3
+    #[test]
+    fn a_batch_record_shows_wall_under_summed_work_on_several_workers() {
+        let mut loader = loader(FakeTarget::storeless(), 4);
+        for number in 0..8 {
+            let kernel = FakeKernel::new(number).sleeping(Duration::from_millis(20));
+            loader.enqueue(Box::new(kernel), ());
+        }
+        loader.compile_queued();
+        let batch = &loader.records()[0];
+        assert_eq!(batch.workers, 4);
+        assert_eq!(batch.mode, crate::config::WorkerMode::Threads);
+        assert!(
+            batch.wall < batch.summed_work(),
+            "wall {:?} against work {:?}",
+            batch.wall,
+            batch.summed_work()
+        );
+        assert!(
+            batch
+                .records
+                .iter()
+                .all(|record| record.work >= Duration::from_millis(20))
+        );
+        assert_eq!(
+            batch.records[0].diagnostics.len(),
+            1,
+            "warnings stay on the record"
+        );
+    }
+
+    /// A fake compiler whose variant is an architecture number, to prove that
+    /// grouping by source never crosses variants.
+    mod variants {
+        use super::*;
+        use crate::compiler::{ArtifactCompiler, Finalized};
+        use crate::config::LoaderConfig;
+        use crate::diagnostic::CompileFailure;
+        use crate::id::ArtifactId;
+        use crate::loader::KernelLoader;
+        use crate::store::{Lookup, Miss, StoreOutcome};
+        use crate::target::CompilationTarget;
+
+        struct ArchCompiler;
+
+        impl ArtifactCompiler for ArchCompiler {
+            type Kernel = FakeKernel;
+            type Variant = u32;
+            type Lowered = String;
+            type Artifact = String;
+
+            fn lower(
+                &self,
+                _kernel: &FakeKernel,
+                _id: &ArtifactId<u32>,
+            ) -> Result<String, CompileFailure> {
+                Ok("one text for every architecture".into())
+            }
+
+            fn source(lowered: &String) -> Option<&str> {
+                Some(lowered)
+            }
+
+            fn finalize(
+                &self,
+                id: &ArtifactId<u32>,
+                lowered: String,
+            ) -> Result<Finalized<String>, CompileFailure> {
+                Ok(Finalized::quiet(format!(
+                    "{lowered} for arch {}",
+                    id.variant
+                )))
+            }
+        }
+
+        /// Persists, so that grouping by source is on, with nothing stored.
+        struct ArchTarget(ArchCompiler);
+
+        impl CompilationTarget for ArchTarget {
+            type Compiler = ArchCompiler;
+            type Loaded = String;
+
+            fn compiler(&self) -> &ArchCompiler {
+                &self.0
+            }
+
+            fn persists(&self) -> bool {
+                true
+            }
+
+            fn lookup(&mut self, _id: &ArtifactId<u32>) -> Lookup<String> {
+                Lookup::Miss(Miss::Absent)
+            }
+
+            fn lookup_source(&mut self, _id: &ArtifactId<u32>, _source: &str) -> Lookup<String> {
+                Lookup::Miss(Miss::Absent)
+            }
+
+            fn store(
+                &mut self,
+                _id: &ArtifactId<u32>,
+                _artifact: &String,
+                _source: Option<&str>,
+                _work: Duration,
+            ) -> StoreOutcome {
+                StoreOutcome::Skipped
+            }
+
+            fn load(
+                &mut self,
+                _id: &ArtifactId<u32>,
+                artifact: &String,
+            ) -> Result<String, crate::error::DeviceRefusal> {
+                Ok(artifact.clone())
+            }
+        }
+
+        // L5c
+        #[test]
+        fn one_text_under_two_variants_is_two_artifacts() {
+            let mut loader =
+                KernelLoader::with_config(ArchTarget(ArchCompiler), LoaderConfig::default());
+            let kernel = FakeKernel::new(1);
+            loader.enqueue(Box::new(kernel.clone()), 90);
+            loader.enqueue(Box::new(kernel.clone()), 80);
+            loader.enqueue(Box::new(FakeKernel::new(2)), 90);
+            loader.compile_queued();
+            let batch = &loader.records()[0];
+            assert_eq!(batch.count(KernelOutcome::Compiled), 2, "one per variant");
+            assert_eq!(
+                batch.count(KernelOutcome::Rekeyed),
+                1,
+                "same text, same variant"
+            );
+            let for_80 = loader
+                .get(&ArtifactId::new(kernel.id(), 80))
+                .expect("loaded");
+            assert_eq!(for_80, "one text for every architecture for arch 80");
+            let for_90 = loader
+                .get(&ArtifactId::new(kernel.id(), 90))
+                .expect("loaded");
+            assert_eq!(for_90, "one text for every architecture for arch 90");
+        }
+    }
+}

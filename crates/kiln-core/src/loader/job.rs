@@ -1,0 +1,579 @@
+//! One kernel on its way through a batch: its steps, the collector it
+//! settles to, and the containment of a panic in any step.
+
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use super::finalize::Finalizer;
+use super::queue::Request;
+use crate::compiler::ArtifactCompiler;
+use crate::diagnostic::{CompileFailure, Diagnostic};
+use crate::error::{Failure, KernelError, Stage};
+use crate::id::ArtifactId;
+use crate::statistics::{KernelOutcome, KernelRecord, LoaderStatistics, Registration, Settled};
+use crate::store::{Lookup, StoreOutcome};
+use crate::target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, VariantOf};
+
+/// How far a kernel got through its batch.
+pub(super) enum Step<T: CompilationTarget> {
+    /// The store held nothing under its id.
+    Missing,
+    /// Lowered, with the text it can share an artifact by.
+    Lowered {
+        lowered: LoweredOf<T>,
+        source: Option<String>,
+    },
+    /// Same source as the batch's kernel at `leader`, whose artifact it takes.
+    Waiting {
+        leader: usize,
+        source: String,
+    },
+    /// An artifact to load, and where it came from: the store under its
+    /// id, a kernel with the same source, or a compile.
+    Ready {
+        artifact: ArtifactOf<T>,
+        origin: KernelOutcome,
+        source: Option<String>,
+    },
+    Failed(KernelError),
+}
+
+/// What a batch gives back for one kernel.
+pub(super) type JobOutcome<T> = (
+    ArtifactId<VariantOf<T>>,
+    Result<<T as CompilationTarget>::Loaded, KernelError>,
+);
+
+/// Where a kernel stands with the collector it registered with.
+enum Count {
+    Uncounted,
+    Registered(Registration),
+    Settled(Settled),
+}
+
+/// One kernel on its way through a batch.
+pub(super) struct Job<'k, T: CompilationTarget> {
+    pub(super) id: ArtifactId<VariantOf<T>>,
+    kernel: &'k KernelOf<T>,
+    pub(super) step: Step<T>,
+    count: Count,
+    /// Lower + finalize time.
+    compile_work: Duration,
+    /// Load time.
+    load_work: Duration,
+    /// Warnings and remarks of its successful finalize.
+    diagnostics: Vec<Diagnostic>,
+}
+
+impl<'k, T: CompilationTarget> Job<'k, T> {
+    pub(super) fn new(request: Request<'k, T>) -> Self {
+        Self {
+            id: request.id,
+            kernel: request.kernel,
+            step: Step::Missing,
+            count: match request.registration {
+                Some(registration) => Count::Registered(registration),
+                None => Count::Uncounted,
+            },
+            compile_work: Duration::ZERO,
+            load_work: Duration::ZERO,
+            diagnostics: Vec::new(),
+        }
+    }
+
+    pub(super) fn is_missing(&self) -> bool {
+        matches!(self.step, Step::Missing)
+    }
+
+    pub(super) fn is_lowered(&self) -> bool {
+        matches!(self.step, Step::Lowered { .. })
+    }
+
+    pub(super) fn has_source(&self) -> bool {
+        matches!(
+            self.step,
+            Step::Lowered {
+                source: Some(_),
+                ..
+            }
+        )
+    }
+
+    /// Settles the kernel in its collector once its outcome is known (S1,
+    /// S2): compiled, taken, or failed. A kernel still on its way settles
+    /// nothing yet, and one settles only once.
+    pub(super) fn settle(&mut self) {
+        let outcome = match &self.step {
+            Step::Ready { origin, .. } => *origin,
+            Step::Failed(_) => KernelOutcome::Failed,
+            Step::Missing | Step::Lowered { .. } | Step::Waiting { .. } => return,
+        };
+        self.count = match std::mem::replace(&mut self.count, Count::Uncounted) {
+            Count::Registered(registration) => Count::Settled(registration.settle(outcome)),
+            count => count,
+        };
+    }
+
+    pub(super) fn look_up(&mut self, target: &mut T, statistics: &mut LoaderStatistics) {
+        match target.lookup(&self.id) {
+            Lookup::Hit {
+                artifact,
+                bytes,
+                work,
+            } => {
+                statistics.hits += 1;
+                statistics.bytes_read += bytes;
+                statistics.saved_seconds += work.as_secs_f64();
+                self.step = Step::Ready {
+                    artifact,
+                    origin: KernelOutcome::FromStore,
+                    source: None,
+                };
+                self.settle();
+            }
+            Lookup::Miss(miss) => {
+                statistics.misses += 1;
+                log::trace!("{} is not in the store: {miss:?}", self.id);
+            }
+        }
+    }
+
+    pub(super) fn lower(&mut self, compiler: &T::Compiler) {
+        let started = Instant::now();
+        let (kernel, id) = (self.kernel, &self.id);
+        self.step = match contained(Stage::Lower, id, || compiler.lower(kernel, id)) {
+            Ok(lowered) => Step::Lowered {
+                source: <T::Compiler as ArtifactCompiler>::source(&lowered).map(str::to_owned),
+                lowered,
+            },
+            Err(error) => Step::Failed(error),
+        };
+        self.compile_work += started.elapsed();
+    }
+
+    pub(super) fn finalize(&mut self, finalizer: &Finalizer<'_, T>) {
+        let Step::Lowered { lowered, source } = std::mem::replace(&mut self.step, Step::Missing)
+        else {
+            unreachable!("only a lowered kernel is finalized");
+        };
+        let started = Instant::now();
+        let id = &self.id;
+        let (result, remote_work) = match finalizer.in_process_or_worker(id, lowered) {
+            Ok(remote) => remote,
+            Err(lowered) => (
+                contained(Stage::Finalize, id, || {
+                    finalizer.compiler.finalize(id, lowered)
+                }),
+                None,
+            ),
+        };
+        self.step = match result {
+            Ok(finalized) => {
+                self.diagnostics = finalized.diagnostics;
+                Step::Ready {
+                    artifact: finalized.artifact,
+                    origin: KernelOutcome::Compiled,
+                    source,
+                }
+            }
+            Err(error) => Step::Failed(error),
+        };
+        // A worker's own measure of its compile leaves out the pipes.
+        self.compile_work += remote_work.unwrap_or_else(|| started.elapsed());
+    }
+
+    pub(super) fn wait_for(&mut self, leader: usize) {
+        let Step::Lowered {
+            source: Some(source),
+            ..
+        } = std::mem::replace(&mut self.step, Step::Missing)
+        else {
+            unreachable!("only a lowered kernel with source waits");
+        };
+        self.step = Step::Waiting { leader, source };
+    }
+
+    pub(super) fn reuse_stored_source(
+        &mut self,
+        target: &mut T,
+        statistics: &mut LoaderStatistics,
+    ) {
+        let Step::Lowered {
+            source: Some(source),
+            ..
+        } = &self.step
+        else {
+            return;
+        };
+        if let Lookup::Hit {
+            artifact,
+            bytes,
+            work,
+        } = target.lookup_source(&self.id, source)
+        {
+            statistics.bytes_read += bytes;
+            statistics.saved_seconds += work.as_secs_f64();
+            let Step::Lowered { source, .. } = std::mem::replace(&mut self.step, Step::Missing)
+            else {
+                unreachable!("matched as lowered right above");
+            };
+            self.step = Step::Ready {
+                artifact,
+                origin: KernelOutcome::Rekeyed,
+                source,
+            };
+        }
+    }
+
+    /// Loads the artifact on the device and stores it when it did not come
+    /// from the store under this id; a refused artifact is neither kept nor
+    /// stored (L9).
+    pub(super) fn load(
+        mut self,
+        target: &mut T,
+        statistics: &mut LoaderStatistics,
+    ) -> (JobOutcome<T>, KernelRecord) {
+        let mut stored = false;
+        let (result, outcome) = match std::mem::replace(&mut self.step, Step::Missing) {
+            Step::Ready {
+                artifact,
+                origin,
+                source,
+            } => {
+                let started = Instant::now();
+                let id = &self.id;
+                let loaded = contained(Stage::Load, id, || {
+                    target.load(id, &artifact).map_err(|refusal| KernelError {
+                        kernel: id.kernel.clone(),
+                        stage: Stage::Load,
+                        failure: Failure::Refused(refusal),
+                    })
+                });
+                self.load_work = started.elapsed();
+                match loaded {
+                    Ok(loaded) => {
+                        match origin {
+                            KernelOutcome::Compiled => statistics.compiled += 1,
+                            KernelOutcome::Rekeyed => statistics.rekeyed += 1,
+                            KernelOutcome::FromStore => {}
+                            KernelOutcome::Failed | KernelOutcome::Refused => {
+                                unreachable!("a ready kernel has an artifact")
+                            }
+                        }
+                        if origin != KernelOutcome::FromStore {
+                            let work = self.compile_work;
+                            match target.store(id, &artifact, source.as_deref(), work) {
+                                StoreOutcome::Stored { bytes } => {
+                                    stored = true;
+                                    statistics.stored += 1;
+                                    statistics.bytes_written += bytes;
+                                }
+                                StoreOutcome::Skipped => {}
+                                StoreOutcome::Failed { detail } => {
+                                    statistics.store_errors += 1;
+                                    // The store warns once per cause; a line per kernel
+                                    // would bury that warning under a full disk's worth.
+                                    log::debug!("could not store {id}: {detail}; it still loads");
+                                }
+                            }
+                        }
+                        if let (true, Count::Settled(settled)) = (stored, &self.count) {
+                            settled.stored();
+                        }
+                        (Ok(loaded), origin)
+                    }
+                    Err(error) => {
+                        // Settled as obtained before the device saw it: the
+                        // refusal is counted beside that.
+                        if let Count::Settled(settled) = &self.count {
+                            settled.refused();
+                        }
+                        (Err(error), KernelOutcome::Refused)
+                    }
+                }
+            }
+            Step::Failed(error) => (Err(error), KernelOutcome::Failed),
+            Step::Missing | Step::Lowered { .. } | Step::Waiting { .. } => {
+                unreachable!("every kernel is ready or failed before it loads")
+            }
+        };
+        if let Err(error) = &result {
+            statistics.count_failure(error);
+        }
+        statistics.compile_seconds += self.compile_work.as_secs_f64();
+        let record = KernelRecord {
+            kernel: self.id.kernel.clone(),
+            outcome,
+            work: self.compile_work + self.load_work,
+            stored,
+            diagnostics: self.diagnostics,
+            error: result.as_ref().err().map(ToString::to_string),
+        };
+        ((self.id, result), record)
+    }
+}
+
+/// Runs one step of one kernel, a panic in it becoming that kernel's failure
+/// with the panic's message (L8): one kernel a generator or compiler cannot
+/// handle must not take its whole batch, or the launches waiting on it, down.
+pub(super) fn contained<R, E: IntoKernelFailure, V>(
+    stage: Stage,
+    id: &ArtifactId<V>,
+    step: impl FnOnce() -> Result<R, E>,
+) -> Result<R, KernelError> {
+    match std::panic::catch_unwind(AssertUnwindSafe(step)) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(failure)) => Err(failure.into_kernel_error(stage, id)),
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic without a message");
+            Err(KernelError {
+                kernel: id.kernel.clone(),
+                stage,
+                failure: Failure::Panicked {
+                    message: message.to_owned(),
+                },
+            })
+        }
+    }
+}
+
+/// The error values a step can return, made into that kernel's error.
+pub(super) trait IntoKernelFailure {
+    fn into_kernel_error<V>(self, stage: Stage, id: &ArtifactId<V>) -> KernelError;
+}
+
+impl IntoKernelFailure for CompileFailure {
+    fn into_kernel_error<V>(self, stage: Stage, id: &ArtifactId<V>) -> KernelError {
+        KernelError {
+            kernel: id.kernel.clone(),
+            stage,
+            failure: Failure::Compile(Box::new(self)),
+        }
+    }
+}
+
+impl IntoKernelFailure for KernelError {
+    fn into_kernel_error<V>(self, _stage: Stage, _id: &ArtifactId<V>) -> KernelError {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{load, loader};
+    use crate::error::{Failure, Stage};
+    use crate::fake::{FakeKernel, FakeTarget};
+    use crate::statistics::{KernelOutcome, StatisticsCollector};
+
+    // L6
+    #[test]
+    fn failing_kernels_of_every_kind_fail_alone() {
+        let mut loader = loader(FakeTarget::persisting(), 4);
+        let bad = [
+            FakeKernel::new(10).failing_to_lower(),
+            FakeKernel::new(11).failing(),
+            FakeKernel::new(12).panicking_in_lower(),
+            FakeKernel::new(13).panicking(),
+            FakeKernel::new(14).refused(),
+        ];
+        for number in 0..4 {
+            loader.enqueue(Box::new(FakeKernel::new(number)), ());
+        }
+        for kernel in &bad {
+            loader.enqueue(Box::new(kernel.clone()), ());
+        }
+        loader.compile_queued();
+        for number in 0..4 {
+            assert!(loader.is_loaded(&FakeKernel::new(number).artifact_id()));
+        }
+        let stages: Vec<Stage> = bad
+            .iter()
+            .map(|kernel| load(&mut loader, kernel).expect_err("fails").stage)
+            .collect();
+        assert_eq!(
+            stages,
+            [
+                Stage::Lower,
+                Stage::Finalize,
+                Stage::Lower,
+                Stage::Finalize,
+                Stage::Load
+            ]
+        );
+        load(&mut loader, &FakeKernel::new(20)).expect("the loader is still usable");
+    }
+
+    // L8
+    #[test]
+    fn a_panic_carries_its_message_and_fails_only_its_kernel() {
+        let mut loader = loader(FakeTarget::storeless(), 4);
+        loader.enqueue(Box::new(FakeKernel::new(0)), ());
+        let error = load(&mut loader, &FakeKernel::new(1).panicking()).expect_err("fails");
+        match &error.failure {
+            Failure::Panicked { message } => {
+                assert_eq!(message, "fake compiler crashed on kernel 1");
+            }
+            other => panic!("expected a panic, got {other}"),
+        }
+        assert!(loader.is_loaded(&FakeKernel::new(0).artifact_id()));
+    }
+
+    // L9
+    #[test]
+    fn a_refused_artifact_is_not_kept_or_stored() {
+        let mut loader = loader(FakeTarget::persisting(), 2);
+        let refused = FakeKernel::new(3).refused();
+        let error = load(&mut loader, &refused).expect_err("refused");
+        assert!(
+            matches!(&error.failure, Failure::Refused(refusal) if refusal.code == Some(200)),
+            "the driver's code stays on the error: {error}"
+        );
+        assert!(!loader.is_loaded(&refused.artifact_id()));
+        assert!(!loader.target().holds(&refused.artifact_id()));
+        assert_eq!(loader.records()[0].count(KernelOutcome::Refused), 1);
+    }
+
+    // S1
+    #[test]
+    fn kernels_settle_to_the_collector_open_when_they_were_queued() {
+        let mut loader = loader(FakeTarget::persisting(), 4);
+        let first = StatisticsCollector::new();
+        let second = StatisticsCollector::new();
+        {
+            let _scope = first.open();
+            loader.enqueue(Box::new(FakeKernel::new(0)), ());
+            loader.enqueue(Box::new(FakeKernel::new(1).failing()), ());
+        }
+        {
+            let _scope = second.open();
+            loader.enqueue(Box::new(FakeKernel::new(2).refused()), ());
+            // Loaded under the second scope, queued under the first: it counts
+            // where it was queued.
+            load(&mut loader, &FakeKernel::new(0)).expect("loads");
+        }
+        let first = first.counts();
+        assert_eq!((first.registered, first.compiled, first.failed), (2, 1, 1));
+        assert_eq!(first.stored, 1);
+        let second = second.counts();
+        assert_eq!(
+            (second.registered, second.compiled, second.refused),
+            (1, 1, 1)
+        );
+        assert_eq!(second.stored, 0);
+    }
+
+    // S1
+    #[test]
+    fn a_kernel_queued_with_no_collector_counts_nowhere() {
+        let mut loader = loader(FakeTarget::storeless(), 2);
+        loader.enqueue(Box::new(FakeKernel::new(0)), ());
+        let collector = StatisticsCollector::new();
+        let _scope = collector.open();
+        loader.compile_queued();
+        assert_eq!(collector.counts(), Default::default());
+    }
+
+    // S1
+    #[test]
+    fn a_store_hit_and_a_rekey_settle_as_loaded() {
+        let mut loader = loader(FakeTarget::persisting(), 2);
+        load(&mut loader, &FakeKernel::new(1).sharing_source("s")).expect("loads");
+        let mut loader = self::loader(loader.into_target(), 2);
+        let collector = StatisticsCollector::new();
+        let _scope = collector.open();
+        load(&mut loader, &FakeKernel::new(1).sharing_source("s")).expect("from the store");
+        load(&mut loader, &FakeKernel::new(2).sharing_source("s")).expect("rekeyed");
+        let counts = collector.counts();
+        assert_eq!(
+            (counts.registered, counts.loaded, counts.compiled),
+            (2, 2, 0)
+        );
+        assert_eq!(
+            counts.stored, 1,
+            "the rekeyed kernel is stored under its own id"
+        );
+    }
+
+    // S2
+    #[test]
+    fn a_panicking_batch_settles_every_kernel_once() {
+        let mut loader = loader(FakeTarget::persisting(), 4);
+        let collector = StatisticsCollector::new();
+        let _scope = collector.open();
+        loader.enqueue(Box::new(FakeKernel::new(0).panicking_in_lower()), ());
+        loader.enqueue(Box::new(FakeKernel::new(1).panicking()), ());
+        for number in 2..6 {
+            loader.enqueue(
+                Box::new(FakeKernel::new(number).sharing_source("group")),
+                (),
+            );
+        }
+        loader.compile_queued();
+        let counts = collector.counts();
+        assert_eq!(counts.registered, 6);
+        assert_eq!(
+            counts.compiled + counts.loaded + counts.failed,
+            6,
+            "{counts:?}"
+        );
+        assert_eq!(counts.abandoned, 0);
+    }
+
+    // S4, P5
+    #[test]
+    fn statistics_count_hits_bytes_and_failed_writes() {
+        let mut loader = loader(FakeTarget::persisting().with_failing_writes(), 2);
+        load(&mut loader, &FakeKernel::new(1)).expect("a failed write still loads");
+        let statistics = loader.statistics();
+        assert_eq!(statistics.store_errors, 1);
+        assert_eq!(statistics.stored, 0);
+
+        let mut first = self::loader(FakeTarget::persisting(), 2);
+        load(&mut first, &FakeKernel::new(1)).expect("loads");
+        let written = first.statistics().bytes_written;
+        assert_eq!(written, "fake kernel 1".len() as u64);
+        let mut second = self::loader(first.into_target(), 2);
+        load(&mut second, &FakeKernel::new(1)).expect("loads");
+        let statistics = second.statistics();
+        assert_eq!((statistics.hits, statistics.misses), (1, 0));
+        assert_eq!(statistics.bytes_read, written);
+        assert!(statistics.saved_seconds > 0.0);
+    }
+
+    // D2
+    #[test]
+    fn a_compile_error_leads_with_the_first_error_and_counts_the_rest() {
+        let mut loader = loader(FakeTarget::storeless(), 1);
+        let error = load(&mut loader, &FakeKernel::new(1).failing()).expect_err("fails");
+        let message = error.to_string();
+        assert!(
+            message.ends_with("2:7: error: unexpected token (2 more errors suppressed)"),
+            "{message}"
+        );
+        assert_eq!(
+            error
+                .compile_failure()
+                .expect("a compile failure")
+                .diagnostics
+                .len(),
+            4
+        );
+    }
+
+    // D2
+    #[test]
+    fn a_configuration_mistake_says_what_to_change() {
+        let mut loader = loader(FakeTarget::storeless(), 1);
+        let error = load(&mut loader, &FakeKernel::new(1).misconfigured()).expect_err("fails");
+        assert!(
+            error
+                .to_string()
+                .contains("hint: choose an architecture the fake compiler lists"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,384 @@
+//! The loader: the kernels one device holds, and the one path that loads
+//! more.
+//!
+//! [`KernelLoader`] and the loaded map bound to a store generation live
+//! here; a batch's parts each have a file: the `queue` of kernels waiting
+//! for it, the `batch` itself (store, lower, group by source, finalize,
+//! load, record), each kernel's `job` through it, and the `finalize` step,
+//! in this process or in a worker process.
+
+mod batch;
+mod finalize;
+mod job;
+mod queue;
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
+
+use crate::config::{LoaderConfig, WorkerMode};
+use crate::error::KernelError;
+use crate::id::ArtifactId;
+use crate::kernel::Kernel;
+use crate::pool::WorkerPool;
+use crate::statistics::{BatchRecord, LoaderStatistics, Registration};
+use crate::target::{CompilationTarget, KernelOf, VariantOf};
+use crate::worker::WorkerProcesses;
+
+pub(crate) use queue::BorrowedKernel;
+use queue::{Asked, KernelQueue, Request, queued_requests};
+
+/// Every kernel one device has loaded, in front of the target that compiles
+/// and loads the ones it has not.
+///
+/// A loader belongs to the thread that launches on its device and is used
+/// through `&mut self`: its hot path, a launch of a kernel it holds, is one
+/// hash lookup and one clone of the loaded handle, with no lock, allocation
+/// or system call.
+///
+/// Kernels can be [queued](Self::enqueue) ahead of their launches. Queuing
+/// compiles nothing; the next launch of anything, or
+/// [`compile_queued`](Self::compile_queued), compiles the whole queue in one
+/// batch on the shared worker threads, so a batch lasts about as long as its
+/// slowest kernel rather than the sum of all of them.
+///
+/// ```
+/// use kiln_core::fake::{FakeKernel, FakeTarget};
+/// use kiln_core::{ArtifactId, Kernel, KernelLoader};
+///
+/// let mut loader = KernelLoader::new(FakeTarget::storeless());
+/// for number in 0..8 {
+///     loader.enqueue(Box::new(FakeKernel::new(number)), ());
+/// }
+/// // The first launch compiles the queue and its own kernel in one batch.
+/// let kernel = FakeKernel::new(8);
+/// let id = ArtifactId::new(kernel.id(), ());
+/// let loaded = loader.load(&kernel, &id).expect("the fake kernel compiles");
+/// assert_eq!(loaded.kernel, id.kernel);
+/// assert_eq!(loader.records().len(), 1);
+/// assert_eq!(loader.records()[0].kernels, 9);
+/// ```
+pub struct KernelLoader<T: CompilationTarget> {
+    target: T,
+    loaded: LoadedKernels<ArtifactId<VariantOf<T>>, T::Loaded>,
+    queue: KernelQueue<T>,
+    /// Why each kernel of the latest batch that failed failed, until its own
+    /// load reports it. Launching is where a failure has a caller to go to;
+    /// compiling the kernel again there would only fail again. The next batch
+    /// drops what is left, so a kernel whose launch never came compiles
+    /// afresh rather than keeping a stale error.
+    failed: FxHashMap<ArtifactId<VariantOf<T>>, KernelError>,
+    pool: WorkerPool,
+    statistics: LoaderStatistics,
+    records: VecDeque<BatchRecord>,
+    record_limit: usize,
+}
+
+impl<T: CompilationTarget> KernelLoader<T> {
+    /// A loader holding nothing yet, with settings from the `KILN_*`
+    /// environment (see [`LoaderConfig`]).
+    pub fn new(target: T) -> Self {
+        Self::with_config(target, LoaderConfig::from_env_or_default())
+    }
+
+    /// A loader holding nothing yet, with `config`.
+    pub fn with_config(target: T, config: LoaderConfig) -> Self {
+        let generation = target.persists().then(|| target.generation());
+        Self {
+            target,
+            loaded: LoadedKernels {
+                entries: FxHashMap::default(),
+                generation,
+            },
+            queue: KernelQueue::default(),
+            failed: FxHashMap::default(),
+            pool: WorkerPool::new(config.parallelism, config.worker_mode),
+            statistics: LoaderStatistics::default(),
+            records: VecDeque::new(),
+            record_limit: config.record_limit,
+        }
+    }
+
+    /// The same loader, finalizing on `mode` instead of its configuration's
+    /// [`worker_mode`](LoaderConfig::worker_mode): [`WorkerMode::Threads`]
+    /// keeps every compile in this process; [`WorkerMode::Processes`]
+    /// finalizes in worker processes when
+    /// the compiler can (it has a
+    /// [`worker_recipe`](crate::ArtifactCompiler::worker_recipe)) and the program
+    /// provides a worker (see [`crate::worker`]), and on threads otherwise.
+    pub fn with_worker_mode(mut self, mode: WorkerMode) -> Self {
+        self.set_worker_mode(mode);
+        self
+    }
+
+    /// Chooses threads or worker processes for the next batches, as
+    /// [`with_worker_mode`](Self::with_worker_mode) does; choosing threads
+    /// shuts the worker processes down.
+    pub fn set_worker_mode(&mut self, mode: WorkerMode) {
+        self.pool.set_mode(mode);
+    }
+
+    /// The loader's worker processes: which are running, how many were
+    /// started and replaced, and why there are none when they could not
+    /// start.
+    pub fn worker_processes(&self) -> WorkerProcesses {
+        self.pool.worker_processes()
+    }
+
+    /// The loaded kernel for `kernel` under `id`, compiling first whatever is
+    /// queued, and `kernel` itself when it is not loaded.
+    ///
+    /// `id` must be `kernel`'s id under the variant it is launched with; the
+    /// caller builds it once and keeps it, so a launch does not hash the
+    /// kernel's parameters again.
+    ///
+    /// # Errors
+    ///
+    /// Why `kernel` could not be loaded, now or in the batch that compiled it
+    /// from the queue. The failure is reported once: the next load of the
+    /// kernel tries again.
+    #[inline]
+    pub fn load(
+        &mut self,
+        kernel: &KernelOf<T>,
+        id: &ArtifactId<VariantOf<T>>,
+    ) -> Result<T::Loaded, KernelError> {
+        if self.queue.is_empty()
+            && self.loaded.is_current(&self.target)
+            && let Some(loaded) = self.loaded.entries.get(id)
+        {
+            return Ok(loaded.clone());
+        }
+        self.load_missing(kernel, id)
+    }
+
+    /// [`load`](Self::load) past its one lookup: the kernel is not loaded,
+    /// the queue has to compile first, or the store switched.
+    #[cold]
+    #[inline(never)]
+    fn load_missing(
+        &mut self,
+        kernel: &KernelOf<T>,
+        id: &ArtifactId<VariantOf<T>>,
+    ) -> Result<T::Loaded, KernelError> {
+        loop {
+            self.loaded.reset_if_switched(&self.target);
+            // A failure is reported as it stands only when nothing else is
+            // queued: a batch drops it, and the kernel compiles in that batch.
+            let reported = self.failed.contains_key(id) && self.queue.is_empty();
+            let missing = !self.loaded.entries.contains_key(id) && !reported;
+            self.compile_queue(missing.then_some(Asked { kernel, id }));
+
+            if let Some(error) = self.failed.remove(id) {
+                return Err(error);
+            }
+            // A store that switched during the batch dropped every kernel
+            // loaded before it, this one too: go round and load it from the
+            // store switched to.
+            self.loaded.reset_if_switched(&self.target);
+            if let Some(loaded) = self.loaded.entries.get(id) {
+                return Ok(loaded.clone());
+            }
+        }
+    }
+
+    /// Queues `kernel` under `variant`, to be compiled with the rest of the
+    /// queue by the next load or [`compile_queued`](Self::compile_queued),
+    /// and not before. A kernel already loaded or queued is left alone; one
+    /// whose failure is still unreported has it dropped and is tried again.
+    pub fn enqueue(&mut self, kernel: Box<KernelOf<T>>, variant: VariantOf<T>) {
+        let id = ArtifactId::new(kernel.id(), variant);
+        self.loaded.reset_if_switched(&self.target);
+        if self.loaded.entries.contains_key(&id) || self.queue.contains(&id) {
+            return;
+        }
+        self.failed.remove(&id);
+        self.queue.push(id, kernel, Registration::register());
+    }
+
+    /// Compiles and loads everything queued now, so that the launch that
+    /// follows pays for one lookup. A kernel that fails reports it at its own
+    /// load.
+    pub fn compile_queued(&mut self) {
+        self.compile_queue(None);
+    }
+
+    /// Compiles the queue together with `asked` in one batch, and answers
+    /// each kernel of `asked`, in order, with its own outcome.
+    ///
+    /// For a caller that keeps its kernels so that it can ask for a failed
+    /// one again, as the shared [`KernelCache`](crate::handle::KernelCache)
+    /// does: a failure of `asked` goes back to it here instead of waiting in
+    /// the loader for a load to report it. Each kernel of `asked` is not
+    /// loaded, not queued, and asked once.
+    pub(crate) fn compile_borrowed(
+        &mut self,
+        asked: Vec<BorrowedKernel<'_, T>>,
+    ) -> Vec<Result<T::Loaded, KernelError>> {
+        if self.queue.is_empty() && asked.is_empty() {
+            return Vec::new();
+        }
+        let mut queued = self.queue.take();
+        self.failed.clear();
+        let (mut requests, _) = queued_requests(&mut queued, None);
+        let n_queued = requests.len();
+        requests.extend(asked.into_iter().map(|(kernel, id, registration)| Request {
+            id,
+            kernel,
+            registration,
+        }));
+        let mut answers = Vec::with_capacity(requests.len() - n_queued);
+        for (index, (id, result)) in self.run_batch(requests).into_iter().enumerate() {
+            if index < n_queued {
+                self.keep(id, result);
+                continue;
+            }
+            if let Ok(loaded) = &result {
+                self.loaded.insert(id, loaded.clone(), &self.target);
+            }
+            answers.push(result);
+        }
+        answers
+    }
+
+    /// The loaded kernel for `id`, if it is loaded; compiles nothing.
+    pub fn get(&mut self, id: &ArtifactId<VariantOf<T>>) -> Option<T::Loaded> {
+        self.loaded.reset_if_switched(&self.target);
+        self.loaded.entries.get(id).cloned()
+    }
+
+    /// Whether `id` is loaded.
+    pub fn is_loaded(&mut self, id: &ArtifactId<VariantOf<T>>) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// How many kernels are loaded.
+    pub fn loaded_len(&self) -> usize {
+        self.loaded.entries.len()
+    }
+
+    /// How many kernels wait in the queue.
+    pub fn queued_len(&self) -> usize {
+        self.queue.kernels.len()
+    }
+
+    /// The target.
+    pub fn target(&self) -> &T {
+        &self.target
+    }
+
+    /// The target, mutably: to switch its store, say.
+    pub fn target_mut(&mut self) -> &mut T {
+        &mut self.target
+    }
+
+    /// The target, giving up everything loaded: to hand its store to a new
+    /// loader, as the next process would find it.
+    pub fn into_target(self) -> T {
+        self.target
+    }
+
+    /// Totals since the loader was made.
+    pub fn statistics(&self) -> LoaderStatistics {
+        self.statistics
+    }
+
+    /// The records of the latest batches, oldest first, up to the configured
+    /// [`record_limit`](LoaderConfig::record_limit).
+    pub fn records(&self) -> &VecDeque<BatchRecord> {
+        &self.records
+    }
+
+    /// Takes the kept batch records, leaving none.
+    pub fn take_records(&mut self) -> Vec<BatchRecord> {
+        self.records.drain(..).collect()
+    }
+
+    /// Compiles the queue and `asked` together, keeping each kernel loaded or
+    /// the reason it failed.
+    fn compile_queue(&mut self, asked: Option<Asked<'_, T>>) {
+        if self.queue.is_empty() && asked.is_none() {
+            return;
+        }
+        let mut queued = self.queue.take();
+        // Failures an earlier batch left unreported go: their kernels
+        // compile again when they are launched or queued.
+        self.failed.clear();
+
+        let (mut requests, queued_registration) =
+            queued_requests(&mut queued, asked.as_ref().map(|asked| asked.id));
+        if let Some(asked) = asked {
+            requests.push(Request {
+                id: asked.id.clone(),
+                kernel: asked.kernel,
+                // Asked for and queued, it counts where it was queued; asked
+                // for alone, it registers with the collector open now.
+                registration: queued_registration.unwrap_or_else(Registration::register),
+            });
+        }
+        for (id, result) in self.run_batch(requests) {
+            self.keep(id, result);
+        }
+    }
+
+    /// Keeps a kernel's outcome: loaded, or its failure for its own load to
+    /// report (L7).
+    fn keep(&mut self, id: ArtifactId<VariantOf<T>>, result: Result<T::Loaded, KernelError>) {
+        match result {
+            Ok(loaded) => self.loaded.insert(id, loaded, &self.target),
+            Err(error) => {
+                self.failed.insert(id, error);
+            }
+        }
+    }
+}
+
+impl<T: CompilationTarget + std::fmt::Debug> std::fmt::Debug for KernelLoader<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelLoader")
+            .field("target", &self.target)
+            .field("loaded", &self.loaded.entries.len())
+            .field("queued", &self.queue.kernels.len())
+            .field("failed", &self.failed.len())
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The kernels a loader holds, bound to the store generation they were
+/// loaded under (L10). A loader whose target does not persist is unbound and
+/// never resets: with nothing persisted, a switch changes nothing it holds.
+struct LoadedKernels<K, V> {
+    entries: FxHashMap<K, V>,
+    generation: Option<u64>,
+}
+
+impl<K: Eq + std::hash::Hash, V> LoadedKernels<K, V> {
+    #[inline]
+    fn is_current<T: CompilationTarget>(&self, target: &T) -> bool {
+        self.generation
+            .is_none_or(|generation| generation == target.generation())
+    }
+
+    fn reset_if_switched<T: CompilationTarget>(&mut self, target: &T) {
+        let Some(generation) = self.generation else {
+            return;
+        };
+        let current = target.generation();
+        if current != generation {
+            log::debug!(
+                "the store switched (generation {generation} to {current}): dropping {} loaded kernels",
+                self.entries.len()
+            );
+            self.entries.clear();
+            self.generation = Some(current);
+        }
+    }
+
+    fn insert<T: CompilationTarget>(&mut self, key: K, value: V, target: &T) {
+        self.reset_if_switched(target);
+        self.entries.insert(key, value);
+    }
+}

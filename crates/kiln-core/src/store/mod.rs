@@ -1,0 +1,258 @@
+//! The persistent store seen from the core: what an artifact's key is made
+//! of (`key`), the object-safe [`ArtifactStore`] trait a store implements
+//! and what its lookups and writes answer ([`Lookup`], [`Miss`],
+//! [`StoreOutcome`]), the store's [`Generation`], single flight among
+//! processes (`claim`), and [`BoundStore`] (`binding`), the glue a backend's
+//! [`CompilationTarget`] delegates its `lookup`, `lookup_source` and `store`
+//! to.
+//!
+//! # Keys (P1)
+//!
+//! Every key carries each component that changes an artifact's bytes, in the
+//! clear, so that a record can be checked against the key it was asked for
+//! and a miss can name what changed (P9):
+//!
+//! - the store format version ([`STORE_FORMAT`]),
+//! - what the compiler names once for all its artifacts
+//!   ([`KeyComponents`]: backend, compiler identity and version,
+//!   architecture, options), from [`KeyedCompiler::key_components`],
+//! - the variant the artifact is compiled under,
+//! - the entry point, when the compiler is given one apart from the source,
+//! - the subject: the kernel (its id, for lookups before lowering) or the
+//!   BLAKE3 digest of the lowered source (for lookups after it, P7).
+//!
+//! A key's [`digest`](StoreKey::digest) is a BLAKE3 hash of all of that, so
+//! two processes with the same inputs compute the same key, and any changed
+//! component gives another.
+//!
+//! # Where it runs
+//!
+//! Nothing here is on the hot path: the loader touches a store only in a
+//! batch. The one thing it reads on every launch is the store's
+//! [`Generation`], a shared atomic that a [`BoundStore`] keeps a handle to,
+//! so [`CompilationTarget::generation`] stays one atomic load.
+//!
+//! [`CompilationTarget`]: crate::CompilationTarget
+//! [`CompilationTarget::generation`]: crate::CompilationTarget::generation
+
+mod binding;
+mod claim;
+mod generation;
+mod key;
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use binding::{ArchitectureStore, BoundStore, StoreSlot};
+pub use claim::{Claim, ClaimGuard, ClaimWait};
+pub use generation::Generation;
+pub use key::{
+    Difference, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, STORE_FORMAT, StoreKey, hex,
+};
+
+/// Why a store had nothing to give.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Miss {
+    /// Nothing is stored under the key.
+    Absent,
+    /// Something was stored but failed verification; it was removed.
+    Corrupt {
+        /// What did not verify.
+        detail: String,
+    },
+    /// The entry found was written for another key; it was removed.
+    ForeignKey {
+        /// Which component of the key differed.
+        detail: String,
+    },
+    /// The store could not be read; this is a miss, never a failed launch.
+    Unreadable {
+        /// The I/O error.
+        detail: String,
+    },
+}
+
+impl std::fmt::Display for Miss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Absent => f.write_str("absent"),
+            Self::Corrupt { detail } => write!(f, "corrupt: {detail}"),
+            Self::ForeignKey { detail } => write!(f, "written for another key: {detail}"),
+            Self::Unreadable { detail } => write!(f, "unreadable: {detail}"),
+        }
+    }
+}
+
+/// What a store lookup found.
+#[derive(Debug, Clone)]
+pub enum Lookup<A> {
+    /// A verified artifact.
+    Hit {
+        /// The artifact.
+        artifact: A,
+        /// How many bytes were read.
+        bytes: u64,
+        /// How long compiling it took when it was stored: what this hit saved.
+        work: Duration,
+    },
+    /// Nothing usable, and why.
+    Miss(Miss),
+}
+
+/// What storing an artifact did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreOutcome {
+    /// Written; `bytes` is what it took.
+    Stored {
+        /// Bytes written.
+        bytes: u64,
+    },
+    /// The target keeps nothing, or already held it.
+    Skipped,
+    /// The write failed; the kernel still loads, the failure is counted.
+    Failed {
+        /// The I/O error.
+        detail: String,
+    },
+}
+
+/// Why a store holds nothing for a kernel, or what changed (P9).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Explanation {
+    /// The store never held an entry for this kernel.
+    NeverSeen,
+    /// The store holds an entry under exactly this key.
+    Held {
+        /// When it was stored, in seconds since the Unix epoch.
+        stored_at: u64,
+    },
+    /// The entry the store last held for the kernel had another key.
+    Changed {
+        /// The first component that differs.
+        difference: Difference,
+        /// When that entry was stored, in seconds since the Unix epoch.
+        stored_at: u64,
+    },
+    /// The store held this very key and no longer does: evicted, or removed
+    /// as bad.
+    Gone {
+        /// When it was stored, in seconds since the Unix epoch.
+        stored_at: u64,
+    },
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NeverSeen => f.write_str("never seen: the store never held this kernel"),
+            Self::Held { .. } => f.write_str("held: the store has this kernel under this key"),
+            Self::Changed { difference, .. } => write!(f, "{difference}"),
+            Self::Gone { .. } => {
+                f.write_str("gone: the store held this key and evicted or removed it")
+            }
+        }
+    }
+}
+
+/// A store's counts since it was opened in this process (S4's store side).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreStatistics {
+    /// Lookups that returned a verified artifact.
+    pub hits: u64,
+    /// Lookups that found nothing under the key.
+    pub absent: u64,
+    /// Lookups that found an entry that failed verification (removed).
+    pub corrupt: u64,
+    /// Lookups that found a record written for another key (removed).
+    pub foreign: u64,
+    /// Lookups that could not read the store.
+    pub unreadable: u64,
+    /// Claims that waited for another compiler of the same key.
+    pub claims_waited: u64,
+    /// Claims given up after the lock timeout.
+    pub claims_timed_out: u64,
+    /// Artifacts written.
+    pub puts: u64,
+    /// Writes that failed; each was counted under its cause and the
+    /// kernel still loaded.
+    pub put_failures: u64,
+    /// Writes not attempted because the store is read-only.
+    pub writes_skipped: u64,
+    /// Bytes of artifacts read by hits.
+    pub bytes_read: u64,
+    /// Bytes of artifacts and records written.
+    pub bytes_written: u64,
+    /// Entries removed by eviction.
+    pub evicted: u64,
+}
+
+/// Where artifacts outlive the process: the object-safe interface every
+/// store (disk, remote, a composition of both) implements.
+///
+/// The store deals in bytes: [`BoundStore`] serializes a compiler's artifacts
+/// and makes its keys.
+///
+/// # Contract
+///
+/// - [`lookup`](Self::lookup) takes a key of either subject: a kernel (an
+///   artifact key) or lowered source (a source key). It returns
+///   [`Lookup::Hit`] only with bytes whose digest and record it verified
+///   (P2). Anything that did not verify is a [`Miss`] — `Corrupt` or
+///   `ForeignKey` — and is removed; anything it could not read is
+///   [`Miss::Unreadable`] (P5). A lookup never fails a launch.
+/// - [`put`](Self::put) publishes atomically (P3): a reader sees the whole
+///   entry or none of it, even if the writer dies. A failed write is
+///   [`StoreOutcome::Failed`], counted, never a panic (P5).
+/// - [`claim`](Self::claim) gives one caller among processes the right to
+///   compile a key (P4); a claim of a dead process is released by the
+///   system, and a waiter gives up after the store's timeout.
+/// - [`generation`](Self::generation) returns a handle to the store's one
+///   generation: it moves when the store starts holding other content.
+/// - [`batch_finished`](Self::batch_finished) is called after the last put
+///   of every batch of a loader bound to the store; a store with limits
+///   is within them when it returns (P6).
+/// - Every method may be called from any thread.
+pub trait ArtifactStore: Send + Sync + fmt::Debug {
+    /// The verified bytes stored under `key`, or why there are none.
+    fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>>;
+
+    /// Asks for the right to compile `key`, waiting as `wait` allows for
+    /// another process compiling it now.
+    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        let _ = (key, wait);
+        Claim::Uncoordinated
+    }
+
+    /// Publishes `bytes` under `key` and, when given, under `source_key`;
+    /// `work` is what compiling them took, returned by later hits.
+    fn put(
+        &self,
+        key: &StoreKey,
+        source_key: Option<&StoreKey>,
+        bytes: &[u8],
+        work: Duration,
+    ) -> StoreOutcome;
+
+    /// Removes whatever is stored under `key`: for bytes that verified but
+    /// that the caller cannot use.
+    fn remove(&self, key: &StoreKey);
+
+    /// A handle to the store's generation.
+    fn generation(&self) -> Generation;
+
+    /// Counts since the store was opened.
+    fn statistics(&self) -> StoreStatistics;
+
+    /// A batch of a loader bound to the store ended: where a store with a
+    /// size limit brings itself within it, so a run that fills the store
+    /// ends within its limits (P6). The default does nothing.
+    fn batch_finished(&self) {}
+
+    /// Why `key` (a kernel's key) is or is not held (P9).
+    fn explain(&self, key: &StoreKey) -> Explanation {
+        let _ = key;
+        Explanation::NeverSeen
+    }
+}
