@@ -1,54 +1,16 @@
 //! Helpers shared by kiln's cross-crate tests and their worker process:
-//! throw-away store roots, keys and artifacts that every process computes
+//! stores at a root, keys and artifacts that every process computes
 //! the same way, and what a worker reports.
 
 #![warn(missing_docs)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln_core::fake::{FakeCompiler, FakeKernel};
 use kiln_core::{ArtifactStore, StoreKey};
 use kiln_store::{DiskStore, StoreConfig};
 use serde::{Deserialize, Serialize};
-
-/// A folder for one test, removed when dropped.
-#[derive(Debug)]
-pub struct Scratch {
-    path: PathBuf,
-}
-
-impl Scratch {
-    /// A new, empty folder named after `test`.
-    pub fn new(test: &str) -> Self {
-        static MADE: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "kiln-tests-{test}-{}-{}",
-            std::process::id(),
-            MADE.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("a temporary folder");
-        Self { path }
-    }
-
-    /// The folder.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// A path inside it.
-    pub fn join(&self, name: &str) -> PathBuf {
-        self.path.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
 
 /// The store at `root`, durable, evicting only when asked.
 pub fn open_store(root: &Path) -> DiskStore {

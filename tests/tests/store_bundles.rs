@@ -5,16 +5,15 @@
 
 use std::fs;
 use std::os::unix::fs::symlink;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::Result;
 use kiln_core::fake::{FakeCompiler, FakeKernel};
 use kiln_core::{ArtifactStore, Lookup, StoreKey};
 use kiln_store::{DiskStore, Error};
-use kiln_tests::{Scratch, open_store};
+use kiln_test_support::{Limit, Scratch, child};
+use kiln_tests::open_store;
 
 /// Set in the child process of the address-space test: the bundle it
 /// imports.
@@ -165,29 +164,12 @@ fn p8_a_bundle_claiming_more_bytes_than_it_holds_is_refused_under_an_address_spa
     assert!(matches!(error, Error::DamagedBundle { .. }), "{error}");
     assert!(holds_nothing(&here, &[entry_key(1, ENTRY_A)]));
 
-    let mut child = Command::new(std::env::current_exe()?);
-    child
-        .args([
-            "p8_a_bundle_claiming_more_bytes_than_it_holds_is_refused_under_an_address_space_limit",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HOSTILE_BUNDLE, &bundle);
-    // SAFETY: between fork and exec the closure only calls setrlimit, which
-    // is async-signal-safe, and touches no lock or allocation.
-    unsafe {
-        child.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: 1 << 30,
-                rlim_max: 1 << 30,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    let mut child = child::rerun(
+        "p8_a_bundle_claiming_more_bytes_than_it_holds_is_refused_under_an_address_space_limit",
+        HOSTILE_BUNDLE,
+        &bundle,
+    );
+    child::limit(&mut child, Limit::AddressSpace(1 << 30));
     let output = child.output()?;
     let said = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -14,7 +14,8 @@ use kiln_core::{
     KeyComponents, LoaderConfig, Lookup, Miss,
 };
 use kiln_store::{DiskStore, Error, Limits};
-use kiln_tests::{Scratch, fake_key, fake_text, open_store, pattern};
+use kiln_test_support::Scratch;
+use kiln_tests::{fake_key, fake_text, open_store, pattern};
 
 fn loader_on(store: &DiskStore) -> KernelLoader<FakeTarget> {
     let shared: Arc<dyn ArtifactStore> = Arc::new(store.clone());

@@ -7,16 +7,15 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use kiln_core::fake::{FakeKernel, FakeTarget};
 use kiln_core::{ArtifactStore, KernelLoader, LoaderConfig, Lookup};
 use kiln_store::{DiskStore, Error, Limits, StoreConfig, VerifyReport};
-use kiln_tests::{Scratch, fake_key, open_store};
+use kiln_test_support::{NOBODY, Scratch, child};
+use kiln_tests::{fake_key, open_store};
 
 /// Loads kernels `numbers` through a loader on `store`, which stores them.
 fn load(store: &DiskStore, numbers: impl IntoIterator<Item = u32>) {
@@ -332,23 +331,17 @@ fn staging_files_of_dead_processes_are_swept_at_open_at_most_once_an_hour() {
 
 /// The variable that makes this test binary the unprivileged verifier.
 const VERIFY_AS_NOBODY: &str = "KILN_TEST_VERIFY_AS_NOBODY";
-/// The user and group the verifier runs as.
-const NOBODY: u32 = 65534;
 
 /// Runs this test, as user `NOBODY`, to verify the store at `root` and print
 /// its report; `Err` with the reason when that cannot be done here.
 fn verify_as_nobody(root: &Path) -> Result<VerifyReport, String> {
-    let test = std::env::current_exe().map_err(|error| error.to_string())?;
-    let output = Command::new(test)
-        .args([
-            "--exact",
-            "a_shard_verify_may_not_read_is_reported_and_its_records_are_kept",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(VERIFY_AS_NOBODY, root)
-        .uid(NOBODY)
-        .gid(NOBODY)
+    let mut verifier = child::rerun(
+        "a_shard_verify_may_not_read_is_reported_and_its_records_are_kept",
+        VERIFY_AS_NOBODY,
+        root,
+    );
+    child::run_as(&mut verifier, NOBODY);
+    let output = verifier
         .output()
         .map_err(|error| format!("cannot start a process as uid {NOBODY}: {error}"))?;
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -10,7 +10,8 @@ use anyhow::{Context, Result, ensure};
 use kiln_core::fake::FakeCompiler;
 use kiln_core::{ArtifactStore, Lookup};
 use kiln_store::Limits;
-use kiln_tests::{Scratch, WorkerReport, fake_key, is_whole_pattern, open_store, pattern};
+use kiln_test_support::Scratch;
+use kiln_tests::{WorkerReport, fake_key, is_whole_pattern, open_store, pattern};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_kiln-test-worker");
 

@@ -5,12 +5,9 @@
 //! The tests that need a file system of their own mount a small tmpfs (CI
 //! runs as root); where mounting is impossible they say why and skip.
 
-use std::ffi::CString;
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,92 +18,13 @@ use kiln_core::{
 };
 use kiln_store::error::{WriteCause, WriteFailure};
 use kiln_store::{DiskStore, Error, StoreConfig};
-use kiln_tests::{Scratch, fake_key, fake_text, open_store, pattern};
+use kiln_test_support::{Limit, Scratch, Tmpfs, child};
+use kiln_tests::{fake_key, fake_text, open_store, pattern};
 
 /// Set in the environment of a test's own child process: what it runs.
 const CHILD: &str = "KILN_STORE_WRITES_CHILD";
 /// The store root a child process opens.
 const CHILD_ROOT: &str = "KILN_STORE_WRITES_ROOT";
-
-/// A tmpfs mounted for one test, unmounted when dropped.
-struct Mount {
-    path: PathBuf,
-}
-
-impl Mount {
-    /// A tmpfs of `size` (`2m`) at `path`, or why there can be none here.
-    fn tmpfs(path: &Path, size: &str) -> Result<Self, String> {
-        fs::create_dir_all(path).map_err(|error| format!("cannot create {path:?}: {error}"))?;
-        let target = c_path(path);
-        let options = CString::new(format!("size={size}")).expect("no NUL");
-        // SAFETY: every pointer is a NUL-terminated string alive for the
-        // call; tmpfs reads its options as text.
-        let status = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                0,
-                options.as_ptr().cast(),
-            )
-        };
-        if status != 0 {
-            return Err(format!(
-                "cannot mount a tmpfs (the tests need root or CAP_SYS_ADMIN): {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(Self {
-            path: path.to_path_buf(),
-        })
-    }
-
-    /// Makes the mount read-only, keeping what it holds.
-    fn remount_read_only(&self) {
-        let target = c_path(&self.path);
-        // SAFETY: `target` is a NUL-terminated string alive for the call;
-        // a remount takes no source, type or data.
-        let status = unsafe {
-            libc::mount(
-                std::ptr::null(),
-                target.as_ptr(),
-                std::ptr::null(),
-                libc::MS_REMOUNT | libc::MS_RDONLY,
-                std::ptr::null(),
-            )
-        };
-        assert_eq!(
-            status,
-            0,
-            "remounting read-only: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let target = c_path(&self.path);
-        // SAFETY: `target` is a NUL-terminated string alive for the call.
-        // Detached, so a file a failed test left open cannot keep it.
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-    }
-}
-
-fn c_path(path: &Path) -> CString {
-    CString::new(path.as_os_str().as_bytes()).expect("no NUL in a scratch path")
-}
-
-/// A tmpfs for test `what`, or `None` after saying why there is none.
-fn mounted(what: &str, path: &Path, size: &str) -> Option<Mount> {
-    match Mount::tmpfs(path, size) {
-        Ok(mount) => Some(mount),
-        Err(reason) => {
-            kiln_core::conformance::skip(what, &reason);
-            None
-        }
-    }
-}
 
 fn loader_on(store: &DiskStore) -> KernelLoader<FakeTarget> {
     let shared: Arc<dyn ArtifactStore> = Arc::new(store.clone());
@@ -165,7 +83,7 @@ fn hit(store: &DiskStore, key: &StoreKey) -> Option<Vec<u8>> {
 fn p5_a_write_past_the_file_size_limit_fails_and_the_process_lives() {
     // P5: the process runs under RLIMIT_FSIZE with SIGXFSZ at its default,
     // which kills a process that writes past the limit.
-    if std::env::var(CHILD).is_ok_and(|child| child == "file-size-limit") {
+    if child::is_child(CHILD, "file-size-limit") {
         let root = PathBuf::from(std::env::var(CHILD_ROOT).expect("the parent names the root"));
         let store = DiskStore::open(StoreConfig {
             collects_automatically: false,
@@ -206,31 +124,13 @@ fn p5_a_write_past_the_file_size_limit_fails_and_the_process_lives() {
     let scratch = Scratch::new("file-size-limit");
     let root = scratch.join("store");
     drop(open_store(&root));
-    let mut child = Command::new(std::env::current_exe().expect("the test binary"));
-    child
-        .args([
-            "--exact",
-            "p5_a_write_past_the_file_size_limit_fails_and_the_process_lives",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "file-size-limit")
-        .env(CHILD_ROOT, &root);
-    // SAFETY: between fork and exec the closure calls only `setrlimit` and
-    // `signal`, both async-signal-safe, and allocates nothing.
-    unsafe {
-        child.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: 8192,
-                rlim_max: libc::RLIM_INFINITY,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
-            Ok(())
-        });
-    }
+    let mut child = child::rerun(
+        "p5_a_write_past_the_file_size_limit_fails_and_the_process_lives",
+        CHILD,
+        "file-size-limit",
+    );
+    child.env(CHILD_ROOT, &root);
+    child::limit(&mut child, Limit::FileSize(8192));
     let output = child.output().expect("the child runs");
     assert!(
         output.status.success(),
@@ -249,12 +149,12 @@ fn p5_a_full_disk_fails_a_write_with_its_cause_and_leaves_no_partial_entry() {
     // P3, P5: puts fill a 2 MB file system; those that do not fit fail,
     // say why, and leave nothing half-written.
     let scratch = Scratch::new("full-disk");
-    let Some(mount) = mounted("the full-disk test", &scratch.join("mnt"), "2m") else {
+    let Some(mount) = Tmpfs::mount_or_skip("the full-disk test", &scratch.join("mnt"), "2m") else {
         return;
     };
     let store = DiskStore::open(StoreConfig {
         collects_automatically: false,
-        ..StoreConfig::at(mount.path.join("store"))
+        ..StoreConfig::at(mount.path().join("store"))
     })
     .expect("the store opens");
     let mut stored = Vec::new();
@@ -331,9 +231,9 @@ fn p5_a_full_disk_fails_a_write_with_its_cause_and_leaves_no_partial_entry() {
 
 /// A store holding kernels 1 to 3 on a tmpfs made read-only after, or
 /// `None` after saying why there can be none.
-fn read_only_store(scratch: &Scratch, what: &str) -> Option<(Mount, PathBuf)> {
-    let mount = mounted(what, &scratch.join("mnt"), "8m")?;
-    let root = mount.path.join("store");
+fn read_only_store(scratch: &Scratch, what: &str) -> Option<(Tmpfs, PathBuf)> {
+    let mount = Tmpfs::mount_or_skip(what, &scratch.join("mnt"), "8m")?;
+    let root = mount.path().join("store");
     let store = open_store(&root);
     let mut loader = loader_on(&store);
     for number in 1..=3 {
@@ -477,11 +377,12 @@ fn p5_a_read_only_open_refuses_a_folder_that_holds_files_and_no_store() {
 fn p5_an_empty_read_only_folder_is_no_store_and_says_so() {
     // P5: nothing to read and nowhere to write: the caller runs storeless.
     let scratch = Scratch::new("read-only-empty");
-    let Some(mount) = mounted("the read-only empty test", &scratch.join("mnt"), "1m") else {
+    let Some(mount) = Tmpfs::mount_or_skip("the read-only empty test", &scratch.join("mnt"), "1m")
+    else {
         return;
     };
     mount.remount_read_only();
-    for root in [mount.path.clone(), mount.path.join("store")] {
+    for root in [mount.path().to_path_buf(), mount.path().join("store")] {
         let error = DiskStore::open(StoreConfig::at(&root)).expect_err("no store, none to make");
         assert!(matches!(error, Error::ReadOnlyEmpty { .. }), "{error}");
     }

@@ -24,7 +24,7 @@ impl Cuda {
     /// The same subject, whose targets sit on disk stores.
     fn on_store(subject: Result<Self, String>, test: &str) -> Result<Self, String> {
         subject.map(|subject| Self {
-            stores: Some(StoreRoots::new(test)),
+            stores: Some(support::store_roots(test)),
             ..subject
         })
     }

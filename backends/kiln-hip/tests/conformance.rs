@@ -31,7 +31,7 @@ fn subject() -> Result<Hip, String> {
 /// The subject whose targets sit on disk stores.
 fn subject_on_store() -> Result<Hip, String> {
     subject().map(|subject| Hip {
-        stores: Some(StoreRoots::new("conformance")),
+        stores: Some(support::store_roots("conformance")),
         ..subject
     })
 }

@@ -1,6 +1,6 @@
 //! The `kiln` binary against real stores.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
@@ -8,25 +8,9 @@ use anyhow::Result;
 use kiln_core::fake::{FakeKernel, FakeTarget};
 use kiln_core::{KernelLoader, LoaderConfig};
 use kiln_store::{DiskStore, StoreConfig};
+use kiln_test_support::Scratch;
 
 const KILN: &str = env!("CARGO_BIN_EXE_kiln");
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("kiln-cli-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("a temporary folder");
-        Self(path)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn filled(root: &Path, kernels: u32) -> DiskStore {
     let store = DiskStore::open(StoreConfig::at(root)).expect("the store opens");
@@ -61,7 +45,7 @@ fn json(output: &Output) -> serde_json::Value {
 #[test]
 fn stats_and_ls_describe_the_store_as_tables_or_json() {
     let scratch = Scratch::new("stats");
-    let root = scratch.0.join("store");
+    let root = scratch.join("store");
     filled(&root, 3);
     let stats = json(&kiln(&root, &["stats", "--json"]));
     assert_eq!(stats["entries"], 3);
@@ -91,7 +75,7 @@ fn stats_and_ls_describe_the_store_as_tables_or_json() {
 fn verify_removes_a_corrupt_object_and_reports_it() {
     // P2
     let scratch = Scratch::new("verify");
-    let root = scratch.0.join("store");
+    let root = scratch.join("store");
     let store = filled(&root, 2);
     let key = kiln_core::StoreKey::for_artifact(
         &kiln_core::fake::FakeCompiler::default_key_components(),
@@ -115,7 +99,7 @@ fn verify_removes_a_corrupt_object_and_reports_it() {
 fn gc_brings_the_store_under_the_size_given() {
     // P6
     let scratch = Scratch::new("gc");
-    let root = scratch.0.join("store");
+    let root = scratch.join("store");
     filled(&root, 5);
     let report = json(&kiln(&root, &["gc", "--max-size", "0", "--json"]));
     assert_eq!(report["evicted"], 5);
@@ -128,10 +112,10 @@ fn gc_brings_the_store_under_the_size_given() {
 fn export_and_import_move_a_store_and_refuse_another_architecture() {
     // P8
     let scratch = Scratch::new("bundle");
-    let source = scratch.0.join("source");
-    let destination = scratch.0.join("destination");
+    let source = scratch.join("source");
+    let destination = scratch.join("destination");
     filled(&source, 4);
-    let bundle = scratch.0.join("warm.kiln");
+    let bundle = scratch.join("warm.kiln");
     let bundle_text = bundle.display().to_string();
     let exported = json(&kiln(&source, &["export", &bundle_text, "--json"]));
     assert_eq!(exported["records"], 8);
@@ -154,7 +138,7 @@ fn export_and_import_move_a_store_and_refuse_another_architecture() {
 fn explain_names_a_changed_compiler_or_says_never_seen() -> Result<()> {
     // P9
     let scratch = Scratch::new("explain");
-    let root = scratch.0.join("store");
+    let root = scratch.join("store");
     let store = filled(&root, 1);
     let newer = kiln_core::fake::FakeCompiler::default().with_key_components(
         kiln_core::KeyComponents::new("fake", "kiln-fake 2", "fake_1", ""),

@@ -44,7 +44,7 @@ fn read_the_head_of(mut command: Command) {
 #[test]
 fn a_listing_read_by_head_ends_quietly() {
     let scratch = Scratch::new("pipe-ls");
-    let root = scratch.0.join("store");
+    let root = scratch.join("store");
     filled(&root, KERNELS);
     read_the_head_of(kiln(&root, &["ls"]));
 }
@@ -52,7 +52,7 @@ fn a_listing_read_by_head_ends_quietly() {
 #[test]
 fn a_json_listing_read_by_head_ends_quietly() {
     let scratch = Scratch::new("pipe-ls-json");
-    let root = scratch.0.join("store");
+    let root = scratch.join("store");
     filled(&root, KERNELS);
     read_the_head_of(kiln(&root, &["--json", "ls"]));
 }
@@ -60,7 +60,7 @@ fn a_json_listing_read_by_head_ends_quietly() {
 #[test]
 fn an_explanation_read_by_head_ends_quietly() {
     let scratch = Scratch::new("pipe-explain");
-    let root = scratch.0.join("store");
+    let root = scratch.join("store");
     filled(&root, KERNELS);
     read_the_head_of(kiln(&root, &["--json", "explain", "kiln.fake"]));
 }

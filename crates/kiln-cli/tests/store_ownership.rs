@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
@@ -14,27 +13,9 @@ use std::sync::Arc;
 use kiln_core::fake::{FakeKernel, FakeTarget};
 use kiln_core::{KernelLoader, LoaderConfig};
 use kiln_store::{DiskStore, StoreConfig};
+use kiln_test_support::{NOBODY, Scratch, child};
 
 const KILN: &str = env!("CARGO_BIN_EXE_kiln");
-
-/// A folder for one test, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Self {
-        let path =
-            std::env::temp_dir().join(format!("kiln-cli-ownership-{test}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).expect("a temporary folder");
-        Self(path)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A store at `root` holding `kernels` fake kernels.
 fn filled(root: &Path, kernels: u32) -> DiskStore {
@@ -98,9 +79,9 @@ fn decoys(folder: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 #[test]
 fn verify_never_removes_files_outside_the_store_through_a_symlinked_shard() {
     let scratch = Scratch::new("verify-link");
-    let root = scratch.0.join("store");
+    let root = scratch.join("store");
     filled(&root, 3);
-    let outside = scratch.0.join("outside");
+    let outside = scratch.join("outside");
     let before = decoys(&outside);
     symlink(&outside, root.join("records/77")).expect("a link in records");
     let output = run(kiln(&root, &["verify", "--json"]));
@@ -120,9 +101,9 @@ fn verify_never_removes_files_outside_the_store_through_a_symlinked_shard() {
 #[test]
 fn gc_never_empties_the_folder_staging_links_to() {
     let scratch = Scratch::new("gc-link");
-    let root = scratch.0.join("store");
+    let root = scratch.join("store");
     filled(&root, 3);
-    let outside = scratch.0.join("outside");
+    let outside = scratch.join("outside");
     let before = decoys(&outside);
     fs::remove_dir_all(root.join("staging")).expect("staging goes");
     symlink(&outside, root.join("staging")).expect("a link at staging");
@@ -142,9 +123,9 @@ fn gc_never_empties_the_folder_staging_links_to() {
 #[test]
 fn warm_never_writes_through_a_symlinked_shard() {
     let scratch = Scratch::new("warm-link");
-    let root = scratch.0.join("store");
+    let root = scratch.join("store");
     drop(filled(&root, 0));
-    let outside = scratch.0.join("outside");
+    let outside = scratch.join("outside");
     fs::create_dir_all(&outside).expect("the outside folder");
     for tree in ["objects", "records", "kernels"] {
         for shard in 0..=255u8 {
@@ -152,7 +133,7 @@ fn warm_never_writes_through_a_symlinked_shard() {
                 .expect("a link for every shard");
         }
     }
-    let kernels = scratch.0.join("kernels");
+    let kernels = scratch.join("kernels");
     fs::create_dir_all(&kernels).expect("a kernel folder");
     let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels");
     fs::copy(examples.join("gelu.wgsl"), kernels.join("gelu.wgsl")).expect("a kernel");
@@ -177,7 +158,7 @@ fn warm_never_writes_through_a_symlinked_shard() {
 #[test]
 fn verify_and_gc_refuse_a_folder_that_is_not_a_store_and_change_nothing() {
     let scratch = Scratch::new("project");
-    let project = scratch.0.join("project");
+    let project = scratch.join("project");
     for (path, bytes) in [
         ("README", b"a project".as_slice()),
         ("objects/ab/c/notes", b"the user's notes"),
@@ -206,15 +187,12 @@ fn verify_and_gc_refuse_a_folder_that_is_not_a_store_and_change_nothing() {
     }
 }
 
-/// The user and group the unprivileged verify runs as.
-const NOBODY: u32 = 65534;
-
 #[test]
 fn verify_as_a_user_who_may_not_read_a_shard_reports_it_and_keeps_its_records() {
     let scratch = Scratch::new("eacces");
-    fs::set_permissions(&scratch.0, fs::Permissions::from_mode(0o755))
+    fs::set_permissions(scratch.path(), fs::Permissions::from_mode(0o755))
         .expect("the scratch folder is open to all");
-    let root = scratch.0.join("store");
+    let root = scratch.join("store");
     let store = filled(&root, 2);
     let key = kiln_core::StoreKey::for_artifact(
         &kiln_core::fake::FakeCompiler::default_key_components(),
@@ -242,7 +220,7 @@ fn verify_as_a_user_who_may_not_read_a_shard_reports_it_and_keeps_its_records() 
     }
     fs::set_permissions(&shard, fs::Permissions::from_mode(0o000)).expect("chmod 000");
     let mut command = kiln(&root, &["verify", "--json"]);
-    command.uid(NOBODY).gid(NOBODY);
+    child::run_as(&mut command, NOBODY);
     let output = command.output();
     fs::set_permissions(&shard, fs::Permissions::from_mode(0o755)).expect("chmod back");
     let output = match output {

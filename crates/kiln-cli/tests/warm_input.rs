@@ -8,9 +8,9 @@ mod support;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 
+use kiln_test_support::{Limit, child};
 use serde_json::Value;
 use support::{Scratch, backend, finish, kiln, wgsl_kernel};
 
@@ -62,7 +62,7 @@ fn a_file_that_is_not_utf8_fails_alone_and_the_files_beside_it_compile() {
     )
     .expect("a kernel file");
 
-    let run = warm(&scratch.0.join("store"), &folder);
+    let run = warm(&scratch.join("store"), &folder);
     let report = run.json();
     assert!(!run.status.success(), "a failed file fails the command");
     assert_the_good_kernel_compiled(&report);
@@ -101,7 +101,7 @@ fn a_specialize_line_that_is_not_name_value_fails_its_file_naming_the_line() {
     )
     .expect("a kernel file");
 
-    let run = warm(&scratch.0.join("store"), &folder);
+    let run = warm(&scratch.join("store"), &folder);
     let report = run.json();
     assert!(!run.status.success(), "a failed file fails the command");
     let include = failure_of(&report, "include.cu");
@@ -134,7 +134,7 @@ fn a_symbolic_link_loop_is_not_followed_and_each_file_is_one_kernel() {
     symlink(&outside, folder.join("out")).expect("a link");
     symlink(outside.join("outside.wgsl"), folder.join("linked.wgsl")).expect("a link");
 
-    let run = warm(&scratch.0.join("store"), &folder);
+    let run = warm(&scratch.join("store"), &folder);
     let report = run.succeeded_json();
     assert_the_good_kernel_compiled(&report);
     for link in ["loop", "again", "out", "linked.wgsl"] {
@@ -155,7 +155,7 @@ fn a_fifo_named_like_a_kernel_is_skipped_without_blocking() {
     let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) };
     assert_eq!(made, 0, "a FIFO: {}", std::io::Error::last_os_error());
 
-    let run = warm(&scratch.0.join("store"), &folder);
+    let run = warm(&scratch.join("store"), &folder);
     let report = run.succeeded_json();
     assert_the_good_kernel_compiled(&report);
     assert!(skip_of(&report, "x.cu").contains("FIFO"), "{report:#}");
@@ -168,23 +168,11 @@ fn a_link_to_an_endless_device_is_not_read() {
     std::fs::write(folder.join("good.wgsl"), wgsl_kernel(1)).expect("a kernel file");
     symlink("/dev/zero", folder.join("z.cu")).expect("a link");
 
-    let mut command = kiln(&scratch.0.join("store"), &["--json", "warm"]);
+    let mut command = kiln(&scratch.join("store"), &["--json", "warm"]);
     command.arg(&folder);
     // A kiln that reads the link fills memory until it dies: give it a
     // bound, so the test fails quickly rather than the machine.
-    // SAFETY: `setrlimit` is async-signal-safe and touches only the child.
-    unsafe {
-        command.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: 16 << 30,
-                rlim_max: 16 << 30,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    child::limit(&mut command, Limit::AddressSpace(16 << 30));
     let run = finish(&mut command);
     let report = run.succeeded_json();
     assert_the_good_kernel_compiled(&report);
@@ -206,7 +194,7 @@ fn a_kernel_file_over_the_size_limit_fails_alone_naming_the_limit() {
     }
     std::fs::write(folder.join("large.wgsl"), large).expect("a kernel file");
 
-    let run = warm(&scratch.0.join("store"), &folder);
+    let run = warm(&scratch.join("store"), &folder);
     let report = run.json();
     assert!(!run.status.success(), "a failed file fails the command");
     assert_the_good_kernel_compiled(&report);

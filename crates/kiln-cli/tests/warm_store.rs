@@ -5,12 +5,12 @@
 
 mod support;
 
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::Command;
 
+use kiln_test_support::{Limit, Tmpfs, child};
 use serde_json::Value;
-use support::{Scratch, Tmpfs, backend, finish, kiln, wgsl_kernel};
+use support::{Scratch, backend, finish, kiln, wgsl_kernel};
 
 /// A folder of `count` WGSL kernels, each about `padding` bytes larger than
 /// its code (a comment the artifact carries with the source).
@@ -50,24 +50,6 @@ fn reported_once<'a>(report: &'a Value, stderr: &str, cause: &str) -> &'a Value 
     &causes[0]
 }
 
-/// As `prlimit --fsize=BYTES`: a write past `bytes` raises SIGXFSZ, which
-/// kills a process that does not ignore it.
-fn limit_file_size(command: &mut Command, bytes: libc::rlim_t) {
-    // SAFETY: `setrlimit` is async-signal-safe and touches only the child.
-    unsafe {
-        command.pre_exec(move || {
-            let limit = libc::rlimit {
-                rlim_cur: bytes,
-                rlim_max: bytes,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
 // P5, L6
 #[test]
 fn a_compiler_that_exits_under_the_file_size_limit_fails_its_kernels_not_the_run() {
@@ -82,9 +64,9 @@ fn a_compiler_that_exits_under_the_file_size_limit_fails_its_kernels_not_the_run
          extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n",
     )
     .expect("a kernel file");
-    let mut command = kiln(&scratch.0.join("store"), &["--json", "warm"]);
+    let mut command = kiln(&scratch.join("store"), &["--json", "warm"]);
     command.arg(&folder);
-    limit_file_size(&mut command, 8192);
+    child::limit(&mut command, Limit::FileSize(8192));
     let run = finish(&mut command);
     assert_eq!(
         run.status.signal(),
@@ -113,11 +95,11 @@ fn a_compiler_that_exits_under_the_file_size_limit_fails_its_kernels_not_the_run
 #[test]
 fn a_file_size_limit_fails_store_writes_and_the_run_ends_as_it_would() {
     let scratch = Scratch::new("store-fsize");
-    let folder = scratch.0.join("kernels");
+    let folder = scratch.join("kernels");
     padded_kernels(&folder, 3, 32 << 10);
-    let mut command = kiln(&scratch.0.join("store"), &["--json", "warm"]);
+    let mut command = kiln(&scratch.join("store"), &["--json", "warm"]);
     command.arg(&folder);
-    limit_file_size(&mut command, 8192);
+    child::limit(&mut command, Limit::FileSize(8192));
     let run = finish(&mut command);
     assert_eq!(
         run.status.signal(),
@@ -137,12 +119,12 @@ fn a_file_size_limit_fails_store_writes_and_the_run_ends_as_it_would() {
 fn a_full_disk_is_reported_once_with_its_cause_and_the_kernels_still_compile() {
     let scratch = Scratch::new("store-full");
     let what = "filling a 2 MB tmpfs store";
-    let Some(disk) = Tmpfs::mount(scratch.0.join("disk"), "2m", what) else {
+    let Some(disk) = Tmpfs::mount_or_skip(what, &scratch.join("disk"), "2m") else {
         return;
     };
-    let folder = scratch.0.join("kernels");
+    let folder = scratch.join("kernels");
     padded_kernels(&folder, 60, 64 << 10);
-    let run = finish(kiln(&disk.path.join("store"), &["--json", "warm"]).arg(&folder));
+    let run = finish(kiln(&disk.path().join("store"), &["--json", "warm"]).arg(&folder));
     let report = run.succeeded_json();
     let wgpu = backend(&report, "wgpu");
     assert_eq!(
@@ -165,13 +147,13 @@ fn a_full_disk_is_reported_once_with_its_cause_and_the_kernels_still_compile() {
 fn an_empty_read_only_store_folder_makes_the_run_storeless_with_one_warning() {
     let scratch = Scratch::new("store-ro-empty");
     let what = "warming into an empty read-only store";
-    let Some(disk) = Tmpfs::mount(scratch.0.join("disk"), "2m", what) else {
+    let Some(disk) = Tmpfs::mount_or_skip(what, &scratch.join("disk"), "2m") else {
         return;
     };
     disk.remount_read_only();
-    let folder = scratch.0.join("kernels");
+    let folder = scratch.join("kernels");
     padded_kernels(&folder, 2, 0);
-    let run = finish(kiln(&disk.path, &["--json", "warm"]).arg(&folder));
+    let run = finish(kiln(disk.path(), &["--json", "warm"]).arg(&folder));
     let report = run.succeeded_json();
     assert!(report["store"].is_null(), "{report:#}");
     assert!(report["storeless"].is_string(), "says why: {report:#}");
@@ -190,12 +172,12 @@ fn an_empty_read_only_store_folder_makes_the_run_storeless_with_one_warning() {
 fn a_populated_read_only_store_serves_hits_and_can_be_inspected() {
     let scratch = Scratch::new("store-ro-full");
     let what = "reading a read-only store";
-    let Some(disk) = Tmpfs::mount(scratch.0.join("disk"), "4m", what) else {
+    let Some(disk) = Tmpfs::mount_or_skip(what, &scratch.join("disk"), "4m") else {
         return;
     };
-    let folder = scratch.0.join("kernels");
+    let folder = scratch.join("kernels");
     padded_kernels(&folder, 3, 0);
-    let store = disk.path.join("store");
+    let store = disk.path().join("store");
     finish(kiln(&store, &["--json", "warm"]).arg(&folder)).succeeded_json();
     disk.remount_read_only();
 
@@ -226,9 +208,9 @@ fn a_populated_read_only_store_serves_hits_and_can_be_inspected() {
 #[test]
 fn warm_leaves_the_store_within_its_size_limit() {
     let scratch = Scratch::new("store-limit");
-    let folder = scratch.0.join("kernels");
+    let folder = scratch.join("kernels");
     padded_kernels(&folder, 40, 16 << 10);
-    let store = scratch.0.join("store");
+    let store = scratch.join("store");
     let limit: u64 = 256 << 10;
     let run = finish(
         kiln(&store, &["--json", "warm"])

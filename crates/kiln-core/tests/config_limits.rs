@@ -7,17 +7,15 @@
 //! program would, under the limits the parent gave it, and the parent
 //! judges its exit status and what it printed.
 
-use std::process::{Command, Output};
+use std::process::Command;
 
 use kiln_core::fake::{FakeKernel, FakeTarget};
 use kiln_core::{KernelLoader, LoaderConfig};
+use kiln_test_support::child::{self, describe};
+use kiln_test_support::{Limit, NOBODY, require};
 
 /// Set in a child: the test it names does the child's half.
 const CHILD: &str = "KILN_CONFIG_LIMITS_CHILD";
-
-/// The unprivileged user and group the thread-limited child runs as: the
-/// kernel does not enforce `RLIMIT_NPROC` for root.
-const NOBODY: u32 = 65534;
 
 /// How many threads the thread-limited child may have beyond those its
 /// user already runs: the child's main thread, the test harness's thread
@@ -26,29 +24,17 @@ const THREAD_ALLOWANCE: u64 = 4;
 
 /// Whether this process is the child of `test`.
 fn is_child_of(test: &str) -> bool {
-    std::env::var(CHILD).is_ok_and(|value| value == test)
+    child::is_child(CHILD, test)
 }
 
 /// This test binary, set to run only `test`, as its child.
 fn child(test: &str) -> Command {
-    let program = std::env::current_exe().expect("the test binary knows its own path");
-    let mut command = Command::new(program);
+    let mut command = child::rerun(test, CHILD, test);
     command
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(CHILD, test)
         .env_remove("KILN_PARALLELISM")
         .env_remove("KILN_RECORD_LIMIT")
         .env("KILN_WORKER_MODE", "threads");
     command
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 /// A batch of `count` fake kernels through a loader configured from the
@@ -101,9 +87,7 @@ fn a_parallelism_the_system_cannot_start_runs_on_the_threads_it_can() {
         println!("loaded 64 kernels on {threads} threads");
         return;
     }
-    // SAFETY: `geteuid` reads this process's effective user id and has no
-    // preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !require::is_root() {
         kiln_core::conformance::skip(
             TEST,
             "RLIMIT_NPROC counts every process of a user, so a small limit needs a user of its \
@@ -124,26 +108,10 @@ fn a_parallelism_the_system_cannot_start_runs_on_the_threads_it_can() {
     let limit = existing + THREAD_ALLOWANCE;
     let mut command = child(TEST);
     command.env("KILN_PARALLELISM", "100000");
-    // SAFETY: the closure runs in the child between fork and exec and makes
-    // only system calls (setrlimit, setgroups, setgid, setuid), each
-    // async-signal-safe; it allocates nothing and touches no lock.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        command.pre_exec(move || {
-            let rlimit = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            if libc::setrlimit(libc::RLIMIT_NPROC, &rlimit) != 0
-                || libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(NOBODY) != 0
-                || libc::setuid(NOBODY) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    // The limit first, while the child is still root; then the user the
+    // kernel enforces it for (it does not for root).
+    child::limit(&mut command, Limit::Processes(limit));
+    child::run_as(&mut command, NOBODY);
     let output = command
         .output()
         .expect("the test binary starts again as an unprivileged child");

@@ -7,9 +7,8 @@
 )]
 
 use std::num::NonZeroUsize;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln_core::{
     ArtifactCompiler, ArtifactId, ArtifactStore, Finalized, Kernel, KernelId, KernelLoader,
@@ -17,6 +16,12 @@ use kiln_core::{
 };
 use kiln_cuda::{Architecture, CudaArtifact, CudaKernel, CudaTarget};
 use kiln_store::{DiskStore, StoreConfig};
+use kiln_test_support::require;
+#[allow(
+    unused_imports,
+    reason = "each test binary uses its own part of the support"
+)]
+pub use kiln_test_support::{Random, Scratch};
 
 /// The architecture a compile-only target compiles for: the H200's.
 pub const ARCHITECTURE: Architecture = Architecture::new(9, 0);
@@ -25,9 +30,7 @@ pub const ARCHITECTURE: Architecture = Architecture::new(9, 0);
 /// `cargo xtask test` sets `KILN_REQUIRE_NVRTC=1` after installing it, and a
 /// device run needs it as much as the device.
 pub fn nvrtc_is_required() -> bool {
-    ["KILN_REQUIRE_NVRTC", "KILN_REQUIRE_DEVICE"]
-        .iter()
-        .any(|variable| std::env::var(variable).is_ok_and(|value| value == "1"))
+    require::is_required(&["KILN_REQUIRE_NVRTC", "KILN_REQUIRE_DEVICE"])
 }
 
 /// A compile-only target on the real NVRTC, or `None` after printing why
@@ -125,78 +128,6 @@ pub fn broken(index: usize) -> CudaKernel {
         .generator(|_architecture| Ok(BROKEN.to_owned()))
 }
 
-/// A seeded xorshift64* generator: fresh inputs every run, reproducible from
-/// the printed seed.
-pub struct Random(u64);
-
-impl Random {
-    /// Seeded from the clock, or from `KILN_TEST_SEED`; the seed is printed.
-    pub fn fresh(what: &str) -> Self {
-        let seed = std::env::var("KILN_TEST_SEED")
-            .ok()
-            .and_then(|seed| seed.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|elapsed| elapsed.as_nanos() as u64)
-                    .unwrap_or(0x9e37_79b9_7f4a_7c15)
-            });
-        eprintln!("{what}: KILN_TEST_SEED={seed}");
-        Self(seed | 1)
-    }
-
-    /// The next value, uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let bits = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
-        bits as f32 / (1u64 << 24) as f32
-    }
-
-    /// `len` values uniform in `[-1, 1)`.
-    pub fn signed(&mut self, len: usize) -> Vec<f32> {
-        (0..len).map(|_| self.unit() * 2.0 - 1.0).collect()
-    }
-}
-
-/// A folder for one test, removed when dropped.
-#[derive(Debug)]
-pub struct Scratch {
-    path: PathBuf,
-}
-
-impl Scratch {
-    /// A new, empty folder named after `test`.
-    pub fn new(test: &str) -> Self {
-        static MADE: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "kiln-cuda-{test}-{}-{}",
-            std::process::id(),
-            MADE.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("a temporary folder");
-        Self { path }
-    }
-
-    /// The folder.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// A path inside it.
-    pub fn join(&self, name: &str) -> PathBuf {
-        self.path.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
 /// The disk store at `root`, as a target takes it: durable, as users have
 /// it, and evicting only when asked.
 pub fn disk_store(root: &Path) -> Arc<dyn ArtifactStore> {
@@ -210,24 +141,10 @@ pub fn disk_store(root: &Path) -> Arc<dyn ArtifactStore> {
 }
 
 /// Fresh disk stores, each in a root of its own inside one scratch folder.
-#[derive(Debug)]
-pub struct StoreRoots {
-    scratch: Scratch,
-    opened: AtomicUsize,
-}
+pub type StoreRoots = kiln_test_support::StoreRoots<Arc<dyn ArtifactStore>>;
 
-impl StoreRoots {
-    /// Roots inside a new scratch folder named after `test`.
-    pub fn new(test: &str) -> Self {
-        Self {
-            scratch: Scratch::new(test),
-            opened: AtomicUsize::new(0),
-        }
-    }
-
-    /// An empty store in a root no other store of these has used.
-    pub fn fresh(&self) -> Arc<dyn ArtifactStore> {
-        let number = self.opened.fetch_add(1, Ordering::Relaxed);
-        disk_store(&self.scratch.join(&format!("root-{number}")))
-    }
+/// Roots inside a new scratch folder named after `test`, each store opened
+/// as [`disk_store`] opens it.
+pub fn store_roots(test: &str) -> StoreRoots {
+    StoreRoots::new(test, disk_store)
 }

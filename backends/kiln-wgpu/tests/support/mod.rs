@@ -15,6 +15,11 @@ use std::sync::{Arc, OnceLock};
 use kiln_core::store::ArtifactStore;
 use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader, LoaderConfig};
 use kiln_store::{DiskStore, StoreConfig};
+#[allow(
+    unused_imports,
+    reason = "each test binary uses its own part of the support"
+)]
+pub use kiln_test_support::Random;
 use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
 
 /// The device every test of this process shares, or why there is none.
@@ -172,40 +177,5 @@ pub fn assert_close(what: &str, got: &[f32], expected: &[f32], tolerance: f32) {
             (g - e).abs() <= tolerance * scale,
             "{what}: element {index} is {g}, expected {e}"
         );
-    }
-}
-
-/// A seeded xorshift64* generator: fresh inputs every run, reproducible from
-/// the printed seed.
-pub struct Random(u64);
-
-impl Random {
-    /// Seeded from the clock, or from `KILN_TEST_SEED`; the seed is printed.
-    pub fn fresh(what: &str) -> Self {
-        let seed = std::env::var("KILN_TEST_SEED")
-            .ok()
-            .and_then(|seed| seed.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|elapsed| elapsed.as_nanos() as u64)
-                    .unwrap_or(0x9e37_79b9_7f4a_7c15)
-            });
-        eprintln!("{what}: KILN_TEST_SEED={seed}");
-        Self(seed | 1)
-    }
-
-    /// The next value, uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let bits = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
-        bits as f32 / (1u64 << 24) as f32
-    }
-
-    /// `len` values uniform in `[-1, 1)`.
-    pub fn signed(&mut self, len: usize) -> Vec<f32> {
-        (0..len).map(|_| self.unit() * 2.0 - 1.0).collect()
     }
 }

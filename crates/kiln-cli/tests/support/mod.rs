@@ -1,18 +1,21 @@
-//! What the tests of the `kiln` binary share: scratch folders, the binary
-//! run as a real process under a deadline, a tmpfs of a chosen size.
+//! What the tests of the `kiln` binary share: the binary run as a real
+//! process under a deadline, its JSON reports, filled stores. Scratch
+//! folders, tmpfs mounts and children under limits come from
+//! kiln-test-support.
 
 // Each test binary uses its own part of this module.
 #![allow(dead_code, reason = "shared by several test binaries")]
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kiln_core::fake::{FakeKernel, FakeTarget};
 use kiln_core::{KernelLoader, LoaderConfig};
 use kiln_store::{DiskStore, StoreConfig};
+pub use kiln_test_support::Scratch;
+use kiln_test_support::child;
 use serde_json::Value;
 
 /// The binary under test.
@@ -22,31 +25,6 @@ pub const KILN: &str = env!("CARGO_BIN_EXE_kiln");
 /// that follows a loop or a read that blocks must fail the test, never hang
 /// the suite.
 pub const DEADLINE: Duration = Duration::from_secs(60);
-
-/// A folder for one test, removed when dropped.
-pub struct Scratch(pub PathBuf);
-
-impl Scratch {
-    pub fn new(test: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("kiln-cli-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("the temporary folder is writable");
-        Self(path)
-    }
-
-    /// A folder inside it, created.
-    pub fn folder(&self, name: &str) -> PathBuf {
-        let folder = self.0.join(name);
-        std::fs::create_dir_all(&folder).expect("the temporary folder is writable");
-        folder
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// `kiln --dir STORE ARGUMENTS...`, prepared.
 pub fn kiln(store: &Path, arguments: &[&str]) -> Command {
@@ -107,45 +85,12 @@ pub fn finish(command: &mut Command) -> Finished {
 
 /// Waits for `child`, reading its pipes, up to `deadline`; kills it and
 /// fails the test past it.
-pub fn wait(mut child: Child, deadline: Duration) -> Finished {
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut text = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut text);
-            }
-            String::from_utf8_lossy(&text).into_owned()
-        })
-    };
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|pipe| Box::new(pipe) as Box<dyn Read + Send>),
-    );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|pipe| Box::new(pipe) as Box<dyn Read + Send>),
-    );
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("the child can be waited for") {
-            break status;
-        }
-        if started.elapsed() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stderr = stderr.join().unwrap_or_default();
-            panic!("kiln ran past {deadline:?} and was killed; it printed:\n{stderr}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+pub fn wait(child: Child, deadline: Duration) -> Finished {
+    let finished = child::wait(child, deadline);
     Finished {
-        status,
-        stdout: stdout.join().expect("standard output was read"),
-        stderr: stderr.join().expect("standard error was read"),
+        status: finished.status,
+        stdout: finished.stdout,
+        stderr: finished.stderr,
     }
 }
 
@@ -188,58 +133,4 @@ pub fn filled(root: &Path, kernels: u32) -> DiskStore {
         "every fake kernel was stored"
     );
     store
-}
-
-/// A tmpfs of `size` mounted on a folder of its own, unmounted when
-/// dropped. Mounting needs privileges the machine may not give: `None`
-/// then, with the reason printed as a skip.
-pub struct Tmpfs {
-    pub path: PathBuf,
-}
-
-impl Tmpfs {
-    pub fn mount(path: PathBuf, size: &str, what: &str) -> Option<Self> {
-        std::fs::create_dir_all(&path).expect("the mount point can be created");
-        let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&path)
-            .output();
-        match mounted {
-            Ok(output) if output.status.success() => Some(Self { path }),
-            Ok(output) => {
-                kiln_core::conformance::skip(
-                    what,
-                    &format!(
-                        "cannot mount a {size} tmpfs ({}): {}",
-                        output.status,
-                        String::from_utf8_lossy(&output.stderr).trim()
-                    ),
-                );
-                None
-            }
-            Err(error) => {
-                kiln_core::conformance::skip(
-                    what,
-                    &format!("cannot run mount for a {size} tmpfs: {error}"),
-                );
-                None
-            }
-        }
-    }
-
-    /// Makes it read-only.
-    pub fn remount_read_only(&self) {
-        let status = Command::new("mount")
-            .args(["-o", "remount,ro"])
-            .arg(&self.path)
-            .status()
-            .expect("mount runs");
-        assert!(status.success(), "the tmpfs remounts read-only");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.path).status();
-    }
 }

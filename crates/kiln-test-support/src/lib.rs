@@ -1,0 +1,23 @@
+//! What kiln's tests share, written once: throw-away folders and store
+//! roots ([`scratch`]), seeded random inputs ([`random`]), the skip or
+//! failure of a test whose hardware or privilege is missing ([`require`]),
+//! and the harness of tests that run real processes ([`child`]: this test
+//! binary started again as a child, under rlimits or as an unprivileged
+//! user, with a deadline; [`mount`]: a tmpfs of a chosen size).
+//!
+//! It depends on kiln-core alone (with `testing`, for the printed skip):
+//! the backends, kiln-store and the facade take it as a dev-dependency, so
+//! it can name none of them. Helpers tied to one backend stay in that
+//! backend's `tests/support`.
+
+pub mod child;
+pub mod mount;
+pub mod random;
+pub mod require;
+pub mod scratch;
+
+pub use child::{Finished, Limit, NOBODY};
+pub use mount::Tmpfs;
+pub use random::Random;
+pub use require::skip;
+pub use scratch::{Scratch, StoreRoots};
