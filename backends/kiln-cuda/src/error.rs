@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use kiln_core::DefineProblem;
+
 /// A CUDA library kiln-cuda opens at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CudaLibrary {
@@ -111,7 +113,7 @@ pub enum Error {
         /// The define's name, as given.
         name: String,
         /// What is wrong with it.
-        problem: &'static str,
+        problem: DefineProblem,
     },
     /// A launch or copy was asked with sizes that do not fit.
     #[error("invalid request: {0}")]

@@ -2,14 +2,15 @@
 //!
 //! A define reaches NVRTC as one `-DNAME=VALUE` argument and never as an
 //! option of its own: [`CudaOptions::check_defines`], which the compiler
-//! runs before lowering each kernel, refuses a name that is not a C
-//! identifier (`-include /etc/passwd`, `X -DY`, `A=B`) and a value holding
-//! a NUL byte (NVRTC's options are C strings) or a line break (a macro
-//! defined outside the source is one line). Anything else in a value, spaces
-//! and dashes included, is the macro's text.
+//! runs before lowering each kernel, refuses by [`kiln_core::define`]'s
+//! rule a name that is not a C identifier (`-include /etc/passwd`, `X -DY`,
+//! `A=B`) and a value holding a NUL byte (NVRTC's options are C strings) or
+//! a line break (a macro defined outside the source is one line). Anything
+//! else in a value, spaces and dashes included, is the macro's text.
 
 use std::hash::Hash;
 
+use kiln_core::define;
 use serde::{Deserialize, Serialize};
 
 use crate::architecture::Architecture;
@@ -95,7 +96,8 @@ impl CudaOptions {
         self
     }
 
-    /// Refuses a define that would not reach NVRTC as one macro.
+    /// Refuses a define that would not reach NVRTC as one macro, by
+    /// [`kiln_core::define::check`].
     ///
     /// # Errors
     ///
@@ -104,29 +106,12 @@ impl CudaOptions {
     /// byte or a line break.
     pub fn check_defines(&self) -> Result<(), Error> {
         for (name, value) in &self.defines {
-            let problem = if !is_identifier(name) {
-                Some(
-                    "is not an identifier ([A-Za-z_][A-Za-z0-9_]*): a define's name must be one, \
-                     so that no part of it reaches NVRTC as an option of its own",
-                )
-            } else if value.as_deref().is_some_and(|value| value.contains('\0')) {
-                Some("has a NUL byte in its value, which NVRTC's options (C strings) cannot carry")
-            } else if value
-                .as_deref()
-                .is_some_and(|value| value.contains(['\n', '\r']))
-            {
-                Some(
-                    "has a line break in its value; a macro defined outside the source is one line",
-                )
-            } else {
-                None
-            };
-            if let Some(problem) = problem {
-                return Err(Error::InvalidDefine {
+            define::check(name, value.as_deref(), "NVRTC").map_err(|problem| {
+                Error::InvalidDefine {
                     name: name.clone(),
                     problem,
-                });
-            }
+                }
+            })?;
         }
         Ok(())
     }
@@ -171,18 +156,10 @@ impl CudaOptions {
     }
 }
 
-/// Whether `name` is a C identifier: a letter or `_`, then letters, digits
-/// and `_`.
-fn is_identifier(name: &str) -> bool {
-    let mut characters = name.chars();
-    characters
-        .next()
-        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
-        && characters.all(|rest| rest.is_ascii_alphanumeric() || rest == '_')
-}
-
 #[cfg(test)]
 mod tests {
+    use kiln_core::DefineProblem;
+
     use super::*;
 
     #[test]
@@ -196,16 +173,25 @@ mod tests {
     }
 
     #[test]
-    fn only_identifiers_are_define_names() {
-        for name in ["A", "_a", "a_1", "__CUDA"] {
-            assert!(is_identifier(name), "{name:?}");
-        }
+    fn a_define_name_that_is_not_an_identifier_is_refused_naming_it() {
         for name in ["", "1A", "A B", "-O3", "A=B", "A-B", "X\nY", "é"] {
-            assert!(!is_identifier(name), "{name:?}");
             let error = CudaOptions::default()
+                .define("TILE", "16")
                 .define_flag(name)
                 .check_defines()
                 .expect_err("not an identifier");
+            let Error::InvalidDefine {
+                name: refused,
+                problem,
+            } = &error
+            else {
+                panic!("a define error: {error}");
+            };
+            assert_eq!(refused, name);
+            assert!(
+                matches!(problem, DefineProblem::NotAnIdentifier { .. }),
+                "{error}"
+            );
             assert!(error.to_string().contains(&format!("{name:?}")), "{error}");
         }
     }

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use kiln_core::DefineProblem;
+
 /// What can go wrong in kiln-hip outside a kernel's own compile: libraries,
 /// targets, devices and launches.
 ///
@@ -140,7 +142,7 @@ pub enum Error {
         /// The define's name, as given.
         name: String,
         /// What is wrong with it.
-        problem: &'static str,
+        problem: DefineProblem,
     },
     /// Text handed to a C function holds a NUL byte.
     #[error("{what} holds a NUL byte, which C strings cannot carry")]

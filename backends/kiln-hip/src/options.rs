@@ -3,14 +3,15 @@
 //!
 //! A define reaches hipRTC as one `-DNAME=VALUE` argument and never as an
 //! option of its own: [`HipOptions::compile_flags`], which every lowering
-//! and key goes through, refuses a name that is not a C identifier
-//! (`-include /etc/passwd`, `X -DY`, `A=B`) and a value holding a NUL byte
-//! (hipRTC's options are C strings) or a line break (a macro defined outside
-//! the source is one line). Anything else in a value, spaces and dashes
-//! included, is the macro's text.
+//! and key goes through, refuses by [`kiln_core::define`]'s rule a name
+//! that is not a C identifier (`-include /etc/passwd`, `X -DY`, `A=B`) and
+//! a value holding a NUL byte (hipRTC's options are C strings) or a line
+//! break (a macro defined outside the source is one line). Anything else in
+//! a value, spaces and dashes included, is the macro's text.
 
 use std::fmt;
 
+use kiln_core::define;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -144,7 +145,12 @@ impl HipOptions {
             return Err(Error::ArchitectureFlag { flag: flag.clone() });
         }
         for (name, value) in &self.defines {
-            check_define(name, value.as_deref())?;
+            define::check(name, value.as_deref(), "hipRTC").map_err(|problem| {
+                Error::InvalidDefine {
+                    name: name.clone(),
+                    problem,
+                }
+            })?;
         }
         let mut flags = vec![format!("--gpu-architecture={arch}")];
         flags.extend(self.flags_past_architecture());
@@ -172,34 +178,6 @@ impl HipOptions {
     }
 }
 
-/// Refuses a define that would not reach hipRTC as one macro.
-fn check_define(name: &str, value: Option<&str>) -> Result<()> {
-    let problem = if !is_identifier(name) {
-        "is not an identifier ([A-Za-z_][A-Za-z0-9_]*): a define's name must be one, so that \
-         no part of it reaches hipRTC as an option of its own"
-    } else if value.is_some_and(|value| value.contains('\0')) {
-        "has a NUL byte in its value, which hipRTC's options (C strings) cannot carry"
-    } else if value.is_some_and(|value| value.contains(['\n', '\r'])) {
-        "has a line break in its value; a macro defined outside the source is one line"
-    } else {
-        return Ok(());
-    };
-    Err(Error::InvalidDefine {
-        name: name.to_owned(),
-        problem,
-    })
-}
-
-/// Whether `name` is a C identifier: a letter or `_`, then letters, digits
-/// and `_`.
-fn is_identifier(name: &str) -> bool {
-    let mut characters = name.chars();
-    characters
-        .next()
-        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
-        && characters.all(|rest| rest.is_ascii_alphanumeric() || rest == '_')
-}
-
 /// Whether `flag` could set the target processor: every clang spelling of
 /// it contains one of these words.
 fn chooses_architecture(flag: &str) -> bool {
@@ -210,6 +188,8 @@ fn chooses_architecture(flag: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use kiln_core::DefineProblem;
+
     use super::*;
 
     fn gfx90a() -> GfxArch {
@@ -272,17 +252,25 @@ mod tests {
     }
 
     #[test]
-    fn only_identifiers_are_define_names() {
-        for name in ["A", "_a", "a_1", "__HIP"] {
-            assert!(is_identifier(name), "{name:?}");
-        }
+    fn a_define_name_that_is_not_an_identifier_is_refused_naming_it() {
         for name in ["", "1A", "A B", "-O3", "A=B", "A-B", "X\nY", "é"] {
-            assert!(!is_identifier(name), "{name:?}");
             let error = HipOptions::new()
+                .define("TILE", "16")
                 .define_name(name)
                 .compile_flags(&gfx90a())
                 .expect_err("not an identifier");
-            assert!(matches!(error, Error::InvalidDefine { .. }), "{error}");
+            let Error::InvalidDefine {
+                name: refused,
+                problem,
+            } = &error
+            else {
+                panic!("a define error: {error}");
+            };
+            assert_eq!(refused, name);
+            assert!(
+                matches!(problem, DefineProblem::NotAnIdentifier { .. }),
+                "{error}"
+            );
             assert!(error.to_string().contains(&format!("{name:?}")), "{error}");
         }
     }

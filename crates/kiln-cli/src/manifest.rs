@@ -54,6 +54,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
+use kiln_core::define;
 
 /// The language of a kernel file, from its extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -388,15 +389,6 @@ struct Header {
     source: String,
 }
 
-/// Whether `name` can be a macro or constant name: `[A-Za-z_][A-Za-z0-9_]*`.
-fn is_identifier(name: &str) -> bool {
-    let mut characters = name.chars();
-    characters
-        .next()
-        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
-        && characters.all(|character| character.is_ascii_alphanumeric() || character == '_')
-}
-
 /// The entry point and specializations a file's header names.
 fn parse_header(text: &str, language: Language) -> Result<Header> {
     let mut entry = None;
@@ -432,7 +424,7 @@ fn parse_header(text: &str, language: Language) -> Result<Header> {
                 for pair in value.split_whitespace() {
                     let (name, value) = pair
                         .split_once('=')
-                        .filter(|(name, value)| is_identifier(name) && !value.is_empty())
+                        .filter(|(name, value)| define::is_identifier(name) && !value.is_empty())
                         .with_context(|| {
                             format!(
                                 "line {number}: `{line}`: `{pair}` is not NAME=VALUE (NAME a \

@@ -82,6 +82,7 @@ pub mod compiler;
 pub mod config;
 #[cfg(feature = "testing")]
 pub mod conformance;
+pub mod define;
 pub mod diagnostic;
 mod encoding;
 pub mod error;
@@ -99,6 +100,7 @@ pub mod worker;
 
 pub use compiler::{ArtifactCompiler, Finalized};
 pub use config::{LoaderConfig, WorkerMode};
+pub use define::DefineProblem;
 pub use diagnostic::{CompileFailure, Diagnostic, Location, Severity};
 pub use error::{
     BuildFailure, CacheError, ConfigError, DeviceRefusal, Failure, KernelError, Stage,

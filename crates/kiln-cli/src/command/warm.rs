@@ -59,7 +59,7 @@ pub struct Arguments {
 }
 
 /// What one backend did with its kernels.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 struct BackendReport {
     backend: &'static str,
     /// The device, or the compile-only target, it ran on.
@@ -351,21 +351,9 @@ fn seconds(value: f64) -> String {
 fn unavailable(backend: &'static str, kernels: usize, reason: String) -> BackendReport {
     BackendReport {
         backend,
-        target: String::new(),
-        on_device: false,
         unavailable: Some(reason),
         kernels,
-        from_store: 0,
-        rekeyed: 0,
-        compiled: 0,
-        failed: 0,
-        stored: 0,
-        store_write_failures: 0,
-        workers: None,
-        wall_seconds: 0.0,
-        work_seconds: 0.0,
-        pipeline_cache: None,
-        failures: Vec::new(),
+        ..BackendReport::default()
     }
 }
 
