@@ -1,14 +1,14 @@
 //! Helpers shared by kiln's cross-crate tests and their worker process:
-//! stores at a root, keys and artifacts that every process computes
-//! the same way, and what a worker reports.
+//! stores at a root, loaders of the fake target on them, keys and artifacts
+//! that every process computes the same way, and what a worker reports.
 
 #![warn(missing_docs)]
 
 use std::path::Path;
 use std::sync::Arc;
 
-use kiln_core::fake::{FakeCompiler, FakeKernel};
-use kiln_core::{ArtifactStore, StoreKey};
+use kiln_core::fake::{FakeCompiler, FakeKernel, FakeTarget};
+use kiln_core::{ArtifactStore, KernelLoader, LoaderConfig, StoreKey};
 use kiln_store::{DiskStore, StoreConfig};
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +24,26 @@ pub fn open_store(root: &Path) -> DiskStore {
 /// The store at `root` behind an `Arc<dyn ArtifactStore>`, for a target.
 pub fn shared_store(root: &Path) -> Arc<dyn ArtifactStore> {
     Arc::new(open_store(root))
+}
+
+/// A loader of the fake target on `store`.
+pub fn loader_on(store: &DiskStore) -> KernelLoader<FakeTarget> {
+    let shared: Arc<dyn ArtifactStore> = Arc::new(store.clone());
+    KernelLoader::with_config(FakeTarget::on_store(shared), LoaderConfig::default())
+}
+
+/// Loads fake kernel `number` through `loader`: the text it holds.
+pub fn load(loader: &mut KernelLoader<FakeTarget>, number: u32) -> String {
+    load_kernel(loader, &FakeKernel::new(number))
+}
+
+/// Loads `kernel` through `loader`: the text it holds.
+pub fn load_kernel(loader: &mut KernelLoader<FakeTarget>, kernel: &FakeKernel) -> String {
+    loader
+        .load(kernel, &kernel.artifact_id())
+        .expect("the fake kernel loads")
+        .text
+        .clone()
 }
 
 /// The key the fake compiler stores kernel `number` under.

@@ -15,24 +15,7 @@ use kiln_core::{
 };
 use kiln_store::{DiskStore, Error, Limits};
 use kiln_test_support::Scratch;
-use kiln_tests::{fake_key, fake_text, open_store, pattern};
-
-fn loader_on(store: &DiskStore) -> KernelLoader<FakeTarget> {
-    let shared: Arc<dyn ArtifactStore> = Arc::new(store.clone());
-    KernelLoader::with_config(FakeTarget::on_store(shared), LoaderConfig::default())
-}
-
-fn load(loader: &mut KernelLoader<FakeTarget>, number: u32) -> String {
-    load_kernel(loader, &FakeKernel::new(number))
-}
-
-fn load_kernel(loader: &mut KernelLoader<FakeTarget>, kernel: &FakeKernel) -> String {
-    loader
-        .load(kernel, &kernel.artifact_id())
-        .expect("the fake kernel loads")
-        .text
-        .clone()
-}
+use kiln_tests::{fake_key, fake_text, load, load_kernel, loader_on, open_store, pattern};
 
 /// How large the artifacts of a test's kernels are, which decides where a
 /// hit by kernel id reads their bytes from.

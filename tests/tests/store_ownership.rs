@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 use kiln_core::fake::{FakeKernel, FakeTarget};
 use kiln_core::{ArtifactStore, KernelLoader, LoaderConfig, Lookup};
 use kiln_store::{DiskStore, Error, Limits, StoreConfig, VerifyReport};
+use kiln_test_support::files::{chown_all, plant, snapshot};
 use kiln_test_support::{NOBODY, Scratch, child};
 use kiln_tests::{fake_key, open_store};
 
@@ -30,38 +31,21 @@ fn load(store: &DiskStore, numbers: impl IntoIterator<Item = u32>) {
     }
 }
 
-/// Every file under `folder` and what it holds, without following links.
-fn snapshot(folder: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut found = BTreeMap::new();
-    let mut pending = vec![folder.to_path_buf()];
-    while let Some(current) = pending.pop() {
-        for entry in fs::read_dir(&current).expect("the folder lists").flatten() {
-            let kind = entry.file_type().expect("a file type");
-            if kind.is_dir() {
-                pending.push(entry.path());
-            } else {
-                found.insert(entry.path(), fs::read(entry.path()).unwrap_or_default());
-            }
-        }
-    }
-    found
-}
-
 /// Files no store wrote, some named as a store names its own, at
 /// `folder/<shard>/<file>` as a store's first shard level holds them.
 fn decoys(folder: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    for (shard, name) in [
-        ("0", "notes.txt".to_owned()),
-        ("0", "ab".repeat(32)),
-        ("f", "data.bin".to_owned()),
-        ("f", "0".repeat(64)),
-        ("", "999999999-0.part".to_owned()),
-        ("", "draft.txt".to_owned()),
-    ] {
-        let shard = folder.join(shard);
-        fs::create_dir_all(&shard).expect("a decoy folder");
-        fs::write(shard.join(name), b"the user's work").expect("a decoy file");
-    }
+    plant(
+        folder,
+        [
+            ("0", "notes.txt".to_owned()),
+            ("0", "ab".repeat(32)),
+            ("f", "data.bin".to_owned()),
+            ("f", "0".repeat(64)),
+            ("", "999999999-0.part".to_owned()),
+            ("", "draft.txt".to_owned()),
+        ]
+        .map(|(shard, name)| (Path::new(shard).join(name), b"the user's work")),
+    );
     snapshot(folder)
 }
 
@@ -148,21 +132,20 @@ fn a_put_never_writes_through_a_symlinked_shard_or_staging() {
 fn a_folder_that_is_neither_empty_nor_a_store_is_refused_and_left_as_it_was() {
     let scratch = Scratch::new("ownership-project");
     let project = scratch.join("project");
-    for (path, bytes) in [
-        ("README", b"a project".as_slice()),
-        ("objects/ab/c/notes", b"the user's notes"),
-        ("records/ab/c/results.csv", b"1,2,3"),
-        (
-            &format!("records/ab/c/{}", "ab".repeat(32)),
-            b"not a record",
-        ),
-        ("staging/draft.txt", b"a draft"),
-        ("staging/999999999-0.part", b"not a staging file"),
-    ] {
-        let path = project.join(path);
-        fs::create_dir_all(path.parent().expect("a folder")).expect("the project's folders");
-        fs::write(path, bytes).expect("the project's files");
-    }
+    plant(
+        &project,
+        [
+            ("README", b"a project".as_slice()),
+            ("objects/ab/c/notes", b"the user's notes"),
+            ("records/ab/c/results.csv", b"1,2,3"),
+            (
+                &format!("records/ab/c/{}", "ab".repeat(32)),
+                b"not a record",
+            ),
+            ("staging/draft.txt", b"a draft"),
+            ("staging/999999999-0.part", b"not a staging file"),
+        ],
+    );
     let before = snapshot(&project);
     let names = |folder: &Path| -> Vec<_> {
         let mut names: Vec<_> = fs::read_dir(folder)
@@ -383,18 +366,7 @@ fn a_shard_verify_may_not_read_is_reported_and_its_records_are_kept() {
         .expect("objects live two shards deep")
         .to_path_buf();
     let records_before = snapshot(&root.join("records"));
-    let mut pending = vec![root.clone()];
-    while let Some(path) = pending.pop() {
-        std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).expect("chown");
-        if path.is_dir() {
-            pending.extend(
-                fs::read_dir(&path)
-                    .expect("lists")
-                    .flatten()
-                    .map(|e| e.path()),
-            );
-        }
-    }
+    chown_all(&root, NOBODY);
     fs::set_permissions(&shard, fs::Permissions::from_mode(0o000)).expect("chmod 000");
 
     let verified = verify_as_nobody(&root);
@@ -439,33 +411,47 @@ fn link_shard_out(file: &Path, outside: &Path, bytes: &[u8]) -> PathBuf {
     planted
 }
 
-#[test]
-fn a_lookup_removes_nothing_through_a_symlinked_record_shard() {
-    // A damaged file under the record's exact name, behind a link where the
-    // record's shard should be.
-    let scratch = Scratch::new("ownership-lookup-record");
+/// Stores kernel 1 as `artifact` in a store of `test`'s own, links the
+/// shard of its file that `file_of` names out to a damaged copy, and checks
+/// that a lookup misses (`why`) and removes nothing through the link.
+fn assert_a_lookup_through_a_linked_shard_removes_nothing(
+    test: &str,
+    artifact: &[u8],
+    file_of: impl Fn(&DiskStore) -> PathBuf,
+    why: &str,
+) {
+    let scratch = Scratch::new(test);
     let store = open_store(&scratch.join("store"));
-    store.put(&fake_key(1), None, b"small artifact", Duration::ZERO);
-    let record = store.record_path(&fake_key(1));
-    let damaged = link_shard_out(&record, &scratch.join("outside"), b"damaged");
-    assert!(matches!(store.lookup(&fake_key(1)), Lookup::Miss(_)));
+    store.put(&fake_key(1), None, artifact, Duration::ZERO);
+    let damaged = link_shard_out(&file_of(&store), &scratch.join("outside"), b"damaged");
+    assert!(
+        matches!(store.lookup(&fake_key(1)), Lookup::Miss(_)),
+        "{why}"
+    );
     assert_eq!(fs::read(&damaged).expect("still there"), b"damaged");
 }
 
 #[test]
-fn a_lookup_removes_nothing_through_a_symlinked_object_shard() {
-    let scratch = Scratch::new("ownership-lookup-object");
-    let store = open_store(&scratch.join("store"));
-    // A large artifact: its kernel's record points at the object.
-    let artifact = kiln_tests::pattern(1, 0, 64 << 10);
-    store.put(&fake_key(1), None, &artifact, Duration::ZERO);
-    let object = store.object_path(&store.record(&fake_key(1)).expect("stored").object);
-    let damaged = link_shard_out(&object, &scratch.join("outside"), b"damaged");
-    assert!(
-        matches!(store.lookup(&fake_key(1)), Lookup::Miss(_)),
-        "an object of the wrong length is no hit"
+fn a_lookup_removes_nothing_through_a_symlinked_record_shard() {
+    // A damaged file under the record's exact name, behind a link where the
+    // record's shard should be.
+    assert_a_lookup_through_a_linked_shard_removes_nothing(
+        "ownership-lookup-record",
+        b"small artifact",
+        |store| store.record_path(&fake_key(1)),
+        "a damaged record is no hit",
     );
-    assert_eq!(fs::read(&damaged).expect("still there"), b"damaged");
+}
+
+#[test]
+fn a_lookup_removes_nothing_through_a_symlinked_object_shard() {
+    // A large artifact: its kernel's record points at the object.
+    assert_a_lookup_through_a_linked_shard_removes_nothing(
+        "ownership-lookup-object",
+        &kiln_tests::pattern(1, 0, 64 << 10),
+        |store| store.object_path(&store.record(&fake_key(1)).expect("stored").object),
+        "an object of the wrong length is no hit",
+    );
 }
 
 #[test]

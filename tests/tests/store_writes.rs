@@ -8,28 +8,21 @@
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_core::fake::{FakeKernel, FakeTarget};
+use kiln_core::fake::FakeKernel;
 use kiln_core::{
-    ArtifactStore, Claim, ClaimWait, KernelLoader, KernelOutcome, LoaderConfig, Lookup, Miss,
-    StoreKey, StoreOutcome,
+    ArtifactStore, Claim, ClaimWait, KernelOutcome, Lookup, Miss, StoreKey, StoreOutcome,
 };
 use kiln_store::error::{WriteCause, WriteFailure};
 use kiln_store::{DiskStore, Error, StoreConfig};
 use kiln_test_support::{Limit, Scratch, Tmpfs, child};
-use kiln_tests::{fake_key, fake_text, open_store, pattern};
+use kiln_tests::{fake_key, fake_text, load, loader_on, open_store, pattern};
 
 /// Set in the environment of a test's own child process: what it runs.
 const CHILD: &str = "KILN_STORE_WRITES_CHILD";
 /// The store root a child process opens.
 const CHILD_ROOT: &str = "KILN_STORE_WRITES_ROOT";
-
-fn loader_on(store: &DiskStore) -> KernelLoader<FakeTarget> {
-    let shared: Arc<dyn ArtifactStore> = Arc::new(store.clone());
-    KernelLoader::with_config(FakeTarget::on_store(shared), LoaderConfig::default())
-}
 
 /// The source key stored beside kernel `number`'s own.
 fn source_key(number: u32) -> StoreKey {
@@ -237,8 +230,7 @@ fn read_only_store(scratch: &Scratch, what: &str) -> Option<(Tmpfs, PathBuf)> {
     let store = open_store(&root);
     let mut loader = loader_on(&store);
     for number in 1..=3 {
-        let kernel = FakeKernel::new(number);
-        loader.load(&kernel, &kernel.artifact_id()).expect("loads");
+        load(&mut loader, number);
     }
     drop(loader);
     drop(store);
@@ -256,24 +248,9 @@ fn p5_a_store_on_a_read_only_mount_serves_hits_and_skips_writes() {
     let store = DiskStore::open(StoreConfig::at(&root)).expect("a read-only store opens");
     assert!(store.is_read_only(), "found read-only by itself");
     let mut loader = loader_on(&store);
-    for number in 1..=3 {
-        let kernel = FakeKernel::new(number);
-        assert_eq!(
-            loader
-                .load(&kernel, &kernel.artifact_id())
-                .expect("loads")
-                .text,
-            fake_text(number)
-        );
+    for number in [1, 2, 3, 9] {
+        assert_eq!(load(&mut loader, number), fake_text(number));
     }
-    let kernel = FakeKernel::new(9);
-    assert_eq!(
-        loader
-            .load(&kernel, &kernel.artifact_id())
-            .expect("loads")
-            .text,
-        fake_text(9)
-    );
     let outcomes: Vec<KernelOutcome> = loader
         .records()
         .iter()
@@ -315,8 +292,7 @@ fn p5_a_store_asked_to_be_read_only_writes_nothing() {
     let scratch = Scratch::new("read-only-asked");
     let root = scratch.join("store");
     let mut loader = loader_on(&open_store(&root));
-    let kernel = FakeKernel::new(1);
-    loader.load(&kernel, &kernel.artifact_id()).expect("loads");
+    load(&mut loader, 1);
     drop(loader);
     let listing = |root: &Path| {
         let mut files: Vec<(PathBuf, Vec<u8>, Option<std::time::SystemTime>)> = files_under(root)
@@ -340,14 +316,7 @@ fn p5_a_store_asked_to_be_read_only_writes_nothing() {
     assert!(store.is_read_only());
     let mut loader = loader_on(&store);
     for number in [1, 2, 2] {
-        let kernel = FakeKernel::new(number);
-        assert_eq!(
-            loader
-                .load(&kernel, &kernel.artifact_id())
-                .expect("loads")
-                .text,
-            fake_text(number)
-        );
+        assert_eq!(load(&mut loader, number), fake_text(number));
     }
     assert_eq!(store.statistics().hits, 1);
     assert_eq!(store.statistics().writes_skipped, 1);

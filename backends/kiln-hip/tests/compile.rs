@@ -6,9 +6,10 @@
 //! Each test skips with a printed reason when hipRTC is missing, and fails
 //! instead when `KILN_REQUIRE_DEVICE=1`.
 
+mod support;
+
 use std::num::NonZeroUsize;
 
-use kiln_core::conformance::skip;
 use kiln_core::{
     ArtifactCompiler, ArtifactId, Kernel, KernelId, KernelLoader, KernelOutcome, LoaderConfig,
     Severity,
@@ -17,16 +18,7 @@ use kiln_hip::{
     CxxStandard, GfxArch, HipCompileOnlyTarget, HipCompiler, HipKernel, HipOptions, HipSource,
     HipVariant,
 };
-
-fn compiler(test: &str) -> Option<HipCompiler> {
-    match HipCompiler::new() {
-        Ok(compiler) => Some(compiler),
-        Err(error) => {
-            skip(test, &error.to_string());
-            None
-        }
-    }
-}
+use support::compiler;
 
 fn loader(compiler: &HipCompiler) -> KernelLoader<HipCompileOnlyTarget> {
     KernelLoader::with_config(

@@ -17,13 +17,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kiln_core::conformance::skip;
 use kiln_core::{
     ArtifactCompiler, ArtifactId, CompilationTarget, Kernel, KernelId, KernelLoader, KernelOutcome,
     KeyComponent, KeyComponents, LoaderConfig, Lookup,
 };
 use kiln_hip::{GfxArch, HipCompileOnlyTarget, HipCompiler, HipKernel, HipSource, HipVariant};
-use support::{Scratch, disk_store};
+use support::{Scratch, compiler, disk_store};
 
 /// Set in a second process: the folder the first process filled.
 const CHILD: &str = "KILN_HIP_STORE_CHILD";
@@ -36,16 +35,6 @@ const SCALE: &str = r#"extern "C" __global__ void scale(float* x, float by, unsi
     if (i < n) x[i] *= by;
 }
 "#;
-
-fn compiler(test: &str) -> Option<HipCompiler> {
-    match HipCompiler::new() {
-        Ok(compiler) => Some(compiler),
-        Err(error) => {
-            skip(test, &error.to_string());
-            None
-        }
-    }
-}
 
 fn gfx90a() -> GfxArch {
     GfxArch::new("gfx90a").expect("a valid architecture name")

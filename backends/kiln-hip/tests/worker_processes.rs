@@ -9,11 +9,13 @@
 //! instead when `KILN_REQUIRE_DEVICE=1`. The binary prints libtest's
 //! `test result:` line.
 
+mod support;
+
 use std::num::NonZeroUsize;
 
-use kiln_core::conformance::skip;
 use kiln_core::{ArtifactId, Kernel, KernelLoader, KernelOutcome, LoaderConfig, WorkerMode};
 use kiln_hip::{GfxArch, HipCompileOnlyTarget, HipCompiler, HipKernel, HipVariant};
+use support::compiler;
 
 fn main() {
     kiln_core::worker::run_if_worker(&[kiln_hip::worker_entry()]);
@@ -54,16 +56,6 @@ fn main() {
          {filtered} filtered out\n"
     );
     std::process::exit(i32::from(failed > 0));
-}
-
-fn compiler(test: &str) -> Option<HipCompiler> {
-    match HipCompiler::new() {
-        Ok(compiler) => Some(compiler),
-        Err(error) => {
-            skip(test, &error.to_string());
-            None
-        }
-    }
 }
 
 fn loader(compiler: HipCompiler, mode: WorkerMode) -> KernelLoader<HipCompileOnlyTarget> {

@@ -3,95 +3,75 @@
 //! store, no record taken for dangling because its object could not be
 //! read.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::Arc;
 
-use kiln_core::fake::{FakeKernel, FakeTarget};
-use kiln_core::{KernelLoader, LoaderConfig};
-use kiln_store::{DiskStore, StoreConfig};
-use kiln_test_support::{NOBODY, Scratch, child};
-
-const KILN: &str = env!("CARGO_BIN_EXE_kiln");
-
-/// A store at `root` holding `kernels` fake kernels.
-fn filled(root: &Path, kernels: u32) -> DiskStore {
-    let store = DiskStore::open(StoreConfig::at(root)).expect("the store opens");
-    let target = FakeTarget::on_store(Arc::new(store.clone()));
-    let mut loader = KernelLoader::with_config(target, LoaderConfig::default());
-    for number in 0..kernels {
-        let kernel = FakeKernel::new(number);
-        loader.load(&kernel, &kernel.artifact_id()).expect("loads");
-    }
-    store
-}
-
-/// `kiln --dir ROOT ARGUMENTS...`, prepared.
-fn kiln(root: &Path, arguments: &[&str]) -> Command {
-    let mut command = Command::new(KILN);
-    command
-        .arg("--dir")
-        .arg(root)
-        .args(arguments)
-        .env_remove("KILN_CACHE_DISABLE");
-    command
-}
-
-fn run(mut command: Command) -> Output {
-    command.output().expect("kiln runs")
-}
-
-/// Every file under `folder` and what it holds, without following links.
-fn snapshot(folder: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut found = BTreeMap::new();
-    let mut pending = vec![folder.to_path_buf()];
-    while let Some(current) = pending.pop() {
-        for entry in fs::read_dir(&current).expect("the folder lists").flatten() {
-            if entry.file_type().expect("a file type").is_dir() {
-                pending.push(entry.path());
-            } else {
-                found.insert(entry.path(), fs::read(entry.path()).unwrap_or_default());
-            }
-        }
-    }
-    found
-}
+use kiln_test_support::files::{chown_all, plant, snapshot};
+use kiln_test_support::{NOBODY, child};
+use support::{Scratch, filled, kiln, object_of, run};
 
 /// Files of a user's, at `folder/<shard>/<file>` as a store's first shard
 /// level holds them, some named as a store names its own.
 fn decoys(folder: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    for (shard, name) in [
-        ("0", "notes.txt".to_owned()),
-        ("0", "ab".repeat(32)),
-        ("f", "0".repeat(64)),
-        ("", "999999999-0.part".to_owned()),
-    ] {
-        let shard = folder.join(shard);
-        fs::create_dir_all(&shard).expect("a decoy folder");
-        fs::write(shard.join(name), b"the user's work").expect("a decoy file");
-    }
+    plant(
+        folder,
+        [
+            ("0", "notes.txt".to_owned()),
+            ("0", "ab".repeat(32)),
+            ("f", "0".repeat(64)),
+            ("", "999999999-0.part".to_owned()),
+        ]
+        .map(|(shard, name)| (Path::new(shard).join(name), b"the user's work")),
+    );
     snapshot(folder)
+}
+
+/// A store of three kernels and, beside it in one scratch folder, a folder
+/// of a user's files that no command may change.
+struct StoreBesideDecoys {
+    /// The folder of both, removed with the test.
+    _scratch: Scratch,
+    root: PathBuf,
+    outside: PathBuf,
+    before: BTreeMap<PathBuf, Vec<u8>>,
+}
+
+impl StoreBesideDecoys {
+    fn new(test: &str) -> Self {
+        let scratch = Scratch::new(test);
+        let root = scratch.join("store");
+        filled(&root, 3);
+        let outside = scratch.join("outside");
+        let before = decoys(&outside);
+        Self {
+            _scratch: scratch,
+            root,
+            outside,
+            before,
+        }
+    }
+
+    fn assert_outside_unchanged(&self) {
+        assert_eq!(
+            snapshot(&self.outside),
+            self.before,
+            "nothing outside the store changed"
+        );
+    }
 }
 
 #[test]
 fn verify_never_removes_files_outside_the_store_through_a_symlinked_shard() {
-    let scratch = Scratch::new("verify-link");
-    let root = scratch.join("store");
-    filled(&root, 3);
-    let outside = scratch.join("outside");
-    let before = decoys(&outside);
-    symlink(&outside, root.join("records/77")).expect("a link in records");
-    let output = run(kiln(&root, &["verify", "--json"]));
-    assert_eq!(
-        snapshot(&outside),
-        before,
-        "nothing outside the store changed"
-    );
+    let store = StoreBesideDecoys::new("verify-link");
+    symlink(&store.outside, store.root.join("records/77")).expect("a link in records");
+    let output = run(&store.root, &["verify", "--json"]);
+    store.assert_outside_unchanged();
     let report: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("verify printed JSON");
+        serde_json::from_str(&output.stdout).expect("verify printed JSON");
     assert!(
         report["unchecked"].to_string().contains("records/77"),
         "the link is reported: {report:#}"
@@ -100,24 +80,12 @@ fn verify_never_removes_files_outside_the_store_through_a_symlinked_shard() {
 
 #[test]
 fn gc_never_empties_the_folder_staging_links_to() {
-    let scratch = Scratch::new("gc-link");
-    let root = scratch.join("store");
-    filled(&root, 3);
-    let outside = scratch.join("outside");
-    let before = decoys(&outside);
-    fs::remove_dir_all(root.join("staging")).expect("staging goes");
-    symlink(&outside, root.join("staging")).expect("a link at staging");
-    let output = run(kiln(&root, &["gc", "--max-size", "0", "--json"]));
-    assert_eq!(
-        snapshot(&outside),
-        before,
-        "nothing outside the store changed"
-    );
-    assert!(
-        output.status.success(),
-        "gc ran: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let store = StoreBesideDecoys::new("gc-link");
+    fs::remove_dir_all(store.root.join("staging")).expect("staging goes");
+    symlink(&store.outside, store.root.join("staging")).expect("a link at staging");
+    let output = run(&store.root, &["gc", "--max-size", "0", "--json"]);
+    store.assert_outside_unchanged();
+    assert!(output.status.success(), "gc ran: {}", output.stderr);
 }
 
 #[test]
@@ -137,18 +105,18 @@ fn warm_never_writes_through_a_symlinked_shard() {
     fs::create_dir_all(&kernels).expect("a kernel folder");
     let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels");
     fs::copy(examples.join("gelu.wgsl"), kernels.join("gelu.wgsl")).expect("a kernel");
-    let output = run(kiln(
+    let output = run(
         &root,
         &["--json", "warm", kernels.to_str().expect("a UTF-8 path")],
-    ));
+    );
     assert_eq!(
         snapshot(&outside),
         BTreeMap::new(),
         "nothing was written outside the store: {}",
-        String::from_utf8_lossy(&output.stderr)
+        output.stderr
     );
-    let stats = run(kiln(&root, &["--json", "stats"]));
-    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("stats JSON");
+    let stats = run(&root, &["--json", "stats"]);
+    let stats: serde_json::Value = serde_json::from_str(&stats.stdout).expect("stats JSON");
     assert!(
         stats["entries"].as_u64().unwrap_or(0) > 0,
         "the kernels were stored inside the store: {stats:#}"
@@ -159,20 +127,19 @@ fn warm_never_writes_through_a_symlinked_shard() {
 fn verify_and_gc_refuse_a_folder_that_is_not_a_store_and_change_nothing() {
     let scratch = Scratch::new("project");
     let project = scratch.join("project");
-    for (path, bytes) in [
-        ("README", b"a project".as_slice()),
-        ("objects/ab/c/notes", b"the user's notes"),
-        (&format!("records/ab/c/{}", "ab".repeat(32)), b"results"),
-        ("staging/draft.txt", b"a draft"),
-    ] {
-        let path = project.join(path);
-        fs::create_dir_all(path.parent().expect("a folder")).expect("the project's folders");
-        fs::write(path, bytes).expect("the project's files");
-    }
+    plant(
+        &project,
+        [
+            ("README", b"a project".as_slice()),
+            ("objects/ab/c/notes", b"the user's notes"),
+            (&format!("records/ab/c/{}", "ab".repeat(32)), b"results"),
+            ("staging/draft.txt", b"a draft"),
+        ],
+    );
     let before = snapshot(&project);
     for arguments in [&["verify"][..], &["gc", "--max-size", "0"]] {
-        let output = run(kiln(&project, arguments));
-        let stderr = String::from_utf8_lossy(&output.stderr);
+        let output = run(&project, arguments);
+        let stderr = &output.stderr;
         assert_eq!(snapshot(&project), before, "{arguments:?} changed nothing");
         for name in ["LAYOUT", "locks", "usage"] {
             assert!(
@@ -194,30 +161,14 @@ fn verify_as_a_user_who_may_not_read_a_shard_reports_it_and_keeps_its_records() 
         .expect("the scratch folder is open to all");
     let root = scratch.join("store");
     let store = filled(&root, 2);
-    let key = kiln_core::StoreKey::for_artifact(
-        &kiln_core::fake::FakeCompiler::default_key_components(),
-        &FakeKernel::new(1).artifact_id(),
-        None,
-    );
-    let object = store.object_path(&store.record(&key).expect("stored").object);
+    let object = object_of(&store, 1);
     let shard = object
         .parent()
         .and_then(Path::parent)
         .expect("objects live two shards deep")
         .to_path_buf();
     let records = snapshot(&root.join("records"));
-    let mut pending = vec![root.clone()];
-    while let Some(path) = pending.pop() {
-        std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).expect("chown");
-        if path.is_dir() {
-            pending.extend(
-                fs::read_dir(&path)
-                    .expect("lists")
-                    .flatten()
-                    .map(|e| e.path()),
-            );
-        }
-    }
+    chown_all(&root, NOBODY);
     fs::set_permissions(&shard, fs::Permissions::from_mode(0o000)).expect("chmod 000");
     let mut command = kiln(&root, &["verify", "--json"]);
     child::run_as(&mut command, NOBODY);

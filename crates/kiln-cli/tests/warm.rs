@@ -1,10 +1,12 @@
 //! `kiln warm` on the example kernels and on bad ones, through the real
 //! binary, a fresh store each time (B3, B4).
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
+use support::{backend, finish, kiln};
 
 fn fresh_folder(what: &str) -> PathBuf {
     let folder = std::env::temp_dir().join(format!("kiln-cli-warm-{what}-{}", std::process::id()));
@@ -16,29 +18,18 @@ fn fresh_folder(what: &str) -> PathBuf {
 /// Runs `kiln --dir STORE --json warm FOLDER`: its JSON and whether it
 /// succeeded.
 fn warm(store: &Path, folder: &Path) -> (Value, bool) {
-    let output = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("--dir")
-        .arg(store)
-        .arg("--json")
-        .arg("warm")
-        .arg(folder)
-        .output()
-        .expect("the kiln binary runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let report = serde_json::from_str(&stdout).unwrap_or_else(|error| {
-        panic!(
-            "kiln warm prints JSON ({error}):\n{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    (report, output.status.success())
+    warm_with(store, folder, &[])
 }
 
-fn backend<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["backends"]
-        .as_array()
-        .and_then(|backends| backends.iter().find(|backend| backend["backend"] == name))
-        .unwrap_or_else(|| panic!("the report has a {name} row: {report:#}"))
+/// Runs `kiln --dir STORE --json warm FOLDER` with each `(variable, value)`
+/// of `environment` set: its JSON and whether it succeeded.
+fn warm_with(store: &Path, folder: &Path, environment: &[(&str, &str)]) -> (Value, bool) {
+    let run = finish(
+        kiln(store, &["--json", "warm"])
+            .arg(folder)
+            .envs(environment.iter().copied()),
+    );
+    (run.json(), run.status.success())
 }
 
 fn examples() -> PathBuf {
@@ -140,23 +131,6 @@ fn a_broken_kernel_fails_alone_with_its_first_diagnostic() {
     );
 }
 
-/// Runs `kiln --dir STORE --json warm FOLDER` with `variable=value` set.
-fn warm_with(store: &Path, folder: &Path, variable: &str, value: &str) -> (Value, bool) {
-    let output = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("--dir")
-        .arg(store)
-        .arg("--json")
-        .arg("warm")
-        .arg(folder)
-        .env(variable, value)
-        .output()
-        .expect("the kiln binary runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let report = serde_json::from_str(&stdout)
-        .unwrap_or_else(|error| panic!("kiln warm prints JSON ({error}):\n{stdout}"));
-    (report, output.status.success())
-}
-
 // S4, L7
 #[test]
 fn counts_and_failures_do_not_depend_on_the_batch_records_kept() {
@@ -172,7 +146,7 @@ fn counts_and_failures_do_not_depend_on_the_batch_records_kept() {
     )
     .expect("a kernel file");
     let store = fresh_folder("record-limit-store");
-    let (report, succeeded) = warm_with(&store, &folder, "KILN_RECORD_LIMIT", "0");
+    let (report, succeeded) = warm_with(&store, &folder, &[("KILN_RECORD_LIMIT", "0")]);
     assert!(!succeeded, "a failed kernel fails the command: {report:#}");
     let wgpu = backend(&report, "wgpu");
     assert_eq!(wgpu["compiled"], 1, "{wgpu:#}");
@@ -202,13 +176,7 @@ fn a_specialization_carries_only_its_own_header_line() {
     assert!(succeeded, "{report:#}");
     assert_eq!(backend(&report, "wgpu")["kernels"], 400, "{report:#}");
 
-    let listed = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("--dir")
-        .arg(&store)
-        .args(["--json", "ls", "--kernels-only"])
-        .output()
-        .expect("the kiln binary runs");
-    let entries: Value = serde_json::from_slice(&listed.stdout).expect("kiln ls prints JSON");
+    let entries = finish(&mut kiln(&store, &["--json", "ls", "--kernels-only"])).json();
     // On a device, the driver's pipeline cache is an entry of its own.
     let entries: Vec<&Value> = entries
         .as_array()

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use kiln_test_support::{Limit, Tmpfs, child};
 use serde_json::Value;
-use support::{Scratch, backend, finish, kiln, wgsl_kernel};
+use support::{Finished, Scratch, backend, finish, kiln, wgsl_kernel};
 
 /// A folder of `count` WGSL kernels, each about `padding` bytes larger than
 /// its code (a comment the artifact carries with the source).
@@ -50,6 +50,22 @@ fn reported_once<'a>(report: &'a Value, stderr: &str, cause: &str) -> &'a Value 
     &causes[0]
 }
 
+/// Runs `kiln --dir STORE --json warm FOLDER` under a file size limit of
+/// 8 KiB, after checking that the limit did not kill it.
+fn warm_under_a_file_size_limit(store: &Path, folder: &Path) -> Finished {
+    let mut command = kiln(store, &["--json", "warm"]);
+    command.arg(folder);
+    child::limit(&mut command, Limit::FileSize(8192));
+    let run = finish(&mut command);
+    assert_eq!(
+        run.status.signal(),
+        None,
+        "kiln is not killed by the file size limit: {}",
+        run.stderr
+    );
+    run
+}
+
 // P5, L6
 #[test]
 fn a_compiler_that_exits_under_the_file_size_limit_fails_its_kernels_not_the_run() {
@@ -64,16 +80,7 @@ fn a_compiler_that_exits_under_the_file_size_limit_fails_its_kernels_not_the_run
          extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n",
     )
     .expect("a kernel file");
-    let mut command = kiln(&scratch.join("store"), &["--json", "warm"]);
-    command.arg(&folder);
-    child::limit(&mut command, Limit::FileSize(8192));
-    let run = finish(&mut command);
-    assert_eq!(
-        run.status.signal(),
-        None,
-        "kiln is not killed by the file size limit: {}",
-        run.stderr
-    );
+    let run = warm_under_a_file_size_limit(&scratch.join("store"), &folder);
     let report = run.json();
     let hip = backend(&report, "hip");
     if let Some(reason) = hip["unavailable"].as_str() {
@@ -97,16 +104,7 @@ fn a_file_size_limit_fails_store_writes_and_the_run_ends_as_it_would() {
     let scratch = Scratch::new("store-fsize");
     let folder = scratch.join("kernels");
     padded_kernels(&folder, 3, 32 << 10);
-    let mut command = kiln(&scratch.join("store"), &["--json", "warm"]);
-    command.arg(&folder);
-    child::limit(&mut command, Limit::FileSize(8192));
-    let run = finish(&mut command);
-    assert_eq!(
-        run.status.signal(),
-        None,
-        "kiln is not killed by the file size limit: {}",
-        run.stderr
-    );
+    let run = warm_under_a_file_size_limit(&scratch.join("store"), &folder);
     let report = run.succeeded_json();
     let wgpu = backend(&report, "wgpu");
     assert_eq!(wgpu["compiled"], 3, "every kernel still compiles: {wgpu:#}");

@@ -3,7 +3,9 @@
 //! failure of a test whose hardware or privilege is missing ([`require`]),
 //! and the harness of tests that run real processes ([`child`]: this test
 //! binary started again as a child, under rlimits or as an unprivileged
-//! user, with a deadline; [`mount`]: a tmpfs of a chosen size).
+//! user, with a deadline; [`mount`]: a tmpfs of a chosen size), snapshots
+//! of folders and files planted in them ([`files`]), and the define tests
+//! of the C++ backends ([`defines`]), with the backend passed in.
 //!
 //! It depends on kiln-core alone (with `testing`, for the printed skip):
 //! the backends, kiln-store and the facade take it as a dev-dependency, so
@@ -11,6 +13,8 @@
 //! backend's `tests/support`.
 
 pub mod child;
+pub mod defines;
+pub mod files;
 pub mod mount;
 pub mod random;
 pub mod require;

@@ -1,5 +1,5 @@
-//! What the HIP store tests share: throw-away folders and disk stores in
-//! them.
+//! What the HIP tests share: hipRTC or a printed skip, throw-away folders
+//! and disk stores in them.
 
 #![allow(
     dead_code,
@@ -10,12 +10,26 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kiln_core::ArtifactStore;
+use kiln_core::conformance::skip;
+use kiln_hip::HipCompiler;
 use kiln_store::{DiskStore, StoreConfig};
 #[allow(
     unused_imports,
     reason = "each test binary uses its own part of the support"
 )]
 pub use kiln_test_support::Scratch;
+
+/// The real hipRTC, or `None` after printing why `test` skips (a failure
+/// instead when `KILN_REQUIRE_DEVICE=1`).
+pub fn compiler(test: &str) -> Option<HipCompiler> {
+    match HipCompiler::new() {
+        Ok(compiler) => Some(compiler),
+        Err(error) => {
+            skip(test, &error.to_string());
+            None
+        }
+    }
+}
 
 /// The disk store at `root`, as a target takes it: durable, as users have
 /// it, and evicting only when asked.

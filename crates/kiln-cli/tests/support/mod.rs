@@ -6,14 +6,18 @@
 // Each test binary uses its own part of this module.
 #![allow(dead_code, reason = "shared by several test binaries")]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_core::fake::{FakeKernel, FakeTarget};
-use kiln_core::{KernelLoader, LoaderConfig};
+use kiln_core::fake::{FakeCompiler, FakeKernel, FakeTarget};
+use kiln_core::{KernelLoader, LoaderConfig, StoreKey};
 use kiln_store::{DiskStore, StoreConfig};
+#[allow(
+    unused_imports,
+    reason = "each test binary uses its own part of the support"
+)]
 pub use kiln_test_support::Scratch;
 use kiln_test_support::child;
 use serde_json::Value;
@@ -37,6 +41,11 @@ pub fn kiln(store: &Path, arguments: &[&str]) -> Command {
         .env_remove("KILN_RECORD_LIMIT")
         .env_remove("KILN_CACHE_MAX_SIZE");
     command
+}
+
+/// `kiln --dir STORE ARGUMENTS...`, run to its end as [`finish`] runs it.
+pub fn run(store: &Path, arguments: &[&str]) -> Finished {
+    finish(&mut kiln(store, arguments))
 }
 
 /// What a finished run left.
@@ -133,4 +142,14 @@ pub fn filled(root: &Path, kernels: u32) -> DiskStore {
         "every fake kernel was stored"
     );
     store
+}
+
+/// The object file of fake kernel `number` in `store`, which holds it.
+pub fn object_of(store: &DiskStore, number: u32) -> PathBuf {
+    let key = StoreKey::for_artifact(
+        &FakeCompiler::default_key_components(),
+        &FakeKernel::new(number).artifact_id(),
+        None,
+    );
+    store.object_path(&store.record(&key).expect("stored").object)
 }
