@@ -75,8 +75,7 @@ pub struct HeaderDigest {
 /// header, and the entry point. Two processes with the same inputs compute
 /// the same key; any changed component gives another.
 ///
-/// kiln-hip is storeless for now: the key is computed and kept on every
-/// artifact, ready for the store.
+/// Kept on every artifact, so a store hit can say what built it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct HipArtifactKey {
     /// The compiler.
