@@ -260,9 +260,9 @@ impl DiskStore {
 
         let mut report = ExportReport::default();
         let mut write_error = None;
-        let objects = inner.layout.objects();
+        let root = inner.layout.root();
         let estimate = inner.usage.read().entries;
-        crate::maintenance::walk_files(&objects, &mut |path, name| {
+        crate::maintenance::walk_files(root, "objects", &mut |path, name| {
             if write_error.is_some() {
                 return;
             }
@@ -298,7 +298,7 @@ impl DiskStore {
                 bytes: out.written,
             });
         })?;
-        crate::maintenance::walk_files(&inner.layout.records(), &mut |path, _| {
+        crate::maintenance::walk_files(root, "records", &mut |path, _| {
             if write_error.is_some() {
                 return;
             }

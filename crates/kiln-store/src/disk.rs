@@ -178,14 +178,17 @@ impl DiskStore {
         let layout = Layout::new(config.root.clone());
         // Decided before anything is created: a store that cannot be
         // written is read as it is.
-        if let Some(reason) = read_only_reason(&config, &layout) {
-            return Self::open_read_only(config, layout, reason);
-        }
+        let opened_locks = match writable_locks(&config, &layout) {
+            Ok(opened_locks) => opened_locks,
+            Err(reason) => return Self::open_read_only(config, layout, reason),
+        };
         // Adopts only an empty folder or a store, never follows a link
         // below the root, and rebuilds the skeleton's own names.
         crate::skeleton::prepare(&layout, config.durable)?;
         let lock_path = layout.lock_file();
-        let locks = match LockFile::open(&lock_path) {
+        let locks = match opened_locks
+            .map_or_else(|| LockFile::open(&lock_path), |file| Ok(LockFile::of(file)))
+        {
             Ok(locks) => locks,
             Err(error) if is_unwritable(&error) => {
                 return Self::open_read_only(config, layout, ReadOnly::Unwritable(error));
@@ -1397,14 +1400,30 @@ fn set_accessed(path: &Path, when: SystemTime) -> io::Result<()> {
     }
 }
 
-/// Why the store at `layout` is to be opened read-only, if it is: asked
-/// for, or its `locks` file (when it has none, the nearest folder that
-/// exists on the way to its root) cannot be written.
-fn read_only_reason(config: &StoreConfig, layout: &Layout) -> Option<ReadOnly> {
+/// The store's `locks` file opened for writing, or why the store at
+/// `layout` is to be opened read-only: asked for, or its `locks` file
+/// (when it has none, the nearest folder that exists on the way to its
+/// root) cannot be written. `Ok(None)` when it may be written but has no
+/// regular `locks` file to keep yet.
+///
+/// The open that proves a store writable is the one its locks need, so a
+/// healthy store opens the file once. It follows no link and keeps only a
+/// regular file: opening the store replaces anything else at the name.
+fn writable_locks(config: &StoreConfig, layout: &Layout) -> Result<Option<File>, ReadOnly> {
     if config.read_only {
-        return Some(ReadOnly::Asked);
+        return Err(ReadOnly::Asked);
     }
     let lock_path = layout.lock_file();
+    let opened = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&lock_path);
+    if let Ok(file) = opened
+        && file.metadata().is_ok_and(|found| found.is_file())
+    {
+        return Ok(Some(file));
+    }
     let probe = if lock_path.exists() {
         fs::OpenOptions::new()
             .read(true)
@@ -1420,8 +1439,8 @@ fn read_only_reason(config: &StoreConfig, layout: &Layout) -> Option<ReadOnly> {
         may_write(existing)
     };
     match probe {
-        Err(error) if is_unwritable(&error) => Some(ReadOnly::Unwritable(error)),
-        _ => None,
+        Err(error) if is_unwritable(&error) => Err(ReadOnly::Unwritable(error)),
+        _ => Ok(None),
     }
 }
 

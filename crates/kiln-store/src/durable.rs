@@ -102,16 +102,18 @@ fn name_of(path: &Path) -> io::Result<&str> {
 /// own folders should be is replaced by a folder; anywhere else it is an
 /// error. Nothing is followed.
 fn folder_at(root: &Folder, names: &[&str], durable: bool) -> io::Result<Folder> {
-    let mut current = root.reopen()?;
+    let mut current: Option<Folder> = None;
     for depth in 0..names.len() {
+        let parent = current.as_ref().unwrap_or(root);
         let own = layout::is_own_folder(&names[..=depth]);
-        let (next, made) = current.folder_made(OsStr::new(names[depth]), own)?;
+        let (next, made) = parent.folder_made(OsStr::new(names[depth]), own)?;
         if made && durable {
-            current.sync()?;
+            parent.sync()?;
         }
-        current = next;
+        current = Some(next);
     }
-    Ok(current)
+    // A file at the root itself: a descriptor of the root of its own.
+    current.map_or_else(|| root.reopen(), Ok)
 }
 
 /// A new file in `staging`, named `<pid>-<sequence>.part`.

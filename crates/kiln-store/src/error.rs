@@ -157,17 +157,9 @@ pub enum WriteCause {
 }
 
 impl WriteCause {
-    /// The cause of `error`, from its system error number where it has one.
+    /// The cause of `error`: its kind, which the standard library derives
+    /// from the system error number where there is one.
     pub fn of(error: &io::Error) -> Self {
-        match error.raw_os_error() {
-            Some(libc::ENOSPC) => return Self::DiskFull,
-            Some(libc::EDQUOT) => return Self::Quota,
-            Some(libc::EROFS) => return Self::ReadOnly,
-            Some(libc::EFBIG) => return Self::FileSizeLimit,
-            Some(libc::EACCES | libc::EPERM) => return Self::Permission,
-            Some(_) => return Self::Other,
-            None => {}
-        }
         match error.kind() {
             io::ErrorKind::StorageFull => Self::DiskFull,
             io::ErrorKind::QuotaExceeded => Self::Quota,

@@ -113,14 +113,6 @@ impl Layout {
         self.root.join("staging")
     }
 
-    pub(crate) fn objects(&self) -> PathBuf {
-        self.root.join("objects")
-    }
-
-    pub(crate) fn records(&self) -> PathBuf {
-        self.root.join("records")
-    }
-
     /// The object with BLAKE3 digest `digest`.
     pub(crate) fn object(&self, digest: &[u8; 32]) -> PathBuf {
         sharded(&self.root, "objects", digest)

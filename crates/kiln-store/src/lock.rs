@@ -102,7 +102,12 @@ impl LockFile {
             .create(true)
             .truncate(false)
             .open(path)?;
-        Ok(Self::with_file(Some(file)))
+        Ok(Self::of(file))
+    }
+
+    /// Locks in `file`, the store's `locks` file, already open for writing.
+    pub(crate) fn of(file: File) -> Arc<Self> {
+        Self::with_file(Some(file))
     }
 
     /// Locks that keep this process's threads apart only: for a read-only

@@ -164,10 +164,18 @@ enum Skip {
     Unchecked(String),
 }
 
+/// What a walk's visit of one file did: `Err` says why it was not checked.
+type Visited = Result<(), Skip>;
+
 impl From<String> for Skip {
     fn from(reason: String) -> Self {
         Self::Unchecked(reason)
     }
+}
+
+/// Why a name where a file should be, which is a `kind`, was not checked.
+fn not_a_file(kind: Kind) -> String {
+    format!("{} where a file should be: left alone", kind.describe())
 }
 
 /// Why the folder `name` in `parent` could not be entered.
@@ -183,32 +191,59 @@ fn why_not_entered(parent: &Folder, name: &OsStr, error: &io::Error) -> String {
     }
 }
 
-/// Calls `visit` with the shard folder, name and path of every file of
-/// `tree` (`objects`, `records`, `kernels`) under `root`, one shard at a
-/// time. Only folders and files named as the store names them are
-/// entered or visited, and nothing is followed ([`crate::tree`]); what it
-/// cannot enter, what is not the store's, and what `visit` could not check
-/// goes to `unchecked`.
-fn walk_tree(
-    root: &Folder,
-    root_path: &Path,
-    tree: &str,
-    unchecked: &mut Vec<Unchecked>,
-    visit: &mut dyn FnMut(&Folder, &str, &Path) -> Result<(), Skip>,
-) {
-    let name_length = TREES
-        .iter()
-        .find(|(name, _)| *name == tree)
-        .map_or(64, |(_, length)| *length);
-    let tree_path = root_path.join(tree);
-    if let Some(tree_folder) = enter(root, OsStr::new(tree), &tree_path, unchecked) {
-        walk_level(
-            &tree_folder,
-            &tree_path,
-            &[2, 1, name_length],
-            unchecked,
-            visit,
-        );
+/// A store's root as a pass holds it: the folder, reached by its
+/// descriptor, and its path, by which reports name what they found.
+struct StoreRoot<'a> {
+    folder: Folder,
+    path: &'a Path,
+}
+
+impl StoreRoot<'_> {
+    /// Calls `visit` with the shard folder, name and path of every file of
+    /// `tree` (`objects`, `records`, `kernels`), one shard at a time. Only
+    /// folders and files named as the store names them are entered or
+    /// visited, and nothing is followed ([`crate::tree`]); what it cannot
+    /// enter, what is not the store's, and what `visit` could not check
+    /// goes to `unchecked`.
+    fn walk(
+        &self,
+        tree: &str,
+        unchecked: &mut Vec<Unchecked>,
+        visit: &mut dyn FnMut(&Folder, &str, &Path) -> Visited,
+    ) {
+        let name_length = TREES
+            .iter()
+            .find(|(name, _)| *name == tree)
+            .map_or(64, |(_, length)| *length);
+        let tree_path = self.path.join(tree);
+        if let Some(tree_folder) = enter(&self.folder, OsStr::new(tree), &tree_path, unchecked) {
+            walk_level(
+                &tree_folder,
+                &tree_path,
+                &[2, 1, name_length],
+                unchecked,
+                visit,
+            );
+        }
+    }
+
+    /// As [`walk`](Self::walk), handing `visit` the shard folder, the name
+    /// and the whole of each file, read as [`read_regular`] reads it.
+    fn walk_sealed(
+        &self,
+        tree: &str,
+        unchecked: &mut Vec<Unchecked>,
+        visit: &mut dyn FnMut(&Folder, &str, Vec<u8>) -> Visited,
+    ) {
+        self.walk(tree, unchecked, &mut |folder, name, _| {
+            visit(folder, name, read_regular(folder, name)?)
+        });
+    }
+
+    /// The `objects` folder for [`object_status`]; `None` when it cannot be
+    /// opened, which makes every object's state unknown, never gone.
+    fn objects(&self) -> Option<Folder> {
+        self.folder.folder(OsStr::new("objects")).ok()
     }
 }
 
@@ -220,7 +255,7 @@ fn walk_level(
     path: &Path,
     lengths: &[usize],
     unchecked: &mut Vec<Unchecked>,
-    visit: &mut dyn FnMut(&Folder, &str, &Path) -> Result<(), Skip>,
+    visit: &mut dyn FnMut(&Folder, &str, &Path) -> Visited,
 ) {
     let Some((&length, deeper)) = lengths.split_first() else {
         return;
@@ -264,32 +299,27 @@ fn enter(
     }
 }
 
-/// Calls `visit` with the path and name of every file two shard levels
-/// under `tree`, one folder at a time, as [`walk_tree`] finds them: for
-/// passes that only read. What cannot be walked is logged.
+/// Calls `visit` with the path and name of every file of `tree` in the
+/// store at `root_path`, one folder at a time, as [`StoreRoot::walk`]
+/// finds them: for passes that only read. What cannot be walked is logged.
 ///
 /// # Errors
 ///
 /// The store's root cannot be opened.
-pub(crate) fn walk_files(tree: &Path, visit: &mut dyn FnMut(PathBuf, &str)) -> Result<()> {
-    let (Some(root_path), Some(name)) = (tree.parent(), tree.file_name().and_then(OsStr::to_str))
-    else {
-        return Err(Error::io("list", tree)(io::Error::from(
-            io::ErrorKind::InvalidInput,
-        )));
+pub(crate) fn walk_files(
+    root_path: &Path,
+    tree: &str,
+    visit: &mut dyn FnMut(PathBuf, &str),
+) -> Result<()> {
+    let root = StoreRoot {
+        folder: Folder::open(root_path).map_err(Error::io("open", root_path))?,
+        path: root_path,
     };
-    let root = Folder::open(root_path).map_err(Error::io("open", root_path))?;
     let mut unchecked = Vec::new();
-    walk_tree(
-        &root,
-        root_path,
-        name,
-        &mut unchecked,
-        &mut |_, name, path| {
-            visit(path.to_path_buf(), name);
-            Ok(())
-        },
-    );
+    root.walk(tree, &mut unchecked, &mut |_, name, path| {
+        visit(path.to_path_buf(), name);
+        Ok(())
+    });
     for (path, why) in unchecked {
         log::warn!("{}: {why}", path.display());
     }
@@ -304,12 +334,7 @@ fn open_regular(folder: &Folder, name: &str) -> Result<(File, Metadata), Skip> {
         Err(error) if is_absent(&error) => return Err(Skip::Gone),
         Err(error) => {
             return Err(match folder.status(OsStr::new(name)) {
-                Ok(found) if found.kind != Kind::File => {
-                    format!(
-                        "{} where a file should be: left alone",
-                        found.kind.describe()
-                    )
-                }
+                Ok(found) if found.kind != Kind::File => not_a_file(found.kind),
                 _ => format!("cannot be read: {error}"),
             }
             .into());
@@ -324,7 +349,7 @@ fn open_regular(folder: &Folder, name: &str) -> Result<(File, Metadata), Skip> {
         } else {
             Kind::Other
         };
-        return Err(format!("{} where a file should be: left alone", kind.describe()).into());
+        return Err(not_a_file(kind).into());
     }
     Ok((file, found))
 }
@@ -362,18 +387,17 @@ fn has_object(objects: Option<&Folder>, record: &Record) -> Result<bool, Skip> {
     }
 }
 
-/// The store's `objects` folder for [`object_status`]; `None` when it
-/// cannot be opened, which makes every object's state unknown, never gone.
-fn objects_folder(root: &Folder) -> Option<Folder> {
-    root.folder(OsStr::new("objects")).ok()
-}
-
-/// What a removal in a store opened to read only says.
-fn read_only() -> Removal {
-    Removal::Failed(io::Error::new(
-        io::ErrorKind::PermissionDenied,
-        "the store is opened to read only",
-    ))
+/// What `remove` did, or, in a store opened to read only, the failure
+/// that says why nothing was removed.
+fn unless_read_only(writable: bool, remove: impl FnOnce() -> Removal) -> Removal {
+    if writable {
+        remove()
+    } else {
+        Removal::Failed(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "the store is opened to read only",
+        ))
+    }
 }
 
 /// Counts a removal in `removed`; a failed one is not checked for lack of
@@ -392,8 +416,11 @@ fn count(removal: Removal, removed: &mut u64, defect: &str) -> Result<(), Skip> 
 impl DiskStore {
     /// The store's root, opened for a pass once it is seen to carry the
     /// store's marker: a pass removes only from a store.
-    fn open_root(&self) -> Result<Folder> {
-        crate::skeleton::open_marked(&self.inner.layout)
+    fn open_root(&self) -> Result<StoreRoot<'_>> {
+        Ok(StoreRoot {
+            folder: crate::skeleton::open_marked(&self.inner.layout)?,
+            path: self.inner.layout.root(),
+        })
     }
 
     /// Re-digests every object, checks every record and history, removes
@@ -413,168 +440,137 @@ impl DiskStore {
     /// The store's root cannot be opened.
     pub fn verify(&self, progress: &mut dyn FnMut(&Progress)) -> Result<VerifyReport> {
         let inner = &self.inner;
-        let root_path = inner.layout.root();
         let root = self.open_root()?;
         // A store opened to read only reports what is bad, and keeps it.
         let writable = !self.is_read_only();
         let mut unchecked = Vec::new();
         let mut report = VerifyReport {
-            staging_removed: self.remove_stale_staging(&root, &mut unchecked),
+            staging_removed: self.remove_stale_staging(&root.folder, &mut unchecked),
             ..VerifyReport::default()
         };
         let estimate = inner.usage.read().entries;
         let mut usage = Usage::default();
         let mut buffer = vec![0u8; 64 << 10];
         let mut done = 0;
-        walk_tree(
-            &root,
-            root_path,
-            "objects",
-            &mut unchecked,
-            &mut |folder, name, _| {
-                done += 1;
-                let expected = digest_from_name(name).expect("the walk passes only digest names");
-                let (file, found) = open_regular(folder, name)?;
-                let read = stream_digest(&file, &mut buffer);
-                report.objects += 1;
-                match read {
-                    Ok((digest, length)) if digest == expected && length > 0 => {
-                        report.bytes += length;
-                        usage.bytes += length;
-                        usage.entries += 1;
-                    }
-                    Ok(_) => {
-                        match inner
-                            .locks
-                            .acquire(object_slot(&expected), Mode::Exclusive, None)
-                        {
-                            Ok(Some(_alone)) => count(
-                                if writable {
-                                    folder.remove_if_same(
-                                        OsStr::new(name),
-                                        found.dev(),
-                                        found.ino(),
-                                    )
-                                } else {
-                                    read_only()
-                                },
-                                &mut report.bad_objects,
-                                "does not match its name",
-                            )?,
-                            _ => report.busy += 1,
-                        }
-                    }
-                    Err(error) => return Err(format!("cannot be read: {error}").into()),
+        root.walk("objects", &mut unchecked, &mut |folder, name, _| {
+            done += 1;
+            let expected = digest_from_name(name).expect("the walk passes only digest names");
+            let (file, found) = open_regular(folder, name)?;
+            let read = stream_digest(&file, &mut buffer);
+            report.objects += 1;
+            match read {
+                Ok((digest, length)) if digest == expected && length > 0 => {
+                    report.bytes += length;
+                    usage.bytes += length;
+                    usage.entries += 1;
                 }
-                progress(&Progress {
-                    phase: "objects",
-                    done,
-                    total: Some(estimate),
-                    bytes: report.bytes,
-                });
-                Ok(())
-            },
-        );
+                Ok(_) => {
+                    match inner
+                        .locks
+                        .acquire(object_slot(&expected), Mode::Exclusive, None)
+                    {
+                        Ok(Some(_alone)) => count(
+                            unless_read_only(writable, || {
+                                folder.remove_if_same(OsStr::new(name), found.dev(), found.ino())
+                            }),
+                            &mut report.bad_objects,
+                            "does not match its name",
+                        )?,
+                        _ => report.busy += 1,
+                    }
+                }
+                Err(error) => return Err(format!("cannot be read: {error}").into()),
+            }
+            progress(&Progress {
+                phase: "objects",
+                done,
+                total: Some(estimate),
+                bytes: report.bytes,
+            });
+            Ok(())
+        });
 
         done = 0;
-        let objects = objects_folder(&root);
-        walk_tree(
-            &root,
-            root_path,
-            "records",
-            &mut unchecked,
-            &mut |folder, name, _| {
-                done += 1;
-                let sealed = read_regular(folder, name)?;
-                report.records += 1;
-                // `Err(None)`: its object is gone; `Err(Some(defect))`: the
-                // record itself is bad.
-                let verdict = match Record::open_any(&sealed) {
-                    Err(defect) => Err(Some(format!("damaged: {defect}"))),
-                    Ok((record, _)) if digest_from_name(name) != Some(record.key.digest()) => {
-                        Err(Some("filed under another key".to_owned()))
+        let objects = root.objects();
+        root.walk_sealed("records", &mut unchecked, &mut |folder, name, sealed| {
+            done += 1;
+            report.records += 1;
+            // `Err(None)`: its object is gone; `Err(Some(defect))`: the
+            // record itself is bad.
+            let verdict = match Record::open_any(&sealed) {
+                Err(defect) => Err(Some(format!("damaged: {defect}"))),
+                Ok((record, _)) if digest_from_name(name) != Some(record.key.digest()) => {
+                    Err(Some("filed under another key".to_owned()))
+                }
+                Ok((record, Some(inline))) if digest(inline) != record.object => {
+                    Err(Some("the bytes it carries are not its object's".to_owned()))
+                }
+                // An inline record lives as long as its object, as any
+                // other record does: eviction and verify go by objects.
+                Ok((record, _)) => {
+                    if has_object(objects.as_ref(), &record)? {
+                        Ok(())
+                    } else {
+                        Err(None)
                     }
-                    Ok((record, Some(inline))) if digest(inline) != record.object => {
-                        Err(Some("the bytes it carries are not its object's".to_owned()))
-                    }
-                    // An inline record lives as long as its object, as any
-                    // other record does: eviction and verify go by objects.
-                    Ok((record, _)) => {
-                        if has_object(objects.as_ref(), &record)? {
-                            Ok(())
-                        } else {
-                            Err(None)
-                        }
-                    }
-                };
-                match verdict {
-                    Ok(()) => usage.bytes += sealed.len() as u64,
-                    Err(defect) => {
-                        let key = digest_from_name(name).unwrap_or_default();
-                        let Ok(Some(_alone)) =
-                            inner.locks.acquire(key_slot(&key), Mode::Exclusive, None)
-                        else {
-                            report.busy += 1;
-                            return Ok(());
-                        };
-                        let removal = if writable {
-                            folder.remove_if_holds(OsStr::new(name), &sealed)
-                        } else {
-                            read_only()
-                        };
-                        match defect {
-                            None => count(removal, &mut report.dangling_records, "dangling")?,
-                            Some(defect) => {
-                                if matches!(removal, Removal::Removed) {
-                                    log::info!("removed record {name}: {defect}");
-                                }
-                                count(removal, &mut report.bad_records, &defect)?;
+                }
+            };
+            match verdict {
+                Ok(()) => usage.bytes += sealed.len() as u64,
+                Err(defect) => {
+                    let key = digest_from_name(name).unwrap_or_default();
+                    let Ok(Some(_alone)) =
+                        inner.locks.acquire(key_slot(&key), Mode::Exclusive, None)
+                    else {
+                        report.busy += 1;
+                        return Ok(());
+                    };
+                    let removal = unless_read_only(writable, || {
+                        folder.remove_if_holds(OsStr::new(name), &sealed)
+                    });
+                    match defect {
+                        None => count(removal, &mut report.dangling_records, "dangling")?,
+                        Some(defect) => {
+                            if matches!(removal, Removal::Removed) {
+                                log::info!("removed record {name}: {defect}");
                             }
+                            count(removal, &mut report.bad_records, &defect)?;
                         }
                     }
                 }
-                progress(&Progress {
-                    phase: "records",
-                    done,
-                    total: None,
-                    bytes: report.bytes,
-                });
-                Ok(())
-            },
-        );
+            }
+            progress(&Progress {
+                phase: "records",
+                done,
+                total: None,
+                bytes: report.bytes,
+            });
+            Ok(())
+        });
 
         done = 0;
-        walk_tree(
-            &root,
-            root_path,
-            "kernels",
-            &mut unchecked,
-            &mut |folder, name, _| {
-                done += 1;
-                let sealed = read_regular(folder, name)?;
-                report.histories += 1;
-                let whole = KernelHistory::open(&sealed)
-                    .is_ok_and(|history| format!("{:032x}", history.digest) == name);
-                if !whole {
-                    count(
-                        if writable {
-                            folder.remove_if_holds(OsStr::new(name), &sealed)
-                        } else {
-                            read_only()
-                        },
-                        &mut report.bad_histories,
-                        "a damaged history",
-                    )?;
-                }
-                progress(&Progress {
-                    phase: "histories",
-                    done,
-                    total: None,
-                    bytes: report.bytes,
-                });
-                Ok(())
-            },
-        );
+        root.walk_sealed("kernels", &mut unchecked, &mut |folder, name, sealed| {
+            done += 1;
+            report.histories += 1;
+            let whole = KernelHistory::open(&sealed)
+                .is_ok_and(|history| format!("{:032x}", history.digest) == name);
+            if !whole {
+                count(
+                    unless_read_only(writable, || {
+                        folder.remove_if_holds(OsStr::new(name), &sealed)
+                    }),
+                    &mut report.bad_histories,
+                    "a damaged history",
+                )?;
+            }
+            progress(&Progress {
+                phase: "histories",
+                done,
+                total: None,
+                bytes: report.bytes,
+            });
+            Ok(())
+        });
 
         report.unchecked = unchecked;
         if writable && let Err(error) = inner.usage.set(&inner.locks, usage) {
@@ -606,22 +602,17 @@ impl DiskStore {
                 ..CollectReport::default()
             });
         };
-        let root_path = inner.layout.root();
         let root = self.open_root()?;
         let mut unchecked = Vec::new();
         let mut report = CollectReport {
-            staging_removed: self.remove_stale_staging(&root, &mut unchecked),
+            staging_removed: self.remove_stale_staging(&root.folder, &mut unchecked),
             ..CollectReport::default()
         };
         let now = SystemTime::now();
         let regular = |folder: &Folder, name: &str| -> Result<Status, Skip> {
             match folder.status(OsStr::new(name)) {
                 Ok(found) if found.kind == Kind::File => Ok(found),
-                Ok(found) => Err(format!(
-                    "{} where a file should be: left alone",
-                    found.kind.describe()
-                )
-                .into()),
+                Ok(found) => Err(not_a_file(found.kind).into()),
                 Err(error) if is_absent(&error) => Err(Skip::Gone),
                 Err(error) => Err(format!("cannot be looked at: {error}").into()),
             }
@@ -631,33 +622,21 @@ impl DiskStore {
         // reported by the later passes.
         let mut record_bytes = 0u64;
         let mut ignored = Vec::new();
-        walk_tree(
-            &root,
-            root_path,
-            "records",
-            &mut ignored,
-            &mut |folder, name, _| {
-                record_bytes += regular(folder, name)?.len;
-                Ok(())
-            },
-        );
+        root.walk("records", &mut ignored, &mut |folder, name, _| {
+            record_bytes += regular(folder, name)?.len;
+            Ok(())
+        });
         let mut buckets = [(0u64, 0u64); AGE_BUCKETS];
         let (mut object_bytes, mut objects) = (0u64, 0u64);
-        walk_tree(
-            &root,
-            root_path,
-            "objects",
-            &mut unchecked,
-            &mut |folder, name, _| {
-                let found = regular(folder, name)?;
-                let bucket = age_bucket(found.accessed, now);
-                buckets[bucket].0 += found.len;
-                buckets[bucket].1 += 1;
-                object_bytes += found.len;
-                objects += 1;
-                Ok(())
-            },
-        );
+        root.walk("objects", &mut unchecked, &mut |folder, name, _| {
+            let found = regular(folder, name)?;
+            let bucket = age_bucket(found.accessed, now);
+            buckets[bucket].0 += found.len;
+            buckets[bucket].1 += 1;
+            object_bytes += found.len;
+            objects += 1;
+            Ok(())
+        });
         report.before = Usage {
             bytes: object_bytes + record_bytes,
             entries: objects,
@@ -666,7 +645,7 @@ impl DiskStore {
             // Reports what it holds, and removes nothing.
             report.after = report.before;
             unchecked.push((
-                root_path.to_path_buf(),
+                root.path.to_path_buf(),
                 "the store is opened to read only: nothing was evicted or removed".to_owned(),
             ));
             report.unchecked = unchecked;
@@ -697,53 +676,47 @@ impl DiskStore {
             // that failed is news.
             let mut ignored = Vec::new();
             let mut failed = Vec::new();
-            walk_tree(
-                &root,
-                root_path,
-                "objects",
-                &mut ignored,
-                &mut |folder, name, path| {
-                    if excess_bytes == 0 && excess_entries == 0 {
-                        return Ok(());
-                    }
-                    done += 1;
-                    let digest = digest_from_name(name).expect("the walk passes only digest names");
-                    let found = regular(folder, name)?;
-                    if age_bucket(found.accessed, now) < cutoff {
-                        return Ok(());
-                    }
-                    // Alone on the object: nobody reads it or publishes it (P6).
-                    let Ok(Some(_alone)) =
-                        inner
-                            .locks
-                            .acquire(object_slot(&digest), Mode::Exclusive, None)
-                    else {
-                        report.busy += 1;
-                        return Ok(());
-                    };
-                    let mut evicted = 0;
-                    if let Err(Skip::Unchecked(why)) = count(
-                        folder.remove_if_same(OsStr::new(name), found.device, found.inode),
-                        &mut evicted,
-                        "to be evicted",
-                    ) {
-                        failed.push((path.to_path_buf(), why));
-                    }
-                    if evicted == 1 {
-                        report.evicted += 1;
-                        report.evicted_bytes += found.len;
-                        excess_bytes = excess_bytes.saturating_sub(found.len + overhead);
-                        excess_entries = excess_entries.saturating_sub(1);
-                    }
-                    progress(&Progress {
-                        phase: "evicting",
-                        done,
-                        total: Some(objects),
-                        bytes: report.evicted_bytes,
-                    });
-                    Ok(())
-                },
-            );
+            root.walk("objects", &mut ignored, &mut |folder, name, path| {
+                if excess_bytes == 0 && excess_entries == 0 {
+                    return Ok(());
+                }
+                done += 1;
+                let digest = digest_from_name(name).expect("the walk passes only digest names");
+                let found = regular(folder, name)?;
+                if age_bucket(found.accessed, now) < cutoff {
+                    return Ok(());
+                }
+                // Alone on the object: nobody reads it or publishes it (P6).
+                let Ok(Some(_alone)) =
+                    inner
+                        .locks
+                        .acquire(object_slot(&digest), Mode::Exclusive, None)
+                else {
+                    report.busy += 1;
+                    return Ok(());
+                };
+                let mut evicted = 0;
+                if let Err(Skip::Unchecked(why)) = count(
+                    folder.remove_if_same(OsStr::new(name), found.device, found.inode),
+                    &mut evicted,
+                    "to be evicted",
+                ) {
+                    failed.push((path.to_path_buf(), why));
+                }
+                if evicted == 1 {
+                    report.evicted += 1;
+                    report.evicted_bytes += found.len;
+                    excess_bytes = excess_bytes.saturating_sub(found.len + overhead);
+                    excess_entries = excess_entries.saturating_sub(1);
+                }
+                progress(&Progress {
+                    phase: "evicting",
+                    done,
+                    total: Some(objects),
+                    bytes: report.evicted_bytes,
+                });
+                Ok(())
+            });
             unchecked.extend(failed);
         }
         inner
@@ -758,41 +731,34 @@ impl DiskStore {
             entries: objects - report.evicted,
         };
         done = 0;
-        let objects = objects_folder(&root);
-        walk_tree(
-            &root,
-            root_path,
-            "records",
-            &mut unchecked,
-            &mut |folder, name, _| {
-                done += 1;
-                let sealed = read_regular(folder, name)?;
-                if let Ok((record, _)) = Record::open_any(&sealed)
-                    && has_object(objects.as_ref(), &record)?
-                {
-                    usage.bytes += sealed.len() as u64;
-                    return Ok(());
-                }
-                let key = digest_from_name(name).unwrap_or_default();
-                // A process holding the key is publishing it now: leave it.
-                let Ok(Some(_alone)) = inner.locks.acquire(key_slot(&key), Mode::Exclusive, None)
-                else {
-                    return Ok(());
-                };
-                count(
-                    folder.remove_if_holds(OsStr::new(name), &sealed),
-                    &mut report.records_removed,
-                    "dangling",
-                )?;
-                progress(&Progress {
-                    phase: "records",
-                    done,
-                    total: None,
-                    bytes: report.evicted_bytes,
-                });
-                Ok(())
-            },
-        );
+        let objects = root.objects();
+        root.walk_sealed("records", &mut unchecked, &mut |folder, name, sealed| {
+            done += 1;
+            if let Ok((record, _)) = Record::open_any(&sealed)
+                && has_object(objects.as_ref(), &record)?
+            {
+                usage.bytes += sealed.len() as u64;
+                return Ok(());
+            }
+            let key = digest_from_name(name).unwrap_or_default();
+            // A process holding the key is publishing it now: leave it.
+            let Ok(Some(_alone)) = inner.locks.acquire(key_slot(&key), Mode::Exclusive, None)
+            else {
+                return Ok(());
+            };
+            count(
+                folder.remove_if_holds(OsStr::new(name), &sealed),
+                &mut report.records_removed,
+                "dangling",
+            )?;
+            progress(&Progress {
+                phase: "records",
+                done,
+                total: None,
+                bytes: report.evicted_bytes,
+            });
+            Ok(())
+        });
         report.after = usage;
         report.unchecked = unchecked;
         if let Err(error) = inner.usage.set(&inner.locks, usage) {
@@ -809,30 +775,23 @@ impl DiskStore {
     /// The store's root cannot be opened.
     pub fn entries(&self, visit: &mut dyn FnMut(EntryInfo)) -> Result<()> {
         let root = self.open_root()?;
-        let objects = objects_folder(&root);
+        let objects = root.objects();
         let mut unchecked = Vec::new();
-        walk_tree(
-            &root,
-            self.inner.layout.root(),
-            "records",
-            &mut unchecked,
-            &mut |folder, name, _| {
-                let sealed = read_regular(folder, name)?;
-                let Ok((record, _)) = Record::open_any(&sealed) else {
-                    return Ok(());
-                };
-                let accessed_at = object_status(objects.as_ref(), &record.object)
-                    .ok()
-                    .filter(|found| found.kind == Kind::File)
-                    .and_then(|found| found.accessed.duration_since(SystemTime::UNIX_EPOCH).ok())
-                    .map(|since| since.as_secs());
-                visit(EntryInfo {
-                    record,
-                    accessed_at,
-                });
-                Ok(())
-            },
-        );
+        root.walk_sealed("records", &mut unchecked, &mut |_, _, sealed| {
+            let Ok((record, _)) = Record::open_any(&sealed) else {
+                return Ok(());
+            };
+            let accessed_at = object_status(objects.as_ref(), &record.object)
+                .ok()
+                .filter(|found| found.kind == Kind::File)
+                .and_then(|found| found.accessed.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map(|since| since.as_secs());
+            visit(EntryInfo {
+                record,
+                accessed_at,
+            });
+            Ok(())
+        });
         for (path, why) in unchecked {
             log::warn!("{}: {why}", path.display());
         }
@@ -856,22 +815,16 @@ impl DiskStore {
         let root = self.open_root()?;
         let mut found = Vec::new();
         let mut unchecked = Vec::new();
-        walk_tree(
-            &root,
-            self.inner.layout.root(),
-            "kernels",
-            &mut unchecked,
-            &mut |folder, name, _| {
-                let Ok(history) = KernelHistory::open(&read_regular(folder, name)?) else {
-                    return Ok(());
-                };
-                let text = format!("{}#{:032x}", history.name, history.digest);
-                if text.contains(query) {
-                    found.push(history);
-                }
-                Ok(())
-            },
-        );
+        root.walk_sealed("kernels", &mut unchecked, &mut |_, _, sealed| {
+            let Ok(history) = KernelHistory::open(&sealed) else {
+                return Ok(());
+            };
+            let text = format!("{}#{:032x}", history.name, history.digest);
+            if text.contains(query) {
+                found.push(history);
+            }
+            Ok(())
+        });
         for (path, why) in unchecked {
             log::warn!("{}: {why}", path.display());
         }
@@ -935,10 +888,7 @@ pub(crate) fn sweep_staging(
         let found = match staging.status(&name) {
             Ok(found) if found.kind == Kind::File => found,
             Ok(found) => {
-                let why = format!(
-                    "{} where a file should be: left alone",
-                    found.kind.describe()
-                );
+                let why = not_a_file(found.kind);
                 unchecked.push((path, why));
                 continue;
             }

@@ -48,10 +48,13 @@ const MARKER_LIMIT: u64 = 256;
 /// damaged beyond what the store repairs on its own ([`Error::Damaged`]).
 pub(crate) fn prepare(layout: &Layout, durable: bool) -> Result<()> {
     let root_path = layout.root();
-    fs::create_dir_all(root_path).map_err(Error::io("create the store folder", root_path))?;
     // The root itself may be reached through a link: where the store lives
-    // is the user's choice. Nothing below it is.
-    let root = Folder::open(root_path).map_err(Error::io("open the store folder", root_path))?;
+    // is the user's choice. Nothing below it is. An existing store costs
+    // one open; when that fails, creating the folder says best why.
+    let root = Folder::open(root_path).or_else(|_| {
+        fs::create_dir_all(root_path).map_err(Error::io("create the store folder", root_path))?;
+        Folder::open(root_path).map_err(Error::io("open the store folder", root_path))
+    })?;
     adopt(&root, layout, durable)?;
     repair(&root, layout, durable)?;
     sweep(&root, layout);
@@ -187,10 +190,28 @@ fn is_empty_or_unfinished(root: &Folder) -> io::Result<bool> {
 }
 
 /// Rebuilds what is missing or damaged among the store's own names.
+///
+/// One listing of the root says what each name is, so a healthy store is
+/// checked without a look per name; only a name the listing does not show
+/// as it should be is looked at again, and repaired. A root that cannot be
+/// listed has every name looked at.
 fn repair(root: &Folder, layout: &Layout, durable: bool) -> Result<()> {
+    let listed = root.entries().ok();
+    // What the listing says is at `name`: `Some(None)` for nothing, `None`
+    // when it cannot say.
+    let listed_kind = |name: &str| -> Option<Option<Kind>> {
+        let entries = listed.as_ref()?;
+        match entries.iter().find(|(listed_name, _)| listed_name == name) {
+            Some((_, kind)) => kind.map(Some),
+            None => Some(None),
+        }
+    };
     let mut damage = Vec::new();
     let mut changed = false;
     for name in layout::FOLDERS {
+        if listed_kind(name) == Some(Some(Kind::Folder)) {
+            continue;
+        }
         // A file or link there is replaced; a folder is kept as it is.
         match root.folder_made(OsStr::new(name), true) {
             Ok((_, made)) => changed |= made,
@@ -200,6 +221,10 @@ fn repair(root: &Folder, layout: &Layout, durable: bool) -> Result<()> {
         }
     }
     for name in layout::FILES {
+        // Nothing is as good as a file: a put writes it when needed.
+        if matches!(listed_kind(name), Some(None | Some(Kind::File))) {
+            continue;
+        }
         let name = OsStr::new(name);
         let shown = name.to_string_lossy();
         let found = match root.status(name) {

@@ -465,6 +465,14 @@ impl Folder {
 
     /// The names in this folder, `.` and `..` left out.
     pub(crate) fn names(&self) -> io::Result<Vec<OsString>> {
+        let entries = self.entries()?;
+        Ok(entries.into_iter().map(|(name, _)| name).collect())
+    }
+
+    /// The names in this folder with what the listing says each is, without
+    /// a look of its own: `None` where the file system does not say
+    /// (`DT_UNKNOWN`), for the caller to look with [`status`](Self::status).
+    pub(crate) fn entries(&self) -> io::Result<Vec<(OsString, Option<Kind>)>> {
         // `fdopendir` takes the descriptor it is given and its offset:
         // list through a descriptor of its own.
         let own = self.reopen()?;
@@ -492,8 +500,16 @@ impl Folder {
             // SAFETY: a non-null entry from `readdir` holds a NUL-terminated
             // name, valid until the next call on the stream.
             let name = unsafe { CStr::from_ptr((*entry).d_name.as_ptr()) }.to_bytes();
+            // SAFETY: as above, the entry is valid until the next call.
+            let kind = match unsafe { (*entry).d_type } {
+                libc::DT_REG => Some(Kind::File),
+                libc::DT_DIR => Some(Kind::Folder),
+                libc::DT_LNK => Some(Kind::Link),
+                libc::DT_UNKNOWN => None,
+                _ => Some(Kind::Other),
+            };
             if name != b"." && name != b".." {
-                names.push(OsString::from_vec(name.to_vec()));
+                names.push((OsString::from_vec(name.to_vec()), kind));
             }
         };
         // SAFETY: `stream` is open, and closed once, here.
@@ -533,19 +549,20 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::symlink;
 
+    /// A fresh folder holding `store/`, and `outside/file` (`kept`) for a
+    /// link in the store to point at.
     fn scratch(test: &str) -> std::path::PathBuf {
         let path = std::env::temp_dir().join(format!("kiln-tree-{test}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).expect("a temporary folder");
+        fs::create_dir_all(path.join("outside")).expect("a folder");
+        fs::write(path.join("outside/file"), b"kept").expect("a file");
+        fs::create_dir_all(path.join("store")).expect("a folder");
         path
     }
 
     #[test]
     fn a_link_is_seen_as_a_link_and_never_entered() {
         let root = scratch("link");
-        fs::create_dir_all(root.join("outside")).expect("a folder");
-        fs::write(root.join("outside/file"), b"kept").expect("a file");
-        fs::create_dir_all(root.join("store")).expect("a folder");
         symlink(root.join("outside"), root.join("store/ab")).expect("a link");
         let store = Folder::open(&root.join("store")).expect("opens");
         let error = store
@@ -572,8 +589,6 @@ mod tests {
     #[test]
     fn a_removal_takes_only_the_file_that_was_read_and_never_enters_a_link() {
         let root = scratch("removal");
-        fs::create_dir_all(root.join("outside")).expect("a folder");
-        fs::write(root.join("outside/file"), b"kept").expect("a file");
         fs::create_dir_all(root.join("store/entry")).expect("a folder at a file's name");
         symlink(root.join("outside"), root.join("store/entry/link")).expect("a link");
         fs::write(root.join("store/record"), b"read").expect("a file");
