@@ -46,7 +46,7 @@ pub use kiln_hip as hip;
 /// device, with the driver's pipeline cache kept in the store. A machine
 /// without a Vulkan loader compiles with naga alone.
 #[cfg(feature = "wgpu")]
-pub use kiln_wgpu as wgpu_backend;
+pub use kiln_wgpu as wgpu;
 
 /// The README's examples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]
