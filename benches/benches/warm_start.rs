@@ -146,7 +146,7 @@ fn warm_start(criterion: &mut Criterion, target: CudaTarget) {
     let mut files: Vec<(ArtifactId<_>, PathBuf)> = Vec::with_capacity(count);
     {
         let target = loader.target();
-        let bound = target.bound_store().expect("the target is on a store");
+        let bound = loader.bound_store().expect("the target is on a store");
         for (index, kernel) in kernels.iter().enumerate() {
             let id = ArtifactId::new(kernel.id(), variant);
             let key = bound.artifact_key(target.compiler(), &id);

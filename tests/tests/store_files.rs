@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use kiln_core::fake::{FakeArtifact, FakeCompiler, FakeKernel, FakeTarget};
 use kiln_core::{
-    ArtifactStore, BoundStore, Explanation, KernelLoader, KernelOutcome, KeyComponent,
-    KeyComponents, LoaderConfig, Lookup, Miss,
+    ArtifactStore, BoundStore, CompilationTarget, Explanation, KernelLoader, KernelOutcome,
+    KeyComponent, KeyComponents, LoaderConfig, Lookup, Miss,
 };
 use kiln_store::{DiskStore, Error, Limits};
 use kiln_test_support::Scratch;
@@ -320,7 +320,7 @@ fn p9_a_miss_names_the_component_that_changed_or_says_never_seen() {
     ));
     let shared: Arc<dyn ArtifactStore> = Arc::new(store.clone());
     let target = FakeTarget::on_store(shared.clone()).with_compiler(upgraded);
-    let bound = target.bound_store().expect("on a store");
+    let bound = BoundStore::new(shared.clone(), target.fake_compiler());
     let id = FakeKernel::new(1).artifact_id();
     match bound.explain(target.fake_compiler(), &id) {
         Explanation::Changed { difference, .. } => {
@@ -344,7 +344,7 @@ fn p9_a_miss_names_the_component_that_changed_or_says_never_seen() {
         "a new key misses"
     );
     let target = upgraded_loader.target();
-    let bound = target.bound_store().expect("on a store");
+    let bound = upgraded_loader.bound_store().expect("on a store");
     assert!(matches!(
         bound.explain(target.fake_compiler(), &id),
         Explanation::Held { .. }
@@ -359,13 +359,12 @@ fn l10_opening_another_root_makes_the_loader_load_from_it() {
     let second = open_store(&scratch.join("b"));
     let mut loader = loader_on(&first);
     load(&mut loader, 1);
-    let before = kiln_core::CompilationTarget::generation(loader.target());
+    let generation =
+        |target: &FakeTarget| target.store().expect("on a store").generation().current();
+    let before = generation(loader.target());
     let target = std::mem::replace(loader.target_mut(), FakeTarget::storeless());
     *loader.target_mut() = target.switch_to(Arc::new(second.clone()));
-    assert_ne!(
-        kiln_core::CompilationTarget::generation(loader.target()),
-        before
-    );
+    assert_ne!(generation(loader.target()), before);
     load(&mut loader, 1);
     assert_eq!(
         loader.target().fake_compiler().finalized(),
@@ -435,15 +434,17 @@ fn p8_a_bundle_carries_a_store_to_another_root_and_l10_an_import_that_replaces_c
     other
         .export(&second_bundle, None, &mut |_| {})
         .expect("exports");
-    let before = kiln_core::CompilationTarget::generation(warm.target());
+    let generation = |warm: &KernelLoader<FakeTarget>| {
+        warm.bound_store()
+            .expect("the loader bound the store")
+            .generation()
+    };
+    let before = generation(&warm);
     let report = destination
         .import(&second_bundle, None, &mut |_| {})
         .expect("imports");
     assert_eq!(report.replaced, 1);
-    assert_ne!(
-        kiln_core::CompilationTarget::generation(warm.target()),
-        before
-    );
+    assert_ne!(generation(&warm), before);
     assert_eq!(
         load(&mut warm, 1),
         "rebuilt kernel 1",
@@ -567,7 +568,6 @@ fn p4_the_claim_of_a_kernel_that_failed_is_released_when_its_batch_ends() {
     loader.enqueue(Box::new(FakeKernel::new(2)), ());
     loader.compile_queued();
     let bound = loader
-        .target()
         .bound_store()
         .expect("the target sits on the disk store");
     assert_eq!(bound.claims_held(), 0, "no claim outlives its batch");

@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use kiln_core::store::{LibraryFile, Provenance, SourceCover};
 use kiln_core::worker::{ProcessCompiler, WorkerRecipe};
 use kiln_core::{
     ArtifactCompiler, ArtifactId, CompileFailure, Diagnostic, Finalized, KeyComponents,
@@ -14,7 +15,7 @@ use crate::architecture::Architecture;
 use crate::compiler_log::{self, NAME_EXPRESSION_FILE};
 use crate::error::Error;
 use crate::kernel::CudaKernel;
-use crate::key::{self, CudaKeyComponents};
+use crate::key::CudaKeyComponents;
 use crate::nvrtc::{CompileRequest, Nvrtc, NvrtcVersion};
 
 /// The compile choice of a CUDA target: the architecture of its device.
@@ -28,11 +29,12 @@ pub struct CudaVariant {
 /// A lowered CUDA kernel: the text NVRTC compiles and everything it is
 /// compiled with, ready to finalize here or in another process.
 ///
-/// The text starts with comment lines naming the entry point, the options
-/// and the headers' digests, then a `#line 1` that gives the kernel's own
-/// source its own line numbers. So two kernels have the same text exactly
-/// when they compile to the same artifact, which is what kiln's sharing of
-/// artifacts between kernels with identical text needs.
+/// The text starts with the [`SourceCover`] of
+/// [`CudaKeyComponents::cover`] (comment lines naming the entry point,
+/// NVRTC's arguments and the headers' digests), then a `#line 1` that gives
+/// the kernel's own source its own line numbers. So two kernels have the
+/// same text exactly when they compile to the same artifact, which is what
+/// kiln's sharing of artifacts between kernels with identical text needs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CudaLowered {
     program_name: String,
@@ -64,6 +66,11 @@ impl CudaLowered {
     pub fn architecture(&self) -> Architecture {
         self.architecture
     }
+
+    /// What its source key covers beside the kernel's own source.
+    pub fn cover(&self) -> SourceCover {
+        CudaKeyComponents::cover(&self.entry, &self.arguments, &self.headers)
+    }
 }
 
 /// A compiled CUDA kernel: the cubin for one architecture, the PTX it was
@@ -72,8 +79,9 @@ impl CudaLowered {
 ///
 /// Stores keep it serialized. A change to its fields that old bytes would
 /// still decode into must change the compiler's name in
-/// [`CudaKeyComponents::for_store`], so that old entries miss; a change they
-/// no longer decode into is a miss already.
+/// [`CudaKeyComponents::for_store`] (or kiln-core's
+/// [`STORE_FORMAT`](kiln_core::STORE_FORMAT)), so that old entries miss; a
+/// change they no longer decode into is a miss already.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct CudaArtifact {
     /// The cubin (an ELF image) for [`architecture`](Self::architecture).
@@ -84,8 +92,10 @@ pub struct CudaArtifact {
     pub lowered_name: String,
     /// The architecture the cubin is for.
     pub architecture: Architecture,
-    /// Everything that made these bytes.
-    pub key: CudaKeyComponents,
+    /// What made these bytes: the compiler's key components, NVRTC's
+    /// arguments (the architecture's among them), the digests of the source
+    /// and headers, and the entry point.
+    pub key: Provenance,
 }
 
 impl fmt::Debug for CudaArtifact {
@@ -149,17 +159,16 @@ impl CudaCompiler {
         self.nvrtc.version()
     }
 
-    /// The key components of `lowered` compiled by this compiler (P1): what
-    /// its artifact carries as [`CudaArtifact::key`].
-    pub fn artifact_key(&self, lowered: &CudaLowered) -> CudaKeyComponents {
-        CudaKeyComponents::new(
-            self.version(),
-            lowered.architecture,
-            &lowered.arguments,
-            lowered.source(),
-            &lowered.headers,
-            &lowered.entry,
-        )
+    /// NVRTC's library file by its digest: with the version, the compiler's
+    /// identity in keys. Read on the first call in the process.
+    pub fn library_file(&self) -> &'static LibraryFile {
+        self.nvrtc.library_file()
+    }
+
+    /// What made the artifact of `lowered` compiled by this compiler (P1):
+    /// what its artifact carries as [`CudaArtifact::key`].
+    pub fn artifact_key(&self, lowered: &CudaLowered) -> Provenance {
+        Provenance::new(self.key_components(), &lowered.cover(), lowered.source())
     }
 
     fn failure(&self, lowered: &CudaLowered, log: &str, invalid_option: bool) -> CompileFailure {
@@ -242,19 +251,8 @@ impl ArtifactCompiler for CudaCompiler {
         let entry = kernel.entry().expression().to_owned();
         let program_name = kernel.program_name().to_owned();
 
-        let mut text = String::with_capacity(source.len() + 256);
-        text.push_str(&format!("// kiln-cuda entry point: {}\n", one_line(&entry)));
-        text.push_str(&format!(
-            "// kiln-cuda options: {}\n",
-            one_line(&arguments.join(" "))
-        ));
-        for (name, header_text) in &headers {
-            text.push_str(&format!(
-                "// kiln-cuda header: {} {}\n",
-                one_line(name),
-                key::digest(header_text.as_bytes())
-            ));
-        }
+        let mut text = CudaKeyComponents::cover(&entry, &arguments, &headers).preamble();
+        text.reserve(source.len() + 64);
         text.push_str(&format!(
             "#line 1 \"{}\"\n",
             program_name.replace(['"', '\\', '\n'], "_")
@@ -337,12 +335,15 @@ impl ArtifactCompiler for CudaCompiler {
 }
 
 /// What a compile worker process rebuilds a [`CudaCompiler`] from: the
-/// NVRTC version it must find, and the architecture its keys name.
+/// NVRTC it must find, and the architecture its keys name.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CudaRecipe {
     /// The NVRTC version of the loader's process; a worker that opens
     /// another refuses, so artifacts never mix versions.
     pub nvrtc_version: NvrtcVersion,
+    /// The NVRTC library of the loader's process, by digest; a worker that
+    /// opens another refuses, so artifacts never mix patch releases.
+    pub nvrtc_library: LibraryFile,
     /// [`CudaCompiler::keyed_architecture`].
     pub keyed_architecture: Option<Architecture>,
 }
@@ -358,6 +359,7 @@ impl ProcessCompiler for CudaCompiler {
     fn recipe(&self) -> CudaRecipe {
         CudaRecipe {
             nvrtc_version: self.version(),
+            nvrtc_library: self.library_file().clone(),
             keyed_architecture: self.keyed_architecture,
         }
     }
@@ -372,6 +374,16 @@ impl ProcessCompiler for CudaCompiler {
                 recipe.nvrtc_version
             ));
         }
+        if *compiler.library_file() != recipe.nvrtc_library {
+            return Err(format!(
+                "the worker opened NVRTC {} ({}) from {} and the loader uses NVRTC {} ({})",
+                compiler.version(),
+                compiler.library_file(),
+                compiler.nvrtc().origin(),
+                recipe.nvrtc_version,
+                recipe.nvrtc_library
+            ));
+        }
         Ok(match recipe.keyed_architecture {
             Some(architecture) => compiler.keyed_for(architecture),
             None => compiler,
@@ -383,15 +395,10 @@ impl ProcessCompiler for CudaCompiler {
 /// for the components and why they cover every artifact's bytes.
 impl KeyedCompiler for CudaCompiler {
     fn key_components(&self) -> KeyComponents {
-        CudaKeyComponents::for_store(self.version(), self.keyed_architecture)
+        CudaKeyComponents::for_store(self.version(), self.library_file(), self.keyed_architecture)
     }
 
     // The entry point stays `None`: it is folded into every kernel's id and
-    // named by the first line of its lowered text, so both kinds of key
-    // already hold it, and the loader's id alone could not say it.
-}
-
-/// `text` on one line, for the comment lines of a lowered text.
-fn one_line(text: &str) -> String {
-    text.replace(['\n', '\r'], " ")
+    // named by the source cover its lowered text opens with, so both kinds
+    // of key already hold it, and the loader's id alone could not say it.
 }

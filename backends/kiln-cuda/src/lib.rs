@@ -66,7 +66,6 @@ pub mod library;
 mod module;
 mod nvrtc;
 mod options;
-mod store;
 mod target;
 
 pub use architecture::{Architecture, ArchitectureParseError};

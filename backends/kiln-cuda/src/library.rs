@@ -24,9 +24,11 @@
 //! which is how cudarc's open by name and NVRTC's own open of its builtins
 //! find these copies without `LD_LIBRARY_PATH`.
 
+use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use kiln_core::store::LibraryFile;
 use libloading::Library;
 
 use crate::error::{CudaLibrary, Error};
@@ -79,11 +81,17 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemcpyDtoH_v2",
 ];
 
-/// A library that is open and that cudarc will find: where it came from.
+/// A library that is open and that cudarc will find: where it came from,
+/// and the file the dynamic linker really loaded.
 #[derive(Debug)]
 pub struct OpenedLibrary {
     library: CudaLibrary,
     origin: String,
+    /// The file holding the functions cudarc calls, as the dynamic linker
+    /// reports it; `None` when it does not say.
+    file: Option<PathBuf>,
+    /// That file by its bytes, read when first asked for.
+    identity: OnceLock<LibraryFile>,
     /// Keeps the library (and, when it was opened by path, its companions)
     /// loaded for the life of the process, so that cudarc's open by name
     /// finds this copy.
@@ -99,6 +107,28 @@ impl OpenedLibrary {
     /// Where it was found: a path, or the name the dynamic linker resolved.
     pub fn origin(&self) -> &str {
         &self.origin
+    }
+
+    /// The file the functions cudarc calls were loaded from, links
+    /// followed: the copy in use, which may not be [`origin`](Self::origin)
+    /// when the dynamic linker resolves the name to another.
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+
+    /// The loaded file by its name and the digest of its bytes: the
+    /// compiler's identity in keys (P1), since NVRTC reports only
+    /// `major.minor`. Read on the first call (NVRTC's library is about
+    /// 110 MB) and kept for the life of the process; a file that cannot be
+    /// read gives an identity no other process shares.
+    pub fn file_identity(&self) -> &LibraryFile {
+        self.identity.get_or_init(|| {
+            let path = self
+                .file
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(&self.origin));
+            LibraryFile::identify(&path)
+        })
     }
 }
 
@@ -322,10 +352,21 @@ fn open(
             );
         }
     }
+    // The copy cudarc calls into is the one `used` resolves; where it came
+    // from is asked of the dynamic linker, which may have found another
+    // copy than the one opened by path.
+    // SAFETY: the lookup only reads an address, which is handed to dladdr
+    // while `used` keeps its library loaded, and never called.
+    let file = unsafe { used.get::<*const c_void>(symbols[0].as_bytes()) }
+        .ok()
+        // SAFETY: `used` keeps the library holding the address loaded.
+        .and_then(|address| unsafe { LibraryFile::containing(*address) });
     pinned.push(used);
     Ok(OpenedLibrary {
         library,
         origin,
+        file,
+        identity: OnceLock::new(),
         _pinned: pinned,
     })
 }

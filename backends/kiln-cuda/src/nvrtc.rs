@@ -13,11 +13,15 @@ use std::ptr;
 use cudarc::nvrtc::sys::{self, nvrtcProgram, nvrtcResult};
 use serde::{Deserialize, Serialize};
 
+use kiln_core::store::LibraryFile;
+
 use crate::architecture::Architecture;
 use crate::error::Error;
-use crate::library;
+use crate::library::{self, OpenedLibrary};
 
-/// NVRTC's version, `major.minor`: part of every artifact's key.
+/// NVRTC's version, `major.minor`: part of every artifact's key, with the
+/// digest of NVRTC's library ([`Nvrtc::library_file`]), since a patch
+/// release keeps the version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NvrtcVersion {
     /// Major version (13 for CUDA 13).
@@ -32,7 +36,8 @@ impl fmt::Display for NvrtcVersion {
     }
 }
 
-/// An open NVRTC: its version and the architectures it compiles for.
+/// An open NVRTC: its version, its library and the architectures it
+/// compiles for.
 ///
 /// Holding one proves the library is loaded and has every function kiln-cuda
 /// calls, so its methods never reach a cudarc panic.
@@ -40,7 +45,7 @@ impl fmt::Display for NvrtcVersion {
 pub struct Nvrtc {
     version: NvrtcVersion,
     architectures: Vec<Architecture>,
-    origin: &'static str,
+    library: &'static OpenedLibrary,
 }
 
 impl Nvrtc {
@@ -82,7 +87,7 @@ impl Nvrtc {
                 minor: u32::try_from(minor).unwrap_or(0),
             },
             architectures,
-            origin: opened.origin(),
+            library: opened,
         })
     }
 
@@ -98,7 +103,14 @@ impl Nvrtc {
 
     /// Where the library was found.
     pub fn origin(&self) -> &str {
-        self.origin
+        self.library.origin()
+    }
+
+    /// The library file loaded, by its name and the digest of its bytes:
+    /// the compiler's identity beside [`version`](Self::version) (P1). Read
+    /// once per process, on the first call.
+    pub fn library_file(&self) -> &'static LibraryFile {
+        self.library.file_identity()
     }
 
     /// Compiles `request`; a compile error is a [`CompileOutcome`] with no

@@ -2,19 +2,14 @@
 //! optionally a store in front of NVRTC.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use kiln_core::{
-    ArtifactId, ArtifactStore, BoundStore, CompilationTarget, DeviceRefusal, Lookup, StoreOutcome,
-    StoreSlot,
-};
+use kiln_core::{ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal};
 
 use crate::architecture::Architecture;
 use crate::compiler::{CudaArtifact, CudaCompiler, CudaVariant};
 use crate::device::CudaDevice;
 use crate::error::Error;
 use crate::module::{self, LoadedKernel};
-use crate::store::{TargetStore, target_store};
 
 /// Where a target's kernels go.
 #[derive(Debug)]
@@ -40,7 +35,7 @@ enum Destination {
 /// | either, on a store unless it is disabled | `.`[`with_optional_store`](Self::with_optional_store)`(store)` |
 ///
 /// A storeless target keeps artifacts as long as its loader
-/// (`persists() == false`). A target on a store — kiln-store's `DiskStore`
+/// (`store() == None`). A target on a store — kiln-store's `DiskStore`
 /// or any other [`ArtifactStore`] — reads every kernel the store holds
 /// instead of compiling it, stores every kernel it compiles, and shares
 /// artifacts between kernels whose lowered text is identical (L5). Its keys
@@ -114,7 +109,7 @@ enum Destination {
 pub struct CudaTarget {
     compiler: CudaCompiler,
     destination: Destination,
-    store: StoreSlot<CudaCompiler, Architecture>,
+    store: Option<Arc<dyn ArtifactStore>>,
 }
 
 impl CudaTarget {
@@ -128,7 +123,7 @@ impl CudaTarget {
         Ok(Self {
             compiler: CudaCompiler::new()?.keyed_for(device.architecture()),
             destination: Destination::Device(device),
-            store: StoreSlot::empty(),
+            store: None,
         })
     }
 
@@ -143,17 +138,16 @@ impl CudaTarget {
         Ok(Self {
             compiler: CudaCompiler::new()?.keyed_for(architecture),
             destination: Destination::CompileOnly(architecture),
-            store: StoreSlot::empty(),
+            store: None,
         })
     }
 
-    /// The same target on `store`: it reads kernels the store holds instead
-    /// of compiling them, and stores what it compiles (`persists() ==
-    /// true`). Kernels asked for under a variant of another architecture
-    /// than the target's compile and load without the store.
+    /// The same target on `store`: its loader reads kernels the store
+    /// holds instead of compiling them, and stores what it compiles. Kernels
+    /// asked for under a variant of another architecture than the target's
+    /// compile and load without the store ([`keeps`](CompilationTarget::keeps)).
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
-        self.store
-            .set(target_store(store, &self.compiler, self.architecture()));
+        self.store = Some(store);
         self
     }
 
@@ -170,25 +164,21 @@ impl CudaTarget {
 
     /// Puts the target on `store` in place of the one it has, as opening
     /// another root does: its loader drops every kernel it loaded and loads
-    /// them again from `store` (L10). Claims held on the old store are let
-    /// go.
+    /// them again from `store` (L10), binding it when it is next used
+    /// (through [`KernelLoader::target_mut`](kiln_core::KernelLoader::target_mut)).
+    /// Claims held on the old store are let go.
     ///
     /// Returns `false`, changing nothing, on a storeless target: whether a
-    /// target persists never changes.
+    /// target has a store never changes.
     #[must_use = "a storeless target does not switch"]
     pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
-        if !self.store.is_bound() {
-            return false;
+        match &mut self.store {
+            Some(current) => {
+                *current = store;
+                true
+            }
+            None => false,
         }
-        self.store
-            .set(target_store(store, &self.compiler, self.architecture()));
-        true
-    }
-
-    /// The store binding, on a target that persists: its store, its key
-    /// components, the key of any kernel, why a kernel missed (P9).
-    pub fn bound_store(&self) -> Option<&BoundStore<CudaCompiler>> {
-        self.store.get().map(TargetStore::bound)
     }
 
     /// The architecture kernels are compiled for.
@@ -228,39 +218,14 @@ impl CompilationTarget for CudaTarget {
         &self.compiler
     }
 
-    fn persists(&self) -> bool {
-        self.store.is_bound()
+    fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
+        self.store.as_ref()
     }
 
-    #[inline]
-    fn generation(&self) -> u64 {
-        self.store.generation()
-    }
-
-    fn lookup(&mut self, id: &ArtifactId<CudaVariant>) -> Lookup<CudaArtifact> {
-        self.store.lookup(&self.compiler, id)
-    }
-
-    fn lookup_source(
-        &mut self,
-        id: &ArtifactId<CudaVariant>,
-        source: &str,
-    ) -> Lookup<CudaArtifact> {
-        self.store.lookup_source(&self.compiler, id, source)
-    }
-
-    fn store(
-        &mut self,
-        id: &ArtifactId<CudaVariant>,
-        artifact: &CudaArtifact,
-        source: Option<&str>,
-        work: Duration,
-    ) -> StoreOutcome {
-        self.store.put(&self.compiler, id, artifact, source, work)
-    }
-
-    fn batch_finished(&mut self) {
-        self.store.batch_finished();
+    /// Every key of the store names the target's architecture (P1): a
+    /// kernel of another would be filed under components that misname it.
+    fn keeps(&self, variant: &CudaVariant) -> bool {
+        variant.architecture == self.architecture()
     }
 
     fn load(

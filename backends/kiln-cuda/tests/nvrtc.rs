@@ -29,7 +29,7 @@ fn b1_a_valid_kernel_compiles_to_a_cubin_for_the_exact_architecture_and_its_ptx(
     assert!(artifact.ptx.contains(".entry saxpy("), "{}", artifact.ptx);
     assert_eq!(artifact.lowered_name, "saxpy");
     assert!(
-        artifact.key.compiler.starts_with("nvrtc "),
+        artifact.key.components.compiler.starts_with("nvrtc "),
         "{}",
         artifact.key
     );
@@ -127,7 +127,8 @@ fn b1_a_template_entry_point_resolves_to_its_lowered_name() {
         artifact.ptx
     );
     assert_eq!(artifact.key.entry_point, "scale<float, 128>");
-    assert_eq!(artifact.key.header_digests.len(), 1);
+    assert_eq!(artifact.key.headers.len(), 1);
+    assert_eq!(artifact.key.headers[0].include_name, "common.cuh");
 }
 
 // B1
@@ -368,7 +369,14 @@ fn p1_the_key_covers_compiler_architecture_options_source_headers_and_entry() {
         key(base().source(source)),
         "the same inputs, the same key"
     );
-    assert!(reference.compiler.starts_with("nvrtc 13."), "{reference}");
+    assert!(
+        reference.components.compiler.starts_with("nvrtc 13."),
+        "{reference}"
+    );
+    assert!(
+        reference.components.compiler.contains(" blake3:"),
+        "the compiler names its library by digest: {reference}"
+    );
     let changed = [
         (
             key(base()
@@ -403,13 +411,26 @@ fn p1_the_key_covers_compiler_architecture_options_source_headers_and_entry() {
                         .architecture(Architecture::new(8, 0)),
                 )
                 .source(source)),
-            "architecture",
+            // The architecture is one of NVRTC's arguments: one fact, in
+            // one place.
+            "options",
         ),
     ];
     for (other, component) in changed {
         assert_ne!(other.digest(), reference.digest(), "{component}");
         assert_eq!(reference.first_difference(&other), Some(component));
     }
+    let pinned = key(base()
+        .options(
+            CudaOptions::default()
+                .define("N", "4")
+                .architecture(Architecture::new(8, 0)),
+        )
+        .source(source));
+    assert!(
+        pinned.options.iter().any(|option| option == "-arch=sm_80"),
+        "{pinned}"
+    );
 }
 
 // B1

@@ -4,6 +4,11 @@
 //! the first compiled (L5a) — the cubin's bytes without a GPU, and on a GPU
 //! a kernel that launches with results identical to the first process's.
 //!
+//! What holds for every store whatever it holds (keys that differ in one
+//! component, claims, replacement, explanations) is proved once by the store
+//! conformance suite on the disk store (`crates/kiln-store/tests/
+//! conformance.rs`); these tests prove what only real cubins show.
+//!
 //! The tests that need a second process run this test binary again, with
 //! `KILN_CUDA_STORE_CHILD` naming the folder the first one filled: the same
 //! test then plays the second process.
@@ -15,12 +20,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kiln_core::{
-    ArtifactId, CompilationTarget, Kernel, KernelId, KernelOutcome, KeyComponent, KeyComponents,
+    ArtifactId, BoundStore, CompilationTarget, Kernel, KernelId, KernelOutcome, KeyComponents,
     Lookup,
 };
 use kiln_cuda::{
-    Architecture, CudaKernel, CudaOptions, CudaTarget, CudaVariant, DeviceBuffer, LaunchConfig,
-    LoadedImage,
+    Architecture, CudaCompiler, CudaKernel, CudaOptions, CudaTarget, CudaVariant, DeviceBuffer,
+    LaunchConfig, LoadedImage,
 };
 use support::{Random, Scratch, disk_store, fixed, id_on, loader};
 
@@ -99,21 +104,25 @@ fn p1_the_store_key_names_cuda_nvrtc_the_architecture_and_the_default_options() 
         return;
     };
     let version = target.compiler().version();
+    let library = target.compiler().library_file();
     let scratch = Scratch::new("key");
     let store = disk_store(&scratch.join("store"));
     let hopper = target.with_store(store.clone());
-    let bound = hopper
-        .bound_store()
-        .expect("a target on a store has a binding");
+    let bound = bound_store(&hopper).expect("a target on a store has a binding");
     assert_eq!(
         *bound.components(),
-        KeyComponents::new("cuda", format!("nvrtc {version}"), "sm_90", "-std=c++17")
+        KeyComponents::new(
+            "cuda",
+            format!("nvrtc {version} ({library})"),
+            "sm_90",
+            "-std=c++17"
+        )
     );
     let kernel = saxpy();
     let compiled = support::compile(&hopper, &kernel).expect("saxpy compiles");
     assert_eq!(
         bound.components().compiler,
-        compiled.artifact.key.compiler,
+        compiled.artifact.key.components.compiler,
         "the artifact and its store key name the compiler alike"
     );
 
@@ -123,25 +132,24 @@ fn p1_the_store_key_names_cuda_nvrtc_the_architecture_and_the_default_options() 
         .with_store(store.clone());
     let id = id_on(&hopper, &kernel);
     let key = bound.artifact_key(hopper.compiler(), &id);
-    let same = again
-        .bound_store()
+    let same = bound_store(&again)
         .expect("bound")
         .artifact_key(again.compiler(), &id);
     assert_eq!(key.digest(), same.digest());
 
-    // Another architecture, or another option, is another key that says so.
+    // Another architecture changes the architecture of the components and
+    // nothing else; that keys differing in one component never see each
+    // other's entries, and that a miss names the component, is the store
+    // conformance suite's (P1, P9).
     let ampere = CudaTarget::compile_only(Architecture::new(8, 0))
         .expect("NVRTC opened once already")
         .with_store(store);
-    let ampere_key = ampere
-        .bound_store()
-        .expect("bound")
-        .artifact_key(ampere.compiler(), &id_on(&ampere, &kernel));
-    assert_ne!(ampere_key.digest(), key.digest());
     assert_eq!(
-        key.first_difference(&ampere_key)
-            .map(|difference| difference.component),
-        Some(KeyComponent::Architecture)
+        *bound_store(&ampere).expect("bound").components(),
+        KeyComponents {
+            architecture: "sm_80".into(),
+            ..bound.components().clone()
+        }
     );
     let fast = CudaKernel::builder(KernelId::named("tests.store.saxpy"), "saxpy")
         .options(CudaOptions::default().fast_math(true))
@@ -227,7 +235,8 @@ fn second_process_reads_the_cubin(folder: &Path) {
     assert_eq!(second.statistics().hits, 1);
     assert!(!batch.stored, "nothing new to store");
     assert_eq!(loaded.lowered_name(), "saxpy");
-    let Lookup::Hit { artifact, .. } = second.target_mut().lookup(&id) else {
+    let bound = second.bound_store().expect("the loader bound the store");
+    let Lookup::Hit { artifact, .. } = bound.lookup(second.target().compiler(), &id) else {
         panic!("the store still holds saxpy");
     };
     std::fs::write(folder.join("second.cubin"), &artifact.cubin).expect("written");
@@ -484,25 +493,35 @@ fn a_target_without_a_store_keeps_nothing_and_cannot_switch_to_one() {
     let Some(mut target) = support::compile_only("a storeless target") else {
         return;
     };
-    assert!(!target.persists());
-    assert!(target.bound_store().is_none());
-    assert_eq!(target.generation(), 0);
+    assert!(target.store().is_none());
+    assert!(bound_store(&target).is_none());
     let scratch = Scratch::new("storeless");
     assert!(
         !target.switch_store(disk_store(&scratch.join("store"))),
         "a storeless target does not switch"
     );
     assert!(
-        !target.persists(),
-        "whether a target persists never changes"
+        target.store().is_none(),
+        "whether a target has a store never changes"
     );
     let target = target.with_optional_store(None);
-    assert!(!target.persists());
+    assert!(target.store().is_none());
     let mut storeless = loader(target);
+    assert!(
+        storeless.bound_store().is_none(),
+        "the loader binds no store"
+    );
     let kernel = saxpy();
     storeless
         .load(&kernel, &id_on(storeless.target(), &kernel))
         .expect("saxpy loads");
     assert!(!storeless.records()[0].stored);
     assert_eq!(storeless.statistics().stored, 0);
+}
+
+/// `target`'s store bound to its compiler's keys, as its loader binds it.
+fn bound_store(target: &CudaTarget) -> Option<BoundStore<CudaCompiler>> {
+    target
+        .store()
+        .map(|store| BoundStore::new(std::sync::Arc::clone(store), target.compiler()))
 }

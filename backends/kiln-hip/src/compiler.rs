@@ -5,6 +5,7 @@ use std::ffi::CString;
 use std::fmt;
 use std::sync::Arc;
 
+use kiln_core::store::{Provenance, SourceCover};
 use kiln_core::worker::{ProcessCompiler, WorkerRecipe};
 use kiln_core::{
     ArtifactCompiler, ArtifactId, CompileFailure, Diagnostic, Finalized, KeyComponents,
@@ -16,7 +17,7 @@ use crate::diagnostics;
 use crate::error::{Error, Result};
 use crate::isa::{GfxArch, SupportedTargets};
 use crate::kernel::{HipHeader, HipKernel, HipSource};
-use crate::key::{CompilerIdentity, HipArtifactKey, digest_hex};
+use crate::key::{CompilerIdentity, HipArtifactKey};
 use crate::options::{HipOptions, HipVariant};
 use crate::program::Program;
 use crate::result::c_string;
@@ -29,8 +30,9 @@ pub(crate) const PROGRAM_NAME: &str = "kernel.hip";
 /// as plain data that can cross to another process.
 ///
 /// Its [text](ArtifactCompiler::source) — the one the loader compares to
-/// share artifacts between kernels — opens with comment lines naming the
-/// target, the entry point, the flags and each header's digest, so that two
+/// share artifacts between kernels — opens with the [`SourceCover`] of
+/// [`HipArtifactKey::cover`] (comment lines naming the entry point, the
+/// flags, the architecture's first, and each header's digest), so that two
 /// kernels share an artifact only when everything that shapes it is equal.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HipLowered {
@@ -54,18 +56,9 @@ impl HipLowered {
         options: &HipOptions,
         headers: &[HipHeader],
     ) -> Result<Self> {
-        let mut text = format!("// kiln-hip target: {}\n", variant.arch);
-        text.push_str(&format!("// kiln-hip entry: {entry:?}\n"));
-        for flag in options.compile_flags(&variant.arch)? {
-            text.push_str(&format!("// kiln-hip flag: {flag:?}\n"));
-        }
-        for header in headers {
-            text.push_str(&format!(
-                "// kiln-hip header: {:?} {}\n",
-                header.include_name,
-                digest_hex(header.text.as_bytes())
-            ));
-        }
+        let mut text =
+            HipArtifactKey::cover(entry, options.compile_flags(&variant.arch)?, headers).preamble();
+        text.reserve(source.len());
         let source_start = text.len();
         text.push_str(source);
         Ok(Self {
@@ -102,6 +95,19 @@ impl HipLowered {
     pub fn headers(&self) -> &[HipHeader] {
         &self.headers
     }
+
+    /// What its source key covers beside the source, compiled for `arch`.
+    ///
+    /// # Errors
+    ///
+    /// The options hold a flag that chooses the architecture.
+    pub fn cover(&self, arch: &GfxArch) -> Result<SourceCover> {
+        Ok(HipArtifactKey::cover(
+            &self.entry,
+            self.options.compile_flags(arch)?,
+            &self.headers,
+        ))
+    }
 }
 
 /// A compiled HIP kernel: a code object for one gfx architecture and the
@@ -109,8 +115,9 @@ impl HipLowered {
 ///
 /// Stores keep it serialized. A change to its fields that old bytes would
 /// still decode into must change the compiler component of
-/// [`HipArtifactKey::for_store`], so that old entries miss; a change they no
-/// longer decode into is a miss already.
+/// [`HipArtifactKey::for_store`] (or kiln-core's
+/// [`STORE_FORMAT`](kiln_core::STORE_FORMAT)), so that old entries miss; a
+/// change they no longer decode into is a miss already.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct HipArtifact {
     /// The code object, as hipRTC returned it.
@@ -121,8 +128,10 @@ pub struct HipArtifact {
     pub entry: String,
     /// The architecture it was compiled for.
     pub arch: GfxArch,
-    /// Everything that shaped it.
-    pub key: HipArtifactKey,
+    /// What shaped it: the compiler's key components, the flags (the
+    /// architecture's first), the digests of the source and headers, and
+    /// the entry point.
+    pub key: Provenance,
 }
 
 impl fmt::Debug for HipArtifact {
@@ -216,9 +225,10 @@ impl HipCompiler {
         self.keyed_arch.as_ref()
     }
 
-    /// Which hipRTC and comgr compile.
+    /// Which hipRTC and comgr compile. Their library files are read and
+    /// digested on the first call in the process.
     pub fn identity(&self) -> &CompilerIdentity {
-        &self.toolchain.identity
+        self.toolchain.identity()
     }
 
     /// The targets the installed compiler supports.
@@ -236,7 +246,8 @@ impl HipCompiler {
         self.toolchain.check_target(arch)
     }
 
-    /// The key of `lowered` compiled under `id`'s variant.
+    /// What made the artifact of `lowered` compiled under `id`'s variant:
+    /// what the artifact carries as [`HipArtifact::key`].
     ///
     /// # Errors
     ///
@@ -245,8 +256,16 @@ impl HipCompiler {
         &self,
         id: &ArtifactId<HipVariant>,
         lowered: &HipLowered,
-    ) -> Result<HipArtifactKey> {
-        HipArtifactKey::new(self.identity(), &id.variant.arch, lowered)
+    ) -> Result<Provenance> {
+        self.provenance(&id.variant.arch, lowered)
+    }
+
+    fn provenance(&self, arch: &GfxArch, lowered: &HipLowered) -> Result<Provenance> {
+        Ok(Provenance::new(
+            self.key_components(),
+            &lowered.cover(arch)?,
+            lowered.source(),
+        ))
     }
 
     fn compile(
@@ -257,8 +276,9 @@ impl HipCompiler {
         if self.checks_targets {
             self.check_target(arch).map_err(configuration_failure)?;
         }
-        let key =
-            HipArtifactKey::new(self.identity(), arch, lowered).map_err(configuration_failure)?;
+        let key = self
+            .provenance(arch, lowered)
+            .map_err(configuration_failure)?;
 
         // hipRTC's own failures and text it cannot take are reported as they
         // are: neither is about the source or the configuration.
@@ -472,8 +492,8 @@ impl KeyedCompiler for HipCompiler {
     }
 
     // The entry point stays `None`: it is folded into every kernel's id and
-    // named by the lowered text's comment lines, so both kinds of key
-    // already hold it, and the loader's id alone could not say it.
+    // named by the source cover the lowered text opens with, so both kinds
+    // of key already hold it, and the loader's id alone could not say it.
 }
 
 #[cfg(test)]

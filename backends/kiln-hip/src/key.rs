@@ -1,56 +1,56 @@
-//! Everything that changes the bytes of a HIP artifact (P1): per artifact
-//! in [`HipArtifactKey`], carried on every artifact, and per target in the
-//! [`KeyComponents`] a store files every artifact of the target under.
+//! Everything that changes the bytes of a HIP artifact (P1), in kiln-core's
+//! key vocabulary: the [`KeyComponents`] a store files every artifact of a
+//! target under, the [`SourceCover`] a lowered text opens with, and the
+//! [`Provenance`](kiln_core::store::Provenance) every artifact carries.
 //!
 //! # How the store key covers every component
 //!
 //! A store key is the store's format, the [`KeyComponents`] of
 //! [`HipArtifactKey::for_store`] (backend `hip`, the compiler's whole
 //! identity, the target's architecture, the flags every kernel gets), the
-//! variant (the architecture again), and a subject:
+//! variant (the architecture kernels are built for), and a subject:
 //!
 //! - by kernel: the kernel's id, into which [`HipKernel`](crate::HipKernel)
 //!   folds the source (or the generator's parameters), the entry point,
 //!   the kernel's own options and every header's text;
-//! - by source (P7): the digest of the lowered text, whose first lines name
-//!   the target, the entry point, every flag and every header's digest.
+//! - by source (P7): the digest of the lowered text, which opens with the
+//!   [`SourceCover`] of [`HipArtifactKey::cover`]: the entry point, every
+//!   flag (the architecture's first) and every header's digest.
 
 use std::fmt;
 
 use kiln_core::KeyComponents;
+use kiln_core::store::{LibraryFile, SourceCover};
 use serde::{Deserialize, Serialize};
 
-use crate::compiler::HipLowered;
-use crate::error::Result;
-use crate::isa::GfxArch;
-use crate::options::HipOptions;
+pub use kiln_core::store::HeaderDigest;
 
-/// How [`KeyComponents::architecture`] reads for a compiler that no target
-/// has named an architecture for: each artifact's own is in its variant.
-pub(crate) const ANY_ARCHITECTURE: &str = "per variant";
+use crate::isa::GfxArch;
+use crate::kernel::HipHeader;
+use crate::options::HipOptions;
 
 /// Which compiler built an artifact.
 ///
 /// hipRTC's own version says little (ROCm 5.2's reports `9.0`), so the
-/// identity also holds the file names of hipRTC's library and of comgr with
-/// symbolic links followed, which carry the full release
-/// (`libamdhip64.so.5.2.21153`), and comgr's version: comgr is the compiler
-/// hipRTC drives.
+/// identity also holds the library files of hipRTC and of comgr (the
+/// compiler hipRTC drives) by name, links followed, and by the digest of
+/// their bytes, with comgr's version: a rebuilt or patched library with the
+/// same name and version is another compiler.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CompilerIdentity {
     /// `hiprtcVersion`, `major.minor`.
     pub hiprtc_version: String,
-    /// The file hipRTC was loaded from, without its directory.
-    pub hiprtc_library: String,
+    /// The file hipRTC was loaded from.
+    pub hiprtc_library: LibraryFile,
     /// `amd_comgr_get_version`, `major.minor`.
     pub comgr_version: String,
-    /// The file comgr was loaded from, without its directory.
-    pub comgr_library: String,
+    /// The file comgr was loaded from.
+    pub comgr_library: LibraryFile,
 }
 
-/// `hiprtc 9.0 (libamdhip64.so.5.2.21153), comgr 2.4 (libamd_comgr.so.2.4.0)`:
-/// every field, so that the compiler component of a store key changes
-/// whenever one of them does.
+/// `hiprtc 9.0 (libamdhip64.so.5.2.21153 blake3:…), comgr 2.4
+/// (libamd_comgr.so.2.4.0 blake3:…)`: every field, so that the compiler
+/// component of a store key changes whenever one of them does.
 impl fmt::Display for CompilerIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -61,227 +61,144 @@ impl fmt::Display for CompilerIdentity {
     }
 }
 
-/// The digest of one header.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct HeaderDigest {
-    /// The name the source includes it by.
-    pub include_name: String,
-    /// BLAKE3 of its text, in hex.
-    pub digest: String,
-}
-
-/// The key components of one HIP artifact: compiler identity, architecture,
-/// the exact flags hipRTC was given, digests of the source and of each
-/// header, and the entry point. Two processes with the same inputs compute
-/// the same key; any changed component gives another.
+/// How kiln-hip names the parts of its keys; it holds nothing.
 ///
-/// Kept on every artifact, so a store hit can say what built it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct HipArtifactKey {
-    /// The compiler.
-    pub compiler: CompilerIdentity,
-    /// The target architecture, features included.
-    pub arch: GfxArch,
-    /// The flags handed to hipRTC, in order, the architecture's included.
-    pub options: Vec<String>,
-    /// BLAKE3 of the source text, in hex.
-    pub source_digest: String,
-    /// One digest per header, in the order given to hipRTC.
-    pub headers: Vec<HeaderDigest>,
-    /// The entry point's name expression.
-    pub entry_point: String,
-}
-
-/// Bumped whenever the key's encoding or meaning changes, so old entries
-/// miss rather than match.
-const KEY_FORMAT: &str = "kiln-hip artifact key 1";
-
-/// The backend store keys name: `hip`.
-const BACKEND: &str = "hip";
+/// ```
+/// use kiln_core::store::LibraryFile;
+/// use kiln_hip::{CompilerIdentity, GfxArch, HipArtifactKey};
+///
+/// let library = |name: &str| LibraryFile { name: name.into(), digest: [0; 32] };
+/// let identity = CompilerIdentity {
+///     hiprtc_version: "9.0".into(),
+///     hiprtc_library: library("libamdhip64.so.5.2.21153"),
+///     comgr_version: "2.4".into(),
+///     comgr_library: library("libamd_comgr.so.2.4.0"),
+/// };
+/// let components = HipArtifactKey::for_store(&identity, Some(&GfxArch::new("gfx90a")?));
+/// let zeros = "0".repeat(32);
+/// assert_eq!(
+///     components.compiler,
+///     format!(
+///         "hiprtc 9.0 (libamdhip64.so.5.2.21153 blake3:{zeros}), \
+///          comgr 2.4 (libamd_comgr.so.2.4.0 blake3:{zeros})"
+///     )
+/// );
+/// assert_eq!(components.architecture, "gfx90a");
+/// # Ok::<(), kiln_hip::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct HipArtifactKey;
 
 impl HipArtifactKey {
-    /// The key of `lowered` compiled for `arch` by `compiler`.
-    ///
-    /// # Errors
-    ///
-    /// The options hold a flag that chooses the architecture.
-    pub fn new(compiler: &CompilerIdentity, arch: &GfxArch, lowered: &HipLowered) -> Result<Self> {
-        Ok(Self {
-            compiler: compiler.clone(),
-            arch: arch.clone(),
-            options: lowered.options().compile_flags(arch)?,
-            source_digest: digest_hex(lowered.source().as_bytes()),
-            headers: lowered
-                .headers()
-                .iter()
-                .map(|header| HeaderDigest {
-                    include_name: header.include_name.clone(),
-                    digest: digest_hex(header.text.as_bytes()),
-                })
-                .collect(),
-            entry_point: lowered.entry().to_owned(),
-        })
-    }
+    /// The backend these components key: `hip`.
+    pub const BACKEND: &'static str = "hip";
 
     /// What every store key of a target's artifacts shares (P1): backend
     /// `hip`, the compiler's whole identity (hipRTC's and comgr's versions
     /// and library files: hipRTC's own version says little), the target's
     /// architecture, and as options the flags a kernel that chooses none is
     /// compiled with, past the architecture (none: hipRTC's defaults).
-    ///
-    /// ```
-    /// use kiln_hip::{CompilerIdentity, GfxArch, HipArtifactKey};
-    ///
-    /// let identity = CompilerIdentity {
-    ///     hiprtc_version: "9.0".into(),
-    ///     hiprtc_library: "libamdhip64.so.5.2.21153".into(),
-    ///     comgr_version: "2.4".into(),
-    ///     comgr_library: "libamd_comgr.so.2.4.0".into(),
-    /// };
-    /// let components = HipArtifactKey::for_store(&identity, Some(&GfxArch::new("gfx90a")?));
-    /// assert_eq!(
-    ///     components.compiler,
-    ///     "hiprtc 9.0 (libamdhip64.so.5.2.21153), comgr 2.4 (libamd_comgr.so.2.4.0)"
-    /// );
-    /// assert_eq!(components.architecture, "gfx90a");
-    /// # Ok::<(), kiln_hip::Error>(())
-    /// ```
     pub fn for_store(identity: &CompilerIdentity, arch: Option<&GfxArch>) -> KeyComponents {
         KeyComponents::new(
-            BACKEND,
+            Self::BACKEND,
             identity.to_string(),
-            arch.map_or_else(|| ANY_ARCHITECTURE.to_owned(), ToString::to_string),
+            arch.map_or_else(
+                || KeyComponents::ANY_ARCHITECTURE.to_owned(),
+                ToString::to_string,
+            ),
             HipOptions::new().flags_past_architecture().join(" "),
         )
     }
 
-    /// BLAKE3 of every component, in hex: one name for the whole key.
-    pub fn digest(&self) -> String {
-        let mut hasher = blake3::Hasher::new();
-        let mut field = |bytes: &[u8]| {
-            // Length-prefixed, so that no two lists of fields encode alike.
-            hasher.update(&(bytes.len() as u64).to_le_bytes());
-            hasher.update(bytes);
-        };
-        field(KEY_FORMAT.as_bytes());
-        field(self.compiler.hiprtc_version.as_bytes());
-        field(self.compiler.hiprtc_library.as_bytes());
-        field(self.compiler.comgr_version.as_bytes());
-        field(self.compiler.comgr_library.as_bytes());
-        field(self.arch.as_str().as_bytes());
-        field(&(self.options.len() as u64).to_le_bytes());
-        for option in &self.options {
-            field(option.as_bytes());
-        }
-        field(self.source_digest.as_bytes());
-        field(&(self.headers.len() as u64).to_le_bytes());
-        for header in &self.headers {
-            field(header.include_name.as_bytes());
-            field(header.digest.as_bytes());
-        }
-        field(self.entry_point.as_bytes());
-        hasher.finalize().to_hex().to_string()
+    /// What a source key of a kernel entered at `entry`, compiled with
+    /// hipRTC's `flags` and `headers`, covers beside its text.
+    pub fn cover(entry: &str, flags: Vec<String>, headers: &[HipHeader]) -> SourceCover {
+        headers.iter().fold(
+            SourceCover::new(Self::BACKEND, entry).options(flags),
+            |cover, header| cover.header(&header.include_name, &header.text),
+        )
     }
-}
-
-/// BLAKE3 of `bytes`, in hex.
-pub(crate) fn digest_hex(bytes: &[u8]) -> String {
-    blake3::hash(bytes).to_hex().to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn key() -> HipArtifactKey {
-        HipArtifactKey {
-            compiler: CompilerIdentity {
-                hiprtc_version: "9.0".into(),
-                hiprtc_library: "libamdhip64.so.5.2.21153".into(),
-                comgr_version: "2.4".into(),
-                comgr_library: "libamd_comgr.so.2.4.0".into(),
+    fn identity() -> CompilerIdentity {
+        CompilerIdentity {
+            hiprtc_version: "9.0".into(),
+            hiprtc_library: LibraryFile {
+                name: "libamdhip64.so.5.2.21153".into(),
+                digest: [1; 32],
             },
-            arch: GfxArch::new("gfx90a").expect("valid"),
-            options: vec!["--gpu-architecture=gfx90a".into()],
-            source_digest: digest_hex(b"source"),
-            headers: vec![HeaderDigest {
-                include_name: "a.h".into(),
-                digest: digest_hex(b"header"),
-            }],
-            entry_point: "k".into(),
+            comgr_version: "2.4".into(),
+            comgr_library: LibraryFile {
+                name: "libamd_comgr.so.2.4.0".into(),
+                digest: [2; 32],
+            },
         }
     }
 
     // P1
     #[test]
     fn the_store_components_name_the_whole_compiler_identity_and_the_architecture() {
-        let base = key();
+        let base = identity();
         let gfx90a = GfxArch::new("gfx90a").expect("valid");
-        let components = HipArtifactKey::for_store(&base.compiler, Some(&gfx90a));
+        let components = HipArtifactKey::for_store(&base, Some(&gfx90a));
         assert_eq!(
             components,
             KeyComponents::new(
                 "hip",
-                "hiprtc 9.0 (libamdhip64.so.5.2.21153), comgr 2.4 (libamd_comgr.so.2.4.0)",
+                format!(
+                    "hiprtc 9.0 (libamdhip64.so.5.2.21153 blake3:{}), comgr 2.4 \
+                     (libamd_comgr.so.2.4.0 blake3:{})",
+                    "01".repeat(16),
+                    "02".repeat(16)
+                ),
                 "gfx90a",
                 ""
             )
         );
-        let identity_changes: [fn(&mut CompilerIdentity); 4] = [
+        let identity_changes: [fn(&mut CompilerIdentity); 6] = [
             |identity| identity.hiprtc_version = "9.1".into(),
-            |identity| identity.hiprtc_library = "libhiprtc.so.6.2.60200".into(),
+            |identity| identity.hiprtc_library.name = "libhiprtc.so.6.2.60200".into(),
+            |identity| identity.hiprtc_library.digest = [3; 32],
             |identity| identity.comgr_version = "2.6".into(),
-            |identity| identity.comgr_library = "libamd_comgr.so.2.6.0".into(),
+            |identity| identity.comgr_library.name = "libamd_comgr.so.2.6.0".into(),
+            |identity| identity.comgr_library.digest = [3; 32],
         ];
         for change in identity_changes {
-            let mut identity = base.compiler.clone();
+            let mut identity = base.clone();
             change(&mut identity);
             let changed = HipArtifactKey::for_store(&identity, Some(&gfx90a));
             assert_ne!(changed.compiler, components.compiler, "{identity:?}");
         }
         let gfx908 = GfxArch::new("gfx908").expect("valid");
         assert_ne!(
-            HipArtifactKey::for_store(&base.compiler, Some(&gfx908)).architecture,
+            HipArtifactKey::for_store(&base, Some(&gfx908)).architecture,
             components.architecture
         );
         assert_eq!(
-            HipArtifactKey::for_store(&base.compiler, None).architecture,
-            ANY_ARCHITECTURE
+            HipArtifactKey::for_store(&base, None).architecture,
+            KeyComponents::ANY_ARCHITECTURE
         );
     }
 
-    // P1
+    // P1, P7
     #[test]
-    fn every_key_component_changes_the_digest() {
-        let base = key();
-        assert_eq!(base.digest(), key().digest(), "the same inputs, one key");
-        let mut changed = Vec::new();
-        let mut next = key();
-        next.compiler.hiprtc_version = "9.1".into();
-        changed.push(next);
-        let mut next = key();
-        next.compiler.hiprtc_library = "libhiprtc.so.6.2.60200".into();
-        changed.push(next);
-        let mut next = key();
-        next.compiler.comgr_version = "2.6".into();
-        changed.push(next);
-        let mut next = key();
-        next.arch = GfxArch::new("gfx908").expect("valid");
-        changed.push(next);
-        let mut next = key();
-        next.options.push("-ffast-math".into());
-        changed.push(next);
-        let mut next = key();
-        next.source_digest = digest_hex(b"other source");
-        changed.push(next);
-        let mut next = key();
-        next.headers[0].digest = digest_hex(b"other header");
-        changed.push(next);
-        let mut next = key();
-        next.entry_point = "k2".into();
-        changed.push(next);
-        for other in changed {
-            assert_ne!(base.digest(), other.digest(), "{other:?}");
-        }
+    fn the_cover_names_the_entry_point_every_flag_and_every_header() {
+        let header = |text: &str| HipHeader {
+            include_name: "a.h".into(),
+            text: text.into(),
+        };
+        let flags = vec!["--gpu-architecture=gfx90a".to_owned(), "-DA=1".to_owned()];
+        let cover = HipArtifactKey::cover("k", flags.clone(), &[header("int a;")]);
+        assert_eq!(cover.entry_point(), "k");
+        assert_eq!(cover.compile_options(), flags);
+        assert_eq!(cover.headers(), [HeaderDigest::new("a.h", "int a;")]);
+        assert_ne!(
+            HipArtifactKey::cover("k", flags, &[header("int b;")]).preamble(),
+            cover.preamble()
+        );
     }
 }

@@ -62,9 +62,9 @@
 //! - **Targets are storeless until given a store.**
 //!   [`HipTarget::with_store`] and [`HipCompileOnlyTarget::with_store`] put
 //!   a target on any [`ArtifactStore`](kiln_core::ArtifactStore), such as
-//!   kiln-store's disk store, through kiln-core's
-//!   [`BoundStore`](kiln_core::BoundStore): a kernel the store holds is read,
-//!   not compiled, by every later process.
+//!   kiln-store's disk store, which the
+//!   [`KernelLoader`](kiln_core::KernelLoader) binds to the compiler's keys:
+//!   a kernel the store holds is read, not compiled, by every later process.
 //! - **Nothing unchecked reaches the driver.** `hipModuleLoadData` takes no
 //!   length, so every code object is read first: a truncated or foreign one
 //!   is refused before the driver sees it.
@@ -114,7 +114,6 @@ mod launch;
 mod options;
 mod program;
 mod result;
-mod store;
 mod sys;
 mod target;
 mod toolchain;

@@ -14,7 +14,7 @@
     reason = "the C names are kept, so the code reads against the ROCm headers"
 )]
 
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
 
 use libloading::Library;
@@ -192,27 +192,6 @@ unsafe fn function<F: Copy>(
             detail: error.to_string(),
         })?;
     Ok(*symbol)
-}
-
-/// The file a loaded library really is, with symbolic links followed: its
-/// name carries the full release (`libamdhip64.so.5.2.21153`).
-///
-/// # Safety
-///
-/// `address` must point into a library loaded by this process.
-pub unsafe fn file_of(address: *const c_void) -> Option<PathBuf> {
-    // SAFETY: all-zero is a valid `Dl_info` (null pointers, zero sizes).
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: `info` is writable; dladdr reads nothing through `address`.
-    let found = unsafe { libc::dladdr(address, &mut info) };
-    if found == 0 || info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: dladdr set `dli_fname` to a NUL-terminated path that lives
-    // as long as the library stays loaded.
-    let path = unsafe { CStr::from_ptr(info.dli_fname) };
-    let path = PathBuf::from(path.to_string_lossy().into_owned());
-    Some(std::fs::canonicalize(&path).unwrap_or(path))
 }
 
 /// hipRTC's functions.

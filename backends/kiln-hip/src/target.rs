@@ -6,12 +6,8 @@
 //! they compile.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use kiln_core::{
-    ArtifactId, ArtifactStore, BoundStore, CompilationTarget, DeviceRefusal, KernelId, Lookup,
-    StoreOutcome, StoreSlot,
-};
+use kiln_core::{ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, KernelId};
 
 use crate::code_object;
 use crate::compiler::{HipArtifact, HipCompiler};
@@ -19,7 +15,6 @@ use crate::device::{HipDevice, HipFunction};
 use crate::error::{Error, Result};
 use crate::isa::GfxArch;
 use crate::options::HipVariant;
-use crate::store::{TargetStore, target_store};
 
 fn refusal(error: Error) -> DeviceRefusal {
     let code = match &error {
@@ -60,7 +55,7 @@ fn refusal(error: Error) -> DeviceRefusal {
 pub struct HipTarget {
     compiler: HipCompiler,
     device: HipDevice,
-    store: StoreSlot<HipCompiler, GfxArch>,
+    store: Option<Arc<dyn ArtifactStore>>,
 }
 
 impl HipTarget {
@@ -78,20 +73,16 @@ impl HipTarget {
         Self {
             compiler: compiler.keyed_for(device.arch().clone()),
             device,
-            store: StoreSlot::empty(),
+            store: None,
         }
     }
 
-    /// The same target on `store`: it reads kernels the store holds instead
-    /// of compiling them, and stores what it compiles (`persists() ==
-    /// true`). Kernels asked for under a variant of another architecture
-    /// than the device's compile without the store.
+    /// The same target on `store`: its loader reads kernels the store holds
+    /// instead of compiling them, and stores what it compiles. Kernels
+    /// asked for under a variant of another architecture than the device's
+    /// compile without the store ([`keeps`](CompilationTarget::keeps)).
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
-        self.store.set(target_store(
-            store,
-            &self.compiler,
-            self.device.arch().clone(),
-        ));
+        self.store = Some(store);
         self
     }
 
@@ -108,27 +99,20 @@ impl HipTarget {
 
     /// Puts the target on `store` in place of the one it has, as opening
     /// another root does: its loader drops every kernel it loaded and loads
-    /// them again from `store` (L10).
+    /// them again from `store` (L10), binding it when it is next used
+    /// (through [`KernelLoader::target_mut`](kiln_core::KernelLoader::target_mut)).
     ///
     /// Returns `false`, changing nothing, on a storeless target: whether a
-    /// target persists never changes.
+    /// target has a store never changes.
     #[must_use = "a storeless target does not switch"]
     pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
-        if !self.store.is_bound() {
-            return false;
+        match &mut self.store {
+            Some(current) => {
+                *current = store;
+                true
+            }
+            None => false,
         }
-        self.store.set(target_store(
-            store,
-            &self.compiler,
-            self.device.arch().clone(),
-        ));
-        true
-    }
-
-    /// The store binding, on a target that persists: its store, its key
-    /// components, the key of any kernel, why a kernel missed (P9).
-    pub fn bound_store(&self) -> Option<&BoundStore<HipCompiler>> {
-        self.store.get().map(TargetStore::bound)
     }
 
     /// The variant the device runs: its architecture.
@@ -150,35 +134,14 @@ impl CompilationTarget for HipTarget {
         &self.compiler
     }
 
-    fn persists(&self) -> bool {
-        self.store.is_bound()
+    fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
+        self.store.as_ref()
     }
 
-    #[inline]
-    fn generation(&self) -> u64 {
-        self.store.generation()
-    }
-
-    fn lookup(&mut self, id: &ArtifactId<HipVariant>) -> Lookup<HipArtifact> {
-        self.store.lookup(&self.compiler, id)
-    }
-
-    fn lookup_source(&mut self, id: &ArtifactId<HipVariant>, source: &str) -> Lookup<HipArtifact> {
-        self.store.lookup_source(&self.compiler, id, source)
-    }
-
-    fn store(
-        &mut self,
-        id: &ArtifactId<HipVariant>,
-        artifact: &HipArtifact,
-        source: Option<&str>,
-        work: Duration,
-    ) -> StoreOutcome {
-        self.store.put(&self.compiler, id, artifact, source, work)
-    }
-
-    fn batch_finished(&mut self) {
-        self.store.batch_finished();
+    /// Every key of the store names the device's architecture (P1): a
+    /// kernel of another would be filed under components that misname it.
+    fn keeps(&self, variant: &HipVariant) -> bool {
+        variant.arch == *self.device.arch()
     }
 
     fn load(
@@ -251,7 +214,8 @@ pub struct CompiledKernel {
 #[derive(Debug)]
 pub struct HipCompileOnlyTarget {
     compiler: HipCompiler,
-    store: StoreSlot<HipCompiler, GfxArch>,
+    /// The store, and the one architecture whose artifacts it keeps.
+    store: Option<(Arc<dyn ArtifactStore>, GfxArch)>,
 }
 
 impl HipCompileOnlyTarget {
@@ -259,45 +223,43 @@ impl HipCompileOnlyTarget {
     pub fn new(compiler: HipCompiler) -> Self {
         Self {
             compiler,
-            store: StoreSlot::empty(),
+            store: None,
         }
     }
 
-    /// The same target on `store`, for artifacts of `arch`: it reads
-    /// kernels the store holds instead of compiling them, and stores what
-    /// it compiles (`persists() == true`). Kernels asked for under a variant
-    /// of another architecture compile without the store.
+    /// The same target on `store`, for artifacts of `arch`: its loader
+    /// reads kernels the store holds instead of compiling them, and stores
+    /// what it compiles. Kernels asked for under a variant of another
+    /// architecture compile without the store
+    /// ([`keeps`](CompilationTarget::keeps)).
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>, arch: GfxArch) -> Self {
         self.compiler = self.compiler.keyed_for(arch.clone());
-        self.store.set(target_store(store, &self.compiler, arch));
+        self.store = Some((store, arch));
         self
     }
 
     /// Puts the target on `store` in place of the one it has, for the same
     /// architecture, as opening another root does: its loader drops every
-    /// kernel it loaded and loads them again from `store` (L10).
+    /// kernel it loaded and loads them again from `store` (L10), binding it
+    /// when it is next used (through
+    /// [`KernelLoader::target_mut`](kiln_core::KernelLoader::target_mut)).
     ///
     /// Returns `false`, changing nothing, on a storeless target: whether a
-    /// target persists never changes.
+    /// target has a store never changes.
     #[must_use = "a storeless target does not switch"]
     pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
-        let Some(current) = self.store.get() else {
-            return false;
-        };
-        let arch = current.architecture().clone();
-        self.store.set(target_store(store, &self.compiler, arch));
-        true
+        match &mut self.store {
+            Some((current, _)) => {
+                *current = store;
+                true
+            }
+            None => false,
+        }
     }
 
     /// The architecture its store holds artifacts for, when it has one.
     pub fn stored_arch(&self) -> Option<&GfxArch> {
-        self.store.get().map(TargetStore::architecture)
-    }
-
-    /// The store binding, on a target that persists: its store, its key
-    /// components, the key of any kernel, why a kernel missed (P9).
-    pub fn bound_store(&self) -> Option<&BoundStore<HipCompiler>> {
-        self.store.get().map(TargetStore::bound)
+        self.store.as_ref().map(|(_, arch)| arch)
     }
 
     /// A target compiling with the process's hipRTC.
@@ -318,35 +280,14 @@ impl CompilationTarget for HipCompileOnlyTarget {
         &self.compiler
     }
 
-    fn persists(&self) -> bool {
-        self.store.is_bound()
+    fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
+        self.store.as_ref().map(|(store, _)| store)
     }
 
-    #[inline]
-    fn generation(&self) -> u64 {
-        self.store.generation()
-    }
-
-    fn lookup(&mut self, id: &ArtifactId<HipVariant>) -> Lookup<HipArtifact> {
-        self.store.lookup(&self.compiler, id)
-    }
-
-    fn lookup_source(&mut self, id: &ArtifactId<HipVariant>, source: &str) -> Lookup<HipArtifact> {
-        self.store.lookup_source(&self.compiler, id, source)
-    }
-
-    fn store(
-        &mut self,
-        id: &ArtifactId<HipVariant>,
-        artifact: &HipArtifact,
-        source: Option<&str>,
-        work: Duration,
-    ) -> StoreOutcome {
-        self.store.put(&self.compiler, id, artifact, source, work)
-    }
-
-    fn batch_finished(&mut self) {
-        self.store.batch_finished();
+    /// Every key of the store names its architecture (P1): a kernel of
+    /// another would be filed under components that misname it.
+    fn keeps(&self, variant: &HipVariant) -> bool {
+        self.stored_arch().is_none_or(|arch| variant.arch == *arch)
     }
 
     fn load(

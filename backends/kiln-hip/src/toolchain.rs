@@ -2,8 +2,10 @@
 //! themselves: their identity and the targets they support.
 
 use std::ffi::{CString, c_void};
-use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use kiln_core::store::LibraryFile;
 
 use crate::error::{Error, Result};
 use crate::isa::{GfxArch, SupportedTargets};
@@ -17,10 +19,17 @@ pub struct Toolchain {
     pub hiprtc: HiprtcLibrary,
     /// comgr, the compiler behind hipRTC.
     pub comgr: ComgrLibrary,
-    /// Who compiles: part of every artifact's key.
-    pub identity: CompilerIdentity,
     /// What comgr can compile for.
     pub supported: SupportedTargets,
+    /// `hiprtcVersion`, `major.minor`.
+    hiprtc_version: String,
+    /// The file hipRTC's functions were loaded from.
+    hiprtc_file: PathBuf,
+    /// The file comgr's functions were loaded from.
+    comgr_file: PathBuf,
+    /// Who compiles, part of every artifact's key: made on first use, since
+    /// it digests both library files (some 80 MB).
+    identity: OnceLock<CompilerIdentity>,
 }
 
 /// The process's toolchain, once opened. A failed open is not kept, so a
@@ -55,8 +64,9 @@ impl Toolchain {
     fn open() -> Result<Self> {
         let _serial = serial();
         let hiprtc = HiprtcLibrary::open()?;
-        // SAFETY: the function lives in the hipRTC library just opened.
-        let hiprtc_file = unsafe { sys::file_of(hiprtc.hiprtcVersion as *const c_void) }
+        // SAFETY: the function lives in the hipRTC library just opened, which
+        // `hiprtc` keeps loaded.
+        let hiprtc_file = unsafe { LibraryFile::containing(hiprtc.hiprtcVersion as *const c_void) }
             .unwrap_or_else(|| hiprtc.path.clone());
         if file_name(&hiprtc_file).starts_with("libamdhip64.so.5") {
             // ROCm 5 keeps hipRTC's builtin headers in a library of their own;
@@ -66,34 +76,44 @@ impl Toolchain {
         // Opened after hipRTC, so that the soname resolves to the comgr
         // hipRTC itself uses when it is already loaded.
         let comgr = ComgrLibrary::open()?;
-        // SAFETY: the function lives in the comgr library just opened.
-        let comgr_file = unsafe { sys::file_of(comgr.amd_comgr_get_version as *const c_void) }
-            .unwrap_or_else(|| comgr.path.clone());
+        // SAFETY: the function lives in the comgr library just opened, which
+        // `comgr` keeps loaded.
+        let comgr_file =
+            unsafe { LibraryFile::containing(comgr.amd_comgr_get_version as *const c_void) }
+                .unwrap_or_else(|| comgr.path.clone());
 
         let (hiprtc_major, hiprtc_minor) = result::hiprtc_version(&hiprtc)?;
         let (comgr_major, comgr_minor) = result::comgr_version(&comgr);
         let comgr_version = format!("{comgr_major}.{comgr_minor}");
         let supported =
             SupportedTargets::from_isa_names(&result::isa_names(&comgr)?, comgr_version.clone());
-        let identity = CompilerIdentity {
-            hiprtc_version: format!("{hiprtc_major}.{hiprtc_minor}"),
-            hiprtc_library: file_name(&hiprtc_file),
-            comgr_version,
-            comgr_library: file_name(&comgr_file),
-        };
+        let hiprtc_version = format!("{hiprtc_major}.{hiprtc_minor}");
         log::debug!(
-            "hipRTC {} from {}, comgr {} from {}: {} targets",
-            identity.hiprtc_version,
+            "hipRTC {hiprtc_version} from {}, comgr {} from {}: {} targets",
             hiprtc_file.display(),
-            identity.comgr_version,
+            supported.comgr_version(),
             comgr_file.display(),
             supported.processors().len()
         );
         Ok(Self {
             hiprtc,
             comgr,
-            identity,
             supported,
+            hiprtc_version,
+            hiprtc_file,
+            comgr_file,
+            identity: OnceLock::new(),
+        })
+    }
+
+    /// Who compiles: hipRTC's and comgr's versions and library files, read
+    /// and digested on the first call in the process.
+    pub fn identity(&self) -> &CompilerIdentity {
+        self.identity.get_or_init(|| CompilerIdentity {
+            hiprtc_version: self.hiprtc_version.clone(),
+            hiprtc_library: LibraryFile::identify(&self.hiprtc_file),
+            comgr_version: self.supported.comgr_version().to_owned(),
+            comgr_library: LibraryFile::identify(&self.comgr_file),
         })
     }
 

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use kiln_core::store::{KeyComponents, KeyedCompiler};
+use kiln_core::store::{KeyComponents, KeyedCompiler, SourceCover};
 use kiln_core::{ArtifactCompiler, ArtifactId, CompileFailure, Finalized};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 use serde::{Deserialize, Serialize};
@@ -20,6 +20,9 @@ pub const NAGA_VERSION: &str = "30.0.2";
 /// part of every pipeline cache's key.
 pub const WGPU_VERSION: &str = "30.0.2";
 
+/// The backend its keys name.
+const BACKEND: &str = "wgpu";
+
 /// The version of [`WgpuArtifact`]'s serialized form; part of the key, so a
 /// change of the artifact type makes old entries misses, not misreads.
 const ARTIFACT_FORMAT: u32 = 1;
@@ -34,9 +37,9 @@ pub struct WgpuVariant;
 /// its pipeline is built with, ready to finalize here or in another process.
 ///
 /// The text kernels are grouped by (see [`ArtifactCompiler::source`]) starts
-/// with comment lines naming the entry point, the constants and the layout,
-/// so two kernels share an artifact exactly when their pipelines are the
-/// same. naga parses the generator's source alone, so the lines and columns
+/// with a [`SourceCover`] naming the entry point, the constants, the layout
+/// and whether workgroup memory starts zeroed, so two kernels share an
+/// artifact exactly when their pipelines are the same. naga parses the generator's source alone, so the lines and columns
 /// of diagnostics are the author's.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WgpuLowered {
@@ -104,7 +107,7 @@ impl WgpuCompiler {
     /// and the artifact format. No device: the artifact is the same for all.
     pub fn components() -> KeyComponents {
         KeyComponents::new(
-            "wgpu",
+            BACKEND,
             format!("naga {NAGA_VERSION} / artifact {ARTIFACT_FORMAT}"),
             "wgsl",
             "",
@@ -124,20 +127,15 @@ impl ArtifactCompiler for WgpuCompiler {
         _id: &ArtifactId<WgpuVariant>,
     ) -> Result<WgpuLowered, CompileFailure> {
         let source = kernel.generate()?;
-        let mut text = String::with_capacity(source.len() + 160);
-        text.push_str(&format!(
-            "// kiln-wgpu entry point: {}\n",
-            one_line(kernel.entry())
-        ));
-        text.push_str(&format!(
-            "// kiln-wgpu constants: {}\n",
-            one_line(&kernel.constants().canonical())
-        ));
-        text.push_str(&format!("// kiln-wgpu layout: {}\n", kernel.layout()));
-        text.push_str(&format!(
-            "// kiln-wgpu zeroed workgroup memory: {}\n",
-            kernel.zero_initializes_workgroup_memory()
-        ));
+        let mut text = SourceCover::new(BACKEND, kernel.entry())
+            .setting("constants", kernel.constants().canonical())
+            .setting("layout", kernel.layout())
+            .setting(
+                "zeroed workgroup memory",
+                kernel.zero_initializes_workgroup_memory(),
+            )
+            .preamble();
+        text.reserve(source.len());
         let source_start = text.len();
         text.push_str(&source);
         Ok(WgpuLowered {
@@ -312,11 +310,6 @@ fn check_layout(
         ));
     }
     Ok(())
-}
-
-/// `text` on one line, for the comment lines of a lowered text.
-fn one_line(text: &str) -> String {
-    text.replace(['\n', '\r'], " ")
 }
 
 impl fmt::Display for ShaderBinding {

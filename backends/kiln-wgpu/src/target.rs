@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use kiln_core::store::{ArtifactStore, BoundStore, Generation};
-use kiln_core::{ArtifactId, CompilationTarget, DeviceRefusal, Lookup, Miss, StoreOutcome};
+use kiln_core::store::ArtifactStore;
+use kiln_core::{ArtifactId, CompilationTarget, DeviceRefusal, StoreOutcome};
 
 use crate::compiler::{WgpuArtifact, WgpuCompiler, WgpuVariant};
 use crate::device::WgpuDevice;
@@ -43,8 +43,7 @@ use crate::pipeline_cache::{PersistedPipelineCache, PipelineCacheState};
 pub struct WgpuTarget {
     compiler: WgpuCompiler,
     device: Option<WgpuDevice>,
-    store: Option<BoundStore<WgpuCompiler>>,
-    generation: Generation,
+    store: Option<Arc<dyn ArtifactStore>>,
     pipeline_cache: Option<PersistedPipelineCache>,
     pipeline_cache_state: PipelineCacheState,
     pipelines_made: usize,
@@ -153,7 +152,6 @@ impl WgpuTarget {
             compiler: WgpuCompiler,
             device,
             store: None,
-            generation: Generation::fresh(),
             pipeline_cache: None,
             pipeline_cache_state: PipelineCacheState::Unavailable {
                 reason: "the target has no store".into(),
@@ -171,9 +169,7 @@ impl WgpuTarget {
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
         // Whatever the target held for another store is saved there first.
         self.save_pipeline_cache();
-        let bound = BoundStore::new(Arc::clone(&store), &self.compiler);
-        self.generation = store.generation();
-        self.store = Some(bound);
+        self.store = Some(Arc::clone(&store));
         self.pipeline_cache = None;
         self.pipeline_cache_state = match &self.device {
             None => PipelineCacheState::Unavailable {
@@ -195,11 +191,6 @@ impl WgpuTarget {
     /// The device; `None` on a compile-only target.
     pub fn device(&self) -> Option<&WgpuDevice> {
         self.device.as_ref()
-    }
-
-    /// The binding to the store, when the target has one.
-    pub fn bound_store(&self) -> Option<&BoundStore<WgpuCompiler>> {
-        self.store.as_ref()
     }
 
     /// How the pipeline cache started: loaded from the store, empty,
@@ -389,47 +380,13 @@ impl CompilationTarget for WgpuTarget {
         &self.compiler
     }
 
-    fn persists(&self) -> bool {
-        self.store.is_some()
+    fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
+        self.store.as_ref()
     }
 
-    #[inline]
-    fn generation(&self) -> u64 {
-        self.generation.current()
-    }
-
-    fn lookup(&mut self, id: &ArtifactId<WgpuVariant>) -> Lookup<WgpuArtifact> {
-        let found = match &mut self.store {
-            Some(bound) => bound.lookup(&self.compiler, id),
-            None => Lookup::Miss(Miss::Absent),
-        };
-        if let (Lookup::Hit { artifact, .. }, Some(device)) = (&found, &self.device) {
+    fn found(&mut self, id: &ArtifactId<WgpuVariant>, artifact: &WgpuArtifact) {
+        if let Some(device) = &self.device {
             self.prefetch(device.clone(), id, artifact.clone());
-        }
-        found
-    }
-
-    fn lookup_source(
-        &mut self,
-        id: &ArtifactId<WgpuVariant>,
-        source: &str,
-    ) -> Lookup<WgpuArtifact> {
-        match &mut self.store {
-            Some(bound) => bound.lookup_source(&self.compiler, id, source),
-            None => Lookup::Miss(Miss::Absent),
-        }
-    }
-
-    fn store(
-        &mut self,
-        id: &ArtifactId<WgpuVariant>,
-        artifact: &WgpuArtifact,
-        source: Option<&str>,
-        work: Duration,
-    ) -> StoreOutcome {
-        match &mut self.store {
-            Some(bound) => bound.put(&self.compiler, id, artifact, source, work),
-            None => StoreOutcome::Skipped,
         }
     }
 
@@ -437,9 +394,6 @@ impl CompilationTarget for WgpuTarget {
         // Every hit is loaded in its batch; anything left was never asked
         // for, and its pipeline is dropped once made.
         self.prefetched.clear();
-        if let Some(bound) = &mut self.store {
-            bound.release_claims();
-        }
         self.save_pipeline_cache();
     }
 

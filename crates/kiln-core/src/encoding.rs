@@ -15,3 +15,12 @@ pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Encode
 pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, usize), DecodeError> {
     bincode::serde::decode_from_slice(bytes, bincode::config::standard())
 }
+
+/// `value` written to `writer` as [`encode`] would return it, with no buffer
+/// of its own: a store key's digest is taken on every lookup.
+pub(crate) fn encode_to<T: Serialize + ?Sized, W: std::io::Write>(
+    value: &T,
+    writer: &mut W,
+) -> Result<usize, EncodeError> {
+    bincode::serde::encode_into_std_write(value, writer, bincode::config::standard())
+}

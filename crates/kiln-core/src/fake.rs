@@ -8,9 +8,9 @@
 //! which threads, so tests can prove what the loader did rather than infer
 //! it from timings.
 //!
-//! The fake target keeps its artifacts in memory, or — through
-//! [`FakeTarget::on_store`] — in any real [`ArtifactStore`], so that tests of
-//! a store can run the loader over it from several processes. A compiler
+//! The fake target keeps its artifacts in a [`MemoryStore`] of its own, or
+//! — through [`FakeTarget::on_store`] — in any real [`ArtifactStore`], so
+//! that tests of a store can run the loader over it from several processes. A compiler
 //! made with [`FakeCompiler::logging_compiles_to`] appends one line per
 //! compile to a file, which is how such tests count compiles across
 //! processes.
@@ -31,7 +31,8 @@ use crate::error::DeviceRefusal;
 use crate::id::{ArtifactId, KernelId};
 use crate::kernel::Kernel;
 use crate::store::{
-    ArtifactStore, BoundStore, Generation, KeyComponents, KeyedCompiler, Lookup, Miss, StoreOutcome,
+    ArtifactStore, Claim, ClaimWait, Explanation, Generation, KeyComponents, KeyedCompiler, Lookup,
+    MemoryStore, StoreKey, StoreOutcome, StoreStatistics,
 };
 use crate::target::CompilationTarget;
 
@@ -499,30 +500,62 @@ impl KeyedCompiler for FakeCompiler {
     }
 }
 
-/// An in-memory store for the fake target.
-#[derive(Debug, Default)]
-struct MemoryStore {
-    by_id: HashMap<ArtifactId<()>, FakeArtifact>,
-    by_source: HashMap<String, FakeArtifact>,
-}
-
-/// Where a persisting fake target keeps its artifacts.
+/// A store whose every write fails, as a full disk's would: what
+/// [`FakeTarget::with_failing_writes`] puts in front of its store. Reads go
+/// to the store it wraps.
 #[derive(Debug)]
-enum FakeStore {
-    Memory(MemoryStore),
-    Shared(BoundStore<FakeCompiler>),
+struct FailingWrites(Arc<dyn ArtifactStore>);
+
+impl ArtifactStore for FailingWrites {
+    fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
+        self.0.lookup(key)
+    }
+
+    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        self.0.claim(key, wait)
+    }
+
+    fn put(
+        &self,
+        _key: &StoreKey,
+        _source_key: Option<&StoreKey>,
+        _bytes: &[u8],
+        _work: Duration,
+    ) -> StoreOutcome {
+        StoreOutcome::Failed {
+            detail: "fake store: no space left on device".into(),
+        }
+    }
+
+    fn remove(&self, key: &StoreKey) {
+        self.0.remove(key);
+    }
+
+    fn generation(&self) -> Generation {
+        self.0.generation()
+    }
+
+    fn statistics(&self) -> StoreStatistics {
+        self.0.statistics()
+    }
+
+    fn batch_finished(&self) {
+        self.0.batch_finished();
+    }
+
+    fn explain(&self, key: &StoreKey) -> Explanation {
+        self.0.explain(key)
+    }
 }
 
-/// The fake device and, when it persists, a store in front of it: in memory,
-/// or any real [`ArtifactStore`].
+/// The fake device and, when it persists, the store in front of it: a
+/// [`MemoryStore`] of its own, or any real [`ArtifactStore`].
 #[derive(Debug)]
 pub struct FakeTarget {
     compiler: FakeCompiler,
-    store: Option<FakeStore>,
-    generation: Generation,
+    store: Option<Arc<dyn ArtifactStore>>,
     failing_writes: bool,
     loaded: usize,
-    stored: usize,
 }
 
 impl FakeTarget {
@@ -531,19 +564,14 @@ impl FakeTarget {
         Self {
             compiler: FakeCompiler::default(),
             store: None,
-            generation: Generation::fresh(),
             failing_writes: false,
             loaded: 0,
-            stored: 0,
         }
     }
 
-    /// A target with an (in-memory) store.
+    /// A target with a store of its own, in memory.
     pub fn persisting() -> Self {
-        Self {
-            store: Some(FakeStore::Memory(MemoryStore::default())),
-            ..Self::storeless()
-        }
+        Self::on_store(Arc::new(MemoryStore::new()))
     }
 
     /// A target whose store is `store`: a real store, shared with other
@@ -552,37 +580,34 @@ impl FakeTarget {
         Self::storeless().switch_to(store)
     }
 
-    /// The same target with `compiler`, bound to the same store.
+    /// The same target with `compiler`, on the same store.
     pub fn with_compiler(mut self, compiler: FakeCompiler) -> Self {
         self.compiler = compiler;
-        if let Some(FakeStore::Shared(bound)) = &self.store {
-            let store = Arc::clone(bound.store());
-            self = self.switch_to(store);
-        }
         self
     }
 
     /// The same target on `store` instead of the one it had: what opening
     /// another root does (L10).
     pub fn switch_to(mut self, store: Arc<dyn ArtifactStore>) -> Self {
-        let bound = BoundStore::new(store, &self.compiler);
-        self.generation = bound.store().generation();
-        self.store = Some(FakeStore::Shared(bound));
+        self.set_store(store);
         self
-    }
-
-    /// The binding to a real store, when the target sits on one.
-    pub fn bound_store(&self) -> Option<&BoundStore<FakeCompiler>> {
-        match &self.store {
-            Some(FakeStore::Shared(bound)) => Some(bound),
-            _ => None,
-        }
     }
 
     /// The same target, whose store writes fail.
     pub fn with_failing_writes(mut self) -> Self {
         self.failing_writes = true;
+        if let Some(store) = self.store.take() {
+            self.set_store(store);
+        }
         self
+    }
+
+    fn set_store(&mut self, store: Arc<dyn ArtifactStore>) {
+        self.store = Some(if self.failing_writes {
+            Arc::new(FailingWrites(store))
+        } else {
+            store
+        });
     }
 
     /// The compiler, with its counts.
@@ -595,57 +620,44 @@ impl FakeTarget {
         self.loaded
     }
 
-    /// How many artifacts were stored.
+    /// How many artifacts its store took: the store's count of puts, by
+    /// every user of the store.
     pub fn stored(&self) -> usize {
-        self.stored
+        self.store.as_ref().map_or(0, |store| {
+            usize::try_from(store.statistics().puts).unwrap_or(usize::MAX)
+        })
+    }
+
+    /// The key its store keeps `id` under.
+    fn key(&self, id: &ArtifactId<()>) -> StoreKey {
+        StoreKey::for_artifact(
+            &self.compiler.key_components(),
+            id,
+            self.compiler.entry_point(id),
+        )
     }
 
     /// Whether the store holds something for `id`.
     pub fn holds(&self, id: &ArtifactId<()>) -> bool {
-        match &self.store {
-            None => false,
-            Some(FakeStore::Memory(store)) => store.by_id.contains_key(id),
-            Some(FakeStore::Shared(bound)) => matches!(
-                bound
-                    .store()
-                    .lookup(&bound.artifact_key(&self.compiler, id)),
-                Lookup::Hit { .. }
-            ),
-        }
+        self.store
+            .as_ref()
+            .is_some_and(|store| matches!(store.lookup(&self.key(id)), Lookup::Hit { .. }))
     }
 
-    /// Switches to a new, empty store, as opening another root would. A
-    /// target on a real store switches to a new in-memory one.
+    /// Switches to a new, empty store in memory, as opening another root
+    /// would. A storeless target stays storeless.
     pub fn switch_store(&mut self) {
         if self.store.is_some() {
-            self.store = Some(FakeStore::Memory(MemoryStore::default()));
-            self.generation = Generation::fresh();
+            self.set_store(Arc::new(MemoryStore::new()));
         }
     }
 
     /// Forgets one kernel's entry by id, keeping its source entry, as a
     /// rebuilt program with new ids would find the store.
     pub fn forget_id(&mut self, id: &ArtifactId<()>) {
-        match &mut self.store {
-            None => {}
-            Some(FakeStore::Memory(store)) => {
-                store.by_id.remove(id);
-            }
-            Some(FakeStore::Shared(bound)) => {
-                bound
-                    .store()
-                    .remove(&bound.artifact_key(&self.compiler, id));
-            }
+        if let Some(store) = &self.store {
+            store.remove(&self.key(id));
         }
-    }
-}
-
-/// An in-memory hit on `artifact`.
-fn memory_hit(artifact: &FakeArtifact) -> Lookup<FakeArtifact> {
-    Lookup::Hit {
-        bytes: artifact.text.len() as u64,
-        artifact: artifact.clone(),
-        work: Duration::from_millis(1),
     }
 }
 
@@ -657,74 +669,8 @@ impl CompilationTarget for FakeTarget {
         &self.compiler
     }
 
-    fn persists(&self) -> bool {
-        self.store.is_some()
-    }
-
-    #[inline]
-    fn generation(&self) -> u64 {
-        self.generation.current()
-    }
-
-    fn batch_finished(&mut self) {
-        if let Some(FakeStore::Shared(bound)) = &mut self.store {
-            bound.release_claims();
-        }
-    }
-
-    fn lookup(&mut self, id: &ArtifactId<()>) -> Lookup<FakeArtifact> {
-        match &mut self.store {
-            Some(FakeStore::Memory(store)) => match store.by_id.get(id) {
-                Some(artifact) => memory_hit(artifact),
-                None => Lookup::Miss(Miss::Absent),
-            },
-            Some(FakeStore::Shared(bound)) => bound.lookup(&self.compiler, id),
-            None => Lookup::Miss(Miss::Absent),
-        }
-    }
-
-    fn lookup_source(&mut self, id: &ArtifactId<()>, source: &str) -> Lookup<FakeArtifact> {
-        match &mut self.store {
-            Some(FakeStore::Memory(store)) => match store.by_source.get(source) {
-                Some(artifact) => memory_hit(artifact),
-                None => Lookup::Miss(Miss::Absent),
-            },
-            Some(FakeStore::Shared(bound)) => bound.lookup_source(&self.compiler, id, source),
-            None => Lookup::Miss(Miss::Absent),
-        }
-    }
-
-    fn store(
-        &mut self,
-        id: &ArtifactId<()>,
-        artifact: &FakeArtifact,
-        source: Option<&str>,
-        work: Duration,
-    ) -> StoreOutcome {
-        let Some(store) = &mut self.store else {
-            return StoreOutcome::Skipped;
-        };
-        if self.failing_writes {
-            return StoreOutcome::Failed {
-                detail: "fake store: no space left on device".into(),
-            };
-        }
-        let outcome = match store {
-            FakeStore::Memory(store) => {
-                store.by_id.insert(id.clone(), artifact.clone());
-                if let Some(source) = source {
-                    store.by_source.insert(source.to_owned(), artifact.clone());
-                }
-                StoreOutcome::Stored {
-                    bytes: artifact.text.len() as u64,
-                }
-            }
-            FakeStore::Shared(bound) => bound.put(&self.compiler, id, artifact, source, work),
-        };
-        if matches!(outcome, StoreOutcome::Stored { .. }) {
-            self.stored += 1;
-        }
-        outcome
+    fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
+        self.store.as_ref()
     }
 
     fn load(

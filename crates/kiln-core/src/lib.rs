@@ -62,8 +62,9 @@
 //! # Backends
 //!
 //! A backend implements [`ArtifactCompiler`] (lower and finalize, on any
-//! thread) and [`CompilationTarget`] (store and device, on the loader's
-//! thread), and proves itself with the conformance suite.
+//! thread) and [`CompilationTarget`] (the device, and which store it keeps
+//! artifacts in, on the loader's thread; the loader binds that store and
+//! makes every store call), and proves itself with the conformance suite.
 //!
 //! # Testing
 //!
@@ -114,8 +115,8 @@ pub use statistics::{
     StatisticsCollector,
 };
 pub use store::{
-    ArchitectureStore, ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference,
-    Explanation, Generation, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, Lookup, Miss,
-    STORE_FORMAT, StoreKey, StoreOutcome, StoreSlot, StoreStatistics,
+    ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference, Explanation, Generation,
+    KeyComponent, KeyComponents, KeySubject, KeyedCompiler, Lookup, MemoryStore, Miss,
+    STORE_FORMAT, StoreKey, StoreOutcome, StoreStatistics,
 };
 pub use target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, VariantOf};

@@ -1,35 +1,41 @@
 //! The [`CompilationTarget`] a backend implements beside its
-//! [`ArtifactCompiler`]: the store and the device, used from the loader's
-//! thread only.
+//! [`ArtifactCompiler`]: the device, and which store its artifacts are kept
+//! in, used from the loader's thread only.
 
 use std::fmt::Debug;
-use std::time::Duration;
+use std::sync::Arc;
 
 use crate::compiler::ArtifactCompiler;
 use crate::error::DeviceRefusal;
 use crate::id::ArtifactId;
-use crate::store::{Lookup, StoreOutcome};
+use crate::store::{ArtifactStore, KeyedCompiler};
 
-/// A device and the store in front of it: where a loader's artifacts come
-/// from and go.
+/// A device, and the store its artifacts are kept in: where a loader's
+/// kernels go.
+///
+/// A target does device work only. It names its store
+/// ([`store`](Self::store)) and the loader binds it to the target's
+/// compiler once ([`BoundStore`](crate::BoundStore)): every lookup, claim,
+/// put and generation read is the loader's, the same for every target.
 ///
 /// # Contract
 ///
 /// - Every method runs on the loader's thread.
-/// - [`persists`](Self::persists) never changes for one target. A target that
-///   does not persist answers every lookup with
-///   [`Miss::Absent`](crate::store::Miss::Absent) and stores nothing.
-/// - A lookup verifies what it returns: a corrupt entry is a
-///   [`Miss`](crate::store::Miss), never an artifact.
-/// - [`generation`](Self::generation) changes whenever the store behind the
-///   target starts holding other content (another root, an import that
-///   replaced entries). Reading it must not lock or allocate: the loader
-///   reads it on every launch.
+/// - [`store`](Self::store) answers the same store until the target is
+///   changed through [`KernelLoader::target_mut`](crate::KernelLoader::target_mut)
+///   (or before it is given to a loader): the loader binds it once, and
+///   binds again only after the target was lent mutably and names another
+///   store (L10).
+/// - [`keeps`](Self::keeps) is a pure function of the variant.
 /// - [`load`](Self::load) either returns a device object or refuses; a
 ///   refused artifact is neither kept nor stored by the loader.
+/// - The hooks ([`batch_started`](Self::batch_started),
+///   [`found`](Self::found), [`batch_finished`](Self::batch_finished)) do
+///   nothing by default; a panic in one reaches the loader's caller.
 pub trait CompilationTarget {
-    /// The compiler of this target's kernels.
-    type Compiler: ArtifactCompiler;
+    /// The compiler of this target's kernels; its keys name the target's
+    /// artifacts in a store.
+    type Compiler: KeyedCompiler;
     /// A loaded device kernel; cloning it must be cheap (an `Arc` or a driver
     /// handle), because every launch clones it.
     type Loaded: Clone + Debug;
@@ -37,42 +43,35 @@ pub trait CompilationTarget {
     /// The compiler, shared with the batch's workers.
     fn compiler(&self) -> &Self::Compiler;
 
-    /// Whether artifacts outlive the process in a store.
-    fn persists(&self) -> bool;
-
-    /// The generation of the store's content; see the contract.
-    fn generation(&self) -> u64 {
-        0
+    /// The store this target's artifacts outlive the process in, if any:
+    /// without one, a loader keeps its artifacts as long as itself.
+    fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
+        None
     }
 
-    /// The artifact stored under `id`.
-    fn lookup(&mut self, id: &ArtifactId<VariantOf<Self>>) -> Lookup<ArtifactOf<Self>>;
+    /// Whether the store keeps artifacts compiled under `variant`. A target
+    /// whose store holds one architecture's artifacts answers `false` for
+    /// another's: such a kernel bypasses the store (its lookups miss, its
+    /// artifact is not stored), rather than being filed under key
+    /// components that misname it.
+    fn keeps(&self, variant: &VariantOf<Self>) -> bool {
+        let _ = variant;
+        true
+    }
 
-    /// The artifact stored for lowered `source` compiled under `id`'s variant
-    /// by this compiler, whatever kernel it was stored for.
-    fn lookup_source(
-        &mut self,
-        id: &ArtifactId<VariantOf<Self>>,
-        source: &str,
-    ) -> Lookup<ArtifactOf<Self>>;
+    /// Called once at the start of every batch, before its first lookup.
+    fn batch_started(&mut self) {}
 
-    /// Keeps `artifact` under `id` and, when it has one, under its `source`;
-    /// `work` is how long it took to obtain.
-    fn store(
-        &mut self,
-        id: &ArtifactId<VariantOf<Self>>,
-        artifact: &ArtifactOf<Self>,
-        source: Option<&str>,
-        work: Duration,
-    ) -> StoreOutcome;
+    /// A store hit of `id` that the loader will load later in the batch:
+    /// where a target may start preparing it (the batch looks every kernel
+    /// up before it loads any).
+    fn found(&mut self, id: &ArtifactId<VariantOf<Self>>, artifact: &ArtifactOf<Self>) {
+        let _ = (id, artifact);
+    }
 
     /// Called once at the end of every batch, after the last load and store:
-    /// where a target lets go of what it held for the batch, such as the
-    /// store's per-key claims of kernels that failed and so were never
-    /// stored (other processes waiting on them can compile them at once).
-    /// A target on a store forwards it to
-    /// [`BoundStore::batch_finished`](crate::BoundStore::batch_finished),
-    /// which also lets the store hold its size limit (P6).
+    /// where a target lets go of what it held for the batch. The loader has
+    /// already ended the batch on the store (its claims, its limits).
     fn batch_finished(&mut self) {}
 
     /// Makes `artifact` a device object.

@@ -7,12 +7,11 @@ use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use kiln_core::fake::{FakeArtifact, FakeKernel, FakeTarget};
 use kiln_core::{
-    ArtifactId, CacheError, CompilationTarget, DeviceId, DeviceRefusal, KernelCache, KernelOutcome,
-    KernelRecord, LoaderConfig, Lookup, StatisticsCollector, StoreOutcome,
+    ArtifactId, ArtifactStore, CacheError, CompilationTarget, DeviceId, DeviceRefusal, KernelCache,
+    KernelOutcome, KernelRecord, LoaderConfig, StatisticsCollector,
 };
 
 const DEVICE: DeviceId = DeviceId::new("fake", 0);
@@ -403,8 +402,8 @@ fn listen<T: CompilationTarget>(cache: &KernelCache<T>) -> Arc<Mutex<Vec<KernelR
     heard
 }
 
-/// A cache whose first batch stops at its first store lookup until the gate
-/// releases it.
+/// A cache whose first batch stops at its start, before its first store
+/// lookup, until the gate releases it.
 fn gated(target: FakeTarget) -> (KernelCache<Hooked<FakeTarget>>, Gate) {
     let (entered_sender, entered) = channel();
     let (release, release_receiver) = channel::<()>();
@@ -457,7 +456,7 @@ impl AsFake for FakeTarget {
     }
 }
 
-/// The fake target, running a hook at every store lookup: inside a batch,
+/// The fake target, running a hook at the start of every batch: inside it,
 /// under the build lock.
 struct Hooked<T> {
     inner: T,
@@ -487,31 +486,17 @@ impl CompilationTarget for Hooked<FakeTarget> {
         self.inner.compiler()
     }
 
-    fn persists(&self) -> bool {
-        self.inner.persists()
+    fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
+        self.inner.store()
+    }
+
+    fn batch_started(&mut self) {
+        (self.hook)();
+        self.inner.batch_started();
     }
 
     fn batch_finished(&mut self) {
         self.inner.batch_finished();
-    }
-
-    fn lookup(&mut self, id: &ArtifactId<()>) -> Lookup<FakeArtifact> {
-        (self.hook)();
-        self.inner.lookup(id)
-    }
-
-    fn lookup_source(&mut self, id: &ArtifactId<()>, source: &str) -> Lookup<FakeArtifact> {
-        self.inner.lookup_source(id, source)
-    }
-
-    fn store(
-        &mut self,
-        id: &ArtifactId<()>,
-        artifact: &FakeArtifact,
-        source: Option<&str>,
-        work: Duration,
-    ) -> StoreOutcome {
-        self.inner.store(id, artifact, source, work)
     }
 
     fn load(
@@ -538,26 +523,8 @@ impl CompilationTarget for Refusing {
         self.inner.compiler()
     }
 
-    fn persists(&self) -> bool {
-        self.inner.persists()
-    }
-
-    fn lookup(&mut self, id: &ArtifactId<()>) -> Lookup<FakeArtifact> {
-        self.inner.lookup(id)
-    }
-
-    fn lookup_source(&mut self, id: &ArtifactId<()>, source: &str) -> Lookup<FakeArtifact> {
-        self.inner.lookup_source(id, source)
-    }
-
-    fn store(
-        &mut self,
-        id: &ArtifactId<()>,
-        artifact: &FakeArtifact,
-        source: Option<&str>,
-        work: Duration,
-    ) -> StoreOutcome {
-        self.inner.store(id, artifact, source, work)
+    fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
+        self.inner.store()
     }
 
     fn load(

@@ -45,9 +45,6 @@ pub(crate) const INLINE_MAX: usize = 16 << 10;
 /// The largest record file a lookup reads whole; anything longer is not a
 /// record the store wrote and reads as damaged.
 const RECORD_LIMIT: u64 = INLINE_MAX as u64 + (1 << 20);
-/// The key-derivation context of [`StoreKey::digest`]; a test holds
-/// [`key_digest`] equal to it.
-const KEY_CONTEXT: &str = "kiln store key";
 
 /// A verified artifact store in a folder, shared by every process that opens
 /// the same root.
@@ -953,7 +950,7 @@ impl ArtifactStore for DiskStore {
         let mut key_buffer = [0u8; 512];
         let encoded_key = record::encode_into(key, &mut key_buffer);
         let encoded_key = encoded_key.as_ref();
-        let record_path = self.inner.layout.record(&key_digest(encoded_key));
+        let record_path = self.inner.layout.record(&key.digest());
         // When the object a record names has vanished, the record is read
         // once more: a writer may have replaced it meanwhile (its new object
         // published first, P3), and then the new one is followed; the same
@@ -1218,16 +1215,6 @@ fn record_file(record: &Record, bytes: &[u8]) -> (Vec<u8>, bool) {
     } else {
         (record.seal(), false)
     }
-}
-
-/// The digest a key's record is filed under, from the key's bytes as
-/// [`record::encode`] writes them: [`StoreKey::digest`], without encoding
-/// the key a second time.
-fn key_digest(encoded_key: &[u8]) -> [u8; 32] {
-    *blake3::Hasher::new_derive_key(KEY_CONTEXT)
-        .update(encoded_key)
-        .finalize()
-        .as_bytes()
 }
 
 /// What a record file says to a lookup of `key`.
@@ -1579,14 +1566,6 @@ mod tests {
         fs::metadata(path)
             .and_then(|found| found.accessed())
             .expect("an access time")
-    }
-
-    #[test]
-    fn a_record_is_filed_under_the_keys_own_digest() {
-        // P1: lookups name the file without encoding the key twice.
-        for key in [kernel_key(1), source_key(1)] {
-            assert_eq!(key_digest(&record::encode(&key)), key.digest());
-        }
     }
 
     #[test]

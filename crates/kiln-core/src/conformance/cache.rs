@@ -4,7 +4,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use super::{ConformanceSubject, config};
 use crate::error::{CacheError, DeviceRefusal, KernelError};
@@ -12,7 +11,7 @@ use crate::handle::{KernelCache, PendingKernel};
 use crate::id::{ArtifactId, DeviceId, KernelId};
 use crate::kernel::Kernel;
 use crate::statistics::{KernelOutcome, KernelRecord};
-use crate::store::{Lookup, StoreOutcome};
+use crate::store::ArtifactStore;
 use crate::target::{ArtifactOf, CompilationTarget, KernelOf, VariantOf};
 
 /// The device the suite's caches serve.
@@ -24,8 +23,8 @@ fn cache<S: ConformanceSubject>(subject: &S) -> KernelCache<S::Target> {
     KernelCache::with_config(DEVICE, subject.target(), config())
 }
 
-/// A cache whose first batch stops at its first store lookup until the
-/// returned gate releases it, so that a test can act while a batch is
+/// A cache whose first batch stops where it starts, before its first store
+/// lookup, until the returned gate releases it, so that a test can act while a batch is
 /// certainly in flight, on any backend.
 fn gated_cache<S: ConformanceSubject>(subject: &S) -> (KernelCache<Gated<S::Target>>, Gate) {
     let (entered_sender, entered) = channel();
@@ -59,8 +58,9 @@ impl Gate {
     }
 }
 
-/// A target that stops its first store lookup until the test releases it;
-/// everything else goes to the target it wraps.
+/// A target that stops its first batch at its start, before its first store
+/// lookup, until the test releases it; everything else goes to the target
+/// it wraps.
 struct Gated<T> {
     inner: T,
     gate: Option<(Sender<()>, Receiver<()>)>,
@@ -74,19 +74,15 @@ impl<T: CompilationTarget> CompilationTarget for Gated<T> {
         self.inner.compiler()
     }
 
-    fn persists(&self) -> bool {
-        self.inner.persists()
+    fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
+        self.inner.store()
     }
 
-    fn generation(&self) -> u64 {
-        self.inner.generation()
+    fn keeps(&self, variant: &VariantOf<T>) -> bool {
+        self.inner.keeps(variant)
     }
 
-    fn batch_finished(&mut self) {
-        self.inner.batch_finished();
-    }
-
-    fn lookup(&mut self, id: &ArtifactId<VariantOf<T>>) -> Lookup<ArtifactOf<T>> {
+    fn batch_started(&mut self) {
         if let Some((entered, release)) = self.gate.take() {
             // A test that stopped listening (it panicked) must not block the
             // batch for ever: either end hung up lets it go on.
@@ -94,25 +90,15 @@ impl<T: CompilationTarget> CompilationTarget for Gated<T> {
                 let _ = release.recv();
             }
         }
-        self.inner.lookup(id)
+        self.inner.batch_started();
     }
 
-    fn lookup_source(
-        &mut self,
-        id: &ArtifactId<VariantOf<T>>,
-        source: &str,
-    ) -> Lookup<ArtifactOf<T>> {
-        self.inner.lookup_source(id, source)
+    fn found(&mut self, id: &ArtifactId<VariantOf<T>>, artifact: &ArtifactOf<T>) {
+        self.inner.found(id, artifact);
     }
 
-    fn store(
-        &mut self,
-        id: &ArtifactId<VariantOf<T>>,
-        artifact: &ArtifactOf<T>,
-        source: Option<&str>,
-        work: Duration,
-    ) -> StoreOutcome {
-        self.inner.store(id, artifact, source, work)
+    fn batch_finished(&mut self) {
+        self.inner.batch_finished();
     }
 
     fn load(
@@ -442,7 +428,7 @@ pub fn d3_a_reporter_hears_each_built_artifact_once<S: ConformanceSubject>(subje
         }
     }
 
-    if !cache.with_target(|target| target.persists()) {
+    if !cache.with_target(|target| target.store().is_some()) {
         return;
     }
     drop(pending);

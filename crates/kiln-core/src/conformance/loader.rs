@@ -178,7 +178,7 @@ pub fn l5_kernels_sharing_a_source_share_one_artifact<S: ConformanceSubject>(sub
     }
     loader.compile_queued();
     let batch = &loader.records()[0];
-    if loader.target().persists() {
+    if loader.target().store().is_some() {
         assert_eq!(
             batch.count(KernelOutcome::Compiled),
             1,
@@ -202,7 +202,7 @@ pub fn l5_kernels_sharing_a_source_share_one_artifact<S: ConformanceSubject>(sub
 /// loader on the same store.
 pub fn l5_a_stored_kernel_is_not_compiled_again<S: ConformanceSubject>(subject: &S) {
     let mut loader = loader(subject);
-    if !loader.target().persists() {
+    if loader.target().store().is_none() {
         not_applicable("L5a (store hits)", "the target keeps nothing");
         return;
     }
@@ -330,7 +330,7 @@ pub fn l9_a_refused_kernel_is_neither_kept_nor_stored<S: ConformanceSubject>(sub
 /// and loads from the new store.
 pub fn l10_a_store_switch_reloads<S: ConformanceSubject>(subject: &S) {
     let mut loader = loader(subject);
-    if !loader.target().persists() {
+    if loader.target().store().is_none() {
         not_applicable("L10", "a storeless loader never resets");
         return;
     }
@@ -410,7 +410,7 @@ pub fn s3_records_hold_outcomes_and_work<S: ConformanceSubject>(subject: &S) {
     assert_eq!(compiled.kernel, subject.distinct(0).id());
     assert_eq!(compiled.outcome, KernelOutcome::Compiled);
     assert!(!compiled.work.is_zero(), "a compile takes time");
-    assert_eq!(compiled.stored, loader.target().persists());
+    assert_eq!(compiled.stored, loader.target().store().is_some());
     let failed = &batch.records[1];
     assert_eq!(failed.outcome, KernelOutcome::Failed);
     assert!(failed.error.is_some());
@@ -430,7 +430,7 @@ pub fn s4_statistics_add_up<S: ConformanceSubject>(subject: &S) {
     assert_eq!(statistics.failed, 1);
     assert_eq!(statistics.misses, 4);
     assert!(statistics.compile_seconds > 0.0);
-    if loader.target().persists() {
+    if loader.target().store().is_some() {
         assert_eq!(statistics.stored, 3);
         assert!(statistics.bytes_written > 0);
     }

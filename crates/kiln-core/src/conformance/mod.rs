@@ -2,7 +2,10 @@
 //! diagnostics (D) and the shared handle's rules (K), proved against any
 //! [`CompilationTarget`]. Each rule is a function of this module named as
 //! a sentence; the loader's (L, S, D2) are written in `loader`, the shared
-//! handle's (K, D3) in `cache`.
+//! handle's (K, D3) in `cache`. The store's rules (P), proved against any
+//! [`ArtifactStore`](crate::ArtifactStore) through its trait alone, are
+//! written in `store` and instantiated with
+//! [`store_conformance_suite!`](crate::store_conformance_suite).
 //!
 //! Every backend runs the same checks against its real compiler, so a rule
 //! holds on every backend or the backend's tests fail. A backend describes
@@ -42,6 +45,7 @@
 
 mod cache;
 mod loader;
+mod store;
 
 use std::num::NonZeroUsize;
 
@@ -67,6 +71,21 @@ pub use loader::{
     l9_a_refused_kernel_is_neither_kept_nor_stored, l10_a_store_switch_reloads,
     s1_a_collector_counts_what_registered_in_its_scope, s1_a_dropped_queue_is_abandoned,
     s3_records_hold_outcomes_and_work, s4_statistics_add_up,
+};
+pub use store::{
+    StoreSubject, l10_the_generation_is_shared_by_clones_and_moves_only_when_content_is_replaced,
+    p1_keys_differing_in_one_component_do_not_see_each_other, p2_a_key_never_put_misses_as_absent,
+    p2_a_put_of_another_artifact_replaces_the_first,
+    p2_a_put_then_a_lookup_hits_with_the_same_bytes_and_work,
+    p2_a_removed_key_misses_and_removing_it_again_is_harmless,
+    p3_another_process_reads_what_one_put, p3_threads_putting_under_one_key_are_read_whole,
+    p4_a_claim_held_in_one_process_is_busy_in_another,
+    p4_a_held_claim_is_busy_for_a_second_once_claimant_and_free_after_its_guard_drops,
+    p4_a_patient_claimant_holds_the_key_once_the_guard_drops,
+    p5_an_empty_artifact_round_trips_or_is_refused_and_counted,
+    p6_a_batch_end_within_the_limits_keeps_every_entry, p7_a_source_key_finds_what_was_put_with_it,
+    p9_explain_names_the_changed_component_or_says_never_seen,
+    s4_statistics_count_hits_misses_and_puts,
 };
 
 /// How the suite makes kernels for one backend.

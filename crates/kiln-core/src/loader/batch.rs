@@ -15,6 +15,7 @@ use crate::compiler::ArtifactCompiler;
 use crate::config::WorkerMode;
 use crate::error::KernelError;
 use crate::statistics::{BatchRecord, KernelOutcome, LoaderStatistics};
+use crate::store::BoundStore;
 use crate::target::{CompilationTarget, VariantOf};
 
 impl<T: CompilationTarget> KernelLoader<T> {
@@ -24,11 +25,17 @@ impl<T: CompilationTarget> KernelLoader<T> {
         let mut jobs: Vec<Job<'_, T>> = requests.into_iter().map(Job::new).collect();
         let n_kernels = jobs.len();
 
+        // The batch's boundaries are told, never inferred: claims an
+        // unwound batch left go before the first lookup (P4).
+        if let Some(store) = &mut self.store {
+            store.batch_started();
+        }
+        self.target.batch_started();
         for job in &mut jobs {
-            job.look_up(&mut self.target, &mut self.statistics);
+            job.look_up(&mut self.target, self.store.as_mut(), &mut self.statistics);
         }
 
-        let persists = self.target.persists();
+        let persists = self.store.is_some();
         let mut missing: Vec<&mut Job<'_, T>> =
             jobs.iter_mut().filter(|job| job.is_missing()).collect();
         let with_processes = !missing.is_empty()
@@ -60,8 +67,8 @@ impl<T: CompilationTarget> KernelLoader<T> {
         });
         drop(missing);
 
-        if persists {
-            group_by_source(&mut jobs, &mut self.target, &mut self.statistics);
+        if let Some(store) = &self.store {
+            group_by_source(&mut jobs, &self.target, store, &mut self.statistics);
         }
 
         let finalizer = Finalizer {
@@ -88,11 +95,15 @@ impl<T: CompilationTarget> KernelLoader<T> {
         let mut records = Vec::with_capacity(jobs.len());
         let mut outcomes = Vec::with_capacity(jobs.len());
         for job in jobs {
-            let (outcome, record) = job.load(&mut self.target, &mut self.statistics);
+            let (outcome, record) =
+                job.load(&mut self.target, self.store.as_mut(), &mut self.statistics);
             records.push(record);
             outcomes.push(outcome);
         }
 
+        if let Some(store) = &mut self.store {
+            store.batch_finished();
+        }
         self.target.batch_finished();
 
         let batch = BatchRecord {
@@ -128,7 +139,8 @@ impl<T: CompilationTarget> KernelLoader<T> {
 /// one text compiled for two architectures is two artifacts.
 pub(super) fn group_by_source<T: CompilationTarget>(
     jobs: &mut [Job<'_, T>],
-    target: &mut T,
+    target: &T,
+    store: &BoundStore<T::Compiler>,
     statistics: &mut LoaderStatistics,
 ) {
     let mut leaders: FxHashMap<(VariantOf<T>, String), usize> = FxHashMap::default();
@@ -145,7 +157,7 @@ pub(super) fn group_by_source<T: CompilationTarget>(
             Some(leader) => job.wait_for(leader),
             None => {
                 leaders.insert(key, index);
-                job.reuse_stored_source(target, statistics);
+                job.reuse_stored_source(target, store, statistics);
             }
         }
         job.settle();
@@ -398,8 +410,9 @@ mod tests {
         use crate::diagnostic::CompileFailure;
         use crate::id::ArtifactId;
         use crate::loader::KernelLoader;
-        use crate::store::{Lookup, Miss, StoreOutcome};
+        use crate::store::{ArtifactStore, KeyComponents, KeyedCompiler, MemoryStore};
         use crate::target::CompilationTarget;
+        use std::sync::Arc;
 
         struct ArchCompiler;
 
@@ -433,8 +446,15 @@ mod tests {
             }
         }
 
-        /// Persists, so that grouping by source is on, with nothing stored.
-        struct ArchTarget(ArchCompiler);
+        impl KeyedCompiler for ArchCompiler {
+            fn key_components(&self) -> KeyComponents {
+                KeyComponents::new("arch", "kiln-arch 1", "any", "")
+            }
+        }
+
+        /// On an empty store, so that grouping by source is on, and the one
+        /// batch finds nothing stored.
+        struct ArchTarget(ArchCompiler, Arc<dyn ArtifactStore>);
 
         impl CompilationTarget for ArchTarget {
             type Compiler = ArchCompiler;
@@ -444,26 +464,8 @@ mod tests {
                 &self.0
             }
 
-            fn persists(&self) -> bool {
-                true
-            }
-
-            fn lookup(&mut self, _id: &ArtifactId<u32>) -> Lookup<String> {
-                Lookup::Miss(Miss::Absent)
-            }
-
-            fn lookup_source(&mut self, _id: &ArtifactId<u32>, _source: &str) -> Lookup<String> {
-                Lookup::Miss(Miss::Absent)
-            }
-
-            fn store(
-                &mut self,
-                _id: &ArtifactId<u32>,
-                _artifact: &String,
-                _source: Option<&str>,
-                _work: Duration,
-            ) -> StoreOutcome {
-                StoreOutcome::Skipped
+            fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
+                Some(&self.1)
             }
 
             fn load(
@@ -478,8 +480,10 @@ mod tests {
         // L5c
         #[test]
         fn one_text_under_two_variants_is_two_artifacts() {
-            let mut loader =
-                KernelLoader::with_config(ArchTarget(ArchCompiler), LoaderConfig::default());
+            let mut loader = KernelLoader::with_config(
+                ArchTarget(ArchCompiler, Arc::new(MemoryStore::new())),
+                LoaderConfig::default(),
+            );
             let kernel = FakeKernel::new(1);
             loader.enqueue(Box::new(kernel.clone()), 90);
             loader.enqueue(Box::new(kernel.clone()), 80);

@@ -11,7 +11,7 @@ use crate::diagnostic::{CompileFailure, Diagnostic};
 use crate::error::{Failure, KernelError, Stage};
 use crate::id::ArtifactId;
 use crate::statistics::{KernelOutcome, KernelRecord, LoaderStatistics, Registration, Settled};
-use crate::store::{Lookup, StoreOutcome};
+use crate::store::{BoundStore, Lookup, Miss, StoreOutcome};
 use crate::target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, VariantOf};
 
 /// How far a kernel got through its batch.
@@ -114,13 +114,33 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         };
     }
 
-    pub(super) fn look_up(&mut self, target: &mut T, statistics: &mut LoaderStatistics) {
-        match target.lookup(&self.id) {
+    /// Asks the store for the kernel by id; a miss is claimed (P4), so that
+    /// other processes wait for this compile instead of doing it too.
+    pub(super) fn look_up(
+        &mut self,
+        target: &mut T,
+        store: Option<&mut BoundStore<T::Compiler>>,
+        statistics: &mut LoaderStatistics,
+    ) {
+        let found = match store {
+            Some(store) if kept(target, &self.id) => {
+                let compiler = target.compiler();
+                match store.lookup(compiler, &self.id) {
+                    Lookup::Miss(miss) => store
+                        .claim(compiler, &self.id)
+                        .unwrap_or(Lookup::Miss(miss)),
+                    hit @ Lookup::Hit { .. } => hit,
+                }
+            }
+            _ => Lookup::Miss(Miss::Absent),
+        };
+        match found {
             Lookup::Hit {
                 artifact,
                 bytes,
                 work,
             } => {
+                target.found(&self.id, &artifact);
                 statistics.hits += 1;
                 statistics.bytes_read += bytes;
                 statistics.saved_seconds += work.as_secs_f64();
@@ -195,7 +215,8 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
 
     pub(super) fn reuse_stored_source(
         &mut self,
-        target: &mut T,
+        target: &T,
+        store: &BoundStore<T::Compiler>,
         statistics: &mut LoaderStatistics,
     ) {
         let Step::Lowered {
@@ -209,8 +230,11 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             artifact,
             bytes,
             work,
-        } = target.lookup_source(&self.id, source)
-        {
+        } = if kept(target, &self.id) {
+            store.lookup_source(target.compiler(), &self.id, source)
+        } else {
+            Lookup::Miss(Miss::Absent)
+        } {
             statistics.bytes_read += bytes;
             statistics.saved_seconds += work.as_secs_f64();
             let Step::Lowered { source, .. } = std::mem::replace(&mut self.step, Step::Missing)
@@ -231,6 +255,7 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
     pub(super) fn load(
         mut self,
         target: &mut T,
+        store: Option<&mut BoundStore<T::Compiler>>,
         statistics: &mut LoaderStatistics,
     ) -> (JobOutcome<T>, KernelRecord) {
         let mut stored = false;
@@ -262,7 +287,17 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                         }
                         if origin != KernelOutcome::FromStore {
                             let work = self.compile_work;
-                            match target.store(id, &artifact, source.as_deref(), work) {
+                            let outcome = match store {
+                                Some(store) if kept(target, id) => store.put(
+                                    target.compiler(),
+                                    id,
+                                    &artifact,
+                                    source.as_deref(),
+                                    work,
+                                ),
+                                _ => StoreOutcome::Skipped,
+                            };
+                            match outcome {
                                 StoreOutcome::Stored { bytes } => {
                                     stored = true;
                                     statistics.stored += 1;
@@ -311,6 +346,18 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         };
         ((self.id, result), record)
     }
+}
+
+/// Whether `target`'s store keeps `id`'s artifact; one it does not
+/// bypasses the store.
+fn kept<T: CompilationTarget>(target: &T, id: &ArtifactId<VariantOf<T>>) -> bool {
+    let keeps = target.keeps(&id.variant);
+    if !keeps {
+        log::debug!(
+            "{id} is asked for a variant its target's store does not keep: it bypasses the store"
+        );
+    }
+    keeps
 }
 
 /// Runs one step of one kernel, a panic in it becoming that kernel's failure
@@ -535,7 +582,12 @@ mod tests {
         let mut first = self::loader(FakeTarget::persisting(), 2);
         load(&mut first, &FakeKernel::new(1)).expect("loads");
         let written = first.statistics().bytes_written;
-        assert_eq!(written, "fake kernel 1".len() as u64);
+        let artifact = crate::fake::FakeArtifact {
+            text: "fake kernel 1".into(),
+            refused: false,
+        };
+        let encoded = crate::encoding::encode(&artifact).expect("the artifact serializes");
+        assert_eq!(written, encoded.len() as u64, "the artifact's stored bytes");
         let mut second = self::loader(first.into_target(), 2);
         load(&mut second, &FakeKernel::new(1)).expect("loads");
         let statistics = second.statistics();

@@ -1,8 +1,8 @@
 //! The loader: the kernels one device holds, and the one path that loads
 //! more.
 //!
-//! [`KernelLoader`] and the loaded map bound to a store generation live
-//! here; a batch's parts each have a file: the `queue` of kernels waiting
+//! [`KernelLoader`], its binding to the target's store, and the loaded map
+//! bound to a store generation live here; a batch's parts each have a file: the `queue` of kernels waiting
 //! for it, the `batch` itself (store, lower, group by source, finalize,
 //! load, record), each kernel's `job` through it, and the `finalize` step,
 //! in this process or in a worker process.
@@ -15,6 +15,7 @@ mod queue;
 mod tests;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -24,6 +25,7 @@ use crate::id::ArtifactId;
 use crate::kernel::Kernel;
 use crate::pool::WorkerPool;
 use crate::statistics::{BatchRecord, LoaderStatistics, Registration};
+use crate::store::{BoundStore, KeyedCompiler};
 use crate::target::{CompilationTarget, KernelOf, VariantOf};
 use crate::worker::WorkerProcesses;
 
@@ -62,6 +64,13 @@ use queue::{Asked, KernelQueue, Request, queued_requests};
 /// ```
 pub struct KernelLoader<T: CompilationTarget> {
     target: T,
+    /// The target's store bound to its compiler, bound once: every lookup,
+    /// claim and put of a batch goes through it, and its generation is what
+    /// the hot path compares.
+    store: Option<BoundStore<T::Compiler>>,
+    /// Whether the target was lent mutably since the store was last checked:
+    /// it may name another store now (L10).
+    target_lent: bool,
     loaded: LoadedKernels<ArtifactId<VariantOf<T>>, T::Loaded>,
     queue: KernelQueue<T>,
     /// Why each kernel of the latest batch that failed failed, until its own
@@ -85,12 +94,16 @@ impl<T: CompilationTarget> KernelLoader<T> {
 
     /// A loader holding nothing yet, with `config`.
     pub fn with_config(target: T, config: LoaderConfig) -> Self {
-        let generation = target.persists().then(|| target.generation());
+        let store = bind(&target);
+        let generation = store.as_ref().map(BoundStore::generation);
         Self {
             target,
+            store,
+            target_lent: false,
             loaded: LoadedKernels {
                 entries: FxHashMap::default(),
                 generation,
+                lent: None,
             },
             queue: KernelQueue::default(),
             failed: FxHashMap::default(),
@@ -146,7 +159,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
         id: &ArtifactId<VariantOf<T>>,
     ) -> Result<T::Loaded, KernelError> {
         if self.queue.is_empty()
-            && self.loaded.is_current(&self.target)
+            && self.loaded.is_current(&self.store)
             && let Some(loaded) = self.loaded.entries.get(id)
         {
             return Ok(loaded.clone());
@@ -164,7 +177,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
         id: &ArtifactId<VariantOf<T>>,
     ) -> Result<T::Loaded, KernelError> {
         loop {
-            self.loaded.reset_if_switched(&self.target);
+            self.check_store();
             // A failure is reported as it stands only when nothing else is
             // queued: a batch drops it, and the kernel compiles in that batch.
             let reported = self.failed.contains_key(id) && self.queue.is_empty();
@@ -177,7 +190,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             // A store that switched during the batch dropped every kernel
             // loaded before it, this one too: go round and load it from the
             // store switched to.
-            self.loaded.reset_if_switched(&self.target);
+            self.loaded.reset_if_switched(&self.store);
             if let Some(loaded) = self.loaded.entries.get(id) {
                 return Ok(loaded.clone());
             }
@@ -190,7 +203,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// whose failure is still unreported has it dropped and is tried again.
     pub fn enqueue(&mut self, kernel: Box<KernelOf<T>>, variant: VariantOf<T>) {
         let id = ArtifactId::new(kernel.id(), variant);
-        self.loaded.reset_if_switched(&self.target);
+        self.check_store();
         if self.loaded.entries.contains_key(&id) || self.queue.contains(&id) {
             return;
         }
@@ -217,6 +230,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
         &mut self,
         asked: Vec<BorrowedKernel<'_, T>>,
     ) -> Vec<Result<T::Loaded, KernelError>> {
+        self.check_store();
         if self.queue.is_empty() && asked.is_empty() {
             return Vec::new();
         }
@@ -236,7 +250,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
                 continue;
             }
             if let Ok(loaded) = &result {
-                self.loaded.insert(id, loaded.clone(), &self.target);
+                self.loaded.insert(id, loaded.clone(), &self.store);
             }
             answers.push(result);
         }
@@ -245,7 +259,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
 
     /// The loaded kernel for `id`, if it is loaded; compiles nothing.
     pub fn get(&mut self, id: &ArtifactId<VariantOf<T>>) -> Option<T::Loaded> {
-        self.loaded.reset_if_switched(&self.target);
+        self.check_store();
         self.loaded.entries.get(id).cloned()
     }
 
@@ -269,9 +283,45 @@ impl<T: CompilationTarget> KernelLoader<T> {
         &self.target
     }
 
-    /// The target, mutably: to switch its store, say.
+    /// The target, mutably: to switch its store, say. A target that names
+    /// another store afterwards is bound to it at the loader's next access
+    /// other than a launch of a loaded kernel, and that launch takes the
+    /// same path, so every kernel loaded from the old store is dropped
+    /// first (L10).
     pub fn target_mut(&mut self) -> &mut T {
+        self.target_lent = true;
+        self.loaded.lend();
         &mut self.target
+    }
+
+    /// The target's store as the loader bound it to the compiler's keys:
+    /// its key of any kernel, why a kernel missed (P9), the claims it
+    /// holds. `None` when the target keeps nothing.
+    pub fn bound_store(&self) -> Option<&BoundStore<T::Compiler>> {
+        self.store.as_ref()
+    }
+
+    /// Binds the target's store again when the target, lent mutably since
+    /// the last check, names another store (or the same store under other
+    /// key components) than the one bound: off the hot path, which a lent
+    /// target sends here.
+    fn check_store(&mut self) {
+        if std::mem::take(&mut self.target_lent) {
+            self.loaded.take_back();
+            let same = match (self.target.store(), &self.store) {
+                (None, None) => true,
+                (Some(named), Some(bound)) => {
+                    Arc::ptr_eq(named, bound.store())
+                        && *bound.components() == self.target.compiler().key_components()
+                }
+                _ => false,
+            };
+            if !same {
+                log::debug!("the target names another store: binding it");
+                self.store = bind(&self.target);
+            }
+        }
+        self.loaded.reset_if_switched(&self.store);
     }
 
     /// The target, giving up everything loaded: to hand its store to a new
@@ -299,6 +349,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// Compiles the queue and `asked` together, keeping each kernel loaded or
     /// the reason it failed.
     fn compile_queue(&mut self, asked: Option<Asked<'_, T>>) {
+        self.check_store();
         if self.queue.is_empty() && asked.is_none() {
             return;
         }
@@ -327,7 +378,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// report (L7).
     fn keep(&mut self, id: ArtifactId<VariantOf<T>>, result: Result<T::Loaded, KernelError>) {
         match result {
-            Ok(loaded) => self.loaded.insert(id, loaded, &self.target),
+            Ok(loaded) => self.loaded.insert(id, loaded, &self.store),
             Err(error) => {
                 self.failed.insert(id, error);
             }
@@ -347,26 +398,65 @@ impl<T: CompilationTarget + std::fmt::Debug> std::fmt::Debug for KernelLoader<T>
     }
 }
 
+/// `target`'s store bound to its compiler's keys, if it names one.
+fn bind<T: CompilationTarget>(target: &T) -> Option<BoundStore<T::Compiler>> {
+    target
+        .store()
+        .map(|store| BoundStore::new(Arc::clone(store), target.compiler()))
+}
+
+/// The generation of the bound store: one atomic load; 0 without a store.
+#[inline]
+fn generation_of<C: KeyedCompiler>(store: &Option<BoundStore<C>>) -> u64 {
+    store.as_ref().map_or(0, BoundStore::generation)
+}
+
+/// A generation no store has (they count up from 1): what the loaded map
+/// compares while the target is lent, so that the hot path fails and the
+/// next access checks the target's store.
+const UNCHECKED: u64 = u64::MAX;
+
 /// The kernels a loader holds, bound to the store generation they were
-/// loaded under (L10). A loader whose target does not persist is unbound and
+/// loaded under (L10). A loader whose target has no store is unbound and
 /// never resets: with nothing persisted, a switch changes nothing it holds.
 struct LoadedKernels<K, V> {
     entries: FxHashMap<K, V>,
     generation: Option<u64>,
+    /// The generation the kernels were loaded under, while
+    /// [`lend`](Self::lend) put [`UNCHECKED`] in its place.
+    lent: Option<u64>,
 }
 
 impl<K: Eq + std::hash::Hash, V> LoadedKernels<K, V> {
     #[inline]
-    fn is_current<T: CompilationTarget>(&self, target: &T) -> bool {
+    fn is_current<C: KeyedCompiler>(&self, store: &Option<BoundStore<C>>) -> bool {
         self.generation
-            .is_none_or(|generation| generation == target.generation())
+            .is_none_or(|generation| generation == generation_of(store))
     }
 
-    fn reset_if_switched<T: CompilationTarget>(&mut self, target: &T) {
+    /// The target is lent mutably: until [`take_back`](Self::take_back),
+    /// no generation is current, so the hot path goes to the slow one.
+    fn lend(&mut self) {
+        if let Some(generation) = self.generation
+            && generation != UNCHECKED
+        {
+            self.lent = Some(generation);
+            self.generation = Some(UNCHECKED);
+        }
+    }
+
+    /// The target is checked: the kernels' own generation is back.
+    fn take_back(&mut self) {
+        if let Some(generation) = self.lent.take() {
+            self.generation = Some(generation);
+        }
+    }
+
+    fn reset_if_switched<C: KeyedCompiler>(&mut self, store: &Option<BoundStore<C>>) {
         let Some(generation) = self.generation else {
             return;
         };
-        let current = target.generation();
+        let current = generation_of(store);
         if current != generation {
             log::debug!(
                 "the store switched (generation {generation} to {current}): dropping {} loaded kernels",
@@ -377,8 +467,8 @@ impl<K: Eq + std::hash::Hash, V> LoadedKernels<K, V> {
         }
     }
 
-    fn insert<T: CompilationTarget>(&mut self, key: K, value: V, target: &T) {
-        self.reset_if_switched(target);
+    fn insert<C: KeyedCompiler>(&mut self, key: K, value: V, store: &Option<BoundStore<C>>) {
+        self.reset_if_switched(store);
         self.entries.insert(key, value);
     }
 }

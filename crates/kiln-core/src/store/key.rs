@@ -1,7 +1,18 @@
 //! An artifact's key (P1): every component that changes its bytes, in the
 //! clear, and the compiler side that names them.
+//!
+//! The whole key vocabulary lives here, so that the backends speak it alike:
+//! the [`StoreKey`] and its one [`digest`](StoreKey::digest), the
+//! [`KeyComponents`] a compiler shares with all its artifacts, the
+//! [`LibraryFile`] a compiler's identity names, the [`SourceCover`] that a
+//! lowered text opens with so that its source key covers what shapes the
+//! artifact beside the text, and the [`Provenance`] a backend carries on
+//! each artifact.
 
+use std::ffi::c_void;
 use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -11,7 +22,17 @@ use crate::id::ArtifactId;
 
 /// The version of the store's key and record format. Part of every key: a
 /// change of format makes every earlier entry a miss instead of a misread.
-pub const STORE_FORMAT: u32 = 1;
+///
+/// 2: compiler identities name a digest of the compiler's library, source
+/// keys are of texts opened by a [`SourceCover`], and artifacts carry a
+/// [`Provenance`].
+pub const STORE_FORMAT: u32 = 2;
+
+/// The key-derivation context of [`StoreKey::digest`].
+const KEY_CONTEXT: &str = "kiln store key";
+
+/// The key-derivation context of [`Provenance::digest`].
+const PROVENANCE_CONTEXT: &str = "kiln provenance";
 
 /// What every artifact of one compiler shares in its key (P1).
 ///
@@ -32,6 +53,10 @@ pub struct KeyComponents {
 }
 
 impl KeyComponents {
+    /// [`architecture`](Self::architecture) of a compiler that no target has
+    /// named an architecture for: each artifact's own is in its variant.
+    pub const ANY_ARCHITECTURE: &'static str = "per variant";
+
     /// Components from their four parts.
     pub fn new(
         backend: impl Into<String>,
@@ -229,10 +254,14 @@ impl StoreKey {
     }
 
     /// The BLAKE3 digest of every component: the name the key is stored
-    /// under, the same in every process.
+    /// under, the same in every process. The one digest of a key: every
+    /// store files its entries under it.
+    ///
+    /// The key is encoded straight into the hasher, so a lookup that names
+    /// its record file by it allocates nothing.
     pub fn digest(&self) -> [u8; 32] {
-        let mut hasher = blake3::Hasher::new_derive_key("kiln store key");
-        hasher.update(&encoding::encode(self).expect("a key is plain data and always serializes"));
+        let mut hasher = blake3::Hasher::new_derive_key(KEY_CONTEXT);
+        encoding::encode_to(self, &mut hasher).expect("a key is plain data and always serializes");
         *hasher.finalize().as_bytes()
     }
 
@@ -311,6 +340,345 @@ pub fn hex(bytes: &[u8]) -> String {
         write!(text, "{byte:02x}").expect("writing to a String cannot fail");
     }
     text
+}
+
+/// A compiler's library file as this process loaded it: its name and the
+/// BLAKE3 digest of its bytes (P1).
+///
+/// Compilers report their version as `major.minor` at best, so a patch
+/// release that changes the code they emit keeps the reported version; the
+/// digest of the library changes with it. The bytes are what is digested,
+/// not the file's size, times or inode: a copy of a library on another
+/// machine is the same compiler, and a library rewritten in place is not.
+///
+/// Reading a compiler library takes time (NVRTC's is about 110 MB, some
+/// 60 ms to read and digest), so a backend identifies its library once per
+/// process, when a key first needs it, never on a launch.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LibraryFile {
+    /// The file's name, without its directory and with symbolic links
+    /// followed: `libnvrtc.so.13`, `libamdhip64.so.5.2.21153`.
+    pub name: String,
+    /// BLAKE3 of the file's bytes.
+    pub digest: [u8; 32],
+}
+
+impl LibraryFile {
+    /// Reads and digests the library at `path`, symbolic links followed.
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be opened or read.
+    pub fn read(path: &Path) -> io::Result<Self> {
+        let path = std::fs::canonicalize(path)?;
+        let mut file = std::fs::File::open(&path)?;
+        let mut hasher = blake3::Hasher::new();
+        // Streamed, so a library of a hundred megabytes is never held whole.
+        let mut buffer = vec![0u8; 1 << 20];
+        loop {
+            let read = io::Read::read(&mut file, &mut buffer)?;
+            if read == 0 {
+                break;
+            }
+            hasher.update(&buffer[..read]);
+        }
+        Ok(Self {
+            name: file_name(&path),
+            digest: *hasher.finalize().as_bytes(),
+        })
+    }
+
+    /// The library at `path`, or, when it cannot be read, an identity that
+    /// no other process shares: a compiler that cannot be told apart from
+    /// another must not share their artifacts (P1). The failure is logged.
+    pub fn identify(path: &Path) -> Self {
+        Self::read(path).unwrap_or_else(|error| {
+            log::warn!(
+                "cannot read the compiler library {} to identify it ({error}); this process's \
+                 artifacts are keyed to this process alone",
+                path.display()
+            );
+            let mut unique = blake3::Hasher::new_derive_key("kiln unidentified library");
+            unique.update(&std::process::id().to_le_bytes());
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            unique.update(&now.as_nanos().to_le_bytes());
+            Self {
+                name: format!("{} (unreadable)", file_name(path)),
+                digest: *unique.finalize().as_bytes(),
+            }
+        })
+    }
+
+    /// The file the loaded library holding `address` was loaded from, as
+    /// the dynamic linker reports it (`dladdr`), symbolic links followed:
+    /// the copy really in use, wherever the search for it looked first.
+    ///
+    /// # Safety
+    ///
+    /// The library holding `address` must stay loaded during the call.
+    pub unsafe fn containing(address: *const c_void) -> Option<PathBuf> {
+        #[cfg(unix)]
+        {
+            // SAFETY: all-zero is a valid `Dl_info` (null pointers, zero
+            // sizes).
+            let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+            // SAFETY: `info` is writable; dladdr reads nothing through
+            // `address`.
+            let found = unsafe { libc::dladdr(address, &mut info) };
+            if found == 0 || info.dli_fname.is_null() {
+                return None;
+            }
+            // SAFETY: dladdr set `dli_fname` to a NUL-terminated path that
+            // lives as long as the library stays loaded, which the caller
+            // promises for the call; it is copied before returning.
+            let path = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+            let path = PathBuf::from(path.to_string_lossy().into_owned());
+            Some(std::fs::canonicalize(&path).unwrap_or(path))
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = address;
+            None
+        }
+    }
+}
+
+/// `libnvrtc.so.13 blake3:<128 bits in hex>`: enough of the digest to tell
+/// any two libraries apart, in a compiler's identity that people read.
+impl fmt::Display for LibraryFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} blake3:{}", self.name, hex(&self.digest[..16]))
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |name| name.to_string_lossy().into_owned(),
+    )
+}
+
+/// The digest of one header a source includes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HeaderDigest {
+    /// The name the source includes it by.
+    pub include_name: String,
+    /// BLAKE3 of its text.
+    pub digest: [u8; 32],
+}
+
+impl HeaderDigest {
+    /// The digest of the header `include_name` with `text`.
+    pub fn new(include_name: &str, text: &str) -> Self {
+        Self {
+            include_name: include_name.to_owned(),
+            digest: *blake3::hash(text.as_bytes()).as_bytes(),
+        }
+    }
+}
+
+/// `name=<digest in hex>`.
+impl fmt::Display for HeaderDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.include_name, hex(&self.digest))
+    }
+}
+
+/// What a source key covers beside the source text itself (P1, P7): the
+/// entry point, the exact compile options, every header by its digest and
+/// any setting of the backend's own that shapes the artifact.
+///
+/// A backend opens the text it gives the loader as a kernel's source with
+/// [`preamble`](Self::preamble), so that two kernels have the same text
+/// exactly when they compile to the same artifact, which is what sharing
+/// artifacts between kernels with identical text needs. Each value is
+/// quoted on a line of its own, so no two covers write the same lines.
+///
+/// The architecture has no line of its own: the backends' options name it
+/// (`-arch=sm_90`, `--gpu-architecture=gfx90a`), taken from the variant.
+///
+/// ```
+/// use kiln_core::store::SourceCover;
+///
+/// let cover = SourceCover::new("cuda", "scale<float, 128>")
+///     .options(["-arch=sm_90", "-std=c++17"])
+///     .header("common.cuh", "#define ONE 1");
+/// let preamble = cover.preamble();
+/// assert!(preamble.starts_with("// kiln source key: cuda\n"));
+/// assert!(preamble.contains("// entry point: \"scale<float, 128>\"\n"));
+/// assert!(preamble.contains("// option: \"-arch=sm_90\"\n"));
+/// assert!(preamble.contains("// header: \"common.cuh\" blake3:"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceCover {
+    backend: String,
+    entry_point: String,
+    options: Vec<String>,
+    headers: Vec<HeaderDigest>,
+    settings: Vec<(String, String)>,
+}
+
+impl SourceCover {
+    /// The cover of a source of `backend` entered at `entry_point`.
+    pub fn new(backend: impl Into<String>, entry_point: impl Into<String>) -> Self {
+        Self {
+            backend: backend.into(),
+            entry_point: entry_point.into(),
+            options: Vec::new(),
+            headers: Vec::new(),
+            settings: Vec::new(),
+        }
+    }
+
+    /// With `options`, in the order the compiler is given them.
+    pub fn options(mut self, options: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.options.extend(options.into_iter().map(Into::into));
+        self
+    }
+
+    /// With the header `include_name`, by the digest of its `text`.
+    pub fn header(mut self, include_name: &str, text: &str) -> Self {
+        self.headers.push(HeaderDigest::new(include_name, text));
+        self
+    }
+
+    /// With a setting of the backend's own, `name` (a fixed phrase) with
+    /// `value`.
+    pub fn setting(mut self, name: &str, value: impl fmt::Display) -> Self {
+        self.settings.push((name.to_owned(), value.to_string()));
+        self
+    }
+
+    /// The entry point.
+    pub fn entry_point(&self) -> &str {
+        &self.entry_point
+    }
+
+    /// The compile options, in order.
+    pub fn compile_options(&self) -> &[String] {
+        &self.options
+    }
+
+    /// The headers' digests, in order.
+    pub fn headers(&self) -> &[HeaderDigest] {
+        &self.headers
+    }
+
+    /// The comment lines (`//`, which CUDA C++, HIP and WGSL all read as
+    /// comments) that open the text a source key is made of. Every value is
+    /// quoted as Rust quotes it, so none spans lines and no line ends in a
+    /// backslash that would join it to the next.
+    pub fn preamble(&self) -> String {
+        use fmt::Write;
+        let mut text = String::with_capacity(128 + 64 * self.options.len());
+        let mut line = |args: fmt::Arguments<'_>| {
+            text.write_fmt(args)
+                .expect("writing to a String cannot fail");
+            text.push('\n');
+        };
+        line(format_args!("// kiln source key: {}", self.backend));
+        line(format_args!("// entry point: {:?}", self.entry_point));
+        for option in &self.options {
+            line(format_args!("// option: {option:?}"));
+        }
+        for header in &self.headers {
+            line(format_args!(
+                "// header: {:?} blake3:{}",
+                header.include_name,
+                hex(&header.digest)
+            ));
+        }
+        for (name, value) in &self.settings {
+            line(format_args!("// {name}: {value:?}"));
+        }
+        text
+    }
+}
+
+/// What built one artifact: the key components of the compiler that made
+/// it, the options it was given, the digests of the source and headers it
+/// compiled, and the entry point (P1).
+///
+/// A backend carries one on every artifact it compiles, so that an artifact
+/// read from a store says what made it. Its
+/// [`components`](Self::components) are the compiler's
+/// [`key_components`](KeyedCompiler::key_components), the same as its store
+/// keys'; the artifact's own architecture is in its options and on the
+/// artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Provenance {
+    /// The compiler's key components.
+    pub components: KeyComponents,
+    /// The options the compiler was given, in order.
+    pub options: Vec<String>,
+    /// BLAKE3 of the source text compiled.
+    pub source_digest: [u8; 32],
+    /// The digest of every header, in the order the compiler was given them.
+    pub headers: Vec<HeaderDigest>,
+    /// The entry point.
+    pub entry_point: String,
+}
+
+impl Provenance {
+    /// What a compiler with `components` made of `source` under `cover`.
+    pub fn new(components: KeyComponents, cover: &SourceCover, source: &str) -> Self {
+        Self {
+            components,
+            options: cover.options.clone(),
+            source_digest: *blake3::hash(source.as_bytes()).as_bytes(),
+            headers: cover.headers.clone(),
+            entry_point: cover.entry_point.clone(),
+        }
+    }
+
+    /// Every part as `(name, value)`, in a fixed order.
+    pub fn parts(&self) -> [(&'static str, String); 5] {
+        [
+            ("compiler", self.components.to_string()),
+            ("options", format!("{:?}", self.options)),
+            ("source", hex(&self.source_digest)),
+            (
+                "headers",
+                self.headers
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            ("entry point", self.entry_point.clone()),
+        ]
+    }
+
+    /// The name of the first part that differs from `other`'s.
+    pub fn first_difference(&self, other: &Self) -> Option<&'static str> {
+        self.parts()
+            .into_iter()
+            .zip(other.parts())
+            .find(|(mine, theirs)| mine.1 != theirs.1)
+            .map(|(mine, _)| mine.0)
+    }
+
+    /// The BLAKE3 digest of every part: one name for what built the
+    /// artifact, the same in every process.
+    pub fn digest(&self) -> [u8; 32] {
+        let mut hasher = blake3::Hasher::new_derive_key(PROVENANCE_CONTEXT);
+        encoding::encode_to(self, &mut hasher)
+            .expect("a provenance is plain data and always serializes");
+        *hasher.finalize().as_bytes()
+    }
+}
+
+impl fmt::Display for Provenance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self
+            .parts()
+            .into_iter()
+            .map(|(name, value)| format!("{name}: {value}"))
+            .collect();
+        f.write_str(&parts.join("; "))
+    }
 }
 
 /// A compiler whose artifacts can be kept in a store: it names what its keys
@@ -418,5 +786,136 @@ mod tests {
             a.digest(),
             StoreKey::for_artifact(&components(), &id(1), None).digest()
         );
+    }
+
+    fn provenance() -> Provenance {
+        let cover = SourceCover::new("cuda", "k")
+            .options(["-arch=sm_90", "-std=c++17"])
+            .header("common.cuh", "#define ONE 1");
+        Provenance::new(components(), &cover, "extern \"C\" __global__ void k() {}")
+    }
+
+    #[test]
+    fn every_changed_part_of_a_provenance_gives_another_digest_and_is_named() {
+        // P1
+        let base = provenance();
+        assert_eq!(base.digest(), provenance().digest(), "the same inputs");
+        let mut changed = Vec::new();
+        let mut next = provenance();
+        next.components.compiler = "nvrtc 13.1".into();
+        changed.push((next, "compiler"));
+        let mut next = provenance();
+        next.components.architecture = "sm_80".into();
+        changed.push((next, "compiler"));
+        let mut next = provenance();
+        next.options.push("--use_fast_math".into());
+        changed.push((next, "options"));
+        let mut next = provenance();
+        next.source_digest = [0; 32];
+        changed.push((next, "source"));
+        let mut next = provenance();
+        next.headers[0] = HeaderDigest::new("common.cuh", "#define ONE 2");
+        changed.push((next, "headers"));
+        let mut next = provenance();
+        next.entry_point = "other".into();
+        changed.push((next, "entry point"));
+        for (other, part) in changed {
+            assert_ne!(other.digest(), base.digest(), "{part}");
+            assert_eq!(base.first_difference(&other), Some(part));
+        }
+        assert_eq!(base.first_difference(&base), None);
+    }
+
+    #[test]
+    fn a_preamble_changes_with_every_part_of_its_cover() {
+        // P1, P7
+        let base = || {
+            SourceCover::new("hip", "k<1>")
+                .options(["--gpu-architecture=gfx90a", "-DA=1"])
+                .header("a.h", "int a;")
+                .setting("layout", "automatic")
+        };
+        let preamble = base().preamble();
+        for part in ["hip", "\"k<1>\"", "\"-DA=1\"", "\"a.h\"", "\"automatic\""] {
+            assert!(preamble.contains(part), "{part} in {preamble}");
+        }
+        let others = [
+            SourceCover::new("cuda", "k<1>")
+                .options(["--gpu-architecture=gfx90a", "-DA=1"])
+                .header("a.h", "int a;")
+                .setting("layout", "automatic"),
+            SourceCover::new("hip", "k<2>")
+                .options(["--gpu-architecture=gfx90a", "-DA=1"])
+                .header("a.h", "int a;")
+                .setting("layout", "automatic"),
+            base().options(["-O3"]),
+            base().header("b.h", ""),
+            SourceCover::new("hip", "k<1>")
+                .options(["--gpu-architecture=gfx90a", "-DA=1"])
+                .header("a.h", "int b;")
+                .setting("layout", "automatic"),
+            base().setting("zeroed", true),
+        ];
+        for other in others {
+            assert_ne!(other.preamble(), preamble, "{other:?}");
+        }
+        // One option with a space is not two options.
+        assert_ne!(
+            SourceCover::new("cuda", "k").options(["-a -b"]).preamble(),
+            SourceCover::new("cuda", "k")
+                .options(["-a", "-b"])
+                .preamble()
+        );
+    }
+
+    #[test]
+    fn no_line_of_a_preamble_spans_lines_or_continues_onto_the_next() {
+        let preamble = SourceCover::new("cuda", "k\nint x;")
+            .options(["-DA=\\"])
+            .header("a\nb.h", "")
+            .setting("note", "one\ntwo")
+            .preamble();
+        assert_eq!(preamble.lines().count(), 5, "{preamble}");
+        for line in preamble.lines() {
+            assert!(line.starts_with("// "), "{line}");
+            assert!(!line.ends_with('\\'), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_library_is_identified_by_its_bytes() {
+        // P1: a patch release that reports the same version is another
+        // compiler.
+        let folder =
+            std::env::temp_dir().join(format!("kiln-core-library-file-{}", std::process::id()));
+        std::fs::create_dir_all(&folder).expect("a scratch folder");
+        let original = folder.join("libcompiler.so.1");
+        let patched = folder.join("patched").join("libcompiler.so.1");
+        std::fs::create_dir_all(patched.parent().expect("a parent")).expect("a folder");
+        std::fs::write(&original, b"the compiler's code").expect("written");
+        std::fs::write(&patched, b"the compiler's code, patched").expect("written");
+        let link = folder.join("libcompiler.so");
+        std::os::unix::fs::symlink(&original, &link).expect("a link");
+
+        let first = LibraryFile::read(&original).expect("readable");
+        assert_eq!(first, LibraryFile::read(&original).expect("readable"));
+        assert_eq!(
+            first,
+            LibraryFile::read(&link).expect("readable"),
+            "links are followed"
+        );
+        assert_eq!(first.name, "libcompiler.so.1");
+        let other = LibraryFile::read(&patched).expect("readable");
+        assert_eq!(other.name, first.name, "the same name");
+        assert_ne!(other, first, "other bytes, another library");
+        assert_ne!(other.to_string(), first.to_string());
+
+        let unreadable = LibraryFile::identify(&folder.join("missing.so"));
+        assert_ne!(
+            unreadable,
+            LibraryFile::identify(&folder.join("missing.so")),
+            "an unreadable library is never the same compiler twice"
+        );
+        std::fs::remove_dir_all(&folder).expect("removed");
     }
 }

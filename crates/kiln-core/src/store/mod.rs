@@ -2,9 +2,11 @@
 //! of (`key`), the object-safe [`ArtifactStore`] trait a store implements
 //! and what its lookups and writes answer ([`Lookup`], [`Miss`],
 //! [`StoreOutcome`]), the store's [`Generation`], single flight among
-//! processes (`claim`), and [`BoundStore`] (`binding`), the glue a backend's
-//! [`CompilationTarget`] delegates its `lookup`, `lookup_source` and `store`
-//! to.
+//! processes (`claim`), and [`BoundStore`] (`binding`), the store bound to
+//! a compiler's keys, through which the loader does every lookup, claim
+//! and put of its [`CompilationTarget`]'s store. [`MemoryStore`]
+//! (`memory`) is a store in the process's memory, for programs that want no
+//! disk.
 //!
 //! # Keys (P1)
 //!
@@ -30,27 +32,29 @@
 //! Nothing here is on the hot path: the loader touches a store only in a
 //! batch. The one thing it reads on every launch is the store's
 //! [`Generation`], a shared atomic that a [`BoundStore`] keeps a handle to,
-//! so [`CompilationTarget::generation`] stays one atomic load.
+//! so the loader's generation check stays one atomic load.
 //!
 //! [`CompilationTarget`]: crate::CompilationTarget
-//! [`CompilationTarget::generation`]: crate::CompilationTarget::generation
 
 mod binding;
 mod claim;
 mod generation;
 mod key;
+mod memory;
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use binding::{ArchitectureStore, BoundStore, StoreSlot};
+pub use binding::BoundStore;
 pub use claim::{Claim, ClaimGuard, ClaimWait};
 pub use generation::Generation;
 pub use key::{
-    Difference, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, STORE_FORMAT, StoreKey, hex,
+    Difference, HeaderDigest, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, LibraryFile,
+    Provenance, STORE_FORMAT, SourceCover, StoreKey, hex,
 };
+pub use memory::{DEFAULT_CLAIM_TIMEOUT, MemoryStore};
 
 /// Why a store had nothing to give.
 #[derive(Debug, Clone, PartialEq, Eq)]
