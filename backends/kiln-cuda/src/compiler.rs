@@ -12,10 +12,10 @@ use kiln_core::{
 use serde::{Deserialize, Serialize};
 
 use crate::architecture::Architecture;
-use crate::compiler_log::{self, NAME_EXPRESSION_FILE};
+use crate::diagnostics::{self, NAME_EXPRESSION_FILE};
 use crate::error::Error;
 use crate::kernel::CudaKernel;
-use crate::key::CudaKeyComponents;
+use crate::key::CudaKey;
 use crate::nvrtc::{CompileRequest, Nvrtc, NvrtcVersion};
 
 /// The compile choice of a CUDA target: the architecture of its device.
@@ -30,7 +30,7 @@ pub struct CudaVariant {
 /// compiled with, ready to finalize here or in another process.
 ///
 /// The text starts with the [`SourceCover`] of
-/// [`CudaKeyComponents::cover`] (comment lines naming the entry point,
+/// [`CudaKey::cover`] (comment lines naming the entry point,
 /// NVRTC's arguments and the headers' digests), then a `#line 1` that gives
 /// the kernel's own source its own line numbers. So two kernels have the
 /// same text exactly when they compile to the same artifact, which is what
@@ -69,7 +69,7 @@ impl CudaLowered {
 
     /// What its source key covers beside the kernel's own source.
     pub fn cover(&self) -> SourceCover {
-        CudaKeyComponents::cover(&self.entry, &self.arguments, &self.headers)
+        CudaKey::cover(&self.entry, &self.arguments, &self.headers)
     }
 }
 
@@ -79,7 +79,7 @@ impl CudaLowered {
 ///
 /// Stores keep it serialized. A change to its fields that old bytes would
 /// still decode into must change the compiler's name in
-/// [`CudaKeyComponents::for_store`] (or kiln-core's
+/// [`CudaKey::for_store`] (or kiln-core's
 /// [`STORE_FORMAT`](kiln_core::STORE_FORMAT)), so that old entries miss; a
 /// change they no longer decode into is a miss already.
 #[derive(Clone, Serialize, Deserialize)]
@@ -114,7 +114,7 @@ impl fmt::Debug for CudaArtifact {
 ///
 /// Its store keys (it is a [`KeyedCompiler`]) name the architecture of the
 /// target it serves, which [`CudaTarget`](crate::CudaTarget) gives it with
-/// [`keyed_for`](Self::keyed_for); see [`CudaKeyComponents::for_store`].
+/// [`keyed_for`](Self::keyed_for); see [`CudaKey::for_store`].
 #[derive(Debug, Clone)]
 pub struct CudaCompiler {
     nvrtc: Nvrtc,
@@ -179,7 +179,7 @@ impl CudaCompiler {
             lowered.entry
         );
         let mut names_entry = false;
-        let diagnostics: Vec<Diagnostic> = compiler_log::parse(log)
+        let diagnostics: Vec<Diagnostic> = diagnostics::parse(log)
             .into_iter()
             .map(|mut diagnostic| {
                 // NVRTC reports entry points in a file of its own making; the
@@ -251,7 +251,7 @@ impl ArtifactCompiler for CudaCompiler {
         let entry = kernel.entry().expression().to_owned();
         let program_name = kernel.program_name().to_owned();
 
-        let mut text = CudaKeyComponents::cover(&entry, &arguments, &headers).preamble();
+        let mut text = CudaKey::cover(&entry, &arguments, &headers).preamble();
         text.reserve(source.len() + 64);
         text.push_str(&format!(
             "#line 1 \"{}\"\n",
@@ -310,7 +310,7 @@ impl ArtifactCompiler for CudaCompiler {
                 lowered.entry
             )));
         }
-        let diagnostics = compiler_log::parse(&outcome.log)
+        let diagnostics = diagnostics::parse(&outcome.log)
             .into_iter()
             .filter(|diagnostic| diagnostic.severity < Severity::Error)
             .collect();
@@ -391,11 +391,11 @@ impl ProcessCompiler for CudaCompiler {
     }
 }
 
-/// The CUDA compiler's store keys (P1): see [`CudaKeyComponents::for_store`]
+/// The CUDA compiler's store keys (P1): see [`CudaKey::for_store`]
 /// for the components and why they cover every artifact's bytes.
 impl KeyedCompiler for CudaCompiler {
     fn key_components(&self) -> KeyComponents {
-        CudaKeyComponents::for_store(self.version(), self.library_file(), self.keyed_architecture)
+        CudaKey::for_store(self.version(), self.library_file(), self.keyed_architecture)
     }
 
     // The entry point stays `None`: it is folded into every kernel's id and

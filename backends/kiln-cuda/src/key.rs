@@ -6,7 +6,7 @@
 //! # How the store key covers every component
 //!
 //! A store key is the store's format, the [`KeyComponents`] of
-//! [`CudaKeyComponents::for_store`] (backend `cuda`, compiler
+//! [`CudaKey::for_store`] (backend `cuda`, compiler
 //! `nvrtc <major>.<minor> (<library file> blake3:<digest>)`, the target's
 //! architecture, the options every kernel gets unless its own say
 //! otherwise), the variant (the architecture kernels are built for), and a
@@ -17,7 +17,7 @@
 //!   the generator's parameters), the entry point, the kernel's own options
 //!   and every header's text;
 //! - by source (P7): the digest of the lowered text, which opens with the
-//!   [`SourceCover`] of [`CudaKeyComponents::cover`]: the entry point,
+//!   [`SourceCover`] of [`CudaKey::cover`]: the entry point,
 //!   NVRTC's arguments (the architecture's among them) and every header's
 //!   digest.
 //!
@@ -33,25 +33,27 @@ use crate::architecture::Architecture;
 use crate::nvrtc::NvrtcVersion;
 use crate::options::CudaOptions;
 
-/// How kiln-cuda names the parts of its keys; it holds nothing.
+/// What kiln-cuda adds to kiln-core's key vocabulary: its backend name,
+/// NVRTC's identity, and the source cover of a lowered text. It holds
+/// nothing.
 ///
 /// ```
 /// use kiln_core::store::LibraryFile;
-/// use kiln_cuda::{Architecture, CudaKeyComponents, NvrtcVersion};
+/// use kiln_cuda::{Architecture, CudaKey, NvrtcVersion};
 ///
 /// let version = NvrtcVersion { major: 13, minor: 0 };
 /// let library = LibraryFile { name: "libnvrtc.so.13".into(), digest: [0; 32] };
 /// let components =
-///     CudaKeyComponents::for_store(version, &library, Some(Architecture::new(9, 0)));
+///     CudaKey::for_store(version, &library, Some(Architecture::new(9, 0)));
 /// assert_eq!(
 ///     components.to_string(),
 ///     format!("cuda / nvrtc 13.0 (libnvrtc.so.13 blake3:{}) / sm_90 / -std=c++17", "0".repeat(32))
 /// );
 /// ```
 #[derive(Debug, Clone, Copy)]
-pub struct CudaKeyComponents;
+pub struct CudaKey;
 
-impl CudaKeyComponents {
+impl CudaKey {
     /// The backend these components key: `cuda`.
     pub const BACKEND: &'static str = "cuda";
 
@@ -107,7 +109,7 @@ mod tests {
             name: "libnvrtc.so.13".into(),
             digest: [library_digest; 32],
         };
-        CudaKeyComponents::for_store(NvrtcVersion { major: 13, minor }, &library, arch)
+        CudaKey::for_store(NvrtcVersion { major: 13, minor }, &library, arch)
     }
 
     // P1
@@ -148,13 +150,13 @@ mod tests {
     fn the_cover_names_the_entry_point_every_argument_and_every_header() {
         let arguments = ["-arch=sm_90".to_owned(), "-std=c++17".to_owned()];
         let headers = [("common.cuh".to_owned(), "#define ONE 1".to_owned())];
-        let cover = CudaKeyComponents::cover("k", &arguments, &headers);
+        let cover = CudaKey::cover("k", &arguments, &headers);
         assert_eq!(cover.entry_point(), "k");
         assert_eq!(cover.compile_options(), arguments);
         assert_eq!(cover.headers().len(), 1);
         let other_header = [("common.cuh".to_owned(), "#define ONE 2".to_owned())];
         assert_ne!(
-            CudaKeyComponents::cover("k", &arguments, &other_header).preamble(),
+            CudaKey::cover("k", &arguments, &other_header).preamble(),
             cover.preamble()
         );
     }

@@ -34,7 +34,7 @@
 //! [`ArtifactStore`](kiln_core::ArtifactStore), such as kiln-store's disk
 //! store: then no process compiles a kernel another already stored, and a
 //! kernel read from the store loads as one compiled here does.
-//! [`CudaKeyComponents`] says what the keys are made of and why they cover
+//! [`CudaKey`] says what the keys are made of and why they cover
 //! everything that changes an artifact's bytes (P1).
 //!
 //! # Worker processes
@@ -44,6 +44,20 @@
 //! whenever the program provides them — its `main` starts with
 //! `kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry()])` — and
 //! on threads otherwise (see [`kiln_core::worker`]).
+//!
+//! # The native layer
+//!
+//! The crate has the files of ARCHITECTURE.md's backend template, each in
+//! the role it has in every backend (`kernel`, `options`, `architecture`,
+//! `compiler`, `key`, `diagnostics`, `device`, `module`, `launch`,
+//! `target`, `error`), but one: where kiln-hip opens its libraries in
+//! hand-written `sys` (raw) and `result` (every call a `Result`) files,
+//! kiln-cuda stands on cudarc, which is layered that way already. Two files
+//! take their place: [`library`] finds and opens NVRTC and the driver,
+//! refusing a missing one with an install hint before cudarc is reached,
+//! and `nvrtc` wraps cudarc's raw NVRTC calls in [`Nvrtc`]: every call a
+//! `Result`, a program destroyed when it drops, and a compile's cubin, PTX
+//! and log returned together.
 //!
 //! # Launching
 //!
@@ -56,8 +70,8 @@
 
 mod architecture;
 mod compiler;
-mod compiler_log;
 mod device;
+mod diagnostics;
 mod error;
 mod kernel;
 mod key;
@@ -73,11 +87,11 @@ pub use compiler::{CudaArtifact, CudaCompiler, CudaLowered, CudaRecipe, CudaVari
 pub use device::{CudaDevice, DeviceBuffer, DeviceScalar};
 pub use error::{CudaLibrary, Error};
 pub use kernel::{CudaKernel, CudaKernelBuilder, EntryPoint, Header, SourceGenerator};
-pub use key::CudaKeyComponents;
+pub use key::CudaKey;
 pub use launch::{KernelArgument, LaunchConfig};
 pub use module::{LoadedImage, LoadedKernel};
 pub use nvrtc::{Nvrtc, NvrtcVersion};
-pub use options::{CudaOptions, DEFAULT_STANDARD};
+pub use options::{CudaOptions, CxxStandard, DEFAULT_STANDARD};
 pub use target::CudaTarget;
 
 /// The entry of the CUDA compiler for the worker hook at the top of `main`,

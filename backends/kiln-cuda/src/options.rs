@@ -17,29 +17,69 @@ use crate::architecture::Architecture;
 use crate::error::Error;
 
 /// The C++ standard NVRTC compiles in when a kernel does not choose one.
-pub const DEFAULT_STANDARD: &str = "c++17";
+pub const DEFAULT_STANDARD: CxxStandard = CxxStandard::Cxx17;
+
+/// A C++ standard for NVRTC's `-std`: the ones NVRTC 13 accepts, under the
+/// names kiln-hip gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CxxStandard {
+    /// C++03.
+    Cxx03,
+    /// C++11.
+    Cxx11,
+    /// C++14.
+    Cxx14,
+    /// C++17, what NVRTC compiles in when a kernel chooses none
+    /// ([`DEFAULT_STANDARD`]).
+    Cxx17,
+    /// C++20.
+    Cxx20,
+}
+
+impl CxxStandard {
+    /// Every standard NVRTC accepts, oldest first.
+    pub const ALL: [Self; 5] = [
+        Self::Cxx03,
+        Self::Cxx11,
+        Self::Cxx14,
+        Self::Cxx17,
+        Self::Cxx20,
+    ];
+
+    /// The NVRTC argument that selects it (`-std=c++17`).
+    pub fn flag(self) -> &'static str {
+        match self {
+            Self::Cxx03 => "-std=c++03",
+            Self::Cxx11 => "-std=c++11",
+            Self::Cxx14 => "-std=c++14",
+            Self::Cxx17 => "-std=c++17",
+            Self::Cxx20 => "-std=c++20",
+        }
+    }
+}
 
 /// A kernel's compile options. Every field changes the compiled code, so
 /// every field is part of the kernel's id and of its artifact's key.
 ///
 /// ```
-/// use kiln_cuda::{Architecture, CudaOptions};
+/// use kiln_cuda::{Architecture, CudaOptions, CxxStandard};
 ///
 /// let options = CudaOptions::default()
+///     .standard(CxxStandard::Cxx20)
 ///     .fast_math(true)
 ///     .define("BLOCK", "256")
 ///     .max_registers(64);
 /// assert_eq!(
 ///     options.arguments(Architecture::new(9, 0)),
-///     ["-arch=sm_90", "-std=c++17", "--use_fast_math", "-DBLOCK=256", "-maxrregcount=64"],
+///     ["-arch=sm_90", "-std=c++20", "--use_fast_math", "-DBLOCK=256", "-maxrregcount=64"],
 /// );
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CudaOptions {
     /// The architecture to build for; `None` builds for the target's device.
     pub architecture: Option<Architecture>,
-    /// The C++ standard (`c++17`, `c++20`); `None` is [`DEFAULT_STANDARD`].
-    pub standard: Option<String>,
+    /// The C++ standard; `None` is [`DEFAULT_STANDARD`].
+    pub standard: Option<CxxStandard>,
     /// `--use_fast_math`: approximate division, square root and
     /// transcendentals, denormals flushed to zero.
     pub fast_math: bool,
@@ -60,9 +100,9 @@ impl CudaOptions {
         self
     }
 
-    /// Compiles in C++ `standard` (`c++20`, say).
-    pub fn standard(mut self, standard: impl Into<String>) -> Self {
-        self.standard = Some(standard.into());
+    /// Compiles in C++ `standard` ([`CxxStandard::Cxx20`], say).
+    pub fn standard(mut self, standard: CxxStandard) -> Self {
+        self.standard = Some(standard);
         self
     }
 
@@ -78,8 +118,8 @@ impl CudaOptions {
         self
     }
 
-    /// Defines `name` with no value.
-    pub fn define_flag(mut self, name: impl Into<String>) -> Self {
+    /// Defines `name` with no value (`-DNAME`).
+    pub fn define_name(mut self, name: impl Into<String>) -> Self {
         self.defines.push((name.into(), None));
         self
     }
@@ -135,10 +175,7 @@ impl CudaOptions {
     /// [`arguments`](Self::arguments)' order: what a store key names as
     /// options, beside the architecture it names apart.
     pub fn arguments_past_architecture(&self) -> Vec<String> {
-        let mut arguments = vec![format!(
-            "-std={}",
-            self.standard.as_deref().unwrap_or(DEFAULT_STANDARD)
-        )];
+        let mut arguments = vec![self.standard.unwrap_or(DEFAULT_STANDARD).flag().to_owned()];
         if self.fast_math {
             arguments.push("--use_fast_math".into());
         }
@@ -177,7 +214,7 @@ mod tests {
         for name in ["", "1A", "A B", "-O3", "A=B", "A-B", "X\nY", "é"] {
             let error = CudaOptions::default()
                 .define("TILE", "16")
-                .define_flag(name)
+                .define_name(name)
                 .check_defines()
                 .expect_err("not an identifier");
             let Error::InvalidDefine {

@@ -39,9 +39,9 @@ enum Destination {
 /// or any other [`ArtifactStore`] — reads every kernel the store holds
 /// instead of compiling it, stores every kernel it compiles, and shares
 /// artifacts between kernels whose lowered text is identical (L5). Its keys
-/// are described at [`CudaKeyComponents::for_store`].
+/// are described at [`CudaKey::for_store`].
 ///
-/// [`CudaKeyComponents::for_store`]: crate::CudaKeyComponents::for_store
+/// [`CudaKey::for_store`]: crate::CudaKey::for_store
 ///
 /// # Example
 ///

@@ -10,13 +10,12 @@ use std::time::Instant;
 
 use kiln_core::store::LibraryFile;
 use kiln_core::{ArtifactId, CompilationTarget, KernelId, StoreKey};
-use kiln_cuda::{CudaKeyComponents, CudaVariant};
+use kiln_cuda::{CudaKey, CudaVariant};
 use support::{ARCHITECTURE, Scratch, compile_only};
 
 /// The store key of one kernel by a compiler whose NVRTC is `library`.
 fn key_with(target: &kiln_cuda::CudaTarget, library: &LibraryFile) -> StoreKey {
-    let components =
-        CudaKeyComponents::for_store(target.compiler().version(), library, Some(ARCHITECTURE));
+    let components = CudaKey::for_store(target.compiler().version(), library, Some(ARCHITECTURE));
     let id = ArtifactId::new(
         KernelId::named("tests.identity").build(),
         CudaVariant {

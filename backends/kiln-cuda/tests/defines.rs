@@ -21,7 +21,7 @@ fn probe(family: &'static str, defines: &[Define], expected: &str) -> CudaKernel
         .iter()
         .fold(CudaOptions::default(), |options, define| match *define {
             Define::Value(name, value) => options.define(name, value),
-            Define::Flag(name) => options.define_flag(name),
+            Define::Flag(name) => options.define_name(name),
         });
     CudaKernel::builder(KernelId::named(family), "probe")
         .options(options)

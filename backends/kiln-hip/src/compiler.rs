@@ -13,11 +13,11 @@ use kiln_core::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::architecture::{Architecture, SupportedTargets};
 use crate::diagnostics;
 use crate::error::{Error, Result};
-use crate::isa::{GfxArch, SupportedTargets};
-use crate::kernel::{HipHeader, HipKernel, HipSource};
-use crate::key::{CompilerIdentity, HipArtifactKey};
+use crate::kernel::{HipHeader, HipKernel};
+use crate::key::{CompilerIdentity, HipKey};
 use crate::options::{HipOptions, HipVariant};
 use crate::program::Program;
 use crate::result::c_string;
@@ -31,7 +31,7 @@ pub(crate) const PROGRAM_NAME: &str = "kernel.hip";
 ///
 /// Its [text](ArtifactCompiler::source) — the one the loader compares to
 /// share artifacts between kernels — opens with the [`SourceCover`] of
-/// [`HipArtifactKey::cover`] (comment lines naming the entry point, the
+/// [`HipKey::cover`] (comment lines naming the entry point, the
 /// flags, the architecture's first, and each header's digest), so that two
 /// kernels share an artifact only when everything that shapes it is equal.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -56,8 +56,12 @@ impl HipLowered {
         options: &HipOptions,
         headers: &[HipHeader],
     ) -> Result<Self> {
-        let mut text =
-            HipArtifactKey::cover(entry, options.compile_flags(&variant.arch)?, headers).preamble();
+        let mut text = HipKey::cover(
+            entry,
+            options.compile_flags(&variant.architecture)?,
+            headers,
+        )
+        .preamble();
         text.reserve(source.len());
         let source_start = text.len();
         text.push_str(source);
@@ -96,15 +100,15 @@ impl HipLowered {
         &self.headers
     }
 
-    /// What its source key covers beside the source, compiled for `arch`.
+    /// What its source key covers beside the source, compiled for `architecture`.
     ///
     /// # Errors
     ///
     /// The options hold a flag that chooses the architecture.
-    pub fn cover(&self, arch: &GfxArch) -> Result<SourceCover> {
-        Ok(HipArtifactKey::cover(
+    pub fn cover(&self, architecture: &Architecture) -> Result<SourceCover> {
+        Ok(HipKey::cover(
             &self.entry,
-            self.options.compile_flags(arch)?,
+            self.options.compile_flags(architecture)?,
             &self.headers,
         ))
     }
@@ -115,7 +119,7 @@ impl HipLowered {
 ///
 /// Stores keep it serialized. A change to its fields that old bytes would
 /// still decode into must change the compiler component of
-/// [`HipArtifactKey::for_store`] (or kiln-core's
+/// [`HipKey::for_store`] (or kiln-core's
 /// [`STORE_FORMAT`](kiln_core::STORE_FORMAT)), so that old entries miss; a
 /// change they no longer decode into is a miss already.
 #[derive(Clone, Serialize, Deserialize)]
@@ -127,7 +131,7 @@ pub struct HipArtifact {
     /// The entry point's name expression.
     pub entry: String,
     /// The architecture it was compiled for.
-    pub arch: GfxArch,
+    pub architecture: Architecture,
     /// What shaped it: the compiler's key components, the flags (the
     /// architecture's first), the digests of the source and headers, and
     /// the entry point.
@@ -143,7 +147,7 @@ impl fmt::Debug for HipArtifact {
             )
             .field("symbol", &self.symbol)
             .field("entry", &self.entry)
-            .field("arch", &self.arch)
+            .field("architecture", &self.architecture)
             .finish_non_exhaustive()
     }
 }
@@ -156,30 +160,28 @@ impl fmt::Debug for HipArtifact {
 /// generators) on all its workers.
 ///
 /// ```no_run
-/// use kiln_hip::{GfxArch, HipCompiler, HipCompileOnlyTarget, HipKernel, HipVariant};
-/// use kiln_core::{ArtifactId, Kernel, KernelLoader};
+/// use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
+/// use kiln_hip::{HipCompiler, HipKernel, HipTarget};
 ///
 /// let compiler = HipCompiler::new()?;
-/// let mut loader = KernelLoader::new(HipCompileOnlyTarget::new(compiler));
-/// let kernel = HipKernel::from_text(
-///     "scale",
-///     "scale",
-///     r#"extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }"#,
-/// );
-/// let id = ArtifactId::new(kernel.id(), HipVariant::new("gfx90a".parse()?));
-/// let compiled = loader.load(&kernel, &id)?;
-/// assert_eq!(compiled.symbol, "scale");
+/// let target = HipTarget::compile_only("gfx90a".parse()?)?.with_compiler(compiler);
+/// let variant = target.variant();
+/// let mut loader = KernelLoader::new(target);
+/// let kernel = HipKernel::builder(KernelId::named("scale"), "scale")
+///     .source(r#"extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }"#);
+/// let compiled = loader.load(&kernel, &ArtifactId::new(kernel.id(), variant))?;
+/// assert_eq!(compiled.lowered_name(), "scale");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
 /// Its store keys (it is a [`KeyedCompiler`]) name the architecture of the
 /// target it serves, which the targets give it with
-/// [`keyed_for`](Self::keyed_for); see [`HipArtifactKey::for_store`].
+/// [`keyed_for`](Self::keyed_for); see [`HipKey::for_store`].
 #[derive(Clone)]
 pub struct HipCompiler {
     toolchain: Arc<Toolchain>,
     /// The architecture its store keys name; `None` until a target names it.
-    keyed_arch: Option<GfxArch>,
+    keyed_architecture: Option<Architecture>,
     /// Whether every finalize checks its target first; only the crash
     /// tests turn this off.
     checks_targets: bool,
@@ -195,7 +197,7 @@ impl HipCompiler {
     pub fn new() -> Result<Self> {
         Ok(Self {
             toolchain: Toolchain::get()?,
-            keyed_arch: None,
+            keyed_architecture: None,
             checks_targets: true,
         })
     }
@@ -212,17 +214,17 @@ impl HipCompiler {
         self
     }
 
-    /// The same compiler, naming `arch` in its store keys: that of the
+    /// The same compiler, naming `architecture` in its store keys: that of the
     /// target it compiles for. What it compiles is unchanged: each kernel is
     /// built for its variant's architecture.
-    pub fn keyed_for(mut self, arch: GfxArch) -> Self {
-        self.keyed_arch = Some(arch);
+    pub fn keyed_for(mut self, architecture: Architecture) -> Self {
+        self.keyed_architecture = Some(architecture);
         self
     }
 
     /// The architecture its store keys name, when a target named one.
-    pub fn keyed_arch(&self) -> Option<&GfxArch> {
-        self.keyed_arch.as_ref()
+    pub fn keyed_architecture(&self) -> Option<&Architecture> {
+        self.keyed_architecture.as_ref()
     }
 
     /// Which hipRTC and comgr compile. Their library files are read and
@@ -242,8 +244,8 @@ impl HipCompiler {
     /// # Errors
     ///
     /// [`Error::UnsupportedArchitecture`] listing the supported processors.
-    pub fn check_target(&self, arch: &GfxArch) -> Result<()> {
-        self.toolchain.check_target(arch)
+    pub fn check_target(&self, architecture: &Architecture) -> Result<()> {
+        self.toolchain.check_target(architecture)
     }
 
     /// What made the artifact of `lowered` compiled under `id`'s variant:
@@ -257,27 +259,28 @@ impl HipCompiler {
         id: &ArtifactId<HipVariant>,
         lowered: &HipLowered,
     ) -> Result<Provenance> {
-        self.provenance(&id.variant.arch, lowered)
+        self.provenance(&id.variant.architecture, lowered)
     }
 
-    fn provenance(&self, arch: &GfxArch, lowered: &HipLowered) -> Result<Provenance> {
+    fn provenance(&self, architecture: &Architecture, lowered: &HipLowered) -> Result<Provenance> {
         Ok(Provenance::new(
             self.key_components(),
-            &lowered.cover(arch)?,
+            &lowered.cover(architecture)?,
             lowered.source(),
         ))
     }
 
     fn compile(
         &self,
-        arch: &GfxArch,
+        architecture: &Architecture,
         lowered: &HipLowered,
     ) -> Result<Finalized<HipArtifact>, CompileFailure> {
         if self.checks_targets {
-            self.check_target(arch).map_err(configuration_failure)?;
+            self.check_target(architecture)
+                .map_err(configuration_failure)?;
         }
         let key = self
-            .provenance(arch, lowered)
+            .provenance(architecture, lowered)
             .map_err(configuration_failure)?;
 
         // hipRTC's own failures and text it cannot take are reported as they
@@ -338,7 +341,7 @@ impl HipCompiler {
                 code_object,
                 symbol,
                 entry: lowered.entry().to_owned(),
-                arch: arch.clone(),
+                architecture: architecture.clone(),
                 key,
             },
             diagnostics,
@@ -350,7 +353,7 @@ impl fmt::Debug for HipCompiler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HipCompiler")
             .field("identity", self.identity())
-            .field("keyed_arch", &self.keyed_arch)
+            .field("keyed_architecture", &self.keyed_architecture)
             .field("checks_targets", &self.checks_targets)
             .finish_non_exhaustive()
     }
@@ -400,20 +403,13 @@ impl ArtifactCompiler for HipCompiler {
         kernel: &HipKernel,
         id: &ArtifactId<HipVariant>,
     ) -> Result<HipLowered, CompileFailure> {
-        let generated;
-        let source = match kernel.source() {
-            HipSource::Text(text) => &**text,
-            HipSource::Generated(generator) => {
-                generated = generator(&id.variant).map_err(|message| {
-                    CompileFailure::message(format!("the generator failed: {message}"))
-                })?;
-                generated.as_str()
-            }
-        };
+        // The generator's failure is the kernel's, unchanged: its message
+        // and hint are the generator's own words.
+        let source = kernel.generate(id.variant.architecture.clone())?;
         HipLowered::new(
             &id.variant,
             kernel.entry(),
-            source,
+            &source,
             kernel.options(),
             kernel.headers(),
         )
@@ -429,7 +425,7 @@ impl ArtifactCompiler for HipCompiler {
         id: &ArtifactId<HipVariant>,
         lowered: HipLowered,
     ) -> Result<Finalized<HipArtifact>, CompileFailure> {
-        self.compile(&id.variant.arch, &lowered)
+        self.compile(&id.variant.architecture, &lowered)
     }
 
     /// hipRTC runs one compile at a time in a process and aborts the
@@ -448,8 +444,8 @@ pub struct HipRecipe {
     /// The hipRTC and comgr of the loader's process; a worker that opens
     /// others refuses, so artifacts never mix compilers.
     pub identity: CompilerIdentity,
-    /// [`HipCompiler::keyed_arch`].
-    pub keyed_arch: Option<GfxArch>,
+    /// [`HipCompiler::keyed_architecture`].
+    pub keyed_architecture: Option<Architecture>,
     /// Whether finalizes check their target first (always, but in crash
     /// tests).
     pub checks_targets: bool,
@@ -464,7 +460,7 @@ impl ProcessCompiler for HipCompiler {
     fn recipe(&self) -> HipRecipe {
         HipRecipe {
             identity: self.identity().clone(),
-            keyed_arch: self.keyed_arch.clone(),
+            keyed_architecture: self.keyed_architecture.clone(),
             checks_targets: self.checks_targets,
         }
     }
@@ -478,17 +474,17 @@ impl ProcessCompiler for HipCompiler {
                 recipe.identity
             ));
         }
-        compiler.keyed_arch = recipe.keyed_arch;
+        compiler.keyed_architecture = recipe.keyed_architecture;
         compiler.checks_targets = recipe.checks_targets;
         Ok(compiler)
     }
 }
 
-/// The HIP compiler's store keys (P1): see [`HipArtifactKey::for_store`]
+/// The HIP compiler's store keys (P1): see [`HipKey::for_store`]
 /// for the components and why they cover every artifact's bytes.
 impl KeyedCompiler for HipCompiler {
     fn key_components(&self) -> KeyComponents {
-        HipArtifactKey::for_store(self.identity(), self.keyed_arch.as_ref())
+        HipKey::for_store(self.identity(), self.keyed_architecture.as_ref())
     }
 
     // The entry point stays `None`: it is folded into every kernel's id and
@@ -502,7 +498,7 @@ mod tests {
 
     #[test]
     fn the_sharing_text_names_everything_that_shapes_the_artifact() {
-        let variant = HipVariant::new(GfxArch::new("gfx90a").expect("valid"));
+        let variant = HipVariant::new(Architecture::new("gfx90a").expect("valid"));
         let options = HipOptions::new().define("A", "1");
         let headers = [HipHeader {
             include_name: "a.h".into(),
@@ -515,9 +511,15 @@ mod tests {
         for part in ["gfx90a", "\"k<1>\"", "\"-DA=1\"", "\"a.h\"", "source text"] {
             assert!(text.contains(part), "{part} in {text}");
         }
-        let other_arch = HipVariant::new(GfxArch::new("gfx908").expect("valid"));
-        let other = HipLowered::new(&other_arch, "k<1>", "source text", &options, &headers)
-            .expect("lowers");
+        let other_architecture = HipVariant::new(Architecture::new("gfx908").expect("valid"));
+        let other = HipLowered::new(
+            &other_architecture,
+            "k<1>",
+            "source text",
+            &options,
+            &headers,
+        )
+        .expect("lowers");
         assert_ne!(other.sharing_text(), text, "another target, another text");
     }
 }

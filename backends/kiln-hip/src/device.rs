@@ -1,5 +1,5 @@
-//! AMD GPUs through the HIP runtime: devices, loaded modules, kernels and
-//! device memory, each released when dropped.
+//! AMD GPUs through the HIP runtime: devices and device memory, released
+//! when dropped. Loaded kernels are in [`crate::module`].
 //!
 //! **None of this has run on AMD hardware.** It is written against the
 //! ROCm headers and tested only where no GPU exists: there the runtime
@@ -11,10 +11,8 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use crate::code_object::{self, CodeObjectInfo};
+use crate::architecture::Architecture;
 use crate::error::{Error, Result};
-use crate::isa::GfxArch;
-use crate::launch::{KernelScalar, LaunchArguments, LaunchConfig};
 use crate::result;
 use crate::sys::{self, HipLibrary};
 
@@ -50,7 +48,7 @@ pub struct HipDevice {
 struct DeviceInner {
     runtime: Arc<HipLibrary>,
     ordinal: i32,
-    arch: GfxArch,
+    architecture: Architecture,
 }
 
 impl HipDevice {
@@ -73,23 +71,23 @@ impl HipDevice {
     /// when it does not start or sees no device;
     /// [`Error::DeviceOutOfRange`]; [`Error::UnknownDeviceArchitecture`]
     /// when its properties name none (give it with
-    /// [`with_arch`](Self::with_arch)).
+    /// [`with_architecture`](Self::with_architecture)).
     pub fn open(ordinal: i32) -> Result<Self> {
         let runtime = Self::start(ordinal)?;
         let properties = result::device_properties(&runtime, ordinal)?;
-        let arch =
-            arch_in_properties(&properties).ok_or(Error::UnknownDeviceArchitecture { ordinal })?;
-        Ok(Self::made(runtime, ordinal, arch))
+        let architecture = architecture_in_properties(&properties)
+            .ok_or(Error::UnknownDeviceArchitecture { ordinal })?;
+        Ok(Self::made(runtime, ordinal, architecture))
     }
 
-    /// Device `ordinal`, compiling for `arch`.
+    /// Device `ordinal`, compiling for `architecture`.
     ///
     /// # Errors
     ///
     /// As [`open`](Self::open), less the architecture.
-    pub fn with_arch(ordinal: i32, arch: GfxArch) -> Result<Self> {
+    pub fn with_architecture(ordinal: i32, architecture: Architecture) -> Result<Self> {
         let runtime = Self::start(ordinal)?;
-        Ok(Self::made(runtime, ordinal, arch))
+        Ok(Self::made(runtime, ordinal, architecture))
     }
 
     fn start(ordinal: i32) -> Result<Arc<HipLibrary>> {
@@ -102,12 +100,12 @@ impl HipDevice {
         Ok(runtime)
     }
 
-    fn made(runtime: Arc<HipLibrary>, ordinal: i32, arch: GfxArch) -> Self {
+    fn made(runtime: Arc<HipLibrary>, ordinal: i32, architecture: Architecture) -> Self {
         Self {
             inner: Arc::new(DeviceInner {
                 runtime,
                 ordinal,
-                arch,
+                architecture,
             }),
         }
     }
@@ -118,8 +116,8 @@ impl HipDevice {
     }
 
     /// The architecture kernels are compiled for.
-    pub fn arch(&self) -> &GfxArch {
-        &self.inner.arch
+    pub fn architecture(&self) -> &Architecture {
+        &self.inner.architecture
     }
 
     /// Makes it the calling thread's current device.
@@ -141,48 +139,12 @@ impl HipDevice {
         result::synchronize(&self.inner.runtime)
     }
 
-    /// Loads a code object.
+    /// A buffer of `len` values, its contents unset.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidCodeObject`] for bytes that are not a whole code
-    /// object (they never reach the driver), or the driver's refusal.
-    pub fn load_module(&self, code_object: &[u8]) -> Result<Arc<HipModule>> {
-        let info = code_object::inspect(code_object)?;
-        self.make_current()?;
-        // SAFETY: `inspect` found every header, segment and section inside
-        // `code_object`, so the driver reads nothing past it.
-        let raw = unsafe { result::module_load_data(&self.inner.runtime, code_object)? };
-        Ok(Arc::new(HipModule {
-            device: self.clone(),
-            raw,
-            info,
-        }))
-    }
-
-    /// Device memory holding a copy of `values`.
-    ///
-    /// # Errors
-    ///
-    /// The runtime's status.
-    pub fn copy_to_device<T: KernelScalar>(&self, values: &[T]) -> Result<DeviceBuffer<T>> {
-        let buffer = self.allocate::<T>(values.len())?;
-        // SAFETY: `KernelScalar` types are plain numbers without padding, so
-        // their memory is `size_of_val` initialized bytes.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), size_of_val(values))
-        };
-        // SAFETY: the buffer holds exactly `bytes.len()` bytes.
-        unsafe { result::copy_to_device(&self.inner.runtime, buffer.pointer, bytes)? };
-        Ok(buffer)
-    }
-
-    /// Device memory for `len` values, uninitialized.
-    ///
-    /// # Errors
-    ///
-    /// The runtime's status.
-    pub fn allocate<T: KernelScalar>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+    /// The runtime's status: out of memory, or no device.
+    pub fn alloc<T: DeviceScalar>(&self, len: usize) -> Result<DeviceBuffer<T>> {
         self.make_current()?;
         let bytes = len
             .checked_mul(size_of::<T>())
@@ -195,13 +157,29 @@ impl HipDevice {
             values: PhantomData,
         })
     }
+
+    /// A buffer holding a copy of `host`.
+    ///
+    /// # Errors
+    ///
+    /// As [`alloc`](Self::alloc) and [`DeviceBuffer::copy_from_host`].
+    pub fn upload<T: DeviceScalar>(&self, host: &[T]) -> Result<DeviceBuffer<T>> {
+        let mut buffer = self.alloc(host.len())?;
+        buffer.copy_from_host(host)?;
+        Ok(buffer)
+    }
+
+    /// The runtime the device was opened with.
+    pub(crate) fn runtime(&self) -> &HipLibrary {
+        &self.inner.runtime
+    }
 }
 
 impl fmt::Debug for HipDevice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HipDevice")
             .field("ordinal", &self.inner.ordinal)
-            .field("arch", &self.inner.arch)
+            .field("architecture", &self.inner.architecture)
             .finish()
     }
 }
@@ -212,140 +190,31 @@ impl fmt::Debug for HipDevice {
 /// no device to check offsets on, so rather than trust one offset it takes
 /// the first NUL-delimited string that is a gfx architecture name:
 /// `gcnArchName` (`gfx90a:sramecc+:xnack-`) is the only field that holds one.
-fn arch_in_properties(properties: &[u8]) -> Option<GfxArch> {
+fn architecture_in_properties(properties: &[u8]) -> Option<Architecture> {
     properties
         .split(|&byte| byte == 0)
         .filter(|field| field.starts_with(b"gfx"))
         .filter_map(|field| std::str::from_utf8(field).ok())
-        .find_map(|name| GfxArch::new(name).ok())
+        .find_map(|name| Architecture::new(name).ok())
 }
 
-/// A code object loaded on a device; unloaded when the last
-/// [`HipFunction`] of it drops.
-pub struct HipModule {
-    device: HipDevice,
-    raw: sys::hipModule_t,
-    info: CodeObjectInfo,
+mod sealed {
+    pub trait Sealed {}
 }
 
-// SAFETY: a module handle names a process-wide driver object; the HIP
-// runtime is thread-safe and accepts it from any thread.
-unsafe impl Send for HipModule {}
-// SAFETY: as for `Send`: nothing in `HipModule` is mutated after loading.
-unsafe impl Sync for HipModule {}
+/// A plain number a kernel takes by value, or a buffer holds. Implemented
+/// for the integer and floating-point types, which have no padding and for
+/// which every bit pattern is a value, and sealed.
+pub trait DeviceScalar: Copy + Default + Send + Sync + sealed::Sealed + 'static {}
 
-impl HipModule {
-    /// The kernels the code object holds.
-    pub fn kernels(&self) -> &[String] {
-        &self.info.kernels
-    }
-
-    /// The kernel `symbol`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::KernelMissing`] when the code object has no such kernel, or
-    /// the driver's refusal.
-    pub fn function(self: &Arc<Self>, symbol: &str) -> Result<HipFunction> {
-        if !self.info.has_kernel(symbol) {
-            return Err(Error::KernelMissing {
-                symbol: symbol.to_owned(),
-                kernels: self.info.kernels.clone(),
-            });
-        }
-        let name = result::c_string(symbol, || format!("the symbol {symbol:?}"))?;
-        // SAFETY: the module is loaded for as long as `self` lives.
-        let raw =
-            unsafe { result::module_get_function(&self.device.inner.runtime, self.raw, &name)? };
-        Ok(HipFunction {
-            module: Arc::clone(self),
-            raw,
-        })
-    }
+macro_rules! device_scalars {
+    ($($scalar:ty),*) => {$(
+        impl sealed::Sealed for $scalar {}
+        impl DeviceScalar for $scalar {}
+    )*};
 }
 
-impl Drop for HipModule {
-    fn drop(&mut self) {
-        // SAFETY: every function of the module holds an `Arc` of it, so none
-        // is left when it drops.
-        if let Err(error) = unsafe { result::module_unload(&self.device.inner.runtime, self.raw) } {
-            log::warn!("could not unload a HIP module: {error}");
-        }
-    }
-}
-
-impl fmt::Debug for HipModule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HipModule")
-            .field("device", &self.device)
-            .field("kernels", &self.info.kernels)
-            .finish()
-    }
-}
-
-/// A kernel of a loaded module, ready to launch. Cloning is one `Arc`
-/// clone: this is what a loader hands out on every launch.
-#[derive(Clone)]
-pub struct HipFunction {
-    module: Arc<HipModule>,
-    raw: sys::hipFunction_t,
-}
-
-// SAFETY: a function handle names a driver object that lives as long as its
-// module, which `module` keeps; the runtime accepts it from any thread.
-unsafe impl Send for HipFunction {}
-// SAFETY: as for `Send`: the handle is never mutated.
-unsafe impl Sync for HipFunction {}
-
-impl HipFunction {
-    /// The module it belongs to.
-    pub fn module(&self) -> &Arc<HipModule> {
-        &self.module
-    }
-
-    /// Launches it on the device's default stream.
-    ///
-    /// # Safety
-    ///
-    /// `arguments` must match the kernel's parameters one for one, in
-    /// order and type, and every buffer must be large enough for what the
-    /// kernel reads and writes at this launch size: the driver cannot check
-    /// either.
-    ///
-    /// # Errors
-    ///
-    /// The runtime refused the launch.
-    pub unsafe fn launch(
-        &self,
-        config: &LaunchConfig,
-        arguments: &mut LaunchArguments,
-    ) -> Result<()> {
-        let device = &self.module.device;
-        device.make_current()?;
-        let mut pointers = arguments.pointers();
-        // SAFETY: the caller vouches for the arguments; the function's module
-        // is loaded on the current device.
-        unsafe {
-            result::launch_kernel(
-                &device.inner.runtime,
-                self.raw,
-                config.grid,
-                config.block,
-                config.shared_memory_bytes,
-                &mut pointers,
-            )
-        }
-    }
-}
-
-impl fmt::Debug for HipFunction {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HipFunction")
-            .field("device", &self.module.device.inner.ordinal)
-            .field("raw", &self.raw)
-            .finish()
-    }
-}
+device_scalars!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 
 /// Device memory for `len` values of `T`, freed when dropped.
 pub struct DeviceBuffer<T> {
@@ -360,7 +229,7 @@ unsafe impl<T: Send> Send for DeviceBuffer<T> {}
 // SAFETY: shared references only read the pointer's value.
 unsafe impl<T: Sync> Sync for DeviceBuffer<T> {}
 
-impl<T: KernelScalar> DeviceBuffer<T> {
+impl<T: DeviceScalar> DeviceBuffer<T> {
     /// How many values it holds.
     pub fn len(&self) -> usize {
         self.len
@@ -376,25 +245,68 @@ impl<T: KernelScalar> DeviceBuffer<T> {
         self.pointer
     }
 
-    /// Copies the values back to the host.
+    /// The device it lives on.
+    pub fn device(&self) -> &HipDevice {
+        &self.device
+    }
+
+    /// Overwrites the whole buffer with `host`, after the work launched
+    /// before it.
     ///
     /// # Errors
     ///
-    /// The runtime's status, which also reports a kernel that failed.
-    pub fn copy_to_host(&self) -> Result<Vec<T>> {
+    /// [`Error::HostLength`] when `host` has another length, or the
+    /// runtime's status.
+    pub fn copy_from_host(&mut self, host: &[T]) -> Result<()> {
+        self.check_len(host.len())?;
         self.device.make_current()?;
-        let mut values = vec![T::default(); self.len];
-        // SAFETY: `KernelScalar` types are plain numbers for which any bytes
-        // are a value, so the vector can be written as bytes.
+        // SAFETY: `DeviceScalar` types are plain numbers without padding, so
+        // their memory is `size_of_val` initialized bytes.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(host.as_ptr().cast::<u8>(), size_of_val(host)) };
+        // SAFETY: the buffer holds exactly `bytes.len()` bytes.
+        unsafe { result::copy_to_device(&self.device.inner.runtime, self.pointer, bytes) }
+    }
+
+    /// Copies the whole buffer into `host`, after the work launched before
+    /// it has finished.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::HostLength`] when `host` has another length, or the
+    /// runtime's status, which also reports a kernel that failed.
+    pub fn copy_to_host(&self, host: &mut [T]) -> Result<()> {
+        self.check_len(host.len())?;
+        self.device.make_current()?;
+        // SAFETY: `DeviceScalar` types are plain numbers for which any bytes
+        // are a value, so the slice can be written as bytes.
         let bytes = unsafe {
-            std::slice::from_raw_parts_mut(
-                values.as_mut_ptr().cast::<u8>(),
-                size_of_val(values.as_slice()),
-            )
+            std::slice::from_raw_parts_mut(host.as_mut_ptr().cast::<u8>(), size_of_val(host))
         };
         // SAFETY: the buffer holds exactly `bytes.len()` bytes.
-        unsafe { result::copy_to_host(&self.device.inner.runtime, bytes, self.pointer)? };
-        Ok(values)
+        unsafe { result::copy_to_host(&self.device.inner.runtime, bytes, self.pointer) }
+    }
+
+    /// The buffer's contents.
+    ///
+    /// # Errors
+    ///
+    /// As [`copy_to_host`](Self::copy_to_host).
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut host = vec![T::default(); self.len];
+        self.copy_to_host(&mut host)?;
+        Ok(host)
+    }
+
+    fn check_len(&self, host: usize) -> Result<()> {
+        if host == self.len {
+            Ok(())
+        } else {
+            Err(Error::HostLength {
+                host,
+                device: self.len,
+            })
+        }
     }
 }
 
@@ -428,9 +340,9 @@ mod tests {
         let name = b"gfx90a:sramecc+:xnack-";
         properties[at..at + name.len()].copy_from_slice(name);
         assert_eq!(
-            arch_in_properties(&properties).map(|arch| arch.to_string()),
+            architecture_in_properties(&properties).map(|architecture| architecture.to_string()),
             Some("gfx90a:sramecc+:xnack-".to_owned())
         );
-        assert_eq!(arch_in_properties(&[0u8; 64]), None);
+        assert_eq!(architecture_in_properties(&[0u8; 64]), None);
     }
 }

@@ -91,7 +91,7 @@ pub enum Error {
     },
     /// The device's properties name no gfx architecture kiln-hip can read.
     #[error(
-        "could not read the gfx architecture of HIP device {ordinal}; give it with HipDevice::with_arch"
+        "could not read the gfx architecture of HIP device {ordinal}; give it with HipDevice::with_architecture"
     )]
     UnknownDeviceArchitecture {
         /// The device.
@@ -166,6 +166,23 @@ pub enum Error {
         symbol: String,
         /// The kernels it does have.
         kernels: Vec<String>,
+    },
+    /// A launch of a kernel a compile-only target described: there is no
+    /// device to run it on.
+    #[error(
+        "{symbol} was compiled without a device and cannot launch; load it on HipTarget::on_device"
+    )]
+    CompileOnly {
+        /// The kernel's symbol.
+        symbol: String,
+    },
+    /// A host slice whose length is not the device buffer's.
+    #[error("the host slice has {host} values and the device buffer {device}")]
+    HostLength {
+        /// The host slice's length.
+        host: usize,
+        /// The device buffer's length.
+        device: usize,
     },
     /// An artifact compiled for another processor than the device's.
     #[error("the artifact was compiled for {artifact}, the device is {device}")]

@@ -1,50 +1,14 @@
-//! A HIP kernel: where its source comes from, the function to launch, its
-//! options and the headers it includes.
+//! HIP kernels: a user generator of HIP source, the entry point to launch,
+//! the options to compile with and the headers the source includes.
 
 use std::fmt;
 use std::sync::Arc;
 
-use kiln_core::{Kernel, KernelId};
+use kiln_core::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
 use serde::{Deserialize, Serialize};
 
-use crate::options::{HipOptions, HipVariant};
-
-/// A user generator: HIP source for a variant, or why it cannot make it.
-pub type HipGenerator = dyn Fn(&HipVariant) -> Result<String, String> + Send + Sync;
-
-/// Where a kernel's HIP source comes from.
-#[derive(Clone)]
-pub enum HipSource {
-    /// Fixed text; it is part of the kernel's id.
-    Text(Arc<str>),
-    /// A generator, run when the kernel is lowered, on a worker thread of
-    /// the batch. It must be deterministic, and the kernel's id must cover
-    /// every parameter it reads (see [`Kernel`]'s contract).
-    Generated(Arc<HipGenerator>),
-}
-
-impl HipSource {
-    /// Fixed source text.
-    pub fn text(text: impl Into<Arc<str>>) -> Self {
-        Self::Text(text.into())
-    }
-
-    /// Source made by `generator` for each variant.
-    pub fn generated(
-        generator: impl Fn(&HipVariant) -> Result<String, String> + Send + Sync + 'static,
-    ) -> Self {
-        Self::Generated(Arc::new(generator))
-    }
-}
-
-impl fmt::Debug for HipSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Text(text) => write!(f, "Text({} bytes)", text.len()),
-            Self::Generated(_) => f.write_str("Generated"),
-        }
-    }
-}
+use crate::architecture::Architecture;
+use crate::options::HipOptions;
 
 /// A header the source includes by `include_name`, handed to hipRTC with
 /// its text rather than read from disk, so that its text is part of the
@@ -58,8 +22,48 @@ pub struct HipHeader {
     pub text: String,
 }
 
-/// A HIP kernel: its source, the function to launch, its options and its
-/// headers.
+/// Generates a kernel's HIP source: the user code kiln runs when it lowers
+/// the kernel, on a worker thread of the batch, only when the kernel is not
+/// loaded already.
+///
+/// Closures `Fn(Architecture) -> Result<String, CompileFailure>` are
+/// generators.
+///
+/// # Contract
+///
+/// The same generator, asked for the same architecture, returns the same
+/// text: the kernel's id stands for it, so the id must cover every
+/// parameter the generator reads (see [`Kernel`]'s contract).
+pub trait SourceGenerator: Send + Sync {
+    /// The source for a device of `architecture`.
+    ///
+    /// # Errors
+    ///
+    /// Why no source can be made: a [`CompileFailure`], with a hint when
+    /// the cause is a choice the caller can change. The kernel fails alone
+    /// with it.
+    fn generate(&self, architecture: Architecture) -> Result<String, CompileFailure>;
+}
+
+impl<F> SourceGenerator for F
+where
+    F: Fn(Architecture) -> Result<String, CompileFailure> + Send + Sync,
+{
+    fn generate(&self, architecture: Architecture) -> Result<String, CompileFailure> {
+        self(architecture)
+    }
+}
+
+/// A generator that returns the text it was given.
+struct FixedSource(Arc<str>);
+
+impl SourceGenerator for FixedSource {
+    fn generate(&self, _architecture: Architecture) -> Result<String, CompileFailure> {
+        Ok(self.0.to_string())
+    }
+}
+
+/// A HIP kernel: cheap to clone, its id computed once when it is built.
 ///
 /// The entry point is a *name expression*: the name of an `extern "C"`
 /// kernel (`"saxpy"`), a kernel in a namespace (`"ops::saxpy"`), or a
@@ -68,92 +72,56 @@ pub struct HipHeader {
 ///
 /// The kernel's id starts from the id it is given (a family name and the
 /// parameters its generator reads) and adds the entry point, the options,
-/// the headers' text and, for fixed text, the source itself: kernels that
-/// differ in any of them never share an id.
+/// the headers' text and, for a fixed source, the source itself: kernels
+/// that differ in any of them never share an id.
 ///
 /// ```
-/// use kiln_hip::{HipKernel, HipOptions, HipSource};
 /// use kiln_core::{Kernel, KernelId};
+/// use kiln_hip::{HipKernel, HipOptions};
 ///
-/// // Fixed text.
-/// let scale = HipKernel::from_text(
-///     "scale",
-///     "scale",
+/// // A fixed source: its text is part of the id.
+/// let scale = HipKernel::builder(KernelId::named("scale"), "scale").source(
 ///     r#"extern "C" __global__ void scale(float* x, float by) { x[threadIdx.x] *= by; }"#,
 /// );
 ///
-/// // Generated per specialization: the id names what the generator reads.
+/// // A generated source: the id names what the generator reads, and the
+/// // generator runs only when kiln compiles the kernel.
 /// let tile = 64u32;
-/// let fill = HipKernel::new(
-///     KernelId::named("fill").parameter(&tile).build(),
+/// let fill = HipKernel::builder(
+///     KernelId::named("fill").parameter(&tile),
 ///     format!("fill<{tile}>"),
-///     HipSource::generated(move |_variant| {
-///         Ok("template <int N> __global__ void fill(float* x) { x[threadIdx.x % N] = N; }".into())
-///     }),
 /// )
-/// .with_options(HipOptions::new().fast_math(true))
-/// .with_header("config.h", "#define UNUSED 0\n");
+/// .options(HipOptions::new().fast_math(true))
+/// .header("config.h", "#define UNUSED 0\n")
+/// .generator(move |_architecture| {
+///     Ok("template <int N> __global__ void fill(float* x) { x[threadIdx.x % N] = N; }".into())
+/// });
 /// assert_ne!(scale.id(), fill.id());
 /// ```
 #[derive(Clone)]
 pub struct HipKernel {
     id: KernelId,
-    base: KernelId,
     entry: String,
-    source: HipSource,
     options: HipOptions,
     headers: Vec<HipHeader>,
+    generator: Arc<dyn SourceGenerator>,
 }
 
 impl HipKernel {
-    /// A kernel identified by `base`, launching `entry`, made of `source`.
-    pub fn new(base: KernelId, entry: impl Into<String>, source: HipSource) -> Self {
-        let mut kernel = Self {
-            id: base.clone(),
-            base,
+    /// Starts a kernel whose id is `id` (the family name and the parameters
+    /// the source depends on) and which launches `entry`.
+    pub fn builder(id: KernelIdBuilder, entry: impl Into<String>) -> HipKernelBuilder {
+        HipKernelBuilder {
+            id,
             entry: entry.into(),
-            source,
             options: HipOptions::default(),
             headers: Vec::new(),
-        };
-        kernel.rebuild_id();
-        kernel
-    }
-
-    /// A kernel of fixed `text`, in the family `name`.
-    pub fn from_text(
-        name: &'static str,
-        entry: impl Into<String>,
-        text: impl Into<Arc<str>>,
-    ) -> Self {
-        Self::new(KernelId::named(name).build(), entry, HipSource::text(text))
-    }
-
-    /// The same kernel compiled with `options`.
-    pub fn with_options(mut self, options: HipOptions) -> Self {
-        self.options = options;
-        self.rebuild_id();
-        self
-    }
-
-    /// The same kernel with one more header.
-    pub fn with_header(mut self, include_name: impl Into<String>, text: impl Into<String>) -> Self {
-        self.headers.push(HipHeader {
-            include_name: include_name.into(),
-            text: text.into(),
-        });
-        self.rebuild_id();
-        self
+        }
     }
 
     /// The entry point's name expression.
     pub fn entry(&self) -> &str {
         &self.entry
-    }
-
-    /// Where the source comes from.
-    pub fn source(&self) -> &HipSource {
-        &self.source
     }
 
     /// The compile options.
@@ -166,23 +134,13 @@ impl HipKernel {
         &self.headers
     }
 
-    fn rebuild_id(&mut self) {
-        let mut builder = KernelId::named(self.base.name().to_owned())
-            .parameter(&self.base.digest())
-            .parameter(self.entry.as_str())
-            .parameter(&self.options)
-            .parameter(&self.headers.len());
-        for header in &self.headers {
-            builder = builder
-                .bytes(header.include_name.as_bytes())
-                .bytes(header.text.as_bytes());
-        }
-        builder = match &self.source {
-            HipSource::Text(text) => builder.parameter(&0u8).bytes(text.as_bytes()),
-            // The generator's parameters are in `base`, by contract.
-            HipSource::Generated(_) => builder.parameter(&1u8),
-        };
-        self.id = builder.build();
+    /// Runs the generator.
+    ///
+    /// # Errors
+    ///
+    /// What the generator reported.
+    pub fn generate(&self, architecture: Architecture) -> Result<String, CompileFailure> {
+        self.generator.generate(architecture)
     }
 }
 
@@ -197,10 +155,88 @@ impl fmt::Debug for HipKernel {
         f.debug_struct("HipKernel")
             .field("id", &self.id)
             .field("entry", &self.entry)
-            .field("source", &self.source)
             .field("options", &self.options)
-            .field("headers", &self.headers.len())
-            .finish()
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|header| &header.include_name)
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`HipKernel`]; see [`HipKernel::builder`].
+pub struct HipKernelBuilder {
+    id: KernelIdBuilder,
+    entry: String,
+    options: HipOptions,
+    headers: Vec<HipHeader>,
+}
+
+impl HipKernelBuilder {
+    /// Compiles with `options`.
+    pub fn options(mut self, options: HipOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Supplies a header the source includes as `#include "include_name"`.
+    pub fn header(mut self, include_name: impl Into<String>, text: impl Into<String>) -> Self {
+        self.headers.push(HipHeader {
+            include_name: include_name.into(),
+            text: text.into(),
+        });
+        self
+    }
+
+    /// Finishes the kernel with a fixed source, whose text joins its id.
+    pub fn source(self, source: impl Into<String>) -> HipKernel {
+        let source: Arc<str> = Arc::from(source.into());
+        let id = self.id.parameter(&0u8).bytes(source.as_bytes());
+        Self { id, ..self }.finish(Arc::new(FixedSource(source)))
+    }
+
+    /// Finishes the kernel with a generator, which kiln runs when it
+    /// compiles the kernel. The id must cover every parameter the generator
+    /// reads (see [`SourceGenerator`]'s contract).
+    pub fn generator(self, generator: impl SourceGenerator + 'static) -> HipKernel {
+        let id = self.id.parameter(&1u8);
+        Self { id, ..self }.finish(Arc::new(generator))
+    }
+
+    fn finish(self, generator: Arc<dyn SourceGenerator>) -> HipKernel {
+        // Everything that changes the code object joins the id, so two
+        // kernels with one family name and other options never share an id.
+        let mut id = self
+            .id
+            .parameter("kiln-hip")
+            .parameter(self.entry.as_str())
+            .parameter(&self.options)
+            .parameter(&self.headers.len());
+        for header in &self.headers {
+            id = id
+                .bytes(header.include_name.as_bytes())
+                .bytes(header.text.as_bytes());
+        }
+        HipKernel {
+            id: id.build(),
+            entry: self.entry,
+            options: self.options,
+            headers: self.headers,
+            generator,
+        }
+    }
+}
+
+impl fmt::Debug for HipKernelBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HipKernelBuilder")
+            .field("entry", &self.entry)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
     }
 }
 
@@ -210,22 +246,31 @@ mod tests {
 
     const TEXT: &str = r#"extern "C" __global__ void k(float* x) { x[0] = 1; }"#;
 
+    fn kernel(name: &'static str, entry: &str) -> HipKernelBuilder {
+        HipKernel::builder(KernelId::named(name), entry)
+    }
+
     #[test]
     fn every_part_of_a_kernel_is_part_of_its_id() {
-        let base = HipKernel::from_text("k", "k", TEXT);
+        let base = kernel("k", "k").source(TEXT);
         let others = [
-            HipKernel::from_text("k", "k", format!("{TEXT}\n")),
-            HipKernel::from_text("k", "k2", TEXT),
-            HipKernel::from_text("k", "k", TEXT).with_options(HipOptions::new().fast_math(true)),
-            HipKernel::from_text("k", "k", TEXT).with_options(HipOptions::new().define("A", "1")),
-            HipKernel::from_text("k", "k", TEXT).with_header("a.h", ""),
-            HipKernel::from_text("k", "k", TEXT).with_header("a.h", "//"),
-            HipKernel::from_text("other", "k", TEXT),
+            kernel("k", "k").source(format!("{TEXT}\n")),
+            kernel("k", "k2").source(TEXT),
+            kernel("k", "k")
+                .options(HipOptions::new().fast_math(true))
+                .source(TEXT),
+            kernel("k", "k")
+                .options(HipOptions::new().define("A", "1"))
+                .source(TEXT),
+            kernel("k", "k").header("a.h", "").source(TEXT),
+            kernel("k", "k").header("a.h", "//").source(TEXT),
+            kernel("other", "k").source(TEXT),
+            kernel("k", "k").generator(|_architecture| Ok(TEXT.to_owned())),
         ];
         for other in &others {
             assert_ne!(base.id(), other.id(), "{other:?}");
         }
-        assert_eq!(base.id(), HipKernel::from_text("k", "k", TEXT).id());
+        assert_eq!(base.id(), kernel("k", "k").source(TEXT).id());
         assert_eq!(base.id().name(), "k");
     }
 }

@@ -6,7 +6,7 @@
 //! # How the store key covers every component
 //!
 //! A store key is the store's format, the [`KeyComponents`] of
-//! [`HipArtifactKey::for_store`] (backend `hip`, the compiler's whole
+//! [`HipKey::for_store`] (backend `hip`, the compiler's whole
 //! identity, the target's architecture, the flags every kernel gets), the
 //! variant (the architecture kernels are built for), and a subject:
 //!
@@ -14,7 +14,7 @@
 //!   folds the source (or the generator's parameters), the entry point,
 //!   the kernel's own options and every header's text;
 //! - by source (P7): the digest of the lowered text, which opens with the
-//!   [`SourceCover`] of [`HipArtifactKey::cover`]: the entry point, every
+//!   [`SourceCover`] of [`HipKey::cover`]: the entry point, every
 //!   flag (the architecture's first) and every header's digest.
 
 use std::fmt;
@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use kiln_core::store::HeaderDigest;
 
-use crate::isa::GfxArch;
+use crate::architecture::Architecture;
 use crate::kernel::HipHeader;
 use crate::options::HipOptions;
 
@@ -61,11 +61,12 @@ impl fmt::Display for CompilerIdentity {
     }
 }
 
-/// How kiln-hip names the parts of its keys; it holds nothing.
+/// What kiln-hip adds to kiln-core's key vocabulary: how it names the
+/// parts of its keys. It holds nothing.
 ///
 /// ```
 /// use kiln_core::store::LibraryFile;
-/// use kiln_hip::{CompilerIdentity, GfxArch, HipArtifactKey};
+/// use kiln_hip::{CompilerIdentity, Architecture, HipKey};
 ///
 /// let library = |name: &str| LibraryFile { name: name.into(), digest: [0; 32] };
 /// let identity = CompilerIdentity {
@@ -74,7 +75,7 @@ impl fmt::Display for CompilerIdentity {
 ///     comgr_version: "2.4".into(),
 ///     comgr_library: library("libamd_comgr.so.2.4.0"),
 /// };
-/// let components = HipArtifactKey::for_store(&identity, Some(&GfxArch::new("gfx90a")?));
+/// let components = HipKey::for_store(&identity, Some(&Architecture::new("gfx90a")?));
 /// let zeros = "0".repeat(32);
 /// assert_eq!(
 ///     components.compiler,
@@ -87,9 +88,9 @@ impl fmt::Display for CompilerIdentity {
 /// # Ok::<(), kiln_hip::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy)]
-pub struct HipArtifactKey;
+pub struct HipKey;
 
-impl HipArtifactKey {
+impl HipKey {
     /// The backend these components key: `hip`.
     pub const BACKEND: &'static str = "hip";
 
@@ -98,11 +99,14 @@ impl HipArtifactKey {
     /// and library files: hipRTC's own version says little), the target's
     /// architecture, and as options the flags a kernel that chooses none is
     /// compiled with, past the architecture (none: hipRTC's defaults).
-    pub fn for_store(identity: &CompilerIdentity, arch: Option<&GfxArch>) -> KeyComponents {
+    pub fn for_store(
+        identity: &CompilerIdentity,
+        architecture: Option<&Architecture>,
+    ) -> KeyComponents {
         KeyComponents::new(
             Self::BACKEND,
             identity.to_string(),
-            arch.map_or_else(
+            architecture.map_or_else(
                 || KeyComponents::ANY_ARCHITECTURE.to_owned(),
                 ToString::to_string,
             ),
@@ -143,8 +147,8 @@ mod tests {
     #[test]
     fn the_store_components_name_the_whole_compiler_identity_and_the_architecture() {
         let base = identity();
-        let gfx90a = GfxArch::new("gfx90a").expect("valid");
-        let components = HipArtifactKey::for_store(&base, Some(&gfx90a));
+        let gfx90a = Architecture::new("gfx90a").expect("valid");
+        let components = HipKey::for_store(&base, Some(&gfx90a));
         assert_eq!(
             components,
             KeyComponents::new(
@@ -170,16 +174,16 @@ mod tests {
         for change in identity_changes {
             let mut identity = base.clone();
             change(&mut identity);
-            let changed = HipArtifactKey::for_store(&identity, Some(&gfx90a));
+            let changed = HipKey::for_store(&identity, Some(&gfx90a));
             assert_ne!(changed.compiler, components.compiler, "{identity:?}");
         }
-        let gfx908 = GfxArch::new("gfx908").expect("valid");
+        let gfx908 = Architecture::new("gfx908").expect("valid");
         assert_ne!(
-            HipArtifactKey::for_store(&base, Some(&gfx908)).architecture,
+            HipKey::for_store(&base, Some(&gfx908)).architecture,
             components.architecture
         );
         assert_eq!(
-            HipArtifactKey::for_store(&base, None).architecture,
+            HipKey::for_store(&base, None).architecture,
             KeyComponents::ANY_ARCHITECTURE
         );
     }
@@ -192,12 +196,12 @@ mod tests {
             text: text.into(),
         };
         let flags = vec!["--gpu-architecture=gfx90a".to_owned(), "-DA=1".to_owned()];
-        let cover = HipArtifactKey::cover("k", flags.clone(), &[header("int a;")]);
+        let cover = HipKey::cover("k", flags.clone(), &[header("int a;")]);
         assert_eq!(cover.entry_point(), "k");
         assert_eq!(cover.compile_options(), flags);
         assert_eq!(cover.headers(), [HeaderDigest::new("a.h", "int a;")]);
         assert_ne!(
-            HipArtifactKey::cover("k", flags, &[header("int b;")]).preamble(),
+            HipKey::cover("k", flags, &[header("int b;")]).preamble(),
             cover.preamble()
         );
     }

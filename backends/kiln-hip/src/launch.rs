@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 
-use crate::device::DeviceBuffer;
+use crate::device::{DeviceBuffer, DeviceScalar};
 
 /// A launch's grid, block and dynamic shared memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,24 +42,6 @@ impl LaunchConfig {
     }
 }
 
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// A plain number a kernel takes by value, or a buffer holds. Implemented
-/// for the integer and floating-point types, which have no padding and for
-/// which every bit pattern is a value.
-pub trait KernelScalar: Copy + Default + Send + Sync + sealed::Sealed + 'static {}
-
-macro_rules! kernel_scalars {
-    ($($scalar:ty),*) => {$(
-        impl sealed::Sealed for $scalar {}
-        impl KernelScalar for $scalar {}
-    )*};
-}
-
-kernel_scalars!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
-
 /// One argument's value, aligned for any scalar kiln passes.
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]
@@ -86,7 +68,7 @@ impl LaunchArguments {
     }
 
     /// Adds `buffer`'s device address, for a pointer parameter.
-    pub fn pointer<T: KernelScalar>(self, buffer: &DeviceBuffer<T>) -> Self {
+    pub fn pointer<T: DeviceScalar>(self, buffer: &DeviceBuffer<T>) -> Self {
         self.raw_pointer(buffer.device_pointer())
     }
 
@@ -96,7 +78,7 @@ impl LaunchArguments {
     }
 
     /// Adds a value, for a scalar parameter.
-    pub fn scalar<S: KernelScalar>(self, value: S) -> Self {
+    pub fn scalar<S: DeviceScalar>(self, value: S) -> Self {
         self.push(value)
     }
 

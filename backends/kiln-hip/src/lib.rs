@@ -13,13 +13,29 @@
 //! Treat the device path as unproven until a test launches a kernel on an
 //! AMD GPU and checks its numbers (`cargo xtask test-backend hip`).
 //!
+//! # Files
+//!
+//! The files are the backend template's (ARCHITECTURE.md, "The backend
+//! template"): `kernel`, `options`, `architecture` (with comgr's ISA
+//! check), `compiler`, `key`, `diagnostics`, `sys` → `result`, `device`,
+//! `module` (the loaded kernel), `launch`, `target` and `error`. Three are
+//! HIP's own:
+//!
+//! - `code_object` reads an AMD GPU code object's headers and kernels,
+//!   because `hipModuleLoadData` takes no length and must never see a
+//!   truncated or foreign object.
+//! - `program` is the safe owner of one hipRTC program (destroyed on drop)
+//!   and of the process-wide hipRTC lock it holds while it lives.
+//! - `toolchain` opens hipRTC and comgr once per process and keeps what
+//!   they say about themselves: their identity and their supported targets.
+//!
 //! # Layers
 //!
 //! As in cudarc, three layers: `sys` opens hipRTC, comgr and the HIP runtime
 //! with `libloading` at run time (no ROCm is needed to build), `result`
 //! turns every call into a `Result`, and the safe types on top — a hipRTC
-//! program, [`HipModule`], [`HipFunction`], [`DeviceBuffer`] — release what
-//! they own when dropped.
+//! program, [`LoadedKernel`], [`DeviceBuffer`] — release what they own when
+//! dropped.
 //!
 //! hipRTC is `libhiprtc.so` from ROCm 6 on and lives inside
 //! `libamdhip64.so.5` on ROCm 5; kiln-hip takes whichever exists. A missing
@@ -51,18 +67,22 @@
 //!   `hiprtcAddNameExpression`, and the symbol `hiprtcGetLoweredName`
 //!   returns is what loads. An entry point the source does not declare
 //!   fails its compile with an error that says so.
-//! - **The key is one value.** [`HipArtifactKey`] holds everything that
-//!   shapes an artifact: compiler identity (hipRTC and comgr versions and
-//!   library files), architecture, the exact flags, BLAKE3 digests of the
-//!   source and of each header, and the entry point; it rides on every
-//!   artifact. A store files artifacts under
-//!   [`HipArtifactKey::for_store`]'s components (backend, the whole compiler
+//! - **The key is one value.** Every artifact carries the
+//!   [`Provenance`](kiln_core::store::Provenance) of everything that shaped
+//!   it: compiler identity (hipRTC and comgr versions and library files),
+//!   architecture, the exact flags, BLAKE3 digests of the source and of
+//!   each header, and the entry point. A store files artifacts under
+//!   [`HipKey::for_store`]'s components (backend, the whole compiler
 //!   identity, architecture) plus the kernel's id or the lowered text, which
 //!   between them hold the rest.
+//! - **One target, with or without a device.** [`HipTarget::on_device`]
+//!   loads on an AMD GPU; [`HipTarget::compile_only`] stops after compiling
+//!   and describes what a device would have loaded. Both hand out a
+//!   [`LoadedKernel`].
 //! - **Targets are storeless until given a store.**
-//!   [`HipTarget::with_store`] and [`HipCompileOnlyTarget::with_store`] put
-//!   a target on any [`ArtifactStore`](kiln_core::ArtifactStore), such as
-//!   kiln-store's disk store, which the
+//!   [`HipTarget::with_store`] puts a target on any
+//!   [`ArtifactStore`](kiln_core::ArtifactStore), such as kiln-store's disk
+//!   store, which the
 //!   [`KernelLoader`](kiln_core::KernelLoader) binds to the compiler's keys:
 //!   a kernel the store holds is read, not compiled, by every later process.
 //! - **Nothing unchecked reaches the driver.** `hipModuleLoadData` takes no
@@ -72,45 +92,44 @@
 //! # Example
 //!
 //! ```no_run
-//! use kiln_core::{ArtifactId, Kernel, KernelLoader};
-//! use kiln_hip::{HipDevice, HipKernel, HipTarget, LaunchArguments, LaunchConfig};
+//! use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
+//! use kiln_hip::{HipKernel, HipTarget, LaunchArguments, LaunchConfig};
 //!
-//! let device = HipDevice::open(0)?;
-//! let target = HipTarget::new(device.clone())?;
+//! let target = HipTarget::on_device(0)?;
 //! let variant = target.variant();
+//! let device = target.device().expect("a device target has a device").clone();
 //! let mut loader = KernelLoader::new(target);
 //!
-//! let kernel = HipKernel::from_text(
-//!     "scale",
-//!     "scale",
+//! let kernel = HipKernel::builder(KernelId::named("scale"), "scale").source(
 //!     r#"extern "C" __global__ void scale(float* x, float by, unsigned n) {
 //!         unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
 //!         if (i < n) x[i] *= by;
 //!     }"#,
 //! );
 //! let id = ArtifactId::new(kernel.id(), variant);
-//! let function = loader.load(&kernel, &id)?;
+//! let scale = loader.load(&kernel, &id)?;
 //!
-//! let values = device.copy_to_device(&[1.0f32, 2.0, 3.0])?;
+//! let values = device.upload(&[1.0f32, 2.0, 3.0])?;
 //! let mut arguments = LaunchArguments::new().pointer(&values).scalar(2.0f32).scalar(3u32);
 //! // SAFETY: the arguments match `scale`'s parameters, and the launch covers
 //! // the buffer's three values.
-//! unsafe { function.launch(&LaunchConfig::for_elements(3, 64), &mut arguments)? };
-//! assert_eq!(values.copy_to_host()?, [2.0, 4.0, 6.0]);
+//! unsafe { scale.launch(&LaunchConfig::for_elements(3, 64), &mut arguments)? };
+//! assert_eq!(values.to_vec()?, [2.0, 4.0, 6.0]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 #![warn(missing_docs)]
 
+mod architecture;
 pub mod code_object;
 mod compiler;
 mod device;
 mod diagnostics;
 pub mod error;
-mod isa;
 mod kernel;
 mod key;
 mod launch;
+mod module;
 mod options;
 mod program;
 mod result;
@@ -118,16 +137,17 @@ mod sys;
 mod target;
 mod toolchain;
 
+pub use architecture::{Architecture, SupportedTargets};
 pub use code_object::CodeObjectInfo;
 pub use compiler::{HipArtifact, HipCompiler, HipLowered, HipRecipe};
-pub use device::{DeviceBuffer, HipDevice, HipFunction, HipModule};
+pub use device::{DeviceBuffer, DeviceScalar, HipDevice};
 pub use error::{Error, Result};
-pub use isa::{GfxArch, SupportedTargets};
-pub use kernel::{HipGenerator, HipHeader, HipKernel, HipSource};
-pub use key::{CompilerIdentity, HeaderDigest, HipArtifactKey};
-pub use launch::{KernelScalar, LaunchArguments, LaunchConfig};
+pub use kernel::{HipHeader, HipKernel, HipKernelBuilder, SourceGenerator};
+pub use key::{CompilerIdentity, HeaderDigest, HipKey};
+pub use launch::{LaunchArguments, LaunchConfig};
+pub use module::LoadedKernel;
 pub use options::{CxxStandard, HipOptions, HipVariant};
-pub use target::{CompiledKernel, HipCompileOnlyTarget, HipTarget};
+pub use target::HipTarget;
 
 /// The entry of the HIP compiler for the worker hook at the top of `main`,
 /// so that hipRTC compiles in worker processes: in parallel, and where a

@@ -14,10 +14,11 @@ use std::fmt;
 use kiln_core::define;
 use serde::{Deserialize, Serialize};
 
+use crate::architecture::Architecture;
 use crate::error::{Error, Result};
-use crate::isa::GfxArch;
 
-/// The compile choice a HIP artifact is built under: the gfx architecture.
+/// The compile choice a HIP artifact is built under: the AMD GPU
+/// architecture.
 ///
 /// A target gives its device's (see
 /// [`HipTarget::variant`](crate::HipTarget::variant)); a kernel compiled
@@ -25,19 +26,19 @@ use crate::isa::GfxArch;
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct HipVariant {
     /// The architecture code objects are compiled for.
-    pub arch: GfxArch,
+    pub architecture: Architecture,
 }
 
 impl HipVariant {
-    /// The variant for `arch`.
-    pub fn new(arch: GfxArch) -> Self {
-        Self { arch }
+    /// The variant for `architecture`.
+    pub fn new(architecture: Architecture) -> Self {
+        Self { architecture }
     }
 }
 
 impl fmt::Debug for HipVariant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.arch)
+        write!(f, "{}", self.architecture)
     }
 }
 
@@ -73,7 +74,7 @@ impl CxxStandard {
 /// use kiln_hip::{CxxStandard, HipOptions};
 ///
 /// let options = HipOptions::new()
-///     .std(CxxStandard::Cxx17)
+///     .standard(CxxStandard::Cxx17)
 ///     .fast_math(true)
 ///     .define("TILE", "16")
 ///     .flag("-fno-unroll-loops");
@@ -82,7 +83,7 @@ impl CxxStandard {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct HipOptions {
     /// `-std`; `None` leaves hipRTC's default.
-    pub std: Option<CxxStandard>,
+    pub standard: Option<CxxStandard>,
     /// `-ffast-math`.
     pub fast_math: bool,
     /// `-D` definitions, in order: `(name, value)`, no value for a bare
@@ -100,9 +101,9 @@ impl HipOptions {
         Self::default()
     }
 
-    /// Compiles under the C++ standard `std`.
-    pub fn std(mut self, std: CxxStandard) -> Self {
-        self.std = Some(std);
+    /// Compiles under the C++ standard `standard`.
+    pub fn standard(mut self, standard: CxxStandard) -> Self {
+        self.standard = Some(standard);
         self
     }
 
@@ -130,7 +131,7 @@ impl HipOptions {
         self
     }
 
-    /// The flags handed to hipRTC for `arch`: the architecture first, then
+    /// The flags handed to hipRTC for `architecture`: the architecture first, then
     /// the options in a fixed order.
     ///
     /// # Errors
@@ -140,7 +141,7 @@ impl HipOptions {
     /// process on a target it lacks. [`Error::InvalidDefine`] for a define
     /// whose name is not a C identifier (`[A-Za-z_][A-Za-z0-9_]*`), or whose
     /// value holds a NUL byte or a line break.
-    pub fn compile_flags(&self, arch: &GfxArch) -> Result<Vec<String>> {
+    pub fn compile_flags(&self, architecture: &Architecture) -> Result<Vec<String>> {
         if let Some(flag) = self.flags.iter().find(|flag| chooses_architecture(flag)) {
             return Err(Error::ArchitectureFlag { flag: flag.clone() });
         }
@@ -152,7 +153,7 @@ impl HipOptions {
                 }
             })?;
         }
-        let mut flags = vec![format!("--gpu-architecture={arch}")];
+        let mut flags = vec![format!("--gpu-architecture={architecture}")];
         flags.extend(self.flags_past_architecture());
         Ok(flags)
     }
@@ -162,8 +163,8 @@ impl HipOptions {
     /// the architecture it names apart.
     pub fn flags_past_architecture(&self) -> Vec<String> {
         let mut flags: Vec<String> = self
-            .std
-            .map(|std| std.flag().to_owned())
+            .standard
+            .map(|standard| standard.flag().to_owned())
             .into_iter()
             .collect();
         if self.fast_math {
@@ -192,8 +193,8 @@ mod tests {
 
     use super::*;
 
-    fn gfx90a() -> GfxArch {
-        GfxArch::new("gfx90a").expect("a valid name")
+    fn gfx90a() -> Architecture {
+        Architecture::new("gfx90a").expect("a valid name")
     }
 
     #[test]
@@ -202,7 +203,7 @@ mod tests {
             .flag("-Wall")
             .define("TILE", "16")
             .define_name("FAST")
-            .std(CxxStandard::Cxx17)
+            .standard(CxxStandard::Cxx17)
             .fast_math(true);
         assert_eq!(
             options

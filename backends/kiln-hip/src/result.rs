@@ -1,7 +1,7 @@
 //! One function per raw call kiln-hip makes, each turning the library's
 //! status into a `Result` and C strings into Rust ones. Handles stay raw
-//! here; the safe types that own them are in [`crate::program`] and
-//! [`crate::device`].
+//! here; the safe types that own them are in [`crate::program`],
+//! [`crate::device`] and [`crate::module`].
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::ptr;

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use kiln_core::store::LibraryFile;
 
+use crate::architecture::{Architecture, SupportedTargets};
 use crate::error::{Error, Result};
-use crate::isa::{GfxArch, SupportedTargets};
 use crate::key::CompilerIdentity;
 use crate::result;
 use crate::sys::{self, ComgrLibrary, HiprtcLibrary};
@@ -122,9 +122,9 @@ impl Toolchain {
     /// # Errors
     ///
     /// [`Error::UnsupportedArchitecture`] with every supported processor.
-    pub fn check_target(&self, arch: &GfxArch) -> Result<()> {
-        self.supported.check(arch, |arch| {
-            let isa = CString::new(arch.isa_name()).map_err(|_| Error::InteriorNul {
+    pub fn check_target(&self, architecture: &Architecture) -> Result<()> {
+        self.supported.check(architecture, |architecture| {
+            let isa = CString::new(architecture.isa_name()).map_err(|_| Error::InteriorNul {
                 what: "the architecture name".to_owned(),
             })?;
             let _serial = serial();

@@ -11,18 +11,17 @@ mod support;
 use std::num::NonZeroUsize;
 
 use kiln_core::{
-    ArtifactCompiler, ArtifactId, Kernel, KernelId, KernelLoader, KernelOutcome, LoaderConfig,
-    Severity,
+    ArtifactCompiler, ArtifactId, CompileFailure, Kernel, KernelId, KernelLoader, KernelOutcome,
+    LoaderConfig, Severity,
 };
 use kiln_hip::{
-    CxxStandard, GfxArch, HipCompileOnlyTarget, HipCompiler, HipKernel, HipOptions, HipSource,
-    HipVariant,
+    Architecture, CxxStandard, HipCompiler, HipKernel, HipOptions, HipTarget, HipVariant,
 };
-use support::compiler;
+use support::{compile_only, compiler};
 
-fn loader(compiler: &HipCompiler) -> KernelLoader<HipCompileOnlyTarget> {
+fn loader(compiler: &HipCompiler) -> KernelLoader<HipTarget> {
     KernelLoader::with_config(
-        HipCompileOnlyTarget::new(compiler.clone()),
+        compile_only(compiler, "gfx90a"),
         LoaderConfig {
             parallelism: NonZeroUsize::new(4).expect("4 is not zero"),
             ..LoaderConfig::default()
@@ -31,17 +30,22 @@ fn loader(compiler: &HipCompiler) -> KernelLoader<HipCompileOnlyTarget> {
 }
 
 fn variant(arch: &str) -> HipVariant {
-    HipVariant::new(GfxArch::new(arch).expect("a valid architecture name"))
+    HipVariant::new(Architecture::new(arch).expect("a valid architecture name"))
 }
 
 fn id(kernel: &HipKernel, arch: &str) -> ArtifactId<HipVariant> {
     ArtifactId::new(kernel.id(), variant(arch))
 }
 
+/// A kernel of the fixed `source`, in the family `name`.
+fn fixed(name: &'static str, entry: &str, source: impl Into<String>) -> HipKernel {
+    HipKernel::builder(KernelId::named(name), entry).source(source)
+}
+
 fn scale(index: usize) -> HipKernel {
-    HipKernel::from_text(
+    fixed(
         "tests.scale",
-        format!("scale_{index}"),
+        &format!("scale_{index}"),
         format!(
             "extern \"C\" __global__ void scale_{index}(float* x, float by, unsigned n) {{\n\
              \x20   unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n\
@@ -70,11 +74,12 @@ fn b2_hiprtc_compiles_code_objects_for_gfx90a_gfx908_and_gfx1030() {
         let compiled = loader
             .load(&kernel, &id(&kernel, arch))
             .unwrap_or_else(|error| panic!("{arch}: {error}"));
-        assert_eq!(compiled.arch.as_str(), arch);
-        assert_eq!(compiled.symbol, "scale_0");
-        assert!(compiled.kernels.contains(&"scale_0".to_owned()));
-        assert!(compiled.code_object_bytes > 0);
-        flags.push(compiled.elf_flags & 0xff);
+        assert_eq!(compiled.architecture().as_str(), arch);
+        assert_eq!(compiled.lowered_name(), "scale_0");
+        assert!(compiled.kernels().contains(&"scale_0".to_owned()));
+        assert!(compiled.code_object_bytes() > 0);
+        assert!(compiled.device().is_none(), "described, not loaded");
+        flags.push(compiled.elf_flags() & 0xff);
     }
     flags.dedup();
     assert_eq!(
@@ -97,8 +102,8 @@ __global__ void fill(T* x) { x[threadIdx.x % N] = T(N); }
 }
 "#;
     let mut loader = loader(&compiler);
-    let float_kernel = HipKernel::from_text("tests.fill", "ops::fill<float, 4>", source);
-    let int_kernel = HipKernel::from_text("tests.fill", "ops::fill<int, 8>", source);
+    let float_kernel = fixed("tests.fill", "ops::fill<float, 4>", source);
+    let int_kernel = fixed("tests.fill", "ops::fill<int, 8>", source);
     let float_fill = loader
         .load(&float_kernel, &id(&float_kernel, "gfx90a"))
         .expect("fill<float, 4> compiles");
@@ -106,12 +111,16 @@ __global__ void fill(T* x) { x[threadIdx.x % N] = T(N); }
         .load(&int_kernel, &id(&int_kernel, "gfx90a"))
         .expect("fill<int, 8> compiles");
     assert!(
-        float_fill.symbol.starts_with("_ZN3ops4fill"),
+        float_fill.lowered_name().starts_with("_ZN3ops4fill"),
         "{}",
-        float_fill.symbol
+        float_fill.lowered_name()
     );
-    assert_ne!(float_fill.symbol, int_fill.symbol);
-    assert!(float_fill.kernels.contains(&float_fill.symbol));
+    assert_ne!(float_fill.lowered_name(), int_fill.lowered_name());
+    assert!(
+        float_fill
+            .kernels()
+            .contains(&float_fill.lowered_name().to_owned())
+    );
 }
 
 // B2, D2
@@ -121,7 +130,7 @@ fn b2_d2_a_syntax_error_fails_with_its_first_error_located() {
         return;
     };
     let mut loader = loader(&compiler);
-    let broken = HipKernel::from_text(
+    let broken = fixed(
         "tests.broken",
         "broken",
         "extern \"C\" __global__ void broken(float* x) {\n    x[0] = 1.0f\n    undeclared_name(x);\n}\n",
@@ -156,7 +165,7 @@ fn b2_an_unsupported_target_fails_its_kernel_and_the_process_goes_on() {
         .find(|arch| {
             !compiler
                 .supported_targets()
-                .has_processor(&GfxArch::new(arch).expect("valid"))
+                .has_processor(&Architecture::new(arch).expect("valid"))
         })
         .expect("no comgr lists gfx1fff");
     let mut loader = loader(&compiler);
@@ -209,7 +218,7 @@ fn b2_d2_an_entry_point_the_source_lacks_fails_with_a_hint() {
         return;
     };
     let mut loader = loader(&compiler);
-    let kernel = HipKernel::from_text(
+    let kernel = fixed(
         "tests.unknown_entry",
         "missing",
         "extern \"C\" __global__ void present(float* x) { x[0] = 1.0f; }\n",
@@ -227,7 +236,7 @@ fn b2_d2_an_entry_point_the_source_lacks_fails_with_a_hint() {
         "{message}"
     );
 
-    let device_function = HipKernel::from_text(
+    let device_function = fixed(
         "tests.device_function_entry",
         "helper",
         "__device__ float helper(float x) { return x; }\n",
@@ -272,18 +281,22 @@ fn b2_headers_compile_from_their_text_and_an_error_in_one_names_it() {
     };
     let source = "#include \"ops/twice.h\"\nextern \"C\" __global__ void twice_all(float* x) { x[threadIdx.x] = twice(x[threadIdx.x]); }\n";
     let mut loader = loader(&compiler);
-    let good = HipKernel::from_text("tests.header", "twice_all", source).with_header(
-        "ops/twice.h",
-        "__device__ inline float twice(float x) { return 2.0f * x; }\n",
-    );
+    let good = HipKernel::builder(KernelId::named("tests.header"), "twice_all")
+        .header(
+            "ops/twice.h",
+            "__device__ inline float twice(float x) { return 2.0f * x; }\n",
+        )
+        .source(source);
     loader
         .load(&good, &id(&good, "gfx90a"))
         .expect("the header is found by its include name");
 
-    let bad = HipKernel::from_text("tests.header", "twice_all", source).with_header(
-        "ops/twice.h",
-        "__device__ inline float twice(float x) { return 2.0f * x }\n",
-    );
+    let bad = HipKernel::builder(KernelId::named("tests.header"), "twice_all")
+        .header(
+            "ops/twice.h",
+            "__device__ inline float twice(float x) { return 2.0f * x }\n",
+        )
+        .source(source);
     assert_ne!(good.id(), bad.id(), "the header's text is part of the id");
     let error = loader
         .load(&bad, &id(&bad, "gfx90a"))
@@ -307,17 +320,19 @@ fn b2_options_reach_hiprtc() {
     let source = "#ifndef SCALE\n#error SCALE is not defined\n#endif\n\
                   extern \"C\" __global__ void scaled(float* x) { x[threadIdx.x] *= SCALE; }\n";
     let mut loader = loader(&compiler);
-    let defined = HipKernel::from_text("tests.options", "scaled", source).with_options(
-        HipOptions::new()
-            .define("SCALE", "3.0f")
-            .std(CxxStandard::Cxx17)
-            .fast_math(true),
-    );
+    let defined = HipKernel::builder(KernelId::named("tests.options"), "scaled")
+        .options(
+            HipOptions::new()
+                .define("SCALE", "3.0f")
+                .standard(CxxStandard::Cxx17)
+                .fast_math(true),
+        )
+        .source(source);
     loader
         .load(&defined, &id(&defined, "gfx90a"))
         .expect("the definition reaches the preprocessor");
 
-    let undefined = HipKernel::from_text("tests.options", "scaled", source);
+    let undefined = fixed("tests.options", "scaled", source);
     let error = loader
         .load(&undefined, &id(&undefined, "gfx90a"))
         .expect_err("without the definition the source refuses to compile");
@@ -326,11 +341,13 @@ fn b2_options_reach_hiprtc() {
         "{error}"
     );
 
-    let bad_flag = HipKernel::from_text("tests.options", "scaled", source).with_options(
-        HipOptions::new()
-            .define("SCALE", "1.0f")
-            .flag("--no-such-flag"),
-    );
+    let bad_flag = HipKernel::builder(KernelId::named("tests.options"), "scaled")
+        .options(
+            HipOptions::new()
+                .define("SCALE", "1.0f")
+                .flag("--no-such-flag"),
+        )
+        .source(source);
     let error = loader
         .load(&bad_flag, &id(&bad_flag, "gfx90a"))
         .expect_err("hipRTC refuses the flag");
@@ -339,8 +356,9 @@ fn b2_options_reach_hiprtc() {
         "{error}"
     );
 
-    let arch_flag = HipKernel::from_text("tests.options", "scaled", source)
-        .with_options(HipOptions::new().flag("--offload-arch=gfx1100"));
+    let arch_flag = HipKernel::builder(KernelId::named("tests.options"), "scaled")
+        .options(HipOptions::new().flag("--offload-arch=gfx1100"))
+        .source(source);
     let error = loader
         .load(&arch_flag, &id(&arch_flag, "gfx90a"))
         .expect_err("a flag cannot choose the architecture");
@@ -357,7 +375,7 @@ fn b2_warnings_of_a_successful_compile_are_kept_on_its_record() {
         return;
     };
     let mut loader = loader(&compiler);
-    let kernel = HipKernel::from_text(
+    let kernel = fixed(
         "tests.warning",
         "warned",
         "#warning this kernel is only a test\nextern \"C\" __global__ void warned(float* x) { x[0] = 1.0f; }\n",
@@ -388,12 +406,10 @@ fn b2_a_generator_runs_per_variant_and_its_failure_fails_its_kernel() {
         return;
     };
     let mut loader = loader(&compiler);
-    let wavefront = HipKernel::new(
-        KernelId::named("tests.wavefront").build(),
-        "lanes",
-        HipSource::generated(|variant| {
+    let wavefront = HipKernel::builder(KernelId::named("tests.wavefront"), "lanes").generator(
+        |architecture: Architecture| {
             // gfx10 and later run 32-wide wavefronts, gfx9 64-wide.
-            let lanes = if variant.arch.processor().len() > 6 {
+            let lanes = if architecture.processor().len() > 6 {
                 32
             } else {
                 64
@@ -401,12 +417,15 @@ fn b2_a_generator_runs_per_variant_and_its_failure_fails_its_kernel() {
             Ok(format!(
                 "extern \"C\" __global__ void lanes(int* x) {{ x[0] = {lanes}; }}\n"
             ))
-        }),
+        },
     );
-    let refusing = HipKernel::new(
-        KernelId::named("tests.refusing").build(),
-        "never",
-        HipSource::generated(|variant| Err(format!("no tile size fits {}", variant.arch))),
+    let refusing = HipKernel::builder(KernelId::named("tests.refusing"), "never").generator(
+        |architecture: Architecture| {
+            Err(
+                CompileFailure::message(format!("no tile size fits {architecture}"))
+                    .with_hint("choose a tile size for it"),
+            )
+        },
     );
     loader.enqueue(Box::new(refusing.clone()), variant("gfx90a"));
     loader
@@ -415,10 +434,16 @@ fn b2_a_generator_runs_per_variant_and_its_failure_fails_its_kernel() {
     let error = loader
         .load(&refusing, &id(&refusing, "gfx90a"))
         .expect_err("the generator refused");
+    // The generator's own failure, message and hint, is the kernel's.
     assert!(
+        error.to_string().contains("no tile size fits gfx90a"),
+        "{error}"
+    );
+    assert_eq!(
         error
-            .to_string()
-            .contains("the generator failed: no tile size fits gfx90a"),
+            .compile_failure()
+            .and_then(|failure| failure.hint.as_deref()),
+        Some("choose a tile size for it"),
         "{error}"
     );
 
@@ -489,7 +514,7 @@ fn b2_a_truncated_code_object_never_reaches_a_device() {
     let error = kiln_hip::code_object::inspect(&artifact.code_object)
         .expect_err("half an object is refused");
     assert!(error.to_string().contains("truncated"), "{error}");
-    let mut target = HipCompileOnlyTarget::new(compiler.clone());
+    let mut target = compile_only(&compiler, "gfx90a");
     let refusal = kiln_core::CompilationTarget::load(&mut target, &artifact_id, &artifact)
         .expect_err("the target refuses it");
     assert!(refusal.message.contains("truncated"), "{refusal}");

@@ -9,7 +9,7 @@ mod support;
 
 use kiln_core::KernelId;
 use kiln_core::conformance::ConformanceSubject;
-use kiln_hip::{GfxArch, HipCompileOnlyTarget, HipCompiler, HipKernel, HipSource, HipVariant};
+use kiln_hip::{Architecture, HipCompiler, HipKernel, HipTarget, HipVariant};
 use support::StoreRoots;
 
 struct Hip {
@@ -36,8 +36,8 @@ fn subject_on_store() -> Result<Hip, String> {
     })
 }
 
-fn gfx90a() -> GfxArch {
-    GfxArch::new("gfx90a").expect("gfx90a is a valid name")
+fn gfx90a() -> Architecture {
+    Architecture::new("gfx90a").expect("gfx90a is a valid name")
 }
 
 /// One kernel body every sharing kernel lowers to.
@@ -47,12 +47,12 @@ const SHARED: &str = r#"extern "C" __global__ void shared_scale(float* x) {
 "#;
 
 impl ConformanceSubject for Hip {
-    type Target = HipCompileOnlyTarget;
+    type Target = HipTarget;
 
-    fn target(&self) -> HipCompileOnlyTarget {
-        let target = HipCompileOnlyTarget::new(self.compiler.clone());
+    fn target(&self) -> HipTarget {
+        let target = support::compile_only(&self.compiler, "gfx90a");
         match &self.stores {
-            Some(stores) => target.with_store(stores.fresh(), gfx90a()),
+            Some(stores) => target.with_store(stores.fresh()),
             None => target,
         }
     }
@@ -61,7 +61,7 @@ impl ConformanceSubject for Hip {
         HipVariant::new(gfx90a())
     }
 
-    fn switch_store(&self, target: &mut HipCompileOnlyTarget) -> bool {
+    fn switch_store(&self, target: &mut HipTarget) -> bool {
         // Another root: another store, with its own generation.
         match &self.stores {
             Some(stores) => target.switch_store(stores.fresh()),
@@ -70,47 +70,49 @@ impl ConformanceSubject for Hip {
     }
 
     fn distinct(&self, index: usize) -> Box<HipKernel> {
-        Box::new(HipKernel::from_text(
-            "conformance.distinct",
-            format!("scale_{index}"),
-            format!(
+        Box::new(
+            HipKernel::builder(
+                KernelId::named("conformance.distinct"),
+                format!("scale_{index}"),
+            )
+            .source(format!(
                 "extern \"C\" __global__ void scale_{index}(float* x) {{\n    x[threadIdx.x] *= {index}.0f;\n}}\n"
-            ),
-        ))
+            )),
+        )
     }
 
     fn sharing_source(&self, index: usize) -> Box<HipKernel> {
-        Box::new(HipKernel::new(
-            KernelId::named("conformance.sharing")
-                .parameter(&index)
-                .build(),
-            "shared_scale",
-            HipSource::generated(|_variant| Ok(SHARED.to_owned())),
-        ))
+        Box::new(
+            HipKernel::builder(
+                KernelId::named("conformance.sharing").parameter(&index),
+                "shared_scale",
+            )
+            .generator(|_architecture| Ok(SHARED.to_owned())),
+        )
     }
 
     fn failing(&self, index: usize) -> Box<HipKernel> {
         // Line 2 lacks a semicolon, and line 3 names nothing declared: a
         // located first error and a cascade.
-        Box::new(HipKernel::new(
-            KernelId::named("conformance.failing")
-                .parameter(&index)
-                .build(),
-            "broken",
-            HipSource::generated(|_variant| {
+        Box::new(
+            HipKernel::builder(
+                KernelId::named("conformance.failing").parameter(&index),
+                "broken",
+            )
+            .generator(|_architecture| {
                 Ok("extern \"C\" __global__ void broken(float* x) {\n    x[0] = 1.0f\n    undeclared_name(x);\n}\n".to_owned())
             }),
-        ))
+        )
     }
 
     fn panicking(&self, index: usize) -> Option<Box<HipKernel>> {
-        Some(Box::new(HipKernel::new(
-            KernelId::named("conformance.panicking")
-                .parameter(&index)
-                .build(),
-            "never",
-            HipSource::generated(|_variant| panic!("the generator panicked on purpose")),
-        )))
+        Some(Box::new(
+            HipKernel::builder(
+                KernelId::named("conformance.panicking").parameter(&index),
+                "never",
+            )
+            .generator(|_architecture| panic!("the generator panicked on purpose")),
+        ))
     }
 
     // No `refused` kernel: a code object hipRTC makes is one the

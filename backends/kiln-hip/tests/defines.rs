@@ -13,17 +13,15 @@ mod support;
 use std::num::NonZeroUsize;
 
 use kiln_core::{
-    ArtifactCompiler, ArtifactId, CompileFailure, Finalized, Kernel, KernelLoader, LoaderConfig,
-    WorkerMode,
+    ArtifactCompiler, ArtifactId, CompileFailure, Finalized, Kernel, KernelId, KernelLoader,
+    LoaderConfig, WorkerMode,
 };
-use kiln_hip::{
-    GfxArch, HipArtifact, HipCompileOnlyTarget, HipCompiler, HipKernel, HipOptions, HipVariant,
-};
+use kiln_hip::{Architecture, HipArtifact, HipCompiler, HipKernel, HipOptions, HipVariant};
 use kiln_test_support::defines::{self, Define, probe_source};
-use support::compiler;
+use support::{compile_only, compiler};
 
 fn gfx90a() -> HipVariant {
-    HipVariant::new(GfxArch::new("gfx90a").expect("a valid architecture name"))
+    HipVariant::new(Architecture::new("gfx90a").expect("a valid architecture name"))
 }
 
 fn id(kernel: &HipKernel) -> ArtifactId<HipVariant> {
@@ -50,7 +48,9 @@ fn options(defines: &[Define]) -> HipOptions {
 
 /// The probe kernel of [`defines`], with `defines` in its options.
 fn probe(family: &'static str, defines: &[Define], expected: &str) -> HipKernel {
-    HipKernel::from_text(family, "probe", probe_source(expected)).with_options(options(defines))
+    HipKernel::builder(KernelId::named(family), "probe")
+        .options(options(defines))
+        .source(probe_source(expected))
 }
 
 #[test]
@@ -64,7 +64,7 @@ fn a_define_value_with_spaces_and_an_include_reaches_hiprtc_as_macro_text() {
         |value| {
             let defines = [Define::Value("PROBE", value)];
             let flags = options(&defines)
-                .compile_flags(&gfx90a().arch)
+                .compile_flags(&gfx90a().architecture)
                 .expect("the value is macro text");
             let define_flags: Vec<&String> =
                 flags.iter().filter(|flag| flag.starts_with("-D")).collect();
@@ -84,7 +84,7 @@ fn a_define_name_that_is_not_an_identifier_fails_its_kernel_naming_it() {
         return;
     };
     let loader = KernelLoader::with_config(
-        HipCompileOnlyTarget::new(compiler),
+        compile_only(&compiler, "gfx90a"),
         LoaderConfig {
             parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
             ..LoaderConfig::default()

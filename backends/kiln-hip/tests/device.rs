@@ -6,7 +6,7 @@
 //! and fails under `KILN_REQUIRE_DEVICE=1`.
 
 use kiln_core::conformance::skip;
-use kiln_core::{ArtifactId, Kernel, KernelLoader};
+use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
 use kiln_hip::{Error, HipDevice, HipKernel, HipTarget, LaunchArguments, LaunchConfig};
 
 // B2
@@ -46,12 +46,11 @@ fn b4_a_kernel_launched_on_an_amd_gpu_computes_its_numbers() {
             return;
         }
     };
-    let target = HipTarget::new(device.clone()).expect("hipRTC is installed with the runtime");
+    let target = HipTarget::on(device.clone()).expect("hipRTC is installed with the runtime");
+    assert!(!target.is_compile_only());
     let variant = target.variant();
     let mut loader = KernelLoader::new(target);
-    let kernel = HipKernel::from_text(
-        "tests.axpy",
-        "axpy",
+    let kernel = HipKernel::builder(KernelId::named("tests.axpy"), "axpy").source(
         r#"extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned n) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + y[i];
@@ -65,8 +64,8 @@ fn b4_a_kernel_launched_on_an_amd_gpu_computes_its_numbers() {
     let n = 1000u32;
     let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let y: Vec<f32> = (0..n).map(|i| 1.0 + i as f32).collect();
-    let x_buffer = device.copy_to_device(&x).expect("x copies");
-    let y_buffer = device.copy_to_device(&y).expect("y copies");
+    let x_buffer = device.upload(&x).expect("x copies");
+    let y_buffer = device.upload(&y).expect("y copies");
     let mut arguments = LaunchArguments::new()
         .pointer(&y_buffer)
         .pointer(&x_buffer)
@@ -77,7 +76,7 @@ fn b4_a_kernel_launched_on_an_amd_gpu_computes_its_numbers() {
     unsafe { function.launch(&LaunchConfig::for_elements(n, 256), &mut arguments) }
         .expect("the launch is accepted");
     device.synchronize().expect("the kernel finishes");
-    let result = y_buffer.copy_to_host().expect("y copies back");
+    let result = y_buffer.to_vec().expect("y copies back");
     for (i, value) in result.iter().enumerate() {
         assert_eq!(*value, 2.0 * i as f32 + 1.0 + i as f32, "y[{i}]");
     }

@@ -26,8 +26,8 @@ use kiln_core::{
     ArtifactCompiler, ArtifactId, BoundStore, CompilationTarget, Kernel, KernelId, KernelLoader,
     KernelOutcome, KeyComponents, LoaderConfig, Lookup,
 };
-use kiln_hip::{GfxArch, HipCompileOnlyTarget, HipCompiler, HipKernel, HipSource, HipVariant};
-use support::{Scratch, compiler, disk_store};
+use kiln_hip::{Architecture, HipCompiler, HipKernel, HipTarget, HipVariant};
+use support::{Scratch, compile_only, compiler, disk_store};
 
 /// Set in a second process: the folder the first process filled.
 const CHILD: &str = "KILN_HIP_STORE_CHILD";
@@ -41,24 +41,24 @@ const SCALE: &str = r#"extern "C" __global__ void scale(float* x, float by, unsi
 }
 "#;
 
-fn gfx90a() -> GfxArch {
-    GfxArch::new("gfx90a").expect("a valid architecture name")
+fn gfx90a() -> Architecture {
+    Architecture::new("gfx90a").expect("a valid architecture name")
 }
 
-fn id(kernel: &HipKernel, arch: &GfxArch) -> ArtifactId<HipVariant> {
+fn id(kernel: &HipKernel, arch: &Architecture) -> ArtifactId<HipVariant> {
     ArtifactId::new(kernel.id(), HipVariant::new(arch.clone()))
 }
 
 fn scale() -> HipKernel {
-    HipKernel::from_text("tests.store.scale", "scale", SCALE)
+    HipKernel::builder(KernelId::named("tests.store.scale"), "scale").source(SCALE)
 }
 
 /// A compile-only target on the store at `root`, for gfx90a.
-fn target_on(compiler: &HipCompiler, root: &Path) -> HipCompileOnlyTarget {
-    HipCompileOnlyTarget::new(compiler.clone()).with_store(disk_store(root), gfx90a())
+fn target_on(compiler: &HipCompiler, root: &Path) -> HipTarget {
+    compile_only(compiler, "gfx90a").with_store(disk_store(root))
 }
 
-fn loader(target: HipCompileOnlyTarget) -> KernelLoader<HipCompileOnlyTarget> {
+fn loader(target: HipTarget) -> KernelLoader<HipTarget> {
     KernelLoader::with_config(
         target,
         LoaderConfig {
@@ -99,7 +99,8 @@ fn p1_the_store_key_names_hip_the_whole_compiler_identity_and_the_architecture()
         "the library files are named: {}",
         bound.components().compiler
     );
-    assert_eq!(target.stored_arch(), Some(&gfx90a()));
+    assert_eq!(target.architecture(), &gfx90a());
+    assert!(target.is_compile_only());
 
     // Two targets, as two processes would make them: the same key.
     let kernel = scale();
@@ -114,8 +115,7 @@ fn p1_the_store_key_names_hip_the_whole_compiler_identity_and_the_architecture()
     // nothing else; that keys differing in one component never see each
     // other's entries, and that a miss names the component, is the store
     // conformance suite's (P1, P9).
-    let gfx908 = GfxArch::new("gfx908").expect("a valid architecture name");
-    let other = HipCompileOnlyTarget::new(compiler.clone()).with_store(disk_store(&root), gfx908);
+    let other = compile_only(&compiler, "gfx908").with_store(disk_store(&root));
     assert_eq!(
         *bound_store(&other).expect("bound").components(),
         KeyComponents {
@@ -177,7 +177,7 @@ fn second_process_reads_the_code_object(folder: &Path) {
     assert_eq!(batch.count(KernelOutcome::FromStore), 1, "{batch:?}");
     assert_eq!(second.statistics().compiled, 0, "nothing was compiled");
     assert_eq!(second.statistics().hits, 1);
-    assert_eq!(loaded.symbol, "scale");
+    assert_eq!(loaded.lowered_name(), "scale");
     let bound = second.bound_store().expect("the loader bound the store");
     let Lookup::Hit { artifact, .. } = bound.lookup(second.target().compiler(), &artifact_id)
     else {
@@ -233,13 +233,11 @@ fn p7_a_rebuilt_kernel_with_a_new_id_and_the_same_text_takes_the_stored_artifact
     // Two generated kernels with the same text: ids of two builds of a
     // program whose id scheme changed.
     let generated = |version: u32| {
-        HipKernel::new(
-            KernelId::named("tests.store.rebuilt")
-                .parameter(&version)
-                .build(),
+        HipKernel::builder(
+            KernelId::named("tests.store.rebuilt").parameter(&version),
             "scale",
-            HipSource::generated(|_variant| Ok(SCALE.to_owned())),
         )
+        .generator(|_architecture| Ok(SCALE.to_owned()))
     };
     let (old, new) = (generated(1), generated(2));
     assert_ne!(old.id(), new.id());
@@ -271,7 +269,7 @@ fn a_kernel_asked_for_another_architecture_compiles_without_the_store() {
     let scratch = Scratch::new("other-architecture");
     let root = scratch.join("store");
     let kernel = scale();
-    let gfx908 = GfxArch::new("gfx908").expect("a valid architecture name");
+    let gfx908 = Architecture::new("gfx908").expect("a valid architecture name");
     for round in 0..2 {
         let mut on_store = loader(target_on(&compiler, &root));
         on_store
@@ -293,10 +291,9 @@ fn a_target_without_a_store_keeps_nothing_and_cannot_switch_to_one() {
     let Some(compiler) = compiler("a storeless target") else {
         return;
     };
-    let mut target = HipCompileOnlyTarget::new(compiler);
+    let mut target = compile_only(&compiler, "gfx90a");
     assert!(target.store().is_none());
     assert!(bound_store(&target).is_none());
-    assert_eq!(target.stored_arch(), None);
     let scratch = Scratch::new("storeless");
     assert!(
         !target.switch_store(disk_store(&scratch.join("store"))),
@@ -320,7 +317,7 @@ fn a_target_without_a_store_keeps_nothing_and_cannot_switch_to_one() {
 }
 
 /// `target`'s store bound to its compiler's keys, as its loader binds it.
-fn bound_store(target: &HipCompileOnlyTarget) -> Option<BoundStore<HipCompiler>> {
+fn bound_store(target: &HipTarget) -> Option<BoundStore<HipCompiler>> {
     target
         .store()
         .map(|store| BoundStore::new(std::sync::Arc::clone(store), target.compiler()))

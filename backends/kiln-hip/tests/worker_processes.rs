@@ -13,9 +13,11 @@ mod support;
 
 use std::num::NonZeroUsize;
 
-use kiln_core::{ArtifactId, Kernel, KernelLoader, KernelOutcome, LoaderConfig, WorkerMode};
-use kiln_hip::{GfxArch, HipCompileOnlyTarget, HipCompiler, HipKernel, HipVariant};
-use support::compiler;
+use kiln_core::{
+    ArtifactId, Kernel, KernelId, KernelLoader, KernelOutcome, LoaderConfig, WorkerMode,
+};
+use kiln_hip::{Architecture, HipCompiler, HipKernel, HipTarget, HipVariant};
+use support::{compile_only, compiler};
 
 fn main() {
     kiln_core::worker::run_if_worker(&[kiln_hip::worker_entry()]);
@@ -58,9 +60,9 @@ fn main() {
     std::process::exit(i32::from(failed > 0));
 }
 
-fn loader(compiler: HipCompiler, mode: WorkerMode) -> KernelLoader<HipCompileOnlyTarget> {
+fn loader(compiler: HipCompiler, mode: WorkerMode) -> KernelLoader<HipTarget> {
     KernelLoader::with_config(
-        HipCompileOnlyTarget::new(compiler),
+        compile_only(&compiler, "gfx90a"),
         LoaderConfig {
             parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
             ..LoaderConfig::default()
@@ -70,20 +72,20 @@ fn loader(compiler: HipCompiler, mode: WorkerMode) -> KernelLoader<HipCompileOnl
 }
 
 fn variant(arch: &str) -> HipVariant {
-    HipVariant::new(GfxArch::new(arch).expect("a valid architecture name"))
+    HipVariant::new(Architecture::new(arch).expect("a valid architecture name"))
 }
 
 fn scale(index: usize) -> HipKernel {
-    HipKernel::from_text(
-        "tests.worker.scale",
+    HipKernel::builder(
+        KernelId::named("tests.worker.scale"),
         format!("scale_{index}"),
-        format!(
-            "extern \"C\" __global__ void scale_{index}(float* x, float by, unsigned n) {{\n\
+    )
+    .source(format!(
+        "extern \"C\" __global__ void scale_{index}(float* x, float by, unsigned n) {{\n\
              \x20   unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n\
              \x20   if (i < n) x[i] *= by + {index}.0f;\n\
              }}\n"
-        ),
-    )
+    ))
 }
 
 fn b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process() {
@@ -115,12 +117,13 @@ fn b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process() 
         let id = ArtifactId::new(kernel.id(), variant("gfx90a"));
         let built_there = in_workers.load(kernel, &id).expect("compiled in a worker");
         let built_here = in_process.load(kernel, &id).expect("compiled in process");
-        assert_eq!(built_there.symbol, built_here.symbol);
-        assert_eq!(built_there.arch, built_here.arch);
-        assert_eq!(built_there.elf_flags, built_here.elf_flags);
-        assert_eq!(built_there.kernels, built_here.kernels);
+        assert_eq!(built_there.lowered_name(), built_here.lowered_name());
+        assert_eq!(built_there.architecture(), built_here.architecture());
+        assert_eq!(built_there.elf_flags(), built_here.elf_flags());
+        assert_eq!(built_there.kernels(), built_here.kernels());
         assert_eq!(
-            built_there.code_object_bytes, built_here.code_object_bytes,
+            built_there.code_object_bytes(),
+            built_here.code_object_bytes(),
             "code objects of one size"
         );
     }
@@ -138,7 +141,7 @@ fn l6_a_kernel_whose_target_aborts_hiprtc_fails_alone_and_its_worker_is_replaced
         .find(|arch| {
             !compiler
                 .supported_targets()
-                .has_processor(&GfxArch::new(arch).expect("valid"))
+                .has_processor(&Architecture::new(arch).expect("valid"))
         })
         .expect("no comgr lists gfx1fff");
     let mut loader = loader(

@@ -4,13 +4,15 @@
 
 use std::fmt;
 
-use kiln_core::store::{KeyComponents, KeyedCompiler, SourceCover};
+use kiln_core::store::{KeyComponents, KeyedCompiler};
 use kiln_core::{ArtifactCompiler, ArtifactId, CompileFailure, Finalized};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 use serde::{Deserialize, Serialize};
 
 use crate::diagnostics;
 use crate::kernel::{BindingLayout, BufferKind, Constants, WgslKernel};
+use crate::key::WgpuKey;
+use crate::options::WgpuVariant;
 
 /// The naga kiln-wgpu validates with, as pinned in the workspace: part of
 /// every artifact's key.
@@ -20,24 +22,12 @@ pub const NAGA_VERSION: &str = "30.0.2";
 /// part of every pipeline cache's key.
 pub const WGPU_VERSION: &str = "30.0.2";
 
-/// The backend its keys name.
-const BACKEND: &str = "wgpu";
-
-/// The version of [`WgpuArtifact`]'s serialized form; part of the key, so a
-/// change of the artifact type makes old entries misses, not misreads.
-const ARTIFACT_FORMAT: u32 = 1;
-
-/// The compile choice of a wgpu target. WGSL validated by naga does not
-/// depend on the device, so there is one: artifacts made without a device
-/// (compile-only) serve every device later.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct WgpuVariant;
-
 /// A lowered WGSL kernel: the source its generator returned and everything
 /// its pipeline is built with, ready to finalize here or in another process.
 ///
 /// The text kernels are grouped by (see [`ArtifactCompiler::source`]) starts
-/// with a [`SourceCover`] naming the entry point, the constants, the layout
+/// with the [`SourceCover`](kiln_core::store::SourceCover) of
+/// [`WgpuKey::cover`], naming the entry point, the constants, the layout
 /// and whether workgroup memory starts zeroed, so two kernels share an
 /// artifact exactly when their pipelines are the same. naga parses the generator's source alone, so the lines and columns
 /// of diagnostics are the author's.
@@ -102,19 +92,6 @@ pub struct WgpuArtifact {
 #[derive(Debug, Clone, Default)]
 pub struct WgpuCompiler;
 
-impl WgpuCompiler {
-    /// The key components of this compiler's artifacts (P1): naga's version
-    /// and the artifact format. No device: the artifact is the same for all.
-    pub fn components() -> KeyComponents {
-        KeyComponents::new(
-            BACKEND,
-            format!("naga {NAGA_VERSION} / artifact {ARTIFACT_FORMAT}"),
-            "wgsl",
-            "",
-        )
-    }
-}
-
 impl ArtifactCompiler for WgpuCompiler {
     type Kernel = WgslKernel;
     type Variant = WgpuVariant;
@@ -127,14 +104,7 @@ impl ArtifactCompiler for WgpuCompiler {
         _id: &ArtifactId<WgpuVariant>,
     ) -> Result<WgpuLowered, CompileFailure> {
         let source = kernel.generate()?;
-        let mut text = SourceCover::new(BACKEND, kernel.entry())
-            .setting("constants", kernel.constants().canonical())
-            .setting("layout", kernel.layout())
-            .setting(
-                "zeroed workgroup memory",
-                kernel.zero_initializes_workgroup_memory(),
-            )
-            .preamble();
+        let mut text = WgpuKey::cover(kernel).preamble();
         text.reserve(source.len());
         let source_start = text.len();
         text.push_str(&source);
@@ -212,9 +182,10 @@ impl ArtifactCompiler for WgpuCompiler {
     }
 }
 
+/// The wgpu compiler's store keys (P1): see [`WgpuKey::for_store`].
 impl KeyedCompiler for WgpuCompiler {
     fn key_components(&self) -> KeyComponents {
-        Self::components()
+        WgpuKey::for_store()
     }
 }
 

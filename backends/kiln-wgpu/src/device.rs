@@ -2,8 +2,9 @@
 //! first Vulkan adapter; every call kiln makes on it inside error scopes, so
 //! that wgpu's validation errors become values instead of panics.
 //!
-//! kiln is not a tensor library: the buffer and dispatch helpers here are
-//! enough to launch a kernel and read its result, nothing more.
+//! kiln is not a tensor library: the buffer helpers here and
+//! [`WgpuDevice::dispatch`] (in `launch`) are enough to launch a kernel and
+//! read its result, nothing more.
 
 use std::future::Future;
 use std::pin::pin;
@@ -11,7 +12,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::error::Error;
-use crate::pipeline::WgpuPipeline;
 
 /// A wgpu device and its queue, with what kiln reads about its adapter once:
 /// cheap to clone (wgpu's handles are reference-counted).
@@ -207,75 +207,6 @@ impl WgpuDevice {
                 detail: error.to_string(),
             }),
             None => Ok(buffer),
-        }
-    }
-
-    /// Dispatches `pipeline` over `workgroups`, with `buffers` bound as
-    /// `(group, binding, buffer)`, and waits for nothing: the next
-    /// [`read`](Self::read) waits for it.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::CompileOnly`] for a pipeline without a device, or wgpu's
-    /// refusal of the bind groups or the dispatch.
-    pub fn dispatch(
-        &self,
-        pipeline: &WgpuPipeline,
-        buffers: &[(u32, u32, &wgpu::Buffer)],
-        workgroups: [u32; 3],
-    ) -> Result<(), Error> {
-        let Some(compute) = pipeline.pipeline() else {
-            return Err(Error::CompileOnly {
-                entry: pipeline.entry().to_owned(),
-            });
-        };
-        let groups = buffers
-            .iter()
-            .map(|(group, _, _)| *group + 1)
-            .max()
-            .unwrap_or(0);
-        let ((), error) = self.capture(|| {
-            let bind_groups: Vec<wgpu::BindGroup> = (0..groups)
-                .map(|group| {
-                    let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
-                        .iter()
-                        .filter(|(of, _, _)| *of == group)
-                        .map(|(_, binding, buffer)| wgpu::BindGroupEntry {
-                            binding: *binding,
-                            resource: buffer.as_entire_binding(),
-                        })
-                        .collect();
-                    self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: Some(pipeline.label()),
-                        layout: &pipeline.bind_group_layout(group),
-                        entries: &entries,
-                    })
-                })
-                .collect();
-            let mut encoder = self
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some(pipeline.label()),
-                });
-            {
-                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some(pipeline.label()),
-                    timestamp_writes: None,
-                });
-                pass.set_pipeline(compute);
-                for (group, bind_group) in bind_groups.iter().enumerate() {
-                    pass.set_bind_group(group as u32, bind_group, &[]);
-                }
-                pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
-            }
-            self.queue.submit([encoder.finish()]);
-        });
-        match error {
-            Some(error) => Err(Error::Device {
-                operation: "dispatching a kernel",
-                detail: error.to_string(),
-            }),
-            None => Ok(()),
         }
     }
 

@@ -29,6 +29,24 @@
 //! [`pipeline_cache`] module says how it is keyed and what happens to data
 //! the driver refuses.
 //!
+//! # Keys
+//!
+//! [`WgpuKey`] says what the store keys of artifacts are made of (naga's
+//! version and the artifact format; no device, no variant but one) and why
+//! they cover everything that changes an artifact (P1).
+//!
+//! # Files
+//!
+//! The crate has the files of ARCHITECTURE.md's backend template where
+//! wgpu has the role: `kernel`, `options` (the variant: WGSL has
+//! `override` constants on the kernel, not compile options), `compiler`,
+//! `key`, `diagnostics`, `device`, `module` (the loaded [`WgpuPipeline`]),
+//! `launch` ([`WgpuDevice::dispatch`]), `target`, `error`, and
+//! [`pipeline_cache`]. It has no native layer (wgpu and naga are Rust), no
+//! architecture (the adapter and driver key the pipeline cache instead) and
+//! no worker processes (naga validates in microseconds and cannot crash the
+//! process).
+//!
 //! # Without a device
 //!
 //! [`WgpuDevice::open`] returns [`Error::NoAdapter`] on a machine without a
@@ -42,12 +60,15 @@ mod device;
 mod diagnostics;
 mod error;
 mod kernel;
-mod pipeline;
+mod key;
+mod launch;
+mod module;
+mod options;
 pub mod pipeline_cache;
 mod target;
 
 pub use compiler::{
-    NAGA_VERSION, ShaderBinding, WGPU_VERSION, WgpuArtifact, WgpuCompiler, WgpuLowered, WgpuVariant,
+    NAGA_VERSION, ShaderBinding, WGPU_VERSION, WgpuArtifact, WgpuCompiler, WgpuLowered,
 };
 pub use device::{DriverIdentity, WgpuDevice};
 pub use error::Error;
@@ -55,7 +76,9 @@ pub use kernel::{
     BindingLayout, BufferBinding, BufferKind, Constants, WgslGenerator, WgslKernel,
     WgslKernelBuilder,
 };
-pub use pipeline::WgpuPipeline;
+pub use key::WgpuKey;
+pub use module::WgpuPipeline;
+pub use options::WgpuVariant;
 pub use pipeline_cache::PipelineCacheState;
 pub use target::WgpuTarget;
 

@@ -38,8 +38,9 @@ use std::time::{Duration, Instant};
 use kiln_core::store::{ArtifactStore, KeyComponents, StoreKey};
 use kiln_core::{ArtifactId, KernelId, Lookup, StoreOutcome};
 
-use crate::compiler::{WGPU_VERSION, WgpuVariant};
+use crate::compiler::WGPU_VERSION;
 use crate::device::WgpuDevice;
+use crate::options::WgpuVariant;
 
 /// The backend named in a pipeline cache's key.
 pub const PIPELINE_CACHE_BACKEND: &str = "wgpu-pipeline-cache";

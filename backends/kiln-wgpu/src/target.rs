@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 use kiln_core::store::ArtifactStore;
 use kiln_core::{ArtifactId, CompilationTarget, DeviceRefusal, StoreOutcome};
 
-use crate::compiler::{WgpuArtifact, WgpuCompiler, WgpuVariant};
+use crate::compiler::{WgpuArtifact, WgpuCompiler};
 use crate::device::WgpuDevice;
 use crate::error::Error;
 use crate::kernel::{BindingLayout, BufferKind};
-use crate::pipeline::{Loaded, OnDevice, WgpuPipeline};
+use crate::module::{Loaded, OnDevice, WgpuPipeline};
+use crate::options::WgpuVariant;
 use crate::pipeline_cache::{PersistedPipelineCache, PipelineCacheState};
 
 /// Where a wgpu loader's kernels are compiled, kept and loaded.

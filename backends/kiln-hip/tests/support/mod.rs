@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use kiln_core::ArtifactStore;
 use kiln_core::conformance::skip;
-use kiln_hip::HipCompiler;
+use kiln_hip::{Architecture, HipCompiler, HipTarget};
 use kiln_store::{DiskStore, StoreConfig};
 #[allow(
     unused_imports,
@@ -29,6 +29,14 @@ pub fn compiler(test: &str) -> Option<HipCompiler> {
             None
         }
     }
+}
+
+/// A storeless compile-only target for `architecture`, compiling with
+/// `compiler`.
+pub fn compile_only(compiler: &HipCompiler, architecture: &str) -> HipTarget {
+    HipTarget::compile_only(Architecture::new(architecture).expect("a valid architecture name"))
+        .expect("hipRTC opened for the compiler opens for the target")
+        .with_compiler(compiler.clone())
 }
 
 /// The disk store at `root`, as a target takes it: durable, as users have

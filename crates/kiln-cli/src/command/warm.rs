@@ -31,10 +31,7 @@ use kiln_core::{
     VariantOf,
 };
 use kiln_cuda::{Architecture, CudaKernel, CudaOptions, CudaTarget};
-use kiln_hip::{
-    GfxArch, HipCompileOnlyTarget, HipDevice, HipKernel, HipOptions, HipSource, HipTarget,
-    HipVariant,
-};
+use kiln_hip::{HipKernel, HipOptions, HipTarget};
 use kiln_store::DiskStore;
 use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
 use serde::Serialize;
@@ -602,6 +599,30 @@ fn warm_hip(
     arch: &str,
 ) -> BackendReport {
     let count = files.iter().map(|file| file.specializations.len()).sum();
+    let (target, description, on_device) = match HipTarget::on_device(0) {
+        Ok(target) => {
+            let description = format!("AMD GPU {}", target.architecture());
+            (target, description, true)
+        }
+        Err(device_error) => {
+            let architecture = match kiln_hip::Architecture::new(arch) {
+                Ok(architecture) => architecture,
+                Err(error) => return unavailable("hip", count, error.to_string()),
+            };
+            match HipTarget::compile_only(architecture) {
+                Ok(target) => {
+                    log::info!("hip: {device_error}; compiling only");
+                    let description = format!(
+                        "compile-only: {}, hiprtc {}",
+                        target.architecture(),
+                        target.compiler().identity().hiprtc_version
+                    );
+                    (target, description, false)
+                }
+                Err(error) => return unavailable("hip", count, error.to_string()),
+            }
+        }
+    };
     let generated = Arc::new(AtomicUsize::new(0));
     let make = || {
         kernels_of(files, |file, specialization| {
@@ -611,51 +632,25 @@ fn warm_hip(
             }
             let source = Arc::clone(&file.source);
             let counter = Arc::clone(&generated);
-            HipKernel::new(
-                base_id(file, specialization).build(),
-                file.entry.clone(),
-                HipSource::generated(move |_variant| {
+            HipKernel::builder(base_id(file, specialization), file.entry.clone())
+                .options(options)
+                .generator(move |_architecture| {
                     counter.fetch_add(1, Ordering::Relaxed);
                     Ok(source.to_string())
-                }),
-            )
-            .with_options(options)
+                })
         })
     };
-    if let Some(target) = HipDevice::open(0)
-        .ok()
-        .and_then(|device| HipTarget::new(device).ok())
-    {
-        let description = format!("AMD GPU {}", target.variant().arch);
-        let target = match store {
-            Some(store) => target.with_store(Arc::clone(store)),
-            None => target,
-        };
-        let variant = target.variant();
-        return warm_batch("hip", description, true, target, &variant, make, &generated).0;
-    }
-    let arch = match GfxArch::new(arch) {
-        Ok(arch) => arch,
-        Err(error) => return unavailable("hip", count, error.to_string()),
-    };
-    let target = match HipCompileOnlyTarget::open() {
-        Ok(target) => target,
-        Err(error) => return unavailable("hip", count, error.to_string()),
-    };
-    let description = format!(
-        "compile-only: {arch}, hiprtc {}",
-        target.compiler().identity().hiprtc_version
-    );
     let target = match store {
-        Some(store) => target.with_store(Arc::clone(store), arch.clone()),
+        Some(store) => target.with_store(Arc::clone(store)),
         None => target,
     };
+    let variant = target.variant();
     warm_batch(
         "hip",
         description,
-        false,
+        on_device,
         target,
-        &HipVariant::new(arch),
+        &variant,
         make,
         &generated,
     )

@@ -1,12 +1,12 @@
-//! The CUDA backend against the real NVRTC, with no GPU needed: kernels to
-//! cubin and PTX, diagnostics, entry points, batches, keys and missing
-//! libraries.
+//! Real compiles with no device: the CUDA backend against the real NVRTC,
+//! kernels to cubin and PTX, diagnostics, entry points, options, batches,
+//! keys and missing libraries.
 
 mod support;
 
 use kiln_core::{CompilationTarget, Failure, Kernel, KernelId, KernelOutcome, Severity, Stage};
 use kiln_cuda::{
-    Architecture, CudaKernel, CudaLibrary, CudaOptions, CudaTarget, Error, LoadedImage,
+    Architecture, CudaKernel, CudaLibrary, CudaOptions, CudaTarget, CxxStandard, Error, LoadedImage,
 };
 use support::{compile, compile_only, fixed, id_on, loader};
 
@@ -138,10 +138,10 @@ fn b1_every_option_is_spelled_as_nvrtc_takes_it() {
         return;
     };
     let options = CudaOptions::default()
-        .standard("c++20")
+        .standard(CxxStandard::Cxx20)
         .fast_math(true)
         .define("SCALE", "2.0f")
-        .define_flag("WITH_OFFSET")
+        .define_name("WITH_OFFSET")
         .max_registers(32)
         .flag("-lineinfo");
     let kernel = CudaKernel::builder(KernelId::named("tests.options"), "scaled")
@@ -161,6 +161,45 @@ fn b1_every_option_is_spelled_as_nvrtc_takes_it() {
         options.arguments(support::ARCHITECTURE)
     );
     assert!(artifact.ptx.contains(".loc"), "-lineinfo reached NVRTC");
+}
+
+// B1
+#[test]
+fn b1_every_cxx_standard_is_one_nvrtc_compiles_in() {
+    let Some(target) = compile_only("B1 C++ standards") else {
+        return;
+    };
+    for (standard, cplusplus) in CxxStandard::ALL
+        .into_iter()
+        .zip(["199711L", "201103L", "201402L", "201703L", "202002L"])
+    {
+        let kernel = CudaKernel::builder(
+            KernelId::named("tests.standard").parameter(&standard.flag()),
+            "probe",
+        )
+        .options(CudaOptions::default().standard(standard))
+        .source(format!(
+            "#if __cplusplus != {cplusplus}\n\
+             #error the standard is not {standard:?}\n\
+             #endif\n\
+             extern \"C\" __global__ void probe(int* y) {{ y[0] = 1; }}\n"
+        ));
+        let artifact = compile(&target, &kernel)
+            .unwrap_or_else(|failure| panic!("NVRTC compiles in {standard:?}: {failure}"))
+            .artifact;
+        assert!(
+            artifact
+                .key
+                .options
+                .iter()
+                .any(|option| option == standard.flag()),
+            "{:?}",
+            artifact.key.options
+        );
+    }
+    let unchosen = CudaOptions::default().arguments_past_architecture();
+    assert_eq!(unchosen[0], kiln_cuda::DEFAULT_STANDARD.flag());
+    assert_eq!(unchosen[0], "-std=c++17");
 }
 
 // L5, S3

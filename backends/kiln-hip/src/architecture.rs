@@ -23,19 +23,19 @@ const ISA_PREFIX: &str = "amdgcn-amd-amdhsa--";
 /// supports it is [`HipCompiler::check_target`](crate::HipCompiler::check_target)'s question.
 ///
 /// ```
-/// use kiln_hip::GfxArch;
+/// use kiln_hip::Architecture;
 ///
-/// let arch: GfxArch = "gfx90a:xnack-".parse()?;
-/// assert_eq!(arch.processor(), "gfx90a");
-/// assert_eq!(arch.features().collect::<Vec<_>>(), ["xnack-"]);
-/// assert!("sm_90".parse::<GfxArch>().is_err());
+/// let architecture: Architecture = "gfx90a:xnack-".parse()?;
+/// assert_eq!(architecture.processor(), "gfx90a");
+/// assert_eq!(architecture.features().collect::<Vec<_>>(), ["xnack-"]);
+/// assert!("sm_90".parse::<Architecture>().is_err());
 /// # Ok::<(), kiln_hip::Error>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct GfxArch(String);
+pub struct Architecture(String);
 
-impl GfxArch {
+impl Architecture {
     /// Reads an architecture name.
     ///
     /// # Errors
@@ -97,7 +97,7 @@ impl GfxArch {
     }
 }
 
-impl FromStr for GfxArch {
+impl FromStr for Architecture {
     type Err = Error;
 
     fn from_str(name: &str) -> Result<Self> {
@@ -105,7 +105,7 @@ impl FromStr for GfxArch {
     }
 }
 
-impl TryFrom<String> for GfxArch {
+impl TryFrom<String> for Architecture {
     type Error = Error;
 
     fn try_from(name: String) -> Result<Self> {
@@ -113,19 +113,19 @@ impl TryFrom<String> for GfxArch {
     }
 }
 
-impl From<GfxArch> for String {
-    fn from(arch: GfxArch) -> Self {
-        arch.0
+impl From<Architecture> for String {
+    fn from(architecture: Architecture) -> Self {
+        architecture.0
     }
 }
 
-impl fmt::Display for GfxArch {
+impl fmt::Display for Architecture {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl fmt::Debug for GfxArch {
+impl fmt::Debug for Architecture {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
@@ -163,14 +163,14 @@ impl SupportedTargets {
         &self.comgr_version
     }
 
-    /// Whether comgr lists `arch`'s processor.
-    pub fn has_processor(&self, arch: &GfxArch) -> bool {
+    /// Whether comgr lists `architecture`'s processor.
+    pub fn has_processor(&self, architecture: &Architecture) -> bool {
         self.processors
             .iter()
-            .any(|processor| processor == arch.processor())
+            .any(|processor| processor == architecture.processor())
     }
 
-    /// Refuses `arch` unless comgr lists its processor and, when it has
+    /// Refuses `architecture` unless comgr lists its processor and, when it has
     /// features, `accepts_features` says comgr accepts its full ISA name.
     ///
     /// # Errors
@@ -179,19 +179,19 @@ impl SupportedTargets {
     /// or the error `accepts_features` gave.
     pub(crate) fn check(
         &self,
-        arch: &GfxArch,
-        accepts_features: impl FnOnce(&GfxArch) -> Result<bool>,
+        architecture: &Architecture,
+        accepts_features: impl FnOnce(&Architecture) -> Result<bool>,
     ) -> Result<()> {
         let refuse = |features_refused| Error::UnsupportedArchitecture {
-            requested: arch.to_string(),
+            requested: architecture.to_string(),
             features_refused,
             supported: self.processors.clone(),
             comgr_version: self.comgr_version.clone(),
         };
-        if !self.has_processor(arch) {
+        if !self.has_processor(architecture) {
             return Err(refuse(false));
         }
-        if arch.features().next().is_some() && !accepts_features(arch)? {
+        if architecture.features().next().is_some() && !accepts_features(architecture)? {
             return Err(refuse(true));
         }
         Ok(())
@@ -212,9 +212,12 @@ mod tests {
 
     #[test]
     fn architecture_names_are_a_processor_and_signed_features() {
-        let arch = GfxArch::new("gfx90a:sramecc+:xnack-").expect("a valid name");
-        assert_eq!(arch.processor(), "gfx90a");
-        assert_eq!(arch.features().collect::<Vec<_>>(), ["sramecc+", "xnack-"]);
+        let architecture = Architecture::new("gfx90a:sramecc+:xnack-").expect("a valid name");
+        assert_eq!(architecture.processor(), "gfx90a");
+        assert_eq!(
+            architecture.features().collect::<Vec<_>>(),
+            ["sramecc+", "xnack-"]
+        );
         for bad in [
             "",
             "sm_90",
@@ -225,16 +228,16 @@ mod tests {
             "gfx90a --offload-arch=gfx1100",
             "gfx90a:XNACK+",
         ] {
-            assert!(GfxArch::new(bad).is_err(), "{bad:?} is refused");
+            assert!(Architecture::new(bad).is_err(), "{bad:?} is refused");
         }
     }
 
     #[test]
     fn a_stored_architecture_is_checked_like_a_parsed_one() {
-        // Serde reads a `GfxArch` through `TryFrom<String>`, so a flag cannot
+        // Serde reads a `Architecture` through `TryFrom<String>`, so a flag cannot
         // hide in a variant read back from a store.
-        assert!(GfxArch::try_from("gfx90a -mllvm -x".to_owned()).is_err());
-        assert!(GfxArch::try_from("gfx90a".to_owned()).is_ok());
+        assert!(Architecture::try_from("gfx90a -mllvm -x".to_owned()).is_err());
+        assert!(Architecture::try_from("gfx90a".to_owned()).is_ok());
     }
 
     // B2
@@ -242,7 +245,7 @@ mod tests {
     fn an_unlisted_processor_is_refused_with_the_supported_list() {
         let supported = comgr_5_2();
         let error = supported
-            .check(&GfxArch::new("gfx1100").expect("valid"), |_| Ok(true))
+            .check(&Architecture::new("gfx1100").expect("valid"), |_| Ok(true))
             .expect_err("gfx1100 is not listed");
         let message = error.to_string();
         assert!(
@@ -255,9 +258,9 @@ mod tests {
     #[test]
     fn features_comgr_refuses_are_refused_before_hiprtc() {
         let supported = comgr_5_2();
-        let arch = GfxArch::new("gfx1030:xnack+").expect("valid");
+        let architecture = Architecture::new("gfx1030:xnack+").expect("valid");
         let error = supported
-            .check(&arch, |_| Ok(false))
+            .check(&architecture, |_| Ok(false))
             .expect_err("comgr refuses the features");
         assert!(
             matches!(
@@ -270,7 +273,7 @@ mod tests {
             "{error}"
         );
         supported
-            .check(&GfxArch::new("gfx90a").expect("valid"), |_| {
+            .check(&Architecture::new("gfx90a").expect("valid"), |_| {
                 panic!("a target without features needs no second question")
             })
             .expect("gfx90a is listed");

@@ -1,0 +1,177 @@
+//! NVRTC in compile worker processes, for real: this binary's `main` starts
+//! with the worker hook, so it is its own worker and needs no harness.
+//!
+//! What is not here: a kernel whose compile crashes its worker. kiln-hip
+//! has one (comgr aborts on a target it does not know), but NVRTC could not
+//! be made to crash: a million nested parentheses or blocks compile, a
+//! runaway template recursion is an `excessive recursion` error, and an
+//! unknown architecture or option is refused with a log. So these tests
+//! prove the process mode and its results (the same artifacts as in
+//! process, a failure with its diagnostics intact and alone in its batch);
+//! kiln-core's `worker_processes` test proves a crash fails alone on its
+//! fake compiler.
+//!
+//! Each test skips with a printed reason when NVRTC is missing, and fails
+//! instead when `KILN_REQUIRE_NVRTC=1`. The binary prints libtest's
+//! `test result:` line.
+
+mod support;
+
+use std::num::NonZeroUsize;
+
+use kiln_core::{Kernel, KernelLoader, KernelOutcome, LoaderConfig, Severity, Stage, WorkerMode};
+use kiln_cuda::{CudaKernel, CudaTarget, LoadedImage};
+use support::{compile_only, id_on};
+
+fn main() {
+    kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
+    let tests: &[(&str, fn())] = &[
+        (
+            "b1_nvrtc_in_worker_processes_builds_the_cubins_it_builds_in_process",
+            b1_nvrtc_in_worker_processes_builds_the_cubins_it_builds_in_process,
+        ),
+        (
+            "l6_a_kernel_that_fails_in_a_worker_fails_alone_with_its_diagnostics",
+            l6_a_kernel_that_fails_in_a_worker_fails_alone_with_its_diagnostics,
+        ),
+    ];
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|argument| !argument.starts_with('-'))
+        .collect();
+    let (mut passed, mut failed, mut filtered) = (0, 0, 0);
+    for (name, test) in tests {
+        if !filters.is_empty() && !filters.iter().any(|filter| name.contains(filter.as_str())) {
+            filtered += 1;
+            continue;
+        }
+        match std::panic::catch_unwind(test) {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed += 1;
+            }
+        }
+    }
+    let verdict = if failed == 0 { "ok" } else { "FAILED" };
+    println!(
+        "\ntest result: {verdict}. {passed} passed; {failed} failed; 0 ignored; 0 measured; \
+         {filtered} filtered out\n"
+    );
+    std::process::exit(i32::from(failed > 0));
+}
+
+/// A loader on `target` finalizing in `mode`, two at a time.
+fn loader(target: CudaTarget, mode: WorkerMode) -> KernelLoader<CudaTarget> {
+    KernelLoader::with_config(
+        target,
+        LoaderConfig {
+            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
+            ..LoaderConfig::default()
+        },
+    )
+    .with_worker_mode(mode)
+}
+
+/// Enqueues every kernel of `kernels` on `loader` and compiles the batch.
+fn compile_batch(loader: &mut KernelLoader<CudaTarget>, kernels: &[CudaKernel]) {
+    let variant = loader.target().variant();
+    for kernel in kernels {
+        loader.enqueue(Box::new(kernel.clone()), variant);
+    }
+    loader.compile_queued();
+}
+
+// B1, F2
+fn b1_nvrtc_in_worker_processes_builds_the_cubins_it_builds_in_process() {
+    let test = "b1_nvrtc_in_worker_processes_builds_the_cubins_it_builds_in_process";
+    let (Some(for_workers), Some(for_process)) = (compile_only(test), compile_only(test)) else {
+        return;
+    };
+    let kernels: Vec<CudaKernel> = (0..4).map(support::distinct).collect();
+    let mut in_workers = loader(for_workers, WorkerMode::Processes);
+    let mut in_process = loader(for_process, WorkerMode::Threads);
+    compile_batch(&mut in_workers, &kernels);
+    compile_batch(&mut in_process, &kernels);
+
+    let batch = in_workers.records().back().expect("a batch");
+    assert_eq!(batch.mode, WorkerMode::Processes);
+    assert_eq!(batch.count(KernelOutcome::Compiled), 4, "{batch:#?}");
+    assert_eq!(
+        in_process.records().back().expect("a batch").mode,
+        WorkerMode::Threads
+    );
+    let workers = in_workers.worker_processes();
+    assert!(!workers.running.is_empty(), "{workers:?}");
+    assert!(!workers.running.contains(&std::process::id()));
+    assert!(workers.unavailable.is_none(), "{workers:?}");
+    for kernel in &kernels {
+        let id = id_on(in_workers.target(), kernel);
+        let built_there = in_workers.load(kernel, &id).expect("compiled in a worker");
+        let built_here = in_process.load(kernel, &id).expect("compiled in process");
+        assert_eq!(built_there.image(), LoadedImage::Described);
+        assert_eq!(built_there.lowered_name(), built_here.lowered_name());
+        assert_eq!(built_there.architecture(), built_here.architecture());
+        assert_eq!(
+            built_there.artifact_bytes(),
+            built_here.artifact_bytes(),
+            "a cubin and a PTX of one size each"
+        );
+        let cubin_bytes = support::compile(in_workers.target(), kernel)
+            .expect("the kernel compiles here too")
+            .artifact
+            .cubin
+            .len();
+        assert_eq!(built_there.artifact_bytes().0, cubin_bytes);
+    }
+}
+
+// L6, D2
+fn l6_a_kernel_that_fails_in_a_worker_fails_alone_with_its_diagnostics() {
+    let test = "l6_a_kernel_that_fails_in_a_worker_fails_alone_with_its_diagnostics";
+    let Some(target) = compile_only(test) else {
+        return;
+    };
+    let mut loader = loader(target, WorkerMode::Processes);
+    let broken = support::broken(0);
+    let mut kernels: Vec<CudaKernel> = (10..14).map(support::distinct).collect();
+    kernels.insert(2, broken.clone());
+    compile_batch(&mut loader, &kernels);
+
+    let batch = loader.records().back().expect("a batch").clone();
+    assert_eq!(batch.mode, WorkerMode::Processes);
+    assert_eq!(batch.count(KernelOutcome::Compiled), 4, "{batch:#?}");
+    assert_eq!(batch.count(KernelOutcome::Failed), 1, "{batch:#?}");
+    let error = loader
+        .load(&broken, &id_on(loader.target(), &broken))
+        .expect_err("the source does not compile");
+    assert_eq!(error.stage, Stage::Finalize);
+    let message = error.to_string();
+    assert!(
+        message.contains(r#"broken.cu:3:5: error: expected a ";""#),
+        "the first error leads, with line and column, from the worker: {message}"
+    );
+    let failure = error.compile_failure().expect("a compile failure");
+    assert_eq!(failure.errors().count(), 2, "every error came back");
+    assert!(
+        failure
+            .diagnostics
+            .iter()
+            .any(|diagnostic| diagnostic.severity == Severity::Warning),
+        "the warning came back too: {:?}",
+        failure.diagnostics
+    );
+    assert!(failure.log.contains("2 errors detected"), "the raw log too");
+    for kernel in kernels.iter().filter(|kernel| kernel.id() != broken.id()) {
+        let id = id_on(loader.target(), kernel);
+        assert!(loader.is_loaded(&id), "the rest of the batch compiled");
+    }
+    let workers = loader.worker_processes();
+    assert_eq!(
+        workers.replaced, 0,
+        "a compile error is no crash: {workers:?}"
+    );
+}

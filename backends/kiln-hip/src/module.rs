@@ -1,0 +1,215 @@
+//! Loaded kernels: an artifact's code object loaded on a device, with the
+//! function its entry point names, or, on a compile-only target, checked
+//! and described without a device.
+//!
+//! Either way the code object is read first ([`crate::code_object`]): a
+//! truncated or foreign one, or one without the entry point's kernel, is
+//! refused before a driver sees it, since `hipModuleLoadData` takes no
+//! length.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::architecture::Architecture;
+use crate::code_object::{self, CodeObjectInfo};
+use crate::compiler::HipArtifact;
+use crate::device::HipDevice;
+use crate::error::{Error, Result};
+use crate::launch::{LaunchArguments, LaunchConfig};
+use crate::result;
+use crate::sys;
+
+/// A kernel ready to launch, or described by a compile-only target: cheap
+/// to clone (an `Arc`), and its module is unloaded when the last clone
+/// drops. This is what a [`HipTarget`](crate::HipTarget)'s loader hands out
+/// on every load.
+#[derive(Clone)]
+pub struct LoadedKernel(Arc<Loaded>);
+
+struct Loaded {
+    lowered_name: String,
+    architecture: Architecture,
+    code_object_bytes: usize,
+    info: CodeObjectInfo,
+    module: Option<DeviceModule>,
+}
+
+/// A code object loaded on a device and the kernel in it, unloaded on drop.
+struct DeviceModule {
+    device: HipDevice,
+    module: sys::hipModule_t,
+    function: sys::hipFunction_t,
+}
+
+// SAFETY: module and function handles name process-wide driver objects; the
+// HIP runtime is thread-safe and accepts them from any thread.
+unsafe impl Send for DeviceModule {}
+// SAFETY: as for `Send`: the handles are only passed to the runtime, never
+// mutated or dereferenced here.
+unsafe impl Sync for DeviceModule {}
+
+impl Drop for DeviceModule {
+    fn drop(&mut self) {
+        // SAFETY: the module was loaded by `load_on_device` and is unloaded
+        // once, here, when no clone of the kernel holding its function is
+        // left.
+        if let Err(error) = unsafe { result::module_unload(self.device.runtime(), self.module) } {
+            log::warn!("could not unload a HIP module: {error}");
+        }
+    }
+}
+
+impl LoadedKernel {
+    /// The entry point's symbol in the code object (mangled for C++ names).
+    pub fn lowered_name(&self) -> &str {
+        &self.0.lowered_name
+    }
+
+    /// The architecture the code object was compiled for.
+    pub fn architecture(&self) -> &Architecture {
+        &self.0.architecture
+    }
+
+    /// The code object's size in bytes.
+    pub fn code_object_bytes(&self) -> usize {
+        self.0.code_object_bytes
+    }
+
+    /// The code object's ELF flags, which encode processor and features.
+    pub fn elf_flags(&self) -> u32 {
+        self.0.info.flags
+    }
+
+    /// Every kernel the code object holds.
+    pub fn kernels(&self) -> &[String] {
+        &self.0.info.kernels
+    }
+
+    /// The device it is loaded on; `None` for a compile-only target's.
+    pub fn device(&self) -> Option<&HipDevice> {
+        self.0.module.as_ref().map(|module| &module.device)
+    }
+
+    /// Launches it on the device's default stream.
+    ///
+    /// # Safety
+    ///
+    /// `arguments` must match the kernel's parameters one for one, in
+    /// order and type, and every buffer must be large enough for what the
+    /// kernel reads and writes at this launch size: the driver cannot check
+    /// either.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CompileOnly`] for a kernel without a device, or the
+    /// runtime's refusal of the launch.
+    pub unsafe fn launch(
+        &self,
+        config: &LaunchConfig,
+        arguments: &mut LaunchArguments,
+    ) -> Result<()> {
+        let Some(module) = &self.0.module else {
+            return Err(Error::CompileOnly {
+                symbol: self.0.lowered_name.clone(),
+            });
+        };
+        module.device.make_current()?;
+        let mut pointers = arguments.pointers();
+        // SAFETY: the caller vouches for the arguments; the function's module
+        // is loaded on the current device for as long as `self` lives.
+        unsafe {
+            result::launch_kernel(
+                module.device.runtime(),
+                module.function,
+                config.grid,
+                config.block,
+                config.shared_memory_bytes,
+                &mut pointers,
+            )
+        }
+    }
+}
+
+impl fmt::Debug for LoadedKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadedKernel")
+            .field("lowered_name", &self.0.lowered_name)
+            .field("architecture", &self.0.architecture)
+            .field("code_object_bytes", &self.0.code_object_bytes)
+            .field("device", &self.device().map(HipDevice::ordinal))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The artifact's code object read as a device would read it: whole, and
+/// holding the entry point's kernel.
+fn inspect(artifact: &HipArtifact) -> Result<CodeObjectInfo> {
+    let info = code_object::inspect(&artifact.code_object)?;
+    if !info.has_kernel(&artifact.symbol) {
+        return Err(Error::KernelMissing {
+            symbol: artifact.symbol.clone(),
+            kernels: info.kernels,
+        });
+    }
+    Ok(info)
+}
+
+fn loaded(
+    artifact: &HipArtifact,
+    info: CodeObjectInfo,
+    module: Option<DeviceModule>,
+) -> LoadedKernel {
+    LoadedKernel(Arc::new(Loaded {
+        lowered_name: artifact.symbol.clone(),
+        architecture: artifact.architecture.clone(),
+        code_object_bytes: artifact.code_object.len(),
+        info,
+        module,
+    }))
+}
+
+/// A compile-only target's load: the code object checked as a device
+/// would check it, and described.
+///
+/// # Errors
+///
+/// [`Error::InvalidCodeObject`] or [`Error::KernelMissing`].
+pub(crate) fn describe(artifact: &HipArtifact) -> Result<LoadedKernel> {
+    let info = inspect(artifact)?;
+    Ok(loaded(artifact, info, None))
+}
+
+/// The artifact's code object loaded on `device`, and its entry point's
+/// function.
+///
+/// # Errors
+///
+/// [`Error::ArchitectureMismatch`] for a code object of another processor,
+/// [`Error::InvalidCodeObject`] or [`Error::KernelMissing`] (the driver
+/// never sees such bytes), or the driver's refusal.
+pub(crate) fn load_on_device(device: &HipDevice, artifact: &HipArtifact) -> Result<LoadedKernel> {
+    if artifact.architecture.processor() != device.architecture().processor() {
+        return Err(Error::ArchitectureMismatch {
+            artifact: artifact.architecture.to_string(),
+            device: device.architecture().to_string(),
+        });
+    }
+    let info = inspect(artifact)?;
+    device.make_current()?;
+    // SAFETY: `inspect` found every header, segment and section inside the
+    // code object, so the driver reads nothing past it.
+    let raw_module = unsafe { result::module_load_data(device.runtime(), &artifact.code_object)? };
+    // Owned from here, so that a failed lookup unloads it.
+    let mut module = DeviceModule {
+        device: device.clone(),
+        module: raw_module,
+        function: std::ptr::null_mut(),
+    };
+    let name = result::c_string(&artifact.symbol, || {
+        format!("the symbol {:?}", artifact.symbol)
+    })?;
+    // SAFETY: the module is loaded, and stays loaded while `module` lives.
+    module.function =
+        unsafe { result::module_get_function(device.runtime(), module.module, &name)? };
+    Ok(loaded(artifact, info, Some(module)))
+}
