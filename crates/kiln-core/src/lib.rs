@@ -93,6 +93,7 @@ pub mod handle;
 pub mod id;
 pub mod kernel;
 pub mod loader;
+mod panic;
 mod pool;
 pub mod statistics;
 pub mod store;

@@ -1,4 +1,5 @@
-//! An index over a cache by the caller's own keys.
+//! An index over a cache by the caller's own keys, and
+//! [`KernelCache::keyed`], which makes one.
 
 use std::fmt;
 use std::hash::Hash;
@@ -6,8 +7,9 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use rustc_hash::FxHashMap;
 
+use super::cache::KernelCache;
+use super::pending::PendingKernel;
 use super::slot::Slot;
-use super::{KernelCache, PendingKernel};
 use crate::error::CacheError;
 use crate::id::DeviceId;
 use crate::kernel::Kernel;
@@ -47,8 +49,15 @@ pub struct KeyedCache<T: CompilationTarget, K> {
     index: Arc<RwLock<FxHashMap<K, Arc<Slot<T>>>>>,
 }
 
+impl<T: CompilationTarget> KernelCache<T> {
+    /// An empty index over this cache by the caller's own keys (K5).
+    pub fn keyed<K>(&self) -> KeyedCache<T, K> {
+        KeyedCache::new(self.clone())
+    }
+}
+
 impl<T: CompilationTarget, K> KeyedCache<T, K> {
-    pub(super) fn new(cache: KernelCache<T>) -> Self {
+    fn new(cache: KernelCache<T>) -> Self {
         Self {
             cache,
             index: Arc::new(RwLock::new(FxHashMap::default())),

@@ -1,13 +1,15 @@
-//! A kernel asked for and not necessarily built yet.
+//! A kernel asked for and not necessarily built yet, and
+//! [`KernelCache::request`], which asks for one.
 
 use std::fmt;
 use std::sync::Arc;
 
-use super::KernelCache;
+use super::cache::KernelCache;
 use super::slot::Slot;
 use crate::error::CacheError;
 use crate::id::{ArtifactId, DeviceId};
-use crate::target::{CompilationTarget, VariantOf};
+use crate::kernel::Kernel;
+use crate::target::{CompilationTarget, KernelOf, VariantOf};
 
 /// A kernel requested from a [`KernelCache`], built by the first
 /// [`resolve`](Self::resolve) of any pending kernel of that cache or by its
@@ -20,6 +22,25 @@ use crate::target::{CompilationTarget, VariantOf};
 pub struct PendingKernel<T: CompilationTarget> {
     cache: KernelCache<T>,
     slot: Arc<Slot<T>>,
+}
+
+impl<T: CompilationTarget> KernelCache<T> {
+    /// Asks for `kernel` under `variant` without compiling it (K1): the next
+    /// [`build`](Self::build), or the first
+    /// [`resolve`](PendingKernel::resolve) of any pending kernel of this
+    /// cache, builds it together with every other outstanding request.
+    ///
+    /// A kernel already loaded, being built or waiting is not asked for
+    /// twice (K2): the handle returned names the same request, and `kernel`
+    /// is dropped. `kernel` may be the kernel itself, a `Box` or an `Arc` of
+    /// it.
+    pub fn request<K>(&self, kernel: K, variant: VariantOf<T>) -> PendingKernel<T>
+    where
+        K: Kernel + Into<Arc<KernelOf<T>>>,
+    {
+        let (slot, _) = self.want(kernel, variant, true);
+        PendingKernel::new(self.clone(), slot)
+    }
 }
 
 impl<T: CompilationTarget> PendingKernel<T> {

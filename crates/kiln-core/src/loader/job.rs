@@ -10,6 +10,7 @@ use crate::compiler::ArtifactCompiler;
 use crate::diagnostic::{CompileFailure, Diagnostic};
 use crate::error::{Failure, KernelError, Stage};
 use crate::id::ArtifactId;
+use crate::panic::panic_message;
 use crate::statistics::{KernelOutcome, KernelRecord, LoaderStatistics, Registration, Settled};
 use crate::store::{BoundStore, Lookup, Miss, StoreOutcome};
 use crate::target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, VariantOf};
@@ -371,20 +372,13 @@ pub(super) fn contained<R, E: IntoKernelFailure, V>(
     match std::panic::catch_unwind(AssertUnwindSafe(step)) {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(failure)) => Err(failure.into_kernel_error(stage, id)),
-        Err(payload) => {
-            let message = payload
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| payload.downcast_ref::<&str>().copied())
-                .unwrap_or("a panic without a message");
-            Err(KernelError {
-                kernel: id.kernel.clone(),
-                stage,
-                failure: Failure::Panicked {
-                    message: message.to_owned(),
-                },
-            })
-        }
+        Err(payload) => Err(KernelError {
+            kernel: id.kernel.clone(),
+            stage,
+            failure: Failure::Panicked {
+                message: panic_message(payload),
+            },
+        }),
     }
 }
 

@@ -11,6 +11,7 @@ use super::protocol::{self, Outcome, PROTOCOL, Reply, Request};
 use crate::compiler::{ArtifactCompiler, Finalized, ProcessCompiler};
 use crate::diagnostic::CompileFailure;
 use crate::id::ArtifactId;
+use crate::panic::panic_message;
 
 /// A compiler rebuilt in the worker, finalizing encoded requests.
 pub(crate) trait Finalizer {
@@ -48,14 +49,7 @@ impl<C: ProcessCompiler> Finalizer for Typed<C> {
                 ))),
             },
             Ok(Err(failure)) => Outcome::Failed(failure),
-            Err(payload) => Outcome::Panicked(
-                payload
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| payload.downcast_ref::<&str>().copied())
-                    .unwrap_or("a panic without a message")
-                    .to_owned(),
-            ),
+            Err(payload) => Outcome::Panicked(panic_message(payload)),
         }
     }
 }
