@@ -1,15 +1,16 @@
 //! F4: a store hit of a 4 KiB artifact with 10, 10,000 and 100,000 entries
 //! in the store. Goal: flat.
 //!
-//! The stores are filled by `DiskStore::fill_scratch`, which writes the
-//! files a put writes, in place, without staging, syncing or kernel
-//! histories: seconds instead of minutes, and nothing a lookup reads
-//! differs. They are kept under the target folder and used again by the
-//! next run when every key it looks up still hits (a store written by an
-//! older kiln misses, and is filled again): on a file system that scans
-//! recently freed inodes when it creates one (ext4 without a journal does,
-//! for minutes after a deletion), removing 200,000 files makes the next
-//! fill of them several times slower. `cargo clean` removes them.
+//! The stores are filled by `DiskStore::fill_scratch` (behind kiln-store's
+//! `bench` feature, which only this crate turns on), which writes the files
+//! a put writes, in place, without staging, syncing or kernel histories:
+//! seconds instead of minutes, and nothing a lookup reads differs. They are
+//! kept under the target folder and used again by the next run when every
+//! key it looks up still hits (a store written by an older kiln misses, and
+//! is filled again): on a file system that scans recently freed inodes when
+//! it creates one (ext4 without a journal does, for minutes after a
+//! deletion), removing 200,000 files makes the next fill of them several
+//! times slower. `cargo clean` removes them.
 //!
 //! ```text
 //! cargo bench -p kiln-benches --bench store_scale -- --warm-up-time 1 --measurement-time 3

@@ -200,6 +200,37 @@ fn an_empty_folder_or_one_whose_store_creation_died_becomes_a_store() {
 }
 
 #[test]
+fn a_store_of_the_previous_layout_keeps_its_entries_and_is_upgraded() {
+    // A store written before named blobs (layout 1) is layout 2 without
+    // them: a new kiln serves what it holds, read-only or not, and marks it
+    // as layout 2 once it may write, so an older kiln does not take its
+    // blobs for damage.
+    let scratch = Scratch::new("ownership-layout-1");
+    let root = scratch.join("store");
+    load(&open_store(&root), [1]);
+    fs::write(root.join("LAYOUT"), "kiln store layout 1\n").expect("the old marker");
+    let read_only = DiskStore::open(StoreConfig {
+        read_only: true,
+        ..StoreConfig::at(root.clone())
+    })
+    .expect("a layout 1 store opens to read");
+    assert!(matches!(read_only.lookup(&fake_key(1)), Lookup::Hit { .. }));
+    assert_eq!(
+        fs::read_to_string(root.join("LAYOUT")).expect("a marker"),
+        "kiln store layout 1\n",
+        "a read-only open writes nothing"
+    );
+    let store = open_store(&root);
+    assert!(matches!(store.lookup(&fake_key(1)), Lookup::Hit { .. }));
+    assert_eq!(
+        fs::read_to_string(root.join("LAYOUT"))
+            .expect("a marker")
+            .trim(),
+        "kiln store layout 2"
+    );
+}
+
+#[test]
 fn files_where_skeleton_folders_should_be_are_replaced_and_the_store_works() {
     let scratch = Scratch::new("ownership-skeleton");
     let root = scratch.join("store");

@@ -154,7 +154,7 @@ mod sealed {
 /// A plain number a kernel reads or writes: every bit pattern is a value
 /// and it has no padding, so bytes copied from the device are always valid.
 /// Implemented for the integer and floating-point types, and sealed.
-pub trait DeviceScalar: sealed::Sealed + Copy + Send + Sync + 'static {
+pub trait DeviceScalar: sealed::Sealed + Copy + Default + Send + Sync + 'static {
     /// Zero.
     fn zero() -> Self;
 

@@ -95,3 +95,33 @@ impl<T: DeviceScalar> From<&mut DeviceBuffer<T>> for KernelArgument {
         Self::buffer(buffer)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_argument_is_stored_as_its_own_bytes() {
+        let arguments = [
+            KernelArgument::scalar(1.5f32),
+            KernelArgument::scalar(-3i64),
+            KernelArgument::pointer(0x1000),
+        ];
+        let pointers: Vec<*mut c_void> =
+            arguments.iter().map(KernelArgument::as_parameter).collect();
+        assert_eq!(pointers.len(), 3);
+        // SAFETY: each pointer points at the value pushed, of that type.
+        unsafe {
+            assert_eq!(pointers[0].cast::<f32>().read(), 1.5);
+            assert_eq!(pointers[1].cast::<i64>().read(), -3);
+            assert_eq!(pointers[2].cast::<u64>().read(), 0x1000);
+        }
+    }
+
+    #[test]
+    fn a_launch_covers_every_element() {
+        assert_eq!(LaunchConfig::for_elements(0, 256).grid, (1, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(256, 256).grid, (1, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(257, 256).grid, (2, 1, 1));
+    }
+}

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::architecture::{Architecture, SupportedTargets};
 use crate::diagnostics;
 use crate::error::{Error, Result};
-use crate::kernel::{HipHeader, HipKernel};
+use crate::kernel::{Header, HipKernel};
 use crate::key::{CompilerIdentity, HipKey};
 use crate::options::{HipOptions, HipVariant};
 use crate::program::Program;
@@ -40,7 +40,7 @@ pub struct HipLowered {
     source_start: usize,
     entry: String,
     options: HipOptions,
-    headers: Vec<HipHeader>,
+    headers: Vec<Header>,
 }
 
 impl HipLowered {
@@ -54,7 +54,7 @@ impl HipLowered {
         entry: &str,
         source: &str,
         options: &HipOptions,
-        headers: &[HipHeader],
+        headers: &[Header],
     ) -> Result<Self> {
         let mut text = HipKey::cover(
             entry,
@@ -96,7 +96,7 @@ impl HipLowered {
     }
 
     /// The headers.
-    pub fn headers(&self) -> &[HipHeader] {
+    pub fn headers(&self) -> &[Header] {
         &self.headers
     }
 
@@ -292,9 +292,9 @@ impl HipCompiler {
             c_string(lowered.entry(), || "the entry point".to_owned()).map_err(as_failure)?;
         let mut headers = Vec::with_capacity(lowered.headers().len());
         for header in lowered.headers() {
-            let what = || format!("the header {:?}", header.include_name);
+            let what = || format!("the header {:?}", header.name);
             headers.push((
-                c_string(&header.include_name, what).map_err(as_failure)?,
+                c_string(&header.name, what).map_err(as_failure)?,
                 c_string(&header.text, what).map_err(as_failure)?,
             ));
         }
@@ -408,7 +408,7 @@ impl ArtifactCompiler for HipCompiler {
         let source = kernel.generate(id.variant.architecture.clone())?;
         HipLowered::new(
             &id.variant,
-            kernel.entry(),
+            kernel.entry().expression(),
             &source,
             kernel.options(),
             kernel.headers(),
@@ -500,8 +500,8 @@ mod tests {
     fn the_sharing_text_names_everything_that_shapes_the_artifact() {
         let variant = HipVariant::new(Architecture::new("gfx90a").expect("valid"));
         let options = HipOptions::new().define("A", "1");
-        let headers = [HipHeader {
-            include_name: "a.h".into(),
+        let headers = [Header {
+            name: "a.h".into(),
             text: "int a;".into(),
         }];
         let lowered =

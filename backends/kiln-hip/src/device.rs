@@ -1,6 +1,10 @@
 //! AMD GPUs through the HIP runtime: devices and device memory, released
 //! when dropped. Loaded kernels are in [`crate::module`].
 //!
+//! kiln is not a tensor library: this is enough to launch a kernel and read
+//! its result, nothing more. Programs with their own memory management pass
+//! raw device pointers to [`KernelArgument::pointer`](crate::KernelArgument).
+//!
 //! **None of this has run on AMD hardware.** It is written against the
 //! ROCm headers and tested only where no GPU exists: there the runtime
 //! fails to start, and every entry point returns [`Error::NoDevice`] rather
@@ -47,7 +51,10 @@ pub struct HipDevice {
 
 struct DeviceInner {
     runtime: Arc<HipLibrary>,
-    ordinal: i32,
+    ordinal: usize,
+    /// The ordinal as the runtime's calls take it, converted (checked) once
+    /// when the device is opened.
+    native_ordinal: i32,
     architecture: Architecture,
 }
 
@@ -58,7 +65,7 @@ impl HipDevice {
     ///
     /// [`Error::LibraryMissing`] without the runtime; [`Error::NoDevice`]
     /// when it does not start or sees none.
-    pub fn count() -> Result<i32> {
+    pub fn count() -> Result<usize> {
         let runtime = started_runtime()?;
         result::device_count(&runtime)
     }
@@ -72,12 +79,12 @@ impl HipDevice {
     /// [`Error::DeviceOutOfRange`]; [`Error::UnknownDeviceArchitecture`]
     /// when its properties name none (give it with
     /// [`with_architecture`](Self::with_architecture)).
-    pub fn open(ordinal: i32) -> Result<Self> {
-        let runtime = Self::start(ordinal)?;
-        let properties = result::device_properties(&runtime, ordinal)?;
+    pub fn open(ordinal: usize) -> Result<Self> {
+        let (runtime, native_ordinal) = Self::start(ordinal)?;
+        let properties = result::device_properties(&runtime, native_ordinal)?;
         let architecture = architecture_in_properties(&properties)
             .ok_or(Error::UnknownDeviceArchitecture { ordinal })?;
-        Ok(Self::made(runtime, ordinal, architecture))
+        Ok(Self::made(runtime, ordinal, native_ordinal, architecture))
     }
 
     /// Device `ordinal`, compiling for `architecture`.
@@ -85,33 +92,46 @@ impl HipDevice {
     /// # Errors
     ///
     /// As [`open`](Self::open), less the architecture.
-    pub fn with_architecture(ordinal: i32, architecture: Architecture) -> Result<Self> {
-        let runtime = Self::start(ordinal)?;
-        Ok(Self::made(runtime, ordinal, architecture))
+    pub fn with_architecture(ordinal: usize, architecture: Architecture) -> Result<Self> {
+        let (runtime, native_ordinal) = Self::start(ordinal)?;
+        Ok(Self::made(runtime, ordinal, native_ordinal, architecture))
     }
 
-    fn start(ordinal: i32) -> Result<Arc<HipLibrary>> {
+    /// The started runtime, with `ordinal` made current and converted to
+    /// the runtime's `int`.
+    fn start(ordinal: usize) -> Result<(Arc<HipLibrary>, i32)> {
         let runtime = started_runtime()?;
         let count = result::device_count(&runtime)?;
-        if !(0..count).contains(&ordinal) {
-            return Err(Error::DeviceOutOfRange { ordinal, count });
+        let out_of_range = || Error::DeviceOutOfRange { ordinal, count };
+        if ordinal >= count {
+            return Err(out_of_range());
         }
-        result::set_device(&runtime, ordinal)?;
-        Ok(runtime)
+        // Below a count the runtime gave as an `int`, so this always fits;
+        // checked all the same, as an ordinal past `i32::MAX` is out of
+        // range too.
+        let native_ordinal = i32::try_from(ordinal).map_err(|_| out_of_range())?;
+        result::set_device(&runtime, native_ordinal)?;
+        Ok((runtime, native_ordinal))
     }
 
-    fn made(runtime: Arc<HipLibrary>, ordinal: i32, architecture: Architecture) -> Self {
+    fn made(
+        runtime: Arc<HipLibrary>,
+        ordinal: usize,
+        native_ordinal: i32,
+        architecture: Architecture,
+    ) -> Self {
         Self {
             inner: Arc::new(DeviceInner {
                 runtime,
                 ordinal,
+                native_ordinal,
                 architecture,
             }),
         }
     }
 
-    /// The runtime's number for it.
-    pub fn ordinal(&self) -> i32 {
+    /// The device's ordinal: the runtime's number for it (0 is the first).
+    pub fn ordinal(&self) -> usize {
         self.inner.ordinal
     }
 
@@ -126,7 +146,7 @@ impl HipDevice {
     ///
     /// The runtime's status.
     pub fn make_current(&self) -> Result<()> {
-        result::set_device(&self.inner.runtime, self.inner.ordinal)
+        result::set_device(&self.inner.runtime, self.inner.native_ordinal)
     }
 
     /// Waits for everything launched on it.
@@ -202,15 +222,33 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A plain number a kernel takes by value, or a buffer holds. Implemented
-/// for the integer and floating-point types, which have no padding and for
-/// which every bit pattern is a value, and sealed.
-pub trait DeviceScalar: Copy + Default + Send + Sync + sealed::Sealed + 'static {}
+/// A plain number a kernel reads or writes: every bit pattern is a value
+/// and it has no padding, so bytes copied from the device are always valid.
+/// Implemented for the integer and floating-point types, and sealed.
+pub trait DeviceScalar: sealed::Sealed + Copy + Default + Send + Sync + 'static {
+    /// Zero.
+    fn zero() -> Self;
+
+    /// The value's bytes in the host's order, which is the device's, from
+    /// the start of an 8-byte slot.
+    fn to_bytes(self) -> [u8; 8];
+}
 
 macro_rules! device_scalars {
     ($($scalar:ty),*) => {$(
         impl sealed::Sealed for $scalar {}
-        impl DeviceScalar for $scalar {}
+        impl DeviceScalar for $scalar {
+            fn zero() -> Self {
+                0 as $scalar
+            }
+
+            fn to_bytes(self) -> [u8; 8] {
+                let mut bytes = [0u8; 8];
+                let native = self.to_ne_bytes();
+                bytes[..native.len()].copy_from_slice(&native);
+                bytes
+            }
+        }
     )*};
 }
 
@@ -293,7 +331,7 @@ impl<T: DeviceScalar> DeviceBuffer<T> {
     ///
     /// As [`copy_to_host`](Self::copy_to_host).
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        let mut host = vec![T::default(); self.len];
+        let mut host = vec![T::zero(); self.len];
         self.copy_to_host(&mut host)?;
         Ok(host)
     }

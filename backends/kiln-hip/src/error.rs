@@ -85,9 +85,9 @@ pub enum Error {
     #[error("there is no HIP device {ordinal}: {count} are visible")]
     DeviceOutOfRange {
         /// The ordinal asked for.
-        ordinal: i32,
+        ordinal: usize,
         /// How many devices the runtime sees.
-        count: i32,
+        count: usize,
     },
     /// The device's properties name no gfx architecture kiln-hip can read.
     #[error(
@@ -95,7 +95,7 @@ pub enum Error {
     )]
     UnknownDeviceArchitecture {
         /// The device.
-        ordinal: i32,
+        ordinal: usize,
     },
     /// A name that is not a gfx architecture.
     #[error(

@@ -10,14 +10,55 @@ use serde::{Deserialize, Serialize};
 use crate::architecture::Architecture;
 use crate::options::HipOptions;
 
-/// A header the source includes by `include_name`, handed to hipRTC with
-/// its text rather than read from disk, so that its text is part of the
-/// kernel's id and of its artifact's key.
+/// The function a kernel launches, as hipRTC names it in the source: a
+/// plain name (`saxpy`, usually declared `extern "C"`), a kernel in a
+/// namespace (`ops::saxpy`) or a template instantiation
+/// (`reduce<float, 256>`).
+///
+/// hipRTC resolves either to the symbol in the code object (the *lowered*
+/// name, mangled for C++ linkage), so templates need no `extern "C"`
+/// wrapper.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct HipHeader {
+pub struct EntryPoint(String);
+
+impl EntryPoint {
+    /// The entry point named by `expression`.
+    pub fn new(expression: impl Into<String>) -> Self {
+        Self(expression.into())
+    }
+
+    /// The name expression, as written.
+    pub fn expression(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for EntryPoint {
+    fn from(expression: &str) -> Self {
+        Self::new(expression)
+    }
+}
+
+impl From<String> for EntryPoint {
+    fn from(expression: String) -> Self {
+        Self::new(expression)
+    }
+}
+
+impl fmt::Display for EntryPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A header the source includes by `name` (`#include "name"`), handed to
+/// hipRTC with its text rather than read from disk, so that its text is
+/// part of the kernel's id and of its artifact's key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Header {
     /// The name the source includes it by: `"ops.h"` for
     /// `#include "ops.h"`.
-    pub include_name: String,
+    pub name: String,
     /// Its text.
     pub text: String,
 }
@@ -101,16 +142,16 @@ impl SourceGenerator for FixedSource {
 #[derive(Clone)]
 pub struct HipKernel {
     id: KernelId,
-    entry: String,
+    entry: EntryPoint,
     options: HipOptions,
-    headers: Vec<HipHeader>,
+    headers: Vec<Header>,
     generator: Arc<dyn SourceGenerator>,
 }
 
 impl HipKernel {
     /// Starts a kernel whose id is `id` (the family name and the parameters
     /// the source depends on) and which launches `entry`.
-    pub fn builder(id: KernelIdBuilder, entry: impl Into<String>) -> HipKernelBuilder {
+    pub fn builder(id: KernelIdBuilder, entry: impl Into<EntryPoint>) -> HipKernelBuilder {
         HipKernelBuilder {
             id,
             entry: entry.into(),
@@ -119,8 +160,8 @@ impl HipKernel {
         }
     }
 
-    /// The entry point's name expression.
-    pub fn entry(&self) -> &str {
+    /// The entry point.
+    pub fn entry(&self) -> &EntryPoint {
         &self.entry
     }
 
@@ -130,7 +171,7 @@ impl HipKernel {
     }
 
     /// The headers.
-    pub fn headers(&self) -> &[HipHeader] {
+    pub fn headers(&self) -> &[Header] {
         &self.headers
     }
 
@@ -161,7 +202,7 @@ impl fmt::Debug for HipKernel {
                 &self
                     .headers
                     .iter()
-                    .map(|header| &header.include_name)
+                    .map(|header| &header.name)
                     .collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
@@ -171,9 +212,9 @@ impl fmt::Debug for HipKernel {
 /// Builds a [`HipKernel`]; see [`HipKernel::builder`].
 pub struct HipKernelBuilder {
     id: KernelIdBuilder,
-    entry: String,
+    entry: EntryPoint,
     options: HipOptions,
-    headers: Vec<HipHeader>,
+    headers: Vec<Header>,
 }
 
 impl HipKernelBuilder {
@@ -183,10 +224,10 @@ impl HipKernelBuilder {
         self
     }
 
-    /// Supplies a header the source includes as `#include "include_name"`.
-    pub fn header(mut self, include_name: impl Into<String>, text: impl Into<String>) -> Self {
-        self.headers.push(HipHeader {
-            include_name: include_name.into(),
+    /// Supplies a header the source includes as `#include "name"`.
+    pub fn header(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
+        self.headers.push(Header {
+            name: name.into(),
             text: text.into(),
         });
         self
@@ -213,12 +254,12 @@ impl HipKernelBuilder {
         let mut id = self
             .id
             .parameter("kiln-hip")
-            .parameter(self.entry.as_str())
+            .parameter(self.entry.expression())
             .parameter(&self.options)
             .parameter(&self.headers.len());
         for header in &self.headers {
             id = id
-                .bytes(header.include_name.as_bytes())
+                .bytes(header.name.as_bytes())
                 .bytes(header.text.as_bytes());
         }
         HipKernel {

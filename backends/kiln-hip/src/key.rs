@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 pub use kiln_core::store::HeaderDigest;
 
 use crate::architecture::Architecture;
-use crate::kernel::HipHeader;
+use crate::kernel::Header;
 use crate::options::HipOptions;
 
 /// Which compiler built an artifact.
@@ -116,10 +116,10 @@ impl HipKey {
 
     /// What a source key of a kernel entered at `entry`, compiled with
     /// hipRTC's `flags` and `headers`, covers beside its text.
-    pub fn cover(entry: &str, flags: Vec<String>, headers: &[HipHeader]) -> SourceCover {
+    pub fn cover(entry: &str, flags: Vec<String>, headers: &[Header]) -> SourceCover {
         headers.iter().fold(
             SourceCover::new(Self::BACKEND, entry).options(flags),
-            |cover, header| cover.header(&header.include_name, &header.text),
+            |cover, header| cover.header(&header.name, &header.text),
         )
     }
 }
@@ -191,8 +191,8 @@ mod tests {
     // P1, P7
     #[test]
     fn the_cover_names_the_entry_point_every_flag_and_every_header() {
-        let header = |text: &str| HipHeader {
-            include_name: "a.h".into(),
+        let header = |text: &str| Header {
+            name: "a.h".into(),
             text: text.into(),
         };
         let flags = vec!["--gpu-architecture=gfx90a".to_owned(), "-DA=1".to_owned()];

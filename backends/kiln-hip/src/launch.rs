@@ -1,124 +1,108 @@
-//! What a launch needs besides the kernel: its size and its arguments.
+//! What a launch needs besides the kernel: its shape and its arguments.
 
 use std::ffi::c_void;
 
 use crate::device::{DeviceBuffer, DeviceScalar};
 
-/// A launch's grid, block and dynamic shared memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A launch's shape: blocks in the grid, threads in a block, and bytes of
+/// dynamic shared memory per block (`extern __shared__` arrays).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LaunchConfig {
     /// Blocks in x, y and z.
-    pub grid: [u32; 3],
+    pub grid: (u32, u32, u32),
     /// Threads per block in x, y and z.
-    pub block: [u32; 3],
+    pub block: (u32, u32, u32),
     /// Dynamic shared memory per block, in bytes.
     pub shared_memory_bytes: u32,
 }
 
 impl LaunchConfig {
     /// One thread per element of `elements`, in blocks of `block_size`
-    /// threads along x, without shared memory.
+    /// threads along x.
     ///
     /// ```
     /// use kiln_hip::LaunchConfig;
     ///
     /// let config = LaunchConfig::for_elements(1000, 256);
-    /// assert_eq!(config.grid, [4, 1, 1]);
-    /// assert_eq!(config.block, [256, 1, 1]);
+    /// assert_eq!(config.grid, (4, 1, 1));
+    /// assert_eq!(config.block, (256, 1, 1));
     /// ```
     pub fn for_elements(elements: u32, block_size: u32) -> Self {
         let block_size = block_size.max(1);
         Self {
-            grid: [elements.div_ceil(block_size).max(1), 1, 1],
-            block: [block_size, 1, 1],
+            grid: (elements.div_ceil(block_size).max(1), 1, 1),
+            block: (block_size, 1, 1),
             shared_memory_bytes: 0,
         }
     }
 
-    /// The same launch with `bytes` of dynamic shared memory per block.
+    /// The same shape with `bytes` of dynamic shared memory per block.
     pub fn with_shared_memory(mut self, bytes: u32) -> Self {
         self.shared_memory_bytes = bytes;
         self
     }
 }
 
-/// One argument's value, aligned for any scalar kiln passes.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct ArgumentSlot([u8; 16]);
-
-/// A kernel's arguments, in the order of its parameters: device pointers
-/// and scalars.
+/// One kernel argument: a device pointer or a plain number, held by value
+/// until the launch copies it.
 ///
 /// ```
-/// use kiln_hip::LaunchArguments;
+/// use kiln_hip::KernelArgument;
 ///
-/// let arguments = LaunchArguments::new().scalar(2.0f32).scalar(1000u32);
+/// let arguments = [KernelArgument::scalar(2.0f32), 1000u32.into()];
 /// assert_eq!(arguments.len(), 2);
 /// ```
-#[derive(Clone, Default)]
-pub struct LaunchArguments {
-    slots: Vec<ArgumentSlot>,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(8))]
+pub struct KernelArgument {
+    // The value's bytes from the start of an 8-aligned slot: the runtime
+    // reads as many as the kernel's parameter takes.
+    bytes: [u8; 8],
 }
 
-impl LaunchArguments {
-    /// No arguments yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds `buffer`'s device address, for a pointer parameter.
-    pub fn pointer<T: DeviceScalar>(self, buffer: &DeviceBuffer<T>) -> Self {
-        self.raw_pointer(buffer.device_pointer())
-    }
-
-    /// Adds a device address, for a pointer parameter.
-    pub fn raw_pointer(self, pointer: *mut c_void) -> Self {
-        self.push(pointer as usize as u64)
-    }
-
-    /// Adds a value, for a scalar parameter.
-    pub fn scalar<S: DeviceScalar>(self, value: S) -> Self {
-        self.push(value)
-    }
-
-    /// How many arguments it holds.
-    pub fn len(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
-    }
-
-    fn push<S: Copy>(mut self, value: S) -> Self {
-        const {
-            assert!(size_of::<S>() <= size_of::<ArgumentSlot>());
+impl KernelArgument {
+    /// A plain number, passed by value.
+    pub fn scalar<T: DeviceScalar>(value: T) -> Self {
+        Self {
+            bytes: value.to_bytes(),
         }
-        let mut slot = ArgumentSlot([0; 16]);
-        // SAFETY: the slot is aligned to 16 and at least as large as `S`
-        // (checked above), and `S` is `Copy`.
-        unsafe { slot.0.as_mut_ptr().cast::<S>().write(value) };
-        self.slots.push(slot);
-        self
     }
 
-    /// One pointer per argument, to its value: what `hipModuleLaunchKernel`
-    /// takes. Valid while `self` is neither moved nor changed.
-    pub(crate) fn pointers(&mut self) -> Vec<*mut c_void> {
-        self.slots
-            .iter_mut()
-            .map(|slot| slot.0.as_mut_ptr().cast::<c_void>())
-            .collect()
+    /// The address of `buffer`, for a `T*` parameter.
+    pub fn buffer<T: DeviceScalar>(buffer: &DeviceBuffer<T>) -> Self {
+        Self::pointer(buffer.device_pointer())
+    }
+
+    /// A raw device address, for memory kiln did not allocate.
+    pub fn pointer(address: *mut c_void) -> Self {
+        // A device address is the pointer's 64 bits, which is what a `T*`
+        // parameter receives.
+        Self::scalar(address as usize as u64)
+    }
+
+    /// Where the runtime reads the value from. `hipModuleLaunchKernel`'s
+    /// parameter array is of mutable pointers, but it only reads through
+    /// them.
+    pub(crate) fn as_parameter(&self) -> *mut c_void {
+        self.bytes.as_ptr().cast_mut().cast()
     }
 }
 
-impl std::fmt::Debug for LaunchArguments {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LaunchArguments")
-            .field("len", &self.slots.len())
-            .finish()
+impl<T: DeviceScalar> From<T> for KernelArgument {
+    fn from(value: T) -> Self {
+        Self::scalar(value)
+    }
+}
+
+impl<T: DeviceScalar> From<&DeviceBuffer<T>> for KernelArgument {
+    fn from(buffer: &DeviceBuffer<T>) -> Self {
+        Self::buffer(buffer)
+    }
+}
+
+impl<T: DeviceScalar> From<&mut DeviceBuffer<T>> for KernelArgument {
+    fn from(buffer: &mut DeviceBuffer<T>) -> Self {
+        Self::buffer(buffer)
     }
 }
 
@@ -128,11 +112,13 @@ mod tests {
 
     #[test]
     fn each_argument_is_stored_as_its_own_bytes() {
-        let mut arguments = LaunchArguments::new()
-            .scalar(1.5f32)
-            .scalar(-3i64)
-            .raw_pointer(0x1000 as *mut c_void);
-        let pointers = arguments.pointers();
+        let arguments = [
+            KernelArgument::scalar(1.5f32),
+            KernelArgument::scalar(-3i64),
+            KernelArgument::pointer(0x1000 as *mut c_void),
+        ];
+        let pointers: Vec<*mut c_void> =
+            arguments.iter().map(KernelArgument::as_parameter).collect();
         assert_eq!(pointers.len(), 3);
         // SAFETY: each pointer points at the value pushed, of that type.
         unsafe {
@@ -144,8 +130,8 @@ mod tests {
 
     #[test]
     fn a_launch_covers_every_element() {
-        assert_eq!(LaunchConfig::for_elements(0, 256).grid, [1, 1, 1]);
-        assert_eq!(LaunchConfig::for_elements(256, 256).grid, [1, 1, 1]);
-        assert_eq!(LaunchConfig::for_elements(257, 256).grid, [2, 1, 1]);
+        assert_eq!(LaunchConfig::for_elements(0, 256).grid, (1, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(256, 256).grid, (1, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(257, 256).grid, (2, 1, 1));
     }
 }

@@ -89,11 +89,19 @@
 //!   length, so every code object is read first: a truncated or foreign one
 //!   is refused before the driver sees it.
 //!
+//! # Launching
+//!
+//! [`LoadedKernel::launch`] takes a [`LaunchConfig`] and
+//! [`KernelArgument`]s: device pointers and plain numbers, as in kiln-cuda.
+//! [`HipDevice`] allocates [`DeviceBuffer`]s of plain numbers and copies
+//! them whole; kiln is not a tensor library, and that is all the memory it
+//! manages.
+//!
 //! # Example
 //!
 //! ```no_run
 //! use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
-//! use kiln_hip::{HipKernel, HipTarget, LaunchArguments, LaunchConfig};
+//! use kiln_hip::{HipKernel, HipTarget, LaunchConfig};
 //!
 //! let target = HipTarget::on_device(0)?;
 //! let variant = target.variant();
@@ -110,10 +118,14 @@
 //! let scale = loader.load(&kernel, &id)?;
 //!
 //! let values = device.upload(&[1.0f32, 2.0, 3.0])?;
-//! let mut arguments = LaunchArguments::new().pointer(&values).scalar(2.0f32).scalar(3u32);
 //! // SAFETY: the arguments match `scale`'s parameters, and the launch covers
 //! // the buffer's three values.
-//! unsafe { scale.launch(&LaunchConfig::for_elements(3, 64), &mut arguments)? };
+//! unsafe {
+//!     scale.launch(
+//!         LaunchConfig::for_elements(3, 64),
+//!         &[(&values).into(), 2.0f32.into(), 3u32.into()],
+//!     )?
+//! };
 //! assert_eq!(values.to_vec()?, [2.0, 4.0, 6.0]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -142,9 +154,9 @@ pub use code_object::CodeObjectInfo;
 pub use compiler::{HipArtifact, HipCompiler, HipLowered, HipRecipe};
 pub use device::{DeviceBuffer, DeviceScalar, HipDevice};
 pub use error::{Error, Result};
-pub use kernel::{HipHeader, HipKernel, HipKernelBuilder, SourceGenerator};
+pub use kernel::{EntryPoint, Header, HipKernel, HipKernelBuilder, SourceGenerator};
 pub use key::{CompilerIdentity, HeaderDigest, HipKey};
-pub use launch::{LaunchArguments, LaunchConfig};
+pub use launch::{KernelArgument, LaunchConfig};
 pub use module::LoadedKernel;
 pub use options::{CxxStandard, HipOptions, HipVariant};
 pub use target::HipTarget;

@@ -7,6 +7,7 @@
 //! refused before a driver sees it, since `hipModuleLoadData` takes no
 //! length.
 
+use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use crate::code_object::{self, CodeObjectInfo};
 use crate::compiler::HipArtifact;
 use crate::device::HipDevice;
 use crate::error::{Error, Result};
-use crate::launch::{LaunchArguments, LaunchConfig};
+use crate::launch::{KernelArgument, LaunchConfig};
 use crate::result;
 use crate::sys;
 
@@ -90,33 +91,47 @@ impl LoadedKernel {
         self.0.module.as_ref().map(|module| &module.device)
     }
 
-    /// Launches it on the device's default stream.
+    /// Launches the kernel on the device's default stream; it runs after
+    /// the work launched before it, and copies wait for it.
     ///
     /// # Safety
     ///
-    /// `arguments` must match the kernel's parameters one for one, in
-    /// order and type, and every buffer must be large enough for what the
-    /// kernel reads and writes at this launch size: the driver cannot check
-    /// either.
+    /// `arguments` must match the kernel's parameters in number, order and
+    /// type, every pointer must be device memory of this device, large enough
+    /// for every access the kernel makes with this `config`, and that memory
+    /// must stay allocated until the kernel finishes: the runtime can check
+    /// none of it.
     ///
     /// # Errors
     ///
     /// [`Error::CompileOnly`] for a kernel without a device, or the
     /// runtime's refusal of the launch.
-    pub unsafe fn launch(
-        &self,
-        config: &LaunchConfig,
-        arguments: &mut LaunchArguments,
-    ) -> Result<()> {
+    pub unsafe fn launch(&self, config: LaunchConfig, arguments: &[KernelArgument]) -> Result<()> {
         let Some(module) = &self.0.module else {
             return Err(Error::CompileOnly {
                 symbol: self.0.lowered_name.clone(),
             });
         };
         module.device.make_current()?;
-        let mut pointers = arguments.pointers();
-        // SAFETY: the caller vouches for the arguments; the function's module
-        // is loaded on the current device for as long as `self` lives.
+        // The parameter array lives on the stack for the usual handful of
+        // arguments: a launch allocates nothing.
+        const INLINE: usize = 32;
+        let mut inline = [std::ptr::null_mut::<c_void>(); INLINE];
+        let mut spilled = Vec::new();
+        let pointers: &mut [*mut c_void] = if arguments.len() <= INLINE {
+            &mut inline[..arguments.len()]
+        } else {
+            spilled.resize(arguments.len(), std::ptr::null_mut());
+            &mut spilled
+        };
+        for (pointer, argument) in pointers.iter_mut().zip(arguments) {
+            *pointer = argument.as_parameter();
+        }
+        // SAFETY: the function's module is loaded on the current device for
+        // as long as `self` lives; `pointers` point into `arguments`, which
+        // outlive the call (the runtime copies the values at launch and
+        // never writes through them); the caller vouches that they match
+        // the kernel's parameters and memory.
         unsafe {
             result::launch_kernel(
                 module.device.runtime(),
@@ -124,7 +139,7 @@ impl LoadedKernel {
                 config.grid,
                 config.block,
                 config.shared_memory_bytes,
-                &mut pointers,
+                pointers,
             )
         }
     }

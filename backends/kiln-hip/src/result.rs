@@ -355,12 +355,12 @@ pub fn init(library: &HipLibrary) -> Result<()> {
     })
 }
 
-/// How many devices the runtime sees.
+/// How many devices the runtime sees (at least one).
 ///
 /// # Errors
 ///
 /// [`Error::NoDevice`] when the count fails or is zero.
-pub fn device_count(library: &HipLibrary) -> Result<i32> {
+pub fn device_count(library: &HipLibrary) -> Result<usize> {
     let mut count: c_int = 0;
     // SAFETY: `count` is writable.
     let status = unsafe { (library.hipGetDeviceCount)(&mut count) };
@@ -371,14 +371,14 @@ pub fn device_count(library: &HipLibrary) -> Result<i32> {
             name: hip_error_name(library, status),
         });
     }
-    if count <= 0 {
-        return Err(Error::NoDevice {
+    match usize::try_from(count) {
+        Ok(count) if count > 0 => Ok(count),
+        _ => Err(Error::NoDevice {
             call: "hipGetDeviceCount",
             code: status,
             name: "no device".to_owned(),
-        });
+        }),
     }
-    Ok(count)
 }
 
 /// Makes `ordinal` the calling thread's current device.
@@ -478,8 +478,8 @@ pub unsafe fn module_get_function(
 pub unsafe fn launch_kernel(
     library: &HipLibrary,
     function: sys::hipFunction_t,
-    grid: [u32; 3],
-    block: [u32; 3],
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
     shared_memory_bytes: u32,
     arguments: &mut [*mut c_void],
 ) -> Result<()> {
@@ -487,12 +487,12 @@ pub unsafe fn launch_kernel(
     let status = unsafe {
         (library.hipModuleLaunchKernel)(
             function,
-            grid[0],
-            grid[1],
-            grid[2],
-            block[0],
-            block[1],
-            block[2],
+            grid.0,
+            grid.1,
+            grid.2,
+            block.0,
+            block.1,
+            block.2,
             shared_memory_bytes,
             ptr::null_mut(),
             arguments.as_mut_ptr(),

@@ -120,7 +120,7 @@ impl HipTarget {
     /// [`Error::DeviceOutOfRange`]), or its architecture cannot be read
     /// ([`Error::UnknownDeviceArchitecture`]: open it with
     /// [`HipDevice::with_architecture`] and use [`on`](Self::on)).
-    pub fn on_device(ordinal: i32) -> Result<Self> {
+    pub fn on_device(ordinal: usize) -> Result<Self> {
         Self::on(HipDevice::open(ordinal)?)
     }
 

@@ -7,7 +7,7 @@
 
 use kiln_core::conformance::skip;
 use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
-use kiln_hip::{Error, HipDevice, HipKernel, HipTarget, LaunchArguments, LaunchConfig};
+use kiln_hip::{Error, HipDevice, HipKernel, HipTarget, KernelArgument, LaunchConfig};
 
 // B2
 #[test]
@@ -66,14 +66,15 @@ fn b4_a_kernel_launched_on_an_amd_gpu_computes_its_numbers() {
     let y: Vec<f32> = (0..n).map(|i| 1.0 + i as f32).collect();
     let x_buffer = device.upload(&x).expect("x copies");
     let y_buffer = device.upload(&y).expect("y copies");
-    let mut arguments = LaunchArguments::new()
-        .pointer(&y_buffer)
-        .pointer(&x_buffer)
-        .scalar(2.0f32)
-        .scalar(n);
+    let arguments = [
+        KernelArgument::buffer(&y_buffer),
+        KernelArgument::buffer(&x_buffer),
+        KernelArgument::scalar(2.0f32),
+        KernelArgument::scalar(n),
+    ];
     // SAFETY: the arguments match axpy's parameters, and the grid covers
     // exactly the n values of both buffers (the kernel checks `i < n`).
-    unsafe { function.launch(&LaunchConfig::for_elements(n, 256), &mut arguments) }
+    unsafe { function.launch(LaunchConfig::for_elements(n, 256), &arguments) }
         .expect("the launch is accepted");
     device.synchronize().expect("the kernel finishes");
     let result = y_buffer.to_vec().expect("y copies back");

@@ -9,13 +9,15 @@
 //!
 //! # The key
 //!
-//! The blob is stored under a key of its own (backend `wgpu-pipeline-cache`)
-//! made of everything that decides whether the driver can use it: the wgpu
-//! version (wgpu wraps the driver's data in a header of its own), the
-//! adapter's vendor and device ids and name, the driver's name and version
-//! text, and the driver's numeric version and `pipelineCacheUUID` (read with
-//! ash, as wgpu keeps them to itself). A driver update is another key, so an
-//! old blob is never offered to a new driver; it ages out of the store.
+//! The blob is no kernel's artifact: it is kept as a named blob of the store
+//! ([`ArtifactStore::put_blob`]), of kind [`PIPELINE_CACHE_KIND`], under a
+//! [`BlobKey`] made of everything that decides whether the driver can use
+//! it: the wgpu version (wgpu wraps the driver's data in a header of its
+//! own), the adapter's vendor and device ids and name, the driver's name
+//! and version text, and the driver's numeric version and
+//! `pipelineCacheUUID` (read with ash, as wgpu keeps them to itself). A
+//! driver update is another key, so an old blob is never offered to a new
+//! driver; it ages out of the store. `kiln ls` lists it as what it is.
 //!
 //! # Bad data
 //!
@@ -35,15 +37,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kiln_core::store::{ArtifactStore, KeyComponents, StoreKey};
-use kiln_core::{ArtifactId, KernelId, Lookup, StoreOutcome};
+use kiln_core::store::{ArtifactStore, BlobKey};
+use kiln_core::{Lookup, StoreOutcome};
 
 use crate::compiler::WGPU_VERSION;
 use crate::device::WgpuDevice;
-use crate::options::WgpuVariant;
 
-/// The backend named in a pipeline cache's key.
-pub const PIPELINE_CACHE_BACKEND: &str = "wgpu-pipeline-cache";
+/// The kind of blob a pipeline cache is kept as.
+pub const PIPELINE_CACHE_KIND: &str = "wgpu pipeline cache";
 
 /// How a target's pipeline cache started.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,58 +82,43 @@ impl fmt::Display for PipelineCacheState {
     }
 }
 
-/// The key components of `device`'s pipeline cache, or `None` when it has
+/// The key of `device`'s pipeline cache in a store, or `None` when it has
 /// none.
-pub fn pipeline_cache_components(device: &WgpuDevice) -> Option<KeyComponents> {
+pub fn pipeline_cache_key(device: &WgpuDevice) -> Option<BlobKey> {
     if !device.has_pipeline_cache() {
         return None;
     }
     let info = device.info();
-    let identity = device
-        .driver_identity()
-        .map(|identity| {
+    let mut key = BlobKey::new(PIPELINE_CACHE_KIND)
+        .component("wgpu", WGPU_VERSION)
+        .component(
+            "adapter",
             format!(
-                " / driver version {:#x} / cache uuid {}",
-                identity.driver_version,
-                kiln_core::store::hex(&identity.pipeline_cache_uuid)
-            )
-        })
-        .unwrap_or_default();
-    Some(KeyComponents::new(
-        PIPELINE_CACHE_BACKEND,
-        format!(
-            "wgpu {WGPU_VERSION} / {} {}{identity}",
-            info.driver, info.driver_info
-        ),
-        format!(
-            "{} [{:04x}:{:04x}] {:?}",
-            info.name, info.vendor, info.device, info.backend
-        ),
-        "",
-    ))
-}
-
-/// The store key of a pipeline cache with `components`.
-pub fn pipeline_cache_key(components: &KeyComponents) -> StoreKey {
-    StoreKey::for_artifact(
-        components,
-        &ArtifactId::new(
-            KernelId::named("kiln-wgpu.pipeline-cache").build(),
-            WgpuVariant,
-        ),
-        None,
-    )
+                "{} [{:04x}:{:04x}] {:?}",
+                info.name, info.vendor, info.device, info.backend
+            ),
+        )
+        .component("driver", format!("{} {}", info.driver, info.driver_info));
+    if let Some(identity) = device.driver_identity() {
+        key = key
+            .component("driver version", format!("{:#x}", identity.driver_version))
+            .component(
+                "cache uuid",
+                kiln_core::store::hex(&identity.pipeline_cache_uuid),
+            );
+    }
+    Some(key)
 }
 
 /// A pipeline cache read from a store, written back to it.
 pub(crate) struct PersistedPipelineCache {
     cache: wgpu::PipelineCache,
     store: Arc<dyn ArtifactStore>,
-    key: StoreKey,
+    key: BlobKey,
     state: PipelineCacheState,
     /// Pipelines made through the cache since it was last saved.
     unsaved: usize,
-    /// Time spent making pipelines through it: what a later hit saves.
+    /// Time spent making pipelines through it since it was last saved.
     work: Duration,
 }
 
@@ -143,7 +129,7 @@ impl PersistedPipelineCache {
         device: &WgpuDevice,
         store: Arc<dyn ArtifactStore>,
     ) -> Result<Self, PipelineCacheState> {
-        let Some(components) = pipeline_cache_components(device) else {
+        let Some(key) = pipeline_cache_key(device) else {
             return Err(PipelineCacheState::Unavailable {
                 reason: format!(
                     "the adapter `{}` ({:?}) has no Features::PIPELINE_CACHE, or the device was \
@@ -153,8 +139,7 @@ impl PersistedPipelineCache {
                 ),
             });
         };
-        let key = pipeline_cache_key(&components);
-        let (data, mut state) = match store.lookup(&key) {
+        let (data, mut state) = match store.lookup_blob(&key) {
             Lookup::Hit { artifact, .. } => {
                 let bytes = artifact.len() as u64;
                 (Some(artifact), PipelineCacheState::Loaded { bytes })
@@ -259,17 +244,19 @@ impl PersistedPipelineCache {
         if data.is_empty() {
             return StoreOutcome::Skipped;
         }
-        let outcome = self.store.put(&self.key, None, &data, self.work);
+        let outcome = self.store.put_blob(&self.key, &data);
         match &outcome {
             StoreOutcome::Stored { bytes } => {
                 log::debug!(
-                    "stored a pipeline cache of {} bytes ({bytes} written) after {} new \
-                     pipelines in {:?}",
+                    "stored a pipeline cache of {} bytes ({bytes} written) in {:?}, after {} \
+                     new pipelines made in {:?}",
                     data.len(),
+                    started.elapsed(),
                     self.unsaved,
-                    started.elapsed()
+                    self.work
                 );
                 self.unsaved = 0;
+                self.work = Duration::ZERO;
             }
             StoreOutcome::Failed { detail } => {
                 log::warn!("the pipeline cache was not stored: {detail}");
@@ -283,7 +270,7 @@ impl PersistedPipelineCache {
 impl fmt::Debug for PersistedPipelineCache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PersistedPipelineCache")
-            .field("key", &self.key.components)
+            .field("key", &self.key)
             .field("state", &self.state)
             .field("unsaved", &self.unsaved)
             .finish_non_exhaustive()

@@ -8,7 +8,7 @@
 mod support;
 
 use kiln_core::{KernelId, StoreOutcome};
-use kiln_wgpu::pipeline_cache::{pipeline_cache_components, pipeline_cache_key};
+use kiln_wgpu::pipeline_cache::pipeline_cache_key;
 use kiln_wgpu::{PipelineCacheState, WgpuDevice, WgpuPipeline, WgpuTarget, WgslKernel};
 use support::{Random, assert_close, bytes_of, bytes_of_u32, floats, words};
 
@@ -375,8 +375,8 @@ fn the_pipeline_cache_round_trips_through_the_store() {
     drop(loader);
 
     let store = support::store_at(&folder);
-    let key = pipeline_cache_key(&pipeline_cache_components(&device).expect("a cache key"));
-    let stored = match store.lookup(&key) {
+    let key = pipeline_cache_key(&device).expect("a cache key");
+    let stored = match store.lookup_blob(&key) {
         kiln_core::Lookup::Hit { artifact, .. } => artifact,
         kiln_core::Lookup::Miss(miss) => panic!("the batch stored its pipeline cache: {miss}"),
     };
@@ -403,7 +403,7 @@ fn invalid_pipeline_cache_data_falls_back_to_an_empty_cache() {
     let Some(device) = support::device("pipeline cache fallback") else {
         return;
     };
-    let Some(components) = pipeline_cache_components(&device) else {
+    let Some(key) = pipeline_cache_key(&device) else {
         kiln_core::conformance::skip(
             "the pipeline cache fallback",
             &format!("{} has no Features::PIPELINE_CACHE", device.describe()),
@@ -411,10 +411,9 @@ fn invalid_pipeline_cache_data_falls_back_to_an_empty_cache() {
         return;
     };
     let store = support::fresh_store("pipeline-cache-garbage");
-    let key = pipeline_cache_key(&components);
     let garbage = b"not a pipeline cache, but verified bytes in the store".to_vec();
     assert!(matches!(
-        store.put(&key, None, &garbage, std::time::Duration::ZERO),
+        store.put_blob(&key, &garbage),
         StoreOutcome::Stored { .. }
     ));
     let target = WgpuTarget::on_device(device.clone()).with_store(store.clone());
@@ -432,7 +431,7 @@ fn invalid_pipeline_cache_data_falls_back_to_an_empty_cache() {
         .load(&kernel, &support::id_of(&kernel))
         .expect("pipelines are made through the empty cache");
     drop(loader);
-    match store.lookup(&key) {
+    match store.lookup_blob(&key) {
         kiln_core::Lookup::Hit { artifact, .. } => {
             assert_ne!(artifact, garbage, "the next save replaced the bad blob");
         }

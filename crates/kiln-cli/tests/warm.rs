@@ -87,7 +87,8 @@ fn a_broken_kernel_fails_alone_with_its_first_diagnostic() {
     let folder = fresh_folder("broken-kernels");
     std::fs::write(
         folder.join("good.wgsl"),
-        "@group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
+        "// kiln entry: main\n\
+         @group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
          @compute @workgroup_size(64)\n\
          fn main(@builtin(global_invocation_id) id: vec3<u32>) { data[id.x] = 1.0; }\n",
     )
@@ -177,7 +178,6 @@ fn a_specialization_carries_only_its_own_header_line() {
     assert_eq!(backend(&report, "wgpu")["kernels"], 400, "{report:#}");
 
     let entries = finish(&mut kiln(&store, &["--json", "ls", "--kernels-only"])).json();
-    // On a device, the driver's pipeline cache is an entry of its own.
     let entries: Vec<&Value> = entries
         .as_array()
         .expect("a list")
@@ -194,4 +194,77 @@ fn a_specialization_carries_only_its_own_header_line() {
             text.len()
         );
     }
+}
+
+// B3
+#[test]
+fn after_a_warm_start_ls_shows_the_pipeline_cache_as_a_blob_and_no_kernel_for_it() {
+    let folder = fresh_folder("pipeline-cache-kernels");
+    std::fs::write(
+        folder.join("double.wgsl"),
+        "// kiln entry: main\n\
+         @group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
+         @compute @workgroup_size(64)\n\
+         fn main(@builtin(global_invocation_id) id: vec3<u32>) { data[id.x] *= 2.0; }\n",
+    )
+    .expect("a kernel file");
+    let store = fresh_folder("pipeline-cache-store");
+    let (first, succeeded) = warm(&store, &folder);
+    assert!(succeeded, "{first:#}");
+    let cache = backend(&first, "wgpu")["pipeline_cache"]
+        .as_str()
+        .unwrap_or("none")
+        .to_owned();
+    if backend(&first, "wgpu")["on_device"] != true || cache.starts_with("unavailable") {
+        kiln_core::conformance::skip(
+            "the pipeline cache listed as a blob",
+            &format!("wgpu ran without a pipeline cache: {cache}"),
+        );
+        return;
+    }
+    // The warm start: the kernel and the driver's cache come from the store.
+    let (second, succeeded) = warm(&store, &folder);
+    assert!(succeeded, "{second:#}");
+    let wgpu = backend(&second, "wgpu");
+    assert_eq!(wgpu["from_store"], 1, "{wgpu:#}");
+    assert!(
+        wgpu["pipeline_cache"]
+            .as_str()
+            .is_some_and(|cache| cache.contains("read from the store")),
+        "the second run read the pipeline cache: {wgpu:#}"
+    );
+
+    let entries = finish(&mut kiln(&store, &["--json", "ls"])).json();
+    let entries = entries.as_array().expect("a list");
+    let blobs: Vec<&Value> = entries
+        .iter()
+        .filter_map(|entry| entry.get("blob"))
+        .collect();
+    assert_eq!(blobs.len(), 1, "one pipeline cache: {entries:#?}");
+    assert_eq!(blobs[0]["key"]["kind"], "wgpu pipeline cache", "{blobs:#?}");
+    assert!(blobs[0]["size"].as_u64().is_some_and(|size| size > 0));
+    let kernels: Vec<&str> = entries
+        .iter()
+        .filter_map(|entry| entry["record"]["key"]["subject"]["Kernel"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        kernels,
+        ["warm/double.wgsl"],
+        "no kernel entry but the kernel's"
+    );
+    for entry in entries.iter().filter_map(|entry| entry.get("record")) {
+        let backend = entry["key"]["components"]["backend"].as_str().unwrap_or("");
+        assert!(
+            !backend.contains("pipeline"),
+            "no artifact record holds the pipeline cache: {entry:#}"
+        );
+    }
+
+    let table = finish(&mut kiln(&store, &["ls"]));
+    let text = &table.stdout;
+    assert!(
+        text.lines()
+            .any(|line| line.starts_with("wgpu pipeline cache")),
+        "the table lists the blob by its kind:\n{text}"
+    );
 }

@@ -10,7 +10,8 @@
 //!   swept         its time is when staging was last swept at open
 //!   staging/      files being written, renamed into place when whole
 //!   objects/ab/c/<64 hex>   artifact bytes, named by their BLAKE3 digest
-//!   records/ab/c/<64 hex>   one record per key, named by the key's digest
+//!   records/ab/c/<64 hex>   one record per key (an artifact's or a named
+//!                           blob's), named by the key's digest
 //!   kernels/ab/c/<32 hex>   one history per kernel id, for explaining misses
 //! ```
 //!
@@ -27,8 +28,16 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-/// The layout version written to `LAYOUT`.
-pub(crate) const LAYOUT: &str = "kiln store layout 1";
+/// The layout version written to `LAYOUT`. Layout 2 files named blobs'
+/// records (`kilnblb1`) in `records/`, which a reader of layout 1 would
+/// take for damaged records and remove.
+pub(crate) const LAYOUT: &str = "kiln store layout 2";
+
+/// Layouts this one reads as they are and upgrades by rewriting `LAYOUT`
+/// alone: layout 1 is layout 2 without blobs, so a store of it is opened
+/// (nothing lost), and its new marker keeps readers of layout 1 away from
+/// the blobs it will hold.
+pub(crate) const UPGRADES_FROM: [&str; 1] = ["kiln store layout 1"];
 
 /// The folders at the root, each the store's own.
 pub(crate) const FOLDERS: [&str; 4] = ["objects", "records", "kernels", "staging"];

@@ -60,6 +60,11 @@
 //!   batch that stored something ends within the limits (P6).
 //! - **Bundles.** [`DiskStore::export`] and [`DiskStore::import`] move a
 //!   store between machines in one verified file (P8).
+//! - **Named blobs.** Data a backend keeps beside its artifacts (the
+//!   driver's pipeline cache) is an object and a record of its own kind
+//!   under a [`kiln_core::store::BlobKey`], verified, evicted and listed as
+//!   an artifact's entry is ([`Entry::Blob`]); bundles carry artifacts
+//!   only.
 //! - **Explanations.** A history per kernel id remembers the key it was
 //!   last stored under and the key it last missed under, so
 //!   [`kiln_core::ArtifactStore::explain`] names what changed (P9).
@@ -85,6 +90,6 @@ pub use bundle::{BUNDLE_VERSION, BundleHeader, ExportReport, ImportReport, read_
 pub use config::{StoreConfig, parse_size};
 pub use disk::DiskStore;
 pub use error::{Error, Result, WriteCause, WriteFailure};
-pub use maintenance::{CollectReport, EntryInfo, Limits, Progress, VerifyReport};
-pub use record::{KernelHistory, Record, Seen};
+pub use maintenance::{CollectReport, Entry, EntryInfo, Limits, Progress, VerifyReport};
+pub use record::{BlobRecord, KernelHistory, Record, Seen};
 pub use usage::Usage;

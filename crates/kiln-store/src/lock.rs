@@ -27,6 +27,8 @@ use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::config::MAX_LOCK_TIMEOUT;
+
 /// Slot of the usage counters.
 pub(crate) const USAGE_SLOT: u64 = 1;
 /// Slot of the targets list.
@@ -271,6 +273,15 @@ const SET_LOCK: libc::c_int = libc::F_OFD_SETLK;
 /// life, since closing any descriptor of it would drop them.
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 const SET_LOCK: libc::c_int = libc::F_SETLK;
+
+/// The instant `wait` from now; a wait longer than a clock can add is cut
+/// to the longest lock timeout the environment may set.
+pub(crate) fn deadline_after(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .or_else(|| now.checked_add(MAX_LOCK_TIMEOUT))
+        .unwrap_or(now)
+}
 
 #[cfg(test)]
 mod tests {

@@ -18,7 +18,7 @@ use crate::durable;
 use crate::error::{Error, Result};
 use crate::layout::{TREES, digest_from_name, is_hex_name};
 use crate::lock::{COLLECT_SLOT, Mode, key_slot, object_slot};
-use crate::record::{KernelHistory, Record};
+use crate::record::{AnyRecord, BlobRecord, KernelHistory, Record};
 use crate::tree::{Folder, Kind, Removal, Status, is_absent};
 use crate::usage::Usage;
 
@@ -130,14 +130,30 @@ pub struct CollectReport {
     pub unchecked: Vec<(PathBuf, String)>,
 }
 
-/// One entry as `kiln ls` shows it: a record and what its object looks like.
+/// One entry as `kiln ls` shows it: its record and what its object looks
+/// like.
+///
+/// As JSON, the record is under the name of what it is (`"record"` for an
+/// artifact's, `"blob"` for a named blob's), beside `"accessed_at"`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EntryInfo {
-    /// The record.
-    pub record: Record,
+    /// The record, of an artifact or a named blob.
+    #[serde(flatten)]
+    pub entry: Entry,
     /// When the object was last read, in seconds since the Unix epoch;
     /// `None` when the object is missing.
     pub accessed_at: Option<u64>,
+}
+
+/// What an entry is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Entry {
+    /// An artifact's record: of a kernel or of lowered source.
+    Record(Record),
+    /// A named blob's record ([`kiln_core::store::BlobKey`]): data a
+    /// backend keeps beside its artifacts, such as a pipeline cache.
+    Blob(BlobRecord),
 }
 
 /// Age buckets of eviction: bucket `b` holds ages in `[1.25^b, 1.25^(b+1))`
@@ -378,9 +394,10 @@ fn object_status(objects: Option<&Folder>, digest: &[u8; 32]) -> io::Result<Stat
 /// Whether `record`'s object is there, of the size the record says;
 /// `false` only when it is gone or of another size, never when it cannot
 /// be looked at or is not a file (that is reported, and the record kept).
-fn has_object(objects: Option<&Folder>, record: &Record) -> Result<bool, Skip> {
-    match object_status(objects, &record.object) {
-        Ok(found) if found.kind == Kind::File => Ok(found.len == record.size),
+fn has_object(objects: Option<&Folder>, record: &AnyRecord<'_>) -> Result<bool, Skip> {
+    let (object, size) = record.object();
+    match object_status(objects, &object) {
+        Ok(found) if found.kind == Kind::File => Ok(found.len == size),
         Err(error) if is_absent(&error) => Ok(false),
         Ok(found) => Err(format!("its object is {}: not checked", found.kind.describe()).into()),
         Err(error) => Err(format!("its object cannot be looked at: {error}").into()),
@@ -497,17 +514,20 @@ impl DiskStore {
             report.records += 1;
             // `Err(None)`: its object is gone; `Err(Some(defect))`: the
             // record itself is bad.
-            let verdict = match Record::open_any(&sealed) {
+            let verdict = match AnyRecord::open(&sealed) {
                 Err(defect) => Err(Some(format!("damaged: {defect}"))),
-                Ok((record, _)) if digest_from_name(name) != Some(record.key.digest()) => {
+                Ok(record) if digest_from_name(name) != Some(record.key_digest()) => {
                     Err(Some("filed under another key".to_owned()))
                 }
-                Ok((record, Some(inline))) if digest(inline) != record.object => {
+                Ok(AnyRecord::Artifact(record, Some(inline)))
+                    if digest(inline) != record.object =>
+                {
                     Err(Some("the bytes it carries are not its object's".to_owned()))
                 }
                 // An inline record lives as long as its object, as any
-                // other record does: eviction and verify go by objects.
-                Ok((record, _)) => {
+                // other record (a blob's too) does: eviction and verify go
+                // by objects.
+                Ok(record) => {
                     if has_object(objects.as_ref(), &record)? {
                         Ok(())
                     } else {
@@ -734,7 +754,7 @@ impl DiskStore {
         let objects = root.objects();
         root.walk_sealed("records", &mut unchecked, &mut |folder, name, sealed| {
             done += 1;
-            if let Ok((record, _)) = Record::open_any(&sealed)
+            if let Ok(record) = AnyRecord::open(&sealed)
                 && has_object(objects.as_ref(), &record)?
             {
                 usage.bytes += sealed.len() as u64;
@@ -767,8 +787,9 @@ impl DiskStore {
         Ok(report)
     }
 
-    /// Calls `visit` with every entry, kernel and source records alike, one
-    /// at a time. Damaged records are skipped (`verify` removes them).
+    /// Calls `visit` with every entry, kernel and source records and named
+    /// blobs alike, one at a time. Damaged records are skipped (`verify`
+    /// removes them).
     ///
     /// # Errors
     ///
@@ -778,18 +799,19 @@ impl DiskStore {
         let objects = root.objects();
         let mut unchecked = Vec::new();
         root.walk_sealed("records", &mut unchecked, &mut |_, _, sealed| {
-            let Ok((record, _)) = Record::open_any(&sealed) else {
+            let Ok(record) = AnyRecord::open(&sealed) else {
                 return Ok(());
             };
-            let accessed_at = object_status(objects.as_ref(), &record.object)
+            let accessed_at = object_status(objects.as_ref(), &record.object().0)
                 .ok()
                 .filter(|found| found.kind == Kind::File)
                 .and_then(|found| found.accessed.duration_since(SystemTime::UNIX_EPOCH).ok())
                 .map(|since| since.as_secs());
-            visit(EntryInfo {
-                record,
-                accessed_at,
-            });
+            let entry = match record {
+                AnyRecord::Artifact(record, _) => Entry::Record(record),
+                AnyRecord::Blob(record) => Entry::Blob(record),
+            };
+            visit(EntryInfo { entry, accessed_at });
             Ok(())
         });
         for (path, why) in unchecked {

@@ -11,10 +11,17 @@
 //! they are verified as an object's would be. The object is written either
 //! way: source records point at it (P7), bundles carry it (P8), and its
 //! access time is the entry's place in the eviction order (P6).
+//!
+//! A **blob** record (leading seal, `kilnblb1`) names the object that holds
+//! a named blob's bytes, under the blob's [`BlobKey`]. It lives in the same
+//! tree as the records of artifacts, filed under its key's digest (derived
+//! under another context, so never an artifact key's), and is verified,
+//! evicted and listed as they are.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kiln_core::StoreKey;
+use kiln_core::store::BlobKey;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +31,7 @@ const RECORD_TAG: &[u8; 8] = b"kilnrec1";
 const INLINE_TAG: &[u8; 8] = b"kilninl1";
 const HISTORY_TAG: &[u8; 8] = b"kilnhis1";
 const TARGETS_TAG: &[u8; 8] = b"kilntgt1";
+const BLOB_TAG: &[u8; 8] = b"kilnblb1";
 
 /// What the store keeps under one key: the full key and the object it
 /// points at.
@@ -108,6 +116,101 @@ impl Record {
             ));
         }
         Ok((record, Some(artifact)))
+    }
+}
+
+/// What the store keeps under a named blob's key: the full key and the
+/// object that holds the blob's bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobRecord {
+    /// Every component of the blob's key.
+    pub key: BlobKey,
+    /// The BLAKE3 digest of the object's bytes.
+    pub object: [u8; 32],
+    /// The object's length in bytes.
+    pub size: u64,
+    /// When it was stored, in seconds since the Unix epoch.
+    pub stored_at: u64,
+}
+
+impl BlobRecord {
+    /// A record of `key` pointing at the object `object` of `size` bytes.
+    pub(crate) fn new(key: BlobKey, object: [u8; 32], size: u64) -> Self {
+        Self {
+            key,
+            object,
+            size,
+            stored_at: now_seconds(),
+        }
+    }
+
+    pub(crate) fn seal(&self) -> Vec<u8> {
+        seal(BLOB_TAG, self)
+    }
+
+    pub(crate) fn open(sealed: &[u8]) -> Result<Self, String> {
+        open(BLOB_TAG, sealed)
+    }
+
+    /// What it says besides its key; a blob has no work.
+    pub(crate) fn pointer(&self) -> Pointer {
+        Pointer {
+            object: self.object,
+            size: self.size,
+            work_nanos: 0,
+            stored_at: self.stored_at,
+        }
+    }
+}
+
+/// A file of the `records` tree, of any kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one lives at a time, on the stack of a walk; boxing would allocate per file"
+)]
+pub(crate) enum AnyRecord<'a> {
+    /// An artifact's record, and the artifact's bytes when it carries them.
+    Artifact(Record, Option<&'a [u8]>),
+    /// A named blob's record.
+    Blob(BlobRecord),
+}
+
+impl AnyRecord<'_> {
+    /// A file of the `records` tree: a blob's record when it opens as one,
+    /// else an artifact's of either form. An inline record starts with its
+    /// artifact's bytes, which may start with any tag, so a file that
+    /// starts like a blob record and does not open as one is still tried
+    /// as an artifact's.
+    pub(crate) fn open(sealed: &[u8]) -> Result<AnyRecord<'_>, String> {
+        let blob = sealed
+            .starts_with(BLOB_TAG)
+            .then(|| BlobRecord::open(sealed));
+        match blob {
+            Some(Ok(record)) => Ok(AnyRecord::Blob(record)),
+            Some(Err(defect)) => Record::open_any(sealed)
+                .map(|(record, inline)| AnyRecord::Artifact(record, inline))
+                .or(Err(defect)),
+            None => {
+                Record::open_any(sealed).map(|(record, inline)| AnyRecord::Artifact(record, inline))
+            }
+        }
+    }
+
+    /// The digest of its key: the name it is filed under.
+    pub(crate) fn key_digest(&self) -> [u8; 32] {
+        match self {
+            Self::Artifact(record, _) => record.key.digest(),
+            Self::Blob(record) => record.key.digest(),
+        }
+    }
+
+    /// The object it points at, and its length.
+    pub(crate) fn object(&self) -> ([u8; 32], u64) {
+        match self {
+            Self::Artifact(record, _) => (record.object, record.size),
+            Self::Blob(record) => (record.object, record.size),
+        }
     }
 }
 

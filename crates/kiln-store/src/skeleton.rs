@@ -63,8 +63,21 @@ pub(crate) fn prepare(layout: &Layout, durable: bool) -> Result<()> {
 
 /// Checks the marker, or writes it into a folder that may become a store.
 fn adopt(root: &Folder, layout: &Layout, durable: bool) -> Result<()> {
-    if is_marked(root, layout)? {
-        return Ok(());
+    match read_layout(root, layout)? {
+        Marker::Current => return Ok(()),
+        Marker::Earlier => {
+            log::info!(
+                "upgrading the store at {} to {LAYOUT}",
+                layout.root().display()
+            );
+        }
+        Marker::Absent => {
+            if !is_empty_or_unfinished(root).map_err(Error::io("list", layout.root()))? {
+                return Err(Error::NotAStore {
+                    root: layout.root().to_path_buf(),
+                });
+            }
+        }
     }
     let marker_path = layout.layout_file();
     durable::publish(
@@ -113,7 +126,7 @@ pub(crate) fn inspect(layout: &Layout) -> Result<bool> {
 pub(crate) fn open_marked(layout: &Layout) -> Result<Folder> {
     let root_path = layout.root();
     let root = Folder::open(root_path).map_err(Error::io("open the store folder", root_path))?;
-    if !read_layout(&root, layout)? {
+    if read_layout(&root, layout)? == Marker::Absent {
         return Err(Error::NotAStore {
             root: root_path.to_path_buf(),
         });
@@ -129,7 +142,7 @@ pub(crate) fn open_marked(layout: &Layout) -> Result<Folder> {
 /// It carries none and holds what a store would not ([`Error::NotAStore`]),
 /// or as [`read_layout`].
 fn is_marked(root: &Folder, layout: &Layout) -> Result<bool> {
-    if read_layout(root, layout)? {
+    if read_layout(root, layout)? != Marker::Absent {
         return Ok(true);
     }
     if !is_empty_or_unfinished(root).map_err(Error::io("list", layout.root()))? {
@@ -140,22 +153,34 @@ fn is_marked(root: &Folder, layout: &Layout) -> Result<bool> {
     Ok(false)
 }
 
-/// Whether `root` carries this layout's marker; `false` when it carries
-/// none. Only "not found" says it carries none: a marker that cannot be
-/// read, or is a link, is an error.
+/// What a root's `LAYOUT` marker says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marker {
+    /// No marker: not a store (yet).
+    Absent,
+    /// This layout.
+    Current,
+    /// A layout this one reads as it is and upgrades ([`layout::UPGRADES_FROM`]).
+    Earlier,
+}
+
+/// The marker `root` carries. Only "not found" says it carries none: a
+/// marker that cannot be read, or is a link, is an error.
 ///
 /// # Errors
 ///
-/// The marker is of another layout ([`Error::Layout`]) or cannot be read.
-fn read_layout(root: &Folder, layout: &Layout) -> Result<bool> {
+/// The marker is of a layout this one cannot read ([`Error::Layout`]) or
+/// cannot be read.
+fn read_layout(root: &Folder, layout: &Layout) -> Result<Marker> {
     match read_marker(root, OsStr::new("LAYOUT")) {
-        Ok(found) if found.trim() == LAYOUT => Ok(true),
+        Ok(found) if found.trim() == LAYOUT => Ok(Marker::Current),
+        Ok(found) if layout::UPGRADES_FROM.contains(&found.trim()) => Ok(Marker::Earlier),
         Ok(found) => Err(Error::Layout {
             root: layout.root().to_path_buf(),
             found: found.trim().to_owned(),
             expected: LAYOUT,
         }),
-        Err(error) if is_absent(&error) => Ok(false),
+        Err(error) if is_absent(&error) => Ok(Marker::Absent),
         Err(error) => Err(Error::io("read", &layout.layout_file())(error)),
     }
 }

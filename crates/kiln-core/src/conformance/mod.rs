@@ -75,7 +75,7 @@ pub use loader::{
 pub use store::{
     StoreSubject, l10_the_generation_is_shared_by_clones_and_moves_only_when_content_is_replaced,
     p1_keys_differing_in_one_component_do_not_see_each_other, p2_a_key_never_put_misses_as_absent,
-    p2_a_put_of_another_artifact_replaces_the_first,
+    p2_a_named_blob_is_found_by_its_own_key_only, p2_a_put_of_another_artifact_replaces_the_first,
     p2_a_put_then_a_lookup_hits_with_the_same_bytes_and_work,
     p2_a_removed_key_misses_and_removing_it_again_is_harmless,
     p3_another_process_reads_what_one_put, p3_threads_putting_under_one_key_are_read_whole,

@@ -36,8 +36,8 @@ use std::time::Duration;
 use super::not_applicable;
 use crate::id::{ArtifactId, KernelId};
 use crate::store::{
-    ArtifactStore, Claim, ClaimWait, Explanation, KeyComponent, KeyComponents, Lookup, Miss,
-    StoreKey, StoreOutcome,
+    ArtifactStore, BlobKey, Claim, ClaimWait, Explanation, KeyComponent, KeyComponents, Lookup,
+    Miss, StoreKey, StoreOutcome,
 };
 
 /// How the suite makes stores of one kind.
@@ -619,6 +619,65 @@ pub fn p6_a_batch_end_within_the_limits_keeps_every_entry<S: StoreSubject>(subje
     assert_eq!(store.statistics().evicted, 0, "nothing was evicted");
 }
 
+/// The blob of the suite, for the driver `driver`.
+fn blob_key(driver: &str) -> BlobKey {
+    BlobKey::new("conformance cache")
+        .component("adapter", "adapter-1")
+        .component("driver", driver)
+}
+
+/// P1, P2: a named blob is found by its key alone: the bytes put,
+/// replaced by the next put, seen under no key that differs in one
+/// component and by no artifact's lookup. A store that keeps no blobs
+/// skips every put and misses every lookup as absent.
+pub fn p2_a_named_blob_is_found_by_its_own_key_only<S: StoreSubject>(subject: &S) {
+    let store = subject.store();
+    let key = blob_key("1");
+    assert!(is_absent(&store.lookup_blob(&key)), "an empty store");
+    let first = artifact(40, 3000);
+    match store.put_blob(&key, &first) {
+        StoreOutcome::Stored { .. } => {}
+        StoreOutcome::Skipped => {
+            assert!(
+                is_absent(&store.lookup_blob(&key)),
+                "a store that skips blobs holds none"
+            );
+            not_applicable("named blobs", "this store keeps no blobs");
+            return;
+        }
+        StoreOutcome::Failed { detail } => panic!("a blob put failed: {detail}"),
+    }
+    let (found, read, work) = expect_hit(store.lookup_blob(&key), "the blob just put");
+    assert!(found == first, "the blob's bytes come back");
+    assert_eq!(
+        read,
+        first.len() as u64,
+        "a hit says how many bytes it read"
+    );
+    assert_eq!(work, Duration::ZERO, "a blob's hit reports no work");
+    assert!(
+        is_absent(&store.clone().lookup_blob(&blob_key("2"))),
+        "a key with another driver does not see the blob"
+    );
+    assert!(
+        is_absent(&store.lookup(&kernel_key(0))),
+        "no artifact's lookup sees the blob"
+    );
+    expect_stored(
+        store.put(&kernel_key(0), None, &artifact(41, 100), Duration::ZERO),
+        "an artifact beside the blob",
+    );
+    let second = artifact(42, 2000);
+    expect_stored(store.put_blob(&key, &second), "a second blob put");
+    let (found, _, _) = expect_hit(store.lookup_blob(&key), "the blob put again");
+    assert!(found == second, "the later put replaced the blob");
+    let (found, _, _) = expect_hit(store.lookup(&kernel_key(0)), "the artifact");
+    assert!(
+        found == artifact(41, 100),
+        "the blob left the artifact alone"
+    );
+}
+
 /// Instantiates the store conformance suite: one `#[test]` per rule, each
 /// making its subject with `$subject`, an expression whose value implements
 /// [`StoreSubject`](crate::conformance::StoreSubject).
@@ -639,6 +698,7 @@ macro_rules! store_conformance_suite {
             p5_an_empty_artifact_round_trips_or_is_refused_and_counted,
             p6_a_batch_end_within_the_limits_keeps_every_entry,
             p7_a_source_key_finds_what_was_put_with_it,
+            p2_a_named_blob_is_found_by_its_own_key_only,
             p9_explain_names_the_changed_component_or_says_never_seen,
             l10_the_generation_is_shared_by_clones_and_moves_only_when_content_is_replaced,
             s4_statistics_count_hits_misses_and_puts,

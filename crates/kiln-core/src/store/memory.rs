@@ -7,8 +7,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::{
-    ArtifactStore, Claim, ClaimGuard, ClaimWait, Explanation, Generation, Lookup, Miss, StoreKey,
-    StoreOutcome, StoreStatistics,
+    ArtifactStore, BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, Generation, Lookup, Miss,
+    StoreKey, StoreOutcome, StoreStatistics,
 };
 
 /// How long a [`ClaimWait::Patiently`] claim waits by default for another
@@ -40,6 +40,8 @@ pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 ///   does nothing, and [`clear`](Self::clear) empties it.
 /// - [`explain`](ArtifactStore::explain) remembers the last key stored for
 ///   each kernel, so it names what changed since (P9).
+/// - Named blobs ([`put_blob`](ArtifactStore::put_blob)) are kept beside
+///   the artifacts, under their [`BlobKey`], as artifacts are.
 ///
 /// # Examples
 ///
@@ -95,6 +97,8 @@ impl Default for Shared {
 #[derive(Default)]
 struct State {
     entries: HashMap<StoreKey, StoredEntry>,
+    /// The named blobs.
+    blobs: HashMap<BlobKey, Arc<[u8]>>,
     /// The last key stored for each kernel, by its digest, for
     /// [`ArtifactStore::explain`]; kept when the entry goes.
     last_stored: HashMap<u128, (StoreKey, u64)>,
@@ -127,9 +131,11 @@ impl MemoryStore {
         }
     }
 
-    /// How many entries it holds, counting a source key as its own entry.
+    /// How many entries it holds, counting a source key and a named blob
+    /// each as an entry of its own.
     pub fn len(&self) -> usize {
-        self.state().entries.len()
+        let state = self.state();
+        state.entries.len() + state.blobs.len()
     }
 
     /// Whether it holds nothing.
@@ -141,7 +147,10 @@ impl MemoryStore {
     /// other content, so loaders bound to it load again. What `explain`
     /// remembers stays, so a kernel asked again is [`Explanation::Gone`].
     pub fn clear(&self) {
-        self.state().entries.clear();
+        let mut state = self.state();
+        state.entries.clear();
+        state.blobs.clear();
+        drop(state);
         self.shared.generation.advance();
     }
 
@@ -153,6 +162,48 @@ impl MemoryStore {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl State {
+    /// A hit of `found`'s bytes and work, or an absent miss, counted.
+    fn count_lookup(&mut self, found: Option<(Vec<u8>, Duration)>) -> Lookup<Vec<u8>> {
+        match found {
+            Some((artifact, work)) => {
+                let bytes = artifact.len() as u64;
+                self.statistics.hits += 1;
+                self.statistics.bytes_read += bytes;
+                Lookup::Hit {
+                    artifact,
+                    bytes,
+                    work,
+                }
+            }
+            None => {
+                self.statistics.absent += 1;
+                Lookup::Miss(Miss::Absent)
+            }
+        }
+    }
+
+    /// The refusal of empty `bytes`, counted as a failed put (P5), as the
+    /// disk store refuses them; `None` for bytes it keeps.
+    fn refuse_empty(&mut self, bytes: &[u8]) -> Option<StoreOutcome> {
+        if !bytes.is_empty() {
+            return None;
+        }
+        self.statistics.put_failures += 1;
+        Some(StoreOutcome::Failed {
+            detail: "an empty artifact is never stored".into(),
+        })
+    }
+
+    /// A put of `bytes`, counted.
+    fn count_put(&mut self, bytes: &[u8]) -> StoreOutcome {
+        let written = bytes.len() as u64;
+        self.statistics.puts += 1;
+        self.statistics.bytes_written += written;
+        StoreOutcome::Stored { bytes: written }
     }
 }
 
@@ -188,22 +239,7 @@ impl ArtifactStore for MemoryStore {
             .entries
             .get(key)
             .map(|entry| (entry.bytes.to_vec(), entry.work));
-        match found {
-            Some((artifact, work)) => {
-                let bytes = artifact.len() as u64;
-                state.statistics.hits += 1;
-                state.statistics.bytes_read += bytes;
-                Lookup::Hit {
-                    artifact,
-                    bytes,
-                    work,
-                }
-            }
-            None => {
-                state.statistics.absent += 1;
-                Lookup::Miss(Miss::Absent)
-            }
-        }
+        state.count_lookup(found)
     }
 
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
@@ -253,11 +289,8 @@ impl ArtifactStore for MemoryStore {
         work: Duration,
     ) -> StoreOutcome {
         let mut state = self.state();
-        if bytes.is_empty() {
-            state.statistics.put_failures += 1;
-            return StoreOutcome::Failed {
-                detail: "an empty artifact is never stored".into(),
-            };
+        if let Some(refused) = state.refuse_empty(bytes) {
+            return refused;
         }
         let stored_at = now_seconds();
         let shared_bytes: Arc<[u8]> = Arc::from(bytes);
@@ -273,10 +306,7 @@ impl ArtifactStore for MemoryStore {
                 state.last_stored.insert(kernel, (key.clone(), stored_at));
             }
         }
-        let written = bytes.len() as u64;
-        state.statistics.puts += 1;
-        state.statistics.bytes_written += written;
-        StoreOutcome::Stored { bytes: written }
+        state.count_put(bytes)
     }
 
     fn remove(&self, key: &StoreKey) {
@@ -289,6 +319,24 @@ impl ArtifactStore for MemoryStore {
 
     fn statistics(&self) -> StoreStatistics {
         self.state().statistics
+    }
+
+    fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
+        let mut state = self.state();
+        let found = state
+            .blobs
+            .get(key)
+            .map(|bytes| (bytes.to_vec(), Duration::ZERO));
+        state.count_lookup(found)
+    }
+
+    fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
+        let mut state = self.state();
+        if let Some(refused) = state.refuse_empty(bytes) {
+            return refused;
+        }
+        state.blobs.insert(key.clone(), Arc::from(bytes));
+        state.count_put(bytes)
     }
 
     fn explain(&self, key: &StoreKey) -> Explanation {

@@ -1,7 +1,8 @@
 //! The persistent store seen from the core: what an artifact's key is made
 //! of (`key`), the object-safe [`ArtifactStore`] trait a store implements
 //! and what its lookups and writes answer ([`Lookup`], [`Miss`],
-//! [`StoreOutcome`]), the store's [`Generation`], single flight among
+//! [`StoreOutcome`]), the named blobs a store keeps beside artifacts
+//! ([`BlobKey`], `blob`), the store's [`Generation`], single flight among
 //! processes (`claim`), and [`BoundStore`] (`binding`), the store bound to
 //! a compiler's keys, through which the loader does every lookup, claim
 //! and put of its [`CompilationTarget`]'s store. [`MemoryStore`]
@@ -37,6 +38,7 @@
 //! [`CompilationTarget`]: crate::CompilationTarget
 
 mod binding;
+mod blob;
 mod claim;
 mod generation;
 mod key;
@@ -48,6 +50,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use binding::BoundStore;
+pub use blob::BlobKey;
 pub use claim::{Claim, ClaimGuard, ClaimWait};
 pub use generation::Generation;
 pub use key::{
@@ -217,6 +220,18 @@ pub struct StoreStatistics {
 /// - [`batch_finished`](Self::batch_finished) is called after the last put
 ///   of every batch of a loader bound to the store; a store with limits
 ///   is within them when it returns (P6).
+/// - A **named blob** ([`lookup_blob`](Self::lookup_blob),
+///   [`put_blob`](Self::put_blob)) is data a backend keeps beside its
+///   artifacts that is no kernel's (the driver's pipeline cache), under a
+///   [`BlobKey`] of its own. It is kept as an artifact is: verified on
+///   every read (P2), published atomically (P3), a failed write a counted
+///   [`StoreOutcome::Failed`] (P5), evicted as any entry (P6), and counted
+///   in [`statistics`](Self::statistics) as lookups and puts. A blob and
+///   an artifact never see each other, and a put replaces the blob's
+///   bytes. A blob has no claim, source key or explanation, and its hits
+///   report no work. A store that keeps no blobs answers every lookup
+///   [`Miss::Absent`] and every put [`StoreOutcome::Skipped`] (the
+///   defaults).
 /// - Every method may be called from any thread.
 pub trait ArtifactStore: Send + Sync + fmt::Debug {
     /// The verified bytes stored under `key`, or why there are none.
@@ -258,5 +273,19 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
     fn explain(&self, key: &StoreKey) -> Explanation {
         let _ = key;
         Explanation::NeverSeen
+    }
+
+    /// The verified bytes of the blob named `key`, or why there are none.
+    /// The default keeps no blobs: [`Miss::Absent`].
+    fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
+        let _ = key;
+        Lookup::Miss(Miss::Absent)
+    }
+
+    /// Publishes `bytes` as the blob named `key`, in place of what it held.
+    /// The default keeps no blobs: [`StoreOutcome::Skipped`].
+    fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
+        let _ = (key, bytes);
+        StoreOutcome::Skipped
     }
 }

@@ -1,0 +1,154 @@
+//! Named blobs ([`BlobKey`]): data a backend keeps beside its artifacts,
+//! such as the driver's pipeline cache. A blob is an object and a blob
+//! record (`kilnblb1`) filed in the `records` tree under its key's digest,
+//! so it is published, verified, evicted and listed as an artifact is; it
+//! has no kernel history, no source key and no claim.
+
+use std::io;
+
+use kiln_core::store::BlobKey;
+use kiln_core::{Lookup, StoreOutcome};
+
+use super::read::{Judged, Sought};
+use super::write::{RecordFile, digest};
+use super::{DiskStore, bump};
+use crate::record::BlobRecord;
+
+impl DiskStore {
+    /// The verified bytes of the blob `key`:
+    /// [`ArtifactStore::lookup_blob`](kiln_core::ArtifactStore::lookup_blob).
+    pub(super) fn find_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
+        self.refresh_generation();
+        self.find(
+            &Sought {
+                record_path: &self.inner.layout.record(&key.digest()),
+                subject: &|| key.kind.clone(),
+                without_it: "it is made",
+            },
+            |sealed| match BlobRecord::open(sealed) {
+                Err(defect) => Judged::Corrupt(defect),
+                Ok(record) => match record.key.first_difference(key) {
+                    Some(difference) => Judged::Foreign(difference),
+                    None => Judged::Pointer(record.pointer()),
+                },
+            },
+            || {},
+        )
+    }
+
+    /// Publishes `bytes` as the blob `key`:
+    /// [`ArtifactStore::put_blob`](kiln_core::ArtifactStore::put_blob).
+    pub(super) fn store_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
+        if self.inner.read_only {
+            bump(&self.inner.counters.writes_skipped, 1);
+            return StoreOutcome::Skipped;
+        }
+        let result = self.try_put_blob(key, bytes);
+        self.count_put(result, || key.to_string())
+    }
+
+    fn try_put_blob(&self, key: &BlobKey, bytes: &[u8]) -> io::Result<u64> {
+        if bytes.is_empty() {
+            return Err(io::Error::other("an empty blob is never stored"));
+        }
+        let object = digest(bytes);
+        let record = BlobRecord::new(key.clone(), object, bytes.len() as u64);
+        let records = [RecordFile {
+            path: self.inner.layout.record(&key.digest()),
+            sealed: record.seal(),
+            inline: false,
+        }];
+        let (written, new_entries) = self.publish_entry(bytes, &object, &records)?;
+        self.count_usage(written, new_entries);
+        Ok(written)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::time::Duration;
+
+    use kiln_core::store::BlobKey;
+    use kiln_core::{ArtifactStore, Lookup, Miss, StoreOutcome};
+
+    use super::super::fixtures::{kernel_key, scratch};
+    use crate::Limits;
+    use crate::record::BlobRecord;
+
+    fn blob_key(driver: &str) -> BlobKey {
+        BlobKey::new("test cache")
+            .component("adapter", "test adapter")
+            .component("driver", driver)
+    }
+
+    #[test]
+    fn a_blob_is_a_record_of_its_own_beside_its_object() {
+        // P2: the record names the blob's key and its object, whose digest
+        // a hit checks.
+        let store = scratch("blob-record");
+        let bytes = vec![5u8; 40 << 10];
+        assert!(matches!(
+            store.put_blob(&blob_key("1"), &bytes),
+            StoreOutcome::Stored { .. }
+        ));
+        let path = store.inner.layout.record(&blob_key("1").digest());
+        let record = BlobRecord::open(&fs::read(&path).expect("a blob record")).expect("whole");
+        assert_eq!(record.key, blob_key("1"));
+        assert_eq!(record.size, bytes.len() as u64);
+        let object = store.object_path(&record.object);
+        assert_eq!(fs::read(&object).expect("its object"), bytes);
+
+        fs::write(&object, vec![6u8; bytes.len()]).expect("the object is damaged");
+        assert!(matches!(
+            store.lookup_blob(&blob_key("1")),
+            Lookup::Miss(Miss::Corrupt { .. })
+        ));
+        assert!(
+            matches!(
+                store.lookup_blob(&blob_key("1")),
+                Lookup::Miss(Miss::Absent)
+            ),
+            "the damaged blob was removed"
+        );
+        let _ = fs::remove_dir_all(store.root());
+    }
+
+    #[test]
+    fn a_blob_is_listed_verified_and_evicted_as_an_entry() {
+        // P6: a blob is an entry: listed as a blob, kept by verify, and
+        // evicted with the rest.
+        let store = scratch("blob-entry");
+        store.put(&kernel_key(1), None, b"an artifact", Duration::ZERO);
+        store.put_blob(&blob_key("1"), b"a blob");
+        let mut blobs = Vec::new();
+        let mut artifacts = 0;
+        store
+            .entries(&mut |entry| match entry.entry {
+                crate::Entry::Blob(record) => blobs.push(record.key),
+                crate::Entry::Record(_) => artifacts += 1,
+            })
+            .expect("lists");
+        assert_eq!((blobs, artifacts), (vec![blob_key("1")], 1));
+
+        let report = store.verify(&mut |_| {}).expect("verifies");
+        assert!(report.is_clean(), "{report:?}");
+        assert_eq!(report.records, 2);
+        assert!(matches!(
+            store.lookup_blob(&blob_key("1")),
+            Lookup::Hit { .. }
+        ));
+
+        let nothing = Limits {
+            max_bytes: 0,
+            max_entries: 0,
+        };
+        let report = store.collect(nothing, &mut |_| {}).expect("collects");
+        assert_eq!((report.evicted, report.records_removed), (2, 2));
+        assert!(matches!(
+            store.lookup_blob(&blob_key("1")),
+            Lookup::Miss(Miss::Absent)
+        ));
+        let _ = fs::remove_dir_all(store.root());
+    }
+}

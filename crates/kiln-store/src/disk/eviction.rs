@@ -1,0 +1,86 @@
+//! Eviction as a store fills: on a thread of its own when a put takes the
+//! store over a limit, and within the limits before a batch returns (P6).
+//! The walk that evicts is `maintenance.rs`'s `collect`.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::DiskStore;
+use crate::lock::{COLLECT_SLOT, Mode, deadline_after};
+use crate::usage::Usage;
+
+impl DiskStore {
+    /// Starts evicting on a thread of its own when `usage` is over a limit,
+    /// unless this process already is.
+    pub(super) fn collect_if_over(&self, usage: Usage) {
+        let config = &self.inner.config;
+        if !config.collects_automatically
+            || (usage.bytes <= config.max_bytes && usage.entries <= config.max_entries)
+            || self.inner.collecting.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        self.inner
+            .collected_since_batch
+            .store(true, Ordering::Release);
+        let store = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("kiln-store-collect".into())
+            .spawn(move || {
+                let limits = crate::Limits::low_water(store.config());
+                if let Err(error) = store.collect(limits, &mut |_| {}) {
+                    log::warn!("evicting from {}: {error}", store.root().display());
+                }
+                store.inner.collecting.store(false, Ordering::Release);
+            });
+        if let Err(error) = spawned {
+            log::warn!("cannot start evicting: {error}");
+            self.inner.collecting.store(false, Ordering::Release);
+        }
+    }
+
+    /// Brings the store within its limits before a batch returns, when
+    /// this process's puts took it over (P6): a run that fills the store
+    /// ends within its limits, where eviction on its own thread alone
+    /// could end the process long before it caught up. Waits for a
+    /// collection that is running, then evicts down to 90 % of the limits
+    /// when still over. A collection that ran on this process's thread
+    /// during the batch may have counted before the batch's last puts, so
+    /// the store is then recounted (evicting down to the limits only).
+    pub(super) fn hold_limits(&self) {
+        let inner = &self.inner;
+        let config = &inner.config;
+        if inner.read_only
+            || !config.collects_automatically
+            || !inner.wrote_since_batch.swap(false, Ordering::AcqRel)
+        {
+            return;
+        }
+        let deadline = deadline_after(config.lock_timeout);
+        while inner.collecting.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // Another process collecting holds the slot until it is done.
+        drop(
+            inner
+                .locks
+                .acquire(COLLECT_SLOT, Mode::Exclusive, Some(deadline)),
+        );
+        let recount = inner.collected_since_batch.swap(false, Ordering::AcqRel);
+        let usage = self.usage();
+        let limits = if usage.bytes > config.max_bytes || usage.entries > config.max_entries {
+            crate::Limits::low_water(config)
+        } else if recount {
+            crate::Limits::of(config)
+        } else {
+            return;
+        };
+        match self.collect(limits, &mut |_| {}) {
+            Ok(report) if report.skipped => {
+                log::debug!("another process is evicting from {}", self.root().display());
+            }
+            Ok(_) => {}
+            Err(error) => log::warn!("evicting from {}: {error}", self.root().display()),
+        }
+    }
+}

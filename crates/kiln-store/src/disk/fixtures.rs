@@ -1,0 +1,51 @@
+//! What the tests of the store's parts share: scratch stores and keys.
+
+use std::fs;
+use std::path::Path;
+use std::time::SystemTime;
+
+use kiln_core::fake::{FakeCompiler, FakeKernel};
+use kiln_core::{ArtifactStore, Lookup, StoreKey};
+
+use super::DiskStore;
+use crate::config::StoreConfig;
+
+pub(super) fn scratch(test: &str) -> DiskStore {
+    let root = std::env::temp_dir().join(format!("kiln-store-{test}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&root);
+    DiskStore::open(StoreConfig {
+        collects_automatically: false,
+        ..StoreConfig::at(root)
+    })
+    .expect("a store")
+}
+
+pub(super) fn kernel_key(number: u32) -> StoreKey {
+    StoreKey::for_artifact(
+        &FakeCompiler::default_key_components(),
+        &FakeKernel::new(number).artifact_id(),
+        None,
+    )
+}
+
+pub(super) fn source_key(number: u32) -> StoreKey {
+    StoreKey::for_source(
+        &FakeCompiler::default_key_components(),
+        &FakeKernel::new(number).artifact_id(),
+        None,
+        &format!("source {number}"),
+    )
+}
+
+pub(super) fn hit(store: &DiskStore, key: &StoreKey) -> Vec<u8> {
+    match store.lookup(key) {
+        Lookup::Hit { artifact, .. } => artifact,
+        Lookup::Miss(miss) => panic!("a stored entry missed: {miss}"),
+    }
+}
+
+pub(super) fn accessed(path: &Path) -> SystemTime {
+    fs::metadata(path)
+        .and_then(|found| found.accessed())
+        .expect("an access time")
+}

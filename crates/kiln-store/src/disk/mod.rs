@@ -1,0 +1,235 @@
+//! [`DiskStore`]: the store against one root, one part of it per file.
+//!
+//! - `open`: opening a root, writable or read-only, and its settings;
+//! - `generation`: the generation token shared with other processes (L10);
+//! - `read`: lookups, verified hits and misses (P2);
+//! - `history`: what the store remembers of each kernel's keys, for
+//!   explanations (P9);
+//! - `access`: explicit access times, the eviction clock (P6);
+//! - `blob`: named blobs, kept beside artifacts as artifacts are;
+//! - `write`: puts, publication and rollback, and the causes of failed
+//!   writes (P3, P5);
+//! - `removal`: removing the store's own files, and only those;
+//! - `targets`: the key components of every compiler that stored here;
+//! - `claim`: single flight across processes (P4);
+//! - `eviction`: evicting on its own thread, and within the limits at the
+//!   end of a batch (P6);
+//! - `scratch` (the `bench` feature): filling a scratch store for benches.
+//!
+//! This file holds the store's shared state and the [`ArtifactStore`]
+//! implementation, which hands each call to its part.
+
+mod access;
+mod blob;
+mod claim;
+mod eviction;
+mod generation;
+mod history;
+mod open;
+mod read;
+mod removal;
+#[cfg(any(test, feature = "bench"))]
+mod scratch;
+mod targets;
+mod write;
+
+#[cfg(test)]
+mod fixtures;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kiln_core::store::BlobKey;
+use kiln_core::{
+    ArtifactStore, Claim, ClaimWait, Explanation, Generation, KeyComponents, Lookup, StoreKey,
+    StoreOutcome, StoreStatistics,
+};
+
+use crate::config::StoreConfig;
+use crate::error::WriteFailure;
+use crate::layout::Layout;
+use crate::lock::LockFile;
+use crate::usage::{Usage, UsageFile};
+
+pub(crate) use access::{not_yet_refreshed, touch};
+pub(crate) use write::{digest, is_inlined, within_file_size_limit};
+
+/// A verified artifact store in a folder, shared by every process that opens
+/// the same root.
+///
+/// Cloning is cheap and shares everything, counters included.
+///
+/// ```no_run
+/// use std::sync::Arc;
+///
+/// use kiln_core::fake::{FakeKernel, FakeTarget};
+/// use kiln_core::{Kernel, KernelLoader};
+/// use kiln_store::DiskStore;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // KILN_CACHE_DIR, KILN_CACHE_DISABLE, KILN_CACHE_MAX_SIZE, ...
+/// let target = match DiskStore::open_from_env()? {
+///     Some(store) => FakeTarget::on_store(Arc::new(store)),
+///     None => FakeTarget::storeless(),
+/// };
+/// let mut loader = KernelLoader::new(target);
+/// let kernel = FakeKernel::new(1);
+/// loader.load(&kernel, &kernel.artifact_id())?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct DiskStore {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) config: StoreConfig,
+    pub(crate) layout: Layout,
+    pub(crate) locks: Arc<LockFile>,
+    pub(crate) usage: UsageFile,
+    pub(crate) counters: Counters,
+    generation: Generation,
+    /// The root's generation token when this store last looked.
+    root_token: AtomicU64,
+    /// When to look at the token next, in nanoseconds after `opened`.
+    next_token_check: AtomicU64,
+    opened: Instant,
+    /// Key components this process has written to the targets file.
+    registered: Mutex<Vec<KeyComponents>>,
+    collecting: AtomicBool,
+    /// Whether the store is only read (P5): asked for, or its folder cannot
+    /// be written.
+    read_only: bool,
+    /// The failed writes so far, one entry per cause.
+    write_failures: Mutex<Vec<WriteFailure>>,
+    /// Whether a put stored something since the end of the last batch.
+    wrote_since_batch: AtomicBool,
+    /// Whether a collection started on this process's own thread since the
+    /// end of the last batch: its recount may have missed the puts made
+    /// while it walked.
+    collected_since_batch: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    hits: AtomicU64,
+    absent: AtomicU64,
+    corrupt: AtomicU64,
+    foreign: AtomicU64,
+    unreadable: AtomicU64,
+    claims_waited: AtomicU64,
+    claims_timed_out: AtomicU64,
+    puts: AtomicU64,
+    put_failures: AtomicU64,
+    writes_skipped: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    pub(crate) evicted: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+impl DiskStore {
+    /// Whether the store only reads (P5): it serves hits, and skips every
+    /// write ([`StoreStatistics::writes_skipped`]) and claim. Asked for
+    /// with [`StoreConfig::read_only`], or found when its folder cannot be
+    /// written.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// Its root folder.
+    pub fn root(&self) -> &Path {
+        self.inner.layout.root()
+    }
+
+    /// What it holds, as last counted.
+    pub fn usage(&self) -> Usage {
+        self.inner.usage.read()
+    }
+
+    /// Where the record of `key` lives.
+    pub fn record_path(&self, key: &StoreKey) -> PathBuf {
+        self.inner.layout.record(&key.digest())
+    }
+
+    /// Where the object with digest `digest` lives.
+    pub fn object_path(&self, digest: &[u8; 32]) -> PathBuf {
+        self.inner.layout.object(digest)
+    }
+}
+
+impl ArtifactStore for DiskStore {
+    fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
+        self.find_artifact(key)
+    }
+
+    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        self.claim_key(key, wait)
+    }
+
+    fn put(
+        &self,
+        key: &StoreKey,
+        source_key: Option<&StoreKey>,
+        bytes: &[u8],
+        work: Duration,
+    ) -> StoreOutcome {
+        self.store_artifact(key, source_key, bytes, work)
+    }
+
+    fn remove(&self, key: &StoreKey) {
+        self.remove_record(key);
+    }
+
+    fn generation(&self) -> Generation {
+        self.inner.generation.clone()
+    }
+
+    fn statistics(&self) -> StoreStatistics {
+        let counters = &self.inner.counters;
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        StoreStatistics {
+            hits: read(&counters.hits),
+            absent: read(&counters.absent),
+            corrupt: read(&counters.corrupt),
+            foreign: read(&counters.foreign),
+            unreadable: read(&counters.unreadable),
+            claims_waited: read(&counters.claims_waited),
+            claims_timed_out: read(&counters.claims_timed_out),
+            puts: read(&counters.puts),
+            put_failures: read(&counters.put_failures),
+            writes_skipped: read(&counters.writes_skipped),
+            bytes_read: read(&counters.bytes_read),
+            bytes_written: read(&counters.bytes_written),
+            evicted: read(&counters.evicted),
+        }
+    }
+
+    fn batch_finished(&self) {
+        self.hold_limits();
+    }
+
+    fn explain(&self, key: &StoreKey) -> Explanation {
+        self.explain_key(key)
+    }
+
+    fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
+        self.find_blob(key)
+    }
+
+    fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
+        self.store_blob(key, bytes)
+    }
+}

@@ -1,0 +1,208 @@
+//! Opening a [`DiskStore`] at a root: adopting or making the store,
+//! deciding whether it may be written, and its settings from the
+//! environment.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use kiln_core::Generation;
+
+use super::generation::read_token;
+use super::{Counters, DiskStore, Inner};
+use crate::config::StoreConfig;
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::lock::LockFile;
+use crate::usage::UsageFile;
+
+/// Why a store is opened read-only.
+enum ReadOnly {
+    /// [`StoreConfig::read_only`].
+    Asked,
+    /// Its folder cannot be written.
+    Unwritable(io::Error),
+}
+
+impl DiskStore {
+    /// Opens (creating when missing) the store at `config.root`. Opening
+    /// another root than before gives a new [`Generation`] (L10).
+    ///
+    /// A store that cannot be written — [`StoreConfig::read_only`], or a
+    /// root on a read-only file system or not writable by this user — is
+    /// opened read-only (P5): it serves hits and stores nothing (see
+    /// [`is_read_only`](Self::is_read_only)). Found so rather than asked
+    /// for, it says so in one warning.
+    ///
+    /// # Errors
+    ///
+    /// The root cannot be created or is not a folder, or it holds a store
+    /// of another layout; [`Error::NotAStore`] when it holds files and no
+    /// store; [`Error::Damaged`] when the store's own files or folders are
+    /// damaged beyond what it repairs; [`Error::ReadOnlyEmpty`] when it
+    /// holds no store and cannot be written.
+    pub fn open(config: StoreConfig) -> Result<Self> {
+        let layout = Layout::new(config.root.clone());
+        // Decided before anything is created: a store that cannot be
+        // written is read as it is.
+        let opened_locks = match writable_locks(&config, &layout) {
+            Ok(opened_locks) => opened_locks,
+            Err(reason) => return Self::open_read_only(config, layout, reason),
+        };
+        // Adopts only an empty folder or a store, never follows a link
+        // below the root, and rebuilds the skeleton's own names.
+        crate::skeleton::prepare(&layout, config.durable)?;
+        let lock_path = layout.lock_file();
+        let locks = match opened_locks
+            .map_or_else(|| LockFile::open(&lock_path), |file| Ok(LockFile::of(file)))
+        {
+            Ok(locks) => locks,
+            Err(error) if is_unwritable(&error) => {
+                return Self::open_read_only(config, layout, ReadOnly::Unwritable(error));
+            }
+            Err(error) => return Err(Error::io("open", &lock_path)(error)),
+        };
+        let usage_path = layout.usage_file();
+        let usage = UsageFile::open(&usage_path).map_err(Error::io("open", &usage_path))?;
+        Ok(Self::with_parts(config, layout, locks, usage, false))
+    }
+
+    /// Opens the store at `layout` to read it only, for `reason`.
+    fn open_read_only(config: StoreConfig, layout: Layout, reason: ReadOnly) -> Result<Self> {
+        let root = layout.root();
+        // The rules of a writable open, without its writes: a folder that
+        // holds files and no marker is no store either.
+        if !crate::skeleton::inspect(&layout)? {
+            return Err(Error::ReadOnlyEmpty {
+                root: root.to_path_buf(),
+            });
+        }
+        let usage_path = layout.usage_file();
+        let usage =
+            UsageFile::open_read_only(&usage_path).map_err(Error::io("open", &usage_path))?;
+        match reason {
+            ReadOnly::Asked => log::debug!("kiln store: reading {} only", root.display()),
+            ReadOnly::Unwritable(error) => log::warn!(
+                "kiln store: {} cannot be written ({error}); reading it only: hits are served, \
+                 nothing is stored",
+                root.display()
+            ),
+        }
+        Ok(Self::with_parts(
+            config,
+            layout,
+            LockFile::in_process(),
+            usage,
+            true,
+        ))
+    }
+
+    fn with_parts(
+        config: StoreConfig,
+        layout: Layout,
+        locks: Arc<LockFile>,
+        usage: UsageFile,
+        read_only: bool,
+    ) -> Self {
+        let root_token = read_token(&layout.generation_file());
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                layout,
+                locks,
+                usage,
+                counters: Counters::default(),
+                generation: Generation::fresh(),
+                root_token: AtomicU64::new(root_token),
+                next_token_check: AtomicU64::new(0),
+                opened: Instant::now(),
+                registered: Mutex::new(Vec::new()),
+                collecting: AtomicBool::new(false),
+                read_only,
+                write_failures: Mutex::new(Vec::new()),
+                wrote_since_batch: AtomicBool::new(false),
+                collected_since_batch: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Opens the store the `KILN_CACHE_*` variables describe, or `None` when
+    /// `KILN_CACHE_DISABLE=1`.
+    ///
+    /// # Errors
+    ///
+    /// A variable cannot be read, or the store cannot be opened.
+    pub fn open_from_env() -> Result<Option<Self>> {
+        StoreConfig::from_env()?.map(Self::open).transpose()
+    }
+}
+
+/// The store's `locks` file opened for writing, or why the store at
+/// `layout` is to be opened read-only: asked for, or its `locks` file
+/// (when it has none, the nearest folder that exists on the way to its
+/// root) cannot be written. `Ok(None)` when it may be written but has no
+/// regular `locks` file to keep yet.
+///
+/// The open that proves a store writable is the one its locks need, so a
+/// healthy store opens the file once. It follows no link and keeps only a
+/// regular file: opening the store replaces anything else at the name.
+fn writable_locks(config: &StoreConfig, layout: &Layout) -> Result<Option<File>, ReadOnly> {
+    if config.read_only {
+        return Err(ReadOnly::Asked);
+    }
+    let lock_path = layout.lock_file();
+    let opened = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&lock_path);
+    if let Ok(file) = opened
+        && file.metadata().is_ok_and(|found| found.is_file())
+    {
+        return Ok(Some(file));
+    }
+    let probe = if lock_path.exists() {
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&lock_path)
+            .map(drop)
+    } else {
+        let existing = layout
+            .root()
+            .ancestors()
+            .find(|folder| folder.exists())
+            .unwrap_or(Path::new("."));
+        may_write(existing)
+    };
+    match probe {
+        Err(error) if is_unwritable(&error) => Err(ReadOnly::Unwritable(error)),
+        _ => Ok(None),
+    }
+}
+
+/// Whether this process may create files in `folder`, as the system
+/// answers before trying: a read-only file system says so too.
+fn may_write(folder: &Path) -> io::Result<()> {
+    let path = std::ffi::CString::new(folder.as_os_str().as_bytes())?;
+    // SAFETY: `path` is a NUL-terminated string alive for the call.
+    if unsafe { libc::access(path.as_ptr(), libc::W_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Whether `error` says the store's folder cannot be written at all, as
+/// opposed to a failure of one write.
+fn is_unwritable(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EROFS | libc::EACCES | libc::EPERM)
+    )
+}

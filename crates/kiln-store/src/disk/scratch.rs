@@ -1,0 +1,120 @@
+//! Filling a scratch store fast, for benchmarks that need many entries:
+//! behind the `bench` feature, which only `benches/` turns on, and in this
+//! crate's own tests. Nothing here is part of the store's API.
+
+use std::fs::{self, File};
+use std::io;
+use std::path::Path;
+use std::time::Duration;
+
+use kiln_core::{KeyComponents, StoreKey};
+
+use super::DiskStore;
+use super::access::not_yet_refreshed;
+use super::write::{digest, record_file};
+use crate::record::Record;
+
+impl DiskStore {
+    /// Fills a scratch store with `entries`, as [`put`](ArtifactStore::put)
+    /// would with no source keys, only faster: for benchmarks that need a
+    /// store of many entries. Returns how many it wrote.
+    ///
+    /// Nothing of what makes a put safe to share is here: each file is
+    /// written in place, without staging, syncing or locks, so a process
+    /// reading the store meanwhile could see half a file, and a crash leaves
+    /// torn entries (which then read as corrupt). No kernel history is
+    /// kept, so misses of these kernels cannot be explained (P9). The
+    /// objects and records are those a put writes, so a lookup costs what
+    /// it would in a store filled by puts.
+    ///
+    /// # Errors
+    ///
+    /// A file could not be written.
+    pub fn fill_scratch(
+        &self,
+        entries: impl IntoIterator<Item = (StoreKey, Vec<u8>)>,
+    ) -> io::Result<u64> {
+        let inner = &self.inner;
+        let mut folders = std::collections::HashSet::new();
+        let mut write = |path: &Path, bytes: &[u8]| -> io::Result<File> {
+            let folder = path.parent().expect("store files live in folders");
+            if !folders.contains(folder) {
+                fs::create_dir_all(folder)?;
+                folders.insert(folder.to_path_buf());
+            }
+            let mut file = File::create(path)?;
+            io::Write::write_all(&mut file, bytes)?;
+            Ok(file)
+        };
+        let (mut written, mut filled) = (0u64, 0u64);
+        let mut components: Vec<KeyComponents> = Vec::new();
+        for (key, bytes) in entries {
+            if bytes.is_empty() {
+                continue;
+            }
+            let object = digest(&bytes);
+            write(&inner.layout.object(&object), &bytes)?;
+            let record = Record::new(key.clone(), object, bytes.len() as u64, Duration::ZERO);
+            let (sealed, inline) = record_file(&record, &bytes);
+            let file = write(&inner.layout.record(&key.digest()), &sealed)?;
+            if inline {
+                not_yet_refreshed(&file);
+            }
+            written += (bytes.len() + sealed.len()) as u64;
+            filled += 1;
+            if !components.contains(&key.components) {
+                components.push(key.components);
+            }
+        }
+        for components in &components {
+            self.register_target(components);
+        }
+        inner.usage.adjust(
+            &inner.locks,
+            i64::try_from(written).unwrap_or(i64::MAX),
+            i64::try_from(filled).unwrap_or(i64::MAX),
+        )?;
+        Ok(filled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::time::Duration;
+
+    use kiln_core::ArtifactStore;
+
+    use super::super::fixtures::{hit, kernel_key, scratch};
+    use crate::disk::DiskStore;
+
+    #[test]
+    fn a_scratch_fill_writes_what_puts_write() {
+        let filled = scratch("fill");
+        let put = scratch("fill-put");
+        let entries = [
+            (kernel_key(1), vec![1u8; 100]),
+            (kernel_key(2), vec![2u8; 20 << 10]),
+        ];
+        assert_eq!(filled.fill_scratch(entries.clone()).expect("fills"), 2);
+        for (key, bytes) in &entries {
+            put.put(key, None, bytes, Duration::ZERO);
+            assert_eq!(&hit(&filled, key), bytes);
+            let read = |store: &DiskStore| fs::read(store.record_path(key)).expect("a record");
+            assert_eq!(read(&filled).len(), read(&put).len());
+            assert_eq!(
+                filled
+                    .record(key)
+                    .map(|record| record.pointer())
+                    .map(|pointer| pointer.object),
+                put.record(key)
+                    .map(|record| record.pointer())
+                    .map(|pointer| pointer.object)
+            );
+        }
+        assert_eq!(filled.usage(), put.usage());
+        assert_eq!(filled.targets(), put.targets());
+        let _ = fs::remove_dir_all(filled.root());
+        let _ = fs::remove_dir_all(put.root());
+    }
+}

@@ -1,0 +1,457 @@
+//! The write path: a put publishes the object, then its records, each
+//! atomically (P3), takes back what it published when it cannot finish,
+//! and counts a failure under its cause (P5).
+
+use std::ffi::OsStr;
+use std::fs::{self, File, Metadata};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use kiln_core::store::hex;
+use kiln_core::{StoreKey, StoreOutcome};
+
+use super::access::{not_yet_refreshed, touch};
+use super::{DiskStore, bump};
+use crate::durable;
+use crate::error::{WriteCause, WriteFailure};
+use crate::lock::{Mode, object_slot};
+use crate::record::{Record, Seen, now_seconds};
+use crate::tree::Folder;
+
+/// How long a publisher waits for an object that is being removed.
+pub(super) const PIN_WAIT: Duration = Duration::from_secs(2);
+
+/// Artifacts at least this large are digested on several threads.
+const PARALLEL_DIGEST: usize = 4 << 20;
+
+/// Artifacts at most this large are also kept inline in their kernel's
+/// record, so that a hit opens one file instead of two. Beyond it, the
+/// second open is a small part of reading and digesting the bytes, and the
+/// copy would cost more disk than it saves time (see
+/// `docs/design/store.md`).
+pub(crate) const INLINE_MAX: usize = 16 << 10;
+
+/// One record file a put publishes.
+pub(super) struct RecordFile {
+    /// Where.
+    pub(super) path: PathBuf,
+    /// Its sealed bytes.
+    pub(super) sealed: Vec<u8>,
+    /// Whether it carries the artifact's bytes (see [`not_yet_refreshed`]).
+    pub(super) inline: bool,
+}
+
+/// What a put finds where its object belongs.
+enum Here {
+    /// Nothing.
+    Absent,
+    /// The object, whole: open, and as it was found.
+    Same(File, Box<Metadata>),
+    /// A file that is not the object, or nothing left of what was not a
+    /// file.
+    Other,
+}
+
+impl DiskStore {
+    /// Publishes `bytes` under `key` and `source_key`:
+    /// [`ArtifactStore::put`](kiln_core::ArtifactStore::put).
+    pub(super) fn store_artifact(
+        &self,
+        key: &StoreKey,
+        source_key: Option<&StoreKey>,
+        bytes: &[u8],
+        work: Duration,
+    ) -> StoreOutcome {
+        let counters = &self.inner.counters;
+        if self.inner.read_only {
+            bump(&counters.writes_skipped, 1);
+            return StoreOutcome::Skipped;
+        }
+        let result = self.try_put(key, source_key, bytes, work);
+        self.count_put(result, || key.subject_text())
+    }
+
+    /// Counts a put's `result` as a put or a failed write of its cause
+    /// (P5), and says what it did; `subject` names what was put, for the
+    /// log.
+    pub(super) fn count_put(
+        &self,
+        result: io::Result<u64>,
+        subject: impl FnOnce() -> String,
+    ) -> StoreOutcome {
+        let counters = &self.inner.counters;
+        match result {
+            Ok(written) => {
+                bump(&counters.puts, 1);
+                bump(&counters.bytes_written, written);
+                StoreOutcome::Stored { bytes: written }
+            }
+            Err(error) => {
+                bump(&counters.put_failures, 1);
+                let cause = self.count_write_failure(&error);
+                log::debug!(
+                    "kiln store: cannot store {} in {}: {error}",
+                    subject(),
+                    self.root().display()
+                );
+                StoreOutcome::Failed {
+                    detail: format!("{cause}: {error}"),
+                }
+            }
+        }
+    }
+
+    /// The writes that failed through this handle and its clones, one
+    /// entry per cause, in the order the causes were first seen (P5).
+    pub fn write_failures(&self) -> Vec<WriteFailure> {
+        self.inner
+            .write_failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Counts a failed write under its cause, and logs the first of each
+    /// cause: a full disk fails every put of a run, and one line says it.
+    pub(super) fn count_write_failure(&self, error: &io::Error) -> WriteCause {
+        let cause = WriteCause::of(error);
+        let mut failures = self
+            .inner
+            .write_failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match failures.iter_mut().find(|failure| failure.cause == cause) {
+            Some(failure) => failure.count += 1,
+            None => {
+                failures.push(WriteFailure {
+                    cause,
+                    detail: error.to_string(),
+                    count: 1,
+                });
+                log::warn!(
+                    "kiln store: cannot write to {}: {cause}: {error}; kernels still load, and \
+                     further writes that fail so are only counted",
+                    self.root().display()
+                );
+            }
+        }
+        cause
+    }
+
+    fn try_put(
+        &self,
+        key: &StoreKey,
+        source_key: Option<&StoreKey>,
+        bytes: &[u8],
+        work: Duration,
+    ) -> io::Result<u64> {
+        if bytes.is_empty() {
+            return Err(io::Error::other("an empty artifact is never stored"));
+        }
+        let inner = &self.inner;
+        let object = digest(bytes);
+        let size = bytes.len() as u64;
+        let records: Vec<RecordFile> = std::iter::once(key)
+            .chain(source_key)
+            .map(|key| {
+                let record = Record::new(key.clone(), object, size, work);
+                let (sealed, inline) = record_file(&record, bytes);
+                RecordFile {
+                    path: inner.layout.record(&key.digest()),
+                    sealed,
+                    inline,
+                }
+            })
+            .collect();
+        let (written, new_entries) = self.publish_entry(bytes, &object, &records)?;
+        if let Some((name, kernel)) = key.kernel() {
+            self.update_history(name, kernel, |history| {
+                history.stored = Some(Seen {
+                    key: key.clone(),
+                    at: now_seconds(),
+                });
+                true
+            });
+        }
+        self.register_target(&key.components);
+        self.count_usage(written, new_entries);
+        Ok(written)
+    }
+
+    /// Publishes the object of `bytes`, whose digest is `object`, then
+    /// `records`, each atomically (P3), and takes back what it published
+    /// when it cannot finish: a failed put stores nothing, not an object
+    /// without its records. Returns the bytes written and the entries it
+    /// added (1 when the object is new).
+    pub(super) fn publish_entry(
+        &self,
+        bytes: &[u8],
+        object: &[u8; 32],
+        records: &[RecordFile],
+    ) -> io::Result<(u64, i64)> {
+        let inner = &self.inner;
+        let object = *object;
+        let size = bytes.len() as u64;
+        // Refused before a byte is written: past the limit, the system
+        // would stop the process with SIGXFSZ unless it ignores it.
+        let largest = records
+            .iter()
+            .map(|record| record.sealed.len() as u64)
+            .fold(size, u64::max);
+        within_file_size_limit(largest)?;
+        // Held while the object and its records are published, so eviction
+        // cannot take the object between the two (P6).
+        let pin = inner
+            .locks
+            .acquire(
+                object_slot(&object),
+                Mode::Shared,
+                Some(Instant::now() + PIN_WAIT),
+            )?
+            .ok_or_else(|| io::Error::other("the object stayed locked"))?;
+        let object_path = inner.layout.object(&object);
+        let mut written = 0;
+        let mut new_entries = 0;
+        // What this put published, to take back if it cannot finish: a
+        // failed put stores nothing, not an object without its records.
+        let mut published_object: Option<Metadata> = None;
+        let mut published_records: Vec<(&Path, Metadata)> = Vec::new();
+        let result = (|| -> io::Result<()> {
+            match self.same_object_here(&object_path, &object, size)? {
+                Here::Same(file, found) => {
+                    // The same bytes are already here: content addressing.
+                    touch(&file, &found);
+                }
+                other => {
+                    if matches!(other, Here::Absent) {
+                        new_entries = 1;
+                    }
+                    let file = self.publish(&object_path, bytes)?;
+                    written += size;
+                    if new_entries == 1 {
+                        published_object = file.metadata().ok();
+                    }
+                }
+            }
+            for record in records {
+                self.clear_non_file(&record.path)?;
+                let file = self.publish(&record.path, &record.sealed)?;
+                if let Ok(found) = file.metadata() {
+                    published_records.push((&record.path, found));
+                }
+                if record.inline {
+                    not_yet_refreshed(&file);
+                }
+                written += record.sealed.len() as u64;
+            }
+            Ok(())
+        })();
+        drop(pin);
+        if let Err(error) = result {
+            // Only the files this put published: another writer's record
+            // published since stays.
+            let same = |found: &Metadata| {
+                let (device, inode) = (found.dev(), found.ino());
+                move |folder: &Folder, name: &OsStr| folder.remove_if_same(name, device, inode)
+            };
+            for (target, found) in &published_records {
+                self.remove_at(target, same(found));
+            }
+            // Unless another publisher of the same bytes holds it now.
+            if let Some(found) = &published_object
+                && let Ok(Some(_alone)) =
+                    inner
+                        .locks
+                        .acquire(object_slot(&object), Mode::Exclusive, None)
+            {
+                self.remove_at(&object_path, same(found));
+            }
+            return Err(error);
+        }
+        inner.wrote_since_batch.store(true, Ordering::Release);
+        Ok((written, new_entries))
+    }
+
+    /// Adds what a put wrote to the usage counters, and starts evicting
+    /// when that takes the store over a limit (P6).
+    pub(super) fn count_usage(&self, written: u64, new_entries: i64) {
+        let inner = &self.inner;
+        match inner.usage.adjust(
+            &inner.locks,
+            i64::try_from(written).unwrap_or(i64::MAX),
+            new_entries,
+        ) {
+            Ok(usage) => self.collect_if_over(usage),
+            Err(error) => log::debug!("cannot count a put: {error}"),
+        }
+    }
+
+    /// What is at `path`, where the object with digest `object` and `size`
+    /// bytes belongs. A file of the right length is digested before it is
+    /// trusted: a bit flipped in place keeps the length, and a put that
+    /// trusted it would leave the entry corrupt for every later run (P2).
+    /// Anything else than a file there is removed, so the object can be
+    /// published in its place.
+    fn same_object_here(&self, path: &Path, object: &[u8; 32], size: u64) -> io::Result<Here> {
+        let found = match fs::symlink_metadata(path) {
+            Ok(found) => found,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Here::Absent),
+            Err(error) => return Err(error),
+        };
+        if !found.is_file() {
+            self.clear_non_file(path)?;
+            return Ok(Here::Other);
+        }
+        if found.len() != size {
+            return Ok(Here::Other);
+        }
+        let Ok(file) = File::open(path) else {
+            return Ok(Here::Other);
+        };
+        match file_digest(&file) {
+            Ok(found_digest) if found_digest == *object => Ok(Here::Same(file, Box::new(found))),
+            Ok(_) => {
+                log::warn!(
+                    "kiln store: object {} was damaged in place; written again",
+                    hex(&object[..8])
+                );
+                Ok(Here::Other)
+            }
+            Err(_) => Ok(Here::Other),
+        }
+    }
+
+    /// Publishes `bytes` at `path` (P3), refusing a file the process's
+    /// file size limit would not let it write whole.
+    pub(super) fn publish(&self, path: &Path, bytes: &[u8]) -> io::Result<File> {
+        within_file_size_limit(bytes.len() as u64)?;
+        durable::publish_open(
+            &self.inner.layout.staging(),
+            path,
+            bytes,
+            self.inner.config.durable,
+        )
+    }
+}
+
+/// The BLAKE3 digest of `bytes`, on several threads when they are large.
+pub(crate) fn digest(bytes: &[u8]) -> [u8; 32] {
+    if bytes.len() >= PARALLEL_DIGEST {
+        *blake3::Hasher::new()
+            .update_rayon(bytes)
+            .finalize()
+            .as_bytes()
+    } else {
+        *blake3::hash(bytes).as_bytes()
+    }
+}
+
+/// Whether the record of `key` carries a copy of its artifact of `size`
+/// bytes (inline). Only a kernel's own record does: the warm path looks
+/// kernels up by id, and a source record is read only after a miss by id,
+/// in a batch that lowers the kernel anyway.
+pub(crate) fn is_inlined(key: &StoreKey, size: u64) -> bool {
+    key.kernel().is_some() && size <= INLINE_MAX as u64
+}
+
+/// The file `record` of `bytes` is published as, and whether it carries
+/// them.
+pub(super) fn record_file(record: &Record, bytes: &[u8]) -> (Vec<u8>, bool) {
+    if is_inlined(&record.key, record.size) {
+        (record.seal_inline(bytes), true)
+    } else {
+        (record.seal(), false)
+    }
+}
+
+/// The BLAKE3 digest of what `file` holds, read in chunks.
+fn file_digest(file: &File) -> io::Result<[u8; 32]> {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(file)?;
+    Ok(*hasher.finalize().as_bytes())
+}
+
+/// Refuses a file of `length` bytes that the process's file size limit
+/// (`RLIMIT_FSIZE`) would not let it write whole. Past the limit the system
+/// sends SIGXFSZ, which stops a process that does not ignore it: the store
+/// must not depend on how its host set that signal up (P5).
+pub(crate) fn within_file_size_limit(length: u64) -> io::Result<()> {
+    let mut limit = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: `limit` is a valid `rlimit` that the call fills.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } != 0
+        || limit.rlim_cur == libc::RLIM_INFINITY
+        || length <= limit.rlim_cur
+    {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::FileTooLarge,
+        format!(
+            "a file of {length} bytes would pass the process's file size limit of {} bytes",
+            limit.rlim_cur
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::io;
+    use std::time::Duration;
+
+    use kiln_core::ArtifactStore;
+
+    use super::super::fixtures::{hit, kernel_key, scratch, source_key};
+    use super::INLINE_MAX;
+    use crate::error::WriteCause;
+    use crate::record::Record;
+
+    #[test]
+    fn a_small_kernel_artifact_travels_in_its_record_and_a_source_record_points() {
+        let store = scratch("inline");
+        let small = vec![7u8; 4 << 10];
+        store.put(&kernel_key(1), Some(&source_key(1)), &small, Duration::ZERO);
+        let kernel_record = fs::read(store.record_path(&kernel_key(1))).expect("a record");
+        assert!(kernel_record.starts_with(&small), "it carries the bytes");
+        let source_record = fs::read(store.record_path(&source_key(1))).expect("a record");
+        assert!(Record::open(&source_record).is_ok(), "it points");
+        assert_eq!(hit(&store, &kernel_key(1)), small);
+        assert_eq!(hit(&store, &source_key(1)), small);
+
+        let large = vec![9u8; INLINE_MAX + 1];
+        store.put(&kernel_key(2), None, &large, Duration::ZERO);
+        let sealed = fs::read(store.record_path(&kernel_key(2))).expect("a record");
+        assert!(Record::open(&sealed).is_ok(), "a large artifact's points");
+        assert_eq!(hit(&store, &kernel_key(2)), large);
+        let _ = fs::remove_dir_all(store.root());
+    }
+
+    #[test]
+    fn failed_writes_are_counted_once_per_cause() {
+        // P5: one entry, and one warning, per cause; the first detail kept.
+        let store = scratch("write-causes");
+        for (number, detail) in [(libc::ENOSPC, "first"), (libc::ENOSPC, "second")] {
+            let error = io::Error::new(io::Error::from_raw_os_error(number).kind(), detail);
+            store.count_write_failure(&error);
+        }
+        store.count_write_failure(&io::Error::from_raw_os_error(libc::EDQUOT));
+        let failures = store.write_failures();
+        assert_eq!(
+            failures
+                .iter()
+                .map(|failure| (failure.cause, failure.count, failure.detail.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (WriteCause::DiskFull, 2, "first"),
+                (WriteCause::Quota, 1, "Disk quota exceeded (os error 122)")
+            ]
+        );
+        let _ = fs::remove_dir_all(store.root());
+    }
+}
