@@ -200,6 +200,29 @@ fn an_empty_folder_or_one_whose_store_creation_died_becomes_a_store() {
 }
 
 #[test]
+fn processes_opening_one_new_folder_at_once_all_open_the_store_they_made() {
+    // Each finds no marker; the first to finish writes it and the skeleton
+    // before another lists the folder, which is then a store, not a
+    // foreign folder.
+    let scratch = Scratch::new("ownership-race");
+    for round in 0..40 {
+        let root = scratch.join(&format!("store-{round}"));
+        let opened: Vec<Result<DiskStore, Error>> = std::thread::scope(|scope| {
+            let openers: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| DiskStore::open(StoreConfig::at(root.clone()))))
+                .collect();
+            openers
+                .into_iter()
+                .map(|opener| opener.join().expect("an opener does not panic"))
+                .collect()
+        });
+        for result in opened {
+            assert!(result.is_ok(), "round {round}: {:?}", result.err());
+        }
+    }
+}
+
+#[test]
 fn a_store_of_the_previous_layout_keeps_its_entries_and_is_upgraded() {
     // A store written before named blobs (layout 1) is layout 2 without
     // them: a new kiln serves what it holds, read-only or not, and marks it

@@ -72,10 +72,14 @@ fn adopt(root: &Folder, layout: &Layout, durable: bool) -> Result<()> {
             );
         }
         Marker::Absent => {
-            if !is_empty_or_unfinished(root).map_err(Error::io("list", layout.root()))? {
+            if !is_empty_or_unfinished_store(root, layout)? {
                 return Err(Error::NotAStore {
                     root: layout.root().to_path_buf(),
                 });
+            }
+            if read_layout(root, layout)? != Marker::Absent {
+                // Another process made the store while this one looked.
+                return Ok(());
             }
         }
     }
@@ -145,12 +149,12 @@ fn is_marked(root: &Folder, layout: &Layout) -> Result<bool> {
     if read_layout(root, layout)? != Marker::Absent {
         return Ok(true);
     }
-    if !is_empty_or_unfinished(root).map_err(Error::io("list", layout.root()))? {
+    if !is_empty_or_unfinished_store(root, layout)? {
         return Err(Error::NotAStore {
             root: layout.root().to_path_buf(),
         });
     }
-    Ok(false)
+    Ok(read_layout(root, layout)? != Marker::Absent)
 }
 
 /// What a root's `LAYOUT` marker says.
@@ -195,19 +199,49 @@ fn read_marker(root: &Folder, marker: &OsStr) -> io::Result<String> {
     Ok(found)
 }
 
+/// Whether `root` holds nothing or only what a store's creation leaves, or
+/// has become a store since its marker was read: several processes opening
+/// one new folder at once each find no marker, and the first to finish has
+/// written the marker and the skeleton by the time another lists the root.
+fn is_empty_or_unfinished_store(root: &Folder, layout: &Layout) -> Result<bool> {
+    if is_empty_or_unfinished(root).map_err(Error::io("list", layout.root()))? {
+        return Ok(true);
+    }
+    Ok(read_layout(root, layout)? != Marker::Absent)
+}
+
 /// Whether `root` holds nothing, or only what a store's creation leaves
 /// before its marker: a `staging` folder of staging files.
 fn is_empty_or_unfinished(root: &Folder) -> io::Result<bool> {
+    // An entry gone between the listing and the look at it was a staging
+    // file another process renamed into place: no longer there, so nothing
+    // that makes the folder foreign.
+    let gone = |error: &io::Error| error.kind() == io::ErrorKind::NotFound;
     for name in root.names()? {
-        if name != "staging" || root.status(&name)?.kind != Kind::Folder {
+        if name != "staging" {
             return Ok(false);
         }
-        let staging = root.folder(&name)?;
+        let staging = match root.status(&name).and_then(|status| {
+            if status.kind == Kind::Folder {
+                root.folder(&name).map(Some)
+            } else {
+                Ok(None)
+            }
+        }) {
+            Ok(Some(staging)) => staging,
+            Ok(None) => return Ok(false),
+            Err(error) if gone(&error) => continue,
+            Err(error) => return Err(error),
+        };
         for staged in staging.names()? {
-            let is_staged = staged.to_str().and_then(durable::staging_pid).is_some()
-                && staging.status(&staged)?.kind == Kind::File;
-            if !is_staged {
+            if staged.to_str().and_then(durable::staging_pid).is_none() {
                 return Ok(false);
+            }
+            match staging.status(&staged) {
+                Ok(status) if status.kind == Kind::File => {}
+                Ok(_) => return Ok(false),
+                Err(error) if gone(&error) => {}
+                Err(error) => return Err(error),
             }
         }
     }
