@@ -12,6 +12,8 @@ use std::sync::Arc;
 use cudarc::driver::result as driver;
 use cudarc::driver::sys::{self, CUdevice_attribute, CUresult};
 use cudarc::driver::{CudaContext, DriverError};
+use kiln_cxx::DeviceAddress;
+pub use kiln_cxx::DeviceScalar;
 
 use crate::architecture::Architecture;
 use crate::error::{Error, driver_message};
@@ -147,42 +149,6 @@ impl fmt::Debug for CudaDevice {
     }
 }
 
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// A plain number a kernel reads or writes: every bit pattern is a value
-/// and it has no padding, so bytes copied from the device are always valid.
-/// Implemented for the integer and floating-point types, and sealed.
-pub trait DeviceScalar: sealed::Sealed + Copy + Default + Send + Sync + 'static {
-    /// Zero.
-    fn zero() -> Self;
-
-    /// The value's bytes in the host's order, which is the device's, from
-    /// the start of an 8-byte slot.
-    fn to_bytes(self) -> [u8; 8];
-}
-
-macro_rules! device_scalars {
-    ($($scalar:ty),*) => {$(
-        impl sealed::Sealed for $scalar {}
-        impl DeviceScalar for $scalar {
-            fn zero() -> Self {
-                0 as $scalar
-            }
-
-            fn to_bytes(self) -> [u8; 8] {
-                let mut bytes = [0u8; 8];
-                let native = self.to_ne_bytes();
-                bytes[..native.len()].copy_from_slice(&native);
-                bytes
-            }
-        }
-    )*};
-}
-
-device_scalars!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
-
 /// Device memory holding `len` values of `T`, freed (on its own context)
 /// when dropped.
 pub struct DeviceBuffer<T: DeviceScalar> {
@@ -264,6 +230,12 @@ impl<T: DeviceScalar> DeviceBuffer<T> {
                 self.len
             )))
         }
+    }
+}
+
+impl<T: DeviceScalar> DeviceAddress for DeviceBuffer<T> {
+    fn device_address(&self) -> u64 {
+        self.pointer
     }
 }
 

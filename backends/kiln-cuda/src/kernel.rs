@@ -5,97 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use kiln_core::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
-use serde::{Deserialize, Serialize};
+use kiln_cxx::FixedSource;
+pub use kiln_cxx::{EntryPoint, Header, SourceGenerator};
 
 use crate::architecture::Architecture;
 use crate::options::CudaOptions;
-
-/// The function a kernel launches, as NVRTC names it in the source: a plain
-/// name (`saxpy`, usually declared `extern "C"`) or a template
-/// instantiation (`scale<float, 128>`).
-///
-/// NVRTC resolves either to the symbol in the cubin (the *lowered* name,
-/// mangled for C++ linkage), so templates need no `extern "C"` wrapper.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct EntryPoint(String);
-
-impl EntryPoint {
-    /// The entry point named by `expression`.
-    pub fn new(expression: impl Into<String>) -> Self {
-        Self(expression.into())
-    }
-
-    /// The name expression, as written.
-    pub fn expression(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<&str> for EntryPoint {
-    fn from(expression: &str) -> Self {
-        Self::new(expression)
-    }
-}
-
-impl From<String> for EntryPoint {
-    fn from(expression: String) -> Self {
-        Self::new(expression)
-    }
-}
-
-impl fmt::Display for EntryPoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// A header the source includes by `name` (`#include "name"`), supplied as
-/// text rather than found on disk: its text is part of the kernel's id and
-/// of its artifact's key, so editing it compiles again.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Header {
-    /// The name the source includes it by.
-    pub name: String,
-    /// Its text.
-    pub text: String,
-}
-
-/// Generates a kernel's CUDA C++ source: the user code kiln runs in
-/// `lower`, on a worker thread, only when the kernel is not loaded already.
-///
-/// Closures `Fn(Architecture) -> Result<String, CompileFailure>` are
-/// generators.
-///
-/// # Contract
-///
-/// The same generator, asked for the same architecture, returns the same
-/// text: the kernel's id stands for it.
-pub trait SourceGenerator: Send + Sync {
-    /// The source for a device of `architecture`.
-    ///
-    /// # Errors
-    ///
-    /// Why no source can be made; the kernel fails alone with it.
-    fn generate(&self, architecture: Architecture) -> Result<String, CompileFailure>;
-}
-
-impl<F> SourceGenerator for F
-where
-    F: Fn(Architecture) -> Result<String, CompileFailure> + Send + Sync,
-{
-    fn generate(&self, architecture: Architecture) -> Result<String, CompileFailure> {
-        self(architecture)
-    }
-}
-
-/// A generator that returns the text it was given.
-struct FixedSource(Arc<str>);
-
-impl SourceGenerator for FixedSource {
-    fn generate(&self, _architecture: Architecture) -> Result<String, CompileFailure> {
-        Ok(self.0.to_string())
-    }
-}
 
 /// A CUDA kernel: cheap to clone, its id computed once when it is built.
 ///
@@ -136,7 +50,7 @@ pub struct CudaKernel {
     entry: EntryPoint,
     options: CudaOptions,
     headers: Vec<Header>,
-    generator: Arc<dyn SourceGenerator>,
+    generator: Arc<dyn SourceGenerator<Architecture>>,
 }
 
 impl CudaKernel {
@@ -232,10 +146,7 @@ impl CudaKernelBuilder {
 
     /// Supplies a header the source includes as `#include "name"`.
     pub fn header(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
-        self.headers.push(Header {
-            name: name.into(),
-            text: text.into(),
-        });
+        self.headers.push(Header::new(name, text));
         self
     }
 
@@ -243,17 +154,17 @@ impl CudaKernelBuilder {
     pub fn source(self, source: impl Into<String>) -> CudaKernel {
         let source: Arc<str> = Arc::from(source.into());
         let id = self.id.bytes(source.as_bytes());
-        Self { id, ..self }.finish(Arc::new(FixedSource(source)))
+        Self { id, ..self }.finish(Arc::new(FixedSource::new(source)))
     }
 
     /// Finishes the kernel with a generator, which kiln runs when it
     /// compiles the kernel. The id must cover every parameter the generator
     /// reads (see [`SourceGenerator`]'s contract).
-    pub fn generator(self, generator: impl SourceGenerator + 'static) -> CudaKernel {
+    pub fn generator(self, generator: impl SourceGenerator<Architecture> + 'static) -> CudaKernel {
         self.finish(Arc::new(generator))
     }
 
-    fn finish(self, generator: Arc<dyn SourceGenerator>) -> CudaKernel {
+    fn finish(self, generator: Arc<dyn SourceGenerator<Architecture>>) -> CudaKernel {
         let program_name = self.program_name.unwrap_or_else(|| {
             let base: String = self
                 .entry

@@ -6,7 +6,7 @@
 //! which it compiles for its own device; only when both are refused is the
 //! kernel refused (L9).
 
-use std::ffi::{CString, c_void};
+use std::ffi::CString;
 use std::fmt;
 use std::sync::Arc;
 
@@ -18,7 +18,7 @@ use crate::architecture::Architecture;
 use crate::compiler::CudaArtifact;
 use crate::device::CudaDevice;
 use crate::error::{Error, driver_message};
-use crate::launch::{KernelArgument, LaunchConfig};
+use kiln_cxx::{KernelArgument, LaunchConfig};
 
 /// Which of an artifact's images a kernel was loaded from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -132,35 +132,23 @@ impl LoadedKernel {
             });
         };
         module.device.bind()?;
-        // The parameter array lives on the stack for the usual handful of
-        // arguments: a launch allocates nothing.
-        const INLINE: usize = 32;
-        let mut inline = [std::ptr::null_mut::<c_void>(); INLINE];
-        let mut spilled = Vec::new();
-        let pointers: &mut [*mut c_void] = if arguments.len() <= INLINE {
-            &mut inline[..arguments.len()]
-        } else {
-            spilled.resize(arguments.len(), std::ptr::null_mut());
-            &mut spilled
-        };
-        for (pointer, argument) in pointers.iter_mut().zip(arguments) {
-            *pointer = argument.as_parameter();
-        }
-        // SAFETY: the function belongs to a live module on the bound context;
-        // `pointers` point into `arguments`, which outlive the call (the
-        // driver copies the values at launch and never writes through them);
-        // the caller vouches that they match the kernel's parameters and
-        // memory.
-        unsafe {
-            driver::launch_kernel(
-                module.function,
-                config.grid,
-                config.block,
-                config.shared_memory_bytes,
-                std::ptr::null_mut(),
-                pointers,
-            )
-        }
+        kiln_cxx::launch::with_parameters(arguments, |parameters| {
+            // SAFETY: the function belongs to a live module on the bound
+            // context; `parameters` point into `arguments`, which outlive the
+            // call (the driver copies the values at launch and never writes
+            // through them); the caller vouches that they match the kernel's
+            // parameters and memory.
+            unsafe {
+                driver::launch_kernel(
+                    module.function,
+                    config.grid,
+                    config.block,
+                    config.shared_memory_bytes,
+                    std::ptr::null_mut(),
+                    parameters,
+                )
+            }
+        })
         .map_err(|error| Error::driver("cuLaunchKernel", error))
     }
 }

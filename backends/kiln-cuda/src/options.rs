@@ -10,7 +10,8 @@
 
 use std::hash::Hash;
 
-use kiln_core::define;
+pub use kiln_cxx::CxxStandard;
+use kiln_cxx::defines;
 use serde::{Deserialize, Serialize};
 
 use crate::architecture::Architecture;
@@ -18,45 +19,6 @@ use crate::error::Error;
 
 /// The C++ standard NVRTC compiles in when a kernel does not choose one.
 pub const DEFAULT_STANDARD: CxxStandard = CxxStandard::Cxx17;
-
-/// A C++ standard for NVRTC's `-std`: the ones NVRTC 13 accepts, under the
-/// names kiln-hip gives them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum CxxStandard {
-    /// C++03.
-    Cxx03,
-    /// C++11.
-    Cxx11,
-    /// C++14.
-    Cxx14,
-    /// C++17, what NVRTC compiles in when a kernel chooses none
-    /// ([`DEFAULT_STANDARD`]).
-    Cxx17,
-    /// C++20.
-    Cxx20,
-}
-
-impl CxxStandard {
-    /// Every standard NVRTC accepts, oldest first.
-    pub const ALL: [Self; 5] = [
-        Self::Cxx03,
-        Self::Cxx11,
-        Self::Cxx14,
-        Self::Cxx17,
-        Self::Cxx20,
-    ];
-
-    /// The NVRTC argument that selects it (`-std=c++17`).
-    pub fn flag(self) -> &'static str {
-        match self {
-            Self::Cxx03 => "-std=c++03",
-            Self::Cxx11 => "-std=c++11",
-            Self::Cxx14 => "-std=c++14",
-            Self::Cxx17 => "-std=c++17",
-            Self::Cxx20 => "-std=c++20",
-        }
-    }
-}
 
 /// A kernel's compile options. Every field changes the compiled code, so
 /// every field is part of the kernel's id and of its artifact's key.
@@ -137,7 +99,7 @@ impl CudaOptions {
     }
 
     /// Refuses a define that would not reach NVRTC as one macro, by
-    /// [`kiln_core::define::check`].
+    /// [`kiln_core::define::check`] (through [`kiln_cxx::defines::check`]).
     ///
     /// # Errors
     ///
@@ -145,15 +107,10 @@ impl CudaOptions {
     /// identifier (`[A-Za-z_][A-Za-z0-9_]*`), or whose value holds a NUL
     /// byte or a line break.
     pub fn check_defines(&self) -> Result<(), Error> {
-        for (name, value) in &self.defines {
-            define::check(name, value.as_deref(), "NVRTC").map_err(|problem| {
-                Error::InvalidDefine {
-                    name: name.clone(),
-                    problem,
-                }
-            })?;
-        }
-        Ok(())
+        defines::check(&self.defines, "NVRTC").map_err(|refused| Error::InvalidDefine {
+            name: refused.name,
+            problem: refused.problem,
+        })
     }
 
     /// The architecture code is built for on a target whose device is
@@ -179,12 +136,7 @@ impl CudaOptions {
         if self.fast_math {
             arguments.push("--use_fast_math".into());
         }
-        for (name, value) in &self.defines {
-            arguments.push(match value {
-                Some(value) => format!("-D{name}={value}"),
-                None => format!("-D{name}"),
-            });
-        }
+        arguments.extend(defines::arguments(&self.defines));
         if let Some(registers) = self.max_registers {
             arguments.push(format!("-maxrregcount={registers}"));
         }

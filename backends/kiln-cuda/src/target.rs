@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kiln_core::{ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal};
+use kiln_core::{ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, TargetStore};
 
 use crate::architecture::Architecture;
 use crate::compiler::{CudaArtifact, CudaCompiler, CudaVariant};
@@ -109,7 +109,7 @@ enum Destination {
 pub struct CudaTarget {
     compiler: CudaCompiler,
     destination: Destination,
-    store: Option<Arc<dyn ArtifactStore>>,
+    store: TargetStore,
 }
 
 impl CudaTarget {
@@ -123,7 +123,7 @@ impl CudaTarget {
         Ok(Self {
             compiler: CudaCompiler::new()?.keyed_for(device.architecture()),
             destination: Destination::Device(device),
-            store: None,
+            store: TargetStore::default(),
         })
     }
 
@@ -138,47 +138,35 @@ impl CudaTarget {
         Ok(Self {
             compiler: CudaCompiler::new()?.keyed_for(architecture),
             destination: Destination::CompileOnly(architecture),
-            store: None,
+            store: TargetStore::default(),
         })
     }
 
     /// The same target on `store`: its loader reads kernels the store
     /// holds instead of compiling them, and stores what it compiles. Kernels
     /// asked for under a variant of another architecture than the target's
-    /// compile and load without the store ([`keeps`](CompilationTarget::keeps)).
+    /// go without the store ([`keeps`](CompilationTarget::keeps)).
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
-        self.store = Some(store);
+        self.store.set(store);
         self
     }
 
-    /// The same target on `store` when there is one, storeless otherwise:
-    /// for a store that may be disabled, such as
-    /// `kiln_store::DiskStore::open_from_env()`'s under
-    /// `KILN_CACHE_DISABLE=1`.
-    pub fn with_optional_store(self, store: Option<Arc<dyn ArtifactStore>>) -> Self {
-        match store {
-            Some(store) => self.with_store(store),
-            None => self,
-        }
+    /// The same target on `store` when there is one, as it is otherwise
+    /// (see [`TargetStore::set_optional`]).
+    pub fn with_optional_store(mut self, store: Option<Arc<dyn ArtifactStore>>) -> Self {
+        self.store.set_optional(store);
+        self
     }
 
-    /// Puts the target on `store` in place of the one it has, as opening
-    /// another root does: its loader drops every kernel it loaded and loads
-    /// them again from `store` (L10), binding it when it is next used
-    /// (through [`KernelLoader::target_mut`](kiln_core::KernelLoader::target_mut)).
-    /// Claims held on the old store are let go.
-    ///
-    /// Returns `false`, changing nothing, on a storeless target: whether a
-    /// target has a store never changes.
+    /// Puts the target on `store` in place of the one it has (see
+    /// [`TargetStore::switch`]): its loader drops every kernel it loaded
+    /// and loads them again from `store` (L10), binding it when it is next
+    /// used (through
+    /// [`KernelLoader::target_mut`](kiln_core::KernelLoader::target_mut)).
+    /// Returns `false`, changing nothing, on a storeless target.
     #[must_use = "a storeless target does not switch"]
     pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
-        match &mut self.store {
-            Some(current) => {
-                *current = store;
-                true
-            }
-            None => false,
-        }
+        self.store.switch(store)
     }
 
     /// The architecture kernels are compiled for.
@@ -219,7 +207,7 @@ impl CompilationTarget for CudaTarget {
     }
 
     fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
-        self.store.as_ref()
+        self.store.get()
     }
 
     /// Every key of the store names the target's architecture (P1): a

@@ -15,6 +15,9 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
+use kiln_cxx::DeviceAddress;
+pub use kiln_cxx::DeviceScalar;
+
 use crate::architecture::Architecture;
 use crate::error::{Error, Result};
 use crate::result;
@@ -218,42 +221,6 @@ fn architecture_in_properties(properties: &[u8]) -> Option<Architecture> {
         .find_map(|name| Architecture::new(name).ok())
 }
 
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// A plain number a kernel reads or writes: every bit pattern is a value
-/// and it has no padding, so bytes copied from the device are always valid.
-/// Implemented for the integer and floating-point types, and sealed.
-pub trait DeviceScalar: sealed::Sealed + Copy + Default + Send + Sync + 'static {
-    /// Zero.
-    fn zero() -> Self;
-
-    /// The value's bytes in the host's order, which is the device's, from
-    /// the start of an 8-byte slot.
-    fn to_bytes(self) -> [u8; 8];
-}
-
-macro_rules! device_scalars {
-    ($($scalar:ty),*) => {$(
-        impl sealed::Sealed for $scalar {}
-        impl DeviceScalar for $scalar {
-            fn zero() -> Self {
-                0 as $scalar
-            }
-
-            fn to_bytes(self) -> [u8; 8] {
-                let mut bytes = [0u8; 8];
-                let native = self.to_ne_bytes();
-                bytes[..native.len()].copy_from_slice(&native);
-                bytes
-            }
-        }
-    )*};
-}
-
-device_scalars!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
-
 /// Device memory for `len` values of `T`, freed when dropped.
 pub struct DeviceBuffer<T> {
     device: HipDevice,
@@ -345,6 +312,12 @@ impl<T: DeviceScalar> DeviceBuffer<T> {
                 device: self.len,
             })
         }
+    }
+}
+
+impl<T: DeviceScalar> DeviceAddress for DeviceBuffer<T> {
+    fn device_address(&self) -> u64 {
+        self.pointer.device_address()
     }
 }
 

@@ -5,104 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use kiln_core::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
-use serde::{Deserialize, Serialize};
+use kiln_cxx::FixedSource;
+pub use kiln_cxx::{EntryPoint, Header, SourceGenerator};
 
 use crate::architecture::Architecture;
 use crate::options::HipOptions;
-
-/// The function a kernel launches, as hipRTC names it in the source: a
-/// plain name (`saxpy`, usually declared `extern "C"`), a kernel in a
-/// namespace (`ops::saxpy`) or a template instantiation
-/// (`reduce<float, 256>`).
-///
-/// hipRTC resolves either to the symbol in the code object (the *lowered*
-/// name, mangled for C++ linkage), so templates need no `extern "C"`
-/// wrapper.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct EntryPoint(String);
-
-impl EntryPoint {
-    /// The entry point named by `expression`.
-    pub fn new(expression: impl Into<String>) -> Self {
-        Self(expression.into())
-    }
-
-    /// The name expression, as written.
-    pub fn expression(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<&str> for EntryPoint {
-    fn from(expression: &str) -> Self {
-        Self::new(expression)
-    }
-}
-
-impl From<String> for EntryPoint {
-    fn from(expression: String) -> Self {
-        Self::new(expression)
-    }
-}
-
-impl fmt::Display for EntryPoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// A header the source includes by `name` (`#include "name"`), handed to
-/// hipRTC with its text rather than read from disk, so that its text is
-/// part of the kernel's id and of its artifact's key.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Header {
-    /// The name the source includes it by: `"ops.h"` for
-    /// `#include "ops.h"`.
-    pub name: String,
-    /// Its text.
-    pub text: String,
-}
-
-/// Generates a kernel's HIP source: the user code kiln runs when it lowers
-/// the kernel, on a worker thread of the batch, only when the kernel is not
-/// loaded already.
-///
-/// Closures `Fn(Architecture) -> Result<String, CompileFailure>` are
-/// generators.
-///
-/// # Contract
-///
-/// The same generator, asked for the same architecture, returns the same
-/// text: the kernel's id stands for it, so the id must cover every
-/// parameter the generator reads (see [`Kernel`]'s contract).
-pub trait SourceGenerator: Send + Sync {
-    /// The source for a device of `architecture`.
-    ///
-    /// # Errors
-    ///
-    /// Why no source can be made: a [`CompileFailure`], with a hint when
-    /// the cause is a choice the caller can change. The kernel fails alone
-    /// with it.
-    fn generate(&self, architecture: Architecture) -> Result<String, CompileFailure>;
-}
-
-impl<F> SourceGenerator for F
-where
-    F: Fn(Architecture) -> Result<String, CompileFailure> + Send + Sync,
-{
-    fn generate(&self, architecture: Architecture) -> Result<String, CompileFailure> {
-        self(architecture)
-    }
-}
-
-/// A generator that returns the text it was given.
-struct FixedSource(Arc<str>);
-
-impl SourceGenerator for FixedSource {
-    fn generate(&self, _architecture: Architecture) -> Result<String, CompileFailure> {
-        Ok(self.0.to_string())
-    }
-}
 
 /// A HIP kernel: cheap to clone, its id computed once when it is built.
 ///
@@ -145,7 +52,7 @@ pub struct HipKernel {
     entry: EntryPoint,
     options: HipOptions,
     headers: Vec<Header>,
-    generator: Arc<dyn SourceGenerator>,
+    generator: Arc<dyn SourceGenerator<Architecture>>,
 }
 
 impl HipKernel {
@@ -226,10 +133,7 @@ impl HipKernelBuilder {
 
     /// Supplies a header the source includes as `#include "name"`.
     pub fn header(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
-        self.headers.push(Header {
-            name: name.into(),
-            text: text.into(),
-        });
+        self.headers.push(Header::new(name, text));
         self
     }
 
@@ -237,18 +141,18 @@ impl HipKernelBuilder {
     pub fn source(self, source: impl Into<String>) -> HipKernel {
         let source: Arc<str> = Arc::from(source.into());
         let id = self.id.parameter(&0u8).bytes(source.as_bytes());
-        Self { id, ..self }.finish(Arc::new(FixedSource(source)))
+        Self { id, ..self }.finish(Arc::new(FixedSource::new(source)))
     }
 
     /// Finishes the kernel with a generator, which kiln runs when it
     /// compiles the kernel. The id must cover every parameter the generator
     /// reads (see [`SourceGenerator`]'s contract).
-    pub fn generator(self, generator: impl SourceGenerator + 'static) -> HipKernel {
+    pub fn generator(self, generator: impl SourceGenerator<Architecture> + 'static) -> HipKernel {
         let id = self.id.parameter(&1u8);
         Self { id, ..self }.finish(Arc::new(generator))
     }
 
-    fn finish(self, generator: Arc<dyn SourceGenerator>) -> HipKernel {
+    fn finish(self, generator: Arc<dyn SourceGenerator<Architecture>>) -> HipKernel {
         // Everything that changes the code object joins the id, so two
         // kernels with one family name and other options never share an id.
         let mut id = self

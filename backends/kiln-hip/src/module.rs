@@ -7,7 +7,6 @@
 //! refused before a driver sees it, since `hipModuleLoadData` takes no
 //! length.
 
-use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
 
@@ -16,9 +15,9 @@ use crate::code_object::{self, CodeObjectInfo};
 use crate::compiler::HipArtifact;
 use crate::device::HipDevice;
 use crate::error::{Error, Result};
-use crate::launch::{KernelArgument, LaunchConfig};
 use crate::result;
 use crate::sys;
+use kiln_cxx::{KernelArgument, LaunchConfig};
 
 /// A kernel ready to launch, or described by a compile-only target: cheap
 /// to clone (an `Arc`), and its module is unloaded when the last clone
@@ -113,35 +112,23 @@ impl LoadedKernel {
             });
         };
         module.device.make_current()?;
-        // The parameter array lives on the stack for the usual handful of
-        // arguments: a launch allocates nothing.
-        const INLINE: usize = 32;
-        let mut inline = [std::ptr::null_mut::<c_void>(); INLINE];
-        let mut spilled = Vec::new();
-        let pointers: &mut [*mut c_void] = if arguments.len() <= INLINE {
-            &mut inline[..arguments.len()]
-        } else {
-            spilled.resize(arguments.len(), std::ptr::null_mut());
-            &mut spilled
-        };
-        for (pointer, argument) in pointers.iter_mut().zip(arguments) {
-            *pointer = argument.as_parameter();
-        }
-        // SAFETY: the function's module is loaded on the current device for
-        // as long as `self` lives; `pointers` point into `arguments`, which
-        // outlive the call (the runtime copies the values at launch and
-        // never writes through them); the caller vouches that they match
-        // the kernel's parameters and memory.
-        unsafe {
-            result::launch_kernel(
-                module.device.runtime(),
-                module.function,
-                config.grid,
-                config.block,
-                config.shared_memory_bytes,
-                pointers,
-            )
-        }
+        kiln_cxx::launch::with_parameters(arguments, |parameters| {
+            // SAFETY: the function's module is loaded on the current device
+            // for as long as `self` lives; `parameters` point into
+            // `arguments`, which outlive the call (the runtime copies the
+            // values at launch and never writes through them); the caller
+            // vouches that they match the kernel's parameters and memory.
+            unsafe {
+                result::launch_kernel(
+                    module.device.runtime(),
+                    module.function,
+                    config.grid,
+                    config.block,
+                    config.shared_memory_bytes,
+                    parameters,
+                )
+            }
+        })
     }
 }
 

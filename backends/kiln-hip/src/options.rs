@@ -10,8 +10,10 @@
 //! a value, spaces and dashes included, is the macro's text.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 
-use kiln_core::define;
+pub use kiln_cxx::CxxStandard;
+use kiln_cxx::defines;
 use serde::{Deserialize, Serialize};
 
 use crate::architecture::Architecture;
@@ -42,31 +44,6 @@ impl fmt::Debug for HipVariant {
     }
 }
 
-/// A C++ standard for `-std`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum CxxStandard {
-    /// C++11.
-    Cxx11,
-    /// C++14.
-    Cxx14,
-    /// C++17.
-    Cxx17,
-    /// C++20.
-    Cxx20,
-}
-
-impl CxxStandard {
-    /// The flag that selects it.
-    pub fn flag(self) -> &'static str {
-        match self {
-            Self::Cxx11 => "-std=c++11",
-            Self::Cxx14 => "-std=c++14",
-            Self::Cxx17 => "-std=c++17",
-            Self::Cxx20 => "-std=c++20",
-        }
-    }
-}
-
 /// One kernel's compile options. Every option is part of the kernel's id
 /// and of its artifact's key.
 ///
@@ -80,7 +57,7 @@ impl CxxStandard {
 ///     .flag("-fno-unroll-loops");
 /// assert_eq!(options.defines.len(), 1);
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HipOptions {
     /// `-std`; `None` leaves hipRTC's default.
     pub standard: Option<CxxStandard>,
@@ -145,14 +122,10 @@ impl HipOptions {
         if let Some(flag) = self.flags.iter().find(|flag| chooses_architecture(flag)) {
             return Err(Error::ArchitectureFlag { flag: flag.clone() });
         }
-        for (name, value) in &self.defines {
-            define::check(name, value.as_deref(), "hipRTC").map_err(|problem| {
-                Error::InvalidDefine {
-                    name: name.clone(),
-                    problem,
-                }
-            })?;
-        }
+        defines::check(&self.defines, "hipRTC").map_err(|refused| Error::InvalidDefine {
+            name: refused.name,
+            problem: refused.problem,
+        })?;
         let mut flags = vec![format!("--gpu-architecture={architecture}")];
         flags.extend(self.flags_past_architecture());
         Ok(flags)
@@ -170,12 +143,23 @@ impl HipOptions {
         if self.fast_math {
             flags.push("-ffast-math".to_owned());
         }
-        flags.extend(self.defines.iter().map(|(name, value)| match value {
-            Some(value) => format!("-D{name}={value}"),
-            None => format!("-D{name}"),
-        }));
+        flags.extend(defines::arguments(&self.defines));
         flags.extend(self.flags.iter().cloned());
         flags
+    }
+}
+
+/// The options' part of a kernel's id: what `#[derive(Hash)]` hashed when
+/// kiln-hip had a `CxxStandard` of its own, from C++11, so that ids (and
+/// the store entries keyed by them) stay as they were now that the standard
+/// is kiln-cxx's, which counts from C++03.
+impl Hash for HipOptions {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let standard_position = self.standard.map(|standard| standard as isize - 1);
+        standard_position.hash(state);
+        self.fast_math.hash(state);
+        self.defines.hash(state);
+        self.flags.hash(state);
     }
 }
 
@@ -192,6 +176,62 @@ mod tests {
     use kiln_core::DefineProblem;
 
     use super::*;
+
+    /// kiln-hip's own standard and options, as they were derived before
+    /// the standard moved to kiln-cxx.
+    #[derive(Hash)]
+    #[allow(dead_code, reason = "only hashed, as the old options were")]
+    enum StandardBeforeKilnCxx {
+        Cxx11,
+        Cxx14,
+        Cxx17,
+        Cxx20,
+    }
+
+    #[derive(Hash)]
+    struct OptionsBeforeKilnCxx {
+        standard: Option<StandardBeforeKilnCxx>,
+        fast_math: bool,
+        defines: Vec<(String, Option<String>)>,
+        flags: Vec<String>,
+    }
+
+    #[test]
+    fn options_join_a_kernel_id_as_they_did_before_the_standard_was_shared() {
+        let before = [
+            None,
+            Some(StandardBeforeKilnCxx::Cxx11),
+            Some(StandardBeforeKilnCxx::Cxx14),
+            Some(StandardBeforeKilnCxx::Cxx17),
+            Some(StandardBeforeKilnCxx::Cxx20),
+        ];
+        let now = [
+            None,
+            Some(CxxStandard::Cxx11),
+            Some(CxxStandard::Cxx14),
+            Some(CxxStandard::Cxx17),
+            Some(CxxStandard::Cxx20),
+        ];
+        for (before, now) in before.into_iter().zip(now) {
+            let old = OptionsBeforeKilnCxx {
+                standard: before,
+                fast_math: true,
+                defines: vec![("TILE".into(), Some("16".into())), ("FAST".into(), None)],
+                flags: vec!["-Wall".into()],
+            };
+            let mut new = HipOptions::new()
+                .fast_math(true)
+                .define("TILE", "16")
+                .define_name("FAST")
+                .flag("-Wall");
+            new.standard = now;
+            assert_eq!(
+                kiln_core::KernelId::named("k").parameter(&old).build(),
+                kiln_core::KernelId::named("k").parameter(&new).build(),
+                "{now:?}"
+            );
+        }
+    }
 
     fn gfx90a() -> Architecture {
         Architecture::new("gfx90a").expect("a valid name")

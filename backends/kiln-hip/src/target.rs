@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kiln_core::{ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal};
+use kiln_core::{ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, TargetStore};
 
 use crate::architecture::Architecture;
 use crate::compiler::{HipArtifact, HipCompiler};
@@ -106,7 +106,7 @@ fn refusal(error: Error) -> DeviceRefusal {
 pub struct HipTarget {
     compiler: HipCompiler,
     destination: Destination,
-    store: Option<Arc<dyn ArtifactStore>>,
+    store: TargetStore,
 }
 
 impl HipTarget {
@@ -133,7 +133,7 @@ impl HipTarget {
         Ok(Self {
             compiler: HipCompiler::new()?.keyed_for(device.architecture().clone()),
             destination: Destination::Device(device),
-            store: None,
+            store: TargetStore::default(),
         })
     }
 
@@ -148,7 +148,7 @@ impl HipTarget {
         Ok(Self {
             compiler: HipCompiler::new()?.keyed_for(architecture.clone()),
             destination: Destination::CompileOnly(architecture),
-            store: None,
+            store: TargetStore::default(),
         })
     }
 
@@ -160,42 +160,31 @@ impl HipTarget {
         self
     }
 
-    /// The same target on `store`: its loader reads kernels the store holds
-    /// instead of compiling them, and stores what it compiles. Kernels
+    /// The same target on `store`: its loader reads kernels the store
+    /// holds instead of compiling them, and stores what it compiles. Kernels
     /// asked for under a variant of another architecture than the target's
-    /// compile without the store ([`keeps`](CompilationTarget::keeps)).
+    /// go without the store ([`keeps`](CompilationTarget::keeps)).
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
-        self.store = Some(store);
+        self.store.set(store);
         self
     }
 
-    /// The same target on `store` when there is one, storeless otherwise:
-    /// for a store that may be disabled, such as
-    /// `kiln_store::DiskStore::open_from_env()`'s under
-    /// `KILN_CACHE_DISABLE=1`.
-    pub fn with_optional_store(self, store: Option<Arc<dyn ArtifactStore>>) -> Self {
-        match store {
-            Some(store) => self.with_store(store),
-            None => self,
-        }
+    /// The same target on `store` when there is one, as it is otherwise
+    /// (see [`TargetStore::set_optional`]).
+    pub fn with_optional_store(mut self, store: Option<Arc<dyn ArtifactStore>>) -> Self {
+        self.store.set_optional(store);
+        self
     }
 
-    /// Puts the target on `store` in place of the one it has, as opening
-    /// another root does: its loader drops every kernel it loaded and loads
-    /// them again from `store` (L10), binding it when it is next used
-    /// (through [`KernelLoader::target_mut`](kiln_core::KernelLoader::target_mut)).
-    ///
-    /// Returns `false`, changing nothing, on a storeless target: whether a
-    /// target has a store never changes.
+    /// Puts the target on `store` in place of the one it has (see
+    /// [`TargetStore::switch`]): its loader drops every kernel it loaded
+    /// and loads them again from `store` (L10), binding it when it is next
+    /// used (through
+    /// [`KernelLoader::target_mut`](kiln_core::KernelLoader::target_mut)).
+    /// Returns `false`, changing nothing, on a storeless target.
     #[must_use = "a storeless target does not switch"]
     pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
-        match &mut self.store {
-            Some(current) => {
-                *current = store;
-                true
-            }
-            None => false,
-        }
+        self.store.switch(store)
     }
 
     /// The architecture kernels are compiled for, and its store's keys
@@ -235,7 +224,7 @@ impl CompilationTarget for HipTarget {
     }
 
     fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
-        self.store.as_ref()
+        self.store.get()
     }
 
     /// Every key of the store names the target's architecture (P1): a

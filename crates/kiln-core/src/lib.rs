@@ -120,4 +120,4 @@ pub use store::{
     KeyComponent, KeyComponents, KeySubject, KeyedCompiler, Lookup, MemoryStore, Miss,
     STORE_FORMAT, StoreKey, StoreOutcome, StoreStatistics,
 };
-pub use target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, VariantOf};
+pub use target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, TargetStore, VariantOf};

@@ -94,3 +94,69 @@ pub type ArtifactOf<T> = <<T as CompilationTarget>::Compiler as ArtifactCompiler
 pub type LoweredOf<T> = <<T as CompilationTarget>::Compiler as ArtifactCompiler>::Lowered;
 /// The kernel type of a target's compiler.
 pub type KernelOf<T> = <<T as CompilationTarget>::Compiler as ArtifactCompiler>::Kernel;
+
+/// The store a target keeps its artifacts in, or none: the field every
+/// target that persists holds, and the one place its rules are kept.
+///
+/// A target answers [`CompilationTarget::store`] with [`get`](Self::get).
+/// Whether a target has a store is chosen when it is built
+/// ([`set`](Self::set), [`set_optional`](Self::set_optional)) and never
+/// changes after: a target in a loader may only swap its store for another
+/// ([`switch`](Self::switch), L10), which the loader notices and binds at
+/// its next access.
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use kiln_core::{ArtifactStore, MemoryStore, TargetStore};
+///
+/// let mut storeless = TargetStore::default();
+/// assert!(!storeless.switch(Arc::new(MemoryStore::new())));
+/// assert!(storeless.get().is_none());
+///
+/// let first: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+/// let second: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+/// let mut stored = TargetStore::default();
+/// stored.set(Arc::clone(&first));
+/// assert!(stored.switch(Arc::clone(&second)));
+/// assert!(Arc::ptr_eq(stored.get().expect("a store"), &second));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct TargetStore(Option<Arc<dyn ArtifactStore>>);
+
+impl TargetStore {
+    /// Keeps artifacts in `store`, in place of any store chosen before.
+    pub fn set(&mut self, store: Arc<dyn ArtifactStore>) {
+        self.0 = Some(store);
+    }
+
+    /// Keeps artifacts in `store` when there is one, and changes nothing
+    /// otherwise: for a store that may be disabled, such as
+    /// `kiln_store::DiskStore::open_from_env()`'s under
+    /// `KILN_CACHE_DISABLE=1`.
+    pub fn set_optional(&mut self, store: Option<Arc<dyn ArtifactStore>>) {
+        if let Some(store) = store {
+            self.set(store);
+        }
+    }
+
+    /// Puts `store` in place of the store there is, as opening another root
+    /// does (L10). Returns `false`, changing nothing, when there is none:
+    /// whether a target has a store never changes.
+    #[must_use = "a storeless target does not switch"]
+    pub fn switch(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
+        match &mut self.0 {
+            Some(current) => {
+                *current = store;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The store, if there is one: a target's answer to
+    /// [`CompilationTarget::store`].
+    pub fn get(&self) -> Option<&Arc<dyn ArtifactStore>> {
+        self.0.as_ref()
+    }
+}

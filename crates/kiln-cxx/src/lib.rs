@@ -1,0 +1,35 @@
+//! The words a C++ kernel is made of, shared by the backends that compile
+//! C++ at run time (kiln-cuda through NVRTC, kiln-hip through hipRTC), so
+//! each is written once and means the same in both.
+//!
+//! - the source: an [`EntryPoint`] given as a name expression, [`Header`]s
+//!   given with their text, a [`SourceGenerator`] (generic over the
+//!   backend's architecture) or a [`FixedSource`];
+//! - the options every C++ compiler takes: a [`CxxStandard`] and
+//!   [`defines`] turned into `-D` arguments;
+//! - the launch: a [`LaunchConfig`] (grid, block, shared memory) and
+//!   [`KernelArgument`]s held as the bytes the driver copies, made from
+//!   [`DeviceScalar`]s and [`DeviceAddress`]es.
+//!
+//! It knows no compiler, driver or device: each backend keeps its own
+//! options, kernel, device memory and launch call, and re-exports these
+//! types under its own name (`kiln_cuda::LaunchConfig` is this crate's).
+//! kiln-core stays neutral about languages; kiln-wgpu does not see this
+//! crate.
+
+#![warn(missing_docs)]
+
+pub mod defines;
+mod entry;
+mod generator;
+mod header;
+pub mod launch;
+mod scalar;
+mod standard;
+
+pub use entry::EntryPoint;
+pub use generator::{FixedSource, SourceGenerator};
+pub use header::Header;
+pub use launch::{DeviceAddress, KernelArgument, LaunchConfig};
+pub use scalar::DeviceScalar;
+pub use standard::CxxStandard;
