@@ -144,6 +144,9 @@ impl ArtifactCompiler for WgpuCompiler {
             return Err(missing_entry(&module, &lowered.entry));
         };
 
+        for (name, value) in lowered.constants.iter() {
+            check_constant(&module, name, value)?;
+        }
         let constants: naga::back::PipelineConstants = lowered
             .constants
             .iter()
@@ -291,4 +294,56 @@ impl fmt::Display for ShaderBinding {
             self.group, self.binding, self.kind
         )
     }
+}
+
+/// Refuses a value its constant's type cannot hold exactly: naga converts
+/// the `f64` wgpu takes to the constant's type, and a NaN or 2.0 for a
+/// `bool` becomes `true`, 1e10 for an `i32` saturates, in silence. A
+/// boolean is 0 or 1, an integer a whole number in its type's range, a
+/// float finite and within its type's range. A constant the source does not
+/// declare is left to naga, which names the ones it does.
+fn check_constant(module: &naga::Module, name: &str, value: f64) -> Result<(), CompileFailure> {
+    let Some((_, item)) = module.overrides.iter().find(|(_, item)| {
+        item.name.as_deref() == Some(name) || item.id.is_some_and(|id| id.to_string() == name)
+    }) else {
+        return Ok(());
+    };
+    let naga::TypeInner::Scalar(scalar) = module.types[item.ty].inner else {
+        return Ok(());
+    };
+    let in_range = |low: f64, high: f64| value.fract() == 0.0 && (low..=high).contains(&value);
+    let (fits, expected) = match (scalar.kind, scalar.width) {
+        (naga::ScalarKind::Bool, _) => (value == 0.0 || value == 1.0, "0 or 1 (false or true)"),
+        (naga::ScalarKind::Sint, 4) => (
+            in_range(f64::from(i32::MIN), f64::from(i32::MAX)),
+            "a whole number in i32's range",
+        ),
+        (naga::ScalarKind::Uint, 4) => (
+            in_range(0.0, f64::from(u32::MAX)),
+            "a whole number in u32's range",
+        ),
+        (naga::ScalarKind::Float, 2) => (
+            value.is_finite() && value.abs() <= 65504.0,
+            "a finite number in f16's range",
+        ),
+        (naga::ScalarKind::Float, 4) => (
+            value.is_finite() && value.abs() <= f64::from(f32::MAX),
+            "a finite number in f32's range",
+        ),
+        (naga::ScalarKind::Float, _) => (value.is_finite(), "a finite number"),
+        _ => (true, ""),
+    };
+    if fits {
+        return Ok(());
+    }
+    let type_name = match scalar.kind {
+        naga::ScalarKind::Bool => "bool".to_owned(),
+        naga::ScalarKind::Sint => format!("i{}", scalar.width * 8),
+        naga::ScalarKind::Uint => format!("u{}", scalar.width * 8),
+        _ => format!("f{}", scalar.width * 8),
+    };
+    Err(CompileFailure::message(format!(
+        "the constant {name} is a {type_name}, and {value} is not one"
+    ))
+    .with_hint(format!("give {name} {expected}")))
 }

@@ -176,3 +176,71 @@ fn an_explicit_layout_that_misses_a_binding_fails_in_finalize() {
             .is_some_and(|failure| failure.hint.is_some())
     );
 }
+
+/// Finalizes `source` with constant `name` set to `value`: the artifact's
+/// constants, or the failure's message and hint.
+fn finalize_with(source: &str, name: &str, value: f64) -> Result<Vec<(String, f64)>, String> {
+    let target = WgpuTarget::compile_only();
+    let kernel = WgslKernel::builder(
+        KernelId::named("tests.typed_constant").parameter(&value.to_bits()),
+        "main",
+    )
+    .constant(name, value)
+    .source(source.to_owned());
+    let id = support::id_of(&kernel);
+    let compiler = target.compiler();
+    let lowered = compiler.lower(&kernel, &id).map_err(|f| f.to_string())?;
+    match compiler.finalize(&id, lowered) {
+        Ok(finalized) => Ok(finalized
+            .artifact
+            .constants
+            .iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect()),
+        Err(failure) => Err(format!("{failure} ({:?})", failure.hint)),
+    }
+}
+
+// B3: a value its constant's type cannot hold fails that kernel, naming the
+// constant and the value, instead of being converted in silence (a NaN or a
+// 2 for a `bool` is `true`).
+#[test]
+fn a_constant_value_its_type_cannot_hold_fails_naming_the_constant_and_the_value() {
+    const SOURCE: &str = "override USE_MAX: bool = false;\n\
+        override COUNT: u32 = 1u;\n\
+        override OFFSET: i32 = 0;\n\
+        override SCALE: f32 = 1.0;\n\
+        @group(0) @binding(0) var<storage, read_write> out: array<f32>;\n\
+        @compute @workgroup_size(1) fn main() {\n\
+            var v = f32(COUNT) + f32(OFFSET) * SCALE;\n\
+            if USE_MAX { v = max(v, 1.0); }\n\
+            out[0] = v;\n\
+        }\n";
+    for (name, good) in [
+        ("USE_MAX", 1.0),
+        ("USE_MAX", 0.0),
+        ("COUNT", 4_294_967_295.0),
+        ("OFFSET", -2_147_483_648.0),
+        ("SCALE", 0.5),
+    ] {
+        let constants = finalize_with(SOURCE, name, good)
+            .unwrap_or_else(|error| panic!("{name} = {good} is a fine value: {error}"));
+        assert_eq!(constants, [(name.to_owned(), good)]);
+    }
+    for (name, bad, type_name) in [
+        ("USE_MAX", 2.0, "bool"),
+        ("USE_MAX", f64::NAN, "bool"),
+        ("COUNT", -1.0, "u32"),
+        ("COUNT", 1.5, "u32"),
+        ("OFFSET", 3e9, "i32"),
+        ("SCALE", f64::INFINITY, "f32"),
+        ("SCALE", 1e300, "f32"),
+    ] {
+        let error = finalize_with(SOURCE, name, bad)
+            .expect_err("a value the constant's type cannot hold is refused");
+        assert!(
+            error.contains(name) && error.contains(type_name) && error.contains(&bad.to_string()),
+            "{name} = {bad}: {error}"
+        );
+    }
+}

@@ -203,3 +203,49 @@ fn a_kernel_file_over_the_size_limit_fails_alone_naming_the_limit() {
         "{report:#}"
     );
 }
+
+// L6, B3: a specialization's value is typed by its constant. `true` and
+// `false` make two kernels of a `bool` override, each compiled (never one
+// rekeyed onto the other); a value that is no number, or one the constant's
+// type cannot hold, fails its kernel alone, naming the constant and the
+// value.
+#[test]
+fn specialization_values_are_typed_by_their_constant() {
+    let scratch = Scratch::new("input-typed-constants");
+    let folder = scratch.folder("kernels");
+    std::fs::write(
+        folder.join("pick.wgsl"),
+        "// kiln specialize: WG=64 USE_MAX=true\n\
+         // kiln specialize: WG=64 USE_MAX=false\n\
+         // kiln specialize: WG=64 USE_MAX=maybe\n\
+         // kiln specialize: WG=64 USE_MAX=2\n\
+         override WG: u32 = 64u;\n\
+         override USE_MAX: bool = false;\n\
+         @group(0) @binding(0) var<storage, read_write> out: array<f32>;\n\
+         @compute @workgroup_size(WG) fn main(@builtin(global_invocation_id) id: vec3<u32>) {\n\
+             var v = out[id.x];\n\
+             if USE_MAX { v = max(v, 0.0); }\n\
+             out[id.x] = v;\n\
+         }\n",
+    )
+    .expect("a kernel file");
+    let run = warm(&scratch.join("store"), &folder);
+    let report = run.json();
+    let wgpu = backend(&report, "wgpu");
+    assert_eq!(wgpu["kernels"], 4, "{wgpu:#}");
+    assert_eq!(wgpu["compiled"], 2, "true and false each compile: {wgpu:#}");
+    assert_eq!(
+        wgpu["rekeyed"], 0,
+        "neither takes the other's artifact: {wgpu:#}"
+    );
+    assert_eq!(wgpu["failed"], 2, "{wgpu:#}");
+    let failures = wgpu["failures"].to_string();
+    assert!(
+        failures.contains("USE_MAX=maybe") && failures.contains("USE_MAX is a bool"),
+        "each failure names its constant and value: {failures}"
+    );
+    assert!(
+        !run.status.success(),
+        "failed kernels fail the run's status"
+    );
+}

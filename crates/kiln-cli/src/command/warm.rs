@@ -467,6 +467,17 @@ where
     (report, loader.into_target())
 }
 
+/// The number a `// kiln specialize:` value gives a WGSL `override`: `true`
+/// and `false` as 1 and 0, a finite number as itself; `None` for anything
+/// else. kiln-wgpu then checks it fits the constant's declared type.
+fn constant_value(text: &str) -> Option<f64> {
+    match text {
+        "true" => Some(1.0),
+        "false" => Some(0.0),
+        _ => text.parse::<f64>().ok().filter(|number| number.is_finite()),
+    }
+}
+
 fn warm_wgpu(files: &[&KernelFile], store: Option<&Arc<dyn ArtifactStore>>) -> BackendReport {
     let generated = Arc::new(AtomicUsize::new(0));
     let make = || {
@@ -474,16 +485,28 @@ fn warm_wgpu(files: &[&KernelFile], store: Option<&Arc<dyn ArtifactStore>>) -> B
             let mut builder =
                 WgslKernel::builder(base_id(file, specialization), file.entry.clone())
                     .label(file.name.clone());
+            let mut refused = None;
             for (name, value) in &specialization.0 {
-                // A value that is not a number is passed as NaN: naga then
-                // refuses it for this kernel alone, naming the constant.
-                builder = builder.constant(name.clone(), value.parse().unwrap_or(f64::NAN));
+                match constant_value(value) {
+                    Some(number) => builder = builder.constant(name.clone(), number),
+                    // Never passed on as some number: the kernel fails
+                    // alone, naming the constant and what it was given.
+                    None => {
+                        refused.get_or_insert(format!(
+                            "the constant {name}={value} is neither a number nor true or false"
+                        ));
+                    }
+                }
             }
             let source = Arc::clone(&file.source);
             let counter = Arc::clone(&generated);
             builder.generator(move || {
                 counter.fetch_add(1, Ordering::Relaxed);
-                Ok(source.to_string())
+                match &refused {
+                    Some(reason) => Err(kiln_core::CompileFailure::message(reason.clone())
+                        .with_hint("write a number, or true or false for a bool")),
+                    None => Ok(source.to_string()),
+                }
             })
         })
     };
