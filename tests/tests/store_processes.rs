@@ -76,6 +76,246 @@ fn p4_eight_processes_compile_each_shared_key_exactly_once() -> Result<()> {
     Ok(())
 }
 
+/// Runs one `batch` worker per `(first, last, delay)`, each started `delay`
+/// after the test began, all killed past a deadline; every kernel asked
+/// for is compiled exactly once in total and every process loads all its
+/// kernels.
+fn batches_compile_each_key_once(name: &str, batches: &[(u32, u32, u64)]) -> Result<()> {
+    let scratch = Scratch::new(name);
+    let root = scratch.join("store");
+    let log = scratch.join("compiles.log");
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for (first, last, delay) in batches {
+        let wait = Duration::from_millis(*delay).saturating_sub(started.elapsed());
+        std::thread::sleep(wait);
+        children.push(
+            Command::new(WORKER)
+                .args([
+                    "batch",
+                    &root.display().to_string(),
+                    &log.display().to_string(),
+                ])
+                .args(["20", &first.to_string(), &last.to_string()])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()?,
+        );
+    }
+    let deadline = started + Duration::from_secs(120);
+    for child in &mut children {
+        while child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                for child in &mut children {
+                    let _ = child.kill();
+                }
+                anyhow::bail!("a worker ran past the deadline");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let mut asked = std::collections::HashSet::new();
+    for ((first, last, _), child) in batches.iter().zip(children) {
+        let report = report_of(child.wait_with_output()?)?;
+        let n = first.abs_diff(*last) + 1;
+        assert_eq!(
+            report.loaded,
+            u64::from(n),
+            "every kernel loads: {report:?}"
+        );
+        asked.extend(*first.min(last)..=*first.max(last));
+    }
+    let compiles = FakeCompiler::read_compile_log(&log)?;
+    let mut per_kernel: HashMap<u32, usize> = HashMap::new();
+    for (_, number) in &compiles {
+        *per_kernel.entry(*number).or_default() += 1;
+    }
+    assert_eq!(
+        per_kernel.len(),
+        asked.len(),
+        "every kernel asked was compiled"
+    );
+    let repeated: Vec<_> = per_kernel
+        .iter()
+        .filter(|(_, count)| **count != 1)
+        .collect();
+    assert!(repeated.is_empty(), "compiled more than once: {repeated:?}");
+    Ok(())
+}
+
+#[test]
+fn p12_overlapping_batches_in_opposite_orders_compile_each_key_once() -> Result<()> {
+    // P4, P12
+    batches_compile_each_key_once("opposite", &[(0, 39, 0), (49, 10, 50)])
+}
+
+#[test]
+fn p12_a_superset_and_a_subset_batch_compile_each_key_once() -> Result<()> {
+    // P4, P12
+    batches_compile_each_key_once("superset", &[(10, 29, 0), (0, 39, 30), (15, 20, 60)])
+}
+
+#[test]
+fn p12_four_processes_started_together_and_staggered_compile_each_key_once() -> Result<()> {
+    // P4, P12
+    batches_compile_each_key_once(
+        "together",
+        &[(0, 31, 0), (31, 0, 0), (8, 40, 0), (40, 8, 0)],
+    )?;
+    batches_compile_each_key_once(
+        "staggered",
+        &[(0, 31, 0), (31, 0, 40), (8, 40, 80), (40, 8, 120)],
+    )
+}
+
+/// The lease the signalled-holder tests give every process's store: small,
+/// so a stopped holder loses its keys quickly.
+const LEASE: &str = "0.5";
+
+/// A `batch` worker of kernels `first..=last`, each compiling for
+/// `millis`, logging its compiles to `log`; the lock timeout is long, so a
+/// waiter that fell back to it would blow the test's bound.
+fn spawn_batch(
+    root: &std::path::Path,
+    log: &std::path::Path,
+    millis: u64,
+    (first, last): (u32, u32),
+) -> Result<std::process::Child> {
+    Ok(Command::new(WORKER)
+        .args([
+            "batch",
+            &root.display().to_string(),
+            &log.display().to_string(),
+        ])
+        .args([millis.to_string(), first.to_string(), last.to_string()])
+        .env("KILN_CACHE_LEASE", LEASE)
+        .env("KILN_CACHE_LOCK_TIMEOUT", "60")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?)
+}
+
+/// The kernel numbers `log` holds, in the order their compiles began.
+fn compiled_in(log: &std::path::Path) -> Result<Vec<u32>> {
+    Ok(FakeCompiler::read_compile_log(log)?
+        .into_iter()
+        .map(|(_, number)| number)
+        .collect())
+}
+
+/// Waits until `log` holds more than `seen` compiles: one just began.
+fn wait_for_compile(log: &std::path::Path, seen: usize, deadline: Instant) -> Result<usize> {
+    loop {
+        let compiled = compiled_in(log)?.len();
+        if compiled > seen {
+            return Ok(compiled);
+        }
+        ensure!(Instant::now() < deadline, "the holder compiled nothing");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A slow holder (300 ms a kernel) of a batch of 24 is sent `signal` just
+/// as a compile begins, with two faster processes of the same batch
+/// waiting for its keys: each key is compiled once by the others (besides
+/// what the holder finished), every other process loads every kernel, and
+/// they finish within the lease plus a compile plus a margin of the
+/// signal, far below the lock timeout (60 s).
+fn a_signalled_holder_stalls_nobody_past_its_lease(name: &str, signal: libc::c_int) -> Result<()> {
+    const KERNELS: (u32, u32) = (0, 23);
+    let scratch = Scratch::new(name);
+    let root = scratch.join("store");
+    let holder_log = scratch.join("holder.log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut holder = spawn_batch(&root, &holder_log, 300, KERNELS)?;
+    let run = (|| -> Result<(Duration, Vec<WorkerReport>, Vec<std::path::PathBuf>)> {
+        // Its second compile began: it holds the rest of its batch claimed.
+        let seen = wait_for_compile(&holder_log, 1, deadline)?;
+        let others_logs: Vec<_> = (0..2)
+            .map(|other| scratch.join(&format!("other-{other}.log")))
+            .collect();
+        let mut others = Vec::new();
+        for (other, log) in others_logs.iter().enumerate() {
+            let order = if other == 0 {
+                KERNELS
+            } else {
+                (KERNELS.1, KERNELS.0)
+            };
+            others.push(spawn_batch(&root, log, 20, order)?);
+        }
+        // Give them time to look their batch up and find it held.
+        std::thread::sleep(Duration::from_millis(200));
+        wait_for_compile(&holder_log, seen, deadline)?;
+        let signalled = Instant::now();
+        let holder_id = libc::pid_t::try_from(holder.id())?;
+        // SAFETY: `kill` only sends a signal; the holder is our child,
+        // not yet waited for, so its id names no other process.
+        let sent = unsafe { libc::kill(holder_id, signal) };
+        ensure!(sent == 0, "the signal reaches the holder");
+        let mut reports = Vec::new();
+        for mut other in others {
+            while other.try_wait()?.is_none() {
+                if Instant::now() > deadline {
+                    let _ = other.kill();
+                    let _ = other.wait();
+                    anyhow::bail!("a process waited past the test's deadline");
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            reports.push(report_of(other.wait_with_output()?)?);
+        }
+        Ok((signalled.elapsed(), reports, others_logs))
+    })();
+    // Stopped or killed, it must not outlive the test (SIGKILL ends a
+    // stopped process too).
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let (wall, reports, others_logs) = run?;
+    eprintln!("{name}: the others finished {wall:?} after the signal");
+
+    for report in &reports {
+        assert_eq!(report.loaded, 24, "every kernel loads: {report:?}");
+    }
+    // The holder logs a compile as it begins: the last it logged was cut
+    // short, the ones before it finished. It publishes only at the end of
+    // its round, so the others may compile those again, once.
+    let mut holder_finished = compiled_in(&holder_log)?;
+    let cut_short = holder_finished.pop();
+    let mut per_kernel: HashMap<u32, usize> = HashMap::new();
+    for log in &others_logs {
+        for number in compiled_in(log)? {
+            *per_kernel.entry(number).or_default() += 1;
+        }
+    }
+    for number in KERNELS.0..=KERNELS.1 {
+        let by_others = per_kernel.get(&number).copied().unwrap_or(0);
+        let least = usize::from(!holder_finished.contains(&number));
+        assert!(
+            (least..=1).contains(&by_others),
+            "kernel {number} is compiled once by a live process, besides the holder's \
+             (holder finished {holder_finished:?}, cut short on {cut_short:?}; others {per_kernel:?})"
+        );
+    }
+    let bound = Duration::from_secs_f64(LEASE.parse::<f64>()? + 10.0);
+    assert!(
+        wall < bound,
+        "the others finished {wall:?} after the signal, past the lease and a compile ({bound:?})"
+    );
+    Ok(())
+}
+
+#[test]
+fn p12_a_holder_killed_mid_compile_loses_its_keys_to_the_others() -> Result<()> {
+    // P4, P12
+    a_signalled_holder_stalls_nobody_past_its_lease("holder-killed", libc::SIGKILL)
+}
+
+#[test]
+fn p12_a_holder_stopped_mid_compile_loses_its_keys_after_its_lease() -> Result<()> {
+    // P4, P12
+    a_signalled_holder_stalls_nobody_past_its_lease("holder-stopped", libc::SIGSTOP)
+}
+
 #[test]
 fn p3_a_publisher_killed_at_random_moments_leaves_whole_entries_or_none() -> Result<()> {
     // P3

@@ -515,6 +515,10 @@ impl ArtifactStore for FailingWrites {
         self.0.claim(key, wait)
     }
 
+    fn claim_timeout(&self) -> Duration {
+        self.0.claim_timeout()
+    }
+
     fn put(
         &self,
         _key: &StoreKey,

@@ -19,6 +19,10 @@ impl StoreSubject for Memory {
         store.clear();
         true
     }
+
+    fn with_lease(&self, lease: std::time::Duration) -> Option<MemoryStore> {
+        Some(MemoryStore::with_lease(lease))
+    }
 }
 
 kiln_core::store_conformance_suite!(Memory);

@@ -8,6 +8,7 @@
 //! | `KILN_CACHE_MAX_SIZE` | [`StoreConfig::max_bytes`] | 10 GiB; `512M`, `10G`, `1.5GiB` |
 //! | `KILN_CACHE_MAX_ENTRIES` | [`StoreConfig::max_entries`] | 1,000,000 |
 //! | `KILN_CACHE_LOCK_TIMEOUT` | [`StoreConfig::lock_timeout`] | 60 seconds, at most a day |
+//! | `KILN_CACHE_LEASE` | [`StoreConfig::lease`] | 10 seconds, at most a day |
 //! | `KILN_CACHE_READ_ONLY=1` | [`StoreConfig::read_only`] | writable |
 
 use std::path::PathBuf;
@@ -30,6 +31,11 @@ pub struct StoreConfig {
     /// How long a process waits for another compiling the same key before
     /// compiling it too. `KILN_CACHE_LOCK_TIMEOUT`, in seconds.
     pub lock_timeout: Duration,
+    /// How long a claim outlives its holder's last renewal (P12): a holder
+    /// renews every third of it while it lives, so one that hangs (stopped,
+    /// stuck) loses its keys this long after, and a waiter compiles them.
+    /// `KILN_CACHE_LEASE`, in seconds.
+    pub lease: Duration,
     /// Whether publishing syncs files and folders to the disk (P3). Only
     /// scratch stores (benchmarks, throw-away tests) turn it off: without
     /// it, a power cut may leave a published entry empty, which then reads
@@ -65,6 +71,7 @@ impl StoreConfig {
             max_bytes: DEFAULT_MAX_BYTES,
             max_entries: DEFAULT_MAX_ENTRIES,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            lease: kiln_core::store::DEFAULT_LEASE,
             durable: true,
             collects_automatically: true,
             read_only: false,
@@ -125,6 +132,15 @@ impl StoreConfig {
                 value,
                 expected: "a number of seconds from 0 to 86400 (one day)",
             })?;
+        }
+        if let Some(value) = lookup("KILN_CACHE_LEASE") {
+            config.lease = parse_seconds(&value, MAX_LOCK_TIMEOUT)
+                .filter(|lease| !lease.is_zero())
+                .ok_or(ConfigError {
+                    variable: "KILN_CACHE_LEASE",
+                    value,
+                    expected: "a number of seconds above 0, at most 86400 (one day)",
+                })?;
         }
         if let Some(value) = lookup("KILN_CACHE_READ_ONLY") {
             config.read_only = match value.trim() {

@@ -56,6 +56,38 @@ pub(crate) fn object_slot(object: &[u8; 32]) -> u64 {
     region_slot(2, object)
 }
 
+/// The slot guarding a key's lease record: held only while the record is
+/// read and written, never while compiling.
+pub(crate) fn lease_slot(key_digest: &[u8; 32]) -> u64 {
+    region_slot(3, key_digest)
+}
+
+/// A key's lease (P12), kept as 32 bytes of the `locks` file's content (the
+/// locks themselves take no bytes), in one of 65,536 buckets: the key's
+/// tag, its holder's mark and when the lease runs out unless renewed, in
+/// milliseconds since the Unix epoch (0: released). Two keys sharing a
+/// bucket overwrite each other's record; a record of another key is read
+/// as "no lease known", so the waiter waits for the lock as before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct LeaseRecord {
+    pub(crate) tag: u64,
+    pub(crate) holder: u64,
+    pub(crate) expires_ms: u64,
+}
+
+const LEASE_BUCKETS: u64 = 1 << 16;
+const LEASE_RECORD: u64 = 32;
+
+fn lease_offset(key_digest: &[u8; 32]) -> u64 {
+    let bucket = u64::from(u16::from_le_bytes([key_digest[8], key_digest[9]]));
+    (bucket % LEASE_BUCKETS) * LEASE_RECORD
+}
+
+/// The tag a key's lease record carries: never 0, which no key has.
+pub(crate) fn lease_tag(key_digest: &[u8; 32]) -> u64 {
+    u64::from_le_bytes(key_digest[16..24].try_into().expect("8 bytes")) | 1
+}
+
 /// Regions keep keys and objects apart in the file; 60 bits of digest make
 /// two different keys sharing a byte vanishingly rare, and if they did, the
 /// cost would be one waiting for the other, never a wrong artifact.
@@ -210,6 +242,46 @@ impl LockFile {
         }
         drop(held);
         self.released.notify_all();
+    }
+
+    /// The lease record in `key_digest`'s bucket; all zero when none was
+    /// written (the file is shorter).
+    pub(crate) fn read_lease(&self, key_digest: &[u8; 32]) -> io::Result<LeaseRecord> {
+        use std::os::unix::fs::FileExt;
+        let Some(file) = &self.file else {
+            return Ok(LeaseRecord::default());
+        };
+        let mut bytes = [0u8; 24];
+        let mut read = 0;
+        let offset = lease_offset(key_digest);
+        while read < bytes.len() {
+            match file.read_at(&mut bytes[read..], offset + read as u64) {
+                Ok(0) => break,
+                Ok(n) => read += n,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
+            }
+        }
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        Ok(LeaseRecord {
+            tag: word(0),
+            holder: word(8),
+            expires_ms: word(16),
+        })
+    }
+
+    /// Writes `record` into `key_digest`'s bucket; the caller holds the
+    /// key's [`lease_slot`].
+    pub(crate) fn write_lease(&self, key_digest: &[u8; 32], record: LeaseRecord) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let mut bytes = [0u8; 24];
+        bytes[..8].copy_from_slice(&record.tag.to_le_bytes());
+        bytes[8..16].copy_from_slice(&record.holder.to_le_bytes());
+        bytes[16..].copy_from_slice(&record.expires_ms.to_le_bytes());
+        file.write_all_at(&bytes, lease_offset(key_digest))
     }
 
     fn table(&self) -> MutexGuard<'_, HashMap<u64, Holders>> {

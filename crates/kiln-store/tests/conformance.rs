@@ -73,6 +73,14 @@ impl StoreSubject for Disk {
     fn in_another_process(&self, store: &DiskStore) -> Option<DiskStore> {
         Some(open(store.root()))
     }
+
+    fn with_lease(&self, lease: Duration) -> Option<DiskStore> {
+        let config = StoreConfig {
+            lease,
+            ..StoreConfig::at(self.fresh_name("leased"))
+        };
+        Some(DiskStore::open(config).expect("a store opens in a scratch folder"))
+    }
 }
 
 kiln_core::store_conformance_suite!(Disk::new());

@@ -5,16 +5,21 @@
 //! kiln-test-worker publish-loop ROOT SEED             publishes until killed
 //! kiln-test-worker fsize-limited ROOT KERNELS         loads with every write refused
 //! kiln-test-worker read-loop ROOT KEYS MILLIS         reads while another process evicts
+//! kiln-test-worker batch ROOT LOG MILLIS FIRST LAST     one batch of kernels FIRST..LAST (down when FIRST > LAST)
 //! ```
 //!
-//! Each mode but `publish-loop` prints one [`WorkerReport`] as JSON.
+//! Each mode but `publish-loop` prints one [`WorkerReport`] as JSON. The
+//! `batch` mode's store takes `KILN_CACHE_LEASE` and
+//! `KILN_CACHE_LOCK_TIMEOUT` from the environment, as `kiln warm` does.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use kiln_core::fake::{FakeCompiler, FakeKernel, FakeTarget};
 use kiln_core::{ArtifactStore, KernelLoader, LoaderConfig, Lookup, Miss};
+use kiln_store::{DiskStore, StoreConfig};
 use kiln_tests::{
     WorkerReport, fake_key, fake_text, is_whole_pattern, open_store, pattern, shared_store,
 };
@@ -33,6 +38,13 @@ fn main() -> Result<()> {
         ["publish-loop", root, seed] => publish_loop(root.into(), seed.parse()?),
         ["fsize-limited", root, kernels] => fsize_limited(root.into(), kernels.parse()?),
         ["read-loop", root, keys, millis] => read_loop(root.into(), keys.parse()?, millis.parse()?),
+        ["batch", root, log, millis, first, last] => batch(
+            root.into(),
+            log.into(),
+            millis.parse()?,
+            first.parse()?,
+            last.parse()?,
+        ),
         _ => bail!("unknown worker arguments: {arguments:?}"),
     }?;
     println!("{}", serde_json::to_string(&report)?);
@@ -83,6 +95,55 @@ fn loads(root: PathBuf, log: PathBuf, keys: u32, lookups: u64, seed: u64) -> Res
         }
     }
     Ok(report)
+}
+
+/// One batch of kernels `first..=last` (in that order, down when `first`
+/// is the larger), each compiling for `millis`, then a load of each.
+fn batch(root: PathBuf, log: PathBuf, millis: u64, first: u32, last: u32) -> Result<WorkerReport> {
+    let store = store_with_claims_from_env(&root)?;
+    let numbers: Vec<u32> = if first <= last {
+        (first..=last).collect()
+    } else {
+        (last..=first).rev().collect()
+    };
+    let compiler = FakeCompiler::default().logging_compiles_to(&log);
+    let target = FakeTarget::on_store(store).with_compiler(compiler);
+    let mut loader = KernelLoader::with_config(target, config());
+    let kernels: Vec<FakeKernel> = numbers
+        .iter()
+        .map(|number| FakeKernel::new(*number).sleeping(Duration::from_millis(millis)))
+        .collect();
+    for kernel in &kernels {
+        loader.enqueue(Box::new(kernel.clone()), ());
+    }
+    loader.compile_queued();
+    let mut report = WorkerReport::default();
+    for (kernel, number) in kernels.iter().zip(&numbers) {
+        report.loads += 1;
+        match loader.load(kernel, &kernel.artifact_id()) {
+            Ok(module) if module.text == fake_text(*number) => report.loaded += 1,
+            Ok(_) => report.wrong += 1,
+            Err(_) => report.failed += 1,
+        }
+    }
+    Ok(report)
+}
+
+/// The store at `root` with the lease and the lock timeout the environment
+/// sets; nothing else of the environment, so a variable of the machine
+/// running the tests cannot change what they prove.
+fn store_with_claims_from_env(root: &Path) -> Result<Arc<dyn ArtifactStore>> {
+    let root = root.display().to_string();
+    let config = StoreConfig::with_overrides(|name| match name {
+        "KILN_CACHE_DIR" => Some(root.clone()),
+        "KILN_CACHE_LEASE" | "KILN_CACHE_LOCK_TIMEOUT" => std::env::var(name).ok(),
+        _ => None,
+    })?
+    .context("the store is enabled")?;
+    Ok(Arc::new(DiskStore::open(StoreConfig {
+        collects_automatically: false,
+        ..config
+    })?))
 }
 
 /// Publishes whole patterns of random sizes under 40 keys, replacing each

@@ -61,6 +61,12 @@ pub trait StoreSubject {
     fn in_another_process(&self, _store: &Self::Store) -> Option<Self::Store> {
         None
     }
+
+    /// A fresh store whose claims are leases of `lease` (P12), or `None`
+    /// when this kind of store cannot be given one.
+    fn with_lease(&self, _lease: Duration) -> Option<Self::Store> {
+        None
+    }
 }
 
 /// What every key of the suite shares, unless a rule changes one part.
@@ -577,6 +583,101 @@ pub fn p4_a_claim_held_in_one_process_is_busy_in_another<S: StoreSubject>(subjec
     );
 }
 
+/// The other claimant of the P12 rules: another process's handle where the
+/// store is shared among processes, else another handle of this one.
+fn other_claimant<S: StoreSubject>(subject: &S, store: &S::Store) -> S::Store {
+    subject
+        .in_another_process(store)
+        .unwrap_or_else(|| store.clone())
+}
+
+/// P4, P12: while a key's claim is held, every other claimant is busy, in
+/// this process and in another; a key released without being published is
+/// claimable again, and published, it is a hit for all.
+pub fn p12_a_released_unpublished_key_is_claimable_by_the_next_claimant<S: StoreSubject>(
+    subject: &S,
+) {
+    let store = subject.store();
+    let other = other_claimant(subject, &store);
+    let key = kernel_key(0);
+    let Claim::Held(guard) = store.claim(&key, ClaimWait::Once) else {
+        not_applicable("P12", "this store does not coordinate compiles");
+        return;
+    };
+    for _ in 0..3 {
+        assert!(
+            matches!(other.claim(&key, ClaimWait::Once), Claim::Busy),
+            "a second claimant is busy, however often it asks"
+        );
+    }
+    drop(guard);
+    let Claim::Held(second) = other.claim(&key, ClaimWait::Once) else {
+        panic!("a key released unpublished is the next claimant's");
+    };
+    assert!(
+        matches!(store.claim(&key, ClaimWait::Once), Claim::Busy),
+        "and the first is busy now"
+    );
+    expect_stored(store.put(&key, None, b"published", Duration::ZERO), "a put");
+    drop(second);
+    expect_hit(other.lookup(&key), "what was published");
+}
+
+/// P12: a holder that stops renewing its lease (hung, stopped) loses its
+/// key once the lease runs out: exactly one other claimant takes it over,
+/// and the rest stay busy while the new holder renews.
+pub fn p12_an_expired_lease_is_claimable_by_one_other_claimant<S: StoreSubject>(subject: &S) {
+    let lease = Duration::from_millis(300);
+    let Some(store) = subject.with_lease(lease) else {
+        not_applicable("P12 leases", "this store's claims take no lease");
+        return;
+    };
+    let other = other_claimant(subject, &store);
+    let third = other_claimant(subject, &store);
+    let key = kernel_key(0);
+    let Claim::Held(hung) = store.claim(&key, ClaimWait::Once) else {
+        not_applicable("P12 leases", "this store does not coordinate compiles");
+        return;
+    };
+    // A renewing holder keeps its key past the lease.
+    thread::sleep(lease * 2);
+    assert!(
+        matches!(other.claim(&key, ClaimWait::Once), Claim::Busy),
+        "a renewed lease is still held"
+    );
+    hung.stop_renewing();
+    let started = std::time::Instant::now();
+    let taken_over = loop {
+        match other.claim(&key, ClaimWait::Once) {
+            Claim::Held(guard) => break guard,
+            Claim::Busy => {
+                assert!(
+                    started.elapsed() < lease * 10,
+                    "the lease ran out within {:?}",
+                    lease * 10
+                );
+                thread::sleep(Duration::from_millis(10));
+            }
+            Claim::Uncoordinated => panic!("a coordinating store stays so"),
+        }
+    };
+    assert!(
+        started.elapsed() >= lease / 2,
+        "not before the lease could run out"
+    );
+    thread::sleep(lease * 2);
+    assert!(
+        matches!(third.claim(&key, ClaimWait::Once), Claim::Busy),
+        "the new holder renews its lease: a third claimant is busy"
+    );
+    drop(taken_over);
+    drop(hung);
+    assert!(
+        matches!(third.claim(&key, ClaimWait::Once), Claim::Held(_)),
+        "released by both, the key is free"
+    );
+}
+
 /// P3, L5a: what one process put, another reads whole, with its work, by
 /// its key and its source key.
 pub fn p3_another_process_reads_what_one_put<S: StoreSubject>(subject: &S) {
@@ -695,6 +796,8 @@ macro_rules! store_conformance_suite {
             p4_a_held_claim_is_busy_for_a_second_once_claimant_and_free_after_its_guard_drops,
             p4_a_patient_claimant_holds_the_key_once_the_guard_drops,
             p4_a_claim_held_in_one_process_is_busy_in_another,
+            p12_a_released_unpublished_key_is_claimable_by_the_next_claimant,
+            p12_an_expired_lease_is_claimable_by_one_other_claimant,
             p5_an_empty_artifact_round_trips_or_is_refused_and_counted,
             p6_a_batch_end_within_the_limits_keeps_every_entry,
             p7_a_source_key_finds_what_was_put_with_it,

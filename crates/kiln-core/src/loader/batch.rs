@@ -3,7 +3,7 @@
 //! order and recorded.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
@@ -14,7 +14,7 @@ use super::queue::Request;
 use crate::compiler::ArtifactCompiler;
 use crate::config::WorkerMode;
 use crate::error::KernelError;
-use crate::statistics::{BatchRecord, KernelOutcome, LoaderStatistics};
+use crate::statistics::{BatchRecord, KernelOutcome, KernelRecord, LoaderStatistics};
 use crate::store::BoundStore;
 use crate::target::{CompilationTarget, VariantOf};
 
@@ -35,71 +35,51 @@ impl<T: CompilationTarget> KernelLoader<T> {
             job.look_up(&mut self.target, self.store.as_mut(), &mut self.statistics);
         }
 
-        let persists = self.store.is_some();
-        let mut missing: Vec<&mut Job<'_, T>> =
-            jobs.iter_mut().filter(|job| job.is_missing()).collect();
-        let with_processes = !missing.is_empty()
-            && self
-                .pool
-                .prepare_processes(self.target.compiler().worker_recipe());
         let used_processes = AtomicBool::new(false);
-        let finalizer = Finalizer {
-            compiler: self.target.compiler(),
-            processes: self.pool.process_pool().filter(|_| with_processes),
-            used_processes: &used_processes,
-        };
-        let mut workers = self.pool.workers_for(missing.len());
-        if missing.len() > 1 {
-            log::debug!(
-                "compiling {} of {n_kernels} kernels on {workers} workers{}",
-                missing.len(),
-                if with_processes { " (processes)" } else { "" }
-            );
-        }
-        self.pool.run(&mut missing, |job| {
-            job.lower(finalizer.compiler);
-            // With nothing to share it by, a kernel finalizes on the worker
-            // that lowered it, without waiting for the others to lower.
-            if job.is_lowered() && !(persists && job.has_source()) {
-                job.finalize(&finalizer);
+        let mut workers = 0;
+        let mut outcomes: Vec<Option<JobOutcome<T>>> = (0..n_kernels).map(|_| None).collect();
+        let mut records: Vec<Option<KernelRecord>> = (0..n_kernels).map(|_| None).collect();
+        // P12: compile every key this process claimed, publish it (which
+        // releases its claim), and only then wait for the keys others hold;
+        // each taken as soon as it is published, or compiled here once its
+        // holder released it unpublished or its lease ran out.
+        let deadline = self
+            .store
+            .as_ref()
+            .and_then(|store| started.checked_add(store.claim_timeout()));
+        loop {
+            workers = workers.max(self.compile_round(&mut jobs, n_kernels, &used_processes));
+            for (index, job) in jobs.iter_mut().enumerate() {
+                if !job.is_settled() {
+                    continue;
+                }
+                let (outcome, record) =
+                    job.load(&mut self.target, self.store.as_mut(), &mut self.statistics);
+                if let Some(store) = &mut self.store {
+                    // Failed or refused: another process may compile it now.
+                    store.release(&outcome.0);
+                }
+                outcomes[index] = Some(outcome);
+                records[index] = Some(record);
             }
-            job.settle();
-        });
-        drop(missing);
-
-        if let Some(store) = &self.store {
-            group_by_source(&mut jobs, &self.target, store, &mut self.statistics);
+            if !jobs.iter().any(Job::is_elsewhere) {
+                break;
+            }
+            self.wait_for_others(&mut jobs, deadline);
         }
-
-        let finalizer = Finalizer {
-            compiler: self.target.compiler(),
-            processes: self.pool.process_pool().filter(|_| with_processes),
-            used_processes: &used_processes,
-        };
-        let mut lowered: Vec<&mut Job<'_, T>> =
-            jobs.iter_mut().filter(|job| job.is_lowered()).collect();
-        workers = workers.max(self.pool.workers_for(lowered.len()));
-        self.pool.run(&mut lowered, |job| {
-            job.finalize(&finalizer);
-            job.settle();
-        });
-        drop(lowered);
         let mode = if used_processes.load(Ordering::Relaxed) {
             WorkerMode::Processes
         } else {
             WorkerMode::Threads
         };
-
-        take_from_leaders(&mut jobs);
-
-        let mut records = Vec::with_capacity(jobs.len());
-        let mut outcomes = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            let (outcome, record) =
-                job.load(&mut self.target, self.store.as_mut(), &mut self.statistics);
-            records.push(record);
-            outcomes.push(outcome);
-        }
+        let records: Vec<KernelRecord> = records
+            .into_iter()
+            .map(|record| record.expect("every kernel of the batch is loaded or failed"))
+            .collect();
+        let outcomes: Vec<JobOutcome<T>> = outcomes
+            .into_iter()
+            .map(|outcome| outcome.expect("every kernel of the batch is loaded or failed"))
+            .collect();
 
         if let Some(store) = &mut self.store {
             store.batch_finished();
@@ -129,6 +109,101 @@ impl<T: CompilationTarget> KernelLoader<T> {
             self.records.push_back(batch);
         }
         outcomes
+    }
+}
+
+impl<T: CompilationTarget> KernelLoader<T> {
+    /// Lowers, groups by source and finalizes the batch's missing kernels
+    /// (L5b-e); the number of workers it used.
+    fn compile_round(
+        &mut self,
+        jobs: &mut [Job<'_, T>],
+        n_kernels: usize,
+        used_processes: &AtomicBool,
+    ) -> usize {
+        let persists = self.store.is_some();
+        let mut missing: Vec<&mut Job<'_, T>> =
+            jobs.iter_mut().filter(|job| job.is_missing()).collect();
+        let with_processes = !missing.is_empty()
+            && self
+                .pool
+                .prepare_processes(self.target.compiler().worker_recipe());
+        let finalizer = Finalizer {
+            compiler: self.target.compiler(),
+            processes: self.pool.process_pool().filter(|_| with_processes),
+            used_processes,
+        };
+        let mut workers = self.pool.workers_for(missing.len());
+        if missing.len() > 1 {
+            log::debug!(
+                "compiling {} of {n_kernels} kernels on {workers} workers{}",
+                missing.len(),
+                if with_processes { " (processes)" } else { "" }
+            );
+        }
+        self.pool.run(&mut missing, |job| {
+            job.lower(finalizer.compiler);
+            // With nothing to share it by, a kernel finalizes on the worker
+            // that lowered it, without waiting for the others to lower.
+            if job.is_lowered() && !(persists && job.has_source()) {
+                job.finalize(&finalizer);
+            }
+            job.settle();
+        });
+        drop(missing);
+
+        if let Some(store) = &self.store {
+            group_by_source(jobs, &self.target, store, &mut self.statistics);
+        }
+
+        let mut lowered: Vec<&mut Job<'_, T>> =
+            jobs.iter_mut().filter(|job| job.is_lowered()).collect();
+        workers = workers.max(self.pool.workers_for(lowered.len()));
+        self.pool.run(&mut lowered, |job| {
+            job.finalize(&finalizer);
+            job.settle();
+        });
+        drop(lowered);
+
+        take_from_leaders(jobs);
+        workers
+    }
+
+    /// Waits until another holder published, released or lost at least one
+    /// of the keys it holds (P12), polling with a short back-off; past
+    /// `deadline` (the store's claim timeout) compiles them all here too.
+    fn wait_for_others(&mut self, jobs: &mut [Job<'_, T>], deadline: Option<Instant>) {
+        let Some(store) = self.store.as_mut() else {
+            for job in jobs.iter_mut().filter(|job| job.is_elsewhere()) {
+                job.compile_anyway(&mut self.statistics);
+            }
+            return;
+        };
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let mut taken = false;
+            for job in jobs.iter_mut().filter(|job| job.is_elsewhere()) {
+                taken |= job.take_published(&mut self.target, store, &mut self.statistics);
+            }
+            if taken {
+                return;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                let held: Vec<_> = jobs.iter_mut().filter(|job| job.is_elsewhere()).collect();
+                log::warn!(
+                    "another process held {} kernels past the store's claim timeout; compiling them here too",
+                    held.len()
+                );
+                for job in held {
+                    job.compile_anyway(&mut self.statistics);
+                }
+                return;
+            }
+            let left = deadline.map_or(pause, |deadline| deadline - now);
+            std::thread::sleep(pause.min(left));
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
     }
 }
 
@@ -188,7 +263,11 @@ pub(super) fn take_from_leaders<T: CompilationTarget>(jobs: &mut [Job<'_, T>]) {
                 kernel: member.id.kernel.clone(),
                 ..error.clone()
             }),
-            Step::Missing | Step::Lowered { .. } | Step::Waiting { .. } => {
+            Step::Missing
+            | Step::Elsewhere
+            | Step::Lowered { .. }
+            | Step::Waiting { .. }
+            | Step::Done => {
                 unreachable!("every leader is finalized, taken from the store, or failed")
             }
         };

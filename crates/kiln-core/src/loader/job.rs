@@ -12,13 +12,16 @@ use crate::error::{Failure, KernelError, Stage};
 use crate::id::ArtifactId;
 use crate::panic::panic_message;
 use crate::statistics::{KernelOutcome, KernelRecord, LoaderStatistics, Registration, Settled};
-use crate::store::{BoundStore, Lookup, Miss, StoreOutcome};
+use crate::store::{BoundStore, Claimed, Lookup, Miss, StoreOutcome};
 use crate::target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, VariantOf};
 
 /// How far a kernel got through its batch.
 pub(super) enum Step<T: CompilationTarget> {
     /// The store held nothing under its id.
     Missing,
+    /// Missing, and another holder compiles it: asked again after the
+    /// batch compiled what it claimed (P12).
+    Elsewhere,
     /// Lowered, with the text it can share an artifact by.
     Lowered {
         lowered: LoweredOf<T>,
@@ -37,6 +40,8 @@ pub(super) enum Step<T: CompilationTarget> {
         source: Option<String>,
     },
     Failed(KernelError),
+    /// Loaded (or failed) and reported: its outcome is the batch's.
+    Done,
 }
 
 /// What a batch gives back for one kernel.
@@ -86,6 +91,14 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         matches!(self.step, Step::Missing)
     }
 
+    pub(super) fn is_elsewhere(&self) -> bool {
+        matches!(self.step, Step::Elsewhere)
+    }
+
+    pub(super) fn is_settled(&self) -> bool {
+        matches!(self.step, Step::Ready { .. } | Step::Failed(_))
+    }
+
     pub(super) fn is_lowered(&self) -> bool {
         matches!(self.step, Step::Lowered { .. })
     }
@@ -107,7 +120,11 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         let outcome = match &self.step {
             Step::Ready { origin, .. } => *origin,
             Step::Failed(_) => KernelOutcome::Failed,
-            Step::Missing | Step::Lowered { .. } | Step::Waiting { .. } => return,
+            Step::Missing
+            | Step::Elsewhere
+            | Step::Lowered { .. }
+            | Step::Waiting { .. }
+            | Step::Done => return,
         };
         self.count = match std::mem::replace(&mut self.count, Count::Uncounted) {
             Count::Registered(registration) => Count::Settled(registration.settle(outcome)),
@@ -116,7 +133,8 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
     }
 
     /// Asks the store for the kernel by id; a miss is claimed (P4), so that
-    /// other processes wait for this compile instead of doing it too.
+    /// other processes wait for this compile instead of doing it too, and a
+    /// miss another holds is left [`Step::Elsewhere`] (P12).
     pub(super) fn look_up(
         &mut self,
         target: &mut T,
@@ -127,14 +145,53 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             Some(store) if kept(target, &self.id) => {
                 let compiler = target.compiler();
                 match store.lookup(compiler, &self.id) {
-                    Lookup::Miss(miss) => store
-                        .claim(compiler, &self.id)
-                        .unwrap_or(Lookup::Miss(miss)),
+                    Lookup::Miss(miss) => match store.claim(compiler, &self.id) {
+                        Claimed::Taken(Lookup::Miss(_)) => Lookup::Miss(miss),
+                        Claimed::Taken(hit) => hit,
+                        Claimed::Elsewhere => {
+                            self.step = Step::Elsewhere;
+                            return;
+                        }
+                    },
                     hit @ Lookup::Hit { .. } => hit,
                 }
             }
             _ => Lookup::Miss(Miss::Absent),
         };
+        self.take(target, found, statistics);
+    }
+
+    /// Asks again for a kernel another holder compiles (P12): `true` when
+    /// it is settled, taken from the store or claimed to compile here.
+    pub(super) fn take_published(
+        &mut self,
+        target: &mut T,
+        store: &mut BoundStore<T::Compiler>,
+        statistics: &mut LoaderStatistics,
+    ) -> bool {
+        match store.take_published(target.compiler(), &self.id) {
+            Claimed::Taken(found) => {
+                self.step = Step::Missing;
+                self.take(target, found, statistics);
+                true
+            }
+            Claimed::Elsewhere => false,
+        }
+    }
+
+    /// Gives up waiting for another holder: compiles it here too (a
+    /// duplicate compile, never a wrong artifact).
+    pub(super) fn compile_anyway(&mut self, statistics: &mut LoaderStatistics) {
+        self.step = Step::Missing;
+        statistics.misses += 1;
+    }
+
+    fn take(
+        &mut self,
+        target: &mut T,
+        found: Lookup<ArtifactOf<T>>,
+        statistics: &mut LoaderStatistics,
+    ) {
         match found {
             Lookup::Hit {
                 artifact,
@@ -254,13 +311,13 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
     /// from the store under this id; a refused artifact is neither kept nor
     /// stored (L9).
     pub(super) fn load(
-        mut self,
+        &mut self,
         target: &mut T,
         store: Option<&mut BoundStore<T::Compiler>>,
         statistics: &mut LoaderStatistics,
     ) -> (JobOutcome<T>, KernelRecord) {
         let mut stored = false;
-        let (result, outcome) = match std::mem::replace(&mut self.step, Step::Missing) {
+        let (result, outcome) = match std::mem::replace(&mut self.step, Step::Done) {
             Step::Ready {
                 artifact,
                 origin,
@@ -329,7 +386,11 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                 }
             }
             Step::Failed(error) => (Err(error), KernelOutcome::Failed),
-            Step::Missing | Step::Lowered { .. } | Step::Waiting { .. } => {
+            Step::Missing
+            | Step::Elsewhere
+            | Step::Lowered { .. }
+            | Step::Waiting { .. }
+            | Step::Done => {
                 unreachable!("every kernel is ready or failed before it loads")
             }
         };
@@ -342,10 +403,10 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             outcome,
             work: self.compile_work + self.load_work,
             stored,
-            diagnostics: self.diagnostics,
+            diagnostics: std::mem::take(&mut self.diagnostics),
             error: result.as_ref().err().map(ToString::to_string),
         };
-        ((self.id, result), record)
+        ((self.id.clone(), result), record)
     }
 }
 

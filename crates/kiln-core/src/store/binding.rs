@@ -16,6 +16,18 @@ use super::{ArtifactStore, Explanation, Lookup, Miss, StoreOutcome};
 use crate::encoding;
 use crate::id::ArtifactId;
 
+/// What claiming a missing kernel got (P4, P12).
+#[derive(Debug)]
+pub enum Claimed<A> {
+    /// This binding's to settle: a hit (another process published it
+    /// meanwhile), or a miss to compile, whose claim the binding holds
+    /// until the kernel is put or released.
+    Taken(Lookup<A>),
+    /// Another holder compiles it now: ask again later with
+    /// [`BoundStore::take_published`].
+    Elsewhere,
+}
+
 /// A `dyn` [`ArtifactStore`] bound to one compiler: its keys, its artifact
 /// type, and the claims it holds while compiling. A loader binds its
 /// target's [`store`](crate::CompilationTarget::store) once and does every
@@ -24,16 +36,17 @@ use crate::id::ArtifactId;
 /// # Single flight (P4)
 ///
 /// [`lookup`](Self::lookup) takes no lock. A kernel it misses is
-/// [`claim`](Self::claim)ed, so that other processes asking for it wait for
-/// this one's artifact instead of compiling it too; storing the artifact
-/// releases the claim. A claim is waited for only when this binding holds
-/// no other claim — two processes each holding what the other waits for
-/// would otherwise stall — so in a batch of several missing kernels the
-/// first waits and the rest try once. Claims of kernels that never reach
-/// [`put`](Self::put) (their compile failed, the device refused them) are
-/// released when the batch ends ([`batch_finished`](Self::batch_finished)),
-/// when the next one starts ([`batch_started`](Self::batch_started)), and
-/// when the binding drops.
+/// [`claim`](Self::claim)ed without waiting, so that other processes asking
+/// for it wait for this one's artifact instead of compiling it too; storing
+/// the artifact releases the claim, and so does
+/// [`release`](Self::release) for a kernel that failed. A kernel another
+/// holds is [`Claimed::Elsewhere`]: the loader compiles what it claimed,
+/// then asks again ([`take_published`](Self::take_published)) until the
+/// holder publishes it, releases it, or its lease runs out (P12). Nothing
+/// waits while holding a claim, so two processes never wait on each
+/// other. Claims left over are released when the batch ends
+/// ([`batch_finished`](Self::batch_finished)), when the next one starts
+/// ([`batch_started`](Self::batch_started)), and when the binding drops.
 ///
 /// # The end of a batch (P6)
 ///
@@ -45,15 +58,19 @@ use crate::id::ArtifactId;
 /// use std::sync::Arc;
 ///
 /// use kiln_core::fake::{FakeCompiler, FakeKernel};
-/// use kiln_core::store::{ArtifactStore, BoundStore, Lookup};
+/// use kiln_core::store::{ArtifactStore, BoundStore, Claimed, Lookup};
 /// # fn with(store: Arc<dyn ArtifactStore>) {
 /// let compiler = FakeCompiler::default();
 /// let mut bound = BoundStore::new(store, &compiler);
 /// let id = FakeKernel::new(1).artifact_id();
 /// bound.batch_started();
 /// if let Lookup::Miss(_) = bound.lookup(&compiler, &id) {
-///     // Another process may have stored it while this one waited.
-///     let after_waiting = bound.claim(&compiler, &id);
+///     match bound.claim(&compiler, &id) {
+///         // Another process may have stored it meanwhile; else compile.
+///         Claimed::Taken(lookup) => {}
+///         // Another process compiles it: ask again after compiling the rest.
+///         Claimed::Elsewhere => {}
+///     }
 /// }
 /// bound.batch_finished();
 /// # }
@@ -105,8 +122,7 @@ impl<C: KeyedCompiler> BoundStore<C> {
     }
 
     /// Starts a batch: claims an earlier batch left (it ended without
-    /// [`batch_finished`](Self::batch_finished), unwinding) are let go, so
-    /// the batch's first claim may wait (P4).
+    /// [`batch_finished`](Self::batch_finished), unwinding) are let go (P4).
     pub fn batch_started(&mut self) {
         self.drop_claims();
     }
@@ -117,38 +133,53 @@ impl<C: KeyedCompiler> BoundStore<C> {
         self.decoded(&self.artifact_key(compiler, id))
     }
 
-    /// Claims the right to compile `id` (P4) after its lookup missed: the
-    /// batch's first claim waits for another process compiling it, the
-    /// others try once. The claim is held until `id` is
-    /// [`put`](Self::put) or the batch ends.
-    ///
-    /// Returns what the store holds for `id` once the claim is held — the
-    /// process that held it before may have stored it meanwhile, and then
-    /// the claim is let go at once — or `None` when no claim was taken
-    /// (another process still holds it after the store's timeout, or the
-    /// store does not coordinate compiles): compile anyway.
-    pub fn claim(
-        &mut self,
-        compiler: &C,
-        id: &ArtifactId<C::Variant>,
-    ) -> Option<Lookup<C::Artifact>> {
+    /// Claims the right to compile `id` (P4, P12) after its lookup missed,
+    /// without waiting: a batch claims every key nobody holds, compiles
+    /// those, and only then waits for the keys others hold, asking again
+    /// ([`take_published`](Self::take_published)). The claim is held until
+    /// `id` is [`put`](Self::put) or [`release`](Self::release)d.
+    pub fn claim(&mut self, compiler: &C, id: &ArtifactId<C::Variant>) -> Claimed<C::Artifact> {
         self.claims.remove(id);
         let key = self.artifact_key(compiler, id);
-        let wait = if self.claims.is_empty() {
-            ClaimWait::Patiently
-        } else {
-            ClaimWait::Once
-        };
-        match self.store.claim(&key, wait) {
+        match self.store.claim(&key, ClaimWait::Once) {
             Claim::Held(guard) => {
+                // The holder before may have stored it meanwhile.
                 let again = self.decoded(&key);
                 if !matches!(again, Lookup::Hit { .. }) {
                     self.claims.insert(id.clone(), guard);
                 }
-                Some(again)
+                Claimed::Taken(again)
             }
-            Claim::Busy | Claim::Uncoordinated => None,
+            Claim::Uncoordinated => Claimed::Taken(Lookup::Miss(Miss::Absent)),
+            Claim::Busy => Claimed::Elsewhere,
         }
+    }
+
+    /// Asks again for `id`, which another holds: its artifact once
+    /// published, the claim once its holder released it unpublished or its
+    /// lease ran out, or [`Claimed::Elsewhere`] while it is still held
+    /// (P12).
+    pub fn take_published(
+        &mut self,
+        compiler: &C,
+        id: &ArtifactId<C::Variant>,
+    ) -> Claimed<C::Artifact> {
+        match self.lookup(compiler, id) {
+            hit @ Lookup::Hit { .. } => Claimed::Taken(hit),
+            Lookup::Miss(_) => self.claim(compiler, id),
+        }
+    }
+
+    /// Releases the claim on `id`, whose compile failed or whose artifact
+    /// the device refused: another process may compile it now.
+    pub fn release(&mut self, id: &ArtifactId<C::Variant>) {
+        self.claims.remove(id);
+    }
+
+    /// How long a batch waits for keys others hold before compiling them
+    /// too ([`ArtifactStore::claim_timeout`]).
+    pub fn claim_timeout(&self) -> Duration {
+        self.store.claim_timeout()
     }
 
     /// The artifact stored for lowered `source` of `id`'s variant.

@@ -1,11 +1,13 @@
 //! A store in the process's memory: for programs that want no disk, and for
 //! tests of what binds to a store.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::lease::{DEFAULT_LEASE, Renewal};
 use super::{
     ArtifactStore, BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, Generation, Lookup, Miss,
     StoreKey, StoreOutcome, StoreStatistics,
@@ -32,8 +34,10 @@ pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 /// - Claims are single flight among the handles of this process (P4): a
 ///   second claimant of a held key waits for the guard to drop (up to
 ///   [`claim_timeout`](Self::with_claim_timeout)) or, with
-///   [`ClaimWait::Once`], is told [`Claim::Busy`]. Nothing is shared with
-///   other processes.
+///   [`ClaimWait::Once`], is told [`Claim::Busy`]. A claim is a lease
+///   (P12, [`with_lease`](Self::with_lease)) renewed while its guard lives;
+///   a guard that stops renewing loses the key to the next claimant when
+///   the lease runs out. Nothing is shared with other processes.
 /// - An empty artifact is refused as the disk store refuses it:
 ///   [`StoreOutcome::Failed`], counted as a failed put (P5).
 /// - It has no limits: [`batch_finished`](ArtifactStore::batch_finished)
@@ -81,6 +85,7 @@ struct Shared {
     released: Condvar,
     generation: Generation,
     claim_timeout: Duration,
+    lease: Duration,
 }
 
 impl Default for Shared {
@@ -90,6 +95,7 @@ impl Default for Shared {
             released: Condvar::new(),
             generation: Generation::fresh(),
             claim_timeout: DEFAULT_CLAIM_TIMEOUT,
+            lease: DEFAULT_LEASE,
         }
     }
 }
@@ -102,9 +108,16 @@ struct State {
     /// The last key stored for each kernel, by its digest, for
     /// [`ArtifactStore::explain`]; kept when the entry goes.
     last_stored: HashMap<u128, (StoreKey, u64)>,
-    /// Keys whose claim is held.
-    claimed: HashSet<StoreKey>,
+    /// Keys whose claim is held, with their lease.
+    claimed: HashMap<StoreKey, Lease>,
     statistics: StoreStatistics,
+}
+
+/// Who holds a key's claim, and until when unless renewed.
+#[derive(Clone, Copy)]
+struct Lease {
+    holder: u64,
+    expires: Instant,
 }
 
 struct StoredEntry {
@@ -126,6 +139,18 @@ impl MemoryStore {
         Self {
             shared: Arc::new(Shared {
                 claim_timeout: timeout,
+                ..Shared::default()
+            }),
+        }
+    }
+
+    /// An empty store whose claims are leases of `lease` (by default
+    /// [`DEFAULT_LEASE`]): a holder that stops renewing loses its key that
+    /// long after its last renewal (P12).
+    pub fn with_lease(lease: Duration) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                lease,
                 ..Shared::default()
             }),
         }
@@ -207,10 +232,11 @@ impl State {
     }
 }
 
-/// Releases the claim of `key` on drop.
+/// Releases the claim of `key` on drop, unless its lease was taken over.
 struct Release {
     shared: Arc<Shared>,
     key: StoreKey,
+    holder: u64,
 }
 
 impl Drop for Release {
@@ -220,10 +246,22 @@ impl Drop for Release {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        state.claimed.remove(&self.key);
+        if state
+            .claimed
+            .get(&self.key)
+            .is_some_and(|lease| lease.holder == self.holder)
+        {
+            state.claimed.remove(&self.key);
+        }
         drop(state);
         self.shared.released.notify_all();
     }
+}
+
+/// A holder's mark, unique in the process.
+fn next_holder() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 fn now_seconds() -> u64 {
@@ -245,14 +283,22 @@ impl ArtifactStore for MemoryStore {
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
         let shared = &self.shared;
         let mut state = self.state();
-        let is_held = |state: &State| state.claimed.contains(key);
-        if is_held(&state) {
+        // Held while its lease lives; an expired lease is the next
+        // claimant's to take over (P12).
+        let held_until = |state: &State| {
+            state
+                .claimed
+                .get(key)
+                .map(|lease| lease.expires)
+                .filter(|expires| *expires > Instant::now())
+        };
+        if held_until(&state).is_some() {
             if wait == ClaimWait::Once {
                 return Claim::Busy;
             }
             state.statistics.claims_waited += 1;
             let deadline = Instant::now().checked_add(shared.claim_timeout);
-            while is_held(&state) {
+            while let Some(expires) = held_until(&state) {
                 let left = match deadline {
                     Some(deadline) => deadline.saturating_duration_since(Instant::now()),
                     // A timeout past the end of time: wait as long as it takes.
@@ -267,18 +313,49 @@ impl ArtifactStore for MemoryStore {
                     );
                     return Claim::Busy;
                 }
+                let until_expiry = expires.saturating_duration_since(Instant::now());
                 state = shared
                     .released
-                    .wait_timeout(state, left)
+                    .wait_timeout(state, left.min(until_expiry.max(Duration::from_millis(1))))
                     .unwrap_or_else(PoisonError::into_inner)
                     .0;
             }
         }
-        state.claimed.insert(key.clone());
-        Claim::Held(ClaimGuard::new(Release {
-            shared: Arc::clone(shared),
-            key: key.clone(),
-        }))
+        let holder = next_holder();
+        state.claimed.insert(
+            key.clone(),
+            Lease {
+                holder,
+                expires: Instant::now() + shared.lease,
+            },
+        );
+        let renewed = Arc::downgrade(shared);
+        let renewed_key = key.clone();
+        let renewal = Renewal::every(shared.lease / 3, move || {
+            let Some(shared) = renewed.upgrade() else {
+                return false;
+            };
+            let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+            match state.claimed.get_mut(&renewed_key) {
+                Some(lease) if lease.holder == holder => {
+                    lease.expires = Instant::now() + shared.lease;
+                    true
+                }
+                _ => false,
+            }
+        });
+        Claim::Held(ClaimGuard::leased(
+            Release {
+                shared: Arc::clone(shared),
+                key: key.clone(),
+                holder,
+            },
+            renewal,
+        ))
+    }
+
+    fn claim_timeout(&self) -> Duration {
+        self.shared.claim_timeout
     }
 
     fn put(

@@ -42,6 +42,7 @@ mod blob;
 mod claim;
 mod generation;
 mod key;
+mod lease;
 mod memory;
 
 use std::fmt;
@@ -49,7 +50,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use binding::BoundStore;
+pub use binding::{BoundStore, Claimed};
 pub use blob::BlobKey;
 pub use claim::{Claim, ClaimGuard, ClaimWait};
 pub use generation::Generation;
@@ -57,6 +58,7 @@ pub use key::{
     Difference, HeaderDigest, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, LibraryFile,
     Provenance, STORE_FORMAT, SourceCover, StoreKey, hex,
 };
+pub use lease::{DEFAULT_LEASE, Renewal};
 pub use memory::{DEFAULT_CLAIM_TIMEOUT, MemoryStore};
 
 /// Why a store had nothing to give.
@@ -213,8 +215,15 @@ pub struct StoreStatistics {
 ///   entry or none of it, even if the writer dies. A failed write is
 ///   [`StoreOutcome::Failed`], counted, never a panic (P5).
 /// - [`claim`](Self::claim) gives one caller among processes the right to
-///   compile a key (P4); a claim of a dead process is released by the
-///   system, and a waiter gives up after the store's timeout.
+///   compile a key (P4, P12): while the guard lives, every other claimant
+///   of the key is [`Claim::Busy`]; once it drops (the key was published,
+///   or its compile failed) the key is claimable again. A claim of a dead
+///   process is released at once; a claim is a lease its holder renews
+///   while it lives ([`ClaimGuard::leased`], [`Renewal`]), and a holder
+///   that stops renewing (hung, stopped) loses it when the lease runs out:
+///   the next claimant takes the key over. A patient claimant gives up
+///   after [`claim_timeout`](Self::claim_timeout). Correctness never
+///   depends on a lease: a lost one costs at most a duplicate compile.
 /// - [`generation`](Self::generation) returns a handle to the store's one
 ///   generation: it moves when the store starts holding other content.
 /// - [`batch_finished`](Self::batch_finished) is called after the last put
@@ -242,6 +251,13 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
         let _ = (key, wait);
         Claim::Uncoordinated
+    }
+
+    /// The longest a caller waits for another holder of a key before
+    /// compiling it too (`KILN_CACHE_LOCK_TIMEOUT` for the disk store). The
+    /// default is [`DEFAULT_CLAIM_TIMEOUT`].
+    fn claim_timeout(&self) -> Duration {
+        DEFAULT_CLAIM_TIMEOUT
     }
 
     /// Publishes `bytes` under `key` and, when given, under `source_key`;

@@ -1,10 +1,32 @@
 //! Claims: one byte-range lock per key across processes (P4), so one
-//! process compiles a key while the others wait for its artifact.
+//! process compiles a key while the others wait for its artifact, and a
+//! lease beside it (P12), so a holder that hangs loses the key.
+//!
+//! The lock says the holder lives: a dead holder's lock goes with it. The
+//! lease, a record in the `locks` file renewed every third of
+//! [`StoreConfig::lease`](crate::StoreConfig::lease), says it moves: a
+//! claimant that finds the lock held and the lease run out takes the key
+//! over by writing its own lease, without the lock. Taking the lock and
+//! writing the lease, reading and replacing a lease, and releasing both
+//! happen under the key's lease slot, so two claimants never both take a
+//! key over, and a fresh holder's lease is always written before anyone
+//! reads it.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use kiln_core::store::Renewal;
 use kiln_core::{Claim, ClaimGuard, ClaimWait, StoreKey};
 
 use super::{DiskStore, bump};
-use crate::lock::{Mode, deadline_after, key_slot};
+use crate::lock::{
+    LeaseRecord, LockFile, Mode, SlotGuard, deadline_after, key_slot, lease_slot, lease_tag,
+};
+
+/// How long a claimant waits for a key's lease slot, held only for a read
+/// and a write; past it the key counts as busy.
+const LEASE_SLOT_WAIT: Duration = Duration::from_millis(500);
 
 impl DiskStore {
     /// Asks for the right to compile `key`:
@@ -17,36 +39,183 @@ impl DiskStore {
             // lands.
             return Claim::Uncoordinated;
         }
-        let slot = key_slot(&key.digest());
-        let held = |guard| Claim::Held(ClaimGuard::new(guard));
-        match inner.locks.acquire(slot, Mode::Exclusive, None) {
-            Ok(Some(guard)) => return held(guard),
-            Ok(None) if wait == ClaimWait::Once => return Claim::Busy,
-            Ok(None) => {}
+        let digest = key.digest();
+        let lease = inner.config.lease;
+        let try_claim = || match try_claim(&inner.locks, &digest, lease) {
+            Ok(claim) => claim,
             Err(error) => {
                 log::warn!("kiln store: cannot lock {}: {error}", key.subject_text());
-                return Claim::Uncoordinated;
+                Some(Claim::Uncoordinated)
             }
+        };
+        match try_claim() {
+            Some(claim) => return claim,
+            None if wait == ClaimWait::Once => return Claim::Busy,
+            None => {}
         }
         bump(&inner.counters.claims_waited, 1);
         let deadline = deadline_after(inner.config.lock_timeout);
-        match inner.locks.acquire(slot, Mode::Exclusive, Some(deadline)) {
-            Ok(Some(guard)) => held(guard),
-            Ok(None) => {
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
                 bump(&inner.counters.claims_timed_out, 1);
                 log::warn!(
                     "kiln store: another process held {} for over {:?}; compiling it here too",
                     key.subject_text(),
                     inner.config.lock_timeout
                 );
-                Claim::Busy
+                return Claim::Busy;
             }
-            Err(error) => {
-                log::warn!("kiln store: cannot lock {}: {error}", key.subject_text());
-                Claim::Uncoordinated
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(50));
+            if let Some(claim) = try_claim() {
+                return claim;
             }
         }
     }
+
+    pub(super) fn claim_timeout(&self) -> Duration {
+        self.inner.config.lock_timeout
+    }
+}
+
+/// One try: the key's lock, or the key's run-out lease; `None` when another
+/// holds it under a live lease.
+fn try_claim(
+    locks: &Arc<LockFile>,
+    digest: &[u8; 32],
+    lease: Duration,
+) -> std::io::Result<Option<Claim>> {
+    let Some(_lease_slot) = lock_lease(locks, digest)? else {
+        return Ok(None);
+    };
+    let tag = lease_tag(digest);
+    let key_lock = locks.acquire(key_slot(digest), Mode::Exclusive, None)?;
+    if key_lock.is_none() {
+        let record = locks.read_lease(digest)?;
+        if record.tag != tag || record.expires_ms > now_ms() {
+            return Ok(None);
+        }
+        log::debug!("kiln store: a claim's lease ran out; taking the key over");
+    }
+    let holder = next_holder();
+    locks.write_lease(
+        digest,
+        LeaseRecord {
+            tag,
+            holder,
+            expires_ms: expiry(lease),
+        },
+    )?;
+    // Weak, so a renewal the lease thread has not yet dropped never keeps
+    // the `locks` file open after the store closes.
+    let renewed = (Arc::downgrade(locks), *digest);
+    let renewal = Renewal::every(lease / 3, move || {
+        let (locks, digest) = &renewed;
+        let Some(locks) = locks.upgrade() else {
+            return false;
+        };
+        renew(&locks, digest, holder, lease).unwrap_or(true)
+    });
+    Ok(Some(Claim::Held(ClaimGuard::leased(
+        Release {
+            locks: Arc::clone(locks),
+            digest: *digest,
+            holder,
+            key_lock,
+        },
+        renewal,
+    ))))
+}
+
+/// Extends the lease `holder` holds on `digest`; `false` once another
+/// took it over.
+fn renew(
+    locks: &Arc<LockFile>,
+    digest: &[u8; 32],
+    holder: u64,
+    lease: Duration,
+) -> std::io::Result<bool> {
+    let Some(_lease_slot) = lock_lease(locks, digest)? else {
+        // Try again at the next renewal.
+        return Ok(true);
+    };
+    let record = locks.read_lease(digest)?;
+    if record.tag != lease_tag(digest) || record.holder != holder {
+        return Ok(false);
+    }
+    locks.write_lease(
+        digest,
+        LeaseRecord {
+            expires_ms: expiry(lease),
+            ..record
+        },
+    )?;
+    Ok(true)
+}
+
+/// Releases a claim: its lease is marked run out, so a claimant that finds
+/// the key's lock held by a holder this one took over from may take it,
+/// then the lock (when this holder had it) is let go.
+struct Release {
+    locks: Arc<LockFile>,
+    digest: [u8; 32],
+    holder: u64,
+    key_lock: Option<SlotGuard>,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let locks = &self.locks;
+        let digest = &self.digest;
+        if let Ok(Some(_lease_slot)) = lock_lease(locks, digest) {
+            if let Ok(record) = locks.read_lease(digest)
+                && record.tag == lease_tag(digest)
+                && record.holder == self.holder
+            {
+                let released = LeaseRecord {
+                    expires_ms: 0,
+                    ..record
+                };
+                if let Err(error) = locks.write_lease(digest, released) {
+                    log::warn!("kiln store: cannot release a claim's lease: {error}");
+                }
+            }
+            // Under the lease slot, so nobody reads the old lease with the
+            // lock already free.
+            self.key_lock.take();
+        }
+    }
+}
+
+/// The key's lease slot, held while its lease record is read and written;
+/// `None` when another held it past [`LEASE_SLOT_WAIT`].
+fn lock_lease(locks: &Arc<LockFile>, digest: &[u8; 32]) -> std::io::Result<Option<SlotGuard>> {
+    locks.acquire(
+        lease_slot(digest),
+        Mode::Exclusive,
+        Some(deadline_after(LEASE_SLOT_WAIT)),
+    )
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+fn expiry(lease: Duration) -> u64 {
+    now_ms().saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A holder's mark: unique among processes (the process id) and among
+/// this process's claims (a counter).
+fn next_holder() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    (u64::from(std::process::id()) << 32) | (NEXT.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff)
 }
 
 #[cfg(test)]

@@ -179,6 +179,10 @@ impl ArtifactStore for DiskStore {
         self.claim_key(key, wait)
     }
 
+    fn claim_timeout(&self) -> Duration {
+        DiskStore::claim_timeout(self)
+    }
+
     fn put(
         &self,
         key: &StoreKey,
