@@ -546,6 +546,21 @@ fn warm_wgpu(files: &[&KernelFile], store: Option<&Arc<dyn ArtifactStore>>) -> B
     report
 }
 
+/// A C++ kernel's generator: the file's compiled text, whatever the
+/// architecture, counting each generation in `generated` for the progress
+/// bar.
+fn counted_source<A>(
+    file: &KernelFile,
+    generated: &Arc<AtomicUsize>,
+) -> impl Fn(A) -> Result<String, kiln_core::CompileFailure> + Send + Sync + 'static {
+    let source = Arc::clone(&file.source);
+    let counter = Arc::clone(generated);
+    move |_architecture| {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(source.to_string())
+    }
+}
+
 fn warm_cuda(
     files: &[&KernelFile],
     store: Option<&Arc<dyn ArtifactStore>>,
@@ -588,21 +603,13 @@ fn warm_cuda(
                 // identifiers, and a value is the macro's text.
                 options = options.define(name.clone(), value.clone());
             }
-            let source = Arc::clone(&file.source);
-            let counter = Arc::clone(&generated);
             CudaKernel::builder(base_id(file, specialization), file.entry.clone())
                 .program_name(file.name.clone())
                 .options(options)
-                .generator(move |_architecture| {
-                    counter.fetch_add(1, Ordering::Relaxed);
-                    Ok(source.to_string())
-                })
+                .generator(counted_source(file, &generated))
         })
     };
-    let target = match store {
-        Some(store) => target.with_store(Arc::clone(store)),
-        None => target,
-    };
+    let target = target.with_optional_store(store.cloned());
     let variant = target.variant();
     warm_batch(
         "cuda",
@@ -653,20 +660,12 @@ fn warm_hip(
             for (name, value) in &specialization.0 {
                 options = options.define(name.clone(), value.clone());
             }
-            let source = Arc::clone(&file.source);
-            let counter = Arc::clone(&generated);
             HipKernel::builder(base_id(file, specialization), file.entry.clone())
                 .options(options)
-                .generator(move |_architecture| {
-                    counter.fetch_add(1, Ordering::Relaxed);
-                    Ok(source.to_string())
-                })
+                .generator(counted_source(file, &generated))
         })
     };
-    let target = match store {
-        Some(store) => target.with_store(Arc::clone(store)),
-        None => target,
-    };
+    let target = target.with_optional_store(store.cloned());
     let variant = target.variant();
     warm_batch(
         "hip",
