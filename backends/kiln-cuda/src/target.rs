@@ -107,7 +107,7 @@ enum Destination {
 /// ```
 #[derive(Debug)]
 pub struct CudaTarget {
-    compiler: CudaCompiler,
+    compiler: Arc<CudaCompiler>,
     destination: Destination,
     store: TargetStore,
 }
@@ -121,7 +121,7 @@ impl CudaTarget {
     pub fn on_device(ordinal: usize) -> Result<Self, Error> {
         let device = CudaDevice::open(ordinal)?;
         Ok(Self {
-            compiler: CudaCompiler::new()?.keyed_for(device.architecture()),
+            compiler: Arc::new(CudaCompiler::new()?.keyed_for(device.architecture())),
             destination: Destination::Device(device),
             store: TargetStore::default(),
         })
@@ -136,7 +136,7 @@ impl CudaTarget {
     /// NVRTC is missing.
     pub fn compile_only(architecture: Architecture) -> Result<Self, Error> {
         Ok(Self {
-            compiler: CudaCompiler::new()?.keyed_for(architecture),
+            compiler: Arc::new(CudaCompiler::new()?.keyed_for(architecture)),
             destination: Destination::CompileOnly(architecture),
             store: TargetStore::default(),
         })
@@ -202,7 +202,7 @@ impl CompilationTarget for CudaTarget {
     type Compiler = CudaCompiler;
     type Loaded = LoadedKernel;
 
-    fn compiler(&self) -> &CudaCompiler {
+    fn compiler(&self) -> &Arc<CudaCompiler> {
         &self.compiler
     }
 

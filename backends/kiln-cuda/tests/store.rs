@@ -523,5 +523,5 @@ fn a_target_without_a_store_keeps_nothing_and_cannot_switch_to_one() {
 fn bound_store(target: &CudaTarget) -> Option<BoundStore<CudaCompiler>> {
     target
         .store()
-        .map(|store| BoundStore::new(std::sync::Arc::clone(store), target.compiler()))
+        .map(|store| BoundStore::new(std::sync::Arc::clone(store), &**target.compiler()))
 }

@@ -104,7 +104,7 @@ fn refusal(error: Error) -> DeviceRefusal {
 /// ```
 #[derive(Debug)]
 pub struct HipTarget {
-    compiler: HipCompiler,
+    compiler: Arc<HipCompiler>,
     destination: Destination,
     store: TargetStore,
 }
@@ -131,7 +131,7 @@ impl HipTarget {
     /// hipRTC or comgr is missing ([`Error::LibraryMissing`]).
     pub fn on(device: HipDevice) -> Result<Self> {
         Ok(Self {
-            compiler: HipCompiler::new()?.keyed_for(device.architecture().clone()),
+            compiler: Arc::new(HipCompiler::new()?.keyed_for(device.architecture().clone())),
             destination: Destination::Device(device),
             store: TargetStore::default(),
         })
@@ -146,7 +146,7 @@ impl HipTarget {
     /// hipRTC or comgr is missing ([`Error::LibraryMissing`]).
     pub fn compile_only(architecture: Architecture) -> Result<Self> {
         Ok(Self {
-            compiler: HipCompiler::new()?.keyed_for(architecture.clone()),
+            compiler: Arc::new(HipCompiler::new()?.keyed_for(architecture.clone())),
             destination: Destination::CompileOnly(architecture),
             store: TargetStore::default(),
         })
@@ -156,7 +156,7 @@ impl HipTarget {
     /// names after the target's architecture: for a compiler made apart,
     /// such as the crash tests' one without the target check.
     pub fn with_compiler(mut self, compiler: HipCompiler) -> Self {
-        self.compiler = compiler.keyed_for(self.architecture().clone());
+        self.compiler = Arc::new(compiler.keyed_for(self.architecture().clone()));
         self
     }
 
@@ -219,7 +219,7 @@ impl CompilationTarget for HipTarget {
     type Compiler = HipCompiler;
     type Loaded = LoadedKernel;
 
-    fn compiler(&self) -> &HipCompiler {
+    fn compiler(&self) -> &Arc<HipCompiler> {
         &self.compiler
     }
 

@@ -42,7 +42,7 @@ use crate::pipeline_cache::{PersistedPipelineCache, PipelineCacheState};
 /// ```
 #[derive(Debug)]
 pub struct WgpuTarget {
-    compiler: WgpuCompiler,
+    compiler: Arc<WgpuCompiler>,
     device: Option<WgpuDevice>,
     store: Option<Arc<dyn ArtifactStore>>,
     pipeline_cache: Option<PersistedPipelineCache>,
@@ -150,7 +150,7 @@ impl WgpuTarget {
 
     fn new(device: Option<WgpuDevice>) -> Self {
         Self {
-            compiler: WgpuCompiler,
+            compiler: Arc::new(WgpuCompiler),
             device,
             store: None,
             pipeline_cache: None,
@@ -377,7 +377,7 @@ impl CompilationTarget for WgpuTarget {
     type Compiler = WgpuCompiler;
     type Loaded = WgpuPipeline;
 
-    fn compiler(&self) -> &WgpuCompiler {
+    fn compiler(&self) -> &Arc<WgpuCompiler> {
         &self.compiler
     }
 

@@ -556,7 +556,7 @@ impl ArtifactStore for FailingWrites {
 /// [`MemoryStore`] of its own, or any real [`ArtifactStore`].
 #[derive(Debug)]
 pub struct FakeTarget {
-    compiler: FakeCompiler,
+    compiler: Arc<FakeCompiler>,
     store: Option<Arc<dyn ArtifactStore>>,
     failing_writes: bool,
     loaded: usize,
@@ -566,7 +566,7 @@ impl FakeTarget {
     /// A target that keeps nothing beyond the process.
     pub fn storeless() -> Self {
         Self {
-            compiler: FakeCompiler::default(),
+            compiler: Arc::new(FakeCompiler::default()),
             store: None,
             failing_writes: false,
             loaded: 0,
@@ -586,7 +586,7 @@ impl FakeTarget {
 
     /// The same target with `compiler`, on the same store.
     pub fn with_compiler(mut self, compiler: FakeCompiler) -> Self {
-        self.compiler = compiler;
+        self.compiler = Arc::new(compiler);
         self
     }
 
@@ -669,7 +669,7 @@ impl CompilationTarget for FakeTarget {
     type Compiler = FakeCompiler;
     type Loaded = Arc<FakeModule>;
 
-    fn compiler(&self) -> &FakeCompiler {
+    fn compiler(&self) -> &Arc<FakeCompiler> {
         &self.compiler
     }
 

@@ -40,8 +40,9 @@ pub trait CompilationTarget {
     /// handle), because every launch clones it.
     type Loaded: Clone + Debug;
 
-    /// The compiler, shared with the batch's workers.
-    fn compiler(&self) -> &Self::Compiler;
+    /// The compiler, shared with the batch's workers: they compile with it
+    /// while the loader's thread loads what they finished (P12).
+    fn compiler(&self) -> &Arc<Self::Compiler>;
 
     /// The store this target's artifacts outlive the process in, if any:
     /// without one, a loader keeps its artifacts as long as itself.

@@ -482,7 +482,7 @@ impl CompilationTarget for Hooked<FakeTarget> {
     type Compiler = <FakeTarget as CompilationTarget>::Compiler;
     type Loaded = <FakeTarget as CompilationTarget>::Loaded;
 
-    fn compiler(&self) -> &Self::Compiler {
+    fn compiler(&self) -> &Arc<Self::Compiler> {
         self.inner.compiler()
     }
 
@@ -519,7 +519,7 @@ impl CompilationTarget for Refusing {
     type Compiler = <FakeTarget as CompilationTarget>::Compiler;
     type Loaded = <FakeTarget as CompilationTarget>::Loaded;
 
-    fn compiler(&self) -> &Self::Compiler {
+    fn compiler(&self) -> &Arc<Self::Compiler> {
         self.inner.compiler()
     }
 

@@ -70,7 +70,7 @@ impl<T: CompilationTarget> CompilationTarget for Gated<T> {
     type Compiler = T::Compiler;
     type Loaded = T::Loaded;
 
-    fn compiler(&self) -> &Self::Compiler {
+    fn compiler(&self) -> &Arc<Self::Compiler> {
         self.inner.compiler()
     }
 

@@ -129,7 +129,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
                 .pool
                 .prepare_processes(self.target.compiler().worker_recipe());
         let finalizer = Finalizer {
-            compiler: self.target.compiler(),
+            compiler: &**self.target.compiler(),
             processes: self.pool.process_pool().filter(|_| with_processes),
             used_processes,
         };
@@ -533,13 +533,13 @@ mod tests {
 
         /// On an empty store, so that grouping by source is on, and the one
         /// batch finds nothing stored.
-        struct ArchTarget(ArchCompiler, Arc<dyn ArtifactStore>);
+        struct ArchTarget(Arc<ArchCompiler>, Arc<dyn ArtifactStore>);
 
         impl CompilationTarget for ArchTarget {
             type Compiler = ArchCompiler;
             type Loaded = String;
 
-            fn compiler(&self) -> &ArchCompiler {
+            fn compiler(&self) -> &Arc<ArchCompiler> {
                 &self.0
             }
 
@@ -560,7 +560,7 @@ mod tests {
         #[test]
         fn one_text_under_two_variants_is_two_artifacts() {
             let mut loader = KernelLoader::with_config(
-                ArchTarget(ArchCompiler, Arc::new(MemoryStore::new())),
+                ArchTarget(Arc::new(ArchCompiler), Arc::new(MemoryStore::new())),
                 LoaderConfig::default(),
             );
             let kernel = FakeKernel::new(1);

@@ -402,7 +402,7 @@ impl<T: CompilationTarget + std::fmt::Debug> std::fmt::Debug for KernelLoader<T>
 fn bind<T: CompilationTarget>(target: &T) -> Option<BoundStore<T::Compiler>> {
     target
         .store()
-        .map(|store| BoundStore::new(Arc::clone(store), target.compiler()))
+        .map(|store| BoundStore::new(Arc::clone(store), &**target.compiler()))
 }
 
 /// The generation of the bound store: one atomic load; 0 without a store.
