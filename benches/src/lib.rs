@@ -262,7 +262,8 @@ pub mod plain_nvrtc {
 /// One measurement a benchmark leaves for the report, as a JSON line.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct BenchRecord {
-    /// The benchmark: `batch_compile`, `warm_start`, `compile_memory`.
+    /// The benchmark: `batch_compile`, `warm_start`, `compile_memory`,
+    /// `shared_store`.
     pub bench: String,
     /// What was measured: `threads`, `processes`, `sequential`, ...
     pub case: String,
@@ -286,6 +287,9 @@ pub struct BenchRecord {
     pub host_peak_bytes: Option<u64>,
     /// Peak resident memory of each worker process, bytes.
     pub worker_peak_bytes: Vec<u64>,
+    /// How many kernels it compiled, where that is the measure
+    /// (`shared_store`: every kernel compiled once across the processes).
+    pub compiled: Option<usize>,
     /// Anything else, as text.
     pub note: Option<String>,
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use kiln_core::fake::{FakeArtifact, FakeCompiler, FakeKernel, FakeTarget};
 use kiln_core::{
-    ArtifactStore, BoundStore, CompilationTarget, Explanation, KernelLoader, KernelOutcome,
-    KeyComponent, KeyComponents, LoaderConfig, Lookup, Miss,
+    ArtifactStore, BoundStore, Claim, ClaimWait, CompilationTarget, Explanation, KernelLoader,
+    KernelOutcome, KeyComponent, KeyComponents, LoaderConfig, Lookup, Miss,
 };
 use kiln_store::{DiskStore, Error, Limits};
 use kiln_test_support::Scratch;
@@ -418,7 +418,7 @@ fn p8_a_bundle_carries_a_store_to_another_root_and_l10_an_import_that_replaces_c
     // Another machine's kernel 1 holds other bytes: importing it replaces
     // content, and the running loader drops what it loaded.
     let other = open_store(&scratch.join("other"));
-    let (compiler, mut other_bound) = bound(&other);
+    let (compiler, other_bound) = bound(&other);
     let replaced = FakeArtifact {
         text: "rebuilt kernel 1".into(),
         refused: false,
@@ -429,6 +429,7 @@ fn p8_a_bundle_carries_a_store_to_another_root_and_l10_an_import_that_replaces_c
         &replaced,
         None,
         Duration::ZERO,
+        None,
     );
     let second_bundle = scratch.join("replacing.kiln");
     other
@@ -556,10 +557,10 @@ fn least_recently_used_go_first(test: &str, length: usize, copies: u64) {
 }
 
 // P4: a kernel that fails is never stored, so nothing would release its
-// claim; the batch's end does, so other processes waiting on that key
-// compile it (and see its failure) at once instead of after a timeout.
+// claim but its failure: another process claims it at once instead of after
+// a timeout, while the loader that failed it still reports the failure.
 #[test]
-fn p4_the_claim_of_a_kernel_that_failed_is_released_when_its_batch_ends() {
+fn p4_the_claim_of_a_kernel_that_failed_is_released_with_its_failure() {
     let scratch = Scratch::new("failed-claim");
     let store = open_store(&scratch.join("store"));
     let mut loader = loader_on(&store);
@@ -567,10 +568,13 @@ fn p4_the_claim_of_a_kernel_that_failed_is_released_when_its_batch_ends() {
     loader.enqueue(Box::new(failing.clone()), ());
     loader.enqueue(Box::new(FakeKernel::new(2)), ());
     loader.compile_queued();
-    let bound = loader
-        .bound_store()
-        .expect("the target sits on the disk store");
-    assert_eq!(bound.claims_held(), 0, "no claim outlives its batch");
+    let compiler = FakeCompiler::default();
+    let bound = BoundStore::new(Arc::new(store.clone()), &compiler);
+    let key = bound.artifact_key(&compiler, &failing.artifact_id());
+    assert!(
+        matches!(store.claim(&key, ClaimWait::Once), Claim::Held(_)),
+        "no claim outlives its kernel's failure"
+    );
     loader
         .load(&failing, &failing.artifact_id())
         .expect_err("the failure is still reported by its own load");

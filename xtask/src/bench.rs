@@ -3,7 +3,8 @@
 //!
 //! Here it runs short versions of `loader_hot_path` (F1), `batch_compile`
 //! (F2, and the peak memory of a batch), `warm_start` (F3) and `store_scale`
-//! (F4), then prints the table. On a machine without a GPU it also packs the
+//! (F4) and `shared_store` (P12: processes sharing one store, with the
+//! fake compiler here), then prints the table. On a machine without a GPU it also packs the
 //! benchmark binaries into `.device/bench/` beside a `run.sh` that runs the
 //! full versions there (256 kernels, 16 cores) and prints the same table with
 //! the packed xtask (`bench-report --from`), keeping everything in `$OUT`.
@@ -27,6 +28,7 @@ const BENCHES: &[&str] = &[
     "warm_start",
     "loader_hot_path",
     "store_scale",
+    "shared_store",
 ];
 
 /// Loads per iteration of `loader_hot_path`, lookups per iteration of
@@ -93,6 +95,8 @@ fn run_here() -> Result<()> {
             &[],
             &["--warm-up-time", "1", "--measurement-time", "2"],
         ),
+        // Real compiles need the GPU machine's cores: the fake case only.
+        ("shared_store", &[], &["shared_store_fake"]),
     ];
     for (bench, variables, options) in quick {
         let mut arguments = vec!["bench", "--package", "kiln-benches", "--bench", bench, "--"];
@@ -231,6 +235,7 @@ run "${KILN_BENCH_LIMIT_BATCH:-280}" batch_compile \
 run 60 warm_start KILN_BENCH_WARM="${KILN_BENCH_WARM:-256}"
 run 45 loader_hot_path -- --warm-up-time 1 --measurement-time 2
 run 100 store_scale -- --warm-up-time 1 --measurement-time 2
+run 150 shared_store KILN_BENCH_SHARED="${KILN_BENCH_SHARED:-64}"
 
 "$here/xtask" bench-report --from "$out" --criterion "$CRITERION_HOME" | tee "$out/table.md"
 "#;
@@ -249,6 +254,7 @@ struct Sample {
     cores: usize,
     host_peak: Option<f64>,
     worker_peaks: Vec<f64>,
+    compiled: Option<usize>,
     note: String,
 }
 
@@ -273,6 +279,7 @@ impl Sample {
                 .as_array()
                 .map(|peaks| peaks.iter().filter_map(Value::as_f64).collect())
                 .unwrap_or_default(),
+            compiled: value["compiled"].as_u64().map(|count| count as usize),
             note: text("note"),
         })
     }
@@ -516,6 +523,66 @@ fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
                 .join("; "),
             format!("{} / {} entries: {:.2}", last.0, first.0, last.1 / first.1),
             "flat".to_owned(),
+        ]);
+    }
+
+    // P12: 1, 2 and 4 processes sharing one store, each run's slowest
+    // process against one process's wall split N ways.
+    for case in ["fake", "cuda"] {
+        let run = |processes: &str| of("shared_store", &format!("{case}_run"), processes, None);
+        let alone = run("1");
+        let Some(alone_wall) = median(alone.iter().map(|sample| sample.wall).collect()) else {
+            continue;
+        };
+        let kernels = alone.first().map_or(0, |sample| sample.kernels);
+        // One compile: the fake compiler's fixed time, or one process's
+        // mean work per kernel.
+        let one_compile = median(alone.iter().map(|sample| sample.slowest).collect())
+            .filter(|seconds| *seconds > 0.0)
+            .or_else(|| {
+                median(
+                    of("shared_store", case, "1", None)
+                        .iter()
+                        .map(|sample| sample.summed_work / sample.kernels.max(1) as f64)
+                        .collect(),
+                )
+            })
+            .unwrap_or(0.0);
+        let mut measured = Vec::new();
+        let mut ratios = Vec::new();
+        let mut compiles = Vec::new();
+        for processes in ["1", "2", "4"] {
+            let runs = run(processes);
+            let Some(wall) = median(runs.iter().map(|sample| sample.wall).collect()) else {
+                continue;
+            };
+            let count: f64 = processes.parse().unwrap_or(1.0);
+            measured.push(format!("{processes}: {}", time(wall)));
+            if count > 1.0 {
+                let goal = 1.25 * alone_wall / count + one_compile;
+                ratios.push(format!(
+                    "{processes}: ×{:.2} of one/N, **{:.2}** of the goal",
+                    wall / (alone_wall / count),
+                    wall / goal
+                ));
+            }
+            let compiled: Vec<String> = runs
+                .iter()
+                .map(|sample| sample.compiled.unwrap_or(0).to_string())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            compiles.push(format!("{processes}: {}", compiled.join("/")));
+        }
+        measured.push(format!(
+            "compiles ({kernels} kernels) {}",
+            compiles.join(", ")
+        ));
+        rows.push([
+            format!("P12 shared_store {case} ×{kernels}"),
+            measured.join("; "),
+            ratios.join("; "),
+            "≤ 1 of 1.25 × one/N + a compile; compiles = kernels".to_owned(),
         ]);
     }
 

@@ -14,9 +14,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex, OnceLock};
-
-use rayon::prelude::*;
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use crate::config::{self, WorkerMode};
 use crate::worker::{self, ProcessPool, WorkerProcesses, WorkerRecipe};
@@ -112,27 +110,63 @@ impl WorkerPool {
         self.parallelism.get().min(jobs).max(1)
     }
 
-    /// Runs `work` on every job, each worker taking the next job when it
-    /// finishes one. `work` must not panic: the loader contains every panic
-    /// inside the job.
-    pub(crate) fn run<J: Send>(&self, jobs: &mut [J], work: impl Fn(&mut J) + Sync + Send) {
-        if self.workers_for(jobs.len()) <= 1 {
-            jobs.iter_mut().for_each(work);
-            return;
-        }
-        let threads = match self.threads.get() {
-            Some(threads) => threads,
-            None => match shared_threads(self.parallelism) {
-                Some(threads) => self.threads.get_or_init(|| threads),
+    /// Runs `work` on every job on `workers` workers, in order, each worker
+    /// taking the next job when it finishes one, and hands each job to
+    /// `done` on the caller's thread as soon as its work is over: the caller
+    /// loads and publishes one kernel while the workers compile the next.
+    /// `work` must not panic: the loader contains every panic inside the
+    /// job.
+    pub(crate) fn run<'j, J: Send>(
+        &self,
+        jobs: Vec<&'j mut J>,
+        workers: usize,
+        work: impl Fn(&mut J) + Sync,
+        mut done: impl FnMut(&'j mut J),
+    ) {
+        let threads = if workers <= 1 {
+            None
+        } else {
+            match self.threads.get() {
+                Some(threads) => Some(threads),
                 // Not one thread could start: the batch runs on the caller's,
                 // and the next batch tries to start the pool again.
-                None => {
-                    jobs.iter_mut().for_each(work);
-                    return;
-                }
-            },
+                None => shared_threads(self.parallelism)
+                    .map(|threads| self.threads.get_or_init(|| threads)),
+            }
         };
-        threads.install(|| jobs.par_iter_mut().with_max_len(1).for_each(work));
+        let Some(threads) = threads else {
+            for job in jobs {
+                work(job);
+                done(job);
+            }
+            return;
+        };
+        let queue = Mutex::new(jobs.into_iter());
+        let next = || {
+            queue
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .next()
+        };
+        let (finished, arrivals) = mpsc::channel();
+        threads.in_place_scope(|scope| {
+            for _ in 0..workers {
+                let finished = finished.clone();
+                let (work, next) = (&work, &next);
+                scope.spawn(move |_| {
+                    while let Some(job) = next() {
+                        work(job);
+                        if finished.send(job).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+            drop(finished);
+            for job in arrivals {
+                done(job);
+            }
+        });
     }
 }
 

@@ -1,7 +1,9 @@
 //! One batch (L5): every kernel asked of the store, the missing ones
-//! lowered on the workers, grouped by source, finalized, then loaded in
-//! order and recorded.
+//! claimed, lowered and finalized on the workers, each loaded and published
+//! on the loader's thread as soon as it is compiled, and recorded.
 
+use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -9,59 +11,63 @@ use rustc_hash::FxHashMap;
 
 use super::KernelLoader;
 use super::finalize::Finalizer;
-use super::job::{Job, JobOutcome, Step};
+use super::job::{Job, JobOutcome, Round, SourceGroups, Step};
 use super::queue::Request;
 use crate::compiler::ArtifactCompiler;
 use crate::config::WorkerMode;
 use crate::error::KernelError;
-use crate::statistics::{BatchRecord, KernelOutcome, KernelRecord, LoaderStatistics};
-use crate::store::BoundStore;
-use crate::target::{CompilationTarget, VariantOf};
+use crate::statistics::{BatchRecord, KernelRecord};
+use crate::target::{ArtifactOf, CompilationTarget};
+
+/// What a batch knows of its kernels across its rounds: their outcomes and
+/// records, by place in the batch, and what each source group's leader
+/// came to (L5c).
+struct Settling<T: CompilationTarget> {
+    outcomes: Vec<Option<JobOutcome<T>>>,
+    records: Vec<Option<KernelRecord>>,
+    groups: Mutex<SourceGroups<T>>,
+    /// Each leader's artifact (taken before its load, as every member loads
+    /// its own copy) or failure.
+    led: FxHashMap<usize, Result<ArtifactOf<T>, KernelError>>,
+}
 
 impl<T: CompilationTarget> KernelLoader<T> {
-    /// One batch (L5): store, lower, group by source, finalize, load, record.
+    /// One batch (L5): store, claim, lower, group by source, finalize,
+    /// load, publish, record.
     pub(super) fn run_batch(&mut self, requests: Vec<Request<'_, T>>) -> Vec<JobOutcome<T>> {
         let started = Instant::now();
-        let mut jobs: Vec<Job<'_, T>> = requests.into_iter().map(Job::new).collect();
+        let mut jobs: Vec<Job<'_, T>> = requests
+            .into_iter()
+            .enumerate()
+            .map(|(index, request)| Job::new(index, request))
+            .collect();
         let n_kernels = jobs.len();
 
-        // The batch's boundaries are told, never inferred: claims an
-        // unwound batch left go before the first lookup (P4).
-        if let Some(store) = &mut self.store {
-            store.batch_started();
-        }
         self.target.batch_started();
         for job in &mut jobs {
-            job.look_up(&mut self.target, self.store.as_mut(), &mut self.statistics);
+            job.look_up(&mut self.target, self.store.as_ref(), &mut self.statistics);
         }
 
         let used_processes = AtomicBool::new(false);
         let mut workers = 0;
-        let mut outcomes: Vec<Option<JobOutcome<T>>> = (0..n_kernels).map(|_| None).collect();
-        let mut records: Vec<Option<KernelRecord>> = (0..n_kernels).map(|_| None).collect();
-        // P12: compile every key this process claimed, publish it (which
-        // releases its claim), and only then wait for the keys others hold;
-        // each taken as soon as it is published, or compiled here once its
-        // holder released it unpublished or its lease ran out.
+        let mut settling = Settling {
+            outcomes: (0..n_kernels).map(|_| None).collect(),
+            records: (0..n_kernels).map(|_| None).collect(),
+            groups: Mutex::new(FxHashMap::default()),
+            led: FxHashMap::default(),
+        };
+        // P12: the workers claim each key as they come to it, skipping the
+        // keys others hold, and each kernel is published the moment it
+        // loads, which releases its claim; only then does the batch wait
+        // for the keys others hold, taking each as soon as it is published,
+        // or compiling it here once its holder released it unpublished or
+        // its lease ran out.
         let deadline = self
             .store
             .as_ref()
             .and_then(|store| started.checked_add(store.claim_timeout()));
         loop {
-            workers = workers.max(self.compile_round(&mut jobs, n_kernels, &used_processes));
-            for (index, job) in jobs.iter_mut().enumerate() {
-                if !job.is_settled() {
-                    continue;
-                }
-                let (outcome, record) =
-                    job.load(&mut self.target, self.store.as_mut(), &mut self.statistics);
-                if let Some(store) = &mut self.store {
-                    // Failed or refused: another process may compile it now.
-                    store.release(&outcome.0);
-                }
-                outcomes[index] = Some(outcome);
-                records[index] = Some(record);
-            }
+            workers = workers.max(self.compile_round(&mut jobs, &mut settling, &used_processes));
             if !jobs.iter().any(Job::is_elsewhere) {
                 break;
             }
@@ -72,16 +78,18 @@ impl<T: CompilationTarget> KernelLoader<T> {
         } else {
             WorkerMode::Threads
         };
-        let records: Vec<KernelRecord> = records
+        let records: Vec<KernelRecord> = settling
+            .records
             .into_iter()
             .map(|record| record.expect("every kernel of the batch is loaded or failed"))
             .collect();
-        let outcomes: Vec<JobOutcome<T>> = outcomes
+        let outcomes: Vec<JobOutcome<T>> = settling
+            .outcomes
             .into_iter()
             .map(|outcome| outcome.expect("every kernel of the batch is loaded or failed"))
             .collect();
 
-        if let Some(store) = &mut self.store {
+        if let Some(store) = &self.store {
             store.batch_finished();
         }
         self.target.batch_finished();
@@ -110,62 +118,95 @@ impl<T: CompilationTarget> KernelLoader<T> {
         }
         outcomes
     }
-}
 
-impl<T: CompilationTarget> KernelLoader<T> {
-    /// Lowers, groups by source and finalizes the batch's missing kernels
-    /// (L5b-e); the number of workers it used.
+    /// Compiles the batch's missing kernels on the workers (L5b-e) while
+    /// this thread loads and publishes each kernel the moment it is ready:
+    /// those found in the store first, then each as its worker finishes it.
+    /// The number of workers it used.
     fn compile_round(
         &mut self,
         jobs: &mut [Job<'_, T>],
-        n_kernels: usize,
+        settling: &mut Settling<T>,
         used_processes: &AtomicBool,
     ) -> usize {
-        let persists = self.store.is_some();
-        let mut missing: Vec<&mut Job<'_, T>> =
-            jobs.iter_mut().filter(|job| job.is_missing()).collect();
-        let with_processes = !missing.is_empty()
+        let missing = jobs.iter().filter(|job| job.is_missing()).count();
+        let with_processes = missing > 0
             && self
                 .pool
                 .prepare_processes(self.target.compiler().worker_recipe());
+        let compiler = Arc::clone(self.target.compiler());
         let finalizer = Finalizer {
-            compiler: &**self.target.compiler(),
+            compiler: &*compiler,
             processes: self.pool.process_pool().filter(|_| with_processes),
             used_processes,
         };
-        let mut workers = self.pool.workers_for(missing.len());
-        if missing.len() > 1 {
+        let workers = self.pool.workers_for(missing);
+        if missing > 1 {
             log::debug!(
-                "compiling {} of {n_kernels} kernels on {workers} workers{}",
-                missing.len(),
+                "compiling {missing} of {} kernels on {workers} workers{}",
+                jobs.len(),
                 if with_processes { " (processes)" } else { "" }
             );
         }
-        self.pool.run(&mut missing, |job| {
-            job.lower(finalizer.compiler);
-            // With nothing to share it by, a kernel finalizes on the worker
-            // that lowered it, without waiting for the others to lower.
-            if job.is_lowered() && !(persists && job.has_source()) {
-                job.finalize(&finalizer);
-            }
-            job.settle();
-        });
-        drop(missing);
-
-        if let Some(store) = &self.store {
-            group_by_source(jobs, &self.target, store, &mut self.statistics);
-        }
-
-        let mut lowered: Vec<&mut Job<'_, T>> =
-            jobs.iter_mut().filter(|job| job.is_lowered()).collect();
-        workers = workers.max(self.pool.workers_for(lowered.len()));
-        self.pool.run(&mut lowered, |job| {
-            job.finalize(&finalizer);
-            job.settle();
-        });
-        drop(lowered);
-
-        take_from_leaders(jobs);
+        let round = Round {
+            finalizer: &finalizer,
+            store: self.store.as_ref(),
+            groups: &settling.groups,
+        };
+        // What is ready goes first: the workers hand it straight back, and
+        // it loads while they compile the rest.
+        let (mut queue, rest): (Vec<_>, Vec<_>) = jobs
+            .iter_mut()
+            .filter(|job| job.is_settled() || job.is_missing())
+            .partition(|job| job.is_settled());
+        queue.extend(rest);
+        let target = &mut self.target;
+        let statistics = &mut self.statistics;
+        let store = self.store.as_ref();
+        let Settling {
+            outcomes,
+            records,
+            led,
+            ..
+        } = settling;
+        let mut parked: FxHashMap<usize, Vec<&mut Job<'_, T>>> = FxHashMap::default();
+        self.pool.run(
+            queue,
+            workers,
+            |job| job.compile(&round),
+            |job| {
+                job.account(target, statistics);
+                let mut loading = vec![job];
+                while let Some(job) = loading.pop() {
+                    if let Step::Waiting { leader, .. } = job.step {
+                        match led.get(&leader) {
+                            Some(result) => job.take_from_leader(result),
+                            None => {
+                                parked.entry(leader).or_default().push(job);
+                                continue;
+                            }
+                        }
+                    }
+                    if !job.is_settled() {
+                        // Held elsewhere: asked again after the round.
+                        continue;
+                    }
+                    if job.leads {
+                        let result = match &job.step {
+                            Step::Ready { artifact, .. } => Ok(artifact.clone()),
+                            Step::Failed(error) => Err(error.clone()),
+                            _ => unreachable!("a settled kernel is ready or failed"),
+                        };
+                        led.insert(job.index, result);
+                        loading.extend(parked.remove(&job.index).unwrap_or_default());
+                    }
+                    let (outcome, record) = job.load(target, store, statistics);
+                    outcomes[job.index] = Some(outcome);
+                    records[job.index] = Some(record);
+                }
+            },
+        );
+        debug_assert!(parked.is_empty(), "every leader of the round settled");
         workers
     }
 
@@ -173,7 +214,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// of the keys it holds (P12), polling with a short back-off; past
     /// `deadline` (the store's claim timeout) compiles them all here too.
     fn wait_for_others(&mut self, jobs: &mut [Job<'_, T>], deadline: Option<Instant>) {
-        let Some(store) = self.store.as_mut() else {
+        let Some(store) = self.store.as_ref() else {
             for job in jobs.iter_mut().filter(|job| job.is_elsewhere()) {
                 job.compile_anyway(&mut self.statistics);
             }
@@ -204,74 +245,6 @@ impl<T: CompilationTarget> KernelLoader<T> {
             std::thread::sleep(pause.min(left));
             pause = (pause * 2).min(Duration::from_millis(50));
         }
-    }
-}
-
-/// Gives each group of lowered kernels with identical source under the same
-/// variant one leader: the leader asks the store by source and finalizes
-/// only when the store has nothing; every other member waits for the
-/// leader's artifact (L5c). The variant is part of the group's key because
-/// one text compiled for two architectures is two artifacts.
-pub(super) fn group_by_source<T: CompilationTarget>(
-    jobs: &mut [Job<'_, T>],
-    target: &T,
-    store: &BoundStore<T::Compiler>,
-    statistics: &mut LoaderStatistics,
-) {
-    let mut leaders: FxHashMap<(VariantOf<T>, String), usize> = FxHashMap::default();
-    for (index, job) in jobs.iter_mut().enumerate() {
-        let Step::Lowered {
-            source: Some(source),
-            ..
-        } = &job.step
-        else {
-            continue;
-        };
-        let key = (job.id.variant.clone(), source.clone());
-        match leaders.get(&key).copied() {
-            Some(leader) => job.wait_for(leader),
-            None => {
-                leaders.insert(key, index);
-                job.reuse_stored_source(target, store, statistics);
-            }
-        }
-        job.settle();
-    }
-}
-
-/// Hands each waiting kernel its leader's artifact, or its leader's failure
-/// (L6): the source is finalized once, not once per member.
-pub(super) fn take_from_leaders<T: CompilationTarget>(jobs: &mut [Job<'_, T>]) {
-    for index in 0..jobs.len() {
-        let Step::Waiting { leader, .. } = jobs[index].step else {
-            continue;
-        };
-        // Leaders come first in the batch, so the leader is in `before`.
-        let (before, rest) = jobs.split_at_mut(index);
-        let member = &mut rest[0];
-        let Step::Waiting { source, .. } = std::mem::replace(&mut member.step, Step::Missing)
-        else {
-            unreachable!("matched as waiting right above");
-        };
-        member.step = match &before[leader].step {
-            Step::Ready { artifact, .. } => Step::Ready {
-                artifact: artifact.clone(),
-                origin: KernelOutcome::Rekeyed,
-                source: Some(source),
-            },
-            Step::Failed(error) => Step::Failed(KernelError {
-                kernel: member.id.kernel.clone(),
-                ..error.clone()
-            }),
-            Step::Missing
-            | Step::Elsewhere
-            | Step::Lowered { .. }
-            | Step::Waiting { .. }
-            | Step::Done => {
-                unreachable!("every leader is finalized, taken from the store, or failed")
-            }
-        };
-        member.settle();
     }
 }
 

@@ -2,7 +2,10 @@
 //! settles to, and the containment of a panic in any step.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
 
 use super::finalize::Finalizer;
 use super::queue::Request;
@@ -12,7 +15,7 @@ use crate::error::{Failure, KernelError, Stage};
 use crate::id::ArtifactId;
 use crate::panic::panic_message;
 use crate::statistics::{KernelOutcome, KernelRecord, LoaderStatistics, Registration, Settled};
-use crate::store::{BoundStore, Claimed, Lookup, Miss, StoreOutcome};
+use crate::store::{BoundStore, ClaimGuard, Claimed, Lookup, StoreOutcome};
 use crate::target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, VariantOf};
 
 /// How far a kernel got through its batch.
@@ -44,6 +47,18 @@ pub(super) enum Step<T: CompilationTarget> {
     Done,
 }
 
+/// What a batch's workers share while they compile one round of it.
+pub(super) struct Round<'r, T: CompilationTarget> {
+    pub(super) finalizer: &'r Finalizer<'r, T>,
+    /// The batch's store; `None` compiles every kernel on its own.
+    pub(super) store: Option<&'r BoundStore<T::Compiler>>,
+    /// The kernel leading each lowered source of the batch (L5c).
+    pub(super) groups: &'r Mutex<SourceGroups<T>>,
+}
+
+/// The kernel of the batch leading each lowered text, by variant.
+pub(super) type SourceGroups<T> = FxHashMap<(VariantOf<T>, String), usize>;
+
 /// What a batch gives back for one kernel.
 pub(super) type JobOutcome<T> = (
     ArtifactId<VariantOf<T>>,
@@ -59,10 +74,30 @@ enum Count {
 
 /// One kernel on its way through a batch.
 pub(super) struct Job<'k, T: CompilationTarget> {
+    /// Its place in the batch, where its outcome goes.
+    pub(super) index: usize,
     pub(super) id: ArtifactId<VariantOf<T>>,
     kernel: &'k KernelOf<T>,
     pub(super) step: Step<T>,
     count: Count,
+    /// Whether its target's store keeps it: one it does not keep bypasses
+    /// the store (no lookup, claim or put).
+    kept: bool,
+    /// Whether this batch asked to compile it (P4): a worker claims the key
+    /// just before compiling it, unless the batch already did.
+    claimed: bool,
+    /// The right to compile it, held from its claim until its artifact is
+    /// published or it fails, whatever the rest of the batch does (P4).
+    claim: Option<ClaimGuard>,
+    /// What a worker found in the store, counted on the loader's thread:
+    /// the bytes read and the compile time they saved, and whether it was a
+    /// hit under the kernel's own id.
+    found: Option<(u64, Duration, bool)>,
+    /// Whether a worker found its key missing and claimed it to compile.
+    missed: bool,
+    /// Whether it leads a group of kernels with its source (L5c): its
+    /// outcome is kept for the members.
+    pub(super) leads: bool,
     /// Lower + finalize time.
     compile_work: Duration,
     /// Load time.
@@ -72,8 +107,15 @@ pub(super) struct Job<'k, T: CompilationTarget> {
 }
 
 impl<'k, T: CompilationTarget> Job<'k, T> {
-    pub(super) fn new(request: Request<'k, T>) -> Self {
+    pub(super) fn new(index: usize, request: Request<'k, T>) -> Self {
         Self {
+            index,
+            kept: true,
+            claimed: false,
+            claim: None,
+            found: None,
+            missed: false,
+            leads: false,
             id: request.id,
             kernel: request.kernel,
             step: Step::Missing,
@@ -99,20 +141,6 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         matches!(self.step, Step::Ready { .. } | Step::Failed(_))
     }
 
-    pub(super) fn is_lowered(&self) -> bool {
-        matches!(self.step, Step::Lowered { .. })
-    }
-
-    pub(super) fn has_source(&self) -> bool {
-        matches!(
-            self.step,
-            Step::Lowered {
-                source: Some(_),
-                ..
-            }
-        )
-    }
-
     /// Settles the kernel in its collector once its outcome is known (S1,
     /// S2): compiled, taken, or failed. A kernel still on its way settles
     /// nothing yet, and one settles only once.
@@ -132,33 +160,28 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         };
     }
 
-    /// Asks the store for the kernel by id; a miss is claimed (P4), so that
-    /// other processes wait for this compile instead of doing it too, and a
-    /// miss another holds is left [`Step::Elsewhere`] (P12).
+    /// Asks the store for the kernel by id, taking no claim: a miss is
+    /// claimed by the worker about to compile it (P4, P12).
     pub(super) fn look_up(
         &mut self,
         target: &mut T,
-        store: Option<&mut BoundStore<T::Compiler>>,
+        store: Option<&BoundStore<T::Compiler>>,
         statistics: &mut LoaderStatistics,
     ) {
-        let found = match store {
+        match store {
             Some(store) if kept(target, &self.id) => {
-                let compiler = target.compiler();
-                match store.lookup(compiler, &self.id) {
-                    Lookup::Miss(miss) => match store.claim(compiler, &self.id) {
-                        Claimed::Taken(Lookup::Miss(_)) => Lookup::Miss(miss),
-                        Claimed::Taken(hit) => hit,
-                        Claimed::Elsewhere => {
-                            self.step = Step::Elsewhere;
-                            return;
-                        }
-                    },
-                    hit @ Lookup::Hit { .. } => hit,
+                let found = store.lookup(target.compiler(), &self.id);
+                if matches!(found, Lookup::Hit { .. }) {
+                    self.take(target, found, statistics);
                 }
             }
-            _ => Lookup::Miss(Miss::Absent),
-        };
-        self.take(target, found, statistics);
+            _ => {
+                // Nothing to claim: compiled here, counted as a miss now.
+                self.kept = false;
+                self.claimed = true;
+                statistics.misses += 1;
+            }
+        }
     }
 
     /// Asks again for a kernel another holder compiles (P12): `true` when
@@ -166,13 +189,20 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
     pub(super) fn take_published(
         &mut self,
         target: &mut T,
-        store: &mut BoundStore<T::Compiler>,
+        store: &BoundStore<T::Compiler>,
         statistics: &mut LoaderStatistics,
     ) -> bool {
         match store.take_published(target.compiler(), &self.id) {
-            Claimed::Taken(found) => {
+            Claimed::Published(found) => {
                 self.step = Step::Missing;
                 self.take(target, found, statistics);
+                true
+            }
+            Claimed::Mine(claim) => {
+                self.step = Step::Missing;
+                self.claimed = true;
+                self.claim = claim;
+                statistics.misses += 1;
                 true
             }
             Claimed::Elsewhere => false,
@@ -183,7 +213,97 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
     /// duplicate compile, never a wrong artifact).
     pub(super) fn compile_anyway(&mut self, statistics: &mut LoaderStatistics) {
         self.step = Step::Missing;
+        self.claimed = true;
         statistics.misses += 1;
+    }
+
+    /// What a worker does for a missing kernel, in one go on one worker
+    /// (L5): claims its key (P4, P12), lowers it, asks the batch and the
+    /// store for its source (L5c), and finalizes it. A kernel another
+    /// holder compiles is left [`Step::Elsewhere`]; one with the source of
+    /// another kernel of the batch waits for that kernel's artifact.
+    pub(super) fn compile(&mut self, round: &Round<'_, T>) {
+        if !self.is_missing() {
+            return;
+        }
+        let compiler = round.finalizer.compiler;
+        if let (Some(store), false) = (round.store, self.claimed) {
+            self.claimed = true;
+            match store.claim(compiler, &self.id) {
+                Claimed::Published(Lookup::Hit {
+                    artifact,
+                    bytes,
+                    work,
+                }) => {
+                    self.found = Some((bytes, work, true));
+                    self.step = Step::Ready {
+                        artifact,
+                        origin: KernelOutcome::FromStore,
+                        source: None,
+                    };
+                    return;
+                }
+                Claimed::Published(Lookup::Miss(_)) | Claimed::Mine(None) => self.missed = true,
+                Claimed::Mine(claim) => {
+                    self.missed = true;
+                    self.claim = claim;
+                }
+                Claimed::Elsewhere => {
+                    self.claimed = false;
+                    self.step = Step::Elsewhere;
+                    return;
+                }
+            }
+        }
+        self.lower(compiler);
+        if let (
+            Some(store),
+            Step::Lowered {
+                source: Some(source),
+                ..
+            },
+        ) = (round.store, &self.step)
+        {
+            // Grouped by variant too: one text under two architectures is
+            // two artifacts.
+            let group = (self.id.variant.clone(), source.clone());
+            let leader = *round
+                .groups
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .entry(group)
+                .or_insert(self.index);
+            if leader != self.index {
+                self.wait_for(leader);
+                return;
+            }
+            self.leads = true;
+            if self.kept {
+                self.reuse_stored_source(compiler, store);
+            }
+        }
+        if matches!(self.step, Step::Lowered { .. }) {
+            self.finalize(round.finalizer);
+        }
+    }
+
+    /// Counts on the loader's thread what a worker found (S4), and tells
+    /// the target of a hit (its [`found`](CompilationTarget::found) hook).
+    pub(super) fn account(&mut self, target: &mut T, statistics: &mut LoaderStatistics) {
+        if std::mem::take(&mut self.missed) {
+            statistics.misses += 1;
+        }
+        if let Some((bytes, work, by_id)) = self.found.take() {
+            statistics.bytes_read += bytes;
+            statistics.saved_seconds += work.as_secs_f64();
+            if by_id {
+                statistics.hits += 1;
+                if let Step::Ready { artifact, .. } = &self.step {
+                    target.found(&self.id, artifact);
+                }
+            }
+        }
+        self.settle();
     }
 
     fn take(
@@ -210,7 +330,6 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                 self.settle();
             }
             Lookup::Miss(miss) => {
-                statistics.misses += 1;
                 log::trace!("{} is not in the store: {miss:?}", self.id);
             }
         }
@@ -271,12 +390,30 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         self.step = Step::Waiting { leader, source };
     }
 
-    pub(super) fn reuse_stored_source(
-        &mut self,
-        target: &T,
-        store: &BoundStore<T::Compiler>,
-        statistics: &mut LoaderStatistics,
-    ) {
+    /// Takes what its source group's leader came to (L5c, L6): the
+    /// leader's artifact, rekeyed under this kernel's id, or its failure,
+    /// naming this kernel.
+    pub(super) fn take_from_leader(&mut self, led: &Result<ArtifactOf<T>, KernelError>) {
+        let Step::Waiting { source, .. } = std::mem::replace(&mut self.step, Step::Missing) else {
+            unreachable!("only a waiting kernel takes from its leader");
+        };
+        self.step = match led {
+            Ok(artifact) => Step::Ready {
+                artifact: artifact.clone(),
+                origin: KernelOutcome::Rekeyed,
+                source: Some(source),
+            },
+            Err(error) => Step::Failed(KernelError {
+                kernel: self.id.kernel.clone(),
+                ..error.clone()
+            }),
+        };
+        self.settle();
+    }
+
+    /// Takes the artifact stored for the kernel's lowered source, if any
+    /// (P7): a kernel with new ids and known text skips the compiler.
+    fn reuse_stored_source(&mut self, compiler: &T::Compiler, store: &BoundStore<T::Compiler>) {
         let Step::Lowered {
             source: Some(source),
             ..
@@ -288,13 +425,9 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             artifact,
             bytes,
             work,
-        } = if kept(target, &self.id) {
-            store.lookup_source(target.compiler(), &self.id, source)
-        } else {
-            Lookup::Miss(Miss::Absent)
-        } {
-            statistics.bytes_read += bytes;
-            statistics.saved_seconds += work.as_secs_f64();
+        } = store.lookup_source(compiler, &self.id, source)
+        {
+            self.found = Some((bytes, work, false));
             let Step::Lowered { source, .. } = std::mem::replace(&mut self.step, Step::Missing)
             else {
                 unreachable!("matched as lowered right above");
@@ -313,7 +446,7 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
     pub(super) fn load(
         &mut self,
         target: &mut T,
-        store: Option<&mut BoundStore<T::Compiler>>,
+        store: Option<&BoundStore<T::Compiler>>,
         statistics: &mut LoaderStatistics,
     ) -> (JobOutcome<T>, KernelRecord) {
         let mut stored = false;
@@ -346,12 +479,13 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                         if origin != KernelOutcome::FromStore {
                             let work = self.compile_work;
                             let outcome = match store {
-                                Some(store) if kept(target, id) => store.put(
+                                Some(store) if self.kept => store.put(
                                     target.compiler(),
                                     id,
                                     &artifact,
                                     source.as_deref(),
                                     work,
+                                    self.claim.take(),
                                 ),
                                 _ => StoreOutcome::Skipped,
                             };
@@ -394,6 +528,8 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                 unreachable!("every kernel is ready or failed before it loads")
             }
         };
+        // Failed or refused: another process may compile it now (P4).
+        self.claim = None;
         if let Err(error) = &result {
             statistics.count_failure(error);
         }

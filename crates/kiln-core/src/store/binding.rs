@@ -7,8 +7,6 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustc_hash::FxHashMap;
-
 use super::claim::{Claim, ClaimGuard, ClaimWait};
 use super::generation::Generation;
 use super::key::{KeyComponents, KeyedCompiler, StoreKey};
@@ -19,34 +17,37 @@ use crate::id::ArtifactId;
 /// What claiming a missing kernel got (P4, P12).
 #[derive(Debug)]
 pub enum Claimed<A> {
-    /// This binding's to settle: a hit (another process published it
-    /// meanwhile), or a miss to compile, whose claim the binding holds
-    /// until the kernel is put or released.
-    Taken(Lookup<A>),
+    /// Another process published it meanwhile: the hit to load.
+    Published(Lookup<A>),
+    /// This caller compiles it. Others wait for its artifact while the
+    /// claim is held: until it is given to [`BoundStore::put`], which
+    /// releases it once the artifact is published, or dropped, for a kernel
+    /// that failed. `None` when the store does not coordinate compiles.
+    Mine(Option<ClaimGuard>),
     /// Another holder compiles it now: ask again later with
     /// [`BoundStore::take_published`].
     Elsewhere,
 }
 
-/// A `dyn` [`ArtifactStore`] bound to one compiler: its keys, its artifact
-/// type, and the claims it holds while compiling. A loader binds its
-/// target's [`store`](crate::CompilationTarget::store) once and does every
-/// store call of its batches through the binding; targets keep none.
+/// A `dyn` [`ArtifactStore`] bound to one compiler: its keys and its
+/// artifact type. A loader binds its target's
+/// [`store`](crate::CompilationTarget::store) once and does every store
+/// call of its batches through the binding, from its own thread and its
+/// workers; targets keep none.
 ///
 /// # Single flight (P4)
 ///
 /// [`lookup`](Self::lookup) takes no lock. A kernel it misses is
-/// [`claim`](Self::claim)ed without waiting, so that other processes asking
-/// for it wait for this one's artifact instead of compiling it too; storing
-/// the artifact releases the claim, and so does
-/// [`release`](Self::release) for a kernel that failed. A kernel another
-/// holds is [`Claimed::Elsewhere`]: the loader compiles what it claimed,
-/// then asks again ([`take_published`](Self::take_published)) until the
-/// holder publishes it, releases it, or its lease runs out (P12). Nothing
-/// waits while holding a claim, so two processes never wait on each
-/// other. Claims left over are released when the batch ends
-/// ([`batch_finished`](Self::batch_finished)), when the next one starts
-/// ([`batch_started`](Self::batch_started)), and when the binding drops.
+/// [`claim`](Self::claim)ed without waiting, by the worker about to compile
+/// it, so that other processes asking for it wait for this one's artifact
+/// instead of compiling it too. The claim is a value ([`ClaimGuard`]) held
+/// with the kernel it is for: [`put`](Self::put) takes it and releases it
+/// once the artifact is published, and a kernel that fails drops it. A
+/// kernel another holds is [`Claimed::Elsewhere`]: the loader compiles what
+/// it claimed, then asks again ([`take_published`](Self::take_published))
+/// until the holder publishes it, releases it, or its lease runs out (P12).
+/// Nothing waits while holding a claim, so two processes never wait on
+/// each other.
 ///
 /// # The end of a batch (P6)
 ///
@@ -61,13 +62,15 @@ pub enum Claimed<A> {
 /// use kiln_core::store::{ArtifactStore, BoundStore, Claimed, Lookup};
 /// # fn with(store: Arc<dyn ArtifactStore>) {
 /// let compiler = FakeCompiler::default();
-/// let mut bound = BoundStore::new(store, &compiler);
+/// let bound = BoundStore::new(store, &compiler);
 /// let id = FakeKernel::new(1).artifact_id();
-/// bound.batch_started();
 /// if let Lookup::Miss(_) = bound.lookup(&compiler, &id) {
 ///     match bound.claim(&compiler, &id) {
-///         // Another process may have stored it meanwhile; else compile.
-///         Claimed::Taken(lookup) => {}
+///         // Another process stored it meanwhile.
+///         Claimed::Published(hit) => {}
+///         // Compile it, then `bound.put(.., claim)` publishes it and
+///         // releases the claim.
+///         Claimed::Mine(claim) => {}
 ///         // Another process compiles it: ask again after compiling the rest.
 ///         Claimed::Elsewhere => {}
 ///     }
@@ -79,7 +82,6 @@ pub struct BoundStore<C: KeyedCompiler> {
     store: Arc<dyn ArtifactStore>,
     generation: Generation,
     components: KeyComponents,
-    claims: FxHashMap<ArtifactId<C::Variant>, ClaimGuard>,
     compiler: PhantomData<fn() -> C>,
 }
 
@@ -90,7 +92,6 @@ impl<C: KeyedCompiler> BoundStore<C> {
             generation: store.generation(),
             store,
             components: compiler.key_components(),
-            claims: FxHashMap::default(),
             compiler: PhantomData,
         }
     }
@@ -121,12 +122,6 @@ impl<C: KeyedCompiler> BoundStore<C> {
         StoreKey::for_source(&self.components, id, compiler.entry_point(id), source)
     }
 
-    /// Starts a batch: claims an earlier batch left (it ended without
-    /// [`batch_finished`](Self::batch_finished), unwinding) are let go (P4).
-    pub fn batch_started(&mut self) {
-        self.drop_claims();
-    }
-
     /// The artifact stored for `id`. Takes no lock: a miss the caller will
     /// compile is [`claim`](Self::claim)ed next.
     pub fn lookup(&self, compiler: &C, id: &ArtifactId<C::Variant>) -> Lookup<C::Artifact> {
@@ -134,23 +129,18 @@ impl<C: KeyedCompiler> BoundStore<C> {
     }
 
     /// Claims the right to compile `id` (P4, P12) after its lookup missed,
-    /// without waiting: a batch claims every key nobody holds, compiles
-    /// those, and only then waits for the keys others hold, asking again
-    /// ([`take_published`](Self::take_published)). The claim is held until
-    /// `id` is [`put`](Self::put) or [`release`](Self::release)d.
-    pub fn claim(&mut self, compiler: &C, id: &ArtifactId<C::Variant>) -> Claimed<C::Artifact> {
-        self.claims.remove(id);
+    /// without waiting: a worker claims the key it is about to compile, and
+    /// a key another holds is left for later
+    /// ([`take_published`](Self::take_published)).
+    pub fn claim(&self, compiler: &C, id: &ArtifactId<C::Variant>) -> Claimed<C::Artifact> {
         let key = self.artifact_key(compiler, id);
         match self.store.claim(&key, ClaimWait::Once) {
-            Claim::Held(guard) => {
-                // The holder before may have stored it meanwhile.
-                let again = self.decoded(&key);
-                if !matches!(again, Lookup::Hit { .. }) {
-                    self.claims.insert(id.clone(), guard);
-                }
-                Claimed::Taken(again)
-            }
-            Claim::Uncoordinated => Claimed::Taken(Lookup::Miss(Miss::Absent)),
+            Claim::Held(guard) => match self.decoded(&key) {
+                // The holder before published it meanwhile.
+                hit @ Lookup::Hit { .. } => Claimed::Published(hit),
+                Lookup::Miss(_) => Claimed::Mine(Some(guard)),
+            },
+            Claim::Uncoordinated => Claimed::Mine(None),
             Claim::Busy => Claimed::Elsewhere,
         }
     }
@@ -160,20 +150,14 @@ impl<C: KeyedCompiler> BoundStore<C> {
     /// lease ran out, or [`Claimed::Elsewhere`] while it is still held
     /// (P12).
     pub fn take_published(
-        &mut self,
+        &self,
         compiler: &C,
         id: &ArtifactId<C::Variant>,
     ) -> Claimed<C::Artifact> {
         match self.lookup(compiler, id) {
-            hit @ Lookup::Hit { .. } => Claimed::Taken(hit),
+            hit @ Lookup::Hit { .. } => Claimed::Published(hit),
             Lookup::Miss(_) => self.claim(compiler, id),
         }
-    }
-
-    /// Releases the claim on `id`, whose compile failed or whose artifact
-    /// the device refused: another process may compile it now.
-    pub fn release(&mut self, id: &ArtifactId<C::Variant>) {
-        self.claims.remove(id);
     }
 
     /// How long a batch waits for keys others hold before compiling them
@@ -193,14 +177,15 @@ impl<C: KeyedCompiler> BoundStore<C> {
     }
 
     /// Stores `artifact` under `id` and, when given, `source`, then releases
-    /// the claim on `id`.
+    /// `claim`, the claim on `id` (P4): a waiter reads the artifact.
     pub fn put(
-        &mut self,
+        &self,
         compiler: &C,
         id: &ArtifactId<C::Variant>,
         artifact: &C::Artifact,
         source: Option<&str>,
         work: Duration,
+        claim: Option<ClaimGuard>,
     ) -> StoreOutcome {
         let outcome = match encoding::encode(artifact) {
             Ok(bytes) => {
@@ -213,7 +198,7 @@ impl<C: KeyedCompiler> BoundStore<C> {
             },
         };
         // Released after publishing, so a waiter reads the artifact.
-        self.claims.remove(id);
+        drop(claim);
         outcome
     }
 
@@ -222,24 +207,11 @@ impl<C: KeyedCompiler> BoundStore<C> {
         self.store.explain(&self.artifact_key(compiler, id))
     }
 
-    /// Ends a batch: releases every claim held, as their kernels will not
-    /// be stored (P4), and tells the store, which may evict to hold its
-    /// limits ([`ArtifactStore::batch_finished`], P6).
-    pub fn batch_finished(&mut self) {
-        self.drop_claims();
+    /// Ends a batch: tells the store, which may evict to hold its limits
+    /// ([`ArtifactStore::batch_finished`], P6). Every claim of the batch
+    /// went with its kernel.
+    pub fn batch_finished(&self) {
         self.store.batch_finished();
-    }
-
-    fn drop_claims(&mut self) {
-        if !self.claims.is_empty() {
-            log::debug!("releasing {} claims of unstored kernels", self.claims.len());
-            self.claims.clear();
-        }
-    }
-
-    /// How many claims this binding holds.
-    pub fn claims_held(&self) -> usize {
-        self.claims.len()
     }
 
     fn decoded(&self, key: &StoreKey) -> Lookup<C::Artifact> {
@@ -276,7 +248,6 @@ impl<C: KeyedCompiler> fmt::Debug for BoundStore<C> {
         f.debug_struct("BoundStore")
             .field("store", &self.store)
             .field("components", &self.components)
-            .field("claims", &self.claims.len())
             .finish_non_exhaustive()
     }
 }
