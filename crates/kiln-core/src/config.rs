@@ -6,6 +6,7 @@
 //! | `KILN_PARALLELISM` | [`LoaderConfig::parallelism`] | the machine's available cores | 1 to [`parallelism_limit`]; more is capped, with a warning |
 //! | `KILN_RECORD_LIMIT` | [`LoaderConfig::record_limit`] | 256 batches | any whole number |
 //! | `KILN_WORKER_MODE` | [`LoaderConfig::worker_mode`] | `processes` | `threads` or `processes` |
+//! | `KILN_COMPILE_TIMEOUT` | [`LoaderConfig::compile_timeout`] | 300 s | seconds, above 0 and at most a day |
 //!
 //! A variable that does not read as what it should hold is an error of
 //! [`LoaderConfig::from_env`], naming it. A loader made with
@@ -18,12 +19,14 @@
 //! standard error; each is said once per process, however many loaders read
 //! the environment.
 //!
-//! kiln-core reads no duration from the environment.
+//! The one duration, `KILN_COMPILE_TIMEOUT`, is read in seconds (`2.5`
+//! allowed).
 
 use std::collections::HashSet;
 use std::convert::Infallible;
 use std::num::NonZeroUsize;
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -80,7 +83,20 @@ pub struct LoaderConfig {
     /// threads otherwise; [`WorkerMode::Threads`] keeps every compile in
     /// this process. `KILN_WORKER_MODE`.
     pub worker_mode: WorkerMode,
+    /// The longest one kernel may compile in a worker process: past it the
+    /// worker is killed and replaced, and that kernel alone fails, naming
+    /// the timeout. A compile on threads of this process cannot be stopped
+    /// and is not timed. Default: [`DEFAULT_COMPILE_TIMEOUT`].
+    /// `KILN_COMPILE_TIMEOUT`, in seconds.
+    pub compile_timeout: Duration,
 }
+
+/// The default [`LoaderConfig::compile_timeout`]: generous, so that only a
+/// compile that hangs reaches it.
+pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The longest `KILN_COMPILE_TIMEOUT` can be: a day.
+const MAX_COMPILE_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 impl Default for LoaderConfig {
     fn default() -> Self {
@@ -88,6 +104,7 @@ impl Default for LoaderConfig {
             parallelism: available_cores(),
             record_limit: 256,
             worker_mode: WorkerMode::Processes,
+            compile_timeout: DEFAULT_COMPILE_TIMEOUT,
         }
     }
 }
@@ -189,8 +206,28 @@ impl LoaderConfig {
                 )?,
             }
         }
+        if let Some(value) = lookup("KILN_COMPILE_TIMEOUT") {
+            match read_seconds(&value, MAX_COMPILE_TIMEOUT) {
+                Some(timeout) => self.compile_timeout = timeout,
+                None => refuse(
+                    ConfigError {
+                        variable: "KILN_COMPILE_TIMEOUT",
+                        value,
+                        expected: "seconds, above 0 and at most 86400",
+                    },
+                    format!("{} s", self.compile_timeout.as_secs_f64()),
+                )?,
+            }
+        }
         Ok(self)
     }
+}
+
+/// The duration `value` gives in seconds, above zero and at most `limit`.
+fn read_seconds(value: &str, limit: Duration) -> Option<Duration> {
+    let seconds: f64 = value.trim().parse().ok()?;
+    (seconds.is_finite() && seconds > 0.0 && seconds <= limit.as_secs_f64())
+        .then(|| Duration::from_secs_f64(seconds))
 }
 
 /// The number of workers `value` asks for: a whole number, at least 1, and
@@ -333,6 +370,31 @@ mod tests {
             (name == WORKER_MODE_VARIABLE).then(|| "both".into())
         });
         assert_eq!(config.worker_mode, WorkerMode::Processes);
+    }
+
+    // L6
+    #[test]
+    fn the_compile_timeout_is_seconds_above_zero_and_at_most_a_day() {
+        let read = |value: &'static str| {
+            LoaderConfig::default()
+                .with_overrides(|name| (name == "KILN_COMPILE_TIMEOUT").then(|| value.into()))
+        };
+        assert_eq!(
+            LoaderConfig::default().compile_timeout,
+            DEFAULT_COMPILE_TIMEOUT
+        );
+        assert_eq!(
+            read(" 2.5 ").expect("reads").compile_timeout,
+            Duration::from_millis(2_500)
+        );
+        assert_eq!(
+            read("86400").expect("reads").compile_timeout,
+            Duration::from_secs(86_400)
+        );
+        for bad in ["0", "-1", "86401", "NaN", "inf", "ten", ""] {
+            let error = read(bad).expect_err(bad);
+            assert_eq!(error.variable, "KILN_COMPILE_TIMEOUT", "{bad:?}");
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::time::Duration;
 
 use crate::config::{self, WorkerMode};
 use crate::worker::{self, ProcessPool, WorkerProcesses, WorkerRecipe};
@@ -23,6 +24,8 @@ use crate::worker::{self, ProcessPool, WorkerProcesses, WorkerRecipe};
 /// that finalize out of process, its own worker processes.
 pub(crate) struct WorkerPool {
     parallelism: NonZeroUsize,
+    /// How long one finalize may take in a worker process.
+    compile_timeout: Duration,
     threads: OnceLock<Arc<rayon::ThreadPool>>,
     /// Threads only, or processes where the compiler and program allow.
     mode: WorkerMode,
@@ -32,10 +35,16 @@ pub(crate) struct WorkerPool {
 }
 
 impl WorkerPool {
-    /// Workers for `parallelism` jobs at once, finalizing as `mode` allows.
-    pub(crate) fn new(parallelism: NonZeroUsize, mode: WorkerMode) -> Self {
+    /// Workers for `parallelism` jobs at once, finalizing as `mode` allows,
+    /// a worker process killed when one finalize passes `compile_timeout`.
+    pub(crate) fn new(
+        parallelism: NonZeroUsize,
+        mode: WorkerMode,
+        compile_timeout: Duration,
+    ) -> Self {
         Self {
             parallelism,
+            compile_timeout,
             threads: OnceLock::new(),
             mode,
             processes: None,
@@ -72,7 +81,9 @@ impl WorkerPool {
         }
         if self.processes.is_none() {
             match worker::worker_program() {
-                Ok(program) => self.processes = Some(ProcessPool::new(program, recipe)),
+                Ok(program) => {
+                    self.processes = Some(ProcessPool::new(program, recipe, self.compile_timeout));
+                }
                 Err(reason) => {
                     if !self.warned {
                         self.warned = true;

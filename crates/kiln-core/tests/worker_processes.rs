@@ -25,6 +25,10 @@ fn main() {
             l6_a_kernel_whose_compile_crashes_its_worker_fails_alone_and_the_worker_is_replaced,
         ),
         (
+            "l6_a_compile_that_hangs_is_killed_at_the_timeout_and_fails_alone",
+            l6_a_compile_that_hangs_is_killed_at_the_timeout_and_fails_alone,
+        ),
+        (
             "l8_a_panic_in_a_worker_process_fails_its_kernel_with_the_panic_s_message",
             l8_a_panic_in_a_worker_process_fails_its_kernel_with_the_panic_s_message,
         ),
@@ -202,6 +206,57 @@ fn l6_a_kernel_whose_compile_crashes_its_worker_fails_alone_and_the_worker_is_re
             "{pid} is a live worker"
         );
     }
+    drop(std::fs::remove_file(&log));
+}
+
+fn l6_a_compile_that_hangs_is_killed_at_the_timeout_and_fails_alone() {
+    let log = compile_log("l6-hang");
+    let mut loader = KernelLoader::with_config(
+        target_logging_to(&log),
+        LoaderConfig {
+            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
+            compile_timeout: Duration::from_secs(1),
+            ..LoaderConfig::default()
+        },
+    )
+    .with_worker_mode(WorkerMode::Processes);
+    // Hangs for a minute: only the timeout ends it in time.
+    let hanging = FakeKernel::new(3).sleeping(Duration::from_secs(60));
+    for number in 0..6 {
+        let kernel = if number == 3 {
+            hanging.clone()
+        } else {
+            FakeKernel::new(number)
+        };
+        loader.enqueue(Box::new(kernel), ());
+    }
+    loader.compile_queued();
+
+    let batch = loader.records().back().expect("one batch").clone();
+    assert_eq!(batch.count(KernelOutcome::Compiled), 5, "{batch:#?}");
+    assert_eq!(batch.count(KernelOutcome::Failed), 1);
+    assert!(
+        batch.wall < Duration::from_secs(30),
+        "the hung compile was cut at its timeout, not waited for: {:?}",
+        batch.wall
+    );
+    let error = loader
+        .load(&hanging, &hanging.artifact_id())
+        .expect_err("the hung kernel fails");
+    let message = error.to_string();
+    eprintln!("the hung kernel's error: {message}");
+    assert!(message.contains("KILN_COMPILE_TIMEOUT"), "{message}");
+    assert!(message.contains("within 1 s"), "{message}");
+    let hung_in = FakeCompiler::read_compile_log(&log)
+        .expect("reads")
+        .into_iter()
+        .find(|(_, number)| *number == 3)
+        .map(|(pid, _)| pid)
+        .expect("the hung kernel began in a worker");
+    assert!(!is_running(hung_in), "its worker {hung_in} was killed");
+    let workers = loader.worker_processes();
+    assert_eq!(workers.replaced, 1, "{workers:?}");
+    assert!(!workers.running.contains(&hung_in), "{workers:?}");
     drop(std::fs::remove_file(&log));
 }
 

@@ -74,7 +74,7 @@ impl<T: CompilationTarget> Finalizer<'_, T> {
                 };
                 Ok((result, Some(work)))
             }
-            Err(WorkerLost::Crashed(message)) => {
+            Err(WorkerLost::Crashed(message) | WorkerLost::TimedOut(message)) => {
                 self.used_processes.store(true, Ordering::Relaxed);
                 Ok((
                     Err(kernel_error(Failure::Compile(Box::new(

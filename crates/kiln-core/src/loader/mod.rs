@@ -107,7 +107,11 @@ impl<T: CompilationTarget> KernelLoader<T> {
             },
             queue: KernelQueue::default(),
             failed: FxHashMap::default(),
-            pool: WorkerPool::new(config.parallelism, config.worker_mode),
+            pool: WorkerPool::new(
+                config.parallelism,
+                config.worker_mode,
+                config.compile_timeout,
+            ),
             statistics: LoaderStatistics::default(),
             records: VecDeque::new(),
             record_limit: config.record_limit,

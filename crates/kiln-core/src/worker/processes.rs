@@ -25,12 +25,16 @@ pub(crate) enum WorkerLost {
     Unavailable,
     /// The worker died while it held the kernel.
     Crashed(String),
+    /// The kernel's compile passed the timeout; its worker was killed.
+    TimedOut(String),
 }
 
 /// The worker processes of one loader, for one compiler recipe.
 pub(crate) struct ProcessPool {
     program: PathBuf,
     recipe: WorkerRecipe,
+    /// How long one finalize may take before its worker is killed.
+    timeout: Duration,
     idle: Mutex<Vec<WorkerProcess>>,
     state: Mutex<PoolState>,
 }
@@ -64,10 +68,11 @@ pub struct WorkerProcesses {
 }
 
 impl ProcessPool {
-    pub(crate) fn new(program: PathBuf, recipe: WorkerRecipe) -> Self {
+    pub(crate) fn new(program: PathBuf, recipe: WorkerRecipe, timeout: Duration) -> Self {
         Self {
             program,
             recipe,
+            timeout,
             idle: Mutex::default(),
             state: Mutex::default(),
         }
@@ -103,7 +108,7 @@ impl ProcessPool {
     ) -> Result<(Outcome, Duration), WorkerLost> {
         let mut worker = self.checkout()?;
         let began = Instant::now();
-        match worker.round_trip(&Request::Finalize { id, lowered }) {
+        match worker.round_trip(&Request::Finalize { id, lowered }, self.timeout) {
             Ok(Reply::Finalized { outcome, work }) => {
                 self.give_back(worker);
                 Ok((outcome, work))
@@ -115,6 +120,20 @@ impl ProcessPool {
                 );
                 self.replace(worker);
                 Err(WorkerLost::Crashed(message))
+            }
+            Err(error) if error.kind() == io::ErrorKind::TimedOut => {
+                let pid = worker.pid;
+                let mut child = worker.close();
+                drop(child.kill());
+                drop(child.wait());
+                let message = format!(
+                    "the compile did not finish within {} s (KILN_COMPILE_TIMEOUT): worker \
+                     process {pid} was killed and replaced; the rest of the batch went on",
+                    self.timeout.as_secs_f64()
+                );
+                log::warn!("{message}");
+                self.replace_dead(pid);
+                Err(WorkerLost::TimedOut(message))
             }
             Err(error) => {
                 let pid = worker.pid;
@@ -297,8 +316,14 @@ impl WorkerProcess {
         }
     }
 
-    fn round_trip(&mut self, request: &Request) -> io::Result<Reply> {
+    /// Sends `request` and reads its reply, waiting at most `timeout` for
+    /// the reply to begin (an error of kind `TimedOut` past it).
+    fn round_trip(&mut self, request: &Request, timeout: Duration) -> io::Result<Reply> {
         protocol::write_frame(&mut self.requests, request)?;
+        // One request, one reply: nothing of it is buffered yet.
+        if self.replies.buffer().is_empty() {
+            wait_readable(self.replies.get_ref(), timeout)?;
+        }
         protocol::read_frame(&mut self.replies)?.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -369,7 +394,7 @@ fn wait_readable(pipe: &ChildStdout, limit: Duration) -> io::Result<()> {
             0 => {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("no answer within {} s", limit.as_secs()),
+                    format!("no answer within {} s", limit.as_secs_f64()),
                 ));
             }
             ready if ready > 0 => return Ok(()),
