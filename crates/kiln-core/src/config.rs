@@ -89,6 +89,11 @@ pub struct LoaderConfig {
     /// and is not timed. Default: [`DEFAULT_COMPILE_TIMEOUT`].
     /// `KILN_COMPILE_TIMEOUT`, in seconds.
     pub compile_timeout: Duration,
+    /// Whether batches compile the kernels their store remembers as failed
+    /// (P11) instead of reporting the remembered failure without
+    /// compiling; each one that then compiles is forgotten. Default:
+    /// `false`. `kiln warm --retry-failed` sets it.
+    pub retry_failed: bool,
 }
 
 /// The default [`LoaderConfig::compile_timeout`]: generous, so that only a
@@ -105,6 +110,7 @@ impl Default for LoaderConfig {
             record_limit: 256,
             worker_mode: WorkerMode::Processes,
             compile_timeout: DEFAULT_COMPILE_TIMEOUT,
+            retry_failed: false,
         }
     }
 }

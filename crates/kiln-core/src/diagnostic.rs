@@ -132,6 +132,11 @@ pub struct CompileFailure {
     pub hint: Option<String>,
     /// The compiler's log as it printed it, kept for whoever needs more.
     pub log: String,
+    /// Whether the failure is the machine's rather than the kernel's (the
+    /// compiler ran out of memory, a library call failed): such a failure
+    /// is never remembered (P11), and the kernel compiles again next time.
+    #[serde(default)]
+    pub transient: bool,
 }
 
 impl CompileFailure {
@@ -141,6 +146,7 @@ impl CompileFailure {
             diagnostics,
             hint: None,
             log: String::new(),
+            transient: false,
         }
     }
 
@@ -152,6 +158,13 @@ impl CompileFailure {
     /// The same failure with a configuration hint.
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
+        self
+    }
+
+    /// The same failure, marked as the machine's rather than the kernel's
+    /// (see [`transient`](Self::transient)).
+    pub fn not_the_kernels(mut self) -> Self {
+        self.transient = true;
         self
     }
 

@@ -118,6 +118,6 @@ pub use statistics::{
 pub use store::{
     ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference, Explanation, Generation,
     KeyComponent, KeyComponents, KeySubject, KeyedCompiler, Lookup, MemoryStore, Miss,
-    STORE_FORMAT, StoreKey, StoreOutcome, StoreStatistics,
+    RememberedFailure, STORE_FORMAT, StoreKey, StoreOutcome, StoreStatistics,
 };
 pub use target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, TargetStore, VariantOf};

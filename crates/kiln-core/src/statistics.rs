@@ -231,6 +231,10 @@ pub struct KernelRecord {
     pub diagnostics: Vec<Diagnostic>,
     /// The failure message, for a failed or refused kernel.
     pub error: Option<String>,
+    /// Whether its failure was the store's memory of an earlier compile,
+    /// reported without compiling (P11).
+    #[serde(default)]
+    pub remembered: bool,
 }
 
 /// What one batch did.
@@ -276,8 +280,12 @@ pub struct LoaderStatistics {
     pub compiled: u64,
     /// Kernels that took another kernel's artifact by identical source.
     pub rekeyed: u64,
-    /// Kernels that failed to lower or finalize.
+    /// Kernels that failed to lower or finalize, remembered failures
+    /// included.
     pub failed: u64,
+    /// Failures the store remembered, reported without compiling (P11).
+    #[serde(default)]
+    pub remembered: u64,
     /// Artifacts the device refused.
     pub refused: u64,
     /// Artifacts written to the store.

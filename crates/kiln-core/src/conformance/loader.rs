@@ -245,6 +245,56 @@ pub fn l6_a_failure_fails_alone<S: ConformanceSubject>(subject: &S) {
         .expect("the loader is still usable");
 }
 
+/// P11: a kernel that failed to compile is remembered in the store, and a
+/// later loader on that store reports the same failure without compiling
+/// it; a loader told to retry failures compiles it again.
+pub fn p11_a_failure_is_remembered_and_reported_without_compiling<S: ConformanceSubject>(
+    subject: &S,
+) {
+    let target = subject.target();
+    if target.store().is_none() {
+        not_applicable("P11", "the target keeps no store to remember failures in");
+        return;
+    }
+    let failing = subject.failing(0);
+    let id = id_of(subject, &failing);
+    let mut first = loader_on(target);
+    let error = first.load(&failing, &id).expect_err("it fails to compile");
+    let compiled = first.records()[0].records[0].clone();
+    assert!(!compiled.remembered, "the first failure is compiled");
+
+    let mut second = loader_on(first.into_target());
+    let again = second
+        .load(&failing, &id)
+        .expect_err("the second loader reports it too");
+    assert_eq!(again.to_string(), error.to_string(), "the same failure");
+    let record = &second.records()[0].records[0];
+    assert_eq!(record.outcome, KernelOutcome::Failed);
+    assert!(
+        record.remembered,
+        "reported from the store's memory: {record:?}"
+    );
+    let statistics = second.statistics();
+    assert_eq!((statistics.remembered, statistics.failed), (1, 1));
+    assert_eq!(statistics.compiled, 0);
+
+    let mut retrying = KernelLoader::with_config(
+        second.into_target(),
+        crate::config::LoaderConfig {
+            retry_failed: true,
+            ..config()
+        },
+    );
+    let retried = retrying
+        .load(&failing, &id)
+        .expect_err("compiled again, it fails again");
+    assert_eq!(retried.to_string(), error.to_string());
+    assert!(
+        !retrying.records()[0].records[0].remembered,
+        "a retry compiles"
+    );
+}
+
 /// L7: a failure is reported once by its own load without compiling again;
 /// the load after that tries again.
 pub fn l7_a_failure_is_reported_once_then_retried<S: ConformanceSubject>(subject: &S) {

@@ -69,6 +69,7 @@ pub use loader::{
     l6_a_failure_fails_alone, l7_a_failure_is_reported_once_then_retried,
     l7_a_stale_failure_compiles_again, l8_a_panic_fails_only_its_kernel,
     l9_a_refused_kernel_is_neither_kept_nor_stored, l10_a_store_switch_reloads,
+    p11_a_failure_is_remembered_and_reported_without_compiling,
     s1_a_collector_counts_what_registered_in_its_scope, s1_a_dropped_queue_is_abandoned,
     s3_records_hold_outcomes_and_work, s4_statistics_add_up,
 };
@@ -210,6 +211,7 @@ macro_rules! conformance_suite {
             s3_records_hold_outcomes_and_work,
             s4_statistics_add_up,
             d2_a_failure_leads_with_its_first_error,
+            p11_a_failure_is_remembered_and_reported_without_compiling,
             d3_a_reporter_hears_each_built_artifact_once,
             d3_a_reporter_replaces_itself_from_inside,
             k1_requests_compile_nothing_until_one_batch_builds_them_all,

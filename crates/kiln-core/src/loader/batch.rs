@@ -152,6 +152,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             finalizer: &finalizer,
             store: self.store.as_ref(),
             groups: &settling.groups,
+            retry_failed: self.retry_failed,
         };
         // What is ready goes first: the workers hand it straight back, and
         // it loads while they compile the rest.

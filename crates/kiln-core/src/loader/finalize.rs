@@ -21,9 +21,10 @@ pub(super) struct Finalizer<'p, T: CompilationTarget> {
 }
 
 impl<T: CompilationTarget> Finalizer<'_, T> {
-    /// Finalizes `lowered` in a worker process: its result and the worker's
-    /// compile time. Gives `lowered` back when it is to be finalized here:
-    /// no worker processes, or none could start.
+    /// Finalizes `lowered` in a worker process: its result, the worker's
+    /// compile time, and whether the worker was lost (it crashed or was
+    /// killed at the timeout). Gives `lowered` back when it is to be
+    /// finalized here: no worker processes, or none could start.
     #[allow(clippy::type_complexity, reason = "a private two-way answer")]
     pub(super) fn in_process_or_worker(
         &self,
@@ -33,6 +34,7 @@ impl<T: CompilationTarget> Finalizer<'_, T> {
         (
             Result<Finalized<ArtifactOf<T>>, KernelError>,
             Option<Duration>,
+            bool,
         ),
         LoweredOf<T>,
     > {
@@ -72,7 +74,7 @@ impl<T: CompilationTarget> Finalizer<'_, T> {
                     }
                     Outcome::Panicked(message) => Err(kernel_error(Failure::Panicked { message })),
                 };
-                Ok((result, Some(work)))
+                Ok((result, Some(work), false))
             }
             Err(WorkerLost::Crashed(message) | WorkerLost::TimedOut(message)) => {
                 self.used_processes.store(true, Ordering::Relaxed);
@@ -81,6 +83,7 @@ impl<T: CompilationTarget> Finalizer<'_, T> {
                         CompileFailure::message(message),
                     )))),
                     None,
+                    true,
                 ))
             }
             Err(WorkerLost::Unavailable) => Err(lowered),

@@ -15,7 +15,7 @@ use crate::error::{Failure, KernelError, Stage};
 use crate::id::ArtifactId;
 use crate::panic::panic_message;
 use crate::statistics::{KernelOutcome, KernelRecord, LoaderStatistics, Registration, Settled};
-use crate::store::{BoundStore, ClaimGuard, Claimed, Lookup, StoreOutcome};
+use crate::store::{BoundStore, ClaimGuard, Claimed, Lookup, RememberedFailure, StoreOutcome};
 use crate::target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, VariantOf};
 
 /// How far a kernel got through its batch.
@@ -54,6 +54,8 @@ pub(super) struct Round<'r, T: CompilationTarget> {
     pub(super) store: Option<&'r BoundStore<T::Compiler>>,
     /// The kernel leading each lowered source of the batch (L5c).
     pub(super) groups: &'r Mutex<SourceGroups<T>>,
+    /// Whether remembered failures are compiled again (P11).
+    pub(super) retry_failed: bool,
 }
 
 /// The kernel of the batch leading each lowered text, by variant.
@@ -98,6 +100,15 @@ pub(super) struct Job<'k, T: CompilationTarget> {
     /// Whether it leads a group of kernels with its source (L5c): its
     /// outcome is kept for the members.
     pub(super) leads: bool,
+    /// What the store remembered of its failed compiles when its compile
+    /// began (P11).
+    memory: Option<RememberedFailure>,
+    /// Whether it failed by the store's memory, without compiling.
+    remembered: bool,
+    /// Whether its compile lost its worker process: a crash or a hang.
+    crashed: bool,
+    /// Whether its failure is its source group leader's, not its own.
+    inherited: bool,
     /// Lower + finalize time.
     compile_work: Duration,
     /// Load time.
@@ -116,6 +127,10 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             found: None,
             missed: false,
             leads: false,
+            memory: None,
+            remembered: false,
+            crashed: false,
+            inherited: false,
             id: request.id,
             kernel: request.kernel,
             step: Step::Missing,
@@ -255,6 +270,21 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                 }
             }
         }
+        // P11: a kernel whose failure the store remembers fails again at
+        // once, unless the batch retries failures.
+        if let (Some(store), true) = (round.store, self.kept) {
+            self.memory = store.remembered_failure(compiler, &self.id);
+            if !round.retry_failed
+                && let Some(error) = self
+                    .memory
+                    .as_ref()
+                    .and_then(|memory| memory.error_for(&self.id.kernel))
+            {
+                self.remembered = true;
+                self.step = Step::Failed(error);
+                return;
+            }
+        }
         self.lower(compiler);
         if let (
             Some(store),
@@ -355,15 +385,17 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         };
         let started = Instant::now();
         let id = &self.id;
-        let (result, remote_work) = match finalizer.in_process_or_worker(id, lowered) {
+        let (result, remote_work, lost) = match finalizer.in_process_or_worker(id, lowered) {
             Ok(remote) => remote,
             Err(lowered) => (
                 contained(Stage::Finalize, id, || {
                     finalizer.compiler.finalize(id, lowered)
                 }),
                 None,
+                false,
             ),
         };
+        self.crashed = lost;
         self.step = match result {
             Ok(finalized) => {
                 self.diagnostics = finalized.diagnostics;
@@ -403,10 +435,13 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                 origin: KernelOutcome::Rekeyed,
                 source: Some(source),
             },
-            Err(error) => Step::Failed(KernelError {
-                kernel: self.id.kernel.clone(),
-                ..error.clone()
-            }),
+            Err(error) => {
+                self.inherited = true;
+                Step::Failed(KernelError {
+                    kernel: self.id.kernel.clone(),
+                    ..error.clone()
+                })
+            }
         };
         self.settle();
     }
@@ -504,6 +539,15 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                                 }
                             }
                         }
+                        if let (Some(store), Some(_)) = (store, &self.memory) {
+                            // Compiled after a crash was counted, or retried:
+                            // nothing of its failures is remembered now.
+                            store.remember_failure(
+                                target.compiler(),
+                                id,
+                                &RememberedFailure::forgotten(),
+                            );
+                        }
                         if let (true, Count::Settled(settled)) = (stored, &self.count) {
                             settled.stored();
                         }
@@ -519,7 +563,17 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                     }
                 }
             }
-            Step::Failed(error) => (Err(error), KernelOutcome::Failed),
+            Step::Failed(error) => {
+                if self.remembered {
+                    statistics.remembered += 1;
+                } else if let (Some(store), true, false) = (store, self.kept, self.inherited)
+                    && let Some(memory) =
+                        RememberedFailure::after(self.memory.as_ref(), &error, self.crashed)
+                {
+                    store.remember_failure(target.compiler(), &self.id, &memory);
+                }
+                (Err(error), KernelOutcome::Failed)
+            }
             Step::Missing
             | Step::Elsewhere
             | Step::Lowered { .. }
@@ -541,6 +595,7 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             stored,
             diagnostics: std::mem::take(&mut self.diagnostics),
             error: result.as_ref().err().map(ToString::to_string),
+            remembered: self.remembered,
         };
         ((self.id.clone(), result), record)
     }
@@ -605,7 +660,9 @@ mod tests {
     use super::super::tests::{load, loader};
     use crate::error::{Failure, Stage};
     use crate::fake::{FakeKernel, FakeTarget};
+    use crate::loader::KernelLoader;
     use crate::statistics::{KernelOutcome, StatisticsCollector};
+    use crate::target::CompilationTarget;
 
     // L6
     #[test]
@@ -785,6 +842,71 @@ mod tests {
         assert_eq!((statistics.hits, statistics.misses), (1, 0));
         assert_eq!(statistics.bytes_read, written);
         assert!(statistics.saved_seconds > 0.0);
+    }
+
+    /// A loader on the same target (and store) as `loader`, as a later
+    /// process on the same store is.
+    fn again(loader: KernelLoader<FakeTarget>) -> KernelLoader<FakeTarget> {
+        self::loader(loader.into_target(), 2)
+    }
+
+    // P11
+    #[test]
+    fn a_compile_that_panics_is_compiled_again_once_then_quarantined() {
+        let kernel = FakeKernel::new(5).panicking();
+        let mut first = loader(FakeTarget::persisting(), 2);
+        load(&mut first, &kernel).expect_err("panics");
+        let mut second = again(first);
+        load(&mut second, &kernel).expect_err("panics again");
+        assert!(
+            !second.records()[0].records[0].remembered,
+            "one panic may be the machine's: compiled again"
+        );
+        let finalized = second.target().fake_compiler().finalized();
+        let mut third = again(second);
+        let error = load(&mut third, &kernel).expect_err("quarantined");
+        assert!(error.to_string().contains("quarantined"), "{error}");
+        assert!(third.records()[0].records[0].remembered);
+        assert_eq!(
+            third.target().fake_compiler().finalized(),
+            finalized,
+            "never handed to the compiler again"
+        );
+    }
+
+    // P11
+    #[test]
+    fn a_remembered_failure_compiles_again_under_another_compiler_or_once_forgotten() {
+        let kernel = FakeKernel::new(6).failing();
+        let mut first = loader(FakeTarget::persisting(), 2);
+        load(&mut first, &kernel).expect_err("fails");
+        let finalized = first.target().fake_compiler().finalized();
+        let mut second = again(first);
+        load(&mut second, &kernel).expect_err("remembered");
+        assert_eq!(second.target().fake_compiler().finalized(), finalized);
+
+        // Forgotten: compiled again.
+        {
+            let bound = second.bound_store().expect("a store");
+            bound.remember_failure(
+                second.target().compiler(),
+                &kernel.artifact_id(),
+                &crate::store::RememberedFailure::forgotten(),
+            );
+        }
+        let mut third = again(second);
+        load(&mut third, &kernel).expect_err("fails when compiled");
+        assert!(!third.records()[0].records[0].remembered);
+
+        // Another compiler identity: another key, compiled again.
+        let components = crate::store::KeyComponents::new("fake", "kiln-fake 2", "fake_1", "");
+        let target = third
+            .into_target()
+            .with_compiler(crate::fake::FakeCompiler::default().with_key_components(components));
+        let mut fourth = loader(target, 2);
+        load(&mut fourth, &kernel).expect_err("fails when compiled");
+        assert!(!fourth.records()[0].records[0].remembered);
+        assert_eq!(fourth.target().fake_compiler().finalized(), 1);
     }
 
     // D2

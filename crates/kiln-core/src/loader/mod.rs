@@ -83,6 +83,8 @@ pub struct KernelLoader<T: CompilationTarget> {
     statistics: LoaderStatistics,
     records: VecDeque<BatchRecord>,
     record_limit: usize,
+    /// Whether remembered failures compile again (P11).
+    retry_failed: bool,
 }
 
 impl<T: CompilationTarget> KernelLoader<T> {
@@ -115,6 +117,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             statistics: LoaderStatistics::default(),
             records: VecDeque::new(),
             record_limit: config.record_limit,
+            retry_failed: config.retry_failed,
         }
     }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::claim::{Claim, ClaimGuard, ClaimWait};
+use super::failure::RememberedFailure;
 use super::generation::Generation;
 use super::key::{KeyComponents, KeyedCompiler, StoreKey};
 use super::{ArtifactStore, Explanation, Lookup, Miss, StoreOutcome};
@@ -200,6 +201,48 @@ impl<C: KeyedCompiler> BoundStore<C> {
         // Released after publishing, so a waiter reads the artifact.
         drop(claim);
         outcome
+    }
+
+    /// What the store remembers of `id`'s failed compiles (P11), if
+    /// anything; a memory that does not decode is none.
+    pub fn remembered_failure(
+        &self,
+        compiler: &C,
+        id: &ArtifactId<C::Variant>,
+    ) -> Option<RememberedFailure> {
+        let key = RememberedFailure::blob_key(&self.artifact_key(compiler, id));
+        match self.store.lookup_blob(&key) {
+            Lookup::Hit { artifact, .. } => {
+                match encoding::decode::<RememberedFailure>(&artifact) {
+                    Ok((memory, read)) if read == artifact.len() && !memory.is_empty() => {
+                        Some(memory)
+                    }
+                    Ok(_) => None,
+                    Err(error) => {
+                        log::debug!("a failure memory of {id} does not decode: {error}");
+                        None
+                    }
+                }
+            }
+            Lookup::Miss(_) => None,
+        }
+    }
+
+    /// Remembers `memory` of `id`'s failed compiles (P11), in place of
+    /// what was remembered; [`RememberedFailure::forgotten`] forgets.
+    pub fn remember_failure(
+        &self,
+        compiler: &C,
+        id: &ArtifactId<C::Variant>,
+        memory: &RememberedFailure,
+    ) -> StoreOutcome {
+        let key = RememberedFailure::blob_key(&self.artifact_key(compiler, id));
+        match encoding::encode(memory) {
+            Ok(bytes) => self.store.put_blob(&key, &bytes),
+            Err(error) => StoreOutcome::Failed {
+                detail: format!("the failure does not serialize: {error}"),
+            },
+        }
     }
 
     /// Why `id` is or is not in the store (P9).

@@ -40,6 +40,7 @@
 mod binding;
 mod blob;
 mod claim;
+mod failure;
 mod generation;
 mod key;
 mod lease;
@@ -53,6 +54,7 @@ use serde::{Deserialize, Serialize};
 pub use binding::{BoundStore, Claimed};
 pub use blob::BlobKey;
 pub use claim::{Claim, ClaimGuard, ClaimWait};
+pub use failure::{FAILURE_BLOB_KIND, QUARANTINE_AFTER, RememberedCause, RememberedFailure};
 pub use generation::Generation;
 pub use key::{
     Difference, HeaderDigest, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, LibraryFile,

@@ -1,0 +1,219 @@
+//! Failure memory (P11): what a kernel's compile came to when it failed,
+//! kept in the store beside its artifacts, so that the next process reports
+//! the same failure without compiling it again.
+//!
+//! A failure is remembered as a named blob ([`BlobKey`]) of kind
+//! [`FAILURE_BLOB_KIND`], named after the kernel's full store key: the
+//! compiler's identity, its options and the kernel (whose id covers its
+//! source). A change of any of them is another key, so the kernel compiles
+//! again. What is remembered:
+//!
+//! - a compile error (lower or finalize) reported by the compiler or the
+//!   generator: at once, with every diagnostic;
+//! - a compile that crashed or hung a worker process, or panicked: counted,
+//!   and quarantined the second time ([`QUARANTINE_AFTER`]), since a crash
+//!   once may be the machine's (memory, a signal) rather than the kernel's.
+//!
+//! Never remembered: a failure its compiler marks as not the kernel's
+//! ([`CompileFailure::transient`]), a device's refusal, or anything of a
+//! store error. A memory is forgotten by writing over it an empty one
+//! ([`RememberedFailure::forgotten`]): `kiln forget` does, a loader asked to
+//! retry failures ([`LoaderConfig::retry_failed`](crate::LoaderConfig::retry_failed))
+//! ignores memories and forgets each one whose kernel then compiles.
+
+use serde::{Deserialize, Serialize};
+
+use super::blob::BlobKey;
+use super::key::{StoreKey, hex};
+use crate::diagnostic::CompileFailure;
+use crate::error::{Failure, KernelError, Stage};
+use crate::id::KernelId;
+
+/// The kind of the blobs failures are remembered under, as `kiln ls` names
+/// it.
+pub const FAILURE_BLOB_KIND: &str = "remembered failure";
+
+/// How many crashes, hangs or panics of one kernel's compile quarantine it.
+pub const QUARANTINE_AFTER: u32 = 2;
+
+/// What a store remembers of one kernel's failed compiles (P11).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RememberedFailure {
+    /// The step that failed.
+    pub stage: Stage,
+    /// The failure to report without compiling, once remembered; `None`
+    /// while only a crash is counted, or once forgotten.
+    pub failure: Option<RememberedCause>,
+    /// How many times compiling it crashed, hung or panicked.
+    pub crashes: u32,
+    /// The last crash's message, while it is counted.
+    pub last_crash: Option<String>,
+}
+
+/// Why a remembered kernel fails.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RememberedCause {
+    /// The compiler or the generator reported an error.
+    Compile(CompileFailure),
+    /// Its compile crashed, hung or panicked [`QUARANTINE_AFTER`] times:
+    /// the last time's message.
+    Quarantined {
+        /// How many times.
+        crashes: u32,
+        /// The last one's message.
+        message: String,
+    },
+}
+
+impl RememberedFailure {
+    /// The blob a failure of the kernel stored under `key` is remembered
+    /// under.
+    pub fn blob_key(key: &StoreKey) -> BlobKey {
+        BlobKey::new(FAILURE_BLOB_KIND)
+            .component("kernel", key.subject_text())
+            .component("key", hex(&key.digest()))
+    }
+
+    /// A memory of nothing: what forgetting writes.
+    pub fn forgotten() -> Self {
+        Self {
+            stage: Stage::Finalize,
+            failure: None,
+            crashes: 0,
+            last_crash: None,
+        }
+    }
+
+    /// Whether it holds anything: a failure to report or a crash counted.
+    pub fn is_empty(&self) -> bool {
+        self.failure.is_none() && self.crashes == 0
+    }
+
+    /// What to remember of `error`, a kernel's failure to lower or
+    /// finalize, after `before` (what was remembered when its compile
+    /// began): `None` when the failure is not the kernel's to remember.
+    /// `crashed` says its worker process died or was killed at the
+    /// timeout.
+    pub fn after(before: Option<&Self>, error: &KernelError, crashed: bool) -> Option<Self> {
+        if !matches!(error.stage, Stage::Lower | Stage::Finalize) {
+            return None;
+        }
+        let counted = |message: String| {
+            let crashes = before.map_or(0, |before| before.crashes) + 1;
+            Self {
+                stage: error.stage,
+                failure: (crashes >= QUARANTINE_AFTER).then(|| RememberedCause::Quarantined {
+                    crashes,
+                    message: message.clone(),
+                }),
+                crashes,
+                last_crash: Some(message),
+            }
+        };
+        match &error.failure {
+            Failure::Compile(failure) if crashed => Some(counted(failure.to_string())),
+            Failure::Compile(failure) if failure.transient => None,
+            Failure::Compile(failure) => Some(Self {
+                stage: error.stage,
+                failure: Some(RememberedCause::Compile((**failure).clone())),
+                crashes: before.map_or(0, |before| before.crashes),
+                last_crash: None,
+            }),
+            Failure::Panicked { message } => Some(counted(format!("panicked: {message}"))),
+            Failure::Refused(_) => None,
+        }
+    }
+
+    /// The error to report for `kernel` without compiling it, when the
+    /// memory holds one.
+    pub fn error_for(&self, kernel: &KernelId) -> Option<KernelError> {
+        let failure = match self.failure.as_ref()? {
+            RememberedCause::Compile(failure) => Failure::Compile(Box::new(failure.clone())),
+            RememberedCause::Quarantined { crashes, message } => {
+                Failure::Compile(Box::new(CompileFailure::message(format!(
+                    "quarantined: its compile crashed, hung or panicked {crashes} times, last: \
+                     {message}"
+                ))))
+            }
+        };
+        Some(KernelError {
+            kernel: kernel.clone(),
+            stage: self.stage,
+            failure,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnostic::Diagnostic;
+
+    fn error(failure: Failure) -> KernelError {
+        KernelError {
+            kernel: KernelId::named("kiln.test").parameter(&1).build(),
+            stage: Stage::Finalize,
+            failure,
+        }
+    }
+
+    // P11
+    #[test]
+    fn a_compile_error_is_remembered_at_once_with_every_diagnostic() {
+        let failure = CompileFailure::new(vec![
+            Diagnostic::error("first"),
+            Diagnostic::error("second"),
+        ]);
+        let memory = RememberedFailure::after(
+            None,
+            &error(Failure::Compile(Box::new(failure.clone()))),
+            false,
+        )
+        .expect("remembered");
+        let again = memory
+            .error_for(&KernelId::named("kiln.test").parameter(&2).build())
+            .expect("reported");
+        assert_eq!(
+            again.kernel,
+            KernelId::named("kiln.test").parameter(&2).build()
+        );
+        assert_eq!(again.stage, Stage::Finalize);
+        assert_eq!(again.compile_failure(), Some(&failure));
+    }
+
+    // P11
+    #[test]
+    fn a_crash_is_counted_and_quarantines_the_second_time() {
+        let crash = error(Failure::Compile(Box::new(CompileFailure::message(
+            "the compiler crashed",
+        ))));
+        let once = RememberedFailure::after(None, &crash, true).expect("counted");
+        assert_eq!(once.crashes, 1);
+        assert!(once.error_for(&crash.kernel).is_none(), "compiled again");
+        let twice = RememberedFailure::after(Some(&once), &crash, true).expect("counted");
+        let reported = twice.error_for(&crash.kernel).expect("quarantined");
+        assert!(reported.to_string().contains("quarantined"), "{reported}");
+        let panicked = error(Failure::Panicked {
+            message: "boom".into(),
+        });
+        let once = RememberedFailure::after(None, &panicked, false).expect("counted");
+        assert!(once.error_for(&crash.kernel).is_none());
+    }
+
+    // P11
+    #[test]
+    fn what_is_not_the_kernel_s_is_never_remembered() {
+        let mut transient = CompileFailure::message("out of memory");
+        transient.transient = true;
+        assert!(
+            RememberedFailure::after(None, &error(Failure::Compile(Box::new(transient))), false)
+                .is_none()
+        );
+        let refused = KernelError {
+            stage: Stage::Load,
+            ..error(Failure::Refused(crate::DeviceRefusal::new("no")))
+        };
+        assert!(RememberedFailure::after(None, &refused, false).is_none());
+        assert!(RememberedFailure::forgotten().is_empty());
+    }
+}
