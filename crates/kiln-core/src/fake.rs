@@ -154,6 +154,11 @@ impl Kernel for FakeKernel {
     fn id(&self) -> KernelId {
         KernelId::named("kiln.fake").parameter(&self.number).build()
     }
+
+    /// Its finalize time, in microseconds: the fake compiler knows it.
+    fn cost_hint(&self) -> u64 {
+        u64::try_from(self.behaviour.finalize_time.as_micros()).unwrap_or(u64::MAX)
+    }
 }
 
 /// What the fake compiler lowers to.

@@ -13,16 +13,34 @@ use crate::id::KernelId;
 pub trait Kernel: Send + Sync {
     /// The kernel's identity.
     fn id(&self) -> KernelId;
+
+    /// How costly the kernel is to compile, relative to the other kernels
+    /// of its backend: the size of its source, say. A batch hands its
+    /// kernels to the workers costliest first, so that the longest
+    /// compiles do not start last and leave the other workers idle at the
+    /// end of the batch. Cheap to compute (no code generation); the
+    /// default, `0`, keeps the order the kernels were asked in.
+    fn cost_hint(&self) -> u64 {
+        0
+    }
 }
 
 impl<K: Kernel + ?Sized> Kernel for Box<K> {
     fn id(&self) -> KernelId {
         (**self).id()
     }
+
+    fn cost_hint(&self) -> u64 {
+        (**self).cost_hint()
+    }
 }
 
 impl<K: Kernel + ?Sized> Kernel for std::sync::Arc<K> {
     fn id(&self) -> KernelId {
         (**self).id()
+    }
+
+    fn cost_hint(&self) -> u64 {
+        (**self).cost_hint()
     }
 }

@@ -155,11 +155,13 @@ impl<T: CompilationTarget> KernelLoader<T> {
             retry_failed: self.retry_failed,
         };
         // What is ready goes first: the workers hand it straight back, and
-        // it loads while they compile the rest.
-        let (mut queue, rest): (Vec<_>, Vec<_>) = jobs
+        // it loads while they compile the rest, costliest first (a stable
+        // sort: equal costs keep the order they were asked in).
+        let (mut queue, mut rest): (Vec<_>, Vec<_>) = jobs
             .iter_mut()
             .filter(|job| job.is_settled() || job.is_missing())
             .partition(|job| job.is_settled());
+        rest.sort_by_key(|job| std::cmp::Reverse(job.cost_hint()));
         queue.extend(rest);
         let target = &mut self.target;
         let statistics = &mut self.statistics;
@@ -343,6 +345,33 @@ mod tests {
         assert!(
             loader.target().holds(&FakeKernel::new(2).artifact_id()),
             "stored under its id"
+        );
+    }
+
+    // F2
+    #[test]
+    fn the_costliest_kernels_are_handed_out_first() {
+        let log =
+            std::env::temp_dir().join(format!("kiln-costliest-first-{}.log", std::process::id()));
+        drop(std::fs::remove_file(&log));
+        let target = FakeTarget::storeless()
+            .with_compiler(crate::fake::FakeCompiler::default().logging_compiles_to(&log));
+        let mut loader = loader(target, 1);
+        for (number, millis) in [(0, 1), (1, 5), (2, 0), (3, 3), (4, 5)] {
+            let kernel = FakeKernel::new(number).sleeping(Duration::from_millis(millis));
+            loader.enqueue(Box::new(kernel), ());
+        }
+        loader.compile_queued();
+        let order: Vec<u32> = crate::fake::FakeCompiler::read_compile_log(&log)
+            .expect("the compile log")
+            .into_iter()
+            .map(|(_, number)| number)
+            .collect();
+        drop(std::fs::remove_file(&log));
+        assert_eq!(
+            order,
+            [1, 4, 3, 0, 2],
+            "costliest first, ties in asked order"
         );
     }
 

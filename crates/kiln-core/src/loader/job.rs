@@ -144,6 +144,11 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         }
     }
 
+    /// Its kernel's [`cost_hint`](crate::Kernel::cost_hint).
+    pub(super) fn cost_hint(&self) -> u64 {
+        crate::kernel::Kernel::cost_hint(self.kernel)
+    }
+
     pub(super) fn is_missing(&self) -> bool {
         matches!(self.step, Step::Missing)
     }
