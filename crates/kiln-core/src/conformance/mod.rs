@@ -86,6 +86,7 @@ pub use store::{
     p5_an_empty_artifact_round_trips_or_is_refused_and_counted,
     p6_a_batch_end_within_the_limits_keeps_every_entry, p7_a_source_key_finds_what_was_put_with_it,
     p9_explain_names_the_changed_component_or_says_never_seen,
+    p10_a_lookup_of_many_keys_answers_each_in_order,
     p12_a_released_unpublished_key_is_claimable_by_the_next_claimant,
     p12_an_expired_lease_is_claimable_by_one_other_claimant,
     s4_statistics_count_hits_misses_and_puts,

@@ -139,6 +139,38 @@ pub fn p2_a_put_then_a_lookup_hits_with_the_same_bytes_and_work<S: StoreSubject>
     }
 }
 
+/// P10: a lookup of many keys at once answers what one lookup of each
+/// would, in the keys' order, repeated keys included.
+pub fn p10_a_lookup_of_many_keys_answers_each_in_order<S: StoreSubject>(subject: &S) {
+    let store = subject.store();
+    assert!(store.lookup_many(&[]).is_empty(), "no keys, no answers");
+    for number in [1, 3] {
+        expect_stored(
+            store.put(
+                &kernel_key(number),
+                None,
+                &artifact(number as u8, 100),
+                Duration::ZERO,
+            ),
+            "a put",
+        );
+    }
+    let keys: Vec<StoreKey> = [0, 1, 2, 3, 1].into_iter().map(kernel_key).collect();
+    let found = store.lookup_many(&keys);
+    assert_eq!(found.len(), keys.len(), "one answer per key");
+    for (key, lookup) in keys.iter().zip(found) {
+        match (store.lookup(key), lookup) {
+            (Lookup::Hit { artifact: one, .. }, Lookup::Hit { artifact: many, .. }) => {
+                assert!(one == many, "the same bytes as one lookup");
+            }
+            (Lookup::Miss(_), Lookup::Miss(miss)) => {
+                assert!(matches!(miss, Miss::Absent), "{miss:?}");
+            }
+            (one, many) => panic!("one lookup says {one:?}, many say {many:?}"),
+        }
+    }
+}
+
 /// P2: a key nothing was put under misses as absent, before and after
 /// other keys are put.
 pub fn p2_a_key_never_put_misses_as_absent<S: StoreSubject>(subject: &S) {
@@ -802,6 +834,7 @@ macro_rules! store_conformance_suite {
             p6_a_batch_end_within_the_limits_keeps_every_entry,
             p7_a_source_key_finds_what_was_put_with_it,
             p2_a_named_blob_is_found_by_its_own_key_only,
+            p10_a_lookup_of_many_keys_answers_each_in_order,
             p9_explain_names_the_changed_component_or_says_never_seen,
             l10_the_generation_is_shared_by_clones_and_moves_only_when_content_is_replaced,
             s4_statistics_count_hits_misses_and_puts,

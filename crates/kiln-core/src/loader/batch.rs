@@ -44,8 +44,21 @@ impl<T: CompilationTarget> KernelLoader<T> {
         let n_kernels = jobs.len();
 
         self.target.batch_started();
-        for job in &mut jobs {
-            job.look_up(&mut self.target, self.store.as_ref(), &mut self.statistics);
+        // Every kernel the store keeps, asked for at once (P10).
+        let asked: Vec<usize> = jobs
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(index, job)| {
+                job.asks_store(&self.target, self.store.as_ref(), &mut self.statistics)
+                    .then_some(index)
+            })
+            .collect();
+        if let (Some(store), false) = (&self.store, asked.is_empty()) {
+            let ids: Vec<_> = asked.iter().map(|&index| &jobs[index].id).collect();
+            let found = store.lookup_many(self.target.compiler(), &ids);
+            for (index, found) in asked.into_iter().zip(found) {
+                jobs[index].looked_up(&mut self.target, found, &mut self.statistics);
+            }
         }
 
         let used_processes = AtomicBool::new(false);

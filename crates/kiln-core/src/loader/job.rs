@@ -180,27 +180,34 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         };
     }
 
-    /// Asks the store for the kernel by id, taking no claim: a miss is
-    /// claimed by the worker about to compile it (P4, P12).
-    pub(super) fn look_up(
+    /// Whether the batch asks the store for the kernel: it has a store
+    /// that keeps it. One it does not ask is compiled here with no claim,
+    /// counted as a miss now.
+    pub(super) fn asks_store(
         &mut self,
-        target: &mut T,
+        target: &T,
         store: Option<&BoundStore<T::Compiler>>,
         statistics: &mut LoaderStatistics,
+    ) -> bool {
+        if store.is_some() && kept(target, &self.id) {
+            return true;
+        }
+        self.kept = false;
+        self.claimed = true;
+        statistics.misses += 1;
+        false
+    }
+
+    /// Takes what the batch's lookup found for the kernel, taking no claim:
+    /// a miss is claimed by the worker about to compile it (P4, P12).
+    pub(super) fn looked_up(
+        &mut self,
+        target: &mut T,
+        found: Lookup<ArtifactOf<T>>,
+        statistics: &mut LoaderStatistics,
     ) {
-        match store {
-            Some(store) if kept(target, &self.id) => {
-                let found = store.lookup(target.compiler(), &self.id);
-                if matches!(found, Lookup::Hit { .. }) {
-                    self.take(target, found, statistics);
-                }
-            }
-            _ => {
-                // Nothing to claim: compiled here, counted as a miss now.
-                self.kept = false;
-                self.claimed = true;
-                statistics.misses += 1;
-            }
+        if matches!(found, Lookup::Hit { .. }) {
+            self.take(target, found, statistics);
         }
     }
 

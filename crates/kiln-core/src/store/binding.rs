@@ -129,6 +129,25 @@ impl<C: KeyedCompiler> BoundStore<C> {
         self.decoded(&self.artifact_key(compiler, id))
     }
 
+    /// What [`lookup`](Self::lookup) answers for each of `ids`, in their
+    /// order, asked of the store at once ([`ArtifactStore::lookup_many`]).
+    pub fn lookup_many(
+        &self,
+        compiler: &C,
+        ids: &[&ArtifactId<C::Variant>],
+    ) -> Vec<Lookup<C::Artifact>> {
+        let keys: Vec<StoreKey> = ids
+            .iter()
+            .map(|id| self.artifact_key(compiler, id))
+            .collect();
+        let found = self.store.lookup_many(&keys);
+        debug_assert_eq!(found.len(), keys.len(), "one answer per key");
+        keys.iter()
+            .zip(found)
+            .map(|(key, lookup)| self.decode(key, lookup))
+            .collect()
+    }
+
     /// Claims the right to compile `id` (P4, P12) after its lookup missed,
     /// without waiting: a worker claims the key it is about to compile, and
     /// a key another holds is left for later
@@ -258,7 +277,11 @@ impl<C: KeyedCompiler> BoundStore<C> {
     }
 
     fn decoded(&self, key: &StoreKey) -> Lookup<C::Artifact> {
-        match self.store.lookup(key) {
+        self.decode(key, self.store.lookup(key))
+    }
+
+    fn decode(&self, key: &StoreKey, found: Lookup<Vec<u8>>) -> Lookup<C::Artifact> {
+        match found {
             Lookup::Hit {
                 artifact,
                 bytes,

@@ -248,6 +248,14 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
     /// The verified bytes stored under `key`, or why there are none.
     fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>>;
 
+    /// What [`lookup`](Self::lookup) answers for each of `keys`, in their
+    /// order: a batch asks for all its kernels at once, so that a remote
+    /// store answers in one round trip (P10). The default asks one key at
+    /// a time.
+    fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
+        keys.iter().map(|key| self.lookup(key)).collect()
+    }
+
     /// Asks for the right to compile `key`, waiting as `wait` allows for
     /// another process compiling it now.
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
