@@ -114,6 +114,39 @@ pub fn run_if_worker(entries: &[WorkerEntry]) {
     }
 }
 
+/// Starts `count` compile workers for the compiler of `recipe` in the
+/// background, now, so that the first batch that needs them finds them
+/// started (F5): a program calls it where the compiler is known and before
+/// its slow start-up work, such as making the device context. A loader set
+/// to worker processes calls it when it is made; calling it again asks for
+/// no more than `count` in all. Does nothing in a worker process, under
+/// `KILN_WORKER_MODE=threads`, or when the program provides no worker (the
+/// loader says why at its first batch). Workers no batch took are closed
+/// at the end of the first batch that compiled nothing in processes.
+///
+/// ```no_run
+/// # fn compiler_recipe() -> kiln_core::worker::WorkerRecipe { unimplemented!() }
+/// // Before the device context is made: the workers start beside it.
+/// kiln_core::worker::start_early(compiler_recipe(), 16);
+/// ```
+pub fn start_early(recipe: WorkerRecipe, count: usize) {
+    if is_worker_process()
+        || std::env::var(crate::config::WORKER_MODE_VARIABLE)
+            .is_ok_and(|mode| mode.trim() == "threads")
+    {
+        return;
+    }
+    if let Ok(program) = worker_program() {
+        processes::prestart(program, recipe, count);
+    }
+}
+
+/// Closes the workers [`start_early`] started for `recipe` that no pool
+/// took.
+pub(crate) fn release_early(recipe: &WorkerRecipe) {
+    processes::release_prestarted(recipe);
+}
+
 /// Whether this process is a worker (its loaders never start workers).
 pub(crate) fn is_worker_process() -> bool {
     std::env::var_os(WORKER_CHANNEL_VARIABLE).is_some()

@@ -29,6 +29,14 @@ fn main() {
             l6_a_compile_that_hangs_is_killed_at_the_timeout_and_fails_alone,
         ),
         (
+            "f5_workers_start_with_the_loader_and_its_first_batch_compiles_in_them",
+            f5_workers_start_with_the_loader_and_its_first_batch_compiles_in_them,
+        ),
+        (
+            "f5_workers_started_early_that_no_batch_needs_are_closed",
+            f5_workers_started_early_that_no_batch_needs_are_closed,
+        ),
+        (
             "l8_a_panic_in_a_worker_process_fails_its_kernel_with_the_panic_s_message",
             l8_a_panic_in_a_worker_process_fails_its_kernel_with_the_panic_s_message,
         ),
@@ -257,6 +265,111 @@ fn l6_a_compile_that_hangs_is_killed_at_the_timeout_and_fails_alone() {
     let workers = loader.worker_processes();
     assert_eq!(workers.replaced, 1, "{workers:?}");
     assert!(!workers.running.contains(&hung_in), "{workers:?}");
+    drop(std::fs::remove_file(&log));
+}
+
+/// The processes whose parent is this one.
+fn children() -> BTreeSet<u32> {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return BTreeSet::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // The parent is the second field after the command's
+                    // closing parenthesis.
+                    let rest = &stat[stat.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(me)
+        })
+        .collect()
+}
+
+/// Waits up to ten seconds for `check` to hold of this process's children.
+fn children_until(check: impl Fn(&BTreeSet<u32>) -> bool) -> BTreeSet<u32> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = children();
+        if check(&now) || std::time::Instant::now() > deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn f5_workers_start_with_the_loader_and_its_first_batch_compiles_in_them() {
+    let log = compile_log("f5-early");
+    let before = children();
+    let mut loader = loader(target_logging_to(&log), 3);
+    // Before any batch, as the program makes its device context: the
+    // workers start.
+    let early: BTreeSet<u32> = children_until(|now| now.difference(&before).count() >= 3)
+        .difference(&before)
+        .copied()
+        .collect();
+    assert_eq!(early.len(), 3, "three workers started with the loader");
+    for number in 0..9 {
+        loader.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    loader.compile_queued();
+    let batch = loader.records().back().expect("a batch").clone();
+    assert_eq!(batch.mode, WorkerMode::Processes);
+    let compiled_in: BTreeSet<u32> = FakeCompiler::read_compile_log(&log)
+        .expect("reads")
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect();
+    assert!(
+        compiled_in.is_subset(&early),
+        "the batch compiled in the workers started early: {compiled_in:?} of {early:?}"
+    );
+    assert_eq!(
+        loader.worker_processes().started,
+        3,
+        "and started no others"
+    );
+    drop(std::fs::remove_file(&log));
+}
+
+fn f5_workers_started_early_that_no_batch_needs_are_closed() {
+    let log = compile_log("f5-unneeded");
+    let before = children();
+    let target = FakeTarget::persisting().with_compiler(
+        FakeCompiler::default()
+            .in_worker_processes()
+            .logging_compiles_to(&log),
+    );
+    let mut first = loader(target, 2);
+    first.enqueue(Box::new(FakeKernel::new(1)), ());
+    first.compile_queued();
+    // Its pool shuts down with it; a worker started early that it never
+    // took stays ready for the next loader.
+    let target = first.into_target();
+    // A later loader on the same store: two workers are ready for it, and
+    // its only batch finds everything stored.
+    let mut second = loader(target, 2);
+    let early: BTreeSet<u32> = children_until(|now| now.difference(&before).count() >= 2)
+        .difference(&before)
+        .copied()
+        .collect();
+    assert_eq!(early.len(), 2, "two workers ready for the second loader");
+    second.enqueue(Box::new(FakeKernel::new(1)), ());
+    second.compile_queued();
+    assert_eq!(
+        second.records()[0].count(KernelOutcome::FromStore),
+        1,
+        "nothing to compile"
+    );
+    let left = children_until(|now| now.is_subset(&before));
+    assert!(
+        left.is_subset(&before),
+        "the unneeded workers were closed: {early:?}, left {left:?}"
+    );
     drop(std::fs::remove_file(&log));
 }
 

@@ -89,6 +89,13 @@ impl<T: CompilationTarget> KernelLoader<T> {
         let mode = if used_processes.load(Ordering::Relaxed) {
             WorkerMode::Processes
         } else {
+            // Nothing compiled in processes: workers started early for a
+            // compile that never came are closed (F5).
+            if let Some(recipe) = self.target.compiler().worker_recipe()
+                && self.pool.worker_processes().running.is_empty()
+            {
+                crate::worker::release_early(&recipe);
+            }
             WorkerMode::Threads
         };
         let records: Vec<KernelRecord> = settling

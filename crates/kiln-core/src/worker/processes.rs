@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::io::{self, BufReader, BufWriter};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::WorkerRecipe;
@@ -165,6 +165,12 @@ impl ProcessPool {
         if let Some(worker) = self.idle().pop() {
             return Ok(worker);
         }
+        if let Some(worker) = take_prestarted(&self.program, &self.recipe) {
+            let mut state = self.state();
+            state.live.insert(worker.pid);
+            state.started += 1;
+            return Ok(worker);
+        }
         self.start_one()
     }
 
@@ -263,6 +269,12 @@ impl WorkerProcess {
     /// Starts `program` as a worker and has it build the compiler of
     /// `recipe`.
     fn start(program: &Path, recipe: &WorkerRecipe) -> Result<Self, String> {
+        Self::spawn(program, recipe)?.started()
+    }
+
+    /// Starts `program` and sends it the start request, without waiting
+    /// for its answer: [`started`](Self::started) waits.
+    fn spawn(program: &Path, recipe: &WorkerRecipe) -> Result<Self, String> {
         let mut child = Command::new(program)
             .env(super::WORKER_CHANNEL_VARIABLE, PROTOCOL)
             .stdin(Stdio::piped())
@@ -284,22 +296,33 @@ impl WorkerProcess {
             compiler: recipe.compiler.to_owned(),
             recipe: recipe.recipe.clone(),
         };
-        let answer = protocol::write_frame(&mut worker.requests, &start).and_then(|()| {
-            wait_readable(worker.replies.get_ref(), START_TIMEOUT)?;
-            protocol::read_frame::<Reply>(&mut worker.replies)
-        });
+        if let Err(error) = protocol::write_frame(&mut worker.requests, &start) {
+            let status = worker.stop();
+            return Err(format!(
+                "{error} ({}); does its main call kiln_core::worker::run_if_worker first?",
+                describe_status(status.as_ref().ok())
+            ));
+        }
+        Ok(worker)
+    }
+
+    /// Waits for the answer to the start request [`spawn`](Self::spawn)
+    /// sent: the worker, once it has built its compiler.
+    fn started(mut self) -> Result<Self, String> {
+        let answer = wait_readable(self.replies.get_ref(), START_TIMEOUT)
+            .and_then(|()| protocol::read_frame::<Reply>(&mut self.replies));
         match answer {
-            Ok(Some(Reply::Started)) => Ok(worker),
+            Ok(Some(Reply::Started)) => Ok(self),
             Ok(Some(Reply::Refused { reason })) => {
-                drop(worker.stop());
+                drop(self.stop());
                 Err(format!("the worker refused: {reason}"))
             }
             Ok(Some(other)) => {
-                drop(worker.stop());
+                drop(self.stop());
                 Err(format!("the worker answered its start with {other:?}"))
             }
             Ok(None) => {
-                let status = worker.stop();
+                let status = self.stop();
                 Err(format!(
                     "it closed its pipe ({}); does its main call \
                      kiln_core::worker::run_if_worker first?",
@@ -307,7 +330,7 @@ impl WorkerProcess {
                 ))
             }
             Err(error) => {
-                let status = worker.stop();
+                let status = self.stop();
                 Err(format!(
                     "{error} ({}); does its main call kiln_core::worker::run_if_worker first?",
                     describe_status(status.as_ref().ok())
@@ -358,6 +381,156 @@ impl WorkerProcess {
                 child.wait().ok()
             }
         }
+    }
+}
+
+/// Workers started ahead of any loader's need (F5), by program and
+/// recipe, waiting to be taken by the first pool that needs one.
+struct Prestarted {
+    program: PathBuf,
+    recipe: WorkerRecipe,
+    /// Started and answered: ready to take.
+    ready: Vec<WorkerProcess>,
+    /// Spawned and not answered yet.
+    pending: usize,
+}
+
+/// Every prestart of the process, and the signal that one became ready.
+fn registry() -> &'static (Mutex<Vec<Prestarted>>, Condvar) {
+    static PRESTARTS: OnceLock<(Mutex<Vec<Prestarted>>, Condvar)> = OnceLock::new();
+    PRESTARTS.get_or_init(Default::default)
+}
+
+fn lock_prestarts() -> std::sync::MutexGuard<'static, Vec<Prestarted>> {
+    registry()
+        .0
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Starts up to `count` workers of `recipe` from `program` in the
+/// background, unless as many are started or starting already: the first
+/// pool of that recipe takes them instead of starting its own inside its
+/// first batch.
+pub(crate) fn prestart(program: PathBuf, recipe: WorkerRecipe, count: usize) {
+    let wanted = {
+        let mut prestarts = lock_prestarts();
+        let entry = match prestarts
+            .iter_mut()
+            .position(|entry| entry.program == program && entry.recipe == recipe)
+        {
+            Some(index) => &mut prestarts[index],
+            None => {
+                prestarts.push(Prestarted {
+                    program: program.clone(),
+                    recipe: recipe.clone(),
+                    ready: Vec::new(),
+                    pending: 0,
+                });
+                prestarts.last_mut().expect("just pushed")
+            }
+        };
+        let wanted = count.saturating_sub(entry.ready.len() + entry.pending);
+        entry.pending += wanted;
+        wanted
+    };
+    if wanted == 0 {
+        return;
+    }
+    let starter = {
+        let (program, recipe) = (program.clone(), recipe.clone());
+        move || {
+            // Spawn them all first, so they build their compilers at once,
+            // then take their answers in turn.
+            let spawned: Vec<Result<WorkerProcess, String>> = (0..wanted)
+                .map(|_| WorkerProcess::spawn(&program, &recipe))
+                .collect();
+            for worker in spawned {
+                let worker = worker.and_then(WorkerProcess::started);
+                let mut prestarts = lock_prestarts();
+                if let Some(entry) = prestarts
+                    .iter_mut()
+                    .find(|entry| entry.program == program && entry.recipe == recipe)
+                {
+                    entry.pending -= 1;
+                    match worker {
+                        Ok(worker) => entry.ready.push(worker),
+                        Err(reason) => log::debug!("a prestarted compile worker failed: {reason}"),
+                    }
+                }
+                registry().1.notify_all();
+            }
+        }
+    };
+    let started = std::thread::Builder::new()
+        .name("kiln-worker-start".into())
+        .spawn(starter);
+    if started.is_err() {
+        let mut prestarts = lock_prestarts();
+        if let Some(entry) = prestarts
+            .iter_mut()
+            .find(|entry| entry.program == program && entry.recipe == recipe)
+        {
+            entry.pending -= wanted;
+        }
+    }
+}
+
+/// A prestarted worker of `recipe` from `program`, waiting for one still
+/// starting; `None` when none was prestarted or none is left.
+fn take_prestarted(program: &Path, recipe: &WorkerRecipe) -> Option<WorkerProcess> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut prestarts = lock_prestarts();
+    loop {
+        let entry = prestarts
+            .iter_mut()
+            .find(|entry| entry.program == program && entry.recipe == *recipe)?;
+        if let Some(worker) = entry.ready.pop() {
+            return Some(worker);
+        }
+        if entry.pending == 0 {
+            return None;
+        }
+        let left = deadline.checked_duration_since(Instant::now())?;
+        prestarts = registry()
+            .1
+            .wait_timeout(prestarts, left)
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .0;
+    }
+}
+
+/// Closes the prestarted workers of `recipe` nobody took, so that a
+/// process that needed no compile keeps none alive: their pipes close and
+/// they exit. Those still starting are kept: their pool may take them.
+pub(crate) fn release_prestarted(recipe: &WorkerRecipe) {
+    let idle: Vec<WorkerProcess> = {
+        let mut prestarts = lock_prestarts();
+        prestarts
+            .iter_mut()
+            .filter(|entry| entry.recipe == *recipe)
+            .flat_map(|entry| std::mem::take(&mut entry.ready))
+            .collect()
+    };
+    if !idle.is_empty() {
+        log::debug!(
+            "closing {} prestarted compile workers no batch needed",
+            idle.len()
+        );
+    }
+    for worker in idle {
+        let mut child = worker.close();
+        // They exit as their pipe closes; reap them off this thread.
+        drop(
+            std::thread::Builder::new()
+                .name("kiln-worker-reap".into())
+                .spawn(move || {
+                    if wait_within(&mut child, EXIT_GRACE).is_none() {
+                        drop(child.kill());
+                        drop(child.wait());
+                    }
+                }),
+        );
     }
 }
 
