@@ -12,9 +12,12 @@
 //!   (`KILN_BENCH_SHARED_COMPILE_MS`, default 20 ms) on the process's worker
 //!   threads. A sleep takes no core, so even a 2-core machine shows how the
 //!   processes split the work.
-//! - `cuda`: real NVRTC compiles of GEMM kernels in worker processes, each
-//!   process on a quarter of the machine's cores, so that four processes
-//!   together have the cores one process would.
+//! - `cuda`: real NVRTC compiles in worker processes, each process on a
+//!   quarter of the machine's cores, so that four processes together have
+//!   the cores one process would. The kernels are GEMMs
+//!   (`KILN_BENCH_SHARED_SIZE`: `tiny`, `gemm` or `heavy`): the heavier,
+//!   the less a process's fixed costs (its workers' start, NVRTC's first
+//!   compile in each) hide how the work splits.
 //!
 //! The goals (P12): every kernel compiled once across the processes, and
 //! each process's wall within 1.25 × (one process's wall / N) + one
@@ -59,6 +62,13 @@ fn fake_compile() -> Duration {
         .and_then(|value| value.trim().parse().ok())
         .unwrap_or(20);
     Duration::from_millis(millis)
+}
+
+fn size() -> KernelSize {
+    std::env::var("KILN_BENCH_SHARED_SIZE")
+        .ok()
+        .and_then(|name| KernelSize::named(&name))
+        .unwrap_or(KernelSize::Gemm)
 }
 
 fn open_store(root: &Path) -> Arc<dyn ArtifactStore> {
@@ -123,8 +133,9 @@ fn child(root: &Path) {
                 },
             );
             let variant = loader.target().variant();
+            let size = size();
             for salt in 0..count as u64 {
-                loader.enqueue(Box::new(KernelSize::Gemm.kernel(2_000_000 + salt)), variant);
+                loader.enqueue(Box::new(size.kernel(2_000_000 + salt)), variant);
             }
             loader.compile_queued();
             let batch = loader.records().back().expect("a batch").clone();
@@ -147,6 +158,7 @@ fn child(root: &Path) {
         mode: format!("{:?}", batch.mode).to_lowercase(),
         cores: cores(),
         compiled: Some(batch.count(KernelOutcome::Compiled)),
+        note: (case == "cuda").then(|| size().name().to_owned()),
         ..BenchRecord::default()
     };
     println!("{}", serde_json::to_string(&record).expect("serializes"));

@@ -624,7 +624,15 @@ fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
             compiles.join(", ")
         ));
         rows.push([
-            format!("P12 shared_store {case} ×{kernels}"),
+            format!(
+                "P12 shared_store {case} {}×{kernels}",
+                of("shared_store", case, "1", None)
+                    .first()
+                    .map(|sample| sample.note.clone())
+                    .filter(|note| !note.is_empty())
+                    .map(|note| format!("{note} "))
+                    .unwrap_or_default()
+            ),
             measured.join("; "),
             ratios.join("; "),
             "≤ 1 of 1.25 × one/N + a compile; compiles = kernels".to_owned(),
