@@ -45,6 +45,10 @@ const CHILD_ROOT: &str = "KILN_BENCH_SHARED_CHILD";
 const CHILD_CASE: &str = "KILN_BENCH_SHARED_CASE";
 /// Set on a child process: how many processes share the store.
 const CHILD_PROCESSES: &str = "KILN_BENCH_SHARED_PROCESSES";
+/// Set on a child process: the run's salt, so that no run compiles a text
+/// an earlier run compiled (a compiler or machine cache would hide the
+/// compile).
+const CHILD_SALT: &str = "KILN_BENCH_SHARED_SALT";
 
 /// The process counts compared.
 const PROCESSES: [usize; 3] = [1, 2, 4];
@@ -134,8 +138,12 @@ fn child(root: &Path) {
             );
             let variant = loader.target().variant();
             let size = size();
+            let run: u64 = std::env::var(CHILD_SALT)
+                .ok()
+                .and_then(|salt| salt.parse().ok())
+                .unwrap_or(0);
             for salt in 0..count as u64 {
-                loader.enqueue(Box::new(size.kernel(2_000_000 + salt)), variant);
+                loader.enqueue(Box::new(size.kernel(run * 100_000 + salt)), variant);
             }
             loader.compile_queued();
             let batch = loader.records().back().expect("a batch").clone();
@@ -167,12 +175,16 @@ fn child(root: &Path) {
 /// Runs `processes` children on one fresh store at once: their records.
 fn run(case: &str, processes: usize, root: &Path) -> Vec<BenchRecord> {
     drop(std::fs::remove_dir_all(root));
+    let salt = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64 % 1_000_000_000);
     let children: Vec<_> = (0..processes)
         .map(|_| {
             Command::new(std::env::current_exe().expect("this benchmark's path"))
                 .env(CHILD_ROOT, root)
                 .env(CHILD_CASE, case)
                 .env(CHILD_PROCESSES, processes.to_string())
+                .env(CHILD_SALT, salt.to_string())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
