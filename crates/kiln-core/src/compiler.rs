@@ -122,6 +122,14 @@ pub trait ProcessCompiler: ArtifactCompiler + Sized + 'static {
     /// The worker cannot build an equal compiler: the library is missing, or
     /// of another version than the recipe names.
     fn from_recipe(recipe: Self::Recipe) -> Result<Self, String>;
+
+    /// Called once in a worker, after [`from_recipe`](Self::from_recipe)
+    /// and before the worker says it started: where a compiler pays what
+    /// its first compile in a process costs (opening its builtins, building
+    /// its internal state), so that a worker started early (F5) pays it
+    /// before the first batch instead of inside it. A failure here is no
+    /// failure: the first compile pays instead. The default does nothing.
+    fn warm_up(&self) {}
 }
 
 /// A compiler's name and recipe, encoded: what a loader sends to start a

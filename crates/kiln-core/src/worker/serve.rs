@@ -59,6 +59,7 @@ fn start<C: ProcessCompiler>(recipe: &[u8]) -> Result<Box<dyn Finalizer>, String
     let recipe = protocol::decode::<C::Recipe>(recipe)
         .map_err(|error| format!("the recipe of {} does not decode: {error}", C::NAME))?;
     let compiler = C::from_recipe(recipe)?;
+    compiler.warm_up();
     Ok(Box::new(Typed(compiler)))
 }
 
