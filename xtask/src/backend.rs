@@ -1,17 +1,20 @@
 //! `cargo xtask test-backend`: one backend's tests on its real device.
 //!
-//! The backend's test binaries are built here and run with
-//! `KILN_REQUIRE_DEVICE=1`, so a test that would skip for want of a device
-//! fails instead. On a machine without the device, the binaries are copied
-//! into `.device/<backend>/` with a `run.sh` that runs them all there (see
-//! docs/DEVICE.md).
+//! The backend's test binaries, and the example programs of `examples/`
+//! that use it (built in release), are built here and run with
+//! `KILN_REQUIRE_DEVICE=1`, so a test or program that would skip for want
+//! of a device fails instead. On a machine without the device, they are
+//! copied into `.device/<backend>/` with a `run.sh` that runs them all
+//! there (see docs/DEVICE.md). They read no file of the machine that built
+//! them (the tests embed the kernels they load), so the folder runs from
+//! any path.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{command, setup};
+use crate::{command, examples, setup};
 
 /// A backend kiln knows of, and whether its crate has landed.
 struct Backend {
@@ -97,14 +100,17 @@ pub fn test(name: &str, extra: &[&str]) -> Result<()> {
         bail!("the {name} backend has not landed yet: there is nothing to test");
     }
     let environment = setup::ensure_all()?;
-    let binaries = build_test_binaries(backend.package, extra)?;
+    let mut binaries = build_test_binaries(backend.package, extra)?;
+    binaries.extend(build_example_programs(name)?);
     if (backend.is_device_here)() {
+        let store = setup::target_directory().join("kiln-examples-store");
         let mut failed = Vec::new();
         for (label, binary) in &binaries {
             eprintln!("xtask: {label} ({})", binary.display());
             let status = Command::new(binary)
                 .envs(environment.iter().map(|(key, value)| (key, value)))
                 .env("KILN_REQUIRE_DEVICE", "1")
+                .env("KILN_CACHE_DIR", &store)
                 .status()
                 .with_context(|| format!("could not run {}", binary.display()))?;
             if !status.success() {
@@ -127,8 +133,8 @@ pub fn test(name: &str, extra: &[&str]) -> Result<()> {
         }
         let folder = pack(backend, &binaries)?;
         println!(
-            "xtask: the {name} test binaries are also in {} for a machine with {}: from \
-             the repository root there, run\n\n    bash .device/{name}/run.sh\n",
+            "xtask: the {name} test binaries are also in {} for a machine with {}: copy the \
+             folder there and run\n\n    bash .device/{name}/run.sh\n",
             folder.display(),
             backend.device
         );
@@ -137,8 +143,8 @@ pub fn test(name: &str, extra: &[&str]) -> Result<()> {
     let folder = pack(backend, &binaries)?;
     println!(
         "xtask: this machine lacks the device the {name} tests need: {}.\n\
-         xtask: the {name} test binaries are in {}; on a machine with the device, from the \
-         repository root, run:\n\n    bash .device/{name}/run.sh\n\n\
+         xtask: the {name} test binaries are in {}; copy the folder to a machine with the \
+         device and run, from any folder:\n\n    bash .device/{name}/run.sh\n\n\
          (docs/DEVICE.md says how; `OUT=<folder>` keeps each binary's output there)",
         backend.device,
         folder.display()
@@ -260,6 +266,37 @@ fn build_test_binaries(package: &str, extra: &[&str]) -> Result<Vec<(String, Pat
     Ok(binaries)
 }
 
+/// Builds, in release, the example programs of `examples/` that use the
+/// backend `name` (those whose facade features name it); returns each as
+/// (its name, its path).
+fn build_example_programs(name: &str) -> Result<Vec<(String, PathBuf)>> {
+    let mut programs = Vec::new();
+    for example in examples::EXAMPLES
+        .iter()
+        .filter(|example| example.features.split(',').any(|feature| feature == name))
+    {
+        command::cargo(&[
+            "build",
+            "--release",
+            "--package",
+            "kiln",
+            "--features",
+            example.features,
+            "--example",
+            example.name,
+        ])
+        .run("building the example programs")?;
+        programs.push((
+            example.name.to_owned(),
+            setup::target_directory()
+                .join("release")
+                .join("examples")
+                .join(example.name),
+        ));
+    }
+    Ok(programs)
+}
+
 /// Copies `binaries` (without their debug information, when `strip` is
 /// here) into `.device/<name>/` beside a `run.sh`.
 fn pack(backend: &Backend, binaries: &[(String, PathBuf)]) -> Result<PathBuf> {
@@ -326,6 +363,8 @@ set -uo pipefail
 here="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 export KILN_REQUIRE_DEVICE=1
 export RUST_BACKTRACE=1
+# The example programs keep their kernels in a store of their own.
+export KILN_CACHE_DIR="${{KILN_CACHE_DIR:-$(mktemp -d)}}"
 
 # NVRTC: KILN_NVRTC_PATH when given, else the dynamic linker's, else the
 # first libnvrtc.so.13 under the usual roots.

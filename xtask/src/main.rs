@@ -1,7 +1,8 @@
 //! kiln's contributor tasks, run as `cargo xtask <task>`.
 //!
 //! - `test`: installs the system parts the tests need when they are missing,
-//!   then runs every test of the workspace.
+//!   then runs every test of the workspace and the example programs of
+//!   `examples/`.
 //! - `test-backend <name>`: runs one backend's tests on its real device.
 //! - `lint`: `cargo fmt --check`, clippy with `-D warnings`, and rustdoc with
 //!   `-D warnings`.
@@ -12,6 +13,7 @@
 mod backend;
 mod bench;
 mod command;
+mod examples;
 mod setup;
 mod summary;
 
@@ -21,7 +23,7 @@ const USAGE: &str = "\
 usage: cargo xtask <task>
 
 tasks:
-  test                  install what the tests need, then run every test
+  test                  install what the tests need, then run every test and example
   test-backend [NAME]   run one backend's tests on its device (no NAME: list them)
   lint                  fmt --check, clippy -D warnings, doc -D warnings
   bench-report          run the F1-F4 benchmarks, print one table of ratios, pack the GPU run
@@ -64,7 +66,15 @@ fn test(extra: &[&str]) -> Result<()> {
         "kiln/testing",
     ];
     arguments.extend_from_slice(extra);
-    summary::run_tests(command::cargo(&arguments).envs(environment).into_command())
+    let tests = summary::run_tests(
+        command::cargo(&arguments)
+            .envs(environment.iter().map(|(key, value)| (key, value)))
+            .into_command(),
+    );
+    // The examples run even when a test failed, so that one report says
+    // what works; the tests' failure comes first.
+    let examples = examples::run_all(&environment);
+    tests.and(examples)
 }
 
 /// Crates allowed in two versions, each with why no single version exists.

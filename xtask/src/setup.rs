@@ -59,6 +59,17 @@ fn vulkan_environment() -> Vec<(String, String)> {
     )]
 }
 
+/// Redis 7 from Debian (`redis-server`, which brings `redis-cli`): the
+/// remote tier's tests start their own servers and clusters on loopback
+/// ports.
+const REDIS_PACKAGES: &[&str] = &["redis-server"];
+
+/// The environment the remote tier's tests need: the installed server
+/// must be used, so a test that cannot find it fails instead of skipping.
+fn redis_environment() -> Vec<(String, String)> {
+    vec![("KILN_REQUIRE_REDIS".to_owned(), "1".to_owned())]
+}
+
 /// Every part the tests need. The backends add theirs as they land.
 pub fn parts() -> Vec<SystemPart> {
     vec![
@@ -82,6 +93,13 @@ pub fn parts() -> Vec<SystemPart> {
             is_present: || apt::are_installed(VULKAN_PACKAGES),
             install: || apt::install(VULKAN_PACKAGES),
             environment: vulkan_environment,
+        },
+        SystemPart {
+            name: "Redis 7 (Debian: redis-server)",
+            needed_by: "remote tier's store, cluster and fault tests (crates/kiln-remote)",
+            is_present: || apt::are_installed(REDIS_PACKAGES),
+            install: || apt::install(REDIS_PACKAGES),
+            environment: redis_environment,
         },
     ]
 }

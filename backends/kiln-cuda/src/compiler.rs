@@ -289,11 +289,14 @@ impl ArtifactCompiler for CudaCompiler {
         let outcome = self
             .nvrtc
             .compile(&request)
-            .map_err(|error| CompileFailure::message(error.to_string()))?;
+            .map_err(|error| CompileFailure::message(error.to_string()).not_the_kernels())?;
         let Some(output) = outcome.output else {
             let mut failure = self.failure(&lowered, &outcome.log, outcome.invalid_option);
             if failure.diagnostics.is_empty() && outcome.log.trim().is_empty() {
                 failure = CompileFailure::message(format!("NVRTC failed: {}", outcome.status));
+            }
+            if outcome.transient {
+                failure = failure.not_the_kernels();
             }
             return Err(failure);
         };
@@ -389,6 +392,30 @@ impl ProcessCompiler for CudaCompiler {
             None => compiler,
         })
     }
+
+    /// One empty kernel compiled for the compiler's architecture (or the
+    /// newest NVRTC knows): NVRTC's first compile in a process opens its
+    /// builtins and sets itself up, which a worker started early pays
+    /// before the first batch (F5).
+    fn warm_up(&self) {
+        let Some(architecture) = self
+            .keyed_architecture
+            .or_else(|| self.nvrtc.supported_architectures().last().copied())
+        else {
+            return;
+        };
+        let arguments = crate::CudaOptions::default().arguments(architecture);
+        let request = CompileRequest {
+            program_name: "kiln_warm_up.cu",
+            source: "extern \"C\" __global__ void kiln_warm_up() {}\n",
+            headers: &[],
+            arguments: &arguments,
+            name_expression: "kiln_warm_up",
+        };
+        if let Err(error) = self.nvrtc.compile(&request) {
+            log::debug!("the worker's warm-up compile failed: {error}");
+        }
+    }
 }
 
 /// The CUDA compiler's store keys (P1): see [`CudaKey::for_store`]
@@ -401,4 +428,9 @@ impl KeyedCompiler for CudaCompiler {
     // The entry point stays `None`: it is folded into every kernel's id and
     // named by the source cover its lowered text opens with, so both kinds
     // of key already hold it, and the loader's id alone could not say it.
+
+    /// The architecture, as the vendor names it: `sm_90`.
+    fn variant_label(variant: &Self::Variant) -> String {
+        variant.architecture.to_string()
+    }
 }

@@ -2,8 +2,17 @@
 //! numbers, copied whole to and from the host.
 //!
 //! kiln is not a tensor library: this is enough to launch a kernel and read
-//! its result, nothing more. Programs with their own memory management pass
-//! raw device pointers to [`KernelArgument::pointer`](crate::KernelArgument).
+//! its result, nothing more. Programs with their own memory management keep
+//! it: a cudarc program passes its `CudaSlice`s to cudarc's own launch
+//! builder with the kernel's [`function`](crate::LoadedKernel::function), and
+//! any other passes raw device pointers to
+//! [`KernelArgument::pointer`](crate::KernelArgument).
+//!
+//! Buffer copies wait for the whole context, every stream included: a
+//! kernel launched on a stream of the program's own (cudarc's streams are
+//! non-blocking, unordered with the legacy default stream the driver's
+//! synchronous copies use) has finished before a copy reads or overwrites
+//! its memory, and a copy has landed before it returns.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -53,6 +62,59 @@ impl CudaDevice {
         }
         let context = CudaContext::new(ordinal)
             .map_err(|error| Error::driver("cuDevicePrimaryCtxRetain", error))?;
+        Self::from_context(context)
+    }
+
+    /// The architecture of GPU `ordinal`, asked of the driver without
+    /// making a context (which is what costs): `None` when the driver or
+    /// the GPU is missing, or it cannot say.
+    pub(crate) fn architecture_of(ordinal: usize) -> Option<Architecture> {
+        library::driver().ok()?;
+        driver::init().ok()?;
+        let device = driver::device::get(i32::try_from(ordinal).ok()?).ok()?;
+        // SAFETY: `device` is a handle the initialised driver just gave,
+        // and both attributes are plain integers of it.
+        let (major, minor) = unsafe {
+            (
+                driver::device::get_attribute(
+                    device,
+                    CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                )
+                .ok()?,
+                driver::device::get_attribute(
+                    device,
+                    CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                )
+                .ok()?,
+            )
+        };
+        Some(Architecture::new(
+            u32::try_from(major).ok()?,
+            u32::try_from(minor).ok()?,
+        ))
+    }
+
+    /// The GPU of a cudarc context the program already has: kiln loads its
+    /// modules on that context, so cudarc launches them on the program's
+    /// own streams (rule B5).
+    ///
+    /// The context is kept (an `Arc` clone) as long as the device, its
+    /// buffers and every kernel loaded on it.
+    ///
+    /// ```no_run
+    /// use kiln_cuda::CudaDevice;
+    /// use kiln_cuda::cudarc::driver::CudaContext;
+    ///
+    /// let context = CudaContext::new(0)?;
+    /// let device = CudaDevice::from_context(context.clone())?;
+    /// assert_eq!(device.ordinal(), context.ordinal());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] when the driver cannot say what the device is.
+    pub fn from_context(context: Arc<CudaContext>) -> Result<Self, Error> {
         let major = context
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
             .map_err(|error| Error::driver("cuDeviceGetAttribute", error))?;
@@ -72,6 +134,14 @@ impl CudaDevice {
         })
     }
 
+    /// The cudarc context kernels are loaded on: the one given to
+    /// [`from_context`](Self::from_context), or the device's primary
+    /// context. Make streams on it with
+    /// [`CudaContext::new_stream`](cudarc::driver::CudaContext::new_stream).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.context
+    }
+
     /// The device's architecture: what its cubins are built for.
     pub fn architecture(&self) -> Architecture {
         self.architecture
@@ -87,14 +157,16 @@ impl CudaDevice {
         self.context.ordinal()
     }
 
-    /// Waits for everything launched on the device.
+    /// Waits for everything launched on the device's context, on every
+    /// stream.
     ///
     /// # Errors
     ///
     /// A launched kernel failed (an illegal address, say), or the driver did.
     pub fn synchronize(&self) -> Result<(), Error> {
-        self.bind()?;
-        driver::ctx::synchronize().map_err(|error| Error::driver("cuCtxSynchronize", error))
+        self.context
+            .synchronize()
+            .map_err(|error| Error::driver("cuCtxSynchronize", error))
     }
 
     /// A buffer of `len` elements, its contents unset.
@@ -179,23 +251,29 @@ impl<T: DeviceScalar> DeviceBuffer<T> {
         &self.device
     }
 
-    /// Overwrites the whole buffer with `host`, waiting for the copy (and
-    /// for work launched before it) to finish.
+    /// Overwrites the whole buffer with `host`, after the work launched
+    /// before it on any stream of the context has finished, and waits for
+    /// the copy to land.
     ///
     /// # Errors
     ///
-    /// `host` has another length, or the driver failed.
+    /// `host` has another length, a launched kernel failed, or the driver
+    /// did.
     pub fn copy_from_host(&mut self, host: &[T]) -> Result<(), Error> {
         self.check_len(host.len())?;
+        self.device.synchronize()?;
         self.device.bind()?;
         // SAFETY: the context is bound and the buffer holds exactly
         // `host.len()` elements of `T`, allocated by `alloc`.
         unsafe { driver::memcpy_htod_sync(self.pointer, host) }
-            .map_err(|error| Error::driver("cuMemcpyHtoD", error))
+            .map_err(|error| Error::driver("cuMemcpyHtoD", error))?;
+        // A copy from pageable memory may return before its DMA lands; a
+        // kernel on a non-blocking stream would not wait for it.
+        self.device.synchronize()
     }
 
     /// Copies the whole buffer into `host`, after the work launched before
-    /// it has finished.
+    /// it on any stream of the context has finished.
     ///
     /// # Errors
     ///
@@ -203,6 +281,7 @@ impl<T: DeviceScalar> DeviceBuffer<T> {
     /// did.
     pub fn copy_to_host(&self, host: &mut [T]) -> Result<(), Error> {
         self.check_len(host.len())?;
+        self.device.synchronize()?;
         self.device.bind()?;
         // SAFETY: the context is bound, the buffer holds exactly `host.len()`
         // elements, and any bit pattern is a valid `T` (`DeviceScalar`).
@@ -241,13 +320,19 @@ impl<T: DeviceScalar> DeviceAddress for DeviceBuffer<T> {
 
 impl<T: DeviceScalar> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        let freed = self.device.bind().and_then(|()| {
-            // SAFETY: the pointer came from `malloc_sync` on this context and
-            // is freed once, here; the synchronous free waits for kernels
-            // still using it.
-            unsafe { driver::free_sync(self.pointer) }
-                .map_err(|error: DriverError| Error::driver("cuMemFree", error))
-        });
+        // Kernels still using the memory may run on a non-blocking stream,
+        // which the free itself does not wait for.
+        let freed = self
+            .device
+            .synchronize()
+            .and_then(|()| self.device.bind())
+            .and_then(|()| {
+                // SAFETY: the pointer came from `malloc_sync` on this context and
+                // is freed once, here, after every kernel launched on the context
+                // has finished.
+                unsafe { driver::free_sync(self.pointer) }
+                    .map_err(|error: DriverError| Error::driver("cuMemFree", error))
+            });
         if let Err(error) = freed {
             log::warn!("a device buffer was not freed: {error}");
         }

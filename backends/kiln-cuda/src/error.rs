@@ -105,6 +105,22 @@ pub enum Error {
         /// The kernel's entry point.
         entry: String,
     },
+    /// A launch was asked on a stream of another context than the one the
+    /// kernel is loaded on: its module does not exist there. Launch on a
+    /// stream of the kernel's device's context
+    /// ([`CudaDevice::context`](crate::CudaDevice::context)), or load the
+    /// kernel through a target on the stream's context.
+    #[error(
+        "kernel `{entry}` is loaded on a context of GPU {kernel_ordinal}, and the stream belongs to another context (of GPU {stream_ordinal})"
+    )]
+    ForeignStream {
+        /// The kernel's entry point.
+        entry: String,
+        /// The ordinal of the GPU the kernel is loaded on.
+        kernel_ordinal: usize,
+        /// The ordinal of the GPU whose context the stream belongs to.
+        stream_ordinal: usize,
+    },
     /// A kernel's define cannot reach NVRTC as one macro: its name is not
     /// an identifier, or its value holds what an option cannot carry. The
     /// kernel fails to compile; fix the define.

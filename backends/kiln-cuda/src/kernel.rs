@@ -122,6 +122,7 @@ impl fmt::Debug for CudaKernel {
 }
 
 /// Builds a [`CudaKernel`]; see [`CudaKernel::builder`].
+#[must_use = "a builder makes no kernel until `source` or `generator` is called"]
 pub struct CudaKernelBuilder {
     id: KernelIdBuilder,
     program_name: Option<String>,

@@ -27,7 +27,10 @@
 //!
 //! # Targets
 //!
-//! [`CudaTarget::on_device`] compiles for a GPU and loads on it;
+//! [`CudaTarget::from_context`] compiles for the GPU of a cudarc
+//! [`CudaContext`](cudarc::driver::CudaContext) the program already has and
+//! loads on that context; [`CudaTarget::on_device`] does the same on a GPU's
+//! primary context;
 //! [`CudaTarget::compile_only`] compiles for an architecture with no GPU at
 //! all, and its loaded kernels describe their artifact (and cannot launch).
 //! Either is storeless until [`CudaTarget::with_store`] puts it on an
@@ -61,10 +64,16 @@
 //!
 //! # Launching
 //!
-//! [`LoadedKernel::launch`] takes a [`LaunchConfig`] and
-//! [`KernelArgument`]s: device pointers and plain numbers. [`CudaDevice`]
-//! allocates [`DeviceBuffer`]s of plain numbers and copies them whole; kiln
-//! is not a tensor library, and that is all the memory it manages.
+//! kiln launches on no stream the program did not choose (B5). A cudarc
+//! program launches a loaded kernel's cudarc
+//! [`function`](LoadedKernel::function) with cudarc's own launch builder on
+//! its own stream, with its own `CudaSlice`s and `DeviceRepr` arguments;
+//! [`cudarc`] is the version kiln-cuda was built with, so the types match.
+//! Without cudarc, [`LoadedKernel::launch`] takes the stream, a
+//! [`LaunchConfig`] and [`KernelArgument`]s: device pointers and plain
+//! numbers. [`CudaDevice`] allocates [`DeviceBuffer`]s of plain numbers and
+//! copies them whole; kiln is not a tensor library, and that is all the
+//! memory it manages.
 
 #![warn(missing_docs)]
 
@@ -92,6 +101,13 @@ pub use module::{LoadedImage, LoadedKernel};
 pub use nvrtc::{Nvrtc, NvrtcVersion};
 pub use options::{CudaOptions, CxxStandard, DEFAULT_STANDARD};
 pub use target::CudaTarget;
+
+/// The cudarc kiln-cuda was built with: its `CudaContext` goes into
+/// [`CudaTarget::from_context`], and its `CudaModule`, `CudaFunction` and
+/// launch builder are what a loaded kernel gives out. Using this path
+/// rather than a cudarc of the program's own guarantees the types are the
+/// same.
+pub use cudarc;
 
 /// The entry of the CUDA compiler for the worker hook at the top of `main`,
 /// so that NVRTC compiles in worker processes and a batch reaches every

@@ -5,13 +5,20 @@
 //! does not know the architecture, a damaged image), it is given the PTX,
 //! which it compiles for its own device; only when both are refused is the
 //! kernel refused (L9).
+//!
+//! A module is loaded through cudarc's safe layer
+//! ([`CudaContext::load_module`]), so a loaded kernel is a cudarc
+//! [`CudaModule`] and [`CudaFunction`] on the device's context: a cudarc
+//! program launches it with its own launch builder on its own streams (B5),
+//! and cudarc unloads the module, on the context that loaded it, when the
+//! last clone of the module (the kernel's, or one the program took) drops.
 
-use std::ffi::CString;
 use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::result as driver;
-use cudarc::driver::sys::{CUfunction, CUmodule};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
+use cudarc::nvrtc::Ptx;
 use kiln_core::DeviceRefusal;
 
 use crate::architecture::Architecture;
@@ -32,7 +39,39 @@ pub enum LoadedImage {
 }
 
 /// A kernel ready to launch: cheap to clone (an `Arc`), and its module is
-/// unloaded, on the context that owns it, when the last clone drops.
+/// unloaded, on the context that owns it, when the last clone of the kernel
+/// and of its cudarc [`module`](Self::module) and
+/// [`function`](Self::function) drops.
+///
+/// Launch it with cudarc on a stream of the program's own:
+///
+/// ```no_run
+/// use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
+/// use kiln_cuda::cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
+/// use kiln_cuda::{CudaKernel, CudaTarget};
+///
+/// let context = CudaContext::new(0)?;
+/// let stream = context.new_stream()?;
+/// let mut loader = KernelLoader::new(CudaTarget::from_context(context)?);
+/// let scale = CudaKernel::builder(KernelId::named("example.scale"), "scale").source(
+///     r#"extern "C" __global__ void scale(float* y, float factor, int n) {
+///            int i = blockIdx.x * blockDim.x + threadIdx.x;
+///            if (i < n) y[i] *= factor;
+///        }"#,
+/// );
+/// let id = ArtifactId::new(scale.id(), loader.target().variant());
+/// let kernel = loader.load(&scale, &id)?;
+///
+/// let mut values = stream.clone_htod(&[1.0f32, 2.0, 3.0])?;
+/// let (factor, n) = (2.0f32, 3i32);
+/// let mut launch = stream.launch_builder(kernel.function()?);
+/// launch.arg(&mut values).arg(&factor).arg(&n);
+/// // SAFETY: the arguments match scale(float*, float, int) and `values`
+/// // holds the 3 floats the launch touches.
+/// unsafe { launch.launch(LaunchConfig::for_num_elems(3)) }?;
+/// assert_eq!(stream.clone_dtoh(&values)?, [2.0, 4.0, 6.0]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct LoadedKernel(Arc<Loaded>);
 
@@ -47,33 +86,14 @@ struct Loaded {
     module: Option<DeviceModule>,
 }
 
-/// A driver module and the function in it, unloaded on drop.
+/// A cudarc module on the device's context and the entry point's function
+/// in it. cudarc unloads the module, binding the context it was loaded on,
+/// when its last `Arc` (this one, the function's, and any the program
+/// cloned) drops.
 struct DeviceModule {
     device: CudaDevice,
-    module: CUmodule,
-    function: CUfunction,
-}
-
-// SAFETY: driver handles belong to the process, not to a thread; every use
-// (launch, unload) first binds the context that owns them.
-unsafe impl Send for DeviceModule {}
-// SAFETY: as for `Send`: the handles are only passed to the driver, which
-// is thread-safe, never dereferenced here.
-unsafe impl Sync for DeviceModule {}
-
-impl Drop for DeviceModule {
-    fn drop(&mut self) {
-        let unloaded = self.device.bind().and_then(|()| {
-            // SAFETY: the module was loaded by `load_on_device` on this
-            // context and is unloaded once, here, when no clone of the kernel
-            // holding its function is left.
-            unsafe { driver::module::unload(self.module) }
-                .map_err(|error| Error::driver("cuModuleUnload", error))
-        });
-        if let Err(error) = unloaded {
-            log::warn!("a CUDA module was not unloaded: {error}");
-        }
-    }
+    module: Arc<CudaModule>,
+    function: CudaFunction,
 }
 
 impl LoadedKernel {
@@ -107,8 +127,68 @@ impl LoadedKernel {
         self.0.module.as_ref().map(|module| &module.device)
     }
 
-    /// Launches the kernel on the device's default stream; it runs after
-    /// the work launched before it, and copies wait for it.
+    /// The cudarc function of the entry point, for cudarc's own
+    /// [`launch_builder`](cudarc::driver::CudaStream::launch_builder) on a
+    /// stream of the program's (see the example on [`LoadedKernel`]). A
+    /// clone of it keeps the module loaded after the kernel is dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CompileOnly`] for a kernel of a compile-only target, which
+    /// has no device.
+    pub fn function(&self) -> Result<&CudaFunction, Error> {
+        self.on_device().map(|module| &module.function)
+    }
+
+    /// The cudarc module the kernel's function lives in (its globals and
+    /// constants are reachable through
+    /// [`CudaModule::get_global`](cudarc::driver::CudaModule::get_global)).
+    /// A clone of it keeps the module loaded after the kernel is dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CompileOnly`] for a kernel of a compile-only target.
+    pub fn module(&self) -> Result<&Arc<CudaModule>, Error> {
+        self.on_device().map(|module| &module.module)
+    }
+
+    /// Launches the kernel on `stream`, a stream of the kernel's context
+    /// (one the program made with
+    /// [`CudaContext::new_stream`](cudarc::driver::CudaContext::new_stream),
+    /// or the context's [`default_stream`](cudarc::driver::CudaContext::default_stream)
+    /// when it means the legacy default stream): it runs after the work
+    /// queued on `stream` before it, and what is queued after waits for it.
+    /// kiln launches on no stream the caller did not name (B5).
+    ///
+    /// ```no_run
+    /// use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
+    /// use kiln_cuda::{CudaKernel, CudaTarget, KernelArgument, LaunchConfig};
+    ///
+    /// let target = CudaTarget::on_device(0)?;
+    /// let device = target.device().expect("a device target has a device").clone();
+    /// let stream = device.context().new_stream()?;
+    /// let mut loader = KernelLoader::new(target);
+    /// let fill = CudaKernel::builder(KernelId::named("example.fill"), "fill").source(
+    ///     r#"extern "C" __global__ void fill(float* y, float value, int n) {
+    ///            int i = blockIdx.x * blockDim.x + threadIdx.x;
+    ///            if (i < n) y[i] = value;
+    ///        }"#,
+    /// );
+    /// let kernel = loader.load(&fill, &ArtifactId::new(fill.id(), loader.target().variant()))?;
+    /// let output = device.alloc::<f32>(1000)?;
+    /// // SAFETY: the arguments match `fill`'s parameters and `output`
+    /// // holds the 1000 elements the launch writes.
+    /// unsafe {
+    ///     kernel.launch(
+    ///         &stream,
+    ///         LaunchConfig::for_elements(1000, 256),
+    ///         &[(&output).into(), 2.5f32.into(), 1000i32.into()],
+    ///     )?;
+    /// }
+    /// // A buffer's copy waits for every stream of the context.
+    /// assert!(output.to_vec()?.iter().all(|&value| value == 2.5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Safety
     ///
@@ -119,37 +199,53 @@ impl LoadedKernel {
     ///
     /// # Errors
     ///
-    /// [`Error::CompileOnly`] for a kernel without a device, or the driver's
-    /// refusal of the launch (a block too large, too much shared memory).
+    /// [`Error::CompileOnly`] for a kernel without a device,
+    /// [`Error::ForeignStream`] for a stream of another context, or the
+    /// driver's refusal of the launch (a block too large, too much shared
+    /// memory).
     pub unsafe fn launch(
         &self,
+        stream: &CudaStream,
         config: LaunchConfig,
         arguments: &[KernelArgument],
     ) -> Result<(), Error> {
-        let Some(module) = &self.0.module else {
-            return Err(Error::CompileOnly {
+        let module = self.on_device()?;
+        let context = module.device.context();
+        if stream.context().cu_ctx() != context.cu_ctx() {
+            return Err(Error::ForeignStream {
                 entry: self.0.lowered_name.clone(),
+                kernel_ordinal: context.ordinal(),
+                stream_ordinal: stream.context().ordinal(),
             });
-        };
-        module.device.bind()?;
+        }
+        context
+            .bind_to_thread()
+            .map_err(|error| Error::driver("cuCtxSetCurrent", error))?;
         kiln_cxx::launch::with_parameters(arguments, |parameters| {
             // SAFETY: the function belongs to a live module on the bound
-            // context; `parameters` point into `arguments`, which outlive the
-            // call (the driver copies the values at launch and never writes
-            // through them); the caller vouches that they match the kernel's
-            // parameters and memory.
+            // context, and `stream` is a stream of that context (checked
+            // above) that outlives the call; `parameters` point into
+            // `arguments`, which outlive the call (the driver copies the
+            // values at launch and never writes through them); the caller
+            // vouches that they match the kernel's parameters and memory.
             unsafe {
                 driver::launch_kernel(
-                    module.function,
+                    module.function.cu_function(),
                     config.grid,
                     config.block,
                     config.shared_memory_bytes,
-                    std::ptr::null_mut(),
+                    stream.cu_stream(),
                     parameters,
                 )
             }
         })
         .map_err(|error| Error::driver("cuLaunchKernel", error))
+    }
+
+    fn on_device(&self) -> Result<&DeviceModule, Error> {
+        self.0.module.as_ref().ok_or_else(|| Error::CompileOnly {
+            entry: self.0.lowered_name.clone(),
+        })
     }
 }
 
@@ -170,12 +266,10 @@ pub(crate) fn load_on_device(
     device: &CudaDevice,
     artifact: &CudaArtifact,
 ) -> Result<LoadedKernel, DeviceRefusal> {
-    device
-        .bind()
-        .map_err(|error| DeviceRefusal::new(error.to_string()))?;
-    let (module, image, cubin_refusal) = match load_cubin(&artifact.cubin) {
+    let context = device.context();
+    let (module, image, cubin_refusal) = match load_cubin(context, &artifact.cubin) {
         Ok(module) => (module, LoadedImage::Cubin, None),
-        Err(cubin_refusal) => match load_ptx(&artifact.ptx) {
+        Err(cubin_refusal) => match load_ptx(context, &artifact.ptx) {
             Ok(module) => {
                 log::info!(
                     "the driver refused the cubin of `{}` ({cubin_refusal}); loaded its PTX",
@@ -196,17 +290,16 @@ pub(crate) fn load_on_device(
             }
         },
     };
-    // A module that yields no function is unloaded by this guard on return.
-    let mut loaded = DeviceModule {
-        device: device.clone(),
-        module,
-        function: std::ptr::null_mut(),
-    };
-    let name = CString::new(artifact.lowered_name.as_str())
-        .map_err(|_| DeviceRefusal::new("the entry point's name holds a NUL byte"))?;
-    // SAFETY: the module was just loaded on the bound context.
-    loaded.function =
-        unsafe { driver::module::get_function(module, name) }.map_err(|error| DeviceRefusal {
+    // cudarc's name conversion panics on a NUL byte: refuse it first. A
+    // module that yields no function is unloaded when `module` drops.
+    if artifact.lowered_name.contains('\0') {
+        return Err(DeviceRefusal::new(
+            "the entry point's name holds a NUL byte",
+        ));
+    }
+    let function = module
+        .load_function(&artifact.lowered_name)
+        .map_err(|error| DeviceRefusal {
             message: format!(
                 "the module has no function `{}`: {}",
                 artifact.lowered_name,
@@ -221,7 +314,11 @@ pub(crate) fn load_on_device(
         cubin_bytes: artifact.cubin.len(),
         ptx_bytes: artifact.ptx.len(),
         cubin_refusal,
-        module: Some(loaded),
+        module: Some(DeviceModule {
+            device: device.clone(),
+            module,
+            function,
+        }),
     })))
 }
 
@@ -261,25 +358,32 @@ pub(crate) fn describe(
     })))
 }
 
-fn load_cubin(cubin: &[u8]) -> Result<CUmodule, String> {
+fn load_cubin(context: &Arc<CudaContext>, cubin: &[u8]) -> Result<Arc<CudaModule>, String> {
     check_cubin(cubin)?;
     // The driver reads the image through the sizes in its own header, with
     // no length from the caller: `check_cubin` proved every table it
-    // describes lies inside `cubin`.
-    // SAFETY: the context is bound (by `load_on_device`) and the image is a
-    // bounds-checked ELF file that outlives the call.
-    unsafe { driver::module::load_data(cubin.as_ptr().cast()) }.map_err(driver_message)
+    // describes lies inside `cubin`. cudarc binds the context and hands the
+    // bytes to `cuModuleLoadData`.
+    context
+        .load_module(Ptx::from_binary(cubin.to_vec()))
+        .map_err(driver_message)
 }
 
-fn load_ptx(ptx: &str) -> Result<CUmodule, (String, Option<i64>)> {
+fn load_ptx(
+    context: &Arc<CudaContext>,
+    ptx: &str,
+) -> Result<Arc<CudaModule>, (String, Option<i64>)> {
     if ptx.is_empty() {
         return Err(("the artifact has no PTX".into(), None));
     }
-    let text = CString::new(ptx).map_err(|_| ("the PTX holds a NUL byte".to_owned(), None))?;
-    // SAFETY: the context is bound and the PTX is a NUL-terminated string
-    // that outlives the call, which is the form the driver reads PTX in.
-    unsafe { driver::module::load_data(text.as_ptr().cast()) }
-        .map_err(|error| (driver_message(error), Some(error.0 as i64)))
+    // The driver reads PTX as a NUL-terminated string, and cudarc's
+    // conversion to one panics on a NUL inside: refuse it first.
+    if ptx.contains('\0') {
+        return Err(("the PTX holds a NUL byte".to_owned(), None));
+    }
+    context
+        .load_module(Ptx::from_src(ptx))
+        .map_err(|error: DriverError| (driver_message(error), Some(error.0 as i64)))
 }
 
 /// Checks that `cubin` is a 64-bit little-endian ELF file whose program and

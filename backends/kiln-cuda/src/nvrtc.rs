@@ -163,6 +163,13 @@ impl Nvrtc {
             return Ok(CompileOutcome {
                 status: describe(status),
                 invalid_option: status == nvrtcResult::NVRTC_ERROR_INVALID_OPTION,
+                transient: matches!(
+                    status,
+                    nvrtcResult::NVRTC_ERROR_OUT_OF_MEMORY
+                        | nvrtcResult::NVRTC_ERROR_PROGRAM_CREATION_FAILURE
+                        | nvrtcResult::NVRTC_ERROR_INTERNAL_ERROR
+                        | nvrtcResult::NVRTC_ERROR_BUILTIN_OPERATION_FAILURE
+                ),
                 log,
                 output: None,
             });
@@ -175,6 +182,7 @@ impl Nvrtc {
         Ok(CompileOutcome {
             status: describe(status),
             invalid_option: false,
+            transient: false,
             log,
             output: Some(output),
         })
@@ -203,6 +211,9 @@ pub(crate) struct CompileOutcome {
     /// NVRTC refused an option (an unknown architecture, say) before
     /// compiling anything.
     pub invalid_option: bool,
+    /// The failure is NVRTC's or the machine's (out of memory, an internal
+    /// error), not the source's: never remembered (P11).
+    pub transient: bool,
     /// The compiler's log, possibly empty.
     pub log: String,
     /// The binaries, when the compile succeeded.

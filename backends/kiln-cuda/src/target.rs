@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use cudarc::driver::CudaContext;
 use kiln_core::{ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, TargetStore};
 
 use crate::architecture::Architecture;
@@ -30,6 +31,7 @@ enum Destination {
 /// | target | how |
 /// |---|---|
 /// | GPU `ordinal`, storeless | [`CudaTarget::on_device`]`(ordinal)?` |
+/// | the GPU of a cudarc context the program has, storeless | [`CudaTarget::from_context`]`(context)?` |
 /// | no GPU, for an architecture, storeless | [`CudaTarget::compile_only`]`(architecture)?` |
 /// | either, on a store | `.`[`with_store`](Self::with_store)`(store)` |
 /// | either, on a store unless it is disabled | `.`[`with_optional_store`](Self::with_optional_store)`(store)` |
@@ -52,6 +54,7 @@ enum Destination {
 /// let target = CudaTarget::on_device(0)?;
 /// let variant = target.variant();
 /// let device = target.device().expect("a device target has a device").clone();
+/// let stream = device.context().new_stream()?;
 /// let mut loader = KernelLoader::new(target);
 ///
 /// let fill = CudaKernel::builder(KernelId::named("example.fill"), "fill").source(
@@ -68,6 +71,7 @@ enum Destination {
 /// // the 1000 elements the launch writes.
 /// unsafe {
 ///     kernel.launch(
+///         &stream,
 ///         LaunchConfig::for_elements(1000, 256),
 ///         &[(&output).into(), 2.5f32.into(), 1000i32.into()],
 ///     )?;
@@ -113,13 +117,58 @@ pub struct CudaTarget {
 }
 
 impl CudaTarget {
-    /// A target on GPU `ordinal`, compiling for its exact architecture.
+    /// A target on GPU `ordinal`, through its primary context (the one
+    /// cudarc's [`CudaContext::new`] retains too), compiling for its exact
+    /// architecture.
     ///
     /// # Errors
     ///
     /// The driver or NVRTC is missing, or there is no such GPU.
     pub fn on_device(ordinal: usize) -> Result<Self, Error> {
-        let device = CudaDevice::open(ordinal)?;
+        // F5: the compile workers start while the driver makes the
+        // context, so the first batch finds them started.
+        if let Some(architecture) = CudaDevice::architecture_of(ordinal)
+            && let Ok(compiler) = CudaCompiler::new()
+            && let Some(recipe) =
+                kiln_core::ArtifactCompiler::worker_recipe(&compiler.keyed_for(architecture))
+        {
+            kiln_core::worker::start_early(
+                recipe,
+                kiln_core::LoaderConfig::from_env_or_default()
+                    .parallelism
+                    .get(),
+            );
+        }
+        Self::on(CudaDevice::open(ordinal)?)
+    }
+
+    /// A target on the GPU of a cudarc context the program already has:
+    /// kernels load on `context`, their cudarc
+    /// [`function`](LoadedKernel::function)s launch on the program's own
+    /// streams of it, and the program's `CudaSlice`s are their arguments
+    /// (B5). The target keeps the context alive as long as it and every
+    /// kernel it loaded.
+    ///
+    /// ```no_run
+    /// use kiln_cuda::CudaTarget;
+    /// use kiln_cuda::cudarc::driver::CudaContext;
+    ///
+    /// let context = CudaContext::new(0)?;
+    /// let stream = context.new_stream()?;
+    /// let target = CudaTarget::from_context(context.clone())?;
+    /// let device = target.device().expect("a context target has a device");
+    /// assert_eq!(device.context().cu_ctx(), stream.context().cu_ctx());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// NVRTC is missing, or the driver cannot say what the device is.
+    pub fn from_context(context: Arc<CudaContext>) -> Result<Self, Error> {
+        Self::on(CudaDevice::from_context(context)?)
+    }
+
+    fn on(device: CudaDevice) -> Result<Self, Error> {
         Ok(Self {
             compiler: Arc::new(CudaCompiler::new()?.keyed_for(device.architecture())),
             destination: Destination::Device(device),
@@ -146,6 +195,7 @@ impl CudaTarget {
     /// holds instead of compiling them, and stores what it compiles. Kernels
     /// asked for under a variant of another architecture than the target's
     /// go without the store ([`keeps`](CompilationTarget::keeps)).
+    #[must_use = "the target with its store is returned, not changed in place"]
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
         self.store.set(store);
         self
@@ -153,6 +203,7 @@ impl CudaTarget {
 
     /// The same target on `store` when there is one, as it is otherwise
     /// (see [`TargetStore::set_optional`]).
+    #[must_use = "the target with its store is returned, not changed in place"]
     pub fn with_optional_store(mut self, store: Option<Arc<dyn ArtifactStore>>) -> Self {
         self.store.set_optional(store);
         self

@@ -45,12 +45,17 @@ fn b1_a_valid_kernel_compiles_to_a_cubin_for_the_exact_architecture_and_its_ptx(
         .expect("a compile-only target describes what it compiled");
     assert_eq!(loaded.image(), LoadedImage::Described);
     assert!(loaded.device().is_none());
-    // SAFETY: a compile-only kernel never reaches the driver: the launch is
-    // refused before any argument is read.
-    let launched = unsafe { loaded.launch(kiln_cuda::LaunchConfig::for_elements(1, 1), &[]) };
+    // B5: a described kernel has no cudarc module or function to give out,
+    // and says why.
+    let function = loaded.function();
     assert!(
-        matches!(launched, Err(Error::CompileOnly { .. })),
-        "{launched:?}"
+        matches!(function, Err(Error::CompileOnly { .. })),
+        "{function:?}"
+    );
+    let module = loaded.module();
+    assert!(
+        matches!(module, Err(Error::CompileOnly { .. })),
+        "{module:?}"
     );
 }
 

@@ -53,6 +53,7 @@ fn b4_saxpy_matches_the_cpu() {
     );
     let saxpy = fixed("tests.saxpy", "saxpy", support::SAXPY);
     let (device, kernel) = load(target, &saxpy);
+    let stream = device.context().new_stream().expect("a stream");
     assert_eq!(
         kernel.image(),
         LoadedImage::Cubin,
@@ -60,38 +61,7 @@ fn b4_saxpy_matches_the_cpu() {
     );
     let mut random = Random::fresh("saxpy");
     for n in [1usize, 1000, 1 << 20] {
-        let a = random.unit() * 4.0 - 2.0;
-        let x = random.signed(n);
-        let y = random.signed(n);
-        let x_device = device.upload(&x).expect("upload");
-        let y_device = device.upload(&y).expect("upload");
-        let mut out: DeviceBuffer<f32> = device.alloc(n).expect("alloc");
-        out.copy_from_host(&vec![f32::NAN; n]).expect("poison");
-        let count = i32::try_from(n).expect("n fits");
-        // SAFETY: the arguments match saxpy(float, const float*, const float*,
-        // float*, int), and every buffer holds n floats.
-        unsafe {
-            kernel.launch(
-                LaunchConfig::for_elements(count as u32, 256),
-                &[
-                    a.into(),
-                    (&x_device).into(),
-                    (&y_device).into(),
-                    (&out).into(),
-                    count.into(),
-                ],
-            )
-        }
-        .expect("launch");
-        let result = out.to_vec().expect("read back");
-        let expected: Vec<f64> = x
-            .iter()
-            .zip(&y)
-            .map(|(&x, &y)| f64::from(a) * f64::from(x) + f64::from(y))
-            .collect();
-        assert_close("saxpy", &result, &expected, |index| {
-            1e-6 * (f64::from(a * x[index]).abs() + f64::from(y[index]).abs()) + 1e-7
-        });
+        support::check_saxpy("saxpy", &device, &stream, &kernel, &mut random, n);
     }
 }
 
@@ -120,6 +90,7 @@ fn b4_a_reduction_in_dynamic_shared_memory_matches_the_cpu() {
     };
     let block_sum = fixed("tests.block_sum", "block_sum", BLOCK_SUM);
     let (device, kernel) = load(target, &block_sum);
+    let stream = device.context().new_stream().expect("a stream");
     let mut random = Random::fresh("reduction");
     let threads = 256u32;
     let blocks = 120u32;
@@ -143,6 +114,7 @@ fn b4_a_reduction_in_dynamic_shared_memory_matches_the_cpu() {
         unsafe {
             kernel
                 .launch(
+                    &stream,
                     config,
                     &[
                         (&input_device).into(),
@@ -153,6 +125,7 @@ fn b4_a_reduction_in_dynamic_shared_memory_matches_the_cpu() {
                 .expect("first pass");
             kernel
                 .launch(
+                    &stream,
                     LaunchConfig {
                         grid: (1, 1, 1),
                         ..config
@@ -201,6 +174,7 @@ fn b4_a_tiled_template_matmul_matches_the_cpu() {
     .options(CudaOptions::default().max_registers(64))
     .source(MATMUL);
     let (device, kernel) = load(target, &matmul);
+    let stream = device.context().new_stream().expect("a stream");
     let mut random = Random::fresh("matmul");
     // Sizes that are not multiples of the tile, so the edges are exercised.
     for (m, n, k) in [(1usize, 1usize, 1usize), (200, 136, 72), (257, 129, 300)] {
@@ -220,6 +194,7 @@ fn b4_a_tiled_template_matmul_matches_the_cpu() {
         // int) with a m×k, b k×n and c m×n.
         unsafe {
             kernel.launch(
+                &stream,
                 config,
                 &[
                     (&a_device).into(),
@@ -275,6 +250,7 @@ fn l9_a_corrupted_cubin_falls_back_to_its_ptx_or_is_refused() {
         .artifact;
     damage_cubin(&mut artifact.cubin);
     let device = target.device().expect("a device").clone();
+    let stream = device.context().new_stream().expect("a stream");
     match target.load(&id, &artifact) {
         Ok(kernel) => {
             assert_eq!(
@@ -293,6 +269,7 @@ fn l9_a_corrupted_cubin_falls_back_to_its_ptx_or_is_refused() {
             // SAFETY: saxpy's parameters, with buffers of 3 floats.
             unsafe {
                 kernel.launch(
+                    &stream,
                     LaunchConfig::for_elements(3, 32),
                     &[
                         2.0f32.into(),
@@ -358,6 +335,7 @@ fn b1_clones_share_one_module_that_outlives_the_loader() {
     };
     let fill = support::distinct(7);
     let (device, kernel) = load(target, &fill);
+    let stream = device.context().new_stream().expect("a stream");
     let clones: Vec<LoadedKernel> = (0..8).map(|_| kernel.clone()).collect();
     drop(kernel);
     let out: DeviceBuffer<f32> = device.upload(&[f32::NAN; 64]).expect("upload");
@@ -365,6 +343,7 @@ fn b1_clones_share_one_module_that_outlives_the_loader() {
         // SAFETY: fill(float*, int) with a buffer of 64 floats.
         unsafe {
             clone.launch(
+                &stream,
                 LaunchConfig::for_elements(64, 64),
                 &[(&out).into(), 64i32.into()],
             )

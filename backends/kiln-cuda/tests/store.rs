@@ -304,10 +304,12 @@ fn launch_saxpy(
     let mut out: DeviceBuffer<f32> = device.alloc(n).expect("alloc");
     out.copy_from_host(&vec![f32::NAN; n]).expect("poison");
     let count = i32::try_from(n).expect("n fits");
+    let stream = device.context().new_stream().expect("a stream");
     // SAFETY: the arguments match saxpy(float, const float*, const float*,
     // float*, int), and every buffer holds n floats.
     unsafe {
         saxpy.launch(
+            &stream,
             LaunchConfig::for_elements(count as u32, 256),
             &[
                 a.into(),

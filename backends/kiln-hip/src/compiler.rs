@@ -490,6 +490,11 @@ impl KeyedCompiler for HipCompiler {
     // The entry point stays `None`: it is folded into every kernel's id and
     // named by the source cover the lowered text opens with, so both kinds
     // of key already hold it, and the loader's id alone could not say it.
+
+    /// The architecture, as the vendor names it: `gfx90a`.
+    fn variant_label(variant: &Self::Variant) -> String {
+        variant.architecture.to_string()
+    }
 }
 
 #[cfg(test)]

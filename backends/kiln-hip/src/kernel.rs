@@ -117,6 +117,7 @@ impl fmt::Debug for HipKernel {
 }
 
 /// Builds a [`HipKernel`]; see [`HipKernel::builder`].
+#[must_use = "a builder makes no kernel until `source` or `generator` is called"]
 pub struct HipKernelBuilder {
     id: KernelIdBuilder,
     entry: EntryPoint,

@@ -155,6 +155,7 @@ impl HipTarget {
     /// The same target compiling with `compiler`, whose store keys it
     /// names after the target's architecture: for a compiler made apart,
     /// such as the crash tests' one without the target check.
+    #[must_use = "the target with its compiler is returned, not changed in place"]
     pub fn with_compiler(mut self, compiler: HipCompiler) -> Self {
         self.compiler = Arc::new(compiler.keyed_for(self.architecture().clone()));
         self
@@ -164,6 +165,7 @@ impl HipTarget {
     /// holds instead of compiling them, and stores what it compiles. Kernels
     /// asked for under a variant of another architecture than the target's
     /// go without the store ([`keeps`](CompilationTarget::keeps)).
+    #[must_use = "the target with its store is returned, not changed in place"]
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
         self.store.set(store);
         self
@@ -171,6 +173,7 @@ impl HipTarget {
 
     /// The same target on `store` when there is one, as it is otherwise
     /// (see [`TargetStore::set_optional`]).
+    #[must_use = "the target with its store is returned, not changed in place"]
     pub fn with_optional_store(mut self, store: Option<Arc<dyn ArtifactStore>>) -> Self {
         self.store.set_optional(store);
         self

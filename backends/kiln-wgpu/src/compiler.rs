@@ -190,6 +190,12 @@ impl KeyedCompiler for WgpuCompiler {
     fn key_components(&self) -> KeyComponents {
         WgpuKey::for_store()
     }
+
+    /// `-`: a WGSL artifact has no per-target variant; the adapter and
+    /// driver key the pipeline cache instead.
+    fn variant_label(_variant: &Self::Variant) -> String {
+        "-".to_owned()
+    }
 }
 
 /// The failure of an entry point that is not a `@compute` function.

@@ -33,6 +33,17 @@ pub enum Error {
         /// The kernel's entry point.
         entry: String,
     },
+    /// A bind group was asked of a pipeline that has fewer: the kernel's
+    /// entry point binds nothing in that group.
+    #[error("kernel `{entry}` has {groups} bind groups, not group {group}")]
+    NoSuchGroup {
+        /// The kernel's entry point.
+        entry: String,
+        /// The group asked for.
+        group: u32,
+        /// How many bind groups the pipeline has.
+        groups: usize,
+    },
     /// A buffer, bind group or dispatch was refused by wgpu's validation,
     /// or the device ran out of memory or was lost.
     #[error("{operation} failed: {detail}")]

@@ -320,6 +320,7 @@ impl fmt::Debug for WgslKernel {
 }
 
 /// Builds a [`WgslKernel`]; see [`WgslKernel::builder`].
+#[must_use = "a builder makes no kernel until `source` or `generator` is called"]
 pub struct WgslKernelBuilder {
     id: KernelIdBuilder,
     label: Option<String>,

@@ -17,8 +17,9 @@ impl WgpuDevice {
     ///
     /// # Errors
     ///
-    /// [`Error::CompileOnly`] for a pipeline without a device, or wgpu's
-    /// refusal of the bind groups or the dispatch.
+    /// [`Error::CompileOnly`] for a pipeline without a device,
+    /// [`Error::NoSuchGroup`] for a buffer in a group the pipeline does not
+    /// have, or wgpu's refusal of the bind groups or the dispatch.
     pub fn dispatch(
         &self,
         pipeline: &WgpuPipeline,
@@ -35,9 +36,14 @@ impl WgpuDevice {
             .map(|(group, _, _)| *group + 1)
             .max()
             .unwrap_or(0);
+        let layouts = (0..groups)
+            .map(|group| pipeline.bind_group_layout(group))
+            .collect::<Result<Vec<_>, Error>>()?;
         let ((), error) = self.capture(|| {
-            let bind_groups: Vec<wgpu::BindGroup> = (0..groups)
-                .map(|group| {
+            let bind_groups: Vec<wgpu::BindGroup> = layouts
+                .iter()
+                .zip(0u32..)
+                .map(|(layout, group)| {
                     let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
                         .iter()
                         .filter(|(of, _, _)| *of == group)
@@ -48,7 +54,7 @@ impl WgpuDevice {
                         .collect();
                     self.device().create_bind_group(&wgpu::BindGroupDescriptor {
                         label: Some(pipeline.label()),
-                        layout: &pipeline.bind_group_layout(group),
+                        layout,
                         entries: &entries,
                     })
                 })

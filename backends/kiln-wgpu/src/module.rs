@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::compiler::ShaderBinding;
+use crate::error::Error;
 
 /// A kernel ready to dispatch: cheap to clone (an `Arc`), and its pipeline
 /// lives as long as the last clone.
@@ -53,34 +54,78 @@ impl WgpuPipeline {
         &self.0.bindings
     }
 
-    /// The compute pipeline; `None` for a compile-only target's kernel.
+    /// The compute pipeline, to set in a compute pass of the program's own
+    /// command encoder (B5); `None` for a compile-only target's kernel.
+    ///
+    /// ```no_run
+    /// use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
+    /// use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel, wgpu};
+    ///
+    /// let device = WgpuDevice::open()?;
+    /// let mut loader = KernelLoader::new(WgpuTarget::on_device(device.clone()));
+    /// let double = WgslKernel::builder(KernelId::named("example.double"), "main").source(
+    ///     "@group(0) @binding(0) var<storage, read_write> data: array<f32>;
+    ///      @compute @workgroup_size(64)
+    ///      fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    ///          if id.x < arrayLength(&data) { data[id.x] = data[id.x] * 2.0; }
+    ///      }",
+    /// );
+    /// let kernel = loader.load(&double, &ArtifactId::new(double.id(), WgpuVariant))?;
+    ///
+    /// // The program's own buffer, bind group, encoder and submission.
+    /// let data = device.storage_buffer("data", &[0u8; 256 * 4])?;
+    /// let bind_group = device.device().create_bind_group(&wgpu::BindGroupDescriptor {
+    ///     label: Some("data"),
+    ///     layout: kernel.bind_group_layout(0)?,
+    ///     entries: &[wgpu::BindGroupEntry { binding: 0, resource: data.as_entire_binding() }],
+    /// });
+    /// let mut encoder = device.device().create_command_encoder(&Default::default());
+    /// {
+    ///     let mut pass = encoder.begin_compute_pass(&Default::default());
+    ///     pass.set_pipeline(kernel.pipeline().expect("loaded on a device"));
+    ///     pass.set_bind_group(0, &bind_group, &[]);
+    ///     pass.dispatch_workgroups(4, 1, 1);
+    /// }
+    /// device.queue().submit([encoder.finish()]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn pipeline(&self) -> Option<&wgpu::ComputePipeline> {
         self.0.on_device.as_ref().map(|device| &device.pipeline)
     }
 
-    /// The layout of bind group `group`, to make bind groups with.
+    /// The layouts of the pipeline's bind groups, group 0 first, to make
+    /// the program's own bind groups with; empty for a compile-only
+    /// target's kernel.
+    pub fn bind_group_layouts(&self) -> &[wgpu::BindGroupLayout] {
+        self.0
+            .on_device
+            .as_ref()
+            .map_or(&[], |device| device.bind_group_layouts.as_slice())
+    }
+
+    /// The layout of bind group `group`, to make bind groups with (see the
+    /// example on [`pipeline`](Self::pipeline)).
     ///
-    /// # Panics
+    /// # Errors
     ///
-    /// For a compile-only target's kernel, or a group the pipeline does not
-    /// have: both are the caller's mistake, seen at once.
-    pub fn bind_group_layout(&self, group: u32) -> wgpu::BindGroupLayout {
+    /// [`Error::CompileOnly`] for a compile-only target's kernel, and
+    /// [`Error::NoSuchGroup`] for a group the pipeline does not have.
+    pub fn bind_group_layout(&self, group: u32) -> Result<&wgpu::BindGroupLayout, Error> {
         let device = self
             .0
             .on_device
             .as_ref()
-            .expect("a pipeline loaded on a device, not a compile-only description");
+            .ok_or_else(|| Error::CompileOnly {
+                entry: self.0.entry.clone(),
+            })?;
         device
             .bind_group_layouts
             .get(group as usize)
-            .unwrap_or_else(|| {
-                panic!(
-                    "kernel `{}` has {} bind groups, not group {group}",
-                    self.0.entry,
-                    device.bind_group_layouts.len()
-                )
+            .ok_or_else(|| Error::NoSuchGroup {
+                entry: self.0.entry.clone(),
+                group,
+                groups: device.bind_group_layouts.len(),
             })
-            .clone()
     }
 
     /// Whether the kernel is on a device (it is not on a compile-only

@@ -167,6 +167,7 @@ impl WgpuTarget {
     /// pipeline cache too where the device has one. The pipeline cache is
     /// read from the store now and written back after each batch that made
     /// a pipeline.
+    #[must_use = "the target with its store is returned, not changed in place"]
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
         // Whatever the target held for another store is saved there first.
         self.save_pipeline_cache();
@@ -187,6 +188,30 @@ impl WgpuTarget {
         };
         log::debug!("wgpu target: {}", self.pipeline_cache_state);
         self
+    }
+
+    /// The same target on `store` when there is one, as it is otherwise:
+    /// for a store that may be disabled, such as the facade's
+    /// `kiln::Store::from_env()` or kiln-store's `DiskStore::open_from_env()`
+    /// under `KILN_CACHE_DISABLE=1`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// use kiln_core::{CompilationTarget, MemoryStore};
+    /// use kiln_wgpu::WgpuTarget;
+    ///
+    /// let storeless = WgpuTarget::compile_only().with_optional_store(None);
+    /// assert!(storeless.store().is_none());
+    /// let stored = WgpuTarget::compile_only().with_optional_store(Some(Arc::new(MemoryStore::new())));
+    /// assert!(stored.store().is_some());
+    /// ```
+    #[must_use = "the target with its store is returned, not changed in place"]
+    pub fn with_optional_store(self, store: Option<Arc<dyn ArtifactStore>>) -> Self {
+        match store {
+            Some(store) => self.with_store(store),
+            None => self,
+        }
     }
 
     /// The device; `None` on a compile-only target.

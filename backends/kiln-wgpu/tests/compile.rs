@@ -55,6 +55,13 @@ fn valid_wgsl_compiles_to_an_artifact_with_its_entry_workgroup_size_and_bindings
         .expect("a compile-only target describes the kernel");
     assert!(!pipeline.is_on_device());
     assert!(pipeline.pipeline().is_none());
+    // B5: a described kernel has no layouts to give out, and says why.
+    assert!(pipeline.bind_group_layouts().is_empty());
+    let layout = pipeline.bind_group_layout(0);
+    assert!(
+        matches!(layout, Err(kiln_wgpu::Error::CompileOnly { .. })),
+        "{layout:?}"
+    );
     assert_eq!(pipeline.entry(), "main");
     assert_eq!(pipeline.workgroup_size(), [64, 1, 1]);
     assert_eq!(pipeline.bindings(), artifact.bindings);

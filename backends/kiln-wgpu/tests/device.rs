@@ -9,7 +9,7 @@ mod support;
 
 use kiln_core::{KernelId, StoreOutcome};
 use kiln_wgpu::pipeline_cache::pipeline_cache_key;
-use kiln_wgpu::{PipelineCacheState, WgpuDevice, WgpuPipeline, WgpuTarget, WgslKernel};
+use kiln_wgpu::{PipelineCacheState, WgpuDevice, WgpuPipeline, WgpuTarget, WgslKernel, wgpu};
 use support::{Random, assert_close, bytes_of, bytes_of_u32, floats, words};
 
 /// Loads `kernel` on `device` through a storeless loader.
@@ -462,4 +462,82 @@ fn a_compile_only_store_serves_the_device_without_compiling() {
     assert!(loaded.is_on_device());
     assert_eq!(on_device.statistics().hits, 1);
     assert_eq!(on_device.statistics().compiled, 0);
+}
+
+// B5
+#[test]
+fn b5_a_loaded_pipeline_runs_in_the_programs_own_command_encoder() {
+    let Some(opened) = support::device("B5 the program's own encoder") else {
+        return;
+    };
+    // The program's own device and queue, handed to kiln.
+    let device = WgpuDevice::new(opened.device().clone(), opened.queue().clone());
+    let kernel = support::distinct(3);
+    let pipeline = load(&device, &kernel);
+    assert_eq!(
+        pipeline.bind_group_layouts().len(),
+        1,
+        "one bind group, as the shader declares"
+    );
+    let missing = pipeline.bind_group_layout(1);
+    assert!(
+        matches!(
+            missing,
+            Err(kiln_wgpu::Error::NoSuchGroup {
+                group: 1,
+                groups: 1,
+                ..
+            })
+        ),
+        "{missing:?}"
+    );
+
+    let n = 1000usize;
+    let input: Vec<f32> = (0..n).map(|index| index as f32).collect();
+    let wgpu_device = device.device();
+    let usage =
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    let size = (n * 4) as u64;
+    let data = wgpu_device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("program data"),
+        size,
+        usage,
+        mapped_at_creation: false,
+    });
+    let copy = wgpu_device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("program copy"),
+        size,
+        usage,
+        mapped_at_creation: false,
+    });
+    device.queue().write_buffer(&data, 0, &bytes_of(&input));
+    let bind_group = wgpu_device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("program bind group"),
+        layout: pipeline.bind_group_layout(0).expect("group 0 exists"),
+        entries: &[wgpu::BindGroupEntry {
+            binding: 0,
+            resource: data.as_entire_binding(),
+        }],
+    });
+    // Two dispatches and a copy in one encoder of the program's: each runs
+    // after the one before it.
+    let mut encoder = wgpu_device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+        label: Some("program encoder"),
+    });
+    {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("program pass"),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(pipeline.pipeline().expect("loaded on a device"));
+        pass.set_bind_group(0, &bind_group, &[]);
+        let groups = (n as u32).div_ceil(pipeline.workgroup_size()[0]);
+        pass.dispatch_workgroups(groups, 1, 1);
+        pass.dispatch_workgroups(groups, 1, 1);
+    }
+    encoder.copy_buffer_to_buffer(&data, 0, &copy, 0, size);
+    device.queue().submit([encoder.finish()]);
+
+    let expected: Vec<f32> = input.iter().map(|x| (x * 2.0 + 3.0) * 2.0 + 3.0).collect();
+    assert_eq!(read(&device, &copy, n), expected);
 }

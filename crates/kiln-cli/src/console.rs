@@ -9,6 +9,11 @@
 //! unchanged. Any other failure to write (a full disk under a redirection)
 //! is kept and reported once, at the end, by [`finish`]. Standard error is
 //! best effort: a message that cannot be shown is dropped.
+//!
+//! Progress bars redraw one line of standard error in place. A message
+//! written while a bar is on screen ([`write_note`]) first clears the bar's
+//! line, so the message stands on a line of its own and the bar is drawn
+//! again below it at its next redraw, rather than the two sharing a line.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -21,6 +26,10 @@ static CLOSED: AtomicBool = AtomicBool::new(false);
 /// The first failure to write standard output other than its reader going.
 static FAILURE: Mutex<Option<io::Error>> = Mutex::new(None);
 
+/// Whether a progress bar's line is on standard error now, not yet
+/// cleared.
+static BAR_SHOWN: AtomicBool = AtomicBool::new(false);
+
 /// Prints a line of results, as `println!` does.
 macro_rules! outln {
     () => {
@@ -32,10 +41,11 @@ macro_rules! outln {
 }
 
 /// Prints a line to standard error, as `eprintln!` does, dropping it when
-/// standard error cannot take it.
+/// standard error cannot take it; a progress bar on screen is cleared
+/// first.
 macro_rules! errln {
     ($($argument:tt)*) => {
-        $crate::console::write_error(format_args!("{}\n", format_args!($($argument)*)))
+        $crate::console::write_note(format_args!($($argument)*))
     };
 }
 
@@ -52,11 +62,26 @@ pub fn write_out(text: fmt::Arguments<'_>) {
     }
 }
 
-/// Writes `text` to standard error and flushes it (progress bars redraw in
-/// place); a failure is dropped, as there is nowhere left to report it.
-pub fn write_error(text: fmt::Arguments<'_>) {
+/// Draws a progress bar's `line` in place of the one on screen; an empty
+/// line clears it.
+pub fn draw_bar(line: fmt::Arguments<'_>) {
     let mut stderr = io::stderr().lock();
-    let _ = stderr.write_fmt(text).and_then(|()| stderr.flush());
+    let text = line.to_string();
+    BAR_SHOWN.store(!text.is_empty(), Ordering::Relaxed);
+    let _ = write!(stderr, "\r\x1b[2K{text}").and_then(|()| stderr.flush());
+}
+
+/// Writes a message line to standard error, clearing a progress bar's line
+/// first when one is shown, so the two never share a line.
+pub fn write_note(text: fmt::Arguments<'_>) {
+    let mut stderr = io::stderr().lock();
+    // Read under the lock: a bar draws under it too.
+    let clear = if BAR_SHOWN.swap(false, Ordering::Relaxed) {
+        "\r\x1b[2K"
+    } else {
+        ""
+    };
+    let _ = writeln!(stderr, "{clear}{text}").and_then(|()| stderr.flush());
 }
 
 /// Whether standard output's reader has gone, so a long listing can stop

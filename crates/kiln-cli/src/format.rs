@@ -18,6 +18,15 @@ pub fn bytes(bytes: u64) -> String {
     }
 }
 
+/// `0.0123` → `12 ms`, `75.5` → `75.50 s`.
+pub fn seconds(value: f64) -> String {
+    if value < 1.0 {
+        format!("{:.0} ms", value * 1e3)
+    } else {
+        format!("{value:.2} s")
+    }
+}
+
 /// Seconds since the Unix epoch → `3m ago`, `2d ago`.
 pub fn ago(seconds: u64) -> String {
     let now = SystemTime::now()

@@ -12,16 +12,20 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use kiln_store::DiskStore;
 
+mod backend;
 mod command;
 mod console;
+mod exit;
 mod format;
+mod logger;
 mod manifest;
 mod progress;
+mod shape;
 mod table;
 
 /// Inspect and maintain kiln's artifact store.
 #[derive(Debug, Parser)]
-#[command(name = "kiln", version, about)]
+#[command(name = "kiln", version, about, long_about = LONG_ABOUT, after_long_help = exit::TABLE)]
 struct Cli {
     /// The store's folder; default: KILN_CACHE_DIR, else the platform's
     /// cache folder.
@@ -30,9 +34,28 @@ struct Cli {
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
+    /// Show more of what the library says on standard error: -v notes,
+    /// -vv debugging lines, -vvv everything. Replaces KILN_LOG's level.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    verbose: u8,
+    /// Show only errors on standard error, no warnings.
+    #[arg(short, long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
+
+/// What `kiln --help` says before the options; the exit codes follow them.
+const LONG_ABOUT: &str = "\
+Inspect and maintain kiln's artifact store, and fill it from a folder of kernels.
+
+Logging: warnings go to standard error. KILN_LOG sets what is shown: a level
+(off, error, warn, info, debug, trace) and module=level directives, such as
+KILN_LOG=info,kiln_store=debug; -v, -vv, -vvv and -q replace its level.
+
+With --json, every command prints one JSON value on standard output, an error
+too: {\"error\": {\"message\": ..., \"exit_code\": ...}}; docs/CLI.md has the
+shapes.";
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -50,6 +73,10 @@ enum Command {
     Import(command::import::Arguments),
     /// Say why a kernel misses: what changed since the store last held it.
     Explain(command::explain::Arguments),
+    /// Forget the failures the store remembers of a kernel, so it compiles again.
+    Forget(command::forget::Arguments),
+    /// Make the keys of a fleet's shared remote tier (docs/FLEET.md).
+    Keygen(command::keygen::Arguments),
     /// Compile every kernel of a folder into the store, for every backend here.
     Warm(command::warm::Arguments),
 }
@@ -61,7 +88,11 @@ fn main() {
     // limit), fails only the kernel it held, never the run.
     kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry(), kiln_hip::worker_entry()]);
     ignore_file_size_signal();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => usage_error(&error),
+    };
+    logger::install(cli.verbose, cli.quiet);
     let output = command::Output { json: cli.json };
     let dir = cli.dir.as_deref();
     let result = match cli.command {
@@ -86,23 +117,67 @@ fn main() {
         Command::Explain(arguments) => with_store(dir, |store| {
             command::explain::run(store, &arguments, &output)
         }),
+        Command::Forget(arguments) => with_store(dir, |store| {
+            command::forget::run(store, &arguments, &output)
+        }),
+        Command::Keygen(arguments) => command::keygen::run(&arguments, &output),
         // Warming opens the store its own way: it fills it, and it runs
         // without one when the store cannot be written and holds nothing.
         Command::Warm(arguments) => command::warm::run(dir, &arguments, &output),
     };
     let printed = console::finish();
     let status = match (result, printed) {
-        (Ok(()), Ok(())) => 0,
+        (Ok(()), Ok(())) => exit::SUCCESS,
         (Err(error), _) => {
-            console::errln!("kiln: {error:#}");
-            1
+            let code = exit::code_of(&error);
+            let json = output.json && !exit::is_reported(&error);
+            report_error(&format!("{error:#}"), code, json);
+            code
         }
         (Ok(()), Err(error)) => {
             console::errln!("kiln: writing the output: {error}");
-            1
+            exit::ERROR
         }
     };
     end(status)
+}
+
+/// Says why the command failed: on standard error, and also as a JSON
+/// object on standard output under `--json`, so a program reading the
+/// output always reads one JSON value.
+fn report_error(message: &str, code: i32, json: bool) {
+    console::errln!("kiln: {message}");
+    if json {
+        let error = serde_json::json!({ "error": { "message": message, "exit_code": code } });
+        console::outln!("{error:#}");
+        // A failure to write it is the end of the output either way.
+        let _ = console::finish();
+    }
+}
+
+/// Ends a command line that does not parse: help and the version are
+/// printed as asked (exit 0); anything else is a usage error (exit 2),
+/// as JSON too when `--json` was among the arguments.
+fn usage_error(error: &clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    ) {
+        let _ = error.print();
+        end(exit::SUCCESS)
+    }
+    let json = std::env::args_os().any(|argument| argument == "--json");
+    if json {
+        let message = error.render().to_string();
+        let first = message.lines().next().unwrap_or_default();
+        let first = first.strip_prefix("error: ").unwrap_or(first);
+        let value = serde_json::json!({ "error": { "message": first, "exit_code": exit::USAGE } });
+        console::outln!("{value:#}");
+        let _ = console::finish();
+    }
+    let _ = error.print();
+    end(exit::USAGE)
 }
 
 /// Ends the process with `status` once everything is said and stored,

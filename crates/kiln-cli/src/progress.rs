@@ -60,8 +60,8 @@ impl ProgressBar {
             None => format!("{} files", progress.done),
         };
         let rate = progress.bytes as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
-        console::write_error(format_args!(
-            "\r\x1b[2K{} {}: {bar}  {}  {}/s",
+        console::draw_bar(format_args!(
+            "{} {}: {bar}  {}  {}/s",
             self.label,
             progress.phase,
             format::bytes(progress.bytes),
@@ -73,7 +73,7 @@ impl ProgressBar {
 impl Drop for ProgressBar {
     fn drop(&mut self) {
         if self.drawn_at.is_some() {
-            console::write_error(format_args!("\r\x1b[2K"));
+            console::draw_bar(format_args!(""));
         }
     }
 }

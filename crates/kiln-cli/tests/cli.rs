@@ -26,6 +26,18 @@ fn stats_and_ls_describe_the_store_as_tables_or_json() {
         Some(6),
         "three kernel and three source records"
     );
+    // The JSON shape: snake_case, digests as hex strings, no number wider
+    // than 64 bits (docs/CLI.md).
+    let entry = &listed[0];
+    assert!(
+        entry["object"]
+            .as_str()
+            .is_some_and(|digest| digest.len() == 64),
+        "{entry:#}"
+    );
+    assert!(entry["key"]["digest"].is_string(), "{entry:#}");
+    assert!(entry["key"]["key_digest"].is_string(), "{entry:#}");
+    assert!(entry["size"].is_u64(), "{entry:#}");
     let table = run(&root, &["ls", "--kernels-only"]).stdout;
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 4, "a header and three rows:\n{table}");
@@ -116,9 +128,17 @@ fn explain_names_a_changed_compiler_or_says_never_seen() -> Result<()> {
     let never = run(&root, &["explain", "no.such.kernel"]);
     assert!(never.stdout.contains("never seen"));
     let as_json = run(&root, &["explain", "kiln.fake", "--json"]).succeeded_json();
-    assert_eq!(
-        as_json[0]["explanation"]["Changed"]["difference"]["component"],
-        "Compiler"
+    // The JSON shape: snake_case, digests as hex strings (docs/CLI.md).
+    let explanation = &as_json[0]["explanation"];
+    assert_eq!(explanation["state"], "changed", "{as_json:#}");
+    assert_eq!(explanation["component"], "compiler", "{as_json:#}");
+    assert_eq!(explanation["asked"], "kiln-fake 2", "{as_json:#}");
+    let digest = as_json[0]["last_missed_under"]["digest"]
+        .as_str()
+        .expect("a digest as text");
+    assert!(
+        digest.len() == 32 && digest.bytes().all(|byte| byte.is_ascii_hexdigit()),
+        "{as_json:#}"
     );
     Ok(())
 }

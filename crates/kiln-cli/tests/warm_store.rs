@@ -42,11 +42,13 @@ fn reported_once<'a>(report: &'a Value, stderr: &str, cause: &str) -> &'a Value 
         .unwrap_or_else(|| panic!("the report lists failed store writes: {report:#}"));
     assert_eq!(causes.len(), 1, "one cause, reported once: {report:#}");
     assert_eq!(causes[0]["cause"], cause, "{report:#}");
-    let warnings = kiln_lines(stderr);
-    assert!(
-        warnings.len() == 1 && warnings[0].contains(cause),
-        "one warning: {stderr}"
-    );
+    // Other warnings may come with it (under a file size limit, the claim
+    // of each key cannot write its lease): the cause is said once.
+    let warnings: Vec<&str> = kiln_lines(stderr)
+        .into_iter()
+        .filter(|line| line.contains(cause))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning of the cause: {stderr}");
     &causes[0]
 }
 

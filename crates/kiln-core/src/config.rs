@@ -7,6 +7,7 @@
 //! | `KILN_RECORD_LIMIT` | [`LoaderConfig::record_limit`] | 256 batches | any whole number |
 //! | `KILN_WORKER_MODE` | [`LoaderConfig::worker_mode`] | `processes` | `threads` or `processes` |
 //! | `KILN_COMPILE_TIMEOUT` | [`LoaderConfig::compile_timeout`] | 300 s | seconds, above 0 and at most a day |
+//! | `KILN_RETRY_FAILED` | [`LoaderConfig::retry_failed`] | `0` | `1`, `true`, `0` or `false` |
 //!
 //! A variable that does not read as what it should hold is an error of
 //! [`LoaderConfig::from_env`], naming it. A loader made with
@@ -92,7 +93,7 @@ pub struct LoaderConfig {
     /// Whether batches compile the kernels their store remembers as failed
     /// (P11) instead of reporting the remembered failure without
     /// compiling; each one that then compiles is forgotten. Default:
-    /// `false`. `kiln warm --retry-failed` sets it.
+    /// `false`. `KILN_RETRY_FAILED`; `kiln warm --retry-failed` sets it.
     pub retry_failed: bool,
 }
 
@@ -209,6 +210,20 @@ impl LoaderConfig {
                         expected: "`threads` or `processes`",
                     },
                     worker_mode_name(self.worker_mode).to_owned(),
+                )?,
+            }
+        }
+        if let Some(value) = lookup("KILN_RETRY_FAILED") {
+            match value.trim() {
+                "1" | "true" => self.retry_failed = true,
+                "0" | "false" | "" => self.retry_failed = false,
+                _ => refuse(
+                    ConfigError {
+                        variable: "KILN_RETRY_FAILED",
+                        value,
+                        expected: "1, true, 0 or false",
+                    },
+                    self.retry_failed.to_string(),
                 )?,
             }
         }

@@ -5,6 +5,8 @@
 //!   LAYOUT        the layout version, checked on open
 //!   locks         byte-range locks: one byte per key, per object, per counter
 //!   usage         bytes and entries held, updated by every put
+//!   activity      hits, misses, compiles and failures of every process,
+//!                 per backend (`kiln stats`), merged at each batch's end
 //!   targets       the key components of every compiler that stored here
 //!   generation    a token that an import replacing content changes
 //!   swept         its time is when staging was last swept at open
@@ -43,7 +45,15 @@ pub(crate) const UPGRADES_FROM: [&str; 1] = ["kiln store layout 1"];
 pub(crate) const FOLDERS: [&str; 4] = ["objects", "records", "kernels", "staging"];
 
 /// The files at the root, each the store's own.
-pub(crate) const FILES: [&str; 6] = ["LAYOUT", "locks", "usage", "targets", "generation", "swept"];
+pub(crate) const FILES: [&str; 7] = [
+    "LAYOUT",
+    "locks",
+    "usage",
+    "targets",
+    "generation",
+    "swept",
+    "activity",
+];
 
 /// The sharded trees and the length of the names of their files: 64 hex
 /// digits of a BLAKE3 digest, 32 of a kernel id.
@@ -108,6 +118,10 @@ impl Layout {
 
     pub(crate) fn usage_file(&self) -> PathBuf {
         self.root.join("usage")
+    }
+
+    pub(crate) fn activity_file(&self) -> PathBuf {
+        self.root.join("activity")
     }
 
     pub(crate) fn targets_file(&self) -> PathBuf {

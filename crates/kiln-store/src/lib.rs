@@ -65,12 +65,18 @@
 //!   under a [`kiln_core::store::BlobKey`], verified, evicted and listed as
 //!   an artifact's entry is ([`Entry::Blob`]); bundles carry artifacts
 //!   only.
+//! - **Activity across processes.** Every process counts its hits, misses,
+//!   compiles and failures per backend and merges them into one small
+//!   file at the end of each batch ([`DiskStore::activity`], `kiln stats`),
+//!   under the file's lock, in two sealed slots so a killed writer tears
+//!   neither the totals nor a launch.
 //! - **Explanations.** A history per kernel id remembers the key it was
 //!   last stored under and the key it last missed under, so
 //!   [`kiln_core::ArtifactStore::explain`] names what changed (P9).
 
 #![warn(missing_docs)]
 
+mod activity;
 mod bundle;
 pub mod config;
 mod disk;
@@ -86,6 +92,7 @@ mod skeleton;
 mod tree;
 mod usage;
 
+pub use activity::{Activity, BackendActivity};
 pub use bundle::{BUNDLE_VERSION, BundleHeader, ExportReport, ImportReport, read_header};
 pub use config::{StoreConfig, parse_size};
 pub use disk::DiskStore;

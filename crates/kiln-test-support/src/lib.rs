@@ -4,8 +4,9 @@
 //! and the harness of tests that run real processes ([`child`]: this test
 //! binary started again as a child, under rlimits or as an unprivileged
 //! user, with a deadline; [`mount`]: a tmpfs of a chosen size), snapshots
-//! of folders and files planted in them ([`files`]), and the define tests
-//! of the C++ backends ([`defines`]), with the backend passed in.
+//! of folders and files planted in them ([`files`]), the define tests of
+//! the C++ backends ([`defines`]), with the backend passed in, and a real
+//! `redis-server` ([`redis`]).
 //!
 //! It depends on kiln-core alone (with `testing`, for the printed skip):
 //! the backends, kiln-store and the facade take it as a dev-dependency, so
@@ -17,6 +18,7 @@ pub mod defines;
 pub mod files;
 pub mod mount;
 pub mod random;
+pub mod redis;
 pub mod require;
 pub mod scratch;
 

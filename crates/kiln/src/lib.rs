@@ -5,9 +5,30 @@
 //!
 //! This is the crate to depend on: it re-exports the core and, behind the
 //! `cuda`, `hip` and `wgpu` features, the backends (`kiln::cuda` with
-//! the `cuda` feature). The `testing` feature adds kiln-core's fake target
-//! (`kiln::fake`), on which the examples here run without a GPU, and its
-//! conformance suite.
+//! the `cuda` feature). The `store` feature (on by default) adds the disk
+//! store: [`Store::from_env`] opens the one the `KILN_CACHE_*` variables
+//! name, shared with every other kiln program and the `kiln` command, and
+//! [`disk`] is kiln-store itself. The `testing` feature adds kiln-core's
+//! fake target (`kiln::fake`), on which the examples here run without a
+//! GPU, and its conformance suite.
+//!
+//! A program on a real backend, on the default store:
+//!
+//! ```no_run
+//! # #[cfg(feature = "cuda")] {
+//! use kiln::cuda::{CudaKernel, CudaTarget};
+//! use kiln::{ArtifactId, Kernel, KernelId, KernelLoader, Store};
+//!
+//! let target = CudaTarget::on_device(0)?.with_optional_store(Store::from_env()?);
+//! let mut loader = KernelLoader::new(target);
+//! let fill = CudaKernel::builder(KernelId::named("example.fill"), "fill")
+//!     .source(r#"extern "C" __global__ void fill(float* y) { y[threadIdx.x] = 1.0f; }"#);
+//! let kernel = loader.load(&fill, &ArtifactId::new(fill.id(), loader.target().variant()))?;
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! On the fake target, which needs no GPU:
 //!
 //! ```
 //! use kiln::fake::{FakeKernel, FakeTarget};
@@ -29,8 +50,24 @@
 //! ```
 
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use kiln_core::*;
+
+#[cfg(feature = "store")]
+mod default_store;
+
+#[cfg(feature = "store")]
+pub use default_store::Store;
+
+/// kiln's disk store (kiln-store): verified, shared between processes,
+/// size-limited; its settings ([`StoreConfig`]),
+/// bundles and maintenance. [`Store`] opens the default one.
+#[cfg(feature = "store")]
+pub use kiln_store as disk;
+
+#[cfg(feature = "store")]
+pub use kiln_store::{DiskStore, StoreConfig};
 
 /// The CUDA backend: CUDA C++ through NVRTC to a cubin, loaded with the
 /// driver and launched. NVRTC and the driver are opened at run time, so this

@@ -60,6 +60,29 @@ pub fn on_device(what: &str) -> Option<CudaTarget> {
     }
 }
 
+/// A cudarc context of the test's own on GPU 0, as a cudarc program makes
+/// it, and a target on it; or `None` after printing why `what` skips (a
+/// failure instead when `KILN_REQUIRE_DEVICE=1`).
+pub fn on_own_context(
+    what: &str,
+) -> Option<(Arc<kiln_cuda::cudarc::driver::CudaContext>, CudaTarget)> {
+    // kiln's device check comes first: it finds a missing driver library
+    // and says so, where cudarc would panic.
+    if let Err(error) = kiln_cuda::CudaDevice::open(0) {
+        kiln_core::conformance::skip(what, &format!("no CUDA device: {error}"));
+        return None;
+    }
+    let context = kiln_cuda::cudarc::driver::CudaContext::new(0)
+        .expect("cudarc opens GPU 0, which kiln just opened");
+    match CudaTarget::from_context(context.clone()) {
+        Ok(target) => Some((context, target)),
+        Err(error) => {
+            kiln_core::conformance::skip(what, &format!("no CUDA target: {error}"));
+            None
+        }
+    }
+}
+
 /// A loader on `target` with four workers, whatever the machine has.
 pub fn loader(target: CudaTarget) -> KernelLoader<CudaTarget> {
     KernelLoader::with_config(
@@ -147,4 +170,52 @@ pub type StoreRoots = kiln_test_support::StoreRoots<Arc<dyn ArtifactStore>>;
 /// as [`disk_store`] opens it.
 pub fn store_roots(test: &str) -> StoreRoots {
     StoreRoots::new(test, disk_store)
+}
+
+/// Launches [`SAXPY`] as loaded in `kernel` on `stream` of `device` with
+/// fresh random inputs of `n` elements, and checks every element against
+/// the CPU; `what` names the run in a failure.
+pub fn check_saxpy(
+    what: &str,
+    device: &kiln_cuda::CudaDevice,
+    stream: &kiln_cuda::cudarc::driver::CudaStream,
+    kernel: &kiln_cuda::LoadedKernel,
+    random: &mut Random,
+    n: usize,
+) {
+    use kiln_cuda::{DeviceBuffer, LaunchConfig};
+    let a = random.unit() * 4.0 - 2.0;
+    let x = random.signed(n);
+    let y = random.signed(n);
+    let x_device = device.upload(&x).expect("upload");
+    let y_device = device.upload(&y).expect("upload");
+    let mut out: DeviceBuffer<f32> = device.alloc(n).expect("alloc");
+    out.copy_from_host(&vec![f32::NAN; n]).expect("poison");
+    let count = i32::try_from(n).expect("n fits");
+    // SAFETY: the arguments match saxpy(float, const float*, const float*,
+    // float*, int), and every buffer holds n floats.
+    unsafe {
+        kernel.launch(
+            stream,
+            LaunchConfig::for_elements(count as u32, 256),
+            &[
+                a.into(),
+                (&x_device).into(),
+                (&y_device).into(),
+                (&out).into(),
+                count.into(),
+            ],
+        )
+    }
+    .expect("launch");
+    let result = out.to_vec().expect("read back");
+    for (index, &got) in result.iter().enumerate() {
+        let want = f64::from(a) * f64::from(x[index]) + f64::from(y[index]);
+        let tolerance = 1e-6 * (f64::from(a * x[index]).abs() + f64::from(y[index]).abs()) + 1e-7;
+        let error = (f64::from(got) - want).abs();
+        assert!(
+            error <= tolerance,
+            "{what}[{index}] = {got}, expected {want} (error {error:e} over {tolerance:e})"
+        );
+    }
 }

@@ -86,13 +86,101 @@ pub fn id_of(kernel: &WgslKernel) -> ArtifactId<WgpuVariant> {
     ArtifactId::new(kernel.id(), WgpuVariant)
 }
 
+/// The WGSL kernels of `examples/kernels`, embedded when the tests are
+/// built: a test binary packed for another machine (`cargo xtask
+/// test-backend wgpu`) reads no file of the machine that built it, and runs
+/// from any folder.
+const EXAMPLES: &[(&str, &str)] = &[
+    (
+        "conv1d.wgsl",
+        include_str!("../../../../examples/kernels/conv1d.wgsl"),
+    ),
+    (
+        "conv2d.wgsl",
+        include_str!("../../../../examples/kernels/conv2d.wgsl"),
+    ),
+    (
+        "dot.wgsl",
+        include_str!("../../../../examples/kernels/dot.wgsl"),
+    ),
+    (
+        "fused_scale_bias.wgsl",
+        include_str!("../../../../examples/kernels/fused_scale_bias.wgsl"),
+    ),
+    (
+        "gelu.wgsl",
+        include_str!("../../../../examples/kernels/gelu.wgsl"),
+    ),
+    (
+        "histogram.wgsl",
+        include_str!("../../../../examples/kernels/histogram.wgsl"),
+    ),
+    (
+        "layernorm.wgsl",
+        include_str!("../../../../examples/kernels/layernorm.wgsl"),
+    ),
+    (
+        "log_softmax.wgsl",
+        include_str!("../../../../examples/kernels/log_softmax.wgsl"),
+    ),
+    (
+        "matmul_naive.wgsl",
+        include_str!("../../../../examples/kernels/matmul_naive.wgsl"),
+    ),
+    (
+        "matmul_register_tiled.wgsl",
+        include_str!("../../../../examples/kernels/matmul_register_tiled.wgsl"),
+    ),
+    (
+        "matmul_tiled.wgsl",
+        include_str!("../../../../examples/kernels/matmul_tiled.wgsl"),
+    ),
+    (
+        "reduce_max.wgsl",
+        include_str!("../../../../examples/kernels/reduce_max.wgsl"),
+    ),
+    (
+        "reduce_sum.wgsl",
+        include_str!("../../../../examples/kernels/reduce_sum.wgsl"),
+    ),
+    (
+        "relu.wgsl",
+        include_str!("../../../../examples/kernels/relu.wgsl"),
+    ),
+    (
+        "saxpy.wgsl",
+        include_str!("../../../../examples/kernels/saxpy.wgsl"),
+    ),
+    (
+        "scan_exclusive.wgsl",
+        include_str!("../../../../examples/kernels/scan_exclusive.wgsl"),
+    ),
+    (
+        "scan_inclusive.wgsl",
+        include_str!("../../../../examples/kernels/scan_inclusive.wgsl"),
+    ),
+    (
+        "softmax.wgsl",
+        include_str!("../../../../examples/kernels/softmax.wgsl"),
+    ),
+    (
+        "transpose.wgsl",
+        include_str!("../../../../examples/kernels/transpose.wgsl"),
+    ),
+];
+
 /// The text of `examples/kernels/<name>`.
 pub fn example(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/kernels")
-        .join(name);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|error| panic!("{} is readable: {error}", path.display()))
+    EXAMPLES
+        .iter()
+        .find(|(file, _)| *file == name)
+        .map(|(_, text)| (*text).to_owned())
+        .unwrap_or_else(|| {
+            panic!(
+                "examples/kernels/{name} is not embedded in the tests; they hold {:?}",
+                EXAMPLES.iter().map(|(file, _)| file).collect::<Vec<_>>()
+            )
+        })
 }
 
 /// The example kernel `name` with `constants`.

@@ -2,13 +2,15 @@
 
 use anyhow::Result;
 use clap::Args;
-use kiln_core::{Explanation, StoreKey};
+use kiln_core::store::RememberedFailure;
+use kiln_core::{ArtifactStore, Explanation, Lookup, StoreKey};
 use kiln_store::{DiskStore, KernelHistory};
 use serde::Serialize;
 
 use super::Output;
 use crate::console::outln;
 use crate::format;
+use crate::shape::{ExplanationShape, KeyShape};
 
 /// `kiln explain` options.
 #[derive(Debug, Args)]
@@ -18,12 +20,38 @@ pub struct Arguments {
     pub kernel: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 struct Explained {
     kernel: String,
     explanation: Explanation,
+    /// What the store remembers of its failed compiles (P11).
+    remembered_failure: Option<String>,
     stored_under: Option<StoreKey>,
     last_missed_under: Option<StoreKey>,
+}
+
+/// One kernel of `kiln explain --json`.
+#[derive(Debug, Serialize)]
+struct ExplainedShape {
+    /// `name#digest`, the digest as 32 hex digits.
+    kernel: String,
+    explanation: ExplanationShape,
+    /// What the store remembers of its failed compiles, in words (P11).
+    remembered_failure: Option<String>,
+    stored_under: Option<KeyShape>,
+    last_missed_under: Option<KeyShape>,
+}
+
+impl From<&Explained> for ExplainedShape {
+    fn from(explained: &Explained) -> Self {
+        Self {
+            kernel: explained.kernel.clone(),
+            explanation: ExplanationShape::from(&explained.explanation),
+            remembered_failure: explained.remembered_failure.clone(),
+            stored_under: explained.stored_under.as_ref().map(KeyShape::from),
+            last_missed_under: explained.last_missed_under.as_ref().map(KeyShape::from),
+        }
+    }
 }
 
 /// Names what changed at the last miss of every kernel matching the query,
@@ -34,7 +62,8 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         .iter()
         .map(|history| explain(store, history))
         .collect();
-    output.print(&explained, || {
+    let shapes: Vec<ExplainedShape> = explained.iter().map(ExplainedShape::from).collect();
+    output.print(&shapes, || {
         if explained.is_empty() {
             outln!(
                 "{}: never seen: the store never held or missed such a kernel",
@@ -51,6 +80,13 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                 Explanation::NeverSeen => String::new(),
             };
             outln!("{}: {}{when}", entry.kernel, entry.explanation);
+            if let Some(failure) = &entry.remembered_failure {
+                outln!(
+                    "  the store remembers its failure, reported without compiling: {failure}\n  \
+                     (`kiln forget {}` or `kiln warm --retry-failed` compiles it again)",
+                    entry.kernel
+                );
+            }
         }
     })
 }
@@ -86,9 +122,19 @@ fn explain(store: &DiskStore, history: &KernelHistory) -> Explained {
             None => Explanation::NeverSeen,
         },
     };
+    let remembered_failure = asked
+        .or(stored)
+        .and_then(
+            |seen| match store.lookup_blob(&RememberedFailure::blob_key(&seen.key)) {
+                Lookup::Hit { artifact, .. } => RememberedFailure::from_bytes(&artifact),
+                Lookup::Miss(_) => None,
+            },
+        )
+        .and_then(|memory| memory.describe());
     Explained {
         kernel: format!("{}#{:032x}", history.name, history.digest),
         explanation,
+        remembered_failure,
         stored_under: stored.map(|seen| seen.key.clone()),
         last_missed_under: asked.map(|seen| seen.key.clone()),
     }

@@ -5,7 +5,8 @@
 use anyhow::Result;
 use clap::Args;
 use kiln_core::KeySubject;
-use kiln_core::store::hex;
+use kiln_core::store::{BlobKey, FAILURE_BLOB_KIND, RememberedFailure, hex};
+use kiln_core::{ArtifactStore, Lookup};
 use kiln_store::{DiskStore, Entry, EntryInfo};
 
 use super::Output;
@@ -28,14 +29,23 @@ pub struct Arguments {
 pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<()> {
     let wanted = |entry: &EntryInfo| {
         let kernel = match &entry.entry {
-            Entry::Record(record) => record.key.kernel(),
+            Entry::Record(record) => record.key.kernel().map(|(name, _)| name.to_owned()),
+            // A remembered failure is of a kernel (P11), unless forgotten.
+            Entry::Blob(record) if record.key.kind == FAILURE_BLOB_KIND => {
+                if !remembers_something(store, &record.key) {
+                    return false;
+                }
+                Some(blob_component(&record.key, "kernel"))
+            }
             Entry::Blob(_) => None,
         };
-        if arguments.kernels_only && kernel.is_none() {
+        let of_a_kernel =
+            matches!(&entry.entry, Entry::Record(record) if record.key.kernel().is_some());
+        if arguments.kernels_only && !of_a_kernel {
             return false;
         }
         match &arguments.kernel {
-            Some(text) => kernel.is_some_and(|(name, _)| name.contains(text.as_str())),
+            Some(text) => kernel.is_some_and(|name| name.contains(text.as_str())),
             None => true,
         }
     };
@@ -50,7 +60,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             if !wanted(&entry) || failed.is_some() || console::is_closed() {
                 return;
             }
-            match serde_json::to_string(&entry) {
+            match serde_json::to_string(&crate::shape::EntryShape::from(&entry)) {
                 Ok(line) => {
                     outln!("{}{line}", if first { "" } else { "," });
                     first = false;
@@ -81,7 +91,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                 vec![
                     kind.into(),
                     subject,
-                    key.variant_text.clone(),
+                    crate::backend::variant_label(key),
                     key.components.backend.clone(),
                     key.components.compiler.clone(),
                     key.components.architecture.clone(),
@@ -93,17 +103,15 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             // A blob is no kernel: its kind says what it is, and what
             // identifies it is its key's components, not a compiler's.
             Entry::Blob(record) => {
-                let component = |name: &str| {
-                    record
-                        .key
-                        .components
-                        .iter()
-                        .find(|(component, _)| component == name)
-                        .map_or_else(|| "-".to_owned(), |(_, value)| value.clone())
+                let component = |name: &str| blob_component(&record.key, name);
+                let subject = if record.key.kind == FAILURE_BLOB_KIND {
+                    component("kernel")
+                } else {
+                    hex(&record.key.digest()[..8])
                 };
                 vec![
                     record.key.kind.clone(),
-                    hex(&record.key.digest()[..8]),
+                    subject,
                     "-".into(),
                     "-".into(),
                     component("driver"),
@@ -122,4 +130,23 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         table.print();
     }
     Ok(())
+}
+
+/// The value of the blob key's component `name`, or `-`.
+fn blob_component(key: &BlobKey, name: &str) -> String {
+    key.components
+        .iter()
+        .find(|(component, _)| component == name)
+        .map_or_else(|| "-".to_owned(), |(_, value)| value.clone())
+}
+
+/// Whether the failure memory under `key` still holds something: a
+/// forgotten one is listed as nothing.
+fn remembers_something(store: &DiskStore, key: &BlobKey) -> bool {
+    match store.lookup_blob(key) {
+        Lookup::Hit { artifact, .. } => {
+            RememberedFailure::from_bytes(&artifact).is_some_and(|memory| !memory.is_empty())
+        }
+        Lookup::Miss(_) => false,
+    }
 }

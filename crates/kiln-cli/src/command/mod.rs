@@ -3,8 +3,10 @@
 
 pub mod explain;
 pub mod export;
+pub mod forget;
 pub mod gc;
 pub mod import;
+pub mod keygen;
 pub mod ls;
 pub mod stats;
 pub mod verify;

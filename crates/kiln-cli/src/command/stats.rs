@@ -1,17 +1,26 @@
-//! `kiln stats`: what the store holds against its limits.
+//! `kiln stats`: what the store holds against its limits, and what every
+//! process that used it did with it, per backend (hits, misses, compiles,
+//! failures, compile time spent and saved), like `ccache -s`;
+//! `kiln stats --zero` starts those counts again.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
-use kiln_store::DiskStore;
+use kiln_store::{BackendActivity, DiskStore};
 use serde::Serialize;
 
 use super::Output;
+use crate::console::outln;
 use crate::format;
-use crate::table::print_pairs;
+use crate::table::{Table, print_pairs};
 
-/// `kiln stats` takes no arguments.
+/// `kiln stats` options.
 #[derive(Debug, Args)]
-pub struct Arguments {}
+pub struct Arguments {
+    /// Set the hit, miss, compile and failure counts to zero (what the
+    /// store holds is kept).
+    #[arg(long)]
+    pub zero: bool,
+}
 
 #[derive(Debug, Serialize)]
 struct Stats {
@@ -21,55 +30,164 @@ struct Stats {
     max_bytes: u64,
     max_entries: u64,
     compilers: Vec<kiln_core::KeyComponents>,
+    activity: ActivityReport,
 }
 
-/// Prints the usage counters, the limits and the compilers seen.
-pub fn run(store: &DiskStore, _arguments: &Arguments, output: &Output) -> Result<()> {
+/// The counts of every process that used the store.
+#[derive(Debug, Serialize)]
+struct ActivityReport {
+    /// When counting started, in seconds since the Unix epoch; 0 when
+    /// nothing was counted yet.
+    since: u64,
+    backends: Vec<BackendReport>,
+}
+
+#[derive(Debug, Serialize)]
+struct BackendReport {
+    backend: String,
+    hits: u64,
+    rekeyed: u64,
+    misses: u64,
+    /// (hits + rekeyed) / (hits + rekeyed + misses); `None` before any
+    /// lookup.
+    hit_rate: Option<f64>,
+    compiles: u64,
+    failures: u64,
+    failures_remembered: u64,
+    compile_seconds: f64,
+    saved_seconds: f64,
+}
+
+impl From<BackendActivity> for BackendReport {
+    fn from(counts: BackendActivity) -> Self {
+        let found = counts.hits + counts.rekeyed;
+        let asked = found + counts.misses;
+        Self {
+            hit_rate: (asked > 0).then(|| found as f64 / asked as f64),
+            backend: counts.backend,
+            hits: counts.hits,
+            rekeyed: counts.rekeyed,
+            misses: counts.misses,
+            compiles: counts.compiles,
+            failures: counts.failures,
+            failures_remembered: counts.failures_remembered,
+            compile_seconds: counts.compile_nanos as f64 * 1e-9,
+            saved_seconds: counts.saved_nanos as f64 * 1e-9,
+        }
+    }
+}
+
+/// What `--zero` did.
+#[derive(Debug, Serialize)]
+struct Zeroed {
+    root: String,
+    zeroed: bool,
+}
+
+/// Prints the usage counters, the limits, the compilers seen and the
+/// activity of every process; or zeroes the activity.
+pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<()> {
+    let root = store.root().display().to_string();
+    if arguments.zero {
+        store.zero_activity().context("zeroing the statistics")?;
+        let zeroed = Zeroed { root, zeroed: true };
+        return output.print(&zeroed, || {
+            outln!("statistics of {} zeroed", zeroed.root);
+        });
+    }
     let usage = store.usage();
     let config = store.config();
+    let activity = store.activity();
     let stats = Stats {
-        root: store.root().display().to_string(),
+        root,
         bytes: usage.bytes,
         entries: usage.entries,
         max_bytes: config.max_bytes,
         max_entries: config.max_entries,
         compilers: store.targets(),
+        activity: ActivityReport {
+            since: activity.since,
+            backends: activity.backends.into_iter().map(Into::into).collect(),
+        },
     };
-    output.print(&stats, || {
-        let percent = |used: u64, limit: u64| {
-            if limit == 0 {
-                String::new()
-            } else {
-                format!(" ({:.1} %)", used as f64 * 100.0 / limit as f64)
-            }
-        };
-        let mut pairs = vec![
-            ("root", stats.root.clone()),
-            (
-                "size",
-                format!(
-                    "{} of {}{}",
-                    format::bytes(stats.bytes),
-                    format::bytes(stats.max_bytes),
-                    percent(stats.bytes, stats.max_bytes)
-                ),
-            ),
-            (
-                "entries",
-                format!(
-                    "{} of {}{}",
-                    stats.entries,
-                    stats.max_entries,
-                    percent(stats.entries, stats.max_entries)
-                ),
-            ),
-        ];
-        if stats.compilers.is_empty() {
-            pairs.push(("compilers", "none yet".into()));
+    output.print(&stats, || print(&stats))
+}
+
+fn print(stats: &Stats) {
+    let percent = |used: u64, limit: u64| {
+        if limit == 0 {
+            String::new()
+        } else {
+            format!(" ({:.1} %)", used as f64 * 100.0 / limit as f64)
         }
-        for compiler in &stats.compilers {
-            pairs.push(("compiler", compiler.to_string()));
-        }
-        print_pairs(&pairs);
-    })
+    };
+    let mut pairs = vec![
+        ("root", stats.root.clone()),
+        (
+            "size",
+            format!(
+                "{} of {}{}",
+                format::bytes(stats.bytes),
+                format::bytes(stats.max_bytes),
+                percent(stats.bytes, stats.max_bytes)
+            ),
+        ),
+        (
+            "entries",
+            format!(
+                "{} of {}{}",
+                stats.entries,
+                stats.max_entries,
+                percent(stats.entries, stats.max_entries)
+            ),
+        ),
+    ];
+    if stats.compilers.is_empty() {
+        pairs.push(("compilers", "none yet".into()));
+    }
+    for compiler in &stats.compilers {
+        pairs.push(("compiler", compiler.to_string()));
+    }
+    pairs.push((
+        "counted since",
+        if stats.activity.since == 0 {
+            "nothing counted yet".into()
+        } else {
+            format::ago(stats.activity.since)
+        },
+    ));
+    print_pairs(&pairs);
+    if stats.activity.backends.is_empty() {
+        return;
+    }
+    outln!();
+    let mut table = Table::new(&[
+        "BACKEND",
+        "HITS>",
+        "REKEYED>",
+        "MISSES>",
+        "HIT RATE>",
+        "COMPILES>",
+        "FAILED>",
+        "FROM MEMORY>",
+        "COMPILING>",
+        "SAVED>",
+    ]);
+    for backend in &stats.activity.backends {
+        table.row(vec![
+            backend.backend.clone(),
+            backend.hits.to_string(),
+            backend.rekeyed.to_string(),
+            backend.misses.to_string(),
+            backend
+                .hit_rate
+                .map_or_else(|| "-".into(), |rate| format!("{:.1} %", rate * 100.0)),
+            backend.compiles.to_string(),
+            backend.failures.to_string(),
+            backend.failures_remembered.to_string(),
+            format::seconds(backend.compile_seconds),
+            format::seconds(backend.saved_seconds),
+        ]);
+    }
+    table.print();
 }

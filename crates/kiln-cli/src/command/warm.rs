@@ -4,10 +4,12 @@
 //! Kernels are found and specialized as [`crate::manifest`] says. Each
 //! backend runs on its device when there is one, and compile-only when
 //! there is not: naga alone for wgpu (no Vulkan adapter or loader), NVRTC
-//! for CUDA (for `--cuda-arch`, the H200's sm_90 by default), hipRTC for HIP
-//! (for `--hip-arch`, gfx90a by default). A backend whose compiler is
-//! missing is listed with the reason. A second run finds everything in the
-//! store.
+//! for CUDA (sm_90 by default), hipRTC for HIP (gfx90a by default).
+//! `--cuda-arch` and `--hip-arch` take lists: one batch per architecture,
+//! on the device when it is of that architecture. `--backend` chooses the
+//! backends. A backend whose compiler is missing is listed with the
+//! reason, and fails the run (exit code 4) when `--require` names it. A
+//! second run finds everything in the store.
 //!
 //! A run fails only for its kernels: a kernel file that cannot be read or
 //! parsed fails alone, and a store that cannot take a write (disk full,
@@ -25,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use clap::Args;
+use clap::builder::PossibleValuesParser;
 use kiln_core::store::ArtifactStore;
 use kiln_core::{
     ArtifactId, CompilationTarget, Kernel, KernelId, KernelLoader, KernelOf, LoaderConfig,
@@ -38,6 +41,8 @@ use serde::Serialize;
 
 use super::Output;
 use crate::console::{self, errln, outln};
+use crate::exit::{self, Exit};
+use crate::format::seconds;
 use crate::manifest::{self, KernelFile, Language, Specialization};
 use crate::table::Table;
 
@@ -47,12 +52,100 @@ pub struct Arguments {
     /// The folder of kernels: `*.wgsl`, `*.cu`, `*.hip`, each with a
     /// `// kiln entry: ...` header (see the README).
     pub folder: PathBuf,
-    /// The CUDA architecture to compile for when there is no NVIDIA GPU.
-    #[arg(long, default_value = "sm_90", value_name = "sm_XX")]
-    pub cuda_arch: String,
-    /// The AMD architecture to compile for when there is no AMD GPU.
-    #[arg(long, default_value = "gfx90a", value_name = "gfxXXX")]
-    pub hip_arch: String,
+    /// The backends to run, comma-separated (wgpu, cuda, hip); default:
+    /// every backend the folder has kernels for.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "BACKEND,...",
+        value_parser = PossibleValuesParser::new(crate::backend::BACKENDS)
+    )]
+    pub backend: Vec<String>,
+    /// The CUDA architectures to compile for, comma-separated
+    /// (`sm_80,sm_90`): one batch each, loaded on the NVIDIA GPU when it is
+    /// of that architecture, compiled only otherwise. Default: the GPU's,
+    /// else sm_90.
+    #[arg(long, value_delimiter = ',', value_name = "sm_XX,...")]
+    pub cuda_arch: Vec<String>,
+    /// The AMD architectures to compile for, comma-separated
+    /// (`gfx90a,gfx942`): one batch each, as for --cuda-arch. Default: the
+    /// AMD GPU's, else gfx90a.
+    #[arg(long, value_delimiter = ',', value_name = "gfxXXX,...")]
+    pub hip_arch: Vec<String>,
+    /// Backends that must run: one of them unavailable (its compiler
+    /// missing) fails the run with exit code 4 instead of a note.
+    /// Comma-separated; a backend without kernels in the folder is not
+    /// run and so never unavailable.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "BACKEND,...",
+        value_parser = PossibleValuesParser::new(crate::backend::BACKENDS)
+    )]
+    pub require: Vec<String>,
+    /// Compile again the kernels whose failure the store remembers (P11),
+    /// instead of reporting the remembered failure without compiling; each
+    /// one that compiles is forgotten. `kiln forget KERNEL` forgets one
+    /// without compiling.
+    #[arg(long)]
+    pub retry_failed: bool,
+    /// A shared remote tier behind the store (P10): `redis://HOST:PORT` or
+    /// `redis+cluster://HOST:PORT,...`; default: `KILN_REMOTE_URL`, if set.
+    /// Needs keys (`kiln keygen`, docs/FLEET.md): without them the run
+    /// stops before compiling anything.
+    #[arg(long, value_name = "URL")]
+    pub remote: Option<String>,
+}
+
+/// The remote tier `--remote` or `KILN_REMOTE_URL` names, if any.
+fn remote_tier(url: Option<&str>) -> Result<Option<kiln_remote::RemoteStore>> {
+    let config = match url {
+        Some(url) => kiln_remote::RemoteConfig::with_overrides(|name| {
+            if name == "KILN_REMOTE_URL" {
+                Some(url.to_owned())
+            } else {
+                std::env::var(name).ok()
+            }
+        }),
+        None => kiln_remote::RemoteConfig::from_env(),
+    }
+    .map_err(|error| anyhow::anyhow!("the remote tier cannot start: {error}"))?;
+    config
+        .map(kiln_remote::RemoteStore::open)
+        .transpose()
+        .map_err(|error| anyhow::anyhow!("the remote tier cannot start: {error}"))
+}
+
+/// Whether this run retries remembered failures (`--retry-failed`).
+static RETRY_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl Arguments {
+    /// Whether `backend` is to run.
+    fn wants(&self, backend: &str) -> bool {
+        self.backend.is_empty() || self.backend.iter().any(|wanted| wanted == backend)
+    }
+
+    /// Checks the architectures and that every required backend is
+    /// selected, before anything compiles.
+    fn check(&self) -> Result<()> {
+        let usage = |message: String| Exit::new(exit::USAGE, message);
+        for arch in &self.cuda_arch {
+            arch.parse::<Architecture>()
+                .map_err(|error| usage(format!("--cuda-arch: {error}")))?;
+        }
+        for arch in &self.hip_arch {
+            kiln_hip::Architecture::new(arch)
+                .map_err(|error| usage(format!("--hip-arch: {error}")))?;
+        }
+        if let Some(left_out) = self.require.iter().find(|backend| !self.wants(backend)) {
+            return Err(usage(format!(
+                "--require {left_out}: the backend is not among --backend {}; add it there",
+                self.backend.join(",")
+            ))
+            .into());
+        }
+        Ok(())
+    }
 }
 
 /// What one backend did with its kernels.
@@ -61,6 +154,8 @@ struct BackendReport {
     backend: &'static str,
     /// The device, or the compile-only target, it ran on.
     target: String,
+    /// The architecture compiled for (CUDA, HIP); `None` for wgpu.
+    architecture: Option<String>,
     /// Whether kernels were loaded on a device (not compile-only).
     on_device: bool,
     /// Why the backend did not run, when it did not.
@@ -99,6 +194,25 @@ struct FileReport {
     reason: String,
 }
 
+/// What the remote tier did during a run.
+#[derive(Debug, Serialize)]
+struct RemoteReport {
+    /// Where it is, without any password.
+    url: String,
+    /// Kernels the disk store missed and the remote had (verified).
+    hits: u64,
+    /// Entries written to the remote.
+    written: u64,
+    /// Remote writes that failed.
+    write_failures: u64,
+    /// Remote writes dropped because the queue was full.
+    dropped: u64,
+    /// Remote entries that did not verify and were not loaded.
+    unverified: u64,
+    /// Whether every queued write went out before the run ended.
+    flushed: bool,
+}
+
 /// A cause of failed store writes, reported once per run however many
 /// writes it failed.
 #[derive(Debug, Serialize)]
@@ -129,11 +243,15 @@ struct WarmReport {
     backends: Vec<BackendReport>,
     /// Why store writes failed, one entry per cause.
     store_write_failures: Vec<WriteFailureReport>,
+    /// The shared remote tier, when the run had one (P10).
+    remote: Option<RemoteReport>,
 }
 
 /// Compiles every kernel of the folder into the store at `dir` (else the
 /// configured one).
 pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result<()> {
+    arguments.check()?;
+    RETRY_FAILED.store(arguments.retry_failed, std::sync::atomic::Ordering::Relaxed);
     let found = manifest::find(&arguments.folder)?;
     if found.files.is_empty() && found.failed.is_empty() {
         bail!(
@@ -142,19 +260,29 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
         );
     }
     let store = super::open_store_to_fill(dir)?;
-    match &store {
-        Err(reason) => errln!("kiln: warning: {reason}; compiling without a store"),
-        Ok(store) if store.is_read_only() => errln!(
-            "kiln: warning: the store at {} cannot be written: kernels it holds are read \
-             from it, nothing is stored",
-            store.root().display()
-        ),
-        Ok(_) => {}
+    // A store found read-only says so itself, through the logger.
+    if let Err(reason) = &store {
+        errln!("kiln: warning: {reason}; compiling without a store");
     }
-    let shared: Option<Arc<dyn ArtifactStore>> = store
-        .as_ref()
-        .ok()
-        .map(|store| Arc::new(store.clone()) as Arc<dyn ArtifactStore>);
+    let remote = remote_tier(arguments.remote.as_deref())?;
+    let tiered = match (store.as_ref().ok(), remote) {
+        (Some(disk), Some(remote)) => Some(Arc::new(kiln_remote::TieredStore::new(
+            disk.clone(),
+            remote,
+        ))),
+        (None, Some(_)) => {
+            errln!("kiln: warning: no local store, so the remote tier is not used this run");
+            None
+        }
+        (_, None) => None,
+    };
+    let shared: Option<Arc<dyn ArtifactStore>> = match &tiered {
+        Some(tiered) => Some(Arc::clone(tiered) as Arc<dyn ArtifactStore>),
+        None => store
+            .as_ref()
+            .ok()
+            .map(|store| Arc::new(store.clone()) as Arc<dyn ArtifactStore>),
+    };
     let files = &found.files;
     let of = |language: Language| -> Vec<&KernelFile> {
         files
@@ -163,16 +291,29 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
             .collect()
     };
     let (wgsl, cuda, hip) = (of(Language::Wgsl), of(Language::Cuda), of(Language::Hip));
+    // Each architecture asked for is a batch of its own; none asked is
+    // the device's, else the default.
+    let architectures = |asked: &[String]| -> Vec<Option<String>> {
+        if asked.is_empty() {
+            vec![None]
+        } else {
+            asked.iter().cloned().map(Some).collect()
+        }
+    };
     let mut backends = Vec::new();
-    if !wgsl.is_empty() {
+    if !wgsl.is_empty() && arguments.wants("wgpu") {
         backends.push(warm_wgpu(&wgsl, shared.as_ref()));
     }
-    if !cuda.is_empty() {
-        backends.push(warm_cuda(&cuda, shared.as_ref(), &arguments.cuda_arch));
+    if !cuda.is_empty() && arguments.wants("cuda") {
+        for arch in architectures(&arguments.cuda_arch) {
+            backends.push(warm_cuda(&cuda, shared.as_ref(), arch.as_deref()));
+        }
     }
     let for_hip: Vec<&KernelFile> = cuda.iter().chain(&hip).copied().collect();
-    if !for_hip.is_empty() {
-        backends.push(warm_hip(&for_hip, shared.as_ref(), &arguments.hip_arch));
+    if !for_hip.is_empty() && arguments.wants("hip") {
+        for arch in architectures(&arguments.hip_arch) {
+            backends.push(warm_hip(&for_hip, shared.as_ref(), arch.as_deref()));
+        }
     }
     let notes = |unusable: &[manifest::Unusable]| -> Vec<FileReport> {
         unusable
@@ -183,7 +324,22 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
             })
             .collect()
     };
+    // The remote writes queued during the run go out before it ends.
+    let remote = tiered.map(|tiered| {
+        let flushed = tiered.flush(std::time::Duration::from_secs(60));
+        let statistics = tiered.tiered_statistics();
+        RemoteReport {
+            url: tiered.remote().config().url_for_display(),
+            hits: statistics.remote_hits,
+            written: statistics.remote_writes,
+            write_failures: statistics.remote_write_failures,
+            dropped: statistics.queue_dropped,
+            unverified: statistics.remote.unverified,
+            flushed,
+        }
+    });
     let report = WarmReport {
+        remote,
         folder: arguments.folder.display().to_string(),
         store: store
             .as_ref()
@@ -200,26 +356,39 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
         store_write_failures: store.as_ref().map(write_failures).unwrap_or_default(),
         backends,
     };
+    // A failed store write was said once per cause on standard error by
+    // the store itself, through the logger; the table counts them per
+    // backend.
     output.print(&report, || print_report(&report))?;
-    // Once per cause, on standard error, however many writes failed: the
-    // table counts them per backend.
-    for failure in &report.store_write_failures {
-        errln!(
-            "kiln: warning: {} store write{} failed: {}: {}; those kernels compiled but were \
-             not stored",
-            failure.count,
-            if failure.count == 1 { "" } else { "s" },
-            failure.cause,
-            failure.detail
-        );
+    let missing: Vec<String> = report
+        .backends
+        .iter()
+        .filter(|backend| arguments.require.iter().any(|name| name == backend.backend))
+        .filter_map(|backend| {
+            let reason = backend.unavailable.as_ref()?;
+            Some(format!("{}: {}", backend.backend, short(reason)))
+        })
+        .collect();
+    if !missing.is_empty() {
+        return Err(Exit::new(
+            exit::REQUIRED_UNAVAILABLE,
+            format!(
+                "a required backend is unavailable: {}; install its compiler (cargo xtask \
+                 setup), or leave it out of --require",
+                missing.join("; ")
+            ),
+        )
+        .reported()
+        .into());
     }
     let failed: u64 = report.backends.iter().map(|backend| backend.failed).sum();
-    match (failed, report.failed_files.len()) {
-        (0, 0) => Ok(()),
-        (kernels, 0) => bail!("{kernels} kernels failed"),
-        (0, files) => bail!("{files} kernel files failed"),
-        (kernels, files) => bail!("{kernels} kernels and {files} kernel files failed"),
-    }
+    let message = match (failed, report.failed_files.len()) {
+        (0, 0) => return Ok(()),
+        (kernels, 0) => format!("{kernels} kernels failed"),
+        (0, files) => format!("{files} kernel files failed"),
+        (kernels, files) => format!("{kernels} kernels and {files} kernel files failed"),
+    };
+    Err(Exit::new(exit::KERNELS_FAILED, message).reported().into())
 }
 
 /// Why the store's writes failed during the run, one entry per cause.
@@ -247,6 +416,23 @@ fn print_report(report: &WarmReport) {
         report.files,
         report.folder
     );
+    if let Some(remote) = &report.remote {
+        outln!(
+            "remote tier {}: {} hits, {} written, {} write failures, {} dropped, {} entries \
+             that did not verify{}",
+            remote.url,
+            remote.hits,
+            remote.written,
+            remote.write_failures,
+            remote.dropped,
+            remote.unverified,
+            if remote.flushed {
+                ""
+            } else {
+                "; some writes were still queued at the end"
+            }
+        );
+    }
     let mut table = Table::new(&[
         "BACKEND",
         "TARGET",
@@ -336,18 +522,16 @@ fn short(reason: &str) -> String {
     text
 }
 
-fn seconds(value: f64) -> String {
-    if value < 1.0 {
-        format!("{:.0} ms", value * 1e3)
-    } else {
-        format!("{value:.2} s")
-    }
-}
-
-/// A report of a backend that could not run.
-fn unavailable(backend: &'static str, kernels: usize, reason: String) -> BackendReport {
+/// A report of a backend that could not run for `architecture`.
+fn unavailable(
+    backend: &'static str,
+    architecture: Option<&str>,
+    kernels: usize,
+    reason: String,
+) -> BackendReport {
     BackendReport {
         backend,
+        architecture: architecture.map(str::to_owned),
         unavailable: Some(reason),
         kernels,
         ..BackendReport::default()
@@ -410,7 +594,13 @@ where
     T: CompilationTarget,
     KernelOf<T>: Sized,
 {
-    let mut loader = KernelLoader::with_config(target, LoaderConfig::from_env_or_default());
+    let config = LoaderConfig::from_env_or_default();
+    let config = LoaderConfig {
+        retry_failed: config.retry_failed
+            || RETRY_FAILED.load(std::sync::atomic::Ordering::Relaxed),
+        ..config
+    };
+    let mut loader = KernelLoader::with_config(target, config);
     for (_, kernel) in make() {
         loader.enqueue(kernel, variant.clone());
     }
@@ -449,6 +639,7 @@ where
     let report = BackendReport {
         backend,
         target: description,
+        architecture: None,
         on_device,
         unavailable: None,
         kernels: count,
@@ -561,13 +752,26 @@ fn counted_source<A>(
     }
 }
 
+/// Warms `files` for CUDA: on the NVIDIA GPU when there is one of `arch`
+/// (of any architecture when `arch` is `None`), else compile-only for
+/// `arch` (sm_90 by default).
 fn warm_cuda(
     files: &[&KernelFile],
     store: Option<&Arc<dyn ArtifactStore>>,
-    arch: &str,
+    arch: Option<&str>,
 ) -> BackendReport {
     let count = files.iter().map(|file| file.specializations.len()).sum();
-    let (target, description, on_device) = match CudaTarget::on_device(0) {
+    let text = arch.unwrap_or("sm_90");
+    let architecture: Architecture = match text.parse() {
+        Ok(architecture) => architecture,
+        Err(error) => return unavailable("cuda", Some(text), count, error.to_string()),
+    };
+    let device = match CudaTarget::on_device(0) {
+        Ok(target) if arch.is_none() || target.architecture() == architecture => Ok(target),
+        Ok(target) => Err(format!("the GPU is {}", target.architecture())),
+        Err(error) => Err(error.to_string()),
+    };
+    let (target, description, on_device) = match device {
         Ok(target) => {
             let name = target
                 .device()
@@ -576,23 +780,17 @@ fn warm_cuda(
             let description = format!("{name} {}", target.architecture());
             (target, description, true)
         }
-        Err(device_error) => {
-            let architecture: Architecture = match arch.parse() {
-                Ok(architecture) => architecture,
-                Err(error) => return unavailable("cuda", count, error.to_string()),
-            };
-            match CudaTarget::compile_only(architecture) {
-                Ok(target) => {
-                    log::info!("cuda: {device_error}; compiling only");
-                    let description = format!(
-                        "compile-only: {architecture}, nvrtc {}",
-                        target.compiler().version()
-                    );
-                    (target, description, false)
-                }
-                Err(error) => return unavailable("cuda", count, error.to_string()),
+        Err(device_error) => match CudaTarget::compile_only(architecture) {
+            Ok(target) => {
+                log::info!("cuda: {device_error}; compiling only for {architecture}");
+                let description = format!(
+                    "compile-only: {architecture}, nvrtc {}",
+                    target.compiler().version()
+                );
+                (target, description, false)
             }
-        }
+            Err(error) => return unavailable("cuda", Some(text), count, error.to_string()),
+        },
     };
     let generated = Arc::new(AtomicUsize::new(0));
     let make = || {
@@ -611,7 +809,8 @@ fn warm_cuda(
     };
     let target = target.with_optional_store(store.cloned());
     let variant = target.variant();
-    warm_batch(
+    let architecture = target.architecture().to_string();
+    let mut report = warm_batch(
         "cuda",
         description,
         on_device,
@@ -620,38 +819,46 @@ fn warm_cuda(
         make,
         &generated,
     )
-    .0
+    .0;
+    report.architecture = Some(architecture);
+    report
 }
 
+/// Warms `files` for HIP, as [`warm_cuda`] does for CUDA (gfx90a by
+/// default).
 fn warm_hip(
     files: &[&KernelFile],
     store: Option<&Arc<dyn ArtifactStore>>,
-    arch: &str,
+    arch: Option<&str>,
 ) -> BackendReport {
     let count = files.iter().map(|file| file.specializations.len()).sum();
-    let (target, description, on_device) = match HipTarget::on_device(0) {
+    let text = arch.unwrap_or("gfx90a");
+    let architecture = match kiln_hip::Architecture::new(text) {
+        Ok(architecture) => architecture,
+        Err(error) => return unavailable("hip", Some(text), count, error.to_string()),
+    };
+    let device = match HipTarget::on_device(0) {
+        Ok(target) if arch.is_none() || *target.architecture() == architecture => Ok(target),
+        Ok(target) => Err(format!("the GPU is {}", target.architecture())),
+        Err(error) => Err(error.to_string()),
+    };
+    let (target, description, on_device) = match device {
         Ok(target) => {
             let description = format!("AMD GPU {}", target.architecture());
             (target, description, true)
         }
-        Err(device_error) => {
-            let architecture = match kiln_hip::Architecture::new(arch) {
-                Ok(architecture) => architecture,
-                Err(error) => return unavailable("hip", count, error.to_string()),
-            };
-            match HipTarget::compile_only(architecture) {
-                Ok(target) => {
-                    log::info!("hip: {device_error}; compiling only");
-                    let description = format!(
-                        "compile-only: {}, hiprtc {}",
-                        target.architecture(),
-                        target.compiler().identity().hiprtc_version
-                    );
-                    (target, description, false)
-                }
-                Err(error) => return unavailable("hip", count, error.to_string()),
+        Err(device_error) => match HipTarget::compile_only(architecture) {
+            Ok(target) => {
+                log::info!("hip: {device_error}; compiling only");
+                let description = format!(
+                    "compile-only: {}, hiprtc {}",
+                    target.architecture(),
+                    target.compiler().identity().hiprtc_version
+                );
+                (target, description, false)
             }
-        }
+            Err(error) => return unavailable("hip", Some(text), count, error.to_string()),
+        },
     };
     let generated = Arc::new(AtomicUsize::new(0));
     let make = || {
@@ -667,7 +874,8 @@ fn warm_hip(
     };
     let target = target.with_optional_store(store.cloned());
     let variant = target.variant();
-    warm_batch(
+    let architecture = target.architecture().to_string();
+    let mut report = warm_batch(
         "hip",
         description,
         on_device,
@@ -676,7 +884,9 @@ fn warm_hip(
         make,
         &generated,
     )
-    .0
+    .0;
+    report.architecture = Some(architecture);
+    report
 }
 
 /// A progress bar on standard error while one backend's batch runs: how
@@ -704,15 +914,15 @@ impl Bar {
                     let done = done.load(Ordering::Relaxed).min(total);
                     let width = 30;
                     let filled = (done * width).checked_div(total).unwrap_or(width);
-                    console::write_error(format_args!(
-                        "\r\x1b[2Kwarm {label}: [{}{}] {done}/{total} compiling",
+                    console::draw_bar(format_args!(
+                        "warm {label}: [{}{}] {done}/{total} compiling",
                         "#".repeat(filled),
                         "-".repeat(width - filled)
                     ));
                     drawn = true;
                 }
                 if drawn {
-                    console::write_error(format_args!("\r\x1b[2K"));
+                    console::draw_bar(format_args!(""));
                 }
             })
         });

@@ -84,6 +84,41 @@ impl RememberedFailure {
         }
     }
 
+    /// What it remembers, in words: the failure it reports, or the crashes
+    /// counted so far; `None` when it holds nothing.
+    pub fn describe(&self) -> Option<String> {
+        match &self.failure {
+            Some(RememberedCause::Compile(failure)) => {
+                Some(format!("failed to {}: {failure}", self.stage))
+            }
+            Some(RememberedCause::Quarantined { crashes, message }) => Some(format!(
+                "quarantined: its compile crashed, hung or panicked {crashes} times, last: \
+                 {message}"
+            )),
+            None if self.crashes > 0 => Some(format!(
+                "its compile crashed, hung or panicked {} time(s), last: {}; once more \
+                 quarantines it",
+                self.crashes,
+                self.last_crash.as_deref().unwrap_or("-")
+            )),
+            None => None,
+        }
+    }
+
+    /// The bytes it is stored as.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        crate::encoding::encode(self).expect("a remembered failure is plain data and serializes")
+    }
+
+    /// The memory stored as `bytes`; `None` when they are not one whole
+    /// (a memory written by another kiln, or damaged): no memory.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        match crate::encoding::decode::<Self>(bytes) {
+            Ok((memory, read)) if read == bytes.len() => Some(memory),
+            _ => None,
+        }
+    }
+
     /// Whether it holds anything: a failure to report or a crash counted.
     pub fn is_empty(&self) -> bool {
         self.failure.is_none() && self.crashes == 0

@@ -240,6 +240,19 @@ impl StoreKey {
         }
     }
 
+    /// The variant the key was made under, read back from its bytes as a
+    /// `V`: `None` when they are not one (another backend's variant, or a
+    /// variant that did not serialize and is keyed by its text). With
+    /// [`KeyedCompiler::variant_label`], this names a stored entry's
+    /// variant as its backend does, whenever it was stored: the bytes are
+    /// what the key was always made of.
+    pub fn decode_variant<V: serde::de::DeserializeOwned>(&self) -> Option<V> {
+        match encoding::decode::<V>(&self.variant) {
+            Ok((variant, read)) if read == self.variant.len() => Some(variant),
+            _ => None,
+        }
+    }
+
     /// Whether this key is of lowered source rather than of a kernel.
     pub fn is_source(&self) -> bool {
         matches!(self.subject, KeySubject::Source { .. })
@@ -782,6 +795,13 @@ pub trait KeyedCompiler: ArtifactCompiler {
         let _ = id;
         None
     }
+
+    /// `variant` as a person reads it in a listing: `sm_90`, `gfx90a`. The
+    /// default is its `Debug` text, which [`StoreKey::variant_text`] also
+    /// keeps.
+    fn variant_label(variant: &Self::Variant) -> String {
+        format!("{variant:?}")
+    }
 }
 
 #[cfg(test)]
@@ -846,6 +866,20 @@ mod tests {
             assert_eq!(difference.component, component);
         }
         assert_eq!(base.first_difference(&base), None);
+    }
+
+    #[test]
+    fn a_key_gives_back_its_variant_and_nothing_of_another_type() {
+        // P9: a listing names the variant an entry was stored under.
+        let key = StoreKey::for_artifact(&components(), &id(1), None);
+        assert_eq!(key.decode_variant::<u8>(), Some(1));
+        assert_eq!(key.decode_variant::<(u8, u64)>(), None, "bytes too few");
+        let wide = StoreKey::for_artifact(
+            &components(),
+            &ArtifactId::new(id(1).kernel, (7u8, 300u64)),
+            None,
+        );
+        assert_eq!(wide.decode_variant::<u8>(), None, "bytes left over");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! - `history`: what the store remembers of each kernel's keys, for
 //!   explanations (P9);
 //! - `access`: explicit access times, the eviction clock (P6);
+//! - `activity`: this process's hits, misses, compiles and failures,
+//!   merged into the store's totals at each batch's end;
 //! - `blob`: named blobs, kept beside artifacts as artifacts are;
 //! - `write`: puts, publication and rollback, and the causes of failed
 //!   writes (P3, P5);
@@ -20,6 +22,7 @@
 //! implementation, which hands each call to its part.
 
 mod access;
+mod activity;
 mod blob;
 mod claim;
 mod eviction;
@@ -112,6 +115,16 @@ pub(crate) struct Inner {
     /// end of the last batch: its recount may have missed the puts made
     /// while it walked.
     collected_since_batch: AtomicBool,
+    /// This process's counts not yet merged into the `activity` file.
+    pub(crate) tally: activity::Tally,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last handle of the process: what it counted since its last
+        // batch is not lost.
+        activity::merge(self);
+    }
 }
 
 #[derive(Debug, Default)]
@@ -172,7 +185,9 @@ impl DiskStore {
 
 impl ArtifactStore for DiskStore {
     fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
-        self.find_artifact(key)
+        let found = self.find_artifact(key);
+        self.count_lookup(key, &found);
+        found
     }
 
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
@@ -190,6 +205,8 @@ impl ArtifactStore for DiskStore {
         bytes: &[u8],
         work: Duration,
     ) -> StoreOutcome {
+        // A compile, whether or not the store could keep it.
+        self.count_compile(key, source_key, work);
         self.store_artifact(key, source_key, bytes, work)
     }
 
@@ -223,6 +240,7 @@ impl ArtifactStore for DiskStore {
 
     fn batch_finished(&self) {
         self.hold_limits();
+        self.merge_activity();
     }
 
     fn explain(&self, key: &StoreKey) -> Explanation {
@@ -230,10 +248,13 @@ impl ArtifactStore for DiskStore {
     }
 
     fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
-        self.find_blob(key)
+        let found = self.find_blob(key);
+        self.count_blob_lookup(key, &found);
+        found
     }
 
     fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
+        self.count_blob_put(key, bytes);
         self.store_blob(key, bytes)
     }
 }

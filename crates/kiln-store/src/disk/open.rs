@@ -127,6 +127,7 @@ impl DiskStore {
                 write_failures: Mutex::new(Vec::new()),
                 wrote_since_batch: AtomicBool::new(false),
                 collected_since_batch: AtomicBool::new(false),
+                tally: Default::default(),
             }),
         }
     }

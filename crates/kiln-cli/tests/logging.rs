@@ -1,0 +1,135 @@
+//! What the library says reaches standard error through the command's
+//! logger: warnings by default, each once, more with `-v` or `KILN_LOG`,
+//! none with `-q`.
+
+mod support;
+
+use std::path::Path;
+
+use support::{Scratch, finish, kiln, wgsl_kernel};
+
+/// Overwrites every record file of the store at `root` with bytes that are
+/// no record.
+fn damage_records(root: &Path) -> usize {
+    let mut damaged = 0;
+    let mut folders = vec![root.join("records")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).expect("a folder of the store") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                folders.push(path);
+            } else {
+                std::fs::write(&path, b"not a record").expect("damaged");
+                damaged += 1;
+            }
+        }
+    }
+    damaged
+}
+
+/// kiln's lines on standard error (a Vulkan driver may add its own).
+fn kiln_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|line| line.starts_with("kiln"))
+        .collect()
+}
+
+// P2
+#[test]
+fn a_damaged_entry_is_a_warning_on_standard_error_once_and_quiet_hides_it() {
+    let scratch = Scratch::new("log-damaged");
+    let folder = scratch.folder("kernels");
+    std::fs::write(folder.join("one.wgsl"), wgsl_kernel(1)).expect("a kernel file");
+    let store = scratch.join("store");
+    let first = finish(kiln(&store, &["--json", "warm"]).arg(&folder));
+    first.succeeded_json();
+    assert!(
+        kiln_lines(&first.stderr).is_empty(),
+        "nothing to say: {}",
+        first.stderr
+    );
+
+    assert!(damage_records(&store) > 0, "the run stored records");
+    let second = finish(kiln(&store, &["--json", "warm"]).arg(&folder));
+    let report = second.succeeded_json();
+    assert_eq!(report["backends"][0]["compiled"], 1, "{report:#}");
+    let lines = kiln_lines(&second.stderr);
+    assert!(
+        !lines.is_empty()
+            && lines
+                .iter()
+                .all(|line| line.starts_with("kiln: warning: ") && line.contains("removed")),
+        "the damaged entries are warned of: {}",
+        second.stderr
+    );
+    let mut distinct = lines.clone();
+    distinct.dedup();
+    assert_eq!(distinct, lines, "each message once: {}", second.stderr);
+
+    damage_records(&store);
+    let quiet = finish(kiln(&store, &["--json", "-q", "warm"]).arg(&folder));
+    quiet.succeeded_json();
+    assert!(
+        kiln_lines(&quiet.stderr).is_empty(),
+        "-q shows no warning: {}",
+        quiet.stderr
+    );
+    damage_records(&store);
+    let off = finish(
+        kiln(&store, &["--json", "warm"])
+            .arg(&folder)
+            .env("KILN_LOG", "off"),
+    );
+    off.succeeded_json();
+    assert!(
+        kiln_lines(&off.stderr).is_empty(),
+        "KILN_LOG=off shows nothing: {}",
+        off.stderr
+    );
+}
+
+// P5
+#[test]
+fn kiln_log_and_verbose_flags_show_a_module_s_debugging_lines() {
+    // A store asked to be read-only says so at debug level only.
+    let scratch = Scratch::new("log-levels");
+    let folder = scratch.folder("kernels");
+    std::fs::write(folder.join("one.wgsl"), wgsl_kernel(2)).expect("a kernel file");
+    let store = scratch.join("store");
+    finish(kiln(&store, &["--json", "warm"]).arg(&folder)).succeeded_json();
+    let said = |arguments: &[&str], log: Option<&str>| {
+        let mut command = kiln(&store, arguments);
+        command.arg(&folder).env("KILN_CACHE_READ_ONLY", "1");
+        match log {
+            Some(log) => command.env("KILN_LOG", log),
+            None => command.env_remove("KILN_LOG"),
+        };
+        let run = finish(&mut command);
+        run.succeeded_json();
+        run.stderr
+            .lines()
+            .any(|line| line.starts_with("kiln: debug: kiln_store") && line.contains("only"))
+    };
+    assert!(!said(&["--json", "warm"], None), "not by default");
+    assert!(said(&["--json", "warm"], Some("kiln_store=debug")));
+    assert!(
+        !said(
+            &["--json", "warm"],
+            Some("kiln_store=debug,kiln_store::disk=warn")
+        ),
+        "the longest module wins"
+    );
+    assert!(said(&["--json", "-vv", "warm"], None));
+    assert!(!said(&["--json", "-v", "warm"], None), "-v is notes only");
+    // A directive that does not parse is named, and the run goes on.
+    let mut command = kiln(&store, &["--json", "warm"]);
+    command.arg(&folder).env("KILN_LOG", "loud");
+    let run = finish(&mut command);
+    run.succeeded_json();
+    assert!(
+        run.stderr.contains("KILN_LOG: \"loud\" is not a directive"),
+        "{}",
+        run.stderr
+    );
+}

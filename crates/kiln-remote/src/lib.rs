@@ -1,0 +1,48 @@
+//! kiln's shared remote tier (P10, P12): artifacts in Redis or Redis
+//! Cluster, signed so that no one who can write the cache can put native
+//! code on the machines that read it, behind each machine's disk store.
+//!
+//! - [`RemoteStore`] is an [`ArtifactStore`](kiln_core::ArtifactStore)
+//!   over Redis: one signed, self-describing value per key, a batch's
+//!   lookups in one round trip, every call bounded by a timeout and a
+//!   circuit breaker, claims as leases across machines.
+//! - [`TieredStore`] composes a local store (the disk store) with a
+//!   remote one: reads go local, then remote, and a remote hit is written
+//!   back locally; remote writes go through a bounded background queue.
+//! - [`Keys`] and [`keygen`] are the fleet key (keyed BLAKE3) or the
+//!   builders' Ed25519 signing keys and the nodes' trusted public keys.
+//!   Without a key the remote tier does not open.
+//!
+//! # Design
+//!
+//! - **Degrade, never fail.** A remote that is down, slow, full or not
+//!   Redis answers misses and counted failed writes, with one warning per
+//!   outage; the breaker keeps a dead remote from costing each launch a
+//!   timeout, and probes it again later (P5, P10).
+//! - **Never trust the shared tier.** Every value is verified before its
+//!   bytes leave this crate; anything else is a counted miss (P2, P10).
+//! - **Blocking and small.** The `redis` crate's blocking connections
+//!   with read and write timeouts: no async runtime, no TLS.
+//!
+//! The settings and their `KILN_REMOTE_*` variables are in [`config`].
+
+#![warn(missing_docs)]
+
+mod breaker;
+mod claim;
+pub mod config;
+mod entry;
+pub mod error;
+mod keys;
+mod link;
+mod queue;
+mod remote;
+mod statistics;
+mod tiered;
+
+pub use config::RemoteConfig;
+pub use error::{Error, Result};
+pub use keys::{FleetKey, Keys, PublicKey, SigningKey, keygen};
+pub use remote::RemoteStore;
+pub use statistics::RemoteStatistics;
+pub use tiered::{TieredStatistics, TieredStore};

@@ -1,0 +1,285 @@
+//! The connection to Redis or Redis Cluster: blocking connections kept in
+//! a small pool, every call bounded by the timeout, and the breaker in
+//! front of every call (P10).
+//!
+//! Nothing connects when the store opens: a missing or misconfigured Redis
+//! never holds up start-up. The first call connects, within the timeout.
+//! A connection that failed a call (timed out with a reply still on the
+//! way, reset, closed) is dropped, never put back.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use redis::cluster::{ClusterClient, ClusterConnection, ClusterPipeline};
+use redis::{Cmd, Connection, ErrorKind, FromRedisValue, Pipeline, RedisError, RedisResult};
+
+use crate::breaker::{Breaker, Permit};
+use crate::error::{Error, Result};
+use crate::statistics::{Counters, bump};
+
+/// Idle connections kept for the next call; more are closed.
+const IDLE_CONNECTIONS: usize = 8;
+
+enum Server {
+    Single(redis::Client),
+    Cluster(ClusterClient),
+}
+
+/// One open connection.
+pub(crate) enum Link {
+    Single(Connection),
+    Cluster(Box<ClusterConnection>),
+}
+
+impl Link {
+    /// Runs one command.
+    pub(crate) fn query<T: FromRedisValue>(&mut self, command: &Cmd) -> RedisResult<T> {
+        match self {
+            Self::Single(connection) => command.query(connection),
+            Self::Cluster(connection) => command.query(connection.as_mut()),
+        }
+    }
+
+    /// Runs `commands` in one round trip (one per shard of a cluster) and
+    /// returns their replies in order.
+    pub(crate) fn pipeline<T: FromRedisValue>(&mut self, commands: Vec<Cmd>) -> RedisResult<T> {
+        match self {
+            Self::Single(connection) => {
+                let mut pipeline = Pipeline::with_capacity(commands.len());
+                for command in commands {
+                    pipeline.add_command(command);
+                }
+                pipeline.query(connection)
+            }
+            Self::Cluster(connection) => {
+                let mut pipeline = ClusterPipeline::with_capacity(commands.len());
+                for command in commands {
+                    pipeline.add_command(command);
+                }
+                pipeline.query(connection.as_mut())
+            }
+        }
+    }
+}
+
+/// Redis behind a breaker, with a pool of connections.
+pub(crate) struct Remote {
+    server: Server,
+    /// The address without its password, for messages.
+    shown: String,
+    timeout: Duration,
+    idle: Mutex<Vec<Link>>,
+    pub(crate) breaker: Breaker,
+    /// Whether an error reply was already logged.
+    warned_reply: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("url", &self.shown)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Remote {
+    /// A remote at `url`, not yet connected.
+    pub(crate) fn new(url: &str, timeout: Duration, retry_after: Duration) -> Result<Self> {
+        let shown = without_password(url);
+        let bad = |problem: String| Error::Url {
+            url: shown.clone(),
+            problem,
+        };
+        let server = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+            let (credentials, hosts) = match rest.rsplit_once('@') {
+                Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
+                None => (String::new(), rest),
+            };
+            let hosts = hosts.split('/').next().unwrap_or_default();
+            let nodes: Vec<String> = hosts
+                .split(',')
+                .map(str::trim)
+                .filter(|host| !host.is_empty())
+                .map(|host| format!("redis://{credentials}{host}"))
+                .collect();
+            if nodes.is_empty() {
+                return Err(bad("no HOST:PORT after redis+cluster://".into()));
+            }
+            let client = ClusterClient::builder(nodes)
+                .connection_timeout(timeout)
+                .response_timeout(timeout)
+                // A redirect (a slot that moved) is followed once; more
+                // retries would multiply the time a dead shard costs.
+                .retries(1)
+                .min_retry_wait(1)
+                .max_retry_wait(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
+                .build()
+                .map_err(|error| bad(error.to_string()))?;
+            Server::Cluster(client)
+        } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+            let client = redis::Client::open(url).map_err(|error| bad(error.to_string()))?;
+            Server::Single(client)
+        } else {
+            return Err(bad("an unknown scheme".into()));
+        };
+        Ok(Self {
+            server,
+            shown,
+            timeout,
+            idle: Mutex::new(Vec::new()),
+            breaker: Breaker::new(retry_after),
+            warned_reply: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    fn connect(&self) -> RedisResult<Link> {
+        match &self.server {
+            Server::Single(client) => {
+                let connection = client.get_connection_with_timeout(self.timeout)?;
+                connection.set_read_timeout(Some(self.timeout))?;
+                connection.set_write_timeout(Some(self.timeout))?;
+                Ok(Link::Single(connection))
+            }
+            Server::Cluster(client) => {
+                let connection = client.get_connection()?;
+                connection.set_read_timeout(Some(self.timeout))?;
+                connection.set_write_timeout(Some(self.timeout))?;
+                Ok(Link::Cluster(Box::new(connection)))
+            }
+        }
+    }
+
+    /// Runs `call` on a connection, unless the breaker is open. A failed
+    /// call is counted, opens the breaker when the connection failed, and
+    /// gives `None`: the caller answers a miss or a failed write.
+    pub(crate) fn call<T>(
+        &self,
+        counters: &Counters,
+        call: impl FnOnce(&mut Link) -> RedisResult<T>,
+    ) -> Option<T> {
+        let permit = self.breaker.permit();
+        if permit == Permit::Open {
+            bump(&counters.skipped_while_open);
+            return None;
+        }
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let connected = match idle {
+            Some(link) => Ok(link),
+            None => self.connect(),
+        };
+        let result = connected.and_then(|mut link| call(&mut link).map(|value| (value, link)));
+        match result {
+            Ok((value, link)) => {
+                self.breaker.succeeded();
+                let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+                if idle.len() < IDLE_CONNECTIONS {
+                    idle.push(link);
+                }
+                Some(value)
+            }
+            Err(error) => {
+                self.failed(counters, permit, &error);
+                None
+            }
+        }
+    }
+
+    fn failed(&self, counters: &Counters, permit: Permit, error: &RedisError) {
+        if error.is_timeout() {
+            bump(&counters.timeouts);
+        } else {
+            bump(&counters.errors);
+        }
+        let answered = matches!(error.kind(), ErrorKind::Server(_) | ErrorKind::Extension);
+        if answered && !error.is_cluster_error() {
+            // The server answered with an error (out of memory, a command
+            // refused): it is there, so the breaker stays as it is.
+            if permit == Permit::Probe {
+                self.breaker.succeeded();
+            }
+            if !self
+                .warned_reply
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                log::warn!(
+                    "kiln: the remote store at {} refused a call ({error}); kernels still load \
+                     from the local store or compile, and refusals are counted",
+                    self.shown
+                );
+            }
+            return;
+        }
+        // Every idle connection may be as dead as this one.
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        if self.breaker.failed(permit) {
+            bump(&counters.breaker_opened);
+            log::warn!(
+                "kiln: the remote store at {} is not answering ({error}); using the local store \
+                 alone and asking it again in a while",
+                self.shown
+            );
+        }
+    }
+}
+
+/// `url` with any password replaced by `***`.
+pub(crate) fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((credentials, hosts)) => {
+            let user = credentials.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{hosts}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_never_reaches_a_message() {
+        assert_eq!(
+            without_password("redis://user:hunter2@host:1"),
+            "redis://user:***@host:1"
+        );
+        let error = Remote::new(
+            "ftp://:hunter2@host",
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
+        assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn a_cluster_address_names_every_node() {
+        assert!(
+            Remote::new(
+                "redis+cluster://127.0.0.1:1,127.0.0.1:2",
+                Duration::from_secs(1),
+                Duration::from_secs(1)
+            )
+            .is_ok()
+        );
+        assert!(
+            Remote::new(
+                "redis+cluster://",
+                Duration::from_secs(1),
+                Duration::from_secs(1)
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! The remote writes of a two-level store, off the launch path (P10): a
+//! bounded queue drained by one thread. A write that does not fit (too
+//! many queued, or too many bytes) is dropped and counted, never waited
+//! for; the queue drains when the store is flushed or dropped.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use kiln_core::store::BlobKey;
+use kiln_core::{ArtifactStore, StoreKey, StoreOutcome};
+
+use crate::remote::RemoteStore;
+
+/// The most writes queued at once.
+pub(crate) const QUEUED_WRITES: usize = 1024;
+
+/// The most bytes queued at once.
+pub(crate) const QUEUED_BYTES: u64 = 256 << 20;
+
+/// One remote write.
+pub(crate) enum Write {
+    Artifact(Box<ArtifactWrite>),
+    Blob { key: BlobKey, bytes: Vec<u8> },
+}
+
+/// An artifact's remote write.
+pub(crate) struct ArtifactWrite {
+    pub key: StoreKey,
+    pub source_key: Option<StoreKey>,
+    pub bytes: Vec<u8>,
+    pub work: Duration,
+}
+
+impl Write {
+    fn len(&self) -> u64 {
+        match self {
+            Self::Artifact(write) => write.bytes.len() as u64,
+            Self::Blob { bytes, .. } => bytes.len() as u64,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct QueueState {
+    /// Writes queued and not yet finished.
+    pending: Mutex<usize>,
+    settled: Condvar,
+    bytes: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+    pub(crate) written: AtomicU64,
+    pub(crate) failed: AtomicU64,
+}
+
+/// The queue and the thread that drains it into the remote.
+#[derive(Debug)]
+pub(crate) struct WriteQueue {
+    sender: Mutex<Option<SyncSender<Write>>>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    pub(crate) state: Arc<QueueState>,
+}
+
+impl WriteQueue {
+    pub(crate) fn new(remote: RemoteStore) -> Self {
+        let (sender, receiver) = sync_channel(QUEUED_WRITES);
+        let state = Arc::new(QueueState::default());
+        let drained = Arc::clone(&state);
+        let worker = std::thread::Builder::new()
+            .name("kiln-remote-writes".into())
+            .spawn(move || drain(&remote, &receiver, &drained));
+        let worker = match worker {
+            Ok(worker) => Some(worker),
+            Err(error) => {
+                log::warn!(
+                    "kiln: cannot start the remote store's writer ({error}); artifacts stay in \
+                     the local store only"
+                );
+                None
+            }
+        };
+        Self {
+            sender: Mutex::new(worker.is_some().then_some(sender)),
+            worker: Mutex::new(worker),
+            state,
+        }
+    }
+
+    /// Queues `write`, or drops and counts it when the queue is full.
+    pub(crate) fn push(&self, write: Write) {
+        let length = write.len();
+        let state = &self.state;
+        let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(sender) = sender.as_ref() else {
+            state.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if state.bytes.load(Ordering::Relaxed) + length > QUEUED_BYTES {
+            state.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        *state.pending.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        state.bytes.fetch_add(length, Ordering::Relaxed);
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = sender.try_send(write) {
+            state.bytes.fetch_sub(length, Ordering::Relaxed);
+            state.dropped.fetch_add(1, Ordering::Relaxed);
+            state.finish_one();
+        }
+    }
+
+    /// Waits until every queued write finished, at most `timeout`;
+    /// `true` when the queue is empty.
+    pub(crate) fn flush(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut pending = self
+            .state
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        while *pending > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            pending = self
+                .state
+                .settled
+                .wait_timeout(pending, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+
+    pub(crate) fn queued(&self) -> u64 {
+        *self
+            .state
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) as u64
+    }
+}
+
+impl QueueState {
+    fn finish_one(&self) {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        *pending = pending.saturating_sub(1);
+        if *pending == 0 {
+            self.settled.notify_all();
+        }
+    }
+}
+
+/// The writer thread: each write in turn, each bounded by the remote's
+/// timeout and skipped at once while its breaker is open.
+fn drain(remote: &RemoteStore, receiver: &Receiver<Write>, state: &QueueState) {
+    while let Ok(write) = receiver.recv() {
+        let length = write.len();
+        let outcome = match write {
+            Write::Artifact(write) => remote.put(
+                &write.key,
+                write.source_key.as_ref(),
+                &write.bytes,
+                write.work,
+            ),
+            Write::Blob { key, bytes } => remote.put_blob(&key, &bytes),
+        };
+        let counter = match outcome {
+            StoreOutcome::Stored { .. } => &state.written,
+            StoreOutcome::Skipped | StoreOutcome::Failed { .. } => &state.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        state.bytes.fetch_sub(length, Ordering::Relaxed);
+        state.finish_one();
+    }
+}
+
+/// Dropping the queue writes what it holds: the sender closes, the writer
+/// drains the rest (each write bounded, and instant once the breaker is
+/// open) and ends.
+impl Drop for WriteQueue {
+    fn drop(&mut self) {
+        drop(
+            self.sender
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        if let Some(worker) = self
+            .worker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            // A writer that panicked has nothing left to write.
+            let _ = worker.join();
+        }
+    }
+}

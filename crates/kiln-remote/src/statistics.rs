@@ -1,0 +1,103 @@
+//! The remote tier's counts: what [`StoreStatistics`] says of every store,
+//! and what only a remote has (timeouts, the breaker, verification).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use kiln_core::StoreStatistics;
+use serde::{Deserialize, Serialize};
+
+/// A remote store's counts since it was opened (S4's remote side; `kiln
+/// stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteStatistics {
+    /// What every store counts: hits, misses by cause, puts, bytes.
+    pub store: StoreStatistics,
+    /// Entries that did not verify (forged, cut, another key's, unsigned,
+    /// signed by an untrusted key): never loaded, counted here and under
+    /// `store.corrupt` or `store.foreign`.
+    pub unverified: u64,
+    /// Calls that ran past the timeout.
+    pub timeouts: u64,
+    /// Calls that failed otherwise: refused, reset, not Redis, an error
+    /// reply.
+    pub errors: u64,
+    /// Calls not made because the breaker was open.
+    pub skipped_while_open: u64,
+    /// Times the breaker opened.
+    pub breaker_opened: u64,
+    /// Whether the breaker is open now.
+    pub breaker_open: bool,
+    /// Writes refused because the entry was over the size limit.
+    pub oversize: u64,
+    /// Claims held on the remote (P12).
+    pub claims_held: u64,
+    /// Claims found held by another machine.
+    pub claims_busy: u64,
+}
+
+/// The counters behind [`RemoteStatistics`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub hits: AtomicU64,
+    pub absent: AtomicU64,
+    pub corrupt: AtomicU64,
+    pub foreign: AtomicU64,
+    pub unreadable: AtomicU64,
+    pub claims_waited: AtomicU64,
+    pub claims_timed_out: AtomicU64,
+    pub puts: AtomicU64,
+    pub put_failures: AtomicU64,
+    pub writes_skipped: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub unverified: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub errors: AtomicU64,
+    pub skipped_while_open: AtomicU64,
+    pub breaker_opened: AtomicU64,
+    pub oversize: AtomicU64,
+    pub claims_held: AtomicU64,
+    pub claims_busy: AtomicU64,
+}
+
+/// Adds one to `counter`.
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Adds `amount` to `counter`.
+pub(crate) fn add(counter: &AtomicU64, amount: u64) {
+    counter.fetch_add(amount, Ordering::Relaxed);
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self, breaker_open: bool) -> RemoteStatistics {
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        RemoteStatistics {
+            store: StoreStatistics {
+                hits: read(&self.hits),
+                absent: read(&self.absent),
+                corrupt: read(&self.corrupt),
+                foreign: read(&self.foreign),
+                unreadable: read(&self.unreadable),
+                claims_waited: read(&self.claims_waited),
+                claims_timed_out: read(&self.claims_timed_out),
+                puts: read(&self.puts),
+                put_failures: read(&self.put_failures),
+                writes_skipped: read(&self.writes_skipped),
+                bytes_read: read(&self.bytes_read),
+                bytes_written: read(&self.bytes_written),
+                evicted: 0,
+            },
+            unverified: read(&self.unverified),
+            timeouts: read(&self.timeouts),
+            errors: read(&self.errors),
+            skipped_while_open: read(&self.skipped_while_open),
+            breaker_opened: read(&self.breaker_opened),
+            breaker_open,
+            oversize: read(&self.oversize),
+            claims_held: read(&self.claims_held),
+            claims_busy: read(&self.claims_busy),
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! A real `redis-server` for the tests of the remote tier and of the
+//! command line: on a free loopback port, its files in a scratch folder,
+//! killed by its pid when dropped. A test that finds none prints why it
+//! skips ([`skip`]), unless `KILN_REQUIRE_REDIS=1` (set by `cargo xtask
+//! test`, which installs it) turns the skip into a failure.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `redis-server` to run: `KILN_REDIS_SERVER`, else the one on `PATH`.
+pub fn redis_server() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("KILN_REDIS_SERVER") {
+        return Ok(PathBuf::from(path));
+    }
+    find_on_path("redis-server").ok_or_else(|| {
+        "redis-server is not installed: `cargo xtask setup` installs it (Debian: apt-get \
+         install redis-server), or set KILN_REDIS_SERVER to its path"
+            .to_owned()
+    })
+}
+
+/// The program `name` in a folder of `PATH`.
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|folder| folder.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Prints that `what` skips because `reason`, or fails when
+/// `KILN_REQUIRE_REDIS=1`.
+pub fn skip(what: &str, reason: &str) {
+    if crate::require::is_required(&["KILN_REQUIRE_REDIS"]) {
+        panic!("{what} cannot run and KILN_REQUIRE_REDIS=1: {reason}");
+    }
+    crate::skip(what, reason);
+}
+
+/// A loopback port nobody listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("the loopback interface takes a listener")
+}
+
+/// One redis-server process, killed by its pid when dropped.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Child,
+    /// The loopback port it listens on.
+    pub port: u16,
+}
+
+impl RedisServer {
+    /// A server on a free loopback port, keeping its files in `folder`,
+    /// with `extra` arguments; `Err` says why it could not start.
+    pub fn start(folder: &Path, extra: &[&str]) -> Result<Self, String> {
+        let binary = redis_server()?;
+        let mut last_error = String::new();
+        // Another process may take the port between the probe and the
+        // bind: try a few.
+        for _ in 0..5 {
+            let port = free_port();
+            let log = std::fs::File::create(folder.join(format!("redis-{port}.log")))
+                .map_err(|error| error.to_string())?;
+            let child = Command::new(&binary)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .args(["--enable-debug-command", "local"])
+                .arg("--dir")
+                .arg(folder)
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().map_err(|error| error.to_string())?)
+                .stderr(log)
+                .spawn()
+                .map_err(|error| format!("cannot start {}: {error}", binary.display()))?;
+            let mut server = Self { child, port };
+            if server.wait_until_it_answers(Duration::from_secs(10)) {
+                return Ok(server);
+            }
+            last_error = format!("redis-server on port {port} did not answer PING");
+            server.stop();
+        }
+        Err(last_error)
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn wait_until_it_answers(&mut self, within: Duration) -> bool {
+        let started = Instant::now();
+        while started.elapsed() < within {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if self
+                .command(&["PING"])
+                .is_some_and(|reply| reply.starts_with("+PONG"))
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Sends one command in RESP and returns the raw reply, or `None`.
+    pub fn command(&self, words: &[&str]) -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let mut request = format!("*{}\r\n", words.len());
+        for word in words {
+            request.push_str(&format!("${}\r\n{word}\r\n", word.len()));
+        }
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut reply = vec![0u8; 64 << 10];
+        let read = stream.read(&mut reply).ok()?;
+        Some(String::from_utf8_lossy(&reply[..read]).into_owned())
+    }
+
+    /// Kills the server (SIGKILL, by its pid) and reaps it.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
