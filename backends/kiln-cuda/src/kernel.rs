@@ -100,6 +100,14 @@ impl Kernel for CudaKernel {
     fn id(&self) -> KernelId {
         self.id.clone()
     }
+
+    /// The length of its fixed source and headers: the longest compile
+    /// first (a generated source counts its headers only).
+    fn cost_hint(&self) -> u64 {
+        let source = self.generator.size_hint().unwrap_or(0);
+        let headers: usize = self.headers.iter().map(|header| header.text.len()).sum();
+        u64::try_from(source + headers).unwrap_or(u64::MAX)
+    }
 }
 
 impl fmt::Debug for CudaKernel {

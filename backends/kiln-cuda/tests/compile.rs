@@ -533,3 +533,17 @@ fn b1_a_machine_without_a_gpu_gets_an_error_value_for_the_device() {
         Err(other) => panic!("no device is a missing driver or no device, not {other}"),
     }
 }
+
+// F2: a batch hands its kernels out costliest first, by source length.
+#[test]
+fn f2_a_kernel_s_cost_is_the_length_of_its_source_and_headers() {
+    use kiln_core::Kernel;
+    let short = support::fixed("tests.cost.short", "saxpy", support::SAXPY);
+    let long = support::fixed(
+        "tests.cost.long",
+        "saxpy",
+        &format!("{}// {}\n", support::SAXPY, "padding ".repeat(64)),
+    );
+    assert_eq!(short.cost_hint(), support::SAXPY.len() as u64);
+    assert!(long.cost_hint() > short.cost_hint());
+}

@@ -27,6 +27,14 @@ pub trait SourceGenerator<A>: Send + Sync {
     /// the cause is a choice the caller can change. The kernel fails alone
     /// with it.
     fn generate(&self, architecture: A) -> Result<String, CompileFailure>;
+
+    /// The length of the text it makes, when known without making it: what
+    /// a kernel's [`cost_hint`](kiln_core::Kernel::cost_hint) is made of,
+    /// so that a batch compiles its longest kernels first. The default, for
+    /// a generator that runs code, is `None`.
+    fn size_hint(&self) -> Option<usize> {
+        None
+    }
 }
 
 impl<A, F> SourceGenerator<A> for F
@@ -59,11 +67,25 @@ impl<A> SourceGenerator<A> for FixedSource {
     fn generate(&self, _architecture: A) -> Result<String, CompileFailure> {
         Ok(self.0.to_string())
     }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.0.len())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // F2
+    #[test]
+    fn a_fixed_source_knows_its_size_and_a_generator_does_not() {
+        let text = "__global__ void k() {}";
+        let fixed = FixedSource::new(Arc::from(text));
+        assert_eq!(SourceGenerator::<u32>::size_hint(&fixed), Some(text.len()));
+        let generated = |_: u32| Ok::<_, CompileFailure>(String::from(text));
+        assert_eq!(generated.size_hint(), None);
+    }
 
     #[test]
     fn a_fixed_source_returns_its_text_for_every_architecture() {
