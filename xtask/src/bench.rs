@@ -30,6 +30,7 @@ const BENCHES: &[&str] = &[
     "store_scale",
     "shared_store",
     "cold_start",
+    "fleet",
 ];
 
 /// Loads per iteration of `loader_hot_path`, lookups per iteration of
@@ -99,6 +100,7 @@ fn run_here() -> Result<()> {
         // Real compiles need the GPU machine's cores: the fake case only.
         ("shared_store", &[], &["shared_store_fake"]),
         ("cold_start", &[("KILN_BENCH_COLD", "8")], &[]),
+        ("fleet", &[("KILN_BENCH_FLEET", "64")], &[]),
     ];
     for (bench, variables, options) in quick {
         let mut arguments = vec!["bench", "--package", "kiln-benches", "--bench", bench, "--"];
@@ -239,6 +241,7 @@ run 45 loader_hot_path -- --warm-up-time 1 --measurement-time 2
 run 100 store_scale -- --warm-up-time 1 --measurement-time 2
 run 150 shared_store KILN_BENCH_SHARED="${KILN_BENCH_SHARED:-64}"
 run 150 cold_start KILN_BENCH_COLD="${KILN_BENCH_COLD:-64}"
+run 150 fleet KILN_BENCH_FLEET="${KILN_BENCH_FLEET:-256}"
 
 "$here/xtask" bench-report --from "$out" --criterion "$CRITERION_HOME" | tee "$out/table.md"
 "#;
@@ -526,6 +529,65 @@ fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
                 .join("; "),
             format!("{} / {} entries: {:.2}", last.0, first.0, last.1 / first.1),
             "flat".to_owned(),
+        ]);
+    }
+
+    // F6: nodes sharing one Redis against nodes alone, and the remote warm
+    // start against the local one.
+    let runs = |case: &str| of("fleet", &format!("{case}_run"), "", None);
+    let (shared, alone) = (runs("remote"), runs("alone"));
+    if let Some(shared_wall) = median(shared.iter().map(|sample| sample.wall).collect()) {
+        let nodes = shared
+            .first()
+            .map_or(String::new(), |sample| sample.size.clone());
+        let kernels = shared.first().map_or(0, |sample| sample.kernels);
+        let ideal = median(shared.iter().map(|sample| sample.slowest).collect()).unwrap_or(0.0);
+        let compiles: std::collections::BTreeSet<String> = shared
+            .iter()
+            .map(|sample| sample.compiled.unwrap_or(0).to_string())
+            .collect();
+        let mut measured = vec![
+            format!("shared {}", time(shared_wall)),
+            format!("Σwork / all workers {}", time(ideal)),
+            format!(
+                "compiles over all nodes {}",
+                compiles.into_iter().collect::<Vec<_>>().join("/")
+            ),
+        ];
+        let mut ratios = vec![format!("shared / ideal **{:.2}**", shared_wall / ideal)];
+        if let Some(alone_wall) = median(alone.iter().map(|sample| sample.wall).collect()) {
+            measured.push(format!("alone {}", time(alone_wall)));
+            ratios.push(format!(
+                "×{:.1} faster than alone",
+                alone_wall / shared_wall
+            ));
+        }
+        let warm = |case: &str| {
+            median(
+                of("fleet", case, "", None)
+                    .iter()
+                    .map(|sample| sample.wall)
+                    .collect(),
+            )
+        };
+        let trip = warm("round_trip").unwrap_or(0.0);
+        if let (Some(remote), Some(local)) = (warm("remote_warm"), warm("local_warm")) {
+            measured.push(format!(
+                "warm from Redis {}; from the disk {}; round trip {}",
+                time(remote),
+                time(local),
+                time(trip)
+            ));
+            ratios.push(format!(
+                "remote warm / (2 × local + a round trip) **{:.2}**",
+                remote / (2.0 * local + trip)
+            ));
+        }
+        rows.push([
+            format!("F6 fleet fake ×{kernels}, {nodes} nodes"),
+            measured.join("; "),
+            ratios.join("; "),
+            "compiles = kernels; shared ≤ 1.3 × ideal; remote warm ≤ 1".to_owned(),
         ]);
     }
 

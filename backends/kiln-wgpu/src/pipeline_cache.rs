@@ -259,7 +259,9 @@ impl PersistedPipelineCache {
                 self.work = Duration::ZERO;
             }
             StoreOutcome::Failed { detail } => {
-                log::warn!("the pipeline cache was not stored: {detail}");
+                // The store says why its writes fail, once per cause (P5):
+                // a second warning of the same cause would bury it.
+                log::debug!("the pipeline cache was not stored: {detail}");
             }
             StoreOutcome::Skipped => {}
         }

@@ -20,10 +20,21 @@ pub(crate) const QUEUED_WRITES: usize = 1024;
 /// The most bytes queued at once.
 pub(crate) const QUEUED_BYTES: u64 = 256 << 20;
 
-/// One remote write.
+/// One write off the launch path: to the remote, or a remote hit written
+/// back to the local store.
 pub(crate) enum Write {
     Artifact(Box<ArtifactWrite>),
-    Blob { key: BlobKey, bytes: Vec<u8> },
+    Blob {
+        key: BlobKey,
+        bytes: Vec<u8>,
+    },
+    /// A verified remote hit, written to the local store so that the other
+    /// processes of the machine read it there (P10).
+    LocalCopy(Box<ArtifactWrite>),
+    /// A remote lease to release after the writes queued before it: a key
+    /// is released only once its artifact is in the remote, so no other
+    /// machine takes it over in between and compiles it again (P4, P12).
+    Release(crate::claim::RemoteLease),
 }
 
 /// An artifact's remote write.
@@ -37,8 +48,9 @@ pub(crate) struct ArtifactWrite {
 impl Write {
     fn len(&self) -> u64 {
         match self {
-            Self::Artifact(write) => write.bytes.len() as u64,
+            Self::Artifact(write) | Self::LocalCopy(write) => write.bytes.len() as u64,
             Self::Blob { bytes, .. } => bytes.len() as u64,
+            Self::Release(_) => 0,
         }
     }
 }
@@ -52,6 +64,35 @@ pub(crate) struct QueueState {
     pub(crate) dropped: AtomicU64,
     pub(crate) written: AtomicU64,
     pub(crate) failed: AtomicU64,
+    /// Remote hits written to the local store.
+    pub(crate) written_back: AtomicU64,
+    /// The keys (by digest) whose artifact waits in the queue for the
+    /// remote, each with how many writes of it wait.
+    keys: Mutex<std::collections::HashMap<[u8; 32], usize>>,
+}
+
+impl QueueState {
+    /// Whether an artifact of `key` waits in the queue for the remote.
+    pub(crate) fn holds(&self, key: &StoreKey) -> bool {
+        self.keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(&key.digest())
+    }
+
+    /// Counts a remote write of `key` in (`queued`) or out of the queue.
+    fn track(&self, key: &StoreKey, queued: bool) {
+        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        let digest = key.digest();
+        if queued {
+            *keys.entry(digest).or_default() += 1;
+        } else if let Some(count) = keys.get_mut(&digest) {
+            *count -= 1;
+            if *count == 0 {
+                keys.remove(&digest);
+            }
+        }
+    }
 }
 
 /// The queue and the thread that drains it into the remote.
@@ -63,13 +104,13 @@ pub(crate) struct WriteQueue {
 }
 
 impl WriteQueue {
-    pub(crate) fn new(remote: RemoteStore) -> Self {
+    pub(crate) fn new(remote: RemoteStore, local: Arc<dyn ArtifactStore>) -> Self {
         let (sender, receiver) = sync_channel(QUEUED_WRITES);
         let state = Arc::new(QueueState::default());
         let drained = Arc::clone(&state);
         let worker = std::thread::Builder::new()
             .name("kiln-remote-writes".into())
-            .spawn(move || drain(&remote, &receiver, &drained));
+            .spawn(move || drain(&remote, local.as_ref(), &receiver, &drained));
         let worker = match worker {
             Ok(worker) => Some(worker),
             Err(error) => {
@@ -102,7 +143,15 @@ impl WriteQueue {
         }
         *state.pending.lock().unwrap_or_else(PoisonError::into_inner) += 1;
         state.bytes.fetch_add(length, Ordering::Relaxed);
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = sender.try_send(write) {
+        if let Write::Artifact(artifact) = &write {
+            state.track(&artifact.key, true);
+        }
+        if let Err(TrySendError::Full(write) | TrySendError::Disconnected(write)) =
+            sender.try_send(write)
+        {
+            if let Write::Artifact(artifact) = &write {
+                state.track(&artifact.key, false);
+            }
             state.bytes.fetch_sub(length, Ordering::Relaxed);
             state.dropped.fetch_add(1, Ordering::Relaxed);
             state.finish_one();
@@ -154,9 +203,33 @@ impl QueueState {
 
 /// The writer thread: each write in turn, each bounded by the remote's
 /// timeout and skipped at once while its breaker is open.
-fn drain(remote: &RemoteStore, receiver: &Receiver<Write>, state: &QueueState) {
+fn drain(
+    remote: &RemoteStore,
+    local: &dyn ArtifactStore,
+    receiver: &Receiver<Write>,
+    state: &QueueState,
+) {
     while let Ok(write) = receiver.recv() {
         let length = write.len();
+        if let Write::Release(lease) = write {
+            // Its drop releases it, compare-and-delete on its token.
+            drop(lease);
+            state.finish_one();
+            continue;
+        }
+        if let Write::LocalCopy(write) = &write {
+            let outcome = local.put(&write.key, None, &write.bytes, write.work);
+            if matches!(outcome, StoreOutcome::Stored { .. }) {
+                state.written_back.fetch_add(1, Ordering::Relaxed);
+            }
+            state.bytes.fetch_sub(length, Ordering::Relaxed);
+            state.finish_one();
+            continue;
+        }
+        let written_key = match &write {
+            Write::Artifact(write) => Some(write.key.clone()),
+            _ => None,
+        };
         let outcome = match write {
             Write::Artifact(write) => remote.put(
                 &write.key,
@@ -165,7 +238,11 @@ fn drain(remote: &RemoteStore, receiver: &Receiver<Write>, state: &QueueState) {
                 write.work,
             ),
             Write::Blob { key, bytes } => remote.put_blob(&key, &bytes),
+            Write::LocalCopy(_) | Write::Release(_) => unreachable!("handled above"),
         };
+        if let Some(key) = &written_key {
+            state.track(key, false);
+        }
         let counter = match outcome {
             StoreOutcome::Stored { .. } => &state.written,
             StoreOutcome::Skipped | StoreOutcome::Failed { .. } => &state.failed,

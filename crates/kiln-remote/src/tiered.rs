@@ -18,8 +18,10 @@ use crate::statistics::RemoteStatistics;
 ///
 /// - **Reads** go to the local store, then, for what it misses, to the
 ///   remote in one round trip per batch; a verified remote hit is written
-///   to the local store, so the other processes of the machine read it
-///   from disk and the remote is asked once per host.
+///   to the local store through the same background queue (a durable
+///   local write per kernel would cost a warm start more than the round
+///   trip), so the other processes of the machine read it from disk and
+///   the remote is asked about once per host.
 /// - **Writes** go to the local store on the caller's thread and, unless
 ///   it refused them, to the remote through a bounded background queue:
 ///   the launch never waits for the network. A write that does not fit in the queue is dropped
@@ -52,11 +54,34 @@ pub struct TieredStore {
 
 #[derive(Debug)]
 struct Inner {
-    local: Box<dyn ArtifactStore>,
+    local: Arc<dyn ArtifactStore>,
     remote: RemoteStore,
     // Declared last so that it drops last: its drop writes what is queued.
     queue: WriteQueue,
     answers: Answers,
+}
+
+/// A remote lease released through the write queue, behind the remote
+/// write of its key's artifact when one waits there; at once otherwise (a
+/// kernel that failed, or nothing queued), and when the store is gone.
+struct QueuedRelease {
+    lease: Option<crate::claim::RemoteLease>,
+    key: StoreKey,
+    store: std::sync::Weak<Inner>,
+}
+
+impl Drop for QueuedRelease {
+    fn drop(&mut self) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        match self.store.upgrade() {
+            Some(inner) if inner.queue.state.holds(&self.key) => {
+                inner.queue.push(Write::Release(lease));
+            }
+            _ => drop(lease),
+        }
+    }
 }
 
 /// What the two-level store answered, counted once per lookup.
@@ -97,10 +122,11 @@ pub struct TieredStatistics {
 impl TieredStore {
     /// `local` in front of `remote`.
     pub fn new(local: impl ArtifactStore + 'static, remote: RemoteStore) -> Self {
+        let local: Arc<dyn ArtifactStore> = Arc::new(local);
         Self {
             inner: Arc::new(Inner {
-                local: Box::new(local),
-                queue: WriteQueue::new(remote.clone()),
+                queue: WriteQueue::new(remote.clone(), Arc::clone(&local)),
+                local,
                 remote,
                 answers: Answers::default(),
             }),
@@ -127,7 +153,8 @@ impl TieredStore {
             local: self.inner.local.statistics(),
             remote: self.inner.remote.remote_statistics(),
             remote_hits: read(&self.inner.answers.remote_hits),
-            written_back: read(&self.inner.answers.written_back),
+            written_back: read(&self.inner.answers.written_back)
+                + read(&self.inner.queue.state.written_back),
             queued: self.inner.queue.queued(),
             remote_writes: read(&state.written),
             remote_write_failures: read(&state.failed),
@@ -213,9 +240,18 @@ impl ArtifactStore for TieredStore {
             for (index, remote) in missed.into_iter().zip(remote) {
                 let local = std::mem::replace(&mut answers[index], Lookup::Miss(Miss::Absent));
                 let key = &keys[index];
+                // Written back off the launch path: a batch found remotely
+                // costs the round trip, not a durable local write per
+                // kernel; `flush` and the drop wait for it.
                 answers[index] = self.settle(local, remote, |bytes, work| {
-                    let outcome = self.inner.local.put(key, None, bytes, work);
-                    self.written_back(&outcome);
+                    self.inner
+                        .queue
+                        .push(Write::LocalCopy(Box::new(ArtifactWrite {
+                            key: key.clone(),
+                            source_key: None,
+                            bytes: bytes.to_vec(),
+                            work,
+                        })));
                 });
             }
         }
@@ -231,8 +267,14 @@ impl ArtifactStore for TieredStore {
             Claim::Held(local) => match attempt_waiting(&self.inner.remote, key, wait) {
                 Attempt::Held(lease) => {
                     let renewal = lease.renewal();
-                    // The tuple drops the local claim first, then releases
-                    // the remote lease.
+                    // The tuple drops the local claim first; the remote
+                    // lease is released behind the remote writes queued
+                    // before it, so its artifact is in the remote first.
+                    let lease = QueuedRelease {
+                        lease: Some(lease),
+                        key: key.clone(),
+                        store: Arc::downgrade(&self.inner),
+                    };
                     Claim::Held(ClaimGuard::leased((local, lease), renewal))
                 }
                 Attempt::Busy => Claim::Busy,

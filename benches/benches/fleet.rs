@@ -1,0 +1,296 @@
+//! F6 on one machine: N "nodes" (processes, each with its own disk store
+//! and workers) asking for the same K kernels at once, side by side:
+//!
+//! - `remote`: the nodes share one redis-server behind their disk stores
+//!   (a `TieredStore` each, signed with one fleet key), so they split the
+//!   compiles through the remote tier's claims (P12);
+//! - `alone`: the same nodes with no remote tier, each compiling all K.
+//!
+//! The compiler is the fake one, whose every compile sleeps a fixed time
+//! (`KILN_BENCH_FLEET_COMPILE_MS`, default 20 ms), so that a 2-core machine
+//! can host the nodes' workers. F6's goals: compiles across all nodes = K,
+//! and the slowest node within 1.3 × Σwork / all workers.
+//!
+//! Then the remote warm start: a fresh node with an empty disk store loads
+//! the K kernels from Redis (`remote_warm`), against a node loading them
+//! from its own filled disk store (`local_warm`): within 2× plus one round
+//! trip.
+//!
+//! `KILN_BENCH_FLEET_NODES` (default 8), `KILN_BENCH_FLEET` (K, default
+//! 256), `KILN_BENCH_FLEET_WORKERS` (per node; default the cores / nodes,
+//! at least 2). Skips, saying why, without `redis-server`.
+//!
+//! ```text
+//! cargo bench -p kiln-benches --bench fleet
+//! ```
+
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, SamplingMode};
+use kiln_benches::{BenchRecord, append_record, cores};
+use kiln_core::fake::{FakeKernel, FakeTarget};
+use kiln_core::{ArtifactStore, KernelLoader, KernelOutcome, LoaderConfig};
+use kiln_remote::{RemoteStore, TieredStore};
+use kiln_store::{DiskStore, StoreConfig};
+use kiln_test_support::redis::RedisServer;
+
+/// Set on a node: its disk store's root.
+const NODE_ROOT: &str = "KILN_BENCH_FLEET_NODE";
+/// Set on a node: the case it runs in, which names its records.
+const NODE_CASE: &str = "KILN_BENCH_FLEET_CASE";
+
+fn setting(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+fn nodes() -> usize {
+    setting("KILN_BENCH_FLEET_NODES", 8) as usize
+}
+
+fn kernels() -> u32 {
+    setting("KILN_BENCH_FLEET", 256) as u32
+}
+
+fn compile_time() -> Duration {
+    Duration::from_millis(setting("KILN_BENCH_FLEET_COMPILE_MS", 20))
+}
+
+fn workers() -> usize {
+    setting(
+        "KILN_BENCH_FLEET_WORKERS",
+        (cores() / nodes().max(1)).max(2) as u64,
+    ) as usize
+}
+
+fn main() {
+    if let Some(root) = std::env::var_os(NODE_ROOT) {
+        node(Path::new(&root));
+        return;
+    }
+    let scratch = kiln_test_support::Scratch::new("fleet-bench");
+    let server = match RedisServer::start(&scratch.folder("redis"), &[]) {
+        Ok(server) => server,
+        Err(why) => {
+            eprintln!("fleet: skipped, no redis-server: {why}");
+            return;
+        }
+    };
+    let key = kiln_remote::keygen::fleet_key()
+        .expect("the operating system gives randomness")
+        .secret_text();
+    let mut criterion = Criterion::default().configure_from_args();
+    fleet(&mut criterion, &server, &key, scratch.path());
+    criterion.final_summary();
+}
+
+/// One node: loads every kernel in one batch on its own store (behind the
+/// remote tier when `KILN_REMOTE_URL` is set) and prints its record.
+fn node(root: &Path) {
+    let case = std::env::var(NODE_CASE).unwrap_or_default();
+    let started = Instant::now();
+    let disk = DiskStore::open(StoreConfig {
+        collects_automatically: false,
+        ..StoreConfig::at(root)
+    })
+    .expect("the node's store opens");
+    let remote = RemoteStore::from_env().expect("the remote tier's settings read");
+    let tiered = remote.map(|remote| Arc::new(TieredStore::new(disk.clone(), remote)));
+    let store: Arc<dyn ArtifactStore> = match &tiered {
+        Some(tiered) => Arc::clone(tiered) as Arc<dyn ArtifactStore>,
+        None => Arc::new(disk),
+    };
+    let mut loader = KernelLoader::with_config(
+        FakeTarget::on_store(store),
+        LoaderConfig {
+            parallelism: NonZeroUsize::new(workers()).expect("at least one worker"),
+            ..LoaderConfig::default()
+        },
+    );
+    let compile = compile_time();
+    for number in 0..kernels() {
+        loader.enqueue(Box::new(FakeKernel::new(number).sleeping(compile)), ());
+    }
+    loader.compile_queued();
+    let wall = started.elapsed();
+    let batch = loader.records().back().expect("a batch").clone();
+    if let Some(tiered) = &tiered {
+        // Outside the clock: what a node leaves for the others after its
+        // batch.
+        tiered.flush(Duration::from_secs(60));
+    }
+    let loaded = batch.count(KernelOutcome::Compiled)
+        + batch.count(KernelOutcome::FromStore)
+        + batch.count(KernelOutcome::Rekeyed);
+    assert_eq!(loaded, kernels() as usize, "every kernel loads: {batch:?}");
+    let record = BenchRecord {
+        bench: "fleet".into(),
+        case,
+        size: Some(nodes().to_string()),
+        kernels: kernels() as usize,
+        wall: wall.as_secs_f64(),
+        summed_work: batch.summed_work().as_secs_f64(),
+        slowest: compile.as_secs_f64(),
+        workers: batch.workers,
+        cores: cores(),
+        compiled: Some(batch.count(KernelOutcome::Compiled)),
+        note: Some(format!(
+            "{} from the store",
+            batch.count(KernelOutcome::FromStore)
+        )),
+        ..BenchRecord::default()
+    };
+    println!("{}", serde_json::to_string(&record).expect("serializes"));
+}
+
+/// Starts one node per root at once, with `remote` (URL, key, prefix) when
+/// given: their records.
+fn run(case: &str, roots: &[PathBuf], remote: Option<(&str, &str, &str)>) -> Vec<BenchRecord> {
+    let children: Vec<_> = roots
+        .iter()
+        .map(|root| {
+            let mut command = Command::new(std::env::current_exe().expect("this benchmark"));
+            command
+                .env(NODE_ROOT, root)
+                .env(NODE_CASE, case)
+                .env_remove("KILN_REMOTE_URL")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if let Some((url, key, prefix)) = remote {
+                command
+                    .env("KILN_REMOTE_URL", url)
+                    .env("KILN_REMOTE_KEY", key)
+                    .env("KILN_REMOTE_PREFIX", prefix);
+            }
+            command.spawn().expect("a node starts")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().expect("the node ends");
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .find_map(|line| serde_json::from_str::<BenchRecord>(line).ok())
+                .unwrap_or_else(|| {
+                    panic!(
+                        "a node gave no record ({}): {}",
+                        output.status,
+                        String::from_utf8_lossy(&output.stderr)
+                    )
+                })
+        })
+        .collect()
+}
+
+/// The run as a whole: its slowest node, every compile, and Σwork / all
+/// workers as its ideal.
+fn run_record(case: &str, records: &[BenchRecord]) -> BenchRecord {
+    let summed: f64 = records.iter().map(|record| record.summed_work).sum();
+    let workers: usize = records.iter().map(|record| record.workers.max(1)).sum();
+    BenchRecord {
+        bench: "fleet".into(),
+        case: format!("{case}_run"),
+        size: Some(records.len().to_string()),
+        kernels: records.first().map_or(0, |record| record.kernels),
+        wall: records.iter().map(|record| record.wall).fold(0.0, f64::max),
+        summed_work: summed,
+        slowest: summed / workers as f64,
+        workers,
+        cores: cores(),
+        compiled: Some(records.iter().filter_map(|record| record.compiled).sum()),
+        ..BenchRecord::default()
+    }
+}
+
+fn fleet(criterion: &mut Criterion, server: &RedisServer, key: &str, scratch: &Path) {
+    let url = server.url();
+    let mut group = criterion.benchmark_group("fleet");
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_millis(1));
+    group.measurement_time(Duration::from_secs(1));
+    let mut iteration = 0u64;
+    let mut fresh_roots = |name: &str, count: usize| -> Vec<PathBuf> {
+        iteration += 1;
+        (0..count)
+            .map(|node| scratch.join(format!("{name}-{iteration}-node-{node}")))
+            .collect()
+    };
+    let mut last_prefix = String::new();
+    let mut filled_root = PathBuf::new();
+    for case in ["remote", "alone"] {
+        group.bench_function(BenchmarkId::new(case, nodes()), |bencher| {
+            bencher.iter_custom(|iterations| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iterations {
+                    let roots = fresh_roots(case, nodes());
+                    // A prefix of its own: every run starts from an empty
+                    // remote tier.
+                    let prefix = format!("kiln-bench:{}:", roots[0].display());
+                    let remote = (case == "remote").then_some((url.as_str(), key, prefix.as_str()));
+                    let records = run(case, &roots, remote);
+                    for record in &records {
+                        append_record(record);
+                    }
+                    let whole = run_record(case, &records);
+                    append_record(&whole);
+                    total += Duration::from_secs_f64(whole.wall);
+                    if case == "remote" {
+                        last_prefix = prefix;
+                        filled_root = roots[0].clone();
+                    }
+                    for root in &roots {
+                        if case != "remote" || *root != filled_root {
+                            drop(std::fs::remove_dir_all(root));
+                        }
+                    }
+                }
+                total
+            });
+        });
+    }
+    // The remote warm start, against the local one, each a fresh process.
+    for case in ["remote_warm", "local_warm"] {
+        group.bench_function(BenchmarkId::new(case, kernels()), |bencher| {
+            bencher.iter_custom(|iterations| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iterations {
+                    let records = if case == "remote_warm" {
+                        let empty = fresh_roots(case, 1);
+                        let records = run(case, &empty, Some((&url, key, &last_prefix)));
+                        drop(std::fs::remove_dir_all(&empty[0]));
+                        records
+                    } else {
+                        run(case, std::slice::from_ref(&filled_root), None)
+                    };
+                    for record in &records {
+                        assert_eq!(record.compiled, Some(0), "{case}: nothing compiles");
+                        append_record(record);
+                        total += Duration::from_secs_f64(record.wall);
+                    }
+                }
+                total
+            });
+        });
+    }
+    group.finish();
+    // The server's round trip, for the goal of the remote warm start.
+    let started = Instant::now();
+    for _ in 0..100 {
+        server.command(&["PING"]);
+    }
+    append_record(&BenchRecord {
+        bench: "fleet".into(),
+        case: "round_trip".into(),
+        wall: started.elapsed().as_secs_f64() / 100.0,
+        cores: cores(),
+        ..BenchRecord::default()
+    });
+}
