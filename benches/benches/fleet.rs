@@ -35,7 +35,6 @@ use kiln_benches::{BenchRecord, append_record, cores};
 use kiln_core::fake::{FakeKernel, FakeTarget};
 use kiln_core::{ArtifactStore, KernelLoader, KernelOutcome, LoaderConfig};
 use kiln_remote::{RemoteStore, TieredStore};
-use kiln_store::{DiskStore, StoreConfig};
 use kiln_test_support::redis::RedisServer;
 
 /// Set on a node: its disk store's root.
@@ -95,11 +94,7 @@ fn main() {
 fn node(root: &Path) {
     let case = std::env::var(NODE_CASE).unwrap_or_default();
     let started = Instant::now();
-    let disk = DiskStore::open(StoreConfig {
-        collects_automatically: false,
-        ..StoreConfig::at(root)
-    })
-    .expect("the node's store opens");
+    let disk = kiln_benches::disk_store(root);
     let remote = RemoteStore::from_env().expect("the remote tier's settings read");
     let tiered = remote.map(|remote| Arc::new(TieredStore::new(disk.clone(), remote)));
     let store: Arc<dyn ArtifactStore> = match &tiered {

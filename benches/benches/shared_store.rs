@@ -37,7 +37,6 @@ use criterion::{BenchmarkId, Criterion, SamplingMode};
 use kiln_benches::{BenchRecord, KernelSize, append_record, cores, cuda_target};
 use kiln_core::fake::{FakeKernel, FakeTarget};
 use kiln_core::{ArtifactStore, KernelLoader, KernelOutcome, LoaderConfig};
-use kiln_store::{DiskStore, StoreConfig};
 
 /// Set on a child process: the store's root.
 const CHILD_ROOT: &str = "KILN_BENCH_SHARED_CHILD";
@@ -76,13 +75,7 @@ fn size() -> KernelSize {
 }
 
 fn open_store(root: &Path) -> Arc<dyn ArtifactStore> {
-    Arc::new(
-        DiskStore::open(StoreConfig {
-            collects_automatically: false,
-            ..StoreConfig::at(root)
-        })
-        .expect("the store opens"),
-    )
+    Arc::new(kiln_benches::disk_store(root))
 }
 
 fn main() {

@@ -27,7 +27,6 @@ use kiln_core::{
     ArtifactId, ArtifactStore, CompilationTarget, Kernel, KernelLoader, KernelOutcome, Lookup,
 };
 use kiln_cuda::{CudaArtifact, CudaKernel, CudaTarget};
-use kiln_store::{DiskStore, StoreConfig};
 
 /// Set on the fresh process: the store's root.
 const WARM_CHILD: &str = "KILN_BENCH_WARM_CHILD";
@@ -47,13 +46,7 @@ fn count() -> usize {
 }
 
 fn open_store(root: &Path) -> Arc<dyn ArtifactStore> {
-    Arc::new(
-        DiskStore::open(StoreConfig {
-            collects_automatically: false,
-            ..StoreConfig::at(root)
-        })
-        .expect("the store opens"),
-    )
+    Arc::new(kiln_benches::disk_store(root))
 }
 
 fn main() {

@@ -294,6 +294,20 @@ pub struct BenchRecord {
     pub note: Option<String>,
 }
 
+/// The disk store at `root` as a benchmark's processes open it: durable,
+/// as a program's is, and never collecting behind the measurement.
+///
+/// # Panics
+///
+/// The store does not open.
+pub fn disk_store(root: &std::path::Path) -> kiln_store::DiskStore {
+    kiln_store::DiskStore::open(kiln_store::StoreConfig {
+        collects_automatically: false,
+        ..kiln_store::StoreConfig::at(root)
+    })
+    .expect("the store opens")
+}
+
 /// The machine's cores, as the loader counts them.
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)

@@ -125,12 +125,15 @@ impl CudaTarget {
     ///
     /// The driver or NVRTC is missing, or there is no such GPU.
     pub fn on_device(ordinal: usize) -> Result<Self, Error> {
-        // F5: the compile workers start while the driver makes the
-        // context, so the first batch finds them started.
-        if let Some(architecture) = CudaDevice::architecture_of(ordinal)
-            && let Ok(compiler) = CudaCompiler::new()
-            && let Some(recipe) =
-                kiln_core::ArtifactCompiler::worker_recipe(&compiler.keyed_for(architecture))
+        // NVRTC opens once, before the context: F5, the compile workers
+        // start while the driver makes it, so the first batch finds them
+        // started. A missing device is still said before a missing NVRTC.
+        let compiler = CudaCompiler::new();
+        if let (Ok(compiler), Some(architecture)) =
+            (&compiler, CudaDevice::architecture_of(ordinal))
+            && let Some(recipe) = kiln_core::ArtifactCompiler::worker_recipe(
+                &compiler.clone().keyed_for(architecture),
+            )
         {
             kiln_core::worker::start_early(
                 recipe,
@@ -139,7 +142,8 @@ impl CudaTarget {
                     .get(),
             );
         }
-        Self::on(CudaDevice::open(ordinal)?)
+        let device = CudaDevice::open(ordinal)?;
+        Ok(Self::with_compiler_on(device, compiler?))
     }
 
     /// A target on the GPU of a cudarc context the program already has:
@@ -169,11 +173,15 @@ impl CudaTarget {
     }
 
     fn on(device: CudaDevice) -> Result<Self, Error> {
-        Ok(Self {
-            compiler: Arc::new(CudaCompiler::new()?.keyed_for(device.architecture())),
+        Ok(Self::with_compiler_on(device, CudaCompiler::new()?))
+    }
+
+    fn with_compiler_on(device: CudaDevice, compiler: CudaCompiler) -> Self {
+        Self {
+            compiler: Arc::new(compiler.keyed_for(device.architecture())),
             destination: Destination::Device(device),
             store: TargetStore::default(),
-        })
+        }
     }
 
     /// A target with no device, compiling for `architecture`: `load`

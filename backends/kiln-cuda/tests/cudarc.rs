@@ -158,10 +158,7 @@ fn b5_a_kiln_kernel_launched_with_cudarc_on_the_programs_stream_is_ordered_with_
     // A non-blocking stream, as cudarc programs make them: it does not order
     // against the legacy default stream, so only a launch on it is ordered.
     let stream = context.new_stream().expect("a stream of the program's");
-    let mut loader = loader(target);
-    let kernel = loader
-        .load(&affine(), &id_on(loader.target(), &affine()))
-        .unwrap_or_else(|error| panic!("{error}"));
+    let (_, kernel) = support::load(target, &affine());
     let module = kernel.module().expect("a kernel on a device has a module");
     assert!(
         Arc::strong_count(module) >= 2,
@@ -177,10 +174,7 @@ fn b5_kilns_own_launch_runs_on_the_stream_it_is_given() {
         return;
     };
     let stream = context.new_stream().expect("a stream of the program's");
-    let mut loader = loader(target);
-    let kernel = loader
-        .load(&affine(), &id_on(loader.target(), &affine()))
-        .unwrap_or_else(|error| panic!("{error}"));
+    let (_, kernel) = support::load(target, &affine());
     run_ordered_iterations(&context, &stream, &kernel, Launcher::Kiln, 100);
 }
 
@@ -193,10 +187,7 @@ fn b5_a_cudarc_function_keeps_its_module_loaded_after_kiln_lets_it_go() {
     let stream = context.new_stream().expect("a stream of the program's");
     let fill = support::distinct(11);
     let function = {
-        let mut loader = loader(target);
-        let kernel = loader
-            .load(&fill, &id_on(loader.target(), &fill))
-            .unwrap_or_else(|error| panic!("{error}"));
+        let (_, kernel) = support::load(target, &fill);
         kernel.function().expect("on a device").clone()
         // The loader, its target and every kiln handle of the kernel drop
         // here: the function's own reference keeps the module loaded.

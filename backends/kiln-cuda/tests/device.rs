@@ -10,21 +10,11 @@ mod support;
 
 use kiln_core::{CompilationTarget, Failure, Kernel, KernelId, KernelOutcome, Stage};
 use kiln_cuda::{
-    CudaKernel, CudaOptions, CudaTarget, DeviceBuffer, KernelArgument, LaunchConfig, LoadedImage,
-    LoadedKernel,
+    CudaKernel, CudaOptions, DeviceBuffer, KernelArgument, LaunchConfig, LoadedImage, LoadedKernel,
 };
 use support::{Random, fixed, id_on, loader, on_device};
 
-/// Loads `kernel` on `target` through a loader, returning the loader's
-/// device and the kernel.
-fn load(target: CudaTarget, kernel: &CudaKernel) -> (kiln_cuda::CudaDevice, LoadedKernel) {
-    let device = target.device().expect("a device target").clone();
-    let mut loader = loader(target);
-    let loaded = loader
-        .load(kernel, &id_on(loader.target(), kernel))
-        .unwrap_or_else(|error| panic!("{error}"));
-    (device, loaded)
-}
+use support::load;
 
 /// Whether every element of `actual` is within `tolerance[i]` of
 /// `expected`, reporting the worst one otherwise.

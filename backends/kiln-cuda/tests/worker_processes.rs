@@ -35,33 +35,7 @@ fn main() {
             l6_a_kernel_that_fails_in_a_worker_fails_alone_with_its_diagnostics,
         ),
     ];
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|argument| !argument.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed, mut filtered) = (0, 0, 0);
-    for (name, test) in tests {
-        if !filters.is_empty() && !filters.iter().any(|filter| name.contains(filter.as_str())) {
-            filtered += 1;
-            continue;
-        }
-        match std::panic::catch_unwind(test) {
-            Ok(()) => {
-                println!("test {name} ... ok");
-                passed += 1;
-            }
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                failed += 1;
-            }
-        }
-    }
-    let verdict = if failed == 0 { "ok" } else { "FAILED" };
-    println!(
-        "\ntest result: {verdict}. {passed} passed; {failed} failed; 0 ignored; 0 measured; \
-         {filtered} filtered out\n"
-    );
-    std::process::exit(i32::from(failed > 0));
+    kiln_test_support::harness::run(tests);
 }
 
 /// A loader on `target` finalizing in `mode`, two at a time.

@@ -100,9 +100,7 @@ impl Kernel for HipKernel {
     /// The length of its fixed source and headers: the longest compile
     /// first (a generated source counts its headers only).
     fn cost_hint(&self) -> u64 {
-        let source = self.generator.size_hint().unwrap_or(0);
-        let headers: usize = self.headers.iter().map(|header| header.text.len()).sum();
-        u64::try_from(source + headers).unwrap_or(u64::MAX)
+        kiln_cxx::source_cost(self.generator.as_ref(), &self.headers)
     }
 }
 

@@ -61,33 +61,7 @@ fn main() {
             f2_a_worker_program_without_the_hook_leaves_the_loader_on_threads,
         ),
     ];
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|argument| !argument.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed, mut filtered) = (0, 0, 0);
-    for (name, test) in tests {
-        if !filters.is_empty() && !filters.iter().any(|filter| name.contains(filter.as_str())) {
-            filtered += 1;
-            continue;
-        }
-        match std::panic::catch_unwind(test) {
-            Ok(()) => {
-                println!("test {name} ... ok");
-                passed += 1;
-            }
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                failed += 1;
-            }
-        }
-    }
-    let verdict = if failed == 0 { "ok" } else { "FAILED" };
-    println!(
-        "\ntest result: {verdict}. {passed} passed; {failed} failed; 0 ignored; 0 measured; \
-         {filtered} filtered out\n"
-    );
-    std::process::exit(i32::from(failed > 0));
+    kiln_test_support::harness::run(tests);
 }
 
 fn loader(target: FakeTarget, parallelism: usize) -> KernelLoader<FakeTarget> {

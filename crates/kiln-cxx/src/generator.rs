@@ -37,6 +37,16 @@ pub trait SourceGenerator<A>: Send + Sync {
     }
 }
 
+/// What compiling a C++ kernel costs, relative to the others: the length
+/// of its source when its generator knows it without running, plus its
+/// headers'. What a CUDA or HIP kernel's
+/// [`cost_hint`](kiln_core::Kernel::cost_hint) is.
+pub fn source_cost<A>(generator: &dyn SourceGenerator<A>, headers: &[crate::Header]) -> u64 {
+    let source = generator.size_hint().unwrap_or(0);
+    let headers: usize = headers.iter().map(|header| header.text.len()).sum();
+    u64::try_from(source + headers).unwrap_or(u64::MAX)
+}
+
 impl<A, F> SourceGenerator<A> for F
 where
     F: Fn(A) -> Result<String, CompileFailure> + Send + Sync,

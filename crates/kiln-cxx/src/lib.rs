@@ -28,7 +28,7 @@ mod scalar;
 mod standard;
 
 pub use entry::EntryPoint;
-pub use generator::{FixedSource, SourceGenerator};
+pub use generator::{FixedSource, SourceGenerator, source_cost};
 pub use header::Header;
 pub use launch::{DeviceAddress, KernelArgument, LaunchConfig};
 pub use scalar::DeviceScalar;

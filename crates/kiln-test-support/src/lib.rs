@@ -6,7 +6,8 @@
 //! user, with a deadline; [`mount`]: a tmpfs of a chosen size), snapshots
 //! of folders and files planted in them ([`files`]), the define tests of
 //! the C++ backends ([`defines`]), with the backend passed in, and a real
-//! `redis-server` ([`redis`]).
+//! `redis-server` ([`redis`]), and the test loop of a binary with its own
+//! `main` ([`harness`]).
 //!
 //! It depends on kiln-core alone (with `testing`, for the printed skip):
 //! the backends, kiln-store and the facade take it as a dev-dependency, so
@@ -16,6 +17,7 @@
 pub mod child;
 pub mod defines;
 pub mod files;
+pub mod harness;
 pub mod mount;
 pub mod random;
 pub mod redis;

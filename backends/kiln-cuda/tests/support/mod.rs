@@ -219,3 +219,18 @@ pub fn check_saxpy(
         );
     }
 }
+
+/// Loads `kernel` on `target` through a loader of its own, returning the
+/// target's device and the kernel, which keeps its module after the
+/// loader goes (B1).
+pub fn load(
+    target: CudaTarget,
+    kernel: &CudaKernel,
+) -> (kiln_cuda::CudaDevice, kiln_cuda::LoadedKernel) {
+    let device = target.device().expect("a device target").clone();
+    let mut loader = loader(target);
+    let loaded = loader
+        .load(kernel, &id_on(loader.target(), kernel))
+        .unwrap_or_else(|error| panic!("{error}"));
+    (device, loaded)
+}

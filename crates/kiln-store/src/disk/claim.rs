@@ -44,7 +44,7 @@ impl DiskStore {
         let try_claim = || match try_claim(&inner.locks, &digest, lease) {
             Ok(claim) => claim,
             Err(error) => {
-                say_lock_failure(key, &error);
+                self.say_lock_failure(key, &error);
                 Some(Claim::Uncoordinated)
             }
         };
@@ -218,28 +218,34 @@ fn next_holder() -> u64 {
     (u64::from(std::process::id()) << 32) | (NEXT.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff)
 }
 
-/// Says once per cause that a key could not be locked (a full disk, a
-/// file size limit), so that a batch of many keys does not bury the cause
-/// under a line per key; the later ones go to the debug log.
-fn say_lock_failure(key: &StoreKey, error: &std::io::Error) {
-    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let cause = error.to_string();
-    let first = {
-        let mut said = SAID.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let first = !said.contains(&cause) && said.len() < 64;
+impl DiskStore {
+    /// Says once per cause, as failed writes are ([`crate::WriteCause`]),
+    /// that a key could not be locked (a full disk, a file size limit), so
+    /// that a batch of many keys does not bury the cause under a line per
+    /// key; the later ones go to the debug log.
+    fn say_lock_failure(&self, key: &StoreKey, error: &std::io::Error) {
+        let cause = crate::WriteCause::of(error);
+        let first = {
+            let mut said = self
+                .inner
+                .lock_failures_said
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let first = !said.contains(&cause);
+            if first {
+                said.push(cause);
+            }
+            first
+        };
         if first {
-            said.push(cause);
-        }
-        first
-    };
-    if first {
-        log::warn!(
-            "kiln store: cannot lock {}: {error}; kernels compile without coordinating with \
+            log::warn!(
+                "kiln store: cannot lock {}: {error}; kernels compile without coordinating with \
              other processes while it lasts",
-            key.subject_text()
-        );
-    } else {
-        log::debug!("kiln store: cannot lock {}: {error}", key.subject_text());
+                key.subject_text()
+            );
+        } else {
+            log::debug!("kiln store: cannot lock {}: {error}", key.subject_text());
+        }
     }
 }
 

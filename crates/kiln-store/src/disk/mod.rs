@@ -109,6 +109,8 @@ pub(crate) struct Inner {
     read_only: bool,
     /// The failed writes so far, one entry per cause.
     write_failures: Mutex<Vec<WriteFailure>>,
+    /// The causes of failed claims said so far, each said once.
+    lock_failures_said: Mutex<Vec<crate::WriteCause>>,
     /// Whether a put stored something since the end of the last batch.
     wrote_since_batch: AtomicBool,
     /// Whether a collection started on this process's own thread since the

@@ -125,6 +125,7 @@ impl DiskStore {
                 collecting: AtomicBool::new(false),
                 read_only,
                 write_failures: Mutex::new(Vec::new()),
+                lock_failures_said: Mutex::new(Vec::new()),
                 wrote_since_batch: AtomicBool::new(false),
                 collected_since_batch: AtomicBool::new(false),
                 tally: Default::default(),
