@@ -31,7 +31,7 @@ pub struct CudaVariant {
 ///
 /// The text starts with the [`SourceCover`] of
 /// [`CudaKey::cover`] (comment lines naming the entry point,
-/// NVRTC's arguments and the headers' digests), then a `#line 1` that gives
+/// NVRTC's arguments and the headers' digests), then a `#line 1` (without a file name) that gives
 /// the kernel's own source its own line numbers. So two kernels have the
 /// same text exactly when they compile to the same artifact, which is what
 /// kiln's sharing of artifacts between kernels with identical text needs.
@@ -253,10 +253,10 @@ impl ArtifactCompiler for CudaCompiler {
 
         let mut text = CudaKey::cover(&entry, &arguments, &headers).preamble();
         text.reserve(source.len() + 64);
-        text.push_str(&format!(
-            "#line 1 \"{}\"\n",
-            program_name.replace(['"', '\\', '\n'], "_")
-        ));
+        // No file name here: NVRTC names the program in its messages, and
+        // a kernel's text (so its source key) must not change when only
+        // its file's name does.
+        text.push_str("#line 1\n");
         let source_start = text.len();
         text.push_str(&source);
         Ok(CudaLowered {

@@ -108,6 +108,11 @@ pub struct KernelFile {
     /// blanked, so each kernel carries only what its compile needs. Shared
     /// by every kernel of the file.
     pub source: Arc<str>,
+    /// Where the code starts in `source`, past the header's blank and
+    /// comment lines: a kernel's id covers the code alone, so editing the
+    /// header (a `specialize` line added, a comment reworded) leaves the
+    /// other kernels of the file found in the store.
+    pub code_start: usize,
     /// The entry point.
     pub entry: String,
     /// One per kernel; one empty specialization when the header has none.
@@ -178,6 +183,7 @@ pub fn find(folder: &Path) -> Result<Found> {
                     name,
                     language,
                     source: header.source.into(),
+                    code_start: header.code_start,
                     entry: header.entry,
                     specializations: header.specializations,
                 }),
@@ -387,6 +393,9 @@ struct Header {
     specializations: Vec<Specialization>,
     /// The file with kiln's header lines blanked.
     source: String,
+    /// Where the code starts in `source`: past the header, the leading
+    /// block of blank and `//` comment lines.
+    code_start: usize,
 }
 
 /// The entry point and specializations a file's header names.
@@ -395,10 +404,14 @@ fn parse_header(text: &str, language: Language) -> Result<Header> {
     let mut specializations = Vec::new();
     let mut source = String::with_capacity(text.len());
     let mut in_header = true;
+    let mut code_start = None;
     for (index, raw_line) in text.split_inclusive('\n').enumerate() {
         let directive = in_header
             .then(|| header_directive(raw_line, &mut in_header))
             .flatten();
+        if !in_header && code_start.is_none() {
+            code_start = Some(source.len());
+        }
         let Some(directive) = directive else {
             source.push_str(raw_line);
             continue;
@@ -452,6 +465,7 @@ fn parse_header(text: &str, language: Language) -> Result<Header> {
     Ok(Header {
         entry,
         specializations,
+        code_start: code_start.unwrap_or(source.len()),
         source,
     })
 }
@@ -498,6 +512,26 @@ mod tests {
             header.source,
             "\r\n// what it does\n\n__global__ void scale() {}\n// kiln specialize: C=3"
         );
+    }
+
+    #[test]
+    fn the_code_starts_past_the_header_block() {
+        let text = "// kiln entry: scale\n// what it does\n\n// kiln specialize: A=1\n\
+                    __global__ void scale() {}\n// a comment of the code\n";
+        let header = parse_header(text, Language::Cuda).expect("a header");
+        assert_eq!(
+            &header.source[header.code_start..],
+            "__global__ void scale() {}\n// a comment of the code\n"
+        );
+        let edited = "// kiln entry: scale\n// what it does, reworded\n// kiln specialize: A=1\n\
+                      // kiln specialize: A=2\n__global__ void scale() {}\n// a comment of the code\n";
+        let edited = parse_header(edited, Language::Cuda).expect("a header");
+        assert_eq!(
+            &edited.source[edited.code_start..],
+            &header.source[header.code_start..]
+        );
+        let only_header = parse_header("// kiln entry: scale\n", Language::Cuda).expect("a header");
+        assert_eq!(only_header.code_start, only_header.source.len());
     }
 
     #[test]

@@ -563,14 +563,17 @@ fn kernels_of<K>(
 }
 
 /// The id every backend's kernel of `file` and `specialization` starts from:
-/// the file's name, the specialization, the entry and the text compiled
-/// (which leaves out the header, so adding a specialization to a file
-/// leaves the ids of the others alone).
+/// the file's name (for `kiln ls` and `kiln forget`), the specialization,
+/// the entry and the file's code past its header. Editing the header (a
+/// `specialize` line added, a comment reworded) leaves the ids of the other
+/// kernels alone, so they are found in the store, not compiled again. A
+/// renamed file's kernels miss by id, and find their artifacts by the text
+/// compiled, which names no file (rekeyed, not compiled).
 fn base_id(file: &KernelFile, specialization: &Specialization) -> kiln_core::KernelIdBuilder {
     KernelId::named(format!("warm/{}", file.name))
         .parameter(&specialization.to_string())
         .parameter(file.entry.as_str())
-        .bytes(file.source.as_bytes())
+        .bytes(file.source[file.code_start..].as_bytes())
 }
 
 /// Enqueues every kernel `make` makes on a loader over `target`, compiles
