@@ -75,6 +75,8 @@ enum Command {
     Explain(command::explain::Arguments),
     /// Forget the failures the store remembers of a kernel, so it compiles again.
     Forget(command::forget::Arguments),
+    /// The last batches of every process that used the store, and their slowest kernels.
+    Records(command::records::Arguments),
     /// Make the keys of a fleet's shared remote tier (docs/FLEET.md).
     Keygen(command::keygen::Arguments),
     /// Compile every kernel of a folder into the store, for every backend here.
@@ -119,6 +121,9 @@ fn main() {
         }),
         Command::Forget(arguments) => with_store(dir, |store| {
             command::forget::run(store, &arguments, &output)
+        }),
+        Command::Records(arguments) => with_store(dir, |store| {
+            command::records::run(store, &arguments, &output)
         }),
         Command::Keygen(arguments) => command::keygen::run(&arguments, &output),
         // Warming opens the store its own way: it fills it, and it runs

@@ -110,7 +110,7 @@ pub use error::{
 pub use handle::{KernelCache, KeyedCache, PendingKernel};
 pub use id::{ArtifactId, DeviceId, KernelId, KernelIdBuilder};
 pub use kernel::Kernel;
-pub use loader::KernelLoader;
+pub use loader::{KernelLoader, STORED_BATCH_LIMIT, StoredBatch};
 pub use statistics::{
     BatchRecord, CollectorScope, KernelCounts, KernelOutcome, KernelRecord, LoaderStatistics,
     StatisticsCollector,

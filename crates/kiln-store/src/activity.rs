@@ -254,14 +254,15 @@ fn check_word(bytes: &[u8]) -> [u8; 8] {
         .expect("8 bytes")
 }
 
-/// The file's `flock`, held while the totals are read and written.
-struct FileLock<'a> {
+/// A root file's `flock`, held while it is read and written (the activity
+/// totals, the kept batch records).
+pub(crate) struct FileLock<'a> {
     file: &'a File,
 }
 
 impl<'a> FileLock<'a> {
     /// Takes the lock, waiting up to [`LOCK_WAIT`] for another process.
-    fn take(file: &'a File) -> io::Result<Self> {
+    pub(crate) fn take(file: &'a File) -> io::Result<Self> {
         let deadline = Instant::now() + LOCK_WAIT;
         loop {
             // SAFETY: the descriptor is open for the life of `file`, and
@@ -275,7 +276,9 @@ impl<'a> FileLock<'a> {
                 return Err(error);
             }
             if Instant::now() >= deadline {
-                return Err(io::Error::other("the activity totals stayed locked"));
+                return Err(io::Error::other(
+                    "the file stayed locked by another process",
+                ));
             }
             std::thread::sleep(Duration::from_millis(2));
         }

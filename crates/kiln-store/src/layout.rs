@@ -7,6 +7,8 @@
 //!   usage         bytes and entries held, updated by every put
 //!   activity      hits, misses, compiles and failures of every process,
 //!                 per backend (`kiln stats`), merged at each batch's end
+//!   batches       the records of the last batches of every process
+//!                   (`kiln records`), a ring of fixed slots
 //!   targets       the key components of every compiler that stored here
 //!   generation    a token that an import replacing content changes
 //!   swept         its time is when staging was last swept at open
@@ -45,7 +47,7 @@ pub(crate) const UPGRADES_FROM: [&str; 1] = ["kiln store layout 1"];
 pub(crate) const FOLDERS: [&str; 4] = ["objects", "records", "kernels", "staging"];
 
 /// The files at the root, each the store's own.
-pub(crate) const FILES: [&str; 7] = [
+pub(crate) const FILES: [&str; 8] = [
     "LAYOUT",
     "locks",
     "usage",
@@ -53,6 +55,7 @@ pub(crate) const FILES: [&str; 7] = [
     "generation",
     "swept",
     "activity",
+    "batches",
 ];
 
 /// The sharded trees and the length of the names of their files: 64 hex
@@ -122,6 +125,11 @@ impl Layout {
 
     pub(crate) fn activity_file(&self) -> PathBuf {
         self.root.join("activity")
+    }
+
+    /// The ring of the last batches' records.
+    pub(crate) fn batches_file(&self) -> PathBuf {
+        self.root.join("batches")
     }
 
     pub(crate) fn targets_file(&self) -> PathBuf {

@@ -77,6 +77,7 @@
 #![warn(missing_docs)]
 
 mod activity;
+mod batches;
 mod bundle;
 pub mod config;
 mod disk;

@@ -8,6 +8,7 @@ pub mod gc;
 pub mod import;
 pub mod keygen;
 pub mod ls;
+pub mod records;
 pub mod stats;
 pub mod verify;
 pub mod warm;

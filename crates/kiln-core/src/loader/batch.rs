@@ -11,6 +11,7 @@ use rustc_hash::FxHashMap;
 
 use super::KernelLoader;
 use super::finalize::Finalizer;
+use super::history::StoredBatch;
 use super::job::{Job, JobOutcome, Round, SourceGroups, Step};
 use super::queue::Request;
 use crate::compiler::ArtifactCompiler;
@@ -130,6 +131,14 @@ impl<T: CompilationTarget> KernelLoader<T> {
             batch.workers,
             batch.mode
         );
+        // The store keeps the record too, beside other processes' (`kiln
+        // records`), so a slow start can be read after the fact.
+        if let Some(store) = &self.store
+            && StoredBatch::worth_keeping(&batch)
+            && let Some(encoded) = StoredBatch::of(&batch, store.components()).encode()
+        {
+            store.keep_batch(&encoded);
+        }
         if self.record_limit > 0 {
             if self.records.len() == self.record_limit {
                 self.records.pop_front();

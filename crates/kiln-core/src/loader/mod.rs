@@ -5,10 +5,12 @@
 //! bound to a store generation live here; a batch's parts each have a file: the `queue` of kernels waiting
 //! for it, the `batch` itself (store, lower, group by source, finalize,
 //! load, record), each kernel's `job` through it, and the `finalize` step,
-//! in this process or in a worker process.
+//! in this process or in a worker process; a batch's record as a store
+//! keeps it is its `history`.
 
 mod batch;
 mod finalize;
+mod history;
 mod job;
 mod queue;
 #[cfg(test)]
@@ -28,7 +30,9 @@ use crate::pool::WorkerPool;
 use crate::statistics::{BatchRecord, LoaderStatistics, Registration};
 use crate::store::{BoundStore, KeyedCompiler};
 use crate::target::{CompilationTarget, KernelOf, VariantOf};
+
 use crate::worker::WorkerProcesses;
+pub use history::{STORED_BATCH_LIMIT, StoredBatch};
 
 pub(crate) use queue::BorrowedKernel;
 use queue::{Asked, KernelQueue, Request, queued_requests};

@@ -276,6 +276,12 @@ impl<C: KeyedCompiler> BoundStore<C> {
         self.store.batch_finished();
     }
 
+    /// Hands the store the encoded record of the batch that ended
+    /// ([`ArtifactStore::keep_batch`]).
+    pub fn keep_batch(&self, record: &[u8]) {
+        self.store.keep_batch(record);
+    }
+
     fn decoded(&self, key: &StoreKey) -> Lookup<C::Artifact> {
         self.decode(key, self.store.lookup(key))
     }

@@ -295,6 +295,15 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
     /// ends within its limits (P6). The default does nothing.
     fn batch_finished(&self) {}
 
+    /// Keeps the record of a batch that just ended, encoded by the loader
+    /// (a `StoredBatch`), among the last few of every process that used the
+    /// store, so what a slow start spent its time on can be read after the
+    /// fact (`kiln records`). Bounded by the store; an encoded record it
+    /// cannot keep is dropped, never an error. The default keeps nothing.
+    fn keep_batch(&self, record: &[u8]) {
+        let _ = record;
+    }
+
     /// Why `key` (a kernel's key) is or is not held (P9).
     fn explain(&self, key: &StoreKey) -> Explanation {
         let _ = key;

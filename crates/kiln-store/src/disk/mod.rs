@@ -8,6 +8,7 @@
 //! - `access`: explicit access times, the eviction clock (P6);
 //! - `activity`: this process's hits, misses, compiles and failures,
 //!   merged into the store's totals at each batch's end;
+//! - `batches`: the records of the last batches of every process;
 //! - `blob`: named blobs, kept beside artifacts as artifacts are;
 //! - `write`: puts, publication and rollback, and the causes of failed
 //!   writes (P3, P5);
@@ -23,6 +24,7 @@
 
 mod access;
 mod activity;
+mod batches;
 mod blob;
 mod claim;
 mod eviction;
@@ -243,6 +245,10 @@ impl ArtifactStore for DiskStore {
     fn batch_finished(&self) {
         self.hold_limits();
         self.merge_activity();
+    }
+
+    fn keep_batch(&self, record: &[u8]) {
+        self.keep_batch_record(record);
     }
 
     fn explain(&self, key: &StoreKey) -> Explanation {

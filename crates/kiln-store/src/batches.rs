@@ -1,0 +1,243 @@
+//! The `batches` file at a store's root: the records of the last batches of
+//! every process that used the store (`kiln records`), so what a slow start
+//! spent its time on can be read after the fact.
+//!
+//! The file is a ring of [`SLOTS`] fixed slots of [`SLOT`] bytes, each a
+//! record sealed with a sequence number and a check word. A process keeps a
+//! record under the file's lock (`flock`) in the slot holding the oldest
+//! (or no) record, numbered one past the newest; so the file never grows
+//! past `SLOTS × SLOT` bytes, and a process killed in the middle of a write
+//! tears only the slot it was writing, which readers then skip. The records
+//! are opaque here: the loader encodes them (`kiln_core::StoredBatch`).
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+use crate::activity::FileLock;
+
+/// The tag each slot starts with.
+const TAG: &[u8; 8] = b"kilnbat1";
+/// How many records the file keeps.
+pub(crate) const SLOTS: usize = 64;
+/// The bytes of one slot: tag, sequence, length, record, check word.
+pub(crate) const SLOT: usize = 32 * 1024;
+/// Bytes before the record in a slot.
+const HEADER: usize = 8 + 8 + 4;
+/// The longest record a slot holds.
+pub(crate) const RECORD_LIMIT: usize = SLOT - HEADER - 8;
+
+/// The `batches` file at a store's root.
+#[derive(Debug)]
+pub(crate) struct BatchesFile {
+    file: File,
+}
+
+impl BatchesFile {
+    /// Opens the file at `path`, made when missing; never through a
+    /// symbolic link, and only a regular file.
+    pub(crate) fn open(path: &Path) -> io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)?;
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::other("the batch records are not a regular file"));
+        }
+        Ok(Self { file })
+    }
+
+    /// Keeps `record` in place of the oldest, under the file's lock.
+    ///
+    /// # Errors
+    ///
+    /// The record is larger than [`RECORD_LIMIT`], the lock stays taken, or
+    /// the file cannot be written (a full disk, a file size limit).
+    pub(crate) fn keep(&self, record: &[u8]) -> io::Result<()> {
+        if record.len() > RECORD_LIMIT {
+            return Err(io::Error::other("the batch record outgrew its slot"));
+        }
+        let _lock = FileLock::take(&self.file)?;
+        let sequences = sequences(&self.file);
+        let newest = sequences.iter().copied().max().unwrap_or(0);
+        let oldest = sequences
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, sequence)| **sequence)
+            .map_or(0, |(slot, _)| slot);
+        let sealed = seal(newest + 1, record);
+        crate::disk::within_file_size_limit(((oldest + 1) * SLOT) as u64)?;
+        self.file.write_all_at(&sealed, (oldest * SLOT) as u64)
+    }
+
+    /// Every whole record of the file at `path`, oldest first, without
+    /// writing anything: none when it is missing, not a regular file, or
+    /// holds no whole slot.
+    pub(crate) fn read_at(path: &Path) -> Vec<Vec<u8>> {
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+        else {
+            return Vec::new();
+        };
+        if !file.metadata().is_ok_and(|metadata| metadata.is_file()) {
+            return Vec::new();
+        }
+        let mut records: Vec<(u64, Vec<u8>)> = (0..SLOTS)
+            .filter_map(|slot| {
+                let mut bytes = vec![0u8; SLOT];
+                let read = read_up_to(&file, &mut bytes, (slot * SLOT) as u64);
+                open(&bytes[..read])
+            })
+            .collect();
+        records.sort_by_key(|(sequence, _)| *sequence);
+        records.into_iter().map(|(_, record)| record).collect()
+    }
+}
+
+/// The sequence of each slot of `file`; 0 for an empty, torn or foreign one.
+fn sequences(file: &File) -> Vec<u64> {
+    (0..SLOTS)
+        .map(|slot| {
+            let mut bytes = vec![0u8; SLOT];
+            let read = read_up_to(file, &mut bytes, (slot * SLOT) as u64);
+            open(&bytes[..read]).map_or(0, |(sequence, _)| sequence)
+        })
+        .collect()
+}
+
+/// Reads what there is of `bytes.len()` bytes at `offset`: fewer at the
+/// end of the file, none past it or on an error.
+fn read_up_to(file: &File, bytes: &mut [u8], offset: u64) -> usize {
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match file.read_at(&mut bytes[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(read) => filled += read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    filled
+}
+
+/// A slot's bytes holding `record` as the `sequence`th kept: only as long
+/// as the record needs, the rest of the slot left as it was.
+fn seal(sequence: u64, record: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(HEADER + record.len() + 8);
+    bytes.extend_from_slice(TAG);
+    bytes.extend_from_slice(&sequence.to_le_bytes());
+    bytes.extend_from_slice(&(record.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(record);
+    let check = check_word(&bytes[8..]);
+    bytes.extend_from_slice(&check);
+    bytes
+}
+
+/// The sequence and record of a whole slot; `None` for a torn, empty or
+/// foreign one.
+fn open(bytes: &[u8]) -> Option<(u64, Vec<u8>)> {
+    if bytes.len() < HEADER + 8 || &bytes[..8] != TAG {
+        return None;
+    }
+    let sequence = u64::from_le_bytes(bytes[8..16].try_into().ok()?);
+    let length = u32::from_le_bytes(bytes[16..20].try_into().ok()?) as usize;
+    let end = HEADER.checked_add(length)?;
+    if length > RECORD_LIMIT
+        || end + 8 > bytes.len()
+        || bytes[end..end + 8] != check_word(&bytes[8..end])
+    {
+        return None;
+    }
+    (sequence > 0).then(|| (sequence, bytes[HEADER..end].to_vec()))
+}
+
+fn check_word(bytes: &[u8]) -> [u8; 8] {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&blake3::hash(bytes).as_bytes()[..8]);
+    word
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let folder =
+            std::env::temp_dir().join(format!("kiln-batches-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&folder);
+        std::fs::create_dir_all(&folder).expect("a scratch folder");
+        folder.join("batches")
+    }
+
+    #[test]
+    fn the_ring_keeps_the_newest_records_in_order_and_never_grows() {
+        let path = scratch("ring");
+        let first = BatchesFile::open(&path).expect("opens");
+        let second = BatchesFile::open(&path).expect("opens");
+        for number in 0..(SLOTS + 10) {
+            let file = if number % 2 == 0 { &first } else { &second };
+            file.keep(format!("record {number}").as_bytes())
+                .expect("kept");
+        }
+        let records = BatchesFile::read_at(&path);
+        assert_eq!(records.len(), SLOTS);
+        assert_eq!(records[0], b"record 10");
+        assert_eq!(
+            records.last().map(Vec::as_slice),
+            Some(format!("record {}", SLOTS + 9).as_bytes())
+        );
+        assert!(std::fs::metadata(&path).expect("a file").len() <= (SLOTS * SLOT) as u64);
+        let largest = vec![7u8; RECORD_LIMIT];
+        first.keep(&largest).expect("the largest record fits");
+        assert!(first.keep(&[7u8; RECORD_LIMIT + 1]).is_err());
+        assert_eq!(BatchesFile::read_at(&path).last(), Some(&largest));
+        let _ = std::fs::remove_dir_all(path.parent().expect("a folder"));
+    }
+
+    #[test]
+    fn a_torn_or_foreign_slot_is_skipped_and_written_over() {
+        // P3: a process killed while writing loses its own record only.
+        let path = scratch("torn");
+        let file = BatchesFile::open(&path).expect("opens");
+        file.keep(b"first").expect("kept");
+        file.keep(b"second").expect("kept");
+        let torn = File::options().write(true).open(&path).expect("opens");
+        torn.write_all_at(b"XX", (SLOT + HEADER) as u64)
+            .expect("torn");
+        assert_eq!(BatchesFile::read_at(&path), vec![b"first".to_vec()]);
+        file.keep(b"third").expect("kept");
+        assert_eq!(
+            BatchesFile::read_at(&path),
+            vec![b"first".to_vec(), b"third".to_vec()]
+        );
+        std::fs::write(&path, vec![0xAB; 3 * SLOT]).expect("overwritten");
+        assert!(BatchesFile::read_at(&path).is_empty());
+        file.keep(b"again").expect("kept over garbage");
+        assert_eq!(BatchesFile::read_at(&path), vec![b"again".to_vec()]);
+        let _ = std::fs::remove_dir_all(path.parent().expect("a folder"));
+    }
+
+    #[test]
+    fn a_link_or_a_fifo_in_its_place_is_neither_followed_nor_read() {
+        let path = scratch("link");
+        let target = path.with_file_name("elsewhere");
+        std::fs::write(&target, b"not the store's").expect("a file");
+        std::os::unix::fs::symlink(&target, &path).expect("a link");
+        assert!(BatchesFile::open(&path).is_err());
+        assert!(BatchesFile::read_at(&path).is_empty());
+        assert_eq!(std::fs::read(&target).expect("read"), b"not the store's");
+        std::fs::remove_file(&path).expect("removed");
+        let fifo = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("a path");
+        // SAFETY: `fifo` is a valid C string for the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert!(BatchesFile::open(&path).is_err(), "a FIFO is refused");
+        assert!(BatchesFile::read_at(&path).is_empty(), "without hanging");
+        let _ = std::fs::remove_dir_all(path.parent().expect("a folder"));
+    }
+}
