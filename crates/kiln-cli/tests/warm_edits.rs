@@ -81,8 +81,11 @@ fn an_edit_of_the_code_compiles_every_kernel_of_the_file_again() {
     let text = wgsl_file(&[2, 3], "scales");
     std::fs::write(&file, &text).expect("a kernel file");
     assert_eq!(counts(&warm(&store, &folder, "wgpu")), (2, 0, 0));
-    std::fs::write(&file, text.replace("data[id.x] * SCALE", "SCALE * data[id.x]"))
-        .expect("a kernel file");
+    std::fs::write(
+        &file,
+        text.replace("data[id.x] * SCALE", "SCALE * data[id.x]"),
+    )
+    .expect("a kernel file");
     let edited = warm(&store, &folder, "wgpu");
     assert_eq!(counts(&edited), (2, 0, 0), "{edited:#}");
 }
@@ -90,7 +93,10 @@ fn an_edit_of_the_code_compiles_every_kernel_of_the_file_again() {
 #[test]
 fn a_renamed_cuda_file_takes_its_artifacts_without_compiling() {
     if let Err(reason) = kiln_cuda::CudaCompiler::new() {
-        skip("a_renamed_cuda_file_takes_its_artifacts_without_compiling", &reason.to_string());
+        skip(
+            "a_renamed_cuda_file_takes_its_artifacts_without_compiling",
+            &reason.to_string(),
+        );
         return;
     }
     let scratch = Scratch::new("warm-edits-rename");
