@@ -441,25 +441,40 @@ pub(crate) fn prestart(program: PathBuf, recipe: WorkerRecipe, count: usize) {
         let (program, recipe) = (program.clone(), recipe.clone());
         move || {
             // Spawn them all first, so they build their compilers at once,
-            // then take their answers in turn.
+            // then take each answer as it comes, on a thread of its own: a
+            // worker that is ready serves a batch at once, whichever of
+            // them is slow to start.
+            let began = Instant::now();
             let spawned: Vec<Result<WorkerProcess, String>> = (0..wanted)
                 .map(|_| WorkerProcess::spawn(&program, &recipe))
                 .collect();
-            for worker in spawned {
-                let worker = worker.and_then(WorkerProcess::started);
-                let mut prestarts = lock_prestarts();
-                if let Some(entry) = prestarts
-                    .iter_mut()
-                    .find(|entry| entry.program == program && entry.recipe == recipe)
-                {
-                    entry.pending -= 1;
-                    match worker {
-                        Ok(worker) => entry.ready.push(worker),
-                        Err(reason) => log::debug!("a prestarted compile worker failed: {reason}"),
+            let waiting: Vec<Mutex<Option<Result<WorkerProcess, String>>>> =
+                spawned.into_iter().map(|worker| Mutex::new(Some(worker))).collect();
+            let answer = |waiting: &Mutex<Option<Result<WorkerProcess, String>>>| {
+                let worker = waiting
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .take();
+                if let Some(worker) = worker {
+                    prestarted(
+                        &program,
+                        &recipe,
+                        worker.and_then(WorkerProcess::started),
+                        began,
+                    );
+                }
+            };
+            std::thread::scope(|scope| {
+                for worker in &waiting {
+                    let spawned = std::thread::Builder::new()
+                        .name("kiln-worker-answer".into())
+                        .spawn_scoped(scope, || answer(worker));
+                    // Without a thread of its own, its answer is taken here.
+                    if spawned.is_err() {
+                        answer(worker);
                     }
                 }
-                registry().1.notify_all();
-            }
+            });
         }
     };
     let started = std::thread::Builder::new()
@@ -474,6 +489,35 @@ pub(crate) fn prestart(program: PathBuf, recipe: WorkerRecipe, count: usize) {
             entry.pending -= wanted;
         }
     }
+}
+
+/// Files the answer of a prestarted worker of `recipe` from `program`,
+/// started at `began`: ready for the first pool that asks, or gone.
+fn prestarted(
+    program: &Path,
+    recipe: &WorkerRecipe,
+    worker: Result<WorkerProcess, String>,
+    began: Instant,
+) {
+    let mut prestarts = lock_prestarts();
+    if let Some(entry) = prestarts
+        .iter_mut()
+        .find(|entry| entry.program == program && entry.recipe == *recipe)
+    {
+        entry.pending -= 1;
+        match worker {
+            Ok(worker) => {
+                log::debug!(
+                    "prestarted compile worker {} ready {:?} after its start",
+                    worker.pid,
+                    began.elapsed()
+                );
+                entry.ready.push(worker);
+            }
+            Err(reason) => log::debug!("a prestarted compile worker failed: {reason}"),
+        }
+    }
+    registry().1.notify_all();
 }
 
 /// A prestarted worker of `recipe` from `program`, waiting for one still
