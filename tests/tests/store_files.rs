@@ -428,6 +428,7 @@ fn p8_a_bundle_carries_a_store_to_another_root_and_l10_an_import_that_replaces_c
         &FakeKernel::new(1).artifact_id(),
         &replaced,
         None,
+        None,
         Duration::ZERO,
         None,
     );

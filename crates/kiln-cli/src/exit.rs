@@ -5,7 +5,7 @@
 //! | 0 | everything asked was done |
 //! | 1 | the command could not do its work: the store cannot be opened, a file cannot be read or written, a value is wrong |
 //! | 2 | the command line is wrong: an unknown option, a missing or malformed value |
-//! | 3 | `warm`: a kernel or a kernel file failed (every other kernel was compiled and stored) |
+//! | 3 | `warm`: a kernel or a kernel file failed (every other kernel was compiled and stored); `verify --recompile`: a kernel compiled again to other bytes than stored |
 //! | 4 | `warm`: a backend named by `--require` is unavailable |
 //!
 //! Where several apply, the larger code is given.
@@ -18,7 +18,7 @@ pub const SUCCESS: i32 = 0;
 pub const ERROR: i32 = 1;
 /// The command line is wrong.
 pub const USAGE: i32 = 2;
-/// A kernel or kernel file failed.
+/// A kernel or kernel file failed; or compiled again to other bytes.
 pub const KERNELS_FAILED: i32 = 3;
 /// A backend named by `--require` is unavailable.
 pub const REQUIRED_UNAVAILABLE: i32 = 4;
@@ -31,7 +31,8 @@ Exit codes:
      cannot be read or written, a value is wrong
   2  the command line is wrong: an unknown option, a missing or malformed value
   3  warm: a kernel or a kernel file failed (every other kernel was compiled
-     and stored)
+     and stored); verify --recompile: a kernel compiled again to other bytes
+     than stored
   4  warm: a backend named by --require is unavailable
 Where several apply, the larger code is given.";
 

@@ -85,8 +85,8 @@ fn a_cuda_warm_records_that_it_compiled_in_worker_processes() {
     let folder = scratch.folder("kernels");
     std::fs::write(
         folder.join("scale.cu"),
-        "// kiln entry: scale\n// kiln specialize: F=2\n// kiln specialize: F=3\n\
-         extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= F; }\n",
+        "// kiln entry: scale\n// kiln specialize: SCALE_BY=2\n// kiln specialize: SCALE_BY=3\n\
+         extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= SCALE_BY; }\n",
     )
     .expect("a kernel file");
     let warmed = warm(&store, &folder, "cuda");

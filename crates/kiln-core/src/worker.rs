@@ -89,7 +89,7 @@ pub use crate::compiler::{ProcessCompiler, WorkerRecipe};
 
 pub use processes::WorkerProcesses;
 pub(crate) use processes::{ProcessPool, WorkerLost};
-pub(crate) use protocol::{Outcome, decode, encode};
+pub(crate) use protocol::{Outcome, decode};
 pub use serve::{WorkerEntry, entry};
 
 /// The variable naming a program to start as the worker.

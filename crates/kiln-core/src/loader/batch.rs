@@ -168,6 +168,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             compiler: &*compiler,
             processes: self.pool.process_pool().filter(|_| with_processes),
             used_processes,
+            keep_recipes: self.store.is_some(),
         };
         let workers = self.pool.workers_for(missing);
         if missing > 1 {

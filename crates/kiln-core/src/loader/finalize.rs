@@ -8,6 +8,7 @@ use crate::compiler::Finalized;
 use crate::diagnostic::CompileFailure;
 use crate::error::{Failure, KernelError, Stage};
 use crate::id::ArtifactId;
+use crate::store::Recipe;
 use crate::target::{ArtifactOf, CompilationTarget, LoweredOf, VariantOf};
 use crate::worker::{self, Outcome, ProcessPool, WorkerLost};
 
@@ -18,6 +19,9 @@ pub(super) struct Finalizer<'p, T: CompilationTarget> {
     pub(super) processes: Option<&'p ProcessPool>,
     /// Whether any kernel of the batch was finalized in a worker process.
     pub(super) used_processes: &'p AtomicBool,
+    /// Whether the batch keeps what each kernel was finalized from after
+    /// its artifact in the store.
+    pub(super) keep_recipes: bool,
 }
 
 impl<T: CompilationTarget> Finalizer<'_, T> {
@@ -30,6 +34,7 @@ impl<T: CompilationTarget> Finalizer<'_, T> {
         &self,
         id: &ArtifactId<VariantOf<T>>,
         lowered: LoweredOf<T>,
+        encoded: Option<Recipe>,
     ) -> Result<
         (
             Result<Finalized<ArtifactOf<T>>, KernelError>,
@@ -41,7 +46,10 @@ impl<T: CompilationTarget> Finalizer<'_, T> {
         let Some(pool) = self.processes else {
             return Err(lowered);
         };
-        let (Ok(id_bytes), Ok(lowered_bytes)) = (worker::encode(id), worker::encode(&lowered))
+        let Some(Recipe {
+            id: id_bytes,
+            lowered: lowered_bytes,
+        }) = encoded
         else {
             log::warn!("{id} does not serialize for a worker process; finalizing it here");
             return Err(lowered);

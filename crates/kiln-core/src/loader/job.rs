@@ -15,7 +15,9 @@ use crate::error::{Failure, KernelError, Stage};
 use crate::id::ArtifactId;
 use crate::panic::panic_message;
 use crate::statistics::{KernelOutcome, KernelRecord, LoaderStatistics, Registration, Settled};
-use crate::store::{BoundStore, ClaimGuard, Claimed, Lookup, RememberedFailure, StoreOutcome};
+use crate::store::{
+    BoundStore, ClaimGuard, Claimed, Lookup, Recipe, RememberedFailure, StoreOutcome,
+};
 use crate::target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, VariantOf};
 
 /// How far a kernel got through its batch.
@@ -115,6 +117,9 @@ pub(super) struct Job<'k, T: CompilationTarget> {
     load_work: Duration,
     /// Warnings and remarks of its successful finalize.
     diagnostics: Vec<Diagnostic>,
+    /// What it was finalized from, kept after its artifact in the store
+    /// (`kiln verify --recompile`).
+    recipe: Option<Recipe>,
 }
 
 impl<'k, T: CompilationTarget> Job<'k, T> {
@@ -131,6 +136,7 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             remembered: false,
             crashed: false,
             inherited: false,
+            recipe: None,
             id: request.id,
             kernel: request.kernel,
             step: Step::Missing,
@@ -397,7 +403,16 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         };
         let started = Instant::now();
         let id = &self.id;
-        let (result, remote_work, lost) = match finalizer.in_process_or_worker(id, lowered) {
+        // Encoded once: for the store, after the artifact, and for a
+        // worker process, which takes the same bytes.
+        let encoded = (finalizer.keep_recipes && self.kept || finalizer.processes.is_some())
+            .then(|| Recipe::of(id, &lowered))
+            .flatten();
+        self.recipe = encoded
+            .clone()
+            .filter(|_| finalizer.keep_recipes && self.kept);
+        let (result, remote_work, lost) = match finalizer.in_process_or_worker(id, lowered, encoded)
+        {
             Ok(remote) => remote,
             Err(lowered) => (
                 contained(Stage::Finalize, id, || {
@@ -530,6 +545,7 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                                     target.compiler(),
                                     id,
                                     &artifact,
+                                    self.recipe.as_ref(),
                                     source.as_deref(),
                                     work,
                                     self.claim.take(),

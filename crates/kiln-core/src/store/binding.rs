@@ -11,6 +11,7 @@ use super::claim::{Claim, ClaimGuard, ClaimWait};
 use super::failure::RememberedFailure;
 use super::generation::Generation;
 use super::key::{KeyComponents, KeyedCompiler, StoreKey};
+use super::recipe::{Recipe, decode_value, encode_value};
 use super::{ArtifactStore, Explanation, Lookup, Miss, StoreOutcome};
 use crate::encoding;
 use crate::id::ArtifactId;
@@ -196,18 +197,25 @@ impl<C: KeyedCompiler> BoundStore<C> {
         self.decoded(&self.source_key(compiler, id, source))
     }
 
-    /// Stores `artifact` under `id` and, when given, `source`, then releases
-    /// `claim`, the claim on `id` (P4): a waiter reads the artifact.
+    /// Stores `artifact` under `id` and, when given, `source`, with the
+    /// `recipe` it was finalized from after it when there is one (so `kiln
+    /// verify --recompile` can finalize it again), then releases `claim`,
+    /// the claim on `id` (P4): a waiter reads the artifact.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each is a part of one put, named at the call"
+    )]
     pub fn put(
         &self,
         compiler: &C,
         id: &ArtifactId<C::Variant>,
         artifact: &C::Artifact,
+        recipe: Option<&Recipe>,
         source: Option<&str>,
         work: Duration,
         claim: Option<ClaimGuard>,
     ) -> StoreOutcome {
-        let outcome = match encoding::encode(artifact) {
+        let outcome = match encode_value(artifact, recipe) {
             Ok(bytes) => {
                 let key = self.artifact_key(compiler, id);
                 let source_key = source.map(|source| self.source_key(compiler, id, source));
@@ -292,14 +300,13 @@ impl<C: KeyedCompiler> BoundStore<C> {
                 artifact,
                 bytes,
                 work,
-            } => match encoding::decode(&artifact) {
-                Ok((decoded, read)) if read == artifact.len() => Lookup::Hit {
-                    artifact: decoded,
+            } => match decode_value::<C::Artifact>(&artifact) {
+                Ok(value) => Lookup::Hit {
+                    artifact: value.artifact,
                     bytes,
                     work,
                 },
-                Ok(_) => self.undecodable(key, "bytes left over".into()),
-                Err(error) => self.undecodable(key, error.to_string()),
+                Err(detail) => self.undecodable(key, detail),
             },
             Lookup::Miss(miss) => Lookup::Miss(miss),
         }

@@ -45,6 +45,7 @@ mod generation;
 mod key;
 mod lease;
 mod memory;
+mod recipe;
 
 use std::fmt;
 use std::time::Duration;
@@ -62,6 +63,7 @@ pub use key::{
 };
 pub use lease::{DEFAULT_LEASE, Renewal};
 pub use memory::{DEFAULT_CLAIM_TIMEOUT, MemoryStore};
+pub use recipe::{Recipe, Recompiled, StoredValue, decode_value, recompile};
 
 /// Why a store had nothing to give.
 #[derive(Debug, Clone, PartialEq, Eq)]
