@@ -354,6 +354,65 @@ fn p4_a_kernel_is_published_as_it_loads_and_its_waiter_goes_on() -> Result<()> {
 }
 
 #[test]
+fn p12_a_waiting_batch_names_the_process_that_holds_its_kernels() -> Result<()> {
+    // P12: waiting is visible, in the loader's progress and its log.
+    let scratch = Scratch::new("holder-named");
+    let root = scratch.join("store");
+    let holder_log = scratch.join("holder.log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut holder = spawn_batch(&root, &holder_log, 1000, (0, 1))?;
+    let run = (|| -> Result<Option<kiln_core::Waiting>> {
+        wait_for_compile(&holder_log, 0, deadline)?;
+        let store = kiln_tests::shared_store(&root);
+        let mut loader = kiln_core::KernelLoader::with_config(
+            kiln_core::fake::FakeTarget::on_store(store),
+            kiln_core::LoaderConfig::default(),
+        );
+        // Kernel 0, which the holder is compiling now.
+        let kernel = kiln_core::fake::FakeKernel::new(0).sleeping(Duration::from_millis(1000));
+        loader.enqueue(Box::new(kernel), ());
+        let progress = loader.progress();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watcher = {
+            let done = std::sync::Arc::clone(&done);
+            std::thread::spawn(move || {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Some(waiting) = progress.waiting() {
+                        return Some(waiting);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                None
+            })
+        };
+        loader.compile_queued();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        ensure!(
+            loader.statistics().compiled == 0,
+            "the waiter took the holder's kernel instead of compiling it"
+        );
+        ensure!(
+            loader.progress().waiting().is_none(),
+            "a batch that ended waits for nothing"
+        );
+        Ok(watcher.join().expect("the watcher ends"))
+    })();
+    let holder_pid = holder.id();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let waiting = run?.context("the batch waited for the holder")?;
+    assert!(waiting.kernels >= 1, "{waiting:?}");
+    assert!(
+        waiting
+            .holders
+            .iter()
+            .any(|holder| holder.starts_with(&format!("process {holder_pid} on "))),
+        "the holder is named with its process and host: {waiting:?}"
+    );
+    Ok(())
+}
+
+#[test]
 fn p12_a_holder_killed_mid_compile_loses_its_keys_to_the_others() -> Result<()> {
     // P4, P12
     a_signalled_holder_stalls_nobody_past_its_lease("holder-killed", libc::SIGKILL)

@@ -12,12 +12,14 @@ use rustc_hash::FxHashMap;
 use super::KernelLoader;
 use super::finalize::Finalizer;
 use super::history::StoredBatch;
+use super::progress::Waiting;
 use super::job::{Job, JobOutcome, Round, SourceGroups, Step};
 use super::queue::Request;
 use crate::compiler::ArtifactCompiler;
 use crate::config::WorkerMode;
 use crate::error::KernelError;
 use crate::statistics::{BatchRecord, KernelRecord};
+use crate::store::BoundStore;
 use crate::target::{ArtifactOf, CompilationTarget};
 
 /// What a batch knows of its kernels across its rounds: their outcomes and
@@ -43,6 +45,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             .map(|(index, request)| Job::new(index, request))
             .collect();
         let n_kernels = jobs.len();
+        self.progress.started(n_kernels);
 
         self.target.batch_started();
         // Every kernel the store keeps, asked for at once (P10).
@@ -196,6 +199,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
         let target = &mut self.target;
         let statistics = &mut self.statistics;
         let store = self.store.as_ref();
+        let progress = &self.progress;
         let Settling {
             outcomes,
             records,
@@ -236,11 +240,35 @@ impl<T: CompilationTarget> KernelLoader<T> {
                     let (outcome, record) = job.load(target, store, statistics);
                     outcomes[job.index] = Some(outcome);
                     records[job.index] = Some(record);
+                    progress.settled_one();
                 }
             },
         );
         debug_assert!(parked.is_empty(), "every leader of the round settled");
         workers
+    }
+
+    /// What the batch is about to wait for: its kernels others hold, and
+    /// the first few holders the store can name.
+    fn waiting_for(&self, jobs: &[Job<'_, T>], store: &BoundStore<T::Compiler>) -> Waiting {
+        /// The most holders named: a line, not a list.
+        const NAMED: usize = 3;
+        let held: Vec<&Job<'_, T>> = jobs.iter().filter(|job| job.is_elsewhere()).collect();
+        let mut holders: Vec<String> = Vec::new();
+        for job in &held {
+            if holders.len() == NAMED {
+                break;
+            }
+            if let Some(holder) = store.holder(self.target.compiler(), &job.id)
+                && !holders.contains(&holder)
+            {
+                holders.push(holder);
+            }
+        }
+        Waiting {
+            kernels: held.len(),
+            holders,
+        }
     }
 
     /// Waits until another holder published, released or lost at least one
@@ -253,6 +281,9 @@ impl<T: CompilationTarget> KernelLoader<T> {
             }
             return;
         };
+        let waiting = self.waiting_for(jobs, store);
+        log::info!("waiting for {waiting}");
+        self.progress.wait(Some(waiting));
         let mut pause = Duration::from_millis(5);
         loop {
             let mut taken = false;
@@ -260,6 +291,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
                 taken |= job.take_published(&mut self.target, store, &mut self.statistics);
             }
             if taken {
+                self.progress.wait(None);
                 return;
             }
             let now = Instant::now();
@@ -272,6 +304,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
                 for job in held {
                     job.compile_anyway(&mut self.statistics);
                 }
+                self.progress.wait(None);
                 return;
             }
             let left = deadline.map_or(pause, |deadline| deadline - now);

@@ -12,6 +12,7 @@ mod batch;
 mod finalize;
 mod history;
 mod job;
+mod progress;
 mod queue;
 #[cfg(test)]
 mod tests;
@@ -33,6 +34,7 @@ use crate::target::{CompilationTarget, KernelOf, VariantOf};
 
 use crate::worker::WorkerProcesses;
 pub use history::{STORED_BATCH_LIMIT, StoredBatch};
+pub use progress::{BatchProgress, Waiting};
 
 pub(crate) use queue::BorrowedKernel;
 use queue::{Asked, KernelQueue, Request, queued_requests};
@@ -90,6 +92,8 @@ pub struct KernelLoader<T: CompilationTarget> {
     record_limit: usize,
     /// Whether remembered failures compile again (P11).
     retry_failed: bool,
+    /// What the running batch is doing, for another thread to read.
+    progress: BatchProgress,
 }
 
 impl<T: CompilationTarget> KernelLoader<T> {
@@ -130,6 +134,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             records: VecDeque::new(),
             record_limit: config.record_limit,
             retry_failed: config.retry_failed,
+            progress: BatchProgress::default(),
         }
     }
 
@@ -352,6 +357,25 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// Totals since the loader was made.
     pub fn statistics(&self) -> LoaderStatistics {
         self.statistics
+    }
+
+    /// A handle on what the loader's batches are doing, to read from
+    /// another thread while one runs (a progress bar): how many of its
+    /// kernels are settled, and which kernels it waits for while other
+    /// processes compile them, naming who holds them (P12).
+    ///
+    /// ```
+    /// # use kiln_core::KernelLoader;
+    /// # use kiln_core::fake::{FakeKernel, FakeTarget};
+    /// let mut loader = KernelLoader::new(FakeTarget::storeless());
+    /// let progress = loader.progress();
+    /// loader.enqueue(Box::new(FakeKernel::new(1)), ());
+    /// loader.compile_queued();
+    /// assert_eq!((progress.settled(), progress.kernels()), (1, 1));
+    /// assert!(progress.waiting().is_none());
+    /// ```
+    pub fn progress(&self) -> BatchProgress {
+        self.progress.clone()
     }
 
     /// The records of the latest batches, oldest first, up to the configured

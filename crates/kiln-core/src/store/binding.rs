@@ -284,6 +284,11 @@ impl<C: KeyedCompiler> BoundStore<C> {
         self.store.batch_finished();
     }
 
+    /// Who holds the claim of `id` ([`ArtifactStore::holder`]).
+    pub fn holder(&self, compiler: &C, id: &ArtifactId<C::Variant>) -> Option<String> {
+        self.store.holder(&self.artifact_key(compiler, id))
+    }
+
     /// Hands the store the encoded record of the batch that ended
     /// ([`ArtifactStore::keep_batch`]).
     pub fn keep_batch(&self, record: &[u8]) {

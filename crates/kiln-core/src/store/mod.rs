@@ -297,6 +297,15 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
     /// ends within its limits (P6). The default does nothing.
     fn batch_finished(&self) {}
 
+    /// Who holds the claim of `key` (P12), as a person reads it: `process
+    /// 4242 on build-3`; `None` when nobody does or the store cannot say.
+    /// A batch that waits for others names them in its progress and log.
+    /// The default cannot say.
+    fn holder(&self, key: &StoreKey) -> Option<String> {
+        let _ = key;
+        None
+    }
+
     /// Keeps the record of a batch that just ended, encoded by the loader
     /// (a `StoredBatch`), among the last few of every process that used the
     /// store, so what a slow start spent its time on can be read after the

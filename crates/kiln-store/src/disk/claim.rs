@@ -219,6 +219,24 @@ fn next_holder() -> u64 {
 }
 
 impl DiskStore {
+    /// Who holds the claim of `key` under a live lease: the process its
+    /// lease names, on this host ([`ArtifactStore::holder`]); `None` when
+    /// nobody does or the lease cannot be read.
+    ///
+    /// [`ArtifactStore::holder`]: kiln_core::ArtifactStore::holder
+    pub(super) fn claim_holder(&self, key: &StoreKey) -> Option<String> {
+        let digest = key.digest();
+        let record = self.inner.locks.read_lease(&digest).ok()?;
+        if record.tag != lease_tag(&digest) || record.expires_ms <= now_ms() {
+            return None;
+        }
+        let process = record.holder >> 32;
+        Some(match host_name() {
+            Some(host) => format!("process {process} on {host}"),
+            None => format!("process {process} on this host"),
+        })
+    }
+
     /// Says once per cause, as failed writes are ([`crate::WriteCause`]),
     /// that a key could not be locked (a full disk, a file size limit), so
     /// that a batch of many keys does not bury the cause under a line per
@@ -247,6 +265,19 @@ impl DiskStore {
             log::debug!("kiln store: cannot lock {}: {error}", key.subject_text());
         }
     }
+}
+
+/// This machine's name, as `gethostname` gives it.
+pub(crate) fn host_name() -> Option<String> {
+    let mut buffer = [0u8; 256];
+    // SAFETY: the buffer is valid for its length, which is what is passed.
+    let result = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
+    if result != 0 {
+        return None;
+    }
+    let end = buffer.iter().position(|&byte| byte == 0)?;
+    let name = String::from_utf8_lossy(&buffer[..end]).into_owned();
+    (!name.is_empty()).then_some(name)
 }
 
 #[cfg(test)]
@@ -284,3 +315,4 @@ mod tests {
         let _ = fs::remove_dir_all(holder.root());
     }
 }
+

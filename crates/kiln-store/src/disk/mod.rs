@@ -247,6 +247,10 @@ impl ArtifactStore for DiskStore {
         self.merge_activity();
     }
 
+    fn holder(&self, key: &StoreKey) -> Option<String> {
+        self.claim_holder(key)
+    }
+
     fn keep_batch(&self, record: &[u8]) {
         self.keep_batch_record(record);
     }
