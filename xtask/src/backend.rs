@@ -8,6 +8,13 @@
 //! there (see docs/DEVICE.md). They read no file of the machine that built
 //! them (the tests embed the kernels they load), so the folder runs from
 //! any path.
+//!
+//! Every device: the run lists the machine's GPUs of the backend and says
+//! which it ran on. The first pass sees them all (the tests take GPU 0, and
+//! the multi-GPU tests take two, required where two are there); each
+//! further GPU gets a pass of its own with only it visible
+//! (`CUDA_VISIBLE_DEVICES`, `HIP_VISIBLE_DEVICES`), so the whole suite runs
+//! on every GPU. `run.sh` does the same on the device machine.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -33,6 +40,31 @@ struct Backend {
     preamble: &'static str,
     /// Lines of `run.sh` after the test binaries.
     epilogue: &'static str,
+    /// The machine's devices of this backend; empty when the backend has
+    /// no way to pick one (the tests then take the one they find).
+    devices: fn() -> Vec<Device>,
+    /// The variable that shows the tests one device only, when there is.
+    visible_devices: Option<&'static str>,
+    /// A shell command printing how many devices `run.sh` has to run on.
+    count_devices: &'static str,
+}
+
+/// One GPU as the machine lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Device {
+    /// Its index, as the backend's visible-devices variable takes it.
+    index: usize,
+    /// What the machine calls it.
+    name: String,
+}
+
+/// One run of every binary: which devices the tests see, and how.
+#[derive(Debug, PartialEq, Eq)]
+struct Pass {
+    /// What it ran on, for the summary.
+    label: String,
+    /// The variables that choose it.
+    environment: Vec<(String, String)>,
 }
 
 const BACKENDS: &[Backend] = &[
@@ -46,6 +78,9 @@ const BACKENDS: &[Backend] = &[
         examples: &[],
         preamble: "",
         epilogue: "",
+        devices: nvidia_gpus,
+        visible_devices: Some("CUDA_VISIBLE_DEVICES"),
+        count_devices: "nvidia-smi -L 2>/dev/null | grep -c '^GPU'",
     },
     Backend {
         name: "hip",
@@ -57,6 +92,10 @@ const BACKENDS: &[Backend] = &[
         examples: &[],
         preamble: "",
         epilogue: "",
+        devices: amd_gpus,
+        visible_devices: Some("HIP_VISIBLE_DEVICES"),
+        count_devices: "grep -l '^simd_count [1-9]' /sys/class/kfd/kfd/topology/nodes/*/properties \
+                        2>/dev/null | wc -l",
     },
     Backend {
         name: "wgpu",
@@ -68,6 +107,11 @@ const BACKENDS: &[Backend] = &[
         examples: &["pipeline_bench"],
         preamble: WGPU_PREAMBLE,
         epilogue: WGPU_EPILOGUE,
+        // wgpu's tests take the adapter wgpu ranks first; Vulkan has no
+        // variable that hides the others.
+        devices: Vec::new,
+        visible_devices: None,
+        count_devices: "echo 1",
     },
 ];
 
@@ -104,22 +148,36 @@ pub fn test(name: &str, extra: &[&str]) -> Result<()> {
     binaries.extend(build_example_programs(name)?);
     if (backend.is_device_here)() {
         let store = setup::target_directory().join("kiln-examples-store");
+        let devices = (backend.devices)();
+        print_devices(name, &devices);
+        let passes = passes(backend.visible_devices, &devices);
         let mut failed = Vec::new();
-        for (label, binary) in &binaries {
-            eprintln!("xtask: {label} ({})", binary.display());
-            let status = Command::new(binary)
-                .envs(environment.iter().map(|(key, value)| (key, value)))
-                .env("KILN_REQUIRE_DEVICE", "1")
-                .env("KILN_CACHE_DIR", &store)
-                .status()
-                .with_context(|| format!("could not run {}", binary.display()))?;
-            if !status.success() {
-                failed.push(label.clone());
+        let mut ran = 0usize;
+        for pass in &passes {
+            eprintln!("xtask: {name} pass on {}", pass.label);
+            for (label, binary) in &binaries {
+                eprintln!("xtask: {label} ({}) on {}", binary.display(), pass.label);
+                let status = Command::new(binary)
+                    .envs(environment.iter().map(|(key, value)| (key, value)))
+                    .env("KILN_REQUIRE_DEVICE", "1")
+                    .env("KILN_CACHE_DIR", &store)
+                    .envs(pass.environment.iter().map(|(key, value)| (key, value)))
+                    .status()
+                    .with_context(|| format!("could not run {}", binary.display()))?;
+                ran += 1;
+                if !status.success() {
+                    failed.push(format!("{label} on {}", pass.label));
+                }
             }
         }
         println!(
-            "{name} device run: {} passed, {} failed",
-            binaries.len() - failed.len(),
+            "{name} device run on {}: {} passed, {} failed",
+            passes
+                .iter()
+                .map(|pass| pass.label.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+            ran - failed.len(),
             failed.len()
         );
         if !failed.is_empty() {
@@ -195,6 +253,124 @@ if [ "${KILN_BENCH:-0}" = 1 ] && [ -x "$here/pipeline_bench" ]; then
   __GL_SHADER_DISK_CACHE=0 MESA_SHADER_CACHE_DISABLE=true "$here/pipeline_bench" parallel 100 2>&1 | tee -a "${OUT:-$bench}/bench.log"
 fi
 "#;
+
+/// Prints the devices a run found, or that the tests pick their own.
+fn print_devices(name: &str, devices: &[Device]) {
+    if devices.is_empty() {
+        println!("{name} devices: the one the tests pick (the backend lists none to choose from)");
+        return;
+    }
+    println!("{name} devices: {}", devices.len());
+    for device in devices {
+        println!("  {} {}: {}", name, device.index, device.name);
+    }
+}
+
+/// The passes that run the suite on every device of `devices`: one with
+/// all visible (the tests take the first, and the multi-GPU tests two,
+/// required where two are there), then one per further device with only
+/// it visible through `visible_devices`.
+fn passes(visible_devices: Option<&str>, devices: &[Device]) -> Vec<Pass> {
+    let (Some(variable), [first, others @ ..]) = (visible_devices, devices) else {
+        return vec![Pass {
+            label: "the device the tests pick".to_owned(),
+            environment: Vec::new(),
+        }];
+    };
+    let mut all = Pass {
+        label: format!("device {} ({}), all visible", first.index, first.name),
+        environment: Vec::new(),
+    };
+    if !others.is_empty() {
+        all.label = format!(
+            "device {} ({}) with all {} visible",
+            first.index,
+            first.name,
+            devices.len()
+        );
+        all.environment
+            .push(("KILN_REQUIRE_GPUS".to_owned(), "2".to_owned()));
+    }
+    std::iter::once(all)
+        .chain(others.iter().map(|device| Pass {
+            label: format!("device {} ({}) alone", device.index, device.name),
+            environment: vec![(variable.to_owned(), device.index.to_string())],
+        }))
+        .collect()
+}
+
+/// The NVIDIA GPUs `nvidia-smi` lists; none when it is missing or fails.
+fn nvidia_gpus() -> Vec<Device> {
+    Command::new("nvidia-smi")
+        .args(["--query-gpu=index,name,pci.bus_id", "--format=csv,noheader"])
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| parse_nvidia_gpus(&String::from_utf8_lossy(&output.stdout)))
+        .unwrap_or_default()
+}
+
+/// `nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader`'s
+/// lines as devices.
+fn parse_nvidia_gpus(listing: &str) -> Vec<Device> {
+    listing
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(',').map(str::trim);
+            let index = fields.next()?.parse().ok()?;
+            let name = fields.next()?.to_owned();
+            let bus = fields.next().unwrap_or("").to_owned();
+            Some(Device {
+                index,
+                name: if bus.is_empty() {
+                    name
+                } else {
+                    format!("{name}, {bus}")
+                },
+            })
+        })
+        .collect()
+}
+
+/// The AMD GPUs the kernel driver lists (its topology nodes with compute
+/// units), in the order the HIP runtime numbers them.
+fn amd_gpus() -> Vec<Device> {
+    let Ok(nodes) = std::fs::read_dir("/sys/class/kfd/kfd/topology/nodes") else {
+        return Vec::new();
+    };
+    let mut nodes: Vec<(usize, PathBuf)> = nodes
+        .flatten()
+        .filter_map(|node| {
+            let number = node.file_name().to_str()?.parse().ok()?;
+            Some((number, node.path()))
+        })
+        .collect();
+    nodes.sort();
+    nodes
+        .into_iter()
+        .filter(|(_, node)| {
+            std::fs::read_to_string(node.join("properties"))
+                .is_ok_and(|properties| is_amd_gpu_node(&properties))
+        })
+        .enumerate()
+        .map(|(index, (_, node))| Device {
+            index,
+            name: std::fs::read_to_string(node.join("name"))
+                .map(|name| name.trim().to_owned())
+                .unwrap_or_else(|_| "an AMD GPU".to_owned()),
+        })
+        .collect()
+}
+
+/// Whether a kernel driver topology node's `properties` describe a GPU
+/// (compute units) rather than a CPU.
+fn is_amd_gpu_node(properties: &str) -> bool {
+    properties.lines().any(|line| {
+        line.strip_prefix("simd_count ")
+            .and_then(|count| count.trim().parse::<u64>().ok())
+            .is_some_and(|count| count > 0)
+    })
+}
 
 /// Whether a Vulkan driver is registered here: the loader's manifest
 /// folders hold one, or the environment names one.
@@ -381,28 +557,143 @@ echo "KILN_NVRTC_PATH=${{KILN_NVRTC_PATH:-<dynamic linker>}}"
 {preamble}
 passed=0
 failed=0
-for binary in {binaries}; do
-  echo "=== $binary"
-  if [ -n "${{OUT:-}}" ]; then
-    "$here/$binary" 2>&1 | tee "$OUT/$binary.log"
-    status=${{PIPESTATUS[0]}}
-  else
-    "$here/$binary" 2>&1
-    status=$?
-  fi
-  if [ "$status" -eq 0 ]; then
-    passed=$((passed + 1))
-  else
-    echo "=== $binary FAILED (exit $status)"
-    failed=$((failed + 1))
-  fi
-done
+# Runs every binary once; $1 names the devices the pass runs on, and $2
+# tells the log files of one pass from another's.
+run_pass() {{
+  echo "=== {name} pass on $1"
+  for binary in {binaries}; do
+    echo "=== $binary on $1"
+    if [ -n "${{OUT:-}}" ]; then
+      "$here/$binary" 2>&1 | tee "$OUT/$binary$2.log"
+      status=${{PIPESTATUS[0]}}
+    else
+      "$here/$binary" 2>&1
+      status=$?
+    fi
+    if [ "$status" -eq 0 ]; then
+      passed=$((passed + 1))
+    else
+      echo "=== $binary on $1 FAILED (exit $status)"
+      failed=$((failed + 1))
+    fi
+  done
+}}
+
+# Every device: the first pass sees all (the multi-GPU tests take two,
+# required where two are there); each further device gets a pass alone.
+devices="$({count_devices})"
+devices="${{devices:-0}}"
+ran_on="device 0"
+if [ -n "{visible_devices}" ] && [ "$devices" -ge 2 ]; then
+  KILN_REQUIRE_GPUS=2 run_pass "device 0 with all $devices visible" ""
+  for device in $(seq 1 $((devices - 1))); do
+    {visible_devices}=$device run_pass "device $device alone" ".device$device"
+    ran_on="$ran_on, device $device"
+  done
+else
+  run_pass "the device the tests pick" ""
+fi
 {epilogue}
-echo "{name} test binaries: $passed passed, $failed failed"
+echo "{name} test binaries on $ran_on of $devices: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
 "#,
         binaries = labels.join(" "),
         preamble = backend.preamble,
         epilogue = backend.epilogue,
+        count_devices = backend.count_devices,
+        visible_devices = backend.visible_devices.unwrap_or(""),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(index: usize, name: &str) -> Device {
+        Device {
+            index,
+            name: name.to_owned(),
+        }
+    }
+
+    #[test]
+    fn nvidia_smi_lines_are_the_gpus_with_their_bus() {
+        let listing = "0, NVIDIA H200, 00000000:19:00.0\n1, NVIDIA H200, 00000000:3B:00.0\n\n";
+        assert_eq!(
+            parse_nvidia_gpus(listing),
+            [
+                device(0, "NVIDIA H200, 00000000:19:00.0"),
+                device(1, "NVIDIA H200, 00000000:3B:00.0"),
+            ]
+        );
+        assert_eq!(parse_nvidia_gpus("No devices were found\n"), []);
+    }
+
+    #[test]
+    fn a_kernel_driver_node_with_compute_units_is_a_gpu() {
+        assert!(is_amd_gpu_node("cpu_cores_count 0\nsimd_count 440\n"));
+        assert!(!is_amd_gpu_node("cpu_cores_count 64\nsimd_count 0\n"));
+    }
+
+    #[test]
+    fn every_gpu_gets_a_pass_and_the_first_sees_them_all() {
+        let gpus = [device(0, "H200"), device(1, "H200"), device(2, "H200")];
+        let passes = passes(Some("CUDA_VISIBLE_DEVICES"), &gpus);
+        assert_eq!(passes.len(), 3);
+        assert_eq!(
+            passes[0].environment,
+            [("KILN_REQUIRE_GPUS".to_owned(), "2".to_owned())]
+        );
+        assert_eq!(
+            passes[2].environment,
+            [("CUDA_VISIBLE_DEVICES".to_owned(), "2".to_owned())]
+        );
+        assert!(passes[2].label.contains("device 2 (H200)"), "{passes:?}");
+    }
+
+    #[test]
+    fn one_gpu_or_no_list_is_one_pass_that_requires_no_second_gpu() {
+        let one = passes(Some("CUDA_VISIBLE_DEVICES"), &[device(0, "H200")]);
+        assert_eq!(one.len(), 1);
+        assert!(one[0].environment.is_empty());
+        let unlisted = passes(None, &[]);
+        assert_eq!(unlisted.len(), 1);
+        assert_eq!(unlisted[0].label, "the device the tests pick");
+    }
+
+    #[test]
+    fn the_script_runs_a_pass_per_further_gpu() {
+        let cuda = BACKENDS
+            .iter()
+            .find(|backend| backend.name == "cuda")
+            .expect("the cuda backend");
+        let script = run_script(cuda, &["compile", "device"]);
+        assert!(
+            script.contains("CUDA_VISIBLE_DEVICES=$device run_pass"),
+            "{script}"
+        );
+        assert!(script.contains("KILN_REQUIRE_GPUS=2 run_pass"), "{script}");
+        assert!(
+            script.contains("for binary in compile device; do"),
+            "{script}"
+        );
+        for backend in BACKENDS {
+            let script = run_script(backend, &["compile"]);
+            let file = std::env::temp_dir().join(format!(
+                "kiln-xtask-run-{}-{}.sh",
+                backend.name,
+                std::process::id()
+            ));
+            std::fs::write(&file, &script).expect("the temp folder is writable");
+            let checked = Command::new("bash").arg("-n").arg(&file).output();
+            let _ = std::fs::remove_file(&file);
+            let checked = checked.expect("bash runs");
+            assert!(
+                checked.status.success(),
+                "{}'s run.sh does not parse: {}",
+                backend.name,
+                String::from_utf8_lossy(&checked.stderr)
+            );
+        }
+    }
 }

@@ -1,9 +1,13 @@
 //! kiln's contributor tasks, run as `cargo xtask <task>`.
 //!
 //! - `test`: installs the system parts the tests need when they are missing,
-//!   then runs every test of the workspace and the example programs of
-//!   `examples/`.
-//! - `test-backend <name>`: runs one backend's tests on its real device.
+//!   then runs every test of the workspace, the cells of the supported
+//!   matrix beyond it (kiln-cuda's tests on NVRTC 12, a program outside the
+//!   workspace on other versions of wgpu and cudarc) and the example
+//!   programs of `examples/`.
+//! - `test-matrix`: only the supported matrix's cells.
+//! - `test-backend <name>`: runs one backend's tests on every real device of
+//!   it here, a pass per GPU, and prints which.
 //! - `lint`: `cargo fmt --check`, clippy with `-D warnings`, and rustdoc with
 //!   `-D warnings`.
 //! - `setup`: only the install step of `test`.
@@ -14,6 +18,7 @@ mod backend;
 mod bench;
 mod command;
 mod examples;
+mod matrix;
 mod setup;
 mod summary;
 
@@ -24,7 +29,8 @@ usage: cargo xtask <task>
 
 tasks:
   test                  install what the tests need, then run every test and example
-  test-backend [NAME]   run one backend's tests on its device (no NAME: list them)
+  test-matrix           only the supported matrix: NVRTC 12, tests/outside, a feature check
+  test-backend [NAME]   run one backend's tests on every device of it (no NAME: list them)
   lint                  fmt --check, clippy -D warnings, doc -D warnings
   bench-report          run the F1-F4 benchmarks, print one table of ratios, pack the GPU run
   setup                 install what the tests need, and nothing else";
@@ -34,6 +40,10 @@ fn main() -> Result<()> {
     let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
     match arguments.as_slice() {
         ["test", extra @ ..] => test(extra),
+        ["test-matrix", extra @ ..] => {
+            let environment = setup::ensure_all()?;
+            matrix::run_all(&environment, &test_arguments(extra))
+        }
         ["test-backend"] => {
             backend::list();
             Ok(())
@@ -54,10 +64,26 @@ fn main() -> Result<()> {
 /// the environment the installed parts need. `extra` goes to `cargo test`.
 fn test(extra: &[&str]) -> Result<()> {
     let environment = setup::ensure_all()?;
-    // Every test binary runs even when one fails, so one failure does not
-    // hide the rest of the results. The crates' dev-dependencies turn on
-    // kiln-core's `testing` feature for their tests; the facade's examples
-    // ask for the facade's own.
+    let arguments = test_arguments(extra);
+    let tests = summary::run_tests(
+        command::cargo(&arguments)
+            .envs(environment.iter().map(|(key, value)| (key, value)))
+            .into_command(),
+    );
+    // The matrix and the examples run even when a test failed, so that one
+    // report says what works; the first failure is the one returned, and
+    // each was printed as it happened.
+    let matrix = matrix::run_all(&environment, &arguments);
+    let examples = examples::run_all(&environment);
+    tests.and(matrix).and(examples)
+}
+
+/// The workspace run's `cargo test` arguments, `extra` last. Every test
+/// binary runs even when one fails, so one failure does not hide the rest
+/// of the results. The crates' dev-dependencies turn on kiln-core's
+/// `testing` feature for their tests; the facade's examples ask for the
+/// facade's own.
+fn test_arguments<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut arguments = vec![
         "test",
         "--workspace",
@@ -66,15 +92,7 @@ fn test(extra: &[&str]) -> Result<()> {
         "kiln/testing",
     ];
     arguments.extend_from_slice(extra);
-    let tests = summary::run_tests(
-        command::cargo(&arguments)
-            .envs(environment.iter().map(|(key, value)| (key, value)))
-            .into_command(),
-    );
-    // The examples run even when a test failed, so that one report says
-    // what works; the tests' failure comes first.
-    let examples = examples::run_all(&environment);
-    tests.and(examples)
+    arguments
 }
 
 /// Crates allowed in two versions, each with why no single version exists.

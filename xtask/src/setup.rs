@@ -7,7 +7,7 @@
 //! a skipped or failing test.
 
 mod apt;
-mod nvrtc;
+pub mod nvrtc;
 
 use std::path::PathBuf;
 
@@ -79,6 +79,14 @@ pub fn parts() -> Vec<SystemPart> {
             is_present: nvrtc::is_present,
             install: nvrtc::install,
             environment: nvrtc::environment,
+        },
+        SystemPart {
+            name: "NVRTC 12.8 (PyPI wheel nvidia-cuda-nvrtc-cu12==12.8.93)",
+            needed_by: "second run of the CUDA backend's tests, and the program outside the \
+                        workspace (tests/outside)",
+            is_present: || nvrtc::NVRTC_12.is_installed(),
+            install: || nvrtc::NVRTC_12.install(),
+            environment: Vec::new,
         },
         SystemPart {
             name: "hipRTC 5.2 (Debian: libamdhip64-5 libamdhip64-dev libhiprtc-builtins5 libamd-comgr2)",

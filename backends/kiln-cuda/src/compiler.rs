@@ -6,8 +6,8 @@ use std::fmt;
 use kiln_core::store::{LibraryFile, Provenance, SourceCover};
 use kiln_core::worker::{ProcessCompiler, WorkerRecipe};
 use kiln_core::{
-    ArtifactCompiler, ArtifactId, CompileFailure, Diagnostic, Finalized, KeyComponents,
-    KeyedCompiler, Severity,
+    ArtifactCompiler, ArtifactId, ArtifactReport, CompileFailure, Diagnostic, Finalized,
+    KeyComponents, KeyedCompiler, Reported, Severity,
 };
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +17,7 @@ use crate::error::Error;
 use crate::kernel::CudaKernel;
 use crate::key::CudaKey;
 use crate::nvrtc::{CompileRequest, Nvrtc, NvrtcVersion};
+use crate::resources::{self, VERBOSE_PTXAS};
 
 /// The compile choice of a CUDA target: the architecture of its device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -74,14 +75,14 @@ impl CudaLowered {
 }
 
 /// A compiled CUDA kernel: the cubin for one architecture, the PTX it was
-/// assembled from (the fallback a newer driver can compile for itself) and
-/// the entry point's symbol in both.
+/// assembled from (the fallback a newer driver can compile for itself),
+/// the entry point's symbol in both, and the report of its compile (D4).
 ///
-/// Stores keep it serialized. A change to its fields that old bytes would
-/// still decode into must change the compiler's name in
-/// [`CudaKey::for_store`] (or kiln-core's
-/// [`STORE_FORMAT`](kiln_core::STORE_FORMAT)), so that old entries miss; a
-/// change they no longer decode into is a miss already.
+/// Stores keep it serialized. A change to its fields changes
+/// [`CudaKey::ARTIFACT_FORMAT`], which the compiler component of
+/// [`CudaKey::for_store`] names (or kiln-core's
+/// [`STORE_FORMAT`](kiln_core::STORE_FORMAT)), so that old entries miss
+/// instead of being read as damaged.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct CudaArtifact {
     /// The cubin (an ELF image) for [`architecture`](Self::architecture).
@@ -96,6 +97,17 @@ pub struct CudaArtifact {
     /// arguments (the architecture's among them), the digests of the source
     /// and headers, and the entry point.
     pub key: Provenance,
+    /// The compile's warnings and the kernel's resources, as ptxas reported
+    /// them (D4).
+    pub report: ArtifactReport,
+}
+
+/// The record of the compile, kept in the artifact's bytes: a store hit
+/// reports what the compile did (D4).
+impl Reported for CudaArtifact {
+    fn report(&self) -> &ArtifactReport {
+        &self.report
+    }
 }
 
 impl fmt::Debug for CudaArtifact {
@@ -105,6 +117,7 @@ impl fmt::Debug for CudaArtifact {
             .field("ptx_bytes", &self.ptx.len())
             .field("lowered_name", &self.lowered_name)
             .field("architecture", &self.architecture)
+            .field("report", &self.report)
             .finish_non_exhaustive()
     }
 }
@@ -279,11 +292,15 @@ impl ArtifactCompiler for CudaCompiler {
         _id: &ArtifactId<CudaVariant>,
         lowered: CudaLowered,
     ) -> Result<Finalized<CudaArtifact>, CompileFailure> {
+        // ptxas's report only adds to the log: the cubin is the same, so
+        // the option is no part of the key or of the lowered text.
+        let mut arguments = lowered.arguments.clone();
+        arguments.push(VERBOSE_PTXAS.to_owned());
         let request = CompileRequest {
             program_name: &lowered.program_name,
             source: &lowered.text,
             headers: &lowered.headers,
-            arguments: &lowered.arguments,
+            arguments: &arguments,
             name_expression: &lowered.entry,
         };
         let outcome = self
@@ -313,10 +330,12 @@ impl ArtifactCompiler for CudaCompiler {
                 lowered.entry
             )));
         }
-        let diagnostics = diagnostics::parse(&outcome.log)
+        let mut diagnostics: Vec<Diagnostic> = diagnostics::parse(&outcome.log)
             .into_iter()
             .filter(|diagnostic| diagnostic.severity < Severity::Error)
             .collect();
+        let resources = resources::read(&outcome.log, &output.ptx, &output.lowered_name);
+        diagnostics.extend(resources.spill_warning(&lowered.entry));
         let key = self.artifact_key(&lowered);
         Ok(Finalized {
             artifact: CudaArtifact {
@@ -325,6 +344,7 @@ impl ArtifactCompiler for CudaCompiler {
                 lowered_name: output.lowered_name,
                 architecture: lowered.architecture,
                 key,
+                report: ArtifactReport::new(diagnostics.clone(), resources),
             },
             diagnostics,
         })

@@ -13,7 +13,9 @@
 //! Messages without a place come as `nvrtc: error: ...` (a bad option) or
 //! from the assembler as `ptxas error   : ...`. Everything else in the log
 //! (the closing count of errors, the remark on how to silence warnings) is
-//! not a diagnostic. A severity word the parser does not know becomes an
+//! not a diagnostic, and neither are ptxas's `info` lines: they are its
+//! resource report, which kiln-cuda asks for on every compile and reads
+//! into figures (`resources`, D4) rather than passing on as remarks. A severity word the parser does not know becomes an
 //! error (D1): a message is never dropped or ranked lower for being new.
 
 use kiln_core::{Diagnostic, Location, Severity};
@@ -92,6 +94,9 @@ fn unlocated(line: &str) -> Option<(Severity, &str)> {
     if line.starts_with("ptxas") {
         let (label, message) = line.split_once(':')?;
         let label = label.split_whitespace().collect::<Vec<_>>().join(" ");
+        if label == "ptxas info" {
+            return None;
+        }
         return Some((Severity::from_native(&label), message.trim()));
     }
     None
@@ -176,6 +181,21 @@ Remark: The warnings can be suppressed with "-diag-suppress <warning-number>"
         assert!(diagnostics[0].location.is_none());
         assert_eq!(diagnostics[1].severity, Severity::Error);
         assert_eq!(diagnostics[2].severity, Severity::Warning);
+    }
+
+    // D3, D4
+    #[test]
+    fn d4_ptxas_report_lines_are_no_diagnostics_and_its_warnings_are() {
+        let diagnostics = parse(
+            "ptxas warning : For profile sm_90 adjusting per thread register count of 16 to lower bound of 24\n\
+             ptxas info    : Compiling entry function 'k' for 'sm_90'\n\
+             ptxas info    : Function properties for k\n\
+             ptxas         .     8 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+             ptxas info    : Used 24 registers, 1024 bytes smem\n",
+        );
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:#?}");
+        assert_eq!(diagnostics[0].severity, Severity::Warning);
+        assert!(diagnostics[0].message.starts_with("For profile sm_90"));
     }
 
     #[test]

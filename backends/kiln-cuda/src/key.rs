@@ -7,7 +7,8 @@
 //!
 //! A store key is the store's format, the [`KeyComponents`] of
 //! [`CudaKey::for_store`] (backend `cuda`, compiler
-//! `nvrtc <major>.<minor> (<library file> blake3:<digest>)`, the target's
+//! `nvrtc <major>.<minor> (<library file> blake3:<digest>) / artifact
+//! <format>`, the target's
 //! architecture, the options every kernel gets unless its own say
 //! otherwise), the variant (the architecture kernels are built for), and a
 //! subject:
@@ -47,7 +48,10 @@ use crate::options::CudaOptions;
 ///     CudaKey::for_store(version, &library, Some(Architecture::new(9, 0)));
 /// assert_eq!(
 ///     components.to_string(),
-///     format!("cuda / nvrtc 13.0 (libnvrtc.so.13 blake3:{}) / sm_90 / -std=c++17", "0".repeat(32))
+///     format!(
+///         "cuda / nvrtc 13.0 (libnvrtc.so.13 blake3:{}) / artifact 2 / sm_90 / -std=c++17",
+///         "0".repeat(32)
+///     )
 /// );
 /// ```
 #[derive(Debug, Clone, Copy)]
@@ -57,9 +61,16 @@ impl CudaKey {
     /// The backend these components key: `cuda`.
     pub const BACKEND: &'static str = "cuda";
 
+    /// The version of [`CudaArtifact`](crate::CudaArtifact)'s serialized
+    /// form, named by the compiler component: a change of the artifact
+    /// type makes old entries misses, not misreads. 2 added the compile's
+    /// report (D4); the form before it had no number.
+    pub const ARTIFACT_FORMAT: u32 = 2;
+
     /// What every store key of a target's artifacts shares (P1): backend
     /// `cuda`, the compiler (NVRTC's `version` and its `library` file by
-    /// digest), the target's `architecture`, and as options the NVRTC
+    /// digest, and the [artifact format](Self::ARTIFACT_FORMAT)), the
+    /// target's `architecture`, and as options the NVRTC
     /// arguments a kernel that chooses none is compiled with, past the
     /// architecture (`-std=c++17`).
     ///
@@ -74,7 +85,10 @@ impl CudaKey {
     ) -> KeyComponents {
         KeyComponents::new(
             Self::BACKEND,
-            format!("nvrtc {version} ({library})"),
+            format!(
+                "nvrtc {version} ({library}) / artifact {}",
+                Self::ARTIFACT_FORMAT
+            ),
             architecture.map_or_else(
                 || KeyComponents::ANY_ARCHITECTURE.to_owned(),
                 |arch| arch.to_string(),
@@ -120,7 +134,10 @@ mod tests {
             hopper,
             KeyComponents::new(
                 "cuda",
-                format!("nvrtc 13.0 (libnvrtc.so.13 blake3:{})", "01".repeat(16)),
+                format!(
+                    "nvrtc 13.0 (libnvrtc.so.13 blake3:{}) / artifact 2",
+                    "01".repeat(16)
+                ),
                 "sm_90",
                 "-std=c++17"
             )

@@ -25,6 +25,33 @@
 //! is reached. `KILN_NVRTC_PATH` names the NVRTC library (or its directory)
 //! to use.
 //!
+//! # Features: cudarc's CUDA version
+//!
+//! kiln-cuda asks cudarc for no CUDA version and no linking mode of its
+//! own; its features pass them through, so that a program whose own cudarc
+//! names others builds with kiln:
+//!
+//! - `cuda-13000` and `dynamic-loading`, the defaults: tested with NVRTC 13
+//!   and NVRTC 12 (cudarc opens whichever `libnvrtc.so.13` or
+//!   `libnvrtc.so.12` kiln-cuda found; the functions kiln-cuda calls are
+//!   the same in both).
+//! - `cuda-12000` to `cuda-12090` and `cuda-13010` to `cuda-13040`:
+//!   cudarc's bindings for another toolkit. A `cuda-12xxx` build opens
+//!   NVRTC 12 only: cudarc's names for the library then stop at
+//!   `libnvrtc.so.12`. `cuda-12080` with `dynamic-loading` is built and run
+//!   with NVRTC 12.8 in CI, by a program outside the workspace whose own
+//!   cudarc names them; `cuda-12090` through this crate's features is
+//!   checked.
+//!
+//! A program on another CUDA version turns the defaults off
+//! (`default-features = false`) and names its version here or on its own
+//! cudarc, with `dynamic-loading` here or cudarc's
+//! `fallback-dynamic-loading` there: cudarc does not build with two version
+//! features (`cuda-13000` is a default). cudarc's
+//! `dynamic-linking` and `static-linking` do not build with kiln-cuda,
+//! which opens NVRTC and the driver itself at run time, under the names
+//! cudarc's loading opens them by (see [`library`]).
+//!
 //! # Targets
 //!
 //! [`CudaTarget::from_context`] compiles for the GPU of a cudarc
@@ -88,6 +115,7 @@ pub mod library;
 mod module;
 mod nvrtc;
 mod options;
+mod resources;
 mod target;
 
 pub use architecture::{Architecture, ArchitectureParseError};

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use cudarc::driver::result as driver;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
 use cudarc::nvrtc::Ptx;
-use kiln_core::DeviceRefusal;
+use kiln_core::{ArtifactReport, DeviceRefusal, Reported, ResourceUsage};
 
 use crate::architecture::Architecture;
 use crate::compiler::CudaArtifact;
@@ -83,6 +83,8 @@ struct Loaded {
     ptx_bytes: usize,
     /// Why the cubin was not used, when the PTX was.
     cubin_refusal: Option<String>,
+    /// The artifact's report, with the driver's largest block on a device.
+    report: ArtifactReport,
     module: Option<DeviceModule>,
 }
 
@@ -120,6 +122,14 @@ impl LoadedKernel {
     /// Why the driver did not take the cubin, when it loaded the PTX.
     pub fn cubin_refusal(&self) -> Option<&str> {
         self.0.cubin_refusal.as_deref()
+    }
+
+    /// What the kernel uses (D4): registers, spills, shared, local and
+    /// constant memory as ptxas reported them, the same for a kernel read
+    /// from a store as for one compiled here; on a device, the largest
+    /// block is the driver's.
+    pub fn resources(&self) -> &ResourceUsage {
+        &self.0.report.resources
     }
 
     /// The device it is loaded on; `None` for a compile-only target's.
@@ -249,6 +259,13 @@ impl LoadedKernel {
     }
 }
 
+/// The artifact's report (D4); see [`LoadedKernel::resources`].
+impl Reported for LoadedKernel {
+    fn report(&self) -> &ArtifactReport {
+        &self.0.report
+    }
+}
+
 impl fmt::Debug for LoadedKernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LoadedKernel")
@@ -307,6 +324,15 @@ pub(crate) fn load_on_device(
             ),
             code: Some(error.0 as i64),
         })?;
+    // The driver knows the largest block the kernel can run with its
+    // registers, launch bounds or not; a driver that does not say leaves
+    // what the PTX said.
+    let mut report = artifact.report.clone();
+    if let Ok(threads) = function.max_threads_per_block()
+        && let Ok(threads) = u32::try_from(threads)
+    {
+        report.resources.max_threads_per_block = Some(threads);
+    }
     Ok(LoadedKernel(Arc::new(Loaded {
         lowered_name: artifact.lowered_name.clone(),
         architecture: artifact.architecture,
@@ -314,6 +340,7 @@ pub(crate) fn load_on_device(
         cubin_bytes: artifact.cubin.len(),
         ptx_bytes: artifact.ptx.len(),
         cubin_refusal,
+        report,
         module: Some(DeviceModule {
             device: device.clone(),
             module,
@@ -354,6 +381,7 @@ pub(crate) fn describe(
         cubin_bytes: artifact.cubin.len(),
         ptx_bytes: artifact.ptx.len(),
         cubin_refusal: None,
+        report: artifact.report.clone(),
         module: None,
     })))
 }

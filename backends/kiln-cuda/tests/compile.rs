@@ -413,8 +413,13 @@ fn p1_the_key_covers_compiler_architecture_options_source_headers_and_entry() {
         key(base().source(source)),
         "the same inputs, the same key"
     );
+    // The NVRTC opened (13, or 12 in the second run of `cargo xtask test`).
+    let major = target.compiler().version().major;
     assert!(
-        reference.components.compiler.starts_with("nvrtc 13."),
+        reference
+            .components
+            .compiler
+            .starts_with(&format!("nvrtc {major}.")),
         "{reference}"
     );
     assert!(

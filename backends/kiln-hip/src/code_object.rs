@@ -19,6 +19,13 @@ const SHT_DYNSYM: u32 = 11;
 const KERNEL_DESCRIPTOR: &str = ".kd";
 /// The magic that opens a clang offload bundle.
 const BUNDLE_MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
+/// The section type of notes.
+const SHT_NOTE: u32 = 7;
+/// The owner of AMD GPU notes.
+const AMDGPU_NOTE_OWNER: &[u8] = b"AMDGPU\0";
+/// The note type of the code object's metadata, a MessagePack map (code
+/// object version 3 and later).
+const NT_AMDGPU_METADATA: u32 = 32;
 
 /// What a code object holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +54,51 @@ pub fn inspect(bytes: &[u8]) -> Result<CodeObjectInfo> {
         return inspect(unbundle(bytes)?);
     }
     inspect_elf(bytes)
+}
+
+/// The code object's metadata in `bytes` (the `NT_AMDGPU_METADATA` note,
+/// MessagePack, which [`crate::metadata`] reads), or `None` for a code
+/// object without one (version 2 kept it in another form).
+///
+/// # Errors
+///
+/// [`Error::InvalidCodeObject`] for bytes that are not a whole AMD GPU code
+/// object, or whose notes run past their section.
+pub fn metadata_note(bytes: &[u8]) -> Result<Option<&[u8]>> {
+    if bytes.starts_with(BUNDLE_MAGIC) {
+        return metadata_note(unbundle(bytes)?);
+    }
+    // The same checks as a load: every table inside the bytes.
+    inspect_elf(bytes)?;
+    let reader = Reader(bytes);
+    let section_headers = reader.u64(40)?;
+    let section_header_size = u64::from(reader.u16(58)?);
+    let section_count = u64::from(reader.u16(60)?);
+    for index in 0..section_count {
+        let header = section_headers.saturating_add(index * section_header_size);
+        if reader.u32(header.saturating_add(4))? != SHT_NOTE {
+            continue;
+        }
+        let offset = reader.u64(header.saturating_add(24))?;
+        let size = reader.u64(header.saturating_add(32))?;
+        let notes = Reader(reader.bytes(offset, size)?);
+        // Each note: name size, description size, type, then the name and
+        // the description, each padded to four bytes.
+        let mut at = 0u64;
+        while at + 12 <= size {
+            let name_size = u64::from(notes.u32(at)?);
+            let description_size = u64::from(notes.u32(at + 4)?);
+            let kind = notes.u32(at + 8)?;
+            let name = notes.bytes(at + 12, name_size)?;
+            let description_at = at + 12 + name_size.next_multiple_of(4);
+            let description = notes.bytes(description_at, description_size)?;
+            if kind == NT_AMDGPU_METADATA && name == AMDGPU_NOTE_OWNER {
+                return Ok(Some(description));
+            }
+            at = description_at + description_size.next_multiple_of(4);
+        }
+    }
+    Ok(None)
 }
 
 fn invalid(reason: impl Into<String>) -> Error {
@@ -134,23 +186,30 @@ fn inspect_elf(bytes: &[u8]) -> Result<CodeObjectInfo> {
     let program_headers = reader.u64(32)?;
     let program_header_size = u64::from(reader.u16(54)?);
     let program_header_count = u64::from(reader.u16(56)?);
+    // Both tables whole, not only the fields read here: a loader reads
+    // every entry they count.
+    reader.bytes(program_headers, program_header_size * program_header_count)?;
+    reader.bytes(
+        reader.u64(40)?,
+        u64::from(reader.u16(58)?) * u64::from(reader.u16(60)?),
+    )?;
     for index in 0..program_header_count {
-        let header = program_headers + index * program_header_size;
-        let offset = reader.u64(header + 8)?;
-        let file_size = reader.u64(header + 32)?;
+        let header = program_headers.saturating_add(index * program_header_size);
+        let offset = reader.u64(header.saturating_add(8))?;
+        let file_size = reader.u64(header.saturating_add(32))?;
         reader.bytes(offset, file_size)?;
     }
 
     let section_headers = reader.u64(40)?;
     let section_header_size = u64::from(reader.u16(58)?);
     let section_count = u64::from(reader.u16(60)?);
-    let section = |index: u64| section_headers + index * section_header_size;
+    let section = |index: u64| section_headers.saturating_add(index * section_header_size);
     let mut kernels = Vec::new();
     for index in 0..section_count {
         let header = section(index);
-        let kind = reader.u32(header + 4)?;
-        let offset = reader.u64(header + 24)?;
-        let size = reader.u64(header + 32)?;
+        let kind = reader.u32(header.saturating_add(4))?;
+        let offset = reader.u64(header.saturating_add(24))?;
+        let size = reader.u64(header.saturating_add(32))?;
         // NOBITS sections (8) take no room in the file.
         if kind != 8 {
             reader.bytes(offset, size)?;
@@ -158,11 +217,11 @@ fn inspect_elf(bytes: &[u8]) -> Result<CodeObjectInfo> {
         if kind != SHT_DYNSYM {
             continue;
         }
-        let names_section = section(u64::from(reader.u32(header + 40)?));
-        let names_offset = reader.u64(names_section + 24)?;
-        let names_size = reader.u64(names_section + 32)?;
+        let names_section = section(u64::from(reader.u32(header.saturating_add(40))?));
+        let names_offset = reader.u64(names_section.saturating_add(24))?;
+        let names_size = reader.u64(names_section.saturating_add(32))?;
         let names = Reader(reader.bytes(names_offset, names_size)?);
-        let entry_size = reader.u64(header + 56)?.max(24);
+        let entry_size = reader.u64(header.saturating_add(56))?.max(24);
         for symbol in 0..size / entry_size {
             let name = names.c_str(u64::from(reader.u32(offset + symbol * entry_size)?))?;
             if let Some(kernel) = name.strip_suffix(KERNEL_DESCRIPTOR) {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use kiln_core::store::{Provenance, SourceCover};
 use kiln_core::worker::{ProcessCompiler, WorkerRecipe};
 use kiln_core::{
-    ArtifactCompiler, ArtifactId, CompileFailure, Diagnostic, Finalized, KeyComponents,
-    KeyedCompiler, Severity,
+    ArtifactCompiler, ArtifactId, ArtifactReport, CompileFailure, Diagnostic, Finalized,
+    KeyComponents, KeyedCompiler, Reported, ResourceUsage, Severity,
 };
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +18,7 @@ use crate::diagnostics;
 use crate::error::{Error, Result};
 use crate::kernel::{Header, HipKernel};
 use crate::key::{CompilerIdentity, HipKey};
+use crate::metadata;
 use crate::options::{HipOptions, HipVariant};
 use crate::program::Program;
 use crate::result::c_string;
@@ -114,14 +115,15 @@ impl HipLowered {
     }
 }
 
-/// A compiled HIP kernel: a code object for one gfx architecture and the
-/// symbol its entry point was lowered to.
+/// A compiled HIP kernel: a code object for one gfx architecture, the
+/// symbol its entry point was lowered to, and the report of its compile
+/// (D4).
 ///
-/// Stores keep it serialized. A change to its fields that old bytes would
-/// still decode into must change the compiler component of
-/// [`HipKey::for_store`] (or kiln-core's
-/// [`STORE_FORMAT`](kiln_core::STORE_FORMAT)), so that old entries miss; a
-/// change they no longer decode into is a miss already.
+/// Stores keep it serialized. A change to its fields changes
+/// [`HipKey::ARTIFACT_FORMAT`], which the compiler component of
+/// [`HipKey::for_store`] names (or kiln-core's
+/// [`STORE_FORMAT`](kiln_core::STORE_FORMAT)), so that old entries miss
+/// instead of being read as damaged.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct HipArtifact {
     /// The code object, as hipRTC returned it.
@@ -136,6 +138,17 @@ pub struct HipArtifact {
     /// architecture's first), the digests of the source and headers, and
     /// the entry point.
     pub key: Provenance,
+    /// The compile's warnings and the kernel's resources, as the code
+    /// object's metadata gives them (D4).
+    pub report: ArtifactReport,
+}
+
+/// The record of the compile, kept in the artifact's bytes: a store hit
+/// reports what the compile did (D4).
+impl Reported for HipArtifact {
+    fn report(&self) -> &ArtifactReport {
+        &self.report
+    }
 }
 
 impl fmt::Debug for HipArtifact {
@@ -148,6 +161,7 @@ impl fmt::Debug for HipArtifact {
             .field("symbol", &self.symbol)
             .field("entry", &self.entry)
             .field("architecture", &self.architecture)
+            .field("report", &self.report)
             .finish_non_exhaustive()
     }
 }
@@ -332,10 +346,18 @@ impl HipCompiler {
         })?;
         drop(program);
 
-        let diagnostics: Vec<Diagnostic> = diagnostics::parse(&log, source_lines, lowered.entry())
-            .into_iter()
-            .filter(|diagnostic| diagnostic.severity < Severity::Error)
-            .collect();
+        let mut diagnostics: Vec<Diagnostic> =
+            diagnostics::parse(&log, source_lines, lowered.entry())
+                .into_iter()
+                .filter(|diagnostic| diagnostic.severity < Severity::Error)
+                .collect();
+        // The figures are a report, not the artifact: a code object whose
+        // metadata kiln cannot read still loads, with no figures.
+        let resources = metadata::kernel_resources(&code_object, &symbol).unwrap_or_else(|error| {
+            log::warn!("no resource report for `{}`: {error}", lowered.entry());
+            ResourceUsage::default()
+        });
+        diagnostics.extend(resources.spill_warning(lowered.entry()));
         Ok(Finalized {
             artifact: HipArtifact {
                 code_object,
@@ -343,6 +365,7 @@ impl HipCompiler {
                 entry: lowered.entry().to_owned(),
                 architecture: architecture.clone(),
                 key,
+                report: ArtifactReport::new(diagnostics.clone(), resources),
             },
             diagnostics,
         })

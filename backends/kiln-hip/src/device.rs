@@ -21,6 +21,7 @@ pub use kiln_cxx::DeviceScalar;
 use crate::architecture::Architecture;
 use crate::error::{Error, Result};
 use crate::result;
+use crate::stream::HipStream;
 use crate::sys::{self, HipLibrary};
 
 /// The process's HIP runtime library, once opened.
@@ -152,7 +153,24 @@ impl HipDevice {
         result::set_device(&self.inner.runtime, self.inner.native_ordinal)
     }
 
-    /// Waits for everything launched on it.
+    /// A new stream on the device, non-blocking (it does not wait for the
+    /// default stream, as the streams HIP programs make do not), destroyed
+    /// with its last clone. Launches take a stream; see [`HipStream`].
+    ///
+    /// # Errors
+    ///
+    /// The runtime's status.
+    pub fn new_stream(&self) -> Result<HipStream> {
+        HipStream::create(self)
+    }
+
+    /// The device's default stream, which orders against every blocking
+    /// stream of the device.
+    pub fn default_stream(&self) -> HipStream {
+        HipStream::default_of(self)
+    }
+
+    /// Waits for everything launched on it, on every stream.
     ///
     /// # Errors
     ///
@@ -256,7 +274,8 @@ impl<T: DeviceScalar> DeviceBuffer<T> {
     }
 
     /// Overwrites the whole buffer with `host`, after the work launched
-    /// before it.
+    /// before it on any stream of the device has finished, and waits for
+    /// the copy to land.
     ///
     /// # Errors
     ///
@@ -264,17 +283,22 @@ impl<T: DeviceScalar> DeviceBuffer<T> {
     /// runtime's status.
     pub fn copy_from_host(&mut self, host: &[T]) -> Result<()> {
         self.check_len(host.len())?;
-        self.device.make_current()?;
+        // A kernel on a non-blocking stream does not order against the
+        // default stream the synchronous copy goes on: wait for all.
+        self.device.synchronize()?;
         // SAFETY: `DeviceScalar` types are plain numbers without padding, so
         // their memory is `size_of_val` initialized bytes.
         let bytes =
             unsafe { std::slice::from_raw_parts(host.as_ptr().cast::<u8>(), size_of_val(host)) };
         // SAFETY: the buffer holds exactly `bytes.len()` bytes.
-        unsafe { result::copy_to_device(&self.device.inner.runtime, self.pointer, bytes) }
+        unsafe { result::copy_to_device(&self.device.inner.runtime, self.pointer, bytes)? };
+        // A copy from pageable memory may return before it lands; a kernel
+        // on a non-blocking stream would not wait for it.
+        self.device.synchronize()
     }
 
     /// Copies the whole buffer into `host`, after the work launched before
-    /// it has finished.
+    /// it on any stream of the device has finished.
     ///
     /// # Errors
     ///
@@ -282,7 +306,8 @@ impl<T: DeviceScalar> DeviceBuffer<T> {
     /// runtime's status, which also reports a kernel that failed.
     pub fn copy_to_host(&self, host: &mut [T]) -> Result<()> {
         self.check_len(host.len())?;
-        self.device.make_current()?;
+        // As in `copy_from_host`: every stream's work first.
+        self.device.synchronize()?;
         // SAFETY: `DeviceScalar` types are plain numbers for which any bytes
         // are a value, so the slice can be written as bytes.
         let bytes = unsafe {

@@ -176,6 +176,21 @@ pub enum Error {
         /// The kernel's symbol.
         symbol: String,
     },
+    /// A launch on a stream of another device than the one the kernel is
+    /// loaded on: its module does not exist there. Launch on a stream of
+    /// the kernel's device ([`HipDevice::new_stream`](crate::HipDevice::new_stream)),
+    /// or load the kernel through a target on the stream's device.
+    #[error(
+        "kernel {symbol} is loaded on GPU {kernel_ordinal}, and the stream belongs to GPU {stream_ordinal}"
+    )]
+    ForeignStream {
+        /// The kernel's symbol.
+        symbol: String,
+        /// The ordinal of the GPU the kernel is loaded on.
+        kernel_ordinal: usize,
+        /// The ordinal of the GPU the stream belongs to.
+        stream_ordinal: usize,
+    },
     /// A host slice whose length is not the device buffer's.
     #[error("the host slice has {host} values and the device buffer {device}")]
     HostLength {

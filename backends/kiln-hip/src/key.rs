@@ -7,7 +7,8 @@
 //!
 //! A store key is the store's format, the [`KeyComponents`] of
 //! [`HipKey::for_store`] (backend `hip`, the compiler's whole
-//! identity, the target's architecture, the flags every kernel gets), the
+//! identity and the artifact format, the target's architecture, the flags
+//! every kernel gets), the
 //! variant (the architecture kernels are built for), and a subject:
 //!
 //! - by kernel: the kernel's id, into which [`HipKernel`](crate::HipKernel)
@@ -81,7 +82,7 @@ impl fmt::Display for CompilerIdentity {
 ///     components.compiler,
 ///     format!(
 ///         "hiprtc 9.0 (libamdhip64.so.5.2.21153 blake3:{zeros}), \
-///          comgr 2.4 (libamd_comgr.so.2.4.0 blake3:{zeros})"
+///          comgr 2.4 (libamd_comgr.so.2.4.0 blake3:{zeros}) / artifact 2"
 ///     )
 /// );
 /// assert_eq!(components.architecture, "gfx90a");
@@ -94,9 +95,16 @@ impl HipKey {
     /// The backend these components key: `hip`.
     pub const BACKEND: &'static str = "hip";
 
+    /// The version of [`HipArtifact`](crate::HipArtifact)'s serialized
+    /// form, named by the compiler component: a change of the artifact
+    /// type makes old entries misses, not misreads. 2 added the compile's
+    /// report (D4); the form before it had no number.
+    pub const ARTIFACT_FORMAT: u32 = 2;
+
     /// What every store key of a target's artifacts shares (P1): backend
     /// `hip`, the compiler's whole identity (hipRTC's and comgr's versions
-    /// and library files: hipRTC's own version says little), the target's
+    /// and library files: hipRTC's own version says little) and the
+    /// [artifact format](Self::ARTIFACT_FORMAT), the target's
     /// architecture, and as options the flags a kernel that chooses none is
     /// compiled with, past the architecture (none: hipRTC's defaults).
     pub fn for_store(
@@ -105,7 +113,7 @@ impl HipKey {
     ) -> KeyComponents {
         KeyComponents::new(
             Self::BACKEND,
-            identity.to_string(),
+            format!("{identity} / artifact {}", Self::ARTIFACT_FORMAT),
             architecture.map_or_else(
                 || KeyComponents::ANY_ARCHITECTURE.to_owned(),
                 ToString::to_string,
@@ -155,7 +163,7 @@ mod tests {
                 "hip",
                 format!(
                     "hiprtc 9.0 (libamdhip64.so.5.2.21153 blake3:{}), comgr 2.4 \
-                     (libamd_comgr.so.2.4.0 blake3:{})",
+                     (libamd_comgr.so.2.4.0 blake3:{}) / artifact 2",
                     "01".repeat(16),
                     "02".repeat(16)
                 ),

@@ -18,8 +18,8 @@
 //! The files are the backend template's (ARCHITECTURE.md, "The backend
 //! template"): `kernel`, `options`, `architecture` (with comgr's ISA
 //! check), `compiler`, `key`, `diagnostics`, `sys` → `result`, `device`,
-//! `module` (the loaded kernel), `launch`, `target` and `error`. Three are
-//! HIP's own:
+//! `module` (the loaded kernel, and its launch), `target` and `error`.
+//! Four are HIP's own:
 //!
 //! - `code_object` reads an AMD GPU code object's headers and kernels,
 //!   because `hipModuleLoadData` takes no length and must never see a
@@ -28,6 +28,8 @@
 //!   and of the process-wide hipRTC lock it holds while it lives.
 //! - `toolchain` opens hipRTC and comgr once per process and keeps what
 //!   they say about themselves: their identity and their supported targets.
+//! - `stream` holds [`HipStream`], the stream a launch goes on: kiln-cuda
+//!   takes cudarc's streams, and HIP has no such crate to take them from.
 //!
 //! # Layers
 //!
@@ -91,11 +93,17 @@
 //!
 //! # Launching
 //!
-//! [`LoadedKernel::launch`] takes a [`LaunchConfig`] and
-//! [`KernelArgument`]s: device pointers and plain numbers, as in kiln-cuda.
+//! kiln launches on no stream the program did not choose (B5):
+//! [`LoadedKernel::launch`] takes a [`HipStream`], as kiln-cuda's takes a
+//! cudarc stream — one kiln made ([`HipDevice::new_stream`], non-blocking),
+//! the device's [`default_stream`](HipDevice::default_stream), or a stream
+//! the program already has ([`HipStream::from_raw`]) — with a
+//! [`LaunchConfig`] and [`KernelArgument`]s: device pointers and plain
+//! numbers, as in kiln-cuda. A kernel launched on a stream of another
+//! device is refused ([`Error::ForeignStream`]).
 //! [`HipDevice`] allocates [`DeviceBuffer`]s of plain numbers and copies
-//! them whole; kiln is not a tensor library, and that is all the memory it
-//! manages.
+//! them whole, after the work of every stream of the device; kiln is not
+//! a tensor library, and that is all the memory it manages.
 //!
 //! # Example
 //!
@@ -118,10 +126,12 @@
 //! let scale = loader.load(&kernel, &id)?;
 //!
 //! let values = device.upload(&[1.0f32, 2.0, 3.0])?;
+//! let stream = device.new_stream()?;
 //! // SAFETY: the arguments match `scale`'s parameters, and the launch covers
 //! // the buffer's three values.
 //! unsafe {
 //!     scale.launch(
+//!         &stream,
 //!         LaunchConfig::for_elements(3, 64),
 //!         &[(&values).into(), 2.0f32.into(), 3u32.into()],
 //!     )?
@@ -140,10 +150,12 @@ mod diagnostics;
 pub mod error;
 mod kernel;
 mod key;
+pub mod metadata;
 mod module;
 mod options;
 mod program;
 mod result;
+mod stream;
 mod sys;
 mod target;
 mod toolchain;
@@ -158,6 +170,7 @@ pub use key::{CompilerIdentity, HeaderDigest, HipKey};
 pub use kiln_cxx::{KernelArgument, LaunchConfig};
 pub use module::LoadedKernel;
 pub use options::{CxxStandard, HipOptions, HipVariant};
+pub use stream::HipStream;
 pub use target::HipTarget;
 
 /// The entry of the HIP compiler for the worker hook at the top of `main`,

@@ -10,12 +10,15 @@
 use std::fmt;
 use std::sync::Arc;
 
+use kiln_core::{ArtifactReport, Reported, ResourceUsage};
+
 use crate::architecture::Architecture;
 use crate::code_object::{self, CodeObjectInfo};
 use crate::compiler::HipArtifact;
 use crate::device::HipDevice;
 use crate::error::{Error, Result};
 use crate::result;
+use crate::stream::HipStream;
 use crate::sys;
 use kiln_cxx::{KernelArgument, LaunchConfig};
 
@@ -31,6 +34,8 @@ struct Loaded {
     architecture: Architecture,
     code_object_bytes: usize,
     info: CodeObjectInfo,
+    /// The artifact's report (D4).
+    report: ArtifactReport,
     module: Option<DeviceModule>,
 }
 
@@ -56,6 +61,13 @@ impl Drop for DeviceModule {
         if let Err(error) = unsafe { result::module_unload(self.device.runtime(), self.module) } {
             log::warn!("could not unload a HIP module: {error}");
         }
+    }
+}
+
+/// The artifact's report (D4); see [`LoadedKernel::resources`].
+impl Reported for LoadedKernel {
+    fn report(&self) -> &ArtifactReport {
+        &self.0.report
     }
 }
 
@@ -85,13 +97,24 @@ impl LoadedKernel {
         &self.0.info.kernels
     }
 
+    /// What the kernel uses (D4): VGPRs, SGPRs, spills, LDS and scratch
+    /// as the code object's metadata gives them, the same for a kernel
+    /// read from a store as for one compiled here.
+    pub fn resources(&self) -> &ResourceUsage {
+        &self.0.report.resources
+    }
+
     /// The device it is loaded on; `None` for a compile-only target's.
     pub fn device(&self) -> Option<&HipDevice> {
         self.0.module.as_ref().map(|module| &module.device)
     }
 
-    /// Launches the kernel on the device's default stream; it runs after
-    /// the work launched before it, and copies wait for it.
+    /// Launches the kernel on `stream`, a stream of the kernel's device
+    /// (one made with [`HipDevice::new_stream`], the
+    /// [`default_stream`](HipDevice::default_stream), or the program's own
+    /// through [`HipStream::from_raw`]): it runs after the work queued on
+    /// `stream` before it, and what is queued after waits for it. kiln
+    /// launches on no stream the caller did not name (B5).
     ///
     /// # Safety
     ///
@@ -103,21 +126,34 @@ impl LoadedKernel {
     ///
     /// # Errors
     ///
-    /// [`Error::CompileOnly`] for a kernel without a device, or the
+    /// [`Error::CompileOnly`] for a kernel without a device,
+    /// [`Error::ForeignStream`] for a stream of another device, or the
     /// runtime's refusal of the launch.
-    pub unsafe fn launch(&self, config: LaunchConfig, arguments: &[KernelArgument]) -> Result<()> {
+    pub unsafe fn launch(
+        &self,
+        stream: &HipStream,
+        config: LaunchConfig,
+        arguments: &[KernelArgument],
+    ) -> Result<()> {
         let Some(module) = &self.0.module else {
             return Err(Error::CompileOnly {
                 symbol: self.0.lowered_name.clone(),
             });
         };
+        check_stream(
+            &self.0.lowered_name,
+            module.device.ordinal(),
+            stream.device().ordinal(),
+        )?;
         module.device.make_current()?;
         kiln_cxx::launch::with_parameters(arguments, |parameters| {
             // SAFETY: the function's module is loaded on the current device
-            // for as long as `self` lives; `parameters` point into
-            // `arguments`, which outlive the call (the runtime copies the
-            // values at launch and never writes through them); the caller
-            // vouches that they match the kernel's parameters and memory.
+            // for as long as `self` lives, and `stream` is a live stream of
+            // that device (checked above) that outlives the call;
+            // `parameters` point into `arguments`, which outlive the call
+            // (the runtime copies the values at launch and never writes
+            // through them); the caller vouches that they match the
+            // kernel's parameters and memory.
             unsafe {
                 result::launch_kernel(
                     module.device.runtime(),
@@ -125,11 +161,25 @@ impl LoadedKernel {
                     config.grid,
                     config.block,
                     config.shared_memory_bytes,
+                    stream.raw(),
                     parameters,
                 )
             }
         })
     }
+}
+
+/// Refuses a stream of another device than the kernel's: its module is
+/// not loaded there.
+fn check_stream(symbol: &str, kernel_ordinal: usize, stream_ordinal: usize) -> Result<()> {
+    if kernel_ordinal == stream_ordinal {
+        return Ok(());
+    }
+    Err(Error::ForeignStream {
+        symbol: symbol.to_owned(),
+        kernel_ordinal,
+        stream_ordinal,
+    })
 }
 
 impl fmt::Debug for LoadedKernel {
@@ -166,6 +216,7 @@ fn loaded(
         architecture: artifact.architecture.clone(),
         code_object_bytes: artifact.code_object.len(),
         info,
+        report: artifact.report.clone(),
         module,
     }))
 }
@@ -214,4 +265,32 @@ pub(crate) fn load_on_device(device: &HipDevice, artifact: &HipArtifact) -> Resu
     module.function =
         unsafe { result::module_get_function(device.runtime(), module.module, &name)? };
     Ok(loaded(artifact, info, Some(module)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // B5
+    #[test]
+    fn a_stream_of_another_gpu_is_refused_naming_both_gpus() {
+        assert!(check_stream("scale", 1, 1).is_ok());
+        let error =
+            check_stream("scale", 0, 1).expect_err("GPU 1's stream cannot run GPU 0's kernel");
+        assert!(
+            matches!(
+                &error,
+                Error::ForeignStream {
+                    symbol,
+                    kernel_ordinal: 0,
+                    stream_ordinal: 1,
+                } if symbol == "scale"
+            ),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "kernel scale is loaded on GPU 0, and the stream belongs to GPU 1"
+        );
+    }
 }

@@ -464,13 +464,13 @@ pub unsafe fn module_get_function(
     Ok(function)
 }
 
-/// Launches `function` on the default stream.
+/// Launches `function` on `stream` (null: the default stream).
 ///
 /// # Safety
 ///
-/// `function` is a kernel of a loaded module of the current device, and
-/// `arguments` points at one value per kernel parameter, each of the
-/// parameter's type.
+/// `function` is a kernel of a loaded module of the current device,
+/// `stream` a live stream of that device or null, and `arguments` points
+/// at one value per kernel parameter, each of the parameter's type.
 ///
 /// # Errors
 ///
@@ -481,6 +481,7 @@ pub unsafe fn launch_kernel(
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
     shared_memory_bytes: u32,
+    stream: sys::hipStream_t,
     arguments: &mut [*mut c_void],
 ) -> Result<()> {
     // SAFETY: the caller vouches for the function and its arguments.
@@ -494,12 +495,59 @@ pub unsafe fn launch_kernel(
             block.1,
             block.2,
             shared_memory_bytes,
-            ptr::null_mut(),
+            stream,
             arguments.as_mut_ptr(),
             ptr::null_mut(),
         )
     };
     hip_check(library, "hipModuleLaunchKernel", status)
+}
+
+/// A new stream on the current device that does not wait for the default
+/// stream.
+///
+/// # Errors
+///
+/// The runtime's status.
+pub fn stream_create(library: &HipLibrary) -> Result<sys::hipStream_t> {
+    let mut stream = ptr::null_mut();
+    // SAFETY: `stream` is a live local the runtime writes the handle to.
+    let status =
+        unsafe { (library.hipStreamCreateWithFlags)(&mut stream, sys::HIP_STREAM_NON_BLOCKING) };
+    hip_check(library, "hipStreamCreateWithFlags", status)?;
+    Ok(stream)
+}
+
+/// Destroys `stream` once the work queued on it has finished.
+///
+/// # Safety
+///
+/// `stream` was made by [`stream_create`] and is not used after.
+///
+/// # Errors
+///
+/// The runtime's status.
+pub unsafe fn stream_destroy(library: &HipLibrary, stream: sys::hipStream_t) -> Result<()> {
+    // SAFETY: the caller vouches for the handle.
+    hip_check(library, "hipStreamDestroy", unsafe {
+        (library.hipStreamDestroy)(stream)
+    })
+}
+
+/// Waits for the work queued on `stream`.
+///
+/// # Safety
+///
+/// `stream` is a live stream (or null, the default stream).
+///
+/// # Errors
+///
+/// The runtime's status, which reports a failed kernel.
+pub unsafe fn stream_synchronize(library: &HipLibrary, stream: sys::hipStream_t) -> Result<()> {
+    // SAFETY: the caller vouches for the handle.
+    hip_check(library, "hipStreamSynchronize", unsafe {
+        (library.hipStreamSynchronize)(stream)
+    })
 }
 
 /// Waits for every launch on the current device.
@@ -580,4 +628,134 @@ pub unsafe fn copy_to_host(
     hip_check(library, "hipMemcpyDtoH", unsafe {
         (library.hipMemcpyDtoH)(bytes.as_mut_ptr().cast(), source, bytes.len())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::c_uint;
+    use std::sync::Mutex;
+
+    use kiln_cxx::KernelArgument;
+
+    use super::*;
+
+    /// What the stand-in for `hipModuleLaunchKernel` was handed.
+    #[derive(Debug, PartialEq)]
+    struct Launch {
+        function: usize,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_memory_bytes: u32,
+        stream: usize,
+        /// Each parameter's bytes, read through the pointer array.
+        parameters: Vec<Vec<u8>>,
+        has_extra: bool,
+    }
+
+    static LAUNCHES: Mutex<Vec<Launch>> = Mutex::new(Vec::new());
+
+    /// The byte sizes of the parameters the stand-in reads: a float, a
+    /// pointer and an unsigned int, as `axpy`-like kernels take them.
+    const SIZES: [usize; 3] = [4, 8, 4];
+
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "hipModuleLaunchKernel's C declaration"
+    )]
+    unsafe extern "C" fn recording_launch(
+        function: sys::hipFunction_t,
+        grid_x: c_uint,
+        grid_y: c_uint,
+        grid_z: c_uint,
+        block_x: c_uint,
+        block_y: c_uint,
+        block_z: c_uint,
+        shared_memory_bytes: c_uint,
+        stream: sys::hipStream_t,
+        parameters: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> sys::hipError_t {
+        let parameters = SIZES
+            .iter()
+            .enumerate()
+            .map(|(index, &size)| {
+                // SAFETY: the launch under test hands one pointer per
+                // argument, each to that argument's `size` bytes.
+                unsafe {
+                    let pointer = *parameters.add(index);
+                    std::slice::from_raw_parts(pointer.cast::<u8>(), size).to_vec()
+                }
+            })
+            .collect();
+        LAUNCHES
+            .lock()
+            .expect("no test panicked holding the record")
+            .push(Launch {
+                function: function as usize,
+                grid: (grid_x, grid_y, grid_z),
+                block: (block_x, block_y, block_z),
+                shared_memory_bytes,
+                stream: stream as usize,
+                parameters,
+                has_extra: !extra.is_null(),
+            });
+        sys::HIP_SUCCESS
+    }
+
+    // B5
+    #[test]
+    fn a_launch_hands_the_runtime_its_stream_its_shape_and_each_argument_by_its_bytes() {
+        // The runtime library is opened for real (it opens without a GPU);
+        // only its launch is replaced, so nothing reaches a device.
+        let mut library = match HipLibrary::open() {
+            Ok(library) => library,
+            Err(error) => {
+                eprintln!("skipped the HIP launch's arguments: {error}");
+                return;
+            }
+        };
+        library.hipModuleLaunchKernel = recording_launch;
+        let stream = 0x5000usize as sys::hipStream_t;
+        let function = 0x7000usize as sys::hipFunction_t;
+        let arguments = [
+            KernelArgument::scalar(2.5f32),
+            KernelArgument::pointer(0x1234_5678_9abc_u64),
+            KernelArgument::scalar(1000u32),
+        ];
+        kiln_cxx::launch::with_parameters(&arguments, |parameters| {
+            // SAFETY: the launch goes to the recording stand-in, which reads
+            // the three parameters and touches no device.
+            unsafe {
+                launch_kernel(
+                    &library,
+                    function,
+                    (4, 2, 1),
+                    (256, 1, 1),
+                    1024,
+                    stream,
+                    parameters,
+                )
+            }
+        })
+        .expect("the stand-in accepts the launch");
+        let launches = LAUNCHES
+            .lock()
+            .expect("no test panicked holding the record");
+        assert_eq!(
+            *launches,
+            [Launch {
+                function: 0x7000,
+                grid: (4, 2, 1),
+                block: (256, 1, 1),
+                shared_memory_bytes: 1024,
+                stream: 0x5000,
+                parameters: vec![
+                    2.5f32.to_ne_bytes().to_vec(),
+                    0x1234_5678_9abc_u64.to_ne_bytes().to_vec(),
+                    1000u32.to_ne_bytes().to_vec(),
+                ],
+                has_extra: false,
+            }]
+        );
+    }
 }

@@ -58,6 +58,9 @@ pub type hipModule_t = *mut c_void;
 pub type hipFunction_t = *mut c_void;
 /// A stream; null is the device's default stream.
 pub type hipStream_t = *mut c_void;
+/// `hipStreamCreateWithFlags`'s flag for a stream that does not wait for
+/// the default stream, as cudarc's and HIP programs' streams are.
+pub const HIP_STREAM_NON_BLOCKING: c_uint = 1;
 /// A device address.
 pub type hipDeviceptr_t = *mut c_void;
 
@@ -329,6 +332,9 @@ pub struct HipLibrary {
         *mut *mut c_void,
     ) -> hipError_t,
     pub hipDeviceSynchronize: unsafe extern "C" fn() -> hipError_t,
+    pub hipStreamCreateWithFlags: unsafe extern "C" fn(*mut hipStream_t, c_uint) -> hipError_t,
+    pub hipStreamDestroy: unsafe extern "C" fn(hipStream_t) -> hipError_t,
+    pub hipStreamSynchronize: unsafe extern "C" fn(hipStream_t) -> hipError_t,
     pub hipMalloc: unsafe extern "C" fn(*mut hipDeviceptr_t, usize) -> hipError_t,
     pub hipFree: unsafe extern "C" fn(hipDeviceptr_t) -> hipError_t,
     pub hipMemcpyHtoD: unsafe extern "C" fn(hipDeviceptr_t, *const c_void, usize) -> hipError_t,
@@ -366,6 +372,9 @@ impl HipLibrary {
                 hipModuleGetFunction: function(&library, &path, "hipModuleGetFunction\0")?,
                 hipModuleLaunchKernel: function(&library, &path, "hipModuleLaunchKernel\0")?,
                 hipDeviceSynchronize: function(&library, &path, "hipDeviceSynchronize\0")?,
+                hipStreamCreateWithFlags: function(&library, &path, "hipStreamCreateWithFlags\0")?,
+                hipStreamDestroy: function(&library, &path, "hipStreamDestroy\0")?,
+                hipStreamSynchronize: function(&library, &path, "hipStreamSynchronize\0")?,
                 hipMalloc: function(&library, &path, "hipMalloc\0")?,
                 hipFree: function(&library, &path, "hipFree\0")?,
                 hipMemcpyHtoD: function(&library, &path, "hipMemcpyHtoD\0")?,

@@ -476,7 +476,14 @@ fn b2_the_artifact_key_follows_the_compiler_the_target_and_the_source() {
         key.components,
         kiln_core::KeyedCompiler::key_components(&compiler)
     );
-    assert_eq!(key.components.compiler, compiler.identity().to_string());
+    assert_eq!(
+        key.components.compiler,
+        format!(
+            "{} / artifact {}",
+            compiler.identity(),
+            kiln_hip::HipKey::ARTIFACT_FORMAT
+        )
+    );
     assert!(!compiler.identity().hiprtc_version.is_empty());
     assert!(
         compiler.identity().hiprtc_library.name.contains(".so"),

@@ -72,11 +72,13 @@ fn b4_a_kernel_launched_on_an_amd_gpu_computes_its_numbers() {
         KernelArgument::scalar(2.0f32),
         KernelArgument::scalar(n),
     ];
+    // The program's own non-blocking stream: the copy back must wait for
+    // it without being told (B5).
+    let stream = device.new_stream().expect("a stream");
     // SAFETY: the arguments match axpy's parameters, and the grid covers
     // exactly the n values of both buffers (the kernel checks `i < n`).
-    unsafe { function.launch(LaunchConfig::for_elements(n, 256), &arguments) }
+    unsafe { function.launch(&stream, LaunchConfig::for_elements(n, 256), &arguments) }
         .expect("the launch is accepted");
-    device.synchronize().expect("the kernel finishes");
     let result = y_buffer.to_vec().expect("y copies back");
     for (i, value) in result.iter().enumerate() {
         assert_eq!(*value, 2.0 * i as f32 + 1.0 + i as f32, "y[{i}]");

@@ -5,7 +5,10 @@
 use std::fmt;
 
 use kiln_core::store::{KeyComponents, KeyedCompiler};
-use kiln_core::{ArtifactCompiler, ArtifactId, CompileFailure, Finalized};
+use kiln_core::{
+    ArtifactCompiler, ArtifactId, ArtifactReport, CompileFailure, Finalized, Reported,
+    ResourceUsage,
+};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 use serde::{Deserialize, Serialize};
 
@@ -67,6 +70,9 @@ pub struct ShaderBinding {
 
 /// A validated WGSL kernel: what a device needs to build its pipeline, and
 /// what naga learnt about it so that loading needs no second look.
+///
+/// Stores keep it serialized; a change to its fields changes the artifact
+/// format its key names ([`WgpuKey::for_store`]), so old entries miss.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WgpuArtifact {
     /// The WGSL source naga validated.
@@ -85,6 +91,17 @@ pub struct WgpuArtifact {
     pub workgroup_size: [u32; 3],
     /// The buffers the entry point uses, by group and binding.
     pub bindings: Vec<ShaderBinding>,
+    /// The kernel's resources as naga found them: workgroup size, bindings
+    /// and workgroup memory (D4). naga gives no warnings.
+    pub report: ArtifactReport,
+}
+
+/// The record of the compile, kept in the artifact's bytes: a store hit
+/// reports what the compile did (D4).
+impl Reported for WgpuArtifact {
+    fn report(&self) -> &ArtifactReport {
+        &self.report
+    }
 }
 
 /// Lowers WGSL kernels by running their generators and finalizes them with
@@ -152,7 +169,7 @@ impl ArtifactCompiler for WgpuCompiler {
             .iter()
             .map(|(name, value)| (name.to_owned(), value))
             .collect();
-        let (processed, _) = naga::back::pipeline_constants::process_overrides(
+        let (processed, processed_info) = naga::back::pipeline_constants::process_overrides(
             &module,
             &info,
             Some((naga::ShaderStage::Compute, &lowered.entry)),
@@ -171,6 +188,22 @@ impl ArtifactCompiler for WgpuCompiler {
         if let BindingLayout::Explicit(groups) = &lowered.layout {
             check_layout(groups, &bindings, &lowered.entry)?;
         }
+        // Sized after the constants are applied: an override may size a
+        // workgroup array.
+        let resources = processed
+            .entry_points
+            .iter()
+            .position(|entry| entry.name == lowered.entry)
+            .map(|index| {
+                resources(
+                    &processed,
+                    processed_info.get_entry_point(index),
+                    workgroup_size,
+                )
+            })
+            .unwrap_or_else(|| {
+                resources(&module, info.get_entry_point(entry_index), workgroup_size)
+            });
 
         Ok(Finalized::quiet(WgpuArtifact {
             source: source.to_owned(),
@@ -181,7 +214,46 @@ impl ArtifactCompiler for WgpuCompiler {
             zero_initialize_workgroup_memory: lowered.zero_initialize_workgroup_memory,
             workgroup_size,
             bindings,
+            report: ArtifactReport::new(Vec::new(), resources),
         }))
+    }
+}
+
+/// What the entry point whose analysis is `function` uses (D4): its
+/// workgroup size, how many resources it binds (buffers, textures and
+/// samplers), and the bytes of the `var<workgroup>` variables it touches,
+/// each placed at its type's alignment as a device lays them out.
+fn resources(
+    module: &naga::Module,
+    function: &naga::valid::FunctionInfo,
+    workgroup_size: [u32; 3],
+) -> ResourceUsage {
+    let used = || {
+        module
+            .global_variables
+            .iter()
+            .filter(|(handle, _)| !function[*handle].is_empty())
+            .map(|(_, variable)| variable)
+    };
+    let bindings = used().filter(|variable| variable.binding.is_some()).count();
+    let mut layouter = naga::proc::Layouter::default();
+    let workgroup_memory = match layouter.update(module.to_ctx()) {
+        Ok(()) => used()
+            .filter(|variable| variable.space == naga::AddressSpace::WorkGroup)
+            .try_fold(0u64, |offset, variable| {
+                let layout = layouter[variable.ty];
+                let start = u64::from(layout.alignment.round_up(u32::try_from(offset).ok()?));
+                start.checked_add(u64::from(layout.size))
+            }),
+        // A module naga validated lays out; should it not, the figure is
+        // unknown rather than wrong.
+        Err(_) => None,
+    };
+    ResourceUsage {
+        workgroup_size: Some(workgroup_size),
+        bindings: u32::try_from(bindings).ok(),
+        shared_memory_bytes: workgroup_memory,
+        ..ResourceUsage::default()
     }
 }
 

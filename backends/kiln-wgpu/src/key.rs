@@ -28,8 +28,8 @@ use crate::kernel::WgslKernel;
 
 /// The version of [`WgpuArtifact`](crate::WgpuArtifact)'s serialized form;
 /// part of the key, so a change of the artifact type makes old entries
-/// misses, not misreads.
-const ARTIFACT_FORMAT: u32 = 1;
+/// misses, not misreads. 2 added the compile's report (D4).
+const ARTIFACT_FORMAT: u32 = 2;
 
 /// What kiln-wgpu adds to kiln-core's key vocabulary: its backend name,
 /// naga's identity, and the source cover of a lowered text. It holds
@@ -40,7 +40,7 @@ const ARTIFACT_FORMAT: u32 = 1;
 ///
 /// assert_eq!(
 ///     WgpuKey::for_store().to_string(),
-///     format!("wgpu / naga {NAGA_VERSION} / artifact 1 / wgsl"),
+///     format!("wgpu / naga {NAGA_VERSION} / artifact 2 / wgsl"),
 /// );
 /// ```
 #[derive(Debug, Clone, Copy)]

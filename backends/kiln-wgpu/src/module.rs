@@ -5,6 +5,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use kiln_core::{ArtifactReport, Reported, ResourceUsage};
+
 use crate::compiler::ShaderBinding;
 use crate::error::Error;
 
@@ -18,6 +20,8 @@ pub(crate) struct Loaded {
     pub(crate) entry: String,
     pub(crate) workgroup_size: [u32; 3],
     pub(crate) bindings: Vec<ShaderBinding>,
+    /// The artifact's report (D4).
+    pub(crate) report: ArtifactReport,
     pub(crate) on_device: Option<OnDevice>,
 }
 
@@ -52,6 +56,13 @@ impl WgpuPipeline {
     /// The buffers the entry point uses, by group and binding.
     pub fn bindings(&self) -> &[ShaderBinding] {
         &self.0.bindings
+    }
+
+    /// What the kernel uses (D4): workgroup size, bindings and workgroup
+    /// memory, the same for a kernel read from a store as for one compiled
+    /// here.
+    pub fn resources(&self) -> &ResourceUsage {
+        &self.0.report.resources
     }
 
     /// The compute pipeline, to set in a compute pass of the program's own
@@ -132,6 +143,13 @@ impl WgpuPipeline {
     /// target).
     pub fn is_on_device(&self) -> bool {
         self.0.on_device.is_some()
+    }
+}
+
+/// The artifact's report (D4); see [`WgpuPipeline::resources`].
+impl Reported for WgpuPipeline {
+    fn report(&self) -> &ArtifactReport {
+        &self.0.report
     }
 }
 

@@ -454,6 +454,7 @@ impl CompilationTarget for WgpuTarget {
             entry: artifact.entry.clone(),
             workgroup_size: artifact.workgroup_size,
             bindings: artifact.bindings.clone(),
+            report: artifact.report.clone(),
             on_device,
         }))
     }

@@ -79,6 +79,10 @@ enum Command {
     Records(command::records::Arguments),
     /// Make the keys of a fleet's shared remote tier (docs/FLEET.md).
     Keygen(command::keygen::Arguments),
+    /// Copy the store's artifacts to the remote tier, signed (docs/FLEET.md).
+    Push(command::push::Arguments),
+    /// Copy what the remote tier holds and the store lacks, verified.
+    Pull(command::push::Arguments),
     /// Compile every kernel of a folder into the store, for every backend here.
     Warm(command::warm::Arguments),
 }
@@ -126,6 +130,12 @@ fn main() {
             command::records::run(store, &arguments, &output)
         }),
         Command::Keygen(arguments) => command::keygen::run(&arguments, &output),
+        Command::Push(arguments) => {
+            with_store(dir, |store| command::push::run(store, &arguments, &output))
+        }
+        Command::Pull(arguments) => {
+            with_store(dir, |store| command::pull::run(store, &arguments, &output))
+        }
         // Warming opens the store its own way: it fills it, and it runs
         // without one when the store cannot be written and holds nothing.
         Command::Warm(arguments) => command::warm::run(dir, &arguments, &output),

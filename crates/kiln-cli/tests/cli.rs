@@ -102,7 +102,11 @@ fn export_and_import_move_a_store_and_refuse_another_architecture() {
         "names the component: {message}"
     );
 
-    let imported = run(&destination, &["import", &bundle_text, "--json"]).succeeded_json();
+    let imported = run(
+        &destination,
+        &["import", &bundle_text, "--trust-unsigned", "--json"],
+    )
+    .succeeded_json();
     assert_eq!(imported["records"], 8);
     let stats = run(&destination, &["stats", "--json"]).succeeded_json();
     assert_eq!(stats["entries"], 4);

@@ -95,6 +95,7 @@ pub mod kernel;
 pub mod loader;
 mod panic;
 mod pool;
+pub mod resources;
 pub mod statistics;
 pub mod store;
 pub mod target;
@@ -110,7 +111,8 @@ pub use error::{
 pub use handle::{KernelCache, KeyedCache, PendingKernel};
 pub use id::{ArtifactId, DeviceId, KernelId, KernelIdBuilder};
 pub use kernel::Kernel;
-pub use loader::{KernelLoader, STORED_BATCH_LIMIT, StoredBatch};
+pub use loader::{BatchProgress, KernelLoader, STORED_BATCH_LIMIT, StoredBatch, Waiting};
+pub use resources::{ArtifactReport, Reported, ResourceUsage};
 pub use statistics::{
     BatchRecord, CollectorScope, KernelCounts, KernelOutcome, KernelRecord, LoaderStatistics,
     StatisticsCollector,

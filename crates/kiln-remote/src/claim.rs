@@ -4,6 +4,10 @@
 //! script that deletes it only if it still holds this holder's token —
 //! never a plain `DEL`, which would free another holder's newer lease.
 //!
+//! A lease's value names its holder (`kiln-lease-2 TOKEN PID HOST`), so a
+//! node that waits can say for whom ([`holder_of`]); the token makes each
+//! value unique, so comparing the whole value is comparing the token.
+//!
 //! The lease only ever saves work: a remote that cannot be reached gives
 //! [`Claim::Uncoordinated`] and the key compiles here, and a lost lease
 //! costs at most one duplicate compile.
@@ -97,14 +101,49 @@ fn millis(duration: Duration) -> u64 {
         .max(1)
 }
 
+/// What a lease's value starts with since it names its holder: the format
+/// and the owner token, then the holder's process id and host.
+const LEASE_FORMAT: &str = "kiln-lease-2";
+
+/// The value a new lease of this process holds: `kiln-lease-2 TOKEN PID
+/// HOST`. The token (random, unique per lease) is what release and renewal
+/// compare, through the whole value; the process id and host are for
+/// people ([`holder_of`]).
+fn lease_value(inner: &crate::remote::Inner) -> String {
+    let random = keygen::random_bytes().map_or_else(
+        |_| format!("{:?}", Instant::now()),
+        |bytes| hex(&bytes[..16]),
+    );
+    format!(
+        "{LEASE_FORMAT} {random} {} {}",
+        std::process::id(),
+        inner.host
+    )
+}
+
+/// The holder a lease's value names, as a person reads it: `process 4242
+/// on build-3`. Reads both this format and the one before it (`HOST pid
+/// PID RANDOM INSTANT`, written by earlier versions); `None` for anything
+/// else.
+pub(crate) fn holder_of(value: &str) -> Option<String> {
+    if let Some(rest) = value.strip_prefix(LEASE_FORMAT) {
+        let mut words = rest.trim_start().splitn(3, ' ');
+        let (_token, pid, host) = (words.next()?, words.next()?, words.next()?);
+        let pid: u32 = pid.parse().ok()?;
+        return Some(format!("process {pid} on {}", host.trim()));
+    }
+    let (host, rest) = value.split_once(" pid ")?;
+    let pid: u32 = rest.split(' ').next()?.parse().ok()?;
+    Some(format!("process {pid} on {}", host.trim()))
+}
+
 /// One try at `key`'s remote claim.
 pub(crate) fn attempt(store: &RemoteStore, key: &StoreKey) -> Attempt {
     if !store.writes() {
         return Attempt::Unreachable;
     }
     let inner = &store.inner;
-    let random = keygen::random_bytes().map_or_else(|_| String::new(), |bytes| hex(&bytes[..8]));
-    let token = format!("{} {random} {:?}", inner.holder, Instant::now());
+    let token = lease_value(inner);
     let claim_key = store.redis_key("c", &key.digest());
     let mut command: Cmd = cmd("SET");
     command
@@ -177,17 +216,43 @@ pub(crate) fn claim(store: &RemoteStore, key: &StoreKey, wait: ClaimWait) -> Cla
     }
 }
 
-impl RemoteStore {
-    /// Who holds `key`'s claim on the remote now, as `host pid N ...`, or
-    /// `None`: for a waiting node's progress line and log.
-    pub fn claim_holder(&self, key: &StoreKey) -> Option<String> {
-        let mut command = cmd("GET");
-        command.arg(self.redis_key("c", &key.digest()));
-        self.inner
-            .remote
-            .call(&self.inner.counters, |link| {
-                link.query::<Option<String>>(&command)
-            })
-            .flatten()
+/// Who holds `key`'s claim on the remote, as [`holder_of`] names it: one
+/// `GET`, under the store's timeout and breaker.
+pub(crate) fn holder(store: &RemoteStore, key: &StoreKey) -> Option<String> {
+    let mut command = cmd("GET");
+    command.arg(store.redis_key("c", &key.digest()));
+    let inner = &store.inner;
+    let value = inner
+        .remote
+        .call(&inner.counters, |link| {
+            link.query::<Option<Vec<u8>>>(&command)
+        })
+        .flatten()?;
+    holder_of(&String::from_utf8_lossy(&value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holder_of;
+
+    #[test]
+    fn a_lease_names_its_holder_in_either_format() {
+        assert_eq!(
+            holder_of("kiln-lease-2 00ff00ff00ff00ff00ff00ff00ff00ff 4242 build-3").as_deref(),
+            Some("process 4242 on build-3")
+        );
+        // A host name with spaces (the fallback "unknown host") stays whole.
+        assert_eq!(
+            holder_of("kiln-lease-2 0a0b 7 unknown host").as_deref(),
+            Some("process 7 on unknown host")
+        );
+        // The value an earlier version wrote.
+        assert_eq!(
+            holder_of("build-3 pid 4242 a1b2c3d4e5f60718 Instant { tv_sec: 1, tv_nsec: 2 }")
+                .as_deref(),
+            Some("process 4242 on build-3")
+        );
+        assert_eq!(holder_of("something else"), None);
+        assert_eq!(holder_of("kiln-lease-2 token notapid host"), None);
     }
 }

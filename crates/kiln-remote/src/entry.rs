@@ -35,6 +35,10 @@ pub(crate) enum Kind {
     Blob = 2,
     /// The key a kernel was last stored under (P9).
     History = 3,
+    /// The whole key an artifact entry was written under, so that `kiln
+    /// pull` can list what the remote holds (its entries carry only the
+    /// key's digest).
+    Key = 4,
 }
 
 /// An entry that verified.

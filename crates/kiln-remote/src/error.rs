@@ -1,6 +1,7 @@
 //! The one error type of the crate: what can keep a remote store from
-//! opening. Once open, nothing fails: a remote that cannot answer is a miss
-//! or a counted failed write (P5, P10).
+//! opening, or a copy (`kiln push`, `kiln pull`) from starting. Once open,
+//! nothing fails: a remote that cannot answer is a miss or a counted failed
+//! write (P5, P10).
 
 /// Why a remote store or its keys could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,31 @@ pub enum Error {
         /// What is wrong with it.
         problem: String,
     },
+    /// This node holds no key that signs, or is read-only, and was asked
+    /// to write the remote (`kiln push`).
+    #[error(
+        "this node cannot write the remote tier: it holds no key that signs{read_only}; a \
+         builder sets KILN_REMOTE_SIGNING_KEY (an Ed25519 key from `kiln keygen --signing`, \
+         whose public key the nodes list in KILN_REMOTE_TRUSTED_KEYS) or KILN_REMOTE_KEY (the \
+         fleet key from `kiln keygen`)"
+    )]
+    CannotWrite {
+        /// What else keeps it from writing, if anything: read-only.
+        read_only: &'static str,
+    },
+    /// The remote did not answer within the timeout (or its breaker is
+    /// open after failures).
+    #[error(
+        "the remote tier at {url} does not answer (KILN_REMOTE_TIMEOUT bounds each call): check \
+         that Redis runs there and can be reached from this machine"
+    )]
+    Unreachable {
+        /// The address, without its password.
+        url: String,
+    },
+    /// The disk store of a copy cannot be read or written.
+    #[error("{0}")]
+    Local(String),
     /// The operating system gave no random bytes for a new key.
     #[error("the operating system gave no random bytes for a new key: {0}")]
     Random(String),

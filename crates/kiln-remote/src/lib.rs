@@ -11,7 +11,10 @@
 //!   back locally; remote writes go through a bounded background queue.
 //! - [`Keys`] and [`keygen`] are the fleet key (keyed BLAKE3) or the
 //!   builders' Ed25519 signing keys and the nodes' trusted public keys.
-//!   Without a key the remote tier does not open.
+//!   Without a key the remote tier does not open. The same keys sign and
+//!   verify bundles ([`Keys::sign_bundle`], [`Keys::verify_bundle`]).
+//! - [`push`] and [`pull`] copy entries between a disk store and the
+//!   remote, verified where read and signed where written.
 //!
 //! # Design
 //!
@@ -33,16 +36,22 @@ mod claim;
 pub mod config;
 mod entry;
 pub mod error;
+mod fleet;
 mod keys;
 mod link;
 mod queue;
 mod remote;
+mod signature;
 mod statistics;
 mod tiered;
+mod transfer;
 
 pub use config::RemoteConfig;
 pub use error::{Error, Result};
+pub use fleet::{FleetCounts, Listing};
 pub use keys::{FleetKey, Keys, PublicKey, SigningKey, keygen};
 pub use remote::RemoteStore;
+pub use signature::BundleSigner;
 pub use statistics::RemoteStatistics;
 pub use tiered::{TieredStatistics, TieredStore};
+pub use transfer::{TransferReport, pull, push};

@@ -11,7 +11,10 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterConnection, ClusterPipeline};
-use redis::{Cmd, Connection, ErrorKind, FromRedisValue, Pipeline, RedisError, RedisResult};
+use redis::{
+    Cmd, Connection, ErrorKind, FromRedisValue, IntoConnectionInfo, Pipeline, RedisError,
+    RedisResult,
+};
 
 use crate::breaker::{Breaker, Permit};
 use crate::error::{Error, Result};
@@ -37,6 +40,38 @@ impl Link {
         match self {
             Self::Single(connection) => command.query(connection),
             Self::Cluster(connection) => command.query(connection.as_mut()),
+        }
+    }
+
+    /// Every key whose name matches `pattern`: `SCAN` on one Redis, a
+    /// `KEYS` on every primary of a cluster (the `redis` crate sends it to
+    /// each and joins the answers). Each reply is bounded by the timeout.
+    pub(crate) fn keys_matching(&mut self, pattern: &str) -> RedisResult<Vec<Vec<u8>>> {
+        match self {
+            Self::Single(connection) => {
+                let mut found = Vec::new();
+                let mut cursor = 0u64;
+                loop {
+                    let mut command = redis::cmd("SCAN");
+                    command
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(pattern)
+                        .arg("COUNT")
+                        .arg(1000);
+                    let (next, names): (u64, Vec<Vec<u8>>) = command.query(connection)?;
+                    found.extend(names);
+                    if next == 0 {
+                        return Ok(found);
+                    }
+                    cursor = next;
+                }
+            }
+            Self::Cluster(connection) => {
+                let mut command = redis::cmd("KEYS");
+                command.arg(pattern);
+                command.query(connection.as_mut())
+            }
         }
     }
 
@@ -97,12 +132,13 @@ impl Remote {
                 None => (String::new(), rest),
             };
             let hosts = hosts.split('/').next().unwrap_or_default();
-            let nodes: Vec<String> = hosts
+            let nodes: Vec<redis::ConnectionInfo> = hosts
                 .split(',')
                 .map(str::trim)
                 .filter(|host| !host.is_empty())
-                .map(|host| format!("redis://{credentials}{host}"))
-                .collect();
+                .map(|host| quiet(&format!("redis://{credentials}{host}")))
+                .collect::<RedisResult<_>>()
+                .map_err(|error| bad(error.to_string()))?;
             if nodes.is_empty() {
                 return Err(bad("no HOST:PORT after redis+cluster://".into()));
             }
@@ -118,7 +154,9 @@ impl Remote {
                 .map_err(|error| bad(error.to_string()))?;
             Server::Cluster(client)
         } else if url.starts_with("redis://") || url.starts_with("rediss://") {
-            let client = redis::Client::open(url).map_err(|error| bad(error.to_string()))?;
+            let client = quiet(url)
+                .and_then(redis::Client::open)
+                .map_err(|error| bad(error.to_string()))?;
             Server::Single(client)
         } else {
             return Err(bad("an unknown scheme".into()));
@@ -189,6 +227,21 @@ impl Remote {
         }
     }
 
+    /// Opens a connection for the next call when none is idle, so that the
+    /// first batch does not pay for connecting: for a thread of its own,
+    /// off the launch path. A remote that cannot be reached is counted and
+    /// opens the breaker, as a failed call does.
+    pub(crate) fn prepare(&self, counters: &Counters) {
+        let has_idle = !self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty();
+        if !has_idle {
+            self.call(counters, |_| Ok(()));
+        }
+    }
+
     fn failed(&self, counters: &Counters, permit: Permit, error: &RedisError) {
         if error.is_timeout() {
             bump(&counters.timeouts);
@@ -228,6 +281,15 @@ impl Remote {
             );
         }
     }
+}
+
+/// The connection `url` names, without the `CLIENT SETINFO` the `redis`
+/// crate sends on every new connection by default: a round trip more per
+/// connection, which a Redis before 7.2 answers with an error anyway.
+fn quiet(url: &str) -> RedisResult<redis::ConnectionInfo> {
+    let info = url.into_connection_info()?;
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    Ok(info.set_redis_settings(settings))
 }
 
 /// `url` with any password replaced by `***`.

@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kiln_core::store::BlobKey;
+use kiln_core::store::{BlobKey, ClaimGuard};
 use kiln_core::{ArtifactStore, StoreKey, StoreOutcome};
 
 use crate::remote::RemoteStore;
@@ -29,8 +29,10 @@ pub(crate) enum Write {
         bytes: Vec<u8>,
     },
     /// A verified remote hit, written to the local store so that the other
-    /// processes of the machine read it there (P10).
-    LocalCopy(Box<ArtifactWrite>),
+    /// processes of the machine read it there (P10), with the local claim
+    /// its fetch took: released once the copy is written, so the
+    /// machine's processes that wait for the copy read it as it lands.
+    LocalCopy(Box<ArtifactWrite>, Option<ClaimGuard>),
     /// A remote lease to release after the writes queued before it: a key
     /// is released only once its artifact is in the remote, so no other
     /// machine takes it over in between and compiles it again (P4, P12).
@@ -48,7 +50,7 @@ pub(crate) struct ArtifactWrite {
 impl Write {
     fn len(&self) -> u64 {
         match self {
-            Self::Artifact(write) | Self::LocalCopy(write) => write.bytes.len() as u64,
+            Self::Artifact(write) | Self::LocalCopy(write, _) => write.bytes.len() as u64,
             Self::Blob { bytes, .. } => bytes.len() as u64,
             Self::Release(_) => 0,
         }
@@ -217,11 +219,14 @@ fn drain(
             state.finish_one();
             continue;
         }
-        if let Write::LocalCopy(write) = &write {
+        if let Write::LocalCopy(write, claim) = write {
             let outcome = local.put(&write.key, None, &write.bytes, write.work);
             if matches!(outcome, StoreOutcome::Stored { .. }) {
                 state.written_back.fetch_add(1, Ordering::Relaxed);
             }
+            // The copy is there (or could not be written): the processes
+            // waiting for it read it now, or fetch it themselves.
+            drop(claim);
             state.bytes.fetch_sub(length, Ordering::Relaxed);
             state.finish_one();
             continue;
@@ -238,7 +243,7 @@ fn drain(
                 write.work,
             ),
             Write::Blob { key, bytes } => remote.put_blob(&key, &bytes),
-            Write::LocalCopy(_) | Write::Release(_) => unreachable!("handled above"),
+            Write::LocalCopy(..) | Write::Release(_) => unreachable!("handled above"),
         };
         if let Some(key) = &written_key {
             state.track(key, false);

@@ -1,13 +1,14 @@
 //! [`RemoteStore`]: an [`ArtifactStore`] over Redis or Redis Cluster, one
 //! signed, self-describing value per key (P10).
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kiln_core::store::{BlobKey, Claim, ClaimWait, Explanation, KeySubject, hex};
 use kiln_core::{ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics};
-use redis::{Cmd, cmd};
+use redis::{Cmd, Value, cmd};
 
 use crate::config::RemoteConfig;
 use crate::entry::{self, Kind, Rejection};
@@ -20,6 +21,32 @@ const HISTORY_CONTEXT: &str = "kiln remote kernel history";
 
 /// The most a history payload (one encoded key) may take to decode.
 const HISTORY_LIMIT: usize = 1 << 20;
+
+/// Writes an artifact entry (`ARGV[1]`, for `ARGV[2]` milliseconds) unless
+/// the key holds an entry whose payload (`ARGV[3]` bytes after the
+/// 66-byte header) differs: 0 written new, 1 written over the same bytes,
+/// 2 not written. The first publish of a key wins (P10): two hosts whose
+/// compiles differ never overwrite each other in silence.
+const PUBLISH: &str = "local old = redis.call('get', KEYS[1]) \
+    if old then \
+      local last = 66 + tonumber(ARGV[3]) \
+      if string.sub(old, 59, last) ~= string.sub(ARGV[1], 59, last) then return 2 end \
+    end \
+    redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) \
+    if old then return 1 end \
+    return 0";
+
+/// How many of its own publishes a store remembers (two digests each).
+const REMEMBERED_PUBLISHES: usize = 1 << 14;
+
+/// An artifact entry sent with [`PUBLISH`], and where its reply is.
+struct Publish {
+    index: usize,
+    subject: [u8; 32],
+    subject_text: String,
+    redis_key: String,
+    value: Vec<u8>,
+}
 
 /// A store in Redis or Redis Cluster, shared by every machine of a fleet
 /// (P10).
@@ -69,8 +96,13 @@ pub(crate) struct Inner {
     generation: Generation,
     warned_unverified: AtomicBool,
     warned_oversize: AtomicBool,
-    /// Who this process is in a claim's token: host and process id.
-    pub(crate) holder: String,
+    warned_nondeterministic: AtomicBool,
+    /// The payload digest of the last artifact this store published under
+    /// each key digest.
+    published: Mutex<HashMap<[u8; 32], [u8; 32]>>,
+    /// This machine's name, as a claim's value carries it for people:
+    /// printable, without line breaks, at most [`HOST_LENGTH`] bytes.
+    pub(crate) host: String,
 }
 
 impl RemoteStore {
@@ -87,18 +119,20 @@ impl RemoteStore {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .ok()
             .or_else(|| std::env::var("HOSTNAME").ok())
-            .map(|host| host.trim().to_owned())
+            .map(|host| printable_host(&host))
             .filter(|host| !host.is_empty())
             .unwrap_or_else(|| "unknown host".to_owned());
         Ok(Self {
             inner: Arc::new(Inner {
-                holder: format!("{host} pid {}", std::process::id()),
+                host,
                 config,
                 remote,
                 counters: Counters::default(),
                 generation: Generation::fresh(),
                 warned_unverified: AtomicBool::new(false),
                 warned_oversize: AtomicBool::new(false),
+                warned_nondeterministic: AtomicBool::new(false),
+                published: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -119,6 +153,19 @@ impl RemoteStore {
     /// As [`RemoteConfig::from_env`] and [`open`](Self::open).
     pub fn from_env() -> Result<Option<Self>> {
         RemoteConfig::from_env()?.map(Self::open).transpose()
+    }
+
+    /// Connects to the remote on a thread of its own, so that the first
+    /// lookup finds a connection ready instead of paying for one on the
+    /// launch path (a process's warm start); returns at once. A remote that
+    /// cannot be reached is counted and its breaker opened, as for a call.
+    pub fn connect_in_background(&self) {
+        let store = self.clone();
+        let started = std::thread::Builder::new()
+            .name("kiln-remote-connect".into())
+            .spawn(move || store.inner.remote.prepare(&store.inner.counters));
+        // Without a thread the first call connects, as it would anyway.
+        drop(started);
     }
 
     /// The settings the store was opened with.
@@ -234,30 +281,117 @@ impl RemoteStore {
     }
 
     /// Sends `commands` (whole entries) in one round trip, or counts why
-    /// it did not.
-    fn write(&self, commands: Vec<Cmd>, written: u64, artifact_bytes: u64) -> StoreOutcome {
+    /// it did not; gives the replies of a write that went through.
+    fn write(
+        &self,
+        commands: Vec<Cmd>,
+        written: u64,
+        artifact_bytes: u64,
+    ) -> (StoreOutcome, Vec<Value>) {
         let counters = &self.inner.counters;
         let sent = self
             .inner
             .remote
-            .call(counters, |link| link.pipeline::<()>(commands));
+            .call(counters, |link| link.pipeline::<Vec<Value>>(commands));
         match sent {
-            Some(()) => {
+            Some(replies) => {
                 bump(&counters.puts);
                 add(&counters.bytes_written, written);
-                StoreOutcome::Stored {
+                let stored = StoreOutcome::Stored {
                     bytes: artifact_bytes,
-                }
+                };
+                (stored, replies)
             }
             None => {
                 bump(&counters.put_failures);
-                StoreOutcome::Failed {
+                let failed = StoreOutcome::Failed {
                     detail: "the remote store did not take the write (unreachable, slow, full or \
                              refusing)"
                         .to_owned(),
-                }
+                };
+                (failed, Vec::new())
             }
         }
+    }
+
+    /// The command that writes an artifact entry unless the key holds
+    /// another publisher's different bytes (`PUBLISH`).
+    fn publish(&self, redis_key: &str, value: &[u8], payload_length: usize) -> Cmd {
+        let mut command = cmd("EVAL");
+        let ttl = u64::try_from(self.inner.config.ttl.as_millis()).unwrap_or(u64::MAX);
+        command
+            .arg(PUBLISH)
+            .arg(1)
+            .arg(redis_key)
+            .arg(value)
+            .arg(ttl.max(1))
+            .arg(payload_length);
+        command
+    }
+
+    /// Settles a publish the remote refused because the key holds other
+    /// bytes: `true` when this store's value was written after all (the
+    /// entry there does not verify, or is this store's own earlier put),
+    /// `false` when another publisher's verified entry stays, counted and
+    /// warned about once as a nondeterministic compile.
+    fn settle_difference(&self, publish: &Publish, payload_digest: &[u8; 32]) -> bool {
+        let inner = &self.inner;
+        let mut get = cmd("GET");
+        get.arg(&publish.redis_key);
+        let Some(found) = inner
+            .remote
+            .call(&inner.counters, |link| link.query::<Option<Vec<u8>>>(&get))
+        else {
+            return false;
+        };
+        let verified = found.and_then(|value| {
+            entry::open(&inner.config.keys, Kind::Artifact, &publish.subject, &value).ok()
+        });
+        let theirs = verified.map(|verified| *blake3::hash(&verified.payload).as_bytes());
+        let is_ours = theirs.is_some_and(|theirs| {
+            inner
+                .published
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&publish.subject)
+                == Some(&theirs)
+        });
+        if theirs.is_none() || is_ours || theirs == Some(*payload_digest) {
+            // Nothing there that verifies, or what is there is this store's
+            // own: a plain write, as for any other put.
+            let command = self.set(publish.redis_key.clone(), publish.value.clone());
+            return inner
+                .remote
+                .call(&inner.counters, |link| link.query::<()>(&command))
+                .is_some();
+        }
+        bump(&inner.counters.nondeterministic);
+        if !inner.warned_nondeterministic.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "kiln: nondeterministic compile: {} was already in the remote store with other \
+                 bytes, published by another host; the remote keeps the first, this host keeps \
+                 its own copy locally, and later cases are counted, not logged",
+                publish.subject_text
+            );
+        }
+        false
+    }
+
+    /// Remembers that this store published `payload_digest` under
+    /// `subject`, so that a later put of its own replaces it (P2) while
+    /// another publisher's differing bytes do not.
+    fn remember(&self, subject: [u8; 32], payload_digest: [u8; 32]) {
+        let mut published = self
+            .inner
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if published.len() >= REMEMBERED_PUBLISHES {
+            // Forgetting costs at most a warning about this store's own
+            // replaced entry, never a wrong one.
+            published.clear();
+        }
+        published.insert(subject, payload_digest);
     }
 
     /// Seals an entry, or says why it will not be written.
@@ -300,6 +434,34 @@ impl RemoteStore {
             return Err(StoreOutcome::Failed { detail });
         }
         Ok(value)
+    }
+}
+
+/// The longest host name a claim's value carries.
+const HOST_LENGTH: usize = 255;
+
+/// `host` trimmed, its control characters dropped, cut to
+/// [`HOST_LENGTH`] bytes: what a claim's value may carry of it.
+fn printable_host(host: &str) -> String {
+    let mut printable = String::new();
+    for character in host
+        .trim()
+        .chars()
+        .filter(|character| !character.is_control())
+    {
+        if printable.len() + character.len_utf8() > HOST_LENGTH {
+            break;
+        }
+        printable.push(character);
+    }
+    printable
+}
+
+/// The integer reply of `PUBLISH` at `index` of `replies`.
+fn publishes_reply(replies: &[Value], index: usize) -> Option<i64> {
+    match replies.get(index) {
+        Some(Value::Int(reply)) => Some(*reply),
+        _ => None,
     }
 }
 
@@ -350,6 +512,10 @@ impl ArtifactStore for RemoteStore {
         self.inner.config.claim_timeout
     }
 
+    fn holder(&self, key: &StoreKey) -> Option<String> {
+        crate::claim::holder(self, key)
+    }
+
     fn put(
         &self,
         key: &StoreKey,
@@ -358,28 +524,71 @@ impl ArtifactStore for RemoteStore {
         work: Duration,
     ) -> StoreOutcome {
         let stored_at = now();
-        let digest = key.digest();
-        let mut commands = Vec::with_capacity(3);
-        let mut written = 0u64;
-        let mut entries = vec![(Kind::Artifact, "e", digest, bytes.to_vec())];
+        let encode = |key: &StoreKey| {
+            bincode::serde::encode_to_vec(key, bincode::config::standard())
+                .expect("a key is plain data and always serializes")
+        };
+        let mut entries = vec![(Kind::Artifact, "e", key.digest(), bytes.to_vec(), key)];
         if let Some(source) = source_key {
-            entries.push((Kind::Artifact, "e", source.digest(), bytes.to_vec()));
+            entries.push((Kind::Artifact, "e", source.digest(), bytes.to_vec(), source));
+        }
+        for listed in std::iter::once(key).chain(source_key) {
+            entries.push((Kind::Key, "k", listed.digest(), encode(listed), listed));
         }
         if let Some(history) = Self::history_id(key) {
-            let encoded = bincode::serde::encode_to_vec(key, bincode::config::standard())
-                .expect("a key is plain data and always serializes");
-            entries.push((Kind::History, "h", history, encoded));
+            entries.push((Kind::History, "h", history, encode(key), key));
         }
-        for (kind, space, subject, payload) in entries {
-            match self.sealed(kind, &subject, stored_at, work, &payload) {
-                Ok(value) => {
-                    written += value.len() as u64;
-                    commands.push(self.set(self.redis_key(space, &subject), value));
-                }
+        let mut commands = Vec::with_capacity(entries.len());
+        let mut publishes = Vec::new();
+        let mut written = 0u64;
+        for (kind, space, subject, payload, subject_key) in entries {
+            let value = match self.sealed(kind, &subject, stored_at, work, &payload) {
+                Ok(value) => value,
                 Err(outcome) => return outcome,
+            };
+            written += value.len() as u64;
+            let redis_key = self.redis_key(space, &subject);
+            if kind == Kind::Artifact {
+                commands.push(self.publish(&redis_key, &value, payload.len()));
+                publishes.push(Publish {
+                    index: commands.len() - 1,
+                    subject,
+                    subject_text: subject_key.subject_text(),
+                    redis_key,
+                    value,
+                });
+            } else {
+                commands.push(self.set(redis_key, value));
             }
         }
-        self.write(commands, written, bytes.len() as u64)
+        let (outcome, replies) = self.write(commands, written, bytes.len() as u64);
+        let StoreOutcome::Stored { .. } = outcome else {
+            return outcome;
+        };
+        let payload_digest = *blake3::hash(bytes).as_bytes();
+        let mut kept_another = false;
+        for publish in publishes {
+            match publishes_reply(&replies, publish.index) {
+                // Written new: this store's from now on.
+                Some(0) => self.remember(publish.subject, payload_digest),
+                // Another publisher's different bytes were there.
+                Some(2) => {
+                    if self.settle_difference(&publish, &payload_digest) {
+                        self.remember(publish.subject, payload_digest);
+                    } else {
+                        kept_another = true;
+                    }
+                }
+                // The same bytes again (its publisher stays whoever wrote
+                // them first), or a reply this store does not understand.
+                _ => {}
+            }
+        }
+        if kept_another {
+            StoreOutcome::Skipped
+        } else {
+            outcome
+        }
     }
 
     fn remove(&self, key: &StoreKey) {
@@ -469,7 +678,7 @@ impl ArtifactStore for RemoteStore {
             Ok(value) => {
                 let written = value.len() as u64;
                 let command = self.set(self.redis_key("b", &digest), value);
-                self.write(vec![command], written, bytes.len() as u64)
+                self.write(vec![command], written, bytes.len() as u64).0
             }
             Err(outcome) => outcome,
         }

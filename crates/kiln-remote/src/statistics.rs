@@ -33,6 +33,10 @@ pub struct RemoteStatistics {
     pub claims_held: u64,
     /// Claims found held by another machine.
     pub claims_busy: u64,
+    /// Artifacts another publisher had already stored under the same key
+    /// with other bytes (a nondeterministic compile): the remote kept the
+    /// first, this one was not written.
+    pub nondeterministic: u64,
 }
 
 /// The counters behind [`RemoteStatistics`].
@@ -58,6 +62,7 @@ pub(crate) struct Counters {
     pub oversize: AtomicU64,
     pub claims_held: AtomicU64,
     pub claims_busy: AtomicU64,
+    pub nondeterministic: AtomicU64,
 }
 
 /// Adds one to `counter`.
@@ -98,6 +103,7 @@ impl Counters {
             oversize: read(&self.oversize),
             claims_held: read(&self.claims_held),
             claims_busy: read(&self.claims_busy),
+            nondeterministic: read(&self.nondeterministic),
         }
     }
 }

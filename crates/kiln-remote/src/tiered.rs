@@ -1,14 +1,16 @@
 //! [`TieredStore`]: the local store in front of the remote one (P10).
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use kiln_core::store::{BlobKey, Claim, ClaimGuard, ClaimWait, Explanation};
 use kiln_core::{ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics};
 use serde::{Deserialize, Serialize};
 
 use crate::claim::{Attempt, attempt_waiting};
+use crate::fleet::FleetCounts;
 use crate::queue::{ArtifactWrite, Write, WriteQueue};
 use crate::remote::RemoteStore;
 use crate::statistics::RemoteStatistics;
@@ -20,8 +22,19 @@ use crate::statistics::RemoteStatistics;
 ///   remote in one round trip per batch; a verified remote hit is written
 ///   to the local store through the same background queue (a durable
 ///   local write per kernel would cost a warm start more than the round
-///   trip), so the other processes of the machine read it from disk and
-///   the remote is asked about once per host.
+///   trip), so the other processes of the machine read it from disk. A
+///   local hit never asks the remote.
+/// - **One fetch per machine** (P10): a batch's lookup
+///   ([`lookup_many`](ArtifactStore::lookup_many)) takes the local
+///   store's claim of each key it missed, never waiting, before asking the
+///   remote, and keeps it until the remote's copy is written locally. A
+///   key whose claim another process of the machine holds is waited for
+///   on the local store, briefly (the remote's timeout, within 0.1–1 s,
+///   while copies keep landing): it lands there, or its claim is let go
+///   and this process fetches it, or past the wait it is fetched anyway.
+///   The wait only saves fetches; nothing depends on it. A single
+///   [`lookup`](ArtifactStore::lookup) (a waiter polling for another's
+///   publish) takes no claim and never waits.
 /// - **Writes** go to the local store on the caller's thread and, unless
 ///   it refused them, to the remote through a bounded background queue:
 ///   the launch never waits for the network. A write that does not fit in the queue is dropped
@@ -59,6 +72,56 @@ struct Inner {
     // Declared last so that it drops last: its drop writes what is queued.
     queue: WriteQueue,
     answers: Answers,
+    /// What this store last added to the fleet's counts.
+    reported: Mutex<FleetCounts>,
+    /// The keys (by digest) whose local claim this process holds through
+    /// this store, each with how many times: a lookup of one of them
+    /// never claims it again or waits for itself.
+    held_here: Arc<Mutex<HashMap<[u8; 32], usize>>>,
+}
+
+/// The first pause of a process waiting for another process's local copy
+/// of a remote entry; it doubles up to [`LONGEST_COPY_POLL`].
+const FIRST_COPY_POLL: Duration = Duration::from_millis(2);
+const LONGEST_COPY_POLL: Duration = Duration::from_millis(50);
+
+/// The shortest and longest a batch waits for another process of this
+/// machine to write a remote entry to the disk store before fetching it
+/// itself; between them, the remote's timeout (one fetch's bound).
+const SHORTEST_COPY_WAIT: Duration = Duration::from_millis(100);
+const LONGEST_COPY_WAIT: Duration = Duration::from_secs(1);
+
+/// Marks a key's local claim as held by this process until dropped.
+struct HeldHere {
+    digest: [u8; 32],
+    held: Arc<Mutex<HashMap<[u8; 32], usize>>>,
+}
+
+impl HeldHere {
+    fn new(held: &Arc<Mutex<HashMap<[u8; 32], usize>>>, key: &StoreKey) -> Self {
+        let digest = key.digest();
+        *held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(digest)
+            .or_default() += 1;
+        Self {
+            digest,
+            held: Arc::clone(held),
+        }
+    }
+}
+
+impl Drop for HeldHere {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.digest) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.digest);
+            }
+        }
+    }
 }
 
 /// A remote lease released through the write queue, behind the remote
@@ -95,6 +158,7 @@ struct Answers {
     bytes_read: AtomicU64,
     remote_hits: AtomicU64,
     written_back: AtomicU64,
+    copies_read: AtomicU64,
 }
 
 /// A two-level store's counts (`kiln stats`).
@@ -108,6 +172,10 @@ pub struct TieredStatistics {
     pub remote_hits: u64,
     /// Remote hits written to the local store.
     pub written_back: u64,
+    /// Lookups the local store missed at first and answered once another
+    /// process of this machine had fetched the entry from the remote and
+    /// written it there: fetches the remote was spared (P10).
+    pub copies_read: u64,
     /// Remote writes waiting in the queue now.
     pub queued: u64,
     /// Remote writes the queue took and the remote stored.
@@ -120,15 +188,20 @@ pub struct TieredStatistics {
 }
 
 impl TieredStore {
-    /// `local` in front of `remote`.
+    /// `local` in front of `remote`. Starts connecting to the remote in
+    /// the background ([`RemoteStore::connect_in_background`]), so the
+    /// first batch's lookups find a connection ready.
     pub fn new(local: impl ArtifactStore + 'static, remote: RemoteStore) -> Self {
         let local: Arc<dyn ArtifactStore> = Arc::new(local);
+        remote.connect_in_background();
         Self {
             inner: Arc::new(Inner {
                 queue: WriteQueue::new(remote.clone(), Arc::clone(&local)),
                 local,
                 remote,
                 answers: Answers::default(),
+                reported: Mutex::new(FleetCounts::default()),
+                held_here: Arc::default(),
             }),
         }
     }
@@ -141,8 +214,55 @@ impl TieredStore {
     /// Waits until every queued remote write is done, at most `timeout`;
     /// `true` when nothing is left queued. Each write is bounded by the
     /// remote's timeout and skipped at once while its breaker is open.
+    /// Then adds what this store counted since its last flush to the
+    /// fleet's counts in the remote ([`RemoteStore::fleet_counts`]), when
+    /// this node writes the remote.
     pub fn flush(&self, timeout: Duration) -> bool {
-        self.inner.queue.flush(timeout)
+        let flushed = self.inner.queue.flush(timeout);
+        self.report_counts();
+        flushed
+    }
+
+    /// What this process counted, as the fleet's counts add it up.
+    pub fn fleet_counts(&self) -> FleetCounts {
+        let statistics = self.tiered_statistics();
+        let remote = &statistics.remote;
+        FleetCounts {
+            processes: 1,
+            remote_hits: statistics.remote_hits,
+            remote_misses: remote.store.absent,
+            unverified: remote.unverified,
+            timeouts: remote.timeouts,
+            errors: remote.errors,
+            breaker_opened: remote.breaker_opened,
+            skipped_while_open: remote.skipped_while_open,
+            written: statistics.remote_writes,
+            write_failures: statistics.remote_write_failures,
+            queue_dropped: statistics.queue_dropped,
+            nondeterministic: remote.nondeterministic,
+        }
+    }
+
+    fn report_counts(&self) {
+        let mut reported = self
+            .inner
+            .reported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = self.fleet_counts();
+        let mut news = now.since(&reported);
+        // The process counts itself once, with its first report.
+        news.processes = u64::from(reported.processes == 0);
+        if news
+            .fields()
+            .iter()
+            .all(|(name, value)| *name == "processes" || *value == 0)
+        {
+            return;
+        }
+        if self.inner.remote.add_fleet_counts(&news) {
+            *reported = now;
+        }
     }
 
     /// The counts of both tiers and of the queue between them.
@@ -155,6 +275,7 @@ impl TieredStore {
             remote_hits: read(&self.inner.answers.remote_hits),
             written_back: read(&self.inner.answers.written_back)
                 + read(&self.inner.queue.state.written_back),
+            copies_read: read(&self.inner.answers.copies_read),
             queued: self.inner.queue.queued(),
             remote_writes: read(&state.written),
             remote_write_failures: read(&state.failed),
@@ -218,11 +339,190 @@ impl TieredStore {
     }
 }
 
+impl TieredStore {
+    /// Asks the remote for `fetches` (places in `keys`, each with the local
+    /// claim taken for its fetch, if any), settling `answers`: a key
+    /// another process wrote locally since it was looked up is read there;
+    /// a remote hit is written back, its claim released once the copy is
+    /// written; a claim of a key the remote misses is released at once.
+    fn fetch(
+        &self,
+        keys: &[StoreKey],
+        answers: &mut [Lookup<Vec<u8>>],
+        fetches: Vec<(usize, Option<ClaimGuard>)>,
+    ) {
+        if fetches.is_empty() {
+            return;
+        }
+        // Claimed after another process of this machine may have written
+        // its copy and let the key go: read that, never fetch again.
+        let claimed: Vec<usize> = fetches
+            .iter()
+            .filter(|(_, claim)| claim.is_some())
+            .map(|(index, _)| *index)
+            .collect();
+        let mut landed = vec![false; keys.len()];
+        if !claimed.is_empty() {
+            let claimed_keys: Vec<StoreKey> =
+                claimed.iter().map(|index| keys[*index].clone()).collect();
+            let found = self.inner.local.lookup_many(&claimed_keys);
+            for (index, found) in claimed.into_iter().zip(found) {
+                if let hit @ Lookup::Hit { .. } = found {
+                    self.inner
+                        .answers
+                        .copies_read
+                        .fetch_add(1, Ordering::Relaxed);
+                    answers[index] = hit;
+                    landed[index] = true;
+                }
+            }
+        }
+        let fetches: Vec<(usize, Option<ClaimGuard>)> = fetches
+            .into_iter()
+            .filter(|(index, _)| !landed[*index])
+            .collect();
+        if fetches.is_empty() {
+            return;
+        }
+        let fetched_keys: Vec<StoreKey> = fetches
+            .iter()
+            .map(|(index, _)| keys[*index].clone())
+            .collect();
+        let remote = self.inner.remote.lookup_many(&fetched_keys);
+        for ((index, claim), remote) in fetches.into_iter().zip(remote) {
+            let local = std::mem::replace(&mut answers[index], Lookup::Miss(Miss::Absent));
+            let key = &keys[index];
+            let mut claim = claim;
+            // Written back off the launch path: a batch found remotely
+            // costs the round trip, not a durable local write per kernel;
+            // `flush` and the drop wait for it.
+            answers[index] = self.settle(local, remote, |bytes, work| {
+                let write = ArtifactWrite {
+                    key: key.clone(),
+                    source_key: None,
+                    bytes: bytes.to_vec(),
+                    work,
+                };
+                self.inner
+                    .queue
+                    .push(Write::LocalCopy(Box::new(write), claim.take()));
+            });
+            // A miss, or a copy the queue did not take: let the key go.
+            drop(claim);
+        }
+    }
+
+    /// How long a batch waits at most for another process of this machine
+    /// to write a remote entry locally while copies keep landing, and
+    /// without any landing.
+    fn copy_wait(&self) -> (Duration, Duration) {
+        let quiet = self
+            .inner
+            .remote
+            .config()
+            .timeout
+            .clamp(SHORTEST_COPY_WAIT, LONGEST_COPY_WAIT);
+        (quiet * 4, quiet)
+    }
+
+    /// Waits for the local copies of `waiting` (places in `keys` whose
+    /// local claim another process holds), polling the local store: each
+    /// copy that lands is a hit; a key whose claim was let go without a
+    /// copy is claimed and fetched here; what is still held past the wait
+    /// is fetched here without a claim.
+    fn wait_for_copies(
+        &self,
+        keys: &[StoreKey],
+        answers: &mut [Lookup<Vec<u8>>],
+        mut waiting: Vec<usize>,
+    ) {
+        let (longest, quiet) = self.copy_wait();
+        let started = Instant::now();
+        let mut quiet_until = started + quiet;
+        let mut pause = FIRST_COPY_POLL;
+        while !waiting.is_empty() {
+            let now = Instant::now();
+            if now >= quiet_until || now >= started + longest {
+                break;
+            }
+            std::thread::sleep(pause.min(quiet_until - now));
+            pause = (pause * 2).min(LONGEST_COPY_POLL);
+            let waiting_keys: Vec<StoreKey> =
+                waiting.iter().map(|index| keys[*index].clone()).collect();
+            let found = self.inner.local.lookup_many(&waiting_keys);
+            let mut still = Vec::new();
+            let mut fetches = Vec::new();
+            for (index, found) in waiting.into_iter().zip(found) {
+                if let hit @ Lookup::Hit { .. } = found {
+                    self.inner
+                        .answers
+                        .copies_read
+                        .fetch_add(1, Ordering::Relaxed);
+                    answers[index] = hit;
+                    // Copies are landing: their fetch is alive.
+                    quiet_until = Instant::now() + quiet;
+                    pause = FIRST_COPY_POLL;
+                    continue;
+                }
+                match self.claim_to_fetch(&keys[index]) {
+                    Some(claim) => fetches.push((index, claim)),
+                    None => still.push(index),
+                }
+            }
+            self.fetch(keys, answers, fetches);
+            waiting = still;
+        }
+        if !waiting.is_empty() {
+            log::debug!(
+                "kiln: {} remote entries another process of this machine holds did not land \
+                 locally in time; fetching them here too",
+                waiting.len()
+            );
+        }
+        self.fetch(
+            keys,
+            answers,
+            waiting.into_iter().map(|index| (index, None)).collect(),
+        );
+    }
+
+    /// One try at the local claim of `key` to fetch it: `Some` with the
+    /// claim (or `None` inside when the local store does not coordinate)
+    /// when this process fetches it, `None` when another holds it.
+    fn claim_to_fetch(&self, key: &StoreKey) -> Option<Option<ClaimGuard>> {
+        match self.inner.local.claim(key, ClaimWait::Once) {
+            Claim::Held(claim) => {
+                let held = HeldHere::new(&self.inner.held_here, key);
+                Some(Some(ClaimGuard::new((claim, held))))
+            }
+            Claim::Uncoordinated => Some(None),
+            Claim::Busy => None,
+        }
+    }
+
+    fn is_held_here(&self, key: &StoreKey) -> bool {
+        self.inner
+            .held_here
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(&key.digest())
+    }
+}
+
 impl ArtifactStore for TieredStore {
     fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
-        self.lookup_many(std::slice::from_ref(key))
-            .pop()
-            .expect("one answer per key")
+        // One key asked again (a waiter polling for another's publish, a
+        // claimant checking what landed): local, then remote, no claim.
+        let local = self.inner.local.lookup(key);
+        let answer = if let Lookup::Miss(_) = local {
+            let mut answers = vec![local];
+            self.fetch(std::slice::from_ref(key), &mut answers, vec![(0, None)]);
+            answers.pop().expect("one answer")
+        } else {
+            local
+        };
+        self.count(&answer);
+        answer
     }
 
     fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
@@ -233,27 +533,26 @@ impl ArtifactStore for TieredStore {
             .filter(|(_, answer)| matches!(answer, Lookup::Miss(_)))
             .map(|(index, _)| index)
             .collect();
-        if !missed.is_empty() {
-            let missed_keys: Vec<StoreKey> =
-                missed.iter().map(|index| keys[*index].clone()).collect();
-            let remote = self.inner.remote.lookup_many(&missed_keys);
-            for (index, remote) in missed.into_iter().zip(remote) {
-                let local = std::mem::replace(&mut answers[index], Lookup::Miss(Miss::Absent));
-                let key = &keys[index];
-                // Written back off the launch path: a batch found remotely
-                // costs the round trip, not a durable local write per
-                // kernel; `flush` and the drop wait for it.
-                answers[index] = self.settle(local, remote, |bytes, work| {
-                    self.inner
-                        .queue
-                        .push(Write::LocalCopy(Box::new(ArtifactWrite {
-                            key: key.clone(),
-                            source_key: None,
-                            bytes: bytes.to_vec(),
-                            work,
-                        })));
-                });
+        // P10: one process of the machine fetches each key, the others
+        // read its copy. Not while the remote is known to be down: no
+        // copy is coming, and nobody should wait for one.
+        let coordinates = !self.inner.remote.inner.remote.breaker.is_open();
+        let mut fetches = Vec::new();
+        let mut waiting = Vec::new();
+        for index in missed {
+            let key = &keys[index];
+            if !coordinates || self.is_held_here(key) {
+                fetches.push((index, None));
+                continue;
             }
+            match self.claim_to_fetch(key) {
+                Some(claim) => fetches.push((index, claim)),
+                None => waiting.push(index),
+            }
+        }
+        self.fetch(keys, &mut answers, fetches);
+        if !waiting.is_empty() {
+            self.wait_for_copies(keys, &mut answers, waiting);
         }
         for answer in &answers {
             self.count(answer);
@@ -264,24 +563,41 @@ impl ArtifactStore for TieredStore {
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
         match self.inner.local.claim(key, wait) {
             Claim::Busy => Claim::Busy,
-            Claim::Held(local) => match attempt_waiting(&self.inner.remote, key, wait) {
-                Attempt::Held(lease) => {
-                    let renewal = lease.renewal();
-                    // The tuple drops the local claim first; the remote
-                    // lease is released behind the remote writes queued
-                    // before it, so its artifact is in the remote first.
-                    let lease = QueuedRelease {
-                        lease: Some(lease),
-                        key: key.clone(),
-                        store: Arc::downgrade(&self.inner),
-                    };
-                    Claim::Held(ClaimGuard::leased((local, lease), renewal))
+            Claim::Held(local) => {
+                let held = HeldHere::new(&self.inner.held_here, key);
+                match attempt_waiting(&self.inner.remote, key, wait) {
+                    Attempt::Held(lease) => {
+                        let renewal = lease.renewal();
+                        // The tuple drops the local claim first; the
+                        // remote lease is released behind the remote
+                        // writes queued before it, so its artifact is in
+                        // the remote first.
+                        let lease = QueuedRelease {
+                            lease: Some(lease),
+                            key: key.clone(),
+                            store: Arc::downgrade(&self.inner),
+                        };
+                        Claim::Held(ClaimGuard::leased((local, lease, held), renewal))
+                    }
+                    Attempt::Busy => Claim::Busy,
+                    Attempt::Unreachable => Claim::Held(ClaimGuard::new((local, held))),
                 }
-                Attempt::Busy => Claim::Busy,
-                Attempt::Unreachable => Claim::Held(local),
-            },
+            }
             Claim::Uncoordinated => self.inner.remote.claim(key, wait),
         }
+    }
+
+    fn holder(&self, key: &StoreKey) -> Option<String> {
+        // A process of this machine first: it is what this one waits on
+        // before the remote's lease is even asked for.
+        self.inner
+            .local
+            .holder(key)
+            .or_else(|| self.inner.remote.holder(key))
+    }
+
+    fn keep_batch(&self, record: &[u8]) {
+        self.inner.local.keep_batch(record);
     }
 
     fn claim_timeout(&self) -> Duration {

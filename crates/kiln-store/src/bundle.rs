@@ -7,6 +7,7 @@
 //! objects     'O' digest[32] length:u64 bytes          (repeated)
 //! records     'R' length:u32 sealed record             (repeated)
 //! end         'E' objects:u64 records:u64 digest[32]   (BLAKE3 of all up to 'E')
+//! signature   "kilnsig1" length:u32 bytes              (optional)
 //! ```
 //!
 //! Objects come before the records that point at them, so an import that
@@ -15,9 +16,17 @@
 //!
 //! # Trust
 //!
-//! A bundle is checksummed, not signed: whoever can write one can make every
-//! digest in it agree, and importing it is trusting its author with native
-//! code. Import reads the bundle twice. The first pass publishes nothing:
+//! A bundle is checksummed, and signed when its exporter holds a key: the
+//! optional signature after the end section authenticates the end section
+//! (`'E'`, the counts and the closing digest, which covers every byte
+//! before it). This crate neither makes nor checks signatures: the caller
+//! of [`DiskStore::export_signed`] makes them and the caller of
+//! [`DiskStore::import_checked`] judges them (the command line uses the
+//! remote tier's keys), so that the checksums below are what binds the
+//! signature to the content. Without a signature, whoever can write a
+//! bundle can make every digest in it agree, and importing it is trusting
+//! its author with native code; bundles written before signatures existed
+//! have none, and read as unsigned. Import reads the bundle twice. The first pass publishes nothing:
 //! it checks every length against what is left of the file before reading
 //! or allocating anything, streams each object through a fixed buffer to
 //! check its digest, checks every record's seal and that its key is of the
@@ -69,6 +78,27 @@ const LARGEST_SEALED: u64 = 1 << 20;
 const CHUNK: usize = 256 << 10;
 /// Bytes of the closing section after its tag.
 const END_LENGTH: usize = 48;
+/// What starts a bundle's signature.
+const SIGNATURE_TAG: &[u8; 8] = b"kilnsig1";
+/// The largest signature a bundle may carry.
+const LARGEST_SIGNATURE: u32 = 4096;
+
+/// Makes a bundle's signature from the bytes it covers
+/// ([`BundleSeal::signed`]).
+pub type SignBundle<'a> = &'a dyn Fn(&[u8]) -> Vec<u8>;
+
+/// What a bundle's signature covers, and the signature, handed to the
+/// judge of [`DiskStore::import_checked`] once every checksum of the
+/// bundle held.
+#[derive(Debug, Clone, Copy)]
+pub struct BundleSeal<'a> {
+    /// The end section, tag included: `'E'`, the counts and the closing
+    /// digest of every byte before it. A signature over these bytes covers
+    /// the whole bundle.
+    pub signed: &'a [u8],
+    /// The signature the bundle carries, if any.
+    pub signature: Option<&'a [u8]>,
+}
 
 /// What a bundle says it was built for: the components its entries share.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -202,6 +232,24 @@ impl DiskStore {
         components: Option<&KeyComponents>,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<ExportReport> {
+        self.export_signed(path, components, progress, None)
+    }
+
+    /// As [`export`](Self::export), and when `sign` is given, the bundle
+    /// ends with the signature `sign` makes of its end section (see
+    /// [`BundleSeal::signed`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`export`](Self::export); a signature of more than 4096 bytes
+    /// is refused.
+    pub fn export_signed(
+        &self,
+        path: &Path,
+        components: Option<&KeyComponents>,
+        progress: &mut dyn FnMut(&Progress),
+        sign: Option<SignBundle<'_>>,
+    ) -> Result<ExportReport> {
         let components = match components {
             Some(components) => components.clone(),
             None => {
@@ -219,7 +267,7 @@ impl DiskStore {
         };
         let partial = PartialFile::beside(path).map_err(Error::io("create a file beside", path))?;
         // Dropping `partial` on any way out below removes it.
-        let report = self.write_bundle(partial.file(), &components, progress)?;
+        let report = self.write_bundle(partial.file(), &components, progress, sign)?;
         if report.records == 0 {
             return Err(Error::NothingToExport);
         }
@@ -234,6 +282,7 @@ impl DiskStore {
         file: &File,
         components: &KeyComponents,
         progress: &mut dyn FnMut(&Progress),
+        sign: Option<SignBundle<'_>>,
     ) -> Result<ExportReport> {
         let inner = &self.inner;
         let mut out = Digesting {
@@ -341,6 +390,25 @@ impl DiskStore {
         end.extend_from_slice(&report.records.to_le_bytes());
         end.extend_from_slice(&total);
         out.write_all(&end).map_err(failed)?;
+        if let Some(sign) = sign {
+            let mut signed = Vec::with_capacity(1 + END_LENGTH);
+            signed.push(b'E');
+            signed.extend_from_slice(&end);
+            let signature = sign(&signed);
+            let length = u32::try_from(signature.len())
+                .ok()
+                .filter(|length| *length <= LARGEST_SIGNATURE)
+                .ok_or_else(|| {
+                    failed(io::Error::other(format!(
+                        "a signature of {} bytes is over the limit of {LARGEST_SIGNATURE}",
+                        signature.len()
+                    )))
+                })?;
+            out.write_all(SIGNATURE_TAG)
+                .and_then(|()| out.write_all(&length.to_le_bytes()))
+                .and_then(|()| out.write_all(&signature))
+                .map_err(failed)?;
+        }
         report.bytes = out.written;
         let file = out
             .inner
@@ -370,6 +438,26 @@ impl DiskStore {
         expected: Option<&KeyComponents>,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<ImportReport> {
+        self.import_checked(path, expected, progress, &|_| Ok(()))
+    }
+
+    /// As [`import`](Self::import), and `judge` decides whether the
+    /// bundle's signature is trusted: it is called once the whole bundle
+    /// verified against its checksums and before anything is published,
+    /// with the bytes the signature covers and the signature, if any. An
+    /// `Err` of `judge` refuses the bundle with its reason.
+    ///
+    /// # Errors
+    ///
+    /// As [`import`](Self::import), and [`Error::UntrustedBundle`] when
+    /// `judge` refuses.
+    pub fn import_checked(
+        &self,
+        path: &Path,
+        expected: Option<&KeyComponents>,
+        progress: &mut dyn FnMut(&Progress),
+        judge: &dyn Fn(&BundleSeal<'_>) -> std::result::Result<(), String>,
+    ) -> Result<ImportReport> {
         let file = File::open(path).map_err(Error::io("open", path))?;
         let file_length = file.metadata().map_err(Error::io("read", path))?.len();
         let mut input = BufReader::with_capacity(64 << 10, file);
@@ -394,6 +482,7 @@ impl DiskStore {
         let mut claims = Vec::new();
         let mut approved = HashSet::new();
         let mut read_bytes = 0u64;
+        let signed;
         loop {
             match reader.next()? {
                 Next::Object { digest, size } => {
@@ -407,7 +496,10 @@ impl DiskStore {
                     approved.insert(crate::disk::digest(&sealed));
                     claims.push(ObjectClaim::of(&record));
                 }
-                Next::End => break,
+                Next::End => {
+                    signed = reader.end_section.clone();
+                    break;
+                }
             }
             progress(&Progress {
                 phase: "verifying",
@@ -417,7 +509,13 @@ impl DiskStore {
             });
         }
         let counted = reader.counted;
+        let signature = reader.signature()?;
         drop(reader);
+        judge(&BundleSeal {
+            signed: &signed,
+            signature: signature.as_deref(),
+        })
+        .map_err(|reason| Error::UntrustedBundle { reason })?;
         self.check_claims(path, &mut input, &carried, &claims)?;
 
         // Second pass: publish, re-verifying each entry as it goes.
@@ -744,6 +842,8 @@ struct SectionReader<'a> {
     file_length: u64,
     counted: ImportReport,
     buffer: Box<[u8]>,
+    /// The end section, tag included, once read.
+    end_section: Vec<u8>,
 }
 
 impl<'a> SectionReader<'a> {
@@ -771,6 +871,7 @@ impl<'a> SectionReader<'a> {
             file_length,
             counted: ImportReport::default(),
             buffer: vec![0u8; CHUNK].into_boxed_slice(),
+            end_section: Vec::new(),
         }
     }
 
@@ -867,10 +968,44 @@ impl<'a> SectionReader<'a> {
                 if end[16..] != expected_digest {
                     return Err(damaged("its closing digest does not match".into()));
                 }
+                self.position += END_LENGTH as u64;
+                self.end_section = [b"E".as_slice(), &end].concat();
                 Ok(Next::End)
             }
             other => Err(damaged(format!("unknown section {:?}", other[0] as char))),
         }
+    }
+
+    /// The signature after the end section, once [`next`](Self::next) gave
+    /// [`Next::End`]: `None` when the file ends there; anything else after
+    /// the end is damage.
+    fn signature(&mut self) -> Result<Option<Vec<u8>>> {
+        if self.remaining() == 0 {
+            return Ok(None);
+        }
+        let mut head = [0u8; 12];
+        if self.remaining() < head.len() as u64 {
+            return Err(damaged("it has bytes after its end".into()));
+        }
+        self.input
+            .read_exact(&mut head)
+            .map_err(|error| self.read_error(error))?;
+        self.position += head.len() as u64;
+        let length = u32::from_le_bytes(head[8..].try_into().expect("4 bytes"));
+        if &head[..8] != SIGNATURE_TAG
+            || length > LARGEST_SIGNATURE
+            || u64::from(length) != self.remaining()
+        {
+            return Err(damaged(
+                "it has bytes after its end that are not one whole signature".into(),
+            ));
+        }
+        let mut signature = vec![0u8; length as usize];
+        self.input
+            .read_exact(&mut signature)
+            .map_err(|error| self.read_error(error))?;
+        self.position += u64::from(length);
+        Ok(Some(signature))
     }
 
     /// Reads the `size` bytes of the object [`next`](Self::next) announced

@@ -75,6 +75,15 @@ pub enum Error {
         /// Which record, and what does not agree.
         detail: String,
     },
+    /// The bundle's signature is missing, does not verify, or is by a key
+    /// not trusted here (checked by the caller of
+    /// [`DiskStore::import_checked`](crate::DiskStore::import_checked));
+    /// nothing was imported.
+    #[error("the bundle is not trusted, nothing was imported: {reason}")]
+    UntrustedBundle {
+        /// Why, and what to do about it.
+        reason: String,
+    },
     /// Export needs one compiler to name in the bundle's header.
     #[error("the store holds entries of {} compilers; choose one of: {}", choices.len(), choices.join("; "))]
     AmbiguousExport {

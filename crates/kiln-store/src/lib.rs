@@ -94,7 +94,9 @@ mod tree;
 mod usage;
 
 pub use activity::{Activity, BackendActivity};
-pub use bundle::{BUNDLE_VERSION, BundleHeader, ExportReport, ImportReport, read_header};
+pub use bundle::{
+    BUNDLE_VERSION, BundleHeader, BundleSeal, ExportReport, ImportReport, SignBundle, read_header,
+};
 pub use config::{StoreConfig, parse_size};
 pub use disk::DiskStore;
 pub use error::{Error, Result, WriteCause, WriteFailure};

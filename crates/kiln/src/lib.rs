@@ -12,6 +12,14 @@
 //! fake target (`kiln::fake`), on which the examples here run without a
 //! GPU, and its conformance suite.
 //!
+//! The CUDA backend's cudarc is built for CUDA 13.0 and loaded at run time
+//! (the default features `cuda-13000` and `dynamic-loading`). A program on
+//! another CUDA version turns the defaults off and names its version, here
+//! (`cuda-12000` to `cuda-13040`, passed through to kiln-cuda) or on its own
+//! cudarc: `default-features = false, features = ["store", "cuda",
+//! "cuda-12080", "dynamic-loading"]`. kiln-cuda's crate documentation says
+//! which combinations are tested.
+//!
 //! A program on a real backend, on the default store:
 //!
 //! ```no_run

@@ -1,11 +1,17 @@
-//! NVRTC for the CUDA backend's compile tests: the pip wheel
-//! `nvidia-cuda-nvrtc==13.0.88`, installed with `pip install --target` into
-//! `<target dir>/kiln-system/nvrtc-13.0.88`, and handed to the tests as
-//! `KILN_NVRTC_PATH` (which kiln-cuda honours) with `KILN_REQUIRE_NVRTC=1`
-//! (which turns the tests' "no NVRTC" skip into a failure).
+//! NVRTC for the CUDA backend's compile tests, from NVIDIA's pip wheels,
+//! each installed with `pip install --target` into a folder of its own
+//! under `<target dir>/kiln-system`:
 //!
-//! A `KILN_NVRTC_PATH` already set by the caller wins: nothing is installed
-//! and the tests use that library.
+//! - NVRTC 13 (`nvidia-cuda-nvrtc==13.0.88`), the one every test run
+//!   uses: handed to the tests as `KILN_NVRTC_PATH` (which kiln-cuda
+//!   honours) with `KILN_REQUIRE_NVRTC=1` (which turns the tests' "no
+//!   NVRTC" skip into a failure). A `KILN_NVRTC_PATH` already set by the
+//!   caller wins: nothing is installed for it and the tests use that
+//!   library.
+//! - NVRTC 12 (`nvidia-cuda-nvrtc-cu12==12.8.93`), against which
+//!   `cargo xtask test` runs kiln-cuda's tests once more, and with which
+//!   the program outside the workspace (cudarc's `cuda-12080` bindings)
+//!   compiles.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -14,20 +20,112 @@ use anyhow::{Context, Result, bail};
 
 use crate::setup::system_directory;
 
-/// The wheel, pinned: the tests' expectations (its version in keys, the
-/// architectures it lists) are those of this release.
-const WHEEL: &str = "nvidia-cuda-nvrtc==13.0.88";
-
-/// Where the wheel puts the library, inside the install folder.
-const LIBRARY: &str = "nvidia/cu13/lib/libnvrtc.so.13";
-
-fn install_folder() -> PathBuf {
-    system_directory().join("nvrtc-13.0.88")
+/// One NVRTC wheel and where the library lies in it.
+pub struct Wheel {
+    /// pip's requirement, pinned: the tests' expectations (its version in
+    /// keys, the architectures it lists) are those of this release.
+    pub requirement: &'static str,
+    /// The folder under `kiln-system` it is installed into.
+    folder: &'static str,
+    /// Where the wheel puts the library, inside the install folder.
+    library: &'static str,
 }
 
-/// The library kiln-cuda's tests should load.
-pub fn library() -> PathBuf {
-    install_folder().join(LIBRARY)
+/// NVRTC 13.0, the default of every test run.
+pub const NVRTC_13: Wheel = Wheel {
+    requirement: "nvidia-cuda-nvrtc==13.0.88",
+    folder: "nvrtc-13.0.88",
+    library: "nvidia/cu13/lib/libnvrtc.so.13",
+};
+
+/// NVRTC 12.8, the CUDA 12 the second run of kiln-cuda's tests uses.
+pub const NVRTC_12: Wheel = Wheel {
+    requirement: "nvidia-cuda-nvrtc-cu12==12.8.93",
+    folder: "nvrtc-12.8.93",
+    library: "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+};
+
+impl Wheel {
+    fn install_folder(&self) -> PathBuf {
+        system_directory().join(self.folder)
+    }
+
+    /// The library file the tests should load.
+    pub fn library(&self) -> PathBuf {
+        self.install_folder().join(self.library)
+    }
+
+    /// Whether the wheel is installed.
+    pub fn is_installed(&self) -> bool {
+        self.library().is_file()
+    }
+
+    /// Installs the wheel with pip into a staging folder, then renames it
+    /// into place, so an interrupted install never looks present.
+    pub fn install(&self) -> Result<()> {
+        let requirement = self.requirement;
+        let python = python_with_pip()?;
+        let folder = self.install_folder();
+        let staging = system_directory().join(format!("{}.partial", self.folder));
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)
+                .with_context(|| format!("could not clear {}", staging.display()))?;
+        }
+        std::fs::create_dir_all(&staging)
+            .with_context(|| format!("could not create {}", staging.display()))?;
+        let pip = |extra: &[&str]| -> Result<std::process::Output> {
+            let mut command = Command::new(&python);
+            command
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-deps",
+                    "--disable-pip-version-check",
+                ])
+                .args(["--no-input", "--quiet", "--target"])
+                .arg(&staging)
+                .args(extra)
+                .arg(requirement);
+            eprintln!(
+                "xtask: setup: {python} -m pip install --target {} {requirement}",
+                staging.display()
+            );
+            command.output().context("could not run pip")
+        };
+        let mut output = pip(&[])?;
+        if !output.status.success()
+            && String::from_utf8_lossy(&output.stderr).contains("externally-managed-environment")
+        {
+            // A distribution's Python refuses pip by default; the install
+            // goes to a folder of its own, so the system's packages are
+            // untouched.
+            output = pip(&["--break-system-packages"])?;
+        }
+        if !output.status.success() {
+            bail!(
+                "pip could not install {requirement} ({}):\n{}{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        if !staging.join(self.library).is_file() {
+            bail!(
+                "{requirement} installed, but {} is not in it: the wheel's layout changed; \
+                 update xtask/src/setup/nvrtc.rs",
+                self.library
+            );
+        }
+        if folder.exists() {
+            std::fs::remove_dir_all(&folder)
+                .with_context(|| format!("could not replace {}", folder.display()))?;
+        }
+        std::fs::rename(&staging, &folder)
+            .with_context(|| format!("could not move the install to {}", folder.display()))?;
+        eprintln!("xtask: setup: NVRTC is at {}", self.library().display());
+        Ok(())
+    }
 }
 
 fn configured() -> Option<PathBuf> {
@@ -36,11 +134,12 @@ fn configured() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// Whether the caller's `KILN_NVRTC_PATH` or the installed wheel is there.
+/// Whether the caller's `KILN_NVRTC_PATH` or the installed NVRTC 13 is
+/// there.
 pub fn is_present() -> bool {
     match configured() {
         Some(path) => path.exists(),
-        None => library().is_file(),
+        None => NVRTC_13.is_installed(),
     }
 }
 
@@ -50,14 +149,13 @@ pub fn environment() -> Vec<(String, String)> {
     if configured().is_none() {
         environment.push((
             "KILN_NVRTC_PATH".to_owned(),
-            library().display().to_string(),
+            NVRTC_13.library().display().to_string(),
         ));
     }
     environment
 }
 
-/// Installs the wheel with pip into a staging folder, then renames it into
-/// place, so an interrupted install never looks present.
+/// Installs NVRTC 13, unless the caller named another.
 pub fn install() -> Result<()> {
     if let Some(path) = configured() {
         bail!(
@@ -66,65 +164,7 @@ pub fn install() -> Result<()> {
             path.display()
         );
     }
-    let python = python_with_pip()?;
-    let folder = install_folder();
-    let staging = system_directory().join("nvrtc-13.0.88.partial");
-    if staging.exists() {
-        std::fs::remove_dir_all(&staging)
-            .with_context(|| format!("could not clear {}", staging.display()))?;
-    }
-    std::fs::create_dir_all(&staging)
-        .with_context(|| format!("could not create {}", staging.display()))?;
-    let pip = |extra: &[&str]| -> Result<std::process::Output> {
-        let mut command = Command::new(&python);
-        command
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--no-deps",
-                "--disable-pip-version-check",
-            ])
-            .args(["--no-input", "--quiet", "--target"])
-            .arg(&staging)
-            .args(extra)
-            .arg(WHEEL);
-        eprintln!(
-            "xtask: setup: {python} -m pip install --target {} {WHEEL}",
-            staging.display()
-        );
-        command.output().context("could not run pip")
-    };
-    let mut output = pip(&[])?;
-    if !output.status.success()
-        && String::from_utf8_lossy(&output.stderr).contains("externally-managed-environment")
-    {
-        // A distribution's Python refuses pip by default; the install goes
-        // to a folder of its own, so the system's packages are untouched.
-        output = pip(&["--break-system-packages"])?;
-    }
-    if !output.status.success() {
-        bail!(
-            "pip could not install {WHEEL} ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    if !staging.join(LIBRARY).is_file() {
-        bail!(
-            "{WHEEL} installed, but {LIBRARY} is not in it: the wheel's layout changed; \
-             update xtask/src/setup/nvrtc.rs"
-        );
-    }
-    if folder.exists() {
-        std::fs::remove_dir_all(&folder)
-            .with_context(|| format!("could not replace {}", folder.display()))?;
-    }
-    std::fs::rename(&staging, &folder)
-        .with_context(|| format!("could not move the install to {}", folder.display()))?;
-    eprintln!("xtask: setup: NVRTC is at {}", library().display());
-    Ok(())
+    NVRTC_13.install()
 }
 
 /// A Python that has pip, installing pip with apt when this is a Debian or

@@ -1,4 +1,8 @@
-//! `kiln import FILE`: verify a bundle and add its entries.
+//! `kiln import FILE`: verify a bundle and add its entries. The bundle's
+//! signature must verify with a key trusted here (`KILN_REMOTE_KEY`,
+//! `KILN_REMOTE_TRUSTED_KEYS`, or this machine's own signing key); an
+//! unsigned or badly signed bundle is refused, naming why, unless
+//! `--trust-unsigned` says to trust its author anyway.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -6,10 +10,11 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use kiln_core::KeyComponents;
-use kiln_store::{BundleHeader, DiskStore, read_header};
+use kiln_store::{BundleHeader, BundleSeal, DiskStore, ImportReport, read_header};
 
 use super::Output;
-use super::export::CompilerChoice;
+use super::export::{CompilerChoice, configured_keys};
+use crate::console::errln;
 use crate::progress::ProgressBar;
 use crate::table::print_pairs;
 
@@ -23,6 +28,12 @@ pub struct Arguments {
     /// none like the bundle's.
     #[command(flatten)]
     pub expected: CompilerChoice,
+    /// Import a bundle whose signature does not verify here (unsigned,
+    /// signed by an untrusted key, or made before bundles were signed):
+    /// trusting its author with native code. Its checksums are still
+    /// verified.
+    #[arg(long)]
+    pub trust_unsigned: bool,
 }
 
 /// Imports, refusing a foreign bundle and naming the component that differs.
@@ -38,14 +49,54 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
     let header = read_header(path, &mut file)?;
     drop(file);
     let expected = expectation(store, &header, &arguments.expected);
+    let keys = configured_keys()?;
+    let verdict = std::cell::RefCell::new(None);
+    let judge = |seal: &BundleSeal<'_>| {
+        let judged = keys.verify_bundle(seal.signed, seal.signature);
+        let outcome = match &judged {
+            Ok(_) => Ok(()),
+            Err(_) if arguments.trust_unsigned => Ok(()),
+            Err(why) => Err(format!(
+                "{why}; import it anyway with --trust-unsigned only if you trust its author"
+            )),
+        };
+        *verdict.borrow_mut() = Some(judged);
+        outcome
+    };
     let mut bar = ProgressBar::new("import");
-    let report = store.import(path, expected.as_ref(), &mut |progress| {
-        bar.update(progress)
-    })?;
+    let report = store.import_checked(
+        path,
+        expected.as_ref(),
+        &mut |progress| bar.update(progress),
+        &judge,
+    )?;
     drop(bar);
-    output.print(&report, || {
+    let signed_by = match verdict.into_inner() {
+        Some(Ok(signer)) => Some(signer.to_string()),
+        Some(Err(why)) => {
+            errln!("kiln: warning: imported a bundle that is not trusted here ({why})");
+            None
+        }
+        None => None,
+    };
+    #[derive(serde::Serialize)]
+    struct Imported {
+        #[serde(flatten)]
+        report: ImportReport,
+        /// Who signed it, when its signature verified here.
+        signed_by: Option<String>,
+    }
+    let imported = Imported { report, signed_by };
+    output.print(&imported, || {
         print_pairs(&[
             ("built for", header.components.to_string()),
+            (
+                "signed by",
+                imported
+                    .signed_by
+                    .clone()
+                    .unwrap_or_else(|| "not verified (--trust-unsigned)".into()),
+            ),
             (
                 "objects",
                 format!("{} ({} new)", report.objects, report.new_objects),

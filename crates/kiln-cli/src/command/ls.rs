@@ -1,13 +1,20 @@
 //! `kiln ls`: every entry of the store: the artifacts of kernels and of
 //! lowered source, and the named blobs kept beside them (a pipeline cache),
-//! each listed as what it is.
+//! each listed as what it is, an artifact with the resources its kernel
+//! uses (D4: registers, spills, shared memory), read from its bytes.
+
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 
 use anyhow::Result;
 use clap::Args;
-use kiln_core::KeySubject;
+use kiln_core::resources::decode_verified_report;
 use kiln_core::store::{BlobKey, FAILURE_BLOB_KIND, RememberedFailure, hex};
-use kiln_core::{ArtifactStore, Lookup};
-use kiln_store::{DiskStore, Entry, EntryInfo};
+use kiln_core::{ArtifactReport, ArtifactStore, KeySubject, Lookup, ResourceUsage};
+use kiln_cuda::CudaArtifact;
+use kiln_hip::HipArtifact;
+use kiln_store::{DiskStore, Entry, EntryInfo, Record};
+use kiln_wgpu::WgpuArtifact;
 
 use super::Output;
 use crate::console::{self, outln};
@@ -60,7 +67,11 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             if !wanted(&entry) || failed.is_some() || console::is_closed() {
                 return;
             }
-            match serde_json::to_string(&crate::shape::EntryShape::from(&entry)) {
+            let report = match &entry.entry {
+                Entry::Record(record) => stored_report(store, record),
+                Entry::Blob(_) => None,
+            };
+            match serde_json::to_string(&crate::shape::EntryShape::new(&entry, report.as_ref())) {
                 Ok(line) => {
                     outln!("{}{line}", if first { "" } else { "," });
                     first = false;
@@ -72,7 +83,8 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         return failed.map_or(Ok(()), |error| Err(error.into()));
     }
     let mut table = Table::new(&[
-        "KIND", "SUBJECT", "VARIANT", "BACKEND", "COMPILER", "ARCH", "SIZE>", "STORED", "USED",
+        "KIND", "SUBJECT", "VARIANT", "BACKEND", "COMPILER", "ARCH", "SIZE>", "REGS>", "SPILLS>",
+        "SHARED>", "STORED", "USED",
     ]);
     store.entries(&mut |entry| {
         if !wanted(&entry) {
@@ -88,6 +100,11 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                     }
                     KeySubject::Source { digest } => ("source", hex(&digest[..8])),
                 };
+                let [registers, spills, shared] = resource_cells(
+                    stored_report(store, record)
+                        .as_ref()
+                        .map(|report| &report.resources),
+                );
                 vec![
                     kind.into(),
                     subject,
@@ -96,6 +113,9 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                     key.components.compiler.clone(),
                     key.components.architecture.clone(),
                     format::bytes(record.size),
+                    registers,
+                    spills,
+                    shared,
                     format::ago(record.stored_at),
                     used,
                 ]
@@ -117,6 +137,9 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                     component("driver"),
                     component("adapter"),
                     format::bytes(record.size),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
                     format::ago(record.stored_at),
                     used,
                 ]
@@ -130,6 +153,87 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         table.print();
     }
     Ok(())
+}
+
+/// The REGS, SPILLS and SHARED cells of an artifact's resources (D4): the
+/// registers per thread (HIP's VGPRs), the spills (`0`, CUDA's bytes
+/// stored/loaded per thread `1756/1796 B`, HIP's spilled registers
+/// `3v/0s`), and the shared memory (LDS, workgroup memory); `-` for what
+/// is not known.
+fn resource_cells(resources: Option<&ResourceUsage>) -> [String; 3] {
+    let Some(resources) = resources else {
+        return ["-".into(), "-".into(), "-".into()];
+    };
+    let registers = resources
+        .registers
+        .map_or_else(|| "-".to_owned(), |registers| registers.to_string());
+    let spills = if resources.spill_store_bytes.is_some() || resources.spill_load_bytes.is_some() {
+        if resources.spills() {
+            format!(
+                "{}/{} B",
+                resources.spill_store_bytes.unwrap_or(0),
+                resources.spill_load_bytes.unwrap_or(0)
+            )
+        } else {
+            "0".to_owned()
+        }
+    } else if resources.spilled_vector_registers.is_some()
+        || resources.spilled_scalar_registers.is_some()
+    {
+        if resources.spills() {
+            format!(
+                "{}v/{}s",
+                resources.spilled_vector_registers.unwrap_or(0),
+                resources.spilled_scalar_registers.unwrap_or(0)
+            )
+        } else {
+            "0".to_owned()
+        }
+    } else {
+        "-".to_owned()
+    };
+    let shared = resources
+        .shared_memory_bytes
+        .map_or_else(|| "-".to_owned(), format::bytes);
+    [registers, spills, shared]
+}
+
+/// The report (D4) of the artifact `record` names, read from its object
+/// and decoded as its backend's artifact; `None` for a backend this
+/// command does not know, an artifact stored before artifacts carried
+/// reports (its compiler component names no artifact format that has
+/// one, and its bytes do not decode), or an object that is missing, is no
+/// plain file, or does not match the record's length and digest.
+///
+/// It opens the object by its path and reads it without the store's
+/// lookup, which would count a hit and renew the entry's place in the
+/// eviction order: listing a store changes nothing in it.
+pub(crate) fn stored_report(store: &DiskStore, record: &Record) -> Option<ArtifactReport> {
+    let bytes = read_object(store, record)?;
+    match record.key.components.backend.as_str() {
+        "cuda" => decode_verified_report::<CudaArtifact>(&bytes, &record.object),
+        "hip" => decode_verified_report::<HipArtifact>(&bytes, &record.object),
+        "wgpu" => decode_verified_report::<WgpuArtifact>(&bytes, &record.object),
+        _ => None,
+    }
+}
+
+/// The object of `record`, when it is a plain file of the record's length.
+fn read_object(store: &DiskStore, record: &Record) -> Option<Vec<u8>> {
+    // Neither a link nor a FIFO put where an object belongs is followed
+    // or waited on.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(store.object_path(&record.object))
+        .ok()?;
+    let metadata = file.metadata().ok()?;
+    if !metadata.is_file() || metadata.len() != record.size {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(record.size).ok()?);
+    file.take(record.size).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 == record.size).then_some(bytes)
 }
 
 /// The value of the blob key's component `name`, or `-`.

@@ -8,6 +8,8 @@ pub mod gc;
 pub mod import;
 pub mod keygen;
 pub mod ls;
+pub mod pull;
+pub mod push;
 pub mod records;
 pub mod stats;
 pub mod verify;

@@ -1,7 +1,10 @@
 //! `kiln stats`: what the store holds against its limits, and what every
 //! process that used it did with it, per backend (hits, misses, compiles,
 //! failures, compile time spent and saved), like `ccache -s`;
-//! `kiln stats --zero` starts those counts again.
+//! `kiln stats --zero` starts those counts again. With a remote tier
+//! (`--remote`, `KILN_REMOTE_URL`), also whether it answers now and what
+//! every process that used it counted: remote hits and misses, entries
+//! that did not verify, timeouts, breaker trips, queue drops.
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -20,6 +23,10 @@ pub struct Arguments {
     /// store holds is kept).
     #[arg(long)]
     pub zero: bool,
+    /// The remote tier to report on too: `redis://HOST:PORT` or
+    /// `redis+cluster://HOST:PORT,...`; default: KILN_REMOTE_URL.
+    #[arg(long, value_name = "URL")]
+    pub remote: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -31,6 +38,26 @@ struct Stats {
     max_entries: u64,
     compilers: Vec<kiln_core::KeyComponents>,
     activity: ActivityReport,
+    /// The remote tier, when one is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remote: Option<RemoteReport>,
+}
+
+/// The remote tier as `kiln stats` sees it.
+#[derive(Debug, Serialize)]
+struct RemoteReport {
+    /// Its address, without a password.
+    url: String,
+    /// Whether it answered a PING now.
+    reachable: bool,
+    /// How long that took, in milliseconds.
+    round_trip_ms: f64,
+    /// The breaker of this process after the probe: "closed" when the
+    /// remote answers, "open" when it is left alone for a while.
+    breaker: &'static str,
+    /// What every process that writes the remote counted, added up there;
+    /// `None` when it did not answer.
+    fleet: Option<kiln_remote::FleetCounts>,
 }
 
 /// The counts of every process that used the store.
@@ -88,8 +115,27 @@ struct Zeroed {
 /// activity of every process; or zeroes the activity.
 pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<()> {
     let root = store.root().display().to_string();
+    let remote = match super::push::open_remote(arguments.remote.as_deref()) {
+        Ok(remote) => remote,
+        // Asked for on the command line, a remote that cannot open is the
+        // answer; only configured, it does not hide the local counts.
+        Err(error) if arguments.remote.is_none() => {
+            crate::console::errln!("kiln: warning: {error:#}");
+            None
+        }
+        Err(error) => return Err(error),
+    };
     if arguments.zero {
         store.zero_activity().context("zeroing the statistics")?;
+        if let Some(remote) = &remote
+            && !remote.zero_fleet_counts()
+        {
+            crate::console::errln!(
+                "kiln: warning: the fleet's counts in the remote tier at {} were not zeroed \
+                 (it did not answer, or this node does not write it)",
+                remote.config().url_for_display()
+            );
+        }
         let zeroed = Zeroed { root, zeroed: true };
         return output.print(&zeroed, || {
             outln!("statistics of {} zeroed", zeroed.root);
@@ -109,8 +155,75 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             since: activity.since,
             backends: activity.backends.into_iter().map(Into::into).collect(),
         },
+        remote: remote.as_ref().map(remote_report),
     };
     output.print(&stats, || print(&stats))
+}
+
+/// Probes `remote` and reads the fleet's counts, each within its timeout.
+fn remote_report(remote: &kiln_remote::RemoteStore) -> RemoteReport {
+    let started = std::time::Instant::now();
+    let reachable = remote.is_reachable();
+    let round_trip_ms = started.elapsed().as_secs_f64() * 1e3;
+    let fleet = if reachable {
+        remote.fleet_counts()
+    } else {
+        None
+    };
+    RemoteReport {
+        url: remote.config().url_for_display(),
+        reachable,
+        round_trip_ms,
+        breaker: if remote.remote_statistics().breaker_open {
+            "open"
+        } else {
+            "closed"
+        },
+        fleet,
+    }
+}
+
+fn print_remote(remote: &RemoteReport) {
+    let mut pairs = vec![
+        ("remote", remote.url.clone()),
+        (
+            "answers",
+            if remote.reachable {
+                format!("yes, in {:.1} ms", remote.round_trip_ms)
+            } else {
+                format!("no (gave up after {:.1} ms)", remote.round_trip_ms)
+            },
+        ),
+        ("breaker", remote.breaker.to_owned()),
+    ];
+    if let Some(fleet) = &remote.fleet {
+        let asked = fleet.remote_hits + fleet.remote_misses;
+        pairs.extend([
+            ("processes reported", fleet.processes.to_string()),
+            (
+                "remote hits",
+                if asked == 0 {
+                    fleet.remote_hits.to_string()
+                } else {
+                    format!(
+                        "{} ({:.1} %)",
+                        fleet.remote_hits,
+                        fleet.remote_hits as f64 * 100.0 / asked as f64
+                    )
+                },
+            ),
+            ("remote misses", fleet.remote_misses.to_string()),
+            ("did not verify", fleet.unverified.to_string()),
+            ("timeouts", fleet.timeouts.to_string()),
+            ("errors", fleet.errors.to_string()),
+            ("breaker trips", fleet.breaker_opened.to_string()),
+            ("written", fleet.written.to_string()),
+            ("write failures", fleet.write_failures.to_string()),
+            ("queue drops", fleet.queue_dropped.to_string()),
+            ("nondeterministic", fleet.nondeterministic.to_string()),
+        ]);
+    }
+    print_pairs(&pairs);
 }
 
 fn print(stats: &Stats) {
@@ -157,6 +270,10 @@ fn print(stats: &Stats) {
         },
     ));
     print_pairs(&pairs);
+    if let Some(remote) = &stats.remote {
+        outln!();
+        print_remote(remote);
+    }
     if stats.activity.backends.is_empty() {
         return;
     }

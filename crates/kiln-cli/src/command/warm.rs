@@ -31,7 +31,7 @@ use clap::builder::PossibleValuesParser;
 use kiln_core::store::ArtifactStore;
 use kiln_core::{
     ArtifactId, CompilationTarget, Kernel, KernelId, KernelLoader, KernelOf, LoaderConfig,
-    VariantOf,
+    Reported, VariantOf,
 };
 use kiln_cuda::{Architecture, CudaKernel, CudaOptions, CudaTarget};
 use kiln_hip::{HipKernel, HipOptions, HipTarget};
@@ -178,6 +178,20 @@ struct BackendReport {
     /// How the driver's pipeline cache started (wgpu on a device).
     pipeline_cache: Option<String>,
     failures: Vec<FailureReport>,
+    /// Kernels that spill registers to memory (D4), compiled or read from
+    /// the store alike.
+    spilling: Vec<SpillReport>,
+}
+
+/// A kernel that spills, and how much (D4).
+#[derive(Debug, Serialize)]
+struct SpillReport {
+    kernel: String,
+    /// The spills in a few words: `1756 B stored, 1796 B loaded per
+    /// thread`, `3 VGPRs, 0 SGPRs`.
+    spills: String,
+    /// Registers per thread (HIP: VGPRs), when known.
+    registers: Option<u32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -498,6 +512,17 @@ fn print_report(report: &WarmReport) {
                 failure.first_diagnostic
             );
         }
+        for spill in &backend.spilling {
+            outln!(
+                "{} spills: {}: {}{}",
+                backend.backend,
+                spill.kernel,
+                spill.spills,
+                spill
+                    .registers
+                    .map_or_else(String::new, |registers| format!(" ({registers} registers)"))
+            );
+        }
     }
     for file in &report.failed_files {
         outln!("failed: {}: {}", file.file, file.reason);
@@ -595,6 +620,7 @@ fn warm_batch<T>(
 ) -> (BackendReport, T)
 where
     T: CompilationTarget,
+    T::Loaded: Reported,
     KernelOf<T>: Sized,
 {
     let config = LoaderConfig::from_env_or_default();
@@ -610,13 +636,14 @@ where
     // Two identical `specialize` lines make one kernel: the queue holds
     // each once.
     let count = loader.queued_len();
-    let bar = Bar::start(backend, count, Arc::clone(generated));
+    let bar = Bar::start(backend, count, Arc::clone(generated), loader.progress());
     let started = Instant::now();
     loader.compile_queued();
     let wall = started.elapsed();
     drop(bar);
     let statistics = loader.statistics();
     let mut failures = Vec::new();
+    let mut spilling = Vec::new();
     let mut asked = HashSet::new();
     for (label, kernel) in make() {
         let id = ArtifactId::new(kernel.id(), variant.clone());
@@ -627,8 +654,18 @@ where
         }
         // A loaded kernel answers from memory; a failed one reports the
         // failure its batch kept, without compiling again.
-        if let Err(error) = loader.load(&kernel, &id) {
-            failures.push(FailureReport {
+        match loader.load(&kernel, &id) {
+            Ok(loaded) => {
+                let resources = &loaded.report().resources;
+                if let Some(spills) = resources.spill_summary() {
+                    spilling.push(SpillReport {
+                        kernel: label,
+                        spills,
+                        registers: resources.registers,
+                    });
+                }
+            }
+            Err(error) => failures.push(FailureReport {
                 kernel: label,
                 first_diagnostic: error
                     .to_string()
@@ -636,7 +673,7 @@ where
                     .next()
                     .unwrap_or_default()
                     .to_owned(),
-            });
+            }),
         }
     }
     let report = BackendReport {
@@ -657,6 +694,7 @@ where
         work_seconds: statistics.compile_seconds,
         pipeline_cache: None,
         failures,
+        spilling,
     };
     (report, loader.into_target())
 }
@@ -902,7 +940,15 @@ struct Bar {
 }
 
 impl Bar {
-    fn start(label: &'static str, total: usize, done: Arc<AtomicUsize>) -> Self {
+    /// A bar of `total` kernels, `done` of them generated so far; while
+    /// the batch waits for kernels other processes compile, it names them
+    /// from `progress` (P12).
+    fn start(
+        label: &'static str,
+        total: usize,
+        done: Arc<AtomicUsize>,
+        progress: kiln_core::BatchProgress,
+    ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = std::io::stderr().is_terminal().then(|| {
             let stop = Arc::clone(&stop);
@@ -917,8 +963,12 @@ impl Bar {
                     let done = done.load(Ordering::Relaxed).min(total);
                     let width = 30;
                     let filled = (done * width).checked_div(total).unwrap_or(width);
+                    let doing = match progress.waiting() {
+                        Some(waiting) => format!("waiting for {waiting}"),
+                        None => "compiling".to_owned(),
+                    };
                     console::draw_bar(format_args!(
-                        "warm {label}: [{}{}] {done}/{total} compiling",
+                        "warm {label}: [{}{}] {done}/{total} {doing}",
                         "#".repeat(filled),
                         "-".repeat(width - filled)
                     ));

@@ -863,7 +863,21 @@ mod tests {
             refused: false,
         };
         let encoded = crate::encoding::encode(&artifact).expect("the artifact serializes");
-        assert_eq!(written, encoded.len() as u64, "the artifact's stored bytes");
+        let kernel = FakeKernel::new(1);
+        let id = crate::id::ArtifactId::new(crate::kernel::Kernel::id(&kernel), ());
+        let lowered = crate::compiler::ArtifactCompiler::lower(
+            &crate::fake::FakeCompiler::default(),
+            &kernel,
+            &id,
+        )
+        .expect("lowers");
+        let recipe = crate::store::Recipe::of(&id, &lowered).expect("the recipe serializes");
+        let recipe = crate::encoding::encode(&recipe).expect("the recipe serializes");
+        assert_eq!(
+            written,
+            (encoded.len() + recipe.len()) as u64,
+            "the artifact's stored bytes, then what it was finalized from"
+        );
         let mut second = self::loader(first.into_target(), 2);
         load(&mut second, &FakeKernel::new(1)).expect("loads");
         let statistics = second.statistics();

@@ -448,8 +448,10 @@ pub(crate) fn prestart(program: PathBuf, recipe: WorkerRecipe, count: usize) {
             let spawned: Vec<Result<WorkerProcess, String>> = (0..wanted)
                 .map(|_| WorkerProcess::spawn(&program, &recipe))
                 .collect();
-            let waiting: Vec<Mutex<Option<Result<WorkerProcess, String>>>> =
-                spawned.into_iter().map(|worker| Mutex::new(Some(worker))).collect();
+            let waiting: Vec<Mutex<Option<Result<WorkerProcess, String>>>> = spawned
+                .into_iter()
+                .map(|worker| Mutex::new(Some(worker)))
+                .collect();
             let answer = |waiting: &Mutex<Option<Result<WorkerProcess, String>>>| {
                 let worker = waiting
                     .lock()

@@ -315,4 +315,3 @@ mod tests {
         let _ = fs::remove_dir_all(holder.root());
     }
 }
-

@@ -1,0 +1,206 @@
+//! D4 with the real NVRTC: every artifact carries its compile's warnings
+//! and its kernel's resources as ptxas reported them, a store hit returns
+//! the same record as the compile did, and a kernel forced to spill
+//! (`max_registers`) is reported as spilling, once, to the reporter (D3).
+//!
+//! The tests compile without a GPU (the compile-only target) and skip with
+//! a printed reason when NVRTC is missing, failing instead when
+//! `KILN_REQUIRE_NVRTC=1`.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use kiln_core::{
+    DeviceId, KernelCache, KernelId, KernelOutcome, KernelRecord, LoaderConfig, Reported, Severity,
+};
+use kiln_cuda::{CudaKernel, CudaOptions, CudaTarget};
+use support::{Scratch, compile, compile_only, disk_store, fixed, id_on, loader};
+
+const DEVICE: DeviceId = DeviceId::new("cuda", 0);
+
+/// A kernel with static shared memory and launch bounds, that does not
+/// spill.
+const BOUNDED: &str = r#"extern "C" __global__ void __launch_bounds__(128) bounded(float* y, int n) {
+    __shared__ float tile[256];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    tile[threadIdx.x] = i < n ? y[i] : 0.0f;
+    __syncthreads();
+    if (i < n) y[i] = tile[(threadIdx.x + 1) % 128] * 2.0f;
+}
+"#;
+
+/// A kernel whose unrolled array of 64 floats cannot stay in 24
+/// registers.
+const SPILLING: &str = r#"extern "C" __global__ void spilling(float* out, int n) {
+    float a[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) a[i] = out[i * n + threadIdx.x];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int i = 0; i < 64; ++i) a[i] = a[i] * a[(i + j) % 64] + 1.0f;
+    float total = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) total += a[i];
+    out[threadIdx.x] = total;
+}
+"#;
+
+fn spilling() -> CudaKernel {
+    CudaKernel::builder(KernelId::named("tests.d4.spilling"), "spilling")
+        .options(CudaOptions::default().max_registers(24))
+        .source(SPILLING)
+}
+
+fn cache(target: CudaTarget) -> KernelCache<CudaTarget> {
+    KernelCache::with_config(DEVICE, target, LoaderConfig::default())
+}
+
+// D4
+#[test]
+fn d4_the_report_of_a_store_hit_equals_the_report_of_the_compile() {
+    let Some(target) = compile_only("D4 report on compile and on hit") else {
+        return;
+    };
+    let scratch = Scratch::new("cuda-d4-hit");
+    let root = scratch.join("store");
+    let kernel = fixed("tests.d4.bounded", "bounded", BOUNDED);
+
+    let mut first = loader(target.with_store(disk_store(&root)));
+    let id = id_on(first.target(), &kernel);
+    let compiled = first.load(&kernel, &id).expect("the kernel compiles");
+    assert_eq!(
+        first.records()[0].count(KernelOutcome::Compiled),
+        1,
+        "the first loader compiles"
+    );
+    let resources = compiled.resources();
+    assert!(
+        resources.registers.is_some_and(|registers| registers > 0),
+        "{resources:?}"
+    );
+    assert_eq!(resources.shared_memory_bytes, Some(1024), "256 floats");
+    assert_eq!(resources.max_threads_per_block, Some(128), "launch bounds");
+    assert_eq!(resources.spill_store_bytes, Some(0));
+    assert_eq!(resources.spill_load_bytes, Some(0));
+    assert!(resources.local_memory_bytes.is_some(), "{resources:?}");
+    assert!(!resources.spills());
+    assert!(
+        compiled.report().warnings.is_empty(),
+        "ptxas's report is no warning: {:?}",
+        compiled.report().warnings
+    );
+
+    let second_target = compile_only("D4 second loader").expect("NVRTC opened just now");
+    let mut second = loader(second_target.with_store(disk_store(&root)));
+    let hit = second.load(&kernel, &id).expect("the stored kernel loads");
+    assert_eq!(
+        second.records()[0].count(KernelOutcome::FromStore),
+        1,
+        "the second loader reads the store"
+    );
+    assert_eq!(hit.report(), compiled.report(), "the same record");
+}
+
+// D4, D3
+#[test]
+fn d4_a_kernel_forced_to_spill_is_reported_as_spilling_once_to_the_reporter() {
+    let Some(target) = compile_only("D4 a kernel forced to spill") else {
+        return;
+    };
+    let scratch = Scratch::new("cuda-d4-spill");
+    let root = scratch.join("store");
+    let heard: Arc<Mutex<Vec<KernelRecord>>> = Arc::default();
+
+    let built = cache(target.with_store(disk_store(&root)));
+    let listener = Arc::clone(&heard);
+    built.set_reporter(move |_, record| {
+        listener
+            .lock()
+            .expect("the listener does not panic")
+            .push(record.clone());
+    });
+    let variant = built.with_target(CudaTarget::variant);
+    let kernel = built
+        .get(DEVICE, spilling(), variant)
+        .expect("the kernel compiles");
+    let resources = kernel.resources();
+    assert!(resources.spills(), "{resources:?}");
+    assert!(
+        resources.registers.is_some_and(|registers| registers <= 24),
+        "{resources:?}"
+    );
+    assert!(
+        resources.spill_store_bytes.is_some_and(|bytes| bytes > 0)
+            && resources.spill_load_bytes.is_some_and(|bytes| bytes > 0),
+        "{resources:?}"
+    );
+    assert!(
+        resources.local_memory_bytes.is_some_and(|bytes| bytes >= 4),
+        "spills live in local memory: {resources:?}"
+    );
+    {
+        let heard = heard.lock().expect("the listener does not panic");
+        assert_eq!(heard.len(), 1, "one built artifact, one report");
+        let spill_warnings: Vec<_> = heard[0]
+            .diagnostics
+            .iter()
+            .filter(|diagnostic| diagnostic.message.contains("spills registers"))
+            .collect();
+        assert_eq!(spill_warnings.len(), 1, "{:?}", heard[0].diagnostics);
+        assert_eq!(spill_warnings[0].severity, Severity::Warning);
+        assert!(
+            spill_warnings[0].message.contains("`spilling`"),
+            "names the kernel: {}",
+            spill_warnings[0].message
+        );
+        assert_eq!(
+            heard[0].diagnostics,
+            kernel.report().warnings,
+            "the artifact keeps what the reporter heard"
+        );
+    }
+
+    // A store hit carries the same record and tells the reporter nothing.
+    let warm_target = compile_only("D4 spill from the store").expect("NVRTC opened just now");
+    let warm = cache(warm_target.with_store(disk_store(&root)));
+    let listener = Arc::clone(&heard);
+    warm.set_reporter(move |_, record| {
+        listener
+            .lock()
+            .expect("the listener does not panic")
+            .push(record.clone());
+    });
+    let variant = warm.with_target(CudaTarget::variant);
+    let hit = warm
+        .get(DEVICE, spilling(), variant)
+        .expect("the stored kernel loads");
+    assert_eq!(warm.records()[0].count(KernelOutcome::FromStore), 1);
+    assert_eq!(hit.report(), kernel.report());
+    assert_eq!(
+        heard.lock().expect("the listener does not panic").len(),
+        1,
+        "a hit is never reported (D3)"
+    );
+}
+
+// D4
+#[test]
+fn d4_the_same_kernel_without_a_register_cap_does_not_spill() {
+    let Some(target) = compile_only("D4 no cap, no spill") else {
+        return;
+    };
+    let kernel = fixed("tests.d4.spilling", "spilling", SPILLING);
+    let finalized = compile(&target, &kernel).expect("the kernel compiles");
+    let report = finalized.artifact.report();
+    assert!(!report.spills(), "{report:?}");
+    assert!(
+        report
+            .resources
+            .registers
+            .is_some_and(|registers| registers > 24),
+        "{report:?}"
+    );
+    assert_eq!(report.warnings, finalized.diagnostics);
+}

@@ -1,0 +1,40 @@
+//! `kiln pull`: copies what the fleet's remote tier holds and the disk
+//! store lacks into the disk store, each entry verified against this
+//! machine's keys first (P10, docs/FLEET.md). An entry that does not
+//! verify is never written: it is counted and reported.
+
+use anyhow::{Result, bail};
+use kiln_store::DiskStore;
+
+use super::Output;
+use super::push::{Arguments, print_report, required_remote};
+use crate::console::errln;
+use crate::progress::ProgressBar;
+
+/// Pulls every chosen artifact of the remote the store lacks.
+pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<()> {
+    let remote = required_remote(arguments.remote.as_deref())?;
+    let mut bar = ProgressBar::new("pull");
+    let report = kiln_remote::pull(
+        store,
+        &remote,
+        &|key| arguments.compiler.matches(&key.components),
+        &mut |progress| bar.update(progress),
+    )?;
+    drop(bar);
+    if report.refused > 0 {
+        errln!(
+            "kiln: warning: {} entries of the remote did not verify with this machine's keys and \
+             were not pulled",
+            report.refused
+        );
+    }
+    print_report(&report, "pulled", &remote, output)?;
+    if report.failed > 0 && report.copied == 0 && report.entries > report.already_held {
+        bail!(
+            "nothing could be written to the store at {}",
+            store.root().display()
+        );
+    }
+    Ok(())
+}
