@@ -2,11 +2,32 @@
 //! under and the key it last missed under, so a miss can be explained
 //! (P9). Histories explain and decide nothing.
 
+use std::collections::HashMap;
 use std::fs;
+use std::sync::MutexGuard;
 
 use kiln_core::{Explanation, StoreKey};
 
-use super::DiskStore;
+use super::{DiskStore, Inner};
+
+/// The most misses a process keeps for the end of its batch; past it, a
+/// miss is written at once (a program that looks up without batches never
+/// ends one).
+const PENDING_MISSES: usize = 1 << 16;
+
+/// Records in `history` that it missed under `key` at `at`, with what was
+/// held then: whether it changes the history.
+pub(super) fn note_asked(history: &mut KernelHistory, key: &StoreKey, at: u64) -> bool {
+    if history.asked.as_ref().is_some_and(|seen| seen.key == *key) {
+        return false;
+    }
+    history.asked = Some(Seen {
+        key: key.clone(),
+        at,
+    });
+    history.held_at_miss = history.stored.clone();
+    true
+}
 use super::write::within_file_size_limit;
 use crate::durable;
 use crate::record::{KernelHistory, Seen, now_seconds};
@@ -48,24 +69,44 @@ impl DiskStore {
         }
     }
 
+    /// Notes that a kernel's key missed, for its history. Nothing is
+    /// written on the lookup's path: the miss is kept in memory and goes
+    /// into the history with the put that follows it (one write), or at the
+    /// end of the batch ([`write_misses`](Self::write_misses)) for a key
+    /// that was not put.
     pub(super) fn note_miss(&self, key: &StoreKey) {
-        if self.inner.read_only {
+        if self.inner.read_only || key.kernel().is_none() {
             return;
         }
-        let Some((name, kernel)) = key.kernel() else {
+        let mut pending = self.pending_misses();
+        if pending.len() < PENDING_MISSES {
+            pending.insert(key.digest(), (key.clone(), now_seconds()));
             return;
-        };
-        self.update_history(name, kernel, |history| {
-            if history.asked.as_ref().is_some_and(|seen| seen.key == *key) {
-                return false;
-            }
-            history.asked = Some(Seen {
-                key: key.clone(),
-                at: now_seconds(),
-            });
-            history.held_at_miss = history.stored.clone();
-            true
-        });
+        }
+        drop(pending);
+        self.write_miss(key, now_seconds());
+    }
+
+    /// The miss of `key` noted in this batch, if any, taken: what its put
+    /// writes into the history with what it stores.
+    pub(super) fn take_miss(&self, key: &StoreKey) -> Option<u64> {
+        self.pending_misses()
+            .remove(&key.digest())
+            .map(|(_, at)| at)
+    }
+
+    /// Writes the misses noted since the last batch ended and not put
+    /// since: at the end of a batch, and when the store is dropped.
+    pub(super) fn write_misses(&self) {
+        write_misses(&self.inner);
+    }
+
+    fn write_miss(&self, key: &StoreKey, at: u64) {
+        write_miss(&self.inner, key, at);
+    }
+
+    fn pending_misses(&self) -> MutexGuard<'_, PendingMisses> {
+        pending_misses(&self.inner)
     }
 
     /// Reads, changes and rewrites a kernel's history. Histories explain
@@ -77,25 +118,63 @@ impl DiskStore {
         kernel: u128,
         change: impl FnOnce(&mut KernelHistory) -> bool,
     ) {
-        let path = self.inner.layout.kernel(kernel);
-        let mut history = fs::read(&path)
-            .ok()
-            .and_then(|sealed| KernelHistory::open(&sealed).ok())
-            .unwrap_or_else(|| KernelHistory {
-                name: name.to_owned(),
-                digest: kernel,
-                stored: None,
-                asked: None,
-                held_at_miss: None,
-            });
-        if !change(&mut history) {
-            return;
-        }
-        let sealed = history.seal();
-        if let Err(error) = within_file_size_limit(sealed.len() as u64)
-            .and_then(|()| durable::publish(&self.inner.layout.staging(), &path, &sealed, false))
-        {
-            log::debug!("cannot update the history of {name}: {error}");
-        }
+        update_history(&self.inner, name, kernel, change);
+    }
+}
+
+/// Kernel keys that missed and were not put yet, with when, by key digest.
+pub(crate) type PendingMisses = HashMap<[u8; 32], (StoreKey, u64)>;
+
+fn pending_misses(inner: &Inner) -> MutexGuard<'_, PendingMisses> {
+    inner
+        .pending_misses
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// [`DiskStore::write_misses`], for a store being dropped.
+pub(super) fn write_misses(inner: &Inner) {
+    if inner.read_only {
+        return;
+    }
+    let pending = std::mem::take(&mut *pending_misses(inner));
+    for (key, at) in pending.into_values() {
+        write_miss(inner, &key, at);
+    }
+}
+
+fn write_miss(inner: &Inner, key: &StoreKey, at: u64) {
+    let Some((name, kernel)) = key.kernel() else {
+        return;
+    };
+    update_history(inner, name, kernel, |history| note_asked(history, key, at));
+}
+
+/// [`DiskStore::update_history`] on the store's shared state.
+fn update_history(
+    inner: &Inner,
+    name: &str,
+    kernel: u128,
+    change: impl FnOnce(&mut KernelHistory) -> bool,
+) {
+    let path = inner.layout.kernel(kernel);
+    let mut history = fs::read(&path)
+        .ok()
+        .and_then(|sealed| KernelHistory::open(&sealed).ok())
+        .unwrap_or_else(|| KernelHistory {
+            name: name.to_owned(),
+            digest: kernel,
+            stored: None,
+            asked: None,
+            held_at_miss: None,
+        });
+    if !change(&mut history) {
+        return;
+    }
+    let sealed = history.seal();
+    if let Err(error) = within_file_size_limit(sealed.len() as u64)
+        .and_then(|()| durable::publish(&inner.layout.staging(), &path, &sealed, false))
+    {
+        log::debug!("cannot update the history of {name}: {error}");
     }
 }

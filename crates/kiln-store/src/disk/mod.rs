@@ -121,12 +121,17 @@ pub(crate) struct Inner {
     collected_since_batch: AtomicBool,
     /// This process's counts not yet merged into the `activity` file.
     pub(crate) tally: activity::Tally,
+    /// Kernel keys that missed in this batch and were not put yet, with
+    /// when: written into their histories by their put or at the batch's
+    /// end, never on the lookup's path.
+    pub(crate) pending_misses: Mutex<history::PendingMisses>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // The last handle of the process: what it counted since its last
-        // batch is not lost.
+        // batch is not lost, nor the misses it noted.
+        history::write_misses(self);
         activity::merge(self);
     }
 }
@@ -243,6 +248,7 @@ impl ArtifactStore for DiskStore {
     }
 
     fn batch_finished(&self) {
+        self.write_misses();
         self.hold_limits();
         self.merge_activity();
     }

@@ -129,6 +129,7 @@ impl DiskStore {
                 wrote_since_batch: AtomicBool::new(false),
                 collected_since_batch: AtomicBool::new(false),
                 tally: Default::default(),
+                pending_misses: Mutex::default(),
             }),
         }
     }

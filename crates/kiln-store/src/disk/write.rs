@@ -168,7 +168,12 @@ impl DiskStore {
             .collect();
         let (written, new_entries) = self.publish_entry(bytes, &object, &records)?;
         if let Some((name, kernel)) = key.kernel() {
+            // The miss this put follows, written with it: one write.
+            let missed = self.take_miss(key);
             self.update_history(name, kernel, |history| {
+                if let Some(at) = missed {
+                    super::history::note_asked(history, key, at);
+                }
                 history.stored = Some(Seen {
                     key: key.clone(),
                     at: now_seconds(),
