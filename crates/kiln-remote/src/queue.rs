@@ -220,7 +220,7 @@ fn drain(
             continue;
         }
         if let Write::LocalCopy(write, claim) = write {
-            let outcome = local.put(&write.key, None, &write.bytes, write.work);
+            let outcome = local.put_copy(&write.key, &write.bytes, write.work);
             if matches!(outcome, StoreOutcome::Stored { .. }) {
                 state.written_back.fetch_add(1, Ordering::Relaxed);
             }

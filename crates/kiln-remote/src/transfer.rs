@@ -163,7 +163,7 @@ pub fn pull(
         }
         for (key, found) in missing.iter().zip(remote.lookup_many(&missing)) {
             match found {
-                Lookup::Hit { artifact, work, .. } => match local.put(key, None, &artifact, work) {
+                Lookup::Hit { artifact, work, .. } => match local.put_copy(key, &artifact, work) {
                     StoreOutcome::Stored { bytes } => {
                         report.copied += 1;
                         report.bytes += bytes;

@@ -107,6 +107,14 @@ fn a_remote_hit_is_written_back_to_the_local_store() {
     drop(node);
     // The node's disk holds them now, with the work they saved.
     let node_disk = disk(&redis, "node");
+    // Copies, not compiles: the node's totals (`kiln stats`) count none.
+    let compiled: u64 = node_disk
+        .activity()
+        .backends
+        .iter()
+        .map(|backend| backend.compiles)
+        .sum();
+    assert_eq!(compiled, 0, "a written-back remote hit is no compile");
     for key in &batch {
         match node_disk.lookup(key) {
             Lookup::Hit { work, .. } => assert_eq!(work, Duration::from_millis(40)),

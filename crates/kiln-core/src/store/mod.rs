@@ -286,6 +286,14 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
     /// that the caller cannot use.
     fn remove(&self, key: &StoreKey);
 
+    /// Stores a copy of an artifact another store holds (a remote hit
+    /// written back, a pull): as [`put`](Self::put), but it is no compile,
+    /// so a store that counts compiles does not count it. The default
+    /// puts.
+    fn put_copy(&self, key: &StoreKey, bytes: &[u8], work: Duration) -> StoreOutcome {
+        self.put(key, None, bytes, work)
+    }
+
     /// A handle to the store's generation.
     fn generation(&self) -> Generation;
 
