@@ -397,6 +397,8 @@ impl TieredStore {
             // costs the round trip, not a durable local write per kernel;
             // `flush` and the drop wait for it.
             answers[index] = self.settle(local, remote, |bytes, work| {
+                // Found here after all: the local store keeps no miss.
+                self.inner.local.found_elsewhere(key);
                 let write = ArtifactWrite {
                     key: key.clone(),
                     source_key: None,

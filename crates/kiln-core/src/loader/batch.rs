@@ -22,6 +22,11 @@ use crate::statistics::{BatchRecord, KernelRecord};
 use crate::store::BoundStore;
 use crate::target::{ArtifactOf, CompilationTarget};
 
+/// How often a batch waiting for keys others hold tries to claim them
+/// (P12): a released key or a lease run out is taken over within it, and
+/// a remote tier is not asked for a lease per key at every poll.
+const CLAIM_RETRY: Duration = Duration::from_millis(100);
+
 /// What a batch knows of its kernels across its rounds: their outcomes and
 /// records, by place in the batch, and what each source group's leader
 /// came to (L5c).
@@ -285,10 +290,30 @@ impl<T: CompilationTarget> KernelLoader<T> {
         log::info!("waiting for {waiting}");
         self.progress.wait(Some(waiting));
         let mut pause = Duration::from_millis(5);
+        // The workers just tried to claim them.
+        let mut claims_tried = Instant::now();
         loop {
+            // One batched lookup of every key still held (P10: a round
+            // trip to a remote tier, not one per key)...
+            let held: Vec<usize> = (0..jobs.len())
+                .filter(|&index| jobs[index].is_elsewhere())
+                .collect();
+            let ids: Vec<_> = held.iter().map(|&index| &jobs[index].id).collect();
+            let found = store.lookup_many(self.target.compiler(), &ids);
             let mut taken = false;
-            for job in jobs.iter_mut().filter(|job| job.is_elsewhere()) {
-                taken |= job.take_published(&mut self.target, store, &mut self.statistics);
+            for (&index, found) in held.iter().zip(found) {
+                if matches!(found, crate::store::Lookup::Hit { .. }) {
+                    jobs[index].take_hit(&mut self.target, found, &mut self.statistics);
+                    taken = true;
+                }
+            }
+            // ...and, now and then, a claim of each: a holder that released
+            // a key unpublished or whose lease ran out lost it.
+            if !taken && claims_tried.elapsed() >= CLAIM_RETRY {
+                claims_tried = Instant::now();
+                for job in jobs.iter_mut().filter(|job| job.is_elsewhere()) {
+                    taken |= job.take_published(&mut self.target, store, &mut self.statistics);
+                }
             }
             if taken {
                 self.progress.wait(None);

@@ -242,6 +242,18 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         }
     }
 
+    /// Takes `found`, a hit of its key another holder published while
+    /// this batch waited (P12).
+    pub(super) fn take_hit(
+        &mut self,
+        target: &mut T,
+        found: Lookup<ArtifactOf<T>>,
+        statistics: &mut LoaderStatistics,
+    ) {
+        self.step = Step::Missing;
+        self.take(target, found, statistics);
+    }
+
     /// Gives up waiting for another holder: compiles it here too (a
     /// duplicate compile, never a wrong artifact).
     pub(super) fn compile_anyway(&mut self, statistics: &mut LoaderStatistics) {

@@ -286,6 +286,13 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
     /// that the caller cannot use.
     fn remove(&self, key: &StoreKey);
 
+    /// Says that `key`, which this store missed, was found in another
+    /// store (a remote tier) and is being copied here: its miss is none to
+    /// remember (no history of it is written). The default does nothing.
+    fn found_elsewhere(&self, key: &StoreKey) {
+        let _ = key;
+    }
+
     /// Stores a copy of an artifact another store holds (a remote hit
     /// written back, a pull): as [`put`](Self::put), but it is no compile,
     /// so a store that counts compiles does not count it. The default

@@ -219,6 +219,10 @@ impl ArtifactStore for DiskStore {
         self.store_artifact(key, source_key, bytes, work)
     }
 
+    fn found_elsewhere(&self, key: &StoreKey) {
+        self.take_miss(key);
+    }
+
     fn put_copy(&self, key: &StoreKey, bytes: &[u8], work: Duration) -> StoreOutcome {
         // A copy of another store's artifact: no compile to count.
         self.store_artifact(key, None, bytes, work)
