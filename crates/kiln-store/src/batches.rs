@@ -100,12 +100,24 @@ impl BatchesFile {
     }
 }
 
-/// The sequence of each slot of `file`; 0 for an empty, torn or foreign one.
+/// The sequence of each slot of `file`; 0 for an empty, torn or foreign
+/// one. Reads each slot's header, then only as much of it as its record
+/// takes, not the whole slot.
 fn sequences(file: &File) -> Vec<u64> {
+    let mut bytes = vec![0u8; SLOT];
     (0..SLOTS)
         .map(|slot| {
-            let mut bytes = vec![0u8; SLOT];
-            let read = read_up_to(file, &mut bytes, (slot * SLOT) as u64);
+            let offset = (slot * SLOT) as u64;
+            let read = read_up_to(file, &mut bytes[..HEADER], offset);
+            if read < HEADER || &bytes[..8] != TAG {
+                return 0;
+            }
+            let length = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as usize;
+            if length > RECORD_LIMIT {
+                return 0;
+            }
+            let whole = HEADER + length + 8;
+            let read = read_up_to(file, &mut bytes[..whole], offset);
             open(&bytes[..read]).map_or(0, |(sequence, _)| sequence)
         })
         .collect()
