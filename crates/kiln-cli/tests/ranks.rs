@@ -41,7 +41,14 @@ fn ranks_on_different_devices_share_every_entry_and_compile_each_kernel_once() {
         .map(|rank| {
             kiln(
                 &store,
-                &["--json", "warm", "--backend", "cuda", "--cuda-arch", "sm_90"],
+                &[
+                    "--json",
+                    "warm",
+                    "--backend",
+                    "cuda",
+                    "--cuda-arch",
+                    "sm_90",
+                ],
             )
             .arg(&folder)
             .env("CUDA_VISIBLE_DEVICES", rank.to_string())
@@ -56,7 +63,10 @@ fn ranks_on_different_devices_share_every_entry_and_compile_each_kernel_once() {
     let mut compiled = 0;
     for rank in ranks {
         let output = rank.wait_with_output().expect("a rank ends");
-        assert!(Instant::now() < deadline, "the ranks ran past their deadline");
+        assert!(
+            Instant::now() < deadline,
+            "the ranks ran past their deadline"
+        );
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success(),
