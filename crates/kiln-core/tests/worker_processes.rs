@@ -60,8 +60,26 @@ fn main() {
             "f2_a_worker_program_without_the_hook_leaves_the_loader_on_threads",
             f2_a_worker_program_without_the_hook_leaves_the_loader_on_threads,
         ),
+        (
+            "f5_a_worker_whose_loader_is_gone_before_asking_exits_quietly",
+            f5_a_worker_whose_loader_is_gone_before_asking_exits_quietly,
+        ),
     ];
     kiln_test_support::harness::run(tests);
+}
+
+/// A worker started early whose program then ended without asking it
+/// anything (a warm start that compiled nothing) finds its pipe closed:
+/// it exits with success and says nothing on standard error.
+fn f5_a_worker_whose_loader_is_gone_before_asking_exits_quietly() {
+    let output = std::process::Command::new(std::env::current_exe().expect("this binary"))
+        .env("KILN_WORKER_CHANNEL", "kiln-worker-1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("the worker runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    assert!(stderr.trim().is_empty(), "it says nothing: {stderr}");
 }
 
 fn loader(target: FakeTarget, parallelism: usize) -> KernelLoader<FakeTarget> {

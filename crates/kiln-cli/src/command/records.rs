@@ -168,7 +168,11 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                 (batch.compiled + batch.rekeyed).to_string(),
                 batch.from_store.to_string(),
                 batch.failed.to_string(),
-                format!("{} {}", batch.workers, batch.mode),
+                match (batch.workers, batch.mode) {
+                    (1, "threads") => "1 thread".to_owned(),
+                    (1, "processes") => "1 process".to_owned(),
+                    (workers, mode) => format!("{workers} {mode}"),
+                },
                 format::seconds(batch.wall_seconds),
                 format::seconds(batch.work_seconds),
             ]);

@@ -111,16 +111,22 @@ pub(crate) fn serve(protocol: &str, entries: &[WorkerEntry]) -> i32 {
     let mut input = BufReader::new(input);
     let mut output = BufWriter::new(output);
     let result = (|| -> io::Result<()> {
-        let Some(Request::Start {
-            protocol: asked,
-            compiler,
-            recipe,
-        }) = protocol::read_frame(&mut input)?
-        else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "the first request was not Start",
-            ));
+        let (asked, compiler, recipe) = match protocol::read_frame(&mut input)? {
+            Some(Request::Start {
+                protocol,
+                compiler,
+                recipe,
+            }) => (protocol, compiler, recipe),
+            // The loader's process ended before it asked anything (one
+            // that needed no compile exits while its early workers still
+            // start): nothing to answer, nothing to say.
+            None => return Ok(()),
+            Some(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the first request was not Start",
+                ));
+            }
         };
         let started = if asked != PROTOCOL || protocol != PROTOCOL {
             Err(format!(
