@@ -539,6 +539,10 @@ set -uo pipefail
 here="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 export KILN_REQUIRE_DEVICE=1
 export RUST_BACKTRACE=1
+# NVIDIA's compute cache (~/.nv/ComputeCache) hands NVRTC the cubins of
+# texts an earlier run compiled, without ptxas's report: the runs compile
+# what they say they compile, and report what ptxas says of it (D4).
+export CUDA_CACHE_DISABLE=1
 # The example programs keep their kernels in a store of their own.
 export KILN_CACHE_DIR="${{KILN_CACHE_DIR:-$(mktemp -d)}}"
 

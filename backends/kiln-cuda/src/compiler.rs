@@ -334,7 +334,8 @@ impl ArtifactCompiler for CudaCompiler {
             .into_iter()
             .filter(|diagnostic| diagnostic.severity < Severity::Error)
             .collect();
-        let resources = resources::read(&outcome.log, &output.ptx, &output.lowered_name);
+        let mut resources = resources::read(&outcome.log, &output.ptx, &output.lowered_name);
+        resources::fill_from_cubin(&mut resources, &output.cubin, &output.lowered_name);
         diagnostics.extend(resources.spill_warning(&lowered.entry));
         let key = self.artifact_key(&lowered);
         Ok(Finalized {

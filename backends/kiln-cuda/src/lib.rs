@@ -116,6 +116,7 @@ mod module;
 mod nvrtc;
 mod options;
 mod resources;
+pub use resources::cubin_resources;
 mod target;
 
 pub use architecture::{Architecture, ArchitectureParseError};

@@ -71,6 +71,148 @@ pub(crate) fn read(log: &str, ptx: &str, symbol: &str) -> ResourceUsage {
     usage
 }
 
+/// Fills what `usage` lacks from the cubin itself, for an NVRTC whose log
+/// held no ptxas report (NVIDIA's compute cache hands NVRTC the cubin of a
+/// text it compiled before without running ptxas): the entry function's
+/// registers and stack frame, from the `.nv.info` section's register-count
+/// and frame-size attributes of the function's symbol (the `sh_info` of
+/// its `.text.<symbol>` section). Spills, shared and constant memory are
+/// not read from the cubin: they stay unknown. A cubin that is not a
+/// well-formed 64-bit little-endian ELF changes nothing.
+pub(crate) fn fill_from_cubin(usage: &mut ResourceUsage, cubin: &[u8], symbol: &str) {
+    /// `EIATTR_REGCOUNT` and `EIATTR_FRAME_SIZE`: (symbol, value) pairs.
+    const REGISTER_COUNT: u8 = 0x2f;
+    const FRAME_SIZE: u8 = 0x11;
+    let Some(sections) = sections(cubin) else {
+        return;
+    };
+    let Some(text) = sections
+        .iter()
+        .find(|section| section.name.strip_prefix(".text.") == Some(symbol))
+    else {
+        return;
+    };
+    let Some(info) = sections.iter().find(|section| section.name == ".nv.info") else {
+        return;
+    };
+    for (attribute, value) in symbol_attributes(info.data) {
+        if value.0 != text.info {
+            continue;
+        }
+        match attribute {
+            REGISTER_COUNT if usage.registers.is_none() => usage.registers = Some(value.1),
+            FRAME_SIZE if usage.local_memory_bytes.is_none() => {
+                usage.local_memory_bytes = Some(u64::from(value.1));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The `(attribute, (symbol, value))` entries of a `.nv.info` section
+/// whose value is two 32-bit words; the rest is stepped over. Stops at the
+/// first entry that runs past the end.
+fn symbol_attributes(data: &[u8]) -> Vec<(u8, (u32, u32))> {
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at + 4 <= data.len() {
+        let (format, attribute) = (data[at], data[at + 1]);
+        if format != 4 {
+            // A value of two bytes, or none: four bytes in all.
+            at += 4;
+            continue;
+        }
+        let size = usize::from(u16::from_le_bytes([data[at + 2], data[at + 3]]));
+        let Some(value) = data.get(at + 4..at + 4 + size) else {
+            break;
+        };
+        if let [a, b, c, d, e, f, g, h] = *value {
+            found.push((
+                attribute,
+                (
+                    u32::from_le_bytes([a, b, c, d]),
+                    u32::from_le_bytes([e, f, g, h]),
+                ),
+            ));
+        }
+        at += 4 + size;
+    }
+    found
+}
+
+/// What the cubin says of the entry function `symbol`'s resources (D4),
+/// without a compile log: its registers and stack frame
+/// ([`fill_from_cubin`] on an empty report). Spills, shared and constant
+/// memory are not read from it. Nothing for bytes that are not a cubin with that
+/// entry.
+pub fn cubin_resources(cubin: &[u8], symbol: &str) -> ResourceUsage {
+    let mut usage = ResourceUsage::default();
+    fill_from_cubin(&mut usage, cubin, symbol);
+    usage
+}
+
+/// A section of a cubin: its name, bytes (none for one that takes no room
+/// in the file) and `sh_info`.
+struct Section<'a> {
+    name: &'a str,
+    data: &'a [u8],
+    info: u32,
+}
+
+/// The sections of a 64-bit little-endian ELF image; `None` when `bytes`
+/// is not one or a header points outside it. Never panics.
+fn sections(bytes: &[u8]) -> Option<Vec<Section<'_>>> {
+    const HEADER: usize = 64;
+    const ENTRY: usize = 64;
+    if bytes.len() < HEADER || bytes[..4] != *b"\x7fELF" || bytes[4] != 2 || bytes[5] != 1 {
+        return None;
+    }
+    let u16_at = |at: usize| -> Option<u16> {
+        Some(u16::from_le_bytes(bytes.get(at..at + 2)?.try_into().ok()?))
+    };
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    let u64_at = |at: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+    };
+    let table = usize::try_from(u64_at(0x28)?).ok()?;
+    let count = usize::from(u16_at(0x3c)?);
+    let names_index = usize::from(u16_at(0x3e)?);
+    if usize::from(u16_at(0x3a)?) != ENTRY || count > 65_535 {
+        return None;
+    }
+    let entry = |index: usize| -> Option<usize> {
+        let at = table.checked_add(index.checked_mul(ENTRY)?)?;
+        (at.checked_add(ENTRY)? <= bytes.len()).then_some(at)
+    };
+    let names_at = entry(names_index)?;
+    let names_offset = usize::try_from(u64_at(names_at + 0x18)?).ok()?;
+    let names_size = usize::try_from(u64_at(names_at + 0x20)?).ok()?;
+    let names = bytes.get(names_offset..names_offset.checked_add(names_size)?)?;
+    (0..count)
+        .map(|index| {
+            let at = entry(index)?;
+            let name_at = usize::try_from(u32_at(at)?).ok()?;
+            let name = names.get(name_at..)?;
+            let name = &name[..name.iter().position(|&byte| byte == 0)?];
+            // SHT_NOBITS (8) takes no room in the file.
+            let data = if u32_at(at + 4)? == 8 {
+                &[][..]
+            } else {
+                let offset = usize::try_from(u64_at(at + 0x18)?).ok()?;
+                let size = usize::try_from(u64_at(at + 0x20)?).ok()?;
+                bytes.get(offset..offset.checked_add(size)?)?
+            };
+            Some(Section {
+                name: std::str::from_utf8(name).ok()?,
+                data,
+                info: u32_at(at + 0x2c)?,
+            })
+        })
+        .collect()
+}
+
 /// The `N what` pairs of a comma-separated list (`24 registers, used 1
 /// barriers, 1024 bytes smem`), a leading verb dropped.
 fn figures(text: &str) -> impl Iterator<Item = (u64, &str)> {
