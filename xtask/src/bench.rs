@@ -207,6 +207,9 @@ mkdir -p "$out"
 work="$(mktemp -d)"
 export KILN_BENCH_RECORDS="$out/records.jsonl"
 export CRITERION_HOME="$work/criterion"
+# NVIDIA's compute cache (~/.nv/ComputeCache) would hand NVRTC the cubins
+# of texts an earlier run compiled: each run compiles what it measures.
+export CUDA_CACHE_DISABLE=1
 rm -f "$KILN_BENCH_RECORDS"
 
 if [ -z "${KILN_NVRTC_PATH:-}" ] && ! ldconfig -p 2>/dev/null | grep 'libnvrtc\.so\.13' >/dev/null; then
