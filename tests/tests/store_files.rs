@@ -580,3 +580,55 @@ fn p4_the_claim_of_a_kernel_that_failed_is_released_with_its_failure() {
         .load(&failing, &failing.artifact_id())
         .expect_err("the failure is still reported by its own load");
 }
+
+#[test]
+fn f2_a_batch_hands_out_first_what_the_store_s_records_say_took_longest() -> Result<()> {
+    // F2: kernels compiled before (here under an older compiler) go by the
+    // compile times the store's batch records keep, not by their hints.
+    let scratch = Scratch::new("past-work");
+    let store = open_store(&scratch.join("store"));
+    let kernels = [
+        // Claims to be the costlier, and is the quicker.
+        FakeKernel::new(1)
+            .sleeping(Duration::from_millis(2))
+            .hinting(1_000),
+        FakeKernel::new(2)
+            .sleeping(Duration::from_millis(120))
+            .hinting(1),
+    ];
+    let compile_order = |compiler: FakeCompiler, log: &Path| -> Result<Vec<u32>> {
+        let target = FakeTarget::on_store(Arc::new(store.clone()))
+            .with_compiler(compiler.logging_compiles_to(log));
+        let mut loader = KernelLoader::with_config(
+            target,
+            LoaderConfig {
+                parallelism: std::num::NonZeroUsize::MIN,
+                ..LoaderConfig::default()
+            },
+        )
+        .with_worker_mode(kiln_core::WorkerMode::Threads);
+        for kernel in &kernels {
+            loader.enqueue(Box::new(kernel.clone()), ());
+        }
+        loader.compile_queued();
+        Ok(FakeCompiler::read_compile_log(log)?
+            .into_iter()
+            .map(|(_, number)| number)
+            .collect())
+    };
+    let first = compile_order(FakeCompiler::default(), &scratch.join("first.log"))?;
+    assert_eq!(first, [1, 2], "no records yet: by the hints");
+    let newer = FakeCompiler::default().with_key_components(kiln_core::KeyComponents::new(
+        "fake",
+        "kiln-fake 2",
+        "fake_1",
+        "",
+    ));
+    let second = compile_order(newer, &scratch.join("second.log"))?;
+    assert_eq!(
+        second,
+        [2, 1],
+        "compiled again under a new compiler: the longest recorded first"
+    );
+    Ok(())
+}

@@ -62,6 +62,10 @@ pub struct FakeBehaviour {
     /// [`FakeCompiler::in_worker_processes`]): on threads it takes the
     /// loader's own process down.
     pub aborts_in_finalize: bool,
+    /// The cost it claims ([`Kernel::cost_hint`]), in place of its
+    /// finalize time: a hint that misleads, for tests of what a batch
+    /// learns from its store's records.
+    pub cost_hint: Option<u64>,
 }
 
 /// A kernel of the fake target, identified by its number.
@@ -113,6 +117,12 @@ impl FakeKernel {
         self
     }
 
+    /// Claims `cost` as its [`Kernel::cost_hint`], whatever it takes.
+    pub fn hinting(mut self, cost: u64) -> Self {
+        self.behaviour.cost_hint = Some(cost);
+        self
+    }
+
     /// Takes `time` to finalize.
     pub fn sleeping(mut self, time: Duration) -> Self {
         self.behaviour.finalize_time = time;
@@ -157,7 +167,9 @@ impl Kernel for FakeKernel {
 
     /// Its finalize time, in microseconds: the fake compiler knows it.
     fn cost_hint(&self) -> u64 {
-        u64::try_from(self.behaviour.finalize_time.as_micros()).unwrap_or(u64::MAX)
+        self.behaviour.cost_hint.unwrap_or_else(|| {
+            u64::try_from(self.behaviour.finalize_time.as_micros()).unwrap_or(u64::MAX)
+        })
     }
 }
 

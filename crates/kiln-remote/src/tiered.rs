@@ -598,6 +598,10 @@ impl ArtifactStore for TieredStore {
             .or_else(|| self.inner.remote.holder(key))
     }
 
+    fn kept_batches(&self) -> Vec<Vec<u8>> {
+        self.inner.local.kept_batches()
+    }
+
     fn keep_batch(&self, record: &[u8]) {
         self.inner.local.keep_batch(record);
     }

@@ -22,6 +22,48 @@ use crate::statistics::{BatchRecord, KernelRecord};
 use crate::store::BoundStore;
 use crate::target::{ArtifactOf, CompilationTarget};
 
+/// Orders `jobs` (sorted by their cost hints) longest first by what the
+/// store's kept batch records say they took to compile (F2): a kernel
+/// compiled before (under another compiler version, or evicted since) goes
+/// by its recorded time; one never recorded, by its hint scaled to time by
+/// the recorded kernels' median time per unit of hint. With no record at
+/// all the order by hint stands.
+fn order_by_past_work<T: CompilationTarget>(
+    jobs: &mut [&mut Job<'_, T>],
+    store: &BoundStore<T::Compiler>,
+) {
+    let past =
+        super::history::past_work(&store.store().kept_batches(), &store.components().backend);
+    if past.is_empty() {
+        return;
+    }
+    let known: Vec<(u64, u128)> = jobs
+        .iter()
+        .filter_map(|job| {
+            past.get(&job.id.kernel.digest())
+                .map(|work| (job.cost_hint(), work.as_nanos()))
+        })
+        .collect();
+    if known.is_empty() {
+        return;
+    }
+    // Nanoseconds per unit of hint, the median over the recorded kernels.
+    let mut rates: Vec<f64> = known
+        .iter()
+        .filter(|(hint, _)| *hint > 0)
+        .map(|(hint, nanos)| *nanos as f64 / *hint as f64)
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    let rate = rates.get(rates.len() / 2).copied();
+    let expected = |job: &Job<'_, T>| -> u128 {
+        match past.get(&job.id.kernel.digest()) {
+            Some(work) => work.as_nanos(),
+            None => rate.map_or(0, |rate| (job.cost_hint() as f64 * rate) as u128),
+        }
+    };
+    jobs.sort_by_key(|job| std::cmp::Reverse(expected(job)));
+}
+
 /// How often a batch waiting for keys others hold tries to claim them
 /// (P12): a released key or a lease run out is taken over within it, and
 /// a remote tier is not asked for a lease per key at every poll.
@@ -200,6 +242,11 @@ impl<T: CompilationTarget> KernelLoader<T> {
             .filter(|job| job.is_settled() || job.is_missing())
             .partition(|job| job.is_settled());
         rest.sort_by_key(|job| std::cmp::Reverse(job.cost_hint()));
+        if rest.len() > 1
+            && let Some(store) = &self.store
+        {
+            order_by_past_work(&mut rest, store);
+        }
         queue.extend(rest);
         let target = &mut self.target;
         let statistics = &mut self.statistics;

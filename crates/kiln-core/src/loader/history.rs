@@ -126,6 +126,29 @@ impl StoredBatch {
     }
 }
 
+/// What the kernels of the store's kept batches of `backend` took to
+/// compile, by kernel id digest, the newest record of each kept: what a
+/// batch hands out by, longest first, when it compiles them again (a new
+/// compiler version, an evicted entry). Records that do not decode are
+/// left out.
+pub(crate) fn past_work(
+    kept: &[Vec<u8>],
+    backend: &str,
+) -> rustc_hash::FxHashMap<u128, std::time::Duration> {
+    let mut work = rustc_hash::FxHashMap::default();
+    for stored in kept.iter().filter_map(|bytes| StoredBatch::decode(bytes)) {
+        if stored.backend != backend {
+            continue;
+        }
+        for record in &stored.batch.records {
+            if record.outcome == KernelOutcome::Compiled {
+                work.insert(record.kernel.digest(), record.work);
+            }
+        }
+    }
+    work
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

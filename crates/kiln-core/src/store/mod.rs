@@ -321,6 +321,13 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The encoded records of the last batches the store keeps
+    /// ([`keep_batch`](Self::keep_batch)), oldest first: a batch hands out
+    /// first the kernels they say took longest. The default keeps none.
+    fn kept_batches(&self) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+
     /// Keeps the record of a batch that just ended, encoded by the loader
     /// (a `StoredBatch`), among the last few of every process that used the
     /// store, so what a slow start spent its time on can be read after the

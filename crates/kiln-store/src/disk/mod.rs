@@ -266,6 +266,10 @@ impl ArtifactStore for DiskStore {
         self.claim_holder(key)
     }
 
+    fn kept_batches(&self) -> Vec<Vec<u8>> {
+        crate::batches::BatchesFile::read_at(&self.inner.layout.batches_file())
+    }
+
     fn keep_batch(&self, record: &[u8]) {
         self.keep_batch_record(record);
     }
