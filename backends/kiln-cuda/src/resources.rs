@@ -141,8 +141,8 @@ fn symbol_attributes(data: &[u8]) -> Vec<(u8, (u32, u32))> {
 }
 
 /// What the cubin says of the entry function `symbol`'s resources (D4),
-/// without a compile log: its registers and stack frame
-/// ([`fill_from_cubin`] on an empty report). Spills, shared and constant
+/// without a compile log: its registers and stack frame, from the
+/// `.nv.info` section's attributes of the function's symbol. Spills, shared and constant
 /// memory are not read from it. Nothing for bytes that are not a cubin with that
 /// entry.
 pub fn cubin_resources(cubin: &[u8], symbol: &str) -> ResourceUsage {
