@@ -16,7 +16,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::result as driver;
+use cudarc::driver::PushKernelArg;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
 use cudarc::nvrtc::Ptx;
 use kiln_core::{ArtifactReport, DeviceRefusal, Reported, ResourceUsage};
@@ -92,6 +92,18 @@ struct Loaded {
 /// in it. cudarc unloads the module, binding the context it was loaded on,
 /// when its last `Arc` (this one, the function's, and any the program
 /// cloned) drops.
+/// A kernel argument as cudarc's launch takes it: a pointer to the value's
+/// bytes, which a [`KernelArgument`] holds from the start of its 8-aligned
+/// slot.
+#[repr(transparent)]
+struct Parameter(KernelArgument);
+
+// SAFETY: `Parameter` is `KernelArgument`, whose layout is its value's
+// bytes from the start of an 8-aligned slot (`repr(C, align(8))`): a
+// pointer to it is a pointer to the value, as the driver reads a kernel's
+// parameters.
+unsafe impl cudarc::driver::DeviceRepr for Parameter {}
+
 struct DeviceModule {
     device: CudaDevice,
     module: Arc<CudaModule>,
@@ -228,27 +240,24 @@ impl LoadedKernel {
                 stream_ordinal: stream.context().ordinal(),
             });
         }
-        context
-            .bind_to_thread()
-            .map_err(|error| Error::driver("cuCtxSetCurrent", error))?;
-        kiln_cxx::launch::with_parameters(arguments, |parameters| {
-            // SAFETY: the function belongs to a live module on the bound
-            // context, and `stream` is a stream of that context (checked
-            // above) that outlives the call; `parameters` point into
-            // `arguments`, which outlive the call (the driver copies the
-            // values at launch and never writes through them); the caller
-            // vouches that they match the kernel's parameters and memory.
-            unsafe {
-                driver::launch_kernel(
-                    module.function.cu_function(),
-                    config.grid,
-                    config.block,
-                    config.shared_memory_bytes,
-                    stream.cu_stream(),
-                    parameters,
-                )
-            }
-        })
+        let parameters: Vec<Parameter> = arguments.iter().copied().map(Parameter).collect();
+        let mut launch = stream.launch_builder(&module.function);
+        for parameter in &parameters {
+            launch.arg(parameter);
+        }
+        // SAFETY: the function belongs to a live module of the stream's
+        // context (checked above), which cudarc binds to this thread; each
+        // parameter is its argument's bytes in an 8-aligned slot the driver
+        // copies at launch and never writes through; the caller vouches
+        // that the arguments match the kernel's parameters and memory.
+        unsafe {
+            launch.launch(cudarc::driver::LaunchConfig {
+                grid_dim: config.grid,
+                block_dim: config.block,
+                shared_mem_bytes: config.shared_memory_bytes,
+            })
+        }
+        .map(drop)
         .map_err(|error| Error::driver("cuLaunchKernel", error))
     }
 

@@ -1,6 +1,7 @@
 //! A program outside kiln's workspace, built the way a user's is: kiln by
 //! path, and its own cudarc and wgpu at the least versions kiln allows
-//! (wgpu 30.0.1, where kiln's `Cargo.lock` holds 30.0.2), with cudarc on
+//! (wgpu 30.0.1 and cudarc 0.19.9, where kiln's `Cargo.lock` holds 30.0.2
+//! and 0.19.10), with cudarc on
 //! CUDA 12.8's bindings rather than kiln's default 13.0. That it resolves and
 //! builds is the test (`cargo xtask test` builds and runs it); running it
 //! also shows the types are one: the program's own cudarc context and wgpu
