@@ -418,27 +418,10 @@ fn build_test_binaries(package: &str, extra: &[&str]) -> Result<Vec<(String, Pat
     ];
     arguments.extend_from_slice(extra);
     let output = command::cargo(&arguments).output("building the test binaries")?;
-    let mut binaries = Vec::new();
-    for line in String::from_utf8_lossy(&output).lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if message["reason"] != "compiler-artifact" || message["profile"]["test"] != true {
-            continue;
-        }
-        let Some(executable) = message["executable"].as_str() else {
-            continue;
-        };
-        let label = message["target"]["name"]
-            .as_str()
-            .unwrap_or("tests")
-            .to_owned();
-        binaries.push((label, PathBuf::from(executable)));
-    }
+    let binaries = command::test_executables(&output, |_| true);
     if binaries.is_empty() {
         bail!("cargo built no test binary for {package}");
     }
-    binaries.sort();
     Ok(binaries)
 }
 

@@ -77,3 +77,34 @@ fn describe(command: &Command) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// The test executables that `cargo test --no-run --message-format=json`
+/// reported in `output`, as (target name, path), sorted; `keep` chooses
+/// among the messages.
+pub fn test_executables(
+    output: &[u8],
+    keep: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<(String, std::path::PathBuf)> {
+    let mut binaries = Vec::new();
+    for line in String::from_utf8_lossy(output).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" || message["profile"]["test"] != true {
+            continue;
+        }
+        let Some(executable) = message["executable"].as_str() else {
+            continue;
+        };
+        if !keep(&message) {
+            continue;
+        }
+        let label = message["target"]["name"]
+            .as_str()
+            .unwrap_or("tests")
+            .to_owned();
+        binaries.push((label, std::path::PathBuf::from(executable)));
+    }
+    binaries.sort();
+    binaries
+}

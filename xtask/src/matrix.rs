@@ -140,33 +140,14 @@ fn test_binaries(test_arguments: &[&str], package: &str) -> Result<Vec<(String, 
     let mut arguments = test_arguments[..cargo_flags].to_vec();
     arguments.extend(["--no-run", "--message-format=json"]);
     let output = command::cargo(&arguments).output("listing the test binaries")?;
-    let mut binaries = Vec::new();
-    for line in String::from_utf8_lossy(&output).lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if message["reason"] != "compiler-artifact" || message["profile"]["test"] != true {
-            continue;
-        }
-        let is_package = message["manifest_path"]
+    let binaries = command::test_executables(&output, |message| {
+        message["manifest_path"]
             .as_str()
-            .is_some_and(|manifest| is_manifest_of(Path::new(manifest), package));
-        let Some(executable) = message["executable"].as_str() else {
-            continue;
-        };
-        if !is_package {
-            continue;
-        }
-        let label = message["target"]["name"]
-            .as_str()
-            .unwrap_or("tests")
-            .to_owned();
-        binaries.push((label, PathBuf::from(executable)));
-    }
+            .is_some_and(|manifest| is_manifest_of(Path::new(manifest), package))
+    });
     if binaries.is_empty() {
         bail!("cargo built no test binary for {package}");
     }
-    binaries.sort();
     Ok(binaries)
 }
 

@@ -6,7 +6,7 @@
 //! reader takes them. `docs/CLI.md` lists the shapes.
 
 use kiln_core::store::hex;
-use kiln_core::{ArtifactReport, Explanation, KeySubject, StoreKey};
+use kiln_core::{ArtifactReport, Explanation, KeySubject, ResourceUsage, StoreKey};
 use kiln_store::{Entry, EntryInfo};
 use serde::Serialize;
 
@@ -76,38 +76,17 @@ impl EntryShape {
     }
 }
 
-/// An artifact's report (D4) in `kiln ls --json`: each figure `null` when
-/// its backend does not have it or its compiler did not say it.
+/// An artifact's report (D4) in `kiln ls --json`: the kernel's
+/// [`ResourceUsage`] as its fields (each `null` when its backend does not
+/// have it or its compiler did not say it), whether it spills, and the
+/// compile's warnings.
 #[derive(Debug, Serialize)]
 pub struct ResourcesShape {
-    /// Registers per thread: CUDA's registers, HIP's VGPRs.
-    pub registers: Option<u32>,
-    /// HIP's SGPRs.
-    pub scalar_registers: Option<u32>,
+    /// The figures, flattened into this object.
+    #[serde(flatten)]
+    pub resources: ResourceUsage,
     /// Whether the kernel spills registers to memory.
     pub spills: bool,
-    /// CUDA: bytes per thread stored by register spills.
-    pub spill_store_bytes: Option<u64>,
-    /// CUDA: bytes per thread loaded back from spills.
-    pub spill_load_bytes: Option<u64>,
-    /// HIP: VGPRs spilled.
-    pub spilled_vector_registers: Option<u32>,
-    /// HIP: SGPRs spilled.
-    pub spilled_scalar_registers: Option<u32>,
-    /// Static shared memory per block: CUDA's shared memory, HIP's LDS,
-    /// WGSL's workgroup memory.
-    pub shared_memory_bytes: Option<u64>,
-    /// Private memory per thread: CUDA's local memory, HIP's scratch.
-    pub local_memory_bytes: Option<u64>,
-    /// CUDA: bytes of constant bank 0.
-    pub constant_memory_bytes: Option<u64>,
-    /// The most threads a block may have (launch bounds, HIP's maximum
-    /// flat workgroup size).
-    pub max_threads_per_block: Option<u32>,
-    /// WGSL: the workgroup size, `[x, y, z]`.
-    pub workgroup_size: Option<[u32; 3]>,
-    /// WGSL: the resources the entry point binds.
-    pub bindings: Option<u32>,
     /// The compile's warnings and remarks, one line each as the reporter
     /// printed them (`3:5: warning: ...`).
     pub warnings: Vec<String>,
@@ -115,21 +94,9 @@ pub struct ResourcesShape {
 
 impl From<&ArtifactReport> for ResourcesShape {
     fn from(report: &ArtifactReport) -> Self {
-        let resources = &report.resources;
         Self {
-            registers: resources.registers,
-            scalar_registers: resources.scalar_registers,
-            spills: resources.spills(),
-            spill_store_bytes: resources.spill_store_bytes,
-            spill_load_bytes: resources.spill_load_bytes,
-            spilled_vector_registers: resources.spilled_vector_registers,
-            spilled_scalar_registers: resources.spilled_scalar_registers,
-            shared_memory_bytes: resources.shared_memory_bytes,
-            local_memory_bytes: resources.local_memory_bytes,
-            constant_memory_bytes: resources.constant_memory_bytes,
-            max_threads_per_block: resources.max_threads_per_block,
-            workgroup_size: resources.workgroup_size,
-            bindings: resources.bindings,
+            resources: report.resources.clone(),
+            spills: report.spills(),
             warnings: report.warnings.iter().map(ToString::to_string).collect(),
         }
     }

@@ -9,9 +9,9 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
+use kiln_core::ArtifactStore;
 use kiln_core::store::decode_value;
-use kiln_core::{ArtifactStore, Lookup, StoreKey};
-use kiln_store::{DiskStore, Entry, StoreConfig};
+use kiln_store::{DiskStore, Entry, Record, StoreConfig};
 use kiln_wgpu::WgpuArtifact;
 use serde_json::Value;
 use support::{Scratch, finish, kiln, run, wgsl_kernel};
@@ -25,26 +25,23 @@ fn warm(store: &Path, folder: &Path) {
     assert!(warmed.status.success(), "{warmed:?}");
 }
 
-fn kernel_keys(store: &DiskStore) -> Vec<StoreKey> {
-    let mut keys = Vec::new();
+fn kernel_records(store: &DiskStore) -> Vec<Record> {
+    let mut records = Vec::new();
     store
         .entries(&mut |entry| {
             if let Entry::Record(record) = entry.entry
                 && record.key.kernel().is_some()
             {
-                keys.push(record.key);
+                records.push(record);
             }
         })
         .expect("the entries");
-    keys.sort_by_key(StoreKey::digest);
-    keys
+    records.sort_by_key(|record| record.key.digest());
+    records
 }
 
-fn bytes(store: &DiskStore, key: &StoreKey) -> Vec<u8> {
-    match store.read_artifact(key) {
-        Lookup::Hit { artifact, .. } => artifact,
-        Lookup::Miss(miss) => panic!("the entry is there: {miss}"),
-    }
+fn bytes(store: &DiskStore, record: &Record) -> Vec<u8> {
+    store.object_bytes(record).expect("the entry is there")
 }
 
 #[test]
@@ -91,10 +88,10 @@ fn an_entry_that_is_not_what_its_recipe_compiles_to_is_reported() {
         // artifact with the second's recipe after it, put under the
         // second's key.
         let store = DiskStore::open(StoreConfig::at(&root)).expect("the store opens");
-        let keys = kernel_keys(&store);
-        assert_eq!(keys.len(), 2);
-        let first = bytes(&store, &keys[0]);
-        let second = bytes(&store, &keys[1]);
+        let records = kernel_records(&store);
+        assert_eq!(records.len(), 2);
+        let first = bytes(&store, &records[0]);
+        let second = bytes(&store, &records[1]);
         let first_artifact = decode_value::<WgpuArtifact>(&first)
             .expect("an artifact")
             .artifact_bytes
@@ -106,7 +103,7 @@ fn an_entry_that_is_not_what_its_recipe_compiles_to_is_reported() {
         assert!(second.len() > second_artifact, "a recipe was kept");
         let mut damaged = first[..first_artifact].to_vec();
         damaged.extend_from_slice(&second[second_artifact..]);
-        store.put(&keys[1], None, &damaged, Duration::ZERO);
+        store.put(&records[1].key, None, &damaged, Duration::ZERO);
     }
     let plain = run(&root, &["verify"]);
     assert!(plain.status.success(), "its digest is right: {plain:?}");

@@ -16,27 +16,22 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+
+use crate::sealed::{self, FileLock};
 
 /// The tag each slot starts with.
 const TAG: &[u8; 8] = b"kilnact1";
 /// The bytes of one slot: tag, sequence, length, totals, check word.
 pub(crate) const SLOT: usize = 4096;
-/// Bytes before the encoded totals in a slot.
-const HEADER: usize = 8 + 8 + 4;
 /// The most backends the file keeps apart; counts of others are added to
 /// the last one kept, `other`.
 pub(crate) const MAX_BACKENDS: usize = 16;
 /// The longest backend name kept.
 const MAX_NAME: usize = 32;
-/// How long a merge waits for another process's before keeping its counts
-/// for the next.
-const LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// What the processes that used a store did with it, per backend, since
 /// [`since`](Self::since).
@@ -213,83 +208,28 @@ fn newest(file: &File) -> Option<((usize, u64), Activity)> {
         .max_by_key(|((_, sequence), _)| *sequence)
 }
 
-/// A slot holding `totals` as the `sequence`th write.
+/// A slot holding `totals` as the `sequence`th write, padded to [`SLOT`].
 fn seal(sequence: u64, totals: &Activity) -> io::Result<Vec<u8>> {
     let encoded = bincode::serde::encode_to_vec(totals, bincode::config::standard())
         .map_err(io::Error::other)?;
-    if HEADER + encoded.len() + 8 > SLOT {
+    let mut bytes = sealed::seal(TAG, sequence, &encoded);
+    if bytes.len() > SLOT {
         return Err(io::Error::other("the activity totals outgrew their slot"));
     }
-    let mut bytes = vec![0u8; SLOT];
-    bytes[..8].copy_from_slice(TAG);
-    bytes[8..16].copy_from_slice(&sequence.to_le_bytes());
-    bytes[16..20].copy_from_slice(&(encoded.len() as u32).to_le_bytes());
-    bytes[HEADER..HEADER + encoded.len()].copy_from_slice(&encoded);
-    let end = HEADER + encoded.len();
-    let check = check_word(&bytes[8..end]);
-    bytes[end..end + 8].copy_from_slice(&check);
+    bytes.resize(SLOT, 0);
     Ok(bytes)
 }
 
 /// The sequence and totals of a whole slot; `None` for a torn, empty or
 /// foreign one.
 fn open(bytes: &[u8]) -> Option<(u64, Activity)> {
-    if bytes.len() != SLOT || &bytes[..8] != TAG {
+    if bytes.len() != SLOT {
         return None;
     }
-    let sequence = u64::from_le_bytes(bytes[8..16].try_into().ok()?);
-    let length = u32::from_le_bytes(bytes[16..20].try_into().ok()?) as usize;
-    let end = HEADER.checked_add(length)?;
-    if end + 8 > SLOT || bytes[end..end + 8] != check_word(&bytes[8..end]) {
-        return None;
-    }
+    let (sequence, payload) = sealed::open(TAG, bytes)?;
     let (totals, read): (Activity, usize) =
-        bincode::serde::decode_from_slice(&bytes[HEADER..end], bincode::config::standard()).ok()?;
-    (read == length).then_some((sequence, totals))
-}
-
-fn check_word(bytes: &[u8]) -> [u8; 8] {
-    blake3::hash(bytes).as_bytes()[..8]
-        .try_into()
-        .expect("8 bytes")
-}
-
-/// A root file's `flock`, held while it is read and written (the activity
-/// totals, the kept batch records).
-pub(crate) struct FileLock<'a> {
-    file: &'a File,
-}
-
-impl<'a> FileLock<'a> {
-    /// Takes the lock, waiting up to [`LOCK_WAIT`] for another process.
-    pub(crate) fn take(file: &'a File) -> io::Result<Self> {
-        let deadline = Instant::now() + LOCK_WAIT;
-        loop {
-            // SAFETY: the descriptor is open for the life of `file`, and
-            // `flock` only changes the lock on it.
-            let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if taken == 0 {
-                return Ok(Self { file });
-            }
-            let error = io::Error::last_os_error();
-            if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                return Err(error);
-            }
-            if Instant::now() >= deadline {
-                return Err(io::Error::other(
-                    "the file stayed locked by another process",
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-}
-
-impl Drop for FileLock<'_> {
-    fn drop(&mut self) {
-        // SAFETY: as in `take`; unlocking a lock this value holds.
-        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
-    }
+        bincode::serde::decode_from_slice(payload, bincode::config::standard()).ok()?;
+    (read == payload.len()).then_some((sequence, totals))
 }
 
 #[cfg(test)]

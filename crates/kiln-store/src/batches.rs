@@ -15,7 +15,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
-use crate::activity::FileLock;
+use crate::sealed::{self, FileLock, HEADER, TRAILER};
 
 /// The tag each slot starts with.
 const TAG: &[u8; 8] = b"kilnbat1";
@@ -23,10 +23,8 @@ const TAG: &[u8; 8] = b"kilnbat1";
 pub(crate) const SLOTS: usize = 64;
 /// The bytes of one slot: tag, sequence, length, record, check word.
 pub(crate) const SLOT: usize = 32 * 1024;
-/// Bytes before the record in a slot.
-const HEADER: usize = 8 + 8 + 4;
 /// The longest record a slot holds.
-pub(crate) const RECORD_LIMIT: usize = SLOT - HEADER - 8;
+pub(crate) const RECORD_LIMIT: usize = SLOT - HEADER - TRAILER;
 
 /// The `batches` file at a store's root.
 #[derive(Debug)]
@@ -69,7 +67,7 @@ impl BatchesFile {
             .enumerate()
             .min_by_key(|(_, sequence)| **sequence)
             .map_or(0, |(slot, _)| slot);
-        let sealed = seal(newest + 1, record);
+        let sealed = sealed::seal(TAG, newest + 1, record);
         crate::disk::within_file_size_limit(((oldest + 1) * SLOT) as u64)?;
         self.file.write_all_at(&sealed, (oldest * SLOT) as u64)
     }
@@ -109,15 +107,12 @@ fn sequences(file: &File) -> Vec<u64> {
         .map(|slot| {
             let offset = (slot * SLOT) as u64;
             let read = read_up_to(file, &mut bytes[..HEADER], offset);
-            if read < HEADER || &bytes[..8] != TAG {
+            let Some(length) = sealed::payload_length(TAG, &bytes[..read])
+                .filter(|&length| length <= RECORD_LIMIT)
+            else {
                 return 0;
-            }
-            let length = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as usize;
-            if length > RECORD_LIMIT {
-                return 0;
-            }
-            let whole = HEADER + length + 8;
-            let read = read_up_to(file, &mut bytes[..whole], offset);
+            };
+            let read = read_up_to(file, &mut bytes[..HEADER + length + TRAILER], offset);
             open(&bytes[..read]).map_or(0, |(sequence, _)| sequence)
         })
         .collect()
@@ -138,41 +133,11 @@ fn read_up_to(file: &File, bytes: &mut [u8], offset: u64) -> usize {
     filled
 }
 
-/// A slot's bytes holding `record` as the `sequence`th kept: only as long
-/// as the record needs, the rest of the slot left as it was.
-fn seal(sequence: u64, record: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(HEADER + record.len() + 8);
-    bytes.extend_from_slice(TAG);
-    bytes.extend_from_slice(&sequence.to_le_bytes());
-    bytes.extend_from_slice(&(record.len() as u32).to_le_bytes());
-    bytes.extend_from_slice(record);
-    let check = check_word(&bytes[8..]);
-    bytes.extend_from_slice(&check);
-    bytes
-}
-
 /// The sequence and record of a whole slot; `None` for a torn, empty or
-/// foreign one.
+/// foreign one, or one never written (sequence 0).
 fn open(bytes: &[u8]) -> Option<(u64, Vec<u8>)> {
-    if bytes.len() < HEADER + 8 || &bytes[..8] != TAG {
-        return None;
-    }
-    let sequence = u64::from_le_bytes(bytes[8..16].try_into().ok()?);
-    let length = u32::from_le_bytes(bytes[16..20].try_into().ok()?) as usize;
-    let end = HEADER.checked_add(length)?;
-    if length > RECORD_LIMIT
-        || end + 8 > bytes.len()
-        || bytes[end..end + 8] != check_word(&bytes[8..end])
-    {
-        return None;
-    }
-    (sequence > 0).then(|| (sequence, bytes[HEADER..end].to_vec()))
-}
-
-fn check_word(bytes: &[u8]) -> [u8; 8] {
-    let mut word = [0u8; 8];
-    word.copy_from_slice(&blake3::hash(bytes).as_bytes()[..8]);
-    word
+    let (sequence, record) = sealed::open(TAG, bytes)?;
+    (sequence > 0 && record.len() <= RECORD_LIMIT).then(|| (sequence, record.to_vec()))
 }
 
 #[cfg(test)]

@@ -89,6 +89,7 @@ mod lock;
 mod maintenance;
 mod partial;
 mod record;
+mod sealed;
 mod skeleton;
 mod tree;
 mod usage;

@@ -3,12 +3,9 @@
 //! each listed as what it is, an artifact with the resources its kernel
 //! uses (D4: registers, spills, shared memory), read from its bytes.
 
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
-
 use anyhow::Result;
 use clap::Args;
-use kiln_core::resources::decode_verified_report;
+use kiln_core::resources::decode_report;
 use kiln_core::store::{BlobKey, FAILURE_BLOB_KIND, RememberedFailure, hex};
 use kiln_core::{ArtifactReport, ArtifactStore, KeySubject, Lookup, ResourceUsage};
 use kiln_cuda::CudaArtifact;
@@ -205,35 +202,18 @@ fn resource_cells(resources: Option<&ResourceUsage>) -> [String; 3] {
 /// one, and its bytes do not decode), or an object that is missing, is no
 /// plain file, or does not match the record's length and digest.
 ///
-/// It opens the object by its path and reads it without the store's
-/// lookup, which would count a hit and renew the entry's place in the
-/// eviction order: listing a store changes nothing in it.
+/// It reads the object without the store's lookup
+/// ([`DiskStore::object_bytes`]), which would count a hit and renew the
+/// entry's place in the eviction order: listing a store changes nothing in
+/// it.
 pub(crate) fn stored_report(store: &DiskStore, record: &Record) -> Option<ArtifactReport> {
-    let bytes = read_object(store, record)?;
+    let bytes = store.object_bytes(record)?;
     match record.key.components.backend.as_str() {
-        "cuda" => decode_verified_report::<CudaArtifact>(&bytes, &record.object),
-        "hip" => decode_verified_report::<HipArtifact>(&bytes, &record.object),
-        "wgpu" => decode_verified_report::<WgpuArtifact>(&bytes, &record.object),
+        "cuda" => decode_report::<CudaArtifact>(&bytes),
+        "hip" => decode_report::<HipArtifact>(&bytes),
+        "wgpu" => decode_report::<WgpuArtifact>(&bytes),
         _ => None,
     }
-}
-
-/// The object of `record`, when it is a plain file of the record's length.
-fn read_object(store: &DiskStore, record: &Record) -> Option<Vec<u8>> {
-    // Neither a link nor a FIFO put where an object belongs is followed
-    // or waited on.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(store.object_path(&record.object))
-        .ok()?;
-    let metadata = file.metadata().ok()?;
-    if !metadata.is_file() || metadata.len() != record.size {
-        return None;
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(record.size).ok()?);
-    file.take(record.size).read_to_end(&mut bytes).ok()?;
-    (bytes.len() as u64 == record.size).then_some(bytes)
 }
 
 /// The value of the blob key's component `name`, or `-`.

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use clap::Args;
 use kiln_core::store::{Recompiled, recompile};
-use kiln_core::{ArtifactCompiler, KeyedCompiler, Lookup, StoreKey};
+use kiln_core::{ArtifactCompiler, KeyedCompiler, StoreKey};
 use kiln_cuda::CudaCompiler;
 use kiln_hip::HipCompiler;
 use kiln_store::{DiskStore, Entry, VerifyReport};
@@ -180,27 +180,28 @@ struct Compilers {
 }
 
 fn recompile_sample(store: &DiskStore, fraction: f64) -> Result<RecompileReport> {
-    let mut keys = Vec::new();
+    let mut records = Vec::new();
     store.entries(&mut |entry| {
         if let Entry::Record(record) = entry.entry
             && record.key.kernel().is_some()
             && sampled(&record.key, fraction)
         {
-            keys.push(record.key);
+            records.push(record);
         }
     })?;
     let mut report = RecompileReport {
-        sampled: keys.len(),
+        sampled: records.len(),
         ..RecompileReport::default()
     };
     let mut compilers = Compilers::default();
     let mut bar = ProgressBar::new("recompile");
     let mut read = 0u64;
-    for (done, key) in keys.iter().enumerate() {
+    for (done, record) in records.iter().enumerate() {
+        let key = &record.key;
         bar.update(&kiln_store::Progress {
             phase: "kernels",
             done: done as u64,
-            total: Some(keys.len() as u64),
+            total: Some(records.len() as u64),
             bytes: read,
         });
         let note = |note: String| EntryNote {
@@ -208,18 +209,15 @@ fn recompile_sample(store: &DiskStore, fraction: f64) -> Result<RecompileReport>
             variant: format!("{} {}", key.components.backend, variant_label(key)),
             note,
         };
-        let bytes = match store.read_artifact(key) {
-            Lookup::Hit { artifact, .. } => {
-                read += artifact.len() as u64;
-                artifact
-            }
-            Lookup::Miss(miss) => {
-                report
-                    .skipped
-                    .push(note(format!("no longer readable: {miss}")));
-                continue;
-            }
+        // Read as `kiln ls` reads it: checking a store changes nothing in it.
+        let Some(bytes) = store.object_bytes(record) else {
+            report.skipped.push(note(
+                "its object is gone, or is not what its record says (`kiln verify` removes it)"
+                    .to_owned(),
+            ));
+            continue;
         };
+        read += bytes.len() as u64;
         let outcome = match key.components.backend.as_str() {
             "cuda" => with_compiler(
                 &mut compilers.cuda,

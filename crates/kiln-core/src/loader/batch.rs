@@ -305,9 +305,12 @@ impl<T: CompilationTarget> KernelLoader<T> {
     fn waiting_for(&self, jobs: &[Job<'_, T>], store: &BoundStore<T::Compiler>) -> Waiting {
         /// The most holders named: a line, not a list.
         const NAMED: usize = 3;
+        /// The most keys asked for their holder: a remote tier answers
+        /// each with a round trip, and a batch waits for many.
+        const ASKED: usize = 8;
         let held: Vec<&Job<'_, T>> = jobs.iter().filter(|job| job.is_elsewhere()).collect();
         let mut holders: Vec<String> = Vec::new();
-        for job in &held {
+        for job in held.iter().take(ASKED) {
             if holders.len() == NAMED {
                 break;
             }

@@ -178,11 +178,24 @@ impl DiskStore {
         Lookup::Miss(miss)
     }
 
-    /// The verified bytes stored under `key`, as a lookup finds them, but
-    /// not counted among the store's hits and misses: for the store's own
-    /// checks (`kiln verify --recompile`).
-    pub fn read_artifact(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
-        self.find_artifact(key)
+    /// The bytes of `record`'s object, read without the store's lookup:
+    /// nothing is counted, no access time renewed, nothing removed, so
+    /// listing or checking a store (`kiln ls`, `kiln verify --recompile`)
+    /// changes nothing in it. `None` when the object is missing, is not a
+    /// plain file (a link is not followed, a FIFO not waited on), or is not
+    /// of the record's length and digest.
+    pub fn object_bytes(&self, record: &Record) -> Option<Vec<u8>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(self.inner.layout.object(&record.object))
+            .ok()?;
+        let metadata = file.metadata().ok()?;
+        if !metadata.is_file() || metadata.len() != record.size {
+            return None;
+        }
+        let bytes = read_up_to(&file, usize::try_from(record.size).ok()?).ok()?;
+        (bytes.len() as u64 == record.size && digest(&bytes) == record.object).then_some(bytes)
     }
 
     /// The record stored under `key`, if one is there and whole; its object
