@@ -143,24 +143,17 @@ pub(crate) struct ActivityFile {
 impl ActivityFile {
     /// Opens the file at `path`, made when missing.
     pub(crate) fn open(path: &Path) -> io::Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
-        Ok(Self { file })
+        Ok(Self {
+            file: sealed::open_root_file(path)?,
+        })
     }
 
     /// The totals in the file at `path` without writing anything: nothing
     /// when it is missing or holds no whole slot.
     pub(crate) fn read_at(path: &Path) -> Activity {
-        File::open(path)
-            .map(|file| {
-                newest(&file)
-                    .map(|(_, activity)| activity)
-                    .unwrap_or_default()
-            })
+        sealed::open_root_file_to_read(path)
+            .and_then(|file| newest(&file))
+            .map(|(_, activity)| activity)
             .unwrap_or_default()
     }
 
@@ -297,6 +290,29 @@ mod tests {
         assert_eq!(ActivityFile::read_at(&path).backends[0].hits, 3);
         std::fs::write(&path, b"garbage").expect("overwritten");
         assert_eq!(ActivityFile::read_at(&path), Activity::default());
+        let _ = std::fs::remove_dir_all(path.parent().expect("a folder"));
+    }
+
+    #[test]
+    fn a_link_or_a_fifo_in_its_place_is_neither_followed_nor_read() {
+        // Nothing is written that is not the store's, and nothing hangs.
+        let path = scratch("link");
+        let target = path.with_file_name("elsewhere");
+        std::fs::write(&target, b"not the store's").expect("a file");
+        std::os::unix::fs::symlink(&target, &path).expect("a link");
+        assert!(ActivityFile::open(&path).is_err());
+        assert_eq!(ActivityFile::read_at(&path), Activity::default());
+        assert_eq!(std::fs::read(&target).expect("read"), b"not the store's");
+        std::fs::remove_file(&path).expect("removed");
+        let fifo = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("a path");
+        // SAFETY: `fifo` is a valid C string for the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert!(ActivityFile::open(&path).is_err(), "a FIFO is refused");
+        assert_eq!(
+            ActivityFile::read_at(&path),
+            Activity::default(),
+            "without hanging"
+        );
         let _ = std::fs::remove_dir_all(path.parent().expect("a folder"));
     }
 

@@ -12,7 +12,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::sealed::{self, FileLock, HEADER, TRAILER};
@@ -36,17 +36,9 @@ impl BatchesFile {
     /// Opens the file at `path`, made when missing; never through a
     /// symbolic link, and only a regular file.
     pub(crate) fn open(path: &Path) -> io::Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(path)?;
-        if !file.metadata()?.is_file() {
-            return Err(io::Error::other("the batch records are not a regular file"));
-        }
-        Ok(Self { file })
+        Ok(Self {
+            file: sealed::open_root_file(path)?,
+        })
     }
 
     /// Keeps `record` in place of the oldest, under the file's lock.
@@ -76,16 +68,9 @@ impl BatchesFile {
     /// writing anything: none when it is missing, not a regular file, or
     /// holds no whole slot.
     pub(crate) fn read_at(path: &Path) -> Vec<Vec<u8>> {
-        let Ok(file) = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(path)
-        else {
+        let Some(file) = sealed::open_root_file_to_read(path) else {
             return Vec::new();
         };
-        if !file.metadata().is_ok_and(|metadata| metadata.is_file()) {
-            return Vec::new();
-        }
         let mut records: Vec<(u64, Vec<u8>)> = (0..SLOTS)
             .filter_map(|slot| {
                 let mut bytes = vec![0u8; SLOT];

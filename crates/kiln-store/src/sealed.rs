@@ -18,6 +18,40 @@ pub(crate) const TRAILER: usize = 8;
 /// How long a lock waits for another process's.
 const LOCK_WAIT: Duration = Duration::from_secs(2);
 
+/// Opens the root file at `path` to read and write it, made when missing:
+/// never through a symbolic link put in its place (nor waiting on a FIFO),
+/// and only a regular file, so what is written there is the store's own.
+pub(crate) fn open_root_file(path: &std::path::Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    Ok(file)
+}
+
+/// Opens the root file at `path` to read it, as [`open_root_file`] would,
+/// without making it; `None` when it is missing, a link, a FIFO or
+/// anything but a regular file.
+pub(crate) fn open_root_file_to_read(path: &std::path::Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    file.metadata().ok()?.is_file().then_some(file)
+}
+
 /// `payload` sealed under `tag` as the `sequence`th record.
 pub(crate) fn seal(tag: &[u8; 8], sequence: u64, payload: &[u8]) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(HEADER + payload.len() + TRAILER);
