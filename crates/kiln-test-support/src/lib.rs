@@ -1,6 +1,7 @@
 //! What kiln's tests share, written once: throw-away folders and store
 //! roots ([`scratch`]), seeded random inputs ([`random`]), the skip or
-//! failure of a test whose hardware or privilege is missing ([`require`]),
+//! failure of a test whose hardware or privilege is missing ([`require`]:
+//! every skip prints through it, where a passing run shows it),
 //! and the harness of tests that run real processes ([`child`]: this test
 //! binary started again as a child, under rlimits or as an unprivileged
 //! user, with a deadline; [`mount`]: a tmpfs of a chosen size), snapshots
@@ -27,5 +28,5 @@ pub mod scratch;
 pub use child::{Finished, Limit, NOBODY};
 pub use mount::Tmpfs;
 pub use random::Random;
-pub use require::skip;
+pub use require::{say, skip, skip_unless, skip_without_root};
 pub use scratch::{Scratch, StoreRoots};

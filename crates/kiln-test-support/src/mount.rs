@@ -48,12 +48,13 @@ impl Tmpfs {
     }
 
     /// As [`Tmpfs::mount`], or `None` after printing why `what` skips (a
-    /// failure instead when `KILN_REQUIRE_DEVICE=1`).
+    /// failure instead when `KILN_REQUIRE_ROOT=1`, which `cargo xtask test`
+    /// sets as root, or `KILN_REQUIRE_DEVICE=1`).
     pub fn mount_or_skip(what: &str, path: &Path, size: &str) -> Option<Self> {
         match Self::mount(path, size) {
             Ok(mount) => Some(mount),
             Err(reason) => {
-                kiln_core::conformance::skip(what, &reason);
+                crate::require::skip_without_root(what, &reason);
                 None
             }
         }
