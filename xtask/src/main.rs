@@ -63,7 +63,8 @@ fn main() -> Result<()> {
 /// Installs what is missing, then runs `cargo test` over the workspace with
 /// the environment the installed parts need. `extra` goes to `cargo test`.
 fn test(extra: &[&str]) -> Result<()> {
-    let environment = setup::ensure_all()?;
+    let mut environment = setup::ensure_all()?;
+    environment.extend(setup::root_environment());
     let arguments = test_arguments(extra);
     let tests = summary::run_tests(
         command::cargo(&arguments)

@@ -70,6 +70,25 @@ fn redis_environment() -> Vec<(String, String)> {
     vec![("KILN_REQUIRE_REDIS".to_owned(), "1".to_owned())]
 }
 
+/// What makes the tests that need root run rather than skip: as root (CI
+/// runs as root), `KILN_REQUIRE_ROOT=1`, so that a full-disk, read-only or
+/// other-user test that cannot run fails instead of skipping unseen. A
+/// `KILN_REQUIRE_ROOT` the caller set wins.
+pub fn root_environment() -> Vec<(String, String)> {
+    root_requirement(
+        apt::is_root(),
+        std::env::var_os("KILN_REQUIRE_ROOT").is_some(),
+    )
+}
+
+fn root_requirement(is_root: bool, caller_chose: bool) -> Vec<(String, String)> {
+    if is_root && !caller_chose {
+        vec![("KILN_REQUIRE_ROOT".to_owned(), "1".to_owned())]
+    } else {
+        Vec::new()
+    }
+}
+
 /// Every part the tests need. The backends add theirs as they land.
 pub fn parts() -> Vec<SystemPart> {
     vec![
@@ -161,4 +180,19 @@ pub fn ensure_all() -> Result<Vec<(String, String)>> {
         environment.extend((part.environment)());
     }
     Ok(environment)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::root_requirement;
+
+    #[test]
+    fn root_requires_the_root_tests_unless_the_caller_chose() {
+        assert_eq!(
+            root_requirement(true, false),
+            [("KILN_REQUIRE_ROOT".to_owned(), "1".to_owned())]
+        );
+        assert!(root_requirement(true, true).is_empty());
+        assert!(root_requirement(false, false).is_empty());
+    }
 }

@@ -89,6 +89,10 @@ impl ConformanceSubject for Cuda {
         Box::new(support::distinct(index))
     }
 
+    fn lasting(&self, index: usize) -> Box<CudaKernel> {
+        Box::new(support::lasting(index))
+    }
+
     fn sharing_source(&self, index: usize) -> Box<CudaKernel> {
         Box::new(
             CudaKernel::builder(

@@ -81,6 +81,23 @@ impl ConformanceSubject for Hip {
         )
     }
 
+    fn lasting(&self, index: usize) -> Box<HipKernel> {
+        // A generator that takes 25 ms, as user code that builds a large
+        // kernel does: kernels lowered at once overlap measurably (L5).
+        Box::new(
+            HipKernel::builder(
+                KernelId::named("conformance.lasting").parameter(&index),
+                "lasting",
+            )
+            .generator(move |_architecture| {
+                std::thread::sleep(std::time::Duration::from_millis(25));
+                Ok(format!(
+                    "extern \"C\" __global__ void lasting(float* x) {{\n    x[threadIdx.x] += {index}.5f;\n}}\n"
+                ))
+            }),
+        )
+    }
+
     fn sharing_source(&self, index: usize) -> Box<HipKernel> {
         Box::new(
             HipKernel::builder(

@@ -45,6 +45,10 @@ impl ConformanceSubject for Wgpu {
         Box::new(support::distinct(index))
     }
 
+    fn lasting(&self, index: usize) -> Box<WgslKernel> {
+        Box::new(support::lasting(index))
+    }
+
     fn sharing_source(&self, index: usize) -> Box<WgslKernel> {
         Box::new(
             WgslKernel::builder(

@@ -88,7 +88,7 @@ fn a_parallelism_the_system_cannot_start_runs_on_the_threads_it_can() {
         return;
     }
     if !require::is_root() {
-        kiln_core::conformance::skip(
+        require::skip_without_root(
             TEST,
             "RLIMIT_NPROC counts every process of a user, so a small limit needs a user of its \
              own: only root can run the child as the unprivileged user 65534",
@@ -98,7 +98,7 @@ fn a_parallelism_the_system_cannot_start_runs_on_the_threads_it_can() {
     let existing = match threads_of_user(NOBODY) {
         Ok(threads) => threads,
         Err(error) => {
-            kiln_core::conformance::skip(
+            require::skip_without_root(
                 TEST,
                 &format!("cannot count the threads user {NOBODY} already runs in /proc: {error}"),
             );

@@ -1,6 +1,8 @@
 //! The conformance suite against the fake target, with and without a store:
 //! the same checks every real backend runs against its compiler.
 
+use std::time::Duration;
+
 use kiln_core::conformance::ConformanceSubject;
 use kiln_core::fake::{FakeKernel, FakeTarget};
 
@@ -27,6 +29,10 @@ impl ConformanceSubject for Fake {
 
     fn sharing_source(&self, index: usize) -> Box<FakeKernel> {
         Box::new(FakeKernel::new(1_000 + number(index)).sharing_source("one text"))
+    }
+
+    fn lasting(&self, index: usize) -> Box<FakeKernel> {
+        Box::new(FakeKernel::new(5_000 + number(index)).sleeping(Duration::from_millis(25)))
     }
 
     fn failing(&self, index: usize) -> Box<FakeKernel> {

@@ -83,7 +83,8 @@ fn apt_get(arguments: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn is_root() -> bool {
+/// Whether xtask runs as root (then it installs without `sudo`).
+pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()

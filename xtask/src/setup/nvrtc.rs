@@ -145,7 +145,13 @@ pub fn is_present() -> bool {
 
 /// What the tests need to find NVRTC and to refuse to skip without it.
 pub fn environment() -> Vec<(String, String)> {
-    let mut environment = vec![("KILN_REQUIRE_NVRTC".to_owned(), "1".to_owned())];
+    let mut environment = vec![
+        ("KILN_REQUIRE_NVRTC".to_owned(), "1".to_owned()),
+        // NVIDIA's compute cache hands back a cubin it built before without
+        // ptxas's report; with it off, every compile reports its spills, and
+        // the resource tests check them instead of skipping.
+        ("CUDA_CACHE_DISABLE".to_owned(), "1".to_owned()),
+    ];
     if configured().is_none() {
         environment.push((
             "KILN_NVRTC_PATH".to_owned(),

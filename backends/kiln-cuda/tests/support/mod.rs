@@ -124,6 +124,23 @@ pub const SAXPY: &str = r#"extern "C" __global__ void saxpy(float a, const float
 
 /// A kernel NVRTC compiles, with `value` in its text so that every index
 /// gives another text.
+/// A kernel like [`distinct`]'s whose generator takes 25 ms, as user code
+/// that builds a large kernel does: kernels lowered at once overlap
+/// measurably (L5).
+pub fn lasting(index: usize) -> CudaKernel {
+    CudaKernel::builder(KernelId::named("tests.lasting").parameter(&index), "fill").generator(
+        move |_architecture| {
+            std::thread::sleep(std::time::Duration::from_millis(25));
+            Ok(format!(
+                "extern \"C\" __global__ void fill(float* y, int n) {{\n\
+                 \x20   int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+                 \x20   if (i < n) y[i] = {index}.5f;\n\
+                 }}\n"
+            ))
+        },
+    )
+}
+
 pub fn distinct(index: usize) -> CudaKernel {
     CudaKernel::builder(KernelId::named("tests.distinct").parameter(&index), "fill").generator(
         move |_architecture| {

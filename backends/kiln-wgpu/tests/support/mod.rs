@@ -195,6 +195,24 @@ pub fn example_kernel(name: &str, constants: &[(&str, f64)]) -> WgslKernel {
 
 /// A kernel that doubles its buffer, with `index` in its text so that every
 /// index gives another text.
+/// A kernel like [`distinct`]'s whose generator takes 25 ms, as user code
+/// that builds a large shader does: kernels lowered at once overlap
+/// measurably (L5).
+pub fn lasting(index: usize) -> WgslKernel {
+    WgslKernel::builder(KernelId::named("tests.lasting").parameter(&index), "main").generator(
+        move || {
+            std::thread::sleep(std::time::Duration::from_millis(25));
+            Ok(format!(
+                "@group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
+                 @compute @workgroup_size(64)\n\
+                 fn main(@builtin(global_invocation_id) id: vec3<u32>) {{\n\
+                 \x20   if id.x < arrayLength(&data) {{ data[id.x] = data[id.x] * 3.0 + {index}.0; }}\n\
+                 }}\n"
+            ))
+        },
+    )
+}
+
 pub fn distinct(index: usize) -> WgslKernel {
     WgslKernel::builder(KernelId::named("tests.distinct").parameter(&index), "main").generator(
         move || {

@@ -113,6 +113,15 @@ pub trait ConformanceSubject {
     /// source text.
     fn sharing_source(&self, index: usize) -> Box<KernelOf<Self::Target>>;
 
+    /// A valid kernel like [`distinct`](Self::distinct) whose lowering or
+    /// compile lasts tens of milliseconds (a generator that takes its
+    /// time, say): long enough that kernels worked on at once are seen to
+    /// overlap in the batch's records, whatever the compiler's speed (L5).
+    /// The default, `distinct(index)`, suits a compiler that slow anyway.
+    fn lasting(&self, index: usize) -> Box<KernelOf<Self::Target>> {
+        self.distinct(index)
+    }
+
     /// A kernel whose source fails to compile with located errors;
     /// different indices give different ids.
     fn failing(&self, index: usize) -> Box<KernelOf<Self::Target>>;
