@@ -6,8 +6,10 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use kiln_core::KernelId;
-use kiln_core::conformance::ConformanceSubject;
+use kiln_core::conformance::{ConformanceSubject, Overlap};
 use kiln_cuda::{Architecture, CudaKernel, CudaOptions, CudaTarget, CudaVariant};
 use support::StoreRoots;
 
@@ -18,6 +20,8 @@ struct Cuda {
     /// Where each target's store lives, when the targets persist: a fresh
     /// root per target, removed with the subject at the end of the test.
     stores: Option<StoreRoots>,
+    /// What the lasting kernels' generators count themselves in (L5).
+    overlap: Arc<Overlap>,
 }
 
 impl Cuda {
@@ -35,6 +39,7 @@ impl Cuda {
                 on_device: false,
                 architecture: target.architecture(),
                 stores: None,
+                overlap: Arc::default(),
             }),
             Err(error) if support::nvrtc_is_required() => {
                 panic!("the conformance suite needs NVRTC, and KILN_REQUIRE_NVRTC=1: {error}")
@@ -49,6 +54,7 @@ impl Cuda {
                 on_device: true,
                 architecture: target.architecture(),
                 stores: None,
+                overlap: Arc::default(),
             }),
             Err(error) => Err(format!("no CUDA device: {error}")),
         }
@@ -90,7 +96,11 @@ impl ConformanceSubject for Cuda {
     }
 
     fn lasting(&self, index: usize) -> Box<CudaKernel> {
-        Box::new(support::lasting(index))
+        Box::new(support::lasting(index, &self.overlap))
+    }
+
+    fn most_at_once(&self, _target: &CudaTarget) -> Option<usize> {
+        Some(self.overlap.most())
     }
 
     fn sharing_source(&self, index: usize) -> Box<CudaKernel> {

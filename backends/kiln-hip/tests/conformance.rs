@@ -7,8 +7,10 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use kiln_core::KernelId;
-use kiln_core::conformance::ConformanceSubject;
+use kiln_core::conformance::{ConformanceSubject, Overlap};
 use kiln_hip::{Architecture, HipCompiler, HipKernel, HipTarget, HipVariant};
 use support::StoreRoots;
 
@@ -17,6 +19,8 @@ struct Hip {
     /// Where each target's store lives, when the targets persist: a fresh
     /// root per target, removed with the subject at the end of the test.
     stores: Option<StoreRoots>,
+    /// What the lasting kernels' generators count themselves in (L5).
+    overlap: Arc<Overlap>,
 }
 
 fn subject() -> Result<Hip, String> {
@@ -24,6 +28,7 @@ fn subject() -> Result<Hip, String> {
         .map(|compiler| Hip {
             compiler,
             stores: None,
+            overlap: Arc::default(),
         })
         .map_err(|error| error.to_string())
 }
@@ -83,19 +88,25 @@ impl ConformanceSubject for Hip {
 
     fn lasting(&self, index: usize) -> Box<HipKernel> {
         // A generator that takes 25 ms, as user code that builds a large
-        // kernel does: kernels lowered at once overlap measurably (L5).
+        // kernel does, counted in `overlap`: kernels lowered at once are
+        // seen to overlap (L5).
+        let overlap = Arc::clone(&self.overlap);
         Box::new(
             HipKernel::builder(
                 KernelId::named("conformance.lasting").parameter(&index),
                 "lasting",
             )
             .generator(move |_architecture| {
-                std::thread::sleep(std::time::Duration::from_millis(25));
+                overlap.during(|| std::thread::sleep(std::time::Duration::from_millis(25)));
                 Ok(format!(
                     "extern \"C\" __global__ void lasting(float* x) {{\n    x[threadIdx.x] += {index}.5f;\n}}\n"
                 ))
             }),
         )
+    }
+
+    fn most_at_once(&self, _target: &HipTarget) -> Option<usize> {
+        Some(self.overlap.most())
     }
 
     fn sharing_source(&self, index: usize) -> Box<HipKernel> {

@@ -5,23 +5,31 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use kiln_core::KernelId;
-use kiln_core::conformance::ConformanceSubject;
+use kiln_core::conformance::{ConformanceSubject, Overlap};
 use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
 
 /// The wgpu backend as the suite's subject.
 struct Wgpu {
     device: Option<WgpuDevice>,
+    /// What the lasting kernels' generators count themselves in (L5).
+    overlap: Arc<Overlap>,
 }
 
 impl Wgpu {
     fn compile_only() -> Result<Self, String> {
-        Ok(Self { device: None })
+        Ok(Self {
+            device: None,
+            overlap: Arc::default(),
+        })
     }
 
     fn on_device() -> Result<Self, String> {
         support::device_or_reason().map(|device| Self {
             device: Some(device),
+            overlap: Arc::default(),
         })
     }
 }
@@ -46,7 +54,11 @@ impl ConformanceSubject for Wgpu {
     }
 
     fn lasting(&self, index: usize) -> Box<WgslKernel> {
-        Box::new(support::lasting(index))
+        Box::new(support::lasting(index, &self.overlap))
+    }
+
+    fn most_at_once(&self, _target: &WgpuTarget) -> Option<usize> {
+        Some(self.overlap.most())
     }
 
     fn sharing_source(&self, index: usize) -> Box<WgslKernel> {

@@ -35,6 +35,10 @@ impl ConformanceSubject for Fake {
         Box::new(FakeKernel::new(5_000 + number(index)).sleeping(Duration::from_millis(25)))
     }
 
+    fn most_at_once(&self, target: &FakeTarget) -> Option<usize> {
+        Some(target.fake_compiler().most_at_once())
+    }
+
     fn failing(&self, index: usize) -> Box<FakeKernel> {
         Box::new(FakeKernel::new(2_000 + number(index)).failing())
     }

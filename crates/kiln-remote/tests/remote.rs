@@ -307,9 +307,15 @@ fn a_read_only_node_never_writes() {
 
 /// A two-level store whose remote times out after `timeout`.
 fn tiered_with_timeout(redis: &Redis, timeout: Duration) -> TieredStore {
+    tiered_with(redis, timeout, Duration::from_millis(300))
+}
+
+/// A tiered store whose remote gives up a call at `timeout` and, after a
+/// failure, leaves the remote alone for `retry_after` before it probes.
+fn tiered_with(redis: &Redis, timeout: Duration, retry_after: Duration) -> TieredStore {
     let mut settings = config(&redis.url(), fleet_keys(), &fresh_prefix());
     settings.timeout = timeout;
-    settings.retry_after = Duration::from_millis(300);
+    settings.retry_after = retry_after;
     let remote = RemoteStore::open(settings).expect("opens");
     TieredStore::new(disk(redis, &fresh_prefix()), remote)
 }
@@ -357,7 +363,9 @@ fn a_redis_killed_mid_run_degrades_to_local_with_one_breaker_trip() {
         "queued writes end, failed"
     );
     let remote = store.tiered_statistics().remote;
-    assert!(remote.breaker_opened >= 1, "{remote:?}");
+    // One outage, one trip: the probes that find it still dead keep the
+    // breaker open without tripping it again.
+    assert_eq!(remote.breaker_opened, 1, "{remote:?}");
     assert!(remote.skipped_while_open > 0, "the breaker kept calls away");
     assert!(remote.store.unreadable > 0 && remote.store.put_failures > 0);
 }
@@ -370,13 +378,17 @@ fn a_paused_redis_costs_one_timeout_and_is_used_again_when_it_answers() {
         return;
     };
     let timeout = Duration::from_millis(300);
-    let store = tiered_with_timeout(&redis, timeout);
+    // No probe before the pause ends: every call until then is the one
+    // that timed out or one the open breaker kept away.
+    let store = tiered_with(&redis, timeout, Duration::from_millis(2_500));
     let remote = store.remote().clone();
     remote.put(&key(1), None, &artifact(1, 100), Duration::ZERO);
     let paused = redis.servers[0].command(&["CLIENT", "PAUSE", "1500", "ALL"]);
     assert!(paused.is_some_and(|reply| reply.starts_with("+OK")));
     still_works_locally(&store, 200, 10, Duration::from_secs(10));
-    assert!(remote.remote_statistics().timeouts >= 1);
+    let statistics = remote.remote_statistics();
+    assert_eq!(statistics.timeouts, 1, "{statistics:?}");
+    assert!(statistics.skipped_while_open > 0, "{statistics:?}");
     // Once the pause ends, a probe finds the remote and hits come back.
     let started = Instant::now();
     loop {

@@ -125,12 +125,13 @@ pub const SAXPY: &str = r#"extern "C" __global__ void saxpy(float a, const float
 /// A kernel NVRTC compiles, with `value` in its text so that every index
 /// gives another text.
 /// A kernel like [`distinct`]'s whose generator takes 25 ms, as user code
-/// that builds a large kernel does: kernels lowered at once overlap
-/// measurably (L5).
-pub fn lasting(index: usize) -> CudaKernel {
+/// that builds a large kernel does, counted in `overlap`: kernels lowered
+/// at once are seen to overlap (L5).
+pub fn lasting(index: usize, overlap: &Arc<kiln_core::conformance::Overlap>) -> CudaKernel {
+    let overlap = Arc::clone(overlap);
     CudaKernel::builder(KernelId::named("tests.lasting").parameter(&index), "fill").generator(
         move |_architecture| {
-            std::thread::sleep(std::time::Duration::from_millis(25));
+            overlap.during(|| std::thread::sleep(std::time::Duration::from_millis(25)));
             Ok(format!(
                 "extern \"C\" __global__ void fill(float* y, int n) {{\n\
                  \x20   int i = blockIdx.x * blockDim.x + threadIdx.x;\n\

@@ -196,12 +196,16 @@ pub fn example_kernel(name: &str, constants: &[(&str, f64)]) -> WgslKernel {
 /// A kernel that doubles its buffer, with `index` in its text so that every
 /// index gives another text.
 /// A kernel like [`distinct`]'s whose generator takes 25 ms, as user code
-/// that builds a large shader does: kernels lowered at once overlap
-/// measurably (L5).
-pub fn lasting(index: usize) -> WgslKernel {
+/// that builds a large shader does, counted in `overlap`: kernels lowered
+/// at once are seen to overlap (L5).
+pub fn lasting(
+    index: usize,
+    overlap: &std::sync::Arc<kiln_core::conformance::Overlap>,
+) -> WgslKernel {
+    let overlap = std::sync::Arc::clone(overlap);
     WgslKernel::builder(KernelId::named("tests.lasting").parameter(&index), "main").generator(
         move || {
-            std::thread::sleep(std::time::Duration::from_millis(25));
+            overlap.during(|| std::thread::sleep(std::time::Duration::from_millis(25)));
             Ok(format!(
                 "@group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
                  @compute @workgroup_size(64)\n\

@@ -48,6 +48,7 @@ mod loader;
 mod store;
 
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::config::LoaderConfig;
 use crate::target::{CompilationTarget, KernelOf, VariantOf};
@@ -115,11 +116,21 @@ pub trait ConformanceSubject {
 
     /// A valid kernel like [`distinct`](Self::distinct) whose lowering or
     /// compile lasts tens of milliseconds (a generator that takes its
-    /// time, say): long enough that kernels worked on at once are seen to
-    /// overlap in the batch's records, whatever the compiler's speed (L5).
-    /// The default, `distinct(index)`, suits a compiler that slow anyway.
+    /// time, counted by an [`Overlap`]): long enough that kernels worked on
+    /// at once overlap, whatever the compiler's speed (L5). The default is
+    /// `distinct(index)`.
     fn lasting(&self, index: usize) -> Box<KernelOf<Self::Target>> {
         self.distinct(index)
+    }
+
+    /// The most [`lasting`](Self::lasting) kernels that were being lowered
+    /// or compiled at the same moment on `target`, as the subject counted
+    /// them (an [`Overlap`] its generators run in, or the fake compiler's
+    /// own count); `None` when it cannot tell, and the suite then measures
+    /// overlap from the batch's records alone.
+    fn most_at_once(&self, target: &Self::Target) -> Option<usize> {
+        let _ = target;
+        None
     }
 
     /// A kernel whose source fails to compile with located errors;
@@ -142,6 +153,39 @@ pub trait ConformanceSubject {
     /// `false` when the target cannot.
     fn switch_store(&self, _target: &mut Self::Target) -> bool {
         false
+    }
+}
+
+/// Counts how many pieces of work run at the same moment, on any threads:
+/// what a subject's [`lasting`](ConformanceSubject::lasting) kernels run
+/// their generators in, so that the suite sees the workers a batch really
+/// used rather than the number it planned (L5).
+#[derive(Debug, Default)]
+pub struct Overlap {
+    running: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl Overlap {
+    /// Runs `work` as one of the pieces counted.
+    pub fn during<R>(&self, work: impl FnOnce() -> R) -> R {
+        struct Running<'a>(&'a AtomicUsize);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        // Counted down even when `work` panics, so a panicking generator
+        // cannot inflate the count of a later one.
+        let _running = Running(&self.running);
+        work()
+    }
+
+    /// The most pieces that ran at the same moment so far.
+    pub fn most(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
     }
 }
 

@@ -1,0 +1,148 @@
+//! What a process hears of a remote that fails (P10, docs/FLEET.md): a
+//! Redis that is down or paused costs each process one warning, however
+//! many lookups and writes ask for it, and the local store goes on working.
+//!
+//! The warnings are counted by a logger of this binary's own; the tests run
+//! one at a time, so that each counts only its own.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use kiln_core::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey};
+use kiln_remote::{RemoteStore, TieredStore};
+use kiln_store::{DiskStore, StoreConfig};
+use support::{Redis, config, fleet_keys, fresh_prefix};
+
+/// Every warning logged while a test held [`one_at_a_time`].
+static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static TESTS: Mutex<()> = Mutex::new(());
+
+struct Counting;
+
+impl log::Log for Counting {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if record.level() <= log::Level::Warn {
+            WARNINGS
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(record.args().to_string());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// Installs the counting logger once, waits for the other tests of this
+/// binary, and forgets what they logged.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static INSTALLED: AtomicBool = AtomicBool::new(false);
+    if !INSTALLED.swap(true, Ordering::SeqCst) {
+        log::set_logger(&Counting).expect("no other logger in this binary");
+        log::set_max_level(log::LevelFilter::Warn);
+    }
+    let turn = TESTS.lock().unwrap_or_else(PoisonError::into_inner);
+    WARNINGS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clear();
+    turn
+}
+
+fn warnings() -> Vec<String> {
+    WARNINGS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+fn key(number: u32) -> StoreKey {
+    let components = KeyComponents::new("cuda", "nvrtc 13.0", "sm_90", "-O3");
+    let id = ArtifactId::new(
+        KernelId::named("warnings.kernel").parameter(&number).build(),
+        0u8,
+    );
+    StoreKey::for_artifact(&components, &id, None)
+}
+
+fn redis_or_skip(what: &str) -> Option<Redis> {
+    Redis::single()
+        .map_err(|reason| support::skip(what, &reason))
+        .ok()
+}
+
+fn tiered(redis: &Redis, retry_after: Duration) -> TieredStore {
+    let mut settings = config(&redis.url(), fleet_keys(), &fresh_prefix());
+    settings.timeout = Duration::from_millis(300);
+    settings.retry_after = retry_after;
+    let remote = RemoteStore::open(settings).expect("the remote opens");
+    let disk = DiskStore::open(StoreConfig::at(redis.scratch.join(fresh_prefix())))
+        .expect("a disk store opens");
+    TieredStore::new(disk, remote)
+}
+
+/// Many lookups, puts and a batch lookup, each answered by the local store.
+fn use_it(store: &TieredStore, first: u32) {
+    for number in first..first + 20 {
+        assert!(matches!(store.lookup(&key(number)), Lookup::Miss(_)));
+        store.put(&key(number), None, &[7u8; 300], Duration::ZERO);
+        assert!(
+            matches!(store.lookup(&key(number)), Lookup::Hit { .. }),
+            "the local store keeps working"
+        );
+    }
+    let batch: Vec<StoreKey> = (first + 20..first + 36).map(key).collect();
+    assert_eq!(store.lookup_many(&batch).len(), batch.len());
+    assert!(store.flush(Duration::from_secs(10)), "queued writes end");
+}
+
+// P10
+#[test]
+fn a_redis_that_goes_down_costs_the_process_one_warning() {
+    let _turn = one_at_a_time();
+    let Some(mut redis) = redis_or_skip("one warning for a dead redis") else {
+        return;
+    };
+    // Probes come every 100 ms at first: several find the remote dead, and
+    // none of them warns again.
+    let store = tiered(&redis, Duration::from_millis(100));
+    store.put(&key(0), None, &[1u8; 300], Duration::ZERO);
+    assert!(store.flush(Duration::from_secs(10)));
+    assert!(warnings().is_empty(), "a working remote: {:?}", warnings());
+    redis.servers[0].stop();
+    use_it(&store, 100);
+    std::thread::sleep(Duration::from_millis(250));
+    use_it(&store, 200);
+    let heard = warnings();
+    assert_eq!(heard.len(), 1, "one outage, one warning: {heard:#?}");
+    assert!(
+        heard[0].contains("not answering") && heard[0].contains(&redis.url()),
+        "the warning says which remote and what happened: {}",
+        heard[0]
+    );
+}
+
+// P10
+#[test]
+fn a_paused_redis_costs_the_process_one_warning() {
+    let _turn = one_at_a_time();
+    let Some(redis) = redis_or_skip("one warning for a paused redis") else {
+        return;
+    };
+    let store = tiered(&redis, Duration::from_millis(100));
+    store.put(&key(0), None, &[1u8; 300], Duration::ZERO);
+    assert!(store.flush(Duration::from_secs(10)));
+    let paused = redis.servers[0].command(&["CLIENT", "PAUSE", "1500", "ALL"]);
+    assert!(paused.is_some_and(|reply| reply.starts_with("+OK")));
+    use_it(&store, 100);
+    std::thread::sleep(Duration::from_millis(250));
+    use_it(&store, 200);
+    let heard = warnings();
+    assert_eq!(heard.len(), 1, "one outage, one warning: {heard:#?}");
+}
