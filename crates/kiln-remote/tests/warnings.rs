@@ -82,7 +82,7 @@ fn tiered(redis: &Redis, retry_after: Duration) -> TieredStore {
     settings.timeout = Duration::from_millis(300);
     settings.retry_after = retry_after;
     let remote = RemoteStore::open(settings).expect("the remote opens");
-    let disk = DiskStore::open(StoreConfig::at(redis.scratch.join(fresh_prefix())))
+    let disk = DiskStore::open(StoreConfig::at(redis.scratch.join(&fresh_prefix())))
         .expect("a disk store opens");
     TieredStore::new(disk, remote)
 }
