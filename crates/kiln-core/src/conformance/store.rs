@@ -155,18 +155,28 @@ pub fn p10_a_lookup_of_many_keys_answers_each_in_order<S: StoreSubject>(subject:
             "a put",
         );
     }
-    let keys: Vec<StoreKey> = [0, 1, 2, 3, 1].into_iter().map(kernel_key).collect();
+    let numbers = [0, 1, 2, 3, 1];
+    let keys: Vec<StoreKey> = numbers.into_iter().map(kernel_key).collect();
     let found = store.lookup_many(&keys);
     assert_eq!(found.len(), keys.len(), "one answer per key");
-    for (key, lookup) in keys.iter().zip(found) {
+    for ((number, key), lookup) in numbers.into_iter().zip(&keys).zip(found) {
+        let was_put = number % 2 == 1;
         match (store.lookup(key), lookup) {
             (Lookup::Hit { artifact: one, .. }, Lookup::Hit { artifact: many, .. }) => {
-                assert!(one == many, "the same bytes as one lookup");
+                assert!(was_put, "key {number} was never put, and hits");
+                // The bytes put under this key, not another key's: in the
+                // keys' order, repeats included.
+                assert!(
+                    many == artifact(number as u8, 100),
+                    "key {number}: the bytes put under it come back"
+                );
+                assert!(one == many, "key {number}: the same bytes as one lookup");
             }
             (Lookup::Miss(_), Lookup::Miss(miss)) => {
+                assert!(!was_put, "key {number} was put, and misses: {miss:?}");
                 assert!(matches!(miss, Miss::Absent), "{miss:?}");
             }
-            (one, many) => panic!("one lookup says {one:?}, many say {many:?}"),
+            (one, many) => panic!("key {number}: one lookup says {one:?}, many say {many:?}"),
         }
     }
 }
