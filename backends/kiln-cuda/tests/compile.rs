@@ -525,16 +525,42 @@ fn b1_a_missing_nvrtc_is_an_error_value_naming_where_it_looked() {
     assert!(printed.contains("child saw: NVRTC"), "{printed}");
 }
 
+/// Set in the child of the test below, which sees no GPU.
+const WITHOUT_GPUS: &str = "KILN_CUDA_TEST_WITHOUT_GPUS";
+
 // B1
 #[test]
 fn b1_a_machine_without_a_gpu_gets_an_error_value_for_the_device() {
+    const TEST: &str = "b1_a_machine_without_a_gpu_gets_an_error_value_for_the_device";
+    let is_child = kiln_test_support::child::is_child(WITHOUT_GPUS, "1");
     match kiln_cuda::CudaDevice::open(0) {
-        Ok(device) => eprintln!("this machine has {device:?}"),
+        Ok(device) => {
+            assert!(
+                !is_child,
+                "CUDA_VISIBLE_DEVICES hides every GPU, and {device:?} opened"
+            );
+            // A machine with a GPU proves the rule in a child that sees
+            // none, as a machine without one would.
+            let output = kiln_test_support::child::rerun(TEST, WITHOUT_GPUS, "1")
+                .env("CUDA_VISIBLE_DEVICES", "")
+                .output()
+                .expect("the test binary runs again");
+            let report = kiln_test_support::child::describe(&output);
+            assert!(output.status.success(), "the child failed: {report}");
+            assert!(
+                String::from_utf8_lossy(&output.stdout).contains("no GPU here: "),
+                "the child got an error value: {report}"
+            );
+        }
         Err(Error::LibraryMissing { library, searched }) => {
             assert_eq!(library, CudaLibrary::Driver);
             assert!(!searched.is_empty());
+            println!("no GPU here: the driver is missing");
         }
-        Err(Error::NoDevice { detail }) => assert!(!detail.is_empty()),
+        Err(Error::NoDevice { detail }) => {
+            assert!(!detail.is_empty());
+            println!("no GPU here: {detail}");
+        }
         Err(other) => panic!("no device is a missing driver or no device, not {other}"),
     }
 }

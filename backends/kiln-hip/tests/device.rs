@@ -9,9 +9,14 @@ use kiln_core::conformance::skip;
 use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
 use kiln_hip::{Error, HipDevice, HipKernel, HipTarget, KernelArgument, LaunchConfig};
 
+/// Set in the child of the test below, which sees no GPU.
+const WITHOUT_GPUS: &str = "KILN_HIP_TEST_WITHOUT_GPUS";
+
 // B2
 #[test]
 fn b2_without_an_amd_gpu_opening_a_device_is_an_error_not_a_panic() {
+    const TEST: &str = "b2_without_an_amd_gpu_opening_a_device_is_an_error_not_a_panic";
+    let is_child = kiln_test_support::child::is_child(WITHOUT_GPUS, "1");
     match HipDevice::open(0) {
         Err(Error::NoDevice { call, name, .. }) => {
             assert!(call == "hipInit" || call == "hipGetDeviceCount", "{call}");
@@ -32,8 +37,28 @@ fn b2_without_an_amd_gpu_opening_a_device_is_an_error_not_a_panic() {
             assert!(install.contains("libamdhip64"), "{install}");
         }
         Err(other) => panic!("no device should read as NoDevice, not: {other}"),
-        Ok(device) => eprintln!("an AMD GPU is present ({device:?}): nothing to prove here"),
+        Ok(device) => {
+            assert!(
+                !is_child,
+                "HIP_VISIBLE_DEVICES hides every GPU, and {device:?} opened"
+            );
+            // A machine with an AMD GPU proves the rule in a child that
+            // sees none, as a machine without one would.
+            let output = kiln_test_support::child::rerun(TEST, WITHOUT_GPUS, "1")
+                .env("HIP_VISIBLE_DEVICES", "")
+                .env("ROCR_VISIBLE_DEVICES", "")
+                .output()
+                .expect("the test binary runs again");
+            let report = kiln_test_support::child::describe(&output);
+            assert!(output.status.success(), "the child failed: {report}");
+            assert!(
+                String::from_utf8_lossy(&output.stdout).contains("no AMD GPU here"),
+                "the child got an error value: {report}"
+            );
+            return;
+        }
     }
+    println!("no AMD GPU here: an error value, as B2 asks");
 }
 
 // B4
