@@ -39,7 +39,10 @@ fn two_targets() -> Option<(CudaTarget, CudaTarget)> {
             if std::env::var("KILN_REQUIRE_GPUS").is_ok_and(|value| value.trim() == "2") {
                 panic!("two GPUs are required (KILN_REQUIRE_GPUS=2): {error}");
             }
-            eprintln!("skipped two GPUs behind one store: this machine has one CUDA GPU: {error}");
+            kiln_test_support::skipped(
+                "two GPUs behind one store",
+                &format!("this machine has one CUDA GPU: {error}"),
+            );
             None
         }
     }

@@ -28,5 +28,5 @@ pub mod scratch;
 pub use child::{Finished, Limit, NOBODY};
 pub use mount::Tmpfs;
 pub use random::Random;
-pub use require::{say, skip, skip_unless, skip_without_root};
+pub use require::{say, skip, skip_unless, skip_without_root, skipped};
 pub use scratch::{Scratch, StoreRoots};

@@ -54,7 +54,11 @@ impl Tmpfs {
         match Self::mount(path, size) {
             Ok(mount) => Some(mount),
             Err(reason) => {
-                crate::require::skip_without_root(what, &reason);
+                crate::require::skip_unless(
+                    &[crate::require::REQUIRE_ROOT, "KILN_REQUIRE_DEVICE"],
+                    what,
+                    &reason,
+                );
                 None
             }
         }

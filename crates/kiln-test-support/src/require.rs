@@ -34,14 +34,21 @@ fn first_required<'a>(
 }
 
 /// Prints that `what` is skipped and why, or panics when one of
-/// `variables` is `1` (or `KILN_REQUIRE_DEVICE=1`, which asks for every
-/// test to run): the skip for a part other than a device, such as root
-/// ([`REQUIRE_ROOT`]) or a compiler's report.
+/// `variables` is `1`: the skip for a part other than a device, such as
+/// root ([`REQUIRE_ROOT`]) or a compiler's report. ([`skip`] is the one
+/// for a device, failing under `KILN_REQUIRE_DEVICE=1`.)
 pub fn skip_unless(variables: &[&str], what: &str, reason: &str) {
     if let Some(variable) = first_required(variables, |variable| std::env::var(variable).ok()) {
         panic!("{what} cannot run and {variable}=1: {reason}");
     }
-    skip(what, reason);
+    skipped(what, reason);
+}
+
+/// Prints that `what` is skipped and why, for a skip that no variable
+/// makes a failure (a second GPU, say, which the caller requires in its
+/// own way).
+pub fn skipped(what: &str, reason: &str) {
+    say(&format!("skipped {what}: {reason}"));
 }
 
 /// As [`skip_unless`] for a test that needs root: it fails instead when

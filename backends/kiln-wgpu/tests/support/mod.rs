@@ -35,7 +35,7 @@ pub fn device_or_reason() -> Result<WgpuDevice, String> {
 pub fn device(what: &str) -> Option<WgpuDevice> {
     match device_or_reason() {
         Ok(device) => {
-            eprintln!("{what}: on {}", device.describe());
+            kiln_test_support::say(&format!("{what}: on {}", device.describe()));
             Some(device)
         }
         Err(reason) => {
