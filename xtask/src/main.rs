@@ -8,8 +8,9 @@
 //! - `test-matrix`: only the supported matrix's cells.
 //! - `test-backend <name>`: runs one backend's tests on every real device of
 //!   it here, a pass per GPU, and prints which.
-//! - `lint`: `cargo fmt --check`, clippy with `-D warnings`, and rustdoc with
-//!   `-D warnings`.
+//! - `lint`: every rule id of the code and the docs stated in
+//!   docs/BEHAVIOUR.md and every rule named by a test, `cargo fmt --check`,
+//!   clippy with `-D warnings`, and rustdoc with `-D warnings`.
 //! - `setup`: only the install step of `test`.
 //! - `bench-report`: the benchmarks behind rules F1–F4 (docs/BEHAVIOUR.md) and one table of
 //!   their ratios; packs the full run for a GPU machine.
@@ -19,6 +20,7 @@ mod bench;
 mod command;
 mod examples;
 mod matrix;
+mod rules;
 mod setup;
 mod summary;
 
@@ -31,7 +33,7 @@ tasks:
   test                  install what the tests need, then run every test and example
   test-matrix           only the supported matrix: NVRTC 12, tests/outside, a feature check
   test-backend [NAME]   run one backend's tests on every device of it (no NAME: list them)
-  lint                  fmt --check, clippy -D warnings, doc -D warnings
+  lint                  rule ids against docs/BEHAVIOUR.md, fmt --check, clippy and doc -D warnings
   bench-report          run the F1-F4 benchmarks, print one table of ratios, pack the GPU run
   setup                 install what the tests need, and nothing else";
 
@@ -145,6 +147,7 @@ fn duplicates() -> Result<()> {
 }
 
 fn lint() -> Result<()> {
+    rules::check(&setup::workspace_root())?;
     command::cargo(&["fmt", "--all", "--check"]).run("cargo fmt --check")?;
     command::cargo(&[
         "clippy",
@@ -173,6 +176,6 @@ fn lint() -> Result<()> {
     command::cargo(&["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings")
         .run("cargo doc")?;
-    println!("lint: fmt, clippy and doc are clean");
+    println!("lint: rule ids, fmt, clippy and doc are clean");
     Ok(())
 }
