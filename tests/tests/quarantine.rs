@@ -140,7 +140,10 @@ fn p11_a_compile_that_crashes_its_worker_in_two_processes_is_quarantined_in_the_
     let root = scratch.join("store");
 
     let first = run_a_process(&root);
-    assert!(first.in_processes, "the compiles ran in worker processes: {first:?}");
+    assert!(
+        first.in_processes,
+        "the compiles ran in worker processes: {first:?}"
+    );
     assert!(!first.remembered, "{first:?}");
     assert!(
         first.error.contains("the compiler crashed") && first.error.contains("SIGABRT"),
@@ -154,7 +157,11 @@ fn p11_a_compile_that_crashes_its_worker_in_two_processes_is_quarantined_in_the_
     assert!(second.in_processes, "{second:?}");
     assert!(!second.remembered, "compiled again: {second:?}");
     assert!(second.error.contains("SIGABRT"), "{second:?}");
-    assert_eq!(compiles_of(&root, CRASHING), 2, "compiled in the second too");
+    assert_eq!(
+        compiles_of(&root, CRASHING),
+        2,
+        "compiled in the second too"
+    );
 
     // Twice is the kernel's: quarantined, reported without compiling.
     let third = run_a_process(&root);

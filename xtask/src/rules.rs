@@ -20,11 +20,18 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 /// The folders of code whose ids must resolve and whose tests name rules.
-const CODE: &[&str] = &["crates", "backends", "tests", "benches", "xtask", "examples"];
+const CODE: &[&str] = &[
+    "crates", "backends", "tests", "benches", "xtask", "examples",
+];
 /// This file, whose examples are ids of no rule: left out of the check.
 const THIS_FILE: &str = "xtask/src/rules.rs";
 /// The documents whose ids must resolve, besides every `.md` under `docs/`.
-const DOCUMENTS: &[&str] = &["README.md", "ARCHITECTURE.md", "BENCHMARKS.md", "CHANGELOG.md"];
+const DOCUMENTS: &[&str] = &[
+    "README.md",
+    "ARCHITECTURE.md",
+    "BENCHMARKS.md",
+    "CHANGELOG.md",
+];
 
 /// One rule docs/BEHAVIOUR.md states.
 #[derive(Debug, Clone, PartialEq, Eq)]

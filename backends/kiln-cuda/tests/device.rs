@@ -10,8 +10,8 @@ mod support;
 
 use kiln_core::{CompilationTarget, Failure, Kernel, KernelId, KernelOutcome, Stage};
 use kiln_cuda::{
-    Architecture,
-    CudaKernel, CudaOptions, DeviceBuffer, KernelArgument, LaunchConfig, LoadedImage, LoadedKernel,
+    Architecture, CudaKernel, CudaOptions, DeviceBuffer, KernelArgument, LaunchConfig, LoadedImage,
+    LoadedKernel,
 };
 use support::{Random, fixed, id_on, loader, on_device};
 

@@ -95,7 +95,10 @@ fn a_compiler_that_exits_under_the_file_size_limit_fails_its_kernels_not_the_run
         return;
     }
     assert_eq!(hip["kernels"], 1, "{hip:#}");
-    assert_eq!(hip["failed"], 1, "the compiler's exit fails its kernel: {hip:#}");
+    assert_eq!(
+        hip["failed"], 1,
+        "the compiler's exit fails its kernel: {hip:#}"
+    );
     assert_eq!(hip["compiled"], 0, "{hip:#}");
     let failure = hip["failures"][0]["first_diagnostic"]
         .as_str()
@@ -104,7 +107,12 @@ fn a_compiler_that_exits_under_the_file_size_limit_fails_its_kernels_not_the_run
         failure.contains("the compiler crashed") && failure.contains("worker process"),
         "the failure says the compiler's process ended: {failure}"
     );
-    assert_eq!(run.status.code(), Some(3), "a kernel failed: {}", run.stderr);
+    assert_eq!(
+        run.status.code(),
+        Some(3),
+        "a kernel failed: {}",
+        run.stderr
+    );
 }
 
 // P5

@@ -65,7 +65,9 @@ fn warnings() -> Vec<String> {
 fn key(number: u32) -> StoreKey {
     let components = KeyComponents::new("cuda", "nvrtc 13.0", "sm_90", "-O3");
     let id = ArtifactId::new(
-        KernelId::named("warnings.kernel").parameter(&number).build(),
+        KernelId::named("warnings.kernel")
+            .parameter(&number)
+            .build(),
         0u8,
     );
     StoreKey::for_artifact(&components, &id, None)
