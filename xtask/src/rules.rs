@@ -60,10 +60,11 @@ fn stated_rules(behaviour: &str) -> Vec<Rule> {
             in_rule = true;
         } else if line.starts_with("- ") || line.starts_with('#') || line.trim().is_empty() {
             in_rule = false;
-        } else if in_rule && line.contains("*planned*") {
-            if let Some(rule) = rules.last_mut() {
-                rule.is_planned = true;
-            }
+        } else if in_rule
+            && line.contains("*planned*")
+            && let Some(rule) = rules.last_mut()
+        {
+            rule.is_planned = true;
         }
     }
     rules

@@ -221,7 +221,9 @@ impl HipCompiler {
     /// comgr lacks (or a feature its processor lacks, `gfx1030:xnack+`)
     /// reaches hipRTC, and comgr aborts whichever process compiles it. Its
     /// loader must finalize in worker processes, where that fails only the
-    /// kernel: on threads it ends the loader's own process.
+    /// kernel: on threads it ends the loader's own process. Only behind the
+    /// `testing` feature, which this crate's own tests turn on.
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn without_target_check_for_crash_tests(mut self) -> Self {
         self.checks_targets = false;
