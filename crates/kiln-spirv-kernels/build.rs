@@ -56,7 +56,9 @@ fn main() {
         ),
         Err(reason) => {
             println!("cargo:warning=SPIR-V test kernels not built (their tests skip): {reason}");
-            generated.push_str(&format!("const MISSING: Option<&str> = Some({reason:?});\n"));
+            generated.push_str(&format!(
+                "const MISSING: Option<&str> = Some({reason:?});\n"
+            ));
             generated.push_str("const MODULES: &[(&str, &[u8])] = &[];\n");
         }
     }
@@ -84,7 +86,10 @@ fn build(glsl: &Path, out: &Path, name: &str, parts: &[(&str, &str)]) -> Result<
         std::fs::copy(only, &module).map_err(|error| error.to_string())?;
     } else {
         run(
-            Command::new("spirv-link").args(&objects).arg("-o").arg(&module),
+            Command::new("spirv-link")
+                .args(&objects)
+                .arg("-o")
+                .arg(&module),
             "spirv-link",
             "spirv-tools",
         )?;

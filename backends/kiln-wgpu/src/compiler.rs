@@ -204,14 +204,13 @@ impl ArtifactCompiler for WgpuCompiler {
         // subgroups) is the device's refusal at load, where the device is
         // known, naming the feature; here the source is checked for
         // everything that holds on any device.
-        let (needed, info) = features::validate_needing(&module).map_err(|error| match lowered
-            .language
-        {
-            Language::Wgsl => diagnostics::validation_failure(&error, source, &lowered.label),
-            Language::Spirv => {
-                diagnostics::spirv_validation_failure(&error, &lowered.label, &lowered.entry)
-            }
-        })?;
+        let (needed, info) =
+            features::validate_needing(&module).map_err(|error| match lowered.language {
+                Language::Wgsl => diagnostics::validation_failure(&error, source, &lowered.label),
+                Language::Spirv => {
+                    diagnostics::spirv_validation_failure(&error, &lowered.label, &lowered.entry)
+                }
+            })?;
 
         let Some(entry_index) = module.entry_points.iter().position(|entry| {
             entry.name == lowered.entry && entry.stage == naga::ShaderStage::Compute

@@ -176,7 +176,10 @@ mod tests {
         let failure = resolve(&module(), &constants(&[("gian", 1.0)])).expect_err("a typo");
         let hint = failure.hint.clone().unwrap_or_default();
         assert!(failure.to_string().contains("gian"), "{failure}");
-        assert!(hint.contains("1300 (gain)") && hint.contains("bias") && hint.contains("7 (count)"), "{hint}");
+        assert!(
+            hint.contains("1300 (gain)") && hint.contains("bias") && hint.contains("7 (count)"),
+            "{hint}"
+        );
         let twice = resolve(&module(), &constants(&[("1300", 1.0), ("gain", 2.0)]))
             .expect_err("gain set twice");
         assert!(twice.to_string().contains("twice"), "{twice}");

@@ -12,8 +12,8 @@
 //! fails naming it.
 
 use kiln_core::DeviceRefusal;
-use naga::valid::{Capabilities, ModuleInfo, ValidationError, ValidationFlags, Validator};
 use naga::WithSpan;
+use naga::valid::{Capabilities, ModuleInfo, ValidationError, ValidationFlags, Validator};
 
 /// The wgpu features that let a compute shader do more (every feature that
 /// maps to a naga validation capability a compute shader can use):
@@ -111,15 +111,16 @@ pub fn feature_names(features: wgpu::Features) -> Vec<String> {
 pub fn parse_features(text: &str) -> Result<wgpu::Features, String> {
     text.split(|c: char| c == ',' || c.is_whitespace())
         .filter(|name| !name.is_empty())
-        .try_fold(wgpu::Features::empty(), |features, name| {
-            match wgpu::Features::from_name(&name.to_ascii_uppercase()) {
+        .try_fold(
+            wgpu::Features::empty(),
+            |features, name| match wgpu::Features::from_name(&name.to_ascii_uppercase()) {
                 Some(feature) => Ok(features | feature),
                 None => Err(format!(
                     "`{name}` is not a wgpu feature; the shader features are {}",
                     feature_names(SHADER_FEATURES).join(", ")
                 )),
-            }
-        })
+            },
+        )
 }
 
 /// Who a kernel is loaded on, for the message of a missing feature.
@@ -145,7 +146,9 @@ pub(crate) fn check(
     let missing: Vec<&str> = needed
         .iter()
         .map(String::as_str)
-        .filter(|name| wgpu::Features::from_name(name).is_none_or(|feature| !have.contains(feature)))
+        .filter(|name| {
+            wgpu::Features::from_name(name).is_none_or(|feature| !have.contains(feature))
+        })
         .collect();
     if missing.is_empty() {
         return Ok(());
@@ -249,14 +252,25 @@ mod tests {
         .expect_err("the device lacks f64");
         assert!(refused.message.contains("SHADER_F64"), "{refused:?}");
         assert!(refused.message.contains("required_features"), "{refused:?}");
-        let compile_only = check("main", &needed, wgpu::Features::empty(), &LoadedOn::CompileOnly)
-            .expect_err("the default compile-only target lacks f64");
+        let compile_only = check(
+            "main",
+            &needed,
+            wgpu::Features::empty(),
+            &LoadedOn::CompileOnly,
+        )
+        .expect_err("the default compile-only target lacks f64");
         assert!(
             compile_only.message.contains("compile_only_for"),
             "{compile_only:?}"
         );
         assert!(
-            check("main", &needed, wgpu::Features::SHADER_F64, &LoadedOn::CompileOnly).is_ok()
+            check(
+                "main",
+                &needed,
+                wgpu::Features::SHADER_F64,
+                &LoadedOn::CompileOnly
+            )
+            .is_ok()
         );
     }
 }

@@ -89,24 +89,21 @@ mod spirv;
 mod target;
 
 pub use compiler::{
-    NAGA_VERSION, ShaderBinding, ShaderCode, WGPU_VERSION, WgpuArtifact, WgpuCompiler,
-    WgpuLowered,
+    NAGA_VERSION, ShaderBinding, ShaderCode, WGPU_VERSION, WgpuArtifact, WgpuCompiler, WgpuLowered,
 };
 pub use device::{DriverIdentity, WgpuDevice};
 pub use entry_points::compute_entries;
 pub use error::Error;
-pub use features::{
-    DEFAULT_COMPILE_ONLY_FEATURES, SHADER_FEATURES, feature_names, parse_features,
-};
+pub use features::{DEFAULT_COMPILE_ONLY_FEATURES, SHADER_FEATURES, feature_names, parse_features};
 pub use kernel::{
     BindingLayout, BufferBinding, BufferKind, Constants, Language, SpirvGenerator, WgslGenerator,
     WgslKernel, WgslKernelBuilder,
 };
-pub use spirv::spirv_compute_entries;
 pub use key::WgpuKey;
 pub use module::WgpuPipeline;
 pub use options::WgpuVariant;
 pub use pipeline_cache::PipelineCacheState;
+pub use spirv::spirv_compute_entries;
 pub use target::WgpuTarget;
 
 /// wgpu, as kiln-wgpu uses it: build devices and buffers with this one.

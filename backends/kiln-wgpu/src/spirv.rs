@@ -58,7 +58,11 @@ pub(crate) fn words(bytes: &[u8]) -> Vec<u32> {
 ///
 /// Bytes that are not a little-endian SPIR-V module, or naga's refusal,
 /// naming `label` and the entry point asked for.
-pub(crate) fn parse(bytes: &[u8], label: &str, entry: &str) -> Result<naga::Module, CompileFailure> {
+pub(crate) fn parse(
+    bytes: &[u8],
+    label: &str,
+    entry: &str,
+) -> Result<naga::Module, CompileFailure> {
     let refused = |why: String| {
         CompileFailure::message(format!(
             "{label}: naga's SPIR-V front end refused the module of entry `{entry}`: {why}"
@@ -72,11 +76,12 @@ pub(crate) fn parse(bytes: &[u8], label: &str, entry: &str) -> Result<naga::Modu
         .with_hint("give the bytes of a .spv file as glslangValidator -V or spirv-as write it"));
     }
     if words(&bytes[..4]) != [MAGIC] {
-        return Err(refused("it does not start with SPIR-V's magic number".to_owned())
-            .with_hint(
+        return Err(
+            refused("it does not start with SPIR-V's magic number".to_owned()).with_hint(
                 "give the bytes of a .spv file as glslangValidator -V or spirv-as write it \
                  (little-endian words)",
-            ));
+            ),
+        );
     }
     let options = naga::front::spv::Options {
         adjust_coordinate_space: false,
@@ -133,7 +138,10 @@ mod tests {
     fn bytes_that_are_no_module_are_refused_naming_the_entry() {
         let failure = parse(&[1, 2, 3, 4, 5], "bad.spv", "main").expect_err("five bytes");
         let message = failure.to_string();
-        assert!(message.contains("bad.spv") && message.contains("`main`"), "{message}");
+        assert!(
+            message.contains("bad.spv") && message.contains("`main`"),
+            "{message}"
+        );
         let failure = parse(&[0; 40], "zeros.spv", "main").expect_err("no magic number");
         assert!(failure.to_string().contains("magic"), "{failure}");
     }

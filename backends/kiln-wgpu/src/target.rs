@@ -339,7 +339,9 @@ impl WgpuTarget {
         let (built, error) = device.capture(|| {
             let source = match &artifact.code {
                 ShaderCode::Wgsl(text) => wgpu::ShaderSource::Wgsl(text.as_str().into()),
-                ShaderCode::Spirv(bytes) => wgpu::ShaderSource::SpirV(crate::spirv::words(bytes).into()),
+                ShaderCode::Spirv(bytes) => {
+                    wgpu::ShaderSource::SpirV(crate::spirv::words(bytes).into())
+                }
             };
             let module =
                 wgpu_device.create_shader_module(wgpu::ShaderModuleDescriptor { label, source });

@@ -145,24 +145,44 @@ fn the_key_covers_the_bytes_and_constants_and_a_warm_start_compiles_nothing() {
     changed[last] ^= 1;
     assert_eq!(
         text(&base),
-        text(&support::spirv_kernel(bytes, "scale_bias", "main", &[("0", 2.0)]))
+        text(&support::spirv_kernel(
+            bytes,
+            "scale_bias",
+            "main",
+            &[("0", 2.0)]
+        ))
     );
     assert_ne!(
         text(&base),
-        text(&support::spirv_kernel(&changed, "scale_bias", "main", &[("0", 2.0)]))
+        text(&support::spirv_kernel(
+            &changed,
+            "scale_bias",
+            "main",
+            &[("0", 2.0)]
+        ))
     );
     assert_ne!(
         text(&base),
-        text(&support::spirv_kernel(bytes, "scale_bias", "main", &[("0", 2.5)]))
+        text(&support::spirv_kernel(
+            bytes,
+            "scale_bias",
+            "main",
+            &[("0", 2.5)]
+        ))
     );
 
     let folder = support::fresh_folder("spirv-store");
-    let mut cold = support::loader(WgpuTarget::compile_only().with_store(support::store_at(&folder)));
-    cold.load(&base, &support::id_of(&base)).expect("compiles cold");
+    let mut cold =
+        support::loader(WgpuTarget::compile_only().with_store(support::store_at(&folder)));
+    cold.load(&base, &support::id_of(&base))
+        .expect("compiles cold");
     assert_eq!(cold.statistics().compiled, 1);
     drop(cold);
-    let mut warm = support::loader(WgpuTarget::compile_only().with_store(support::store_at(&folder)));
-    let loaded = warm.load(&base, &support::id_of(&base)).expect("loads warm");
+    let mut warm =
+        support::loader(WgpuTarget::compile_only().with_store(support::store_at(&folder)));
+    let loaded = warm
+        .load(&base, &support::id_of(&base))
+        .expect("loads warm");
     assert_eq!(warm.statistics().hits, 1);
     assert_eq!(warm.statistics().compiled, 0);
     assert_eq!(loaded.workgroup_size(), [64, 1, 1]);
@@ -187,8 +207,7 @@ fn compile_only_refuses_a_kernel_needing_a_feature_it_does_not_stand_for() {
         message.contains("SHADER_F64") && message.contains("compile_only_for"),
         "{message}"
     );
-    let mut capable =
-        support::loader(WgpuTarget::compile_only_for(wgpu::Features::SHADER_F64));
+    let mut capable = support::loader(WgpuTarget::compile_only_for(wgpu::Features::SHADER_F64));
     capable
         .load(&kernel, &support::id_of(&kernel))
         .expect("a target standing for f64 takes it");
@@ -280,7 +299,10 @@ fn reduce_sum_from_glsl_adds_up_to_the_cpu_sum() {
         return;
     };
     let mut random = Random::fresh("spirv-reduce-sum");
-    let pipeline = load(&device, &support::spirv_kernel(bytes, "reduce_sum", "main", &[]));
+    let pipeline = load(
+        &device,
+        &support::spirv_kernel(bytes, "reduce_sum", "main", &[]),
+    );
     assert_eq!(pipeline.resources().shared_memory_bytes, Some(128 * 4));
     let n = 100_003;
     let input = random.signed(n);
@@ -317,8 +339,14 @@ fn both_entries_of_one_module_run() {
     let Some(bytes) = support::spirv("SPIR-V two entries", "passes") else {
         return;
     };
-    let forward = load(&device, &support::spirv_kernel(bytes, "passes", "forward", &[]));
-    let backward = load(&device, &support::spirv_kernel(bytes, "passes", "backward", &[]));
+    let forward = load(
+        &device,
+        &support::spirv_kernel(bytes, "passes", "forward", &[]),
+    );
+    let backward = load(
+        &device,
+        &support::spirv_kernel(bytes, "passes", "backward", &[]),
+    );
     let input: Vec<f32> = (0..1000).map(|index| index as f32 - 500.0).collect();
     let data = storage(&device, &input);
     let groups = [1000u32.div_ceil(64), 1, 1];
@@ -369,7 +397,10 @@ fn an_f64_kernel_runs_where_the_adapter_has_f64_and_is_refused_naming_it_elsewhe
         let mut loader = support::loader(WgpuTarget::on_device(device.clone()));
         let loaded = loader.load(kernel, &support::id_of(kernel));
         if !adapter.contains(wgpu::Features::SHADER_F64) {
-            eprintln!("{}: the adapter has no SHADER_F64; its refusal is checked", kernel.label());
+            eprintln!(
+                "{}: the adapter has no SHADER_F64; its refusal is checked",
+                kernel.label()
+            );
             let message = loaded.expect_err("the adapter has no f64").to_string();
             assert!(
                 message.contains("SHADER_F64") && message.contains("does not have"),
@@ -378,7 +409,9 @@ fn an_f64_kernel_runs_where_the_adapter_has_f64_and_is_refused_naming_it_elsewhe
             continue;
         }
         let pipeline = loaded.unwrap_or_else(|error| panic!("{} loads: {error}", kernel.label()));
-        let input: Vec<f64> = (0..300).map(|index| f64::from(index) * 1.25 - 100.0).collect();
+        let input: Vec<f64> = (0..300)
+            .map(|index| f64::from(index) * 1.25 - 100.0)
+            .collect();
         let bytes: Vec<u8> = input.iter().flat_map(|value| value.to_le_bytes()).collect();
         let data = device.storage_buffer("f64", &bytes).expect("a buffer");
         device
@@ -391,7 +424,12 @@ fn an_f64_kernel_runs_where_the_adapter_has_f64_and_is_refused_naming_it_elsewhe
             .map(|chunk| f64::from_le_bytes(chunk.try_into().expect("8 bytes")))
             .collect();
         let expected: Vec<f64> = input.iter().map(|value| value * value).collect();
-        assert_eq!(got, expected, "{}: squares in double precision", kernel.label());
+        assert_eq!(
+            got,
+            expected,
+            "{}: squares in double precision",
+            kernel.label()
+        );
     }
 
     let featureless = support::featureless_device().expect("the adapter opens a second device");

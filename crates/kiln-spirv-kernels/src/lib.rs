@@ -20,7 +20,10 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("saxpy.comp", include_str!("../glsl/saxpy.comp")),
     ("reduce_sum.comp", include_str!("../glsl/reduce_sum.comp")),
     ("square_f64.comp", include_str!("../glsl/square_f64.comp")),
-    ("huge_workgroup.comp", include_str!("../glsl/huge_workgroup.comp")),
+    (
+        "huge_workgroup.comp",
+        include_str!("../glsl/huge_workgroup.comp"),
+    ),
     ("double.comp", include_str!("../glsl/double.comp")),
     ("halve.comp", include_str!("../glsl/halve.comp")),
 ];

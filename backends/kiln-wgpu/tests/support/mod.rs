@@ -282,12 +282,14 @@ pub fn spirv(what: &str, name: &str) -> Option<&'static [u8]> {
 }
 
 /// A SPIR-V kernel of module `name`'s `entry`, with `constants`.
-pub fn spirv_kernel(bytes: &[u8], name: &str, entry: &str, constants: &[(&str, f64)]) -> WgslKernel {
-    let mut builder = WgslKernel::builder(
-        KernelId::named("tests.spirv").parameter(name),
-        entry,
-    )
-    .label(format!("{name}.spv"));
+pub fn spirv_kernel(
+    bytes: &[u8],
+    name: &str,
+    entry: &str,
+    constants: &[(&str, f64)],
+) -> WgslKernel {
+    let mut builder = WgslKernel::builder(KernelId::named("tests.spirv").parameter(name), entry)
+        .label(format!("{name}.spv"));
     for (constant, value) in constants {
         builder = builder.constant(*constant, *value);
     }
