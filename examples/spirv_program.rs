@@ -22,9 +22,12 @@ use kiln::{ArtifactId, Kernel, KernelId, KernelLoader, Store};
 
 const ELEMENTS: usize = 10_000;
 
+/// Specialization constants, by name or number, and their values.
+type Constants = &'static [(&'static str, f64)];
+
 /// `(constants, factor, bias)`: FACTOR is specialization constant 0 and
 /// BIAS constant 1 of scale_bias.comp, set by name or by number.
-const SPECIALIZATIONS: [(&[(&str, f64)], f32, f32); 3] = [
+const SPECIALIZATIONS: [(Constants, f32, f32); 3] = [
     (&[("FACTOR", 3.0), ("BIAS", 1.0)], 3.0, 1.0),
     (&[("0", -0.5), ("1", 4.0)], -0.5, 4.0),
     (&[], 2.0, 0.0),

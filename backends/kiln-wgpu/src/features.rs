@@ -58,8 +58,10 @@ fn capabilities(features: wgpu::Features) -> Capabilities {
 fn validate(
     module: &naga::Module,
     features: wgpu::Features,
-) -> Result<ModuleInfo, WithSpan<ValidationError>> {
-    Validator::new(ValidationFlags::all(), capabilities(features)).validate(module)
+) -> Result<ModuleInfo, Box<WithSpan<ValidationError>>> {
+    Validator::new(ValidationFlags::all(), capabilities(features))
+        .validate(module)
+        .map_err(Box::new)
 }
 
 /// Validates `module` with every shader feature allowed, and returns the
@@ -71,7 +73,7 @@ fn validate(
 /// is wrong on every device.
 pub(crate) fn validate_needing(
     module: &naga::Module,
-) -> Result<(wgpu::Features, ModuleInfo), WithSpan<ValidationError>> {
+) -> Result<(wgpu::Features, ModuleInfo), Box<WithSpan<ValidationError>>> {
     // Most kernels need nothing: one validation says so.
     if let Ok(info) = validate(module, wgpu::Features::empty()) {
         return Ok((wgpu::Features::empty(), info));

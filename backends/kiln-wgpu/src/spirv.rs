@@ -30,7 +30,7 @@ pub(crate) fn hex_into(bytes: &[u8], text: &mut String) {
 /// The bytes of a text [`hex_into`] wrote; `None` when it is not one.
 pub(crate) fn from_hex(text: &str) -> Option<Vec<u8>> {
     let digits: Vec<u8> = text.bytes().filter(|byte| *byte != b'\n').collect();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return None;
     }
     digits
@@ -68,7 +68,7 @@ pub(crate) fn parse(
             "{label}: naga's SPIR-V front end refused the module of entry `{entry}`: {why}"
         ))
     };
-    if bytes.len() < 20 || bytes.len() % 4 != 0 {
+    if bytes.len() < 20 || !bytes.len().is_multiple_of(4) {
         return Err(refused(format!(
             "{} bytes is not a SPIR-V module (a header of 20 bytes and whole 4-byte words)",
             bytes.len()
