@@ -195,7 +195,7 @@ impl ArtifactCompiler for WgpuCompiler {
                     ))
                 })?;
                 (
-                    spirv::parse(&bytes, &lowered.label, &lowered.entry)?,
+                    spirv::parse(&bytes, &lowered.label, Some(&lowered.entry))?,
                     ShaderCode::Spirv(bytes),
                 )
             }

@@ -57,15 +57,16 @@ pub(crate) fn words(bytes: &[u8]) -> Vec<u32> {
 /// # Errors
 ///
 /// Bytes that are not a little-endian SPIR-V module, or naga's refusal,
-/// naming `label` and the entry point asked for.
+/// naming `label` and the entry point asked for, if one was.
 pub(crate) fn parse(
     bytes: &[u8],
     label: &str,
-    entry: &str,
+    entry: Option<&str>,
 ) -> Result<naga::Module, CompileFailure> {
+    let of_entry = entry.map_or_else(String::new, |entry| format!(" of entry `{entry}`"));
     let refused = |why: String| {
         CompileFailure::message(format!(
-            "{label}: naga's SPIR-V front end refused the module of entry `{entry}`: {why}"
+            "{label}: naga's SPIR-V front end refused the module{of_entry}: {why}"
         ))
     };
     if bytes.len() < 20 || !bytes.len().is_multiple_of(4) {
@@ -114,7 +115,7 @@ pub(crate) fn parse(
 ///
 /// The bytes are not a SPIR-V module naga reads.
 pub fn spirv_compute_entries(bytes: &[u8]) -> Result<Vec<String>, CompileFailure> {
-    let module = parse(bytes, "module", "*")?;
+    let module = parse(bytes, "SPIR-V", None)?;
     Ok(crate::entry_points::compute_names(&module))
 }
 
@@ -136,13 +137,13 @@ mod tests {
     // B6: a module naga refuses fails with naga's reason and the entry.
     #[test]
     fn bytes_that_are_no_module_are_refused_naming_the_entry() {
-        let failure = parse(&[1, 2, 3, 4, 5], "bad.spv", "main").expect_err("five bytes");
+        let failure = parse(&[1, 2, 3, 4, 5], "bad.spv", Some("main")).expect_err("five bytes");
         let message = failure.to_string();
         assert!(
             message.contains("bad.spv") && message.contains("`main`"),
             "{message}"
         );
-        let failure = parse(&[0; 40], "zeros.spv", "main").expect_err("no magic number");
+        let failure = parse(&[0; 40], "zeros.spv", None).expect_err("no magic number");
         assert!(failure.to_string().contains("magic"), "{failure}");
     }
 }
