@@ -28,6 +28,10 @@ pub const EXAMPLES: &[Example] = &[
         features: "wgpu",
     },
     Example {
+        name: "spirv_program",
+        features: "wgpu",
+    },
+    Example {
         name: "hip_compile_only",
         features: "hip",
     },

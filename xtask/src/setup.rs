@@ -59,6 +59,18 @@ fn vulkan_environment() -> Vec<(String, String)> {
     )]
 }
 
+/// glslang's compiler (`glslangValidator`) and the SPIR-V tools
+/// (`spirv-val`, `spirv-link`): kiln-spirv-kernels compiles its GLSL test
+/// and example kernels to SPIR-V with them when it builds.
+const GLSL_PACKAGES: &[&str] = &["glslang-tools", "spirv-tools"];
+
+/// The environment the SPIR-V kernels' build needs: the installed tools
+/// must be used, so a build that cannot find them fails instead of
+/// leaving the SPIR-V tests to skip.
+fn glsl_environment() -> Vec<(String, String)> {
+    vec![("KILN_REQUIRE_GLSLANG".to_owned(), "1".to_owned())]
+}
+
 /// Redis 7 from Debian (`redis-server`, which brings `redis-cli`): the
 /// remote tier's tests start their own servers and clusters on loopback
 /// ports.
@@ -120,6 +132,14 @@ pub fn parts() -> Vec<SystemPart> {
             is_present: || apt::are_installed(VULKAN_PACKAGES),
             install: || apt::install(VULKAN_PACKAGES),
             environment: vulkan_environment,
+        },
+        SystemPart {
+            name: "glslang and SPIR-V tools (Debian: glslang-tools spirv-tools)",
+            needed_by: "the SPIR-V kernels of the wgpu backend's tests and examples \
+                        (crates/kiln-spirv-kernels)",
+            is_present: || apt::are_installed(GLSL_PACKAGES),
+            install: || apt::install(GLSL_PACKAGES),
+            environment: glsl_environment,
         },
         SystemPart {
             name: "Redis 7 (Debian: redis-server)",

@@ -1,6 +1,7 @@
-//! The wgpu compiler: a kernel's generator to WGSL (lower), then naga's
-//! parser and validator, the entry point, the constants and the layout
-//! checked, to an artifact a device loads without surprises (finalize).
+//! The wgpu compiler: a kernel's generator to WGSL or SPIR-V (lower), then
+//! naga's front end and validator, the entry point, the constants, the
+//! layout and the device features it needs checked, to an artifact a device
+//! loads without surprises (finalize).
 
 use std::fmt;
 
@@ -9,13 +10,12 @@ use kiln_core::{
     ArtifactCompiler, ArtifactId, ArtifactReport, CompileFailure, Finalized, Reported,
     ResourceUsage,
 };
-use naga::valid::{Capabilities, ValidationFlags, Validator};
 use serde::{Deserialize, Serialize};
 
-use crate::diagnostics;
-use crate::kernel::{BindingLayout, BufferKind, Constants, WgslKernel};
+use crate::kernel::{BindingLayout, BufferKind, Constants, Generated, Language, WgslKernel};
 use crate::key::WgpuKey;
 use crate::options::WgpuVariant;
+use crate::{constants, diagnostics, features, spirv};
 
 /// The naga kiln-wgpu validates with, as pinned in the workspace: part of
 /// every artifact's key.
@@ -25,18 +25,21 @@ pub const NAGA_VERSION: &str = "30.0.2";
 /// part of every pipeline cache's key.
 pub const WGPU_VERSION: &str = "30.0.2";
 
-/// A lowered WGSL kernel: the source its generator returned and everything
-/// its pipeline is built with, ready to finalize here or in another process.
+/// A lowered wgpu kernel: the source its generator returned (WGSL text, or
+/// a SPIR-V module's bytes in hexadecimal) and everything its pipeline is
+/// built with, ready to finalize here or in another process.
 ///
 /// The text kernels are grouped by (see [`ArtifactCompiler::source`]) starts
 /// with the [`SourceCover`](kiln_core::store::SourceCover) of
 /// [`WgpuKey::cover`], naming the entry point, the constants, the layout
-/// and whether workgroup memory starts zeroed, so two kernels share an
-/// artifact exactly when their pipelines are the same. naga parses the generator's source alone, so the lines and columns
-/// of diagnostics are the author's.
+/// and whether workgroup memory starts zeroed (and the language, for
+/// SPIR-V), so two kernels share an artifact exactly when their pipelines
+/// are the same. naga parses the generator's source alone, so the lines
+/// and columns of diagnostics are the author's.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WgpuLowered {
     label: String,
+    language: Language,
     text: String,
     source_start: usize,
     entry: String,
@@ -46,7 +49,8 @@ pub struct WgpuLowered {
 }
 
 impl WgpuLowered {
-    /// The kernel's own source, as its generator returned it.
+    /// The kernel's own source, as its generator returned it (a SPIR-V
+    /// module's bytes in hexadecimal, 32 a line).
     pub fn source(&self) -> &str {
         &self.text[self.source_start..]
     }
@@ -54,6 +58,30 @@ impl WgpuLowered {
     /// The full text kernels are grouped by.
     pub fn text(&self) -> &str {
         &self.text
+    }
+
+    /// The shader's language.
+    pub fn language(&self) -> Language {
+        self.language
+    }
+}
+
+/// A validated shader, as the device is given it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShaderCode {
+    /// WGSL text.
+    Wgsl(String),
+    /// A SPIR-V module's bytes (little-endian words).
+    Spirv(Vec<u8>),
+}
+
+impl ShaderCode {
+    /// The shader's language.
+    pub fn language(&self) -> Language {
+        match self {
+            Self::Wgsl(_) => Language::Wgsl,
+            Self::Spirv(_) => Language::Spirv,
+        }
     }
 }
 
@@ -68,21 +96,25 @@ pub struct ShaderBinding {
     pub kind: BufferKind,
 }
 
-/// A validated WGSL kernel: what a device needs to build its pipeline, and
+/// A validated wgpu kernel: what a device needs to build its pipeline, and
 /// what naga learnt about it so that loading needs no second look.
 ///
 /// Stores keep it serialized; a change to its fields changes the artifact
 /// format its key names ([`WgpuKey::for_store`]), so old entries miss.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WgpuArtifact {
-    /// The WGSL source naga validated.
-    pub source: String,
+    /// The shader naga validated: WGSL text or a SPIR-V module.
+    pub code: ShaderCode,
     /// The label of the shader module and pipeline.
     pub label: String,
     /// The `@compute` entry point.
     pub entry: String,
-    /// The constants' values.
+    /// The constants' values, keyed as wgpu takes them: by number for a
+    /// constant declared with one, else by name.
     pub constants: Constants,
+    /// The wgpu features the shader needs (`SHADER_F64`, `SUBGROUP`), by
+    /// name: a device without one refuses the kernel, naming it.
+    pub required_features: Vec<String>,
     /// How the pipeline's bind group layouts are made.
     pub layout: BindingLayout,
     /// Whether workgroup memory starts zeroed.
@@ -104,7 +136,7 @@ impl Reported for WgpuArtifact {
     }
 }
 
-/// Lowers WGSL kernels by running their generators and finalizes them with
+/// Lowers wgpu kernels by running their generators and finalizes them with
 /// naga. Shared by every worker of a batch; holds no state between calls.
 #[derive(Debug, Clone, Default)]
 pub struct WgpuCompiler;
@@ -120,13 +152,16 @@ impl ArtifactCompiler for WgpuCompiler {
         kernel: &WgslKernel,
         _id: &ArtifactId<WgpuVariant>,
     ) -> Result<WgpuLowered, CompileFailure> {
-        let source = kernel.generate()?;
+        let generated = kernel.generate_code()?;
         let mut text = WgpuKey::cover(kernel).preamble();
-        text.reserve(source.len());
         let source_start = text.len();
-        text.push_str(&source);
+        match generated {
+            Generated::Wgsl(source) => text.push_str(&source),
+            Generated::Spirv(bytes) => spirv::hex_into(&bytes, &mut text),
+        }
         Ok(WgpuLowered {
             label: kernel.label().to_owned(),
+            language: kernel.language(),
             text,
             source_start,
             entry: kernel.entry().to_owned(),
@@ -146,14 +181,36 @@ impl ArtifactCompiler for WgpuCompiler {
         lowered: WgpuLowered,
     ) -> Result<Finalized<WgpuArtifact>, CompileFailure> {
         let source = lowered.source();
-        let module = naga::front::wgsl::parse_str(source)
-            .map_err(|error| diagnostics::parse_failure(&error, source, &lowered.label))?;
-        // Every capability: what the device lacks (f64, subgroups) is the
-        // device's refusal at load, where the device is known; here the
-        // source is checked for everything that holds on any device.
-        let info = Validator::new(ValidationFlags::all(), Capabilities::all())
-            .validate(&module)
-            .map_err(|error| diagnostics::validation_failure(&error, source, &lowered.label))?;
+        let (module, code) = match lowered.language {
+            Language::Wgsl => (
+                naga::front::wgsl::parse_str(source)
+                    .map_err(|error| diagnostics::parse_failure(&error, source, &lowered.label))?,
+                ShaderCode::Wgsl(source.to_owned()),
+            ),
+            Language::Spirv => {
+                let bytes = spirv::from_hex(source).ok_or_else(|| {
+                    CompileFailure::message(format!(
+                        "{}: the lowered SPIR-V is not the hexadecimal kiln writes",
+                        lowered.label
+                    ))
+                })?;
+                (
+                    spirv::parse(&bytes, &lowered.label, Some(&lowered.entry))?,
+                    ShaderCode::Spirv(bytes),
+                )
+            }
+        };
+        // Every shader feature allowed: what the device lacks (f64,
+        // subgroups) is the device's refusal at load, where the device is
+        // known, naming the feature; here the source is checked for
+        // everything that holds on any device.
+        let (needed, info) =
+            features::validate_needing(&module).map_err(|error| match lowered.language {
+                Language::Wgsl => diagnostics::validation_failure(&error, source, &lowered.label),
+                Language::Spirv => {
+                    diagnostics::spirv_validation_failure(&error, &lowered.label, &lowered.entry)
+                }
+            })?;
 
         let Some(entry_index) = module.entry_points.iter().position(|entry| {
             entry.name == lowered.entry && entry.stage == naga::ShaderStage::Compute
@@ -161,11 +218,8 @@ impl ArtifactCompiler for WgpuCompiler {
             return Err(missing_entry(&module, &lowered.entry));
         };
 
-        for (name, value) in lowered.constants.iter() {
-            check_constant(&module, name, value)?;
-        }
-        let constants: naga::back::PipelineConstants = lowered
-            .constants
+        let resolved = constants::resolve(&module, &lowered.constants)?;
+        let pipeline_constants: naga::back::PipelineConstants = resolved
             .iter()
             .map(|(name, value)| (name.to_owned(), value))
             .collect();
@@ -173,7 +227,7 @@ impl ArtifactCompiler for WgpuCompiler {
             &module,
             &info,
             Some((naga::ShaderStage::Compute, &lowered.entry)),
-            &constants,
+            &pipeline_constants,
         )
         .map_err(|error| diagnostics::constant_failure(&error, &module, source))?;
         let workgroup_size = processed
@@ -206,10 +260,11 @@ impl ArtifactCompiler for WgpuCompiler {
             });
 
         Ok(Finalized::quiet(WgpuArtifact {
-            source: source.to_owned(),
+            code,
             label: lowered.label,
             entry: lowered.entry,
-            constants: lowered.constants,
+            constants: resolved,
+            required_features: features::feature_names(needed),
             layout: lowered.layout,
             zero_initialize_workgroup_memory: lowered.zero_initialize_workgroup_memory,
             workgroup_size,
@@ -263,7 +318,7 @@ impl KeyedCompiler for WgpuCompiler {
         WgpuKey::for_store()
     }
 
-    /// `-`: a WGSL artifact has no per-target variant; the adapter and
+    /// `-`: a wgpu artifact has no per-target variant; the adapter and
     /// driver key the pipeline cache instead.
     fn variant_label(_variant: &Self::Variant) -> String {
         "-".to_owned()
@@ -284,14 +339,18 @@ fn missing_entry(module: &naga::Module, entry: &str) -> CompileFailure {
         .find(|point| point.name == entry)
         .map(|point| point.stage);
     let message = match other_stage {
-        Some(stage) => format!("entry point `{entry}` is a {stage:?} function, not @compute"),
-        None => format!("entry point `{entry}` is not a function of the source"),
+        Some(stage) => {
+            format!("entry point `{entry}` is a {stage:?} entry point, not a compute one")
+        }
+        None => format!("entry point `{entry}` is not an entry point of the shader"),
     };
     let hint = if compute.is_empty() {
-        "the source has no @compute function; kiln-wgpu builds compute pipelines only".to_owned()
+        "the shader has no compute entry point (@compute, GLCompute); kiln-wgpu builds compute \
+         pipelines only"
+            .to_owned()
     } else {
         format!(
-            "name one of the source's @compute functions: {}",
+            "name one of the shader's compute entry points: {}",
             compute.join(", ")
         )
     };
@@ -372,56 +431,4 @@ impl fmt::Display for ShaderBinding {
             self.group, self.binding, self.kind
         )
     }
-}
-
-/// Refuses a value its constant's type cannot hold exactly: naga converts
-/// the `f64` wgpu takes to the constant's type, and a NaN or 2.0 for a
-/// `bool` becomes `true`, 1e10 for an `i32` saturates, in silence. A
-/// boolean is 0 or 1, an integer a whole number in its type's range, a
-/// float finite and within its type's range. A constant the source does not
-/// declare is left to naga, which names the ones it does.
-fn check_constant(module: &naga::Module, name: &str, value: f64) -> Result<(), CompileFailure> {
-    let Some((_, item)) = module.overrides.iter().find(|(_, item)| {
-        item.name.as_deref() == Some(name) || item.id.is_some_and(|id| id.to_string() == name)
-    }) else {
-        return Ok(());
-    };
-    let naga::TypeInner::Scalar(scalar) = module.types[item.ty].inner else {
-        return Ok(());
-    };
-    let in_range = |low: f64, high: f64| value.fract() == 0.0 && (low..=high).contains(&value);
-    let (fits, expected) = match (scalar.kind, scalar.width) {
-        (naga::ScalarKind::Bool, _) => (value == 0.0 || value == 1.0, "0 or 1 (false or true)"),
-        (naga::ScalarKind::Sint, 4) => (
-            in_range(f64::from(i32::MIN), f64::from(i32::MAX)),
-            "a whole number in i32's range",
-        ),
-        (naga::ScalarKind::Uint, 4) => (
-            in_range(0.0, f64::from(u32::MAX)),
-            "a whole number in u32's range",
-        ),
-        (naga::ScalarKind::Float, 2) => (
-            value.is_finite() && value.abs() <= 65504.0,
-            "a finite number in f16's range",
-        ),
-        (naga::ScalarKind::Float, 4) => (
-            value.is_finite() && value.abs() <= f64::from(f32::MAX),
-            "a finite number in f32's range",
-        ),
-        (naga::ScalarKind::Float, _) => (value.is_finite(), "a finite number"),
-        _ => (true, ""),
-    };
-    if fits {
-        return Ok(());
-    }
-    let type_name = match scalar.kind {
-        naga::ScalarKind::Bool => "bool".to_owned(),
-        naga::ScalarKind::Sint => format!("i{}", scalar.width * 8),
-        naga::ScalarKind::Uint => format!("u{}", scalar.width * 8),
-        _ => format!("f{}", scalar.width * 8),
-    };
-    Err(CompileFailure::message(format!(
-        "the constant {name} is a {type_name}, and {value} is not one"
-    ))
-    .with_hint(format!("give {name} {expected}")))
 }

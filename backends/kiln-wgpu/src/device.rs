@@ -21,6 +21,8 @@ pub struct WgpuDevice {
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
     driver_identity: Option<DriverIdentity>,
+    /// The adapter's features, when kiln opened the device.
+    adapter_features: Option<wgpu::Features>,
 }
 
 /// What the Vulkan driver says about its own pipeline cache format, which
@@ -36,8 +38,11 @@ pub struct DriverIdentity {
 }
 
 impl WgpuDevice {
-    /// Wraps the caller's device. kiln never replaces the device's
-    /// uncaptured-error handler: every call it makes is inside error scopes.
+    /// Wraps the caller's device, as it is: kiln asks for no feature, and a
+    /// kernel that needs one the device was not created with (f64, i64,
+    /// f16, subgroups, ...) fails naming it. kiln never replaces the
+    /// device's uncaptured-error handler: every call it makes is inside
+    /// error scopes.
     pub fn new(device: wgpu::Device, queue: wgpu::Queue) -> Self {
         let info = device.adapter_info();
         let driver_identity = driver_identity(&device);
@@ -46,13 +51,16 @@ impl WgpuDevice {
             queue,
             info,
             driver_identity,
+            adapter_features: None,
         }
     }
 
     /// Opens a device on the best Vulkan adapter here (a discrete GPU before
-    /// an integrated one before a CPU one), with the adapter's limits and,
-    /// where it has it, [`wgpu::Features::PIPELINE_CACHE`]. Errors nobody
-    /// captured are logged, never a panic.
+    /// an integrated one before a CPU one), with the adapter's limits and
+    /// every feature it has of [`SHADER_FEATURES`](crate::SHADER_FEATURES)
+    /// (what WGSL and SPIR-V kernels can use: f64, i64, f16, subgroups, ...)
+    /// and [`wgpu::Features::PIPELINE_CACHE`]. Errors nobody captured are
+    /// logged, never a panic.
     ///
     /// # Errors
     ///
@@ -75,7 +83,9 @@ impl WgpuDevice {
                  loader and driver, e.g. Debian's libvulkan1 and mesa-vulkan-drivers)"
             ),
         })?;
-        let required_features = adapter.features() & wgpu::Features::PIPELINE_CACHE;
+        let adapter_features = adapter.features();
+        let required_features =
+            adapter_features & (crate::SHADER_FEATURES | wgpu::Features::PIPELINE_CACHE);
         let info = adapter.get_info();
         let (device, queue) = block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("kiln"),
@@ -92,7 +102,22 @@ impl WgpuDevice {
         device.on_uncaptured_error(Arc::new(|error: wgpu::Error| {
             log::error!("wgpu error outside kiln's error scopes: {error}");
         }));
-        Ok(Self::new(device, queue))
+        Ok(Self {
+            adapter_features: Some(adapter_features),
+            ..Self::new(device, queue)
+        })
+    }
+
+    /// The features the device was created with.
+    pub fn features(&self) -> wgpu::Features {
+        self.device.features()
+    }
+
+    /// The adapter's features, when kiln opened the device
+    /// ([`open`](Self::open)); `None` for the caller's own device, whose
+    /// adapter kiln does not see.
+    pub fn adapter_features(&self) -> Option<wgpu::Features> {
+        self.adapter_features
     }
 
     /// The wgpu device.

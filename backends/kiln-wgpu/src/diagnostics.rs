@@ -118,30 +118,30 @@ pub fn validation_failure(
     CompileFailure::new(diagnostics).with_log(error.emit_to_string_with_path(source, file))
 }
 
+/// The failure of a SPIR-V module that naga read and does not validate: a
+/// module has no lines, so the failure names the file and the entry point.
+pub fn spirv_validation_failure(
+    error: &WithSpan<ValidationError>,
+    file: &str,
+    entry: &str,
+) -> CompileFailure {
+    CompileFailure::message(format!(
+        "{file}: naga refused the SPIR-V module of entry `{entry}`: {}",
+        chain(error.as_inner())
+    ))
+    .with_hint(
+        "naga validates the SPIR-V that wgpu can run; spirv-val says whether the module is \
+         valid SPIR-V at all",
+    )
+}
+
 /// The failure of constants that do not fit the shader's overrides.
 pub fn constant_failure(
     error: &PipelineConstantError,
     module: &naga::Module,
     source: &str,
 ) -> CompileFailure {
-    let overrides: Vec<String> = module
-        .overrides
-        .iter()
-        .map(|(_, item)| match (&item.name, item.id) {
-            (Some(name), Some(id)) => format!("{name} (@id({id}))"),
-            (Some(name), None) => name.clone(),
-            (None, Some(id)) => id.to_string(),
-            (None, None) => "<unnamed>".to_owned(),
-        })
-        .collect();
-    let declared = if overrides.is_empty() {
-        "the source declares no `override` constant".to_owned()
-    } else {
-        format!(
-            "the source's overridable constants: {}",
-            overrides.join(", ")
-        )
-    };
+    let declared = crate::constants::declared(module);
     let message = chain(error);
     match error {
         PipelineConstantError::NotFound(_) => CompileFailure::message(message).with_hint(format!(

@@ -1,6 +1,7 @@
-//! WGSL kernels: a user generator of WGSL source, the compute entry point,
-//! the values of the shader's pipeline-overridable constants, and the bind
-//! group layout the pipeline is built with.
+//! wgpu kernels: a user generator of WGSL source or SPIR-V bytes, the
+//! compute entry point, the values of the shader's pipeline-overridable
+//! constants (WGSL `override`s, SPIR-V specialization constants), and the
+//! bind group layout the pipeline is built with.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -36,6 +37,34 @@ where
     }
 }
 
+/// Generates a kernel's SPIR-V module (its bytes, as `glslangValidator -V`
+/// or `spirv-as` write them): the user code kiln runs in `lower`, on a
+/// worker thread, only when the kernel is neither loaded nor stored.
+///
+/// Closures `Fn() -> Result<Vec<u8>, CompileFailure>` are generators.
+///
+/// # Contract
+///
+/// The same generator returns the same bytes every time: the kernel's id
+/// stands for them.
+pub trait SpirvGenerator: Send + Sync {
+    /// The module's bytes.
+    ///
+    /// # Errors
+    ///
+    /// Why no module can be made; the kernel fails alone with it.
+    fn generate(&self) -> Result<Vec<u8>, CompileFailure>;
+}
+
+impl<F> SpirvGenerator for F
+where
+    F: Fn() -> Result<Vec<u8>, CompileFailure> + Send + Sync,
+{
+    fn generate(&self) -> Result<Vec<u8>, CompileFailure> {
+        self()
+    }
+}
+
 /// A generator that returns the text it was given.
 struct FixedSource(Arc<str>);
 
@@ -43,6 +72,48 @@ impl WgslGenerator for FixedSource {
     fn generate(&self) -> Result<String, CompileFailure> {
         Ok(self.0.to_string())
     }
+}
+
+/// A generator that returns the bytes it was given.
+struct FixedModule(Arc<[u8]>);
+
+impl SpirvGenerator for FixedModule {
+    fn generate(&self) -> Result<Vec<u8>, CompileFailure> {
+        Ok(self.0.to_vec())
+    }
+}
+
+/// The language of a kernel's shader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Language {
+    /// WGSL text.
+    Wgsl,
+    /// A SPIR-V module (from GLSL, HLSL, rust-gpu, ...), read by naga's
+    /// SPIR-V front end.
+    Spirv,
+}
+
+impl Language {
+    /// `wgsl` or `spir-v`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Wgsl => "wgsl",
+            Self::Spirv => "spir-v",
+        }
+    }
+}
+
+/// What a kernel's shader is made by.
+#[derive(Clone)]
+enum Code {
+    Wgsl(Arc<dyn WgslGenerator>),
+    Spirv(Arc<dyn SpirvGenerator>),
+}
+
+/// What a kernel's generator made.
+pub(crate) enum Generated {
+    Wgsl(String),
+    Spirv(Vec<u8>),
 }
 
 /// What a buffer binding of an explicit layout holds.
@@ -143,12 +214,16 @@ impl fmt::Display for BindingLayout {
     }
 }
 
-/// The values of a shader's pipeline-overridable constants, by name (or by
-/// the number of an `@id(n)`), in a fixed order.
+/// The values of a shader's pipeline-overridable constants, by name or by
+/// number (a WGSL `@id(n)`, a SPIR-V `SpecId`), in a fixed order.
 ///
-/// A value is an `f64` as wgpu takes it and is converted to the constant's
-/// type when the pipeline is built; a value the type cannot hold fails the
-/// kernel in finalize.
+/// A constant declared with a number can be set by either: `1300` or
+/// `gain` for `@id(1300) override gain: f32`, `0` or the name GLSL gave it
+/// for `layout(constant_id = 0) const float scale`. A value is an `f64` as
+/// wgpu takes it and is converted to the constant's type when the pipeline
+/// is built; a name the shader does not declare, a constant set twice
+/// (once by name, once by number) or a value its type cannot hold fails
+/// the kernel in finalize.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Constants(BTreeMap<String, f64>);
 
@@ -206,7 +281,14 @@ impl<'de> Deserialize<'de> for Constants {
     }
 }
 
-/// A WGSL compute kernel: cheap to clone, its id computed once when built.
+/// A wgpu compute kernel, WGSL or SPIR-V: cheap to clone, its id computed
+/// once when built.
+///
+/// A SPIR-V kernel is finished with [`WgslKernelBuilder::spirv`] (or
+/// [`spirv_generator`](WgslKernelBuilder::spirv_generator)) instead of
+/// `source`; its entry point is a `GLCompute` entry of the module and its
+/// constants are the module's specialization constants. Everything else is
+/// the same as for WGSL.
 ///
 /// ```
 /// use kiln_core::KernelId;
@@ -247,7 +329,7 @@ pub struct WgslKernel {
     constants: Constants,
     layout: BindingLayout,
     zero_initialize_workgroup_memory: bool,
-    generator: Arc<dyn WgslGenerator>,
+    code: Code,
 }
 
 impl WgslKernel {
@@ -291,13 +373,51 @@ impl WgslKernel {
         self.zero_initialize_workgroup_memory
     }
 
-    /// Runs the generator.
+    /// The shader's language.
+    pub fn language(&self) -> Language {
+        match self.code {
+            Code::Wgsl(_) => Language::Wgsl,
+            Code::Spirv(_) => Language::Spirv,
+        }
+    }
+
+    /// Runs the generator of a WGSL kernel.
     ///
     /// # Errors
     ///
-    /// What the generator reported.
+    /// What the generator reported; a SPIR-V kernel has no WGSL (see
+    /// [`generate_spirv`](Self::generate_spirv)).
     pub fn generate(&self) -> Result<String, CompileFailure> {
-        self.generator.generate()
+        match &self.code {
+            Code::Wgsl(generator) => generator.generate(),
+            Code::Spirv(_) => Err(CompileFailure::message(format!(
+                "`{}` is a SPIR-V kernel: it has no WGSL text",
+                self.label
+            ))),
+        }
+    }
+
+    /// Runs the generator of a SPIR-V kernel.
+    ///
+    /// # Errors
+    ///
+    /// What the generator reported; a WGSL kernel has no SPIR-V.
+    pub fn generate_spirv(&self) -> Result<Vec<u8>, CompileFailure> {
+        match &self.code {
+            Code::Spirv(generator) => generator.generate(),
+            Code::Wgsl(_) => Err(CompileFailure::message(format!(
+                "`{}` is a WGSL kernel: it has no SPIR-V module",
+                self.label
+            ))),
+        }
+    }
+
+    /// Runs whichever generator the kernel has.
+    pub(crate) fn generate_code(&self) -> Result<Generated, CompileFailure> {
+        match &self.code {
+            Code::Wgsl(generator) => generator.generate().map(Generated::Wgsl),
+            Code::Spirv(generator) => generator.generate().map(Generated::Spirv),
+        }
     }
 }
 
@@ -313,6 +433,7 @@ impl fmt::Debug for WgslKernel {
             .field("id", &self.id)
             .field("label", &self.label)
             .field("entry", &self.entry)
+            .field("language", &self.language())
             .field("constants", &self.constants)
             .field("layout", &self.layout)
             .finish_non_exhaustive()
@@ -332,14 +453,14 @@ pub struct WgslKernelBuilder {
 
 impl WgslKernelBuilder {
     /// Names the kernel in diagnostics and wgpu labels; the default is the
-    /// entry point's name with `.wgsl`.
+    /// entry point's name with `.wgsl` (`.spv` for SPIR-V).
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.label = Some(label.into());
         self
     }
 
-    /// Sets the pipeline-overridable constant `name` (or `@id` number) to
-    /// `value`.
+    /// Sets the pipeline-overridable constant `name` (or its number: a
+    /// WGSL `@id`, a SPIR-V `SpecId`) to `value`.
     pub fn constant(mut self, name: impl Into<String>, value: f64) -> Self {
         self.constants.set(name, value);
         self
@@ -369,18 +490,53 @@ impl WgslKernelBuilder {
     pub fn source(self, source: impl Into<String>) -> WgslKernel {
         let source: Arc<str> = Arc::from(source.into());
         let id = self.id.bytes(source.as_bytes());
-        Self { id, ..self }.finish(Arc::new(FixedSource(source)))
+        Self { id, ..self }.finish(Code::Wgsl(Arc::new(FixedSource(source))))
     }
 
     /// Finishes the kernel with a generator, which kiln runs when it
     /// compiles the kernel. The id must cover every parameter the generator
     /// reads (see [`WgslGenerator`]'s contract).
     pub fn generator(self, generator: impl WgslGenerator + 'static) -> WgslKernel {
-        self.finish(Arc::new(generator))
+        self.finish(Code::Wgsl(Arc::new(generator)))
     }
 
-    fn finish(self, generator: Arc<dyn WgslGenerator>) -> WgslKernel {
-        let label = self.label.unwrap_or_else(|| format!("{}.wgsl", self.entry));
+    /// Finishes a SPIR-V kernel with a fixed module, whose bytes join its
+    /// id: the entry point is one of the module's `GLCompute` entries.
+    ///
+    /// ```
+    /// use kiln_core::{Kernel, KernelId};
+    /// use kiln_wgpu::{Language, WgslKernel};
+    ///
+    /// # let spirv: Vec<u8> = Vec::new();
+    /// // `spirv`: what `glslangValidator -V scale.comp` wrote.
+    /// let scale = WgslKernel::builder(KernelId::named("example.scale"), "main")
+    ///     .constant("0", 2.5) // layout(constant_id = 0)
+    ///     .spirv(spirv);
+    /// assert_eq!(scale.language(), Language::Spirv);
+    /// assert_eq!(scale.label(), "main.spv");
+    /// ```
+    pub fn spirv(self, bytes: impl Into<Vec<u8>>) -> WgslKernel {
+        let bytes: Arc<[u8]> = Arc::from(bytes.into());
+        let id = self.id.parameter("spir-v").bytes(&bytes);
+        Self { id, ..self }.finish(Code::Spirv(Arc::new(FixedModule(bytes))))
+    }
+
+    /// Finishes a SPIR-V kernel with a generator of its module, which kiln
+    /// runs when it compiles the kernel. The id must cover every parameter
+    /// the generator reads (see [`SpirvGenerator`]'s contract).
+    pub fn spirv_generator(self, generator: impl SpirvGenerator + 'static) -> WgslKernel {
+        let id = self.id.parameter("spir-v");
+        Self { id, ..self }.finish(Code::Spirv(Arc::new(generator)))
+    }
+
+    fn finish(self, code: Code) -> WgslKernel {
+        let extension = match code {
+            Code::Wgsl(_) => "wgsl",
+            Code::Spirv(_) => "spv",
+        };
+        let label = self
+            .label
+            .unwrap_or_else(|| format!("{}.{extension}", self.entry));
         // Everything that changes the pipeline joins the id, so two kernels
         // of one family with other constants or layouts never share an id.
         let id = self
@@ -399,7 +555,7 @@ impl WgslKernelBuilder {
             constants: self.constants,
             layout: self.layout,
             zero_initialize_workgroup_memory: self.zero_initialize_workgroup_memory,
-            generator,
+            code,
         }
     }
 }

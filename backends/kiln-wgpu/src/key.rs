@@ -5,14 +5,15 @@
 //! # How the store key covers every component
 //!
 //! A store key is the store's format, the components of
-//! [`WgpuKey::for_store`] (backend `wgpu`, compiler `naga <version> /
-//! artifact <format>`, architecture `wgsl`, no options), the variant (there
+//! [`WgpuKey::for_store`] (backend `wgpu`, compiler `naga <version> / wgpu
+//! <version> / artifact <format>`, architecture `wgsl` for WGSL and SPIR-V
+//! alike, no options), the variant (there
 //! is one: naga's artifact depends on no device) and a subject:
 //!
 //! - by kernel: the kernel's id, into which
-//!   [`WgslKernelBuilder`](crate::WgslKernelBuilder) folds the source (or
-//!   the generator's parameters), the entry point, the constants and the
-//!   layout;
+//!   [`WgslKernelBuilder`](crate::WgslKernelBuilder) folds the source or
+//!   the SPIR-V bytes (or the generator's parameters), the entry point, the
+//!   constants and the layout;
 //! - by source (P7): the digest of the lowered text, which opens with the
 //!   [`SourceCover`] of [`WgpuKey::cover`]: the entry point, the constants,
 //!   the layout and whether workgroup memory starts zeroed.
@@ -23,24 +24,26 @@
 
 use kiln_core::store::{KeyComponents, SourceCover};
 
-use crate::compiler::NAGA_VERSION;
+use crate::compiler::{NAGA_VERSION, WGPU_VERSION};
+use crate::kernel::Language;
 use crate::kernel::WgslKernel;
 
 /// The version of [`WgpuArtifact`](crate::WgpuArtifact)'s serialized form;
 /// part of the key, so a change of the artifact type makes old entries
-/// misses, not misreads. 2 added the compile's report (D4).
-const ARTIFACT_FORMAT: u32 = 2;
+/// misses, not misreads. 2 added the compile's report (D4); 3 SPIR-V code,
+/// the features a kernel needs and constants keyed as wgpu takes them.
+const ARTIFACT_FORMAT: u32 = 3;
 
 /// What kiln-wgpu adds to kiln-core's key vocabulary: its backend name,
 /// naga's identity, and the source cover of a lowered text. It holds
 /// nothing.
 ///
 /// ```
-/// use kiln_wgpu::{NAGA_VERSION, WgpuKey};
+/// use kiln_wgpu::{NAGA_VERSION, WGPU_VERSION, WgpuKey};
 ///
 /// assert_eq!(
 ///     WgpuKey::for_store().to_string(),
-///     format!("wgpu / naga {NAGA_VERSION} / artifact 2 / wgsl"),
+///     format!("wgpu / naga {NAGA_VERSION} / wgpu {WGPU_VERSION} / artifact 3 / wgsl"),
 /// );
 /// ```
 #[derive(Debug, Clone, Copy)]
@@ -51,12 +54,14 @@ impl WgpuKey {
     pub const BACKEND: &'static str = "wgpu";
 
     /// What every store key of a wgpu artifact shares (P1): backend `wgpu`,
-    /// naga's version and the artifact format. No device: the artifact is
-    /// the same for all.
+    /// naga's and wgpu's versions (naga validates the WGSL and SPIR-V, and
+    /// wgpu's map of features to naga's capabilities decides what a kernel
+    /// needs) and the artifact format. No device: the artifact is the same
+    /// for all.
     pub fn for_store() -> KeyComponents {
         KeyComponents::new(
             Self::BACKEND,
-            format!("naga {NAGA_VERSION} / artifact {ARTIFACT_FORMAT}"),
+            format!("naga {NAGA_VERSION} / wgpu {WGPU_VERSION} / artifact {ARTIFACT_FORMAT}"),
             "wgsl",
             "",
         )
@@ -64,10 +69,16 @@ impl WgpuKey {
 
     /// What a source key of `kernel` covers beside its text: the entry
     /// point, the constants, the layout and whether workgroup memory starts
-    /// zeroed, so two kernels share an artifact exactly when their
+    /// zeroed, and for SPIR-V the language (its text is the module's bytes
+    /// in hexadecimal), so two kernels share an artifact exactly when their
     /// pipelines are the same.
     pub fn cover(kernel: &WgslKernel) -> SourceCover {
-        SourceCover::new(Self::BACKEND, kernel.entry())
+        let cover = SourceCover::new(Self::BACKEND, kernel.entry());
+        let cover = match kernel.language() {
+            Language::Wgsl => cover,
+            Language::Spirv => cover.setting("language", Language::Spirv.name()),
+        };
+        cover
             .setting("constants", kernel.constants().canonical())
             .setting("layout", kernel.layout())
             .setting(

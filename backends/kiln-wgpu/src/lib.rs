@@ -1,24 +1,39 @@
-//! kiln's wgpu backend: WGSL through naga to compute pipelines, with the
-//! driver's pipeline cache kept in kiln's store (rule B3, docs/BEHAVIOUR.md).
+//! kiln's wgpu backend: WGSL and SPIR-V through naga to compute pipelines,
+//! with the driver's pipeline cache kept in kiln's store (rules B3 and B6,
+//! docs/BEHAVIOUR.md).
 //!
 //! # The way of a kernel
 //!
-//! - **Lower** runs the [`WgslKernel`]'s generator (user code) on a worker
-//!   thread and records how its pipeline is built: the `@compute` entry
-//!   point, the values of its pipeline-overridable constants and its bind
-//!   group layout, automatic or explicit.
-//! - **Finalize** parses and validates the WGSL with naga, checks that the
-//!   entry point is a `@compute` function, applies the constants (a name the
-//!   shader does not declare, or a value its type cannot hold, fails here),
-//!   and checks an explicit layout against the buffers the entry point
-//!   uses. naga's errors become kiln's diagnostics with line and column.
-//!   The artifact keeps the validated source with the workgroup size and
-//!   bindings naga found, so loading needs no second look at the source.
-//!   It depends on no device: a store filled without one serves every
-//!   device later.
-//! - **Load** makes the shader module, the layouts and the compute pipeline
-//!   on the user's `wgpu::Device`, inside error scopes: a pipeline the
-//!   device rejects is that kernel's refusal (L9), never a panic.
+//! - **Lower** runs the [`WgslKernel`]'s generator (user code: WGSL text,
+//!   or a SPIR-V module's bytes) on a worker thread and records how its
+//!   pipeline is built: the compute entry point, the values of its
+//!   pipeline-overridable constants (WGSL `override`s, SPIR-V
+//!   specialization constants, by name or number) and its bind group
+//!   layout, automatic or explicit.
+//! - **Finalize** parses the WGSL (or reads the SPIR-V with naga's SPIR-V
+//!   front end) and validates it with naga, checks that the entry point is
+//!   a compute one, applies the constants (a name the shader does not
+//!   declare, or a value its type cannot hold, fails here), finds the wgpu
+//!   features the shader needs (f64, i64, f16, subgroups, ...), and checks
+//!   an explicit layout against the buffers the entry point uses. naga's
+//!   errors become kiln's diagnostics with line and column (with the file
+//!   and entry for SPIR-V, which has no lines). The artifact keeps the
+//!   validated shader with the workgroup size, bindings and features naga
+//!   found, so loading needs no second look at the source. It depends on
+//!   no device: a store filled without one serves every device later.
+//! - **Load** checks the device has the features the kernel needs (a
+//!   kernel that needs one it lacks fails naming it), then makes the shader
+//!   module, the layouts and the compute pipeline on the user's
+//!   `wgpu::Device`, inside error scopes: a pipeline the device rejects is
+//!   that kernel's refusal (L9), never a panic. A compile-only target
+//!   checks the features it stands for
+//!   ([`WgpuTarget::compile_only_for`]) in the same way.
+//!
+//! # Modules of several kernels
+//!
+//! A WGSL file or SPIR-V module may hold several compute entry points
+//! (B6): [`compute_entries`] and [`spirv_compute_entries`] list them, and
+//! each is a kernel of its own built from the same text or bytes.
 //!
 //! # Pipeline caches
 //!
@@ -42,7 +57,9 @@
 //! `override` constants on the kernel, not compile options), `compiler`,
 //! `key`, `diagnostics`, `device`, `module` (the loaded [`WgpuPipeline`]),
 //! `launch` ([`WgpuDevice::dispatch`]), `target`, `error`, and
-//! [`pipeline_cache`]. It has no native layer (wgpu and naga are Rust), no
+//! [`pipeline_cache`]; and its own `constants` (constants matched by name
+//! or number), `features` (the device features a kernel needs), `spirv`
+//! (SPIR-V modules) and `entry_points` (a module's compute entries). It has no native layer (wgpu and naga are Rust), no
 //! architecture (the adapter and driver key the pipeline cache instead) and
 //! no worker processes (naga validates in microseconds and cannot crash the
 //! process).
@@ -56,30 +73,37 @@
 #![warn(missing_docs)]
 
 mod compiler;
+mod constants;
 mod device;
 mod diagnostics;
+mod entry_points;
 mod error;
+mod features;
 mod kernel;
 mod key;
 mod launch;
 mod module;
 mod options;
 pub mod pipeline_cache;
+mod spirv;
 mod target;
 
 pub use compiler::{
-    NAGA_VERSION, ShaderBinding, WGPU_VERSION, WgpuArtifact, WgpuCompiler, WgpuLowered,
+    NAGA_VERSION, ShaderBinding, ShaderCode, WGPU_VERSION, WgpuArtifact, WgpuCompiler, WgpuLowered,
 };
 pub use device::{DriverIdentity, WgpuDevice};
+pub use entry_points::compute_entries;
 pub use error::Error;
+pub use features::{DEFAULT_COMPILE_ONLY_FEATURES, SHADER_FEATURES, feature_names, parse_features};
 pub use kernel::{
-    BindingLayout, BufferBinding, BufferKind, Constants, WgslGenerator, WgslKernel,
-    WgslKernelBuilder,
+    BindingLayout, BufferBinding, BufferKind, Constants, Language, SpirvGenerator, WgslGenerator,
+    WgslKernel, WgslKernelBuilder,
 };
 pub use key::WgpuKey;
 pub use module::WgpuPipeline;
 pub use options::WgpuVariant;
 pub use pipeline_cache::PipelineCacheState;
+pub use spirv::spirv_compute_entries;
 pub use target::WgpuTarget;
 
 /// wgpu, as kiln-wgpu uses it: build devices and buffers with this one.

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use kiln_core::store::ArtifactStore;
 use kiln_core::{ArtifactId, CompilationTarget, DeviceRefusal, StoreOutcome};
 
-use crate::compiler::{WgpuArtifact, WgpuCompiler};
+use crate::compiler::{ShaderCode, WgpuArtifact, WgpuCompiler};
 use crate::device::WgpuDevice;
 use crate::error::Error;
+use crate::features::{self, LoadedOn};
 use crate::kernel::{BindingLayout, BufferKind};
 use crate::module::{Loaded, OnDevice, WgpuPipeline};
 use crate::options::WgpuVariant;
@@ -49,6 +50,8 @@ pub struct WgpuTarget {
     pipeline_cache_state: PipelineCacheState,
     pipelines_made: usize,
     pipeline_time: Duration,
+    /// The features a compile-only target stands for.
+    compile_only_features: wgpu::Features,
     /// Pipelines of store hits being made on other threads, taken by `load`.
     prefetched: HashMap<ArtifactId<WgpuVariant>, Arc<PrefetchSlot>>,
 }
@@ -148,6 +151,33 @@ impl WgpuTarget {
         Self::new(None)
     }
 
+    /// A compile-only target standing for an adapter with `features`: a
+    /// kernel needing a shader feature outside them is refused at load as
+    /// on a device without it, so one folder of kernels gives the same
+    /// answer here as on every adapter with those features.
+    /// [`compile_only`](Self::compile_only) stands for
+    /// [`DEFAULT_COMPILE_ONLY_FEATURES`](crate::DEFAULT_COMPILE_ONLY_FEATURES)
+    /// (none); an adapter's are [`WgpuDevice::features`] on a machine that
+    /// has it, or [`parse_features`](crate::parse_features) of their names.
+    ///
+    /// ```
+    /// use kiln_wgpu::{WgpuTarget, wgpu};
+    ///
+    /// let target = WgpuTarget::compile_only_for(wgpu::Features::SHADER_F64);
+    /// assert_eq!(target.compile_only_features(), wgpu::Features::SHADER_F64);
+    /// ```
+    pub fn compile_only_for(features: wgpu::Features) -> Self {
+        let mut target = Self::compile_only();
+        target.compile_only_features = features;
+        target
+    }
+
+    /// The features a compile-only target stands for (see
+    /// [`compile_only_for`](Self::compile_only_for)).
+    pub fn compile_only_features(&self) -> wgpu::Features {
+        self.compile_only_features
+    }
+
     fn new(device: Option<WgpuDevice>) -> Self {
         Self {
             compiler: Arc::new(WgpuCompiler),
@@ -159,6 +189,7 @@ impl WgpuTarget {
             },
             pipelines_made: 0,
             pipeline_time: Duration::ZERO,
+            compile_only_features: features::DEFAULT_COMPILE_ONLY_FEATURES,
             prefetched: HashMap::new(),
         }
     }
@@ -294,13 +325,26 @@ impl WgpuTarget {
         cache: Option<&wgpu::PipelineCache>,
         artifact: &WgpuArtifact,
     ) -> Result<OnDevice, DeviceRefusal> {
+        features::check(
+            &artifact.entry,
+            &artifact.required_features,
+            device.features(),
+            &LoadedOn::Device {
+                adapter: &device.info().name,
+                adapter_features: device.adapter_features(),
+            },
+        )?;
         let wgpu_device = device.device();
         let label = Some(artifact.label.as_str());
         let (built, error) = device.capture(|| {
-            let module = wgpu_device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label,
-                source: wgpu::ShaderSource::Wgsl(artifact.source.as_str().into()),
-            });
+            let source = match &artifact.code {
+                ShaderCode::Wgsl(text) => wgpu::ShaderSource::Wgsl(text.as_str().into()),
+                ShaderCode::Spirv(bytes) => {
+                    wgpu::ShaderSource::SpirV(crate::spirv::words(bytes).into())
+                }
+            };
+            let module =
+                wgpu_device.create_shader_module(wgpu::ShaderModuleDescriptor { label, source });
             let explicit: Option<Vec<wgpu::BindGroupLayout>> = match &artifact.layout {
                 BindingLayout::Automatic => None,
                 BindingLayout::Explicit(groups) => Some(
@@ -429,7 +473,15 @@ impl CompilationTarget for WgpuTarget {
         artifact: &WgpuArtifact,
     ) -> Result<WgpuPipeline, DeviceRefusal> {
         let on_device = match &self.device {
-            None => None,
+            None => {
+                features::check(
+                    &artifact.entry,
+                    &artifact.required_features,
+                    self.compile_only_features,
+                    &LoadedOn::CompileOnly,
+                )?;
+                None
+            }
             Some(device) => {
                 let (built, took) = match self.prefetched.remove(id).and_then(|slot| slot.take()) {
                     Some(done) => done,

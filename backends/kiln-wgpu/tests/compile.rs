@@ -47,7 +47,10 @@ fn valid_wgsl_compiles_to_an_artifact_with_its_entry_workgroup_size_and_bindings
             binding(2, BufferKind::Storage),
         ]
     );
-    assert_eq!(artifact.source, support::example("saxpy.wgsl"));
+    assert_eq!(
+        artifact.code,
+        kiln_wgpu::ShaderCode::Wgsl(support::example("saxpy.wgsl"))
+    );
 
     let mut loader = support::loader(target);
     let pipeline = loader

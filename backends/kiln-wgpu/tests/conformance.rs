@@ -1,6 +1,7 @@
 //! The core conformance suite (the L, S, D and K rules) against real naga
 //! (B4): compile-only everywhere, and on the Vulkan adapter where there is
-//! one (lavapipe in CI, the NVIDIA driver on the H200). Both keep their
+//! one (lavapipe in CI, the NVIDIA driver on the H200), for WGSL kernels
+//! and for SPIR-V kernels born in GLSL (kiln-spirv-kernels). Each keeps its
 //! artifacts in a fresh disk store per target.
 
 mod support;
@@ -122,4 +123,124 @@ mod compile_only {
 
 mod on_device {
     kiln_core::conformance_suite!(super::Wgpu::on_device());
+}
+
+/// The wgpu backend as the suite's subject, on SPIR-V kernels: the same
+/// target, kernels made of the GLSL-born modules of kiln-spirv-kernels.
+struct Spirv {
+    device: Option<WgpuDevice>,
+    scale_bias: &'static [u8],
+    huge_workgroup: &'static [u8],
+}
+
+impl Spirv {
+    fn modules(device: Option<WgpuDevice>) -> Result<Self, String> {
+        Ok(Self {
+            device,
+            scale_bias: kiln_spirv_kernels::module("scale_bias")?,
+            huge_workgroup: kiln_spirv_kernels::module("huge_workgroup")?,
+        })
+    }
+
+    fn compile_only() -> Result<Self, String> {
+        Self::modules(None)
+    }
+
+    fn on_device() -> Result<Self, String> {
+        Self::modules(Some(support::device_or_reason()?))
+    }
+}
+
+impl ConformanceSubject for Spirv {
+    type Target = WgpuTarget;
+
+    fn target(&self) -> WgpuTarget {
+        Wgpu {
+            device: self.device.clone(),
+        }
+        .target()
+    }
+
+    fn variant(&self) -> WgpuVariant {
+        WgpuVariant
+    }
+
+    fn distinct(&self, index: usize) -> Box<WgslKernel> {
+        // One module, another specialization per index: another text.
+        Box::new(
+            WgslKernel::builder(
+                KernelId::named("conformance.spirv.distinct").parameter(&index),
+                "main",
+            )
+            .constant("FACTOR", index as f64)
+            .spirv(self.scale_bias),
+        )
+    }
+
+    fn sharing_source(&self, index: usize) -> Box<WgslKernel> {
+        let bytes = self.scale_bias;
+        Box::new(
+            WgslKernel::builder(
+                KernelId::named("conformance.spirv.sharing").parameter(&index),
+                "main",
+            )
+            .spirv_generator(move || Ok(bytes.to_vec())),
+        )
+    }
+
+    fn failing(&self, index: usize) -> Box<WgslKernel> {
+        // The module cut short: naga's SPIR-V front end refuses it.
+        let bytes = self.scale_bias;
+        Box::new(
+            WgslKernel::builder(
+                KernelId::named("conformance.spirv.failing").parameter(&index),
+                "main",
+            )
+            .spirv_generator(move || Ok(bytes[..bytes.len() - 12].to_vec())),
+        )
+    }
+
+    fn failures_have_lines(&self) -> bool {
+        // A module is words, not lines: its failures name the file and the
+        // entry point instead.
+        false
+    }
+
+    fn panicking(&self, index: usize) -> Option<Box<WgslKernel>> {
+        Some(Box::new(
+            WgslKernel::builder(
+                KernelId::named("conformance.spirv.panicking").parameter(&index),
+                "main",
+            )
+            .spirv_generator(move || -> Result<Vec<u8>, kiln_core::CompileFailure> {
+                panic!("SPIR-V generator {index} panicked")
+            }),
+        ))
+    }
+
+    fn refused(&self, index: usize) -> Option<Box<WgslKernel>> {
+        // A 1024 x 1024 workgroup: valid SPIR-V, past every device's limits.
+        self.device.as_ref()?;
+        Some(Box::new(
+            WgslKernel::builder(
+                KernelId::named("conformance.spirv.refused").parameter(&index),
+                "main",
+            )
+            .spirv(self.huge_workgroup),
+        ))
+    }
+
+    fn switch_store(&self, target: &mut WgpuTarget) -> bool {
+        let current = std::mem::replace(target, WgpuTarget::compile_only());
+        *target = current.with_store(support::fresh_store("conformance-spirv-switched"));
+        true
+    }
+}
+
+mod spirv_compile_only {
+    kiln_core::conformance_suite!(super::Spirv::compile_only());
+}
+
+mod spirv_on_device {
+    kiln_core::conformance_suite!(super::Spirv::on_device());
 }

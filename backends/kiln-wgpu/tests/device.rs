@@ -541,3 +541,79 @@ fn b5_a_loaded_pipeline_runs_in_the_programs_own_command_encoder() {
     let expected: Vec<f32> = input.iter().map(|x| (x * 2.0 + 3.0) * 2.0 + 3.0).collect();
     assert_eq!(read(&device, &copy, n), expected);
 }
+
+/// WGSL whose constant is declared with a number, as real kernels do.
+const GAIN_BY_ID: &str = "@id(1300) override gain: f32 = 1.0;\n\
+    @group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
+    @compute @workgroup_size(64)\n\
+    fn main(@builtin(global_invocation_id) id: vec3<u32>) {\n\
+    \x20   if id.x < arrayLength(&data) { data[id.x] = data[id.x] * gain; }\n\
+    }\n";
+
+// B6: an `@id(1300)` override is set by its number or by its name, and the
+// pipeline gets the value either way.
+#[test]
+fn an_override_declared_with_an_id_is_set_by_number_or_name() {
+    let Some(device) = support::device("@id overrides") else {
+        return;
+    };
+    for (key, value) in [("1300", 1.5f32), ("gain", -3.0)] {
+        let kernel = WgslKernel::builder(KernelId::named("tests.gain").parameter(key), "main")
+            .constant(key, f64::from(value))
+            .source(GAIN_BY_ID);
+        let pipeline = load(&device, &kernel);
+        let input: Vec<f32> = (0..200).map(|index| index as f32).collect();
+        let data = storage(&device, &input);
+        device
+            .dispatch(&pipeline, &[(0, 0, &data)], [4, 1, 1])
+            .expect("the dispatch runs");
+        let expected: Vec<f32> = input.iter().map(|x| x * value).collect();
+        assert_eq!(read(&device, &data, input.len()), expected, "{key}={value}");
+    }
+}
+
+/// One WGSL file of two compute entry points (and a vertex one).
+const PASSES: &str = "@group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
+    @compute @workgroup_size(64)\n\
+    fn forward(@builtin(global_invocation_id) id: vec3<u32>) {\n\
+    \x20   if id.x < arrayLength(&data) { data[id.x] = data[id.x] * 2.0 + 1.0; }\n\
+    }\n\
+    @vertex fn draw() -> @builtin(position) vec4<f32> { return vec4<f32>(); }\n\
+    @compute @workgroup_size(32)\n\
+    fn backward(@builtin(global_invocation_id) id: vec3<u32>) {\n\
+    \x20   if id.x < arrayLength(&data) { data[id.x] = (data[id.x] - 1.0) * 0.5; }\n\
+    }\n";
+
+// B6: every @compute entry of one WGSL text is a kernel, loaded by name.
+#[test]
+fn every_compute_entry_of_one_wgsl_file_loads_by_name_and_runs() {
+    let Some(device) = support::device("WGSL entries") else {
+        return;
+    };
+    let entries = kiln_wgpu::compute_entries(PASSES).expect("the file parses");
+    assert_eq!(entries, ["forward", "backward"]);
+    let pipelines: Vec<WgpuPipeline> = entries
+        .iter()
+        .map(|entry| {
+            load(
+                &device,
+                &WgslKernel::builder(KernelId::named("tests.passes"), entry.as_str())
+                    .label("passes.wgsl")
+                    .source(PASSES),
+            )
+        })
+        .collect();
+    assert_eq!(pipelines[0].workgroup_size(), [64, 1, 1]);
+    assert_eq!(pipelines[1].workgroup_size(), [32, 1, 1]);
+    let input: Vec<f32> = (0..500).map(|index| index as f32 * 0.5 - 100.0).collect();
+    let data = storage(&device, &input);
+    device
+        .dispatch(&pipelines[0], &[(0, 0, &data)], [8, 1, 1])
+        .expect("forward runs");
+    let forward: Vec<f32> = input.iter().map(|x| x * 2.0 + 1.0).collect();
+    assert_eq!(read(&device, &data, input.len()), forward);
+    device
+        .dispatch(&pipelines[1], &[(0, 0, &data)], [16, 1, 1])
+        .expect("backward runs");
+    assert_eq!(read(&device, &data, input.len()), input);
+}

@@ -289,3 +289,61 @@ pub fn assert_close(what: &str, got: &[f32], expected: &[f32], tolerance: f32) {
         );
     }
 }
+
+/// The SPIR-V module `name` of kiln-spirv-kernels (GLSL compiled when the
+/// tests were built, embedded in them), or `None` after printing why
+/// `what` skips (a failure instead when `KILN_REQUIRE_DEVICE=1`).
+pub fn spirv(what: &str, name: &str) -> Option<&'static [u8]> {
+    match kiln_spirv_kernels::module(name) {
+        Ok(bytes) => Some(bytes),
+        Err(reason) => {
+            kiln_core::conformance::skip(what, &reason);
+            None
+        }
+    }
+}
+
+/// A SPIR-V kernel of module `name`'s `entry`, with `constants`.
+pub fn spirv_kernel(
+    bytes: &[u8],
+    name: &str,
+    entry: &str,
+    constants: &[(&str, f64)],
+) -> WgslKernel {
+    let mut builder = WgslKernel::builder(KernelId::named("tests.spirv").parameter(name), entry)
+        .label(format!("{name}.spv"));
+    for (constant, value) in constants {
+        builder = builder.constant(*constant, *value);
+    }
+    builder.spirv(bytes)
+}
+
+/// A device on the Vulkan adapter here created by the test itself with no
+/// optional feature, as a program's own device may be; `None` where there
+/// is no adapter.
+pub fn featureless_device() -> Option<WgpuDevice> {
+    let instance = kiln_wgpu::wgpu::Instance::new(kiln_wgpu::wgpu::InstanceDescriptor {
+        backends: kiln_wgpu::wgpu::Backends::VULKAN,
+        ..kiln_wgpu::wgpu::InstanceDescriptor::new_without_display_handle()
+    });
+    let adapter = ready(instance.request_adapter(&Default::default())).ok()?;
+    let (device, queue) = ready(adapter.request_device(&kiln_wgpu::wgpu::DeviceDescriptor {
+        label: Some("featureless"),
+        required_features: kiln_wgpu::wgpu::Features::empty(),
+        ..Default::default()
+    }))
+    .ok()?;
+    Some(WgpuDevice::new(device, queue))
+}
+
+/// The output of a future wgpu's native backend has ready at once.
+fn ready<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        std::thread::yield_now();
+    }
+}

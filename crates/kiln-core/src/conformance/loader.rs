@@ -536,10 +536,12 @@ pub fn d2_a_failure_leads_with_its_first_error<S: ConformanceSubject>(subject: &
         .first_error()
         .expect("a failed compile has an error");
     assert_eq!(first.severity, Severity::Error);
-    assert!(
-        first.location.is_some(),
-        "the first error is located: {first}"
-    );
+    if subject.failures_have_lines() {
+        assert!(
+            first.location.is_some(),
+            "the first error is located: {first}"
+        );
+    }
     let message = error.to_string();
     assert!(
         message.contains(&first.to_string()),

@@ -137,6 +137,13 @@ pub trait ConformanceSubject {
     /// different indices give different ids.
     fn failing(&self, index: usize) -> Box<KernelOf<Self::Target>>;
 
+    /// Whether the errors of [`failing`](Self::failing) have a line: `false`
+    /// for a binary source such as a SPIR-V module, which has none (D2 says
+    /// "when known").
+    fn failures_have_lines(&self) -> bool {
+        true
+    }
+
     /// A kernel whose generator panics, if the backend's kernels run user
     /// generators.
     fn panicking(&self, _index: usize) -> Option<Box<KernelOf<Self::Target>>> {

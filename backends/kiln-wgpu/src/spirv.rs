@@ -1,0 +1,149 @@
+//! SPIR-V kernels: the module's bytes as the text their key and sharing
+//! are made of, and naga's SPIR-V front end, with the options wgpu reads
+//! SPIR-V with, so the module kiln validates is the one the device builds.
+//!
+//! The lowered text of a SPIR-V kernel is its bytes in hexadecimal, 32 a
+//! line: every byte is in the key (P1) and two kernels of the same module
+//! and pipeline share one artifact, as two WGSL kernels of the same text do.
+
+use std::fmt::Write as _;
+
+use kiln_core::CompileFailure;
+
+/// Bytes per line of the hexadecimal text.
+const LINE: usize = 32;
+
+/// The SPIR-V magic number, as the first word of a little-endian module.
+const MAGIC: u32 = 0x0723_0203;
+
+/// `bytes` in hexadecimal, appended to `text`.
+pub(crate) fn hex_into(bytes: &[u8], text: &mut String) {
+    text.reserve(bytes.len() * 2 + bytes.len() / LINE + 1);
+    for line in bytes.chunks(LINE) {
+        for byte in line {
+            let _ = write!(text, "{byte:02x}");
+        }
+        text.push('\n');
+    }
+}
+
+/// The bytes of a text [`hex_into`] wrote; `None` when it is not one.
+pub(crate) fn from_hex(text: &str) -> Option<Vec<u8>> {
+    let digits: Vec<u8> = text.bytes().filter(|byte| *byte != b'\n').collect();
+    if !digits.len().is_multiple_of(2) {
+        return None;
+    }
+    digits
+        .chunks(2)
+        .map(|pair| {
+            let high = char::from(pair[0]).to_digit(16)?;
+            let low = char::from(pair[1]).to_digit(16)?;
+            u8::try_from(high * 16 + low).ok()
+        })
+        .collect()
+}
+
+/// The module's words, as wgpu takes them.
+pub(crate) fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(4)
+        .map(|word| u32::from_le_bytes([word[0], word[1], word[2], word[3]]))
+        .collect()
+}
+
+/// Reads a SPIR-V module with naga's front end, as wgpu does: no
+/// coordinate flip, only the capabilities naga knows.
+///
+/// # Errors
+///
+/// Bytes that are not a little-endian SPIR-V module, or naga's refusal,
+/// naming `label` and the entry point asked for, if one was.
+pub(crate) fn parse(
+    bytes: &[u8],
+    label: &str,
+    entry: Option<&str>,
+) -> Result<naga::Module, CompileFailure> {
+    let of_entry = entry.map_or_else(String::new, |entry| format!(" of entry `{entry}`"));
+    let refused = |why: String| {
+        CompileFailure::message(format!(
+            "{label}: naga's SPIR-V front end refused the module{of_entry}: {why}"
+        ))
+    };
+    if bytes.len() < 20 || !bytes.len().is_multiple_of(4) {
+        return Err(refused(format!(
+            "{} bytes is not a SPIR-V module (a header of 20 bytes and whole 4-byte words)",
+            bytes.len()
+        ))
+        .with_hint("give the bytes of a .spv file as glslangValidator -V or spirv-as write it"));
+    }
+    if words(&bytes[..4]) != [MAGIC] {
+        return Err(
+            refused("it does not start with SPIR-V's magic number".to_owned()).with_hint(
+                "give the bytes of a .spv file as glslangValidator -V or spirv-as write it \
+                 (little-endian words)",
+            ),
+        );
+    }
+    let options = naga::front::spv::Options {
+        adjust_coordinate_space: false,
+        strict_capabilities: true,
+        block_ctx_dump_prefix: None,
+    };
+    naga::front::spv::parse_u8_slice(bytes, &options).map_err(|error| {
+        refused(error.to_string()).with_hint(
+            "naga reads the SPIR-V that wgpu can run; spirv-val says whether the module is \
+             valid SPIR-V at all",
+        )
+    })
+}
+
+/// The names of a SPIR-V module's `GLCompute` entry points, in the
+/// module's order: every one can be a kernel of its own (B6), made with
+/// [`WgslKernelBuilder::spirv`](crate::WgslKernelBuilder::spirv) from the
+/// same bytes.
+///
+/// ```
+/// # let spirv: Vec<u8> = Vec::new();
+/// // `spirv`: a .spv file's bytes.
+/// match kiln_wgpu::spirv_compute_entries(&spirv) {
+///     Ok(entries) => println!("kernels: {}", entries.join(", ")),
+///     Err(failure) => println!("not a module naga reads: {failure}"),
+/// }
+/// ```
+///
+/// # Errors
+///
+/// The bytes are not a SPIR-V module naga reads.
+pub fn spirv_compute_entries(bytes: &[u8]) -> Result<Vec<String>, CompileFailure> {
+    let module = parse(bytes, "SPIR-V", None)?;
+    Ok(crate::entry_points::compute_names(&module))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips_every_byte() {
+        let bytes: Vec<u8> = (0..=255).chain(0..70).collect();
+        let mut text = String::new();
+        hex_into(&bytes, &mut text);
+        assert_eq!(text.lines().count(), bytes.len().div_ceil(LINE));
+        assert_eq!(from_hex(&text), Some(bytes));
+        assert_eq!(from_hex("0g"), None);
+        assert_eq!(from_hex("012"), None);
+    }
+
+    // B6: a module naga refuses fails with naga's reason and the entry.
+    #[test]
+    fn bytes_that_are_no_module_are_refused_naming_the_entry() {
+        let failure = parse(&[1, 2, 3, 4, 5], "bad.spv", Some("main")).expect_err("five bytes");
+        let message = failure.to_string();
+        assert!(
+            message.contains("bad.spv") && message.contains("`main`"),
+            "{message}"
+        );
+        let failure = parse(&[0; 40], "zeros.spv", None).expect_err("no magic number");
+        assert!(failure.to_string().contains("magic"), "{failure}");
+    }
+}
