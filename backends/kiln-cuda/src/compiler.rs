@@ -19,6 +19,17 @@ use crate::key::CudaKey;
 use crate::nvrtc::{CompileRequest, Nvrtc, NvrtcVersion};
 use crate::resources::{self, VERBOSE_PTXAS};
 
+/// The name NVRTC is given for every program, whatever the kernel's own:
+/// NVRTC writes it into the cubin's line table (`-lineinfo`) and into
+/// `__FILE__`, and one text must make one artifact under every kernel name
+/// (P14). Diagnostics name the kernel's own program name instead.
+pub(crate) const PROGRAM_NAME: &str = "kernel.cu";
+
+/// Keeps NVRTC from searching the folder of the program, which for a
+/// program of no folder is the working directory: kiln hands it every
+/// header in memory (P13), so nothing is read from disk behind the key.
+pub(crate) const NO_SOURCE_INCLUDE: &str = "--no-source-include";
+
 /// The compile choice of a CUDA target: the architecture of its device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CudaVariant {
@@ -192,6 +203,21 @@ impl CudaCompiler {
             lowered.entry
         );
         let mut names_entry = false;
+        // NVRTC knows the program as PROGRAM_NAME; its author, by its own.
+        let log = log.replace(
+            &format!("\"{PROGRAM_NAME}\""),
+            &format!("\"{}\"", lowered.program_name),
+        );
+        let log = log
+            .lines()
+            .map(|line| match line.strip_prefix(PROGRAM_NAME) {
+                Some(rest) if rest.starts_with('(') => format!("{}{rest}", lowered.program_name),
+                _ => line.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let log = log.as_str();
+        let opens_a_file = log.contains("open source file");
         let diagnostics: Vec<Diagnostic> = diagnostics::parse(log)
             .into_iter()
             .map(|mut diagnostic| {
@@ -214,6 +240,14 @@ impl CudaCompiler {
         let mut failure = CompileFailure::new(diagnostics).with_log(log);
         if names_entry {
             failure = failure.with_hint(entry_hint);
+        } else if opens_a_file {
+            failure = failure.with_hint(
+                "NVRTC reads no header from disk: kiln hands it each one in memory. A fixed \
+                 source's includes are found beside its file (source_folder), in its include \
+                 folders (include_folder; kiln warm: --include DIR or `// kiln include: DIR`) \
+                 and the CUDA toolkit's (KILN_CUDA_INCLUDE); a generated source's headers are \
+                 given with header(name, text)",
+            );
         } else if invalid_option {
             failure = failure.with_hint(if log.contains("gpu-architecture") {
                 format!(
@@ -249,13 +283,23 @@ impl ArtifactCompiler for CudaCompiler {
         kernel: &CudaKernel,
         id: &ArtifactId<CudaVariant>,
     ) -> Result<CudaLowered, CompileFailure> {
+        if let Some(reason) = kernel.include_failure() {
+            // The setup's, not the source's: never remembered (P11), so the
+            // header added or the folder given compiles at once.
+            return Err(CompileFailure::message(reason.to_owned()).not_the_kernels());
+        }
         kernel.options().check_defines().map_err(|error| {
             CompileFailure::message(error.to_string())
                 .with_hint("name each define with an identifier and give it a one-line value")
         })?;
+        kernel.options().check_flags().map_err(|error| {
+            CompileFailure::message(error.to_string())
+                .with_hint("give headers with the kernel builder's include_folder or header")
+        })?;
         let architecture = kernel.options().architecture_on(id.variant.architecture);
         let source = kernel.generate(architecture)?;
-        let arguments = kernel.options().arguments(id.variant.architecture);
+        let mut arguments = kernel.options().arguments(id.variant.architecture);
+        arguments.push(NO_SOURCE_INCLUDE.to_owned());
         let headers: Vec<(String, String)> = kernel
             .headers()
             .iter()
@@ -297,7 +341,7 @@ impl ArtifactCompiler for CudaCompiler {
         let mut arguments = lowered.arguments.clone();
         arguments.push(VERBOSE_PTXAS.to_owned());
         let request = CompileRequest {
-            program_name: &lowered.program_name,
+            program_name: PROGRAM_NAME,
             source: &lowered.text,
             headers: &lowered.headers,
             arguments: &arguments,

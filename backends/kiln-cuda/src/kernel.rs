@@ -2,11 +2,12 @@
 //! launch, the options to compile with and the headers the source includes.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use kiln_core::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
 use kiln_cxx::FixedSource;
-pub use kiln_cxx::{EntryPoint, Header, SourceGenerator};
+pub use kiln_cxx::{EntryPoint, Header, IncludeSearch, SourceGenerator};
 
 use crate::architecture::Architecture;
 use crate::options::CudaOptions;
@@ -50,6 +51,9 @@ pub struct CudaKernel {
     entry: EntryPoint,
     options: CudaOptions,
     headers: Vec<Header>,
+    /// Why its includes could not be resolved, when they could not: the
+    /// kernel then fails to lower with this reason, compiling nothing.
+    include_failure: Option<String>,
     generator: Arc<dyn SourceGenerator<Architecture>>,
 }
 
@@ -63,6 +67,7 @@ impl CudaKernel {
             entry: entry.into(),
             options: CudaOptions::default(),
             headers: Vec::new(),
+            search: IncludeSearch::new(),
         }
     }
 
@@ -81,9 +86,16 @@ impl CudaKernel {
         &self.options
     }
 
-    /// The headers the source may include.
+    /// The headers the source may include: those supplied, and for a fixed
+    /// source every header its includes reach (P13).
     pub fn headers(&self) -> &[Header] {
         &self.headers
+    }
+
+    /// Why the source's includes could not be resolved, when they could
+    /// not; such a kernel fails to lower with this reason.
+    pub fn include_failure(&self) -> Option<&str> {
+        self.include_failure.as_deref()
     }
 
     /// Runs the generator.
@@ -135,6 +147,7 @@ pub struct CudaKernelBuilder {
     entry: EntryPoint,
     options: CudaOptions,
     headers: Vec<Header>,
+    search: IncludeSearch,
 }
 
 impl CudaKernelBuilder {
@@ -151,17 +164,58 @@ impl CudaKernelBuilder {
         self
     }
 
-    /// Supplies a header the source includes as `#include "name"`.
+    /// Supplies a header the source includes as `#include "name"` (or
+    /// `<name>`), with its text: it is never looked for on disk.
     pub fn header(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
         self.headers.push(Header::new(name, text));
         self
     }
 
+    /// The folder of the file a fixed [`source`](Self::source) was read
+    /// from: its quoted includes are looked for there first, as a C
+    /// compiler looks beside the including file. The working directory is
+    /// never searched.
+    pub fn source_folder(mut self, folder: impl Into<PathBuf>) -> Self {
+        self.search.source_folder = Some(folder.into());
+        self
+    }
+
+    /// Adds an include folder, searched (in the order added) for a fixed
+    /// source's includes after its own folder and before the toolkit's
+    /// ([`toolkit::include_folder`](crate::toolkit::include_folder)).
+    pub fn include_folder(mut self, folder: impl Into<PathBuf>) -> Self {
+        self.search.folders.push(folder.into());
+        self
+    }
+
     /// Finishes the kernel with a fixed source, whose text joins its id.
-    pub fn source(self, source: impl Into<String>) -> CudaKernel {
+    ///
+    /// kiln resolves the text's includes itself (P13): every header they
+    /// reach, searched as [`source_folder`](Self::source_folder) and
+    /// [`include_folder`](Self::include_folder) say, is read here, handed
+    /// to NVRTC in memory and folded into the id by its text, so an edited
+    /// header compiles again and the working directory changes nothing.
+    /// An include that cannot be resolved makes a kernel that fails to
+    /// lower, saying which include and where it looked.
+    pub fn source(mut self, source: impl Into<String>) -> CudaKernel {
         let source: Arc<str> = Arc::from(source.into());
-        let id = self.id.bytes(source.as_bytes());
-        Self { id, ..self }.finish(Arc::new(FixedSource::new(source)))
+        let mut search = std::mem::take(&mut self.search);
+        search.toolkit = crate::toolkit::include_folders();
+        let label = self.program_name.clone().unwrap_or_else(|| "the source".to_owned());
+        let include_failure = match search.resolve(&source, &label, &self.headers) {
+            Ok(found) => {
+                self.headers.extend(found);
+                None
+            }
+            Err(error) => Some(error.to_string()),
+        };
+        let mut id = self.id.bytes(source.as_bytes());
+        if let Some(failure) = &include_failure {
+            id = id.parameter(failure.as_str());
+        }
+        let mut kernel = Self { id, ..self }.finish(Arc::new(FixedSource::new(source)));
+        kernel.include_failure = include_failure;
+        kernel
     }
 
     /// Finishes the kernel with a generator, which kiln runs when it
@@ -200,6 +254,7 @@ impl CudaKernelBuilder {
             entry: self.entry,
             options: self.options,
             headers: self.headers,
+            include_failure: None,
             generator,
         }
     }

@@ -426,6 +426,10 @@ impl ArtifactCompiler for HipCompiler {
         kernel: &HipKernel,
         id: &ArtifactId<HipVariant>,
     ) -> Result<HipLowered, CompileFailure> {
+        if let Some(reason) = kernel.include_failure() {
+            // The setup's, not the source's: never remembered (P11).
+            return Err(CompileFailure::message(reason.to_owned()).not_the_kernels());
+        }
         // The generator's failure is the kernel's, unchanged: its message
         // and hint are the generator's own words.
         let source = kernel.generate(id.variant.architecture.clone())?;

@@ -2,11 +2,12 @@
 //! the options to compile with and the headers the source includes.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use kiln_core::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
 use kiln_cxx::FixedSource;
-pub use kiln_cxx::{EntryPoint, Header, SourceGenerator};
+pub use kiln_cxx::{EntryPoint, Header, IncludeSearch, SourceGenerator};
 
 use crate::architecture::Architecture;
 use crate::options::HipOptions;
@@ -52,6 +53,8 @@ pub struct HipKernel {
     entry: EntryPoint,
     options: HipOptions,
     headers: Vec<Header>,
+    /// Why its includes could not be resolved, when they could not.
+    include_failure: Option<String>,
     generator: Arc<dyn SourceGenerator<Architecture>>,
 }
 
@@ -64,6 +67,7 @@ impl HipKernel {
             entry: entry.into(),
             options: HipOptions::default(),
             headers: Vec::new(),
+            search: IncludeSearch::new(),
         }
     }
 
@@ -77,9 +81,16 @@ impl HipKernel {
         &self.options
     }
 
-    /// The headers.
+    /// The headers: those supplied, and for a fixed source every header
+    /// its includes reach (P13).
     pub fn headers(&self) -> &[Header] {
         &self.headers
+    }
+
+    /// Why the source's includes could not be resolved, when they could
+    /// not; such a kernel fails to lower with this reason.
+    pub fn include_failure(&self) -> Option<&str> {
+        self.include_failure.as_deref()
     }
 
     /// Runs the generator.
@@ -129,6 +140,7 @@ pub struct HipKernelBuilder {
     entry: EntryPoint,
     options: HipOptions,
     headers: Vec<Header>,
+    search: IncludeSearch,
 }
 
 impl HipKernelBuilder {
@@ -144,11 +156,46 @@ impl HipKernelBuilder {
         self
     }
 
+    /// The folder of the file a fixed [`source`](Self::source) was read
+    /// from: its quoted includes are looked for there first. The working
+    /// directory is never searched.
+    pub fn source_folder(mut self, folder: impl Into<PathBuf>) -> Self {
+        self.search.source_folder = Some(folder.into());
+        self
+    }
+
+    /// Adds an include folder, searched (in the order added) for a fixed
+    /// source's includes after its own folder.
+    pub fn include_folder(mut self, folder: impl Into<PathBuf>) -> Self {
+        self.search.folders.push(folder.into());
+        self
+    }
+
     /// Finishes the kernel with a fixed source, whose text joins its id.
-    pub fn source(self, source: impl Into<String>) -> HipKernel {
+    ///
+    /// kiln resolves the text's includes itself (P13): every header they
+    /// reach is read here, handed to hipRTC in memory and folded into the
+    /// id by its text; `<hip/...>` headers that no folder holds are
+    /// hipRTC's own. An include that cannot be resolved makes a kernel
+    /// that fails to lower, saying which include and where it looked.
+    pub fn source(mut self, source: impl Into<String>) -> HipKernel {
         let source: Arc<str> = Arc::from(source.into());
-        let id = self.id.parameter(&0u8).bytes(source.as_bytes());
-        Self { id, ..self }.finish(Arc::new(FixedSource::new(source)))
+        let mut search = std::mem::take(&mut self.search);
+        search.compiler_folders = vec!["hip".to_owned()];
+        let include_failure = match search.resolve(&source, "the source", &self.headers) {
+            Ok(found) => {
+                self.headers.extend(found);
+                None
+            }
+            Err(error) => Some(error.to_string()),
+        };
+        let mut id = self.id.parameter(&0u8).bytes(source.as_bytes());
+        if let Some(failure) = &include_failure {
+            id = id.parameter(failure.as_str());
+        }
+        let mut kernel = Self { id, ..self }.finish(Arc::new(FixedSource::new(source)));
+        kernel.include_failure = include_failure;
+        kernel
     }
 
     /// Finishes the kernel with a generator, which kiln runs when it
@@ -178,6 +225,7 @@ impl HipKernelBuilder {
             entry: self.entry,
             options: self.options,
             headers: self.headers,
+            include_failure: None,
             generator,
         }
     }

@@ -46,9 +46,13 @@ pub struct IncludeSearch {
     pub source_folder: Option<PathBuf>,
     /// The include folders, searched in order.
     pub folders: Vec<PathBuf>,
-    /// The toolkit's include folder (CUDA's `cuda_fp16.h`,
-    /// `cooperative_groups.h`), searched last.
-    pub toolkit: Option<PathBuf>,
+    /// The toolkit's include folders (CUDA's `cuda_fp16.h`,
+    /// `cooperative_groups.h`, and CCCL's `cuda/std/...`), searched last.
+    pub toolkit: Vec<PathBuf>,
+    /// Folders of angle includes the compiler holds itself (`hip/` for
+    /// hipRTC's `<hip/hip_runtime.h>`): left to it when no folder holds
+    /// them, keyed by the compiler's identity.
+    pub compiler_folders: Vec<String>,
 }
 
 /// Why a kernel's includes could not be resolved.
@@ -258,7 +262,12 @@ impl IncludeSearch {
                     .map(|(folder, in_toolkit)| (folder.join(&name), *in_toolkit))
                     .find(|(path, _)| path.is_file());
                 let Some((path, in_toolkit)) = found else {
-                    if file.in_toolkit || directive.conditional {
+                    let compilers = !quoted
+                        && self
+                            .compiler_folders
+                            .iter()
+                            .any(|folder| name.starts_with(&format!("{folder}/")));
+                    if file.in_toolkit || directive.conditional || compilers {
                         continue;
                     }
                     return Err(IncludeError::NotFound {
@@ -316,11 +325,32 @@ impl IncludeSearch {
             folders.push((folder.to_path_buf(), false));
         }
         folders.extend(self.folders.iter().map(|folder| (folder.clone(), false)));
-        if let Some(toolkit) = &self.toolkit {
-            folders.push((toolkit.clone(), true));
-        }
+        folders.extend(self.toolkit.iter().map(|folder| (folder.clone(), true)));
         folders
     }
+}
+
+/// Whether a compiler option names a file or an include folder (`-I`,
+/// `--include-path`, `-include`, `--pre-include`, `-isystem`, `-iquote`,
+/// `-idirafter`, `-o`, dependency outputs): such an option would make the
+/// compiler read or write behind the key, so no backend passes one on.
+pub fn names_a_file(option: &str) -> bool {
+    const PREFIXES: [&str; 12] = [
+        "-I",
+        "--include-path",
+        "-include",
+        "--include",
+        "--pre-include",
+        "-isystem",
+        "-iquote",
+        "-idirafter",
+        "-imacros",
+        "-M",
+        "--dependency",
+        "--output",
+    ];
+    let option = option.trim();
+    option == "-o" || option.starts_with("-o=") || PREFIXES.iter().any(|prefix| option.starts_with(prefix))
 }
 
 fn read_header(path: &Path) -> Result<String, IncludeError> {
@@ -505,7 +535,7 @@ mod tests {
         let search = IncludeSearch {
             source_folder: Some(root.join("kernels")),
             folders: vec![root.join("include")],
-            toolkit: None,
+            ..IncludeSearch::default()
         };
         let headers = search
             .resolve("#include \"common.h\"\n#include <lib.h>\n", "k.cu", &[])
@@ -533,8 +563,12 @@ mod tests {
         let search = IncludeSearch {
             source_folder: Some(root.clone()),
             folders: vec![root.join("include")],
-            toolkit: None,
+            compiler_folders: vec!["hip".to_owned()],
+            ..IncludeSearch::default()
         };
+        search
+            .resolve("#include <hip/hip_runtime.h>\n", "k.hip", &[])
+            .expect("the compiler's own header is left to it");
         let error = search
             .resolve("\n#include \"missing.h\"\n", "k.cu", &[])
             .expect_err("missing");

@@ -31,7 +31,7 @@ mod standard;
 pub use entry::EntryPoint;
 pub use generator::{FixedSource, SourceGenerator, source_cost};
 pub use header::Header;
-pub use include::{IncludeError, IncludeSearch};
+pub use include::{IncludeError, IncludeSearch, names_a_file};
 pub use launch::{DeviceAddress, KernelArgument, LaunchConfig};
 pub use scalar::DeviceScalar;
 pub use standard::CxxStandard;

@@ -1,0 +1,282 @@
+//! Every byte a compile reads is in its key (P13), and one text is one
+//! artifact whatever its kernel's name (P14): headers found by kiln beside
+//! the file, in include folders and in the toolkit, handed to NVRTC in
+//! memory, against real NVRTC and a real disk store.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use kiln_core::{Kernel, KernelId};
+use kiln_cuda::{CudaKernel, CudaOptions, CudaTarget};
+
+use support::{Scratch, compile, compile_only, disk_store, id_on, loader};
+
+/// Set in a second process: the folder it runs in, which holds a header
+/// that must never be read.
+const CHILD: &str = "KILN_CUDA_INCLUDES_CHILD";
+
+/// A kernel of `file` in `folder`, as a program that reads its kernel files
+/// builds it: the text, and the file's folder for its quoted includes.
+fn from_file(family: &'static str, folder: &Path, file: &str, entry: &str) -> CudaKernel {
+    let text = std::fs::read_to_string(folder.join(file)).expect("the kernel file");
+    CudaKernel::builder(KernelId::named(family), entry)
+        .program_name(file)
+        .source_folder(folder)
+        .source(text)
+}
+
+const USES_COMMON: &str = "#include \"common.h\"\n\
+     extern \"C\" __global__ void scaled(float* y) { y[threadIdx.x] *= SCALE; }\n";
+const USES_NOTHING: &str = "extern \"C\" __global__ void plain(float* y) { y[threadIdx.x] = 1.0f; }\n";
+
+fn target_on(store_root: &Path, what: &str) -> Option<CudaTarget> {
+    Some(compile_only(what)?.with_store(disk_store(store_root)))
+}
+
+/// Loads every kernel on a fresh loader over the store at `store_root` and
+/// answers (compiled, from the store, rekeyed).
+fn load_all(store_root: &Path, kernels: &[CudaKernel]) -> (u64, u64, u64) {
+    let target = target_on(store_root, "P13").expect("NVRTC, checked by the caller");
+    let mut loader = loader(target);
+    for kernel in kernels {
+        let id = id_on(loader.target(), kernel);
+        loader
+            .load(kernel, &id)
+            .unwrap_or_else(|error| panic!("{} compiles: {error}", kernel.program_name()));
+    }
+    let statistics = loader.statistics();
+    (statistics.compiled, statistics.hits, statistics.rekeyed)
+}
+
+// P13
+#[test]
+fn p13_an_edited_header_compiles_again_exactly_the_kernels_that_reach_it() {
+    if compile_only("P13 edited header").is_none() {
+        return;
+    }
+    let scratch = Scratch::new("edited-header");
+    let kernels = scratch.folder("kernels");
+    let store = scratch.folder("store");
+    std::fs::write(kernels.join("common.h"), "#define SCALE 2.0f\n").expect("a header");
+    std::fs::write(kernels.join("scaled.cu"), USES_COMMON).expect("a kernel");
+    std::fs::write(kernels.join("plain.cu"), USES_NOTHING).expect("a kernel");
+    let both = || {
+        [
+            from_file("tests.scaled", &kernels, "scaled.cu", "scaled"),
+            from_file("tests.plain", &kernels, "plain.cu", "plain"),
+        ]
+    };
+    assert_eq!(load_all(&store, &both()), (2, 0, 0), "a cold store");
+    assert_eq!(load_all(&store, &both()), (0, 2, 0), "nothing changed");
+    // The content changes, not only the timestamp: a new macro value.
+    std::fs::write(kernels.join("common.h"), "#define SCALE 3.0f\n").expect("a header");
+    let edited = both();
+    assert_eq!(
+        load_all(&store, &edited),
+        (1, 1, 0),
+        "the kernel including the header compiles again, the other is from the store"
+    );
+    let target = compile_only("P13 edited header").expect("NVRTC");
+    let ptx = compile(&target, &edited[0])
+        .expect("compiles")
+        .artifact
+        .ptx;
+    assert!(
+        ptx.contains("0f40400000"),
+        "the new header's 3.0f reached NVRTC:\n{ptx}"
+    );
+}
+
+// P13
+#[test]
+fn p13_the_same_text_and_headers_in_two_folders_are_one_artifact() {
+    if compile_only("P13 two folders").is_none() {
+        return;
+    }
+    let scratch = Scratch::new("two-folders");
+    let store = scratch.folder("store");
+    let mut kernels = Vec::new();
+    for (index, name) in ["first", "second"].into_iter().enumerate() {
+        let folder = scratch.folder(name);
+        std::fs::write(folder.join("common.h"), "#define SCALE 2.0f\n").expect("a header");
+        std::fs::write(folder.join("scaled.cu"), USES_COMMON).expect("a kernel");
+        let family = ["tests.first", "tests.second"][index];
+        kernels.push(from_file(family, &folder, "scaled.cu", "scaled"));
+    }
+    assert_ne!(kernels[0].id(), kernels[1].id(), "two kernels by name");
+    assert_eq!(
+        load_all(&store, &kernels),
+        (1, 0, 1),
+        "the second takes the first's artifact by its text, compiling nothing"
+    );
+}
+
+// P13
+#[test]
+fn p13_an_include_found_nowhere_fails_naming_the_folders_searched() {
+    let Some(target) = compile_only("P13 unresolved include") else {
+        return;
+    };
+    let scratch = Scratch::new("unresolved");
+    let kernels = scratch.folder("kernels");
+    let include = scratch.folder("include");
+    std::fs::write(kernels.join("scaled.cu"), USES_COMMON).expect("a kernel");
+    let text = std::fs::read_to_string(kernels.join("scaled.cu")).expect("the kernel");
+    let kernel = CudaKernel::builder(KernelId::named("tests.unresolved"), "scaled")
+        .program_name("scaled.cu")
+        .source_folder(&kernels)
+        .include_folder(&include)
+        .source(text);
+    let error = compile(&target, &kernel)
+        .map(|_| ())
+        .expect_err("common.h is nowhere");
+    let message = error.to_string();
+    assert!(message.contains("scaled.cu line 1: `common.h`"), "{message}");
+    assert!(
+        message.contains(&kernels.display().to_string())
+            && message.contains(&include.display().to_string()),
+        "{message}"
+    );
+    assert!(message.contains("include_folder"), "{message}");
+    assert!(error.transient, "never remembered: {message}");
+
+    // Once the header is in the include folder, the kernel compiles.
+    std::fs::write(include.join("common.h"), "#define SCALE 2.0f\n").expect("a header");
+    let text = std::fs::read_to_string(kernels.join("scaled.cu")).expect("the kernel");
+    let kernel = CudaKernel::builder(KernelId::named("tests.unresolved"), "scaled")
+        .source_folder(&kernels)
+        .include_folder(&include)
+        .source(text);
+    compile(&target, &kernel).expect("found in the include folder");
+}
+
+// P13
+#[test]
+fn p13_no_include_path_reaches_nvrtc() {
+    let Some(target) = compile_only("P13 include flags") else {
+        return;
+    };
+    let scratch = Scratch::new("include-flag");
+    let folder = scratch.folder("include");
+    std::fs::write(folder.join("common.h"), "#define SCALE 2.0f\n").expect("a header");
+    for flag in [
+        format!("-I{}", folder.display()),
+        format!("--include-path={}", folder.display()),
+        "-include".to_owned(),
+    ] {
+        let kernel = CudaKernel::builder(KernelId::named("tests.flag"), "plain")
+            .options(CudaOptions::default().flag(flag.clone()))
+            .source(USES_NOTHING);
+        let error = compile(&target, &kernel)
+            .map(|_| ())
+            .expect_err("an include path is refused");
+        assert!(
+            error.to_string().contains("names a file or an include folder"),
+            "{flag}: {error}"
+        );
+    }
+}
+
+// P13: the working directory is searched by NVRTC unless told otherwise;
+// a second process runs in a folder holding a header of that name.
+#[test]
+fn p13_the_working_directory_never_changes_an_artifact() {
+    if let Some(folder) = std::env::var_os(CHILD) {
+        let target = compile_only("P13 working directory").expect("NVRTC in the child");
+        // A generated text has no folder: its header must be given.
+        let generated = CudaKernel::builder(KernelId::named("tests.cwd"), "scaled")
+            .generator(|_architecture| Ok(USES_COMMON.to_owned()));
+        let error = compile(&target, &generated)
+            .map(|_| ())
+            .expect_err("common.h of the working directory is never read");
+        assert!(
+            error.to_string().contains("common.h"),
+            "{error}\nin {folder:?}"
+        );
+        let given = CudaKernel::builder(KernelId::named("tests.cwd"), "scaled")
+            .header("common.h", "#define SCALE 2.5f\n")
+            .source(USES_COMMON);
+        let ptx = compile(&target, &given).expect("compiles").artifact.ptx;
+        assert!(ptx.contains("0f40200000"), "the given header's 2.5f:\n{ptx}");
+        return;
+    }
+    if compile_only("P13 working directory").is_none() {
+        return;
+    }
+    let scratch = Scratch::new("working-directory");
+    let folder = scratch.folder("cwd");
+    std::fs::write(folder.join("common.h"), "#define SCALE 5.0f\n").expect("a header");
+    let output = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "p13_the_working_directory_never_changes_an_artifact",
+            "--exact",
+            "--nocapture",
+        ])
+        .current_dir(&folder)
+        .env(CHILD, &folder)
+        .output()
+        .expect("the test binary runs again");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && text.contains("1 passed"),
+        "{text}"
+    );
+}
+
+// P14
+#[test]
+fn p14_one_text_is_one_artifact_whatever_the_kernels_name() {
+    let Some(target) = compile_only("P14 kernel names") else {
+        return;
+    };
+    // Line info is where NVRTC writes the program's name.
+    let options = CudaOptions::default().flag("-lineinfo");
+    let cubins: Vec<Vec<u8>> = [("tests.alpha", "alpha.cu"), ("tests.b", "b.cu")]
+        .into_iter()
+        .map(|(family, program)| {
+            let kernel = CudaKernel::builder(KernelId::named(family), "plain")
+                .program_name(program)
+                .options(options.clone())
+                .source(USES_NOTHING);
+            compile(&target, &kernel).expect("compiles").artifact.cubin
+        })
+        .collect();
+    assert!(
+        cubins[0] == cubins[1],
+        "one text, one cubin: {} and {} bytes",
+        cubins[0].len(),
+        cubins[1].len()
+    );
+}
+
+// P13: the toolkit's headers are found and handed over like a kernel's.
+#[test]
+fn p13_toolkit_headers_are_found_and_keyed_by_their_text() {
+    let Some(target) = compile_only("P13 toolkit headers") else {
+        return;
+    };
+    if kiln_cuda::toolkit::include_folder().is_none() {
+        let reason = "no CUDA toolkit headers (set KILN_CUDA_INCLUDE to a folder holding \
+                      cuda_runtime.h)";
+        if support::nvrtc_is_required() {
+            panic!("P13 toolkit headers: {reason}, and KILN_REQUIRE_NVRTC=1");
+        }
+        kiln_core::conformance::skip("P13 toolkit headers", reason);
+        return;
+    }
+    let kernel = CudaKernel::builder(KernelId::named("tests.half"), "halves")
+        .source(
+            "#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n\
+             extern \"C\" __global__ void halves(__half* y) {\n\
+             \x20   cooperative_groups::this_thread_block().sync();\n\
+             \x20   y[threadIdx.x] = __float2half(1.5f);\n}\n",
+        );
+    assert!(
+        kernel.headers().iter().any(|header| header.name == "cuda_fp16.h"),
+        "the toolkit's header is among the kernel's"
+    );
+    compile(&target, &kernel).unwrap_or_else(|error| panic!("compiles: {error}"));
+}
