@@ -56,6 +56,8 @@ pub struct CudaLowered {
     arguments: Vec<String>,
     architecture: Architecture,
     entry: String,
+    /// The module's other entry points (B6).
+    more_entries: Vec<String>,
 }
 
 impl CudaLowered {
@@ -81,7 +83,17 @@ impl CudaLowered {
 
     /// What its source key covers beside the kernel's own source.
     pub fn cover(&self) -> SourceCover {
-        CudaKey::cover(&self.entry, &self.arguments, &self.headers)
+        CudaKey::cover(&self.entry_points(), &self.arguments, &self.headers)
+    }
+
+    /// Every entry point, as the source cover names them: the first alone
+    /// for a module of one, else all separated by spaces.
+    fn entry_points(&self) -> String {
+        std::iter::once(&self.entry)
+            .chain(&self.more_entries)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -102,6 +114,9 @@ pub struct CudaArtifact {
     pub ptx: String,
     /// The entry point's symbol: the name expression NVRTC lowered.
     pub lowered_name: String,
+    /// The module's other entry points (B6), each as `(name expression,
+    /// symbol)`.
+    pub more_entries: Vec<(String, String)>,
     /// The architecture the cubin is for.
     pub architecture: Architecture,
     /// What made these bytes: the compiler's key components, NVRTC's
@@ -306,9 +321,18 @@ impl ArtifactCompiler for CudaCompiler {
             .map(|header| (header.name.clone(), header.text.clone()))
             .collect();
         let entry = kernel.entry().expression().to_owned();
+        let more_entries: Vec<String> = kernel
+            .entries()
+            .skip(1)
+            .map(|entry| entry.expression().to_owned())
+            .collect();
         let program_name = kernel.program_name().to_owned();
+        let entry_points = std::iter::once(entry.clone())
+            .chain(more_entries.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(" ");
 
-        let mut text = CudaKey::cover(&entry, &arguments, &headers).preamble();
+        let mut text = CudaKey::cover(&entry_points, &arguments, &headers).preamble();
         text.reserve(source.len() + 64);
         // No file name here: NVRTC names the program in its messages, and
         // a kernel's text (so its source key) must not change when only
@@ -324,6 +348,7 @@ impl ArtifactCompiler for CudaCompiler {
             arguments,
             architecture,
             entry,
+            more_entries,
         })
     }
 
@@ -340,12 +365,15 @@ impl ArtifactCompiler for CudaCompiler {
         // the option is no part of the key or of the lowered text.
         let mut arguments = lowered.arguments.clone();
         arguments.push(VERBOSE_PTXAS.to_owned());
+        let expressions: Vec<String> = std::iter::once(lowered.entry.clone())
+            .chain(lowered.more_entries.iter().cloned())
+            .collect();
         let request = CompileRequest {
             program_name: PROGRAM_NAME,
             source: &lowered.text,
             headers: &lowered.headers,
             arguments: &arguments,
-            name_expression: &lowered.entry,
+            name_expressions: &expressions,
         };
         let outcome = self
             .nvrtc
@@ -361,32 +389,36 @@ impl ArtifactCompiler for CudaCompiler {
             }
             return Err(failure);
         };
-        if !output
-            .ptx
-            .contains(&format!(".entry {}(", output.lowered_name))
-        {
-            return Err(CompileFailure::message(format!(
-                "entry point `{}` (`{}`) is not a kernel of the compiled module",
-                lowered.entry, output.lowered_name
-            ))
-            .with_hint(format!(
-                "the entry point `{}` must name a __global__ function",
-                lowered.entry
-            )));
+        for (expression, symbol) in expressions.iter().zip(&output.lowered_names) {
+            if !output.ptx.contains(&format!(".entry {symbol}(")) {
+                return Err(CompileFailure::message(format!(
+                    "entry point `{expression}` (`{symbol}`) is not a kernel of the compiled \
+                     module"
+                ))
+                .with_hint(format!(
+                    "the entry point `{expression}` must name a __global__ function"
+                )));
+            }
         }
+        let mut lowered_names = output.lowered_names.into_iter();
+        let lowered_name = lowered_names.next().unwrap_or_default();
+        let more_entries: Vec<(String, String)> =
+            lowered.more_entries.iter().cloned().zip(lowered_names).collect();
         let mut diagnostics: Vec<Diagnostic> = diagnostics::parse(&outcome.log)
             .into_iter()
             .filter(|diagnostic| diagnostic.severity < Severity::Error)
             .collect();
-        let mut resources = resources::read(&outcome.log, &output.ptx, &output.lowered_name);
-        resources::fill_from_cubin(&mut resources, &output.cubin, &output.lowered_name);
+        // The report is the first entry's: the one `function` launches.
+        let mut resources = resources::read(&outcome.log, &output.ptx, &lowered_name);
+        resources::fill_from_cubin(&mut resources, &output.cubin, &lowered_name);
         diagnostics.extend(resources.spill_warning(&lowered.entry));
         let key = self.artifact_key(&lowered);
         Ok(Finalized {
             artifact: CudaArtifact {
                 cubin: output.cubin,
                 ptx: output.ptx,
-                lowered_name: output.lowered_name,
+                lowered_name,
+                more_entries,
                 architecture: lowered.architecture,
                 key,
                 report: ArtifactReport::new(diagnostics.clone(), resources),
@@ -475,7 +507,7 @@ impl ProcessCompiler for CudaCompiler {
             source: "extern \"C\" __global__ void kiln_warm_up() {}\n",
             headers: &[],
             arguments: &arguments,
-            name_expression: "kiln_warm_up",
+            name_expressions: &["kiln_warm_up".to_owned()],
         };
         if let Err(error) = self.nvrtc.compile(&request) {
             log::debug!("the worker's warm-up compile failed: {error}");

@@ -49,6 +49,9 @@ pub struct CudaKernel {
     id: KernelId,
     program_name: String,
     entry: EntryPoint,
+    /// The module's other entry points (B6), each loadable by name from the
+    /// one loaded module.
+    more_entries: Vec<EntryPoint>,
     options: CudaOptions,
     headers: Vec<Header>,
     /// Why its includes could not be resolved, when they could not: the
@@ -65,6 +68,7 @@ impl CudaKernel {
             id,
             program_name: None,
             entry: entry.into(),
+            more_entries: Vec::new(),
             options: CudaOptions::default(),
             headers: Vec::new(),
             search: IncludeSearch::new(),
@@ -76,9 +80,16 @@ impl CudaKernel {
         &self.program_name
     }
 
-    /// The entry point.
+    /// The entry point: the first of [`entries`](Self::entries), whose
+    /// function [`LoadedKernel::function`](crate::LoadedKernel::function)
+    /// gives.
     pub fn entry(&self) -> &EntryPoint {
         &self.entry
+    }
+
+    /// Every entry point of the module, the first one first (B6).
+    pub fn entries(&self) -> impl Iterator<Item = &EntryPoint> {
+        std::iter::once(&self.entry).chain(&self.more_entries)
     }
 
     /// The compile options.
@@ -126,6 +137,7 @@ impl fmt::Debug for CudaKernel {
             .field("id", &self.id)
             .field("program_name", &self.program_name)
             .field("entry", &self.entry)
+            .field("more_entries", &self.more_entries)
             .field("options", &self.options)
             .field(
                 "headers",
@@ -145,6 +157,7 @@ pub struct CudaKernelBuilder {
     id: KernelIdBuilder,
     program_name: Option<String>,
     entry: EntryPoint,
+    more_entries: Vec<EntryPoint>,
     options: CudaOptions,
     headers: Vec<Header>,
     search: IncludeSearch,
@@ -155,6 +168,15 @@ impl CudaKernelBuilder {
     /// name with `.cu`.
     pub fn program_name(mut self, name: impl Into<String>) -> Self {
         self.program_name = Some(name.into());
+        self
+    }
+
+    /// Adds another entry point of the same source (B6): the source is
+    /// compiled once, into one module holding every entry, and each loads
+    /// by name from it ([`LoadedKernel::function_of`](crate::LoadedKernel::function_of)).
+    /// An entry named twice makes a kernel that fails to lower, saying so.
+    pub fn entry(mut self, entry: impl Into<EntryPoint>) -> Self {
+        self.more_entries.push(entry.into());
         self
     }
 
@@ -214,7 +236,9 @@ impl CudaKernelBuilder {
             id = id.parameter(failure.as_str());
         }
         let mut kernel = Self { id, ..self }.finish(Arc::new(FixedSource::new(source)));
-        kernel.include_failure = include_failure;
+        if include_failure.is_some() {
+            kernel.include_failure = include_failure;
+        }
         kernel
     }
 
@@ -243,6 +267,21 @@ impl CudaKernelBuilder {
             .parameter(self.entry.expression())
             .parameter(&self.options)
             .parameter(program_name.as_str());
+        // A kernel of one entry keeps the id it had before entries were
+        // several.
+        for entry in &self.more_entries {
+            id = id.parameter(entry.expression());
+        }
+        let mut seen = vec![self.entry.expression()];
+        let twice = self.more_entries.iter().find_map(|entry| {
+            let expression = entry.expression();
+            if seen.contains(&expression) {
+                Some(expression.to_owned())
+            } else {
+                seen.push(expression);
+                None
+            }
+        });
         for header in &self.headers {
             id = id
                 .parameter(header.name.as_str())
@@ -252,9 +291,12 @@ impl CudaKernelBuilder {
             id: id.build(),
             program_name,
             entry: self.entry,
+            more_entries: self.more_entries,
             options: self.options,
             headers: self.headers,
-            include_failure: None,
+            include_failure: twice.map(|entry| {
+                format!("the entry point `{entry}` is named twice; name each entry once")
+            }),
             generator,
         }
     }

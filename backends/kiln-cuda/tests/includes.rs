@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use kiln_core::{Kernel, KernelId};
+use kiln_cuda::cudarc::driver::PushKernelArg;
 use kiln_cuda::{CudaKernel, CudaOptions, CudaTarget};
 
 use support::{Scratch, compile, compile_only, disk_store, id_on, loader};
@@ -279,4 +280,70 @@ fn p13_toolkit_headers_are_found_and_keyed_by_their_text() {
         "the toolkit's header is among the kernel's"
     );
     compile(&target, &kernel).unwrap_or_else(|error| panic!("compiles: {error}"));
+}
+
+const TWO_ENTRIES: &str = "extern \"C\" __global__ void forward(float* y) { y[threadIdx.x] += 1.0f; }\n\
+     template <typename T, int B> __global__ void scale(T* y) { y[blockIdx.x * B + threadIdx.x] *= T(3); }\n";
+
+// B6
+#[test]
+fn b6_one_compile_makes_one_module_holding_every_entry() {
+    let Some(target) = compile_only("B6 entries") else {
+        return;
+    };
+    let kernel = CudaKernel::builder(KernelId::named("tests.entries"), "forward")
+        .entry("scale<float, 128>")
+        .source(TWO_ENTRIES);
+    assert_eq!(
+        kernel.entries().map(|entry| entry.expression()).collect::<Vec<_>>(),
+        ["forward", "scale<float, 128>"]
+    );
+    let artifact = compile(&target, &kernel).expect("compiles").artifact;
+    assert_eq!(artifact.lowered_name, "forward");
+    let [(expression, symbol)] = artifact.more_entries.as_slice() else {
+        panic!("one more entry: {:?}", artifact.more_entries);
+    };
+    assert_eq!(expression, "scale<float, 128>");
+    assert!(symbol.starts_with("_Z5scaleIfLi128E"), "{symbol}");
+    assert!(artifact.ptx.contains(&format!(".entry {symbol}(")));
+    assert!(artifact.ptx.contains(".entry forward("));
+
+    let twice = CudaKernel::builder(KernelId::named("tests.entries"), "forward")
+        .entry("forward")
+        .source(TWO_ENTRIES);
+    let error = compile(&target, &twice).map(|_| ()).expect_err("named twice");
+    assert!(error.to_string().contains("named twice"), "{error}");
+}
+
+// B6: each entry of the one loaded module launches by name.
+#[test]
+fn b6_every_entry_loads_by_name_from_the_module_and_launches() {
+    let Some((context, target)) = support::on_own_context("B6 entries on a device") else {
+        return;
+    };
+    let mut loader = loader(target);
+    let kernel = CudaKernel::builder(KernelId::named("tests.entries.device"), "forward")
+        .entry("scale<float, 128>")
+        .source(TWO_ENTRIES);
+    let id = id_on(loader.target(), &kernel);
+    let loaded = loader.load(&kernel, &id).expect("loads");
+    let stream = context.default_stream();
+    let mut values = stream.clone_htod(&[1.0f32; 128]).expect("a copy");
+    let config = kiln_cuda::cudarc::driver::LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let forward = loaded.function().expect("the first entry");
+    let scale = loaded.function_of("scale<float, 128>").expect("the second entry");
+    for function in [forward, &scale] {
+        let mut launch = stream.launch_builder(function);
+        launch.arg(&mut values);
+        // SAFETY: both entries take one float* of 128 floats, which
+        // `values` holds.
+        unsafe { launch.launch(config) }.expect("launches");
+    }
+    let values = stream.clone_dtoh(&values).expect("a copy");
+    assert!(values.iter().all(|value| *value == 6.0), "(1 + 1) * 3: {values:?}");
+    assert!(loaded.function_of("backward").is_err(), "no such entry");
 }

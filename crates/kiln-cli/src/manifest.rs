@@ -136,6 +136,14 @@ pub struct KernelFile {
 }
 
 impl KernelFile {
+    /// The label of the module made with `specialization`, holding every
+    /// entry (B6): `name [A=1 B=2]`, with `:a,b` after the name when the
+    /// file has several entries.
+    pub fn module_label(&self, specialization: &Specialization) -> String {
+        let entries = self.entries.join(",");
+        self.label(&entries, specialization)
+    }
+
     /// The label of the kernel of `entry` made with `specialization`:
     /// `name [A=1 B=2]`, with `:entry` after the name when the file has
     /// several entries.

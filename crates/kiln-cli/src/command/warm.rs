@@ -636,10 +636,29 @@ fn kernels_of<K>(
     kernels
 }
 
-/// The id every backend's kernel of `file`, `entry` and `specialization`
-/// starts from: the file's name (for `kiln ls` and `kiln forget`), the
-/// specialization, the entry and the file's whole text, which is what is
-/// compiled (P14). A renamed file's kernels miss by id, and find their
+/// Every module of `files`: one per specialization holding every entry of
+/// its file (B6), made by `make(index of the file, file, specialization)`.
+fn modules_of<K>(
+    files: &[&KernelFile],
+    mut make: impl FnMut(usize, &KernelFile, &Specialization) -> K,
+) -> Vec<Labelled<K>> {
+    let mut kernels = Vec::new();
+    for (index, file) in files.iter().enumerate() {
+        for specialization in &file.specializations {
+            kernels.push((
+                file.module_label(specialization),
+                Box::new(make(index, file, specialization)),
+            ));
+        }
+    }
+    kernels
+}
+
+/// The id every backend's kernel of `file`, `entry` (several, separated by
+/// commas, for a module of them) and `specialization` starts from: the
+/// file's name (for `kiln ls` and `kiln forget`, with the entries after a
+/// `:` when the file has several), the specialization, the entry and the
+/// file's whole text, which is what is compiled (P14). A renamed file's kernels miss by id, and find their
 /// artifacts by the text compiled, which names no file (rekeyed, not
 /// compiled); so does a program compiling the same text.
 fn base_id(
@@ -647,7 +666,12 @@ fn base_id(
     entry: &str,
     specialization: &Specialization,
 ) -> kiln_core::KernelIdBuilder {
-    KernelId::named(format!("warm/{}", file.name))
+    let name = if file.entries.len() > 1 {
+        format!("warm/{}:{entry}", file.name)
+    } else {
+        format!("warm/{}", file.name)
+    };
+    KernelId::named(name)
         .parameter(&specialization.to_string())
         .parameter(entry)
         .bytes(file.source.as_bytes())
@@ -878,7 +902,7 @@ fn warm_cuda(
     arch: Option<&str>,
     include: &[PathBuf],
 ) -> BackendReport {
-    let count = kernel_count(files);
+    let count = module_count(files);
     let text = arch.unwrap_or("sm_90");
     let architecture: Architecture = match text.parse() {
         Ok(architecture) => architecture,
@@ -923,9 +947,16 @@ fn warm_cuda(
         })
         .collect();
     let make = || {
-        kernels_of(files, |index, file, entry, specialization| {
-            let builder = CudaKernel::builder(base_id(file, entry, specialization), entry)
-                .program_name(file.name.clone());
+        modules_of(files, |index, file, specialization| {
+            // One compile of the file per specialization, one module of
+            // every entry (B6).
+            let entries = file.entries.join(",");
+            let first = file.entries.first().cloned().unwrap_or_default();
+            let builder = file.entries.iter().skip(1).fold(
+                CudaKernel::builder(base_id(file, &entries, specialization), first)
+                    .program_name(file.name.clone()),
+                |builder, entry| builder.entry(entry.clone()),
+            );
             let (headers, options) = match &prepared[index] {
                 Ok(prepared) => prepared,
                 Err(reason) => return builder.generator(failing(reason.clone())),
@@ -966,6 +997,11 @@ fn warm_cuda(
 }
 
 /// How many kernels `files` hold: one per entry and specialization.
+fn module_count(files: &[&KernelFile]) -> usize {
+    files.iter().map(|file| file.specializations.len()).sum()
+}
+
+/// How many kernels `files` hold as one per entry and specialization.
 fn kernel_count(files: &[&KernelFile]) -> usize {
     files
         .iter()
