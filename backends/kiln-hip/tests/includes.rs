@@ -1,0 +1,73 @@
+//! A HIP kernel's includes are resolved by kiln and keyed by their text
+//! (P13): a header beside the file, edited, compiles again; a header found
+//! nowhere fails naming where kiln looked; no include path reaches hipRTC.
+
+mod support;
+
+use std::num::NonZeroUsize;
+use std::path::Path;
+
+use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader, LoaderConfig};
+use kiln_hip::{Architecture, HipKernel, HipOptions, HipVariant};
+use kiln_test_support::Scratch;
+use support::{compile_only, compiler};
+
+const SOURCE: &str = "#include <hip/hip_runtime.h>\n#include \"common.h\"\n\
+     extern \"C\" __global__ void scaled(float* y) { y[threadIdx.x] *= SCALE; }\n";
+
+fn kernel(folder: &Path) -> HipKernel {
+    HipKernel::builder(KernelId::named("tests.includes"), "scaled")
+        .source_folder(folder)
+        .source(SOURCE)
+}
+
+// P13
+#[test]
+fn p13_a_header_beside_the_file_is_keyed_by_its_text_and_found_nowhere_names_the_folders() {
+    let Some(compiler) = compiler("P13 HIP includes") else {
+        return;
+    };
+    let scratch = Scratch::new("hip-includes");
+    let folder = scratch.folder("kernels");
+    let mut loader = KernelLoader::with_config(
+        compile_only(&compiler, "gfx90a"),
+        LoaderConfig {
+            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
+            ..LoaderConfig::default()
+        },
+    );
+    let variant = HipVariant::new(Architecture::new("gfx90a").expect("a name"));
+
+    let missing = kernel(&folder);
+    let error = loader
+        .load(&missing, &ArtifactId::new(missing.id(), variant.clone()))
+        .expect_err("common.h is nowhere yet");
+    let message = error.to_string();
+    assert!(message.contains("line 2: `common.h`"), "{message}");
+    assert!(message.contains(&folder.display().to_string()), "{message}");
+
+    std::fs::write(folder.join("common.h"), "#define SCALE 2.0f\n").expect("a header");
+    let first = kernel(&folder);
+    loader
+        .load(&first, &ArtifactId::new(first.id(), variant.clone()))
+        .expect("found beside the file; <hip/hip_runtime.h> is hipRTC's own");
+    std::fs::write(folder.join("common.h"), "#define SCALE 3.0f\n").expect("an edit");
+    let edited = kernel(&folder);
+    assert_ne!(first.id(), edited.id(), "the header's text is in the id");
+    loader
+        .load(&edited, &ArtifactId::new(edited.id(), variant.clone()))
+        .expect("compiles again");
+    assert_eq!(loader.statistics().compiled, 2);
+
+    let flagged = HipKernel::builder(KernelId::named("tests.includes"), "scaled")
+        .options(HipOptions::new().flag(format!("-I{}", folder.display())))
+        .header("common.h", "#define SCALE 2.0f\n")
+        .source(SOURCE);
+    let error = loader
+        .load(&flagged, &ArtifactId::new(flagged.id(), variant))
+        .expect_err("an include path is refused");
+    assert!(
+        error.to_string().contains("names a file or an include folder"),
+        "{error}"
+    );
+}
