@@ -31,6 +31,22 @@ pub fn include_folders() -> Vec<PathBuf> {
     folders
 }
 
+/// The CUDA version of the toolkit's headers in `folder`, `(major,
+/// minor)`, from `CUDART_VERSION` in its `cuda_runtime_api.h`; `None` when
+/// it does not say. Headers of another major version than NVRTC's do not
+/// compile with it.
+pub fn version(folder: &Path) -> Option<(u32, u32)> {
+    let text = std::fs::read_to_string(folder.join("cuda_runtime_api.h")).ok()?;
+    let number: u32 = text.lines().find_map(|line| {
+        line.trim()
+            .strip_prefix("#define CUDART_VERSION")?
+            .trim()
+            .parse()
+            .ok()
+    })?;
+    Some((number / 1000, number % 1000 / 10))
+}
+
 /// The variable that names the toolkit's include folder.
 pub const INCLUDE_VARIABLE: &str = "KILN_CUDA_INCLUDE";
 
@@ -107,6 +123,12 @@ mod tests {
         std::fs::write(root.join("nvidia/cu13/include").join(MARKER), "").expect("a file");
         let found = find(None, &[], Some(&nvrtc)).expect("beside the wheel");
         assert!(found.ends_with("nvidia/cu13/include"), "{}", found.display());
+        std::fs::write(
+            found.join("cuda_runtime_api.h"),
+            "#ifndef X\n#define CUDART_VERSION 13000\n#endif\n",
+        )
+        .expect("a file");
+        assert_eq!(version(&found), Some((13, 0)));
         assert_eq!(
             find(Some(PathBuf::from("/elsewhere")), &[], Some(&nvrtc)),
             Some(PathBuf::from("/elsewhere"))

@@ -259,13 +259,26 @@ fn p13_toolkit_headers_are_found_and_keyed_by_their_text() {
     let Some(target) = compile_only("P13 toolkit headers") else {
         return;
     };
-    if kiln_cuda::toolkit::include_folder().is_none() {
+    let Some(folder) = kiln_cuda::toolkit::include_folder() else {
         let reason = "no CUDA toolkit headers (set KILN_CUDA_INCLUDE to a folder holding \
                       cuda_runtime.h)";
         if support::nvrtc_is_required() {
             panic!("P13 toolkit headers: {reason}, and KILN_REQUIRE_NVRTC=1");
         }
         kiln_core::conformance::skip("P13 toolkit headers", reason);
+        return;
+    };
+    let nvrtc = kiln_core::CompilationTarget::compiler(&target).version();
+    let headers = kiln_cuda::toolkit::version(folder);
+    if headers.map(|(major, _)| major) != Some(nvrtc.major) {
+        kiln_core::conformance::skip(
+            "P13 toolkit headers",
+            &format!(
+                "the toolkit headers at {} are CUDA {headers:?}, NVRTC is {nvrtc}: another \
+                 major version does not compile with it",
+                folder.display()
+            ),
+        );
         return;
     }
     let kernel = CudaKernel::builder(KernelId::named("tests.half"), "halves")
