@@ -402,8 +402,12 @@ impl ArtifactCompiler for CudaCompiler {
         }
         let mut lowered_names = output.lowered_names.into_iter();
         let lowered_name = lowered_names.next().unwrap_or_default();
-        let more_entries: Vec<(String, String)> =
-            lowered.more_entries.iter().cloned().zip(lowered_names).collect();
+        let more_entries: Vec<(String, String)> = lowered
+            .more_entries
+            .iter()
+            .cloned()
+            .zip(lowered_names)
+            .collect();
         let mut diagnostics: Vec<Diagnostic> = diagnostics::parse(&outcome.log)
             .into_iter()
             .filter(|diagnostic| diagnostic.severity < Severity::Error)

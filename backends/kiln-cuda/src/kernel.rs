@@ -223,7 +223,10 @@ impl CudaKernelBuilder {
         let source: Arc<str> = Arc::from(source.into());
         let mut search = std::mem::take(&mut self.search);
         search.toolkit = crate::toolkit::include_folders();
-        let label = self.program_name.clone().unwrap_or_else(|| "the source".to_owned());
+        let label = self
+            .program_name
+            .clone()
+            .unwrap_or_else(|| "the source".to_owned());
         let include_failure = match search.resolve(&source, &label, &self.headers) {
             Ok(found) => {
                 self.headers.extend(found);

@@ -85,9 +85,13 @@ fn find(configured: Option<PathBuf>, roots: &[PathBuf], nvrtc: Option<&Path>) ->
     }
     let mut candidates = roots.to_vec();
     // `nvidia/<part>/lib/libnvrtc.so.13`: every `nvidia/*/include`.
-    if let Some(parts) = nvrtc
-        .and_then(|file| fs_canonical(file).parent()?.parent()?.parent().map(Path::to_path_buf))
-        && let Ok(entries) = std::fs::read_dir(&parts)
+    if let Some(parts) = nvrtc.and_then(|file| {
+        fs_canonical(file)
+            .parent()?
+            .parent()?
+            .parent()
+            .map(Path::to_path_buf)
+    }) && let Ok(entries) = std::fs::read_dir(&parts)
     {
         let mut beside: Vec<PathBuf> = entries
             .filter_map(Result::ok)
@@ -122,7 +126,11 @@ mod tests {
         assert_eq!(find(None, &[], Some(&nvrtc)), None, "no cuda_runtime.h yet");
         std::fs::write(root.join("nvidia/cu13/include").join(MARKER), "").expect("a file");
         let found = find(None, &[], Some(&nvrtc)).expect("beside the wheel");
-        assert!(found.ends_with("nvidia/cu13/include"), "{}", found.display());
+        assert!(
+            found.ends_with("nvidia/cu13/include"),
+            "{}",
+            found.display()
+        );
         std::fs::write(
             found.join("cuda_runtime_api.h"),
             "#ifndef X\n#define CUDART_VERSION 13000\n#endif\n",

@@ -30,7 +30,8 @@ fn from_file(family: &'static str, folder: &Path, file: &str, entry: &str) -> Cu
 
 const USES_COMMON: &str = "#include \"common.h\"\n\
      extern \"C\" __global__ void scaled(float* y) { y[threadIdx.x] *= SCALE; }\n";
-const USES_NOTHING: &str = "extern \"C\" __global__ void plain(float* y) { y[threadIdx.x] = 1.0f; }\n";
+const USES_NOTHING: &str =
+    "extern \"C\" __global__ void plain(float* y) { y[threadIdx.x] = 1.0f; }\n";
 
 fn target_on(store_root: &Path, what: &str) -> Option<CudaTarget> {
     Some(compile_only(what)?.with_store(disk_store(store_root)))
@@ -80,10 +81,7 @@ fn p13_an_edited_header_compiles_again_exactly_the_kernels_that_reach_it() {
         "the kernel including the header compiles again, the other is from the store"
     );
     let target = compile_only("P13 edited header").expect("NVRTC");
-    let ptx = compile(&target, &edited[0])
-        .expect("compiles")
-        .artifact
-        .ptx;
+    let ptx = compile(&target, &edited[0]).expect("compiles").artifact.ptx;
     assert!(
         ptx.contains("0f40400000"),
         "the new header's 3.0f reached NVRTC:\n{ptx}"
@@ -134,7 +132,10 @@ fn p13_an_include_found_nowhere_fails_naming_the_folders_searched() {
         .map(|_| ())
         .expect_err("common.h is nowhere");
     let message = error.to_string();
-    assert!(message.contains("scaled.cu line 1: `common.h`"), "{message}");
+    assert!(
+        message.contains("scaled.cu line 1: `common.h`"),
+        "{message}"
+    );
     assert!(
         message.contains(&kernels.display().to_string())
             && message.contains(&include.display().to_string()),
@@ -174,7 +175,9 @@ fn p13_no_include_path_reaches_nvrtc() {
             .map(|_| ())
             .expect_err("an include path is refused");
         assert!(
-            error.to_string().contains("names a file or an include folder"),
+            error
+                .to_string()
+                .contains("names a file or an include folder"),
             "{flag}: {error}"
         );
     }
@@ -200,7 +203,10 @@ fn p13_the_working_directory_never_changes_an_artifact() {
             .header("common.h", "#define SCALE 2.5f\n")
             .source(USES_COMMON);
         let ptx = compile(&target, &given).expect("compiles").artifact.ptx;
-        assert!(ptx.contains("0f40200000"), "the given header's 2.5f:\n{ptx}");
+        assert!(
+            ptx.contains("0f40200000"),
+            "the given header's 2.5f:\n{ptx}"
+        );
         return;
     }
     if compile_only("P13 working directory").is_none() {
@@ -281,15 +287,17 @@ fn p13_toolkit_headers_are_found_and_keyed_by_their_text() {
         );
         return;
     }
-    let kernel = CudaKernel::builder(KernelId::named("tests.half"), "halves")
-        .source(
-            "#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n\
+    let kernel = CudaKernel::builder(KernelId::named("tests.half"), "halves").source(
+        "#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n\
              extern \"C\" __global__ void halves(__half* y) {\n\
              \x20   cooperative_groups::this_thread_block().sync();\n\
              \x20   y[threadIdx.x] = __float2half(1.5f);\n}\n",
-        );
+    );
     assert!(
-        kernel.headers().iter().any(|header| header.name == "cuda_fp16.h"),
+        kernel
+            .headers()
+            .iter()
+            .any(|header| header.name == "cuda_fp16.h"),
         "the toolkit's header is among the kernel's"
     );
     compile(&target, &kernel).unwrap_or_else(|error| panic!("compiles: {error}"));
@@ -308,7 +316,10 @@ fn b6_one_compile_makes_one_module_holding_every_entry() {
         .entry("scale<float, 128>")
         .source(TWO_ENTRIES);
     assert_eq!(
-        kernel.entries().map(|entry| entry.expression()).collect::<Vec<_>>(),
+        kernel
+            .entries()
+            .map(|entry| entry.expression())
+            .collect::<Vec<_>>(),
         ["forward", "scale<float, 128>"]
     );
     let artifact = compile(&target, &kernel).expect("compiles").artifact;
@@ -324,7 +335,9 @@ fn b6_one_compile_makes_one_module_holding_every_entry() {
     let twice = CudaKernel::builder(KernelId::named("tests.entries"), "forward")
         .entry("forward")
         .source(TWO_ENTRIES);
-    let error = compile(&target, &twice).map(|_| ()).expect_err("named twice");
+    let error = compile(&target, &twice)
+        .map(|_| ())
+        .expect_err("named twice");
     assert!(error.to_string().contains("named twice"), "{error}");
 }
 
@@ -348,7 +361,9 @@ fn b6_every_entry_loads_by_name_from_the_module_and_launches() {
         shared_mem_bytes: 0,
     };
     let forward = loaded.function().expect("the first entry");
-    let scale = loaded.function_of("scale<float, 128>").expect("the second entry");
+    let scale = loaded
+        .function_of("scale<float, 128>")
+        .expect("the second entry");
     for function in [forward, &scale] {
         let mut launch = stream.launch_builder(function);
         launch.arg(&mut values);
@@ -357,6 +372,9 @@ fn b6_every_entry_loads_by_name_from_the_module_and_launches() {
         unsafe { launch.launch(config) }.expect("launches");
     }
     let values = stream.clone_dtoh(&values).expect("a copy");
-    assert!(values.iter().all(|value| *value == 6.0), "(1 + 1) * 3: {values:?}");
+    assert!(
+        values.iter().all(|value| *value == 6.0),
+        "(1 + 1) * 3: {values:?}"
+    );
     assert!(loaded.function_of("backward").is_err(), "no such entry");
 }

@@ -283,7 +283,12 @@ mod tests {
     // P13
     #[test]
     fn a_flag_naming_a_file_or_an_include_folder_is_refused() {
-        for flag in ["-I/usr/include", "--include-path=/tmp", "-include", "-isystem/x"] {
+        for flag in [
+            "-I/usr/include",
+            "--include-path=/tmp",
+            "-include",
+            "-isystem/x",
+        ] {
             let error = HipOptions::new()
                 .flag(flag)
                 .compile_flags(&gfx90a())

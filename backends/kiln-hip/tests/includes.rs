@@ -67,7 +67,9 @@ fn p13_a_header_beside_the_file_is_keyed_by_its_text_and_found_nowhere_names_the
         .load(&flagged, &ArtifactId::new(flagged.id(), variant))
         .expect_err("an include path is refused");
     assert!(
-        error.to_string().contains("names a file or an include folder"),
+        error
+            .to_string()
+            .contains("names a file or an include folder"),
         "{error}"
     );
 }

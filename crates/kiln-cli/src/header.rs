@@ -191,7 +191,9 @@ fn apply(
             }
             header.backends = Some(backends);
         }
-        other => bail!("line {number}: `{line}`: unknown key `{other}`; a kernel header knows {KEYS}"),
+        other => {
+            bail!("line {number}: `{line}`: unknown key `{other}`; a kernel header knows {KEYS}")
+        }
     }
     Ok(())
 }
@@ -250,8 +252,8 @@ mod tests {
             header.entries,
             ["forward", "backward", "scale<float, 128>", "k<64>"]
         );
-        let error = parse("// kiln entry: a b\n// kiln entry: a\n", Language::Cuda)
-            .expect_err("a twice");
+        let error =
+            parse("// kiln entry: a b\n// kiln entry: a\n", Language::Cuda).expect_err("a twice");
         assert!(error.to_string().contains("line 2"), "{error}");
         assert!(error.to_string().contains("named twice"), "{error}");
     }
@@ -281,8 +283,11 @@ mod tests {
 
     #[test]
     fn a_malformed_header_names_its_line() {
-        let error = parse("// kiln entry: main\n// kiln specialize: A\n", Language::Wgsl)
-            .expect_err("A is no pair");
+        let error = parse(
+            "// kiln entry: main\n// kiln specialize: A\n",
+            Language::Wgsl,
+        )
+        .expect_err("A is no pair");
         assert!(error.to_string().contains("line 2"), "{error}");
         let error = parse("// kiln colour: blue\n", Language::Wgsl).expect_err("no key");
         assert!(error.to_string().contains("colour"), "{error}");

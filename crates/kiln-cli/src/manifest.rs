@@ -63,8 +63,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
 use crate::header;
+use anyhow::{Context, Result, bail};
 
 /// The language of a kernel file, from its extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -253,7 +253,11 @@ fn kernel_file(name: String, path: &Path, language: Language, text: String) -> R
     }
     Ok(KernelFile {
         name,
-        includes: header.includes.iter().map(|include| folder.join(include)).collect(),
+        includes: header
+            .includes
+            .iter()
+            .map(|include| folder.join(include))
+            .collect(),
         folder,
         language,
         source: text.into(),

@@ -65,7 +65,10 @@ const HIP_FLAGS: [&str; 10] = [
 /// The C++ standard `-std=c++NN` names.
 fn standard(option: &str) -> Option<CxxStandard> {
     // `--std=c++20` is NVRTC's long spelling of `-std=c++20`.
-    let option = option.strip_prefix('-').filter(|rest| rest.starts_with("-std=")).unwrap_or(option);
+    let option = option
+        .strip_prefix('-')
+        .filter(|rest| rest.starts_with("-std="))
+        .unwrap_or(option);
     CxxStandard::ALL
         .into_iter()
         .find(|standard| standard.flag() == option)
@@ -111,7 +114,10 @@ pub fn cuda(base: CudaOptions, options: &[String]) -> Result<CudaOptions, String
         } else if CUDA_FLAGS.contains(&option)
             || option.split_once('=').is_some_and(|(name, value)| {
                 // `--ftz=` is the long spelling of `-ftz=`.
-                let name = name.strip_prefix('-').filter(|rest| rest.starts_with('-')).unwrap_or(name);
+                let name = name
+                    .strip_prefix('-')
+                    .filter(|rest| rest.starts_with('-'))
+                    .unwrap_or(name);
                 CUDA_SWITCHES.contains(&name) && matches!(value, "true" | "false")
             })
         {
@@ -158,12 +164,24 @@ mod tests {
     fn allowed_options_become_the_backends_own() {
         let options = cuda(
             CudaOptions::default(),
-            &owned(&["--use_fast_math", "-std=c++20", "--maxrregcount=64", "-rdc=true", "-ftz=false"]),
+            &owned(&[
+                "--use_fast_math",
+                "-std=c++20",
+                "--maxrregcount=64",
+                "-rdc=true",
+                "-ftz=false",
+            ]),
         )
         .expect("allowed");
         assert_eq!(
             options.arguments_past_architecture(),
-            ["-std=c++20", "--use_fast_math", "-maxrregcount=64", "-rdc=true", "-ftz=false"]
+            [
+                "-std=c++20",
+                "--use_fast_math",
+                "-maxrregcount=64",
+                "-rdc=true",
+                "-ftz=false"
+            ]
         );
         let options = hip(HipOptions::new(), &owned(&["--use_fast_math", "-O3"])).expect("allowed");
         assert_eq!(options.flags_past_architecture(), ["-ffast-math", "-O3"]);
@@ -173,7 +191,10 @@ mod tests {
     #[test]
     fn any_other_option_is_refused_naming_the_list_and_a_path_says_so() {
         let error = cuda(CudaOptions::default(), &owned(&["-Xptxas=-v"])).expect_err("not listed");
-        assert!(error.contains("-Xptxas=-v") && error.contains("--use_fast_math"), "{error}");
+        assert!(
+            error.contains("-Xptxas=-v") && error.contains("--use_fast_math"),
+            "{error}"
+        );
         for option in ["-I/usr/include", "--include-path=/x", "-include"] {
             let error = cuda(CudaOptions::default(), &owned(&[option])).expect_err("a path");
             assert!(error.contains("names a file"), "{error}");

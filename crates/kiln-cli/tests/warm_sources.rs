@@ -89,10 +89,16 @@ fn p13_an_edited_header_recompiles_exactly_the_kernels_reaching_it_from_any_work
     let store = scratch.join("store");
     let elsewhere = scratch.folder("elsewhere");
     // Headers of the same names in the working directory are never read.
-    std::fs::write(elsewhere.join("common.h"), "#error read from the working directory\n")
-        .expect("a decoy");
-    std::fs::write(elsewhere.join("offset.h"), "#error read from the working directory\n")
-        .expect("a decoy");
+    std::fs::write(
+        elsewhere.join("common.h"),
+        "#error read from the working directory\n",
+    )
+    .expect("a decoy");
+    std::fs::write(
+        elsewhere.join("offset.h"),
+        "#error read from the working directory\n",
+    )
+    .expect("a decoy");
 
     let run = warm_in(scratch.path(), &store, Path::new("project/kernels"), &[]);
     let Some(row) = cuda_row(&run.json(), "P13 edited header") else {
@@ -109,8 +115,11 @@ fn p13_an_edited_header_recompiles_exactly_the_kernels_reaching_it_from_any_work
         "another working directory, with decoy headers, changes nothing: {row:#}"
     );
 
-    std::fs::write(scratch.join("project/include/offset.h"), "#define OFFSET 4.0f\n")
-        .expect("an edited header");
+    std::fs::write(
+        scratch.join("project/include/offset.h"),
+        "#define OFFSET 4.0f\n",
+    )
+    .expect("an edited header");
     let run = warm_in(&elsewhere, &store, &kernels, &[]);
     let row = backend(&run.json(), "cuda").clone();
     assert_eq!(
@@ -150,7 +159,11 @@ fn p13_an_include_found_nowhere_names_the_folders_and_include_adds_one() {
     let include = shared.display().to_string();
     let run = warm_in(scratch.path(), &store, &kernels, &["--include", &include]);
     let row = backend(&run.succeeded_json(), "cuda").clone();
-    assert_eq!(counts(&row), (1, 0, 0, 0), "not remembered as failed: {row:#}");
+    assert_eq!(
+        counts(&row),
+        (1, 0, 0, 0),
+        "not remembered as failed: {row:#}"
+    );
 }
 
 /// The kernels of `three_kernels`' files as a program builds them from
@@ -228,7 +241,11 @@ fn p14_a_program_finds_every_kernel_kiln_warm_stored_and_the_reverse() {
     assert_eq!(program_loads(&store, &program_kernels(&kernels)), (3, 0, 0));
     let run = warm_in(scratch.path(), &store, &kernels, &["--cuda-arch", "sm_90"]);
     let row = backend(&run.succeeded_json(), "cuda").clone();
-    assert_eq!(counts(&row), (0, 0, 3, 0), "kiln warm compiles nothing: {row:#}");
+    assert_eq!(
+        counts(&row),
+        (0, 0, 3, 0),
+        "kiln warm compiles nothing: {row:#}"
+    );
 }
 
 // B6

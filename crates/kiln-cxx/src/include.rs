@@ -350,7 +350,9 @@ pub fn names_a_file(option: &str) -> bool {
         "--output",
     ];
     let option = option.trim();
-    option == "-o" || option.starts_with("-o=") || PREFIXES.iter().any(|prefix| option.starts_with(prefix))
+    option == "-o"
+        || option.starts_with("-o=")
+        || PREFIXES.iter().any(|prefix| option.starts_with(prefix))
 }
 
 fn read_header(path: &Path) -> Result<String, IncludeError> {
@@ -370,7 +372,9 @@ fn read_header(path: &Path) -> Result<String, IncludeError> {
     }
     let bytes = fs::read(path).map_err(|error| unreadable(error.to_string()))?;
     if bytes.contains(&0) {
-        return Err(unreadable("it holds a NUL byte: headers are text".to_owned()));
+        return Err(unreadable(
+            "it holds a NUL byte: headers are text".to_owned(),
+        ));
     }
     String::from_utf8(bytes).map_err(|_| unreadable("it is not UTF-8 text".to_owned()))
 }
@@ -578,7 +582,11 @@ mod tests {
         assert!(message.contains("--include DIR"), "{message}");
         // Under a conditional, it is the compiler's to decide.
         search
-            .resolve("#ifndef __CUDACC_RTC__\n#include <cstdio>\n#endif\n", "k.cu", &[])
+            .resolve(
+                "#ifndef __CUDACC_RTC__\n#include <cstdio>\n#endif\n",
+                "k.cu",
+                &[],
+            )
             .expect("a conditional include is left to the compiler");
         let _ = fs::remove_dir_all(root);
     }
@@ -589,10 +597,7 @@ mod tests {
         let error = IncludeSearch::new()
             .resolve("#define H \"a.h\"\n#include H\n", "k.cu", &[])
             .expect_err("computed");
-        assert!(
-            matches!(error, IncludeError::Computed { .. }),
-            "{error}"
-        );
+        assert!(matches!(error, IncludeError::Computed { .. }), "{error}");
         let supplied = [Header::new("a.h", "#define A 1\n")];
         let headers = IncludeSearch::new()
             .resolve("#include \"a.h\"\n", "k.cu", &supplied)

@@ -684,7 +684,11 @@ type Prepared<O> = Result<(Vec<kiln_cxx::Header>, O), String>;
 
 /// The include search of `file`: its folder, its header's folders, then
 /// `--include`'s, then `toolkit`.
-fn search_of(file: &KernelFile, include: &[PathBuf], toolkit: Vec<PathBuf>) -> kiln_cxx::IncludeSearch {
+fn search_of(
+    file: &KernelFile,
+    include: &[PathBuf],
+    toolkit: Vec<PathBuf>,
+) -> kiln_cxx::IncludeSearch {
     kiln_cxx::IncludeSearch {
         source_folder: Some(file.folder.clone()),
         folders: file.includes.iter().chain(include).cloned().collect(),
