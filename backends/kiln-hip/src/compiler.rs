@@ -42,6 +42,10 @@ pub struct HipLowered {
     entry: String,
     options: HipOptions,
     headers: Vec<Header>,
+    /// The kernel's own name for its source, which diagnostics give it;
+    /// hipRTC itself always compiles [`PROGRAM_NAME`] (P14).
+    #[serde(default)]
+    program_name: Option<String>,
 }
 
 impl HipLowered {
@@ -72,7 +76,14 @@ impl HipLowered {
             entry: entry.to_owned(),
             options: options.clone(),
             headers: headers.to_vec(),
+            program_name: None,
         })
+    }
+
+    /// The same, whose diagnostics name the source `program_name`.
+    pub fn named(mut self, program_name: Option<String>) -> Self {
+        self.program_name = program_name;
+        self
     }
 
     /// The HIP source hipRTC compiles.
@@ -326,7 +337,18 @@ impl HipCompiler {
         let log = program.log().map_err(as_failure)?;
         let source_lines = lowered.source().lines().count().max(1);
         if !compiled {
-            return Err(diagnostics::failure(&log, source_lines, lowered.entry()));
+            let mut failure = diagnostics::failure(&log, source_lines, lowered.entry());
+            // hipRTC names every program alike; the author knows its file.
+            if let Some(program_name) = &lowered.program_name {
+                for diagnostic in &mut failure.diagnostics {
+                    if let Some(location) = &mut diagnostic.location
+                        && location.file.is_none()
+                    {
+                        location.file = Some(program_name.clone());
+                    }
+                }
+            }
+            return Err(failure);
         }
         let code_object = program.code().map_err(as_failure)?;
         let symbol = program.lowered_name(&entry).map_err(|error| match error {
@@ -440,6 +462,7 @@ impl ArtifactCompiler for HipCompiler {
             kernel.options(),
             kernel.headers(),
         )
+        .map(|lowered| lowered.named(kernel.program_name().map(str::to_owned)))
         .map_err(configuration_failure)
     }
 

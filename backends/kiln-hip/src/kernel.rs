@@ -55,6 +55,8 @@ pub struct HipKernel {
     headers: Vec<Header>,
     /// Why its includes could not be resolved, when they could not.
     include_failure: Option<String>,
+    /// The name diagnostics give its source.
+    program_name: Option<String>,
     generator: Arc<dyn SourceGenerator<Architecture>>,
 }
 
@@ -68,6 +70,7 @@ impl HipKernel {
             options: HipOptions::default(),
             headers: Vec::new(),
             search: IncludeSearch::new(),
+            program_name: None,
         }
     }
 
@@ -91,6 +94,11 @@ impl HipKernel {
     /// not; such a kernel fails to lower with this reason.
     pub fn include_failure(&self) -> Option<&str> {
         self.include_failure.as_deref()
+    }
+
+    /// The name diagnostics give its source, when it was given one.
+    pub fn program_name(&self) -> Option<&str> {
+        self.program_name.as_deref()
     }
 
     /// Runs the generator.
@@ -141,9 +149,17 @@ pub struct HipKernelBuilder {
     options: HipOptions,
     headers: Vec<Header>,
     search: IncludeSearch,
+    program_name: Option<String>,
 }
 
 impl HipKernelBuilder {
+    /// Names the source in diagnostics (`scan.hip`); hipRTC compiles every
+    /// program under one name, so the name changes no artifact (P14).
+    pub fn program_name(mut self, name: impl Into<String>) -> Self {
+        self.program_name = Some(name.into());
+        self
+    }
+
     /// Compiles with `options`.
     pub fn options(mut self, options: HipOptions) -> Self {
         self.options = options;
@@ -182,7 +198,11 @@ impl HipKernelBuilder {
         let source: Arc<str> = Arc::from(source.into());
         let mut search = std::mem::take(&mut self.search);
         search.compiler_folders = vec!["hip".to_owned()];
-        let include_failure = match search.resolve(&source, "the source", &self.headers) {
+        let label = self
+            .program_name
+            .clone()
+            .unwrap_or_else(|| "the source".to_owned());
+        let include_failure = match search.resolve(&source, &label, &self.headers) {
             Ok(found) => {
                 self.headers.extend(found);
                 None
@@ -226,6 +246,7 @@ impl HipKernelBuilder {
             options: self.options,
             headers: self.headers,
             include_failure: None,
+            program_name: self.program_name,
             generator,
         }
     }

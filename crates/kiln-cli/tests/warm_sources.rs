@@ -340,3 +340,64 @@ fn cuda_only_code_goes_to_hip_only_when_asked() {
         assert!(run.status.success(), "{report:#}");
     }
 }
+
+// D2: hipRTC's diagnostics name the kernel's file, and what comgr writes
+// to standard error joins the kernel's failure, never the run's output.
+#[test]
+fn hip_diagnostics_name_the_file_and_the_compilers_stderr_stays_with_its_kernel() {
+    let scratch = Scratch::new("warm-hip-diagnostics");
+    let kernels = scratch.folder("kernels");
+    std::fs::write(
+        kernels.join("bad.hip"),
+        "// kiln entry: k\nextern \"C\" __global__ void k(float* y) {\n  y[0] = undefined_name;\n}\n",
+    )
+    .expect("a kernel");
+    std::fs::write(
+        kernels.join("ptx.cu"),
+        "// kiln entry: lane\nextern \"C\" __global__ void lane(unsigned* y) {\n\
+         \x20 unsigned id; asm volatile(\"mov.u32 %0, %%laneid;\" : \"=r\"(id));\n\
+         \x20 y[threadIdx.x] = id;\n}\n",
+    )
+    .expect("a kernel");
+    let run = warm_in(
+        scratch.path(),
+        &scratch.join("store"),
+        &kernels,
+        &["--backend", "hip"],
+    );
+    let report = run.json();
+    let hip = backend(&report, "hip");
+    if let Some(reason) = hip["unavailable"].as_str() {
+        kiln_core::conformance::skip("HIP diagnostics", reason);
+        return;
+    }
+    let failed: Vec<(&str, &str)> = hip["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .map(|failure| {
+            (
+                failure["kernel"].as_str().unwrap_or_default(),
+                failure["first_diagnostic"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let bad = failed
+        .iter()
+        .find(|(kernel, _)| *kernel == "bad.hip")
+        .expect("bad.hip failed");
+    assert!(bad.1.contains("bad.hip:3:"), "{bad:?}");
+    let ptx = failed
+        .iter()
+        .find(|(kernel, _)| *kernel == "ptx.cu")
+        .expect("ptx.cu failed");
+    assert!(
+        ptx.1.contains("inline assembly") && !ptx.1.contains("refused an option"),
+        "{ptx:?}"
+    );
+    assert!(
+        !run.stderr.contains("invalid instruction"),
+        "comgr's words stay with the kernel:\n{}",
+        run.stderr
+    );
+}

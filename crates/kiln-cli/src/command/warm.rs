@@ -1066,7 +1066,8 @@ fn warm_hip(
         .collect();
     let make = || {
         kernels_of(files, |index, file, entry, specialization| {
-            let builder = HipKernel::builder(base_id(file, entry, specialization), entry);
+            let builder = HipKernel::builder(base_id(file, entry, specialization), entry)
+                .program_name(file.name.clone());
             let (headers, options) = match &prepared[index] {
                 Ok(prepared) => prepared,
                 Err(reason) => return builder.generator(failing(reason.clone())),
