@@ -333,6 +333,17 @@ impl HipCompiler {
         let mut program =
             Program::new(&self.toolchain.hiprtc, &source, &name, &headers).map_err(as_failure)?;
         program.add_name_expression(&entry).map_err(as_failure)?;
+        // hipRTC finds a name expression's symbol by comparing the
+        // demangled name as text, which spells an unsigned template
+        // argument `64u`: the same entry with unsigned literals is asked
+        // too, so `k<64>` names `template <unsigned N>` as it does in C++.
+        let unsigned = unsigned_spelling(lowered.entry())
+            .map(|spelling| c_string(&spelling, || "the entry point".to_owned()))
+            .transpose()
+            .map_err(as_failure)?;
+        if let Some(unsigned) = &unsigned {
+            program.add_name_expression(unsigned).map_err(as_failure)?;
+        }
         let compiled = program.compile(&flags).map_err(as_failure)?;
         let log = program.log().map_err(as_failure)?;
         let source_lines = lowered.source().lines().count().max(1);
@@ -351,21 +362,27 @@ impl HipCompiler {
             return Err(failure);
         }
         let code_object = program.code().map_err(as_failure)?;
-        let symbol = program.lowered_name(&entry).map_err(|error| match error {
-            Error::Hiprtc { code, .. }
-                if code == crate::sys::HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID =>
-            {
-                CompileFailure::message(format!(
-                    "the entry point `{}` is not a kernel hipRTC can name",
-                    lowered.entry()
-                ))
-                .with_hint(
-                    "name a __global__ function or an instantiation of a __global__ template; \
+        let symbol = program
+            .lowered_name(&entry)
+            .or_else(|error| match &unsigned {
+                Some(unsigned) => program.lowered_name(unsigned).map_err(|_| error),
+                None => Err(error),
+            })
+            .map_err(|error| match error {
+                Error::Hiprtc { code, .. }
+                    if code == crate::sys::HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID =>
+                {
+                    CompileFailure::message(format!(
+                        "the entry point `{}` is not a kernel hipRTC can name",
+                        lowered.entry()
+                    ))
+                    .with_hint(
+                        "name a __global__ function or an instantiation of a __global__ template; \
                      device functions and kernels in anonymous namespaces cannot be entry points",
-                )
-            }
-            other => as_failure(other),
-        })?;
+                    )
+                }
+                other => as_failure(other),
+            })?;
         drop(program);
 
         let mut diagnostics: Vec<Diagnostic> =
@@ -392,6 +409,41 @@ impl HipCompiler {
             diagnostics,
         })
     }
+}
+
+/// `expression` with every decimal integer literal of its template
+/// arguments spelled unsigned (`k<64, float>` as `k<64u, float>`), when it
+/// has one.
+fn unsigned_spelling(expression: &str) -> Option<String> {
+    let start = expression.find('<')?;
+    let (name, arguments) = expression.split_at(start);
+    let mut spelled = String::from(name);
+    let mut changed = false;
+    let characters: Vec<char> = arguments.chars().collect();
+    let mut index = 0;
+    while index < characters.len() {
+        let character = characters[index];
+        let starts_literal = character.is_ascii_digit()
+            && index > 0
+            && matches!(characters[index - 1], '<' | ',' | ' ' | '-');
+        if !starts_literal {
+            spelled.push(character);
+            index += 1;
+            continue;
+        }
+        let mut end = index;
+        while end < characters.len() && characters[end].is_ascii_digit() {
+            end += 1;
+        }
+        spelled.extend(&characters[index..end]);
+        let next = characters.get(end).copied().unwrap_or('>');
+        if matches!(next, '>' | ',' | ' ') && characters[index - 1] != '-' {
+            spelled.push('u');
+            changed = true;
+        }
+        index = end;
+    }
+    changed.then_some(spelled)
 }
 
 impl fmt::Debug for HipCompiler {
@@ -550,6 +602,19 @@ impl KeyedCompiler for HipCompiler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integer_template_arguments_are_also_spelled_unsigned() {
+        assert_eq!(unsigned_spelling("k<64>").as_deref(), Some("k<64u>"));
+        assert_eq!(
+            unsigned_spelling("scan<float, 256, 8>").as_deref(),
+            Some("scan<float, 256u, 8u>")
+        );
+        assert_eq!(unsigned_spelling("k<-1>"), None);
+        assert_eq!(unsigned_spelling("k<64u>"), None);
+        assert_eq!(unsigned_spelling("plain"), None);
+        assert_eq!(unsigned_spelling("k<float>"), None);
+    }
 
     #[test]
     fn the_sharing_text_names_everything_that_shapes_the_artifact() {

@@ -73,3 +73,22 @@ fn p13_a_header_beside_the_file_is_keyed_by_its_text_and_found_nowhere_names_the
         "{error}"
     );
 }
+
+// B2: `k<64>` names `template <unsigned N>` on hipRTC as in C++ (and on
+// NVRTC), though hipRTC spells the instantiation `k<64u>`.
+#[test]
+fn b2_an_unsigned_template_argument_is_written_as_in_cpp() {
+    let Some(compiler) = compiler("B2 unsigned template arguments") else {
+        return;
+    };
+    let mut loader = KernelLoader::new(compile_only(&compiler, "gfx90a"));
+    let variant = HipVariant::new(Architecture::new("gfx90a").expect("a name"));
+    let source = "template <unsigned N> __global__ void fill(float* y) { y[threadIdx.x % N] = N; }\n\
+                  template <int N> __global__ void signed_fill(float* y) { y[0] = N; }\n";
+    for entry in ["fill<64>", "fill<64u>", "signed_fill<8>"] {
+        let kernel = HipKernel::builder(KernelId::named("tests.unsigned"), entry).source(source);
+        loader
+            .load(&kernel, &ArtifactId::new(kernel.id(), variant.clone()))
+            .unwrap_or_else(|error| panic!("{entry} names its instantiation: {error}"));
+    }
+}
