@@ -401,3 +401,41 @@ fn hip_diagnostics_name_the_file_and_the_compilers_stderr_stays_with_its_kernel(
         run.stderr
     );
 }
+
+// P11: a failure the store remembers is printed as remembered, with how to
+// compile it again.
+#[test]
+fn a_remembered_failure_is_printed_as_remembered_with_how_to_retry() {
+    let scratch = Scratch::new("warm-remembered");
+    let kernels = scratch.folder("kernels");
+    std::fs::write(
+        kernels.join("broken.wgsl"),
+        "@compute @workgroup_size(1) fn main() { let x = 1.0 + ; }\n",
+    )
+    .expect("a kernel");
+    let store = scratch.join("store");
+    let first = warm_in(scratch.path(), &store, &kernels, &[]).json();
+    assert_eq!(
+        backend(&first, "wgpu")["failures"][0]["remembered"],
+        false,
+        "a fresh failure: {first:#}"
+    );
+    let second = warm_in(scratch.path(), &store, &kernels, &[]).json();
+    assert_eq!(
+        backend(&second, "wgpu")["failures"][0]["remembered"],
+        true,
+        "{second:#}"
+    );
+    let text = finish(
+        kiln(&store, &["warm"])
+            .arg(&kernels)
+            .env("MESA_SHADER_CACHE_DIR", store.with_extension("mesa")),
+    );
+    assert!(
+        text.stdout.contains(
+            "wgpu failed (remembered from an earlier compile, not compiled again; --retry-failed"
+        ),
+        "{}",
+        text.stdout
+    );
+}

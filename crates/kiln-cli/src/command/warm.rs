@@ -208,6 +208,10 @@ struct FailureReport {
     kernel: String,
     /// The failure's first line: the first diagnostic, with its place.
     first_diagnostic: String,
+    /// Whether the store remembered the failure from an earlier compile
+    /// and it was reported without compiling (P11); `false` also when the
+    /// loader kept no batch record to say so (`KILN_RECORD_LIMIT=0`).
+    remembered: bool,
 }
 
 /// A file of the folder that failed or was left alone, and why.
@@ -556,8 +560,14 @@ fn print_report(report: &WarmReport) {
         }
         for failure in &backend.failures {
             outln!(
-                "{} failed: {}: {}",
+                "{} failed{}: {}: {}",
                 backend.backend,
+                if failure.remembered {
+                    " (remembered from an earlier compile, not compiled again; --retry-failed \
+                     compiles it, kiln forget forgets it)"
+                } else {
+                    ""
+                },
                 failure.kernel,
                 failure.first_diagnostic
             );
@@ -746,6 +756,18 @@ where
     let wall = started.elapsed();
     drop(bar);
     let statistics = loader.statistics();
+    let remembered: HashSet<KernelId> = loader
+        .records()
+        .back()
+        .map(|batch| {
+            batch
+                .records
+                .iter()
+                .filter(|record| record.remembered)
+                .map(|record| record.kernel.clone())
+                .collect()
+        })
+        .unwrap_or_default();
     let mut failures = Vec::new();
     let mut spilling = Vec::new();
     let mut asked = HashSet::new();
@@ -770,6 +792,7 @@ where
                 }
             }
             Err(error) => failures.push(FailureReport {
+                remembered: remembered.contains(&id.kernel),
                 kernel: label,
                 first_diagnostic: error
                     .to_string()
