@@ -46,6 +46,9 @@ pub struct HipLowered {
     /// hipRTC itself always compiles [`PROGRAM_NAME`] (P14).
     #[serde(default)]
     program_name: Option<String>,
+    /// The module's other entry points (B6).
+    #[serde(default)]
+    more_entries: Vec<String>,
 }
 
 impl HipLowered {
@@ -61,8 +64,25 @@ impl HipLowered {
         options: &HipOptions,
         headers: &[Header],
     ) -> Result<Self> {
+        Self::with_entries(variant, &[entry], source, options, headers)
+    }
+
+    /// Lowers `source` for `variant`, one module holding every entry of
+    /// `entries` (B6); the first is [`entry`](Self::entry).
+    ///
+    /// # Errors
+    ///
+    /// The options hold a flag that chooses the architecture.
+    pub fn with_entries(
+        variant: &HipVariant,
+        entries: &[&str],
+        source: &str,
+        options: &HipOptions,
+        headers: &[Header],
+    ) -> Result<Self> {
+        let entry = entries.first().copied().unwrap_or_default();
         let mut text = HipKey::cover(
-            entry,
+            &entries.join(" "),
             options.compile_flags(&variant.architecture)?,
             headers,
         )
@@ -77,7 +97,17 @@ impl HipLowered {
             options: options.clone(),
             headers: headers.to_vec(),
             program_name: None,
+            more_entries: entries
+                .iter()
+                .skip(1)
+                .map(|entry| (*entry).to_owned())
+                .collect(),
         })
+    }
+
+    /// The module's other entry points (B6).
+    pub fn more_entries(&self) -> &[String] {
+        &self.more_entries
     }
 
     /// The same, whose diagnostics name the source `program_name`.
@@ -118,8 +148,11 @@ impl HipLowered {
     ///
     /// The options hold a flag that chooses the architecture.
     pub fn cover(&self, architecture: &Architecture) -> Result<SourceCover> {
+        let entries: Vec<&str> = std::iter::once(self.entry.as_str())
+            .chain(self.more_entries.iter().map(String::as_str))
+            .collect();
         Ok(HipKey::cover(
-            &self.entry,
+            &entries.join(" "),
             self.options.compile_flags(architecture)?,
             &self.headers,
         ))
@@ -143,6 +176,9 @@ pub struct HipArtifact {
     pub symbol: String,
     /// The entry point's name expression.
     pub entry: String,
+    /// The module's other entry points (B6), each as `(name expression,
+    /// symbol)`.
+    pub more_entries: Vec<(String, String)>,
     /// The architecture it was compiled for.
     pub architecture: Architecture,
     /// What shaped it: the compiler's key components, the flags (the
@@ -344,6 +380,20 @@ impl HipCompiler {
         if let Some(unsigned) = &unsigned {
             program.add_name_expression(unsigned).map_err(as_failure)?;
         }
+        let mut more = Vec::with_capacity(lowered.more_entries.len());
+        for expression in &lowered.more_entries {
+            let written =
+                c_string(expression, || "an entry point".to_owned()).map_err(as_failure)?;
+            program.add_name_expression(&written).map_err(as_failure)?;
+            let unsigned = unsigned_spelling(expression)
+                .map(|spelling| c_string(&spelling, || "an entry point".to_owned()))
+                .transpose()
+                .map_err(as_failure)?;
+            if let Some(unsigned) = &unsigned {
+                program.add_name_expression(unsigned).map_err(as_failure)?;
+            }
+            more.push((expression.clone(), written, unsigned));
+        }
         let compiled = program.compile(&flags).map_err(as_failure)?;
         let log = program.log().map_err(as_failure)?;
         let source_lines = lowered.source().lines().count().max(1);
@@ -383,6 +433,25 @@ impl HipCompiler {
                 }
                 other => as_failure(other),
             })?;
+        let mut more_entries = Vec::with_capacity(more.len());
+        for (expression, written, unsigned) in &more {
+            let symbol = program
+                .lowered_name(written)
+                .or_else(|error| match unsigned {
+                    Some(unsigned) => program.lowered_name(unsigned).map_err(|_| error),
+                    None => Err(error),
+                })
+                .map_err(|_| {
+                    CompileFailure::message(format!(
+                        "the entry point `{expression}` is not a kernel hipRTC can name"
+                    ))
+                    .with_hint(
+                        "name a __global__ function or an instantiation of a __global__ \
+                         template",
+                    )
+                })?;
+            more_entries.push((expression.clone(), symbol));
+        }
         drop(program);
 
         let mut diagnostics: Vec<Diagnostic> =
@@ -402,6 +471,7 @@ impl HipCompiler {
                 code_object,
                 symbol,
                 entry: lowered.entry().to_owned(),
+                more_entries,
                 architecture: architecture.clone(),
                 key,
                 report: ArtifactReport::new(diagnostics.clone(), resources),
@@ -507,9 +577,10 @@ impl ArtifactCompiler for HipCompiler {
         // The generator's failure is the kernel's, unchanged: its message
         // and hint are the generator's own words.
         let source = kernel.generate(id.variant.architecture.clone())?;
-        HipLowered::new(
+        let entries: Vec<&str> = kernel.entries().map(|entry| entry.expression()).collect();
+        HipLowered::with_entries(
             &id.variant,
-            kernel.entry().expression(),
+            &entries,
             &source,
             kernel.options(),
             kernel.headers(),

@@ -134,6 +134,14 @@ pub enum Error {
         /// The refused flag.
         flag: String,
     },
+    /// A launch named an entry point the kernel was not built with.
+    #[error("`{entry}` is no other entry point of this kernel; it has {}", entries.join(", "))]
+    NoSuchEntry {
+        /// The name asked for.
+        entry: String,
+        /// The kernel's other entry points.
+        entries: Vec<String>,
+    },
     /// A flag that names a file or an include folder: kiln resolves a
     /// kernel's headers itself and hands them to hipRTC in memory (P13).
     #[error(

@@ -51,6 +51,8 @@ use crate::options::HipOptions;
 pub struct HipKernel {
     id: KernelId,
     entry: EntryPoint,
+    /// The module's other entry points (B6).
+    more_entries: Vec<EntryPoint>,
     options: HipOptions,
     headers: Vec<Header>,
     /// Why its includes could not be resolved, when they could not.
@@ -67,6 +69,7 @@ impl HipKernel {
         HipKernelBuilder {
             id,
             entry: entry.into(),
+            more_entries: Vec::new(),
             options: HipOptions::default(),
             headers: Vec::new(),
             search: IncludeSearch::new(),
@@ -74,9 +77,14 @@ impl HipKernel {
         }
     }
 
-    /// The entry point.
+    /// The entry point: the first of [`entries`](Self::entries).
     pub fn entry(&self) -> &EntryPoint {
         &self.entry
+    }
+
+    /// Every entry point of the module, the first one first (B6).
+    pub fn entries(&self) -> impl Iterator<Item = &EntryPoint> {
+        std::iter::once(&self.entry).chain(&self.more_entries)
     }
 
     /// The compile options.
@@ -146,6 +154,7 @@ impl fmt::Debug for HipKernel {
 pub struct HipKernelBuilder {
     id: KernelIdBuilder,
     entry: EntryPoint,
+    more_entries: Vec<EntryPoint>,
     options: HipOptions,
     headers: Vec<Header>,
     search: IncludeSearch,
@@ -153,6 +162,15 @@ pub struct HipKernelBuilder {
 }
 
 impl HipKernelBuilder {
+    /// Adds another entry point of the same source (B6): one compile, one
+    /// module holding every entry, each launched by name
+    /// ([`LoadedKernel::launch_entry`](crate::LoadedKernel::launch_entry)).
+    /// An entry named twice makes a kernel that fails to lower.
+    pub fn entry(mut self, entry: impl Into<EntryPoint>) -> Self {
+        self.more_entries.push(entry.into());
+        self
+    }
+
     /// Names the source in diagnostics (`scan.hip`); hipRTC compiles every
     /// program under one name, so the name changes no artifact (P14).
     pub fn program_name(mut self, name: impl Into<String>) -> Self {
@@ -214,7 +232,9 @@ impl HipKernelBuilder {
             id = id.parameter(failure.as_str());
         }
         let mut kernel = Self { id, ..self }.finish(Arc::new(FixedSource::new(source)));
-        kernel.include_failure = include_failure;
+        if include_failure.is_some() {
+            kernel.include_failure = include_failure;
+        }
         kernel
     }
 
@@ -235,6 +255,21 @@ impl HipKernelBuilder {
             .parameter(self.entry.expression())
             .parameter(&self.options)
             .parameter(&self.headers.len());
+        // A kernel of one entry keeps the id it had before entries were
+        // several.
+        for entry in &self.more_entries {
+            id = id.parameter(entry.expression());
+        }
+        let mut seen = vec![self.entry.expression()];
+        let twice = self.more_entries.iter().find_map(|entry| {
+            let expression = entry.expression();
+            if seen.contains(&expression) {
+                Some(expression.to_owned())
+            } else {
+                seen.push(expression);
+                None
+            }
+        });
         for header in &self.headers {
             id = id
                 .bytes(header.name.as_bytes())
@@ -243,9 +278,12 @@ impl HipKernelBuilder {
         HipKernel {
             id: id.build(),
             entry: self.entry,
+            more_entries: self.more_entries,
             options: self.options,
             headers: self.headers,
-            include_failure: None,
+            include_failure: twice.map(|entry| {
+                format!("the entry point `{entry}` is named twice; name each entry once")
+            }),
             program_name: self.program_name,
             generator,
         }

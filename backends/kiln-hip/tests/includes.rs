@@ -92,3 +92,42 @@ fn b2_an_unsigned_template_argument_is_written_as_in_cpp() {
             .unwrap_or_else(|error| panic!("{entry} names its instantiation: {error}"));
     }
 }
+
+// B6: one compile, one code object holding every entry, each by name.
+#[test]
+fn b6_one_compile_makes_one_code_object_holding_every_entry() {
+    let Some(compiler) = compiler("B6 HIP entries") else {
+        return;
+    };
+    let mut loader = KernelLoader::new(compile_only(&compiler, "gfx90a"));
+    let variant = HipVariant::new(Architecture::new("gfx90a").expect("a name"));
+    let source = "extern \"C\" __global__ void forward(float* y) { y[threadIdx.x] += 1.0f; }\n\
+                  template <unsigned B> __global__ void scale(float* y) { y[blockIdx.x * B + threadIdx.x] *= 3.0f; }\n";
+    let kernel = HipKernel::builder(KernelId::named("tests.entries"), "forward")
+        .entry("scale<128>")
+        .source(source);
+    let loaded = loader
+        .load(&kernel, &ArtifactId::new(kernel.id(), variant.clone()))
+        .unwrap_or_else(|error| panic!("both entries compile: {error}"));
+    assert_eq!(loaded.lowered_name(), "forward");
+    let symbol = loaded
+        .lowered_name_of("scale<128>")
+        .expect("the second entry");
+    assert!(
+        loaded
+            .kernels()
+            .iter()
+            .any(|kernel| kernel.starts_with(symbol)),
+        "{symbol} in {:?}",
+        loaded.kernels()
+    );
+    assert_eq!(loader.statistics().compiled, 1, "one compile");
+
+    let twice = HipKernel::builder(KernelId::named("tests.entries"), "forward")
+        .entry("forward")
+        .source(source);
+    let error = loader
+        .load(&twice, &ArtifactId::new(twice.id(), variant))
+        .expect_err("named twice");
+    assert!(error.to_string().contains("named twice"), "{error}");
+}

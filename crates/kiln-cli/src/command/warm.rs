@@ -1028,14 +1028,6 @@ fn module_count(files: &[&KernelFile]) -> usize {
     files.iter().map(|file| file.specializations.len()).sum()
 }
 
-/// How many kernels `files` hold as one per entry and specialization.
-fn kernel_count(files: &[&KernelFile]) -> usize {
-    files
-        .iter()
-        .map(|file| file.entries.len() * file.specializations.len())
-        .sum()
-}
-
 /// Warms `files` for HIP, as [`warm_cuda`] does for CUDA (gfx90a by
 /// default).
 fn warm_hip(
@@ -1044,7 +1036,7 @@ fn warm_hip(
     arch: Option<&str>,
     include: &[PathBuf],
 ) -> BackendReport {
-    let count = kernel_count(files);
+    let count = module_count(files);
     let text = arch.unwrap_or("gfx90a");
     let architecture = match kiln_hip::Architecture::new(text) {
         Ok(architecture) => architecture,
@@ -1088,9 +1080,16 @@ fn warm_hip(
         })
         .collect();
     let make = || {
-        kernels_of(files, |index, file, entry, specialization| {
-            let builder = HipKernel::builder(base_id(file, entry, specialization), entry)
-                .program_name(file.name.clone());
+        modules_of(files, |index, file, specialization| {
+            // One compile of the file per specialization, one code object
+            // of every entry (B6).
+            let entries = file.entries.join(",");
+            let first = file.entries.first().cloned().unwrap_or_default();
+            let builder = file.entries.iter().skip(1).fold(
+                HipKernel::builder(base_id(file, &entries, specialization), first)
+                    .program_name(file.name.clone()),
+                |builder, entry| builder.entry(entry.clone()),
+            );
             let (headers, options) = match &prepared[index] {
                 Ok(prepared) => prepared,
                 Err(reason) => return builder.generator(failing(reason.clone())),
