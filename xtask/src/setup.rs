@@ -112,6 +112,18 @@ pub fn parts() -> Vec<SystemPart> {
             environment: nvrtc::environment,
         },
         SystemPart {
+            name: "CUDA 13.0 toolkit headers (PyPI wheels nvidia-cuda-runtime==13.0.88, \
+                   nvidia-cuda-cccl==13.0.85)",
+            needed_by: "CUDA kernels including <cuda_fp16.h> or <cooperative_groups.h> in the \
+                        tests (backends/kiln-cuda, crates/kiln-cli)",
+            is_present: || {
+                std::env::var_os("KILN_CUDA_INCLUDE").is_some_and(|value| !value.is_empty())
+                    || nvrtc::CUDA_HEADERS_13.is_installed()
+            },
+            install: || nvrtc::CUDA_HEADERS_13.install(),
+            environment: nvrtc::headers_environment,
+        },
+        SystemPart {
             name: "NVRTC 12.8 (PyPI wheel nvidia-cuda-nvrtc-cu12==12.8.93)",
             needed_by: "second run of the CUDA backend's tests, and the program outside the \
                         workspace (tests/outside)",

@@ -19,6 +19,17 @@ use crate::key::CudaKey;
 use crate::nvrtc::{CompileRequest, Nvrtc, NvrtcVersion};
 use crate::resources::{self, VERBOSE_PTXAS};
 
+/// The name NVRTC is given for every program, whatever the kernel's own:
+/// NVRTC writes it into the cubin's line table (`-lineinfo`) and into
+/// `__FILE__`, and one text must make one artifact under every kernel name
+/// (P14). Diagnostics name the kernel's own program name instead.
+pub(crate) const PROGRAM_NAME: &str = "kernel.cu";
+
+/// Keeps NVRTC from searching the folder of the program, which for a
+/// program of no folder is the working directory: kiln hands it every
+/// header in memory (P13), so nothing is read from disk behind the key.
+pub(crate) const NO_SOURCE_INCLUDE: &str = "--no-source-include";
+
 /// The compile choice of a CUDA target: the architecture of its device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CudaVariant {
@@ -45,6 +56,8 @@ pub struct CudaLowered {
     arguments: Vec<String>,
     architecture: Architecture,
     entry: String,
+    /// The module's other entry points (B6).
+    more_entries: Vec<String>,
 }
 
 impl CudaLowered {
@@ -70,7 +83,17 @@ impl CudaLowered {
 
     /// What its source key covers beside the kernel's own source.
     pub fn cover(&self) -> SourceCover {
-        CudaKey::cover(&self.entry, &self.arguments, &self.headers)
+        CudaKey::cover(&self.entry_points(), &self.arguments, &self.headers)
+    }
+
+    /// Every entry point, as the source cover names them: the first alone
+    /// for a module of one, else all separated by spaces.
+    fn entry_points(&self) -> String {
+        std::iter::once(&self.entry)
+            .chain(&self.more_entries)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -91,6 +114,9 @@ pub struct CudaArtifact {
     pub ptx: String,
     /// The entry point's symbol: the name expression NVRTC lowered.
     pub lowered_name: String,
+    /// The module's other entry points (B6), each as `(name expression,
+    /// symbol)`.
+    pub more_entries: Vec<(String, String)>,
     /// The architecture the cubin is for.
     pub architecture: Architecture,
     /// What made these bytes: the compiler's key components, NVRTC's
@@ -192,6 +218,21 @@ impl CudaCompiler {
             lowered.entry
         );
         let mut names_entry = false;
+        // NVRTC knows the program as PROGRAM_NAME; its author, by its own.
+        let log = log.replace(
+            &format!("\"{PROGRAM_NAME}\""),
+            &format!("\"{}\"", lowered.program_name),
+        );
+        let log = log
+            .lines()
+            .map(|line| match line.strip_prefix(PROGRAM_NAME) {
+                Some(rest) if rest.starts_with('(') => format!("{}{rest}", lowered.program_name),
+                _ => line.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let log = log.as_str();
+        let opens_a_file = log.contains("open source file");
         let diagnostics: Vec<Diagnostic> = diagnostics::parse(log)
             .into_iter()
             .map(|mut diagnostic| {
@@ -214,6 +255,14 @@ impl CudaCompiler {
         let mut failure = CompileFailure::new(diagnostics).with_log(log);
         if names_entry {
             failure = failure.with_hint(entry_hint);
+        } else if opens_a_file {
+            failure = failure.with_hint(
+                "NVRTC reads no header from disk: kiln hands it each one in memory. A fixed \
+                 source's includes are found beside its file (source_folder), in its include \
+                 folders (include_folder; kiln warm: --include DIR or `// kiln include: DIR`) \
+                 and the CUDA toolkit's (KILN_CUDA_INCLUDE); a generated source's headers are \
+                 given with header(name, text)",
+            );
         } else if invalid_option {
             failure = failure.with_hint(if log.contains("gpu-architecture") {
                 format!(
@@ -249,22 +298,41 @@ impl ArtifactCompiler for CudaCompiler {
         kernel: &CudaKernel,
         id: &ArtifactId<CudaVariant>,
     ) -> Result<CudaLowered, CompileFailure> {
+        if let Some(reason) = kernel.include_failure() {
+            // The setup's, not the source's: never remembered (P11), so the
+            // header added or the folder given compiles at once.
+            return Err(CompileFailure::message(reason.to_owned()).not_the_kernels());
+        }
         kernel.options().check_defines().map_err(|error| {
             CompileFailure::message(error.to_string())
                 .with_hint("name each define with an identifier and give it a one-line value")
         })?;
+        kernel.options().check_flags().map_err(|error| {
+            CompileFailure::message(error.to_string())
+                .with_hint("give headers with the kernel builder's include_folder or header")
+        })?;
         let architecture = kernel.options().architecture_on(id.variant.architecture);
         let source = kernel.generate(architecture)?;
-        let arguments = kernel.options().arguments(id.variant.architecture);
+        let mut arguments = kernel.options().arguments(id.variant.architecture);
+        arguments.push(NO_SOURCE_INCLUDE.to_owned());
         let headers: Vec<(String, String)> = kernel
             .headers()
             .iter()
             .map(|header| (header.name.clone(), header.text.clone()))
             .collect();
         let entry = kernel.entry().expression().to_owned();
+        let more_entries: Vec<String> = kernel
+            .entries()
+            .skip(1)
+            .map(|entry| entry.expression().to_owned())
+            .collect();
         let program_name = kernel.program_name().to_owned();
+        let entry_points = std::iter::once(entry.clone())
+            .chain(more_entries.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(" ");
 
-        let mut text = CudaKey::cover(&entry, &arguments, &headers).preamble();
+        let mut text = CudaKey::cover(&entry_points, &arguments, &headers).preamble();
         text.reserve(source.len() + 64);
         // No file name here: NVRTC names the program in its messages, and
         // a kernel's text (so its source key) must not change when only
@@ -280,6 +348,7 @@ impl ArtifactCompiler for CudaCompiler {
             arguments,
             architecture,
             entry,
+            more_entries,
         })
     }
 
@@ -296,12 +365,15 @@ impl ArtifactCompiler for CudaCompiler {
         // the option is no part of the key or of the lowered text.
         let mut arguments = lowered.arguments.clone();
         arguments.push(VERBOSE_PTXAS.to_owned());
+        let expressions: Vec<String> = std::iter::once(lowered.entry.clone())
+            .chain(lowered.more_entries.iter().cloned())
+            .collect();
         let request = CompileRequest {
-            program_name: &lowered.program_name,
+            program_name: PROGRAM_NAME,
             source: &lowered.text,
             headers: &lowered.headers,
             arguments: &arguments,
-            name_expression: &lowered.entry,
+            name_expressions: &expressions,
         };
         let outcome = self
             .nvrtc
@@ -317,32 +389,40 @@ impl ArtifactCompiler for CudaCompiler {
             }
             return Err(failure);
         };
-        if !output
-            .ptx
-            .contains(&format!(".entry {}(", output.lowered_name))
-        {
-            return Err(CompileFailure::message(format!(
-                "entry point `{}` (`{}`) is not a kernel of the compiled module",
-                lowered.entry, output.lowered_name
-            ))
-            .with_hint(format!(
-                "the entry point `{}` must name a __global__ function",
-                lowered.entry
-            )));
+        for (expression, symbol) in expressions.iter().zip(&output.lowered_names) {
+            if !output.ptx.contains(&format!(".entry {symbol}(")) {
+                return Err(CompileFailure::message(format!(
+                    "entry point `{expression}` (`{symbol}`) is not a kernel of the compiled \
+                     module"
+                ))
+                .with_hint(format!(
+                    "the entry point `{expression}` must name a __global__ function"
+                )));
+            }
         }
+        let mut lowered_names = output.lowered_names.into_iter();
+        let lowered_name = lowered_names.next().unwrap_or_default();
+        let more_entries: Vec<(String, String)> = lowered
+            .more_entries
+            .iter()
+            .cloned()
+            .zip(lowered_names)
+            .collect();
         let mut diagnostics: Vec<Diagnostic> = diagnostics::parse(&outcome.log)
             .into_iter()
             .filter(|diagnostic| diagnostic.severity < Severity::Error)
             .collect();
-        let mut resources = resources::read(&outcome.log, &output.ptx, &output.lowered_name);
-        resources::fill_from_cubin(&mut resources, &output.cubin, &output.lowered_name);
+        // The report is the first entry's: the one `function` launches.
+        let mut resources = resources::read(&outcome.log, &output.ptx, &lowered_name);
+        resources::fill_from_cubin(&mut resources, &output.cubin, &lowered_name);
         diagnostics.extend(resources.spill_warning(&lowered.entry));
         let key = self.artifact_key(&lowered);
         Ok(Finalized {
             artifact: CudaArtifact {
                 cubin: output.cubin,
                 ptx: output.ptx,
-                lowered_name: output.lowered_name,
+                lowered_name,
+                more_entries,
                 architecture: lowered.architecture,
                 key,
                 report: ArtifactReport::new(diagnostics.clone(), resources),
@@ -431,7 +511,7 @@ impl ProcessCompiler for CudaCompiler {
             source: "extern \"C\" __global__ void kiln_warm_up() {}\n",
             headers: &[],
             arguments: &arguments,
-            name_expression: "kiln_warm_up",
+            name_expressions: &["kiln_warm_up".to_owned()],
         };
         if let Err(error) = self.nvrtc.compile(&request) {
             log::debug!("the worker's warm-up compile failed: {error}");

@@ -131,6 +131,17 @@ pub enum Error {
         /// What is wrong with it.
         problem: DefineProblem,
     },
+    /// An option that names a file or an include folder: kiln resolves a
+    /// kernel's headers itself and hands them to NVRTC in memory (P13), so
+    /// none reaches NVRTC as a path.
+    #[error(
+        "the option {flag:?} names a file or an include folder, which kiln never passes to \
+         NVRTC: headers are found by kiln and handed over in memory"
+    )]
+    FileOption {
+        /// The option as given.
+        flag: String,
+    },
     /// A launch or copy was asked with sizes that do not fit.
     #[error("invalid request: {0}")]
     Invalid(String),

@@ -2,11 +2,12 @@
 //! launch, the options to compile with and the headers the source includes.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use kiln_core::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
 use kiln_cxx::FixedSource;
-pub use kiln_cxx::{EntryPoint, Header, SourceGenerator};
+pub use kiln_cxx::{EntryPoint, Header, IncludeSearch, SourceGenerator};
 
 use crate::architecture::Architecture;
 use crate::options::CudaOptions;
@@ -48,8 +49,14 @@ pub struct CudaKernel {
     id: KernelId,
     program_name: String,
     entry: EntryPoint,
+    /// The module's other entry points (B6), each loadable by name from the
+    /// one loaded module.
+    more_entries: Vec<EntryPoint>,
     options: CudaOptions,
     headers: Vec<Header>,
+    /// Why its includes could not be resolved, when they could not: the
+    /// kernel then fails to lower with this reason, compiling nothing.
+    include_failure: Option<String>,
     generator: Arc<dyn SourceGenerator<Architecture>>,
 }
 
@@ -61,8 +68,10 @@ impl CudaKernel {
             id,
             program_name: None,
             entry: entry.into(),
+            more_entries: Vec::new(),
             options: CudaOptions::default(),
             headers: Vec::new(),
+            search: IncludeSearch::new(),
         }
     }
 
@@ -71,9 +80,16 @@ impl CudaKernel {
         &self.program_name
     }
 
-    /// The entry point.
+    /// The entry point: the first of [`entries`](Self::entries), whose
+    /// function [`LoadedKernel::function`](crate::LoadedKernel::function)
+    /// gives.
     pub fn entry(&self) -> &EntryPoint {
         &self.entry
+    }
+
+    /// Every entry point of the module, the first one first (B6).
+    pub fn entries(&self) -> impl Iterator<Item = &EntryPoint> {
+        std::iter::once(&self.entry).chain(&self.more_entries)
     }
 
     /// The compile options.
@@ -81,9 +97,16 @@ impl CudaKernel {
         &self.options
     }
 
-    /// The headers the source may include.
+    /// The headers the source may include: those supplied, and for a fixed
+    /// source every header its includes reach (P13).
     pub fn headers(&self) -> &[Header] {
         &self.headers
+    }
+
+    /// Why the source's includes could not be resolved, when they could
+    /// not; such a kernel fails to lower with this reason.
+    pub fn include_failure(&self) -> Option<&str> {
+        self.include_failure.as_deref()
     }
 
     /// Runs the generator.
@@ -114,6 +137,7 @@ impl fmt::Debug for CudaKernel {
             .field("id", &self.id)
             .field("program_name", &self.program_name)
             .field("entry", &self.entry)
+            .field("more_entries", &self.more_entries)
             .field("options", &self.options)
             .field(
                 "headers",
@@ -133,8 +157,10 @@ pub struct CudaKernelBuilder {
     id: KernelIdBuilder,
     program_name: Option<String>,
     entry: EntryPoint,
+    more_entries: Vec<EntryPoint>,
     options: CudaOptions,
     headers: Vec<Header>,
+    search: IncludeSearch,
 }
 
 impl CudaKernelBuilder {
@@ -145,23 +171,78 @@ impl CudaKernelBuilder {
         self
     }
 
+    /// Adds another entry point of the same source (B6): the source is
+    /// compiled once, into one module holding every entry, and each loads
+    /// by name from it ([`LoadedKernel::function_of`](crate::LoadedKernel::function_of)).
+    /// An entry named twice makes a kernel that fails to lower, saying so.
+    pub fn entry(mut self, entry: impl Into<EntryPoint>) -> Self {
+        self.more_entries.push(entry.into());
+        self
+    }
+
     /// Compiles with `options`.
     pub fn options(mut self, options: CudaOptions) -> Self {
         self.options = options;
         self
     }
 
-    /// Supplies a header the source includes as `#include "name"`.
+    /// Supplies a header the source includes as `#include "name"` (or
+    /// `<name>`), with its text: it is never looked for on disk.
     pub fn header(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
         self.headers.push(Header::new(name, text));
         self
     }
 
+    /// The folder of the file a fixed [`source`](Self::source) was read
+    /// from: its quoted includes are looked for there first, as a C
+    /// compiler looks beside the including file. The working directory is
+    /// never searched.
+    pub fn source_folder(mut self, folder: impl Into<PathBuf>) -> Self {
+        self.search.source_folder = Some(folder.into());
+        self
+    }
+
+    /// Adds an include folder, searched (in the order added) for a fixed
+    /// source's includes after its own folder and before the toolkit's
+    /// ([`toolkit::include_folder`](crate::toolkit::include_folder)).
+    pub fn include_folder(mut self, folder: impl Into<PathBuf>) -> Self {
+        self.search.folders.push(folder.into());
+        self
+    }
+
     /// Finishes the kernel with a fixed source, whose text joins its id.
-    pub fn source(self, source: impl Into<String>) -> CudaKernel {
+    ///
+    /// kiln resolves the text's includes itself (P13): every header they
+    /// reach, searched as [`source_folder`](Self::source_folder) and
+    /// [`include_folder`](Self::include_folder) say, is read here, handed
+    /// to NVRTC in memory and folded into the id by its text, so an edited
+    /// header compiles again and the working directory changes nothing.
+    /// An include that cannot be resolved makes a kernel that fails to
+    /// lower, saying which include and where it looked.
+    pub fn source(mut self, source: impl Into<String>) -> CudaKernel {
         let source: Arc<str> = Arc::from(source.into());
-        let id = self.id.bytes(source.as_bytes());
-        Self { id, ..self }.finish(Arc::new(FixedSource::new(source)))
+        let mut search = std::mem::take(&mut self.search);
+        search.toolkit = crate::toolkit::include_folders();
+        let label = self
+            .program_name
+            .clone()
+            .unwrap_or_else(|| "the source".to_owned());
+        let include_failure = match search.resolve(&source, &label, &self.headers) {
+            Ok(found) => {
+                self.headers.extend(found);
+                None
+            }
+            Err(error) => Some(error.to_string()),
+        };
+        let mut id = self.id.bytes(source.as_bytes());
+        if let Some(failure) = &include_failure {
+            id = id.parameter(failure.as_str());
+        }
+        let mut kernel = Self { id, ..self }.finish(Arc::new(FixedSource::new(source)));
+        if include_failure.is_some() {
+            kernel.include_failure = include_failure;
+        }
+        kernel
     }
 
     /// Finishes the kernel with a generator, which kiln runs when it
@@ -189,6 +270,21 @@ impl CudaKernelBuilder {
             .parameter(self.entry.expression())
             .parameter(&self.options)
             .parameter(program_name.as_str());
+        // A kernel of one entry keeps the id it had before entries were
+        // several.
+        for entry in &self.more_entries {
+            id = id.parameter(entry.expression());
+        }
+        let mut seen = vec![self.entry.expression()];
+        let twice = self.more_entries.iter().find_map(|entry| {
+            let expression = entry.expression();
+            if seen.contains(&expression) {
+                Some(expression.to_owned())
+            } else {
+                seen.push(expression);
+                None
+            }
+        });
         for header in &self.headers {
             id = id
                 .parameter(header.name.as_str())
@@ -198,8 +294,12 @@ impl CudaKernelBuilder {
             id: id.build(),
             program_name,
             entry: self.entry,
+            more_entries: self.more_entries,
             options: self.options,
             headers: self.headers,
+            include_failure: twice.map(|entry| {
+                format!("the entry point `{entry}` is named twice; name each entry once")
+            }),
             generator,
         }
     }

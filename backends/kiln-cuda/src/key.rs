@@ -49,7 +49,7 @@ use crate::options::CudaOptions;
 /// assert_eq!(
 ///     components.to_string(),
 ///     format!(
-///         "cuda / nvrtc 13.0 (libnvrtc.so.13 blake3:{}) / artifact 2 / sm_90 / -std=c++17",
+///         "cuda / nvrtc 13.0 (libnvrtc.so.13 blake3:{}) / artifact 3 / sm_90 / -std=c++17",
 ///         "0".repeat(32)
 ///     )
 /// );
@@ -63,9 +63,10 @@ impl CudaKey {
 
     /// The version of [`CudaArtifact`](crate::CudaArtifact)'s serialized
     /// form, named by the compiler component: a change of the artifact
-    /// type makes old entries misses, not misreads. 2 added the compile's
-    /// report (D4); the form before it had no number.
-    pub const ARTIFACT_FORMAT: u32 = 2;
+    /// type makes old entries misses, not misreads. 3 added the module's
+    /// other entry points (B6); 2 the compile's report (D4); the form
+    /// before it had no number.
+    pub const ARTIFACT_FORMAT: u32 = 3;
 
     /// What every store key of a target's artifacts shares (P1): backend
     /// `cuda`, the compiler (NVRTC's `version` and its `library` file by
@@ -135,7 +136,7 @@ mod tests {
             KeyComponents::new(
                 "cuda",
                 format!(
-                    "nvrtc 13.0 (libnvrtc.so.13 blake3:{}) / artifact 2",
+                    "nvrtc 13.0 (libnvrtc.so.13 blake3:{}) / artifact 3",
                     "01".repeat(16)
                 ),
                 "sm_90",

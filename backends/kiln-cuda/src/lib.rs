@@ -118,12 +118,15 @@ mod options;
 mod resources;
 pub use resources::cubin_resources;
 mod target;
+pub mod toolkit;
 
 pub use architecture::{Architecture, ArchitectureParseError};
 pub use compiler::{CudaArtifact, CudaCompiler, CudaLowered, CudaRecipe, CudaVariant};
 pub use device::{CudaDevice, DeviceBuffer, DeviceScalar};
 pub use error::{CudaLibrary, Error};
-pub use kernel::{CudaKernel, CudaKernelBuilder, EntryPoint, Header, SourceGenerator};
+pub use kernel::{
+    CudaKernel, CudaKernelBuilder, EntryPoint, Header, IncludeSearch, SourceGenerator,
+};
 pub use key::CudaKey;
 pub use kiln_cxx::{KernelArgument, LaunchConfig};
 pub use module::{LoadedImage, LoadedKernel};

@@ -77,6 +77,8 @@ pub struct LoadedKernel(Arc<Loaded>);
 
 struct Loaded {
     lowered_name: String,
+    /// The module's other entry points, `(name expression, symbol)` (B6).
+    more_entries: Vec<(String, String)>,
     architecture: Architecture,
     image: LoadedImage,
     cubin_bytes: usize,
@@ -160,6 +162,44 @@ impl LoadedKernel {
     /// has no device.
     pub fn function(&self) -> Result<&CudaFunction, Error> {
         self.on_device().map(|module| &module.function)
+    }
+
+    /// The symbol of the module's entry point `expression` (B6): the
+    /// first entry's or another's, as the kernel named them; `None` for a
+    /// name that is no entry of the kernel.
+    pub fn lowered_name_of(&self, expression: &str) -> Option<&str> {
+        self.0
+            .more_entries
+            .iter()
+            .find(|(entry, _)| entry == expression)
+            .map(|(_, symbol)| symbol.as_str())
+    }
+
+    /// The cudarc function of the module's entry point `expression` (B6),
+    /// one of the entries the kernel was built with
+    /// ([`CudaKernelBuilder::entry`](crate::CudaKernelBuilder::entry));
+    /// the first entry's is [`function`](Self::function)'s.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] for a name that is no entry of the kernel,
+    /// [`Error::CompileOnly`] for a kernel of a compile-only target, and
+    /// the driver's error should the module not give the function.
+    pub fn function_of(&self, expression: &str) -> Result<CudaFunction, Error> {
+        let module = self.on_device()?;
+        let Some(symbol) = self.lowered_name_of(expression) else {
+            return Err(Error::Invalid(format!(
+                "`{expression}` is no other entry point of this kernel; it has {}",
+                std::iter::once(self.0.lowered_name.as_str())
+                    .chain(self.0.more_entries.iter().map(|(entry, _)| entry.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        module
+            .module
+            .load_function(symbol)
+            .map_err(|error| Error::driver("cuModuleGetFunction", error))
     }
 
     /// The cudarc module the kernel's function lives in (its globals and
@@ -344,6 +384,7 @@ pub(crate) fn load_on_device(
     }
     Ok(LoadedKernel(Arc::new(Loaded {
         lowered_name: artifact.lowered_name.clone(),
+        more_entries: artifact.more_entries.clone(),
         architecture: artifact.architecture,
         image,
         cubin_bytes: artifact.cubin.len(),
@@ -385,6 +426,7 @@ pub(crate) fn describe(
     }
     Ok(LoadedKernel(Arc::new(Loaded {
         lowered_name: artifact.lowered_name.clone(),
+        more_entries: artifact.more_entries.clone(),
         architecture: artifact.architecture,
         image: LoadedImage::Described,
         cubin_bytes: artifact.cubin.len(),

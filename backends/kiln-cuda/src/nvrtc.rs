@@ -144,14 +144,20 @@ impl Nvrtc {
             .collect::<Result<Vec<_>, _>>()?;
         let argument_pointers: Vec<*const c_char> =
             arguments.iter().map(|argument| argument.as_ptr()).collect();
-        let name_expression = c_string("the entry point", request.name_expression)?;
+        let name_expressions = request
+            .name_expressions
+            .iter()
+            .map(|expression| c_string("an entry point", expression))
+            .collect::<Result<Vec<_>, _>>()?;
 
         let program = Program::create(&source, &name, &text_pointers, &name_pointers)?;
-        // SAFETY: the program is live and the expression is a NUL-terminated
-        // string that outlives the call (NVRTC copies it).
-        check("nvrtcAddNameExpression", unsafe {
-            sys::nvrtcAddNameExpression(program.0, name_expression.as_ptr())
-        })?;
+        for name_expression in &name_expressions {
+            // SAFETY: the program is live and the expression is a
+            // NUL-terminated string that outlives the call (NVRTC copies it).
+            check("nvrtcAddNameExpression", unsafe {
+                sys::nvrtcAddNameExpression(program.0, name_expression.as_ptr())
+            })?;
+        }
         let count = c_int::try_from(argument_pointers.len())
             .map_err(|_| Error::Invalid("too many NVRTC options".into()))?;
         // SAFETY: the program is live; `argument_pointers` holds `count`
@@ -177,7 +183,10 @@ impl Nvrtc {
         let output = CompileOutput {
             cubin: program.cubin()?,
             ptx: program.ptx()?,
-            lowered_name: program.lowered_name(&name_expression)?,
+            lowered_names: name_expressions
+                .iter()
+                .map(|expression| program.lowered_name(expression))
+                .collect::<Result<Vec<_>, _>>()?,
         };
         Ok(CompileOutcome {
             status: describe(status),
@@ -189,7 +198,7 @@ impl Nvrtc {
     }
 }
 
-/// What to compile: one program, one entry point.
+/// What to compile: one program, its entry points.
 pub(crate) struct CompileRequest<'a> {
     /// The name diagnostics give the source file.
     pub program_name: &'a str,
@@ -199,9 +208,9 @@ pub(crate) struct CompileRequest<'a> {
     pub headers: &'a [(String, String)],
     /// NVRTC's options, in order.
     pub arguments: &'a [String],
-    /// The entry point as a name expression: a plain name or a template
-    /// instantiation such as `scale<float, 128>`.
-    pub name_expression: &'a str,
+    /// The entry points as name expressions: plain names or template
+    /// instantiations such as `scale<float, 128>`.
+    pub name_expressions: &'a [String],
 }
 
 /// What a compile gave: the log always, the output when it succeeded.
@@ -226,8 +235,8 @@ pub(crate) struct CompileOutput {
     pub cubin: Vec<u8>,
     /// The PTX, without its terminating NUL.
     pub ptx: String,
-    /// The entry point's symbol in both.
-    pub lowered_name: String,
+    /// Each entry point's symbol in both, in the request's order.
+    pub lowered_names: Vec<String>,
 }
 
 /// An NVRTC program, destroyed when it drops.

@@ -92,7 +92,10 @@ impl CudaOptions {
         self
     }
 
-    /// Adds an NVRTC option of its own (`-lineinfo`, say).
+    /// Adds an NVRTC option of its own (`-lineinfo`, say). An option that
+    /// names a file or an include folder (`-I`, `--include-path`,
+    /// `-include`, ...) is refused when the kernel lowers: see
+    /// [`check_flags`](Self::check_flags).
     pub fn flag(mut self, flag: impl Into<String>) -> Self {
         self.extra.push(flag.into());
         self
@@ -111,6 +114,21 @@ impl CudaOptions {
             name: refused.name,
             problem: refused.problem,
         })
+    }
+
+    /// Refuses an option that names a file or an include folder (P13):
+    /// kiln resolves includes itself, and a path given to NVRTC would be
+    /// read behind the key.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::FileOption`] for the first such option of
+    /// [`extra`](Self::extra).
+    pub fn check_flags(&self) -> Result<(), Error> {
+        match self.extra.iter().find(|flag| kiln_cxx::names_a_file(flag)) {
+            Some(flag) => Err(Error::FileOption { flag: flag.clone() }),
+            None => Ok(()),
+        }
     }
 
     /// The architecture code is built for on a target whose device is
@@ -150,6 +168,31 @@ mod tests {
     use kiln_core::DefineProblem;
 
     use super::*;
+
+    // P13
+    #[test]
+    fn an_option_naming_a_file_or_an_include_folder_is_refused() {
+        for flag in [
+            "-I/usr/include",
+            "-I",
+            "--include-path=/tmp",
+            "-include",
+            "--pre-include=x.h",
+            "-isystem/x",
+        ] {
+            let error = CudaOptions::default()
+                .flag("-lineinfo")
+                .flag(flag)
+                .check_flags()
+                .expect_err("a path");
+            assert!(matches!(&error, Error::FileOption { flag: refused } if refused == flag));
+        }
+        CudaOptions::default()
+            .flag("-lineinfo")
+            .flag("-rdc=true")
+            .check_flags()
+            .expect("no path");
+    }
 
     #[test]
     fn a_define_is_one_argument_whatever_its_value() {

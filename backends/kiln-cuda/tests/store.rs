@@ -113,7 +113,7 @@ fn p1_the_store_key_names_cuda_nvrtc_the_architecture_and_the_default_options() 
         *bound.components(),
         KeyComponents::new(
             "cuda",
-            format!("nvrtc {version} ({library}) / artifact 2"),
+            format!("nvrtc {version} ({library}) / artifact 3"),
             "sm_90",
             "-std=c++17"
         )

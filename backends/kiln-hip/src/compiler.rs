@@ -42,6 +42,13 @@ pub struct HipLowered {
     entry: String,
     options: HipOptions,
     headers: Vec<Header>,
+    /// The kernel's own name for its source, which diagnostics give it;
+    /// hipRTC itself always compiles [`PROGRAM_NAME`] (P14).
+    #[serde(default)]
+    program_name: Option<String>,
+    /// The module's other entry points (B6).
+    #[serde(default)]
+    more_entries: Vec<String>,
 }
 
 impl HipLowered {
@@ -57,8 +64,25 @@ impl HipLowered {
         options: &HipOptions,
         headers: &[Header],
     ) -> Result<Self> {
+        Self::with_entries(variant, &[entry], source, options, headers)
+    }
+
+    /// Lowers `source` for `variant`, one module holding every entry of
+    /// `entries` (B6); the first is [`entry`](Self::entry).
+    ///
+    /// # Errors
+    ///
+    /// The options hold a flag that chooses the architecture.
+    pub fn with_entries(
+        variant: &HipVariant,
+        entries: &[&str],
+        source: &str,
+        options: &HipOptions,
+        headers: &[Header],
+    ) -> Result<Self> {
+        let entry = entries.first().copied().unwrap_or_default();
         let mut text = HipKey::cover(
-            entry,
+            &entries.join(" "),
             options.compile_flags(&variant.architecture)?,
             headers,
         )
@@ -72,7 +96,24 @@ impl HipLowered {
             entry: entry.to_owned(),
             options: options.clone(),
             headers: headers.to_vec(),
+            program_name: None,
+            more_entries: entries
+                .iter()
+                .skip(1)
+                .map(|entry| (*entry).to_owned())
+                .collect(),
         })
+    }
+
+    /// The module's other entry points (B6).
+    pub fn more_entries(&self) -> &[String] {
+        &self.more_entries
+    }
+
+    /// The same, whose diagnostics name the source `program_name`.
+    pub fn named(mut self, program_name: Option<String>) -> Self {
+        self.program_name = program_name;
+        self
     }
 
     /// The HIP source hipRTC compiles.
@@ -107,8 +148,11 @@ impl HipLowered {
     ///
     /// The options hold a flag that chooses the architecture.
     pub fn cover(&self, architecture: &Architecture) -> Result<SourceCover> {
+        let entries: Vec<&str> = std::iter::once(self.entry.as_str())
+            .chain(self.more_entries.iter().map(String::as_str))
+            .collect();
         Ok(HipKey::cover(
-            &self.entry,
+            &entries.join(" "),
             self.options.compile_flags(architecture)?,
             &self.headers,
         ))
@@ -132,6 +176,9 @@ pub struct HipArtifact {
     pub symbol: String,
     /// The entry point's name expression.
     pub entry: String,
+    /// The module's other entry points (B6), each as `(name expression,
+    /// symbol)`.
+    pub more_entries: Vec<(String, String)>,
     /// The architecture it was compiled for.
     pub architecture: Architecture,
     /// What shaped it: the compiler's key components, the flags (the
@@ -324,28 +371,89 @@ impl HipCompiler {
         let mut program =
             Program::new(&self.toolchain.hiprtc, &source, &name, &headers).map_err(as_failure)?;
         program.add_name_expression(&entry).map_err(as_failure)?;
+        // hipRTC finds a name expression's symbol by comparing the
+        // demangled name as text, which spells an unsigned template
+        // argument `64u`: the same entry with unsigned literals is asked
+        // too, so `k<64>` names `template <unsigned N>` as it does in C++.
+        let unsigned = unsigned_spelling(lowered.entry())
+            .map(|spelling| c_string(&spelling, || "the entry point".to_owned()))
+            .transpose()
+            .map_err(as_failure)?;
+        if let Some(unsigned) = &unsigned {
+            program.add_name_expression(unsigned).map_err(as_failure)?;
+        }
+        let mut more = Vec::with_capacity(lowered.more_entries.len());
+        for expression in &lowered.more_entries {
+            let written =
+                c_string(expression, || "an entry point".to_owned()).map_err(as_failure)?;
+            program.add_name_expression(&written).map_err(as_failure)?;
+            let unsigned = unsigned_spelling(expression)
+                .map(|spelling| c_string(&spelling, || "an entry point".to_owned()))
+                .transpose()
+                .map_err(as_failure)?;
+            if let Some(unsigned) = &unsigned {
+                program.add_name_expression(unsigned).map_err(as_failure)?;
+            }
+            more.push((expression.clone(), written, unsigned));
+        }
         let compiled = program.compile(&flags).map_err(as_failure)?;
         let log = program.log().map_err(as_failure)?;
         let source_lines = lowered.source().lines().count().max(1);
         if !compiled {
-            return Err(diagnostics::failure(&log, source_lines, lowered.entry()));
+            let mut failure = diagnostics::failure(&log, source_lines, lowered.entry());
+            // hipRTC names every program alike; the author knows its file.
+            if let Some(program_name) = &lowered.program_name {
+                for diagnostic in &mut failure.diagnostics {
+                    if let Some(location) = &mut diagnostic.location
+                        && location.file.is_none()
+                    {
+                        location.file = Some(program_name.clone());
+                    }
+                }
+            }
+            return Err(failure);
         }
         let code_object = program.code().map_err(as_failure)?;
-        let symbol = program.lowered_name(&entry).map_err(|error| match error {
-            Error::Hiprtc { code, .. }
-                if code == crate::sys::HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID =>
-            {
-                CompileFailure::message(format!(
-                    "the entry point `{}` is not a kernel hipRTC can name",
-                    lowered.entry()
-                ))
-                .with_hint(
-                    "name a __global__ function or an instantiation of a __global__ template; \
+        let symbol = program
+            .lowered_name(&entry)
+            .or_else(|error| match &unsigned {
+                Some(unsigned) => program.lowered_name(unsigned).map_err(|_| error),
+                None => Err(error),
+            })
+            .map_err(|error| match error {
+                Error::Hiprtc { code, .. }
+                    if code == crate::sys::HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID =>
+                {
+                    CompileFailure::message(format!(
+                        "the entry point `{}` is not a kernel hipRTC can name",
+                        lowered.entry()
+                    ))
+                    .with_hint(
+                        "name a __global__ function or an instantiation of a __global__ template; \
                      device functions and kernels in anonymous namespaces cannot be entry points",
-                )
-            }
-            other => as_failure(other),
-        })?;
+                    )
+                }
+                other => as_failure(other),
+            })?;
+        let mut more_entries = Vec::with_capacity(more.len());
+        for (expression, written, unsigned) in &more {
+            let symbol = program
+                .lowered_name(written)
+                .or_else(|error| match unsigned {
+                    Some(unsigned) => program.lowered_name(unsigned).map_err(|_| error),
+                    None => Err(error),
+                })
+                .map_err(|_| {
+                    CompileFailure::message(format!(
+                        "the entry point `{expression}` is not a kernel hipRTC can name"
+                    ))
+                    .with_hint(
+                        "name a __global__ function or an instantiation of a __global__ \
+                         template",
+                    )
+                })?;
+            more_entries.push((expression.clone(), symbol));
+        }
         drop(program);
 
         let mut diagnostics: Vec<Diagnostic> =
@@ -365,6 +473,7 @@ impl HipCompiler {
                 code_object,
                 symbol,
                 entry: lowered.entry().to_owned(),
+                more_entries,
                 architecture: architecture.clone(),
                 key,
                 report: ArtifactReport::new(diagnostics.clone(), resources),
@@ -372,6 +481,41 @@ impl HipCompiler {
             diagnostics,
         })
     }
+}
+
+/// `expression` with every decimal integer literal of its template
+/// arguments spelled unsigned (`k<64, float>` as `k<64u, float>`), when it
+/// has one.
+fn unsigned_spelling(expression: &str) -> Option<String> {
+    let start = expression.find('<')?;
+    let (name, arguments) = expression.split_at(start);
+    let mut spelled = String::from(name);
+    let mut changed = false;
+    let characters: Vec<char> = arguments.chars().collect();
+    let mut index = 0;
+    while index < characters.len() {
+        let character = characters[index];
+        let starts_literal = character.is_ascii_digit()
+            && index > 0
+            && matches!(characters[index - 1], '<' | ',' | ' ' | '-');
+        if !starts_literal {
+            spelled.push(character);
+            index += 1;
+            continue;
+        }
+        let mut end = index;
+        while end < characters.len() && characters[end].is_ascii_digit() {
+            end += 1;
+        }
+        spelled.extend(&characters[index..end]);
+        let next = characters.get(end).copied().unwrap_or('>');
+        if matches!(next, '>' | ',' | ' ') && characters[index - 1] != '-' {
+            spelled.push('u');
+            changed = true;
+        }
+        index = end;
+    }
+    changed.then_some(spelled)
 }
 
 impl fmt::Debug for HipCompiler {
@@ -428,16 +572,22 @@ impl ArtifactCompiler for HipCompiler {
         kernel: &HipKernel,
         id: &ArtifactId<HipVariant>,
     ) -> Result<HipLowered, CompileFailure> {
+        if let Some(reason) = kernel.include_failure() {
+            // The setup's, not the source's: never remembered (P11).
+            return Err(CompileFailure::message(reason.to_owned()).not_the_kernels());
+        }
         // The generator's failure is the kernel's, unchanged: its message
         // and hint are the generator's own words.
         let source = kernel.generate(id.variant.architecture.clone())?;
-        HipLowered::new(
+        let entries: Vec<&str> = kernel.entries().map(|entry| entry.expression()).collect();
+        HipLowered::with_entries(
             &id.variant,
-            kernel.entry().expression(),
+            &entries,
             &source,
             kernel.options(),
             kernel.headers(),
         )
+        .map(|lowered| lowered.named(kernel.program_name().map(str::to_owned)))
         .map_err(configuration_failure)
     }
 
@@ -525,6 +675,19 @@ impl KeyedCompiler for HipCompiler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integer_template_arguments_are_also_spelled_unsigned() {
+        assert_eq!(unsigned_spelling("k<64>").as_deref(), Some("k<64u>"));
+        assert_eq!(
+            unsigned_spelling("scan<float, 256, 8>").as_deref(),
+            Some("scan<float, 256u, 8u>")
+        );
+        assert_eq!(unsigned_spelling("k<-1>"), None);
+        assert_eq!(unsigned_spelling("k<64u>"), None);
+        assert_eq!(unsigned_spelling("plain"), None);
+        assert_eq!(unsigned_spelling("k<float>"), None);
+    }
 
     #[test]
     fn the_sharing_text_names_everything_that_shapes_the_artifact() {

@@ -118,6 +118,12 @@ pub fn failure(log: &str, source_lines: usize, entry: &str) -> CompileFailure {
                 "the entry point `{entry}` must name a __global__ function, or an instantiation \
                  of a __global__ template, that the source declares"
             ))
+        } else if log.contains("<inline asm>") {
+            Some(
+                "the source's inline assembly does not assemble for an AMD GPU (CUDA's PTX is \
+                 NVIDIA's): keep CUDA-only code out of HIP"
+                    .to_owned(),
+            )
         } else if first.location.is_none() {
             Some(
                 "hipRTC refused an option: check the kernel's HipOptions (std, defines, flags)"
@@ -200,6 +206,17 @@ extern \"C\" __global__ void k(float* x){ x[0] = 1.0f int y = z; }
             message.contains("hint: the entry point `missing`"),
             "{message}"
         );
+    }
+
+    // D2: comgr's inline-assembly error is no option's.
+    #[test]
+    fn an_inline_assembly_error_says_so_rather_than_blaming_an_option() {
+        let log = "error: cannot compile inline asm
+                   <inline asm>:1:2: error: invalid instruction
+";
+        let message = failure(log, 1, "k").to_string();
+        assert!(message.contains("inline assembly"), "{message}");
+        assert!(!message.contains("refused an option"), "{message}");
     }
 
     // D1, D2

@@ -134,6 +134,24 @@ pub enum Error {
         /// The refused flag.
         flag: String,
     },
+    /// A launch named an entry point the kernel was not built with.
+    #[error("`{entry}` is no other entry point of this kernel; it has {}", entries.join(", "))]
+    NoSuchEntry {
+        /// The name asked for.
+        entry: String,
+        /// The kernel's other entry points.
+        entries: Vec<String>,
+    },
+    /// A flag that names a file or an include folder: kiln resolves a
+    /// kernel's headers itself and hands them to hipRTC in memory (P13).
+    #[error(
+        "the flag {flag:?} names a file or an include folder, which kiln never passes to \
+         hipRTC: headers are found by kiln and handed over in memory"
+    )]
+    FileFlag {
+        /// The refused flag.
+        flag: String,
+    },
     /// A kernel's define cannot reach hipRTC as one macro: its name is not
     /// an identifier, or its value holds what an option cannot carry. The
     /// kernel fails to compile; fix the define.

@@ -2,11 +2,12 @@
 //! the options to compile with and the headers the source includes.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use kiln_core::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
 use kiln_cxx::FixedSource;
-pub use kiln_cxx::{EntryPoint, Header, SourceGenerator};
+pub use kiln_cxx::{EntryPoint, Header, IncludeSearch, SourceGenerator};
 
 use crate::architecture::Architecture;
 use crate::options::HipOptions;
@@ -50,8 +51,14 @@ use crate::options::HipOptions;
 pub struct HipKernel {
     id: KernelId,
     entry: EntryPoint,
+    /// The module's other entry points (B6).
+    more_entries: Vec<EntryPoint>,
     options: HipOptions,
     headers: Vec<Header>,
+    /// Why its includes could not be resolved, when they could not.
+    include_failure: Option<String>,
+    /// The name diagnostics give its source.
+    program_name: Option<String>,
     generator: Arc<dyn SourceGenerator<Architecture>>,
 }
 
@@ -62,14 +69,22 @@ impl HipKernel {
         HipKernelBuilder {
             id,
             entry: entry.into(),
+            more_entries: Vec::new(),
             options: HipOptions::default(),
             headers: Vec::new(),
+            search: IncludeSearch::new(),
+            program_name: None,
         }
     }
 
-    /// The entry point.
+    /// The entry point: the first of [`entries`](Self::entries).
     pub fn entry(&self) -> &EntryPoint {
         &self.entry
+    }
+
+    /// Every entry point of the module, the first one first (B6).
+    pub fn entries(&self) -> impl Iterator<Item = &EntryPoint> {
+        std::iter::once(&self.entry).chain(&self.more_entries)
     }
 
     /// The compile options.
@@ -77,9 +92,21 @@ impl HipKernel {
         &self.options
     }
 
-    /// The headers.
+    /// The headers: those supplied, and for a fixed source every header
+    /// its includes reach (P13).
     pub fn headers(&self) -> &[Header] {
         &self.headers
+    }
+
+    /// Why the source's includes could not be resolved, when they could
+    /// not; such a kernel fails to lower with this reason.
+    pub fn include_failure(&self) -> Option<&str> {
+        self.include_failure.as_deref()
+    }
+
+    /// The name diagnostics give its source, when it was given one.
+    pub fn program_name(&self) -> Option<&str> {
+        self.program_name.as_deref()
     }
 
     /// Runs the generator.
@@ -127,11 +154,30 @@ impl fmt::Debug for HipKernel {
 pub struct HipKernelBuilder {
     id: KernelIdBuilder,
     entry: EntryPoint,
+    more_entries: Vec<EntryPoint>,
     options: HipOptions,
     headers: Vec<Header>,
+    search: IncludeSearch,
+    program_name: Option<String>,
 }
 
 impl HipKernelBuilder {
+    /// Adds another entry point of the same source (B6): one compile, one
+    /// module holding every entry, each launched by name
+    /// ([`LoadedKernel::launch_entry`](crate::LoadedKernel::launch_entry)).
+    /// An entry named twice makes a kernel that fails to lower.
+    pub fn entry(mut self, entry: impl Into<EntryPoint>) -> Self {
+        self.more_entries.push(entry.into());
+        self
+    }
+
+    /// Names the source in diagnostics (`scan.hip`); hipRTC compiles every
+    /// program under one name, so the name changes no artifact (P14).
+    pub fn program_name(mut self, name: impl Into<String>) -> Self {
+        self.program_name = Some(name.into());
+        self
+    }
+
     /// Compiles with `options`.
     pub fn options(mut self, options: HipOptions) -> Self {
         self.options = options;
@@ -144,11 +190,52 @@ impl HipKernelBuilder {
         self
     }
 
+    /// The folder of the file a fixed [`source`](Self::source) was read
+    /// from: its quoted includes are looked for there first. The working
+    /// directory is never searched.
+    pub fn source_folder(mut self, folder: impl Into<PathBuf>) -> Self {
+        self.search.source_folder = Some(folder.into());
+        self
+    }
+
+    /// Adds an include folder, searched (in the order added) for a fixed
+    /// source's includes after its own folder.
+    pub fn include_folder(mut self, folder: impl Into<PathBuf>) -> Self {
+        self.search.folders.push(folder.into());
+        self
+    }
+
     /// Finishes the kernel with a fixed source, whose text joins its id.
-    pub fn source(self, source: impl Into<String>) -> HipKernel {
+    ///
+    /// kiln resolves the text's includes itself (P13): every header they
+    /// reach is read here, handed to hipRTC in memory and folded into the
+    /// id by its text; `<hip/...>` headers that no folder holds are
+    /// hipRTC's own. An include that cannot be resolved makes a kernel
+    /// that fails to lower, saying which include and where it looked.
+    pub fn source(mut self, source: impl Into<String>) -> HipKernel {
         let source: Arc<str> = Arc::from(source.into());
-        let id = self.id.parameter(&0u8).bytes(source.as_bytes());
-        Self { id, ..self }.finish(Arc::new(FixedSource::new(source)))
+        let mut search = std::mem::take(&mut self.search);
+        search.compiler_folders = vec!["hip".to_owned()];
+        let label = self
+            .program_name
+            .clone()
+            .unwrap_or_else(|| "the source".to_owned());
+        let include_failure = match search.resolve(&source, &label, &self.headers) {
+            Ok(found) => {
+                self.headers.extend(found);
+                None
+            }
+            Err(error) => Some(error.to_string()),
+        };
+        let mut id = self.id.parameter(&0u8).bytes(source.as_bytes());
+        if let Some(failure) = &include_failure {
+            id = id.parameter(failure.as_str());
+        }
+        let mut kernel = Self { id, ..self }.finish(Arc::new(FixedSource::new(source)));
+        if include_failure.is_some() {
+            kernel.include_failure = include_failure;
+        }
+        kernel
     }
 
     /// Finishes the kernel with a generator, which kiln runs when it
@@ -168,6 +255,21 @@ impl HipKernelBuilder {
             .parameter(self.entry.expression())
             .parameter(&self.options)
             .parameter(&self.headers.len());
+        // A kernel of one entry keeps the id it had before entries were
+        // several.
+        for entry in &self.more_entries {
+            id = id.parameter(entry.expression());
+        }
+        let mut seen = vec![self.entry.expression()];
+        let twice = self.more_entries.iter().find_map(|entry| {
+            let expression = entry.expression();
+            if seen.contains(&expression) {
+                Some(expression.to_owned())
+            } else {
+                seen.push(expression);
+                None
+            }
+        });
         for header in &self.headers {
             id = id
                 .bytes(header.name.as_bytes())
@@ -176,8 +278,13 @@ impl HipKernelBuilder {
         HipKernel {
             id: id.build(),
             entry: self.entry,
+            more_entries: self.more_entries,
             options: self.options,
             headers: self.headers,
+            include_failure: twice.map(|entry| {
+                format!("the entry point `{entry}` is named twice; name each entry once")
+            }),
+            program_name: self.program_name,
             generator,
         }
     }

@@ -82,7 +82,7 @@ impl fmt::Display for CompilerIdentity {
 ///     components.compiler,
 ///     format!(
 ///         "hiprtc 9.0 (libamdhip64.so.5.2.21153 blake3:{zeros}), \
-///          comgr 2.4 (libamd_comgr.so.2.4.0 blake3:{zeros}) / artifact 2"
+///          comgr 2.4 (libamd_comgr.so.2.4.0 blake3:{zeros}) / artifact 3"
 ///     )
 /// );
 /// assert_eq!(components.architecture, "gfx90a");
@@ -97,9 +97,10 @@ impl HipKey {
 
     /// The version of [`HipArtifact`](crate::HipArtifact)'s serialized
     /// form, named by the compiler component: a change of the artifact
-    /// type makes old entries misses, not misreads. 2 added the compile's
-    /// report (D4); the form before it had no number.
-    pub const ARTIFACT_FORMAT: u32 = 2;
+    /// type makes old entries misses, not misreads. 3 added the module's
+    /// other entry points (B6); 2 the compile's report (D4); the form
+    /// before it had no number.
+    pub const ARTIFACT_FORMAT: u32 = 3;
 
     /// What every store key of a target's artifacts shares (P1): backend
     /// `hip`, the compiler's whole identity (hipRTC's and comgr's versions
@@ -163,7 +164,7 @@ mod tests {
                 "hip",
                 format!(
                     "hiprtc 9.0 (libamdhip64.so.5.2.21153 blake3:{}), comgr 2.4 \
-                     (libamd_comgr.so.2.4.0 blake3:{}) / artifact 2",
+                     (libamd_comgr.so.2.4.0 blake3:{}) / artifact 3",
                     "01".repeat(16),
                     "02".repeat(16)
                 ),

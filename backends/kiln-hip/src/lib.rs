@@ -155,6 +155,7 @@ mod module;
 mod options;
 mod program;
 mod result;
+mod stderr;
 mod stream;
 mod sys;
 mod target;

@@ -31,6 +31,8 @@ pub struct LoadedKernel(Arc<Loaded>);
 
 struct Loaded {
     lowered_name: String,
+    /// The module's other entry points, `(name expression, symbol)` (B6).
+    more_entries: Vec<(String, String)>,
     architecture: Architecture,
     code_object_bytes: usize,
     info: CodeObjectInfo,
@@ -44,6 +46,9 @@ struct DeviceModule {
     device: HipDevice,
     module: sys::hipModule_t,
     function: sys::hipFunction_t,
+    /// The functions of the module's other entry points, in
+    /// [`Loaded::more_entries`]' order.
+    more_functions: Vec<sys::hipFunction_t>,
 }
 
 // SAFETY: module and function handles name process-wide driver objects; the
@@ -135,10 +140,80 @@ impl LoadedKernel {
         config: LaunchConfig,
         arguments: &[KernelArgument],
     ) -> Result<()> {
+        // SAFETY: the caller's contract is this function's.
+        unsafe { self.launch_function(None, stream, config, arguments) }
+    }
+
+    /// The symbol of the module's entry point `expression` (B6), one of
+    /// the kernel's other entries; `None` for a name that is none.
+    pub fn lowered_name_of(&self, expression: &str) -> Option<&str> {
+        self.0
+            .more_entries
+            .iter()
+            .find(|(entry, _)| entry == expression)
+            .map(|(_, symbol)| symbol.as_str())
+    }
+
+    /// Launches the module's other entry point `expression` (B6), one of
+    /// the entries the kernel was built with
+    /// ([`HipKernelBuilder::entry`](crate::HipKernelBuilder::entry)), as
+    /// [`launch`](Self::launch) launches the first.
+    ///
+    /// # Safety
+    ///
+    /// As for [`launch`](Self::launch), for that entry's parameters.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoSuchEntry`] for a name that is no other entry of the
+    /// kernel, and as for [`launch`](Self::launch).
+    pub unsafe fn launch_entry(
+        &self,
+        expression: &str,
+        stream: &HipStream,
+        config: LaunchConfig,
+        arguments: &[KernelArgument],
+    ) -> Result<()> {
+        let Some(index) = self
+            .0
+            .more_entries
+            .iter()
+            .position(|(entry, _)| entry == expression)
+        else {
+            return Err(Error::NoSuchEntry {
+                entry: expression.to_owned(),
+                entries: self
+                    .0
+                    .more_entries
+                    .iter()
+                    .map(|(entry, _)| entry.clone())
+                    .collect(),
+            });
+        };
+        // SAFETY: the caller's contract is this function's.
+        unsafe { self.launch_function(Some(index), stream, config, arguments) }
+    }
+
+    /// Launches the first entry (`None`) or the other entry `index`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`launch`](Self::launch).
+    unsafe fn launch_function(
+        &self,
+        index: Option<usize>,
+        stream: &HipStream,
+        config: LaunchConfig,
+        arguments: &[KernelArgument],
+    ) -> Result<()> {
         let Some(module) = &self.0.module else {
             return Err(Error::CompileOnly {
                 symbol: self.0.lowered_name.clone(),
             });
+        };
+        let function = match index {
+            None => module.function,
+            Some(index) => module.more_functions[index],
         };
         check_stream(
             &self.0.lowered_name,
@@ -157,7 +232,7 @@ impl LoadedKernel {
             unsafe {
                 result::launch_kernel(
                     module.device.runtime(),
-                    module.function,
+                    function,
                     config.grid,
                     config.block,
                     config.shared_memory_bytes,
@@ -197,11 +272,15 @@ impl fmt::Debug for LoadedKernel {
 /// holding the entry point's kernel.
 fn inspect(artifact: &HipArtifact) -> Result<CodeObjectInfo> {
     let info = code_object::inspect(&artifact.code_object)?;
-    if !info.has_kernel(&artifact.symbol) {
-        return Err(Error::KernelMissing {
-            symbol: artifact.symbol.clone(),
-            kernels: info.kernels,
-        });
+    let symbols = std::iter::once(&artifact.symbol)
+        .chain(artifact.more_entries.iter().map(|(_, symbol)| symbol));
+    for symbol in symbols {
+        if !info.has_kernel(symbol) {
+            return Err(Error::KernelMissing {
+                symbol: symbol.clone(),
+                kernels: info.kernels,
+            });
+        }
     }
     Ok(info)
 }
@@ -213,6 +292,7 @@ fn loaded(
 ) -> LoadedKernel {
     LoadedKernel(Arc::new(Loaded {
         lowered_name: artifact.symbol.clone(),
+        more_entries: artifact.more_entries.clone(),
         architecture: artifact.architecture.clone(),
         code_object_bytes: artifact.code_object.len(),
         info,
@@ -257,6 +337,7 @@ pub(crate) fn load_on_device(device: &HipDevice, artifact: &HipArtifact) -> Resu
         device: device.clone(),
         module: raw_module,
         function: std::ptr::null_mut(),
+        more_functions: Vec::new(),
     };
     let name = result::c_string(&artifact.symbol, || {
         format!("the symbol {:?}", artifact.symbol)
@@ -264,6 +345,13 @@ pub(crate) fn load_on_device(device: &HipDevice, artifact: &HipArtifact) -> Resu
     // SAFETY: the module is loaded, and stays loaded while `module` lives.
     module.function =
         unsafe { result::module_get_function(device.runtime(), module.module, &name)? };
+    for (_, symbol) in &artifact.more_entries {
+        let name = result::c_string(symbol, || format!("the symbol {symbol:?}"))?;
+        // SAFETY: as above.
+        let function =
+            unsafe { result::module_get_function(device.runtime(), module.module, &name)? };
+        module.more_functions.push(function);
+    }
     Ok(loaded(artifact, info, Some(module)))
 }
 

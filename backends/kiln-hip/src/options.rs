@@ -122,6 +122,9 @@ impl HipOptions {
         if let Some(flag) = self.flags.iter().find(|flag| chooses_architecture(flag)) {
             return Err(Error::ArchitectureFlag { flag: flag.clone() });
         }
+        if let Some(flag) = self.flags.iter().find(|flag| kiln_cxx::names_a_file(flag)) {
+            return Err(Error::FileFlag { flag: flag.clone() });
+        }
         defines::check(&self.defines, "hipRTC").map_err(|refused| Error::InvalidDefine {
             name: refused.name,
             problem: refused.problem,
@@ -274,6 +277,23 @@ mod tests {
                 .compile_flags(&gfx90a())
                 .expect_err("an architecture flag is refused");
             assert!(matches!(error, Error::ArchitectureFlag { .. }), "{error}");
+        }
+    }
+
+    // P13
+    #[test]
+    fn a_flag_naming_a_file_or_an_include_folder_is_refused() {
+        for flag in [
+            "-I/usr/include",
+            "--include-path=/tmp",
+            "-include",
+            "-isystem/x",
+        ] {
+            let error = HipOptions::new()
+                .flag(flag)
+                .compile_flags(&gfx90a())
+                .expect_err("a path is refused");
+            assert!(matches!(error, Error::FileFlag { .. }), "{error}");
         }
     }
 

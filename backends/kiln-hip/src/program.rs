@@ -15,6 +15,8 @@ pub struct Program<'a> {
     library: &'a HiprtcLibrary,
     raw: sys::hiprtcProgram,
     compiled: bool,
+    /// What comgr wrote to standard error during the compile.
+    stray: String,
     // Dropped after `Drop::drop` destroyed the program: fields drop after.
     _serial: MutexGuard<'static, ()>,
 }
@@ -37,6 +39,7 @@ impl<'a> Program<'a> {
             library,
             raw,
             compiled: false,
+            stray: String::new(),
             _serial: serial,
         })
     }
@@ -60,9 +63,14 @@ impl<'a> Program<'a> {
     /// hipRTC failed for another reason than the source.
     pub fn compile(&mut self, options: &[CString]) -> Result<bool> {
         self.expect_compiled("hiprtcCompileProgram", false)?;
+        let caught = crate::stderr::Caught::start();
         // SAFETY: the program is live and this thread holds the process's
         // hipRTC lock.
-        match unsafe { result::compile_program(self.library, self.raw, options) } {
+        let outcome = unsafe { result::compile_program(self.library, self.raw, options) };
+        if let Some(caught) = caught {
+            self.stray = caught.finish();
+        }
+        match outcome {
             Ok(()) => {
                 self.compiled = true;
                 Ok(true)
@@ -79,7 +87,15 @@ impl<'a> Program<'a> {
     /// hipRTC's status.
     pub fn log(&self) -> Result<String> {
         // SAFETY: the program is live.
-        unsafe { result::program_log(self.library, self.raw) }
+        let mut log = unsafe { result::program_log(self.library, self.raw) }?;
+        // comgr's own words, which it wrote past the log, belong with it.
+        if !self.stray.trim().is_empty() {
+            if !log.is_empty() && !log.ends_with('\n') {
+                log.push('\n');
+            }
+            log.push_str(&self.stray);
+        }
+        Ok(log)
     }
 
     /// The code object of a compile that succeeded.

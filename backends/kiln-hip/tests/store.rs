@@ -84,7 +84,7 @@ fn p1_the_store_key_names_hip_the_whole_compiler_identity_and_the_architecture()
         KeyComponents::new(
             "hip",
             format!(
-                "hiprtc {} ({}), comgr {} ({}) / artifact 2",
+                "hiprtc {} ({}), comgr {} ({}) / artifact 3",
                 identity.hiprtc_version,
                 identity.hiprtc_library,
                 identity.comgr_version,

@@ -3,33 +3,43 @@
 //!
 //! # The header
 //!
-//! A kernel file (`*.wgsl`, `*.cu`, `*.hip`) starts with comment lines; the
-//! ones of the form `// kiln <key>: <value>` are kiln's, every other comment
-//! line is the author's. The header ends at the first line that is neither
-//! blank nor a `//` comment.
+//! A kernel file (`*.wgsl`, `*.cu`, `*.hip`) says how it is built in the
+//! `// kiln <key>: <value>` lines of its first comment block (under a
+//! license block too; see [`crate::header`]):
 //!
 //! ```text
-//! // kiln entry: main
+//! // kiln entry: forward backward
 //! // kiln specialize: WORKGROUP=64
 //! // kiln specialize: WORKGROUP=256 LEAK=0.01
+//! // kiln include: ../include
+//! // kiln options: --use_fast_math -std=c++20
+//! // kiln backends: cuda hip
 //! ```
 //!
-//! - `entry` names the function to launch: a `@compute` function in WGSL,
-//!   a `__global__` function (or template instantiation) in CUDA and HIP.
-//!   WGSL defaults to `main`; CUDA and HIP files must name it.
-//! - each `specialize` line is one kernel built from the file: `NAME=VALUE`
-//!   pairs, separated by spaces, set pipeline-overridable constants
-//!   (`override NAME`) in WGSL and preprocessor definitions (`-DNAME=VALUE`)
-//!   in CUDA and HIP. A file without one is one kernel with the defaults.
+//! - `entry` names the functions to launch (B6), on one line or several,
+//!   each once: `@compute` functions in WGSL (default: every one of the
+//!   file), `__global__` functions or template instantiations
+//!   (`scale<float, 128>`) in CUDA and HIP, which must name at least one.
+//! - each `specialize` line is one kernel per entry built from the file:
+//!   `NAME=VALUE` pairs, separated by spaces, set pipeline-overridable
+//!   constants in WGSL (by name, or by the number of an `@id(n)`) and
+//!   preprocessor definitions (`-DNAME=VALUE`) in CUDA and HIP. A file
+//!   without one is one kernel per entry with the defaults.
+//! - `include` adds include folders, relative to the file's folder (P13).
+//! - `options` are compiler options from each backend's allow-list
+//!   ([`crate::options`]).
+//! - `backends` sends a `.cu` file to HIP as well as (or instead of) CUDA;
+//!   without it a `.cu` file is CUDA's, and HIP's only under `--backend
+//!   hip`. A `.hip` file is always HIP's.
 //!
 //! A header comment, rather than a manifest beside the kernels, keeps a
 //! kernel and how it is built in one file that can be copied alone, and
 //! needs no TOML parser in the build.
 //!
-//! The text handed to the compiler is the file with kiln's own header lines
-//! replaced by empty lines: a kernel carries neither its siblings'
-//! `specialize` lines nor the cost of storing them, and the compiler's
-//! line numbers still match the file.
+//! The text handed to the compiler is the file exactly as it is: the
+//! header is a comment. So a program that compiles the same file with the
+//! same defines compiles the same text, and shares `kiln warm`'s
+//! artifacts (P14).
 //!
 //! # The walk
 //!
@@ -53,8 +63,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::header;
 use anyhow::{Context, Result, bail};
-use kiln_core::define;
 
 /// The language of a kernel file, from its extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -102,30 +112,51 @@ pub const MAX_FILE_BYTES: u64 = 4 << 20;
 pub struct KernelFile {
     /// Its name relative to the folder searched, for labels and ids.
     pub name: String,
+    /// The folder holding it: its quoted includes are looked for there
+    /// first, and its `include` lines are relative to it.
+    pub folder: PathBuf,
     /// Its language.
     pub language: Language,
-    /// The text handed to the compiler: the file with kiln's header lines
-    /// blanked, so each kernel carries only what its compile needs. Shared
-    /// by every kernel of the file.
+    /// The text handed to the compiler: the file as it is (P14). Shared by
+    /// every kernel of the file.
     pub source: Arc<str>,
-    /// Where the code starts in `source`, past the header's blank and
-    /// comment lines: a kernel's id covers the code alone, so editing the
-    /// header (a `specialize` line added, a comment reworded) leaves the
-    /// other kernels of the file found in the store.
-    pub code_start: usize,
-    /// The entry point.
-    pub entry: String,
-    /// One per kernel; one empty specialization when the header has none.
+    /// The entry points, in the header's order, each once.
+    pub entries: Vec<String>,
+    /// One per kernel of each entry; one empty specialization when the
+    /// header has none.
     pub specializations: Vec<Specialization>,
+    /// The header's include folders, relative to [`folder`](Self::folder)
+    /// already.
+    pub includes: Vec<PathBuf>,
+    /// The header's compiler options, as written: each backend checks them
+    /// against its allow-list.
+    pub options: Vec<String>,
+    /// The backends a `.cu` file's header names; `None` without the line.
+    pub backends: Option<Vec<String>>,
 }
 
 impl KernelFile {
-    /// The label of the kernel made with `specialization`: `name [A=1 B=2]`.
-    pub fn label(&self, specialization: &Specialization) -> String {
-        if specialization.0.is_empty() {
-            self.name.clone()
+    /// The label of the module made with `specialization`, holding every
+    /// entry (B6): `name [A=1 B=2]`, with `:a,b` after the name when the
+    /// file has several entries.
+    pub fn module_label(&self, specialization: &Specialization) -> String {
+        let entries = self.entries.join(",");
+        self.label(&entries, specialization)
+    }
+
+    /// The label of the kernel of `entry` made with `specialization`:
+    /// `name [A=1 B=2]`, with `:entry` after the name when the file has
+    /// several entries.
+    pub fn label(&self, entry: &str, specialization: &Specialization) -> String {
+        let name = if self.entries.len() > 1 {
+            format!("{}:{entry}", self.name)
         } else {
-            format!("{} [{specialization}]", self.name)
+            self.name.clone()
+        };
+        if specialization.0.is_empty() {
+            name
+        } else {
+            format!("{name} [{specialization}]")
         }
     }
 }
@@ -178,15 +209,8 @@ pub fn find(folder: &Path) -> Result<Found> {
     for (path, language) in paths {
         let name = relative_name(folder, &path);
         match read_kernel_file(&path) {
-            Ok(Contents::Text(text)) => match parse_header(&text, language) {
-                Ok(header) => found.files.push(KernelFile {
-                    name,
-                    language,
-                    source: header.source.into(),
-                    code_start: header.code_start,
-                    entry: header.entry,
-                    specializations: header.specializations,
-                }),
+            Ok(Contents::Text(text)) => match kernel_file(name.clone(), &path, language, text) {
+                Ok(file) => found.files.push(file),
                 Err(reason) => found.failed.push(Unusable {
                     name,
                     reason: format!("{reason:#}"),
@@ -206,6 +230,97 @@ pub fn find(folder: &Path) -> Result<Found> {
         .skipped
         .sort_by(|left, right| left.name.cmp(&right.name));
     Ok(found)
+}
+
+/// The kernel file `name` at `path`, holding `text`, as its header says.
+fn kernel_file(name: String, path: &Path, language: Language, text: String) -> Result<KernelFile> {
+    let header = header::parse(&text, language)?;
+    let folder = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let entries = match (header.entries, language) {
+        (entries, _) if !entries.is_empty() => entries,
+        (_, Language::Wgsl) => {
+            let entries = wgsl_compute_entries(&text);
+            if entries.is_empty() {
+                bail!("no `@compute` function: nothing to build");
+            }
+            entries
+        }
+        _ => bail!("no `// kiln entry: <function>` line: CUDA and HIP files must name it"),
+    };
+    let mut specializations = header.specializations;
+    if specializations.is_empty() {
+        specializations.push(Specialization::default());
+    }
+    Ok(KernelFile {
+        name,
+        includes: header
+            .includes
+            .iter()
+            .map(|include| folder.join(include))
+            .collect(),
+        folder,
+        language,
+        source: text.into(),
+        entries,
+        specializations,
+        options: header.options,
+        backends: header.backends,
+    })
+}
+
+/// The `@compute` functions of a WGSL text, in order, outside comments.
+/// Only the function's name is read, so a text naga would refuse still
+/// gives its entries, and fails when it compiles, with naga's message.
+pub fn wgsl_compute_entries(text: &str) -> Vec<String> {
+    let mut code = String::with_capacity(text.len());
+    let mut rest = text;
+    // Comments out, nested block comments as WGSL has them.
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix("//") {
+            rest = after.find('\n').map_or("", |end| &after[end..]);
+        } else if rest.starts_with("/*") {
+            let mut depth = 0usize;
+            let mut index = 0;
+            let bytes = rest.as_bytes();
+            while index < bytes.len() {
+                if bytes[index..].starts_with(b"/*") {
+                    depth += 1;
+                    index += 2;
+                } else if bytes[index..].starts_with(b"*/") {
+                    depth -= 1;
+                    index += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    index += 1;
+                }
+            }
+            code.push(' ');
+            rest = rest.get(index..).unwrap_or("");
+        } else {
+            let character = rest.chars().next().unwrap_or(' ');
+            code.push(character);
+            rest = &rest[character.len_utf8()..];
+        }
+    }
+    let mut entries = Vec::new();
+    let mut remaining = code.as_str();
+    while let Some(at) = remaining.find("@compute") {
+        remaining = &remaining[at + "@compute".len()..];
+        let Some(function) = remaining.find("fn") else {
+            break;
+        };
+        let name: String = remaining[function + 2..]
+            .trim_start()
+            .chars()
+            .take_while(|character| character.is_alphanumeric() || *character == '_')
+            .collect();
+        if !name.is_empty() && !entries.contains(&name) {
+            entries.push(name);
+        }
+    }
+    entries
 }
 
 fn relative_name(folder: &Path, path: &Path) -> String {
@@ -386,197 +501,9 @@ fn text_of(bytes: Vec<u8>) -> Result<String, String> {
     })
 }
 
-/// What a file's header says, and the text to compile.
-#[derive(Debug)]
-struct Header {
-    entry: String,
-    specializations: Vec<Specialization>,
-    /// The file with kiln's header lines blanked.
-    source: String,
-    /// Where the code starts in `source`: past the header, the leading
-    /// block of blank and `//` comment lines.
-    code_start: usize,
-}
-
-/// The entry point and specializations a file's header names.
-fn parse_header(text: &str, language: Language) -> Result<Header> {
-    let mut entry = None;
-    let mut specializations = Vec::new();
-    let mut source = String::with_capacity(text.len());
-    let mut in_header = true;
-    let mut code_start = None;
-    for (index, raw_line) in text.split_inclusive('\n').enumerate() {
-        let directive = in_header
-            .then(|| header_directive(raw_line, &mut in_header))
-            .flatten();
-        if !in_header && code_start.is_none() {
-            code_start = Some(source.len());
-        }
-        let Some(directive) = directive else {
-            source.push_str(raw_line);
-            continue;
-        };
-        // The line leaves the compiled text, its line ending stays, so the
-        // compiler's line numbers are the file's.
-        source.push_str(&raw_line[raw_line.trim_end_matches(['\r', '\n']).len()..]);
-        let number = index + 1;
-        let line = raw_line.trim();
-        let Some((key, value)) = directive.split_once(':') else {
-            bail!("line {number}: `{line}` has no `key: value`");
-        };
-        match key.trim() {
-            "entry" => {
-                let value = value.trim();
-                if value.is_empty() {
-                    bail!("line {number}: `{line}` names no function");
-                }
-                entry = Some(value.to_owned());
-            }
-            "specialize" => {
-                let mut pairs = Vec::new();
-                for pair in value.split_whitespace() {
-                    let (name, value) = pair
-                        .split_once('=')
-                        .filter(|(name, value)| define::is_identifier(name) && !value.is_empty())
-                        .with_context(|| {
-                            format!(
-                                "line {number}: `{line}`: `{pair}` is not NAME=VALUE (NAME a \
-                                 letter or `_`, then letters, digits or `_`)"
-                            )
-                        })?;
-                    pairs.push((name.to_owned(), value.to_owned()));
-                }
-                specializations.push(Specialization(pairs));
-            }
-            other => bail!(
-                "line {number}: `{line}`: unknown key `{other}`; a kernel header knows `entry` \
-                 and `specialize`"
-            ),
-        }
-    }
-    let entry = match (entry, language) {
-        (Some(entry), _) => entry,
-        (None, Language::Wgsl) => "main".to_owned(),
-        (None, _) => bail!("no `// kiln entry: <function>` line: CUDA and HIP files must name it"),
-    };
-    if specializations.is_empty() {
-        specializations.push(Specialization::default());
-    }
-    Ok(Header {
-        entry,
-        specializations,
-        code_start: code_start.unwrap_or(source.len()),
-        source,
-    })
-}
-
-/// The text after `// kiln ` on a header line, or `None` for any other
-/// line; clears `in_header` at the first line that is neither blank nor a
-/// `//` comment.
-fn header_directive<'a>(line: &'a str, in_header: &mut bool) -> Option<&'a str> {
-    let line = line.trim();
-    if line.is_empty() {
-        return None;
-    }
-    let Some(comment) = line.strip_prefix("//") else {
-        *in_header = false;
-        return None;
-    };
-    comment.trim().strip_prefix("kiln ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_header_names_the_entry_and_one_kernel_per_specialization() {
-        let text = "// kiln entry: scale\n// what it does\n// kiln specialize: A=1 B=2.5\n\
-                    // kiln specialize: A=2\n\n__global__ void scale() {}\n// kiln specialize: C=3\n";
-        let header = parse_header(text, Language::Cuda).expect("a header");
-        assert_eq!(header.entry, "scale");
-        assert_eq!(
-            header.specializations.len(),
-            2,
-            "lines after the header are code"
-        );
-        assert_eq!(header.specializations[0].to_string(), "A=1 B=2.5");
-    }
-
-    #[test]
-    fn the_compiled_text_blanks_kiln_lines_and_keeps_line_numbers() {
-        let text = "// kiln entry: scale\r\n// what it does\n// kiln specialize: A=1\n\
-                    __global__ void scale() {}\n// kiln specialize: C=3";
-        let header = parse_header(text, Language::Cuda).expect("a header");
-        assert_eq!(
-            header.source,
-            "\r\n// what it does\n\n__global__ void scale() {}\n// kiln specialize: C=3"
-        );
-    }
-
-    #[test]
-    fn the_code_starts_past_the_header_block() {
-        let text = "// kiln entry: scale\n// what it does\n\n// kiln specialize: A=1\n\
-                    __global__ void scale() {}\n// a comment of the code\n";
-        let header = parse_header(text, Language::Cuda).expect("a header");
-        assert_eq!(
-            &header.source[header.code_start..],
-            "__global__ void scale() {}\n// a comment of the code\n"
-        );
-        let edited = "// kiln entry: scale\n// what it does, reworded\n// kiln specialize: A=1\n\
-                      // kiln specialize: A=2\n__global__ void scale() {}\n// a comment of the code\n";
-        let edited = parse_header(edited, Language::Cuda).expect("a header");
-        assert_eq!(
-            &edited.source[edited.code_start..],
-            &header.source[header.code_start..]
-        );
-        let only_header = parse_header("// kiln entry: scale\n", Language::Cuda).expect("a header");
-        assert_eq!(only_header.code_start, only_header.source.len());
-    }
-
-    #[test]
-    fn wgsl_defaults_to_main_and_cuda_must_name_its_entry() {
-        let header = parse_header("@compute fn main() {}", Language::Wgsl).expect("a header");
-        assert_eq!(
-            (header.entry.as_str(), header.specializations.len()),
-            ("main", 1)
-        );
-        assert!(parse_header("__global__ void k() {}", Language::Cuda).is_err());
-    }
-
-    #[test]
-    fn a_malformed_header_names_its_line() {
-        let error = parse_header(
-            "// kiln entry: main\n// kiln specialize: A\n",
-            Language::Wgsl,
-        )
-        .expect_err("A is no pair");
-        assert!(error.to_string().contains("line 2"), "{error}");
-        let error = parse_header("// kiln colour: blue\n", Language::Wgsl).expect_err("no key");
-        assert!(error.to_string().contains("colour"), "{error}");
-    }
-
-    #[test]
-    fn a_specialized_name_must_be_an_identifier() {
-        for line in [
-            "-include=/etc/passwd",
-            "1A=2",
-            "A-B=1",
-            "A=1 -include /etc/passwd",
-        ] {
-            let text = format!("// kiln entry: k\n// kiln specialize: {line}\n");
-            let error = parse_header(&text, Language::Cuda).expect_err("no identifier");
-            assert!(
-                error
-                    .to_string()
-                    .contains(&format!("line 2: `// kiln specialize: {line}`")),
-                "{error}"
-            );
-        }
-        let header = parse_header("// kiln specialize: _A1=x-y\n", Language::Wgsl)
-            .expect("an identifier and any value");
-        assert_eq!(header.specializations[0].to_string(), "_A1=x-y");
-    }
 
     #[test]
     fn text_that_is_not_utf8_names_its_line() {
@@ -584,5 +511,14 @@ mod tests {
         assert!(error.starts_with("line 2: byte 0xe9"), "{error}");
         let error = text_of(b"ok\n\0\x01".to_vec()).expect_err("binary");
         assert!(error.starts_with("line 2: a NUL byte"), "{error}");
+    }
+
+    // B6
+    #[test]
+    fn every_compute_entry_of_a_wgsl_text_is_found_outside_comments() {
+        let text = "// @compute fn not_this() {}\n@compute @workgroup_size(64)\nfn first() {}\n\
+                    /* @compute fn nor_this() {} */\n@compute\n@workgroup_size(1)\nfn second(\
+                    @builtin(global_invocation_id) id: vec3<u32>) {}\n@vertex fn v() {}\n";
+        assert_eq!(wgsl_compute_entries(text), ["first", "second"]);
     }
 }

@@ -79,7 +79,7 @@ fn a_compiler_that_exits_under_the_file_size_limit_fails_its_kernels_not_the_run
     let scratch = Scratch::new("store-fsize-compiler");
     let folder = scratch.folder("kernels");
     std::fs::write(
-        folder.join("scale.cu"),
+        folder.join("scale.hip"),
         "// kiln entry: scale\n\
          extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n",
     )

@@ -12,6 +12,11 @@
 //!   `cargo xtask test` runs kiln-cuda's tests once more, and with which
 //!   the program outside the workspace (cudarc's `cuda-12080` bindings)
 //!   compiles.
+//! - The CUDA 13 toolkit's headers (`nvidia-cuda-runtime==13.0.88` for
+//!   `cuda_fp16.h`, `cooperative_groups.h` and the rest, and
+//!   `nvidia-cuda-cccl==13.0.85` for the `cuda/std` headers they include),
+//!   which kiln reads and hands to NVRTC in memory for a kernel's angle
+//!   includes: handed to the tests as `KILN_CUDA_INCLUDE`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -22,13 +27,44 @@ use crate::setup::system_directory;
 
 /// One NVRTC wheel and where the library lies in it.
 pub struct Wheel {
-    /// pip's requirement, pinned: the tests' expectations (its version in
-    /// keys, the architectures it lists) are those of this release.
+    /// pip's requirements, pinned and separated by spaces: the tests'
+    /// expectations (its version in keys, the architectures it lists) are
+    /// those of this release.
     pub requirement: &'static str,
     /// The folder under `kiln-system` it is installed into.
     folder: &'static str,
-    /// Where the wheel puts the library, inside the install folder.
+    /// Where the wheel puts the library (for the headers, the header whose
+    /// presence says they are installed), inside the install folder.
     library: &'static str,
+}
+
+/// The CUDA 13.0 toolkit's headers, for the kernels' angle includes.
+pub const CUDA_HEADERS_13: Wheel = Wheel {
+    requirement: "nvidia-cuda-runtime==13.0.88 nvidia-cuda-cccl==13.0.85",
+    folder: "cuda-headers-13.0.88",
+    library: "nvidia/cu13/include/cuda_runtime.h",
+};
+
+impl Wheel {
+    /// The include folder of an installed headers wheel.
+    pub fn include_folder(&self) -> PathBuf {
+        self.library()
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.install_folder())
+    }
+}
+
+/// What the tests need to find the toolkit's headers: a `KILN_CUDA_INCLUDE`
+/// already set by the caller wins.
+pub fn headers_environment() -> Vec<(String, String)> {
+    if std::env::var_os("KILN_CUDA_INCLUDE").is_some_and(|value| !value.is_empty()) {
+        return Vec::new();
+    }
+    vec![(
+        "KILN_CUDA_INCLUDE".to_owned(),
+        CUDA_HEADERS_13.include_folder().display().to_string(),
+    )]
 }
 
 /// NVRTC 13.0, the default of every test run.
@@ -86,7 +122,7 @@ impl Wheel {
                 .args(["--no-input", "--quiet", "--target"])
                 .arg(&staging)
                 .args(extra)
-                .arg(requirement);
+                .args(requirement.split_whitespace());
             eprintln!(
                 "xtask: setup: {python} -m pip install --target {} {requirement}",
                 staging.display()
@@ -123,7 +159,10 @@ impl Wheel {
         }
         std::fs::rename(&staging, &folder)
             .with_context(|| format!("could not move the install to {}", folder.display()))?;
-        eprintln!("xtask: setup: NVRTC is at {}", self.library().display());
+        eprintln!(
+            "xtask: setup: {requirement} is at {}",
+            self.library().display()
+        );
         Ok(())
     }
 }

@@ -95,6 +95,12 @@ pub struct Arguments {
     /// stops before compiling anything.
     #[arg(long, value_name = "URL")]
     pub remote: Option<String>,
+    /// An include folder for the CUDA and HIP kernels (repeatable),
+    /// searched after the including file's folder and its header's
+    /// `// kiln include:` folders, before the CUDA toolkit's. kiln reads
+    /// every header itself and keys its text (P13).
+    #[arg(long = "include", value_name = "DIR")]
+    pub include: Vec<PathBuf>,
 }
 
 /// The remote tier `--remote` or `KILN_REMOTE_URL` names, if any.
@@ -177,6 +183,9 @@ struct BackendReport {
     work_seconds: f64,
     /// How the driver's pipeline cache started (wgpu on a device).
     pipeline_cache: Option<String>,
+    /// The CUDA toolkit's include folders angle includes fall back to
+    /// (CUDA); empty when none was found.
+    toolkit_headers: Vec<String>,
     failures: Vec<FailureReport>,
     /// Kernels that spill registers to memory (D4), compiled or read from
     /// the store alike.
@@ -199,6 +208,10 @@ struct FailureReport {
     kernel: String,
     /// The failure's first line: the first diagnostic, with its place.
     first_diagnostic: String,
+    /// Whether the store remembered the failure from an earlier compile
+    /// and it was reported without compiling (P11); `false` also when the
+    /// loader kept no batch record to say so (`KILN_RECORD_LIMIT=0`).
+    remembered: bool,
 }
 
 /// A file of the folder that failed or was left alone, and why.
@@ -304,7 +317,25 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
             .filter(|file| file.language == language)
             .collect()
     };
-    let (wgsl, cuda, hip) = (of(Language::Wgsl), of(Language::Cuda), of(Language::Hip));
+    let (wgsl, cu, hip) = (of(Language::Wgsl), of(Language::Cuda), of(Language::Hip));
+    // A `.cu` file is CUDA's unless its header says otherwise, and HIP's
+    // only when asked: CUDA-only code (inline PTX, cooperative groups)
+    // must not fail a folder of CUDA kernels.
+    let declares = |file: &KernelFile, backend: &str| {
+        file.backends
+            .as_ref()
+            .map(|backends| backends.iter().any(|named| named == backend))
+    };
+    let hip_asked = arguments.backend.iter().any(|backend| backend == "hip");
+    let cuda: Vec<&KernelFile> = cu
+        .iter()
+        .copied()
+        .filter(|file| declares(file, "cuda").unwrap_or(true))
+        .collect();
+    let hip_from_cu = cu
+        .iter()
+        .copied()
+        .filter(|file| hip_asked || declares(file, "hip").unwrap_or(false));
     // Each architecture asked for is a batch of its own; none asked is
     // the device's, else the default.
     let architectures = |asked: &[String]| -> Vec<Option<String>> {
@@ -320,13 +351,23 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
     }
     if !cuda.is_empty() && arguments.wants("cuda") {
         for arch in architectures(&arguments.cuda_arch) {
-            backends.push(warm_cuda(&cuda, shared.as_ref(), arch.as_deref()));
+            backends.push(warm_cuda(
+                &cuda,
+                shared.as_ref(),
+                arch.as_deref(),
+                &arguments.include,
+            ));
         }
     }
-    let for_hip: Vec<&KernelFile> = cuda.iter().chain(&hip).copied().collect();
+    let for_hip: Vec<&KernelFile> = hip_from_cu.chain(hip.iter().copied()).collect();
     if !for_hip.is_empty() && arguments.wants("hip") {
         for arch in architectures(&arguments.hip_arch) {
-            backends.push(warm_hip(&for_hip, shared.as_ref(), arch.as_deref()));
+            backends.push(warm_hip(
+                &for_hip,
+                shared.as_ref(),
+                arch.as_deref(),
+                &arguments.include,
+            ));
         }
     }
     let notes = |unusable: &[manifest::Unusable]| -> Vec<FileReport> {
@@ -504,10 +545,29 @@ fn print_report(report: &WarmReport) {
         if let Some(cache) = &backend.pipeline_cache {
             outln!("{} pipeline cache: {cache}", backend.backend);
         }
+        if backend.backend == "cuda" && backend.unavailable.is_none() {
+            if backend.toolkit_headers.is_empty() {
+                outln!(
+                    "cuda toolkit headers: none found (set KILN_CUDA_INCLUDE to the folder \
+                     holding cuda_runtime.h)"
+                );
+            } else {
+                outln!(
+                    "cuda toolkit headers: {}",
+                    backend.toolkit_headers.join(", ")
+                );
+            }
+        }
         for failure in &backend.failures {
             outln!(
-                "{} failed: {}: {}",
+                "{} failed{}: {}: {}",
                 backend.backend,
+                if failure.remembered {
+                    " (remembered from an earlier compile, not compiled again; --retry-failed \
+                     compiles it, kiln forget forgets it)"
+                } else {
+                    ""
+                },
                 failure.kernel,
                 failure.first_diagnostic
             );
@@ -566,39 +626,93 @@ fn unavailable(
 /// A kernel to warm: its label and the kernel.
 type Labelled<K> = (String, Box<K>);
 
-/// Every kernel of `files`, made by `make(file, specialization)`.
+/// Every kernel of `files`: one per entry and specialization, made by
+/// `make(index of the file, file, entry, specialization)`.
 fn kernels_of<K>(
     files: &[&KernelFile],
-    mut make: impl FnMut(&KernelFile, &Specialization) -> K,
+    mut make: impl FnMut(usize, &KernelFile, &str, &Specialization) -> K,
 ) -> Vec<Labelled<K>> {
-    files
-        .iter()
-        .flat_map(|file| {
-            file.specializations
-                .iter()
-                .map(|specialization| {
-                    (
-                        file.label(specialization),
-                        Box::new(make(file, specialization)),
-                    )
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    let mut kernels = Vec::new();
+    for (index, file) in files.iter().enumerate() {
+        for entry in &file.entries {
+            for specialization in &file.specializations {
+                kernels.push((
+                    file.label(entry, specialization),
+                    Box::new(make(index, file, entry, specialization)),
+                ));
+            }
+        }
+    }
+    kernels
 }
 
-/// The id every backend's kernel of `file` and `specialization` starts from:
-/// the file's name (for `kiln ls` and `kiln forget`), the specialization,
-/// the entry and the file's code past its header. Editing the header (a
-/// `specialize` line added, a comment reworded) leaves the ids of the other
-/// kernels alone, so they are found in the store, not compiled again. A
-/// renamed file's kernels miss by id, and find their artifacts by the text
-/// compiled, which names no file (rekeyed, not compiled).
-fn base_id(file: &KernelFile, specialization: &Specialization) -> kiln_core::KernelIdBuilder {
-    KernelId::named(format!("warm/{}", file.name))
+/// Every module of `files`: one per specialization holding every entry of
+/// its file (B6), made by `make(index of the file, file, specialization)`.
+fn modules_of<K>(
+    files: &[&KernelFile],
+    mut make: impl FnMut(usize, &KernelFile, &Specialization) -> K,
+) -> Vec<Labelled<K>> {
+    let mut kernels = Vec::new();
+    for (index, file) in files.iter().enumerate() {
+        for specialization in &file.specializations {
+            kernels.push((
+                file.module_label(specialization),
+                Box::new(make(index, file, specialization)),
+            ));
+        }
+    }
+    kernels
+}
+
+/// The id every backend's kernel of `file`, `entry` (several, separated by
+/// commas, for a module of them) and `specialization` starts from: the
+/// file's name (for `kiln ls` and `kiln forget`, with the entries after a
+/// `:` when the file has several), the specialization, the entry and the
+/// file's whole text, which is what is compiled (P14). A renamed file's kernels miss by id, and find their
+/// artifacts by the text compiled, which names no file (rekeyed, not
+/// compiled); so does a program compiling the same text.
+fn base_id(
+    file: &KernelFile,
+    entry: &str,
+    specialization: &Specialization,
+) -> kiln_core::KernelIdBuilder {
+    let name = if file.entries.len() > 1 {
+        format!("warm/{}:{entry}", file.name)
+    } else {
+        format!("warm/{}", file.name)
+    };
+    KernelId::named(name)
         .parameter(&specialization.to_string())
-        .parameter(file.entry.as_str())
-        .bytes(file.source[file.code_start..].as_bytes())
+        .parameter(entry)
+        .bytes(file.source.as_bytes())
+}
+
+/// What a C++ file needs beyond its text, once per file and backend: the
+/// headers its includes reach (P13) and its options; or why the file's
+/// kernels fail without compiling.
+type Prepared<O> = Result<(Vec<kiln_cxx::Header>, O), String>;
+
+/// The include search of `file`: its folder, its header's folders, then
+/// `--include`'s, then `toolkit`.
+fn search_of(
+    file: &KernelFile,
+    include: &[PathBuf],
+    toolkit: Vec<PathBuf>,
+) -> kiln_cxx::IncludeSearch {
+    kiln_cxx::IncludeSearch {
+        source_folder: Some(file.folder.clone()),
+        folders: file.includes.iter().chain(include).cloned().collect(),
+        toolkit,
+        compiler_folders: Vec::new(),
+    }
+}
+
+/// A kernel's generator that fails without compiling, with `reason`: the
+/// setup's failure, never remembered (P11), so fixing it compiles at once.
+fn failing<A>(
+    reason: String,
+) -> impl Fn(A) -> Result<String, kiln_core::CompileFailure> + Send + Sync + 'static {
+    move |_architecture| Err(kiln_core::CompileFailure::message(reason.clone()).not_the_kernels())
 }
 
 /// Enqueues every kernel `make` makes on a loader over `target`, compiles
@@ -642,6 +756,18 @@ where
     let wall = started.elapsed();
     drop(bar);
     let statistics = loader.statistics();
+    let remembered: HashSet<KernelId> = loader
+        .records()
+        .back()
+        .map(|batch| {
+            batch
+                .records
+                .iter()
+                .filter(|record| record.remembered)
+                .map(|record| record.kernel.clone())
+                .collect()
+        })
+        .unwrap_or_default();
     let mut failures = Vec::new();
     let mut spilling = Vec::new();
     let mut asked = HashSet::new();
@@ -666,6 +792,7 @@ where
                 }
             }
             Err(error) => failures.push(FailureReport {
+                remembered: remembered.contains(&id.kernel),
                 kernel: label,
                 first_diagnostic: error
                     .to_string()
@@ -693,6 +820,7 @@ where
         wall_seconds: wall.as_secs_f64(),
         work_seconds: statistics.compile_seconds,
         pipeline_cache: None,
+        toolkit_headers: Vec::new(),
         failures,
         spilling,
     };
@@ -713,10 +841,9 @@ fn constant_value(text: &str) -> Option<f64> {
 fn warm_wgpu(files: &[&KernelFile], store: Option<&Arc<dyn ArtifactStore>>) -> BackendReport {
     let generated = Arc::new(AtomicUsize::new(0));
     let make = || {
-        kernels_of(files, |file, specialization| {
-            let mut builder =
-                WgslKernel::builder(base_id(file, specialization), file.entry.clone())
-                    .label(file.name.clone());
+        kernels_of(files, |_, file, entry, specialization| {
+            let mut builder = WgslKernel::builder(base_id(file, entry, specialization), entry)
+                .label(file.name.clone());
             let mut refused = None;
             for (name, value) in &specialization.0 {
                 match constant_value(value) {
@@ -800,8 +927,9 @@ fn warm_cuda(
     files: &[&KernelFile],
     store: Option<&Arc<dyn ArtifactStore>>,
     arch: Option<&str>,
+    include: &[PathBuf],
 ) -> BackendReport {
-    let count = files.iter().map(|file| file.specializations.len()).sum();
+    let count = module_count(files);
     let text = arch.unwrap_or("sm_90");
     let architecture: Architecture = match text.parse() {
         Ok(architecture) => architecture,
@@ -834,17 +962,43 @@ fn warm_cuda(
         },
     };
     let generated = Arc::new(AtomicUsize::new(0));
+    let toolkit = kiln_cuda::toolkit::include_folders();
+    let prepared: Vec<Prepared<CudaOptions>> = files
+        .iter()
+        .map(|file| {
+            let headers = search_of(file, include, toolkit.clone())
+                .resolve(&file.source, &file.name, &[])
+                .map_err(|error| error.to_string())?;
+            let options = crate::options::cuda(CudaOptions::default(), &file.options)?;
+            Ok((headers, options))
+        })
+        .collect();
     let make = || {
-        kernels_of(files, |file, specialization| {
-            let mut options = CudaOptions::default();
+        modules_of(files, |index, file, specialization| {
+            // One compile of the file per specialization, one module of
+            // every entry (B6).
+            let entries = file.entries.join(",");
+            let first = file.entries.first().cloned().unwrap_or_default();
+            let builder = file.entries.iter().skip(1).fold(
+                CudaKernel::builder(base_id(file, &entries, specialization), first)
+                    .program_name(file.name.clone()),
+                |builder, entry| builder.entry(entry.clone()),
+            );
+            let (headers, options) = match &prepared[index] {
+                Ok(prepared) => prepared,
+                Err(reason) => return builder.generator(failing(reason.clone())),
+            };
+            let mut options = options.clone();
             for (name, value) in &specialization.0 {
                 // Only ever a definition: the header's names are
                 // identifiers, and a value is the macro's text.
                 options = options.define(name.clone(), value.clone());
             }
-            CudaKernel::builder(base_id(file, specialization), file.entry.clone())
-                .program_name(file.name.clone())
-                .options(options)
+            headers
+                .iter()
+                .fold(builder.options(options), |builder, header| {
+                    builder.header(header.name.clone(), header.text.clone())
+                })
                 .generator(counted_source(file, &generated))
         })
     };
@@ -862,7 +1016,16 @@ fn warm_cuda(
     )
     .0;
     report.architecture = Some(architecture);
+    report.toolkit_headers = toolkit
+        .iter()
+        .map(|folder| folder.display().to_string())
+        .collect();
     report
+}
+
+/// How many kernels `files` hold: one per entry and specialization.
+fn module_count(files: &[&KernelFile]) -> usize {
+    files.iter().map(|file| file.specializations.len()).sum()
 }
 
 /// Warms `files` for HIP, as [`warm_cuda`] does for CUDA (gfx90a by
@@ -871,8 +1034,9 @@ fn warm_hip(
     files: &[&KernelFile],
     store: Option<&Arc<dyn ArtifactStore>>,
     arch: Option<&str>,
+    include: &[PathBuf],
 ) -> BackendReport {
-    let count = files.iter().map(|file| file.specializations.len()).sum();
+    let count = module_count(files);
     let text = arch.unwrap_or("gfx90a");
     let architecture = match kiln_hip::Architecture::new(text) {
         Ok(architecture) => architecture,
@@ -902,14 +1066,43 @@ fn warm_hip(
         },
     };
     let generated = Arc::new(AtomicUsize::new(0));
+    let prepared: Vec<Prepared<HipOptions>> = files
+        .iter()
+        .map(|file| {
+            let mut search = search_of(file, include, Vec::new());
+            // `<hip/hip_runtime.h>` and its kin are hipRTC's own.
+            search.compiler_folders = vec!["hip".to_owned()];
+            let headers = search
+                .resolve(&file.source, &file.name, &[])
+                .map_err(|error| error.to_string())?;
+            let options = crate::options::hip(HipOptions::default(), &file.options)?;
+            Ok((headers, options))
+        })
+        .collect();
     let make = || {
-        kernels_of(files, |file, specialization| {
-            let mut options = HipOptions::default();
+        modules_of(files, |index, file, specialization| {
+            // One compile of the file per specialization, one code object
+            // of every entry (B6).
+            let entries = file.entries.join(",");
+            let first = file.entries.first().cloned().unwrap_or_default();
+            let builder = file.entries.iter().skip(1).fold(
+                HipKernel::builder(base_id(file, &entries, specialization), first)
+                    .program_name(file.name.clone()),
+                |builder, entry| builder.entry(entry.clone()),
+            );
+            let (headers, options) = match &prepared[index] {
+                Ok(prepared) => prepared,
+                Err(reason) => return builder.generator(failing(reason.clone())),
+            };
+            let mut options = options.clone();
             for (name, value) in &specialization.0 {
                 options = options.define(name.clone(), value.clone());
             }
-            HipKernel::builder(base_id(file, specialization), file.entry.clone())
-                .options(options)
+            headers
+                .iter()
+                .fold(builder.options(options), |builder, header| {
+                    builder.header(header.name.clone(), header.text.clone())
+                })
                 .generator(counted_source(file, &generated))
         })
     };

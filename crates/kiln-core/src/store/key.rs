@@ -26,7 +26,13 @@ use crate::id::ArtifactId;
 /// 2: compiler identities name a digest of the compiler's library, source
 /// keys are of texts opened by a [`SourceCover`], and artifacts carry a
 /// [`Provenance`].
-pub const STORE_FORMAT: u32 = 2;
+///
+/// 3: a C++ kernel's headers are resolved by kiln and keyed by their text,
+/// NVRTC compiles every program under one name with
+/// `--no-source-include`, and `kiln warm` compiles a file's text as it is
+/// (P13, P14): artifacts of the same keys as before would differ, so none
+/// of the earlier entries is read.
+pub const STORE_FORMAT: u32 = 3;
 
 /// The key-derivation context of [`StoreKey::digest`].
 const KEY_CONTEXT: &str = "kiln store key";

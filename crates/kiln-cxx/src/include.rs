@@ -1,0 +1,607 @@
+//! Includes resolved by kiln, not by the compiler (P13).
+//!
+//! A run-time compiler left to itself reads `#include "common.h"` from the
+//! working directory and `<cuda_fp16.h>` from wherever its search path
+//! points, and nothing it reads that way is in any key: an edited header
+//! serves the old artifact, and one file compiles in one folder and fails
+//! in another. So kiln reads the headers itself, hands each to the compiler
+//! in memory (under the name the directive writes, which is how NVRTC and
+//! hipRTC match them) and puts each one's text in the kernel's id and its
+//! source key; the compiler is given no include path at all.
+//!
+//! The search is the C preprocessor's: a quoted include is looked for in
+//! the including file's folder, then in the include folders, then in the
+//! toolkit's; an angle include in the include folders, then the toolkit's.
+//! Every directive of the text counts, whatever `#if` it sits under: a
+//! header the text can reach is in the key even when this compile skips
+//! it, a safe over-approximation. A directive under a conditional that
+//! resolves nowhere is left to the compiler (`#ifndef __CUDACC_RTC__ /
+//! #include <cstdio>` is common and never compiled at run time), and so is
+//! any include inside a toolkit header, whose conditionals name headers of
+//! every host compiler; an unconditional one in the kernel's own files is
+//! an error naming the folders searched. A computed include
+//! (`#include HEADER`) cannot be followed without preprocessing, and is
+//! refused.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::Header;
+
+/// The most headers one kernel may reach: a search that finds more is
+/// following something other than a kernel's includes.
+pub const MAX_HEADERS: usize = 4096;
+
+/// The largest header read.
+pub const MAX_HEADER_BYTES: u64 = 8 << 20;
+
+/// Where a kernel's includes are looked for: its own file's folder (for
+/// quoted includes), the include folders in order, then the toolkit's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IncludeSearch {
+    /// The folder of the file whose text is compiled: quoted includes are
+    /// looked for there first. `None` for a text that has no file.
+    pub source_folder: Option<PathBuf>,
+    /// The include folders, searched in order.
+    pub folders: Vec<PathBuf>,
+    /// The toolkit's include folders (CUDA's `cuda_fp16.h`,
+    /// `cooperative_groups.h`, and CCCL's `cuda/std/...`), searched last.
+    pub toolkit: Vec<PathBuf>,
+    /// Folders of angle includes the compiler holds itself (`hip/` for
+    /// hipRTC's `<hip/hip_runtime.h>`): left to it when no folder holds
+    /// them, keyed by the compiler's identity.
+    pub compiler_folders: Vec<String>,
+}
+
+/// Why a kernel's includes could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IncludeError {
+    /// `#include NAME` with a macro for a name.
+    Computed {
+        /// The file holding it, and its line.
+        place: String,
+        /// The directive as written.
+        directive: String,
+    },
+    /// An include found in none of the folders searched.
+    NotFound {
+        /// The file holding it, and its line.
+        place: String,
+        /// The name included.
+        name: String,
+        /// Every folder looked in, in order.
+        searched: Vec<PathBuf>,
+    },
+    /// An include by absolute path, which no search covers.
+    Absolute {
+        /// The file holding it, and its line.
+        place: String,
+        /// The name included.
+        name: String,
+    },
+    /// One include name that means two different files: the compiler
+    /// matches headers by name, so it could be given only one of them.
+    Ambiguous {
+        /// The name included.
+        name: String,
+        /// The two files.
+        first: PathBuf,
+        /// The two files.
+        second: PathBuf,
+    },
+    /// A header that could not be read, or is no text.
+    Unreadable {
+        /// The header.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// More than [`MAX_HEADERS`] headers.
+    TooMany,
+}
+
+impl fmt::Display for IncludeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Computed { place, directive } => write!(
+                f,
+                "{place}: `{directive}` computes the header's name, which kiln cannot follow \
+                 to key its text; write the name in quotes or angle brackets"
+            ),
+            Self::NotFound {
+                place,
+                name,
+                searched,
+            } => {
+                write!(f, "{place}: `{name}` is in no include folder: looked in ")?;
+                if searched.is_empty() {
+                    f.write_str("no folder (none given)")?;
+                } else {
+                    let folders: Vec<String> = searched
+                        .iter()
+                        .map(|folder| folder.display().to_string())
+                        .collect();
+                    f.write_str(&folders.join(", "))?;
+                }
+                f.write_str(
+                    "; add the folder that holds it as an include folder (kiln warm: \
+                     --include DIR or a `// kiln include: DIR` line; a program: the kernel \
+                     builder's include_folder; the CUDA toolkit's: KILN_CUDA_INCLUDE)",
+                )
+            }
+            Self::Absolute { place, name } => write!(
+                f,
+                "{place}: `{name}` is an absolute path; include it by a name relative to an \
+                 include folder"
+            ),
+            Self::Ambiguous {
+                name,
+                first,
+                second,
+            } => write!(
+                f,
+                "`{name}` names two different headers, {} and {}: the compiler is handed \
+                 headers by name, so it could see only one; include them by distinct names",
+                first.display(),
+                second.display()
+            ),
+            Self::Unreadable { path, reason } => {
+                write!(f, "the header {} cannot be read: {reason}", path.display())
+            }
+            Self::TooMany => write!(
+                f,
+                "the includes reach more than {MAX_HEADERS} headers, the most kiln follows"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for IncludeError {}
+
+/// One `#include` of a text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Directive {
+    /// Its line, from 1.
+    line: usize,
+    /// What follows `include`: a quoted name, an angle name, or neither.
+    target: Target,
+    /// Whether it sits under a conditional other than the file's include
+    /// guard.
+    conditional: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    Quoted(String),
+    Angle(String),
+    Computed(String),
+}
+
+/// A file whose includes are yet to be followed.
+struct Pending {
+    text: String,
+    /// Its folder, where its quoted includes are looked for first.
+    folder: Option<PathBuf>,
+    /// How errors name it.
+    label: String,
+    /// Whether it is the toolkit's: its unresolved includes are the
+    /// compiler's business.
+    in_toolkit: bool,
+}
+
+impl IncludeSearch {
+    /// A search of `folders`, with no file folder and no toolkit.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every header `text` can reach, each once, by the name its directive
+    /// writes: `supplied` headers (given with their text) first, then
+    /// files of the search. `label` names the text in errors.
+    ///
+    /// # Errors
+    ///
+    /// The first include that cannot be followed: see [`IncludeError`].
+    pub fn resolve(
+        &self,
+        text: &str,
+        label: &str,
+        supplied: &[Header],
+    ) -> Result<Vec<Header>, IncludeError> {
+        let supplied_by_name: HashMap<&str, &Header> = supplied
+            .iter()
+            .map(|header| (header.name.as_str(), header))
+            .collect();
+        // Name -> (the file it resolved to, when on disk): a name is handed
+        // to the compiler once.
+        let mut seen: HashMap<String, Option<PathBuf>> = HashMap::new();
+        let mut headers = Vec::new();
+        let mut pending = vec![Pending {
+            text: text.to_owned(),
+            folder: self.source_folder.clone(),
+            label: label.to_owned(),
+            in_toolkit: false,
+        }];
+        for header in supplied {
+            seen.insert(header.name.clone(), None);
+            pending.push(Pending {
+                text: header.text.clone(),
+                folder: None,
+                label: header.name.clone(),
+                in_toolkit: false,
+            });
+        }
+        while let Some(file) = pending.pop() {
+            for directive in directives(&file.text) {
+                let place = format!("{} line {}", file.label, directive.line);
+                let (name, quoted) = match directive.target {
+                    Target::Quoted(name) => (name, true),
+                    Target::Angle(name) => (name, false),
+                    Target::Computed(_) if file.in_toolkit => continue,
+                    Target::Computed(written) => {
+                        return Err(IncludeError::Computed {
+                            place,
+                            directive: format!("#include {written}"),
+                        });
+                    }
+                };
+                if supplied_by_name.contains_key(name.as_str()) {
+                    continue;
+                }
+                if Path::new(&name).is_absolute() {
+                    if file.in_toolkit || directive.conditional {
+                        continue;
+                    }
+                    return Err(IncludeError::Absolute { place, name });
+                }
+                let searched = self.folders_for(file.folder.as_deref(), quoted);
+                let found = searched
+                    .iter()
+                    .map(|(folder, in_toolkit)| (folder.join(&name), *in_toolkit))
+                    .find(|(path, _)| path.is_file());
+                let Some((path, in_toolkit)) = found else {
+                    let compilers = !quoted
+                        && self
+                            .compiler_folders
+                            .iter()
+                            .any(|folder| name.starts_with(&format!("{folder}/")));
+                    if file.in_toolkit || directive.conditional || compilers {
+                        continue;
+                    }
+                    return Err(IncludeError::NotFound {
+                        place,
+                        name,
+                        searched: searched.into_iter().map(|(folder, _)| folder).collect(),
+                    });
+                };
+                let path = fs::canonicalize(&path).unwrap_or(path);
+                if let Some(earlier) = seen.get(&name) {
+                    match earlier {
+                        Some(earlier) if *earlier != path => {
+                            let text = read_header(&path)?;
+                            let known = headers
+                                .iter()
+                                .find(|header: &&Header| header.name == name)
+                                .map(|header| header.text.as_str());
+                            if known != Some(text.as_str()) {
+                                return Err(IncludeError::Ambiguous {
+                                    name,
+                                    first: earlier.clone(),
+                                    second: path,
+                                });
+                            }
+                        }
+                        _ => {}
+                    }
+                    continue;
+                }
+                if headers.len() >= MAX_HEADERS {
+                    return Err(IncludeError::TooMany);
+                }
+                let text = read_header(&path)?;
+                seen.insert(name.clone(), Some(path.clone()));
+                headers.push(Header::new(name, text.clone()));
+                pending.push(Pending {
+                    text,
+                    folder: path.parent().map(Path::to_path_buf),
+                    label: path.display().to_string(),
+                    in_toolkit,
+                });
+            }
+        }
+        // In name order: the same headers reached in another order are the
+        // same key.
+        headers.sort_by(|left, right| left.name.cmp(&right.name));
+        Ok(headers)
+    }
+
+    /// The folders an include is looked for in, in order, each with
+    /// whether it is the toolkit's.
+    fn folders_for(&self, file_folder: Option<&Path>, quoted: bool) -> Vec<(PathBuf, bool)> {
+        let mut folders = Vec::new();
+        if quoted && let Some(folder) = file_folder {
+            folders.push((folder.to_path_buf(), false));
+        }
+        folders.extend(self.folders.iter().map(|folder| (folder.clone(), false)));
+        folders.extend(self.toolkit.iter().map(|folder| (folder.clone(), true)));
+        folders
+    }
+}
+
+/// Whether a compiler option names a file or an include folder (`-I`,
+/// `--include-path`, `-include`, `--pre-include`, `-isystem`, `-iquote`,
+/// `-idirafter`, `-o`, dependency outputs): such an option would make the
+/// compiler read or write behind the key, so no backend passes one on.
+pub fn names_a_file(option: &str) -> bool {
+    const PREFIXES: [&str; 12] = [
+        "-I",
+        "--include-path",
+        "-include",
+        "--include",
+        "--pre-include",
+        "-isystem",
+        "-iquote",
+        "-idirafter",
+        "-imacros",
+        "-M",
+        "--dependency",
+        "--output",
+    ];
+    let option = option.trim();
+    option == "-o"
+        || option.starts_with("-o=")
+        || PREFIXES.iter().any(|prefix| option.starts_with(prefix))
+}
+
+fn read_header(path: &Path) -> Result<String, IncludeError> {
+    let unreadable = |reason: String| IncludeError::Unreadable {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let metadata = fs::metadata(path).map_err(|error| unreadable(error.to_string()))?;
+    if !metadata.is_file() {
+        return Err(unreadable("not a regular file".to_owned()));
+    }
+    if metadata.len() > MAX_HEADER_BYTES {
+        return Err(unreadable(format!(
+            "larger than {} MiB, the most kiln reads of a header",
+            MAX_HEADER_BYTES >> 20
+        )));
+    }
+    let bytes = fs::read(path).map_err(|error| unreadable(error.to_string()))?;
+    if bytes.contains(&0) {
+        return Err(unreadable(
+            "it holds a NUL byte: headers are text".to_owned(),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| unreadable("it is not UTF-8 text".to_owned()))
+}
+
+/// Every `#include` (and `#include_next`) of `text`, outside comments, with
+/// whether it sits under a conditional other than an include guard.
+fn directives(text: &str) -> Vec<Directive> {
+    let mut found = Vec::new();
+    let mut in_comment = false;
+    // The conditional depth, and the depth that is the file's include
+    // guard (`#ifndef X` then `#define X` as its first two directives).
+    let mut depth = 0usize;
+    let mut guard_depth = None;
+    let mut directives_seen = 0usize;
+    let mut guard_name: Option<String> = None;
+    for (index, raw) in text.lines().enumerate() {
+        let line = strip_comments(raw, &mut in_comment);
+        let Some(rest) = line.trim_start().strip_prefix('#') else {
+            if !line.trim().is_empty() {
+                directives_seen = directives_seen.max(2);
+            }
+            continue;
+        };
+        let rest = rest.trim_start();
+        let word: String = rest
+            .chars()
+            .take_while(|character| character.is_ascii_alphanumeric() || *character == '_')
+            .collect();
+        let argument = rest[word.len()..].trim();
+        directives_seen += 1;
+        match word.as_str() {
+            "if" | "ifdef" | "ifndef" => {
+                depth += 1;
+                if directives_seen == 1 && word == "ifndef" {
+                    guard_name = Some(argument.to_owned());
+                }
+            }
+            "define" if directives_seen == 2 => {
+                if let Some(name) = guard_name.take()
+                    && argument.split_whitespace().next() == Some(name.as_str())
+                {
+                    guard_depth = Some(1);
+                }
+            }
+            "endif" => depth = depth.saturating_sub(1),
+            "include" | "include_next" => {
+                let conditional = depth > usize::from(guard_depth.is_some());
+                let target = if let Some(quoted) = argument.strip_prefix('"') {
+                    match quoted.split_once('"') {
+                        Some((name, _)) => Target::Quoted(name.to_owned()),
+                        None => Target::Computed(argument.to_owned()),
+                    }
+                } else if let Some(angle) = argument.strip_prefix('<') {
+                    match angle.split_once('>') {
+                        Some((name, _)) => Target::Angle(name.to_owned()),
+                        None => Target::Computed(argument.to_owned()),
+                    }
+                } else {
+                    Target::Computed(argument.to_owned())
+                };
+                found.push(Directive {
+                    line: index + 1,
+                    target,
+                    conditional,
+                });
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// `line` without its comments; `in_comment` carries a block comment over
+/// lines. String literals are not told apart: a `/*` inside one on a
+/// directive line is vanishingly rare in kernels.
+fn strip_comments(line: &str, in_comment: &mut bool) -> String {
+    let mut kept = String::with_capacity(line.len());
+    let mut rest = line;
+    loop {
+        if *in_comment {
+            match rest.find("*/") {
+                Some(end) => {
+                    rest = &rest[end + 2..];
+                    *in_comment = false;
+                    kept.push(' ');
+                }
+                None => return kept,
+            }
+        } else {
+            let block = rest.find("/*");
+            let line_comment = rest.find("//");
+            match (block, line_comment) {
+                (Some(block), Some(line_comment)) if line_comment < block => {
+                    kept.push_str(&rest[..line_comment]);
+                    return kept;
+                }
+                (None, Some(line_comment)) => {
+                    kept.push_str(&rest[..line_comment]);
+                    return kept;
+                }
+                (Some(block), _) => {
+                    kept.push_str(&rest[..block]);
+                    rest = &rest[block + 2..];
+                    *in_comment = true;
+                }
+                (None, None) => {
+                    kept.push_str(rest);
+                    return kept;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn folder() -> PathBuf {
+        let folder = std::env::temp_dir().join(format!(
+            "kiln-cxx-include-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = fs::remove_dir_all(&folder);
+        fs::create_dir_all(&folder).expect("a scratch folder");
+        folder
+    }
+
+    #[test]
+    fn directives_are_found_outside_comments_with_their_condition() {
+        let text = "#ifndef A_H\n#define A_H\n#include \"a.h\"\n// #include \"b.h\"\n\
+                    /* #include \"c.h\"\n */ # include <d.h>\n#ifdef X\n#include <e.h>\n#endif\n\
+                    #include NAME\n#endif\n";
+        let found = directives(text);
+        let targets: Vec<(Target, bool)> = found
+            .into_iter()
+            .map(|directive| (directive.target, directive.conditional))
+            .collect();
+        assert_eq!(
+            targets,
+            [
+                (Target::Quoted("a.h".into()), false),
+                (Target::Angle("d.h".into()), false),
+                (Target::Angle("e.h".into()), true),
+                (Target::Computed("NAME".into()), false),
+            ]
+        );
+    }
+
+    // P13
+    #[test]
+    fn quoted_includes_look_beside_the_file_first_and_follow_headers() {
+        let root = folder();
+        fs::create_dir_all(root.join("kernels/sub")).expect("folders");
+        fs::create_dir_all(root.join("include")).expect("folders");
+        fs::write(root.join("kernels/common.h"), "#include \"sub/more.h\"\n").expect("a header");
+        fs::write(root.join("kernels/sub/more.h"), "#include \"deep.h\"\n").expect("a header");
+        fs::write(root.join("kernels/sub/deep.h"), "#define DEEP 1\n").expect("a header");
+        fs::write(root.join("include/common.h"), "#define WRONG 1\n").expect("a header");
+        fs::write(root.join("include/lib.h"), "#define LIB 1\n").expect("a header");
+        let search = IncludeSearch {
+            source_folder: Some(root.join("kernels")),
+            folders: vec![root.join("include")],
+            ..IncludeSearch::default()
+        };
+        let headers = search
+            .resolve("#include \"common.h\"\n#include <lib.h>\n", "k.cu", &[])
+            .expect("resolves");
+        let names: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|header| (header.name.as_str(), header.text.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("common.h", "#include \"sub/more.h\"\n"),
+                ("deep.h", "#define DEEP 1\n"),
+                ("lib.h", "#define LIB 1\n"),
+                ("sub/more.h", "#include \"deep.h\"\n"),
+            ]
+        );
+        let _ = fs::remove_dir_all(root);
+    }
+
+    // P13
+    #[test]
+    fn an_include_found_nowhere_names_the_folders_searched() {
+        let root = folder();
+        let search = IncludeSearch {
+            source_folder: Some(root.clone()),
+            folders: vec![root.join("include")],
+            compiler_folders: vec!["hip".to_owned()],
+            ..IncludeSearch::default()
+        };
+        search
+            .resolve("#include <hip/hip_runtime.h>\n", "k.hip", &[])
+            .expect("the compiler's own header is left to it");
+        let error = search
+            .resolve("\n#include \"missing.h\"\n", "k.cu", &[])
+            .expect_err("missing");
+        let message = error.to_string();
+        assert!(message.starts_with("k.cu line 2: `missing.h`"), "{message}");
+        assert!(message.contains(&root.display().to_string()), "{message}");
+        assert!(message.contains("--include DIR"), "{message}");
+        // Under a conditional, it is the compiler's to decide.
+        search
+            .resolve(
+                "#ifndef __CUDACC_RTC__\n#include <cstdio>\n#endif\n",
+                "k.cu",
+                &[],
+            )
+            .expect("a conditional include is left to the compiler");
+        let _ = fs::remove_dir_all(root);
+    }
+
+    // P13
+    #[test]
+    fn a_computed_include_is_refused_and_a_supplied_header_wins() {
+        let error = IncludeSearch::new()
+            .resolve("#define H \"a.h\"\n#include H\n", "k.cu", &[])
+            .expect_err("computed");
+        assert!(matches!(error, IncludeError::Computed { .. }), "{error}");
+        let supplied = [Header::new("a.h", "#define A 1\n")];
+        let headers = IncludeSearch::new()
+            .resolve("#include \"a.h\"\n", "k.cu", &supplied)
+            .expect("supplied");
+        assert!(headers.is_empty(), "a supplied header is not read again");
+    }
+}

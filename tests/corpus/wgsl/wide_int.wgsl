@@ -1,0 +1,8 @@
+// 64-bit integers: compiles where the device has SHADER_INT64.
+
+@group(0) @binding(0) var<storage, read_write> data: array<i64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    data[id.x] = data[id.x] * 3li;
+}
