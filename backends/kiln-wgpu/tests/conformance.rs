@@ -157,6 +157,7 @@ impl ConformanceSubject for Spirv {
     fn target(&self) -> WgpuTarget {
         Wgpu {
             device: self.device.clone(),
+            overlap: Arc::default(),
         }
         .target()
     }
