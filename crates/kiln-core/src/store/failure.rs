@@ -157,7 +157,11 @@ impl RememberedFailure {
             }
         };
         match &error.failure {
-            Failure::Compile(failure) if crashed => Some(counted(failure.to_string())),
+            Failure::Compile(failure) if crashed => {
+                let message = failure.to_string();
+                let message = message.strip_prefix("error: ").unwrap_or(&message);
+                Some(counted(message.to_owned()))
+            }
             Failure::Compile(failure) if failure.transient => None,
             Failure::Compile(failure) => Some(Self {
                 stage: error.stage,
