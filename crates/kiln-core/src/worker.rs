@@ -127,7 +127,12 @@ static HOOK_CALLED: AtomicBool = AtomicBool::new(false);
 /// this process's loaders start it again as their workers.
 pub fn run_if_worker(entries: &[WorkerEntry]) {
     match std::env::var(WORKER_CHANNEL_VARIABLE) {
-        Ok(protocol) => std::process::exit(serve::serve(&protocol, entries)),
+        Ok(protocol) => {
+            let status = serve::serve(&protocol, entries);
+            // Its loader went away: nobody else removes its folder then.
+            temporary::remove_own();
+            std::process::exit(status)
+        }
         Err(_) => HOOK_CALLED.store(true, Ordering::Release),
     }
 }

@@ -349,7 +349,7 @@ impl WorkerProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         if let Some(temporary) = &temporary {
-            for variable in ["TMPDIR", "TMP", "TEMP"] {
+            for variable in ["TMPDIR", "TMP", "TEMP", super::temporary::VARIABLE] {
                 command.env(variable, temporary.path());
             }
         }

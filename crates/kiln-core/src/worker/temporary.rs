@@ -21,6 +21,9 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 /// What every worker folder's name starts with.
 pub(crate) const PREFIX: &str = "kiln-worker-";
 
+/// Set on a worker process: the private temporary folder made for it.
+pub(crate) const VARIABLE: &str = "KILN_WORKER_TEMPORARY";
+
 impl TemporaryFolder {
     /// Makes a new folder, only this user's to read, in the temporary
     /// folder this process uses.
@@ -45,6 +48,23 @@ impl TemporaryFolder {
     /// Where it is.
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// In a worker whose loader went away (its request pipe closed, or it
+/// exited without closing its workers): removes the folder made for it, so
+/// that it is gone whoever ends first. Only a folder named as kiln names
+/// them, and only the one this process's temporary files go to.
+pub(crate) fn remove_own() {
+    let Some(path) = std::env::var_os(VARIABLE).map(PathBuf::from) else {
+        return;
+    };
+    let is_kiln_s = path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.starts_with(PREFIX));
+    if is_kiln_s && path == std::env::temp_dir() {
+        drop(TemporaryFolder { path });
     }
 }
 
