@@ -90,7 +90,7 @@ pub(crate) fn report_once(path: &Path, doing: &str, error: &io::Error) {
     }
     said.push(path.to_path_buf());
     log::warn!(
-        "kiln store: cannot {doing} {}: {error}; the store goes on without it: {}",
+        "kiln store: cannot {doing} {}: {error}; {}; until then the store goes on without it",
         path.display(),
         what_to_do(path, error)
     );
@@ -102,16 +102,14 @@ fn what_to_do(path: &Path, error: &io::Error) -> String {
     let kind = std::fs::symlink_metadata(path).map(|found| found.file_type());
     match kind {
         Ok(kind) if kind.is_dir() => {
-            format!("it is a folder where the store keeps a file; move it away ({shown})")
+            "move the folder away, and the store makes its file again".to_owned()
         }
-        Ok(kind) if !kind.is_file() => {
-            format!("it is not a regular file; remove it and the store makes it again ({shown})")
-        }
+        Ok(kind) if !kind.is_file() => "remove it, and the store makes it again".to_owned(),
         _ if error.kind() == io::ErrorKind::PermissionDenied => format!(
             "give the store's users read and write access to it (chmod a+rw {shown}), or \
              remove it and the store makes it again"
         ),
-        _ => format!("remove it and the store makes it again ({shown})"),
+        _ => "remove it, and the store makes it again".to_owned(),
     }
 }
 

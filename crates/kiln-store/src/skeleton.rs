@@ -4,7 +4,10 @@
 //! (or one holding only the staging files of a store whose creator died
 //! before writing the marker) as a new store; a folder that holds anything
 //! else and no marker is refused, so kiln never writes into, verifies or
-//! collects someone's project. In a marked store the names of
+//! collects someone's project. A folder that lost only its marker (it
+//! holds `objects/` and `records/` and nothing but the store's own names)
+//! is still the store: it is marked again, with a warning, or read as a
+//! store when it is opened to read only. In a marked store the names of
 //! [`layout::FOLDERS`] and [`layout::FILES`] are the store's own: a file or
 //! link where a folder should be is replaced, an empty folder where a file
 //! should be is removed, and what cannot be repaired that way is reported
@@ -72,7 +75,14 @@ fn adopt(root: &Folder, layout: &Layout, durable: bool) -> Result<()> {
             );
         }
         Marker::Absent => {
-            if !is_empty_or_unfinished_store(root, layout)? {
+            if is_store_without_marker(root) {
+                log::warn!(
+                    "kiln store: {} had lost its {} file, and holds nothing but the store's \
+                     own folders and files: it is marked as a store again",
+                    layout.root().display(),
+                    LAYOUT_NAME
+                );
+            } else if !is_empty_or_unfinished_store(root, layout)? {
                 return Err(Error::NotAStore {
                     root: layout.root().to_path_buf(),
                 });
@@ -149,6 +159,15 @@ fn is_marked(root: &Folder, layout: &Layout) -> Result<bool> {
     if read_layout(root, layout)? != Marker::Absent {
         return Ok(true);
     }
+    if is_store_without_marker(root) {
+        log::warn!(
+            "kiln store: {} has lost its {LAYOUT_NAME} file, and holds nothing but the store's \
+             own folders and files: it is read as a store; open it writable once to mark it \
+             again",
+            layout.root().display()
+        );
+        return Ok(true);
+    }
     if !is_empty_or_unfinished_store(root, layout)? {
         return Err(Error::NotAStore {
             root: layout.root().to_path_buf(),
@@ -197,6 +216,35 @@ fn read_marker(root: &Folder, marker: &OsStr) -> io::Result<String> {
     let mut found = String::new();
     file.take(MARKER_LIMIT).read_to_string(&mut found)?;
     Ok(found)
+}
+
+/// The name of the marker file.
+const LAYOUT_NAME: &str = "LAYOUT";
+
+/// Whether `root`, which carries no marker, is a store that lost only its
+/// marker: it holds the folders of a store's entries
+/// ([`layout::ENTRY_FOLDERS`]) and nothing but the store's own names.
+fn is_store_without_marker(root: &Folder) -> bool {
+    let Ok(entries) = root.entries() else {
+        return false;
+    };
+    let is_own = |name: &OsStr| {
+        name.to_str()
+            .is_some_and(|name| layout::FOLDERS.contains(&name) || layout::FILES.contains(&name))
+    };
+    let is_folder = |wanted: &str| {
+        entries.iter().any(|(name, kind)| {
+            name == wanted
+                && match kind {
+                    Some(kind) => *kind == Kind::Folder,
+                    None => root
+                        .status(name)
+                        .is_ok_and(|status| status.kind == Kind::Folder),
+                }
+        })
+    };
+    layout::ENTRY_FOLDERS.iter().all(|folder| is_folder(folder))
+        && entries.iter().all(|(name, _)| is_own(name))
 }
 
 /// Whether `root` holds nothing or only what a store's creation leaves, or
@@ -314,6 +362,18 @@ fn repair(root: &Folder, layout: &Layout, durable: bool) -> Result<()> {
                     found.kind.describe()
                 )
             }),
+        };
+        let removed = match removed {
+            // The store's history: it goes on without it, and says so once.
+            Err(_) if found.kind == Kind::Folder && layout::HISTORY_FILES.contains(&&*shown) => {
+                crate::sealed::report_once(
+                    &layout.root().join(name),
+                    "keep the store's history in",
+                    &io::Error::other("a folder that holds files is where the file should be"),
+                );
+                continue;
+            }
+            removed => removed,
         };
         match removed {
             Ok(()) => {
