@@ -223,7 +223,8 @@ const LAYOUT_NAME: &str = "LAYOUT";
 
 /// Whether `root`, which carries no marker, is a store that lost only its
 /// marker: it holds the folders of a store's entries
-/// ([`layout::ENTRY_FOLDERS`]) and nothing but the store's own names.
+/// ([`layout::ENTRY_FOLDERS`]), the files each opening writes
+/// ([`layout::WRITTEN_AT_OPEN`]), and nothing but the store's own names.
 fn is_store_without_marker(root: &Folder) -> bool {
     let Ok(entries) = root.entries() else {
         return false;
@@ -243,7 +244,16 @@ fn is_store_without_marker(root: &Folder) -> bool {
                 }
         })
     };
+    let is_file = |wanted: &str| {
+        entries.iter().any(|(name, _)| {
+            name == wanted
+                && root
+                    .status(name)
+                    .is_ok_and(|status| status.kind == Kind::File)
+        })
+    };
     layout::ENTRY_FOLDERS.iter().all(|folder| is_folder(folder))
+        && layout::WRITTEN_AT_OPEN.iter().all(|file| is_file(file))
         && entries.iter().all(|(name, _)| is_own(name))
 }
 
