@@ -169,8 +169,7 @@ fn p12_four_processes_started_together_and_staggered_compile_each_key_once() -> 
 }
 
 #[test]
-fn p4_two_processes_started_together_in_reverse_order_compile_64_kernels_once_each() -> Result<()>
-{
+fn p4_two_processes_started_together_in_reverse_order_compile_64_kernels_once_each() -> Result<()> {
     // P4, P12: the two meet in the middle, each having compiled for longer
     // than the claim timeout by then; the kernel the other is compiling
     // when they meet is waited for (its holder is busy, not stuck), not
@@ -199,7 +198,10 @@ fn p4_two_processes_started_together_in_reverse_order_compile_64_kernels_once_ea
     for (_, number) in &compiles {
         *per_kernel.entry(*number).or_default() += 1;
     }
-    let repeated: Vec<_> = per_kernel.iter().filter(|(_, count)| **count != 1).collect();
+    let repeated: Vec<_> = per_kernel
+        .iter()
+        .filter(|(_, count)| **count != 1)
+        .collect();
     assert_eq!(per_kernel.len(), 64, "every kernel was compiled");
     assert!(repeated.is_empty(), "compiled more than once: {repeated:?}");
     assert_eq!(compiles.len(), 64, "64 compiles for 64 kernels");

@@ -100,7 +100,10 @@ fn a_kernel_that_failed_is_reported_from_memory_until_forgotten_or_retried() {
     for empty in ["", "  "] {
         let refused = run(&store, &["forget", empty]);
         assert_eq!(refused.status.code(), Some(2), "{refused:?}");
-        assert!(refused.stderr.contains("all"), "says what to type: {refused:?}");
+        assert!(
+            refused.stderr.contains("all"),
+            "says what to type: {refused:?}"
+        );
     }
     assert!(
         run(&store, &["ls"]).stdout.contains("remembered failure"),

@@ -83,7 +83,10 @@ fn failing_kernels(scratch: &Scratch, count: u32) -> std::path::PathBuf {
 fn a_json_report_cut_by_a_file_size_limit_or_a_full_disk_is_said_with_exit_1() {
     let scratch = Scratch::new("pipe-report-cut");
     let folder = failing_kernels(&scratch, 20);
-    for (what, output) in [("a file size limit", "report.json"), ("a full disk", "/dev/full")] {
+    for (what, output) in [
+        ("a file size limit", "report.json"),
+        ("a full disk", "/dev/full"),
+    ] {
         let path = if output.starts_with('/') {
             std::path::PathBuf::from(output)
         } else {
@@ -106,10 +109,7 @@ fn a_json_report_cut_by_a_file_size_limit_or_a_full_disk_is_said_with_exit_1() {
             .stdout(Stdio::from(file))
             .stderr(Stdio::piped());
         if output == "report.json" {
-            kiln_test_support::child::limit(
-                &mut command,
-                kiln_test_support::Limit::FileSize(2048),
-            );
+            kiln_test_support::child::limit(&mut command, kiln_test_support::Limit::FileSize(2048));
         }
         let finished = wait(command.spawn().expect("the kiln binary starts"), DEADLINE);
         assert_eq!(

@@ -97,7 +97,11 @@ fn a_folder_holding_files_at_activity_or_batches_is_reported_and_the_store_goes_
         fs::write(path.join("notes.txt"), b"someone's").expect("a file in it");
     }
     let again = warm(&root, &folder);
-    assert!(again.status.success(), "the store is used: {}", again.stderr);
+    assert!(
+        again.status.success(),
+        "the store is used: {}",
+        again.stderr
+    );
     let report = again.json();
     assert_eq!(
         backend(&report, "wgpu")["from_store"],
@@ -117,7 +121,11 @@ fn a_folder_holding_files_at_activity_or_batches_is_reported_and_the_store_goes_
             b"someone's"
         );
     }
-    assert!(again.stderr.contains("move the folder away"), "{}", again.stderr);
+    assert!(
+        again.stderr.contains("move the folder away"),
+        "{}",
+        again.stderr
+    );
     for arguments in [&["stats"][..], &["records"], &["verify"], &["gc"]] {
         let output = run(&root, arguments);
         assert!(

@@ -313,10 +313,8 @@ impl FakeCompiler {
     /// Writes a temporary file where this process keeps them, and notes
     /// its path beside the compile log.
     fn write_temporary_file(&self, number: u32) {
-        let path = std::env::temp_dir().join(format!(
-            "kiln-fake-{}-{number}.tmp",
-            std::process::id()
-        ));
+        let path =
+            std::env::temp_dir().join(format!("kiln-fake-{}-{number}.tmp", std::process::id()));
         let written = std::fs::write(&path, b"a compiler's temporary file");
         let noted = self.compile_log.as_ref().map(|log| {
             std::fs::OpenOptions::new()

@@ -103,8 +103,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use crate::compiler::{ProcessCompiler, WorkerRecipe};
 
-pub use exit::{LOW_MEMORY_PART, OVERLOAD, TIMEOUT_FLOOR};
 pub(crate) use exit::Blame;
+pub use exit::{LOW_MEMORY_PART, OVERLOAD, TIMEOUT_FLOOR};
 pub use processes::WorkerProcesses;
 pub(crate) use processes::{ProcessPool, WorkerLost};
 pub(crate) use protocol::{Outcome, decode};

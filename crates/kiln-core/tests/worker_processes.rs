@@ -543,7 +543,11 @@ fn f2_a_worker_program_without_the_hook_leaves_the_loader_on_threads() {
 
 /// A loader of a fake target on `store` whose compiler finalizes in worker
 /// processes, logging to `log`, with one worker and `timeout`.
-fn loader_on(store: &Arc<dyn ArtifactStore>, log: &Path, timeout: Duration) -> KernelLoader<FakeTarget> {
+fn loader_on(
+    store: &Arc<dyn ArtifactStore>,
+    log: &Path,
+    timeout: Duration,
+) -> KernelLoader<FakeTarget> {
     KernelLoader::with_config(
         FakeTarget::on_store(Arc::clone(store)).with_compiler(
             FakeCompiler::default()
@@ -581,7 +585,10 @@ fn p11_a_kernel_cut_by_a_short_timeout_twice_compiles_on_the_next_run() {
             .load(&slow, &slow.artifact_id())
             .expect_err("cut at its timeout");
         let message = error.to_string();
-        assert!(message.contains("KILN_COMPILE_TIMEOUT"), "run {run}: {message}");
+        assert!(
+            message.contains("KILN_COMPILE_TIMEOUT"),
+            "run {run}: {message}"
+        );
         assert!(message.contains("not held against the kernel"), "{message}");
         assert!(!message.contains("quarantined"), "run {run}: {message}");
     }
@@ -684,7 +691,10 @@ fn p11_a_kernel_that_crashes_its_worker_alone_twice_is_quarantined_saying_how_to
             .expect_err("it crashes");
         let message = error.to_string();
         assert!(message.contains("SIGABRT"), "run {run}: {message}");
-        assert!(!message.contains("not held against"), "run {run}: {message}");
+        assert!(
+            !message.contains("not held against"),
+            "run {run}: {message}"
+        );
     }
     let mut loader = loader_on(&store, &log, Duration::from_secs(120));
     let error = loader
@@ -695,7 +705,10 @@ fn p11_a_kernel_that_crashes_its_worker_alone_twice_is_quarantined_saying_how_to
     assert!(message.contains("quarantined"), "{message}");
     assert!(message.contains("SIGABRT"), "what was seen: {message}");
     assert!(message.contains("kiln forget"), "how to undo it: {message}");
-    assert!(message.contains("--retry-failed"), "how to undo it: {message}");
+    assert!(
+        message.contains("--retry-failed"),
+        "how to undo it: {message}"
+    );
     assert_eq!(compiles_of(&log, 7), 2, "not compiled a third time");
     drop(std::fs::remove_file(&log));
 }
@@ -713,7 +726,10 @@ fn p11_a_killed_worker_leaves_no_temporary_files() {
     let error = loader
         .load(&hanging, &hanging.artifact_id())
         .expect_err("cut at its timeout");
-    assert!(error.to_string().contains("KILN_COMPILE_TIMEOUT"), "{error}");
+    assert!(
+        error.to_string().contains("KILN_COMPILE_TIMEOUT"),
+        "{error}"
+    );
     let written = FakeCompiler::read_temporary_files(&log);
     assert_eq!(written.len(), 1, "{written:?}");
     let folder = written[0].parent().expect("a folder");

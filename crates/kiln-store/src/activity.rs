@@ -326,7 +326,10 @@ mod tests {
         file.merge(&counts("cuda", 2), 1).expect("merged");
         let forged = File::options().write(true).open(&path).expect("opens");
         forged
-            .write_all_at(&seal(u64::MAX, &counts("cuda", 1000)).expect("sealed"), SLOT as u64)
+            .write_all_at(
+                &seal(u64::MAX, &counts("cuda", 1000)).expect("sealed"),
+                SLOT as u64,
+            )
             .expect("forged");
         file.merge(&counts("cuda", 3), 1).expect("merged");
         assert_eq!(ActivityFile::read_at(&path).backends[0].hits, 5);

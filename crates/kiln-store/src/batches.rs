@@ -215,7 +215,8 @@ mod tests {
             .write_all_at(&sealed::seal(TAG, u64::MAX, b"forged"), (5 * SLOT) as u64)
             .expect("forged");
         for number in 0..3 {
-            file.keep(format!("after {number}").as_bytes()).expect("kept");
+            file.keep(format!("after {number}").as_bytes())
+                .expect("kept");
         }
         let records = BatchesFile::read_at(&path);
         assert_eq!(

@@ -298,7 +298,11 @@ fn recompile_sample(store: &DiskStore, fraction: f64) -> Result<RecompileReport>
                 }
                 report.other_key.push(note(format!(
                     "{what}{}",
-                    if removed { "; record removed" } else { "; kept (read-only store)" }
+                    if removed {
+                        "; record removed"
+                    } else {
+                        "; kept (read-only store)"
+                    }
                 )));
             }
             Err(reason) => report.skipped.push(note(reason)),

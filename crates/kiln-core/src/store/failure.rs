@@ -260,10 +260,16 @@ mod tests {
         assert_eq!(once.crashes, 1);
         assert!(once.error_for(&crash.kernel).is_none(), "compiled again");
         let twice = RememberedFailure::after(Some(&once), &crash, true).expect("counted");
-        let reported = twice.error_for(&crash.kernel).expect("quarantined").to_string();
+        let reported = twice
+            .error_for(&crash.kernel)
+            .expect("quarantined")
+            .to_string();
         assert!(reported.contains("quarantined"), "{reported}");
         // What was seen, and how to undo it.
-        assert!(reported.contains("first: the compiler crashed"), "{reported}");
+        assert!(
+            reported.contains("first: the compiler crashed"),
+            "{reported}"
+        );
         assert!(reported.contains("kiln forget"), "{reported}");
         assert!(reported.contains("--retry-failed"), "{reported}");
         let panicked = error(Failure::Panicked {

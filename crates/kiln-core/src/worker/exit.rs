@@ -108,9 +108,7 @@ pub(crate) fn crashed(status: Option<&ExitStatus>, headroom: &Headroom) -> Blame
         return Blame::Environment(sender.to_owned());
     }
     if status.is_none() {
-        return Blame::Environment(
-            "how it ended could not be seen".to_owned(),
-        );
+        return Blame::Environment("how it ended could not be seen".to_owned());
     }
     if let Some(bytes) = headroom.file_size_limit {
         return Blame::Environment(format!(
@@ -264,17 +262,26 @@ mod tests {
             memory_limit: Some(1 << 30),
             ..roomy()
         };
-        assert!(matches!(crashed(Some(&abort), &limited), Blame::Environment(_)));
+        assert!(matches!(
+            crashed(Some(&abort), &limited),
+            Blame::Environment(_)
+        ));
         let short = Headroom {
             memory: Some((100 << 20, 16 << 30)),
             ..roomy()
         };
-        assert!(matches!(crashed(Some(&abort), &short), Blame::Environment(_)));
+        assert!(matches!(
+            crashed(Some(&abort), &short),
+            Blame::Environment(_)
+        ));
         let together = Headroom {
             another_lost: true,
             ..roomy()
         };
-        assert!(matches!(crashed(Some(&abort), &together), Blame::Environment(_)));
+        assert!(matches!(
+            crashed(Some(&abort), &together),
+            Blame::Environment(_)
+        ));
         assert!(matches!(crashed(None, &roomy()), Blame::Environment(_)));
     }
 

@@ -97,7 +97,7 @@ impl DiskStore {
             };
             if vanished.as_ref() == Some(&sealed) {
                 bump(&counters.absent, 1);
-                object_gone(&sought);
+                object_gone(sought);
                 break (sealed, Miss::Absent);
             }
             let pointer = match judge(&sealed) {
@@ -135,7 +135,7 @@ impl DiskStore {
                 Err(ObjectMiss::Absent) if vanished.is_none() => vanished = Some(sealed),
                 Err(ObjectMiss::Absent) => {
                     bump(&counters.absent, 1);
-                    object_gone(&sought);
+                    object_gone(sought);
                     break (sealed, Miss::Absent);
                 }
                 Err(ObjectMiss::Corrupt { detail, found }) => {
