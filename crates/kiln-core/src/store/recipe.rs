@@ -26,7 +26,7 @@ use crate::id::ArtifactId;
 pub struct Recipe {
     /// The encoded [`ArtifactId`].
     pub id: Vec<u8>,
-    /// The encoded lowered form ([`ArtifactCompiler::Lowered`]).
+    /// The encoded lowered form ([`ArtifactCompiler::Lowered`](crate::ArtifactCompiler::Lowered)).
     pub lowered: Vec<u8>,
 }
 
