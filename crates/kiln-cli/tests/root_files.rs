@@ -150,6 +150,30 @@ fn a_store_that_lost_only_its_layout_file_is_marked_again_and_serves_its_entries
     let first = warm(&root, &folder);
     assert!(first.status.success(), "{}", first.stderr);
     fs::remove_file(root.join("LAYOUT")).expect("the marker was there");
+    // Read only, it cannot be marked: the run goes on without it, saying
+    // how to mark it again.
+    let read_only = finish(
+        kiln(&root, &["--json", "warm", "--backend", "wgpu"])
+            .arg(&folder)
+            .env("MESA_SHADER_CACHE_DIR", root.with_extension("mesa"))
+            .env("KILN_CACHE_READ_ONLY", "1"),
+    );
+    assert!(read_only.status.success(), "{}", read_only.stderr);
+    assert!(
+        read_only.stderr.contains("KILN_CACHE_READ_ONLY"),
+        "{}",
+        read_only.stderr
+    );
+    assert_eq!(
+        backend(&read_only.json(), "wgpu")["compiled"],
+        2,
+        "{}",
+        read_only.stderr
+    );
+    assert!(
+        !root.join("LAYOUT").exists(),
+        "a read-only run writes nothing"
+    );
     let again = warm(&root, &folder);
     assert!(again.status.success(), "{}", again.stderr);
     let report = again.json();

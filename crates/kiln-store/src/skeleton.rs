@@ -6,8 +6,9 @@
 //! else and no marker is refused, so kiln never writes into, verifies or
 //! collects someone's project. A folder that lost only its marker (it
 //! holds `objects/` and `records/` and nothing but the store's own names)
-//! is still the store: it is marked again, with a warning, or read as a
-//! store when it is opened to read only. In a marked store the names of
+//! is still the store: it is marked again, with a warning; opened to read
+//! only, it is no store (the caller runs without it), with a warning saying
+//! how to mark it again. In a marked store the names of
 //! [`layout::FOLDERS`] and [`layout::FILES`] are the store's own: a file or
 //! link where a folder should be is replaced, an empty folder where a file
 //! should be is removed, and what cannot be repaired that way is reported
@@ -160,13 +161,15 @@ fn is_marked(root: &Folder, layout: &Layout) -> Result<bool> {
         return Ok(true);
     }
     if is_store_without_marker(root) {
+        // Read only, it cannot be marked again, and without its marker
+        // nothing may be read as the store's: the caller runs without it.
         log::warn!(
             "kiln store: {} has lost its {LAYOUT_NAME} file, and holds nothing but the store's \
-             own folders and files: it is read as a store; open it writable once to mark it \
-             again",
+             own folders and files; opened read-only it is not used: open it writable once \
+             (without KILN_CACHE_READ_ONLY) and it is marked as a store again",
             layout.root().display()
         );
-        return Ok(true);
+        return Ok(false);
     }
     if !is_empty_or_unfinished_store(root, layout)? {
         return Err(Error::NotAStore {
