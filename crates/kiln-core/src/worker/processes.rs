@@ -154,7 +154,8 @@ impl ProcessPool {
                 let mut child = worker.close();
                 drop(child.kill());
                 drop(child.wait());
-                let headroom = Headroom::now(self.state().lost_since(began));
+                let another_lost = self.state().lost_since(began);
+                let headroom = Headroom::now(another_lost);
                 let blame = exit::timed_out(self.timeout, &headroom);
                 let message = with_blame(
                     format!(
@@ -171,7 +172,8 @@ impl ProcessPool {
             Err(error) => {
                 let pid = worker.pid;
                 let status = worker.reap();
-                let headroom = Headroom::now(self.state().lost_since(began));
+                let another_lost = self.state().lost_since(began);
+                let headroom = Headroom::now(another_lost);
                 let blame = exit::crashed(status.as_ref(), &headroom);
                 let message = with_blame(
                     crash_message(pid, status.as_ref(), &error, began.elapsed()),
