@@ -24,6 +24,30 @@ fn hip_kernel(scratch: &Scratch) -> std::path::PathBuf {
     folder
 }
 
+/// A folder with one HIP kernel that takes hipRTC a second or more: cut at
+/// half a second, its compile is killed well after hipRTC made its folder
+/// of temporary files.
+fn slow_hip_kernel(scratch: &Scratch) -> std::path::PathBuf {
+    let folder = scratch.folder("slow-kernels");
+    let mut text = String::from("// kiln entry: slow\n");
+    let mut sum = Vec::new();
+    for number in 0..20 {
+        text.push_str(&format!(
+            "__device__ float f{number}(float x) {{ for (int i = 0; i < {}; ++i) x = x * \
+             {number}.5f + sinf(x); return x; }}\n",
+            number % 7 + 2
+        ));
+        sum.push(format!("f{number}(v)"));
+    }
+    text.push_str(&format!(
+        "extern \"C\" __global__ void slow(float* x) {{ float v = x[threadIdx.x]; \
+         x[threadIdx.x] = {}; }}\n",
+        sum.join(" + ")
+    ));
+    std::fs::write(folder.join("slow.cu"), text).expect("a kernel file");
+    folder
+}
+
 /// `kiln --json warm --backend hip FOLDER` with `TMPDIR` set to `temporary`,
 /// changed by `adjust`.
 fn warm_hip(
@@ -85,12 +109,12 @@ fn left_in(folder: &Path) -> Vec<String> {
 fn a_kernel_cut_by_a_short_compile_timeout_twice_compiles_on_the_next_run_and_leaves_no_temporary_files()
  {
     let scratch = Scratch::new("limits-timeout");
-    let folder = hip_kernel(&scratch);
+    let folder = slow_hip_kernel(&scratch);
     let store = scratch.join("store");
     let temporary = scratch.folder("tmp");
     for run in 0..2 {
         let cut = warm_hip(&store, &folder, &temporary, |command| {
-            command.env("KILN_COMPILE_TIMEOUT", "0.05");
+            command.env("KILN_COMPILE_TIMEOUT", "0.5");
         });
         let Some(hip) = hip_part(&cut, "a compile cut by a short timeout") else {
             return;
