@@ -31,7 +31,7 @@ fn slow_hip_kernel(scratch: &Scratch) -> std::path::PathBuf {
     let folder = scratch.folder("slow-kernels");
     let mut text = String::from("// kiln entry: slow\n");
     let mut sum = Vec::new();
-    for number in 0..20 {
+    for number in 0..40 {
         text.push_str(&format!(
             "__device__ float f{number}(float x) {{ for (int i = 0; i < {}; ++i) x = x * \
              {number}.5f + sinf(x); return x; }}\n",
