@@ -168,6 +168,46 @@ fn p12_four_processes_started_together_and_staggered_compile_each_key_once() -> 
     )
 }
 
+#[test]
+fn p4_two_processes_started_together_in_reverse_order_compile_64_kernels_once_each() -> Result<()> {
+    // P4, P12: the two meet in the middle, each having compiled for longer
+    // than the claim timeout by then; the kernel the other is compiling
+    // when they meet is waited for (its holder is busy, not stuck), not
+    // compiled a second time.
+    let scratch = Scratch::new("reverse");
+    let root = scratch.join("store");
+    let log = scratch.join("compiles.log");
+    // At two speeds, so that one reaches the other's kernel while it is
+    // being compiled.
+    let children = [(40, (0, 63)), (60, (63, 0))]
+        .into_iter()
+        .map(|(millis, range)| {
+            let mut command = spawn_command(&root, &log, millis, range);
+            command
+                .env("KILN_CACHE_LOCK_TIMEOUT", "1")
+                .env("KILN_PARALLELISM", "2");
+            Ok(command.spawn()?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for child in children {
+        let report = report_of(child.wait_with_output()?)?;
+        assert_eq!(report.loaded, 64, "every kernel loads: {report:?}");
+    }
+    let compiles = FakeCompiler::read_compile_log(&log)?;
+    let mut per_kernel: HashMap<u32, usize> = HashMap::new();
+    for (_, number) in &compiles {
+        *per_kernel.entry(*number).or_default() += 1;
+    }
+    let repeated: Vec<_> = per_kernel
+        .iter()
+        .filter(|(_, count)| **count != 1)
+        .collect();
+    assert_eq!(per_kernel.len(), 64, "every kernel was compiled");
+    assert!(repeated.is_empty(), "compiled more than once: {repeated:?}");
+    assert_eq!(compiles.len(), 64, "64 compiles for 64 kernels");
+    Ok(())
+}
+
 /// The lease the signalled-holder tests give every process's store: small,
 /// so a stopped holder loses its keys quickly.
 const LEASE: &str = "0.5";
@@ -181,18 +221,31 @@ fn spawn_batch(
     millis: u64,
     (first, last): (u32, u32),
 ) -> Result<std::process::Child> {
-    Ok(Command::new(WORKER)
+    Ok(spawn_command(root, log, millis, (first, last))
+        .env("KILN_CACHE_LEASE", LEASE)
+        .env("KILN_CACHE_LOCK_TIMEOUT", "60")
+        .spawn()?)
+}
+
+/// The command of a `batch` worker of kernels `first..=last`, each
+/// compiling for `millis`, logging its compiles to `log`.
+fn spawn_command(
+    root: &std::path::Path,
+    log: &std::path::Path,
+    millis: u64,
+    (first, last): (u32, u32),
+) -> Command {
+    let mut command = Command::new(WORKER);
+    command
         .args([
             "batch",
             &root.display().to_string(),
             &log.display().to_string(),
         ])
         .args([millis.to_string(), first.to_string(), last.to_string()])
-        .env("KILN_CACHE_LEASE", LEASE)
-        .env("KILN_CACHE_LOCK_TIMEOUT", "60")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?)
+        .stderr(Stdio::piped());
+    command
 }
 
 /// The kernel numbers `log` holds, in the order their compiles began.

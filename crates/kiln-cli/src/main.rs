@@ -145,7 +145,15 @@ fn main() {
     let printed = console::finish();
     let status = match (result, printed) {
         (Ok(()), Ok(())) => exit::SUCCESS,
-        (Err(error), _) => {
+        // The output is cut short: that is said first, whatever else the
+        // command had to say, and a JSON error after a cut report would be
+        // no JSON either.
+        (Err(error), Err(written)) => {
+            console::errln!("kiln: writing the output: {written}");
+            console::errln!("kiln: {error:#}");
+            exit::ERROR
+        }
+        (Err(error), Ok(())) => {
             let code = exit::code_of(&error);
             let json = output.json && !exit::is_reported(&error);
             report_error(&format!("{error:#}"), code, json);

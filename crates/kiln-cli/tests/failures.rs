@@ -96,6 +96,20 @@ fn a_kernel_that_failed_is_reported_from_memory_until_forgotten_or_retried() {
         "{explained}"
     );
 
+    // An empty pattern names no kernel: refused, nothing forgotten.
+    for empty in ["", "  "] {
+        let refused = run(&store, &["forget", empty]);
+        assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+        assert!(
+            refused.stderr.contains("all"),
+            "says what to type: {refused:?}"
+        );
+    }
+    assert!(
+        run(&store, &["ls"]).stdout.contains("remembered failure"),
+        "the memory is kept"
+    );
+
     // Forgotten: the next warm compiles it again (and it fails again).
     let forgot = run(&store, &["--json", "forget", "broken"]).succeeded_json();
     assert_eq!(

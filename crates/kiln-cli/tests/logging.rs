@@ -133,3 +133,51 @@ fn kiln_log_and_verbose_flags_show_a_module_s_debugging_lines() {
         run.stderr
     );
 }
+
+/// Removes every object file of the store at `root`; how many there were.
+fn remove_objects(root: &Path) -> usize {
+    let mut removed = 0;
+    let mut folders = vec![root.join("objects")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).expect("a folder of the store") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                folders.push(path);
+            } else {
+                std::fs::remove_file(&path).expect("removed");
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
+// P2
+#[test]
+fn a_record_whose_object_is_gone_is_said_at_verbose() {
+    let scratch = Scratch::new("log-object-gone");
+    let folder = scratch.folder("kernels");
+    // Large enough that its record points at its object rather than
+    // carrying a copy of it.
+    let mut text = wgsl_kernel(1);
+    while text.len() < 96 << 10 {
+        text.push_str("// padding, to give the artifact some size\n");
+    }
+    std::fs::write(folder.join("one.wgsl"), text).expect("a kernel file");
+    let store = scratch.join("store");
+    finish(kiln(&store, &["--json", "warm"]).arg(&folder)).succeeded_json();
+    for verbose in [false, true] {
+        assert!(remove_objects(&store) > 0, "the run stored its object");
+        let mut command = kiln(&store, &["--json", "warm"]);
+        if verbose {
+            command.arg("-v");
+        }
+        let run = finish(command.arg(&folder));
+        let report = run.succeeded_json();
+        assert_eq!(report["backends"][0]["compiled"], 1, "{report:#}");
+        let said = kiln_lines(&run.stderr)
+            .iter()
+            .any(|line| line.contains("which is gone"));
+        assert_eq!(said, verbose, "said at -v only: {}", run.stderr);
+    }
+}

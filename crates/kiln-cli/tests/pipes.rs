@@ -64,3 +64,64 @@ fn an_explanation_read_by_head_ends_quietly() {
     filled(&root, KERNELS);
     read_the_head_of(kiln(&root, &["--json", "explain", "kiln.fake"]));
 }
+
+/// A folder of `count` WGSL files that each fail to compile: a report of
+/// several KiB, with kernels failed (exit 3).
+fn failing_kernels(scratch: &Scratch, count: u32) -> std::path::PathBuf {
+    let folder = scratch.folder("kernels");
+    for number in 0..count {
+        std::fs::write(
+            folder.join(format!("bad{number}.wgsl")),
+            format!("@compute @workgroup_size(1) fn main() {{ var x: u32 = {number}u + ; }}\n"),
+        )
+        .expect("a kernel file");
+    }
+    folder
+}
+
+#[test]
+fn a_json_report_cut_by_a_file_size_limit_or_a_full_disk_is_said_with_exit_1() {
+    let scratch = Scratch::new("pipe-report-cut");
+    let folder = failing_kernels(&scratch, 20);
+    for (what, output) in [
+        ("a file size limit", "report.json"),
+        ("a full disk", "/dev/full"),
+    ] {
+        let path = if output.starts_with('/') {
+            std::path::PathBuf::from(output)
+        } else {
+            scratch.join(output)
+        };
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .expect("the output opens");
+        let mut command = kiln(
+            &scratch.join("store"),
+            &["--json", "warm", "--backend", "wgpu"],
+        );
+        command
+            .arg(&folder)
+            .env("MESA_SHADER_CACHE_DIR", scratch.join("mesa"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(file))
+            .stderr(Stdio::piped());
+        if output == "report.json" {
+            kiln_test_support::child::limit(&mut command, kiln_test_support::Limit::FileSize(2048));
+        }
+        let finished = wait(command.spawn().expect("the kiln binary starts"), DEADLINE);
+        assert_eq!(
+            finished.status.code(),
+            Some(1),
+            "{what}: a report cut short fails the command: {}",
+            finished.stderr
+        );
+        assert!(
+            finished.stderr.contains("kiln: writing the output"),
+            "{what}: said on standard error: {}",
+            finished.stderr
+        );
+    }
+}

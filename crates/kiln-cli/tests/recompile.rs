@@ -122,6 +122,56 @@ fn an_entry_that_is_not_what_its_recipe_compiles_to_is_reported() {
     );
 }
 
+// P2
+#[test]
+fn a_record_naming_another_kernels_artifact_is_named_and_removed() {
+    let scratch = Scratch::new("recompile-forged");
+    let root = scratch.join("store");
+    let folder = scratch.folder("kernels");
+    for value in 0..2 {
+        std::fs::write(folder.join(format!("k{value}.wgsl")), wgsl_kernel(value))
+            .expect("a kernel file");
+    }
+    warm(&root, &folder);
+    let forged_key = {
+        // The first kernel's whole value, recipe and all, put under the
+        // second's key: every digest checks out, and the recipe compiles
+        // to the bytes it sits beside.
+        let store = DiskStore::open(StoreConfig::at(&root)).expect("the store opens");
+        let records = kernel_records(&store);
+        assert_eq!(records.len(), 2);
+        let first = bytes(&store, &records[0]);
+        store.put(&records[1].key, None, &first, Duration::ZERO);
+        records[1].key.clone()
+    };
+    let verified = run(&root, &["--json", "verify", "--recompile", "1"]);
+    assert_eq!(verified.status.code(), Some(3), "{verified:?}");
+    let report: Value = serde_json::from_str(&verified.stdout).expect("one JSON value");
+    let named = report["recompile"]["other_key"].as_array().expect("a list");
+    assert_eq!(named.len(), 1, "{report:#}");
+    assert!(
+        named[0]["note"]
+            .as_str()
+            .is_some_and(|note| note.contains("record removed")),
+        "{report:#}"
+    );
+    assert_eq!(report["recompile"]["same"], 1, "{report:#}");
+    assert!(
+        verified.stderr.contains("another kernel's artifact"),
+        "{}",
+        verified.stderr
+    );
+    let store = DiskStore::open(StoreConfig::at(&root)).expect("the store opens");
+    assert!(
+        !kernel_records(&store)
+            .iter()
+            .any(|record| record.key == forged_key),
+        "the forged record is gone"
+    );
+    let again = run(&root, &["--json", "verify", "--recompile", "1"]);
+    assert!(again.status.success(), "{again:?}");
+}
+
 /// `kiln warm --backend BACKEND` on a file of two specializations, then
 /// `kiln verify --recompile 1`: the JSON report's recompile part.
 fn recompiled_cxx(name: &str, backend: &str, options: &[&str]) -> Value {

@@ -66,6 +66,10 @@ pub struct FakeBehaviour {
     /// finalize time: a hint that misleads, for tests of what a batch
     /// learns from its store's records.
     pub cost_hint: Option<u64>,
+    /// The compiler writes a temporary file before it finalizes, as
+    /// hipRTC does, and notes its path beside its compile log
+    /// ([`FakeCompiler::read_temporary_files`]).
+    pub writes_temporary_file: bool,
 }
 
 /// A kernel of the fake target, identified by its number.
@@ -138,6 +142,12 @@ impl FakeKernel {
     /// Lowers to nothing an artifact can be shared by.
     pub fn without_source(mut self) -> Self {
         self.behaviour.without_source = true;
+        self
+    }
+
+    /// Has the compiler write a temporary file first, as hipRTC does.
+    pub fn writing_a_temporary_file(mut self) -> Self {
+        self.behaviour.writes_temporary_file = true;
         self
     }
 
@@ -292,6 +302,32 @@ impl FakeCompiler {
             .collect())
     }
 
+    /// The temporary files the compiler logging to `log` wrote, in the
+    /// order it wrote them ([`FakeKernel::writing_a_temporary_file`]).
+    pub fn read_temporary_files(log: &Path) -> Vec<PathBuf> {
+        std::fs::read_to_string(log.with_extension("temporary"))
+            .map(|text| text.lines().map(PathBuf::from).collect())
+            .unwrap_or_default()
+    }
+
+    /// Writes a temporary file where this process keeps them, and notes
+    /// its path beside the compile log.
+    fn write_temporary_file(&self, number: u32) {
+        let path =
+            std::env::temp_dir().join(format!("kiln-fake-{}-{number}.tmp", std::process::id()));
+        let written = std::fs::write(&path, b"a compiler's temporary file");
+        let noted = self.compile_log.as_ref().map(|log| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log.with_extension("temporary"))
+                .and_then(|mut file| file.write_all(format!("{}\n", path.display()).as_bytes()))
+        });
+        if let Err(error) = written.and(noted.unwrap_or(Ok(()))) {
+            log::warn!("fake compiler: cannot write {}: {error}", path.display());
+        }
+    }
+
     fn log_compile(&self, number: u32) {
         let Some(path) = &self.compile_log else {
             return;
@@ -441,6 +477,9 @@ impl ArtifactCompiler for FakeCompiler {
             threads.finalized_sources.push(text.clone());
         }
         let behaviour = lowered.behaviour;
+        if behaviour.writes_temporary_file {
+            self.write_temporary_file(lowered.number);
+        }
         if !behaviour.finalize_time.is_zero() {
             std::thread::sleep(behaviour.finalize_time);
         }

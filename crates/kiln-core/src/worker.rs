@@ -73,20 +73,38 @@
 //! `SIGSEGV`, ...) or the exit status. The dead worker is replaced at once,
 //! and the rest of the batch goes on. A panic inside the worker's compiler
 //! is caught there and comes back as that kernel's panic (L8).
+//!
+//! A lost worker is held against its kernel's failure memory (P11) only
+//! when nothing outside the compile explains it: a signal from outside
+//! (the out-of-memory killer's `SIGKILL`, `SIGXCPU`, `SIGXFSZ`), a file
+//! size or memory limit on the process, a machine short of memory or
+//! overloaded, a timeout below [`TIMEOUT_FLOOR`], or another worker lost
+//! at the same time rule the kernel out; the kernel's error then says so.
+//!
+//! # Temporary files
+//!
+//! Each worker gets a private temporary folder (`TMPDIR`, `TMP` and
+//! `TEMP` name it), made when it starts and removed when it ends, however
+//! it ends: a compiler killed at the timeout or with its worker leaves no
+//! temporary files behind.
 
 #![allow(
     clippy::needless_doctest_main,
     reason = "the hook belongs on the first line of main, which the example shows"
 )]
 
+mod exit;
 mod processes;
 mod protocol;
 mod serve;
+mod temporary;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use crate::compiler::{ProcessCompiler, WorkerRecipe};
 
+pub(crate) use exit::Blame;
+pub use exit::{LOW_MEMORY_PART, OVERLOAD, TIMEOUT_FLOOR};
 pub use processes::WorkerProcesses;
 pub(crate) use processes::{ProcessPool, WorkerLost};
 pub(crate) use protocol::{Outcome, decode};
@@ -109,7 +127,12 @@ static HOOK_CALLED: AtomicBool = AtomicBool::new(false);
 /// this process's loaders start it again as their workers.
 pub fn run_if_worker(entries: &[WorkerEntry]) {
     match std::env::var(WORKER_CHANNEL_VARIABLE) {
-        Ok(protocol) => std::process::exit(serve::serve(&protocol, entries)),
+        Ok(protocol) => {
+            let status = serve::serve(&protocol, entries);
+            // Its loader went away: nobody else removes its folder then.
+            temporary::remove_own();
+            std::process::exit(status)
+        }
         Err(_) => HOOK_CALLED.store(true, Ordering::Release),
     }
 }

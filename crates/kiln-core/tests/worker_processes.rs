@@ -8,10 +8,13 @@
 use std::collections::BTreeSet;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kiln_core::fake::{FakeCompiler, FakeKernel, FakeTarget};
-use kiln_core::{Failure, KernelLoader, KernelOutcome, LoaderConfig, WorkerMode};
+use kiln_core::{
+    ArtifactStore, Failure, KernelLoader, KernelOutcome, LoaderConfig, MemoryStore, WorkerMode,
+};
 
 fn main() {
     kiln_core::worker::run_if_worker(&[]);
@@ -63,6 +66,22 @@ fn main() {
         (
             "f5_a_worker_whose_loader_is_gone_before_asking_exits_quietly",
             f5_a_worker_whose_loader_is_gone_before_asking_exits_quietly,
+        ),
+        (
+            "p11_a_kernel_cut_by_a_short_timeout_twice_compiles_on_the_next_run",
+            p11_a_kernel_cut_by_a_short_timeout_twice_compiles_on_the_next_run,
+        ),
+        (
+            "p11_a_worker_killed_from_outside_twice_is_never_held_against_its_kernel",
+            p11_a_worker_killed_from_outside_twice_is_never_held_against_its_kernel,
+        ),
+        (
+            "p11_a_kernel_that_crashes_its_worker_alone_twice_is_quarantined_saying_how_to_undo_it",
+            p11_a_kernel_that_crashes_its_worker_alone_twice_is_quarantined_saying_how_to_undo_it,
+        ),
+        (
+            "p11_a_killed_worker_leaves_no_temporary_files",
+            p11_a_killed_worker_leaves_no_temporary_files,
         ),
     ];
     kiln_test_support::harness::run(tests);
@@ -519,5 +538,209 @@ fn f2_a_worker_program_without_the_hook_leaves_the_loader_on_threads() {
     let reason = workers.unavailable.expect("says why there are no workers");
     assert!(reason.contains("/bin/true"), "{reason}");
     assert!(reason.contains("run_if_worker"), "{reason}");
+    drop(std::fs::remove_file(&log));
+}
+
+/// A loader of a fake target on `store` whose compiler finalizes in worker
+/// processes, logging to `log`, with one worker and `timeout`.
+fn loader_on(
+    store: &Arc<dyn ArtifactStore>,
+    log: &Path,
+    timeout: Duration,
+) -> KernelLoader<FakeTarget> {
+    KernelLoader::with_config(
+        FakeTarget::on_store(Arc::clone(store)).with_compiler(
+            FakeCompiler::default()
+                .in_worker_processes()
+                .logging_compiles_to(log),
+        ),
+        LoaderConfig {
+            parallelism: NonZeroUsize::new(1).expect("1 is not zero"),
+            compile_timeout: timeout,
+            ..LoaderConfig::default()
+        },
+    )
+    .with_worker_mode(WorkerMode::Processes)
+}
+
+/// How many compiles of kernel `number` the log holds.
+fn compiles_of(log: &Path, number: u32) -> usize {
+    FakeCompiler::read_compile_log(log)
+        .expect("reads")
+        .iter()
+        .filter(|(_, logged)| *logged == number)
+        .count()
+}
+
+/// P11: a timeout the user set below the floor is the user's, not the
+/// kernel's: cut twice, the kernel is compiled again on the next run instead
+/// of being failed from memory.
+fn p11_a_kernel_cut_by_a_short_timeout_twice_compiles_on_the_next_run() {
+    let log = compile_log("p11-short-timeout");
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    let slow = FakeKernel::new(3).sleeping(Duration::from_secs(3));
+    for run in 0..2 {
+        let mut loader = loader_on(&store, &log, Duration::from_millis(500));
+        let error = loader
+            .load(&slow, &slow.artifact_id())
+            .expect_err("cut at its timeout");
+        let message = error.to_string();
+        assert!(
+            message.contains("KILN_COMPILE_TIMEOUT"),
+            "run {run}: {message}"
+        );
+        assert!(message.contains("not held against the kernel"), "{message}");
+        assert!(!message.contains("quarantined"), "run {run}: {message}");
+    }
+    assert_eq!(compiles_of(&log, 3), 2);
+    let mut loader = loader_on(&store, &log, Duration::from_secs(120));
+    loader
+        .load(&slow, &slow.artifact_id())
+        .expect("compiled again, and given its time, it loads");
+    assert_eq!(compiles_of(&log, 3), 3, "compiled, not failed from memory");
+    drop(std::fs::remove_file(&log));
+}
+
+/// Waits until kernel `number` has begun in a worker, then kills that
+/// worker as the out-of-memory killer would.
+fn kill_when_it_begins(log: PathBuf, number: u32, before: usize) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            let begun: Vec<u32> = FakeCompiler::read_compile_log(&log)
+                .expect("reads")
+                .into_iter()
+                .filter(|(_, logged)| *logged == number)
+                .map(|(pid, _)| pid)
+                .collect();
+            if let Some(&pid) = begun.get(before) {
+                let pid = libc::pid_t::try_from(pid).expect("a process id");
+                // SAFETY: sends a signal to a worker process of this test.
+                assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("kernel {number} never began in a worker");
+    })
+}
+
+/// P11: a worker killed by SIGKILL from outside (the out-of-memory killer)
+/// says nothing of its kernel: killed twice, the kernel compiles on the
+/// next run.
+fn p11_a_worker_killed_from_outside_twice_is_never_held_against_its_kernel() {
+    let log = compile_log("p11-killed");
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    let slow = FakeKernel::new(5).sleeping(Duration::from_secs(4));
+    for run in 0..2 {
+        let killer = kill_when_it_begins(log.clone(), 5, run);
+        let mut loader = loader_on(&store, &log, Duration::from_secs(120));
+        let error = loader
+            .load(&slow, &slow.artifact_id())
+            .expect_err("its worker was killed");
+        killer.join().expect("the killer ran");
+        let message = error.to_string();
+        eprintln!("the killed kernel's error: {message}");
+        assert!(message.contains("SIGKILL"), "{message}");
+        assert!(message.contains("not held against the kernel"), "{message}");
+    }
+    let mut loader = loader_on(&store, &log, Duration::from_secs(120));
+    loader
+        .load(&slow, &slow.artifact_id())
+        .expect("compiled again, it loads");
+    assert_eq!(compiles_of(&log, 5), 3, "compiled, not failed from memory");
+    drop(std::fs::remove_file(&log));
+}
+
+/// Why this process's machine is not one on which a crash is held against
+/// its kernel, if it is not.
+fn no_headroom() -> Option<String> {
+    for (resource, name) in [
+        (libc::RLIMIT_FSIZE, "file size"),
+        (libc::RLIMIT_AS, "address space"),
+        (libc::RLIMIT_DATA, "data"),
+    ] {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `limit` is a live rlimit the call fills.
+        let read = unsafe { libc::getrlimit(resource, &mut limit) };
+        if read == 0 && limit.rlim_cur != libc::RLIM_INFINITY {
+            return Some(format!("this process runs under a {name} limit"));
+        }
+    }
+    None
+}
+
+/// P11: a kernel that crashes its worker alone, on a machine with
+/// headroom, twice, is quarantined: the next run fails it from memory,
+/// saying what was seen and how to compile it again.
+fn p11_a_kernel_that_crashes_its_worker_alone_twice_is_quarantined_saying_how_to_undo_it() {
+    if let Some(reason) = no_headroom() {
+        kiln_test_support::redis::skip("quarantining a crashing kernel", &reason);
+        return;
+    }
+    let log = compile_log("p11-quarantine");
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    let crashing = FakeKernel::new(7).aborting();
+    for run in 0..2 {
+        let mut loader = loader_on(&store, &log, Duration::from_secs(120));
+        let error = loader
+            .load(&crashing, &crashing.artifact_id())
+            .expect_err("it crashes");
+        let message = error.to_string();
+        assert!(message.contains("SIGABRT"), "run {run}: {message}");
+        assert!(
+            !message.contains("not held against"),
+            "run {run}: {message}"
+        );
+    }
+    let mut loader = loader_on(&store, &log, Duration::from_secs(120));
+    let error = loader
+        .load(&crashing, &crashing.artifact_id())
+        .expect_err("quarantined");
+    let message = error.to_string();
+    eprintln!("the quarantined kernel's error: {message}");
+    assert!(message.contains("quarantined"), "{message}");
+    assert!(message.contains("SIGABRT"), "what was seen: {message}");
+    assert!(message.contains("kiln forget"), "how to undo it: {message}");
+    assert!(
+        message.contains("--retry-failed"),
+        "how to undo it: {message}"
+    );
+    assert_eq!(compiles_of(&log, 7), 2, "not compiled a third time");
+    drop(std::fs::remove_file(&log));
+}
+
+/// A compiler killed with its worker leaves its temporary files in the
+/// worker's own temporary folder, which goes with the worker.
+fn p11_a_killed_worker_leaves_no_temporary_files() {
+    let log = compile_log("temporary");
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    let mut loader = loader_on(&store, &log, Duration::from_millis(800));
+    // The kernel that hangs writes into its worker's TMPDIR first.
+    let hanging = FakeKernel::new(9)
+        .sleeping(Duration::from_secs(30))
+        .writing_a_temporary_file();
+    let error = loader
+        .load(&hanging, &hanging.artifact_id())
+        .expect_err("cut at its timeout");
+    assert!(
+        error.to_string().contains("KILN_COMPILE_TIMEOUT"),
+        "{error}"
+    );
+    let written = FakeCompiler::read_temporary_files(&log);
+    assert_eq!(written.len(), 1, "{written:?}");
+    let folder = written[0].parent().expect("a folder");
+    assert_ne!(
+        folder,
+        std::env::temp_dir(),
+        "the worker wrote into a temporary folder of its own"
+    );
+    assert!(!written[0].exists(), "{} was removed", written[0].display());
+    assert!(!folder.exists(), "{} was removed", folder.display());
+    drop(std::fs::remove_file(log.with_extension("temporary")));
+    drop(loader);
     drop(std::fs::remove_file(&log));
 }

@@ -9,7 +9,9 @@
 //! The file holds two copies of the totals in two fixed slots, each sealed
 //! with a sequence number and a check word; a merge writes the slot that
 //! does not hold the newest totals, so a process killed in the middle of a
-//! write tears only that slot and the other still reads. The file never
+//! write tears only that slot and the other still reads; a slot whose
+//! sequence no writer could have counted to reads as torn
+//! ([`sealed::plausible_sequences`]). The file never
 //! grows: two slots of [`SLOT`] bytes, and at most [`MAX_BACKENDS`]
 //! backends. A count that cannot be merged (the lock stays taken, the disk
 //! is full) stays in memory for the next merge, and never fails a launch.
@@ -149,12 +151,20 @@ impl ActivityFile {
     }
 
     /// The totals in the file at `path` without writing anything: nothing
-    /// when it is missing or holds no whole slot.
+    /// when it is missing or holds no whole slot; nothing, said once
+    /// ([`sealed::report_once`]), when it is not a regular file or cannot
+    /// be read.
     pub(crate) fn read_at(path: &Path) -> Activity {
-        sealed::open_root_file_to_read(path)
-            .and_then(|file| newest(&file))
-            .map(|(_, activity)| activity)
-            .unwrap_or_default()
+        match sealed::open_root_file_to_read(path) {
+            Ok(file) => file
+                .and_then(|file| newest(&file))
+                .map(|(_, activity)| activity)
+                .unwrap_or_default(),
+            Err(error) => {
+                sealed::report_once(path, "read the activity totals in", &error);
+                Activity::default()
+            }
+        }
     }
 
     /// Adds `counts` to the totals, under the file's lock.
@@ -189,13 +199,27 @@ impl ActivityFile {
     }
 }
 
-/// The newest whole slot of `file`: `((slot, sequence), totals)`.
+/// The newest whole slot of `file` a writer could have written:
+/// `((slot, sequence), totals)`.
 fn newest(file: &File) -> Option<((usize, u64), Activity)> {
-    (0..2)
-        .filter_map(|slot| {
+    let slots: Vec<Option<(u64, Activity)>> = (0..2)
+        .map(|slot| {
             let mut bytes = vec![0u8; SLOT];
             file.read_exact_at(&mut bytes, (slot * SLOT) as u64).ok()?;
-            let (sequence, totals) = open(&bytes)?;
+            open(&bytes)
+        })
+        .collect();
+    let sequences: Vec<u64> = slots
+        .iter()
+        .map(|slot| slot.as_ref().map_or(0, |(sequence, _)| *sequence))
+        .collect();
+    let plausible = sealed::plausible_sequences(&sequences, 2);
+    slots
+        .into_iter()
+        .enumerate()
+        .zip(plausible)
+        .filter_map(|((slot, found), plausible)| {
+            let (sequence, totals) = found.filter(|_| plausible > 0)?;
             Some(((slot, sequence), totals))
         })
         .max_by_key(|((_, sequence), _)| *sequence)
@@ -290,6 +314,27 @@ mod tests {
         assert_eq!(ActivityFile::read_at(&path).backends[0].hits, 3);
         std::fs::write(&path, b"garbage").expect("overwritten");
         assert_eq!(ActivityFile::read_at(&path), Activity::default());
+        let _ = std::fs::remove_dir_all(path.parent().expect("a folder"));
+    }
+
+    #[test]
+    fn one_forged_slot_with_the_highest_sequence_freezes_nothing() {
+        // A slot sealed whole with a sequence no writer counted to: the
+        // totals go on counting, and it is written over.
+        let path = scratch("forged");
+        let file = ActivityFile::open(&path).expect("opens");
+        file.merge(&counts("cuda", 2), 1).expect("merged");
+        let forged = File::options().write(true).open(&path).expect("opens");
+        forged
+            .write_all_at(
+                &seal(u64::MAX, &counts("cuda", 1000)).expect("sealed"),
+                SLOT as u64,
+            )
+            .expect("forged");
+        file.merge(&counts("cuda", 3), 1).expect("merged");
+        assert_eq!(ActivityFile::read_at(&path).backends[0].hits, 5);
+        file.merge(&counts("cuda", 1), 1).expect("merged");
+        assert_eq!(ActivityFile::read_at(&path).backends[0].hits, 6);
         let _ = std::fs::remove_dir_all(path.parent().expect("a folder"));
     }
 

@@ -7,8 +7,10 @@
 //! record under the file's lock (`flock`) in the slot holding the oldest
 //! (or no) record, numbered one past the newest; so the file never grows
 //! past `SLOTS × SLOT` bytes, and a process killed in the middle of a write
-//! tears only the slot it was writing, which readers then skip. The records
-//! are opaque here: the loader encodes them (`kiln_core::StoredBatch`).
+//! tears only the slot it was writing, which readers then skip. A slot
+//! whose sequence no writer could have counted to is read as torn
+//! ([`sealed::plausible_sequences`]). The records are opaque here: the
+//! loader encodes them (`kiln_core::StoredBatch`).
 
 use std::fs::File;
 use std::io;
@@ -52,7 +54,7 @@ impl BatchesFile {
             return Err(io::Error::other("the batch record outgrew its slot"));
         }
         let _lock = FileLock::take(&self.file)?;
-        let sequences = sequences(&self.file);
+        let sequences = sealed::plausible_sequences(&sequences(&self.file), SLOTS as u64);
         let newest = sequences.iter().copied().max().unwrap_or(0);
         let oldest = sequences
             .iter()
@@ -65,18 +67,34 @@ impl BatchesFile {
     }
 
     /// Every whole record of the file at `path`, oldest first, without
-    /// writing anything: none when it is missing, not a regular file, or
-    /// holds no whole slot.
+    /// writing anything: none when it is missing or holds no whole slot;
+    /// none, said once ([`sealed::report_once`]), when it is not a regular
+    /// file or cannot be read.
     pub(crate) fn read_at(path: &Path) -> Vec<Vec<u8>> {
-        let Some(file) = sealed::open_root_file_to_read(path) else {
-            return Vec::new();
+        let file = match sealed::open_root_file_to_read(path) {
+            Ok(Some(file)) => file,
+            Ok(None) => return Vec::new(),
+            Err(error) => {
+                sealed::report_once(path, "read the batch records in", &error);
+                return Vec::new();
+            }
         };
-        let mut records: Vec<(u64, Vec<u8>)> = (0..SLOTS)
-            .filter_map(|slot| {
+        let slots: Vec<Option<(u64, Vec<u8>)>> = (0..SLOTS)
+            .map(|slot| {
                 let mut bytes = vec![0u8; SLOT];
                 let read = read_up_to(&file, &mut bytes, (slot * SLOT) as u64);
                 open(&bytes[..read])
             })
+            .collect();
+        let sequences: Vec<u64> = slots
+            .iter()
+            .map(|slot| slot.as_ref().map_or(0, |(sequence, _)| *sequence))
+            .collect();
+        let plausible = sealed::plausible_sequences(&sequences, SLOTS as u64);
+        let mut records: Vec<(u64, Vec<u8>)> = slots
+            .into_iter()
+            .zip(plausible)
+            .filter_map(|(slot, plausible)| slot.filter(|_| plausible > 0))
             .collect();
         records.sort_by_key(|(sequence, _)| *sequence);
         records.into_iter().map(|(_, record)| record).collect()
@@ -182,6 +200,38 @@ mod tests {
         assert!(BatchesFile::read_at(&path).is_empty());
         file.keep(b"again").expect("kept over garbage");
         assert_eq!(BatchesFile::read_at(&path), vec![b"again".to_vec()]);
+        let _ = std::fs::remove_dir_all(path.parent().expect("a folder"));
+    }
+
+    #[test]
+    fn one_forged_slot_with_the_highest_sequence_freezes_nothing() {
+        // A slot sealed whole with a sequence no writer counted to: the
+        // records after it are kept and read, and it is written over.
+        let path = scratch("forged");
+        let file = BatchesFile::open(&path).expect("opens");
+        file.keep(b"first").expect("kept");
+        let forged = File::options().write(true).open(&path).expect("opens");
+        forged
+            .write_all_at(&sealed::seal(TAG, u64::MAX, b"forged"), (5 * SLOT) as u64)
+            .expect("forged");
+        for number in 0..3 {
+            file.keep(format!("after {number}").as_bytes())
+                .expect("kept");
+        }
+        let records = BatchesFile::read_at(&path);
+        assert_eq!(
+            records.last().map(Vec::as_slice),
+            Some(&b"after 2"[..]),
+            "{records:?}"
+        );
+        assert!(!records.contains(&b"forged".to_vec()), "{records:?}");
+        forged
+            .write_all_at(&sealed::seal(TAG, 1 << 40, b"ahead"), (9 * SLOT) as u64)
+            .expect("forged");
+        file.keep(b"later").expect("kept");
+        let records = BatchesFile::read_at(&path);
+        assert_eq!(records.last().map(Vec::as_slice), Some(&b"later"[..]));
+        assert_eq!(records.len(), 5, "{records:?}");
         let _ = std::fs::remove_dir_all(path.parent().expect("a folder"));
     }
 

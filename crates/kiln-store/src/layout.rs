@@ -58,6 +58,20 @@ pub(crate) const FILES: [&str; 8] = [
     "batches",
 ];
 
+/// The root files that are the store's history rather than its entries:
+/// the store goes on without them when they cannot be used (a folder
+/// holding files in their place is reported, not repaired).
+pub(crate) const HISTORY_FILES: [&str; 2] = ["activity", "batches"];
+
+/// The folders a store always has once it holds anything: with only the
+/// store's own names beside them, and its own [`WRITTEN_AT_OPEN`] files, a
+/// folder that lost its `LAYOUT` marker is still a store.
+pub(crate) const ENTRY_FOLDERS: [&str; 2] = ["objects", "records"];
+
+/// The files every opening of a store writes: a folder someone laid out
+/// like a store by hand does not have them.
+pub(crate) const WRITTEN_AT_OPEN: [&str; 2] = ["locks", "usage"];
+
 /// The sharded trees and the length of the names of their files: 64 hex
 /// digits of a BLAKE3 digest, 32 of a kernel id.
 pub(crate) const TREES: [(&str, usize); 3] = [("objects", 64), ("records", 64), ("kernels", 32)];

@@ -4,7 +4,11 @@
 //! (or one holding only the staging files of a store whose creator died
 //! before writing the marker) as a new store; a folder that holds anything
 //! else and no marker is refused, so kiln never writes into, verifies or
-//! collects someone's project. In a marked store the names of
+//! collects someone's project. A folder that lost only its marker (it
+//! holds `objects/` and `records/` and nothing but the store's own names)
+//! is still the store: it is marked again, with a warning; opened to read
+//! only, it is no store (the caller runs without it), with a warning saying
+//! how to mark it again. In a marked store the names of
 //! [`layout::FOLDERS`] and [`layout::FILES`] are the store's own: a file or
 //! link where a folder should be is replaced, an empty folder where a file
 //! should be is removed, and what cannot be repaired that way is reported
@@ -72,7 +76,14 @@ fn adopt(root: &Folder, layout: &Layout, durable: bool) -> Result<()> {
             );
         }
         Marker::Absent => {
-            if !is_empty_or_unfinished_store(root, layout)? {
+            if is_store_without_marker(root) {
+                log::warn!(
+                    "kiln store: {} had lost its {} file, and holds nothing but the store's \
+                     own folders and files: it is marked as a store again",
+                    layout.root().display(),
+                    LAYOUT_NAME
+                );
+            } else if !is_empty_or_unfinished_store(root, layout)? {
                 return Err(Error::NotAStore {
                     root: layout.root().to_path_buf(),
                 });
@@ -149,6 +160,17 @@ fn is_marked(root: &Folder, layout: &Layout) -> Result<bool> {
     if read_layout(root, layout)? != Marker::Absent {
         return Ok(true);
     }
+    if is_store_without_marker(root) {
+        // Read only, it cannot be marked again, and without its marker
+        // nothing may be read as the store's: the caller runs without it.
+        log::warn!(
+            "kiln store: {} has lost its {LAYOUT_NAME} file, and holds nothing but the store's \
+             own folders and files; opened read-only it is not used: open it writable once \
+             (without KILN_CACHE_READ_ONLY) and it is marked as a store again",
+            layout.root().display()
+        );
+        return Ok(false);
+    }
     if !is_empty_or_unfinished_store(root, layout)? {
         return Err(Error::NotAStore {
             root: layout.root().to_path_buf(),
@@ -197,6 +219,45 @@ fn read_marker(root: &Folder, marker: &OsStr) -> io::Result<String> {
     let mut found = String::new();
     file.take(MARKER_LIMIT).read_to_string(&mut found)?;
     Ok(found)
+}
+
+/// The name of the marker file.
+const LAYOUT_NAME: &str = "LAYOUT";
+
+/// Whether `root`, which carries no marker, is a store that lost only its
+/// marker: it holds the folders of a store's entries
+/// ([`layout::ENTRY_FOLDERS`]), the files each opening writes
+/// ([`layout::WRITTEN_AT_OPEN`]), and nothing but the store's own names.
+fn is_store_without_marker(root: &Folder) -> bool {
+    let Ok(entries) = root.entries() else {
+        return false;
+    };
+    let is_own = |name: &OsStr| {
+        name.to_str()
+            .is_some_and(|name| layout::FOLDERS.contains(&name) || layout::FILES.contains(&name))
+    };
+    let is_folder = |wanted: &str| {
+        entries.iter().any(|(name, kind)| {
+            name == wanted
+                && match kind {
+                    Some(kind) => *kind == Kind::Folder,
+                    None => root
+                        .status(name)
+                        .is_ok_and(|status| status.kind == Kind::Folder),
+                }
+        })
+    };
+    let is_file = |wanted: &str| {
+        entries.iter().any(|(name, _)| {
+            name == wanted
+                && root
+                    .status(name)
+                    .is_ok_and(|status| status.kind == Kind::File)
+        })
+    };
+    layout::ENTRY_FOLDERS.iter().all(|folder| is_folder(folder))
+        && layout::WRITTEN_AT_OPEN.iter().all(|file| is_file(file))
+        && entries.iter().all(|(name, _)| is_own(name))
 }
 
 /// Whether `root` holds nothing or only what a store's creation leaves, or
@@ -314,6 +375,18 @@ fn repair(root: &Folder, layout: &Layout, durable: bool) -> Result<()> {
                     found.kind.describe()
                 )
             }),
+        };
+        let removed = match removed {
+            // The store's history: it goes on without it, and says so once.
+            Err(_) if found.kind == Kind::Folder && layout::HISTORY_FILES.contains(&&*shown) => {
+                crate::sealed::report_once(
+                    &layout.root().join(name),
+                    "keep the store's history in",
+                    &io::Error::other("a folder that holds files is where the file should be"),
+                );
+                continue;
+            }
+            removed => removed,
         };
         match removed {
             Ok(()) => {

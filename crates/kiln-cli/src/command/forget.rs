@@ -16,7 +16,21 @@ use crate::console::outln;
 pub struct Arguments {
     /// The kernel: part of its name or of its `name#digest` text as logs
     /// and `kiln ls` print it; `all` forgets every remembered failure.
+    #[arg(value_parser = kernel_pattern)]
     pub kernel: String,
+}
+
+/// A pattern that names some kernels: an empty one would be part of every
+/// kernel's name, and forget them all unasked.
+fn kernel_pattern(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err(
+            "an empty pattern names no kernel: give part of its name, or `all` to forget every \
+             remembered failure"
+                .to_owned(),
+        );
+    }
+    Ok(text.to_owned())
 }
 
 /// What `kiln forget --json` prints.

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use clap::Args;
 use kiln_core::store::{Recompiled, recompile};
-use kiln_core::{ArtifactCompiler, KeyedCompiler, StoreKey};
+use kiln_core::{ArtifactCompiler, ArtifactStore, KeyedCompiler, StoreKey};
 use kiln_cuda::CudaCompiler;
 use kiln_hip::HipCompiler;
 use kiln_store::{DiskStore, Entry, VerifyReport};
@@ -65,6 +65,10 @@ pub struct RecompileReport {
     /// The compiler failed on what they were compiled from, or it did not
     /// decode.
     pub failed: Vec<EntryNote>,
+    /// Records whose object is another kernel's artifact: what they were
+    /// compiled from is of another key than theirs. Removed, unless the
+    /// store is read-only.
+    pub other_key: Vec<EntryNote>,
 }
 
 /// One entry of a [`RecompileReport`] and what was found.
@@ -93,6 +97,26 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         recompile: recompiled,
     };
     output.print(&verified, || print_human(store, &verified))?;
+    if let Some(recompiled) = &verified.recompile
+        && !recompiled.other_key.is_empty()
+    {
+        return Err(Exit::new(
+            exit::KERNELS_FAILED,
+            format!(
+                "{} of {} kernel records name another kernel's artifact: {}",
+                recompiled.other_key.len(),
+                recompiled.sampled,
+                if store.is_read_only() {
+                    "the store is read-only, so they were kept; run `kiln verify --recompile` \
+                     on a writable store to remove them"
+                } else {
+                    "they were removed, and those kernels compile again when next loaded"
+                }
+            ),
+        )
+        .reported()
+        .into());
+    }
     if let Some(recompiled) = &verified.recompile
         && !recompiled.different.is_empty()
     {
@@ -150,8 +174,13 @@ fn print_human(store: &DiskStore, verified: &Verified) {
         ("kept without a recipe", recompiled.no_recipe.to_string()),
         ("skipped", recompiled.skipped.len().to_string()),
         ("failed", recompiled.failed.len().to_string()),
+        (
+            "another kernel's artifact",
+            recompiled.other_key.len().to_string(),
+        ),
     ]);
     for (what, notes) in [
+        ("another kernel's artifact", &recompiled.other_key),
         ("other bytes", &recompiled.different),
         ("skipped", &recompiled.skipped),
         ("failed", &recompiled.failed),
@@ -260,6 +289,22 @@ fn recompile_sample(store: &DiskStore, fraction: f64) -> Result<RecompileReport>
             Ok(Recompiled::Undecodable(detail) | Recompiled::Failed(detail)) => {
                 report.failed.push(note(detail));
             }
+            Ok(Recompiled::OtherKey(what)) => {
+                // Its digest checks out, so only this tells it from a whole
+                // entry: the record is not what its key says, and goes.
+                let removed = !store.is_read_only();
+                if removed {
+                    store.remove(key);
+                }
+                report.other_key.push(note(format!(
+                    "{what}{}",
+                    if removed {
+                        "; record removed"
+                    } else {
+                        "; kept (read-only store)"
+                    }
+                )));
+            }
             Err(reason) => report.skipped.push(note(reason)),
         }
     }
@@ -302,7 +347,7 @@ where
             key.components
         ));
     }
-    Ok(recompile(compiler, bytes))
+    Ok(recompile(compiler, key, bytes))
 }
 
 #[cfg(test)]

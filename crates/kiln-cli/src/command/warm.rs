@@ -791,16 +791,20 @@ where
                     });
                 }
             }
-            Err(error) => failures.push(FailureReport {
-                remembered: remembered.contains(&id.kernel),
-                kernel: label,
-                first_diagnostic: error
+            Err(error) => {
+                // A quarantine says how to undo it: with this kernel's name.
+                let first_diagnostic = error
                     .to_string()
                     .lines()
                     .next()
                     .unwrap_or_default()
-                    .to_owned(),
-            }),
+                    .replace("`kiln forget KERNEL`", &format!("`kiln forget {label}`"));
+                failures.push(FailureReport {
+                    remembered: remembered.contains(&id.kernel),
+                    kernel: label,
+                    first_diagnostic,
+                });
+            }
         }
     }
     let report = BackendReport {

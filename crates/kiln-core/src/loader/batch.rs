@@ -125,16 +125,20 @@ impl<T: CompilationTarget> KernelLoader<T> {
         // loads, which releases its claim; only then does the batch wait
         // for the keys others hold, taking each as soon as it is published,
         // or compiling it here once its holder released it unpublished or
-        // its lease ran out.
-        let deadline = self
-            .store
-            .as_ref()
-            .and_then(|store| started.checked_add(store.claim_timeout()));
+        // its lease ran out. The claim timeout counts from the start of each
+        // wait, not of the batch: a batch that compiled for longer than it
+        // before it met a key another is compiling waits for that key, and
+        // only a holder that publishes nothing for the whole timeout is
+        // compiled around.
         loop {
             workers = workers.max(self.compile_round(&mut jobs, &mut settling, &used_processes));
             if !jobs.iter().any(Job::is_elsewhere) {
                 break;
             }
+            let deadline = self
+                .store
+                .as_ref()
+                .and_then(|store| Instant::now().checked_add(store.claim_timeout()));
             self.wait_for_others(&mut jobs, deadline);
         }
         let mode = if used_processes.load(Ordering::Relaxed) {

@@ -10,7 +10,7 @@ use crate::error::{Failure, KernelError, Stage};
 use crate::id::ArtifactId;
 use crate::store::Recipe;
 use crate::target::{ArtifactOf, CompilationTarget, LoweredOf, VariantOf};
-use crate::worker::{self, Outcome, ProcessPool, WorkerLost};
+use crate::worker::{self, Blame, Outcome, ProcessPool, WorkerLost};
 
 /// Where a batch finalizes: the compiler in this process, or its worker
 /// processes.
@@ -26,8 +26,8 @@ pub(super) struct Finalizer<'p, T: CompilationTarget> {
 
 impl<T: CompilationTarget> Finalizer<'_, T> {
     /// Finalizes `lowered` in a worker process: its result, the worker's
-    /// compile time, and whether the worker was lost (it crashed or was
-    /// killed at the timeout). Gives `lowered` back when it is to be
+    /// compile time, and, when the worker was lost (it crashed or was
+    /// killed at the timeout), whose doing that was (P11). Gives `lowered` back when it is to be
     /// finalized here: no worker processes, or none could start.
     #[allow(clippy::type_complexity, reason = "a private two-way answer")]
     pub(super) fn in_process_or_worker(
@@ -39,7 +39,7 @@ impl<T: CompilationTarget> Finalizer<'_, T> {
         (
             Result<Finalized<ArtifactOf<T>>, KernelError>,
             Option<Duration>,
-            bool,
+            Option<Blame>,
         ),
         LoweredOf<T>,
     > {
@@ -82,16 +82,16 @@ impl<T: CompilationTarget> Finalizer<'_, T> {
                     }
                     Outcome::Panicked(message) => Err(kernel_error(Failure::Panicked { message })),
                 };
-                Ok((result, Some(work), false))
+                Ok((result, Some(work), None))
             }
-            Err(WorkerLost::Crashed(message) | WorkerLost::TimedOut(message)) => {
+            Err(WorkerLost::Lost { message, blame }) => {
                 self.used_processes.store(true, Ordering::Relaxed);
                 Ok((
                     Err(kernel_error(Failure::Compile(Box::new(
                         CompileFailure::message(message),
                     )))),
                     None,
-                    true,
+                    Some(blame),
                 ))
             }
             Err(WorkerLost::Unavailable) => Err(lowered),

@@ -19,6 +19,7 @@ use crate::store::{
     BoundStore, ClaimGuard, Claimed, Lookup, Recipe, RememberedFailure, StoreOutcome,
 };
 use crate::target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, VariantOf};
+use crate::worker::Blame;
 
 /// How far a kernel got through its batch.
 pub(super) enum Step<T: CompilationTarget> {
@@ -107,8 +108,9 @@ pub(super) struct Job<'k, T: CompilationTarget> {
     memory: Option<RememberedFailure>,
     /// Whether it failed by the store's memory, without compiling.
     remembered: bool,
-    /// Whether its compile lost its worker process: a crash or a hang.
-    crashed: bool,
+    /// Whether its compile lost its worker process (a crash or a hang),
+    /// and whose doing that was (P11).
+    lost: Option<Blame>,
     /// Whether its failure is its source group leader's, not its own.
     inherited: bool,
     /// Lower + finalize time.
@@ -134,7 +136,7 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             leads: false,
             memory: None,
             remembered: false,
-            crashed: false,
+            lost: None,
             inherited: false,
             recipe: None,
             id: request.id,
@@ -431,10 +433,10 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                     finalizer.compiler.finalize(id, lowered)
                 }),
                 None,
-                false,
+                None,
             ),
         };
-        self.crashed = lost;
+        self.lost = lost;
         self.step = match result {
             Ok(finalized) => {
                 self.diagnostics = finalized.diagnostics;
@@ -607,8 +609,13 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                 if self.remembered {
                     statistics.remembered += 1;
                 } else if let (Some(store), true, false) = (store, self.kept, self.inherited)
-                    && let Some(memory) =
-                        RememberedFailure::after(self.memory.as_ref(), &error, self.crashed)
+                    // A worker lost to its machine says nothing of its kernel.
+                    && !matches!(self.lost, Some(Blame::Environment(_)))
+                    && let Some(memory) = RememberedFailure::after(
+                        self.memory.as_ref(),
+                        &error,
+                        self.lost.is_some(),
+                    )
                 {
                     store.remember_failure(target.compiler(), &self.id, &memory);
                 }

@@ -12,11 +12,15 @@
 //!   generator: at once, with every diagnostic;
 //! - a compile that crashed or hung a worker process, or panicked: counted,
 //!   and quarantined the second time ([`QUARANTINE_AFTER`]), since a crash
-//!   once may be the machine's (memory, a signal) rather than the kernel's.
+//!   once may be the machine's rather than the kernel's. The quarantine
+//!   keeps what each crash was and says how to compile the kernel again.
 //!
 //! Never remembered: a failure its compiler marks as not the kernel's
-//! ([`CompileFailure::transient`]), a device's refusal, or anything of a
-//! store error. A memory is forgotten by writing over it an empty one
+//! ([`CompileFailure::transient`]), a device's refusal, anything of a store
+//! error, and a worker lost to its environment rather than its kernel: a
+//! signal or a limit from outside, a machine short of memory or overloaded,
+//! a timeout below [`TIMEOUT_FLOOR`](crate::worker::TIMEOUT_FLOOR) (the
+//! loader leaves those out before asking [`RememberedFailure::after`]). A memory is forgotten by writing over it an empty one
 //! ([`RememberedFailure::forgotten`]): `kiln forget` does, a loader asked to
 //! retry failures ([`LoaderConfig::retry_failed`](crate::LoaderConfig::retry_failed))
 //! ignores memories and forgets each one whose kernel then compiles.
@@ -55,15 +59,20 @@ pub struct RememberedFailure {
 pub enum RememberedCause {
     /// The compiler or the generator reported an error.
     Compile(CompileFailure),
-    /// Its compile crashed, hung or panicked [`QUARANTINE_AFTER`] times:
-    /// the last time's message.
+    /// Its compile crashed, hung or panicked [`QUARANTINE_AFTER`] times,
+    /// each time alone, with headroom.
     Quarantined {
         /// How many times.
         crashes: u32,
-        /// The last one's message.
-        message: String,
+        /// What was seen each time, the first first (the last two kept).
+        seen: Vec<String>,
     },
 }
+
+/// What a quarantine says to do to compile the kernel again.
+pub const UNDO_QUARANTINE: &str = "to compile it again, forget it (`kiln forget KERNEL`), \
+     retry remembered failures (`kiln warm --retry-failed`, KILN_RETRY_FAILED=1), or change \
+     its compiler, options or source";
 
 impl RememberedFailure {
     /// The blob a failure of the kernel stored under `key` is remembered
@@ -91,10 +100,9 @@ impl RememberedFailure {
             Some(RememberedCause::Compile(failure)) => {
                 Some(format!("failed to {}: {failure}", self.stage))
             }
-            Some(RememberedCause::Quarantined { crashes, message }) => Some(format!(
-                "quarantined: its compile crashed, hung or panicked {crashes} times, last: \
-                 {message}"
-            )),
+            Some(RememberedCause::Quarantined { crashes, seen }) => {
+                Some(quarantine_message(*crashes, seen))
+            }
             None if self.crashes > 0 => Some(format!(
                 "its compile crashed, hung or panicked {} time(s), last: {}; once more \
                  quarantines it",
@@ -135,18 +143,25 @@ impl RememberedFailure {
         }
         let counted = |message: String| {
             let crashes = before.map_or(0, |before| before.crashes) + 1;
+            let seen: Vec<String> = before
+                .and_then(|before| before.last_crash.clone())
+                .into_iter()
+                .chain([message.clone()])
+                .collect();
             Self {
                 stage: error.stage,
-                failure: (crashes >= QUARANTINE_AFTER).then(|| RememberedCause::Quarantined {
-                    crashes,
-                    message: message.clone(),
-                }),
+                failure: (crashes >= QUARANTINE_AFTER)
+                    .then_some(RememberedCause::Quarantined { crashes, seen }),
                 crashes,
                 last_crash: Some(message),
             }
         };
         match &error.failure {
-            Failure::Compile(failure) if crashed => Some(counted(failure.to_string())),
+            Failure::Compile(failure) if crashed => {
+                let message = failure.to_string();
+                let message = message.strip_prefix("error: ").unwrap_or(&message);
+                Some(counted(message.to_owned()))
+            }
             Failure::Compile(failure) if failure.transient => None,
             Failure::Compile(failure) => Some(Self {
                 stage: error.stage,
@@ -164,18 +179,37 @@ impl RememberedFailure {
     pub fn error_for(&self, kernel: &KernelId) -> Option<KernelError> {
         let failure = match self.failure.as_ref()? {
             RememberedCause::Compile(failure) => Failure::Compile(Box::new(failure.clone())),
-            RememberedCause::Quarantined { crashes, message } => {
-                Failure::Compile(Box::new(CompileFailure::message(format!(
-                    "quarantined: its compile crashed, hung or panicked {crashes} times, last: \
-                     {message}"
-                ))))
-            }
+            RememberedCause::Quarantined { crashes, seen } => Failure::Compile(Box::new(
+                CompileFailure::message(quarantine_message(*crashes, seen)),
+            )),
         };
         Some(KernelError {
             kernel: kernel.clone(),
             stage: self.stage,
             failure,
         })
+    }
+}
+
+/// What a quarantine reports: how often, what was seen, how to undo it.
+fn quarantine_message(crashes: u32, seen: &[String]) -> String {
+    let mut message = format!(
+        "quarantined: its compile crashed, hung or panicked {crashes} times, each time alone \
+         on a machine with headroom"
+    );
+    for (number, what) in seen.iter().enumerate() {
+        message.push_str(&format!("; {}: {what}", ordinal(number)));
+    }
+    message.push_str("; ");
+    message.push_str(UNDO_QUARANTINE);
+    message
+}
+
+fn ordinal(number: usize) -> &'static str {
+    match number {
+        0 => "first",
+        1 => "then",
+        _ => "and",
     }
 }
 
@@ -226,8 +260,18 @@ mod tests {
         assert_eq!(once.crashes, 1);
         assert!(once.error_for(&crash.kernel).is_none(), "compiled again");
         let twice = RememberedFailure::after(Some(&once), &crash, true).expect("counted");
-        let reported = twice.error_for(&crash.kernel).expect("quarantined");
-        assert!(reported.to_string().contains("quarantined"), "{reported}");
+        let reported = twice
+            .error_for(&crash.kernel)
+            .expect("quarantined")
+            .to_string();
+        assert!(reported.contains("quarantined"), "{reported}");
+        // What was seen, and how to undo it.
+        assert!(
+            reported.contains("first: the compiler crashed"),
+            "{reported}"
+        );
+        assert!(reported.contains("kiln forget"), "{reported}");
+        assert!(reported.contains("--retry-failed"), "{reported}");
         let panicked = error(Failure::Panicked {
             message: "boom".into(),
         });

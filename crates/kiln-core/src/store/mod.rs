@@ -55,7 +55,9 @@ use serde::{Deserialize, Serialize};
 pub use binding::{BoundStore, Claimed};
 pub use blob::BlobKey;
 pub use claim::{Claim, ClaimGuard, ClaimWait};
-pub use failure::{FAILURE_BLOB_KIND, QUARANTINE_AFTER, RememberedCause, RememberedFailure};
+pub use failure::{
+    FAILURE_BLOB_KIND, QUARANTINE_AFTER, RememberedCause, RememberedFailure, UNDO_QUARANTINE,
+};
 pub use generation::Generation;
 pub use key::{
     Difference, HeaderDigest, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, LibraryFile,

@@ -3,6 +3,12 @@
 //! nondeterministic compiler, or an entry damaged in a way its digest did
 //! not catch (it was stored damaged), shows as bytes that differ.
 //!
+//! Before its bytes are compared, a recipe is checked against the key of
+//! the record that led to it: the key its id makes must be that record's.
+//! A record that names another kernel's object (whose digest checks out,
+//! and whose recipe compiles to its bytes) is so told from a whole entry
+//! ([`Recompiled::OtherKey`]), rather than vouched for.
+//!
 //! A stored value is the encoded artifact, then, when the loader kept it,
 //! the encoded [`Recipe`]. A reader of the artifact decodes the first part;
 //! the rest, when there is any, must be one whole recipe, or the value is
@@ -10,7 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::compiler::ArtifactCompiler;
+use super::key::{KeyedCompiler, StoreKey, hex};
 use crate::encoding;
 use crate::id::ArtifactId;
 
@@ -20,7 +26,7 @@ use crate::id::ArtifactId;
 pub struct Recipe {
     /// The encoded [`ArtifactId`].
     pub id: Vec<u8>,
-    /// The encoded lowered form ([`ArtifactCompiler::Lowered`]).
+    /// The encoded lowered form ([`ArtifactCompiler::Lowered`](crate::ArtifactCompiler::Lowered)).
     pub lowered: Vec<u8>,
 }
 
@@ -110,11 +116,16 @@ pub enum Recompiled {
     Undecodable(String),
     /// The compiler failed on the recipe, with its message.
     Failed(String),
+    /// The recipe is of another key than the record's: the record names
+    /// another kernel's artifact. What the recipe is of, in words.
+    OtherKey(String),
 }
 
-/// Finalizes the recipe kept in `stored` again with `compiler`, and
-/// compares the artifact it makes with the stored one, byte for byte.
-pub fn recompile<C: ArtifactCompiler>(compiler: &C, stored: &[u8]) -> Recompiled {
+/// Finalizes the recipe kept in `stored`, the value the record of `key`
+/// names, again with `compiler`, and compares the artifact it makes with
+/// the stored one, byte for byte; first checks that the recipe is of
+/// `key`: the key its id makes, under `compiler`'s components, is `key`.
+pub fn recompile<C: KeyedCompiler>(compiler: &C, key: &StoreKey, stored: &[u8]) -> Recompiled {
     let value = match decode_value::<C::Artifact>(stored) {
         Ok(value) => value,
         Err(detail) => return Recompiled::Undecodable(detail),
@@ -127,6 +138,16 @@ pub fn recompile<C: ArtifactCompiler>(compiler: &C, stored: &[u8]) -> Recompiled
         Ok(_) => return Recompiled::Undecodable("the recipe's id has bytes left over".into()),
         Err(error) => return Recompiled::Undecodable(format!("the recipe's id: {error}")),
     };
+    let recipe_key =
+        StoreKey::for_artifact(&compiler.key_components(), &id, compiler.entry_point(&id));
+    if recipe_key.digest() != key.digest() {
+        return Recompiled::OtherKey(format!(
+            "its object is the artifact of {} (key {}), not of this record's key {}",
+            recipe_key.subject_text(),
+            &hex(&recipe_key.digest())[..16],
+            &hex(&key.digest())[..16]
+        ));
+    }
     let lowered = match encoding::decode::<C::Lowered>(&recipe.lowered) {
         Ok((lowered, read)) if read == recipe.lowered.len() => lowered,
         Ok(_) => return Recompiled::Undecodable("the recipe's text has bytes left over".into()),
@@ -184,5 +205,39 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(decode_value::<Vec<u8>>(&longer).is_err());
+    }
+
+    // P2
+    #[cfg(feature = "testing")]
+    #[test]
+    fn a_recipe_of_another_key_than_its_record_s_is_named_not_vouched_for() {
+        use crate::fake::{FakeCompiler, FakeKernel};
+        use crate::{ArtifactCompiler, KeyedCompiler};
+        let compiler = FakeCompiler::default();
+        let value_of = |number: u32| {
+            let kernel = FakeKernel::new(number);
+            let id = kernel.artifact_id();
+            let lowered = compiler.lower(&kernel, &id).expect("lowers");
+            let recipe = Recipe::of(&id, &lowered).expect("a recipe");
+            let finalized = compiler.finalize(&id, lowered).expect("finalizes");
+            let key = StoreKey::for_artifact(&compiler.key_components(), &id, None);
+            (
+                key,
+                encode_value(&finalized.artifact, Some(&recipe)).expect("encodes"),
+            )
+        };
+        let (first_key, first_value) = value_of(1);
+        let (second_key, _) = value_of(2);
+        assert_eq!(
+            recompile(&compiler, &first_key, &first_value),
+            Recompiled::Same
+        );
+        // The second kernel's record pointing at the first's object.
+        match recompile(&compiler, &second_key, &first_value) {
+            Recompiled::OtherKey(what) => {
+                assert!(what.contains(&first_key.subject_text()), "{what}");
+            }
+            other => panic!("a forged record is named: {other:?}"),
+        }
     }
 }

@@ -8,7 +8,9 @@ use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::WorkerRecipe;
+use super::exit::{self, Blame, Headroom};
 use super::protocol::{self, Outcome, PROTOCOL, Reply, Request};
+use super::temporary::TemporaryFolder;
 
 /// How long a starting worker has to answer its first request: the program
 /// starts, reaches its hook and opens the compiler's library.
@@ -23,10 +25,15 @@ const EXIT_GRACE: Duration = Duration::from_secs(5);
 pub(crate) enum WorkerLost {
     /// No worker could be started: finalize in this process instead.
     Unavailable,
-    /// The worker died while it held the kernel.
-    Crashed(String),
-    /// The kernel's compile passed the timeout; its worker was killed.
-    TimedOut(String),
+    /// The worker died while it held the kernel, or its compile passed the
+    /// timeout and it was killed: what happened, and whose doing it is
+    /// (P11).
+    Lost {
+        /// What happened, for the kernel's error.
+        message: String,
+        /// Whether nothing outside the compile explains it.
+        blame: Blame,
+    },
 }
 
 /// The worker processes of one loader, for one compiler recipe.
@@ -47,6 +54,24 @@ struct PoolState {
     replaced: usize,
     /// Set once a worker could not start: the pool is not used again.
     unavailable: Option<String>,
+    /// When each worker was lost, the last few: a loss while another
+    /// compile was under way is not held against its kernel (P11).
+    losses: Vec<Instant>,
+}
+
+/// How many losses a pool remembers the time of.
+const LOSSES_KEPT: usize = 16;
+
+impl PoolState {
+    /// Notes a loss now; whether another worker was lost since `began`.
+    fn lost_since(&mut self, began: Instant) -> bool {
+        let another = self.losses.iter().any(|&lost| lost >= began);
+        if self.losses.len() >= LOSSES_KEPT {
+            self.losses.remove(0);
+        }
+        self.losses.push(Instant::now());
+        another
+    }
 }
 
 /// A snapshot of a loader's worker processes.
@@ -119,29 +144,44 @@ impl ProcessPool {
                     worker.pid
                 );
                 self.replace(worker);
-                Err(WorkerLost::Crashed(message))
+                Err(WorkerLost::Lost {
+                    message,
+                    blame: Blame::Kernel,
+                })
             }
             Err(error) if error.kind() == io::ErrorKind::TimedOut => {
                 let pid = worker.pid;
                 let mut child = worker.close();
                 drop(child.kill());
                 drop(child.wait());
-                let message = format!(
-                    "the compile did not finish within {} s (KILN_COMPILE_TIMEOUT): worker \
-                     process {pid} was killed and replaced; the rest of the batch went on",
-                    self.timeout.as_secs_f64()
+                let another_lost = self.state().lost_since(began);
+                let headroom = Headroom::now(another_lost);
+                let blame = exit::timed_out(self.timeout, &headroom);
+                let message = with_blame(
+                    format!(
+                        "the compile did not finish within {} s (KILN_COMPILE_TIMEOUT): worker \
+                         process {pid} was killed and replaced; the rest of the batch went on",
+                        self.timeout.as_secs_f64()
+                    ),
+                    &blame,
                 );
                 log::warn!("{message}");
                 self.replace_dead(pid);
-                Err(WorkerLost::TimedOut(message))
+                Err(WorkerLost::Lost { message, blame })
             }
             Err(error) => {
                 let pid = worker.pid;
                 let status = worker.reap();
-                let message = crash_message(pid, status.as_ref(), &error, began.elapsed());
+                let another_lost = self.state().lost_since(began);
+                let headroom = Headroom::now(another_lost);
+                let blame = exit::crashed(status.as_ref(), &headroom);
+                let message = with_blame(
+                    crash_message(pid, status.as_ref(), &error, began.elapsed()),
+                    &blame,
+                );
                 log::warn!("{message}");
                 self.replace_dead(pid);
-                Err(WorkerLost::Crashed(message))
+                Err(WorkerLost::Lost { message, blame })
             }
         }
     }
@@ -233,7 +273,7 @@ impl Drop for ProcessPool {
     fn drop(&mut self) {
         let workers = std::mem::take(&mut *self.idle());
         // Close every pipe first, so the workers exit together, then reap.
-        let closing: Vec<(u32, Child)> = workers
+        let closing: Vec<(u32, Closed)> = workers
             .into_iter()
             .map(|worker| (worker.pid, worker.close()))
             .collect();
@@ -257,12 +297,36 @@ impl std::fmt::Debug for ProcessPool {
     }
 }
 
-/// One worker process and its two pipes.
+/// One worker process, its two pipes and its temporary folder.
 struct WorkerProcess {
     pid: u32,
     child: Child,
     requests: BufWriter<ChildStdin>,
     replies: BufReader<ChildStdout>,
+    temporary: Option<TemporaryFolder>,
+}
+
+/// A worker whose request pipe is closed: the process, to be waited for,
+/// and its temporary folder, removed when this is dropped, after the
+/// process was waited for (every path that closes a worker waits for it,
+/// or kills it and waits).
+struct Closed {
+    child: Child,
+    _temporary: Option<TemporaryFolder>,
+}
+
+impl std::ops::Deref for Closed {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for Closed {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
 }
 
 impl WorkerProcess {
@@ -275,13 +339,23 @@ impl WorkerProcess {
     /// Starts `program` and sends it the start request, without waiting
     /// for its answer: [`started`](Self::started) waits.
     fn spawn(program: &Path, recipe: &WorkerRecipe) -> Result<Self, String> {
-        let mut child = Command::new(program)
+        let temporary = TemporaryFolder::make()
+            .inspect_err(|error| {
+                log::debug!("a compile worker shares this process's temporary folder: {error}");
+            })
+            .ok();
+        let mut command = Command::new(program);
+        command
             .env(super::WORKER_CHANNEL_VARIABLE, PROTOCOL)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|error| error.to_string())?;
+            .stderr(Stdio::inherit());
+        if let Some(temporary) = &temporary {
+            for variable in ["TMPDIR", "TMP", "TEMP", super::temporary::VARIABLE] {
+                command.env(variable, temporary.path());
+            }
+        }
+        let mut child = command.spawn().map_err(|error| error.to_string())?;
         let pid = child.id();
         let requests = BufWriter::new(child.stdin.take().expect("stdin was piped"));
         let replies = BufReader::new(child.stdout.take().expect("stdout was piped"));
@@ -290,6 +364,7 @@ impl WorkerProcess {
             child,
             requests,
             replies,
+            temporary,
         };
         let start = Request::Start {
             protocol: PROTOCOL.to_owned(),
@@ -356,9 +431,14 @@ impl WorkerProcess {
     }
 
     /// Closes the request pipe, leaving the process to exit on its own.
-    fn close(self) -> Child {
-        let Self { child, .. } = self;
-        child
+    fn close(self) -> Closed {
+        let Self {
+            child, temporary, ..
+        } = self;
+        Closed {
+            child,
+            _temporary: temporary,
+        }
     }
 
     /// Stops the worker: closes its pipe, kills it when it does not exit.
@@ -650,6 +730,16 @@ fn crash_message(
     )
 }
 
+/// `message`, saying when the loss is not held against the kernel.
+fn with_blame(message: String, blame: &Blame) -> String {
+    match blame {
+        Blame::Kernel => message,
+        Blame::Environment(why) => {
+            format!("{message}; not held against the kernel, since {why}")
+        }
+    }
+}
+
 /// How a process ended: `was killed by signal 6 (SIGABRT)`, or `exited with
 /// status 3`.
 fn describe_status(status: Option<&ExitStatus>) -> String {
@@ -681,6 +771,8 @@ fn signal_name(signal: i32) -> &'static str {
         libc::SIGTERM => "SIGTERM",
         libc::SIGINT => "SIGINT",
         libc::SIGPIPE => "SIGPIPE",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGXCPU => "SIGXCPU",
         _ => "a signal",
     }
 }

@@ -240,7 +240,12 @@ pub(super) fn merge(inner: &Inner) {
         match ActivityFile::open(&inner.layout.activity_file()) {
             Ok(file) => state.file = Some(file),
             Err(error) => {
-                log::debug!("kiln store: cannot open the activity totals: {error}");
+                // Counts stay in memory; what keeps them out is said once.
+                crate::sealed::report_once(
+                    &inner.layout.activity_file(),
+                    "add to the activity totals in",
+                    &error,
+                );
                 return;
             }
         }
@@ -250,8 +255,14 @@ pub(super) fn merge(inner: &Inner) {
     };
     match file.merge(&state.counts, now_seconds()) {
         Ok(()) => state.counts = Activity::default(),
-        Err(error) => log::debug!(
+        // A full disk or a limit is said with the other writes it fails.
+        Err(error) if error.kind() != std::io::ErrorKind::PermissionDenied => log::debug!(
             "kiln store: cannot add to the activity totals ({error}); kept for the next batch"
+        ),
+        Err(error) => crate::sealed::report_once(
+            &inner.layout.activity_file(),
+            "add to the activity totals in",
+            &error,
         ),
     }
 }

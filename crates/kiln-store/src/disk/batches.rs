@@ -9,16 +9,28 @@ use crate::batches::BatchesFile;
 impl DiskStore {
     /// Keeps an encoded batch record among the store's last
     /// ([`kiln_core::ArtifactStore::keep_batch`]). A read-only store keeps
-    /// nothing; a record that cannot be written is dropped with a debug
-    /// line, never an error: it is history, not an artifact.
+    /// nothing; a record that cannot be written is dropped, never an error:
+    /// it is history, not an artifact. A file the store cannot open or may
+    /// not write is said once, with what to do.
     pub(super) fn keep_batch_record(&self, record: &[u8]) {
         if self.inner.read_only {
             return;
         }
         let path = self.inner.layout.batches_file();
-        let kept = BatchesFile::open(&path).and_then(|file| file.keep(record));
-        if let Err(error) = kept {
-            log::debug!("kiln store: cannot keep a batch record ({error})");
+        let file = match BatchesFile::open(&path) {
+            Ok(file) => file,
+            Err(error) => {
+                crate::sealed::report_once(&path, "keep the batch records in", &error);
+                return;
+            }
+        };
+        match file.keep(record) {
+            Ok(()) => {}
+            // A full disk or a limit is said with the other writes it fails.
+            Err(error) if error.kind() != std::io::ErrorKind::PermissionDenied => {
+                log::debug!("kiln store: cannot keep a batch record ({error})");
+            }
+            Err(error) => crate::sealed::report_once(&path, "keep the batch records in", &error),
         }
     }
 

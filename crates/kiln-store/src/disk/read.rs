@@ -97,6 +97,7 @@ impl DiskStore {
             };
             if vanished.as_ref() == Some(&sealed) {
                 bump(&counters.absent, 1);
+                object_gone(sought);
                 break (sealed, Miss::Absent);
             }
             let pointer = match judge(&sealed) {
@@ -134,6 +135,7 @@ impl DiskStore {
                 Err(ObjectMiss::Absent) if vanished.is_none() => vanished = Some(sealed),
                 Err(ObjectMiss::Absent) => {
                     bump(&counters.absent, 1);
+                    object_gone(sought);
                     break (sealed, Miss::Absent);
                 }
                 Err(ObjectMiss::Corrupt { detail, found }) => {
@@ -402,4 +404,16 @@ fn read_up_to(file: &File, length: usize) -> io::Result<Vec<u8>> {
         }
     }
     Ok(bytes)
+}
+
+/// Says, at `-v`, that the record of `sought` named an object that is
+/// gone: not an absent key but an entry that lost its object (removed by
+/// hand, or by a disk that lost it).
+fn object_gone(sought: &Sought<'_>) {
+    log::info!(
+        "kiln store: record {} names an object which is gone; the record is removed and {} \
+         again",
+        (sought.subject)(),
+        sought.without_it
+    );
 }
