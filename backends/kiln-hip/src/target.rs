@@ -47,6 +47,11 @@ fn refusal(error: Error) -> DeviceRefusal {
 /// | either, on a store | `.`[`with_store`](Self::with_store)`(store)` |
 /// | either, on a store unless it is disabled | `.`[`with_optional_store`](Self::with_optional_store)`(store)` |
 ///
+/// In compile-only mode (`KILN_MODE=compile-only` and `KILN_HIP_ARCH`, or
+/// a [`ProcessModeOverride`](kiln_core::mode::ProcessModeOverride)),
+/// `on_device` and `on` make the compile-only target of the mode's
+/// architecture and open no device or runtime (L11).
+///
 /// A storeless target keeps artifacts as long as its loader. A target on a
 /// store — kiln-store's `DiskStore` or any other [`ArtifactStore`] — reads
 /// every kernel the store holds instead of compiling it and stores every
@@ -121,7 +126,19 @@ impl HipTarget {
     /// ([`Error::UnknownDeviceArchitecture`]: open it with
     /// [`HipDevice::with_architecture`] and use [`on`](Self::on)).
     pub fn on_device(ordinal: usize) -> Result<Self> {
+        if let Some(plan) = kiln_core::mode::compile_only() {
+            return Self::for_compile_only_mode(&plan);
+        }
         Self::on(HipDevice::open(ordinal)?)
+    }
+
+    /// The target every device constructor makes in compile-only mode
+    /// (L11): no device, no runtime, the architecture the mode names.
+    fn for_compile_only_mode(plan: &kiln_core::mode::CompileOnly) -> Result<Self> {
+        let named = plan.hip().ok_or(Error::NoCompileOnlyArchitecture {
+            variable: kiln_core::mode::HIP_ARCH_VARIABLE,
+        })?;
+        Self::compile_only(Architecture::new(named.trim())?)
     }
 
     /// A target on `device`, opened by hand.
@@ -130,6 +147,9 @@ impl HipTarget {
     ///
     /// hipRTC or comgr is missing ([`Error::LibraryMissing`]).
     pub fn on(device: HipDevice) -> Result<Self> {
+        if let Some(plan) = kiln_core::mode::compile_only() {
+            return Self::for_compile_only_mode(&plan);
+        }
         Ok(Self {
             compiler: Arc::new(HipCompiler::new()?.keyed_for(device.architecture().clone())),
             destination: Destination::Device(device),

@@ -128,7 +128,14 @@ impl PrefetchSlot {
 impl WgpuTarget {
     /// A target that builds pipelines on `device` and keeps nothing beyond
     /// the process.
+    ///
+    /// In compile-only mode ([`kiln_core::mode`]) the target is
+    /// compile-only, as [`compile_only`](Self::compile_only) makes it, and
+    /// `device` is dropped (L11).
     pub fn on_device(device: WgpuDevice) -> Self {
+        if kiln_core::mode::is_compile_only() {
+            return Self::compile_only();
+        }
         Self::new(Some(device))
     }
 
@@ -137,7 +144,12 @@ impl WgpuTarget {
     /// # Errors
     ///
     /// No adapter, or it opened no device.
+    /// In compile-only mode ([`kiln_core::mode`]) it opens no adapter and
+    /// makes the compile-only target (L11).
     pub fn open() -> Result<Self, Error> {
+        if kiln_core::mode::is_compile_only() {
+            return Ok(Self::compile_only());
+        }
         WgpuDevice::open().map(Self::on_device)
     }
 
