@@ -30,9 +30,11 @@ enum Destination {
 ///
 /// | target | how |
 /// |---|---|
-/// | GPU `ordinal`, storeless | [`CudaTarget::on_device`]`(ordinal)?` |
-/// | the GPU of a cudarc context the program has, storeless | [`CudaTarget::from_context`]`(context)?` |
-/// | no GPU, for an architecture, storeless | [`CudaTarget::compile_only`]`(architecture)?` |
+/// | GPU `ordinal` | [`CudaTarget::on_device`]`(ordinal)?` |
+/// | the GPU of a cudarc context the program has | [`CudaTarget::from_context`]`(context)?` |
+/// | no GPU, for an architecture | [`CudaTarget::compile_only`]`(architecture)?` |
+/// | either, on the process's default store | as made: see below |
+/// | either, storeless | `.`[`without_store`](Self::without_store)`()` |
 /// | either, on a store | `.`[`with_store`](Self::with_store)`(store)` |
 /// | either, on a store unless it is disabled | `.`[`with_optional_store`](Self::with_optional_store)`(store)` |
 ///
@@ -40,6 +42,13 @@ enum Destination {
 /// a [`ProcessModeOverride`](kiln_core::mode::ProcessModeOverride)),
 /// `on_device` and `from_context` make the compile-only target of the
 /// mode's architecture and open no device or driver (L11).
+///
+/// A target is made on the process's default store
+/// ([`kiln_core::store::default_store`]): in a program on the `kiln`
+/// facade, the `KILN_CACHE_*` store (with the fleet tier behind it when
+/// `KILN_REMOTE_URL` and its keys are set), opened at its loader's first
+/// batch; none under `KILN_CACHE_DISABLE=1`, nor in a program on this crate
+/// alone, which installs no default store.
 ///
 /// A storeless target keeps artifacts as long as its loader
 /// (`store() == None`). A target on a store — kiln-store's `DiskStore`
@@ -236,6 +245,14 @@ impl CudaTarget {
     #[must_use = "the target with its store is returned, not changed in place"]
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
         self.store.set(store);
+        self
+    }
+
+    /// The same target without a store, not even the default one: its
+    /// loader keeps its artifacts as long as itself.
+    #[must_use = "the target without its store is returned, not changed in place"]
+    pub fn without_store(mut self) -> Self {
+        self.store.clear();
         self
     }
 

@@ -21,6 +21,9 @@ use crate::pipeline_cache::{PersistedPipelineCache, PipelineCacheState};
 /// - [`on_device`](Self::on_device) builds pipelines on a device;
 ///   [`compile_only`](Self::compile_only) runs naga alone, for machines
 ///   without an adapter, and its loaded kernels describe their artifact.
+/// - A target is made on the process's default store (in a program on the
+///   `kiln` facade, the `KILN_CACHE_*` store);
+///   [`without_store`](Self::without_store) keeps none.
 /// - [`with_store`](Self::with_store) keeps artifacts in a store (P1-P9)
 ///   and, on a device with [`wgpu::Features::PIPELINE_CACHE`], the driver's
 ///   pipeline cache too (B3).
@@ -136,7 +139,7 @@ impl WgpuTarget {
         if kiln_core::mode::is_compile_only() {
             return Self::compile_only();
         }
-        Self::new(Some(device))
+        Self::new(Some(device)).on_default_store()
     }
 
     /// A target on the best Vulkan adapter here; see [`WgpuDevice::open`].
@@ -157,7 +160,32 @@ impl WgpuTarget {
     /// the artifact. Its artifacts are the same as a device's, so a store it
     /// fills serves devices later.
     pub fn compile_only() -> Self {
-        Self::new(None)
+        Self::new(None).on_default_store()
+    }
+
+    /// The same target on the process's default store
+    /// ([`kiln_core::store::default_store`]), when there is one. Opened
+    /// here rather than at the first batch: the pipeline cache is read from
+    /// the store when the target is put on it.
+    fn on_default_store(self) -> Self {
+        match kiln_core::store::default_store() {
+            Some(store) => self.with_store(store),
+            None => self,
+        }
+    }
+
+    /// The same target without a store, not even the default one: its
+    /// loader keeps artifacts as long as itself, and the driver's pipeline
+    /// cache is not kept.
+    #[must_use = "the target without its store is returned, not changed in place"]
+    pub fn without_store(mut self) -> Self {
+        self.save_pipeline_cache();
+        self.store = None;
+        self.pipeline_cache = None;
+        self.pipeline_cache_state = PipelineCacheState::Unavailable {
+            reason: "the target has no store".into(),
+        };
+        self
     }
 
     fn new(device: Option<WgpuDevice>) -> Self {

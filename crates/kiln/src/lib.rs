@@ -66,7 +66,7 @@ pub use kiln_core::*;
 mod default_store;
 
 #[cfg(feature = "store")]
-pub use default_store::Store;
+pub use default_store::{Store, StoreError};
 
 /// kiln's disk store (kiln-store): verified, shared between processes,
 /// size-limited; its settings ([`StoreConfig`]),
