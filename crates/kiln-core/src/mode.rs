@@ -245,7 +245,10 @@ mod tests {
         );
         assert_eq!(mode_with(variables(&[])), ProcessMode::Run);
         assert_eq!(
-            mode_with(variables(&[(MODE_VARIABLE, "run"), (CUDA_ARCH_VARIABLE, "sm_90")])),
+            mode_with(variables(&[
+                (MODE_VARIABLE, "run"),
+                (CUDA_ARCH_VARIABLE, "sm_90")
+            ])),
             ProcessMode::Run,
             "an architecture alone does not make a process compile-only"
         );
@@ -259,7 +262,10 @@ mod tests {
     // L11
     #[test]
     fn an_override_holds_on_its_thread_until_it_drops_and_beats_the_variable() {
-        let compile_only = variables(&[(MODE_VARIABLE, "compile-only"), (CUDA_ARCH_VARIABLE, "sm_80")]);
+        let compile_only = variables(&[
+            (MODE_VARIABLE, "compile-only"),
+            (CUDA_ARCH_VARIABLE, "sm_80"),
+        ]);
         {
             let _outer = ProcessModeOverride::new(ProcessMode::CompileOnly(
                 CompileOnly::default().hip_architecture("gfx942"),
@@ -273,11 +279,18 @@ mod tests {
                 let _inner = ProcessModeOverride::new(ProcessMode::Run);
                 assert_eq!(mode_with(&compile_only), ProcessMode::Run);
             }
-            assert!(matches!(mode_with(variables(&[])), ProcessMode::CompileOnly(_)));
+            assert!(matches!(
+                mode_with(variables(&[])),
+                ProcessMode::CompileOnly(_)
+            ));
             let elsewhere = std::thread::spawn(|| mode_with(variables(&[])))
                 .join()
                 .expect("the thread ends");
-            assert_eq!(elsewhere, ProcessMode::Run, "another thread is not overridden");
+            assert_eq!(
+                elsewhere,
+                ProcessMode::Run,
+                "another thread is not overridden"
+            );
         }
         assert_eq!(mode_with(variables(&[])), ProcessMode::Run);
     }

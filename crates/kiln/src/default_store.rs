@@ -192,9 +192,9 @@ mod fleet {
     //! through a background queue, and the default store, held for the
     //! whole process, is never dropped to write what is still queued.
 
+    use std::sync::Mutex;
     #[cfg(unix)]
     use std::sync::Once;
-    use std::sync::Mutex;
 
     use kiln_remote::TieredStore;
 
@@ -222,9 +222,8 @@ mod fleet {
     #[cfg(unix)]
     extern "C" fn flush_all() {
         let _ = std::panic::catch_unwind(|| {
-            let stores = std::mem::take(
-                &mut *OPEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()),
-            );
+            let stores =
+                std::mem::take(&mut *OPEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
             for store in stores {
                 store.flush(store.remote().config().timeout * 4);
             }

@@ -105,11 +105,19 @@ fn a_program_in_compile_only_mode_fills_the_store_its_run_on_the_device_reads() 
     assert_eq!(value(&built, "compile_only"), "true", "{built:?}");
     assert_eq!(value(&built, "compiled"), "16", "{built:?}");
     assert_eq!(value(&built, "device_loads"), "0", "no device: {built:?}");
-    assert_eq!(value(&built, "launched"), "0", "launches do nothing: {built:?}");
+    assert_eq!(
+        value(&built, "launched"),
+        "0",
+        "launches do nothing: {built:?}"
+    );
 
     let ran = report(program(TEST, "fake", &root, false));
     assert_eq!(value(&ran, "compile_only"), "false", "{ran:?}");
-    assert_eq!(value(&ran, "compiled"), "0", "the device compiles nothing: {ran:?}");
+    assert_eq!(
+        value(&ran, "compiled"),
+        "0",
+        "the device compiles nothing: {ran:?}"
+    );
     assert_eq!(value(&ran, "from_store"), "16", "{ran:?}");
     assert_eq!(value(&ran, "device_loads"), "16", "{ran:?}");
     assert_eq!(value(&ran, "launched"), "16", "{ran:?}");
@@ -167,7 +175,9 @@ mod cuda {
         }
         for kernel in &kernels {
             let id = ArtifactId::new(kernel.id(), variant);
-            loader.load(kernel, &id).unwrap_or_else(|error| panic!("{error}"));
+            loader
+                .load(kernel, &id)
+                .unwrap_or_else(|error| panic!("{error}"));
         }
         let batch = &loader.records()[0];
         println!(
@@ -262,7 +272,9 @@ mod wgpu {
         }
         for kernel in &kernels {
             let id = ArtifactId::new(kernel.id(), WgpuVariant);
-            loader.load(kernel, &id).unwrap_or_else(|error| panic!("{error}"));
+            loader
+                .load(kernel, &id)
+                .unwrap_or_else(|error| panic!("{error}"));
         }
         let batch = &loader.records()[0];
         println!(

@@ -25,7 +25,9 @@ fn program(test: &str, role: &str) -> Command {
     let mut command = child::rerun(test, CHILD, role);
     for (variable, _) in std::env::vars_os() {
         let name = variable.to_string_lossy();
-        if name.starts_with("KILN_CACHE_") || name.starts_with("KILN_REMOTE_") || name == "KILN_MODE"
+        if name.starts_with("KILN_CACHE_")
+            || name.starts_with("KILN_REMOTE_")
+            || name == "KILN_MODE"
         {
             command.env_remove(&variable);
         }
@@ -159,10 +161,7 @@ fn a_target_given_a_store_never_opens_the_default_one() {
         return kiln_test_support::skip("a CUDA target given a store", &answer);
     }
     assert_eq!(answer, "chosen=true without=true");
-    assert!(
-        !default_root.exists(),
-        "the default store was never opened"
-    );
+    assert!(!default_root.exists(), "the default store was never opened");
 }
 
 // P10 through the default store: with KILN_REMOTE_URL and a key set, the
