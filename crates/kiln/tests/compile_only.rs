@@ -313,3 +313,100 @@ mod wgpu {
         assert_eq!(value(&ran, "from_store"), "4", "{ran:?}");
     }
 }
+
+#[cfg(feature = "hip")]
+mod hip {
+    use kiln::hip::{HipKernel, HipTarget};
+    use kiln::{ArtifactId, Kernel, KernelId, KernelLoader, KernelOutcome, Store};
+    use kiln_test_support::{Scratch, child, skip};
+
+    use super::{CHILD, program, report, value};
+
+    /// `HipTarget::on_device(0)` on the default store: in compile-only
+    /// mode, no runtime or GPU is opened.
+    fn hip_program() {
+        let target = match HipTarget::on_device(0) {
+            Ok(target) => target,
+            Err(error) => return println!("report: unavailable=1 ({error})"),
+        };
+        let target = target.with_optional_store(Store::from_env().expect("the store opens"));
+        let compile_only = target.is_compile_only();
+        let architecture = target.architecture().to_string();
+        let variant = target.variant();
+        let mut loader = KernelLoader::new(target);
+        let kernels: Vec<HipKernel> = (0..2)
+            .map(|number: i32| {
+                HipKernel::builder(
+                    KernelId::named("compile_only.hip_fill").parameter(&number),
+                    "fill",
+                )
+                .source(format!(
+                    "extern \"C\" __global__ void fill(float* y) {{ y[threadIdx.x] = {number}.0f; }}"
+                ))
+            })
+            .collect();
+        for kernel in &kernels {
+            loader.enqueue(Box::new(kernel.clone()), variant.clone());
+        }
+        for kernel in &kernels {
+            let id = ArtifactId::new(kernel.id(), variant.clone());
+            loader
+                .load(kernel, &id)
+                .unwrap_or_else(|error| panic!("{error}"));
+        }
+        let batch = &loader.records()[0];
+        println!(
+            "report: unavailable=0 compile_only={compile_only} architecture={architecture} \
+             compiled={} from_store={}",
+            batch.count(KernelOutcome::Compiled),
+            batch.count(KernelOutcome::FromStore),
+        );
+    }
+
+    // L11 on hipRTC: KILN_HIP_ARCH names the architecture; the second run
+    // in the mode reads the first's artifacts.
+    #[test]
+    fn a_hip_program_in_compile_only_mode_compiles_for_the_architecture_named() {
+        const TEST: &str =
+            "hip::a_hip_program_in_compile_only_mode_compiles_for_the_architecture_named";
+        if child::is_child(CHILD, "hip") {
+            return hip_program();
+        }
+        let scratch = Scratch::new("facade-compile-only-hip");
+        let root = scratch.join("store");
+        let in_mode = || {
+            let mut command = program(TEST, "hip", &root, true);
+            command.env(kiln::mode::HIP_ARCH_VARIABLE, "gfx90a");
+            command
+        };
+        let built = report(in_mode());
+        if value(&built, "unavailable") == "1" {
+            return skip("compile-only mode on hipRTC", &format!("{built:?}"));
+        }
+        assert_eq!(value(&built, "compile_only"), "true", "{built:?}");
+        assert_eq!(value(&built, "architecture"), "gfx90a", "{built:?}");
+        assert_eq!(value(&built, "compiled"), "2", "{built:?}");
+        let again = report(in_mode());
+        assert_eq!(value(&again, "compiled"), "0", "{again:?}");
+        assert_eq!(value(&again, "from_store"), "2", "{again:?}");
+    }
+}
+
+// L11: a mode that names no architecture for a backend makes its device
+// constructor fail, naming the variable, rather than open the device.
+#[cfg(feature = "cuda")]
+#[test]
+fn compile_only_mode_without_an_architecture_names_the_variable() {
+    if std::env::var_os(mode::CUDA_ARCH_VARIABLE).is_some() {
+        return kiln_test_support::skip(
+            "compile-only mode without an architecture",
+            "KILN_CUDA_ARCH is set in this environment",
+        );
+    }
+    let _compile_only = ProcessModeOverride::new(ProcessMode::CompileOnly(CompileOnly::default()));
+    let error = kiln::cuda::CudaTarget::on_device(0).expect_err("no architecture named");
+    assert!(
+        error.to_string().contains(mode::CUDA_ARCH_VARIABLE),
+        "{error}"
+    );
+}
