@@ -16,7 +16,9 @@
 //! | `KILN_MODE` | `compile-only`, or `run` (the default) | `compile-only` |
 //! | `KILN_CUDA_ARCH` | the CUDA architecture compile-only CUDA targets compile for | `sm_90` |
 //! | `KILN_HIP_ARCH` | the gfx architecture compile-only HIP targets compile for | `gfx90a` |
-//! | `KILN_WGPU_ADAPTER` | the adapter profile compile-only wgpu targets validate for; wgpu targets validate with naga, whose artifacts serve every adapter, so it may stay unset | |
+//!
+//! wgpu targets need no architecture: compile-only, they validate with
+//! naga, whose artifacts serve every adapter.
 //!
 //! In code, a [`ProcessModeOverride`] sets the mode for the thread that
 //! made it until it drops, whatever `KILN_MODE` says: a program's own
@@ -51,8 +53,6 @@ pub const MODE_VARIABLE: &str = "KILN_MODE";
 pub const CUDA_ARCH_VARIABLE: &str = "KILN_CUDA_ARCH";
 /// The gfx architecture of compile-only HIP targets (`gfx90a`).
 pub const HIP_ARCH_VARIABLE: &str = "KILN_HIP_ARCH";
-/// The adapter profile compile-only wgpu targets validate for.
-pub const WGPU_ADAPTER_VARIABLE: &str = "KILN_WGPU_ADAPTER";
 
 /// What the targets a program creates do.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -72,7 +72,6 @@ pub enum ProcessMode {
 pub struct CompileOnly {
     cuda: Option<String>,
     hip: Option<String>,
-    wgpu: Option<String>,
 }
 
 impl CompileOnly {
@@ -90,14 +89,6 @@ impl CompileOnly {
         self
     }
 
-    /// The same, with wgpu targets validating for the adapter profile
-    /// `profile`.
-    #[must_use]
-    pub fn wgpu_adapter(mut self, profile: impl Into<String>) -> Self {
-        self.wgpu = Some(profile.into());
-        self
-    }
-
     /// The CUDA architecture, as given (the backend parses it).
     pub fn cuda(&self) -> Option<&str> {
         self.cuda.as_deref()
@@ -108,18 +99,12 @@ impl CompileOnly {
         self.hip.as_deref()
     }
 
-    /// The wgpu adapter profile; `None`: naga's validation alone.
-    pub fn wgpu(&self) -> Option<&str> {
-        self.wgpu.as_deref()
-    }
-
     /// The architectures the variables name, each where this names none.
     fn or_from(self, lookup: &impl Fn(&'static str) -> Option<String>) -> Self {
         let named = |variable| lookup(variable).filter(|value| !value.trim().is_empty());
         Self {
             cuda: self.cuda.or_else(|| named(CUDA_ARCH_VARIABLE)),
             hip: self.hip.or_else(|| named(HIP_ARCH_VARIABLE)),
-            wgpu: self.wgpu.or_else(|| named(WGPU_ADAPTER_VARIABLE)),
         }
     }
 }
@@ -239,10 +224,7 @@ mod tests {
         let ProcessMode::CompileOnly(plan) = mode else {
             panic!("compile-only: {mode:?}");
         };
-        assert_eq!(
-            (plan.cuda(), plan.hip(), plan.wgpu()),
-            (Some("sm_90"), Some("gfx90a"), None)
-        );
+        assert_eq!((plan.cuda(), plan.hip()), (Some("sm_90"), Some("gfx90a")));
         assert_eq!(mode_with(variables(&[])), ProcessMode::Run);
         assert_eq!(
             mode_with(variables(&[
