@@ -26,6 +26,7 @@ use crate::{command, setup};
 const BENCHES: &[&str] = &[
     "batch_compile",
     "warm_start",
+    "prebuilt_start",
     "loader_hot_path",
     "store_scale",
     "shared_store",
@@ -87,6 +88,7 @@ fn run_here() -> Result<()> {
             &[],
         ),
         ("warm_start", &[("KILN_BENCH_WARM", "32")], &[]),
+        ("prebuilt_start", &[("KILN_BENCH_PREBUILT", "32")], &[]),
         (
             "loader_hot_path",
             &[],
@@ -240,6 +242,7 @@ run "${KILN_BENCH_LIMIT_BATCH:-280}" batch_compile \
   KILN_BENCH_MEMORY="${KILN_BENCH_MEMORY:-heavy:256}" \
   KILN_BENCH_MEMORY_MODES="${KILN_BENCH_MEMORY_MODES:-processes}"
 run 60 warm_start KILN_BENCH_WARM="${KILN_BENCH_WARM:-256}"
+run 120 prebuilt_start KILN_BENCH_PREBUILT="${KILN_BENCH_PREBUILT:-256}"
 run 45 loader_hot_path -- --warm-up-time 1 --measurement-time 2
 run 100 store_scale -- --warm-up-time 1 --measurement-time 2
 run 150 shared_store KILN_BENCH_SHARED="${KILN_BENCH_SHARED:-64}"
@@ -491,6 +494,33 @@ fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
             measured.join("; "),
             ratios.join("; "),
             "≤ 1.5× floor; ≥ 50× faster".to_owned(),
+        ]);
+    }
+
+    // L11: the start after a compile-only run prebuilt the store, next to
+    // the program's own second run.
+    let after = of("prebuilt_start", "after_prebuild", "", None);
+    let second = of("prebuilt_start", "second_run", "", None);
+    if let (Some(first), Some(after_wall), Some(second_wall)) = (
+        after.first(),
+        median(after.iter().map(|sample| sample.wall).collect()),
+        median(second.iter().map(|sample| sample.wall).collect()),
+    ) {
+        let compiled = |samples: &[Sample]| samples.iter().filter_map(|s| s.compiled).max();
+        rows.push([
+            "L11 prebuilt_start gemm".to_owned(),
+            format!(
+                "after a compile-only run {} ({} compiled); own second run {} ({} compiled); \
+                 {} kernels, {}",
+                time(after_wall),
+                compiled(&after).unwrap_or(0),
+                time(second_wall),
+                compiled(&second).unwrap_or(0),
+                first.kernels,
+                first.note
+            ),
+            format!("after / second **{:.2}**", after_wall / second_wall),
+            "0 compiled; ≈ 1×".to_owned(),
         ]);
     }
 

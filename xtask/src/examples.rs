@@ -35,6 +35,10 @@ pub const EXAMPLES: &[Example] = &[
         name: "hip_compile_only",
         features: "hip",
     },
+    Example {
+        name: "compile_only",
+        features: "cuda",
+    },
 ];
 
 /// Builds and runs every example with `environment`, each on a fresh store

@@ -261,7 +261,9 @@ impl LoadedKernel {
     ///
     /// # Errors
     ///
-    /// [`Error::CompileOnly`] for a kernel without a device,
+    /// [`Error::CompileOnly`] for a kernel without a device, unless this
+    /// thread is in compile-only mode ([`kiln_core::mode`]), where such a
+    /// launch does nothing and succeeds (L11);
     /// [`Error::ForeignStream`] for a stream of another context, or the
     /// driver's refusal of the launch (a block too large, too much shared
     /// memory).
@@ -271,6 +273,11 @@ impl LoadedKernel {
         config: LaunchConfig,
         arguments: &[KernelArgument],
     ) -> Result<(), Error> {
+        // L11: decided where the launch is issued, as the mode is the
+        // thread's; a kernel with a device launches whatever the mode.
+        if self.0.module.is_none() && kiln_core::mode::is_compile_only() {
+            return Ok(());
+        }
         let module = self.on_device()?;
         let context = module.device.context();
         if stream.context().cu_ctx() != context.cu_ctx() {

@@ -30,11 +30,25 @@ enum Destination {
 ///
 /// | target | how |
 /// |---|---|
-/// | GPU `ordinal`, storeless | [`CudaTarget::on_device`]`(ordinal)?` |
-/// | the GPU of a cudarc context the program has, storeless | [`CudaTarget::from_context`]`(context)?` |
-/// | no GPU, for an architecture, storeless | [`CudaTarget::compile_only`]`(architecture)?` |
+/// | GPU `ordinal` | [`CudaTarget::on_device`]`(ordinal)?` |
+/// | the GPU of a cudarc context the program has | [`CudaTarget::from_context`]`(context)?` |
+/// | no GPU, for an architecture | [`CudaTarget::compile_only`]`(architecture)?` |
+/// | either, on the process's default store | as made: see below |
+/// | either, storeless | `.`[`without_store`](Self::without_store)`()` |
 /// | either, on a store | `.`[`with_store`](Self::with_store)`(store)` |
 /// | either, on a store unless it is disabled | `.`[`with_optional_store`](Self::with_optional_store)`(store)` |
+///
+/// In compile-only mode (`KILN_MODE=compile-only` and `KILN_CUDA_ARCH`, or
+/// a [`ProcessModeOverride`](kiln_core::mode::ProcessModeOverride)),
+/// `on_device` and `from_context` make the compile-only target of the
+/// mode's architecture and open no device or driver (L11).
+///
+/// A target is made on the process's default store
+/// ([`kiln_core::store::default_store`]): in a program on the `kiln`
+/// facade, the `KILN_CACHE_*` store (with the fleet tier behind it when
+/// `KILN_REMOTE_URL` and its keys are set), opened at its loader's first
+/// batch; none under `KILN_CACHE_DISABLE=1`, nor in a program on this crate
+/// alone, which installs no default store.
 ///
 /// A storeless target keeps artifacts as long as its loader
 /// (`store() == None`). A target on a store — kiln-store's `DiskStore`
@@ -125,6 +139,9 @@ impl CudaTarget {
     ///
     /// The driver or NVRTC is missing, or there is no such GPU.
     pub fn on_device(ordinal: usize) -> Result<Self, Error> {
+        if let Some(plan) = kiln_core::mode::compile_only() {
+            return Self::for_compile_only_mode(&plan);
+        }
         // NVRTC opens once, before the context: F5, the compile workers
         // start while the driver makes it, so the first batch finds them
         // started. A missing device is still said before a missing NVRTC.
@@ -169,7 +186,29 @@ impl CudaTarget {
     ///
     /// NVRTC is missing, or the driver cannot say what the device is.
     pub fn from_context(context: Arc<CudaContext>) -> Result<Self, Error> {
+        if let Some(plan) = kiln_core::mode::compile_only() {
+            return Self::for_compile_only_mode(&plan);
+        }
         Self::on(CudaDevice::from_context(context)?)
+    }
+
+    /// The target every device constructor makes in compile-only mode
+    /// (L11): no device, no driver, the architecture the mode names.
+    fn for_compile_only_mode(plan: &kiln_core::mode::CompileOnly) -> Result<Self, Error> {
+        let named = plan.cuda().ok_or_else(|| {
+            Error::Invalid(format!(
+                "compile-only mode names no CUDA architecture: set {}=sm_90 (the GPU the \
+                 store is for), or name it in the ProcessModeOverride",
+                kiln_core::mode::CUDA_ARCH_VARIABLE
+            ))
+        })?;
+        let architecture = named.parse().map_err(|error| {
+            Error::Invalid(format!(
+                "{error} (compile-only mode, {})",
+                kiln_core::mode::CUDA_ARCH_VARIABLE
+            ))
+        })?;
+        Self::compile_only(architecture)
     }
 
     fn on(device: CudaDevice) -> Result<Self, Error> {
@@ -206,6 +245,14 @@ impl CudaTarget {
     #[must_use = "the target with its store is returned, not changed in place"]
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
         self.store.set(store);
+        self
+    }
+
+    /// The same target without a store, not even the default one: its
+    /// loader keeps its artifacts as long as itself.
+    #[must_use = "the target without its store is returned, not changed in place"]
+    pub fn without_store(mut self) -> Self {
+        self.store.clear();
         self
     }
 

@@ -97,6 +97,15 @@ pub enum Error {
         /// The device.
         ordinal: usize,
     },
+    /// Compile-only mode (`KILN_MODE=compile-only`) names no gfx
+    /// architecture for HIP targets.
+    #[error(
+        "compile-only mode names no HIP architecture: set {variable}=gfx90a (the GPU the store is for), or name it in the ProcessModeOverride"
+    )]
+    NoCompileOnlyArchitecture {
+        /// The variable that names it.
+        variable: &'static str,
+    },
     /// A name that is not a gfx architecture.
     #[error(
         "{name:?} is not a gfx architecture name ({reason}); names look like gfx90a or gfx90a:xnack-"

@@ -131,7 +131,9 @@ impl LoadedKernel {
     ///
     /// # Errors
     ///
-    /// [`Error::CompileOnly`] for a kernel without a device,
+    /// [`Error::CompileOnly`] for a kernel without a device, unless this
+    /// thread is in compile-only mode ([`kiln_core::mode`]), where such a
+    /// launch does nothing and succeeds (L11);
     /// [`Error::ForeignStream`] for a stream of another device, or the
     /// runtime's refusal of the launch.
     pub unsafe fn launch(
@@ -207,6 +209,11 @@ impl LoadedKernel {
         arguments: &[KernelArgument],
     ) -> Result<()> {
         let Some(module) = &self.0.module else {
+            // L11: in compile-only mode a launch does nothing, decided
+            // where it is issued.
+            if kiln_core::mode::is_compile_only() {
+                return Ok(());
+            }
             return Err(Error::CompileOnly {
                 symbol: self.0.lowered_name.clone(),
             });

@@ -41,11 +41,25 @@ fn refusal(error: Error) -> DeviceRefusal {
 ///
 /// | target | how |
 /// |---|---|
-/// | AMD GPU `ordinal`, storeless | [`HipTarget::on_device`]`(ordinal)?` |
+/// | AMD GPU `ordinal` | [`HipTarget::on_device`]`(ordinal)?` |
 /// | a device opened by hand (an architecture given) | [`HipTarget::on`]`(device)?` |
-/// | no GPU, for an architecture, storeless | [`HipTarget::compile_only`]`(architecture)?` |
+/// | no GPU, for an architecture | [`HipTarget::compile_only`]`(architecture)?` |
+/// | either, on the process's default store | as made: see below |
+/// | either, storeless | `.`[`without_store`](Self::without_store)`()` |
 /// | either, on a store | `.`[`with_store`](Self::with_store)`(store)` |
 /// | either, on a store unless it is disabled | `.`[`with_optional_store`](Self::with_optional_store)`(store)` |
+///
+/// In compile-only mode (`KILN_MODE=compile-only` and `KILN_HIP_ARCH`, or
+/// a [`ProcessModeOverride`](kiln_core::mode::ProcessModeOverride)),
+/// `on_device` and `on` make the compile-only target of the mode's
+/// architecture and open no device or runtime (L11).
+///
+/// A target is made on the process's default store
+/// ([`kiln_core::store::default_store`]): in a program on the `kiln`
+/// facade, the `KILN_CACHE_*` store (with the fleet tier behind it when
+/// `KILN_REMOTE_URL` and its keys are set), opened at its loader's first
+/// batch; none under `KILN_CACHE_DISABLE=1`, nor in a program on this crate
+/// alone, which installs no default store.
 ///
 /// A storeless target keeps artifacts as long as its loader. A target on a
 /// store — kiln-store's `DiskStore` or any other [`ArtifactStore`] — reads
@@ -121,7 +135,19 @@ impl HipTarget {
     /// ([`Error::UnknownDeviceArchitecture`]: open it with
     /// [`HipDevice::with_architecture`] and use [`on`](Self::on)).
     pub fn on_device(ordinal: usize) -> Result<Self> {
+        if let Some(plan) = kiln_core::mode::compile_only() {
+            return Self::for_compile_only_mode(&plan);
+        }
         Self::on(HipDevice::open(ordinal)?)
+    }
+
+    /// The target every device constructor makes in compile-only mode
+    /// (L11): no device, no runtime, the architecture the mode names.
+    fn for_compile_only_mode(plan: &kiln_core::mode::CompileOnly) -> Result<Self> {
+        let named = plan.hip().ok_or(Error::NoCompileOnlyArchitecture {
+            variable: kiln_core::mode::HIP_ARCH_VARIABLE,
+        })?;
+        Self::compile_only(Architecture::new(named.trim())?)
     }
 
     /// A target on `device`, opened by hand.
@@ -130,6 +156,9 @@ impl HipTarget {
     ///
     /// hipRTC or comgr is missing ([`Error::LibraryMissing`]).
     pub fn on(device: HipDevice) -> Result<Self> {
+        if let Some(plan) = kiln_core::mode::compile_only() {
+            return Self::for_compile_only_mode(&plan);
+        }
         Ok(Self {
             compiler: Arc::new(HipCompiler::new()?.keyed_for(device.architecture().clone())),
             destination: Destination::Device(device),
@@ -168,6 +197,14 @@ impl HipTarget {
     #[must_use = "the target with its store is returned, not changed in place"]
     pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
         self.store.set(store);
+        self
+    }
+
+    /// The same target without a store, not even the default one: its
+    /// loader keeps its artifacts as long as itself.
+    #[must_use = "the target without its store is returned, not changed in place"]
+    pub fn without_store(mut self) -> Self {
+        self.store.clear();
         self
     }
 

@@ -22,6 +22,9 @@ use crate::pipeline_cache::{PersistedPipelineCache, PipelineCacheState};
 /// - [`on_device`](Self::on_device) builds pipelines on a device;
 ///   [`compile_only`](Self::compile_only) runs naga alone, for machines
 ///   without an adapter, and its loaded kernels describe their artifact.
+/// - A target is made on the process's default store (in a program on the
+///   `kiln` facade, the `KILN_CACHE_*` store);
+///   [`without_store`](Self::without_store) keeps none.
 /// - [`with_store`](Self::with_store) keeps artifacts in a store (P1-P9)
 ///   and, on a device with [`wgpu::Features::PIPELINE_CACHE`], the driver's
 ///   pipeline cache too (B3).
@@ -131,8 +134,15 @@ impl PrefetchSlot {
 impl WgpuTarget {
     /// A target that builds pipelines on `device` and keeps nothing beyond
     /// the process.
+    ///
+    /// In compile-only mode ([`kiln_core::mode`]) the target is
+    /// compile-only, as [`compile_only`](Self::compile_only) makes it, and
+    /// `device` is dropped (L11).
     pub fn on_device(device: WgpuDevice) -> Self {
-        Self::new(Some(device))
+        if kiln_core::mode::is_compile_only() {
+            return Self::compile_only();
+        }
+        Self::new(Some(device)).on_default_store()
     }
 
     /// A target on the best Vulkan adapter here; see [`WgpuDevice::open`].
@@ -140,7 +150,12 @@ impl WgpuTarget {
     /// # Errors
     ///
     /// No adapter, or it opened no device.
+    /// In compile-only mode ([`kiln_core::mode`]) it opens no adapter and
+    /// makes the compile-only target (L11).
     pub fn open() -> Result<Self, Error> {
+        if kiln_core::mode::is_compile_only() {
+            return Ok(Self::compile_only());
+        }
         WgpuDevice::open().map(Self::on_device)
     }
 
@@ -148,7 +163,32 @@ impl WgpuTarget {
     /// the artifact. Its artifacts are the same as a device's, so a store it
     /// fills serves devices later.
     pub fn compile_only() -> Self {
-        Self::new(None)
+        Self::new(None).on_default_store()
+    }
+
+    /// The same target on the process's default store
+    /// ([`kiln_core::store::default_store`]), when there is one. Opened
+    /// here rather than at the first batch: the pipeline cache is read from
+    /// the store when the target is put on it.
+    fn on_default_store(self) -> Self {
+        match kiln_core::store::default_store() {
+            Some(store) => self.with_store(store),
+            None => self,
+        }
+    }
+
+    /// The same target without a store, not even the default one: its
+    /// loader keeps artifacts as long as itself, and the driver's pipeline
+    /// cache is not kept.
+    #[must_use = "the target without its store is returned, not changed in place"]
+    pub fn without_store(mut self) -> Self {
+        self.save_pipeline_cache();
+        self.store = None;
+        self.pipeline_cache = None;
+        self.pipeline_cache_state = PipelineCacheState::Unavailable {
+            reason: "the target has no store".into(),
+        };
+        self
     }
 
     /// A compile-only target standing for an adapter with `features`: a

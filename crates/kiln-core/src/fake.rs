@@ -210,6 +210,20 @@ pub struct FakeModule {
     pub kernel: KernelId,
     /// The text its artifact was compiled from.
     pub text: String,
+    /// Described by a compile-only target rather than loaded: its launches
+    /// do nothing (L11).
+    pub described: bool,
+}
+
+impl FakeModule {
+    /// Launches the kernel: on the fake device, counts the launch in
+    /// `launches`; described by a compile-only target, does nothing and
+    /// succeeds, as every launch of a compile-only process does (L11).
+    pub fn launch(&self, launches: &AtomicUsize) {
+        if !self.described {
+            launches.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The fake compiler, counting its work.
@@ -616,17 +630,27 @@ pub struct FakeTarget {
     store: Option<Arc<dyn ArtifactStore>>,
     failing_writes: bool,
     loaded: usize,
+    compile_only: bool,
 }
 
 impl FakeTarget {
-    /// A target that keeps nothing beyond the process.
+    /// A target that keeps nothing beyond the process. In compile-only
+    /// mode ([`crate::mode`]), like every target made then, it has no
+    /// device: it describes what it would load and its kernels' launches
+    /// do nothing (L11).
     pub fn storeless() -> Self {
         Self {
             compiler: Arc::new(FakeCompiler::default()),
             store: None,
             failing_writes: false,
             loaded: 0,
+            compile_only: crate::mode::is_compile_only(),
         }
+    }
+
+    /// Whether the target has no device (made in compile-only mode).
+    pub fn is_compile_only(&self) -> bool {
+        self.compile_only
     }
 
     /// A target with a store of its own, in memory.
@@ -675,7 +699,8 @@ impl FakeTarget {
         &self.compiler
     }
 
-    /// How many artifacts the device loaded.
+    /// How many artifacts the device loaded (none on a compile-only
+    /// target).
     pub fn loaded(&self) -> usize {
         self.loaded
     }
@@ -744,10 +769,13 @@ impl CompilationTarget for FakeTarget {
                 code: Some(200),
             });
         }
-        self.loaded += 1;
+        if !self.compile_only {
+            self.loaded += 1;
+        }
         Ok(Arc::new(FakeModule {
             kernel: id.kernel.clone(),
             text: artifact.text.clone(),
+            described: self.compile_only,
         }))
     }
 }

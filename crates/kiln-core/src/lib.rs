@@ -93,6 +93,7 @@ pub mod handle;
 pub mod id;
 pub mod kernel;
 pub mod loader;
+pub mod mode;
 mod panic;
 mod pool;
 pub mod resources;

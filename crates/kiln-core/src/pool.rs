@@ -87,10 +87,18 @@ impl WorkerPool {
                 Err(reason) => {
                     if !self.warned {
                         self.warned = true;
-                        log::warn!(
-                            "{} could compile in worker processes, but {reason}; compiling on \
-                             threads of this process",
-                            recipe.compiler()
+                        // Once per process, and on standard error when the
+                        // program has no logger: a batch on threads is
+                        // slower, and one crash of the compiler takes the
+                        // program down.
+                        crate::config::warn_once(
+                            "worker program",
+                            "",
+                            format!(
+                                "{} could compile in worker processes, but {reason}; this \
+                                 batch and the next compile on threads of this process",
+                                recipe.compiler()
+                            ),
                         );
                     }
                     return false;

@@ -3,7 +3,7 @@
 //! in, used from the loader's thread only.
 
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::compiler::ArtifactCompiler;
 use crate::error::DeviceRefusal;
@@ -100,45 +100,76 @@ pub type KernelOf<T> = <<T as CompilationTarget>::Compiler as ArtifactCompiler>:
 /// target that persists holds, and the one place its rules are kept.
 ///
 /// A target answers [`CompilationTarget::store`] with [`get`](Self::get).
-/// Whether a target has a store is chosen when it is built
-/// ([`set`](Self::set), [`set_optional`](Self::set_optional)) and never
-/// changes after: a target in a loader may only swap its store for another
-/// ([`switch`](Self::switch), L10), which the loader notices and binds at
-/// its next access.
+/// A target made with [`TargetStore::default`] is on the process's default
+/// store ([`default_store`](crate::store::default_store): the facade's
+/// `KILN_CACHE_*` store, with the fleet tier behind it when one is set),
+/// opened when its loader first asks, so that a target given another store
+/// before then never opens it. [`set`](Self::set) chooses a store,
+/// [`none`](Self::none) and [`clear`](Self::clear) none at all. Whether a
+/// target has a store never changes once its loader has asked: a target in
+/// a loader may only swap its store for another ([`switch`](Self::switch),
+/// L10), which the loader notices and binds at its next access.
 ///
 /// ```
 /// use std::sync::Arc;
 ///
 /// use kiln_core::{ArtifactStore, MemoryStore, TargetStore};
 ///
-/// let mut storeless = TargetStore::default();
+/// let mut storeless = TargetStore::none();
 /// assert!(!storeless.switch(Arc::new(MemoryStore::new())));
 /// assert!(storeless.get().is_none());
 ///
 /// let first: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
 /// let second: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
-/// let mut stored = TargetStore::default();
+/// let mut stored = TargetStore::none();
 /// stored.set(Arc::clone(&first));
 /// assert!(stored.switch(Arc::clone(&second)));
 /// assert!(Arc::ptr_eq(stored.get().expect("a store"), &second));
 /// ```
-#[derive(Debug, Clone, Default)]
-pub struct TargetStore(Option<Arc<dyn ArtifactStore>>);
+#[derive(Debug, Clone)]
+pub struct TargetStore(Choice);
+
+/// What a target's store is.
+#[derive(Debug, Clone)]
+enum Choice {
+    /// The process's default store, opened at the first `get`.
+    Default(OnceLock<Option<Arc<dyn ArtifactStore>>>),
+    /// A store the program chose, or none.
+    Chosen(Option<Arc<dyn ArtifactStore>>),
+}
+
+impl Default for TargetStore {
+    /// On the process's default store, opened when first asked for.
+    fn default() -> Self {
+        Self(Choice::Default(OnceLock::new()))
+    }
+}
 
 impl TargetStore {
+    /// No store: artifacts are kept as long as the target's loader.
+    pub fn none() -> Self {
+        Self(Choice::Chosen(None))
+    }
+
     /// Keeps artifacts in `store`, in place of any store chosen before.
     pub fn set(&mut self, store: Arc<dyn ArtifactStore>) {
-        self.0 = Some(store);
+        self.0 = Choice::Chosen(Some(store));
     }
 
     /// Keeps artifacts in `store` when there is one, and changes nothing
     /// otherwise: for a store that may be disabled, such as
     /// `kiln_store::DiskStore::open_from_env()`'s under
-    /// `KILN_CACHE_DISABLE=1`.
+    /// `KILN_CACHE_DISABLE=1` (the default store is then off too).
     pub fn set_optional(&mut self, store: Option<Arc<dyn ArtifactStore>>) {
         if let Some(store) = store {
             self.set(store);
         }
+    }
+
+    /// Keeps no store, not even the default one: a target's
+    /// `without_store()`.
+    pub fn clear(&mut self) {
+        self.0 = Choice::Chosen(None);
     }
 
     /// Puts `store` in place of the store there is, as opening another root
@@ -146,18 +177,20 @@ impl TargetStore {
     /// whether a target has a store never changes.
     #[must_use = "a storeless target does not switch"]
     pub fn switch(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
-        match &mut self.0 {
-            Some(current) => {
-                *current = store;
-                true
-            }
-            None => false,
+        if self.get().is_none() {
+            return false;
         }
+        self.set(store);
+        true
     }
 
     /// The store, if there is one: a target's answer to
-    /// [`CompilationTarget::store`].
+    /// [`CompilationTarget::store`]. The first call of a target on the
+    /// default store opens it.
     pub fn get(&self) -> Option<&Arc<dyn ArtifactStore>> {
-        self.0.as_ref()
+        match &self.0 {
+            Choice::Default(opened) => opened.get_or_init(crate::store::default_store).as_ref(),
+            Choice::Chosen(store) => store.as_ref(),
+        }
     }
 }

@@ -18,15 +18,21 @@
 //! ```
 //!
 //! So a program, a benchmark or a test binary with its own `main`
-//! (`harness = false`) needs no second binary. Where kiln looks for the
+//! (`harness = false`) needs no second binary; a program without the hook
+//! uses `kiln-worker`. Where kiln looks for the
 //! program to start, in order:
 //!
 //! 1. `KILN_WORKER_PROGRAM`: a program (any program whose `main` starts with
 //!    [`run_if_worker`]) to start as the worker, for a program that cannot
 //!    call the hook itself, such as a libtest test binary.
 //! 2. The running program, when its `main` called [`run_if_worker`].
-//! 3. None: the loader finalizes on threads of its own process, and logs a
-//!    warning once, naming both ways to get workers.
+//! 3. kiln's own worker program, `kiln-worker` (installed with the `kiln`
+//!    command by `cargo install kiln-cli`), beside the running program,
+//!    then on `PATH`, when `kiln-worker --version` says it is of this very
+//!    kiln ([`version_line`]): it serves the CUDA and HIP compilers.
+//! 4. None: the loader finalizes on threads of its own process, and warns
+//!    once per process (through `log`, or on standard error without a
+//!    logger), naming every way to get workers.
 //!
 //! `KILN_WORKER_MODE=threads` keeps on threads every loader that reads its
 //! settings from the environment
@@ -95,6 +101,7 @@
 
 mod exit;
 mod processes;
+mod program;
 mod protocol;
 mod serve;
 mod temporary;
@@ -107,6 +114,8 @@ pub(crate) use exit::Blame;
 pub use exit::{LOW_MEMORY_PART, OVERLOAD, TIMEOUT_FLOOR};
 pub use processes::WorkerProcesses;
 pub(crate) use processes::{ProcessPool, WorkerLost};
+pub(crate) use program::worker_program;
+pub use program::{WORKER_PROGRAM_NAME, version_line};
 pub(crate) use protocol::{Outcome, decode};
 pub use serve::{WorkerEntry, entry};
 
@@ -173,21 +182,4 @@ pub(crate) fn release_early(recipe: &WorkerRecipe) {
 /// Whether this process is a worker (its loaders never start workers).
 pub(crate) fn is_worker_process() -> bool {
     std::env::var_os(WORKER_CHANNEL_VARIABLE).is_some()
-}
-
-/// The program to start as a worker, or why there is none.
-pub(crate) fn worker_program() -> Result<std::path::PathBuf, String> {
-    if let Some(program) = std::env::var_os(WORKER_PROGRAM_VARIABLE)
-        && !program.is_empty()
-    {
-        return Ok(program.into());
-    }
-    if HOOK_CALLED.load(Ordering::Acquire) {
-        return std::env::current_exe()
-            .map_err(|error| format!("this program cannot find its own executable: {error}"));
-    }
-    Err(format!(
-        "no worker program: call kiln_core::worker::run_if_worker(...) as the first line of \
-         main, or set {WORKER_PROGRAM_VARIABLE} to a program that does"
-    ))
 }

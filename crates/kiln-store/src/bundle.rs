@@ -634,6 +634,18 @@ impl DiskStore {
                     if replaced {
                         report.replaced += 1;
                     }
+                    // An imported kernel is held here: its history says so,
+                    // so that `kiln explain` finds it (P9).
+                    if let Some((name, kernel)) = record.key.kernel() {
+                        let seen = record::Seen {
+                            key: record.key.clone(),
+                            at: record.stored_at,
+                        };
+                        self.update_history(name, kernel, |history| {
+                            history.stored = Some(seen);
+                            true
+                        });
+                    }
                 }
                 Next::End => break,
             }

@@ -1,5 +1,7 @@
-//! The disk store in one line: the store every kiln program and the `kiln`
-//! command share, found the way they find it.
+//! The default store in one function: the store every kiln program and the
+//! `kiln` command share, found the way they find it, with the fleet tier
+//! behind it when one is configured; and the install that makes it every
+//! target's store unless the program chooses another.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -7,32 +9,60 @@ use std::sync::Arc;
 use kiln_core::ArtifactStore;
 use kiln_store::{DiskStore, StoreConfig};
 
-/// The default disk store (kiln-store's [`DiskStore`]), ready for a
-/// target's `with_optional_store` or `with_store`.
+/// The default disk store (kiln-store's [`DiskStore`]), with the fleet
+/// tier behind it when one is configured.
 ///
-/// `Store` holds no value: it names the two ways a program opens the disk
-/// store, each returning it as the `Arc<dyn ArtifactStore>` a target takes.
-/// [`from_env`](Store::from_env) reads the `KILN_CACHE_*` variables exactly
-/// as [`DiskStore::open_from_env`] and the `kiln` command do, so a program,
-/// `kiln warm` and `kiln stats` see one store; [`at`](Store::at) opens one
-/// in a folder of the program's choosing. For other settings in code, open
-/// a [`DiskStore`] with a [`StoreConfig`].
+/// `Store` holds no value: it names the ways a program opens the store,
+/// each returning it as the `Arc<dyn ArtifactStore>` a target takes.
+///
+/// **A target is on the default store unless the program says otherwise**:
+/// in a program on this crate, every target made without a store opens
+/// [`Store::from_env`]'s at its loader's first batch (see
+/// [`kiln_core::store::default_store`]); `KILN_CACHE_DISABLE=1`, or a
+/// target's `without_store()`, turns it off. So a program needs no store
+/// line at all:
 ///
 /// ```no_run
 /// # #[cfg(feature = "cuda")] {
-/// let target = kiln::cuda::CudaTarget::on_device(0)?.with_optional_store(kiln::Store::from_env()?);
+/// // On the default store, shared with `kiln warm` and every other program.
+/// let target = kiln::cuda::CudaTarget::on_device(0)?;
+/// // On none.
+/// let storeless = kiln::cuda::CudaTarget::on_device(0)?.without_store();
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// [`from_env`](Store::from_env) reads the `KILN_CACHE_*` and
+/// `KILN_REMOTE_*` variables as the `kiln` command does, so a program,
+/// `kiln warm` and `kiln stats` see one store; [`at`](Store::at) opens one
+/// in a folder of the program's choosing. For other settings in code, open
+/// a [`DiskStore`] with a [`StoreConfig`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Store {}
+
+/// Why the default store did not open.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The disk store: a `KILN_CACHE_*` variable does not parse, or its
+    /// folder cannot hold a store.
+    #[error(transparent)]
+    Disk(#[from] kiln_store::Error),
+    /// The fleet tier `KILN_REMOTE_URL` names: a setting that does not
+    /// parse, or no key (`kiln keygen` makes one).
+    #[cfg(feature = "remote")]
+    #[error("the remote tier cannot start: {0}")]
+    Remote(#[from] kiln_remote::Error),
+}
 
 impl Store {
     /// The store the `KILN_CACHE_*` variables describe: in
     /// `KILN_CACHE_DIR`, else `$XDG_CACHE_HOME/kiln`, else `~/.cache/kiln`,
-    /// with the size, entry, lock and read-only settings they give; `None`
-    /// under `KILN_CACHE_DISABLE=1`, for a target that then keeps its
-    /// artifacts in memory.
+    /// with the size, entry, lock and read-only settings they give; with
+    /// the `remote` feature (on by default) and `KILN_REMOTE_URL` set, the
+    /// fleet tier it names behind it (P10), with the keys the
+    /// `KILN_REMOTE_*` variables give. `None` under `KILN_CACHE_DISABLE=1`,
+    /// for a target that then keeps its artifacts in memory.
     ///
     /// ```no_run
     /// use kiln::{KernelLoader, Store};
@@ -48,12 +78,45 @@ impl Store {
     /// # Errors
     ///
     /// A `KILN_CACHE_*` variable does not parse, no folder can be found
-    /// (no `KILN_CACHE_DIR`, `XDG_CACHE_HOME` or `HOME`), or the folder
-    /// cannot hold a store (it holds something else, or cannot be made).
+    /// (no `KILN_CACHE_DIR`, `XDG_CACHE_HOME` or `HOME`), the folder
+    /// cannot hold a store (it holds something else, or cannot be made),
+    /// or `KILN_REMOTE_URL` is set and its settings or keys cannot be read.
     /// A program that would rather run without a store then keeps the
     /// error for its log and passes `None`.
-    pub fn from_env() -> Result<Option<Arc<dyn ArtifactStore>>, kiln_store::Error> {
-        Ok(DiskStore::open_from_env()?.map(shared))
+    pub fn from_env() -> Result<Option<Arc<dyn ArtifactStore>>, StoreError> {
+        let Some(disk) = DiskStore::open_from_env()? else {
+            return Ok(None);
+        };
+        Self::with_fleet(disk, None).map(Some)
+    }
+
+    /// `disk`, with the fleet tier behind it that `remote_url` names, else
+    /// `KILN_REMOTE_URL`, else none: the one place the tiers are put
+    /// together, for a program and for the `kiln` command's `--remote`.
+    ///
+    /// # Errors
+    ///
+    /// A fleet tier is named and its settings or keys cannot be read.
+    pub fn with_fleet(
+        disk: DiskStore,
+        remote_url: Option<&str>,
+    ) -> Result<Arc<dyn ArtifactStore>, StoreError> {
+        #[cfg(feature = "remote")]
+        {
+            let config = kiln_remote::RemoteConfig::with_overrides(|name| match remote_url {
+                Some(url) if name == "KILN_REMOTE_URL" => Some(url.to_owned()),
+                _ => std::env::var(name).ok(),
+            })?;
+            if let Some(config) = config {
+                let remote = kiln_remote::RemoteStore::open(config)?;
+                let tiered = kiln_remote::TieredStore::new(disk, remote);
+                fleet::flush_at_exit(&tiered);
+                return Ok(Arc::new(tiered));
+            }
+        }
+        #[cfg(not(feature = "remote"))]
+        let _ = remote_url;
+        Ok(shared(disk))
     }
 
     /// The store in `root`, made there when the folder is empty or absent,
@@ -74,6 +137,97 @@ impl Store {
     /// be made).
     pub fn at(root: impl Into<PathBuf>) -> Result<Arc<dyn ArtifactStore>, kiln_store::Error> {
         DiskStore::open(StoreConfig::at(root)).map(shared)
+    }
+
+    /// Makes [`from_env`](Self::from_env) the store of every target made
+    /// without one. kiln does this before `main` in every program on this
+    /// crate (on Linux, macOS and Windows); a program on another platform
+    /// calls it first thing. Returns whether it was installed now (false:
+    /// another opener was installed first).
+    pub fn install_default() -> bool {
+        kiln_core::store::install_default_store(open_default)
+    }
+}
+
+/// The default store, as [`kiln_core::store::default_store`] opens it.
+fn open_default() -> Result<Option<Arc<dyn ArtifactStore>>, String> {
+    Store::from_env().map_err(|error| error.to_string())
+}
+
+/// Installs the default store before `main`: a target made directly with a
+/// backend's constructor never passes through code of this crate, and the
+/// store must be there whichever way the program makes its targets.
+extern "C" fn install_before_main() {
+    Store::install_default();
+}
+
+// The loader of the platform calls each function of these sections before
+// `main`; rustc keeps a `#[used]` static of a dependency in the link.
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "freebsd",
+    target_os = "netbsd",
+    target_os = "openbsd",
+    target_os = "dragonfly",
+    target_os = "illumos"
+))]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INSTALL: extern "C" fn() = install_before_main;
+
+#[cfg(target_vendor = "apple")]
+#[used]
+#[unsafe(link_section = "__DATA,__mod_init_func")]
+static INSTALL: extern "C" fn() = install_before_main;
+
+#[cfg(windows)]
+#[used]
+#[unsafe(link_section = ".CRT$XCU")]
+static INSTALL: extern "C" fn() = install_before_main;
+
+#[cfg(feature = "remote")]
+mod fleet {
+    //! The fleet tier's writes at the end of the process: they go out
+    //! through a background queue, and the default store, held for the
+    //! whole process, is never dropped to write what is still queued.
+
+    use std::sync::Mutex;
+    #[cfg(unix)]
+    use std::sync::Once;
+
+    use kiln_remote::TieredStore;
+
+    static OPEN: Mutex<Vec<TieredStore>> = Mutex::new(Vec::new());
+    #[cfg(unix)]
+    static REGISTER: Once = Once::new();
+
+    /// Writes what `store` still has queued when the process exits (past
+    /// `main`, or `std::process::exit`), waiting at most four of the
+    /// remote's timeouts, as dropping it would.
+    pub(super) fn flush_at_exit(store: &TieredStore) {
+        OPEN.lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(store.clone());
+        #[cfg(unix)]
+        REGISTER.call_once(|| {
+            // SAFETY: `flush_all` is an `extern "C"` function of no
+            // arguments that never unwinds (it catches every panic), as
+            // `atexit` requires; registering it has no other precondition.
+            // Its failure to register (no room left) only loses the flush.
+            let _ = unsafe { libc::atexit(flush_all) };
+        });
+    }
+
+    #[cfg(unix)]
+    extern "C" fn flush_all() {
+        let _ = std::panic::catch_unwind(|| {
+            let stores =
+                std::mem::take(&mut *OPEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+            for store in stores {
+                store.flush(store.remote().config().timeout * 4);
+            }
+        });
     }
 }
 

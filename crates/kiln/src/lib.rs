@@ -7,8 +7,12 @@
 //! `cuda`, `hip` and `wgpu` features, the backends (`kiln::cuda` with
 //! the `cuda` feature). The `store` feature (on by default) adds the disk
 //! store: [`Store::from_env`] opens the one the `KILN_CACHE_*` variables
-//! name, shared with every other kiln program and the `kiln` command, and
-//! [`disk`] is kiln-store itself. The `testing` feature adds kiln-core's
+//! name, shared with every other kiln program and the `kiln` command (with
+//! the fleet tier behind it under the default `remote` feature), and every
+//! target made without a store is on it ([`Store`] says how to turn it
+//! off); [`disk`] is kiln-store itself. [`mode`] is compile-only process
+//! mode (L11): a program run under `KILN_MODE=compile-only` fills the store
+//! for a GPU its machine lacks. The `testing` feature adds kiln-core's
 //! fake target (`kiln::fake`), on which the examples here run without a
 //! GPU, and its conformance suite.
 //!
@@ -20,14 +24,14 @@
 //! "cuda-12080", "dynamic-loading"]`. kiln-cuda's crate documentation says
 //! which combinations are tested.
 //!
-//! A program on a real backend, on the default store:
+//! A program on a real backend, on the default store (no store line):
 //!
 //! ```no_run
 //! # #[cfg(feature = "cuda")] {
 //! use kiln::cuda::{CudaKernel, CudaTarget};
-//! use kiln::{ArtifactId, Kernel, KernelId, KernelLoader, Store};
+//! use kiln::{ArtifactId, Kernel, KernelId, KernelLoader};
 //!
-//! let target = CudaTarget::on_device(0)?.with_optional_store(Store::from_env()?);
+//! let target = CudaTarget::on_device(0)?;
 //! let mut loader = KernelLoader::new(target);
 //! let fill = CudaKernel::builder(KernelId::named("example.fill"), "fill")
 //!     .source(r#"extern "C" __global__ void fill(float* y) { y[threadIdx.x] = 1.0f; }"#);
@@ -66,7 +70,7 @@ pub use kiln_core::*;
 mod default_store;
 
 #[cfg(feature = "store")]
-pub use default_store::Store;
+pub use default_store::{Store, StoreError};
 
 /// kiln's disk store (kiln-store): verified, shared between processes,
 /// size-limited; its settings ([`StoreConfig`]),

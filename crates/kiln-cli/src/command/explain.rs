@@ -97,6 +97,10 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
 fn explain(store: &DiskStore, history: &KernelHistory) -> Explained {
     let stored = history.stored.as_ref();
     let asked = history.asked.as_ref();
+    // A miss explains the kernel when something was held then: it names
+    // what changed. A miss with nothing held (a cold warm, a program's
+    // first run) is followed by the store of what it compiled, and the
+    // kernel is what the store holds now (P9).
     let explanation = match (asked, history.held_at_miss.as_ref()) {
         (Some(asked), Some(held)) => match held.key.first_difference(&asked.key) {
             Some(difference) => Explanation::Changed {
@@ -105,8 +109,7 @@ fn explain(store: &DiskStore, history: &KernelHistory) -> Explained {
             },
             None => Explanation::Gone { stored_at: held.at },
         },
-        (Some(_), None) => Explanation::NeverSeen,
-        (None, _) => match stored {
+        _ => match stored {
             Some(stored)
                 if store
                     .record(&stored.key)

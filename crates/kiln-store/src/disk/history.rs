@@ -112,7 +112,7 @@ impl DiskStore {
     /// Reads, changes and rewrites a kernel's history. Histories explain
     /// misses and decide nothing, so they are written without syncing and
     /// a lost update between two processes costs only a vaguer explanation.
-    pub(super) fn update_history(
+    pub(crate) fn update_history(
         &self,
         name: &str,
         kernel: u128,
