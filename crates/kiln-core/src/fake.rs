@@ -36,6 +36,9 @@ use crate::store::{
 };
 use crate::target::CompilationTarget;
 
+mod device;
+pub use device::{FakeDevice, FakeTimer};
+
 /// What a [`FakeKernel`] does on its way to the device.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FakeBehaviour {
@@ -577,6 +580,7 @@ pub struct FakeTarget {
     store: Option<Arc<dyn ArtifactStore>>,
     failing_writes: bool,
     loaded: usize,
+    device: FakeDevice,
 }
 
 impl FakeTarget {
@@ -587,7 +591,20 @@ impl FakeTarget {
             store: None,
             failing_writes: false,
             loaded: 0,
+            device: FakeDevice::default(),
         }
+    }
+
+    /// The same target on `device`: another identity or driver, as far as
+    /// tuning answers can tell (T2), or a clock shared with the test.
+    pub fn with_device(mut self, device: FakeDevice) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// The fake device, whose clock a test's launches advance.
+    pub fn device(&self) -> &FakeDevice {
+        &self.device
     }
 
     /// A target with a store of its own, in memory.

@@ -99,6 +99,8 @@ pub mod resources;
 pub mod statistics;
 pub mod store;
 pub mod target;
+pub mod timing;
+pub mod tune;
 pub mod worker;
 
 pub use compiler::{ArtifactCompiler, Finalized};
@@ -123,3 +125,4 @@ pub use store::{
     RememberedFailure, STORE_FORMAT, StoreKey, StoreOutcome, StoreStatistics,
 };
 pub use target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, TargetStore, VariantOf};
+pub use timing::{DeviceTimer, TimedTarget, TimingError};

@@ -292,6 +292,11 @@ impl<T: CompilationTarget> KernelLoader<T> {
         self.get(id).is_some()
     }
 
+    /// Whether `id` waits in the queue.
+    pub(crate) fn is_queued(&self, id: &ArtifactId<VariantOf<T>>) -> bool {
+        self.queue.contains(id)
+    }
+
     /// How many kernels are loaded.
     pub fn loaded_len(&self) -> usize {
         self.loaded.entries.len()
