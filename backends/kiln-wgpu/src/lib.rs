@@ -66,6 +66,7 @@ mod module;
 mod options;
 pub mod pipeline_cache;
 mod target;
+mod timing;
 
 pub use compiler::{
     NAGA_VERSION, ShaderBinding, WGPU_VERSION, WgpuArtifact, WgpuCompiler, WgpuLowered,
@@ -81,6 +82,7 @@ pub use module::WgpuPipeline;
 pub use options::WgpuVariant;
 pub use pipeline_cache::PipelineCacheState;
 pub use target::WgpuTarget;
+pub use timing::WgpuTimer;
 
 /// wgpu, as kiln-wgpu uses it: build devices and buffers with this one.
 pub use wgpu;
