@@ -12,6 +12,7 @@ pub mod pull;
 pub mod push;
 pub mod records;
 pub mod stats;
+pub mod tunes;
 pub mod verify;
 pub mod warm;
 
