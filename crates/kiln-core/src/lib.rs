@@ -95,6 +95,7 @@ pub mod kernel;
 pub mod loader;
 mod panic;
 mod pool;
+pub mod profile;
 pub mod resources;
 pub mod statistics;
 pub mod store;
