@@ -87,6 +87,8 @@ enum Command {
     Warm(command::warm::Arguments),
     /// The tuning answers the store keeps, and forgetting them.
     Tunes(command::tunes::Arguments),
+    /// The warm-start profiles of programs the store keeps, and forgetting them.
+    Profiles(command::profiles::Arguments),
 }
 
 fn main() {
@@ -143,6 +145,9 @@ fn main() {
         Command::Warm(arguments) => command::warm::run(dir, &arguments, &output),
         Command::Tunes(arguments) => with_store(dir, |store| {
             command::tunes::run(store, &arguments, &output)
+        }),
+        Command::Profiles(arguments) => with_store(dir, |store| {
+            command::profiles::run(store, &arguments, &output)
         }),
     };
     let printed = console::finish();

@@ -8,6 +8,7 @@ pub mod gc;
 pub mod import;
 pub mod keygen;
 pub mod ls;
+pub mod profiles;
 pub mod pull;
 pub mod push;
 pub mod records;
