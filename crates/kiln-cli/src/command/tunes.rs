@@ -127,7 +127,7 @@ fn list(answers: &[(kiln_core::store::BlobKey, TuningAnswer)], output: &Output) 
             return;
         }
         let mut table = Table::new(&[
-            "KEY", "DEVICE", "WINNER", "MEASURED>", "FAILED>", "FASTEST>", "SPREAD>", "MEASURED",
+            "KEY", "DEVICE", "WINNER", "MEASURED>", "FAILED>", "FASTEST>", "SPREAD>", "WHEN",
         ]);
         for answer in &shown {
             table.row(vec![
