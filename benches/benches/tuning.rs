@@ -102,27 +102,34 @@ fn candidates(count: usize) -> Vec<Candidate<WgpuTarget>> {
     (0..count)
         .map(|index| {
             let workgroup = workgroups[index % workgroups.len()];
-            let kernel = WgslKernel::builder(
-                KernelId::named("bench.tune").parameter(&index),
-                "main",
-            )
-            .constant("WORKGROUP", f64::from(workgroup))
-            .constant("SCALE", 1.0 + index as f64 / 1000.0)
-            .source(SHADER);
+            let kernel =
+                WgslKernel::builder(KernelId::named("bench.tune").parameter(&index), "main")
+                    .constant("WORKGROUP", f64::from(workgroup))
+                    .constant("SCALE", 1.0 + index as f64 / 1000.0)
+                    .source(SHADER);
             Candidate::new(Box::new(kernel), WgpuVariant)
         })
         .collect()
 }
 
 /// One launch of `pipeline` over the buffer.
-fn launch(device: &WgpuDevice, data: &kiln_wgpu::wgpu::Buffer, pipeline: &WgpuPipeline) -> Result<(), String> {
+fn launch(
+    device: &WgpuDevice,
+    data: &kiln_wgpu::wgpu::Buffer,
+    pipeline: &WgpuPipeline,
+) -> Result<(), String> {
     let groups = ELEMENTS.div_ceil(pipeline.workgroup_size()[0]);
     device
         .dispatch(pipeline, &[(0, 0, data)], [groups, 1, 1])
         .map_err(|error| error.to_string())
 }
 
-fn tune(loader: &mut KernelLoader<WgpuTarget>, device: &WgpuDevice, data: &kiln_wgpu::wgpu::Buffer, candidates: &[Candidate<WgpuTarget>]) -> Origin {
+fn tune(
+    loader: &mut KernelLoader<WgpuTarget>,
+    device: &WgpuDevice,
+    data: &kiln_wgpu::wgpu::Buffer,
+    candidates: &[Candidate<WgpuTarget>],
+) -> Origin {
     let mut run = |pipeline: &WgpuPipeline| launch(device, data, pipeline);
     let measure = Measure::Timed {
         launch: &mut run,
@@ -137,7 +144,12 @@ fn tune(loader: &mut KernelLoader<WgpuTarget>, device: &WgpuDevice, data: &kiln_
 
 /// The loop without kiln's tune: compile one candidate (its own batch),
 /// measure it the same way, then the next.
-fn sequential(loader: &mut KernelLoader<WgpuTarget>, device: &WgpuDevice, data: &kiln_wgpu::wgpu::Buffer, candidates: &[Candidate<WgpuTarget>]) -> usize {
+fn sequential(
+    loader: &mut KernelLoader<WgpuTarget>,
+    device: &WgpuDevice,
+    data: &kiln_wgpu::wgpu::Buffer,
+    candidates: &[Candidate<WgpuTarget>],
+) -> usize {
     let mut timer = loader.target().timer().expect("a device timer");
     let mut best = (Duration::MAX, 0);
     for (index, candidate) in candidates.iter().enumerate() {
@@ -171,9 +183,14 @@ fn tuning(criterion: &mut Criterion, device: &WgpuDevice) {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
                 let root = scratch("tune-cold");
-                let mut loader = KernelLoader::new(WgpuTarget::on_device(device.clone()).with_store(store_at(&root)));
+                let mut loader = KernelLoader::new(
+                    WgpuTarget::on_device(device.clone()).with_store(store_at(&root)),
+                );
                 let started = Instant::now();
-                assert_eq!(tune(&mut loader, device, &data, &candidates), Origin::Measured);
+                assert_eq!(
+                    tune(&mut loader, device, &data, &candidates),
+                    Origin::Measured
+                );
                 let wall = started.elapsed();
                 record("tune_cold", count, wall, &note);
                 total += wall;
@@ -188,7 +205,9 @@ fn tuning(criterion: &mut Criterion, device: &WgpuDevice) {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
                 let root = scratch("tune-sequential");
-                let mut loader = KernelLoader::new(WgpuTarget::on_device(device.clone()).with_store(store_at(&root)));
+                let mut loader = KernelLoader::new(
+                    WgpuTarget::on_device(device.clone()).with_store(store_at(&root)),
+                );
                 let started = Instant::now();
                 std::hint::black_box(sequential(&mut loader, device, &data, &candidates));
                 let wall = started.elapsed();
@@ -202,7 +221,8 @@ fn tuning(criterion: &mut Criterion, device: &WgpuDevice) {
     });
     let root = scratch("tune-warm");
     {
-        let mut loader = KernelLoader::new(WgpuTarget::on_device(device.clone()).with_store(store_at(&root)));
+        let mut loader =
+            KernelLoader::new(WgpuTarget::on_device(device.clone()).with_store(store_at(&root)));
         tune(&mut loader, device, &data, &candidates);
     }
     group.bench_function("tune_warm", |bench| {
@@ -210,9 +230,14 @@ fn tuning(criterion: &mut Criterion, device: &WgpuDevice) {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
                 // A new process's loader: made before the clock starts.
-                let mut loader = KernelLoader::new(WgpuTarget::on_device(device.clone()).with_store(store_at(&root)));
+                let mut loader = KernelLoader::new(
+                    WgpuTarget::on_device(device.clone()).with_store(store_at(&root)),
+                );
                 let started = Instant::now();
-                assert_eq!(tune(&mut loader, device, &data, &candidates), Origin::Stored);
+                assert_eq!(
+                    tune(&mut loader, device, &data, &candidates),
+                    Origin::Stored
+                );
                 let wall = started.elapsed();
                 record("tune_warm", count, wall, &note);
                 total += wall;
@@ -262,10 +287,20 @@ fn profiles(criterion: &mut Criterion) {
                 let started = Instant::now();
                 // The background batch, taken in at the first access.
                 loader.compile_queued();
-                record("profile_batch", count, started.elapsed(), "fake target, disk store");
+                record(
+                    "profile_batch",
+                    count,
+                    started.elapsed(),
+                    "fake target, disk store",
+                );
                 assert_eq!(loader.profiled_waiting(), count);
                 let wall = first_launches(&mut loader);
-                record("first_launch_profiled", count, wall, "fake target, disk store");
+                record(
+                    "first_launch_profiled",
+                    count,
+                    wall,
+                    "fake target, disk store",
+                );
                 let hot = first_launches(&mut loader);
                 record("hot_load", count, hot, "fake target, disk store");
                 total += wall;
@@ -279,7 +314,12 @@ fn profiles(criterion: &mut Criterion) {
             for _ in 0..iterations {
                 let mut loader = new_loader(false);
                 let wall = first_launches(&mut loader);
-                record("first_launch_unprofiled", count, wall, "fake target, disk store");
+                record(
+                    "first_launch_unprofiled",
+                    count,
+                    wall,
+                    "fake target, disk store",
+                );
                 total += wall;
             }
             total

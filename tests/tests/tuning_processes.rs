@@ -54,7 +54,10 @@ fn t2_a_second_process_gets_the_winner_with_no_compile_and_no_measurement() -> R
     let second = report(spawn(&root, &log)?)?;
     assert_eq!(second["winner"], 9);
     assert_eq!(second["origin"], "Stored");
-    assert_eq!(second["finalized"], 0, "no compile of losers, nor of the winner");
+    assert_eq!(
+        second["finalized"], 0,
+        "no compile of losers, nor of the winner"
+    );
     assert_eq!(launches(&log), MEASURED * LAUNCHES_EACH, "no measurement");
     Ok(())
 }
@@ -74,7 +77,10 @@ fn t4_two_processes_tuning_one_key_at_once_measure_it_once() -> Result<()> {
         assert_eq!(report["winner"], 9, "{report}");
         origins.push(report["origin"].as_str().unwrap_or_default().to_owned());
     }
-    let measured = origins.iter().filter(|origin| *origin == "Measured").count();
+    let measured = origins
+        .iter()
+        .filter(|origin| *origin == "Measured")
+        .count();
     assert_eq!(measured, 1, "one measured: {origins:?}");
     assert!(
         origins
@@ -82,6 +88,10 @@ fn t4_two_processes_tuning_one_key_at_once_measure_it_once() -> Result<()> {
             .any(|origin| origin == "Waited" || origin == "Stored"),
         "the other took its answer: {origins:?}"
     );
-    assert_eq!(launches(&log), MEASURED * LAUNCHES_EACH, "measured once in all");
+    assert_eq!(
+        launches(&log),
+        MEASURED * LAUNCHES_EACH,
+        "measured once in all"
+    );
     Ok(())
 }

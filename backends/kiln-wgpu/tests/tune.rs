@@ -169,7 +169,11 @@ fn t2_a_later_loader_on_the_store_gets_the_winner_with_no_compile_and_no_launch(
     let mut loader = support::loader(target);
     let again = tune(&mut loader, &device, &launches);
     assert_eq!((again.winner, again.origin), (first.winner, Origin::Stored));
-    assert_eq!(launches.load(Ordering::SeqCst), measured, "nothing measured");
+    assert_eq!(
+        launches.load(Ordering::SeqCst),
+        measured,
+        "nothing measured"
+    );
     let statistics = loader.statistics();
     assert_eq!(
         (statistics.compiled, statistics.hits),

@@ -143,9 +143,9 @@ fn main() {
         // Warming opens the store its own way: it fills it, and it runs
         // without one when the store cannot be written and holds nothing.
         Command::Warm(arguments) => command::warm::run(dir, &arguments, &output),
-        Command::Tunes(arguments) => with_store(dir, |store| {
-            command::tunes::run(store, &arguments, &output)
-        }),
+        Command::Tunes(arguments) => {
+            with_store(dir, |store| command::tunes::run(store, &arguments, &output))
+        }
         Command::Profiles(arguments) => with_store(dir, |store| {
             command::profiles::run(store, &arguments, &output)
         }),

@@ -18,8 +18,9 @@ use support::{Scratch, run};
 fn start(root: &std::path::Path, program: &str, numbers: std::ops::Range<u32>) -> usize {
     let store: Arc<dyn ArtifactStore> =
         Arc::new(DiskStore::open(StoreConfig::at(root)).expect("the store opens"));
-    let mut loader = KernelLoader::with_config(FakeTarget::on_store(store), LoaderConfig::default())
-        .with_profile(Program::named(program));
+    let mut loader =
+        KernelLoader::with_config(FakeTarget::on_store(store), LoaderConfig::default())
+            .with_profile(Program::named(program));
     let mut after_first = 0;
     for number in numbers {
         let kernel = FakeKernel::new(number);
@@ -37,7 +38,11 @@ fn profiles_are_listed_and_forgotten() {
     let scratch = Scratch::new("profiles");
     let root = scratch.join("store");
     assert_eq!(start(&root, "server", 0..6), 1);
-    assert_eq!(start(&root, "server", 0..6), 6, "the second start loads all six ahead");
+    assert_eq!(
+        start(&root, "server", 0..6),
+        6,
+        "the second start loads all six ahead"
+    );
     assert_eq!(start(&root, "trainer", 10..12), 1);
 
     let listed = run(&root, &["--json", "profiles"]).succeeded_json();
@@ -46,12 +51,18 @@ fn profiles_are_listed_and_forgotten() {
     let server = &profiles[0];
     assert_eq!(server["program"], "server");
     assert_eq!(server["backend"], "fake");
-    assert_eq!((server["kernels"].as_u64(), server["runs"].as_u64()), (Some(6), Some(2)));
+    assert_eq!(
+        (server["kernels"].as_u64(), server["runs"].as_u64()),
+        (Some(6), Some(2))
+    );
     assert_eq!(server["asked_last_run"], 6);
 
     let forgotten = run(&root, &["--json", "profiles", "server", "--forget"]).succeeded_json();
     assert_eq!(forgotten["forgotten"][0], "server on fake fake_1");
     let left = run(&root, &["profiles"]).stdout.clone();
-    assert!(left.contains("trainer") && !left.contains("server"), "{left}");
+    assert!(
+        left.contains("trainer") && !left.contains("server"),
+        "{left}"
+    );
     assert_eq!(start(&root, "server", 0..6), 1, "forgotten: nothing ahead");
 }

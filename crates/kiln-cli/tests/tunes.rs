@@ -18,7 +18,8 @@ use support::{Scratch, run};
 fn tune(root: &std::path::Path, name: &str) -> Origin {
     let store: Arc<dyn ArtifactStore> =
         Arc::new(DiskStore::open(StoreConfig::at(root)).expect("the store opens"));
-    let mut loader = KernelLoader::with_config(FakeTarget::on_store(store), LoaderConfig::default());
+    let mut loader =
+        KernelLoader::with_config(FakeTarget::on_store(store), LoaderConfig::default());
     let candidates: Vec<_> = (0..4)
         .map(|number| Candidate::new(Box::new(FakeKernel::new(number)), ()))
         .collect();
@@ -57,18 +58,34 @@ fn answers_are_listed_with_winner_and_spread_and_forgotten() {
             .is_some_and(|winner| winner.starts_with("kiln.fake#")),
         "{matmul}"
     );
-    assert_eq!((matmul["measured"].as_u64(), matmul["failed"].as_u64()), (Some(4), Some(0)));
+    assert_eq!(
+        (matmul["measured"].as_u64(), matmul["failed"].as_u64()),
+        (Some(4), Some(0))
+    );
     assert_eq!(matmul["fastest_seconds"].as_f64(), Some(10e-6));
-    assert!(matmul["spread"].as_f64().is_some_and(|spread| spread > 4.0), "{matmul}");
+    assert!(
+        matmul["spread"].as_f64().is_some_and(|spread| spread > 4.0),
+        "{matmul}"
+    );
 
     let human = run(&root, &["tunes", "soft"]);
     let text = human.stdout.clone();
-    assert!(text.contains("softmax (n: 64)") && !text.contains("matmul"), "{text}");
+    assert!(
+        text.contains("softmax (n: 64)") && !text.contains("matmul"),
+        "{text}"
+    );
 
     let forgotten = run(&root, &["--json", "tunes", "matmul", "--forget"]).succeeded_json();
-    assert_eq!(forgotten["forgotten"][0], "matmul (n: 64) on fake device (driver kiln-fake 1)");
+    assert_eq!(
+        forgotten["forgotten"][0],
+        "matmul (n: 64) on fake device (driver kiln-fake 1)"
+    );
     let left = run(&root, &["--json", "tunes"]).succeeded_json();
     assert_eq!(left.as_array().map(Vec::len), Some(1), "{left:#}");
-    assert_eq!(tune(&root, "matmul"), Origin::Measured, "forgotten: measured again");
+    assert_eq!(
+        tune(&root, "matmul"),
+        Origin::Measured,
+        "forgotten: measured again"
+    );
     assert_eq!(tune(&root, "softmax"), Origin::Stored);
 }

@@ -45,9 +45,17 @@ fn l12_a_profiled_programs_second_start_loads_every_profiled_kernel_before_it_as
     let mut next = loader(&store, "server");
     let first = FakeKernel::new(0);
     next.load(&first, &first.artifact_id()).expect("loads");
-    assert_eq!(next.target().loaded(), 10, "every profiled kernel, at the first launch");
+    assert_eq!(
+        next.target().loaded(),
+        10,
+        "every profiled kernel, at the first launch"
+    );
     assert_eq!(next.profiled_waiting(), 9, "nine not asked for yet");
-    assert_eq!(next.target().fake_compiler().lowered(), 0, "nothing compiled");
+    assert_eq!(
+        next.target().fake_compiler().lowered(),
+        0,
+        "nothing compiled"
+    );
     assert!(next.records().is_empty(), "no batch ran");
     for number in 1..10 {
         let kernel = FakeKernel::new(number);
@@ -65,7 +73,11 @@ fn l12_another_program_has_a_profile_of_its_own() {
     run(&store, "server", 0..10);
     assert_eq!(loaded_at_start(&store, "trainer"), 1, "only what it asked");
     let storeless = KernelLoader::new(FakeTarget::storeless()).with_profile(Program::executable());
-    assert_eq!(storeless.profiled_waiting(), 0, "a storeless loader keeps no profile");
+    assert_eq!(
+        storeless.profiled_waiting(),
+        0,
+        "a storeless loader keeps no profile"
+    );
 }
 
 #[test]
@@ -87,11 +99,15 @@ fn l12_a_profiled_kernel_the_store_lost_compiles_when_the_program_asks() {
     run(&store, "server", 0..4);
     let mut target = FakeTarget::on_store(Arc::clone(&store));
     target.forget_id(&FakeKernel::new(3).artifact_id());
-    let mut next =
-        KernelLoader::with_config(target, LoaderConfig::default()).with_profile(Program::named("server"));
+    let mut next = KernelLoader::with_config(target, LoaderConfig::default())
+        .with_profile(Program::named("server"));
     let lost = FakeKernel::new(3);
     next.load(&lost, &lost.artifact_id()).expect("compiles");
-    assert_eq!(next.target().fake_compiler().finalized(), 0, "found by its source");
+    assert_eq!(
+        next.target().fake_compiler().finalized(),
+        0,
+        "found by its source"
+    );
     assert_eq!(next.records().len(), 1, "the lost one took a batch");
     assert_eq!(next.target().loaded(), 4);
 }

@@ -49,7 +49,9 @@ fn main() -> Result<()> {
             .create(true)
             .append(true)
             .open(log)
-            .and_then(|mut file| file.write_all(format!("{} {number}\n", std::process::id()).as_bytes()))
+            .and_then(|mut file| {
+                file.write_all(format!("{} {number}\n", std::process::id()).as_bytes())
+            })
             .map_err(|error| error.to_string())?;
         // Long enough on the host that a tuner started beside this one
         // arrives while it measures.

@@ -57,7 +57,10 @@ struct Forgotten {
 
 /// Lists the profiles matching the program, or forgets them.
 pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<()> {
-    let wanted = arguments.program.as_deref().filter(|program| *program != "all");
+    let wanted = arguments
+        .program
+        .as_deref()
+        .filter(|program| *program != "all");
     let mut names = Vec::new();
     store.entries(&mut |entry| {
         if let Entry::Blob(record) = entry.entry
@@ -91,7 +94,11 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             compiler: profile.components.compiler.clone(),
             architecture: profile.components.architecture.clone(),
             kernels: profile.kernels.len(),
-            asked_last_run: profile.kernels.iter().filter(|kernel| kernel.age == 0).count(),
+            asked_last_run: profile
+                .kernels
+                .iter()
+                .filter(|kernel| kernel.age == 0)
+                .count(),
             runs: profile.runs,
             updated_at: profile.updated_at,
         })
@@ -102,7 +109,12 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             return;
         }
         let mut table = Table::new(&[
-            "PROGRAM", "BACKEND", "KERNELS>", "ASKED LAST>", "RUNS>", "UPDATED",
+            "PROGRAM",
+            "BACKEND",
+            "KERNELS>",
+            "ASKED LAST>",
+            "RUNS>",
+            "UPDATED",
         ]);
         for profile in &shown {
             table.row(vec![
@@ -118,11 +130,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
     })
 }
 
-fn forget(
-    store: &DiskStore,
-    profiles: &[(BlobKey, StoredProfile)],
-    output: &Output,
-) -> Result<()> {
+fn forget(store: &DiskStore, profiles: &[(BlobKey, StoredProfile)], output: &Output) -> Result<()> {
     let mut forgotten = Vec::new();
     for (name, profile) in profiles {
         let nothing = StoredProfile::forgotten(&profile.program, &profile.components);

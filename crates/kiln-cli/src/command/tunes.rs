@@ -127,7 +127,14 @@ fn list(answers: &[(kiln_core::store::BlobKey, TuningAnswer)], output: &Output) 
             return;
         }
         let mut table = Table::new(&[
-            "KEY", "DEVICE", "WINNER", "MEASURED>", "FAILED>", "FASTEST>", "SPREAD>", "WHEN",
+            "KEY",
+            "DEVICE",
+            "WINNER",
+            "MEASURED>",
+            "FAILED>",
+            "FASTEST>",
+            "SPREAD>",
+            "WHEN",
         ]);
         for answer in &shown {
             table.row(vec![

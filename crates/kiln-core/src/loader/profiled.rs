@@ -94,7 +94,9 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// How many profiled kernels are loaded on the device and not asked for
     /// yet.
     pub fn profiled_waiting(&self) -> usize {
-        self.profile.as_ref().map_or(0, |profile| profile.ready.len())
+        self.profile
+            .as_ref()
+            .map_or(0, |profile| profile.ready.len())
     }
 
     /// Loads the profile's kernels the store held, once, all together.

@@ -65,7 +65,10 @@ impl Program {
     pub fn executable() -> Self {
         let name = std::env::current_exe()
             .ok()
-            .and_then(|path| path.file_name().map(|name| name.to_string_lossy().into_owned()))
+            .and_then(|path| {
+                path.file_name()
+                    .map(|name| name.to_string_lossy().into_owned())
+            })
             .unwrap_or_else(|| "unnamed program".to_owned());
         Self(name)
     }
@@ -223,7 +226,10 @@ mod tests {
         assert_eq!(profile.kernels.len(), 1, "and goes after that");
         assert_eq!(profile.kernels[0].id, vec![1]);
         assert_eq!(profile.runs, u64::from(PROFILE_MAX_AGE) + 2);
-        assert_eq!(StoredProfile::from_bytes(&profile.to_bytes()), Some(profile));
+        assert_eq!(
+            StoredProfile::from_bytes(&profile.to_bytes()),
+            Some(profile)
+        );
     }
 
     #[test]
@@ -235,7 +241,10 @@ mod tests {
         let previous = StoredProfile::next("p", &components(), None, old);
         let profile = StoredProfile::next("p", &components(), Some(&previous), used(&[7]));
         assert_eq!(profile.kernels.len(), PROFILE_LIMIT);
-        assert_eq!((profile.kernels[0].id.clone(), profile.kernels[0].age), (vec![7], 0));
+        assert_eq!(
+            (profile.kernels[0].id.clone(), profile.kernels[0].age),
+            (vec![7], 0)
+        );
     }
 
     #[test]

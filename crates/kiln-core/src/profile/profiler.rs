@@ -135,7 +135,10 @@ impl<C: ArtifactCompiler> Profiler<C> {
         if let crate::store::StoreOutcome::Failed { detail } =
             self.store.put_blob(&self.name, &next.to_bytes())
         {
-            log::warn!("could not keep the warm-start profile of {}: {detail}", self.program);
+            log::warn!(
+                "could not keep the warm-start profile of {}: {detail}",
+                self.program
+            );
         }
     }
 }

@@ -305,7 +305,12 @@ mod tests {
             TuneKey::new("t"),
             "device".into(),
             Method::Probe,
-            vec![measured("a", 30), failed, measured("b", 10), measured("c", 20)],
+            vec![
+                measured("a", 30),
+                failed,
+                measured("b", 10),
+                measured("c", 20),
+            ],
         );
         assert_eq!(answer.winner, Some(2));
         assert_eq!(
@@ -335,7 +340,9 @@ mod tests {
             StoreKey::for_artifact(
                 &components,
                 &crate::ArtifactId::new(
-                    crate::KernelId::named("kiln.fake").parameter(&number).build(),
+                    crate::KernelId::named("kiln.fake")
+                        .parameter(&number)
+                        .build(),
                     (),
                 ),
                 None,

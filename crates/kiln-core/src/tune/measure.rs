@@ -57,9 +57,8 @@ impl<L> Measure<'_, L> {
                 warm_up,
                 runs,
             } => {
-                let timer = timer.ok_or_else(|| {
-                    TimingError::new("the target cannot time its device's work")
-                })?;
+                let timer = timer
+                    .ok_or_else(|| TimingError::new("the target cannot time its device's work"))?;
                 for _ in 0..*warm_up {
                     if let Err(message) = launch(loaded) {
                         return Ok(failed_to_run(message));

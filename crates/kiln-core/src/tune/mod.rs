@@ -206,7 +206,10 @@ impl<T: TimedTarget> KernelLoader<T> {
         for (index, outcome) in loaded.iter().enumerate() {
             let outcome = match outcome {
                 Ok(module) => measure
-                    .measure(module, timer.as_mut().map(|timer| timer as &mut dyn DeviceTimer))
+                    .measure(
+                        module,
+                        timer.as_mut().map(|timer| timer as &mut dyn DeviceTimer),
+                    )
                     .map_err(TuneError::Measurement)?,
                 Err(error) => CandidateOutcome::FailedToCompile {
                     message: error.to_string(),

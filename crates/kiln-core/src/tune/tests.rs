@@ -54,7 +54,10 @@ fn tune_on(
     target: FakeTarget,
     candidates: &[Candidate<FakeTarget>],
     launches: &AtomicUsize,
-) -> (KernelLoader<FakeTarget>, Result<Tuned<Arc<FakeModule>>, TuneError>) {
+) -> (
+    KernelLoader<FakeTarget>,
+    Result<Tuned<Arc<FakeModule>>, TuneError>,
+) {
     let device = target.device().clone();
     let mut loader = KernelLoader::new(target);
     let mut launch = |module: &Arc<FakeModule>| {
@@ -81,7 +84,11 @@ fn sixteen_candidates_return_the_fastest_that_worked_compiled_in_one_batch() {
     assert_eq!(tuned.winner, 9);
     assert_eq!(tuned.origin, Origin::Measured);
     assert_eq!(tuned.loaded.kernel, candidates[9].kernel.id());
-    assert_eq!(loader.records().len(), 1, "one batch compiled every candidate");
+    assert_eq!(
+        loader.records().len(),
+        1,
+        "one batch compiled every candidate"
+    );
     assert_eq!(loader.records()[0].kernels, 16);
     assert_eq!(loader.target().fake_compiler().finalized(), 16);
 
@@ -127,17 +134,29 @@ fn a_later_process_gets_the_winner_with_no_compile_of_losers_and_no_measurement(
     let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
     let candidates = candidates();
     let first = AtomicUsize::new(0);
-    let (_, tuned) = tune_on(FakeTarget::on_store(Arc::clone(&store)), &candidates, &first);
+    let (_, tuned) = tune_on(
+        FakeTarget::on_store(Arc::clone(&store)),
+        &candidates,
+        &first,
+    );
     assert_eq!(tuned.expect("tuned").winner, 9);
 
     let before = store.statistics();
     let launches = AtomicUsize::new(0);
-    let (loader, tuned) = tune_on(FakeTarget::on_store(Arc::clone(&store)), &candidates, &launches);
+    let (loader, tuned) = tune_on(
+        FakeTarget::on_store(Arc::clone(&store)),
+        &candidates,
+        &launches,
+    );
     let tuned = tuned.expect("answered");
     assert_eq!((tuned.winner, tuned.origin), (9, Origin::Stored));
     assert_eq!(tuned.loaded.kernel, candidates[9].kernel.id());
     assert_eq!(launches.load(Ordering::SeqCst), 0, "nothing measured");
-    assert_eq!(loader.target().fake_compiler().finalized(), 0, "nothing compiled");
+    assert_eq!(
+        loader.target().fake_compiler().finalized(),
+        0,
+        "nothing compiled"
+    );
     assert_eq!(loader.target().fake_compiler().lowered(), 0);
     assert_eq!(loader.loaded_len(), 1, "only the winner is loaded");
     let after = store.statistics();
@@ -151,24 +170,40 @@ fn a_new_driver_or_changed_candidates_tune_again() {
     let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
     let candidates = candidates();
     let launches = AtomicUsize::new(0);
-    let _ = tune_on(FakeTarget::on_store(Arc::clone(&store)), &candidates, &launches);
+    let _ = tune_on(
+        FakeTarget::on_store(Arc::clone(&store)),
+        &candidates,
+        &launches,
+    );
 
     let newer = FakeTarget::on_store(Arc::clone(&store))
         .with_device(FakeDevice::new("fake device (driver kiln-fake 2)"));
     let (_, tuned) = tune_on(newer, &candidates, &launches);
-    assert_eq!(tuned.expect("tuned").origin, Origin::Measured, "a new driver");
+    assert_eq!(
+        tuned.expect("tuned").origin,
+        Origin::Measured,
+        "a new driver"
+    );
 
     let fewer = &candidates[..12];
     let (_, tuned) = tune_on(FakeTarget::on_store(Arc::clone(&store)), fewer, &launches);
     let tuned = tuned.expect("tuned");
-    assert_eq!((tuned.winner, tuned.origin), (9, Origin::Measured), "new set");
+    assert_eq!(
+        (tuned.winner, tuned.origin),
+        (9, Origin::Measured),
+        "new set"
+    );
 
     let other_compiler = crate::fake::FakeCompiler::default().with_key_components(
         crate::store::KeyComponents::new("fake", "kiln-fake 2", "fake_1", ""),
     );
     let target = FakeTarget::on_store(Arc::clone(&store)).with_compiler(other_compiler);
     let (_, tuned) = tune_on(target, &candidates, &launches);
-    assert_eq!(tuned.expect("tuned").origin, Origin::Measured, "a new compiler");
+    assert_eq!(
+        tuned.expect("tuned").origin,
+        Origin::Measured,
+        "a new compiler"
+    );
 }
 
 #[test]
@@ -184,8 +219,16 @@ fn a_failed_measurement_is_reported_and_not_kept() {
         matches!(&tuned, Err(TuneError::Measurement(error)) if error.message.contains("broken")),
         "{tuned:?}"
     );
-    let (_, tuned) = tune_on(FakeTarget::on_store(Arc::clone(&store)), &candidates, &launches);
-    assert_eq!(tuned.expect("tuned").origin, Origin::Measured, "nothing was kept");
+    let (_, tuned) = tune_on(
+        FakeTarget::on_store(Arc::clone(&store)),
+        &candidates,
+        &launches,
+    );
+    assert_eq!(
+        tuned.expect("tuned").origin,
+        Origin::Measured,
+        "nothing was kept"
+    );
 }
 
 #[test]
@@ -310,12 +353,19 @@ fn two_tuners_of_one_key_measure_once_and_never_two_candidates_at_once() {
         .into_iter()
         .map(|tuner| tuner.join().expect("a tuner"))
         .collect();
-    assert!(outcomes.iter().all(|(winner, _)| *winner == 9), "{outcomes:?}");
+    assert!(
+        outcomes.iter().all(|(winner, _)| *winner == 9),
+        "{outcomes:?}"
+    );
     let measured = outcomes
         .iter()
         .filter(|(_, origin)| *origin == Origin::Measured)
         .count();
     assert_eq!(measured, 1, "{outcomes:?}");
-    assert_eq!(launches.load(Ordering::SeqCst), 14 * 4, "one tuner's launches");
+    assert_eq!(
+        launches.load(Ordering::SeqCst),
+        14 * 4,
+        "one tuner's launches"
+    );
     assert_eq!(most_running.load(Ordering::SeqCst), 1);
 }
