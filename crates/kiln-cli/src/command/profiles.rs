@@ -82,7 +82,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                 && wanted.is_none_or(|wanted| profile.program.contains(wanted))
         })
         .collect();
-    profiles.sort_by(|(_, one), (_, other)| one.to_string().cmp(&other.to_string()));
+    profiles.sort_by_key(|(_, profile)| profile.to_string());
     if arguments.forget {
         return forget(store, &profiles, output);
     }

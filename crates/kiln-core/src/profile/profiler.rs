@@ -40,8 +40,10 @@ pub(crate) struct Profiler<C: ArtifactCompiler> {
     name: BlobKey,
     prefetch: Option<Receiver<Prefetched<C>>>,
     previous: Option<StoredProfile>,
-    /// The kernels this run loaded, encoded, with their text.
-    used: HashMap<Vec<u8>, String>,
+    /// The kernels this run asked for, in order, repeats and all: noting
+    /// one is a push on a first launch's path, the encoding waits for
+    /// [`save`](Self::save).
+    used: Vec<ArtifactId<C::Variant>>,
     saved: bool,
 }
 
@@ -68,7 +70,7 @@ impl<C: KeyedCompiler + 'static> Profiler<C> {
             name,
             prefetch: started.is_ok().then_some(receiver),
             previous: None,
-            used: HashMap::new(),
+            used: Vec::new(),
             saved: false,
         }
     }
@@ -104,14 +106,7 @@ impl<C: ArtifactCompiler> Profiler<C> {
 
     /// `id` was loaded this run.
     pub(crate) fn note(&mut self, id: &ArtifactId<C::Variant>) {
-        match crate::encoding::encode(id) {
-            Ok(encoded) => {
-                self.used
-                    .entry(encoded)
-                    .or_insert_with(|| format!("{id:?}"));
-            }
-            Err(error) => log::debug!("a kernel id that does not encode is not profiled: {error}"),
-        }
+        self.used.push(id.clone());
     }
 
     /// Writes the next profile, once a run; later calls do nothing.
@@ -123,11 +118,22 @@ impl<C: ArtifactCompiler> Profiler<C> {
         if self.prefetch.is_some() {
             drop(self.take());
         }
+        let mut used = HashMap::new();
+        for id in self.used.drain(..) {
+            match crate::encoding::encode(&id) {
+                Ok(encoded) => {
+                    used.entry(encoded).or_insert_with(|| format!("{id:?}"));
+                }
+                Err(error) => {
+                    log::debug!("a kernel id that does not encode is not profiled: {error}")
+                }
+            }
+        }
         let next = StoredProfile::next(
             &self.program,
             &self.components,
             self.previous.as_ref(),
-            self.used.drain(),
+            used,
         );
         if next.kernels.is_empty() && self.previous.is_none() {
             return;
