@@ -32,6 +32,7 @@ const BENCHES: &[&str] = &[
     "shared_store",
     "cold_start",
     "fleet",
+    "tuning",
 ];
 
 /// Loads per iteration of `loader_hot_path`, lookups per iteration of
@@ -103,6 +104,11 @@ fn run_here() -> Result<()> {
         ("shared_store", &[], &["shared_store_fake"]),
         ("cold_start", &[("KILN_BENCH_COLD", "8")], &[]),
         ("fleet", &[("KILN_BENCH_FLEET", "64")], &[]),
+        (
+            "tuning",
+            &[("KILN_BENCH_TUNE", "32"), ("KILN_BENCH_PROFILED", "256")],
+            &["--warm-up-time", "1", "--measurement-time", "3"],
+        ),
     ];
     for (bench, variables, options) in quick {
         let mut arguments = vec!["bench", "--package", "kiln-benches", "--bench", bench, "--"];
@@ -248,6 +254,7 @@ run 100 store_scale -- --warm-up-time 1 --measurement-time 2
 run 150 shared_store KILN_BENCH_SHARED="${KILN_BENCH_SHARED:-64}"
 run 150 cold_start KILN_BENCH_COLD="${KILN_BENCH_COLD:-64}"
 run 150 fleet KILN_BENCH_FLEET="${KILN_BENCH_FLEET:-256}"
+run 300 tuning KILN_BENCH_TUNE="${KILN_BENCH_TUNE:-32}" -- --warm-up-time 1 --measurement-time 3
 
 "$here/xtask" bench-report --from "$out" --criterion "$CRITERION_HOME" | tee "$out/table.md"
 "#;
@@ -734,6 +741,8 @@ fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
         ]);
     }
 
+    tuning_rows(&of, &mut rows);
+
     // Peak memory of a batch of heavy kernels.
     for sample in samples
         .iter()
@@ -775,6 +784,68 @@ fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
          records (S3); sequential = N × the median of one plain cudarc NVRTC compile."
     );
     Ok(())
+}
+
+/// The records of a benchmark's case (of a size and count, when given).
+type RecordsOf<'a> = dyn Fn(&str, &str, &str, Option<usize>) -> Vec<Sample> + 'a;
+
+/// F7 and F8 from the `tuning` benchmark's records: a tune cold, the
+/// sequential loop and a tune warm; first launches with and without a
+/// profile against a hot load.
+fn tuning_rows(of: &RecordsOf<'_>, rows: &mut Vec<[String; 4]>) {
+    let wall = |case: &str| {
+        let samples = of("tuning", case, "", None);
+        let kernels = samples.first().map_or(0, |sample| sample.kernels);
+        let note = samples
+            .first()
+            .map(|sample| sample.note.clone())
+            .unwrap_or_default();
+        median(samples.iter().map(|sample| sample.wall).collect()).map(|wall| (wall, kernels, note))
+    };
+    if let (Some((cold, kernels, note)), Some((warm, _, _))) =
+        (wall("tune_cold"), wall("tune_warm"))
+    {
+        let mut measured = vec![
+            format!("cold {}", time(cold)),
+            format!("warm {}", time(warm)),
+        ];
+        let mut ratios = vec![format!("cold / warm **{:.0}**", cold / warm)];
+        if let Some((sequential, _, _)) = wall("sequential_cold") {
+            measured.push(format!("sequential loop {}", time(sequential)));
+            ratios.push(format!("sequential / cold {:.2}", sequential / cold));
+        }
+        rows.push([
+            format!("F7 tuning ×{kernels} ({note})"),
+            measured.join("; "),
+            ratios.join("; "),
+            "warm ≥ 100× faster than cold".to_owned(),
+        ]);
+    }
+    let per_kernel = |case: &str| {
+        wall(case).map(|(wall, kernels, note)| (wall / kernels.max(1) as f64, kernels, note))
+    };
+    if let (Some((profiled, kernels, note)), Some((hot, _, _))) =
+        (per_kernel("first_launch_profiled"), per_kernel("hot_load"))
+    {
+        let mut measured = vec![
+            format!("first launch, profiled {}", time(profiled)),
+            format!("hot {}", time(hot)),
+        ];
+        let mut ratios = vec![format!("profiled / hot **{:.2}**", profiled / hot)];
+        if let Some((unprofiled, _, _)) = per_kernel("first_launch_unprofiled") {
+            measured.push(format!("without profile {}", time(unprofiled)));
+            ratios.push(format!("without / with {:.0}", unprofiled / profiled));
+        }
+        if let Some((batch, _, _)) = wall("profile_batch") {
+            measured.push(format!("background batch {}", time(batch)));
+        }
+        rows.push([
+            format!("F8 profiled first launches ×{kernels} ({note})"),
+            measured.join("; "),
+            ratios.join("; "),
+            "profiled ≤ 1.2 × hot".to_owned(),
+        ]);
+    }
 }
 
 fn size_rank(size: &str) -> usize {

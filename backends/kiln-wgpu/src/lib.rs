@@ -87,6 +87,7 @@ mod options;
 pub mod pipeline_cache;
 mod spirv;
 mod target;
+mod timing;
 
 pub use compiler::{
     NAGA_VERSION, ShaderBinding, ShaderCode, WGPU_VERSION, WgpuArtifact, WgpuCompiler, WgpuLowered,
@@ -105,6 +106,7 @@ pub use options::WgpuVariant;
 pub use pipeline_cache::PipelineCacheState;
 pub use spirv::spirv_compute_entries;
 pub use target::WgpuTarget;
+pub use timing::WgpuTimer;
 
 /// wgpu, as kiln-wgpu uses it: build devices and buffers with this one.
 pub use wgpu;

@@ -87,6 +87,10 @@ enum Command {
     Pull(command::push::Arguments),
     /// Compile every kernel of a folder into the store, for every backend here.
     Warm(command::warm::Arguments),
+    /// The tuning answers the store keeps, and forgetting them.
+    Tunes(command::tunes::Arguments),
+    /// The warm-start profiles of programs the store keeps, and forgetting them.
+    Profiles(command::profiles::Arguments),
 }
 
 fn main() {
@@ -141,6 +145,12 @@ fn main() {
         // Warming opens the store its own way: it fills it, and it runs
         // without one when the store cannot be written and holds nothing.
         Command::Warm(arguments) => command::warm::run(dir, &arguments, &output),
+        Command::Tunes(arguments) => {
+            with_store(dir, |store| command::tunes::run(store, &arguments, &output))
+        }
+        Command::Profiles(arguments) => with_store(dir, |store| {
+            command::profiles::run(store, &arguments, &output)
+        }),
     };
     let printed = console::finish();
     let status = match (result, printed) {

@@ -36,6 +36,9 @@ use crate::store::{
 };
 use crate::target::CompilationTarget;
 
+mod device;
+pub use device::{FakeDevice, FakeTimer};
+
 /// What a [`FakeKernel`] does on its way to the device.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FakeBehaviour {
@@ -631,6 +634,7 @@ pub struct FakeTarget {
     failing_writes: bool,
     loaded: usize,
     compile_only: bool,
+    device: FakeDevice,
 }
 
 impl FakeTarget {
@@ -645,12 +649,25 @@ impl FakeTarget {
             failing_writes: false,
             loaded: 0,
             compile_only: crate::mode::is_compile_only(),
+            device: FakeDevice::default(),
         }
     }
 
     /// Whether the target has no device (made in compile-only mode).
     pub fn is_compile_only(&self) -> bool {
         self.compile_only
+    }
+
+    /// The same target on `device`: another identity or driver, as far as
+    /// tuning answers can tell (T2), or a clock shared with the test.
+    pub fn with_device(mut self, device: FakeDevice) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// The fake device, whose clock a test's launches advance.
+    pub fn device(&self) -> &FakeDevice {
+        &self.device
     }
 
     /// A target with a store of its own, in memory.

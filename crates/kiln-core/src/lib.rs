@@ -96,10 +96,13 @@ pub mod loader;
 pub mod mode;
 mod panic;
 mod pool;
+pub mod profile;
 pub mod resources;
 pub mod statistics;
 pub mod store;
 pub mod target;
+pub mod timing;
+pub mod tune;
 pub mod worker;
 
 pub use compiler::{ArtifactCompiler, Finalized};
@@ -124,3 +127,4 @@ pub use store::{
     RememberedFailure, STORE_FORMAT, StoreKey, StoreOutcome, StoreStatistics,
 };
 pub use target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, TargetStore, VariantOf};
+pub use timing::{DeviceTimer, TimedTarget, TimingError};

@@ -8,10 +8,12 @@ pub mod gc;
 pub mod import;
 pub mod keygen;
 pub mod ls;
+pub mod profiles;
 pub mod pull;
 pub mod push;
 pub mod records;
 pub mod stats;
+pub mod tunes;
 pub mod verify;
 pub mod warm;
 

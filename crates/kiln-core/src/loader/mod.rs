@@ -12,6 +12,7 @@ mod batch;
 mod finalize;
 mod history;
 mod job;
+mod profiled;
 mod progress;
 mod queue;
 #[cfg(test)]
@@ -94,6 +95,8 @@ pub struct KernelLoader<T: CompilationTarget> {
     retry_failed: bool,
     /// What the running batch is doing, for another thread to read.
     progress: BatchProgress,
+    /// The warm-start profile, when the loader keeps one (L12).
+    profile: Option<profiled::ProfileState<T>>,
 }
 
 impl<T: CompilationTarget> KernelLoader<T> {
@@ -135,6 +138,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             record_limit: config.record_limit,
             retry_failed: config.retry_failed,
             progress: BatchProgress::default(),
+            profile: None,
         }
     }
 
@@ -202,6 +206,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
     ) -> Result<T::Loaded, KernelError> {
         loop {
             self.check_store();
+            self.promote_profiled(id);
             // A failure is reported as it stands only when nothing else is
             // queued: a batch drops it, and the kernel compiles in that batch.
             let reported = self.failed.contains_key(id) && self.queue.is_empty();
@@ -228,6 +233,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
     pub fn enqueue(&mut self, kernel: Box<KernelOf<T>>, variant: VariantOf<T>) {
         let id = ArtifactId::new(kernel.id(), variant);
         self.check_store();
+        self.promote_profiled(&id);
         if self.loaded.entries.contains_key(&id) || self.queue.contains(&id) {
             return;
         }
@@ -274,6 +280,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
                 continue;
             }
             if let Ok(loaded) = &result {
+                self.note_loaded(&id);
                 self.loaded.insert(id, loaded.clone(), &self.store);
             }
             answers.push(result);
@@ -284,12 +291,18 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// The loaded kernel for `id`, if it is loaded; compiles nothing.
     pub fn get(&mut self, id: &ArtifactId<VariantOf<T>>) -> Option<T::Loaded> {
         self.check_store();
+        self.promote_profiled(id);
         self.loaded.entries.get(id).cloned()
     }
 
     /// Whether `id` is loaded.
     pub fn is_loaded(&mut self, id: &ArtifactId<VariantOf<T>>) -> bool {
         self.get(id).is_some()
+    }
+
+    /// Whether `id` waits in the queue.
+    pub(crate) fn is_queued(&self, id: &ArtifactId<VariantOf<T>>) -> bool {
+        self.queue.contains(id)
     }
 
     /// How many kernels are loaded.
@@ -346,6 +359,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             }
         }
         self.loaded.reset_if_switched(&self.store);
+        self.take_in_profile();
     }
 
     /// The target, giving up everything loaded: to hand its store to a new
@@ -421,7 +435,10 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// report (L7).
     fn keep(&mut self, id: ArtifactId<VariantOf<T>>, result: Result<T::Loaded, KernelError>) {
         match result {
-            Ok(loaded) => self.loaded.insert(id, loaded, &self.store),
+            Ok(loaded) => {
+                self.note_loaded(&id);
+                self.loaded.insert(id, loaded, &self.store);
+            }
             Err(error) => {
                 self.failed.insert(id, error);
             }

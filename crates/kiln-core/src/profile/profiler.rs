@@ -1,0 +1,195 @@
+//! A loader's profile of one run: the last profile read and its kernels
+//! looked up in the store on a thread of its own while the program starts
+//! (store hits, decoded and ready for the device), the kernels this run
+//! loaded, and the one write of the next profile.
+//!
+//! Only hits are prefetched: a profile holds artifact ids, and compiling a
+//! missing kernel needs the program's kernel object, so a profiled kernel
+//! the store lost compiles when the program queues or launches it, as any
+//! kernel does.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::Duration;
+
+use super::{StoredProfile, profile_blob_key};
+use crate::compiler::ArtifactCompiler;
+use crate::id::ArtifactId;
+use crate::store::{ArtifactStore, BlobKey, BoundStore, KeyComponents, KeyedCompiler, Lookup};
+
+/// The longest a loader waits for its profile's lookups: past it, it goes
+/// on without them (a store that hangs never holds a program up).
+const LONGEST_WAIT: Duration = Duration::from_secs(30);
+
+/// What the profile's thread found: the last profile, and each of its
+/// kernels the store holds, decoded.
+pub(crate) struct Prefetched<C: ArtifactCompiler> {
+    /// The last profile, if there was one.
+    pub(crate) previous: Option<StoredProfile>,
+    /// The profiled kernels the store held, with their artifacts and the
+    /// bytes read.
+    pub(crate) found: Vec<(ArtifactId<C::Variant>, C::Artifact, u64)>,
+}
+
+/// A loader's profile of the running process.
+pub(crate) struct Profiler<C: ArtifactCompiler> {
+    program: String,
+    components: KeyComponents,
+    store: Arc<dyn ArtifactStore>,
+    name: BlobKey,
+    prefetch: Option<Receiver<Prefetched<C>>>,
+    previous: Option<StoredProfile>,
+    /// The kernels this run asked for, in order, repeats and all: noting
+    /// one is a push on a first launch's path, the encoding waits for
+    /// [`save`](Self::save).
+    used: Vec<ArtifactId<C::Variant>>,
+    saved: bool,
+}
+
+impl<C: KeyedCompiler + 'static> Profiler<C> {
+    /// Starts reading `program`'s last profile from `store` and looking its
+    /// kernels up, on a thread of its own.
+    pub(crate) fn start(program: &str, store: Arc<dyn ArtifactStore>, compiler: Arc<C>) -> Self {
+        let components = compiler.key_components();
+        let name = profile_blob_key(program, &components);
+        let (sender, receiver) = mpsc::sync_channel(1);
+        let (read_store, read_name) = (Arc::clone(&store), name.clone());
+        let started = std::thread::Builder::new()
+            .name("kiln-profile".into())
+            .spawn(move || {
+                let _ = sender.send(prefetch(&read_store, &read_name, &*compiler));
+            });
+        if let Err(error) = &started {
+            log::warn!("could not start reading the warm-start profile: {error}");
+        }
+        Self {
+            program: program.to_owned(),
+            components,
+            store,
+            name,
+            prefetch: started.is_ok().then_some(receiver),
+            previous: None,
+            used: Vec::new(),
+            saved: false,
+        }
+    }
+}
+
+impl<C: ArtifactCompiler> Profiler<C> {
+    /// Whether the profile's lookups are still to be taken.
+    pub(crate) fn is_pending(&self) -> bool {
+        self.prefetch.is_some()
+    }
+
+    /// The profiled kernels the store held, once: waits for the profile's
+    /// thread, up to a bound.
+    pub(crate) fn take(&mut self) -> Vec<(ArtifactId<C::Variant>, C::Artifact, u64)> {
+        let Some(receiver) = self.prefetch.take() else {
+            return Vec::new();
+        };
+        match receiver.recv_timeout(LONGEST_WAIT) {
+            Ok(prefetched) => {
+                self.previous = prefetched.previous;
+                prefetched.found
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                log::warn!(
+                    "the warm-start profile's lookups took over {LONGEST_WAIT:?}: going on \
+                     without them"
+                );
+                Vec::new()
+            }
+            Err(RecvTimeoutError::Disconnected) => Vec::new(),
+        }
+    }
+
+    /// `id` was loaded this run.
+    pub(crate) fn note(&mut self, id: &ArtifactId<C::Variant>) {
+        self.used.push(id.clone());
+    }
+
+    /// Writes the next profile, once a run; later calls do nothing.
+    pub(crate) fn save(&mut self) {
+        if std::mem::replace(&mut self.saved, true) {
+            return;
+        }
+        // A loader dropped before it took its profile still ages it.
+        if self.prefetch.is_some() {
+            drop(self.take());
+        }
+        let mut used = HashMap::new();
+        for id in self.used.drain(..) {
+            match crate::encoding::encode(&id) {
+                Ok(encoded) => {
+                    used.entry(encoded).or_insert_with(|| format!("{id:?}"));
+                }
+                Err(error) => {
+                    log::debug!("a kernel id that does not encode is not profiled: {error}")
+                }
+            }
+        }
+        let next = StoredProfile::next(
+            &self.program,
+            &self.components,
+            self.previous.as_ref(),
+            used,
+        );
+        if next.kernels.is_empty() && self.previous.is_none() {
+            return;
+        }
+        if let crate::store::StoreOutcome::Failed { detail } =
+            self.store.put_blob(&self.name, &next.to_bytes())
+        {
+            log::warn!(
+                "could not keep the warm-start profile of {}: {detail}",
+                self.program
+            );
+        }
+    }
+}
+
+impl<C: ArtifactCompiler> Drop for Profiler<C> {
+    fn drop(&mut self) {
+        self.save();
+    }
+}
+
+/// Reads the profile `name` and looks each of its kernels up, at once.
+fn prefetch<C: KeyedCompiler>(
+    store: &Arc<dyn ArtifactStore>,
+    name: &BlobKey,
+    compiler: &C,
+) -> Prefetched<C> {
+    let previous = match store.lookup_blob(name) {
+        Lookup::Hit { artifact, .. } => StoredProfile::from_bytes(&artifact),
+        Lookup::Miss(_) => None,
+    };
+    let ids: Vec<ArtifactId<C::Variant>> = previous
+        .iter()
+        .flat_map(|profile| &profile.kernels)
+        .filter_map(|kernel| {
+            crate::encoding::decode::<ArtifactId<C::Variant>>(&kernel.id)
+                .ok()
+                .map(|(id, _)| id)
+        })
+        .collect();
+    let bound = BoundStore::new(Arc::clone(store), compiler);
+    let asked: Vec<&ArtifactId<C::Variant>> = ids.iter().collect();
+    let found = if asked.is_empty() {
+        Vec::new()
+    } else {
+        bound.lookup_many(compiler, &asked)
+    };
+    let found = ids
+        .iter()
+        .zip(found)
+        .filter_map(|(id, lookup)| match lookup {
+            Lookup::Hit {
+                artifact, bytes, ..
+            } => Some((id.clone(), artifact, bytes)),
+            Lookup::Miss(_) => None,
+        })
+        .collect();
+    Prefetched { previous, found }
+}
