@@ -73,6 +73,13 @@ pub fn parse(text: &str, language: Language) -> Result<Header> {
                     apply(&mut header, directive, line, number, language)?;
                 }
                 continue;
+            } else if language == Language::Spirv {
+                // A sidecar is all header: a line of anything else is a
+                // mistake, never text to skip.
+                bail!(
+                    "line {number}: `{line}` is not a comment: a `.spv.kiln` file holds only \
+                     `// kiln` header lines and comments"
+                );
             } else {
                 in_header = false;
             }
@@ -135,17 +142,17 @@ fn apply(
                     .split_once('=')
                     .filter(|(name, constant)| {
                         let named = define::is_identifier(name)
-                            || (language == Language::Wgsl && is_override_id(name));
+                            || (language.has_override_ids() && is_override_id(name));
                         named && !constant.is_empty()
                     })
                     .with_context(|| {
                         format!(
                             "line {number}: `{line}`: `{pair}` is not NAME=VALUE (NAME a letter \
                              or `_`, then letters, digits or `_`{})",
-                            if language == Language::Wgsl {
-                                "; or the number of an `@id(n)` override"
-                            } else {
-                                ""
+                            match language {
+                                Language::Wgsl => "; or the number of an `@id(n)` override",
+                                Language::Spirv => "; or the number of a `constant_id`",
+                                Language::Cuda | Language::Hip => "",
                             }
                         )
                     })?;
@@ -153,10 +160,15 @@ fn apply(
             }
             header.specializations.push(Specialization(pairs));
         }
-        "include" | "options" | "backends" if language == Language::Wgsl => bail!(
-            "line {number}: `{line}`: `{}` is for CUDA and HIP files; a WGSL file has no \
+        "include" | "options" | "backends" if language.has_override_ids() => bail!(
+            "line {number}: `{line}`: `{}` is for CUDA and HIP files; a {} file has no \
              includes or compiler options",
-            key.trim()
+            key.trim(),
+            if language == Language::Wgsl {
+                "WGSL"
+            } else {
+                "SPIR-V"
+            }
         ),
         "include" => {
             if value.is_empty() {
@@ -198,7 +210,8 @@ fn apply(
     Ok(())
 }
 
-/// Whether `name` is the number of a WGSL `@id(n)` override.
+/// Whether `name` is the number of a WGSL `@id(n)` override or a SPIR-V
+/// `SpecId` (both 16 bits in wgpu).
 fn is_override_id(name: &str) -> bool {
     !name.is_empty() && name.len() <= 5 && name.chars().all(|digit| digit.is_ascii_digit())
 }

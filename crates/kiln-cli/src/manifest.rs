@@ -3,7 +3,7 @@
 //!
 //! # The header
 //!
-//! A kernel file (`*.wgsl`, `*.cu`, `*.hip`) says how it is built in the
+//! A kernel file (`*.wgsl`, `*.spv`, `*.cu`, `*.hip`) says how it is built in the
 //! `// kiln <key>: <value>` lines of its first comment block (under a
 //! license block too; see [`crate::header`]):
 //!
@@ -32,6 +32,14 @@
 //!   without it a `.cu` file is CUDA's, and HIP's only under `--backend
 //!   hip`. A `.hip` file is always HIP's.
 //!
+//! A SPIR-V module (`NAME.spv`) is a binary, with no comments: its header
+//! lines are the whole of a sidecar text file `NAME.spv.kiln` beside it,
+//! under the same rules (only `entry` and `specialize` apply, and a line
+//! that is no comment is an error). Without a sidecar, every `GLCompute`
+//! entry of the module is a kernel with its default constants. The
+//! sidecar is never compiled: it reaches a kernel's key only through the
+//! entries and constants it sets (P14).
+//!
 //! A header comment, rather than a manifest beside the kernels, keeps a
 //! kernel and how it is built in one file that can be copied alone, and
 //! needs no TOML parser in the build.
@@ -44,7 +52,8 @@
 //! # The walk
 //!
 //! Bad input fails one file, never the run: a file that is not UTF-8 text,
-//! is larger than [`MAX_FILE_BYTES`] or has a malformed header is listed as
+//! is larger than [`MAX_FILE_BYTES`] or has a malformed header (a `.spv`
+//! file whose sidecar is any of these, or that naga cannot read) is listed as
 //! a failure with its reason, and every other file is still compiled. The
 //! walk follows no symbolic link, to a folder or to a file: a link may lead
 //! out of the folder asked for or around a loop (`loop -> .` would find
@@ -71,6 +80,9 @@ use anyhow::{Context, Result, bail};
 pub enum Language {
     /// `*.wgsl`: the wgpu backend.
     Wgsl,
+    /// `*.spv`: a SPIR-V module, for the wgpu backend; its header is in a
+    /// sidecar `*.spv.kiln`.
+    Spirv,
     /// `*.cu`: the CUDA backend, and HIP's (hipRTC takes CUDA's dialect).
     Cuda,
     /// `*.hip`: the HIP backend.
@@ -78,9 +90,16 @@ pub enum Language {
 }
 
 impl Language {
+    /// Whether the language's constants are set by number as well as by
+    /// name, and it has no includes or compiler options: wgpu's two.
+    pub fn has_override_ids(self) -> bool {
+        matches!(self, Self::Wgsl | Self::Spirv)
+    }
+
     fn of(path: &Path) -> Option<Self> {
         match path.extension()?.to_str()? {
             "wgsl" => Some(Self::Wgsl),
+            "spv" => Some(Self::Spirv),
             "cu" => Some(Self::Cuda),
             "hip" => Some(Self::Hip),
             _ => None,
@@ -118,8 +137,12 @@ pub struct KernelFile {
     /// Its language.
     pub language: Language,
     /// The text handed to the compiler: the file as it is (P14). Shared by
-    /// every kernel of the file.
+    /// every kernel of the file. Empty for a `.spv` file, whose module is
+    /// [`module`](Self::module).
     pub source: Arc<str>,
+    /// A `.spv` file's bytes, as they are: what wgpu is given. `None` for
+    /// a text file.
+    pub module: Option<Arc<[u8]>>,
     /// The entry points, in the header's order, each once.
     pub entries: Vec<String>,
     /// One per kernel of each entry; one empty specialization when the
@@ -136,6 +159,12 @@ pub struct KernelFile {
 }
 
 impl KernelFile {
+    /// What is compiled, byte for byte: the module of a `.spv` file, the
+    /// text of any other. Kernel ids digest it (P14).
+    pub fn compiled(&self) -> &[u8] {
+        self.module.as_deref().unwrap_or(self.source.as_bytes())
+    }
+
     /// The label of the module made with `specialization`, holding every
     /// entry (B6): `name [A=1 B=2]`, with `:a,b` after the name when the
     /// file has several entries.
@@ -208,19 +237,28 @@ pub fn find(folder: &Path) -> Result<Found> {
     paths.sort_by(|(left, _), (right, _)| left.cmp(right));
     for (path, language) in paths {
         let name = relative_name(folder, &path);
-        match read_kernel_file(&path) {
-            Ok(Contents::Text(text)) => match kernel_file(name.clone(), &path, language, text) {
-                Ok(file) => found.files.push(file),
-                Err(reason) => found.failed.push(Unusable {
+        let made = match read_bounded(&path) {
+            Ok(Contents::Bytes(bytes)) if language == Language::Spirv => {
+                spirv_file(name.clone(), &path, bytes)
+            }
+            Ok(Contents::Bytes(bytes)) => text_of(bytes)
+                .map_err(anyhow::Error::msg)
+                .and_then(|text| kernel_file(name.clone(), &path, language, text)),
+            Ok(Contents::NotRegular(kind)) => {
+                found.skipped.push(Unusable {
                     name,
-                    reason: format!("{reason:#}"),
-                }),
-            },
-            Ok(Contents::NotRegular(kind)) => found.skipped.push(Unusable {
+                    reason: format!("{kind}, not a regular file: not read"),
+                });
+                continue;
+            }
+            Err(reason) => Err(anyhow::Error::msg(reason)),
+        };
+        match made {
+            Ok(file) => found.files.push(file),
+            Err(reason) => found.failed.push(Unusable {
                 name,
-                reason: format!("{kind}, not a regular file: not read"),
+                reason: format!("{reason:#}"),
             }),
-            Err(reason) => found.failed.push(Unusable { name, reason }),
         }
     }
     found
@@ -261,11 +299,80 @@ fn kernel_file(name: String, path: &Path, language: Language, text: String) -> R
         folder,
         language,
         source: text.into(),
+        module: None,
         entries,
         specializations,
         options: header.options,
         backends: header.backends,
     })
+}
+
+/// The `.spv` file `name` at `path`, holding `bytes`, as its sidecar says.
+fn spirv_file(name: String, path: &Path, bytes: Vec<u8>) -> Result<KernelFile> {
+    let mut sidecar_path = path.as_os_str().to_owned();
+    sidecar_path.push(".kiln");
+    let sidecar_path = PathBuf::from(sidecar_path);
+    let sidecar_name = sidecar_path
+        .file_name()
+        .map(|file_name| file_name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let header = match sidecar(&sidecar_path) {
+        Ok(None) => header::Header::default(),
+        Ok(Some(text)) => header::parse(&text, Language::Spirv)
+            .with_context(|| format!("its sidecar {sidecar_name}"))?,
+        Err(reason) => bail!("its sidecar {sidecar_name}: {reason}"),
+    };
+    let entries = if header.entries.is_empty() {
+        // naga's reason already names the module and what it refused.
+        let entries = kiln_wgpu::spirv_compute_entries(&bytes)
+            .map_err(|failure| anyhow::anyhow!("{failure}"))?;
+        if entries.is_empty() {
+            bail!("no `GLCompute` entry point: nothing to build");
+        }
+        entries
+    } else {
+        header.entries
+    };
+    let mut specializations = header.specializations;
+    if specializations.is_empty() {
+        specializations.push(Specialization::default());
+    }
+    Ok(KernelFile {
+        name,
+        folder: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        language: Language::Spirv,
+        source: Arc::from(""),
+        module: Some(bytes.into()),
+        entries,
+        specializations,
+        includes: Vec::new(),
+        options: Vec::new(),
+        backends: None,
+    })
+}
+
+/// The text of the sidecar at `path`, `None` when there is none; read as a
+/// kernel file is (no link, a regular file, at most [`MAX_FILE_BYTES`],
+/// UTF-8), and else why not.
+fn sidecar(path: &Path) -> Result<Option<String>, String> {
+    match fs::symlink_metadata(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(format!("cannot be examined: {error}")),
+        Ok(metadata) if metadata.file_type().is_symlink() => {
+            return Err(
+                "a symbolic link: not followed; put the header lines in a file there".to_owned(),
+            );
+        }
+        Ok(_) => {}
+    }
+    match read_bounded(path)? {
+        Contents::Bytes(bytes) => text_of(bytes).map(Some),
+        // Building without the header it holds would build something
+        // other than what it says.
+        Contents::NotRegular(kind) => Err(format!(
+            "{kind}, not a regular file: not read; make it a text file or remove it"
+        )),
+    }
 }
 
 /// The `@compute` functions of a WGSL text, in order, outside comments.
@@ -412,16 +519,15 @@ fn walk(
 
 /// What reading a kernel file gave.
 enum Contents {
-    /// Its text.
-    Text(String),
+    /// Its bytes.
+    Bytes(Vec<u8>),
     /// It is not a regular file: what it is.
     NotRegular(&'static str),
 }
 
 /// Reads the kernel file at `path`: only a regular file, only up to
-/// [`MAX_FILE_BYTES`], only UTF-8 text. The error is the reason the file
-/// fails.
-fn read_kernel_file(path: &Path) -> Result<Contents, String> {
+/// [`MAX_FILE_BYTES`]. The error is the reason the file fails.
+fn read_bounded(path: &Path) -> Result<Contents, String> {
     // Non-blocking: opening a FIFO for reading waits for a writer
     // otherwise. No following: the entry was a file when listed, and a
     // link put in its place since is not followed either.
@@ -470,7 +576,7 @@ fn read_kernel_file(path: &Path) -> Result<Contents, String> {
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(too_large());
     }
-    text_of(bytes).map(Contents::Text)
+    Ok(Contents::Bytes(bytes))
 }
 
 /// The bytes as text: UTF-8 without NUL bytes, else why not, naming the

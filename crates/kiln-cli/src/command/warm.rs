@@ -50,7 +50,8 @@ use crate::table::Table;
 #[derive(Debug, Args)]
 pub struct Arguments {
     /// The folder of kernels: `*.wgsl`, `*.cu`, `*.hip`, each with a
-    /// `// kiln entry: ...` header (see the README).
+    /// `// kiln entry: ...` header, and `*.spv` SPIR-V modules with theirs
+    /// in `NAME.spv.kiln` (see the README).
     pub folder: PathBuf,
     /// The backends to run, comma-separated (wgpu, cuda, hip); default:
     /// every backend the folder has kernels for.
@@ -282,7 +283,7 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
     let found = manifest::find(&arguments.folder)?;
     if found.files.is_empty() && found.failed.is_empty() {
         bail!(
-            "no kernels in {}: kiln warm compiles *.wgsl, *.cu and *.hip files",
+            "no kernels in {}: kiln warm compiles *.wgsl, *.spv, *.cu and *.hip files",
             arguments.folder.display()
         );
     }
@@ -317,7 +318,12 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
             .filter(|file| file.language == language)
             .collect()
     };
-    let (wgsl, cu, hip) = (of(Language::Wgsl), of(Language::Cuda), of(Language::Hip));
+    // WGSL and SPIR-V share wgpu's batch, target and pipeline cache.
+    let wgsl: Vec<&KernelFile> = files
+        .iter()
+        .filter(|file| file.language.has_override_ids())
+        .collect();
+    let (cu, hip) = (of(Language::Cuda), of(Language::Hip));
     // A `.cu` file is CUDA's unless its header says otherwise, and HIP's
     // only when asked: CUDA-only code (inline PTX, cooperative groups)
     // must not fail a folder of CUDA kernels.
@@ -668,7 +674,9 @@ fn modules_of<K>(
 /// commas, for a module of them) and `specialization` starts from: the
 /// file's name (for `kiln ls` and `kiln forget`, with the entries after a
 /// `:` when the file has several), the specialization, the entry and the
-/// file's whole text, which is what is compiled (P14). A renamed file's kernels miss by id, and find their
+/// file's whole text (a `.spv` file's module), which is what is compiled
+/// (P14): a `.spv.kiln` sidecar joins only through the entry and the
+/// specialization. A renamed file's kernels miss by id, and find their
 /// artifacts by the text compiled, which names no file (rekeyed, not
 /// compiled); so does a program compiling the same text.
 fn base_id(
@@ -684,7 +692,7 @@ fn base_id(
     KernelId::named(name)
         .parameter(&specialization.to_string())
         .parameter(entry)
-        .bytes(file.source.as_bytes())
+        .bytes(file.compiled())
 }
 
 /// What a C++ file needs beyond its text, once per file and backend: the
@@ -861,8 +869,19 @@ fn warm_wgpu(files: &[&KernelFile], store: Option<&Arc<dyn ArtifactStore>>) -> B
                     }
                 }
             }
-            let source = Arc::clone(&file.source);
             let counter = Arc::clone(&generated);
+            if let Some(module) = &file.module {
+                let module = Arc::clone(module);
+                return builder.spirv_generator(move || {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    match &refused {
+                        Some(reason) => Err(kiln_core::CompileFailure::message(reason.clone())
+                            .with_hint("write a number, or true or false for a bool")),
+                        None => Ok(module.to_vec()),
+                    }
+                });
+            }
+            let source = Arc::clone(&file.source);
             builder.generator(move || {
                 counter.fetch_add(1, Ordering::Relaxed);
                 match &refused {
