@@ -333,4 +333,25 @@ mod tests {
             .expect("an override id and an identifier");
         assert_eq!(header.specializations[0].to_string(), "1300=1.1 _A1=x-y");
     }
+
+    // B6: a `.spv.kiln` sidecar is all header, constants by number or name.
+    #[test]
+    fn a_sidecar_holds_only_comments_and_wgpu_keys() {
+        let header = parse(
+            "/* by glslang */\n// kiln entry: main\n\n// kiln specialize: 0=2 BIAS=1\n",
+            Language::Spirv,
+        )
+        .expect("a sidecar");
+        assert_eq!(header.entries, ["main"]);
+        assert_eq!(header.specializations[0].to_string(), "0=2 BIAS=1");
+        let error = parse("// kiln entry: main\nmain\n", Language::Spirv).expect_err("prose");
+        assert!(
+            error
+                .to_string()
+                .starts_with("line 2: `main` is not a comment"),
+            "{error}"
+        );
+        let error = parse("// kiln include: inc\n", Language::Spirv).expect_err("include");
+        assert!(error.to_string().contains("SPIR-V"), "{error}");
+    }
 }

@@ -110,8 +110,10 @@ fn spv_files_compile_cold_per_entry_and_specialization_and_load_warm_from_the_st
         &folder,
         "scale_bias",
         scale_bias,
-        Some("// FACTOR is constant_id 0, BIAS 1\n// kiln specialize: 0=3 1=0.5\n\n\
-              // kiln specialize: FACTOR=4\n"),
+        Some(
+            "// FACTOR is constant_id 0, BIAS 1\n// kiln specialize: 0=3 1=0.5\n\n\
+              // kiln specialize: FACTOR=4\n",
+        ),
     );
     // No sidecar: both compute entries, default constants.
     write_module(&folder, "passes", passes, None);
