@@ -9,7 +9,11 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use kiln_core::{ArtifactId, ArtifactStore, KernelId, KernelLoader, LoaderConfig};
+use kiln_store::{DiskStore, StoreConfig};
+use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
 use serde_json::Value;
 use support::{Finished, Scratch, backend, finish, kiln};
 
@@ -145,6 +149,49 @@ fn spv_files_compile_cold_per_entry_and_specialization_and_load_warm_from_the_st
     .expect("a sidecar");
     let commented = warm(&store, &folder).succeeded_json();
     assert_eq!(counts(&commented), (5, 0, 5, 0), "{commented:#}");
+}
+
+// P14: a program giving wgpu the same module, entry and constants, under
+// its own kernel names, takes what `kiln warm` stored without compiling.
+#[test]
+fn p14_a_program_loading_the_same_module_finds_what_kiln_warm_stored() {
+    let Some(scale_bias) = module("scale_bias", "P14 on .spv files") else {
+        return;
+    };
+    let scratch = Scratch::new("warm-spirv-program");
+    let folder = scratch.folder("kernels");
+    let store = scratch.path().join("store");
+    write_module(
+        &folder,
+        "scale_bias",
+        scale_bias,
+        Some("// kiln specialize: 0=3 BIAS=0.5\n"),
+    );
+    let cold = warm(&store, &folder).succeeded_json();
+    assert_eq!(counts(&cold), (1, 1, 0, 0), "{cold:#}");
+
+    // The target kiln warm chose: the device when there is one.
+    let target = match WgpuDevice::open() {
+        Ok(device) => WgpuTarget::on_device(device),
+        Err(_) => WgpuTarget::compile_only(),
+    };
+    let shared: Arc<dyn ArtifactStore> =
+        Arc::new(DiskStore::open(StoreConfig::at(&store)).expect("the store opens"));
+    let mut loader = KernelLoader::with_config(target.with_store(shared), LoaderConfig::default());
+    let kernel = WgslKernel::builder(KernelId::named("program.scale_bias"), "main")
+        .constant("0", 3.0)
+        .constant("BIAS", 0.5)
+        .spirv(scale_bias.to_vec());
+    let id = ArtifactId::new(kiln_core::Kernel::id(&kernel), WgpuVariant);
+    loader
+        .load(&kernel, &id)
+        .unwrap_or_else(|error| panic!("the program's kernel loads: {error}"));
+    let statistics = loader.statistics();
+    assert_eq!(
+        (statistics.compiled, statistics.rekeyed + statistics.hits),
+        (0, 1),
+        "{statistics:?}"
+    );
 }
 
 // L6, B6: bytes naga refuses fail alone, with naga's reason, whether the

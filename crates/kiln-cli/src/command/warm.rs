@@ -870,26 +870,26 @@ fn warm_wgpu(files: &[&KernelFile], store: Option<&Arc<dyn ArtifactStore>>) -> B
                 }
             }
             let counter = Arc::clone(&generated);
-            if let Some(module) = &file.module {
-                let module = Arc::clone(module);
-                return builder.spirv_generator(move || {
-                    counter.fetch_add(1, Ordering::Relaxed);
-                    match &refused {
-                        Some(reason) => Err(kiln_core::CompileFailure::message(reason.clone())
-                            .with_hint("write a number, or true or false for a bool")),
-                        None => Ok(module.to_vec()),
-                    }
-                });
-            }
-            let source = Arc::clone(&file.source);
-            builder.generator(move || {
+            // Counted for the progress bar; a refused constant fails the
+            // kernel when it compiles, alone.
+            let check = move || {
                 counter.fetch_add(1, Ordering::Relaxed);
                 match &refused {
                     Some(reason) => Err(kiln_core::CompileFailure::message(reason.clone())
                         .with_hint("write a number, or true or false for a bool")),
-                    None => Ok(source.to_string()),
+                    None => Ok(()),
                 }
-            })
+            };
+            match &file.module {
+                Some(module) => {
+                    let module = Arc::clone(module);
+                    builder.spirv_generator(move || check().map(|()| module.to_vec()))
+                }
+                None => {
+                    let source = Arc::clone(&file.source);
+                    builder.generator(move || check().map(|()| source.to_string()))
+                }
+            }
         })
     };
     let (target, description, on_device) = match WgpuDevice::open() {
