@@ -87,6 +87,7 @@ pub mod error;
 mod layout;
 mod lock;
 mod maintenance;
+mod pack;
 mod partial;
 mod record;
 mod sealed;

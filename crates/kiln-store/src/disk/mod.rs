@@ -31,6 +31,7 @@ mod eviction;
 mod generation;
 mod history;
 mod open;
+mod packed;
 mod read;
 mod removal;
 #[cfg(any(test, feature = "bench"))]
@@ -125,6 +126,8 @@ pub(crate) struct Inner {
     /// when: written into their histories by their put or at the batch's
     /// end, never on the lookup's path.
     pub(crate) pending_misses: Mutex<history::PendingMisses>,
+    /// The packs and this process's view of them.
+    pub(crate) packs: crate::pack::Packs,
 }
 
 impl Drop for Inner {
