@@ -31,6 +31,7 @@ mod eviction;
 mod generation;
 mod history;
 mod open;
+mod pack_passes;
 mod packed;
 mod read;
 mod removal;

@@ -312,6 +312,14 @@ impl DiskStore {
         }
     }
 
+    /// The packed record of `key`, removed: an import publishes the key's
+    /// record as a file in its place.
+    pub(crate) fn take_packed_record(&self, key: &StoreKey) -> Option<Record> {
+        let record = self.packed_record(key)?;
+        self.remove_packed_record(key);
+        Some(record)
+    }
+
     /// Whether the object `object` is held, packed or as a file.
     pub(super) fn holds_object(&self, object: &[u8; 32]) -> bool {
         self.inner
@@ -319,6 +327,29 @@ impl DiskStore {
             .contains(Kind::Object, &short_key(object))
             .unwrap_or(false)
             || std::fs::symlink_metadata(self.object_path(object)).is_ok_and(|found| found.is_file())
+    }
+}
+
+impl DiskStore {
+    /// Calls `visit` with the payload of every live packed entry of
+    /// `kind` whose frame is whole; an object's only when its digest is
+    /// its key. Shards that cannot be read are logged and skipped.
+    pub(crate) fn each_packed(&self, kind: Kind, visit: &mut dyn FnMut(&[u8])) {
+        for shard in 0..crate::pack::SHARDS {
+            let walked = self.inner.packs.each(shard, &mut |live| {
+                if live.slot.kind != kind {
+                    return;
+                }
+                if let Ok(payload) = live.payload
+                    && (kind != Kind::Object || short_key(&digest(payload)) == live.slot.key)
+                {
+                    visit(payload);
+                }
+            });
+            if let Err(error) = walked {
+                log::warn!("kiln store: pack {shard:03x} cannot be read: {error}");
+            }
+        }
     }
 }
 

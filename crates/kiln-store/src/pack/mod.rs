@@ -460,6 +460,19 @@ impl Packs {
         Ok(())
     }
 
+    /// The live slots of `shard`, read from a view of its own, and the
+    /// bytes its two files take.
+    pub(crate) fn live(&self, shard: usize) -> io::Result<(Vec<Slot>, u64)> {
+        let index_path = self.folder_path().join(Self::index_name(shard));
+        let view = match self.open_view(shard, &index_path) {
+            Ok(view) => view,
+            Err(error) if is_absent(&error) => return Ok((Vec::new(), 0)),
+            Err(error) => return Err(error),
+        };
+        let bytes = view.pack.metadata()?.len() + view.index.metadata()?.len();
+        Ok((view.ordered().into_iter().map(|(slot, _)| slot).collect(), bytes))
+    }
+
     /// Rewrites `shard` with the live entries `keep` says to keep, under
     /// the shard's lock; nothing is written when it keeps them all and the
     /// pack holds little dead space. An empty shard's files go.
