@@ -272,7 +272,19 @@ impl Packs {
             return Ok(());
         }
         *view = None;
-        *view = Some(self.open_view(shard, &index_path)?);
+        // A rewrite may swap the index and unlink the pack it named between
+        // the two opens: the next try reads the new pair. A shard whose
+        // files went altogether holds nothing.
+        for _ in 0..3 {
+            match self.open_view(shard, &index_path) {
+                Ok(opened) => {
+                    *view = Some(opened);
+                    return Ok(());
+                }
+                Err(error) if is_absent(&error) => continue,
+                Err(error) => return Err(error),
+            }
+        }
         Ok(())
     }
 
