@@ -198,10 +198,17 @@ fn update_history(
             key,
             payload: &sealed,
         };
+        // Packed, a history takes the store's space as its entries do, and
+        // a rewrite's recount includes it: counted here too.
         inner
             .packs
             .append(&inner.locks, crate::pack::shard_of(&key), &[frame], &[])
-            .map(drop)
+            .and_then(|written| {
+                inner
+                    .usage
+                    .adjust(&inner.locks, i64::try_from(written).unwrap_or(i64::MAX), 0)
+                    .map(drop)
+            })
     } else {
         within_file_size_limit(sealed.len() as u64)
             .and_then(|()| durable::publish(&inner.layout.staging(), &path, &sealed, false))
