@@ -100,7 +100,7 @@ pub use bundle::{
     BUNDLE_VERSION, BundleHeader, BundleSeal, ExportReport, ImportReport, SignBundle, read_header,
 };
 pub use config::{StoreConfig, parse_size};
-pub use disk::DiskStore;
+pub use disk::{DiskStore, Footprint};
 pub use error::{Error, Result, WriteCause, WriteFailure};
 pub use maintenance::{CollectReport, Entry, EntryInfo, Limits, Progress, VerifyReport};
 pub use record::{BlobRecord, KernelHistory, Record, Seen};

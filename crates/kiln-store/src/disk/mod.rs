@@ -28,6 +28,7 @@ mod batches;
 mod blob;
 mod claim;
 mod eviction;
+mod footprint;
 mod generation;
 mod history;
 mod open;
@@ -60,6 +61,7 @@ use crate::layout::Layout;
 use crate::lock::LockFile;
 use crate::usage::{Usage, UsageFile};
 
+pub use footprint::Footprint;
 pub(crate) use access::{not_yet_refreshed, touch};
 pub(crate) use write::{digest, is_inlined, within_file_size_limit};
 
