@@ -60,7 +60,10 @@ fn weigh(root: &Path) -> (u64, u64, u64) {
 fn find_in_packs(root: &Path, bytes: &[u8]) -> (PathBuf, usize) {
     for entry in fs::read_dir(root.join("packs")).expect("a packs folder") {
         let path = entry.expect("an entry").path();
-        if path.extension().is_some_and(|extension| extension == "pack") {
+        if path
+            .extension()
+            .is_some_and(|extension| extension == "pack")
+        {
             let held = fs::read(&path).expect("a pack");
             if let Some(at) = held.windows(bytes.len()).position(|window| window == bytes) {
                 return (path, at);
@@ -158,8 +161,16 @@ fn damaged_packed_entry_is_a_removed_miss(test: &str, damage: impl FnOnce(&Path)
         "the damaged entry was removed"
     );
     let mut loader = loader_on(&store);
-    assert_eq!(load(&mut loader, 1), fake_text(1), "the right artifact loads");
-    assert_eq!(loader.target().fake_compiler().finalized(), 1, "it compiled again");
+    assert_eq!(
+        load(&mut loader, 1),
+        fake_text(1),
+        "the right artifact loads"
+    );
+    assert_eq!(
+        loader.target().fake_compiler().finalized(),
+        1,
+        "it compiled again"
+    );
     assert_eq!(load(&mut loader, 2), fake_text(2));
     let report = store.verify(&mut |_| {}).expect("verify runs");
     assert!(report.is_clean(), "{report:?}");
@@ -188,8 +199,12 @@ fn p2_f10_a_truncated_pack_is_a_miss_and_recompiles() {
     damaged_packed_entry_is_a_removed_miss("packs-truncate", |root| {
         let artifact = artifact_of(root, 1);
         let (pack, at) = find_in_packs(root, &artifact);
-        let file = fs::OpenOptions::new().write(true).open(&pack).expect("opens");
-        file.set_len((at + artifact.len() / 2) as u64).expect("truncated");
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .open(&pack)
+            .expect("opens");
+        file.set_len((at + artifact.len() / 2) as u64)
+            .expect("truncated");
     });
 }
 
@@ -250,7 +265,10 @@ fn p3_f10_a_torn_index_slot_hides_nothing_before_it_and_the_next_put_is_found() 
     }
     let other = packed_store(&root);
     for number in 0..200 {
-        assert_eq!(hit(&other, &fake_key(number)), Some(pattern(number, 0, 100)));
+        assert_eq!(
+            hit(&other, &fake_key(number)),
+            Some(pattern(number, 0, 100))
+        );
     }
     put(&other, 500, &pattern(500, 0, 100));
     assert_eq!(hit(&store, &fake_key(500)), Some(pattern(500, 0, 100)));
@@ -286,7 +304,10 @@ fn p6_f10_eviction_of_packed_entries_holds_the_entry_limit_and_compacts() {
     store.entries(&mut |_| listed += 1).expect("lists");
     assert_eq!(listed, 100);
     let (_, allocated, _) = weigh(&root.join("packs"));
-    assert!(allocated < 100 * 3000 + 1024 * 4096, "the packs were compacted: {allocated}");
+    assert!(
+        allocated < 100 * 3000 + 1024 * 4096,
+        "the packs were compacted: {allocated}"
+    );
     assert!(store.verify(&mut |_| {}).expect("verifies").is_clean());
 }
 
@@ -303,7 +324,10 @@ fn p8_f10_packed_entries_travel_in_a_bundle() {
     let other = packed_store(&scratch.join("to"));
     other.import(&bundle, None, &mut |_| {}).expect("imports");
     for number in 0..20 {
-        assert_eq!(hit(&other, &fake_key(number)), Some(pattern(number, 0, 500)));
+        assert_eq!(
+            hit(&other, &fake_key(number)),
+            Some(pattern(number, 0, 500))
+        );
     }
 }
 
@@ -319,11 +343,16 @@ fn f10_a_store_of_layout_2_is_upgraded_in_place_and_its_files_still_serve() {
     fs::write(root.join("LAYOUT"), "kiln store layout 2\n").expect("an older marker");
     let store = packed_store(&root);
     assert_eq!(
-        fs::read_to_string(root.join("LAYOUT")).expect("a marker").trim(),
+        fs::read_to_string(root.join("LAYOUT"))
+            .expect("a marker")
+            .trim(),
         "kiln store layout 3"
     );
     for number in 0..10 {
-        assert_eq!(hit(&store, &fake_key(number)), Some(pattern(number, 0, 400)));
+        assert_eq!(
+            hit(&store, &fake_key(number)),
+            Some(pattern(number, 0, 400))
+        );
     }
     // A put of a key held as a file replaces it with a packed entry.
     put(&store, 3, &pattern(3, 1, 400));
@@ -359,7 +388,10 @@ fn p5_f10_a_full_disk_fails_an_append_and_leaves_no_partial_entry() {
         assert_eq!(hit(&store, &fake_key(*number)).as_ref(), Some(bytes));
     }
     for (number, _) in &failed {
-        assert!(hit(&store, &fake_key(*number)).is_none(), "a failed put left an entry");
+        assert!(
+            hit(&store, &fake_key(*number)).is_none(),
+            "a failed put left an entry"
+        );
     }
 }
 
@@ -384,7 +416,10 @@ fn p5_f10_a_packed_store_on_a_read_only_mount_serves_hits_and_skips_writes() {
     .expect("a read-only store opens");
     assert!(store.is_read_only());
     for number in 1..=3 {
-        assert_eq!(hit(&store, &fake_key(number)), Some(pattern(number, 0, 700)));
+        assert_eq!(
+            hit(&store, &fake_key(number)),
+            Some(pattern(number, 0, 700))
+        );
     }
     assert!(matches!(
         store.put(&fake_key(9), None, b"new", Duration::ZERO),

@@ -433,8 +433,7 @@ fn p3_a_publisher_killed_at_random_moments_leaves_whole_entries_or_none() -> Res
 }
 
 #[test]
-fn p3_f10_a_publisher_killed_while_appending_to_packs_leaves_whole_entries_or_none() -> Result<()>
-{
+fn p3_f10_a_publisher_killed_while_appending_to_packs_leaves_whole_entries_or_none() -> Result<()> {
     // P3, F10: the same kills on packed entries.
     publisher_killed_at_random_moments("crash-packed", 64 << 10)
 }

@@ -874,7 +874,9 @@ impl DiskStore {
                     object_status(objects.as_ref(), &object)
                         .ok()
                         .filter(|found| found.kind == Kind::File)
-                        .and_then(|found| found.accessed.duration_since(SystemTime::UNIX_EPOCH).ok())
+                        .and_then(|found| {
+                            found.accessed.duration_since(SystemTime::UNIX_EPOCH).ok()
+                        })
                         .map(|since| since.as_secs())
                 });
             let entry = match record {

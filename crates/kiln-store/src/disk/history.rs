@@ -179,12 +179,12 @@ fn update_history(
         None => (None, false),
     };
     let mut history = held.unwrap_or_else(|| KernelHistory {
-            name: name.to_owned(),
-            digest: kernel,
-            stored: None,
-            asked: None,
-            held_at_miss: None,
-        });
+        name: name.to_owned(),
+        digest: kernel,
+        stored: None,
+        asked: None,
+        held_at_miss: None,
+    });
     if !change(&mut history) {
         return;
     }

@@ -61,8 +61,8 @@ use crate::layout::Layout;
 use crate::lock::LockFile;
 use crate::usage::{Usage, UsageFile};
 
-pub use footprint::Footprint;
 pub(crate) use access::{not_yet_refreshed, touch};
+pub use footprint::Footprint;
 pub(crate) use write::{digest, is_inlined, within_file_size_limit};
 
 /// A verified artifact store in a folder, shared by every process that opens

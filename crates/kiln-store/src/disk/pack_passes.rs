@@ -130,10 +130,15 @@ impl DiskStore {
                     // A store opened to read only reports, and keeps.
                     good || !writable
                 };
-                if let Err(error) = self.inner.packs.rewrite(&self.inner.locks, shard, &mut keep) {
-                    found
-                        .unchecked
-                        .push((format!("pack {shard:03x}"), format!("cannot be rewritten: {error}")));
+                if let Err(error) = self
+                    .inner
+                    .packs
+                    .rewrite(&self.inner.locks, shard, &mut keep)
+                {
+                    found.unchecked.push((
+                        format!("pack {shard:03x}"),
+                        format!("cannot be rewritten: {error}"),
+                    ));
                 }
             }
         }
@@ -156,7 +161,8 @@ impl DiskStore {
         };
         for name in &names {
             let own = name.len() >= 3
-                && u16::from_str_radix(&name[..3], 16).is_ok_and(|shard| usize::from(shard) < SHARDS)
+                && u16::from_str_radix(&name[..3], 16)
+                    .is_ok_and(|shard| usize::from(shard) < SHARDS)
                 && (name.len() == 7 && name.ends_with(".idx")
                     || name.len() == 25 && name.ends_with(".pack"));
             if !own {
@@ -292,7 +298,11 @@ impl DiskStore {
                 dropped += u64::from(!keeps);
                 keeps
             };
-            match self.inner.packs.rewrite(&self.inner.locks, shard, &mut keep) {
+            match self
+                .inner
+                .packs
+                .rewrite(&self.inner.locks, shard, &mut keep)
+            {
                 Ok(_) => removed += dropped,
                 Err(error) => log::warn!("kiln store: cannot compact pack {shard:03x}: {error}"),
             }

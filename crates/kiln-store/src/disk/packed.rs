@@ -27,7 +27,11 @@ impl DiskStore {
 
     /// The lookup of `key` among packed records, or `None` when no pack
     /// holds a record of it (the files are looked at next).
-    pub(super) fn find_packed(&self, key: &StoreKey, encoded_key: &[u8]) -> Option<Lookup<Vec<u8>>> {
+    pub(super) fn find_packed(
+        &self,
+        key: &StoreKey,
+        encoded_key: &[u8],
+    ) -> Option<Lookup<Vec<u8>>> {
         let inner = &self.inner;
         let counters = &inner.counters;
         let record_key = short_key(&key.digest());
@@ -86,7 +90,10 @@ impl DiskStore {
             Err(ObjectMiss::Corrupt { detail, .. }) => {
                 bump(&counters.corrupt, 1);
                 Miss::Corrupt {
-                    detail: format!("object {}: {detail}", kiln_core::store::hex(&pointer.object[..8])),
+                    detail: format!(
+                        "object {}: {detail}",
+                        kiln_core::store::hex(&pointer.object[..8])
+                    ),
                 }
             }
         };
@@ -156,7 +163,11 @@ impl DiskStore {
         if self.inner.read_only {
             return;
         }
-        if let Err(error) = self.inner.packs.remove_if_at(&self.inner.locks, kind, key, at) {
+        if let Err(error) = self
+            .inner
+            .packs
+            .remove_if_at(&self.inner.locks, kind, key, at)
+        {
             log::warn!("kiln store: cannot remove a damaged packed entry: {error}");
         }
     }
@@ -293,8 +304,14 @@ impl DiskStore {
 
     /// The packed record of `key`, if one is there and whole.
     pub(super) fn packed_record(&self, key: &StoreKey) -> Option<Record> {
-        match self.inner.packs.read(Kind::Record, &short_key(&key.digest())) {
-            Read::Found { payload, .. } => Record::open_any(&payload).ok().map(|(record, _)| record),
+        match self
+            .inner
+            .packs
+            .read(Kind::Record, &short_key(&key.digest()))
+        {
+            Read::Found { payload, .. } => {
+                Record::open_any(&payload).ok().map(|(record, _)| record)
+            }
             _ => None,
         }
     }
@@ -302,7 +319,11 @@ impl DiskStore {
     /// The verified bytes of `record`'s packed object, read without the
     /// store's lookup: nothing counted, renewed or removed.
     pub(super) fn packed_object_bytes(&self, record: &Record) -> Option<Vec<u8>> {
-        match self.inner.packs.read(Kind::Object, &short_key(&record.object)) {
+        match self
+            .inner
+            .packs
+            .read(Kind::Object, &short_key(&record.object))
+        {
             Read::Found { payload, .. }
                 if payload.len() as u64 == record.size && digest(&payload) == record.object =>
             {
@@ -326,7 +347,8 @@ impl DiskStore {
             .packs
             .contains(Kind::Object, &short_key(object))
             .unwrap_or(false)
-            || std::fs::symlink_metadata(self.object_path(object)).is_ok_and(|found| found.is_file())
+            || std::fs::symlink_metadata(self.object_path(object))
+                .is_ok_and(|found| found.is_file())
     }
 }
 

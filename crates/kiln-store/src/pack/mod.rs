@@ -42,11 +42,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub(crate) use format::{Kind, Slot};
 use format::{
     ACCESSED_AT, UNIT, frame_header, frames, fresh_generation, index_generation, index_header,
     pack_header,
 };
+pub(crate) use format::{Kind, Slot};
 
 use crate::durable;
 use crate::layout::Layout;
@@ -446,7 +446,12 @@ impl Packs {
     }
 
     /// Appends a tombstone for `kind`/`key` when a live slot names it.
-    pub(crate) fn remove(&self, locks: &Arc<LockFile>, kind: Kind, key: &[u8; 16]) -> io::Result<()> {
+    pub(crate) fn remove(
+        &self,
+        locks: &Arc<LockFile>,
+        kind: Kind,
+        key: &[u8; 16],
+    ) -> io::Result<()> {
         if self.contains(kind, key)? {
             self.append(locks, shard_of(key), &[], &[(kind, *key)])?;
         }
@@ -482,7 +487,10 @@ impl Packs {
             Err(error) => return Err(error),
         };
         let bytes = view.pack.metadata()?.len() + view.index.metadata()?.len();
-        Ok((view.ordered().into_iter().map(|(slot, _)| slot).collect(), bytes))
+        Ok((
+            view.ordered().into_iter().map(|(slot, _)| slot).collect(),
+            bytes,
+        ))
     }
 
     /// Rewrites `shard` with the live entries `keep` says to keep, under
@@ -544,7 +552,8 @@ impl Packs {
         let mut slots = index_header(generation).to_vec();
         for (slot, payload) in &kept {
             let moved = Slot {
-                offset: u32::try_from(packed.len()).map_err(|_| io::Error::other("a pack past 4 GiB"))?,
+                offset: u32::try_from(packed.len())
+                    .map_err(|_| io::Error::other("a pack past 4 GiB"))?,
                 ..*slot
             };
             packed.extend_from_slice(&frame_header(&slot.key, slot.kind, slot.length));
@@ -553,7 +562,13 @@ impl Packs {
         }
         let written = pack
             .write_all_at(&packed, 0)
-            .and_then(|()| if self.durable { pack.sync_all() } else { Ok(()) })
+            .and_then(|()| {
+                if self.durable {
+                    pack.sync_all()
+                } else {
+                    Ok(())
+                }
+            })
             .and_then(|()| {
                 durable::publish(&self.layout.staging(), &index_path, &slots, self.durable)
             });
@@ -568,7 +583,13 @@ impl Packs {
 
     /// Removes the packs of `shard` that its index does not name: left by a
     /// process killed while it rewrote the shard. Returns how many.
-    pub(crate) fn sweep(&self, locks: &Arc<LockFile>, folder: &Folder, names: &[String], shard: usize) -> u64 {
+    pub(crate) fn sweep(
+        &self,
+        locks: &Arc<LockFile>,
+        folder: &Folder,
+        names: &[String],
+        shard: usize,
+    ) -> u64 {
         if !self.writable {
             return 0;
         }
@@ -720,7 +741,9 @@ fn read_frame(pack: &File, slot: &Slot) -> io::Result<Result<Vec<u8>, String>> {
         Err(error) => return Err(error),
     }
     if !frames(&bytes, slot) {
-        return Ok(Err("the pack holds another entry where its index points".into()));
+        return Ok(Err(
+            "the pack holds another entry where its index points".into()
+        ));
     }
     bytes.drain(..UNIT as usize);
     Ok(Ok(bytes))
@@ -748,5 +771,7 @@ fn lock_shard(locks: &Arc<LockFile>, shard: usize) -> io::Result<crate::lock::Sl
 fn now_seconds() -> u32 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| u32::try_from(since.as_secs()).unwrap_or(u32::MAX))
+        .map_or(0, |since| {
+            u32::try_from(since.as_secs()).unwrap_or(u32::MAX)
+        })
 }
