@@ -11,9 +11,7 @@ use kiln_core::fake::FakeCompiler;
 use kiln_core::{ArtifactStore, Lookup};
 use kiln_store::Limits;
 use kiln_test_support::Scratch;
-use kiln_tests::{
-    WorkerReport, fake_key, is_whole_pattern, open_store, open_store_packing, pattern,
-};
+use kiln_tests::{WorkerReport, fake_key, is_whole_pattern, open_store_packing, pattern};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_kiln-test-worker");
 

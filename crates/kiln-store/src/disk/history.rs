@@ -125,12 +125,11 @@ impl DiskStore {
 /// The history of the kernel with id digest `kernel`, packed or in its
 /// file, and whether it is packed.
 fn read_history(inner: &Inner, kernel: u128) -> Option<(KernelHistory, bool)> {
-    if let Read::Found { payload, .. } = inner.packs.read(Kind::History, &kernel.to_be_bytes()) {
-        if let Ok(history) = KernelHistory::open(&payload)
-            && history.digest == kernel
-        {
-            return Some((history, true));
-        }
+    if let Read::Found { payload, .. } = inner.packs.read(Kind::History, &kernel.to_be_bytes())
+        && let Ok(history) = KernelHistory::open(&payload)
+        && history.digest == kernel
+    {
+        return Some((history, true));
     }
     let sealed = fs::read(inner.layout.kernel(kernel)).ok()?;
     KernelHistory::open(&sealed)

@@ -97,13 +97,15 @@ impl DiskStore {
         use crate::pack::{Frame, Kind, SHARDS, shard_of, short_key};
         use crate::record::{KernelHistory, Seen, now_seconds};
 
+        /// A frame waiting for its shard's append.
+        type Pending = (Kind, [u8; 16], Vec<u8>);
         /// Bytes gathered for a shard before they are appended.
         const FLUSH: usize = 1 << 20;
         let inner = &self.inner;
-        let mut pending: Vec<Vec<(Kind, [u8; 16], Vec<u8>)>> = vec![Vec::new(); SHARDS];
+        let mut pending: Vec<Vec<Pending>> = vec![Vec::new(); SHARDS];
         let mut pending_bytes = vec![0usize; SHARDS];
         let mut written = 0u64;
-        let mut flush = |shard: usize, frames: &mut Vec<(Kind, [u8; 16], Vec<u8>)>| {
+        let mut flush = |shard: usize, frames: &mut Vec<Pending>| {
             let framed: Vec<Frame<'_>> = frames
                 .iter()
                 .map(|(kind, key, payload)| Frame {
