@@ -359,6 +359,26 @@ fn f10_a_store_of_layout_2_is_upgraded_in_place_and_its_files_still_serve() {
     assert!(!store.record_path(&fake_key(3)).exists());
     assert_eq!(hit(&store, &fake_key(3)), Some(pattern(3, 1, 400)));
     assert!(store.verify(&mut |_| {}).expect("verifies").is_clean());
+    // `kiln gc` packs the rest: the file trees empty, every entry served.
+    let report = store
+        .collect(Limits::of(store.config()), &mut |_| {})
+        .expect("collects");
+    assert_eq!(report.evicted, 0, "{report:?}");
+    for tree in ["objects", "records", "kernels"] {
+        let (files, _, _) = weigh(&root.join(tree));
+        let folders_only = fs::read_dir(root.join(tree))
+            .expect("a tree")
+            .all(|entry| entry.expect("an entry").path().is_dir());
+        assert!(folders_only, "{tree}: {files} files and folders, no file left");
+    }
+    for number in 0..10 {
+        let round = u32::from(number == 3);
+        assert_eq!(hit(&store, &fake_key(number)), Some(pattern(number, round, 400)));
+    }
+    // The object kernel 3 held before its new put stays an entry until it
+    // is evicted, as it would among files.
+    assert_eq!(store.usage().entries, 11);
+    assert!(store.verify(&mut |_| {}).expect("verifies").is_clean());
 }
 
 #[test]

@@ -640,6 +640,15 @@ impl DiskStore {
                 ..CollectReport::default()
             });
         };
+        // A store that packs moves its small file entries into the packs
+        // first (an upgraded store's), so what is counted next is packed.
+        let packed_files = self.pack_small_files();
+        if packed_files > 0 {
+            log::info!(
+                "kiln store: moved {packed_files} small entries of {} into packs",
+                self.root().display()
+            );
+        }
         let root = self.open_root()?;
         let mut unchecked = Vec::new();
         let mut report = CollectReport {

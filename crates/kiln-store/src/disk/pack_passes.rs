@@ -280,6 +280,90 @@ impl DiskStore {
         (evicted, evicted_bytes, busy)
     }
 
+    /// Moves the small entries kept as files (those of a store upgraded
+    /// from an earlier layout, or put while packing was off) into the
+    /// packs: each record below [`pack_below`](crate::StoreConfig::pack_below)
+    /// whose object verifies is appended with its object, then its file
+    /// and the object's file go; histories follow. Named blobs stay files.
+    /// Returns how many records moved.
+    pub(crate) fn pack_small_files(&self) -> u64 {
+        use std::ffi::OsStr;
+        use std::os::unix::fs::MetadataExt;
+
+        use crate::record::Record;
+        use crate::tree::Removal;
+
+        if self.is_read_only() || self.inner.config.pack_below == 0 {
+            return 0;
+        }
+        let root = self.root().to_path_buf();
+        let mut moved = 0;
+        let walked = crate::maintenance::walk_files(&root, "records", &mut |path, _| {
+            let Ok(sealed) = std::fs::read(&path) else {
+                return;
+            };
+            let Ok((record, _)) = Record::open_any(&sealed) else {
+                return;
+            };
+            if !self.packs_artifact(record.size) {
+                return;
+            }
+            let Ok(bytes) = self.read_packed_object(&record.pointer()) else {
+                return;
+            };
+            let records = [(record.key.clone(), record.seal())];
+            if self.publish_packed(&bytes, &record.object, &records).is_err() {
+                return;
+            }
+            moved += 1;
+            let object_path = self.object_path(&record.object);
+            if let Ok(found) = std::fs::symlink_metadata(&object_path)
+                && let Ok(Some(_alone)) = self.inner.locks.acquire(
+                    object_slot(&record.object),
+                    Mode::Exclusive,
+                    None,
+                )
+            {
+                // Any record left pointing at it reads the packed copy.
+                self.remove_at(&object_path, |folder, name| {
+                    folder.remove_if_same(name, found.dev(), found.ino())
+                });
+            }
+        });
+        if let Err(error) = walked {
+            log::warn!("kiln store: cannot pack the small entries: {error}");
+        }
+        let walked = crate::maintenance::walk_files(&root, "kernels", &mut |path, _| {
+            let Ok(sealed) = std::fs::read(&path) else {
+                return;
+            };
+            let Ok(history) = KernelHistory::open(&sealed) else {
+                return;
+            };
+            let key = history.digest.to_be_bytes();
+            let frame = crate::pack::Frame {
+                kind: Kind::History,
+                key,
+                payload: &sealed,
+            };
+            let packed = self.inner.packs.contains(Kind::History, &key).unwrap_or(false)
+                || self
+                    .inner
+                    .packs
+                    .append(&self.inner.locks, crate::pack::shard_of(&key), &[frame], &[])
+                    .is_ok();
+            if packed {
+                let removal: Removal =
+                    self.remove_at(&path, |folder, name: &OsStr| folder.remove_if_holds(name, &sealed));
+                drop(removal);
+            }
+        });
+        if let Err(error) = walked {
+            log::warn!("kiln store: cannot pack the histories: {error}");
+        }
+        moved
+    }
+
     /// Drops the packed records whose object is gone, compacting each
     /// shard on the way; returns how many went.
     pub(crate) fn drop_dangling_packed(&self) -> u64 {

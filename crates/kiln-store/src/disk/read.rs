@@ -129,7 +129,14 @@ impl DiskStore {
                     break (sealed, Miss::ForeignKey { detail });
                 }
             };
-            match self.read_object(&pointer) {
+            // A file record's object may have moved into a pack (`kiln gc`
+            // packs an upgraded store's small entries): looked for there
+            // only when its file is gone, so a file hit costs no more.
+            let object = match self.read_object(&pointer) {
+                Err(ObjectMiss::Absent) => self.read_packed_object(&pointer),
+                read => read,
+            };
+            match object {
                 Ok(bytes) => return self.hit(bytes, &pointer),
                 Err(ObjectMiss::Unreadable(detail)) => {
                     bump(&counters.unreadable, 1);
