@@ -369,11 +369,17 @@ fn f10_a_store_of_layout_2_is_upgraded_in_place_and_its_files_still_serve() {
         let folders_only = fs::read_dir(root.join(tree))
             .expect("a tree")
             .all(|entry| entry.expect("an entry").path().is_dir());
-        assert!(folders_only, "{tree}: {files} files and folders, no file left");
+        assert!(
+            folders_only,
+            "{tree}: {files} files and folders, no file left"
+        );
     }
     for number in 0..10 {
         let round = u32::from(number == 3);
-        assert_eq!(hit(&store, &fake_key(number)), Some(pattern(number, round, 400)));
+        assert_eq!(
+            hit(&store, &fake_key(number)),
+            Some(pattern(number, round, 400))
+        );
     }
     // The object kernel 3 held before its new put stays an entry until it
     // is evicted, as it would among files.

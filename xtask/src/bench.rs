@@ -428,6 +428,23 @@ fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
                     ratios.push(format!("wall/ideal of sequential work {:.2}", wall / ideal));
                 }
             }
+            // The tail: the last worker's finish less the one before it.
+            let tail = median(
+                processes
+                    .iter()
+                    .filter_map(|sample| {
+                        sample
+                            .note
+                            .split_whitespace()
+                            .find_map(|pair| pair.strip_prefix("tail="))
+                            .and_then(|seconds| seconds.parse().ok())
+                    })
+                    .collect(),
+            );
+            if let (Some(tail), Some(wall)) = (tail, processes_wall) {
+                measured.push(format!("tail {}", time(tail)));
+                ratios.push(format!("tail/wall {:.2}", tail / wall));
+            }
             if let Some(wall) = threads_wall {
                 let workers = threads.first().map_or(0, |sample| sample.workers);
                 measured.push(format!("threads ×{workers} {}", time(wall)));

@@ -312,17 +312,19 @@ impl DiskStore {
                 return;
             };
             let records = [(record.key.clone(), record.seal())];
-            if self.publish_packed(&bytes, &record.object, &records).is_err() {
+            if self
+                .publish_packed(&bytes, &record.object, &records)
+                .is_err()
+            {
                 return;
             }
             moved += 1;
             let object_path = self.object_path(&record.object);
             if let Ok(found) = std::fs::symlink_metadata(&object_path)
-                && let Ok(Some(_alone)) = self.inner.locks.acquire(
-                    object_slot(&record.object),
-                    Mode::Exclusive,
-                    None,
-                )
+                && let Ok(Some(_alone)) =
+                    self.inner
+                        .locks
+                        .acquire(object_slot(&record.object), Mode::Exclusive, None)
             {
                 // Any record left pointing at it reads the packed copy.
                 self.remove_at(&object_path, |folder, name| {
@@ -346,15 +348,25 @@ impl DiskStore {
                 key,
                 payload: &sealed,
             };
-            let packed = self.inner.packs.contains(Kind::History, &key).unwrap_or(false)
+            let packed = self
+                .inner
+                .packs
+                .contains(Kind::History, &key)
+                .unwrap_or(false)
                 || self
                     .inner
                     .packs
-                    .append(&self.inner.locks, crate::pack::shard_of(&key), &[frame], &[])
+                    .append(
+                        &self.inner.locks,
+                        crate::pack::shard_of(&key),
+                        &[frame],
+                        &[],
+                    )
                     .is_ok();
             if packed {
-                let removal: Removal =
-                    self.remove_at(&path, |folder, name: &OsStr| folder.remove_if_holds(name, &sealed));
+                let removal: Removal = self.remove_at(&path, |folder, name: &OsStr| {
+                    folder.remove_if_holds(name, &sealed)
+                });
                 drop(removal);
             }
         });
