@@ -451,4 +451,11 @@ fn p5_f10_a_packed_store_on_a_read_only_mount_serves_hits_and_skips_writes() {
         store.put(&fake_key(9), None, b"new", Duration::ZERO),
         StoreOutcome::Skipped
     ));
+    // Verify reads every packed entry of a read-only store, and writes
+    // nothing.
+    let report = store.verify(&mut |_| {}).expect("verifies");
+    assert_eq!((report.objects, report.records), (3, 3), "{report:?}");
+    let mut listed = 0;
+    store.entries(&mut |_| listed += 1).expect("lists");
+    assert_eq!(listed, 3);
 }

@@ -504,6 +504,11 @@ impl Packs {
     ) -> io::Result<Rewritten> {
         let mut report = Rewritten::default();
         if !self.writable {
+            // A store opened to read only is judged entry by entry, and
+            // nothing is written.
+            self.each(shard, &mut |live| {
+                keep(live);
+            })?;
             return Ok(report);
         }
         let _alone = lock_shard(locks, shard)?;
