@@ -239,7 +239,8 @@ impl DiskStore {
                 continue;
             };
             let mut held = Vec::new();
-            let mut chosen: Vec<([u8; 16], u64)> = Vec::new();
+            let mut chosen: std::collections::HashMap<[u8; 16], u64> =
+                std::collections::HashMap::new();
             for slot in slots.iter().filter(|slot| slot.kind == Kind::Object) {
                 if *excess_bytes == 0 && *excess_entries == 0 {
                     break;
@@ -257,7 +258,7 @@ impl DiskStore {
                 };
                 held.push(alone);
                 let length = u64::from(slot.length);
-                chosen.push((slot.key, length));
+                chosen.insert(slot.key, length);
                 *excess_bytes = excess_bytes.saturating_sub(length + overhead);
                 *excess_entries = excess_entries.saturating_sub(1);
             }
@@ -265,13 +266,12 @@ impl DiskStore {
                 continue;
             }
             let mut keep = |live: Live<'_>| {
-                live.slot.kind != Kind::Object
-                    || !chosen.iter().any(|(key, _)| *key == live.slot.key)
+                live.slot.kind != Kind::Object || !chosen.contains_key(&live.slot.key)
             };
             match inner.packs.rewrite(&inner.locks, shard, &mut keep) {
                 Ok(_) => {
                     evicted += chosen.len() as u64;
-                    evicted_bytes += chosen.iter().map(|(_, length)| length).sum::<u64>();
+                    evicted_bytes += chosen.values().sum::<u64>();
                 }
                 Err(error) => log::warn!("kiln store: cannot evict from pack {shard:03x}: {error}"),
             }

@@ -59,6 +59,13 @@ use crate::tree::{Folder, is_absent};
 /// process.
 pub(crate) const SHARDS: usize = 512;
 
+/// The largest payload a frame may have: the largest artifact a store
+/// packs, with room for its record.
+const LARGEST_FRAME: u64 = crate::config::MAX_PACKED + (1 << 20);
+
+/// Slots read from an index at a time: a long index is read in steps.
+const SLOTS_PER_READ: u64 = 1 << 15;
+
 /// How long a writer waits for a shard's lock.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 
@@ -705,25 +712,26 @@ impl View {
     /// damaged one skipped.
     fn read_tail(&mut self) -> io::Result<()> {
         let length = self.index.metadata()?.len();
-        let whole = length.saturating_sub(self.read_to) / UNIT * UNIT;
-        if whole == 0 {
-            return Ok(());
-        }
-        let mut bytes = vec![0u8; usize::try_from(whole).unwrap_or(0)];
-        self.index.read_exact_at(&mut bytes, self.read_to)?;
-        for (number, unit) in bytes.chunks_exact(UNIT as usize).enumerate() {
-            let position = self.read_to + number as u64 * UNIT;
-            let Some(slot) = Slot::decode(unit) else {
-                continue;
-            };
-            if slot.removed {
-                self.slots.remove(&(slot.kind, slot.key));
-            } else {
-                self.slots.insert((slot.kind, slot.key), (slot, position));
+        loop {
+            let whole = (length.saturating_sub(self.read_to) / UNIT).min(SLOTS_PER_READ) * UNIT;
+            if whole == 0 {
+                return Ok(());
             }
+            let mut bytes = vec![0u8; usize::try_from(whole).unwrap_or(0)];
+            self.index.read_exact_at(&mut bytes, self.read_to)?;
+            for (number, unit) in bytes.chunks_exact(UNIT as usize).enumerate() {
+                let position = self.read_to + number as u64 * UNIT;
+                let Some(slot) = Slot::decode(unit) else {
+                    continue;
+                };
+                if slot.removed {
+                    self.slots.remove(&(slot.kind, slot.key));
+                } else {
+                    self.slots.insert((slot.kind, slot.key), (slot, position));
+                }
+            }
+            self.read_to += whole;
         }
-        self.read_to += whole;
-        Ok(())
     }
 
     /// The live slots in the order they were written.
@@ -737,6 +745,14 @@ impl View {
 /// The payload of the frame `slot` names, or why it is not there: `Err`
 /// only when the pack cannot be read.
 fn read_frame(pack: &File, slot: &Slot) -> io::Result<Result<Vec<u8>, String>> {
+    // A slot damaged past its check must not make a reader allocate what
+    // it says: nothing packed is larger than the largest artifact packed.
+    if u64::from(slot.length) > LARGEST_FRAME {
+        return Ok(Err(format!(
+            "its index says {} bytes, more than any packed entry",
+            slot.length
+        )));
+    }
     let mut bytes = vec![0u8; usize::try_from(UNIT + u64::from(slot.length)).unwrap_or(0)];
     match pack.read_exact_at(&mut bytes, u64::from(slot.offset)) {
         Ok(()) => {}
