@@ -347,6 +347,44 @@ impl DiskStore {
                 bytes: out.written,
             });
         })?;
+        // Packed objects travel as the files do.
+        self.each_packed(crate::pack::Kind::Object, &mut |bytes| {
+            if write_error.is_some() {
+                return;
+            }
+            let expected = digest(bytes);
+            let result = out
+                .write_all(b"O")
+                .and_then(|()| out.write_all(&expected))
+                .and_then(|()| out.write_all(&(bytes.len() as u64).to_le_bytes()))
+                .and_then(|()| out.write_all(bytes));
+            match result {
+                Ok(()) => report.objects += 1,
+                Err(error) => write_error = Some(error),
+            }
+        });
+        let mut packed_records = Vec::new();
+        self.each_packed(crate::pack::Kind::Record, &mut |sealed| {
+            if let Ok((record, _)) = Record::open_any(sealed)
+                && record.key.format == STORE_FORMAT
+                && record.key.components == *components
+            {
+                packed_records.push(record.seal());
+            }
+        });
+        for sealed in packed_records {
+            if write_error.is_some() {
+                break;
+            }
+            let result = out
+                .write_all(b"R")
+                .and_then(|()| out.write_all(&(sealed.len() as u32).to_le_bytes()))
+                .and_then(|()| out.write_all(&sealed));
+            match result {
+                Ok(()) => report.records += 1,
+                Err(error) => write_error = Some(error),
+            }
+        }
         crate::maintenance::walk_files(root, "records", &mut |path, _| {
             if write_error.is_some() {
                 return;
@@ -613,12 +651,16 @@ impl DiskStore {
                     let target = inner.layout.record(&record.key.digest());
                     let inline = self.inline_form(&record);
                     let sealed = inline.as_ref().unwrap_or(&sealed);
+                    // A packed record of the key is replaced by the file.
+                    let packed = self.take_packed_record(&record.key);
                     let old = fs::read(&target).ok();
-                    if old.as_ref() == Some(sealed) {
+                    if packed.is_none() && old.as_ref() == Some(sealed) {
                         continue;
                     }
-                    let replaced = old
-                        .and_then(|old| Record::open_any(&old).ok().map(|(old, _)| old))
+                    let replaced = packed
+                        .or_else(|| {
+                            old.and_then(|old| Record::open_any(&old).ok().map(|(old, _)| old))
+                        })
                         .is_some_and(|old| old.object != record.object);
                     let file = durable::publish_open(
                         &inner.layout.staging(),

@@ -317,6 +317,15 @@ impl Folder {
         )
     }
 
+    /// Opens the file `name` to read and write, never through a link and
+    /// never waiting on a pipe: the caller checks it is a regular file.
+    pub(crate) fn open_read_write(&self, name: &OsStr) -> io::Result<File> {
+        self.open_with(
+            name,
+            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    }
+
     fn open_with(&self, name: &OsStr, flags: libc::c_int) -> io::Result<File> {
         let name = component(name)?;
         // SAFETY: `name` is a valid C string of one component,

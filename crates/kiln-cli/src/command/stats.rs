@@ -34,6 +34,11 @@ struct Stats {
     root: String,
     bytes: u64,
     entries: u64,
+    /// What the store's folder takes on disk: files and folders, and the
+    /// bytes allocated to them (the counted `bytes` are what the limit
+    /// compares).
+    files: u64,
+    allocated_bytes: u64,
     max_bytes: u64,
     max_entries: u64,
     compilers: Vec<kiln_core::KeyComponents>,
@@ -142,12 +147,15 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         });
     }
     let usage = store.usage();
+    let footprint = store.footprint();
     let config = store.config();
     let activity = store.activity();
     let stats = Stats {
         root,
         bytes: usage.bytes,
         entries: usage.entries,
+        files: footprint.files,
+        allocated_bytes: footprint.allocated_bytes,
         max_bytes: config.max_bytes,
         max_entries: config.max_entries,
         compilers: store.targets(),
@@ -252,6 +260,14 @@ fn print(stats: &Stats) {
                 stats.entries,
                 stats.max_entries,
                 percent(stats.entries, stats.max_entries)
+            ),
+        ),
+        (
+            "on disk",
+            format!(
+                "{} allocated in {} files and folders",
+                format::bytes(stats.allocated_bytes),
+                stats.files
             ),
         ),
     ];

@@ -373,6 +373,14 @@ impl<T: CompilationTarget> KernelLoader<T> {
         self.statistics
     }
 
+    /// The tail of the last batch's compile phase (F2): the finish of the
+    /// worker that finished last less the finish of the one before it, of
+    /// the batch's last round on several workers. `None` when that round
+    /// ran on one worker.
+    pub fn last_batch_tail(&self) -> Option<std::time::Duration> {
+        self.pool.last_tail()
+    }
+
     /// A handle on what the loader's batches are doing, to read from
     /// another thread while one runs (a progress bar): how many of its
     /// kernels are settled, and which kernels it waits for while other
