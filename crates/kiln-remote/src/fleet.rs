@@ -103,7 +103,7 @@ impl RemoteStore {
     pub fn fleet_counts(&self) -> Option<FleetCounts> {
         let mut command = cmd("HGETALL");
         command.arg(self.counts_key());
-        let pairs = self.inner.remote.call(&self.inner.counters, |link| {
+        let pairs = self.inner.remote.call(&self.inner.counters, move |link| {
             link.query::<Vec<(String, u64)>>(&command)
         })?;
         let mut counts = FleetCounts::default();
@@ -132,7 +132,7 @@ impl RemoteStore {
             .collect();
         self.inner
             .remote
-            .call(&self.inner.counters, |link| {
+            .call(&self.inner.counters, move |link| {
                 link.pipeline::<Vec<Value>>(commands)
             })
             .is_some()
@@ -148,7 +148,9 @@ impl RemoteStore {
         command.arg(self.counts_key());
         self.inner
             .remote
-            .call(&self.inner.counters, |link| link.query::<i64>(&command))
+            .call(&self.inner.counters, move |link| {
+                link.query::<i64>(&command)
+            })
             .is_some()
     }
 
@@ -162,7 +164,7 @@ impl RemoteStore {
         let pattern = format!("{}*", glob_escaped(&prefix));
         let mut names = inner
             .remote
-            .call(&inner.counters, |link| link.keys_matching(&pattern))?;
+            .call(&inner.counters, move |link| link.keys_matching(&pattern))?;
         names.sort_unstable();
         names.dedup();
         let mut listing = Listing::default();
@@ -180,7 +182,7 @@ impl RemoteStore {
                     command
                 })
                 .collect();
-            let values = inner.remote.call(&inner.counters, |link| {
+            let values = inner.remote.call(&inner.counters, move |link| {
                 link.pipeline::<Vec<Option<Vec<u8>>>>(commands)
             })?;
             for (subject, value) in chunk.iter().zip(values) {

@@ -38,6 +38,7 @@ mod entry;
 pub mod error;
 mod fleet;
 mod keys;
+mod lease;
 mod link;
 mod queue;
 mod remote;

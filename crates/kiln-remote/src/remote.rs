@@ -103,6 +103,8 @@ pub(crate) struct Inner {
     /// This machine's name, as a claim's value carries it for people:
     /// printable, without line breaks, at most [`HOST_LENGTH`] bytes.
     pub(crate) host: String,
+    /// Verified leases of other holders seen, honoured until they run out.
+    pub(crate) seen: crate::claim::Seen,
 }
 
 impl RemoteStore {
@@ -133,6 +135,7 @@ impl RemoteStore {
                 warned_oversize: AtomicBool::new(false),
                 warned_nondeterministic: AtomicBool::new(false),
                 published: Mutex::new(HashMap::new()),
+                seen: crate::claim::Seen::default(),
             }),
         })
     }
@@ -193,7 +196,7 @@ impl RemoteStore {
     pub fn is_reachable(&self) -> bool {
         self.inner
             .remote
-            .call(&self.inner.counters, |link| {
+            .call(&self.inner.counters, move |link| {
                 link.query::<String>(&cmd("PING"))
             })
             .is_some()
@@ -292,7 +295,7 @@ impl RemoteStore {
         let sent = self
             .inner
             .remote
-            .call(counters, |link| link.pipeline::<Vec<Value>>(commands));
+            .call(counters, move |link| link.pipeline::<Vec<Value>>(commands));
         match sent {
             Some(replies) => {
                 bump(&counters.puts);
@@ -338,10 +341,9 @@ impl RemoteStore {
         let inner = &self.inner;
         let mut get = cmd("GET");
         get.arg(&publish.redis_key);
-        let Some(found) = inner
-            .remote
-            .call(&inner.counters, |link| link.query::<Option<Vec<u8>>>(&get))
-        else {
+        let Some(found) = inner.remote.call(&inner.counters, move |link| {
+            link.query::<Option<Vec<u8>>>(&get)
+        }) else {
             return false;
         };
         let verified = found.and_then(|value| {
@@ -362,7 +364,7 @@ impl RemoteStore {
             let command = self.set(publish.redis_key.clone(), publish.value.clone());
             return inner
                 .remote
-                .call(&inner.counters, |link| link.query::<()>(&command))
+                .call(&inner.counters, move |link| link.query::<()>(&command))
                 .is_some();
         }
         bump(&inner.counters.nondeterministic);
@@ -440,14 +442,15 @@ impl RemoteStore {
 /// The longest host name a claim's value carries.
 const HOST_LENGTH: usize = 255;
 
-/// `host` trimmed, its control characters dropped, cut to
-/// [`HOST_LENGTH`] bytes: what a claim's value may carry of it.
-fn printable_host(host: &str) -> String {
+/// `host` trimmed, its control characters (and the invisible ones that
+/// reorder or hide text) dropped, cut to [`HOST_LENGTH`] bytes: what a
+/// claim's value may carry of it, and what is shown of another machine's.
+pub(crate) fn printable_host(host: &str) -> String {
     let mut printable = String::new();
     for character in host
         .trim()
         .chars()
-        .filter(|character| !character.is_control())
+        .filter(|character| !kiln_core::loader::is_hidden(*character))
     {
         if printable.len() + character.len_utf8() > HOST_LENGTH {
             break;
@@ -491,7 +494,7 @@ impl ArtifactStore for RemoteStore {
                 command
             })
             .collect();
-        let fetched = self.inner.remote.call(&self.inner.counters, |link| {
+        let fetched = self.inner.remote.call(&self.inner.counters, move |link| {
             link.pipeline::<Vec<Option<Vec<u8>>>>(commands)
         });
         match fetched {
@@ -597,9 +600,9 @@ impl ArtifactStore for RemoteStore {
         }
         let mut command = cmd("DEL");
         command.arg(self.redis_key("e", &key.digest()));
-        self.inner
-            .remote
-            .call(&self.inner.counters, |link| link.query::<i64>(&command));
+        self.inner.remote.call(&self.inner.counters, move |link| {
+            link.query::<i64>(&command)
+        });
     }
 
     fn generation(&self) -> Generation {
@@ -624,7 +627,7 @@ impl ArtifactStore for RemoteStore {
             })
             .collect();
         let keys = &self.inner.config.keys;
-        let Some(values) = self.inner.remote.call(&self.inner.counters, |link| {
+        let Some(values) = self.inner.remote.call(&self.inner.counters, move |link| {
             link.pipeline::<Vec<Option<Vec<u8>>>>(commands)
         }) else {
             return Explanation::NeverSeen;
@@ -664,7 +667,7 @@ impl ArtifactStore for RemoteStore {
         let digest = key.digest();
         let mut command = cmd("GET");
         command.arg(self.redis_key("b", &digest));
-        match self.inner.remote.call(&self.inner.counters, |link| {
+        match self.inner.remote.call(&self.inner.counters, move |link| {
             link.query::<Option<Vec<u8>>>(&command)
         }) {
             Some(value) => self.answer(Kind::Blob, &digest, value),

@@ -33,6 +33,9 @@ pub struct RemoteStatistics {
     pub claims_held: u64,
     /// Claims found held by another machine.
     pub claims_busy: u64,
+    /// Lease values found under a claim that did not verify, or claimed
+    /// to outlive a lease's length: ignored and written over (P12).
+    pub leases_ignored: u64,
     /// Artifacts another publisher had already stored under the same key
     /// with other bytes (a nondeterministic compile): the remote kept the
     /// first, this one was not written.
@@ -55,6 +58,7 @@ pub(crate) struct Counters {
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub unverified: AtomicU64,
+    pub leases_ignored: AtomicU64,
     pub timeouts: AtomicU64,
     pub errors: AtomicU64,
     pub skipped_while_open: AtomicU64,
@@ -95,6 +99,7 @@ impl Counters {
                 evicted: 0,
             },
             unverified: read(&self.unverified),
+            leases_ignored: read(&self.leases_ignored),
             timeouts: read(&self.timeouts),
             errors: read(&self.errors),
             skipped_while_open: read(&self.skipped_while_open),

@@ -125,6 +125,30 @@ impl RedisServer {
         Some(String::from_utf8_lossy(&reply[..read]).into_owned())
     }
 
+    /// Stops the server with SIGSTOP: it keeps its connections and its
+    /// port, accepts new connections (the kernel does) and answers nothing
+    /// until [`resume`](Self::resume)d: a frozen Redis.
+    pub fn pause(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("a pid fits");
+        // SAFETY: a signal to the server this value started, by its pid.
+        assert_eq!(
+            unsafe { libc::kill(pid, libc::SIGSTOP) },
+            0,
+            "SIGSTOP reaches redis-server"
+        );
+    }
+
+    /// Lets a [`pause`](Self::pause)d server go on (SIGCONT).
+    pub fn resume(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("a pid fits");
+        // SAFETY: a signal to the server this value started, by its pid.
+        assert_eq!(
+            unsafe { libc::kill(pid, libc::SIGCONT) },
+            0,
+            "SIGCONT reaches redis-server"
+        );
+    }
+
     /// Kills the server (SIGKILL, by its pid) and reaps it.
     pub fn stop(&mut self) {
         let _ = self.child.kill();
