@@ -22,19 +22,52 @@ const HISTORY_CONTEXT: &str = "kiln remote kernel history";
 /// The most a history payload (one encoded key) may take to decode.
 const HISTORY_LIMIT: usize = 1 << 20;
 
-/// Writes an artifact entry (`ARGV[1]`, for `ARGV[2]` milliseconds) unless
-/// the key holds an entry whose payload (`ARGV[3]` bytes after the
-/// 66-byte header) differs: 0 written new, 1 written over the same bytes,
-/// 2 not written. The first publish of a key wins (P10): two hosts whose
-/// compiles differ never overwrite each other in silence.
-const PUBLISH: &str = "local old = redis.call('get', KEYS[1]) \
-    if old then \
-      local last = 66 + tonumber(ARGV[3]) \
-      if string.sub(old, 59, last) ~= string.sub(ARGV[1], 59, last) then return 2 end \
-    end \
-    redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) \
-    if old then return 1 end \
-    return 0";
+/// Writes an artifact entry (`ARGV[1]`, for `ARGV[2]` milliseconds) where
+/// the key holds nothing, or something that is not a string (a key of the
+/// wrong type, repaired): 0. Where it holds an entry whose payload
+/// (`ARGV[3]` bytes after the 66-byte header) is the same, that entry stays
+/// as it is, its time renewed: 1, whoever signed it. Where it holds other
+/// bytes, nothing is written: 2, settled by the caller, which can verify
+/// what is there. The first publish of a key wins (P10): two hosts whose
+/// compiles differ never overwrite each other in silence, and a node with
+/// another key never replaces the fleet's entries.
+const PUBLISH: &str = "local kind = redis.call('type', KEYS[1]).ok \
+    if kind ~= 'string' and kind ~= 'none' then redis.call('del', KEYS[1]) kind = 'none' end \
+    if kind == 'none' then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 0 end \
+    local old = redis.call('get', KEYS[1]) \
+    local last = 66 + tonumber(ARGV[3]) \
+    if #old > last and string.sub(old, 1, 9) == string.sub(ARGV[1], 1, 9) \
+      and string.sub(old, 59, last) == string.sub(ARGV[1], 59, last) then \
+      redis.call('pexpire', KEYS[1], ARGV[2]) return 1 end \
+    return 2";
+
+/// Reads a value no longer than `ARGV[1]` bytes: the value, nothing (no
+/// key, or a key of another type: no entry of kiln's), or, for a longer
+/// one, its length alone. No reader fetches more than it asked for.
+const READ: &str = "if redis.call('type', KEYS[1]).ok ~= 'string' then return false end \
+    local length = redis.call('strlen', KEYS[1]) \
+    if length > tonumber(ARGV[1]) then return length end \
+    return redis.call('get', KEYS[1])";
+
+/// The most bytes one batch's lookup reads from the remote.
+const BATCH_BYTES: u64 = 256 << 20;
+
+/// The least each key of a batch may bring in the lookup's first round,
+/// whatever the batch's size.
+const FIRST_ROUND_FLOOR: u64 = 1 << 20;
+
+/// How long after its time ran out an entry that this node cannot verify
+/// may be written over, and how far in the future its time may be before
+/// it is taken for garbage.
+const FOREIGN_SLACK: u64 = 24 * 60 * 60;
+
+/// A value read with [`READ`].
+enum Read {
+    Absent,
+    Value(Vec<u8>),
+    /// Longer than asked: its length.
+    Longer(u64),
+}
 
 /// How many of its own publishes a store remembers (two digests each).
 const REMEMBERED_PUBLISHES: usize = 1 << 14;
@@ -339,17 +372,41 @@ impl RemoteStore {
     /// warned about once as a nondeterministic compile.
     fn settle_difference(&self, publish: &Publish, payload_digest: &[u8; 32]) -> bool {
         let inner = &self.inner;
-        let mut get = cmd("GET");
-        get.arg(&publish.redis_key);
-        let Some(found) = inner.remote.call(&inner.counters, move |link| {
-            link.query::<Option<Vec<u8>>>(&get)
-        }) else {
+        let limit = self.inner.config.max_entry_bytes;
+        let Some(found) = self.read_values("e", std::slice::from_ref(&publish.subject), limit)
+        else {
             return false;
         };
-        let verified = found.and_then(|value| {
-            entry::open(&inner.config.keys, Kind::Artifact, &publish.subject, &value).ok()
-        });
-        let theirs = verified.map(|verified| *blake3::hash(&verified.payload).as_bytes());
+        let found = match found.into_iter().next() {
+            Some(Read::Value(value)) => Some(value),
+            // Gone since: a plain write.
+            Some(Read::Absent) => None,
+            // Over the limit: nothing kiln would write or read.
+            Some(Read::Longer(_)) | None => None,
+        };
+        let opened = found
+            .as_deref()
+            .map(|value| (value, entry::open(&inner.config.keys, Kind::Artifact, &publish.subject, value)));
+        let theirs = match opened {
+            Some((_, Ok(verified))) => Some(*blake3::hash(&verified.payload).as_bytes()),
+            Some((value, Err(Rejection::Unverified(_)))) => {
+                // Another key's entry, or a forgery this node cannot tell
+                // from one: kept until its time has run out, so that a node
+                // with the wrong key never wipes the fleet's cache.
+                let stale = entry::stored_at_unverified(value).is_none_or(|stored_at| {
+                    let ttl = self.inner.config.ttl.as_secs();
+                    stored_at.saturating_add(ttl).saturating_add(FOREIGN_SLACK) < now()
+                        || stored_at > now().saturating_add(FOREIGN_SLACK)
+                });
+                if !stale {
+                    bump(&inner.counters.kept_unverifiable);
+                    return false;
+                }
+                None
+            }
+            // Not an entry, or written for another key: replaced.
+            Some((_, Err(_))) | None => None,
+        };
         let is_ours = theirs.is_some_and(|theirs| {
             inner
                 .published
@@ -377,6 +434,115 @@ impl RemoteStore {
             );
         }
         false
+    }
+
+    /// Reads the values of `subjects` in space `space` with [`READ`], each
+    /// at most `limit` bytes, in one round trip; `None` when the remote did
+    /// not answer.
+    fn read_values(&self, space: &str, subjects: &[[u8; 32]], limit: u64) -> Option<Vec<Read>> {
+        let commands: Vec<Cmd> = subjects
+            .iter()
+            .map(|subject| {
+                let mut command = cmd("EVAL");
+                command
+                    .arg(READ)
+                    .arg(1)
+                    .arg(self.redis_key(space, subject))
+                    .arg(limit);
+                command
+            })
+            .collect();
+        let values = self.inner.remote.call(&self.inner.counters, move |link| {
+            link.pipeline::<Vec<Value>>(commands)
+        })?;
+        if values.len() != subjects.len() {
+            return None;
+        }
+        Some(
+            values
+                .into_iter()
+                .map(|value| match value {
+                    Value::BulkString(bytes) => Read::Value(bytes),
+                    Value::Int(length) => Read::Longer(length.unsigned_abs()),
+                    _ => Read::Absent,
+                })
+                .collect(),
+        )
+    }
+
+    /// The lookup of `subjects` (of `kind`, in `space`) within the batch's
+    /// byte budget: a first round in which each may bring its share of the
+    /// budget, then one round for those longer than that, as far as the
+    /// budget goes. A value over the entry limit is never fetched.
+    fn lookup_subjects(&self, kind: Kind, space: &str, subjects: &[[u8; 32]]) -> Vec<Lookup<Vec<u8>>> {
+        let limit = self.inner.config.max_entry_bytes;
+        let share = (BATCH_BYTES / subjects.len().max(1) as u64)
+            .max(FIRST_ROUND_FLOOR)
+            .min(limit);
+        let Some(mut read) = self.read_values(space, subjects, share) else {
+            return self.unreachable_misses(subjects.len());
+        };
+        let mut budget = BATCH_BYTES.saturating_sub(
+            read.iter()
+                .map(|read| match read {
+                    Read::Value(value) => value.len() as u64,
+                    _ => 0,
+                })
+                .sum(),
+        );
+        let mut again = Vec::new();
+        for (index, found) in read.iter().enumerate() {
+            if let Read::Longer(length) = found
+                && *length <= limit
+                && *length <= budget
+            {
+                budget -= length;
+                again.push(index);
+            }
+        }
+        if !again.is_empty() {
+            let later: Vec<[u8; 32]> = again.iter().map(|index| subjects[*index]).collect();
+            match self.read_values(space, &later, limit) {
+                Some(values) => {
+                    for (index, value) in again.into_iter().zip(values) {
+                        read[index] = value;
+                    }
+                }
+                None => return self.unreachable_misses(subjects.len()),
+            }
+        }
+        subjects
+            .iter()
+            .zip(read)
+            .map(|(subject, read)| match read {
+                Read::Absent => self.answer(kind, subject, None),
+                Read::Value(value) => self.answer(kind, subject, Some(value)),
+                Read::Longer(length) => self.too_long(length, limit),
+            })
+            .collect()
+    }
+
+    /// The miss of a value of `length` bytes left in the remote: over the
+    /// entry limit, or over what the batch may still read.
+    fn too_long(&self, length: u64, limit: u64) -> Lookup<Vec<u8>> {
+        bump(&self.inner.counters.oversize_reads);
+        if length > limit {
+            bump(&self.inner.counters.corrupt);
+            Lookup::Miss(Miss::Corrupt {
+                detail: format!(
+                    "a remote entry of {length} bytes is over the limit of {limit} bytes \
+                     (KILN_REMOTE_MAX_ENTRY); it was not read"
+                ),
+            })
+        } else {
+            bump(&self.inner.counters.unreadable);
+            Lookup::Miss(Miss::Unreadable {
+                detail: format!(
+                    "a remote entry of {length} bytes did not fit in what one batch reads \
+                     ({BATCH_BYTES} bytes); a later batch reads it"
+                ),
+            })
+        }
     }
 
     /// Remembers that this store published `payload_digest` under
@@ -486,25 +652,7 @@ impl ArtifactStore for RemoteStore {
             return Vec::new();
         }
         let digests: Vec<[u8; 32]> = keys.iter().map(StoreKey::digest).collect();
-        let commands: Vec<Cmd> = digests
-            .iter()
-            .map(|digest| {
-                let mut command = cmd("GET");
-                command.arg(self.redis_key("e", digest));
-                command
-            })
-            .collect();
-        let fetched = self.inner.remote.call(&self.inner.counters, move |link| {
-            link.pipeline::<Vec<Option<Vec<u8>>>>(commands)
-        });
-        match fetched {
-            Some(values) if values.len() == keys.len() => digests
-                .iter()
-                .zip(values)
-                .map(|(digest, value)| self.answer(Kind::Artifact, digest, value))
-                .collect(),
-            _ => self.unreachable_misses(keys.len()),
-        }
+        self.lookup_subjects(Kind::Artifact, "e", &digests)
     }
 
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
@@ -664,15 +812,9 @@ impl ArtifactStore for RemoteStore {
     }
 
     fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
-        let digest = key.digest();
-        let mut command = cmd("GET");
-        command.arg(self.redis_key("b", &digest));
-        match self.inner.remote.call(&self.inner.counters, move |link| {
-            link.query::<Option<Vec<u8>>>(&command)
-        }) {
-            Some(value) => self.answer(Kind::Blob, &digest, value),
-            None => self.unreachable_misses(1).pop().expect("one answer"),
-        }
+        self.lookup_subjects(Kind::Blob, "b", &[key.digest()])
+            .pop()
+            .expect("one answer per key")
     }
 
     fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
