@@ -384,9 +384,12 @@ impl RemoteStore {
             // Over the limit: nothing kiln would write or read.
             Some(Read::Longer(_)) | None => None,
         };
-        let opened = found
-            .as_deref()
-            .map(|value| (value, entry::open(&inner.config.keys, Kind::Artifact, &publish.subject, value)));
+        let opened = found.as_deref().map(|value| {
+            (
+                value,
+                entry::open(&inner.config.keys, Kind::Artifact, &publish.subject, value),
+            )
+        });
         let theirs = match opened {
             Some((_, Ok(verified))) => Some(*blake3::hash(&verified.payload).as_bytes()),
             Some((value, Err(Rejection::Unverified(_)))) => {
@@ -474,7 +477,12 @@ impl RemoteStore {
     /// byte budget: a first round in which each may bring its share of the
     /// budget, then one round for those longer than that, as far as the
     /// budget goes. A value over the entry limit is never fetched.
-    fn lookup_subjects(&self, kind: Kind, space: &str, subjects: &[[u8; 32]]) -> Vec<Lookup<Vec<u8>>> {
+    fn lookup_subjects(
+        &self,
+        kind: Kind,
+        space: &str,
+        subjects: &[[u8; 32]],
+    ) -> Vec<Lookup<Vec<u8>>> {
         let limit = self.inner.config.max_entry_bytes;
         let share = (BATCH_BYTES / subjects.len().max(1) as u64)
             .max(FIRST_ROUND_FLOOR)

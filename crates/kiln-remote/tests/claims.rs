@@ -83,8 +83,14 @@ fn p12_an_unauthenticated_lease_is_written_over_and_a_lease_taken_over_stays_its
     // can write Redis could have written them. Nobody is named for them,
     // and the key is taken.
     for (number, value) in [
-        (2, "build-3 pid 4242 a1b2c3d4e5f60718 Instant { tv_sec: 9, tv_nsec: 1 }"),
-        (5, "kiln-lease-2 ffffffffffffffffffffffffffffffff 77 build-9"),
+        (
+            2,
+            "build-3 pid 4242 a1b2c3d4e5f60718 Instant { tv_sec: 9, tv_nsec: 1 }",
+        ),
+        (
+            5,
+            "kiln-lease-2 ffffffffffffffffffffffffffffffff 77 build-9",
+        ),
     ] {
         let () = redis::cmd("SET")
             .arg(claim_key(&prefix, &key(number)))
