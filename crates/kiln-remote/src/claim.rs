@@ -135,14 +135,18 @@ pub(crate) struct RemoteLease {
     subject: [u8; 32],
     claim_key: String,
     token: String,
+    /// Whether its release was sent already ([`release_all`]).
+    released: bool,
 }
 
-impl Drop for RemoteLease {
-    fn drop(&mut self) {
+impl RemoteLease {
+    /// The command that lets this lease go, once.
+    pub(crate) fn release_command(&mut self) -> Option<Cmd> {
+        if std::mem::replace(&mut self.released, true) {
+            return None;
+        }
         let inner = &self.inner;
-        let Some(released) = lease::free(&inner.config.keys, &self.subject, &self.token) else {
-            return;
-        };
+        let released = lease::free(&inner.config.keys, &self.subject, &self.token)?;
         let mut command = cmd("EVAL");
         command
             .arg(RELEASE)
@@ -152,12 +156,39 @@ impl Drop for RemoteLease {
             .arg(released)
             // Outlives every honoured copy of the lease it replaces.
             .arg(millis(inner.config.lease * 2 + CLOCK_SKEW));
+        Some(command)
+    }
+}
+
+impl Drop for RemoteLease {
+    fn drop(&mut self) {
+        let Some(command) = self.release_command() else {
+            return;
+        };
         // A release that cannot reach the remote leaves the lease to run
         // out: waiters lose at most the lease.
+        let inner = &self.inner;
         inner
             .remote
             .call(&inner.counters, move |link| link.query::<i64>(&command));
     }
+}
+
+/// Lets `leases` go in one round trip (one per shard of a cluster).
+pub(crate) fn release_all(leases: Vec<RemoteLease>) {
+    let Some(inner) = leases.first().map(|lease| Arc::clone(&lease.inner)) else {
+        return;
+    };
+    let commands: Vec<Cmd> = leases
+        .into_iter()
+        .filter_map(|mut lease| lease.release_command())
+        .collect();
+    if commands.is_empty() {
+        return;
+    }
+    inner.remote.call(&inner.counters, move |link| {
+        link.pipeline::<Vec<Value>>(commands)
+    });
 }
 
 impl RemoteLease {
@@ -300,13 +331,11 @@ enum Found {
     Unreachable,
 }
 
-fn run_claim(inner: &Inner, command: Cmd) -> Found {
-    match inner
-        .remote
-        .call(&inner.counters, move |link| link.query::<Value>(&command))
-    {
-        Some(Value::Int(1)) => Found::Taken,
-        Some(Value::Array(values)) => match values.as_slice() {
+/// What the claim script answered with `reply`.
+fn found(reply: &Value) -> Found {
+    match reply {
+        Value::Int(1) => Found::Taken,
+        Value::Array(values) => match values.as_slice() {
             [Value::Int(0)] => Found::Absent,
             [Value::Int(0), Value::BulkString(value), Value::Int(pttl)] => {
                 Found::Value(value.clone(), *pttl)
@@ -320,70 +349,162 @@ fn run_claim(inner: &Inner, command: Cmd) -> Found {
 
 /// One try at `key`'s remote claim.
 pub(crate) fn attempt(store: &RemoteStore, key: &StoreKey) -> Attempt {
-    if !store.writes() {
-        return Attempt::Unreachable;
+    attempt_many(store, std::slice::from_ref(key), &[])
+        .0
+        .pop()
+        .expect("one attempt per key")
+}
+
+/// One claim being tried.
+struct Try {
+    subject: [u8; 32],
+    claim_key: String,
+    token: String,
+    value: String,
+}
+
+/// One try at the remote claim of each of `keys`, in one round trip (one
+/// per shard of a cluster), and a second for those whose claim held a
+/// void lease or a release; `also` (commands sent in the first round
+/// trip, after the claims) gives its replies too, `None` when the remote
+/// did not answer.
+pub(crate) fn attempt_many(
+    store: &RemoteStore,
+    keys: &[StoreKey],
+    also: &[Cmd],
+) -> (Vec<Attempt>, Option<Vec<Value>>) {
+    let unreachable = || keys.iter().map(|_| Attempt::Unreachable).collect();
+    if !store.writes() || keys.is_empty() {
+        return (unreachable(), None);
     }
     let inner = &store.inner;
-    let subject = key.digest();
-    let claim_key = store.redis_key("c", &subject);
-    let token = new_token();
-    let Some(value) = lease_value(inner, &subject, &token) else {
-        return Attempt::Unreachable;
+    let mut tries = Vec::with_capacity(keys.len());
+    for key in keys {
+        let subject = key.digest();
+        let token = new_token();
+        let Some(value) = lease_value(inner, &subject, &token) else {
+            return (unreachable(), None);
+        };
+        tries.push(Try {
+            subject,
+            claim_key: store.redis_key("c", &subject),
+            token,
+            value,
+        });
+    }
+    let honoured: Vec<bool> = tries
+        .iter()
+        .map(|one| inner.seen.honoured(&one.subject).is_some())
+        .collect();
+    let mut commands: Vec<Cmd> = tries
+        .iter()
+        .zip(&honoured)
+        .map(|(one, honoured)| claim_command(inner, &one.claim_key, &one.value, None, !honoured))
+        .collect();
+    commands.extend(also.iter().cloned());
+    let Some(mut replies) = inner.remote.call(&inner.counters, move |link| {
+        link.pipeline::<Vec<Value>>(commands)
+    }) else {
+        return (unreachable(), None);
     };
-    let honoured = inner.seen.honoured(&subject);
-    let held = |inner: &Arc<Inner>| {
+    if replies.len() != tries.len() + also.len() {
+        return (unreachable(), None);
+    }
+    let read = replies.split_off(tries.len());
+    let held = |one: &Try| {
         bump(&inner.counters.claims_held);
         Attempt::Held(RemoteLease {
             inner: Arc::clone(inner),
-            subject,
-            claim_key: claim_key.clone(),
-            token: token.clone(),
+            subject: one.subject,
+            claim_key: one.claim_key.clone(),
+            token: one.token.clone(),
+            released: false,
         })
     };
     let busy = || {
         bump(&inner.counters.claims_busy);
         Attempt::Busy
     };
-    let first = claim_command(inner, &claim_key, &value, None, honoured.is_none());
-    let (found, pttl) = match run_claim(inner, first) {
-        Found::Taken => return held(inner),
-        Found::Unreachable => return Attempt::Unreachable,
-        // Deleted under a lease this node saw: it still holds.
-        Found::Absent => return busy(),
-        Found::Value(found, pttl) => (found, pttl),
-    };
-    let take_absent = match judge(inner, &subject, &found, Some(pttl)) {
-        Word::Held { token: theirs, .. } if theirs == token => return held(inner),
-        Word::Held {
-            token: theirs,
-            until,
-            ..
-        } => {
-            let honoured_until = Instant::now() + honoured_for(inner, until);
-            inner.seen.remember(subject, theirs, honoured_until);
-            return busy();
-        }
-        Word::Free { token: theirs } => {
-            inner.seen.forget(&subject, &theirs);
-            true
-        }
-        Word::Void => {
-            bump(&inner.counters.leases_ignored);
-            if honoured.is_some() {
-                // Garbage written over a lease this node saw: that lease
-                // still holds until its word runs out.
-                return busy();
+    let mut attempts: Vec<Option<Attempt>> = Vec::with_capacity(tries.len());
+    let mut again = Vec::new();
+    for ((index, one), reply) in tries.iter().enumerate().zip(&replies) {
+        let (found, pttl) = match found(reply) {
+            Found::Taken => {
+                attempts.push(Some(held(one)));
+                continue;
             }
-            true
+            Found::Unreachable => {
+                attempts.push(Some(Attempt::Unreachable));
+                continue;
+            }
+            // Deleted under a lease this node saw: it still holds.
+            Found::Absent => {
+                attempts.push(Some(busy()));
+                continue;
+            }
+            Found::Value(found, pttl) => (found, pttl),
+        };
+        match judge(inner, &one.subject, &found, Some(pttl)) {
+            Word::Held { token: theirs, .. } if theirs == one.token => {
+                attempts.push(Some(held(one)));
+            }
+            Word::Held {
+                token: theirs,
+                until,
+                ..
+            } => {
+                let honoured_until = Instant::now() + honoured_for(inner, until);
+                inner.seen.remember(one.subject, theirs, honoured_until);
+                attempts.push(Some(busy()));
+            }
+            Word::Free { token: theirs } => {
+                inner.seen.forget(&one.subject, &theirs);
+                attempts.push(None);
+                again.push((index, found));
+            }
+            Word::Void => {
+                bump(&inner.counters.leases_ignored);
+                if honoured[index] {
+                    // Garbage written over a lease this node saw: that
+                    // lease still holds until its word runs out.
+                    attempts.push(Some(busy()));
+                } else {
+                    attempts.push(None);
+                    again.push((index, found));
+                }
+            }
         }
-    };
-    let second = claim_command(inner, &claim_key, &value, Some(&found), take_absent);
-    match run_claim(inner, second) {
-        Found::Taken => held(inner),
-        Found::Unreachable => Attempt::Unreachable,
-        // Someone else came first.
-        Found::Absent | Found::Value(..) => busy(),
     }
+    if !again.is_empty() {
+        let commands: Vec<Cmd> = again
+            .iter()
+            .map(|(index, found)| {
+                let one = &tries[*index];
+                claim_command(inner, &one.claim_key, &one.value, Some(found), true)
+            })
+            .collect();
+        let replies = inner.remote.call(&inner.counters, move |link| {
+            link.pipeline::<Vec<Value>>(commands)
+        });
+        for (place, (index, _)) in again.iter().enumerate() {
+            attempts[*index] = Some(
+                match replies.as_ref().and_then(|replies| replies.get(place)) {
+                    None => Attempt::Unreachable,
+                    Some(reply) => match found(reply) {
+                        Found::Taken => held(&tries[*index]),
+                        Found::Unreachable => Attempt::Unreachable,
+                        // Someone else came first.
+                        Found::Absent | Found::Value(..) => busy(),
+                    },
+                },
+            );
+        }
+    }
+    let attempts = attempts
+        .into_iter()
+        .map(|attempt| attempt.expect("every key was tried"))
+        .collect();
+    (attempts, Some(read))
 }
 
 /// A patient or single try at `key`'s remote claim, as

@@ -41,6 +41,18 @@ pub(crate) enum Kind {
     Key = 4,
 }
 
+impl Kind {
+    /// The space of Redis keys entries of this kind live in.
+    pub(crate) fn space(self) -> &'static str {
+        match self {
+            Self::Artifact => "e",
+            Self::Blob => "b",
+            Self::History => "h",
+            Self::Key => "k",
+        }
+    }
+}
+
 /// An entry that verified.
 #[derive(Debug)]
 pub(crate) struct Verified {

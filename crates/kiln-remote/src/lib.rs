@@ -44,6 +44,7 @@ mod queue;
 mod remote;
 mod signature;
 mod statistics;
+mod step;
 mod tiered;
 mod transfer;
 

@@ -373,8 +373,7 @@ impl RemoteStore {
     fn settle_difference(&self, publish: &Publish, payload_digest: &[u8; 32]) -> bool {
         let inner = &self.inner;
         let limit = self.inner.config.max_entry_bytes;
-        let Some(found) = self.read_values("e", std::slice::from_ref(&publish.subject), limit)
-        else {
+        let Some(found) = self.read_values(&[("e", publish.subject)], limit) else {
             return false;
         };
         let found = match found.into_iter().next() {
@@ -439,21 +438,41 @@ impl RemoteStore {
         false
     }
 
-    /// Reads the values of `subjects` in space `space` with [`READ`], each
-    /// at most `limit` bytes, in one round trip; `None` when the remote did
-    /// not answer.
-    fn read_values(&self, space: &str, subjects: &[[u8; 32]], limit: u64) -> Option<Vec<Read>> {
+    /// The command that reads the value at `redis_key` with [`READ`], at
+    /// most `limit` bytes of it.
+    pub(crate) fn read_command(redis_key: &str, limit: u64) -> Cmd {
+        let mut command = cmd("EVAL");
+        command.arg(READ).arg(1).arg(redis_key).arg(limit);
+        command
+    }
+
+    /// What a reply to [`read_command`](Self::read_command) says.
+    fn read_reply(value: Value) -> Read {
+        match value {
+            Value::BulkString(bytes) => Read::Value(bytes),
+            Value::Int(length) => Read::Longer(length.unsigned_abs()),
+            _ => Read::Absent,
+        }
+    }
+
+    /// The lookup of an artifact entry of `subject` read with
+    /// [`read_command`](Self::read_command) at the entry limit, answered
+    /// from its `reply`.
+    pub(crate) fn answer_read(&self, subject: &[u8; 32], reply: Value) -> Lookup<Vec<u8>> {
+        match Self::read_reply(reply) {
+            Read::Absent => self.answer(Kind::Artifact, subject, None),
+            Read::Value(value) => self.answer(Kind::Artifact, subject, Some(value)),
+            Read::Longer(length) => self.too_long(length, self.inner.config.max_entry_bytes),
+        }
+    }
+
+    /// Reads the values of `subjects` (each in its space) with [`READ`],
+    /// each at most `limit` bytes, in one round trip; `None` when the
+    /// remote did not answer.
+    fn read_values(&self, subjects: &[(&str, [u8; 32])], limit: u64) -> Option<Vec<Read>> {
         let commands: Vec<Cmd> = subjects
             .iter()
-            .map(|subject| {
-                let mut command = cmd("EVAL");
-                command
-                    .arg(READ)
-                    .arg(1)
-                    .arg(self.redis_key(space, subject))
-                    .arg(limit);
-                command
-            })
+            .map(|(space, subject)| Self::read_command(&self.redis_key(space, subject), limit))
             .collect();
         let values = self.inner.remote.call(&self.inner.counters, move |link| {
             link.pipeline::<Vec<Value>>(commands)
@@ -461,33 +480,23 @@ impl RemoteStore {
         if values.len() != subjects.len() {
             return None;
         }
-        Some(
-            values
-                .into_iter()
-                .map(|value| match value {
-                    Value::BulkString(bytes) => Read::Value(bytes),
-                    Value::Int(length) => Read::Longer(length.unsigned_abs()),
-                    _ => Read::Absent,
-                })
-                .collect(),
-        )
+        Some(values.into_iter().map(Self::read_reply).collect())
     }
 
-    /// The lookup of `subjects` (of `kind`, in `space`) within the batch's
+    /// The lookup of `subjects` (each of its kind) within the batch's
     /// byte budget: a first round in which each may bring its share of the
     /// budget, then one round for those longer than that, as far as the
     /// budget goes. A value over the entry limit is never fetched.
-    fn lookup_subjects(
-        &self,
-        kind: Kind,
-        space: &str,
-        subjects: &[[u8; 32]],
-    ) -> Vec<Lookup<Vec<u8>>> {
+    pub(crate) fn lookup_subjects(&self, subjects: &[(Kind, [u8; 32])]) -> Vec<Lookup<Vec<u8>>> {
         let limit = self.inner.config.max_entry_bytes;
         let share = (BATCH_BYTES / subjects.len().max(1) as u64)
             .max(FIRST_ROUND_FLOOR)
             .min(limit);
-        let Some(mut read) = self.read_values(space, subjects, share) else {
+        let spaced: Vec<(&str, [u8; 32])> = subjects
+            .iter()
+            .map(|(kind, subject)| (kind.space(), *subject))
+            .collect();
+        let Some(mut read) = self.read_values(&spaced, share) else {
             return self.unreachable_misses(subjects.len());
         };
         let mut budget = BATCH_BYTES.saturating_sub(
@@ -509,8 +518,8 @@ impl RemoteStore {
             }
         }
         if !again.is_empty() {
-            let later: Vec<[u8; 32]> = again.iter().map(|index| subjects[*index]).collect();
-            match self.read_values(space, &later, limit) {
+            let later: Vec<(&str, [u8; 32])> = again.iter().map(|index| spaced[*index]).collect();
+            match self.read_values(&later, limit) {
                 Some(values) => {
                     for (index, value) in again.into_iter().zip(values) {
                         read[index] = value;
@@ -522,12 +531,30 @@ impl RemoteStore {
         subjects
             .iter()
             .zip(read)
-            .map(|(subject, read)| match read {
-                Read::Absent => self.answer(kind, subject, None),
-                Read::Value(value) => self.answer(kind, subject, Some(value)),
+            .map(|((kind, subject), read)| match read {
+                Read::Absent => self.answer(*kind, subject, None),
+                Read::Value(value) => self.answer(*kind, subject, Some(value)),
                 Read::Longer(length) => self.too_long(length, limit),
             })
             .collect()
+    }
+
+    /// The lookups of `keys` and of the named blobs `blobs` in one round
+    /// trip (one per shard of a cluster): a batch's artifacts and the
+    /// failure memories of those it may compile.
+    pub(crate) fn lookup_with_blobs(
+        &self,
+        keys: &[StoreKey],
+        blobs: &[BlobKey],
+    ) -> (Vec<Lookup<Vec<u8>>>, Vec<Lookup<Vec<u8>>>) {
+        let subjects: Vec<(Kind, [u8; 32])> = keys
+            .iter()
+            .map(|key| (Kind::Artifact, key.digest()))
+            .chain(blobs.iter().map(|blob| (Kind::Blob, blob.digest())))
+            .collect();
+        let mut found = self.lookup_subjects(&subjects);
+        let blobs = found.split_off(keys.len());
+        (found, blobs)
     }
 
     /// The miss of a value of `length` bytes left in the remote: over the
@@ -613,6 +640,159 @@ impl RemoteStore {
     }
 }
 
+/// One artifact to publish ([`RemoteStore::put_many`]).
+pub(crate) struct Put<'a> {
+    pub key: &'a StoreKey,
+    pub source_key: Option<&'a StoreKey>,
+    pub bytes: &'a [u8],
+    pub work: Duration,
+}
+
+/// One artifact's sealed entries: their commands, its publishes (with
+/// their places in the commands) and the bytes they write.
+struct Sealed {
+    commands: Vec<Cmd>,
+    publishes: Vec<Publish>,
+    written: u64,
+}
+
+impl RemoteStore {
+    /// Publishes `puts` in one round trip (one per shard of a cluster):
+    /// every entry of every artifact, then `after` (the releases of their
+    /// leases), then what settling a difference needs for the few keys
+    /// that held other bytes. An outcome per put.
+    pub(crate) fn put_many(&self, puts: &[Put<'_>], after: Vec<Cmd>) -> Vec<StoreOutcome> {
+        let stored_at = now();
+        let mut outcomes: Vec<Option<StoreOutcome>> = puts.iter().map(|_| None).collect();
+        let mut commands = Vec::new();
+        let mut sealed = Vec::new();
+        for (index, put) in puts.iter().enumerate() {
+            match self.seal_artifact(put, stored_at) {
+                Ok(mut one) => {
+                    for publish in &mut one.publishes {
+                        publish.index += commands.len();
+                    }
+                    commands.append(&mut one.commands);
+                    sealed.push((index, one.publishes, one.written));
+                }
+                Err(outcome) => outcomes[index] = Some(outcome),
+            }
+        }
+        if sealed.is_empty() {
+            if !after.is_empty() {
+                self.inner.remote.call(&self.inner.counters, move |link| {
+                    link.pipeline::<Vec<Value>>(after)
+                });
+            }
+        } else {
+            commands.extend(after);
+            let written: u64 = sealed.iter().map(|(_, _, written)| written).sum();
+            let artifact_bytes: u64 = sealed
+                .iter()
+                .map(|(index, _, _)| puts[*index].bytes.len() as u64)
+                .sum();
+            let (outcome, replies) = self.write(commands, written, artifact_bytes);
+            // `write` counted the round trip as one put: count each.
+            let more = sealed.len().saturating_sub(1) as u64;
+            match &outcome {
+                StoreOutcome::Stored { .. } => add(&self.inner.counters.puts, more),
+                _ => add(&self.inner.counters.put_failures, more),
+            }
+            for (index, publishes, _) in sealed {
+                let put = &puts[index];
+                outcomes[index] = Some(match &outcome {
+                    StoreOutcome::Stored { .. } => self.settle(put, publishes, &replies),
+                    failed => failed.clone(),
+                });
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| outcome.expect("every put has its outcome"))
+            .collect()
+    }
+
+    /// The entries of one artifact: under its key and its source's, the
+    /// listed keys and the kernel's history.
+    fn seal_artifact(
+        &self,
+        put: &Put<'_>,
+        stored_at: u64,
+    ) -> std::result::Result<Sealed, StoreOutcome> {
+        let encode = |key: &StoreKey| {
+            bincode::serde::encode_to_vec(key, bincode::config::standard())
+                .expect("a key is plain data and always serializes")
+        };
+        let (key, source_key, bytes) = (put.key, put.source_key, put.bytes);
+        let mut entries = vec![(Kind::Artifact, "e", key.digest(), bytes.to_vec(), key)];
+        if let Some(source) = source_key {
+            entries.push((Kind::Artifact, "e", source.digest(), bytes.to_vec(), source));
+        }
+        for listed in std::iter::once(key).chain(source_key) {
+            entries.push((Kind::Key, "k", listed.digest(), encode(listed), listed));
+        }
+        if let Some(history) = Self::history_id(key) {
+            entries.push((Kind::History, "h", history, encode(key), key));
+        }
+        let mut sealed = Sealed {
+            commands: Vec::with_capacity(entries.len()),
+            publishes: Vec::new(),
+            written: 0,
+        };
+        for (kind, space, subject, payload, subject_key) in entries {
+            let value = self.sealed(kind, &subject, stored_at, put.work, &payload)?;
+            sealed.written += value.len() as u64;
+            let redis_key = self.redis_key(space, &subject);
+            if kind == Kind::Artifact {
+                sealed
+                    .commands
+                    .push(self.publish(&redis_key, &value, payload.len()));
+                sealed.publishes.push(Publish {
+                    index: sealed.commands.len() - 1,
+                    subject,
+                    subject_text: subject_key.subject_text(),
+                    redis_key,
+                    value,
+                });
+            } else {
+                sealed.commands.push(self.set(redis_key, value));
+            }
+        }
+        Ok(sealed)
+    }
+
+    /// The outcome of one artifact's publishes, given the replies.
+    fn settle(&self, put: &Put<'_>, publishes: Vec<Publish>, replies: &[Value]) -> StoreOutcome {
+        let payload_digest = *blake3::hash(put.bytes).as_bytes();
+        let mut kept_another = false;
+        for publish in publishes {
+            match publishes_reply(replies, publish.index) {
+                // Written new: this store's from now on.
+                Some(0) => self.remember(publish.subject, payload_digest),
+                // Other bytes were there.
+                Some(2) => {
+                    if self.settle_difference(&publish, &payload_digest) {
+                        self.remember(publish.subject, payload_digest);
+                    } else {
+                        kept_another = true;
+                    }
+                }
+                // The same bytes, kept and renewed (their publisher stays
+                // whoever wrote them first), or a reply this store does
+                // not understand.
+                _ => {}
+            }
+        }
+        if kept_another {
+            StoreOutcome::Skipped
+        } else {
+            StoreOutcome::Stored {
+                bytes: put.bytes.len() as u64,
+            }
+        }
+    }
+}
+
 /// The longest host name a claim's value carries.
 const HOST_LENGTH: usize = 255;
 
@@ -659,8 +839,11 @@ impl ArtifactStore for RemoteStore {
         if keys.is_empty() {
             return Vec::new();
         }
-        let digests: Vec<[u8; 32]> = keys.iter().map(StoreKey::digest).collect();
-        self.lookup_subjects(Kind::Artifact, "e", &digests)
+        let subjects: Vec<(Kind, [u8; 32])> = keys
+            .iter()
+            .map(|key| (Kind::Artifact, key.digest()))
+            .collect();
+        self.lookup_subjects(&subjects)
     }
 
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
@@ -682,72 +865,17 @@ impl ArtifactStore for RemoteStore {
         bytes: &[u8],
         work: Duration,
     ) -> StoreOutcome {
-        let stored_at = now();
-        let encode = |key: &StoreKey| {
-            bincode::serde::encode_to_vec(key, bincode::config::standard())
-                .expect("a key is plain data and always serializes")
-        };
-        let mut entries = vec![(Kind::Artifact, "e", key.digest(), bytes.to_vec(), key)];
-        if let Some(source) = source_key {
-            entries.push((Kind::Artifact, "e", source.digest(), bytes.to_vec(), source));
-        }
-        for listed in std::iter::once(key).chain(source_key) {
-            entries.push((Kind::Key, "k", listed.digest(), encode(listed), listed));
-        }
-        if let Some(history) = Self::history_id(key) {
-            entries.push((Kind::History, "h", history, encode(key), key));
-        }
-        let mut commands = Vec::with_capacity(entries.len());
-        let mut publishes = Vec::new();
-        let mut written = 0u64;
-        for (kind, space, subject, payload, subject_key) in entries {
-            let value = match self.sealed(kind, &subject, stored_at, work, &payload) {
-                Ok(value) => value,
-                Err(outcome) => return outcome,
-            };
-            written += value.len() as u64;
-            let redis_key = self.redis_key(space, &subject);
-            if kind == Kind::Artifact {
-                commands.push(self.publish(&redis_key, &value, payload.len()));
-                publishes.push(Publish {
-                    index: commands.len() - 1,
-                    subject,
-                    subject_text: subject_key.subject_text(),
-                    redis_key,
-                    value,
-                });
-            } else {
-                commands.push(self.set(redis_key, value));
-            }
-        }
-        let (outcome, replies) = self.write(commands, written, bytes.len() as u64);
-        let StoreOutcome::Stored { .. } = outcome else {
-            return outcome;
-        };
-        let payload_digest = *blake3::hash(bytes).as_bytes();
-        let mut kept_another = false;
-        for publish in publishes {
-            match publishes_reply(&replies, publish.index) {
-                // Written new: this store's from now on.
-                Some(0) => self.remember(publish.subject, payload_digest),
-                // Another publisher's different bytes were there.
-                Some(2) => {
-                    if self.settle_difference(&publish, &payload_digest) {
-                        self.remember(publish.subject, payload_digest);
-                    } else {
-                        kept_another = true;
-                    }
-                }
-                // The same bytes again (its publisher stays whoever wrote
-                // them first), or a reply this store does not understand.
-                _ => {}
-            }
-        }
-        if kept_another {
-            StoreOutcome::Skipped
-        } else {
-            outcome
-        }
+        self.put_many(
+            &[Put {
+                key,
+                source_key,
+                bytes,
+                work,
+            }],
+            Vec::new(),
+        )
+        .pop()
+        .expect("one outcome per put")
     }
 
     fn remove(&self, key: &StoreKey) {
@@ -820,7 +948,7 @@ impl ArtifactStore for RemoteStore {
     }
 
     fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
-        self.lookup_subjects(Kind::Blob, "b", &[key.digest()])
+        self.lookup_subjects(&[(Kind::Blob, key.digest())])
             .pop()
             .expect("one answer per key")
     }
