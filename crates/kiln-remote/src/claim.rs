@@ -47,7 +47,7 @@ const CLAIM: &str = "local kind = redis.call('type', KEYS[1]).ok \
 /// Renews the lease whose values start with `ARGV[1]` with the value
 /// `ARGV[2]` for `ARGV[3]` milliseconds, writing it again when it was
 /// deleted: 1, or the value of whoever else is there.
-const RENEW: &str = "local kind = redis.call('type', KEYS[1]).ok \
+pub(crate) const RENEW: &str = "local kind = redis.call('type', KEYS[1]).ok \
     if kind == 'string' then \
       local old = redis.call('get', KEYS[1]) \
       if string.sub(old, 1, #ARGV[1]) ~= ARGV[1] then return old end \
@@ -146,6 +146,7 @@ impl RemoteLease {
             return None;
         }
         let inner = &self.inner;
+        inner.renewing.remove(&self.token);
         let released = lease::free(&inner.config.keys, &self.subject, &self.token)?;
         let mut command = cmd("EVAL");
         command
@@ -192,54 +193,19 @@ pub(crate) fn release_all(leases: Vec<RemoteLease>) {
 }
 
 impl RemoteLease {
-    /// Renews the lease every third of it on the process's lease thread.
+    /// Renews the lease every third of it, with the store's other leases
+    /// in one round trip.
     pub(crate) fn renewal(&self) -> Renewal {
-        let inner = Arc::clone(&self.inner);
-        let subject = self.subject;
-        let claim_key = self.claim_key.clone();
-        let token = self.token.clone();
-        Renewal::every(inner.config.lease / 3, move || {
-            renew(&inner, &subject, &claim_key, &token)
-        })
+        crate::renewal::Renewing::add(
+            &self.inner,
+            self.subject,
+            self.claim_key.clone(),
+            self.token.clone(),
+        )
     }
 }
 
-/// One renewal: `false` once the key is another verified holder's.
-fn renew(inner: &Arc<Inner>, subject: &[u8; 32], claim_key: &str, token: &str) -> bool {
-    let Some(value) = lease_value(inner, subject, token) else {
-        return false;
-    };
-    let mut command = cmd("EVAL");
-    command
-        .arg(RENEW)
-        .arg(1)
-        .arg(claim_key)
-        .arg(lease::prefix(token))
-        .arg(&value)
-        .arg(millis(inner.config.lease));
-    let found = match inner
-        .remote
-        .call(&inner.counters, move |link| link.query::<Value>(&command))
-    {
-        Some(Value::BulkString(found)) => found,
-        // Renewed, or the remote did not answer: try again later.
-        _ => return true,
-    };
-    if let Word::Held { .. } = judge(inner, subject, &found, None) {
-        // Taken over: the key is another holder's now.
-        return false;
-    }
-    bump(&inner.counters.leases_ignored);
-    let command = claim_command(inner, claim_key, &value, Some(&found), false);
-    // Written over, or lost to whoever came first: either way this
-    // holder goes on, and a lost lease costs one duplicate at most.
-    inner
-        .remote
-        .call(&inner.counters, move |link| link.query::<Value>(&command));
-    true
-}
-
-fn millis(duration: Duration) -> u64 {
+pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis())
         .unwrap_or(u64::MAX)
         .max(1)
@@ -263,7 +229,7 @@ fn new_token() -> String {
 
 /// The value of this process's lease `token` on `subject`, good for one
 /// lease from now; `None` when this node cannot sign.
-fn lease_value(inner: &Inner, subject: &[u8; 32], token: &str) -> Option<String> {
+pub(crate) fn lease_value(inner: &Inner, subject: &[u8; 32], token: &str) -> Option<String> {
     let until = wall_millis().saturating_add(millis(inner.config.lease));
     lease::held(
         &inner.config.keys,
@@ -278,7 +244,7 @@ fn lease_value(inner: &Inner, subject: &[u8; 32], token: &str) -> Option<String>
 /// What a value found under the claim of `subject` is worth: a verified
 /// lease only while its word holds and it claims no more than a lease's
 /// length (its `pttl`, when known, included); anything else is void.
-fn judge(inner: &Inner, subject: &[u8; 32], value: &[u8], pttl: Option<i64>) -> Word {
+pub(crate) fn judge(inner: &Inner, subject: &[u8; 32], value: &[u8], pttl: Option<i64>) -> Word {
     let word = lease::read(&inner.config.keys, subject, value);
     let Word::Held { until, .. } = &word else {
         return word;
@@ -304,7 +270,7 @@ fn honoured_for(inner: &Inner, until: u64) -> Duration {
     Duration::from_millis(left).min(inner.config.lease + CLOCK_SKEW)
 }
 
-fn claim_command(
+pub(crate) fn claim_command(
     inner: &Inner,
     claim_key: &str,
     value: &str,

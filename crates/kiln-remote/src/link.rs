@@ -164,7 +164,14 @@ impl Remote {
                 .build()
                 .map_err(|error| bad(error.to_string()))?;
             Server::Cluster(client)
-        } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+        } else if url.starts_with("rediss://") || url.starts_with("rediss+cluster://") {
+            return Err(bad(
+                "TLS (rediss://) is not built into kiln's Redis client; reach \
+                 Redis over a network you trust, or through a TLS tunnel ending on this machine \
+                 (stunnel, for one) with redis://127.0.0.1:PORT"
+                    .into(),
+            ));
+        } else if url.starts_with("redis://") {
             let client = quiet(url)
                 .and_then(redis::Client::open)
                 .map_err(|error| bad(error.to_string()))?;
@@ -371,6 +378,23 @@ mod tests {
         )
         .unwrap_err();
         assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn a_tls_address_is_refused_with_what_to_do_instead() {
+        // P10: the client has no TLS; an address asking for it is never
+        // taken for a plain one.
+        for url in [
+            "rediss://:secret@host:6380",
+            "rediss+cluster://host:1,host:2",
+        ] {
+            let error = Remote::new(url, Duration::from_secs(1), Duration::from_secs(1))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("TLS"), "{error}");
+            assert!(error.contains("redis://127.0.0.1:PORT"), "{error}");
+            assert!(!error.contains("secret"), "{error}");
+        }
     }
 
     #[test]

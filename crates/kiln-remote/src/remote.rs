@@ -138,6 +138,8 @@ pub(crate) struct Inner {
     pub(crate) host: String,
     /// Verified leases of other holders seen, honoured until they run out.
     pub(crate) seen: crate::claim::Seen,
+    /// The leases this store holds, renewed together.
+    pub(crate) renewing: crate::renewal::Renewing,
 }
 
 impl RemoteStore {
@@ -169,6 +171,7 @@ impl RemoteStore {
                 warned_nondeterministic: AtomicBool::new(false),
                 published: Mutex::new(HashMap::new()),
                 seen: crate::claim::Seen::default(),
+                renewing: crate::renewal::Renewing::default(),
             }),
         })
     }
@@ -266,15 +269,32 @@ impl RemoteStore {
 
     /// Answers one fetched value of `kind` for `subject`, counting it.
     fn answer(&self, kind: Kind, subject: &[u8; 32], value: Option<Vec<u8>>) -> Lookup<Vec<u8>> {
+        self.answer_counted(kind, subject, value, true)
+    }
+
+    /// Answers one fetched value; a value read ahead of being asked for
+    /// (`counted` false) is not counted as a hit or a miss, and a refusal
+    /// always is.
+    fn answer_counted(
+        &self,
+        kind: Kind,
+        subject: &[u8; 32],
+        value: Option<Vec<u8>>,
+        counted: bool,
+    ) -> Lookup<Vec<u8>> {
         let counters = &self.inner.counters;
         let Some(value) = value else {
-            bump(&counters.absent);
+            if counted {
+                bump(&counters.absent);
+            }
             return Lookup::Miss(Miss::Absent);
         };
         match entry::open(&self.inner.config.keys, kind, subject, &value) {
             Ok(verified) => {
-                bump(&counters.hits);
-                add(&counters.bytes_read, verified.payload.len() as u64);
+                if counted {
+                    bump(&counters.hits);
+                    add(&counters.bytes_read, verified.payload.len() as u64);
+                }
                 Lookup::Hit {
                     bytes: verified.payload.len() as u64,
                     artifact: verified.payload,
@@ -488,6 +508,17 @@ impl RemoteStore {
     /// budget, then one round for those longer than that, as far as the
     /// budget goes. A value over the entry limit is never fetched.
     pub(crate) fn lookup_subjects(&self, subjects: &[(Kind, [u8; 32])]) -> Vec<Lookup<Vec<u8>>> {
+        self.lookup_subjects_counting(subjects, subjects.len())
+    }
+
+    /// [`lookup_subjects`](Self::lookup_subjects), counting the hits and
+    /// misses of the first `counted` subjects only: the rest are read
+    /// ahead of being asked for.
+    fn lookup_subjects_counting(
+        &self,
+        subjects: &[(Kind, [u8; 32])],
+        counted: usize,
+    ) -> Vec<Lookup<Vec<u8>>> {
         let limit = self.inner.config.max_entry_bytes;
         let share = (BATCH_BYTES / subjects.len().max(1) as u64)
             .max(FIRST_ROUND_FLOOR)
@@ -531,9 +562,12 @@ impl RemoteStore {
         subjects
             .iter()
             .zip(read)
-            .map(|((kind, subject), read)| match read {
-                Read::Absent => self.answer(*kind, subject, None),
-                Read::Value(value) => self.answer(*kind, subject, Some(value)),
+            .enumerate()
+            .map(|(index, ((kind, subject), read))| match read {
+                Read::Absent => self.answer_counted(*kind, subject, None, index < counted),
+                Read::Value(value) => {
+                    self.answer_counted(*kind, subject, Some(value), index < counted)
+                }
                 Read::Longer(length) => self.too_long(length, limit),
             })
             .collect()
@@ -552,7 +586,7 @@ impl RemoteStore {
             .map(|key| (Kind::Artifact, key.digest()))
             .chain(blobs.iter().map(|blob| (Kind::Blob, blob.digest())))
             .collect();
-        let mut found = self.lookup_subjects(&subjects);
+        let mut found = self.lookup_subjects_counting(&subjects, keys.len());
         let blobs = found.split_off(keys.len());
         (found, blobs)
     }
