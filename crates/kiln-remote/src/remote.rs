@@ -61,6 +61,9 @@ const FIRST_ROUND_FLOOR: u64 = 1 << 20;
 /// it is taken for garbage.
 const FOREIGN_SLACK: u64 = 24 * 60 * 60;
 
+/// One lookup's answer.
+pub(crate) type Found = Lookup<Vec<u8>>;
+
 /// A value read with [`READ`].
 enum Read {
     Absent,
@@ -580,7 +583,7 @@ impl RemoteStore {
         &self,
         keys: &[StoreKey],
         blobs: &[BlobKey],
-    ) -> (Vec<Lookup<Vec<u8>>>, Vec<Lookup<Vec<u8>>>) {
+    ) -> (Vec<Found>, Vec<Found>) {
         let subjects: Vec<(Kind, [u8; 32])> = keys
             .iter()
             .map(|key| (Kind::Artifact, key.digest()))

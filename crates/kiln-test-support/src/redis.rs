@@ -130,23 +130,19 @@ impl RedisServer {
     /// until [`resume`](Self::resume)d: a frozen Redis.
     pub fn pause(&self) {
         let pid = libc::pid_t::try_from(self.child.id()).expect("a pid fits");
-        // SAFETY: a signal to the server this value started, by its pid.
-        assert_eq!(
-            unsafe { libc::kill(pid, libc::SIGSTOP) },
-            0,
-            "SIGSTOP reaches redis-server"
-        );
+        // SAFETY: a signal to the server this value started, by its pid
+        // (reaped only when dropped, so the pid is still its).
+        let sent = unsafe { libc::kill(pid, libc::SIGSTOP) };
+        assert_eq!(sent, 0, "SIGSTOP reaches redis-server");
     }
 
     /// Lets a [`pause`](Self::pause)d server go on (SIGCONT).
     pub fn resume(&self) {
         let pid = libc::pid_t::try_from(self.child.id()).expect("a pid fits");
-        // SAFETY: a signal to the server this value started, by its pid.
-        assert_eq!(
-            unsafe { libc::kill(pid, libc::SIGCONT) },
-            0,
-            "SIGCONT reaches redis-server"
-        );
+        // SAFETY: a signal to the server this value started, by its pid
+        // (reaped only when dropped, so the pid is still its).
+        let sent = unsafe { libc::kill(pid, libc::SIGCONT) };
+        assert_eq!(sent, 0, "SIGCONT reaches redis-server");
     }
 
     /// Kills the server (SIGKILL, by its pid) and reaps it.
