@@ -104,11 +104,15 @@ impl RemoteStore {
         let mut command = cmd("HGETALL");
         command.arg(self.counts_key());
         let pairs = self.inner.remote.call(&self.inner.counters, move |link| {
-            link.query::<Vec<(String, u64)>>(&command)
+            link.query::<Vec<(String, String)>>(&command)
         })?;
         let mut counts = FleetCounts::default();
+        // A field that holds no number (anyone can write Redis) counts
+        // nothing; the remote still answers.
         for (name, value) in pairs {
-            counts.set(&name, value);
+            if let Ok(value) = value.parse() {
+                counts.set(&name, value);
+            }
         }
         Some(counts)
     }

@@ -191,3 +191,26 @@ fn p10_a_key_of_the_wrong_type_is_a_miss_and_the_next_writer_repairs_it() {
         "repaired"
     );
 }
+
+#[test]
+fn p10_a_fleet_count_that_is_no_number_is_no_outage() {
+    // P10: anyone can write the counts' hash; a field that holds no
+    // number counts nothing, and the remote is still taken as answering.
+    let Some(redis) = redis_or_skip("fleet counts that are no numbers") else {
+        return;
+    };
+    let prefix = fresh_prefix();
+    let store = open(&redis.url(), fleet_keys(), &prefix);
+    let mut connection = raw(&redis);
+    let () = redis::cmd("HSET")
+        .arg(format!("{prefix}stats"))
+        .arg("timeouts")
+        .arg("many")
+        .arg("written")
+        .arg("3")
+        .query(&mut connection)
+        .expect("HSET answers");
+    let counts = store.fleet_counts().expect("the remote answers");
+    assert_eq!((counts.timeouts, counts.written), (0, 3));
+    assert!(!store.remote_statistics().breaker_open, "no outage");
+}
