@@ -33,7 +33,8 @@ pub(crate) struct Step {
 #[derive(Default)]
 struct State {
     /// Keys of the batch the remote missed, in the batch's order, whose
-    /// remote claim was not asked for yet.
+    /// remote claim was not asked for yet (a key asked for once is not
+    /// asked for again with another's group).
     unclaimed: Vec<StoreKey>,
     /// Remote leases taken with another key's group, for their worker.
     held: HashMap<[u8; 32], (RemoteLease, Renewal)>,
@@ -45,6 +46,8 @@ struct State {
     /// to one waits for that group's answer instead of asking again (and
     /// finding its own lease).
     asking: HashSet<[u8; 32]>,
+    /// Keys whose claim this batch asked for.
+    tried: HashSet<[u8; 32]>,
 }
 
 impl std::fmt::Debug for Step {
@@ -75,7 +78,9 @@ impl Step {
         }
         for key in missed {
             let digest = key.digest();
-            if !state.unclaimed.iter().any(|other| other.digest() == digest) {
+            if !state.tried.contains(&digest)
+                && !state.unclaimed.iter().any(|other| other.digest() == digest)
+            {
                 state.unclaimed.push(key);
             }
         }
@@ -131,6 +136,9 @@ impl Step {
             for other in &group[1..] {
                 state.asking.insert(other.digest());
             }
+            for key in &group {
+                state.tried.insert(key.digest());
+            }
         }
         let limit = remote.config().max_entry_bytes;
         let reads: Vec<redis::Cmd> = group
@@ -159,8 +167,9 @@ impl Step {
                     let renewal = lease.renewal();
                     state.held.insert(key.digest(), (lease, renewal));
                 }
-                // Asked again when its worker comes to it.
-                Attempt::Busy | Attempt::Unreachable => state.unclaimed.push(key.clone()),
+                // Asked again, alone, when its worker comes to it: a key
+                // another holds is not asked for with every group.
+                Attempt::Busy | Attempt::Unreachable => {}
             }
         }
         for other in &group[1..] {
@@ -177,6 +186,7 @@ impl Step {
         let held: Vec<(RemoteLease, Renewal)> = {
             let mut state = self.state();
             state.unclaimed.clear();
+            state.tried.clear();
             state.entries.clear();
             state.blobs.clear();
             state.held.drain().map(|(_, held)| held).collect()
