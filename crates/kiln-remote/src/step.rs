@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use kiln_core::store::{BlobKey, Renewal};
 use kiln_core::{Lookup, StoreKey};
@@ -97,16 +98,27 @@ impl Step {
     }
 
     /// A remote lease of `key` taken with another key's group, if any,
-    /// once the group asking for it (if one is in flight) has its answer:
-    /// within the remote's timeout.
-    pub(crate) fn take_held(&self, key: &StoreKey) -> Option<(RemoteLease, Renewal)> {
+    /// once the group asking for it (if one is in flight) has its answer,
+    /// waited for at most `patience` (the group's round trips are bounded
+    /// by the remote's timeout each).
+    pub(crate) fn take_held(
+        &self,
+        key: &StoreKey,
+        patience: Duration,
+    ) -> Option<(RemoteLease, Renewal)> {
         let mut state = self.state();
         let digest = key.digest();
+        let deadline = Instant::now() + patience;
         while state.asking.contains(&digest) {
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
             state = self
                 .settled
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
         state.unclaimed.retain(|other| other.digest() != digest);
         state.held.remove(&digest)
@@ -114,8 +126,8 @@ impl Step {
 
     /// Lets go of a lease of `key` taken with another key's group (its
     /// machine's claim is another process's).
-    pub(crate) fn let_go(&self, key: &StoreKey) {
-        if let Some((lease, renewal)) = self.take_held(key) {
+    pub(crate) fn let_go(&self, key: &StoreKey, patience: Duration) {
+        if let Some((lease, renewal)) = self.take_held(key, patience) {
             drop(renewal);
             drop(lease);
         }

@@ -530,6 +530,12 @@ impl TieredStore {
         }
     }
 
+    /// How long a claim waits for the group in flight that asks for its
+    /// key: the group's two round trips at most.
+    fn group_patience(&self) -> Duration {
+        self.inner.remote.config().timeout * 2
+    }
+
     fn is_held_here(&self, key: &StoreKey) -> bool {
         self.inner
             .held_here
@@ -618,12 +624,12 @@ impl ArtifactStore for TieredStore {
             Claim::Busy => {
                 // Another process of this machine compiles it: a lease
                 // taken with another key's group is its to take.
-                self.inner.step.let_go(key);
+                self.inner.step.let_go(key, self.group_patience());
                 Claim::Busy
             }
             Claim::Held(local) => {
                 let held = HeldHere::new(&self.inner.held_here, key);
-                let attempt = match (self.inner.step.take_held(key), wait) {
+                let attempt = match (self.inner.step.take_held(key, self.group_patience()), wait) {
                     (Some((lease, renewal)), _) => Ok((lease, renewal)),
                     // P12: a worker's claim takes the next keys' too, in
                     // one round trip.
