@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use kiln_core::store::{BlobKey, ClaimGuard};
 use kiln_core::{ArtifactStore, StoreKey, StoreOutcome};
 
-use crate::remote::{Put, RemoteStore};
+use crate::publish::Put;
+use crate::remote::RemoteStore;
 
 /// The most writes queued at once.
 pub(crate) const QUEUED_WRITES: usize = 1024;

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kiln_core::store::{BlobKey, Claim, ClaimWait, Explanation, KeySubject, hex};
@@ -14,6 +14,7 @@ use crate::config::RemoteConfig;
 use crate::entry::{self, Kind, Rejection};
 use crate::error::Result;
 use crate::link::Remote;
+use crate::publish::Put;
 use crate::statistics::{Counters, RemoteStatistics, add, bump};
 
 /// The context a kernel's history key is derived under.
@@ -21,68 +22,6 @@ const HISTORY_CONTEXT: &str = "kiln remote kernel history";
 
 /// The most a history payload (one encoded key) may take to decode.
 const HISTORY_LIMIT: usize = 1 << 20;
-
-/// Writes an artifact entry (`ARGV[1]`, for `ARGV[2]` milliseconds) where
-/// the key holds nothing, or something that is not a string (a key of the
-/// wrong type, repaired): 0. Where it holds an entry whose payload
-/// (`ARGV[3]` bytes after the 66-byte header) is the same, that entry stays
-/// as it is, its time renewed: 1, whoever signed it. Where it holds other
-/// bytes, nothing is written: 2, settled by the caller, which can verify
-/// what is there. The first publish of a key wins (P10): two hosts whose
-/// compiles differ never overwrite each other in silence, and a node with
-/// another key never replaces the fleet's entries.
-const PUBLISH: &str = "local kind = redis.call('type', KEYS[1]).ok \
-    if kind ~= 'string' and kind ~= 'none' then redis.call('del', KEYS[1]) kind = 'none' end \
-    if kind == 'none' then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 0 end \
-    local old = redis.call('get', KEYS[1]) \
-    local last = 66 + tonumber(ARGV[3]) \
-    if #old > last and string.sub(old, 1, 9) == string.sub(ARGV[1], 1, 9) \
-      and string.sub(old, 59, last) == string.sub(ARGV[1], 59, last) then \
-      redis.call('pexpire', KEYS[1], ARGV[2]) return 1 end \
-    return 2";
-
-/// Reads a value no longer than `ARGV[1]` bytes: the value, nothing (no
-/// key, or a key of another type: no entry of kiln's), or, for a longer
-/// one, its length alone. No reader fetches more than it asked for.
-const READ: &str = "if redis.call('type', KEYS[1]).ok ~= 'string' then return false end \
-    local length = redis.call('strlen', KEYS[1]) \
-    if length > tonumber(ARGV[1]) then return length end \
-    return redis.call('get', KEYS[1])";
-
-/// The most bytes one batch's lookup reads from the remote.
-const BATCH_BYTES: u64 = 256 << 20;
-
-/// The least each key of a batch may bring in the lookup's first round,
-/// whatever the batch's size.
-const FIRST_ROUND_FLOOR: u64 = 1 << 20;
-
-/// How long after its time ran out an entry that this node cannot verify
-/// may be written over, and how far in the future its time may be before
-/// it is taken for garbage.
-const FOREIGN_SLACK: u64 = 24 * 60 * 60;
-
-/// One lookup's answer.
-pub(crate) type Found = Lookup<Vec<u8>>;
-
-/// A value read with [`READ`].
-enum Read {
-    Absent,
-    Value(Vec<u8>),
-    /// Longer than asked: its length.
-    Longer(u64),
-}
-
-/// How many of its own publishes a store remembers (two digests each).
-const REMEMBERED_PUBLISHES: usize = 1 << 14;
-
-/// An artifact entry sent with [`PUBLISH`], and where its reply is.
-struct Publish {
-    index: usize,
-    subject: [u8; 32],
-    subject_text: String,
-    redis_key: String,
-    value: Vec<u8>,
-}
 
 /// A store in Redis or Redis Cluster, shared by every machine of a fleet
 /// (P10).
@@ -98,7 +37,8 @@ struct Publish {
 ///   derived from [`StoreKey::digest`] alone: no rank, device, path or
 ///   host.
 /// - **One round trip per batch.** [`lookup_many`](ArtifactStore::lookup_many)
-///   sends every `GET` in one pipeline (one per shard of a cluster).
+///   reads every value in one pipeline (one per shard of a cluster), each
+///   within the entry limit and the batch's byte budget.
 /// - **Never in the way.** Every call is bounded by
 ///   [`timeout`](RemoteConfig::timeout); after a failure a breaker leaves
 ///   the remote alone for [`retry_after`](RemoteConfig::retry_after), then
@@ -106,8 +46,9 @@ struct Publish {
 ///   misses and counted failed writes, with one warning.
 /// - **Bounded.** Entries live [`ttl`](RemoteConfig::ttl) and are at most
 ///   [`max_entry_bytes`](RemoteConfig::max_entry_bytes).
-/// - **Claims across machines** (P12): `SET NX PX` leases, renewed while
-///   held, released by compare-and-delete on the holder's token.
+/// - **Claims across machines** (P12): leases authenticated like entries,
+///   renewed together while held, let go by a signed release; a lease that
+///   does not verify is written over, never waited for.
 ///
 /// ```no_run
 /// use kiln_core::ArtifactStore;
@@ -132,10 +73,10 @@ pub(crate) struct Inner {
     generation: Generation,
     warned_unverified: AtomicBool,
     warned_oversize: AtomicBool,
-    warned_nondeterministic: AtomicBool,
+    pub(crate) warned_nondeterministic: AtomicBool,
     /// The payload digest of the last artifact this store published under
     /// each key digest.
-    published: Mutex<HashMap<[u8; 32], [u8; 32]>>,
+    pub(crate) published: Mutex<HashMap<[u8; 32], [u8; 32]>>,
     /// This machine's name, as a claim's value carries it for people:
     /// printable, without line breaks, at most [`HOST_LENGTH`] bytes.
     pub(crate) host: String,
@@ -252,7 +193,7 @@ impl RemoteStore {
         format!("{}{space}:{}", self.inner.config.prefix, hex(digest))
     }
 
-    fn history_id(key: &StoreKey) -> Option<[u8; 32]> {
+    pub(crate) fn history_id(key: &StoreKey) -> Option<[u8; 32]> {
         let KeySubject::Kernel { name, digest } = &key.subject else {
             return None;
         };
@@ -263,7 +204,7 @@ impl RemoteStore {
         Some(*hasher.finalize().as_bytes())
     }
 
-    fn set(&self, redis_key: String, value: Vec<u8>) -> Cmd {
+    pub(crate) fn set(&self, redis_key: String, value: Vec<u8>) -> Cmd {
         let mut command = cmd("SET");
         let ttl = u64::try_from(self.inner.config.ttl.as_millis()).unwrap_or(u64::MAX);
         command.arg(redis_key).arg(value).arg("PX").arg(ttl.max(1));
@@ -271,14 +212,19 @@ impl RemoteStore {
     }
 
     /// Answers one fetched value of `kind` for `subject`, counting it.
-    fn answer(&self, kind: Kind, subject: &[u8; 32], value: Option<Vec<u8>>) -> Lookup<Vec<u8>> {
+    pub(crate) fn answer(
+        &self,
+        kind: Kind,
+        subject: &[u8; 32],
+        value: Option<Vec<u8>>,
+    ) -> Lookup<Vec<u8>> {
         self.answer_counted(kind, subject, value, true)
     }
 
     /// Answers one fetched value; a value read ahead of being asked for
     /// (`counted` false) is not counted as a hit or a miss, and a refusal
     /// always is.
-    fn answer_counted(
+    pub(crate) fn answer_counted(
         &self,
         kind: Kind,
         subject: &[u8; 32],
@@ -328,7 +274,7 @@ impl RemoteStore {
         }
     }
 
-    fn unreachable_misses(&self, count: usize) -> Vec<Lookup<Vec<u8>>> {
+    pub(crate) fn unreachable_misses(&self, count: usize) -> Vec<Lookup<Vec<u8>>> {
         add(&self.inner.counters.unreadable, count as u64);
         (0..count)
             .map(|_| {
@@ -341,7 +287,7 @@ impl RemoteStore {
 
     /// Sends `commands` (whole entries) in one round trip, or counts why
     /// it did not; gives the replies of a write that went through.
-    fn write(
+    pub(crate) fn write(
         &self,
         commands: Vec<Cmd>,
         written: u64,
@@ -373,269 +319,8 @@ impl RemoteStore {
         }
     }
 
-    /// The command that writes an artifact entry unless the key holds
-    /// another publisher's different bytes (`PUBLISH`).
-    fn publish(&self, redis_key: &str, value: &[u8], payload_length: usize) -> Cmd {
-        let mut command = cmd("EVAL");
-        let ttl = u64::try_from(self.inner.config.ttl.as_millis()).unwrap_or(u64::MAX);
-        command
-            .arg(PUBLISH)
-            .arg(1)
-            .arg(redis_key)
-            .arg(value)
-            .arg(ttl.max(1))
-            .arg(payload_length);
-        command
-    }
-
-    /// Settles a publish the remote refused because the key holds other
-    /// bytes: `true` when this store's value was written after all (the
-    /// entry there does not verify, or is this store's own earlier put),
-    /// `false` when another publisher's verified entry stays, counted and
-    /// warned about once as a nondeterministic compile.
-    fn settle_difference(&self, publish: &Publish, payload_digest: &[u8; 32]) -> bool {
-        let inner = &self.inner;
-        let limit = self.inner.config.max_entry_bytes;
-        let Some(found) = self.read_values(&[("e", publish.subject)], limit) else {
-            return false;
-        };
-        let found = match found.into_iter().next() {
-            Some(Read::Value(value)) => Some(value),
-            // Gone since: a plain write.
-            Some(Read::Absent) => None,
-            // Over the limit: nothing kiln would write or read.
-            Some(Read::Longer(_)) | None => None,
-        };
-        let opened = found.as_deref().map(|value| {
-            (
-                value,
-                entry::open(&inner.config.keys, Kind::Artifact, &publish.subject, value),
-            )
-        });
-        let theirs = match opened {
-            Some((_, Ok(verified))) => Some(*blake3::hash(&verified.payload).as_bytes()),
-            Some((value, Err(Rejection::Unverified(_)))) => {
-                // Another key's entry, or a forgery this node cannot tell
-                // from one: kept until its time has run out, so that a node
-                // with the wrong key never wipes the fleet's cache.
-                let stale = entry::stored_at_unverified(value).is_none_or(|stored_at| {
-                    let ttl = self.inner.config.ttl.as_secs();
-                    stored_at.saturating_add(ttl).saturating_add(FOREIGN_SLACK) < now()
-                        || stored_at > now().saturating_add(FOREIGN_SLACK)
-                });
-                if !stale {
-                    bump(&inner.counters.kept_unverifiable);
-                    return false;
-                }
-                None
-            }
-            // Not an entry, or written for another key: replaced.
-            Some((_, Err(_))) | None => None,
-        };
-        let is_ours = theirs.is_some_and(|theirs| {
-            inner
-                .published
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&publish.subject)
-                == Some(&theirs)
-        });
-        if theirs.is_none() || is_ours || theirs == Some(*payload_digest) {
-            // Nothing there that verifies, or what is there is this store's
-            // own: a plain write, as for any other put.
-            let command = self.set(publish.redis_key.clone(), publish.value.clone());
-            return inner
-                .remote
-                .call(&inner.counters, move |link| link.query::<()>(&command))
-                .is_some();
-        }
-        bump(&inner.counters.nondeterministic);
-        if !inner.warned_nondeterministic.swap(true, Ordering::Relaxed) {
-            log::warn!(
-                "kiln: nondeterministic compile: {} was already in the remote store with other \
-                 bytes, published by another host; the remote keeps the first, this host keeps \
-                 its own copy locally, and later cases are counted, not logged",
-                publish.subject_text
-            );
-        }
-        false
-    }
-
-    /// The command that reads the value at `redis_key` with [`READ`], at
-    /// most `limit` bytes of it.
-    pub(crate) fn read_command(redis_key: &str, limit: u64) -> Cmd {
-        let mut command = cmd("EVAL");
-        command.arg(READ).arg(1).arg(redis_key).arg(limit);
-        command
-    }
-
-    /// What a reply to [`read_command`](Self::read_command) says.
-    fn read_reply(value: Value) -> Read {
-        match value {
-            Value::BulkString(bytes) => Read::Value(bytes),
-            Value::Int(length) => Read::Longer(length.unsigned_abs()),
-            _ => Read::Absent,
-        }
-    }
-
-    /// The lookup of an artifact entry of `subject` read with
-    /// [`read_command`](Self::read_command) at the entry limit, answered
-    /// from its `reply`.
-    pub(crate) fn answer_read(&self, subject: &[u8; 32], reply: Value) -> Lookup<Vec<u8>> {
-        match Self::read_reply(reply) {
-            Read::Absent => self.answer(Kind::Artifact, subject, None),
-            Read::Value(value) => self.answer(Kind::Artifact, subject, Some(value)),
-            Read::Longer(length) => self.too_long(length, self.inner.config.max_entry_bytes),
-        }
-    }
-
-    /// Reads the values of `subjects` (each in its space) with [`READ`],
-    /// each at most `limit` bytes, in one round trip; `None` when the
-    /// remote did not answer.
-    fn read_values(&self, subjects: &[(&str, [u8; 32])], limit: u64) -> Option<Vec<Read>> {
-        let commands: Vec<Cmd> = subjects
-            .iter()
-            .map(|(space, subject)| Self::read_command(&self.redis_key(space, subject), limit))
-            .collect();
-        let values = self.inner.remote.call(&self.inner.counters, move |link| {
-            link.pipeline::<Vec<Value>>(commands)
-        })?;
-        if values.len() != subjects.len() {
-            return None;
-        }
-        Some(values.into_iter().map(Self::read_reply).collect())
-    }
-
-    /// The lookup of `subjects` (each of its kind) within the batch's
-    /// byte budget: a first round in which each may bring its share of the
-    /// budget, then one round for those longer than that, as far as the
-    /// budget goes. A value over the entry limit is never fetched.
-    pub(crate) fn lookup_subjects(&self, subjects: &[(Kind, [u8; 32])]) -> Vec<Lookup<Vec<u8>>> {
-        self.lookup_subjects_counting(subjects, subjects.len())
-    }
-
-    /// [`lookup_subjects`](Self::lookup_subjects), counting the hits and
-    /// misses of the first `counted` subjects only: the rest are read
-    /// ahead of being asked for.
-    fn lookup_subjects_counting(
-        &self,
-        subjects: &[(Kind, [u8; 32])],
-        counted: usize,
-    ) -> Vec<Lookup<Vec<u8>>> {
-        let limit = self.inner.config.max_entry_bytes;
-        let share = (BATCH_BYTES / subjects.len().max(1) as u64)
-            .max(FIRST_ROUND_FLOOR)
-            .min(limit);
-        let spaced: Vec<(&str, [u8; 32])> = subjects
-            .iter()
-            .map(|(kind, subject)| (kind.space(), *subject))
-            .collect();
-        let Some(mut read) = self.read_values(&spaced, share) else {
-            return self.unreachable_misses(subjects.len());
-        };
-        let mut budget = BATCH_BYTES.saturating_sub(
-            read.iter()
-                .map(|read| match read {
-                    Read::Value(value) => value.len() as u64,
-                    _ => 0,
-                })
-                .sum(),
-        );
-        let mut again = Vec::new();
-        for (index, found) in read.iter().enumerate() {
-            if let Read::Longer(length) = found
-                && *length <= limit
-                && *length <= budget
-            {
-                budget -= length;
-                again.push(index);
-            }
-        }
-        if !again.is_empty() {
-            let later: Vec<(&str, [u8; 32])> = again.iter().map(|index| spaced[*index]).collect();
-            match self.read_values(&later, limit) {
-                Some(values) => {
-                    for (index, value) in again.into_iter().zip(values) {
-                        read[index] = value;
-                    }
-                }
-                None => return self.unreachable_misses(subjects.len()),
-            }
-        }
-        subjects
-            .iter()
-            .zip(read)
-            .enumerate()
-            .map(|(index, ((kind, subject), read))| match read {
-                Read::Absent => self.answer_counted(*kind, subject, None, index < counted),
-                Read::Value(value) => {
-                    self.answer_counted(*kind, subject, Some(value), index < counted)
-                }
-                Read::Longer(length) => self.too_long(length, limit),
-            })
-            .collect()
-    }
-
-    /// The lookups of `keys` and of the named blobs `blobs` in one round
-    /// trip (one per shard of a cluster): a batch's artifacts and the
-    /// failure memories of those it may compile.
-    pub(crate) fn lookup_with_blobs(
-        &self,
-        keys: &[StoreKey],
-        blobs: &[BlobKey],
-    ) -> (Vec<Found>, Vec<Found>) {
-        let subjects: Vec<(Kind, [u8; 32])> = keys
-            .iter()
-            .map(|key| (Kind::Artifact, key.digest()))
-            .chain(blobs.iter().map(|blob| (Kind::Blob, blob.digest())))
-            .collect();
-        let mut found = self.lookup_subjects_counting(&subjects, keys.len());
-        let blobs = found.split_off(keys.len());
-        (found, blobs)
-    }
-
-    /// The miss of a value of `length` bytes left in the remote: over the
-    /// entry limit, or over what the batch may still read.
-    fn too_long(&self, length: u64, limit: u64) -> Lookup<Vec<u8>> {
-        bump(&self.inner.counters.oversize_reads);
-        if length > limit {
-            bump(&self.inner.counters.corrupt);
-            Lookup::Miss(Miss::Corrupt {
-                detail: format!(
-                    "a remote entry of {length} bytes is over the limit of {limit} bytes \
-                     (KILN_REMOTE_MAX_ENTRY); it was not read"
-                ),
-            })
-        } else {
-            bump(&self.inner.counters.unreadable);
-            Lookup::Miss(Miss::Unreadable {
-                detail: format!(
-                    "a remote entry of {length} bytes did not fit in what one batch reads \
-                     ({BATCH_BYTES} bytes); a later batch reads it"
-                ),
-            })
-        }
-    }
-
-    /// Remembers that this store published `payload_digest` under
-    /// `subject`, so that a later put of its own replaces it (P2) while
-    /// another publisher's differing bytes do not.
-    fn remember(&self, subject: [u8; 32], payload_digest: [u8; 32]) {
-        let mut published = self
-            .inner
-            .published
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if published.len() >= REMEMBERED_PUBLISHES {
-            // Forgetting costs at most a warning about this store's own
-            // replaced entry, never a wrong one.
-            published.clear();
-        }
-        published.insert(subject, payload_digest);
-    }
-
     /// Seals an entry, or says why it will not be written.
-    fn sealed(
+    pub(crate) fn sealed(
         &self,
         kind: Kind,
         subject: &[u8; 32],
@@ -677,159 +362,6 @@ impl RemoteStore {
     }
 }
 
-/// One artifact to publish ([`RemoteStore::put_many`]).
-pub(crate) struct Put<'a> {
-    pub key: &'a StoreKey,
-    pub source_key: Option<&'a StoreKey>,
-    pub bytes: &'a [u8],
-    pub work: Duration,
-}
-
-/// One artifact's sealed entries: their commands, its publishes (with
-/// their places in the commands) and the bytes they write.
-struct Sealed {
-    commands: Vec<Cmd>,
-    publishes: Vec<Publish>,
-    written: u64,
-}
-
-impl RemoteStore {
-    /// Publishes `puts` in one round trip (one per shard of a cluster):
-    /// every entry of every artifact, then `after` (the releases of their
-    /// leases), then what settling a difference needs for the few keys
-    /// that held other bytes. An outcome per put.
-    pub(crate) fn put_many(&self, puts: &[Put<'_>], after: Vec<Cmd>) -> Vec<StoreOutcome> {
-        let stored_at = now();
-        let mut outcomes: Vec<Option<StoreOutcome>> = puts.iter().map(|_| None).collect();
-        let mut commands = Vec::new();
-        let mut sealed = Vec::new();
-        for (index, put) in puts.iter().enumerate() {
-            match self.seal_artifact(put, stored_at) {
-                Ok(mut one) => {
-                    for publish in &mut one.publishes {
-                        publish.index += commands.len();
-                    }
-                    commands.append(&mut one.commands);
-                    sealed.push((index, one.publishes, one.written));
-                }
-                Err(outcome) => outcomes[index] = Some(outcome),
-            }
-        }
-        if sealed.is_empty() {
-            if !after.is_empty() {
-                self.inner.remote.call(&self.inner.counters, move |link| {
-                    link.pipeline::<Vec<Value>>(after)
-                });
-            }
-        } else {
-            commands.extend(after);
-            let written: u64 = sealed.iter().map(|(_, _, written)| written).sum();
-            let artifact_bytes: u64 = sealed
-                .iter()
-                .map(|(index, _, _)| puts[*index].bytes.len() as u64)
-                .sum();
-            let (outcome, replies) = self.write(commands, written, artifact_bytes);
-            // `write` counted the round trip as one put: count each.
-            let more = sealed.len().saturating_sub(1) as u64;
-            match &outcome {
-                StoreOutcome::Stored { .. } => add(&self.inner.counters.puts, more),
-                _ => add(&self.inner.counters.put_failures, more),
-            }
-            for (index, publishes, _) in sealed {
-                let put = &puts[index];
-                outcomes[index] = Some(match &outcome {
-                    StoreOutcome::Stored { .. } => self.settle(put, publishes, &replies),
-                    failed => failed.clone(),
-                });
-            }
-        }
-        outcomes
-            .into_iter()
-            .map(|outcome| outcome.expect("every put has its outcome"))
-            .collect()
-    }
-
-    /// The entries of one artifact: under its key and its source's, the
-    /// listed keys and the kernel's history.
-    fn seal_artifact(
-        &self,
-        put: &Put<'_>,
-        stored_at: u64,
-    ) -> std::result::Result<Sealed, StoreOutcome> {
-        let encode = |key: &StoreKey| {
-            bincode::serde::encode_to_vec(key, bincode::config::standard())
-                .expect("a key is plain data and always serializes")
-        };
-        let (key, source_key, bytes) = (put.key, put.source_key, put.bytes);
-        let mut entries = vec![(Kind::Artifact, "e", key.digest(), bytes.to_vec(), key)];
-        if let Some(source) = source_key {
-            entries.push((Kind::Artifact, "e", source.digest(), bytes.to_vec(), source));
-        }
-        for listed in std::iter::once(key).chain(source_key) {
-            entries.push((Kind::Key, "k", listed.digest(), encode(listed), listed));
-        }
-        if let Some(history) = Self::history_id(key) {
-            entries.push((Kind::History, "h", history, encode(key), key));
-        }
-        let mut sealed = Sealed {
-            commands: Vec::with_capacity(entries.len()),
-            publishes: Vec::new(),
-            written: 0,
-        };
-        for (kind, space, subject, payload, subject_key) in entries {
-            let value = self.sealed(kind, &subject, stored_at, put.work, &payload)?;
-            sealed.written += value.len() as u64;
-            let redis_key = self.redis_key(space, &subject);
-            if kind == Kind::Artifact {
-                sealed
-                    .commands
-                    .push(self.publish(&redis_key, &value, payload.len()));
-                sealed.publishes.push(Publish {
-                    index: sealed.commands.len() - 1,
-                    subject,
-                    subject_text: subject_key.subject_text(),
-                    redis_key,
-                    value,
-                });
-            } else {
-                sealed.commands.push(self.set(redis_key, value));
-            }
-        }
-        Ok(sealed)
-    }
-
-    /// The outcome of one artifact's publishes, given the replies.
-    fn settle(&self, put: &Put<'_>, publishes: Vec<Publish>, replies: &[Value]) -> StoreOutcome {
-        let payload_digest = *blake3::hash(put.bytes).as_bytes();
-        let mut kept_another = false;
-        for publish in publishes {
-            match publishes_reply(replies, publish.index) {
-                // Written new: this store's from now on.
-                Some(0) => self.remember(publish.subject, payload_digest),
-                // Other bytes were there.
-                Some(2) => {
-                    if self.settle_difference(&publish, &payload_digest) {
-                        self.remember(publish.subject, payload_digest);
-                    } else {
-                        kept_another = true;
-                    }
-                }
-                // The same bytes, kept and renewed (their publisher stays
-                // whoever wrote them first), or a reply this store does
-                // not understand.
-                _ => {}
-            }
-        }
-        if kept_another {
-            StoreOutcome::Skipped
-        } else {
-            StoreOutcome::Stored {
-                bytes: put.bytes.len() as u64,
-            }
-        }
-    }
-}
-
 /// The longest host name a claim's value carries.
 const HOST_LENGTH: usize = 255;
 
@@ -851,15 +383,7 @@ pub(crate) fn printable_host(host: &str) -> String {
     printable
 }
 
-/// The integer reply of `PUBLISH` at `index` of `replies`.
-fn publishes_reply(replies: &[Value], index: usize) -> Option<i64> {
-    match replies.get(index) {
-        Some(Value::Int(reply)) => Some(*reply),
-        _ => None,
-    }
-}
-
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs())
