@@ -710,6 +710,50 @@ fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
         ]);
     }
 
+    // F6 at a distance: a cold node with its remote 0, 100 and 400 ms
+    // away, against the same node with none; the round trips it took.
+    let alone = median(
+        of("fleet", "cold_alone", "", None)
+            .iter()
+            .map(|sample| sample.wall)
+            .collect(),
+    );
+    let distant: Vec<(u64, f64, String)> = [0u64, 100, 400]
+        .into_iter()
+        .filter_map(|rtt| {
+            let samples = of("fleet", "cold_rtt", &rtt.to_string(), None);
+            let wall = median(samples.iter().map(|sample| sample.wall).collect())?;
+            let trips = samples
+                .first()
+                .map_or(String::new(), |sample| sample.note.clone());
+            Some((rtt, wall, trips))
+        })
+        .collect();
+    if let (Some(alone), false) = (alone, distant.is_empty()) {
+        let kernels = of("fleet", "cold_alone", "", None)
+            .first()
+            .map_or(0, |sample| sample.kernels);
+        let mut measured = vec![format!("no remote {}", time(alone))];
+        let mut ratios = Vec::new();
+        for (rtt, wall, trips) in &distant {
+            measured.push(format!("{rtt} ms away {} ({trips})", time(*wall)));
+            if *rtt > 0 {
+                // A few round trips: the lookup, a claim group, a publish.
+                let few = 4.0 * *rtt as f64 / 1000.0;
+                ratios.push(format!(
+                    "{rtt} ms: / (no remote + 4 round trips) **{:.2}**",
+                    wall / (alone + few)
+                ));
+            }
+        }
+        rows.push([
+            format!("F6 fleet cold ×{kernels}, a remote far away"),
+            measured.join("; "),
+            ratios.join("; "),
+            "≤ 1.2 × (no remote + a few round trips)".to_owned(),
+        ]);
+    }
+
     // F5: a fresh process's first batch against a warm pool's.
     let cold = of("cold_start", "cold_start", "", None);
     let warm = of("cold_start", "warm_pool", "", None);

@@ -35,7 +35,7 @@ use crate::target::{CompilationTarget, KernelOf, VariantOf};
 
 use crate::worker::WorkerProcesses;
 pub use history::{STORED_BATCH_LIMIT, StoredBatch};
-pub use progress::{BatchProgress, Waiting};
+pub use progress::{BatchProgress, Waiting, is_hidden, printable};
 
 pub(crate) use queue::BorrowedKernel;
 use queue::{Asked, KernelQueue, Request, queued_requests};
