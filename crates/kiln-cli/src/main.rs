@@ -102,12 +102,12 @@ fn main() {
     let output = command::Output { json: cli.json };
     let dir = cli.dir.as_deref();
     let result = match cli.command {
-        Command::Stats(arguments) => {
-            with_store(dir, |store| command::stats::run(store, &arguments, &output))
-        }
-        Command::Ls(arguments) => {
-            with_store(dir, |store| command::ls::run(store, &arguments, &output))
-        }
+        Command::Stats(arguments) => with_existing_store(dir, &output, |store| {
+            command::stats::run(store, &arguments, &output)
+        }),
+        Command::Ls(arguments) => with_existing_store(dir, &output, |store| {
+            command::ls::run(store, &arguments, &output)
+        }),
         Command::Verify(arguments) => with_store(dir, |store| {
             command::verify::run(store, &arguments, &output)
         }),
@@ -212,6 +212,19 @@ fn end(status: i32) -> ! {
 /// Runs `command` on the store at `dir` (else the configured one).
 fn with_store(dir: Option<&Path>, command: impl FnOnce(&DiskStore) -> Result<()>) -> Result<()> {
     command(&command::open_store(dir)?)
+}
+
+/// Runs `command` on the store at `dir` (else the configured one) when
+/// there is one; else says there is none, creating nothing.
+fn with_existing_store(
+    dir: Option<&Path>,
+    output: &command::Output,
+    command: impl FnOnce(&DiskStore) -> Result<()>,
+) -> Result<()> {
+    match command::open_existing_store(dir)? {
+        Some(store) => command(&store),
+        None => command::report_no_store(dir, output),
+    }
 }
 
 /// Turns the file size limit (`ulimit -f`) from a signal that kills the
