@@ -54,8 +54,8 @@ Logging: warnings go to standard error. KILN_LOG sets what is shown: a level
 KILN_LOG=info,kiln_store=debug; -v, -vv, -vvv and -q replace its level.
 
 With --json, every command prints one JSON value on standard output, an error
-too: {\"error\": {\"message\": ..., \"exit_code\": ...}}; docs/CLI.md has the
-shapes.";
+too: {\"error\": {\"message\": ..., \"exit_code\": ...}}; each command's
+--help names what it prints.";
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -77,9 +77,9 @@ enum Command {
     Forget(command::forget::Arguments),
     /// The last batches of every process that used the store, and their slowest kernels.
     Records(command::records::Arguments),
-    /// Make the keys of a fleet's shared remote tier (docs/FLEET.md).
+    /// Make the keys of a fleet's shared remote tier.
     Keygen(command::keygen::Arguments),
-    /// Copy the store's artifacts to the remote tier, signed (docs/FLEET.md).
+    /// Copy the store's artifacts to the remote tier, signed.
     Push(command::push::Arguments),
     /// Copy what the remote tier holds and the store lacks, verified.
     Pull(command::push::Arguments),
