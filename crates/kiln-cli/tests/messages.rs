@@ -269,3 +269,14 @@ fn no_help_names_the_repository_or_a_rule() {
     }
     assert!(offences.is_empty(), "{}", offences.join("\n"));
 }
+
+#[test]
+fn a_mistyped_subcommand_is_answered_with_the_one_meant() {
+    let output = Command::new(KILN).arg("stast").output().expect("kiln runs");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("a similar subcommand exists: 'stats'"),
+        "{stderr}"
+    );
+}
