@@ -241,7 +241,11 @@ fn dry_runs(order: &[String]) -> Result<()> {
         .output()
         .context("running cargo publish --dry-run")?;
     let said = String::from_utf8_lossy(&output.stderr);
-    for line in said.lines().filter(|line| line.contains("already exists")) {
+    let taken: Vec<&str> = said
+        .lines()
+        .filter(|line| line.contains("already exists"))
+        .collect();
+    for line in &taken {
         println!("publish-check: the registry holds this name for another crate: {line}");
     }
     if output.status.success() {
@@ -252,6 +256,12 @@ fn dry_runs(order: &[String]) -> Result<()> {
         );
     } else {
         eprintln!("{said}");
+        if !taken.is_empty() {
+            bail!(
+                "cargo publish --dry-run failed; a package of a name the registry holds for \
+                 another crate resolves to that crate in its dependents' verification: rename it"
+            );
+        }
         bail!("cargo publish --dry-run failed");
     }
     Ok(())
