@@ -102,12 +102,16 @@ fn main() {
     let output = command::Output { json: cli.json };
     let dir = cli.dir.as_deref();
     let result = match cli.command {
-        Command::Stats(arguments) => with_existing_store(dir, &output, |store| {
-            command::stats::run(store, &arguments, &output)
-        }),
-        Command::Ls(arguments) => with_existing_store(dir, &output, |store| {
-            command::ls::run(store, &arguments, &output)
-        }),
+        Command::Stats(arguments) => with_existing_store(
+            dir,
+            |store| command::stats::run(store, &arguments, &output),
+            |root| command::stats::run_without_store(root, &arguments, &output),
+        ),
+        Command::Ls(arguments) => with_existing_store(
+            dir,
+            |store| command::ls::run(store, &arguments, &output),
+            |root| command::report_no_store(root, &output),
+        ),
         Command::Verify(arguments) => with_store(dir, |store| {
             command::verify::run(store, &arguments, &output)
         }),
@@ -215,15 +219,15 @@ fn with_store(dir: Option<&Path>, command: impl FnOnce(&DiskStore) -> Result<()>
 }
 
 /// Runs `command` on the store at `dir` (else the configured one) when
-/// there is one; else says there is none, creating nothing.
+/// there is one; else `without` with where it would be, creating nothing.
 fn with_existing_store(
     dir: Option<&Path>,
-    output: &command::Output,
     command: impl FnOnce(&DiskStore) -> Result<()>,
+    without: impl FnOnce(&Path) -> Result<()>,
 ) -> Result<()> {
     match command::open_existing_store(dir)? {
         Some(store) => command(&store),
-        None => command::report_no_store(dir, output),
+        None => without(&command::store_root(dir)?),
     }
 }
 

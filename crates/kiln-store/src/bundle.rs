@@ -224,7 +224,11 @@ impl<'a> Sink<'a> {
         }
         file.write_all(MAGIC)?;
         file.write_all(&BUNDLE_VERSION.to_le_bytes())?;
-        zstd::stream::write::Encoder::new(file, COMPRESSION_LEVEL).map(Self::Compressed)
+        let mut encoder = zstd::stream::write::Encoder::new(file, COMPRESSION_LEVEL)?;
+        // Damage to the stream is then named as such, before the plain
+        // form's own digests would catch it.
+        encoder.include_checksum(true)?;
+        Ok(Self::Compressed(encoder))
     }
 
     /// Ends the zstd stream, if any: the buffered file, still to flush.

@@ -107,20 +107,27 @@ struct NoStore {
     exists: bool,
 }
 
-/// Says that there is no store at `dir` (else the configured place) yet.
-pub fn report_no_store(dir: Option<&Path>, output: &Output) -> Result<()> {
-    let root = store_config(dir)?.root;
+/// Where the store at `dir`, else the configured one, is or would be.
+pub fn store_root(dir: Option<&Path>) -> Result<std::path::PathBuf> {
+    Ok(store_config(dir)?.root)
+}
+
+/// Says that there is no store at `root` yet.
+pub fn report_no_store(root: &Path, output: &Output) -> Result<()> {
     output.print(
         &NoStore {
             root: root.display().to_string(),
             exists: false,
         },
-        || {
-            outln!(
-                "no store at {} yet: nothing is cached there (`kiln warm` or a program using kiln makes one)",
-                root.display()
-            );
-        },
+        || outln!("{}", no_store_words(root)),
+    )
+}
+
+/// That there is no store at `root` yet, in words.
+fn no_store_words(root: &Path) -> String {
+    format!(
+        "no store at {} yet: nothing is cached there (`kiln warm` or a program using kiln makes one)",
+        root.display()
     )
 }
 
