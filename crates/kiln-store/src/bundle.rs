@@ -74,7 +74,8 @@ use crate::partial::PartialFile;
 use crate::record::{self, Record};
 
 const MAGIC: &[u8; 8] = b"kilnbndl";
-/// The bundle format this version writes: [`PLAIN_VERSION`] compressed.
+/// The bundle format this version writes: version 1, the plain form, in a
+/// zstd stream.
 /// It reads both.
 pub const BUNDLE_VERSION: u32 = 2;
 /// The uncompressed form, which a compressed bundle holds and which
