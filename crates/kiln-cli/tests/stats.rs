@@ -41,7 +41,8 @@ fn stats_and_ls_on_a_missing_store_create_nothing_and_say_so() {
 }
 
 // P3: a store kiln makes is tagged as a cache (https://bford.info/cachedir/),
-// so backup tools skip it; a folder it did not make is not tagged.
+// so backup tools skip it; a store it opens again is left as it is (a tag
+// the user removed stays removed).
 #[test]
 fn a_store_kiln_creates_carries_a_cache_directory_tag() {
     let scratch = Scratch::new("stats-cachedir");
@@ -60,6 +61,12 @@ fn a_store_kiln_creates_carries_a_cache_directory_tag() {
         "the tag is the store's: {verify:?}"
     );
     assert!(store.join("CACHEDIR.TAG").exists(), "verify keeps it");
+    std::fs::remove_file(store.join("CACHEDIR.TAG")).expect("removes the tag");
+    DiskStore::open(StoreConfig::at(&store)).expect("the store again");
+    assert!(
+        !store.join("CACHEDIR.TAG").exists(),
+        "only a new store is tagged"
+    );
 }
 
 // S4, P11
