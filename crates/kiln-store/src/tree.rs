@@ -308,6 +308,15 @@ impl Folder {
         )
     }
 
+    /// Creates the file `name` to write and read back; fails if anything
+    /// is there.
+    pub(crate) fn create_file_to_reread(&self, name: &OsStr) -> io::Result<File> {
+        self.open_with(
+            name,
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    }
+
     /// Opens the file `name` to write, creating it when missing, never
     /// through a link.
     pub(crate) fn open_or_create_file(&self, name: &OsStr) -> io::Result<File> {
