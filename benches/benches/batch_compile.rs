@@ -166,6 +166,10 @@ fn one_batch(
         workers: batch.workers,
         mode: mode.into(),
         cores: cores(),
+        // F2's tail: the last worker's finish less the one before it.
+        note: loader
+            .last_batch_tail()
+            .map(|tail| format!("tail={}", tail.as_secs_f64())),
         ..BenchRecord::default()
     });
     wall

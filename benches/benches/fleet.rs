@@ -16,6 +16,13 @@
 //! kernels from Redis (`remote_warm`), against a node loading them from its
 //! own filled disk store (`local_warm`): within 2× plus one round trip.
 //!
+//! Then a remote far away: one cold node of up to 64 kernels with no
+//! remote tier (`cold_alone`), and the same node with its remote behind a
+//! proxy on loopback adding 0, 100 and 400 ms to each round trip
+//! (`cold_rtt`, sized by the round trip in milliseconds, its note the
+//! round trips the proxy counted), with `KILN_REMOTE_TIMEOUT=2`, as a fleet
+//! across zones would set it.
+//!
 //! `KILN_BENCH_FLEET_NODES` (default 8), `KILN_BENCH_FLEET` (K, default
 //! 256), `KILN_BENCH_FLEET_WORKERS` (per node; default the cores / nodes,
 //! at least 2). Skips, saying why, without `redis-server`.
@@ -35,7 +42,7 @@ use kiln_benches::{BenchRecord, append_record, cores};
 use kiln_core::fake::{FakeKernel, FakeTarget};
 use kiln_core::{ArtifactStore, KernelLoader, KernelOutcome, LoaderConfig};
 use kiln_remote::{RemoteStore, TieredStore};
-use kiln_test_support::redis::RedisServer;
+use kiln_test_support::redis::{LatencyProxy, RedisServer};
 
 /// Set on a node: its disk store's root.
 const NODE_ROOT: &str = "KILN_BENCH_FLEET_NODE";
@@ -147,6 +154,16 @@ fn node(root: &Path) {
 /// Starts one node per root at once, with `remote` (URL, key, prefix) when
 /// given: their records.
 fn run(case: &str, roots: &[PathBuf], remote: Option<(&str, &str, &str)>) -> Vec<BenchRecord> {
+    run_with(case, roots, remote, &[])
+}
+
+/// [`run`], each node with the variables `settings` too.
+fn run_with(
+    case: &str,
+    roots: &[PathBuf],
+    remote: Option<(&str, &str, &str)>,
+    settings: &[(&str, String)],
+) -> Vec<BenchRecord> {
     let children: Vec<_> = roots
         .iter()
         .map(|root| {
@@ -157,6 +174,9 @@ fn run(case: &str, roots: &[PathBuf], remote: Option<(&str, &str, &str)>) -> Vec
                 .env_remove("KILN_REMOTE_URL")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
+            for (name, value) in settings {
+                command.env(name, value);
+            }
             if let Some((url, key, prefix)) = remote {
                 command
                     .env("KILN_REMOTE_URL", url)
@@ -291,4 +311,41 @@ fn fleet(criterion: &mut Criterion, server: &RedisServer, key: &str, scratch: &P
         cores: cores(),
         ..BenchRecord::default()
     });
+    at_a_distance(server, key, scratch);
+}
+
+/// One cold node with no remote tier, then with its remote `rtt` away
+/// (0, 100 and 400 ms) through a proxy that counts the round trips.
+fn at_a_distance(server: &RedisServer, key: &str, scratch: &Path) {
+    let kernels = kernels().min(64);
+    let settings = [
+        ("KILN_BENCH_FLEET", kernels.to_string()),
+        ("KILN_BENCH_FLEET_NODES", "1".to_owned()),
+        ("KILN_REMOTE_TIMEOUT", "2".to_owned()),
+    ];
+    let alone = scratch.join("cold-alone");
+    for record in run_with("cold_alone", std::slice::from_ref(&alone), None, &settings) {
+        append_record(&record);
+    }
+    drop(std::fs::remove_dir_all(&alone));
+    for rtt in [0u64, 100, 400] {
+        let proxy = LatencyProxy::start(server.port, Duration::from_millis(rtt));
+        let root = scratch.join(format!("cold-rtt-{rtt}"));
+        let prefix = format!("kiln-bench:{}:", root.display());
+        let url = proxy.url();
+        let before = proxy.round_trips();
+        let records = run_with(
+            "cold_rtt",
+            std::slice::from_ref(&root),
+            Some((&url, key, &prefix)),
+            &settings,
+        );
+        let round_trips = proxy.round_trips() - before;
+        for mut record in records {
+            record.size = Some(rtt.to_string());
+            record.note = Some(format!("{round_trips} round trips"));
+            append_record(&record);
+        }
+        drop(std::fs::remove_dir_all(&root));
+    }
 }

@@ -12,10 +12,23 @@ use kiln_core::{ArtifactStore, KernelLoader, LoaderConfig, StoreKey};
 use kiln_store::{DiskStore, StoreConfig};
 use serde::{Deserialize, Serialize};
 
-/// The store at `root`, durable, evicting only when asked.
+/// The store at `root`, durable, evicting only when asked; packing below
+/// `KILN_CACHE_PACK_BELOW` when it is set (a worker of a packed case).
 pub fn open_store(root: &Path) -> DiskStore {
+    let pack_below = std::env::var("KILN_CACHE_PACK_BELOW")
+        .ok()
+        .and_then(|value| kiln_store::parse_size(&value))
+        .unwrap_or(0);
+    open_store_packing(root, pack_below)
+}
+
+/// As [`open_store`], packing artifacts below `pack_below` bytes (F10):
+/// what a test that runs the same case on packed entries opens, and hands
+/// its worker processes as `KILN_CACHE_PACK_BELOW`.
+pub fn open_store_packing(root: &Path, pack_below: u64) -> DiskStore {
     DiskStore::open(StoreConfig {
         collects_automatically: false,
+        pack_below,
         ..StoreConfig::at(root)
     })
     .expect("the store opens")

@@ -224,10 +224,10 @@ fn processes_opening_one_new_folder_at_once_all_open_the_store_they_made() {
 
 #[test]
 fn a_store_of_the_previous_layout_keeps_its_entries_and_is_upgraded() {
-    // A store written before named blobs (layout 1) is layout 2 without
-    // them: a new kiln serves what it holds, read-only or not, and marks it
-    // as layout 2 once it may write, so an older kiln does not take its
-    // blobs for damage.
+    // A store written before named blobs (layout 1) is layout 3 without
+    // them and without packs: a new kiln serves what it holds, read-only or
+    // not, and marks it as layout 3 once it may write, so an older kiln
+    // does not take its blobs for damage nor miss its packed entries.
     let scratch = Scratch::new("ownership-layout-1");
     let root = scratch.join("store");
     load(&open_store(&root), [1]);
@@ -249,7 +249,7 @@ fn a_store_of_the_previous_layout_keeps_its_entries_and_is_upgraded() {
         fs::read_to_string(root.join("LAYOUT"))
             .expect("a marker")
             .trim(),
-        "kiln store layout 2"
+        "kiln store layout 3"
     );
 }
 

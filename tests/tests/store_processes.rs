@@ -11,7 +11,7 @@ use kiln_core::fake::FakeCompiler;
 use kiln_core::{ArtifactStore, Lookup};
 use kiln_store::Limits;
 use kiln_test_support::Scratch;
-use kiln_tests::{WorkerReport, fake_key, is_whole_pattern, open_store, pattern};
+use kiln_tests::{WorkerReport, fake_key, is_whole_pattern, open_store_packing, pattern};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_kiln-test-worker");
 
@@ -480,7 +480,19 @@ fn p12_a_holder_stopped_mid_compile_loses_its_keys_after_its_lease() -> Result<(
 #[test]
 fn p3_a_publisher_killed_at_random_moments_leaves_whole_entries_or_none() -> Result<()> {
     // P3
-    let scratch = Scratch::new("crash");
+    publisher_killed_at_random_moments("crash", 0)
+}
+
+#[test]
+fn p3_f10_a_publisher_killed_while_appending_to_packs_leaves_whole_entries_or_none() -> Result<()> {
+    // P3, F10: the same kills on packed entries.
+    publisher_killed_at_random_moments("crash-packed", 64 << 10)
+}
+
+/// 200 publishers killed at random moments, each packing artifacts below
+/// `pack_below` bytes; then every entry the store shows is whole.
+fn publisher_killed_at_random_moments(name: &str, pack_below: u64) -> Result<()> {
+    let scratch = Scratch::new(name);
     let root = scratch.join("store");
     let mut random = 0x2545_f491_4f6c_dd1d_u64;
     let started = Instant::now();
@@ -491,6 +503,7 @@ fn p3_a_publisher_killed_at_random_moments_leaves_whole_entries_or_none() -> Res
                 &root.display().to_string(),
                 &kill.to_string(),
             ])
+            .env("KILN_CACHE_PACK_BELOW", pack_below.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
@@ -503,10 +516,15 @@ fn p3_a_publisher_killed_at_random_moments_leaves_whole_entries_or_none() -> Res
     }
     let killing = started.elapsed();
 
-    let store = open_store(&root);
+    let store = open_store_packing(&root, pack_below);
     let report = store.verify(&mut |_| {})?;
     assert!(report.is_clean(), "nothing partial or corrupt: {report:?}");
     assert!(report.objects > 0, "the children published something");
+    if pack_below > 0 {
+        // F10: every artifact of the loop is small, so nothing is a file.
+        ensure!(std::fs::read_dir(root.join("packs"))?.count() > 0);
+        ensure!(std::fs::read_dir(root.join("objects"))?.count() == 0);
+    }
     let staging_left = std::fs::read_dir(root.join("staging"))?.count();
     assert_eq!(
         staging_left, 0,
@@ -536,11 +554,22 @@ fn p3_a_publisher_killed_at_random_moments_leaves_whole_entries_or_none() -> Res
 #[test]
 fn p5_writes_refused_by_the_system_fail_quietly_and_every_kernel_loads() -> Result<()> {
     // P5: a real EFBIG from RLIMIT_FSIZE in a child process.
-    let scratch = Scratch::new("fsize");
+    writes_refused_by_the_system("fsize", 0)
+}
+
+#[test]
+fn p5_f10_appends_refused_by_the_system_fail_quietly_and_every_kernel_loads() -> Result<()> {
+    // P5, F10: the same refusal when the store packs.
+    writes_refused_by_the_system("fsize-packed", 64 << 10)
+}
+
+fn writes_refused_by_the_system(name: &str, pack_below: u64) -> Result<()> {
+    let scratch = Scratch::new(name);
     let root = scratch.join("store");
-    drop(open_store(&root));
+    drop(open_store_packing(&root, pack_below));
     let output = Command::new(WORKER)
         .args(["fsize-limited", &root.display().to_string(), "10"])
+        .env("KILN_CACHE_PACK_BELOW", pack_below.to_string())
         .output()?;
     let report = report_of(output)?;
     assert_eq!(report.loaded, 10, "every kernel loads: {report:?}");
@@ -552,7 +581,7 @@ fn p5_writes_refused_by_the_system_fail_quietly_and_every_kernel_loads() -> Resu
         report.put_failures >= 10,
         "the store counted each failed write"
     );
-    let store = open_store(&root);
+    let store = open_store_packing(&root, pack_below);
     for number in 0..10 {
         assert!(matches!(store.lookup(&fake_key(number)), Lookup::Miss(_)));
     }
@@ -562,9 +591,21 @@ fn p5_writes_refused_by_the_system_fail_quietly_and_every_kernel_loads() -> Resu
 #[test]
 fn p6_eviction_under_a_byte_limit_never_hands_a_reader_a_torn_artifact() -> Result<()> {
     // P6
-    let scratch = Scratch::new("evict-read");
+    eviction_while_others_read("evict-read", 0)
+}
+
+#[test]
+fn p6_f10_evicting_packed_entries_never_hands_a_reader_a_torn_artifact() -> Result<()> {
+    // P6, F10: eviction rewrites packs while other processes read them.
+    eviction_while_others_read("evict-read-packed", 64 << 10)
+}
+
+/// Three reader processes while this one evicts and puts again, with
+/// artifacts below `pack_below` bytes packed.
+fn eviction_while_others_read(name: &str, pack_below: u64) -> Result<()> {
+    let scratch = Scratch::new(name);
     let root = scratch.join("store");
-    let store = open_store(&root);
+    let store = open_store_packing(&root, pack_below);
     let keys = 100u32;
     // Even kernels are small enough for their records to carry the bytes,
     // odd ones are read from their objects: both ways of reading race
@@ -593,6 +634,7 @@ fn p6_eviction_under_a_byte_limit_never_hands_a_reader_a_torn_artifact() -> Resu
                     &keys.to_string(),
                     "2500",
                 ])
+                .env("KILN_CACHE_PACK_BELOW", pack_below.to_string())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()

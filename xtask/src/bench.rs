@@ -3,7 +3,7 @@
 //!
 //! Here it runs short versions of `loader_hot_path` (F1), `batch_compile`
 //! (F2, and the peak memory of a batch), `warm_start` (F3) and `store_scale`
-//! (F4) and `shared_store` (P12: processes sharing one store, with the
+//! (F4), `store_packs` (F10: a packed store's weight and hits) and `shared_store` (P12: processes sharing one store, with the
 //! fake compiler here), then prints the table. On a machine without a GPU it also packs the
 //! benchmark binaries into `.device/bench/` beside a `run.sh` that runs the
 //! full versions there (256 kernels, 16 cores) and prints the same table with
@@ -29,6 +29,7 @@ const BENCHES: &[&str] = &[
     "prebuilt_start",
     "loader_hot_path",
     "store_scale",
+    "store_packs",
     "shared_store",
     "cold_start",
     "fleet",
@@ -97,6 +98,11 @@ fn run_here() -> Result<()> {
         ),
         (
             "store_scale",
+            &[],
+            &["--warm-up-time", "1", "--measurement-time", "2"],
+        ),
+        (
+            "store_packs",
             &[],
             &["--warm-up-time", "1", "--measurement-time", "2"],
         ),
@@ -251,6 +257,7 @@ run 60 warm_start KILN_BENCH_WARM="${KILN_BENCH_WARM:-256}"
 run 120 prebuilt_start KILN_BENCH_PREBUILT="${KILN_BENCH_PREBUILT:-256}"
 run 45 loader_hot_path -- --warm-up-time 1 --measurement-time 2
 run 100 store_scale -- --warm-up-time 1 --measurement-time 2
+run 600 store_packs KILN_BENCH_PACKS="${KILN_BENCH_PACKS:-10,10000,100000,1000000}" -- --warm-up-time 1 --measurement-time 2
 run 150 shared_store KILN_BENCH_SHARED="${KILN_BENCH_SHARED:-64}"
 run 150 cold_start KILN_BENCH_COLD="${KILN_BENCH_COLD:-64}"
 run 150 fleet KILN_BENCH_FLEET="${KILN_BENCH_FLEET:-256}"
@@ -431,6 +438,23 @@ fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
                     ratios.push(format!("wall/ideal of sequential work {:.2}", wall / ideal));
                 }
             }
+            // The tail: the last worker's finish less the one before it.
+            let tail = median(
+                processes
+                    .iter()
+                    .filter_map(|sample| {
+                        sample
+                            .note
+                            .split_whitespace()
+                            .find_map(|pair| pair.strip_prefix("tail="))
+                            .and_then(|seconds| seconds.parse().ok())
+                    })
+                    .collect(),
+            );
+            if let (Some(tail), Some(wall)) = (tail, processes_wall) {
+                measured.push(format!("tail {}", time(tail)));
+                ratios.push(format!("tail/wall {:.2}", tail / wall));
+            }
             if let Some(wall) = threads_wall {
                 let workers = threads.first().map_or(0, |sample| sample.workers);
                 measured.push(format!("threads ×{workers} {}", time(wall)));
@@ -572,6 +596,61 @@ fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
         ]);
     }
 
+    // F10: what a store of packed entries weighs, and its hits.
+    let weights = of("store_packs", "weight", "", None);
+    if !weights.is_empty() {
+        let field = |note: &str, name: &str| -> Option<f64> {
+            note.split_whitespace()
+                .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|value| value.parse().ok())
+        };
+        let mut measured = Vec::new();
+        let mut ratios = Vec::new();
+        for sample in &weights {
+            let (Some(files), Some(allocated), Some(counted)) = (
+                field(&sample.note, "files"),
+                field(&sample.note, "allocated"),
+                field(&sample.note, "counted"),
+            ) else {
+                continue;
+            };
+            let bound = 1.1 * (512.0 + sample.kernels as f64 / 1000.0);
+            measured.push(format!("{} entries: {files} files", sample.size));
+            ratios.push(format!(
+                "{}: files / bound {:.2}, allocated / counted {:.2}",
+                sample.size,
+                files / bound,
+                allocated / counted
+            ));
+        }
+        let hits: Vec<(String, f64)> = weights
+            .iter()
+            .filter_map(|sample| {
+                criterion_median(criterion, "store_packs", &sample.size)
+                    .map(|seconds| (sample.size.clone(), seconds / PER_ITERATION))
+            })
+            .collect();
+        if let (Some(first), Some(last)) = (hits.first(), hits.last()) {
+            measured.extend(
+                hits.iter()
+                    .map(|(entries, seconds)| format!("hit at {entries}: {}", time(*seconds))),
+            );
+            ratios.push(format!(
+                "hit {} / {} entries: {:.2}",
+                last.0,
+                first.0,
+                last.1 / first.1
+            ));
+        }
+        rows.push([
+            "F10 store_packs".to_owned(),
+            measured.join("; "),
+            ratios.join("; "),
+            "files ≤ 1.1 × (shards + entries / 1000), allocated ≤ 1.3 × counted, hits flat"
+                .to_owned(),
+        ]);
+    }
+
     // F6: nodes sharing one Redis against nodes alone, and the remote warm
     // start against the local one.
     let runs = |case: &str| of("fleet", &format!("{case}_run"), "", None);
@@ -628,6 +707,50 @@ fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
             measured.join("; "),
             ratios.join("; "),
             "compiles = kernels; shared ≤ 1.3 × ideal; remote warm ≤ 1".to_owned(),
+        ]);
+    }
+
+    // F6 at a distance: a cold node with its remote 0, 100 and 400 ms
+    // away, against the same node with none; the round trips it took.
+    let alone = median(
+        of("fleet", "cold_alone", "", None)
+            .iter()
+            .map(|sample| sample.wall)
+            .collect(),
+    );
+    let distant: Vec<(u64, f64, String)> = [0u64, 100, 400]
+        .into_iter()
+        .filter_map(|rtt| {
+            let samples = of("fleet", "cold_rtt", &rtt.to_string(), None);
+            let wall = median(samples.iter().map(|sample| sample.wall).collect())?;
+            let trips = samples
+                .first()
+                .map_or(String::new(), |sample| sample.note.clone());
+            Some((rtt, wall, trips))
+        })
+        .collect();
+    if let (Some(alone), false) = (alone, distant.is_empty()) {
+        let kernels = of("fleet", "cold_alone", "", None)
+            .first()
+            .map_or(0, |sample| sample.kernels);
+        let mut measured = vec![format!("no remote {}", time(alone))];
+        let mut ratios = Vec::new();
+        for (rtt, wall, trips) in &distant {
+            measured.push(format!("{rtt} ms away {} ({trips})", time(*wall)));
+            if *rtt > 0 {
+                // A few round trips: the lookup, a claim group, a publish.
+                let few = 4.0 * *rtt as f64 / 1000.0;
+                ratios.push(format!(
+                    "{rtt} ms: / (no remote + 4 round trips) **{:.2}**",
+                    wall / (alone + few)
+                ));
+            }
+        }
+        rows.push([
+            format!("F6 fleet cold ×{kernels}, a remote far away"),
+            measured.join("; "),
+            ratios.join("; "),
+            "≤ 1.2 × (no remote + a few round trips)".to_owned(),
         ]);
     }
 

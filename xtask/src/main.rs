@@ -20,6 +20,7 @@ mod bench;
 mod command;
 mod examples;
 mod matrix;
+mod publish;
 mod rules;
 mod setup;
 mod summary;
@@ -33,7 +34,11 @@ tasks:
   test                  install what the tests need, then run every test and example
   test-matrix           only the supported matrix: NVRTC 12, tests/outside, a feature check
   test-backend [NAME]   run one backend's tests on every device of it (no NAME: list them)
-  lint                  rule ids against docs/BEHAVIOUR.md, fmt --check, clippy and doc -D warnings
+  lint                  rule ids against docs/BEHAVIOUR.md, fmt --check, clippy, publish-check,
+                        doc -D warnings
+  publish-check         what a registry would refuse, offline: manifests, licences and
+                        READMEs in each package, no test feature named, every .crate made
+                        (--registry: cargo publish --dry-run too, which builds each one)
   bench-report          run the F1-F4 benchmarks, print one table of ratios, pack the GPU run
   setup                 install what the tests need, and nothing else";
 
@@ -52,6 +57,8 @@ fn main() -> Result<()> {
         }
         ["test-backend", name, extra @ ..] => backend::test(name, extra),
         ["lint"] => lint(),
+        ["publish-check"] => publish::check(false),
+        ["publish-check", "--registry"] => publish::check(true),
         ["bench-report", extra @ ..] => bench::report(extra),
         ["setup"] => setup::ensure_all().map(drop),
         ["help" | "--help" | "-h"] | [] => {
@@ -178,9 +185,10 @@ fn lint() -> Result<()> {
     ])
     .run("cargo clippy of the facade with its backends")?;
     duplicates()?;
+    publish::check(false)?;
     command::cargo(&["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings")
         .run("cargo doc")?;
-    println!("lint: rule ids, fmt, clippy and doc are clean");
+    println!("lint: rule ids, fmt, clippy, the publish check and doc are clean");
     Ok(())
 }

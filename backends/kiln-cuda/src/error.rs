@@ -24,8 +24,7 @@ impl CudaLibrary {
     pub fn install_hint(self) -> &'static str {
         match self {
             Self::Nvrtc => {
-                "install it with `cargo xtask setup` (pip wheel nvidia-cuda-nvrtc==13.0.88 \
-                 under target/kiln-system), `pip install nvidia-cuda-nvrtc==13.0.88` or the \
+                "install it with `pip install nvidia-cuda-nvrtc==13.0.88` or the \
                  CUDA 13 toolkit, then point KILN_NVRTC_PATH at libnvrtc.so.13 or put its \
                  directory on LD_LIBRARY_PATH"
             }

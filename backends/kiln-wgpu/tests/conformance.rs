@@ -129,6 +129,8 @@ mod on_device {
 /// target, kernels made of the GLSL-born modules of kiln-spirv-kernels.
 struct Spirv {
     device: Option<WgpuDevice>,
+    /// What the lasting kernels' generators count themselves in (L5).
+    overlap: Arc<Overlap>,
     scale_bias: &'static [u8],
     huge_workgroup: &'static [u8],
 }
@@ -137,6 +139,7 @@ impl Spirv {
     fn modules(device: Option<WgpuDevice>) -> Result<Self, String> {
         Ok(Self {
             device,
+            overlap: Arc::default(),
             scale_bias: kiln_spirv_kernels::module("scale_bias")?,
             huge_workgroup: kiln_spirv_kernels::module("huge_workgroup")?,
         })
@@ -157,7 +160,7 @@ impl ConformanceSubject for Spirv {
     fn target(&self) -> WgpuTarget {
         Wgpu {
             device: self.device.clone(),
-            overlap: Arc::default(),
+            overlap: Arc::clone(&self.overlap),
         }
         .target()
     }
@@ -176,6 +179,16 @@ impl ConformanceSubject for Spirv {
             .constant("FACTOR", index as f64)
             .spirv(self.scale_bias),
         )
+    }
+
+    // L5 counts the workers' overlap, which is the loader's and not the
+    // language's: the lasting kernels are the WGSL subject's.
+    fn lasting(&self, index: usize) -> Box<WgslKernel> {
+        Box::new(support::lasting(index, &self.overlap))
+    }
+
+    fn most_at_once(&self, _target: &WgpuTarget) -> Option<usize> {
+        Some(self.overlap.most())
     }
 
     fn sharing_source(&self, index: usize) -> Box<WgslKernel> {

@@ -18,6 +18,18 @@ pub fn bytes(bytes: u64) -> String {
     }
 }
 
+/// `1, "file"` → `1 file`, `2, "file"` → `2 files`; `"entry"` makes
+/// `entries`.
+pub fn count(count: u64, noun: &str) -> String {
+    if count == 1 {
+        return format!("1 {noun}");
+    }
+    match noun.strip_suffix('y') {
+        Some(stem) => format!("{count} {stem}ies"),
+        None => format!("{count} {noun}s"),
+    }
+}
+
 /// `0.0123` → `12 ms`, `75.5` → `75.50 s`.
 pub fn seconds(value: f64) -> String {
     if value < 1.0 {
@@ -50,5 +62,13 @@ mod tests {
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(1536), "1.5 KiB");
         assert_eq!(bytes(10 << 30), "10.0 GiB");
+    }
+
+    #[test]
+    fn one_of_a_thing_is_singular() {
+        assert_eq!(count(1, "file"), "1 file");
+        assert_eq!(count(0, "file"), "0 files");
+        assert_eq!(count(3, "entry"), "3 entries");
+        assert_eq!(count(1, "entry"), "1 entry");
     }
 }

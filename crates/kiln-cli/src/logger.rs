@@ -161,10 +161,31 @@ fn line(record: &Record<'_>) -> String {
         Level::Debug => "debug",
         Level::Trace => "trace",
     };
+    let message = record.args().to_string();
+    let message = without_prefix(&message);
     if record.level() >= Level::Debug {
-        format!("kiln: {level}: {}: {}", record.target(), record.args())
+        format!("kiln: {level}: {}: {message}", record.target())
     } else {
-        format!("kiln: {level}: {}", record.args())
+        format!("kiln: {level}: {message}")
+    }
+}
+
+/// A library message without the `kiln: ` it starts with so that a
+/// program's log tells it apart (`kiln store: ` becomes `store: `): this
+/// command's own prefix says that already.
+fn without_prefix(message: &str) -> &str {
+    if let Some(rest) = message.strip_prefix("kiln: ") {
+        return rest;
+    }
+    match message.strip_prefix("kiln ") {
+        Some(rest)
+            if rest
+                .split_once(": ")
+                .is_some_and(|(part, _)| part.ends_with("store")) =>
+        {
+            rest
+        }
+        _ => message,
     }
 }
 
@@ -237,6 +258,43 @@ mod tests {
         assert_eq!(flag_level(1, false), Some(LevelFilter::Info));
         assert_eq!(flag_level(2, false), Some(LevelFilter::Debug));
         assert_eq!(flag_level(5, false), Some(LevelFilter::Trace));
+    }
+
+    #[test]
+    fn a_library_message_is_shown_with_one_kiln_prefix() {
+        let line_of = |level, args: std::fmt::Arguments<'_>| {
+            line(
+                &Record::builder()
+                    .level(level)
+                    .target("kiln_store")
+                    .args(args)
+                    .build(),
+            )
+        };
+        assert_eq!(
+            line_of(
+                Level::Warn,
+                format_args!("kiln: the remote store answers again")
+            ),
+            "kiln: warning: the remote store answers again"
+        );
+        assert_eq!(
+            line_of(Level::Warn, format_args!("kiln store: cannot remove x")),
+            "kiln: warning: store: cannot remove x"
+        );
+        assert_eq!(
+            line_of(Level::Error, format_args!("kilned: kept")),
+            "kiln: error: kilned: kept"
+        );
+        assert_eq!(
+            line_of(Level::Warn, format_args!("kiln warm: named")),
+            "kiln: warning: kiln warm: named",
+            "a command's name is kept"
+        );
+        assert_eq!(
+            line_of(Level::Debug, format_args!("kiln: opened")),
+            "kiln: debug: kiln_store: opened"
+        );
     }
 
     #[test]

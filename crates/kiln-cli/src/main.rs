@@ -56,8 +56,8 @@ Logging: warnings go to standard error. KILN_LOG sets what is shown: a level
 KILN_LOG=info,kiln_store=debug; -v, -vv, -vvv and -q replace its level.
 
 With --json, every command prints one JSON value on standard output, an error
-too: {\"error\": {\"message\": ..., \"exit_code\": ...}}; docs/CLI.md has the
-shapes.";
+too: {\"error\": {\"message\": ..., \"exit_code\": ...}}; each command's
+--help names what it prints.";
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -79,9 +79,9 @@ enum Command {
     Forget(command::forget::Arguments),
     /// The last batches of every process that used the store, and their slowest kernels.
     Records(command::records::Arguments),
-    /// Make the keys of a fleet's shared remote tier (docs/FLEET.md).
+    /// Make the keys of a fleet's shared remote tier.
     Keygen(command::keygen::Arguments),
-    /// Copy the store's artifacts to the remote tier, signed (docs/FLEET.md).
+    /// Copy the store's artifacts to the remote tier, signed.
     Push(command::push::Arguments),
     /// Copy what the remote tier holds and the store lacks, verified.
     Pull(command::push::Arguments),
@@ -108,12 +108,16 @@ fn main() {
     let output = command::Output { json: cli.json };
     let dir = cli.dir.as_deref();
     let result = match cli.command {
-        Command::Stats(arguments) => {
-            with_store(dir, |store| command::stats::run(store, &arguments, &output))
-        }
-        Command::Ls(arguments) => {
-            with_store(dir, |store| command::ls::run(store, &arguments, &output))
-        }
+        Command::Stats(arguments) => with_existing_store(
+            dir,
+            |store| command::stats::run(store, &arguments, &output),
+            |root| command::stats::run_without_store(root, &arguments, &output),
+        ),
+        Command::Ls(arguments) => with_existing_store(
+            dir,
+            |store| command::ls::run(store, &arguments, &output),
+            |root| command::report_no_store(root, &output),
+        ),
         Command::Verify(arguments) => with_store(dir, |store| {
             command::verify::run(store, &arguments, &output)
         }),
@@ -232,6 +236,19 @@ fn end(status: i32) -> ! {
 /// Runs `command` on the store at `dir` (else the configured one).
 fn with_store(dir: Option<&Path>, command: impl FnOnce(&DiskStore) -> Result<()>) -> Result<()> {
     command(&command::open_store(dir)?)
+}
+
+/// Runs `command` on the store at `dir` (else the configured one) when
+/// there is one; else `without` with where it would be, creating nothing.
+fn with_existing_store(
+    dir: Option<&Path>,
+    command: impl FnOnce(&DiskStore) -> Result<()>,
+    without: impl FnOnce(&Path) -> Result<()>,
+) -> Result<()> {
+    match command::open_existing_store(dir)? {
+        Some(store) => command(&store),
+        None => without(&command::store_root(dir)?),
+    }
 }
 
 /// Turns the file size limit (`ulimit -f`) from a signal that kills the

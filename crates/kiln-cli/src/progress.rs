@@ -57,7 +57,7 @@ impl ProgressBar {
                     total
                 )
             }
-            None => format!("{} files", progress.done),
+            None => format::count(progress.done, "file"),
         };
         let rate = progress.bytes as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
         console::draw_bar(format_args!(

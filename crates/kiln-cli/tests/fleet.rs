@@ -250,6 +250,20 @@ fn import(scratch: &Scratch, bundle: &Path, extra: &[&str], keys: &[(&str, &str)
     kiln_with(&destination, &arguments, keys)
 }
 
+/// The bundle at `path` with its plain form, what its zstd stream after
+/// the magic and the version holds, changed by `change`.
+fn changed_plain(path: &Path, change: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let bytes = std::fs::read(path).expect("the bundle");
+    let (head, stream) = bytes.split_at(12);
+    let mut plain = zstd::decode_all(stream).expect("a zstd stream");
+    change(&mut plain);
+    [
+        head.to_vec(),
+        zstd::encode_all(&plain[..], 3).expect("compresses"),
+    ]
+    .concat()
+}
+
 fn refused_because(finished: &Finished, reason: &str) {
     assert_eq!(finished.status.code(), Some(1), "{}", finished.stdout);
     assert!(
@@ -287,10 +301,12 @@ fn a_bundle_is_imported_only_when_its_signature_verifies_or_it_is_trusted_explic
     );
     refused_because(&wrong, "does not trust");
 
-    // A changed signature, or changed content, is refused.
-    let mut bytes = std::fs::read(&signed).expect("the bundle");
-    let last = bytes.len() - 1;
-    bytes[last] ^= 1;
+    // A changed signature, or changed content, is refused. The signature
+    // ends the plain form that the bundle's zstd stream holds.
+    let bytes = changed_plain(&signed, |plain| {
+        let last = plain.len() - 1;
+        plain[last] ^= 1;
+    });
     let forged = scratch.join("forged.kiln");
     std::fs::write(&forged, &bytes).expect("a forged bundle");
     refused_because(&import(&scratch, &forged, &[], &node), "does not match");
@@ -372,6 +388,8 @@ fn stats_show_the_remote_and_what_the_fleet_counted() {
     )
     .succeeded_json();
     let shown = &stats["remote"];
+    assert_eq!(stats["exists"], false, "no local store: {stats:#}");
+    assert!(!scratch.join("store").exists(), "stats made none");
     assert_eq!(shown["reachable"], true, "{stats:#}");
     assert_eq!(shown["breaker"], "closed", "{stats:#}");
     let counted = &shown["fleet"];

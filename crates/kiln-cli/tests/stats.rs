@@ -11,6 +11,64 @@ use kiln_core::{KernelLoader, LoaderConfig};
 use kiln_store::{DiskStore, StoreConfig};
 use support::{Scratch, backend, finish, kiln, run, wgsl_kernel};
 
+// S4: reading the totals writes nothing: `stats` and `ls` where no store
+// is make none, and say so (as `ccache -s` does).
+#[test]
+fn stats_and_ls_on_a_missing_store_create_nothing_and_say_so() {
+    let scratch = Scratch::new("stats-missing");
+    let missing = scratch.join("nowhere").join("store");
+    let empty = scratch.folder("empty");
+    for store in [&missing, &empty] {
+        for command in ["stats", "ls"] {
+            let human = run(store, &[command]);
+            assert!(human.status.success(), "{command}: {human:?}");
+            assert!(
+                human.stdout.contains("no store at") && human.stdout.contains("yet"),
+                "{command}: {human:?}"
+            );
+            let json = run(store, &["--json", command]).succeeded_json();
+            assert_eq!(json["exists"], false, "{command}: {json:#}");
+            assert_eq!(json["root"], store.display().to_string(), "{command}");
+        }
+    }
+    assert!(!missing.exists(), "no folder was made");
+    assert!(!scratch.join("nowhere").exists(), "nor its parent");
+    let left: Vec<_> = std::fs::read_dir(&empty)
+        .expect("the empty folder")
+        .map(|entry| entry.expect("an entry").file_name())
+        .collect();
+    assert!(left.is_empty(), "nothing was written into it: {left:?}");
+}
+
+// P3: a store kiln makes is tagged as a cache (https://bford.info/cachedir/),
+// so backup tools skip it; a store it opens again is left as it is (a tag
+// the user removed stays removed).
+#[test]
+fn a_store_kiln_creates_carries_a_cache_directory_tag() {
+    let scratch = Scratch::new("stats-cachedir");
+    let store = scratch.join("store");
+    DiskStore::open(StoreConfig::at(&store)).expect("a new store");
+    let tag = std::fs::read_to_string(store.join("CACHEDIR.TAG")).expect("a tag");
+    assert!(
+        tag.starts_with("Signature: 8a477f597d28d172789f06886806bc55"),
+        "{tag:?}"
+    );
+    let stats = run(&store, &["--json", "stats"]).succeeded_json();
+    assert_eq!(stats["entries"], 0, "the tag is no entry: {stats:#}");
+    let verify = run(&store, &["verify"]);
+    assert!(
+        verify.status.success(),
+        "the tag is the store's: {verify:?}"
+    );
+    assert!(store.join("CACHEDIR.TAG").exists(), "verify keeps it");
+    std::fs::remove_file(store.join("CACHEDIR.TAG")).expect("removes the tag");
+    DiskStore::open(StoreConfig::at(&store)).expect("the store again");
+    assert!(
+        !store.join("CACHEDIR.TAG").exists(),
+        "only a new store is tagged"
+    );
+}
+
 // S4, P11
 #[test]
 fn stats_counts_the_runs_of_every_process_and_zero_starts_again() {
@@ -27,7 +85,8 @@ fn stats_counts_the_runs_of_every_process_and_zero_starts_again() {
     .expect("a kernel file");
     let store = scratch.join("store");
     let stats = run(&store, &["--json", "stats"]).succeeded_json();
-    assert_eq!(stats["activity"]["since"], 0, "nothing yet: {stats:#}");
+    assert_eq!(stats["exists"], false, "no store yet: {stats:#}");
+    assert!(!store.exists(), "stats made no store");
 
     for _ in 0..2 {
         let warm = finish(kiln(&store, &["--json", "warm"]).arg(&folder));

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::{self, WorkerMode};
 use crate::worker::{self, ProcessPool, WorkerProcesses, WorkerRecipe};
@@ -32,6 +32,8 @@ pub(crate) struct WorkerPool {
     processes: Option<ProcessPool>,
     /// Whether the loader already warned that it found no worker program.
     warned: bool,
+    /// The tail of the last run on several workers (F2).
+    last_tail: Mutex<Option<Duration>>,
 }
 
 impl WorkerPool {
@@ -49,6 +51,7 @@ impl WorkerPool {
             mode,
             processes: None,
             warned: false,
+            last_tail: Mutex::new(None),
         }
     }
 
@@ -154,6 +157,10 @@ impl WorkerPool {
             }
         };
         let Some(threads) = threads else {
+            *self
+                .last_tail
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
             for job in jobs {
                 work(job);
                 done(job);
@@ -168,16 +175,27 @@ impl WorkerPool {
                 .next()
         };
         let (finished, arrivals) = mpsc::channel();
+        // When each worker finished its last job: the batch's tail is the
+        // last one's finish less the one before.
+        let idle_at: Mutex<Vec<Instant>> = Mutex::new(Vec::with_capacity(workers));
         threads.in_place_scope(|scope| {
             for _ in 0..workers {
                 let finished = finished.clone();
-                let (work, next) = (&work, &next);
+                let (work, next, idle_at) = (&work, &next, &idle_at);
                 scope.spawn(move |_| {
+                    let mut last = None;
                     while let Some(job) = next() {
                         work(job);
+                        last = Some(Instant::now());
                         if finished.send(job).is_err() {
-                            return;
+                            break;
                         }
+                    }
+                    if let Some(last) = last {
+                        idle_at
+                            .lock()
+                            .unwrap_or_else(|poisoned| poisoned.into_inner())
+                            .push(last);
                     }
                 });
             }
@@ -186,6 +204,31 @@ impl WorkerPool {
                 done(job);
             }
         });
+        let mut idle_at = idle_at
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        idle_at.sort();
+        let tail = match idle_at.as_slice() {
+            [.., second, last] => Some(last.duration_since(*second)),
+            _ => None,
+        };
+        *self
+            .last_tail
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = tail;
+    }
+
+    /// The tail of the last run on several workers (F2): when its last
+    /// worker finished its last job, less when the worker before it did.
+    /// Jobs are handed out one at a time, longest first, so a worker that
+    /// runs dry takes the next queued job whoever would have had it; the
+    /// tail is what is left of one slow kernel. `None` after a run on one
+    /// worker, or one where fewer than two workers took a job.
+    pub(crate) fn last_tail(&self) -> Option<Duration> {
+        *self
+            .last_tail
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -281,5 +324,49 @@ fn start_threads(wanted: NonZeroUsize) -> Option<rayon::ThreadPool> {
                 trying = (trying / 2).min(n_started).max(1);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn f2_the_tail_is_the_last_worker_s_finish_less_the_one_before() {
+        // F2: the first job holds its worker until the second job, taken by
+        // the other worker, is done: the other worker is idle first, and
+        // the tail is what the first job took past it.
+        let pool = WorkerPool::new(
+            NonZeroUsize::new(2).expect("two"),
+            WorkerMode::Threads,
+            Duration::from_secs(60),
+        );
+        let second_done = AtomicBool::new(false);
+        let mut jobs = [0u32, 1];
+        pool.run(
+            jobs.iter_mut().collect(),
+            2,
+            |job| {
+                if *job == 0 {
+                    while !second_done.load(Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            },
+            |job| {
+                if *job == 1 {
+                    second_done.store(true, Ordering::Release);
+                }
+            },
+        );
+        let tail = pool.last_tail().expect("two workers each took a job");
+        assert!(tail >= Duration::from_millis(5), "{tail:?}");
+
+        let mut one = [0u32];
+        pool.run(one.iter_mut().collect(), 1, |_| {}, |_| {});
+        assert_eq!(pool.last_tail(), None, "one worker has no tail");
     }
 }

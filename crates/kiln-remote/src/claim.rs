@@ -1,44 +1,80 @@
 //! Claims across machines (P12): a claim is a Redis key holding its
-//! holder's token, set with `SET NX PX` so that it runs out unless renewed,
-//! renewed by the process's lease thread while held, and released by a
-//! script that deletes it only if it still holds this holder's token —
-//! never a plain `DEL`, which would free another holder's newer lease.
+//! holder's lease ([`crate::lease`]), taken by a script when the key is
+//! free, renewed by the process's lease thread while held (each renewal
+//! writes a later `UNTIL`), and let go by writing a signed release in its
+//! place: never a plain `DEL`, which would free another holder's newer
+//! lease.
 //!
-//! A lease's value names its holder (`kiln-lease-2 TOKEN PID HOST`), so a
-//! node that waits can say for whom ([`holder_of`]); the token makes each
-//! value unique, so comparing the whole value is comparing the token.
+//! A lease is the holder's word, and only a word that verifies is
+//! honoured: a value that does not verify, or claims to outlive a lease's
+//! length, is written over, so a writer of the remote without the key can
+//! make a node compile, never make it wait. A verified lease seen once is
+//! remembered until its `UNTIL`: a lease deleted under a waiter does not
+//! free its key (a release says so, signed), and a holder whose lease was
+//! deleted writes it again at its next renewal.
 //!
 //! The lease only ever saves work: a remote that cannot be reached gives
 //! [`Claim::Uncoordinated`] and the key compiles here, and a lost lease
 //! costs at most one duplicate compile.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_core::StoreKey;
 use kiln_core::store::{Claim, ClaimGuard, ClaimWait, Renewal, hex};
 use redis::{Cmd, Value, cmd};
 
 use crate::keygen;
+use crate::lease::{self, Word};
 use crate::remote::{Inner, RemoteStore};
 use crate::statistics::bump;
 
-/// Deletes the claim only while it holds this holder's token.
-const RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
-                       return redis.call('del', KEYS[1]) else return 0 end";
+/// Takes the claim (`KEYS[1]`) with the lease `ARGV[1]` for `ARGV[2]`
+/// milliseconds when it is absent and `ARGV[4]` is `1`, or holds exactly
+/// `ARGV[3]` (a value the caller found void or let go); a key of another
+/// type is nobody's lease and is replaced. Gives 1 when taken, else
+/// `{0}` (absent) or `{0, value, pttl}`.
+const CLAIM: &str = "local kind = redis.call('type', KEYS[1]).ok \
+    if kind ~= 'string' and kind ~= 'none' then redis.call('del', KEYS[1]) kind = 'none' end \
+    local old = false \
+    if kind == 'string' then old = redis.call('get', KEYS[1]) end \
+    if (not old and ARGV[4] == '1') or (old and old == ARGV[3]) then \
+      redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end \
+    if not old then return {0} end \
+    return {0, old, redis.call('pttl', KEYS[1])}";
 
-/// Extends the claim's lease only while it holds this holder's token.
-const RENEW: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
-                     return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
+/// Renews the lease whose values start with `ARGV[1]` with the value
+/// `ARGV[2]` for `ARGV[3]` milliseconds, writing it again when it was
+/// deleted: 1, or the value of whoever else is there.
+pub(crate) const RENEW: &str = "local kind = redis.call('type', KEYS[1]).ok \
+    if kind == 'string' then \
+      local old = redis.call('get', KEYS[1]) \
+      if string.sub(old, 1, #ARGV[1]) ~= ARGV[1] then return old end \
+    elseif kind ~= 'none' then redis.call('del', KEYS[1]) end \
+    redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3]) \
+    return 1";
+
+/// Writes the release `ARGV[2]` for `ARGV[3]` milliseconds in place of the
+/// lease whose values start with `ARGV[1]`, if it is still there.
+const RELEASE: &str = "if redis.call('type', KEYS[1]).ok ~= 'string' then return 0 end \
+    local old = redis.call('get', KEYS[1]) \
+    if string.sub(old, 1, #ARGV[1]) ~= ARGV[1] then return 0 end \
+    redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3]) \
+    return 1";
 
 /// The first pause of a patient claimant between tries; it doubles up to
 /// [`LONGEST_POLL`].
 const FIRST_POLL: Duration = Duration::from_millis(5);
 const LONGEST_POLL: Duration = Duration::from_millis(100);
 
+/// How far the clocks of two machines may differ and a lease's `UNTIL`
+/// still be believed.
+const CLOCK_SKEW: Duration = Duration::from_secs(1);
+
 /// What one try at the remote claim got.
 pub(crate) enum Attempt {
-    /// Held: release with the token.
+    /// Held: released when dropped.
     Held(RemoteLease),
     /// Another holder's.
     Busy,
@@ -46,131 +82,395 @@ pub(crate) enum Attempt {
     Unreachable,
 }
 
-/// A held remote claim: released by compare-and-delete when dropped.
-pub(crate) struct RemoteLease {
-    inner: Arc<Inner>,
-    claim_key: String,
-    token: String,
+/// Verified leases of other holders this store saw, by claim digest:
+/// honoured until their word runs out even if the key is deleted.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    leases: Mutex<HashMap<[u8; 32], (String, Instant)>>,
 }
 
-impl Drop for RemoteLease {
-    fn drop(&mut self) {
+/// How many leases of others a store remembers.
+const REMEMBERED_LEASES: usize = 1 << 16;
+
+impl Seen {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (String, Instant)>> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The token of a lease of `subject` honoured now, if any.
+    fn honoured(&self, subject: &[u8; 32]) -> Option<String> {
+        let mut leases = self.lock();
+        match leases.get(subject) {
+            Some((token, until)) if Instant::now() < *until => Some(token.clone()),
+            Some(_) => {
+                leases.remove(subject);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn remember(&self, subject: [u8; 32], token: String, until: Instant) {
+        let mut leases = self.lock();
+        if leases.len() >= REMEMBERED_LEASES {
+            // Forgetting costs at most a duplicate compile.
+            leases.retain(|_, (_, until)| Instant::now() < *until);
+        }
+        if leases.len() < REMEMBERED_LEASES {
+            leases.insert(subject, (token, until));
+        }
+    }
+
+    fn forget(&self, subject: &[u8; 32], token: &str) {
+        let mut leases = self.lock();
+        if leases.get(subject).is_some_and(|(held, _)| held == token) {
+            leases.remove(subject);
+        }
+    }
+}
+
+/// A held remote claim: let go, by writing its release, when dropped.
+pub(crate) struct RemoteLease {
+    inner: Arc<Inner>,
+    subject: [u8; 32],
+    claim_key: String,
+    token: String,
+    /// Whether its release was sent already ([`release_all`]).
+    released: bool,
+}
+
+impl RemoteLease {
+    /// The command that lets this lease go, once.
+    pub(crate) fn release_command(&mut self) -> Option<Cmd> {
+        if std::mem::replace(&mut self.released, true) {
+            return None;
+        }
+        let inner = &self.inner;
+        inner.renewing.remove(&self.token);
+        let released = lease::free(&inner.config.keys, &self.subject, &self.token)?;
         let mut command = cmd("EVAL");
         command
             .arg(RELEASE)
             .arg(1)
             .arg(&self.claim_key)
-            .arg(&self.token);
+            .arg(lease::prefix(&self.token))
+            .arg(released)
+            // Outlives every honoured copy of the lease it replaces.
+            .arg(millis(inner.config.lease * 2 + CLOCK_SKEW));
+        Some(command)
+    }
+}
+
+impl Drop for RemoteLease {
+    fn drop(&mut self) {
+        let Some(command) = self.release_command() else {
+            return;
+        };
         // A release that cannot reach the remote leaves the lease to run
         // out: waiters lose at most the lease.
-        self.inner
+        let inner = &self.inner;
+        inner
             .remote
-            .call(&self.inner.counters, |link| link.query::<i64>(&command));
+            .call(&inner.counters, move |link| link.query::<i64>(&command));
     }
+}
+
+/// Lets `leases` go in one round trip (one per shard of a cluster).
+pub(crate) fn release_all(leases: Vec<RemoteLease>) {
+    let Some(inner) = leases.first().map(|lease| Arc::clone(&lease.inner)) else {
+        return;
+    };
+    let commands: Vec<Cmd> = leases
+        .into_iter()
+        .filter_map(|mut lease| lease.release_command())
+        .collect();
+    if commands.is_empty() {
+        return;
+    }
+    inner.remote.call(&inner.counters, move |link| {
+        link.pipeline::<Vec<Value>>(commands)
+    });
 }
 
 impl RemoteLease {
-    /// Renews the lease every third of it on the process's lease thread.
+    /// Renews the lease every third of it, with the store's other leases
+    /// in one round trip.
     pub(crate) fn renewal(&self) -> Renewal {
-        let inner = Arc::clone(&self.inner);
-        let lease = inner.config.lease;
-        let mut command = cmd("EVAL");
-        command
-            .arg(RENEW)
-            .arg(1)
-            .arg(&self.claim_key)
-            .arg(&self.token)
-            .arg(millis(lease));
-        Renewal::every(lease / 3, move || {
-            match inner
-                .remote
-                .call(&inner.counters, |link| link.query::<i64>(&command))
-            {
-                // Taken over: the key is another holder's now.
-                Some(0) => false,
-                // Renewed, or the remote did not answer: try again later.
-                _ => true,
-            }
-        })
+        crate::renewal::Renewing::add(
+            &self.inner,
+            self.subject,
+            self.claim_key.clone(),
+            self.token.clone(),
+        )
     }
 }
 
-fn millis(duration: Duration) -> u64 {
+pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis())
         .unwrap_or(u64::MAX)
         .max(1)
 }
 
-/// What a lease's value starts with since it names its holder: the format
-/// and the owner token, then the holder's process id and host.
-const LEASE_FORMAT: &str = "kiln-lease-2";
+fn wall_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
 
-/// The value a new lease of this process holds: `kiln-lease-2 TOKEN PID
-/// HOST`. The token (random, unique per lease) is what release and renewal
-/// compare, through the whole value; the process id and host are for
-/// people ([`holder_of`]).
-fn lease_value(inner: &crate::remote::Inner) -> String {
-    let random = keygen::random_bytes().map_or_else(
-        |_| format!("{:?}", Instant::now()),
+/// A new claim's token: random, unique per claim.
+fn new_token() -> String {
+    keygen::random_bytes().map_or_else(
+        |_| hex(blake3::hash(format!("{:?}", Instant::now()).as_bytes()).as_bytes()),
         |bytes| hex(&bytes[..16]),
-    );
-    format!(
-        "{LEASE_FORMAT} {random} {} {}",
-        std::process::id(),
-        inner.host
     )
 }
 
-/// The holder a lease's value names, as a person reads it: `process 4242
-/// on build-3`. Reads both this format and the one before it (`HOST pid
-/// PID RANDOM INSTANT`, written by earlier versions); `None` for anything
-/// else.
-pub(crate) fn holder_of(value: &str) -> Option<String> {
-    if let Some(rest) = value.strip_prefix(LEASE_FORMAT) {
-        let mut words = rest.trim_start().splitn(3, ' ');
-        let (_token, pid, host) = (words.next()?, words.next()?, words.next()?);
-        let pid: u32 = pid.parse().ok()?;
-        return Some(format!("process {pid} on {}", host.trim()));
+/// The value of this process's lease `token` on `subject`, good for one
+/// lease from now; `None` when this node cannot sign.
+pub(crate) fn lease_value(inner: &Inner, subject: &[u8; 32], token: &str) -> Option<String> {
+    let until = wall_millis().saturating_add(millis(inner.config.lease));
+    lease::held(
+        &inner.config.keys,
+        subject,
+        token,
+        std::process::id(),
+        until,
+        &inner.host,
+    )
+}
+
+/// What a value found under the claim of `subject` is worth: a verified
+/// lease only while its word holds and it claims no more than a lease's
+/// length (its `pttl`, when known, included); anything else is void.
+pub(crate) fn judge(inner: &Inner, subject: &[u8; 32], value: &[u8], pttl: Option<i64>) -> Word {
+    let word = lease::read(&inner.config.keys, subject, value);
+    let Word::Held { until, .. } = &word else {
+        return word;
+    };
+    let longest = millis(inner.config.lease + CLOCK_SKEW);
+    let now = wall_millis();
+    let too_long = pttl.is_some_and(|pttl| pttl < 0 || pttl.unsigned_abs() > longest)
+        || until.saturating_sub(now) > longest;
+    let run_out = now > until.saturating_add(millis(CLOCK_SKEW));
+    if too_long || run_out {
+        Word::Void
+    } else {
+        word
     }
-    let (host, rest) = value.split_once(" pid ")?;
-    let pid: u32 = rest.split(' ').next()?.parse().ok()?;
-    Some(format!("process {pid} on {}", host.trim()))
+}
+
+/// How long this node honours a verified lease whose word holds until
+/// `until` (the holder's clock): never longer than a lease from now.
+fn honoured_for(inner: &Inner, until: u64) -> Duration {
+    let left = until
+        .saturating_add(millis(CLOCK_SKEW))
+        .saturating_sub(wall_millis());
+    Duration::from_millis(left).min(inner.config.lease + CLOCK_SKEW)
+}
+
+pub(crate) fn claim_command(
+    inner: &Inner,
+    claim_key: &str,
+    value: &str,
+    replaceable: Option<&[u8]>,
+    take_absent: bool,
+) -> Cmd {
+    let mut command = cmd("EVAL");
+    command
+        .arg(CLAIM)
+        .arg(1)
+        .arg(claim_key)
+        .arg(value)
+        .arg(millis(inner.config.lease))
+        .arg(replaceable.unwrap_or_default())
+        .arg(if take_absent { "1" } else { "0" });
+    command
+}
+
+/// What the claim script answered.
+enum Found {
+    Taken,
+    Absent,
+    Value(Vec<u8>, i64),
+    Unreachable,
+}
+
+/// What the claim script answered with `reply`.
+fn found(reply: &Value) -> Found {
+    match reply {
+        Value::Int(1) => Found::Taken,
+        Value::Array(values) => match values.as_slice() {
+            [Value::Int(0)] => Found::Absent,
+            [Value::Int(0), Value::BulkString(value), Value::Int(pttl)] => {
+                Found::Value(value.clone(), *pttl)
+            }
+            _ => Found::Unreachable,
+        },
+        // Anything else is no Redis this store understands.
+        _ => Found::Unreachable,
+    }
 }
 
 /// One try at `key`'s remote claim.
 pub(crate) fn attempt(store: &RemoteStore, key: &StoreKey) -> Attempt {
-    if !store.writes() {
-        return Attempt::Unreachable;
+    attempt_many(store, std::slice::from_ref(key), &[])
+        .0
+        .pop()
+        .expect("one attempt per key")
+}
+
+/// One claim being tried.
+struct Try {
+    subject: [u8; 32],
+    claim_key: String,
+    token: String,
+    value: String,
+}
+
+/// One try at the remote claim of each of `keys`, in one round trip (one
+/// per shard of a cluster), and a second for those whose claim held a
+/// void lease or a release; `also` (commands sent in the first round
+/// trip, after the claims) gives its replies too, `None` when the remote
+/// did not answer.
+pub(crate) fn attempt_many(
+    store: &RemoteStore,
+    keys: &[StoreKey],
+    also: &[Cmd],
+) -> (Vec<Attempt>, Option<Vec<Value>>) {
+    let unreachable = || keys.iter().map(|_| Attempt::Unreachable).collect();
+    if !store.writes() || keys.is_empty() {
+        return (unreachable(), None);
     }
     let inner = &store.inner;
-    let token = lease_value(inner);
-    let claim_key = store.redis_key("c", &key.digest());
-    let mut command: Cmd = cmd("SET");
-    command
-        .arg(&claim_key)
-        .arg(&token)
-        .arg("NX")
-        .arg("PX")
-        .arg(millis(inner.config.lease));
-    match inner
-        .remote
-        .call(&inner.counters, |link| link.query::<Value>(&command))
-    {
-        Some(Value::Okay) => {
-            bump(&inner.counters.claims_held);
-            Attempt::Held(RemoteLease {
-                inner: Arc::clone(inner),
-                claim_key,
-                token,
-            })
-        }
-        Some(Value::Nil) => {
-            bump(&inner.counters.claims_busy);
-            Attempt::Busy
-        }
-        // Anything else is no Redis this store understands.
-        _ => Attempt::Unreachable,
+    let mut tries = Vec::with_capacity(keys.len());
+    for key in keys {
+        let subject = key.digest();
+        let token = new_token();
+        let Some(value) = lease_value(inner, &subject, &token) else {
+            return (unreachable(), None);
+        };
+        tries.push(Try {
+            subject,
+            claim_key: store.redis_key("c", &subject),
+            token,
+            value,
+        });
     }
+    let honoured: Vec<bool> = tries
+        .iter()
+        .map(|one| inner.seen.honoured(&one.subject).is_some())
+        .collect();
+    let mut commands: Vec<Cmd> = tries
+        .iter()
+        .zip(&honoured)
+        .map(|(one, honoured)| claim_command(inner, &one.claim_key, &one.value, None, !honoured))
+        .collect();
+    commands.extend(also.iter().cloned());
+    let Some(mut replies) = inner.remote.call(&inner.counters, move |link| {
+        link.pipeline::<Vec<Value>>(commands)
+    }) else {
+        return (unreachable(), None);
+    };
+    if replies.len() != tries.len() + also.len() {
+        return (unreachable(), None);
+    }
+    let read = replies.split_off(tries.len());
+    let held = |one: &Try| {
+        bump(&inner.counters.claims_held);
+        Attempt::Held(RemoteLease {
+            inner: Arc::clone(inner),
+            subject: one.subject,
+            claim_key: one.claim_key.clone(),
+            token: one.token.clone(),
+            released: false,
+        })
+    };
+    let busy = || {
+        bump(&inner.counters.claims_busy);
+        Attempt::Busy
+    };
+    let mut attempts: Vec<Option<Attempt>> = Vec::with_capacity(tries.len());
+    let mut again = Vec::new();
+    for ((index, one), reply) in tries.iter().enumerate().zip(&replies) {
+        let (found, pttl) = match found(reply) {
+            Found::Taken => {
+                attempts.push(Some(held(one)));
+                continue;
+            }
+            Found::Unreachable => {
+                attempts.push(Some(Attempt::Unreachable));
+                continue;
+            }
+            // Deleted under a lease this node saw: it still holds.
+            Found::Absent => {
+                attempts.push(Some(busy()));
+                continue;
+            }
+            Found::Value(found, pttl) => (found, pttl),
+        };
+        match judge(inner, &one.subject, &found, Some(pttl)) {
+            Word::Held { token: theirs, .. } if theirs == one.token => {
+                attempts.push(Some(held(one)));
+            }
+            Word::Held {
+                token: theirs,
+                until,
+                ..
+            } => {
+                let honoured_until = Instant::now() + honoured_for(inner, until);
+                inner.seen.remember(one.subject, theirs, honoured_until);
+                attempts.push(Some(busy()));
+            }
+            Word::Free { token: theirs } => {
+                inner.seen.forget(&one.subject, &theirs);
+                attempts.push(None);
+                again.push((index, found));
+            }
+            Word::Void => {
+                bump(&inner.counters.leases_ignored);
+                if honoured[index] {
+                    // Garbage written over a lease this node saw: that
+                    // lease still holds until its word runs out.
+                    attempts.push(Some(busy()));
+                } else {
+                    attempts.push(None);
+                    again.push((index, found));
+                }
+            }
+        }
+    }
+    if !again.is_empty() {
+        let commands: Vec<Cmd> = again
+            .iter()
+            .map(|(index, found)| {
+                let one = &tries[*index];
+                claim_command(inner, &one.claim_key, &one.value, Some(found), true)
+            })
+            .collect();
+        let replies = inner.remote.call(&inner.counters, move |link| {
+            link.pipeline::<Vec<Value>>(commands)
+        });
+        for (place, (index, _)) in again.iter().enumerate() {
+            attempts[*index] = Some(
+                match replies.as_ref().and_then(|replies| replies.get(place)) {
+                    None => Attempt::Unreachable,
+                    Some(reply) => match found(reply) {
+                        Found::Taken => held(&tries[*index]),
+                        Found::Unreachable => Attempt::Unreachable,
+                        // Someone else came first.
+                        Found::Absent | Found::Value(..) => busy(),
+                    },
+                },
+            );
+        }
+    }
+    let attempts = attempts
+        .into_iter()
+        .map(|attempt| attempt.expect("every key was tried"))
+        .collect();
+    (attempts, Some(read))
 }
 
 /// A patient or single try at `key`'s remote claim, as
@@ -216,43 +516,26 @@ pub(crate) fn claim(store: &RemoteStore, key: &StoreKey, wait: ClaimWait) -> Cla
     }
 }
 
-/// Who holds `key`'s claim on the remote, as [`holder_of`] names it: one
-/// `GET`, under the store's timeout and breaker.
+/// Who holds `key`'s claim on the remote (`process 4242 on build-3`),
+/// when a verified lease says so: one `GET`, under the store's timeout and
+/// breaker. The host is another machine's word: its control characters
+/// are removed before anyone shows it.
 pub(crate) fn holder(store: &RemoteStore, key: &StoreKey) -> Option<String> {
+    let subject = key.digest();
     let mut command = cmd("GET");
-    command.arg(store.redis_key("c", &key.digest()));
+    command.arg(store.redis_key("c", &subject));
     let inner = &store.inner;
     let value = inner
         .remote
-        .call(&inner.counters, |link| {
+        .call(&inner.counters, move |link| {
             link.query::<Option<Vec<u8>>>(&command)
         })
         .flatten()?;
-    holder_of(&String::from_utf8_lossy(&value))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::holder_of;
-
-    #[test]
-    fn a_lease_names_its_holder_in_either_format() {
-        assert_eq!(
-            holder_of("kiln-lease-2 00ff00ff00ff00ff00ff00ff00ff00ff 4242 build-3").as_deref(),
-            Some("process 4242 on build-3")
-        );
-        // A host name with spaces (the fallback "unknown host") stays whole.
-        assert_eq!(
-            holder_of("kiln-lease-2 0a0b 7 unknown host").as_deref(),
-            Some("process 7 on unknown host")
-        );
-        // The value an earlier version wrote.
-        assert_eq!(
-            holder_of("build-3 pid 4242 a1b2c3d4e5f60718 Instant { tv_sec: 1, tv_nsec: 2 }")
-                .as_deref(),
-            Some("process 4242 on build-3")
-        );
-        assert_eq!(holder_of("something else"), None);
-        assert_eq!(holder_of("kiln-lease-2 token notapid host"), None);
+    match judge(inner, &subject, &value, None) {
+        Word::Held { pid, host, .. } => Some(format!(
+            "process {pid} on {}",
+            crate::remote::printable_host(&host)
+        )),
+        _ => None,
     }
 }

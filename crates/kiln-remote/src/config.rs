@@ -25,8 +25,8 @@ const MOST: Duration = Duration::from_secs(86_400);
 /// Everything a [`RemoteStore`](crate::RemoteStore) needs.
 #[derive(Debug, Clone)]
 pub struct RemoteConfig {
-    /// `redis://HOST:PORT[/DB]`, `rediss://...` or
-    /// `redis+cluster://HOST:PORT,HOST:PORT,...`.
+    /// `redis://HOST:PORT[/DB]` or `redis+cluster://HOST:PORT,HOST:PORT,...`.
+    /// TLS (`rediss://`) is refused: the client is built without it.
     pub url: String,
     /// What signs and verifies entries (P10).
     pub keys: Keys,

@@ -41,6 +41,18 @@ pub(crate) enum Kind {
     Key = 4,
 }
 
+impl Kind {
+    /// The space of Redis keys entries of this kind live in.
+    pub(crate) fn space(self) -> &'static str {
+        match self {
+            Self::Artifact => "e",
+            Self::Blob => "b",
+            Self::History => "h",
+            Self::Key => "k",
+        }
+    }
+}
+
 /// An entry that verified.
 #[derive(Debug)]
 pub(crate) struct Verified {
@@ -189,6 +201,15 @@ pub(crate) fn open(
         stored_at,
         work: Duration::from_nanos(work),
     })
+}
+
+/// The `stored_at` an entry's header says, unverified: what a writer
+/// that cannot verify an entry goes by to tell whether its time ran out.
+pub(crate) fn stored_at_unverified(value: &[u8]) -> Option<u64> {
+    if value.len() < HEADER || &value[..8] != MAGIC {
+        return None;
+    }
+    Some(u64::from_le_bytes(value[42..50].try_into().ok()?))
 }
 
 fn signed_digest(signed: &[u8]) -> [u8; 32] {

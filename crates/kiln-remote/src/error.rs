@@ -36,8 +36,8 @@ pub enum Error {
     },
     /// The remote's address cannot be understood.
     #[error(
-        "the remote address {url:?} is not valid ({problem}): use redis://HOST:PORT, \
-         rediss://HOST:PORT or redis+cluster://HOST:PORT,HOST:PORT,..."
+        "the remote address {url:?} is not valid ({problem}): use redis://HOST:PORT or \
+         redis+cluster://HOST:PORT,HOST:PORT,..."
     )]
     Url {
         /// The address, without its password.

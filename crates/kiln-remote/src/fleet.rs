@@ -103,12 +103,16 @@ impl RemoteStore {
     pub fn fleet_counts(&self) -> Option<FleetCounts> {
         let mut command = cmd("HGETALL");
         command.arg(self.counts_key());
-        let pairs = self.inner.remote.call(&self.inner.counters, |link| {
-            link.query::<Vec<(String, u64)>>(&command)
+        let pairs = self.inner.remote.call(&self.inner.counters, move |link| {
+            link.query::<Vec<(String, String)>>(&command)
         })?;
         let mut counts = FleetCounts::default();
+        // A field that holds no number (anyone can write Redis) counts
+        // nothing; the remote still answers.
         for (name, value) in pairs {
-            counts.set(&name, value);
+            if let Ok(value) = value.parse() {
+                counts.set(&name, value);
+            }
         }
         Some(counts)
     }
@@ -132,7 +136,7 @@ impl RemoteStore {
             .collect();
         self.inner
             .remote
-            .call(&self.inner.counters, |link| {
+            .call(&self.inner.counters, move |link| {
                 link.pipeline::<Vec<Value>>(commands)
             })
             .is_some()
@@ -148,7 +152,9 @@ impl RemoteStore {
         command.arg(self.counts_key());
         self.inner
             .remote
-            .call(&self.inner.counters, |link| link.query::<i64>(&command))
+            .call(&self.inner.counters, move |link| {
+                link.query::<i64>(&command)
+            })
             .is_some()
     }
 
@@ -162,7 +168,7 @@ impl RemoteStore {
         let pattern = format!("{}*", glob_escaped(&prefix));
         let mut names = inner
             .remote
-            .call(&inner.counters, |link| link.keys_matching(&pattern))?;
+            .call(&inner.counters, move |link| link.keys_matching(&pattern))?;
         names.sort_unstable();
         names.dedup();
         let mut listing = Listing::default();
@@ -180,7 +186,7 @@ impl RemoteStore {
                     command
                 })
                 .collect();
-            let values = inner.remote.call(&inner.counters, |link| {
+            let values = inner.remote.call(&inner.counters, move |link| {
                 link.pipeline::<Vec<Option<Vec<u8>>>>(commands)
             })?;
             for (subject, value) in chunk.iter().zip(values) {

@@ -24,8 +24,12 @@
 //!   timeout, and probes it again later (P5, P10).
 //! - **Never trust the shared tier.** Every value is verified before its
 //!   bytes leave this crate; anything else is a counted miss (P2, P10).
-//! - **Blocking and small.** The `redis` crate's blocking connections
-//!   with read and write timeouts: no async runtime, no TLS.
+//! - **Blocking and small.** The `redis` crate's blocking connections,
+//!   each call on a thread of its own under one deadline: no async
+//!   runtime, no TLS (a `rediss://` address is refused).
+//! - **Round trips per batch step.** A batch's lookups and failure
+//!   memories, its claims (in groups), its publishes and releases, and a
+//!   store's lease renewals each go as one pipeline (one per shard).
 //!
 //! The settings and their `KILN_REMOTE_*` variables are in [`config`].
 
@@ -38,11 +42,16 @@ mod entry;
 pub mod error;
 mod fleet;
 mod keys;
+mod lease;
 mod link;
+mod publish;
 mod queue;
+mod read;
 mod remote;
+mod renewal;
 mod signature;
 mod statistics;
+mod step;
 mod tiered;
 mod transfer;
 

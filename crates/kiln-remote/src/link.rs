@@ -6,8 +6,19 @@
 //! never holds up start-up. The first call connects, within the timeout.
 //! A connection that failed a call (timed out with a reply still on the
 //! way, reset, closed) is dropped, never put back.
+//!
+//! One deadline per call, whatever the call: connecting, writing and every
+//! reply of a pipeline together. The `redis` crate bounds each read by the
+//! socket's timeout, and its pipelined read goes on reading every reply
+//! after the first one timed out, so a Redis that accepts and never
+//! answers would cost a pipeline of N commands N timeouts. A call
+//! therefore runs on a thread of its own while the caller waits at most
+//! the timeout for its answer; past it the caller has its miss and the
+//! breaker opens, and the thread, with its connection, ends on its own
+//! (the connection is never put back).
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterConnection, ClusterPipeline};
@@ -99,7 +110,7 @@ impl Link {
 
 /// Redis behind a breaker, with a pool of connections.
 pub(crate) struct Remote {
-    server: Server,
+    server: Arc<Server>,
     /// The address without its password, for messages.
     shown: String,
     timeout: Duration,
@@ -153,7 +164,14 @@ impl Remote {
                 .build()
                 .map_err(|error| bad(error.to_string()))?;
             Server::Cluster(client)
-        } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+        } else if url.starts_with("rediss://") || url.starts_with("rediss+cluster://") {
+            return Err(bad(
+                "TLS (rediss://) is not built into kiln's Redis client; reach \
+                 Redis over a network you trust, or through a TLS tunnel ending on this machine \
+                 (stunnel, for one) with redis://127.0.0.1:PORT"
+                    .into(),
+            ));
+        } else if url.starts_with("redis://") {
             let client = quiet(url)
                 .and_then(redis::Client::open)
                 .map_err(|error| bad(error.to_string()))?;
@@ -162,7 +180,7 @@ impl Remote {
             return Err(bad("an unknown scheme".into()));
         };
         Ok(Self {
-            server,
+            server: Arc::new(server),
             shown,
             timeout,
             idle: Mutex::new(Vec::new()),
@@ -171,31 +189,15 @@ impl Remote {
         })
     }
 
-    fn connect(&self) -> RedisResult<Link> {
-        match &self.server {
-            Server::Single(client) => {
-                let connection = client.get_connection_with_timeout(self.timeout)?;
-                connection.set_read_timeout(Some(self.timeout))?;
-                connection.set_write_timeout(Some(self.timeout))?;
-                Ok(Link::Single(connection))
-            }
-            Server::Cluster(client) => {
-                let connection = client.get_connection()?;
-                connection.set_read_timeout(Some(self.timeout))?;
-                connection.set_write_timeout(Some(self.timeout))?;
-                Ok(Link::Cluster(Box::new(connection)))
-            }
-        }
-    }
-
     /// Runs `call` on a connection, unless the breaker is open. A failed
     /// call is counted, opens the breaker when the connection failed, and
-    /// gives `None`: the caller answers a miss or a failed write.
-    pub(crate) fn call<T>(
-        &self,
-        counters: &Counters,
-        call: impl FnOnce(&mut Link) -> RedisResult<T>,
-    ) -> Option<T> {
+    /// gives `None`: the caller answers a miss or a failed write. The
+    /// caller waits at most the timeout, whatever `call` sends.
+    pub(crate) fn call<T, F>(&self, counters: &Counters, call: F) -> Option<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Link) -> RedisResult<T> + Send + 'static,
+    {
         let permit = self.breaker.permit();
         if permit == Permit::Open {
             bump(&counters.skipped_while_open);
@@ -206,11 +208,7 @@ impl Remote {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
-        let connected = match idle {
-            Some(link) => Ok(link),
-            None => self.connect(),
-        };
-        let result = connected.and_then(|mut link| call(&mut link).map(|value| (value, link)));
+        let result = self.within_deadline(idle, call);
         match result {
             Ok((value, link)) => {
                 self.breaker.succeeded();
@@ -227,6 +225,46 @@ impl Remote {
         }
     }
 
+    /// `call` on `idle` (or a new connection) on a thread of its own, its
+    /// answer waited for at most the timeout.
+    fn within_deadline<T, F>(&self, idle: Option<Link>, call: F) -> RedisResult<(T, Link)>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Link) -> RedisResult<T> + Send + 'static,
+    {
+        let (answer, answered) = mpsc::sync_channel(1);
+        let server = Arc::clone(&self.server);
+        let timeout = self.timeout;
+        let run = move || {
+            let connected = match idle {
+                Some(link) => Ok(link),
+                None => connect(&server, timeout),
+            };
+            let result = connected.and_then(|mut link| call(&mut link).map(|value| (value, link)));
+            // The caller may have given up: the answer, and the
+            // connection with it, is dropped here.
+            let _ = answer.send(result);
+        };
+        if let Err(error) = std::thread::Builder::new()
+            .name("kiln-remote-call".into())
+            .spawn(run)
+        {
+            return Err(RedisError::from(std::io::Error::other(format!(
+                "no thread for a remote call: {error}"
+            ))));
+        }
+        match answered.recv_timeout(timeout) {
+            Ok(result) => result,
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {timeout:?}"),
+            ))),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(RedisError::from(
+                std::io::Error::other("the remote call ended without an answer"),
+            )),
+        }
+    }
+
     /// Opens a connection for the next call when none is idle, so that the
     /// first batch does not pay for connecting: for a thread of its own,
     /// off the launch path. A remote that cannot be reached is counted and
@@ -238,7 +276,7 @@ impl Remote {
             .unwrap_or_else(PoisonError::into_inner)
             .is_empty();
         if !has_idle {
-            self.call(counters, |_| Ok(()));
+            self.call(counters, move |_| Ok(()));
         }
     }
 
@@ -283,6 +321,23 @@ impl Remote {
     }
 }
 
+fn connect(server: &Server, timeout: Duration) -> RedisResult<Link> {
+    match server {
+        Server::Single(client) => {
+            let connection = client.get_connection_with_timeout(timeout)?;
+            connection.set_read_timeout(Some(timeout))?;
+            connection.set_write_timeout(Some(timeout))?;
+            Ok(Link::Single(connection))
+        }
+        Server::Cluster(client) => {
+            let connection = client.get_connection()?;
+            connection.set_read_timeout(Some(timeout))?;
+            connection.set_write_timeout(Some(timeout))?;
+            Ok(Link::Cluster(Box::new(connection)))
+        }
+    }
+}
+
 /// The connection `url` names, without the `CLIENT SETINFO` the `redis`
 /// crate sends on every new connection by default: a round trip more per
 /// connection, which a Redis before 7.2 answers with an error anyway.
@@ -323,6 +378,23 @@ mod tests {
         )
         .unwrap_err();
         assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn a_tls_address_is_refused_with_what_to_do_instead() {
+        // P10: the client has no TLS; an address asking for it is never
+        // taken for a plain one.
+        for url in [
+            "rediss://:secret@host:6380",
+            "rediss+cluster://host:1,host:2",
+        ] {
+            let error = Remote::new(url, Duration::from_secs(1), Duration::from_secs(1))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("TLS"), "{error}");
+            assert!(error.contains("redis://127.0.0.1:PORT"), "{error}");
+            assert!(!error.contains("secret"), "{error}");
+        }
     }
 
     #[test]

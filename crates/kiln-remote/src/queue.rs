@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use kiln_core::store::{BlobKey, ClaimGuard};
 use kiln_core::{ArtifactStore, StoreKey, StoreOutcome};
 
+use crate::publish::Put;
 use crate::remote::RemoteStore;
 
 /// The most writes queued at once.
@@ -203,57 +204,110 @@ impl QueueState {
     }
 }
 
-/// The writer thread: each write in turn, each bounded by the remote's
-/// timeout and skipped at once while its breaker is open.
+/// The most writes the writer takes from the queue at once: their remote
+/// writes go in one round trip (one per shard of a cluster).
+const GROUP_WRITES: usize = 256;
+
+/// The most bytes the writer takes from the queue at once.
+const GROUP_BYTES: u64 = 64 << 20;
+
+/// The writer thread: what is queued, taken in groups, each group's
+/// remote writes bounded by the remote's timeout together and skipped at
+/// once while its breaker is open.
 fn drain(
     remote: &RemoteStore,
     local: &dyn ArtifactStore,
     receiver: &Receiver<Write>,
     state: &QueueState,
 ) {
-    while let Ok(write) = receiver.recv() {
-        let length = write.len();
-        if let Write::Release(lease) = write {
-            // Its drop releases it, compare-and-delete on its token.
-            drop(lease);
-            state.finish_one();
-            continue;
-        }
-        if let Write::LocalCopy(write, claim) = write {
-            let outcome = local.put_copy(&write.key, &write.bytes, write.work);
-            if matches!(outcome, StoreOutcome::Stored { .. }) {
-                state.written_back.fetch_add(1, Ordering::Relaxed);
+    while let Ok(first) = receiver.recv() {
+        let mut bytes = first.len();
+        let mut group = vec![first];
+        while group.len() < GROUP_WRITES && bytes < GROUP_BYTES {
+            match receiver.try_recv() {
+                Ok(write) => {
+                    bytes += write.len();
+                    group.push(write);
+                }
+                Err(_) => break,
             }
-            // The copy is there (or could not be written): the processes
-            // waiting for it read it now, or fetch it themselves.
-            drop(claim);
-            state.bytes.fetch_sub(length, Ordering::Relaxed);
-            state.finish_one();
-            continue;
         }
-        let written_key = match &write {
-            Write::Artifact(write) => Some(write.key.clone()),
-            _ => None,
-        };
-        let outcome = match write {
-            Write::Artifact(write) => remote.put(
-                &write.key,
-                write.source_key.as_ref(),
-                &write.bytes,
-                write.work,
-            ),
-            Write::Blob { key, bytes } => remote.put_blob(&key, &bytes),
-            Write::LocalCopy(..) | Write::Release(_) => unreachable!("handled above"),
-        };
-        if let Some(key) = &written_key {
-            state.track(key, false);
-        }
+        write_group(remote, local, group, state);
+    }
+}
+
+/// Writes one group: the local copies first (other processes of the
+/// machine wait for them), the named blobs, then every artifact and,
+/// behind them in the same round trip, the releases of their leases, so
+/// that a key is let go only once its artifact is in the remote (P4,
+/// P12).
+fn write_group(
+    remote: &RemoteStore,
+    local: &dyn ArtifactStore,
+    group: Vec<Write>,
+    state: &QueueState,
+) {
+    let count = |outcome: &StoreOutcome| {
         let counter = match outcome {
             StoreOutcome::Stored { .. } => &state.written,
             StoreOutcome::Skipped | StoreOutcome::Failed { .. } => &state.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        state.bytes.fetch_sub(length, Ordering::Relaxed);
+    };
+    let mut artifacts = Vec::new();
+    let mut releases = Vec::new();
+    for write in group {
+        let length = write.len();
+        match write {
+            Write::LocalCopy(write, claim) => {
+                let outcome = local.put_copy(&write.key, &write.bytes, write.work);
+                if matches!(outcome, StoreOutcome::Stored { .. }) {
+                    state.written_back.fetch_add(1, Ordering::Relaxed);
+                }
+                // The copy is there (or could not be written): the
+                // processes waiting for it read it now, or fetch it
+                // themselves.
+                drop(claim);
+                state.bytes.fetch_sub(length, Ordering::Relaxed);
+                state.finish_one();
+            }
+            Write::Blob { key, bytes } => {
+                count(&remote.put_blob(&key, &bytes));
+                state.bytes.fetch_sub(length, Ordering::Relaxed);
+                state.finish_one();
+            }
+            Write::Artifact(write) => artifacts.push(write),
+            Write::Release(lease) => releases.push(lease),
+        }
+    }
+    let released = releases.len();
+    let releases: Vec<redis::Cmd> = releases
+        .into_iter()
+        .filter_map(|mut lease| lease.release_command())
+        .collect();
+    if artifacts.is_empty() {
+        remote.put_many(&[], releases);
+    } else {
+        let puts: Vec<Put<'_>> = artifacts
+            .iter()
+            .map(|write| Put {
+                key: &write.key,
+                source_key: write.source_key.as_ref(),
+                bytes: &write.bytes,
+                work: write.work,
+            })
+            .collect();
+        let outcomes = remote.put_many(&puts, releases);
+        for (write, outcome) in artifacts.iter().zip(outcomes) {
+            state.track(&write.key, false);
+            count(&outcome);
+            state
+                .bytes
+                .fetch_sub(write.bytes.len() as u64, Ordering::Relaxed);
+            state.finish_one();
+        }
+    }
+    for _ in 0..released {
         state.finish_one();
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kiln_core::store::{BlobKey, Claim, ClaimWait, Explanation, KeySubject, hex};
@@ -14,6 +14,7 @@ use crate::config::RemoteConfig;
 use crate::entry::{self, Kind, Rejection};
 use crate::error::Result;
 use crate::link::Remote;
+use crate::publish::Put;
 use crate::statistics::{Counters, RemoteStatistics, add, bump};
 
 /// The context a kernel's history key is derived under.
@@ -21,32 +22,6 @@ const HISTORY_CONTEXT: &str = "kiln remote kernel history";
 
 /// The most a history payload (one encoded key) may take to decode.
 const HISTORY_LIMIT: usize = 1 << 20;
-
-/// Writes an artifact entry (`ARGV[1]`, for `ARGV[2]` milliseconds) unless
-/// the key holds an entry whose payload (`ARGV[3]` bytes after the
-/// 66-byte header) differs: 0 written new, 1 written over the same bytes,
-/// 2 not written. The first publish of a key wins (P10): two hosts whose
-/// compiles differ never overwrite each other in silence.
-const PUBLISH: &str = "local old = redis.call('get', KEYS[1]) \
-    if old then \
-      local last = 66 + tonumber(ARGV[3]) \
-      if string.sub(old, 59, last) ~= string.sub(ARGV[1], 59, last) then return 2 end \
-    end \
-    redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) \
-    if old then return 1 end \
-    return 0";
-
-/// How many of its own publishes a store remembers (two digests each).
-const REMEMBERED_PUBLISHES: usize = 1 << 14;
-
-/// An artifact entry sent with [`PUBLISH`], and where its reply is.
-struct Publish {
-    index: usize,
-    subject: [u8; 32],
-    subject_text: String,
-    redis_key: String,
-    value: Vec<u8>,
-}
 
 /// A store in Redis or Redis Cluster, shared by every machine of a fleet
 /// (P10).
@@ -62,7 +37,8 @@ struct Publish {
 ///   derived from [`StoreKey::digest`] alone: no rank, device, path or
 ///   host.
 /// - **One round trip per batch.** [`lookup_many`](ArtifactStore::lookup_many)
-///   sends every `GET` in one pipeline (one per shard of a cluster).
+///   reads every value in one pipeline (one per shard of a cluster), each
+///   within the entry limit and the batch's byte budget.
 /// - **Never in the way.** Every call is bounded by
 ///   [`timeout`](RemoteConfig::timeout); after a failure a breaker leaves
 ///   the remote alone for [`retry_after`](RemoteConfig::retry_after), then
@@ -70,8 +46,9 @@ struct Publish {
 ///   misses and counted failed writes, with one warning.
 /// - **Bounded.** Entries live [`ttl`](RemoteConfig::ttl) and are at most
 ///   [`max_entry_bytes`](RemoteConfig::max_entry_bytes).
-/// - **Claims across machines** (P12): `SET NX PX` leases, renewed while
-///   held, released by compare-and-delete on the holder's token.
+/// - **Claims across machines** (P12): leases authenticated like entries,
+///   renewed together while held, let go by a signed release; a lease that
+///   does not verify is written over, never waited for.
 ///
 /// ```no_run
 /// use kiln_core::ArtifactStore;
@@ -96,13 +73,17 @@ pub(crate) struct Inner {
     generation: Generation,
     warned_unverified: AtomicBool,
     warned_oversize: AtomicBool,
-    warned_nondeterministic: AtomicBool,
+    pub(crate) warned_nondeterministic: AtomicBool,
     /// The payload digest of the last artifact this store published under
     /// each key digest.
-    published: Mutex<HashMap<[u8; 32], [u8; 32]>>,
+    pub(crate) published: Mutex<HashMap<[u8; 32], [u8; 32]>>,
     /// This machine's name, as a claim's value carries it for people:
     /// printable, without line breaks, at most [`HOST_LENGTH`] bytes.
     pub(crate) host: String,
+    /// Verified leases of other holders seen, honoured until they run out.
+    pub(crate) seen: crate::claim::Seen,
+    /// The leases this store holds, renewed together.
+    pub(crate) renewing: crate::renewal::Renewing,
 }
 
 impl RemoteStore {
@@ -133,6 +114,8 @@ impl RemoteStore {
                 warned_oversize: AtomicBool::new(false),
                 warned_nondeterministic: AtomicBool::new(false),
                 published: Mutex::new(HashMap::new()),
+                seen: crate::claim::Seen::default(),
+                renewing: crate::renewal::Renewing::default(),
             }),
         })
     }
@@ -193,7 +176,7 @@ impl RemoteStore {
     pub fn is_reachable(&self) -> bool {
         self.inner
             .remote
-            .call(&self.inner.counters, |link| {
+            .call(&self.inner.counters, move |link| {
                 link.query::<String>(&cmd("PING"))
             })
             .is_some()
@@ -210,7 +193,7 @@ impl RemoteStore {
         format!("{}{space}:{}", self.inner.config.prefix, hex(digest))
     }
 
-    fn history_id(key: &StoreKey) -> Option<[u8; 32]> {
+    pub(crate) fn history_id(key: &StoreKey) -> Option<[u8; 32]> {
         let KeySubject::Kernel { name, digest } = &key.subject else {
             return None;
         };
@@ -221,7 +204,7 @@ impl RemoteStore {
         Some(*hasher.finalize().as_bytes())
     }
 
-    fn set(&self, redis_key: String, value: Vec<u8>) -> Cmd {
+    pub(crate) fn set(&self, redis_key: String, value: Vec<u8>) -> Cmd {
         let mut command = cmd("SET");
         let ttl = u64::try_from(self.inner.config.ttl.as_millis()).unwrap_or(u64::MAX);
         command.arg(redis_key).arg(value).arg("PX").arg(ttl.max(1));
@@ -229,16 +212,38 @@ impl RemoteStore {
     }
 
     /// Answers one fetched value of `kind` for `subject`, counting it.
-    fn answer(&self, kind: Kind, subject: &[u8; 32], value: Option<Vec<u8>>) -> Lookup<Vec<u8>> {
+    pub(crate) fn answer(
+        &self,
+        kind: Kind,
+        subject: &[u8; 32],
+        value: Option<Vec<u8>>,
+    ) -> Lookup<Vec<u8>> {
+        self.answer_counted(kind, subject, value, true)
+    }
+
+    /// Answers one fetched value; a value read ahead of being asked for
+    /// (`counted` false) is not counted as a hit or a miss, and a refusal
+    /// always is.
+    pub(crate) fn answer_counted(
+        &self,
+        kind: Kind,
+        subject: &[u8; 32],
+        value: Option<Vec<u8>>,
+        counted: bool,
+    ) -> Lookup<Vec<u8>> {
         let counters = &self.inner.counters;
         let Some(value) = value else {
-            bump(&counters.absent);
+            if counted {
+                bump(&counters.absent);
+            }
             return Lookup::Miss(Miss::Absent);
         };
         match entry::open(&self.inner.config.keys, kind, subject, &value) {
             Ok(verified) => {
-                bump(&counters.hits);
-                add(&counters.bytes_read, verified.payload.len() as u64);
+                if counted {
+                    bump(&counters.hits);
+                    add(&counters.bytes_read, verified.payload.len() as u64);
+                }
                 Lookup::Hit {
                     bytes: verified.payload.len() as u64,
                     artifact: verified.payload,
@@ -269,7 +274,7 @@ impl RemoteStore {
         }
     }
 
-    fn unreachable_misses(&self, count: usize) -> Vec<Lookup<Vec<u8>>> {
+    pub(crate) fn unreachable_misses(&self, count: usize) -> Vec<Lookup<Vec<u8>>> {
         add(&self.inner.counters.unreadable, count as u64);
         (0..count)
             .map(|_| {
@@ -282,7 +287,7 @@ impl RemoteStore {
 
     /// Sends `commands` (whole entries) in one round trip, or counts why
     /// it did not; gives the replies of a write that went through.
-    fn write(
+    pub(crate) fn write(
         &self,
         commands: Vec<Cmd>,
         written: u64,
@@ -292,7 +297,7 @@ impl RemoteStore {
         let sent = self
             .inner
             .remote
-            .call(counters, |link| link.pipeline::<Vec<Value>>(commands));
+            .call(counters, move |link| link.pipeline::<Vec<Value>>(commands));
         match sent {
             Some(replies) => {
                 bump(&counters.puts);
@@ -314,88 +319,8 @@ impl RemoteStore {
         }
     }
 
-    /// The command that writes an artifact entry unless the key holds
-    /// another publisher's different bytes (`PUBLISH`).
-    fn publish(&self, redis_key: &str, value: &[u8], payload_length: usize) -> Cmd {
-        let mut command = cmd("EVAL");
-        let ttl = u64::try_from(self.inner.config.ttl.as_millis()).unwrap_or(u64::MAX);
-        command
-            .arg(PUBLISH)
-            .arg(1)
-            .arg(redis_key)
-            .arg(value)
-            .arg(ttl.max(1))
-            .arg(payload_length);
-        command
-    }
-
-    /// Settles a publish the remote refused because the key holds other
-    /// bytes: `true` when this store's value was written after all (the
-    /// entry there does not verify, or is this store's own earlier put),
-    /// `false` when another publisher's verified entry stays, counted and
-    /// warned about once as a nondeterministic compile.
-    fn settle_difference(&self, publish: &Publish, payload_digest: &[u8; 32]) -> bool {
-        let inner = &self.inner;
-        let mut get = cmd("GET");
-        get.arg(&publish.redis_key);
-        let Some(found) = inner
-            .remote
-            .call(&inner.counters, |link| link.query::<Option<Vec<u8>>>(&get))
-        else {
-            return false;
-        };
-        let verified = found.and_then(|value| {
-            entry::open(&inner.config.keys, Kind::Artifact, &publish.subject, &value).ok()
-        });
-        let theirs = verified.map(|verified| *blake3::hash(&verified.payload).as_bytes());
-        let is_ours = theirs.is_some_and(|theirs| {
-            inner
-                .published
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&publish.subject)
-                == Some(&theirs)
-        });
-        if theirs.is_none() || is_ours || theirs == Some(*payload_digest) {
-            // Nothing there that verifies, or what is there is this store's
-            // own: a plain write, as for any other put.
-            let command = self.set(publish.redis_key.clone(), publish.value.clone());
-            return inner
-                .remote
-                .call(&inner.counters, |link| link.query::<()>(&command))
-                .is_some();
-        }
-        bump(&inner.counters.nondeterministic);
-        if !inner.warned_nondeterministic.swap(true, Ordering::Relaxed) {
-            log::warn!(
-                "kiln: nondeterministic compile: {} was already in the remote store with other \
-                 bytes, published by another host; the remote keeps the first, this host keeps \
-                 its own copy locally, and later cases are counted, not logged",
-                publish.subject_text
-            );
-        }
-        false
-    }
-
-    /// Remembers that this store published `payload_digest` under
-    /// `subject`, so that a later put of its own replaces it (P2) while
-    /// another publisher's differing bytes do not.
-    fn remember(&self, subject: [u8; 32], payload_digest: [u8; 32]) {
-        let mut published = self
-            .inner
-            .published
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if published.len() >= REMEMBERED_PUBLISHES {
-            // Forgetting costs at most a warning about this store's own
-            // replaced entry, never a wrong one.
-            published.clear();
-        }
-        published.insert(subject, payload_digest);
-    }
-
     /// Seals an entry, or says why it will not be written.
-    fn sealed(
+    pub(crate) fn sealed(
         &self,
         kind: Kind,
         subject: &[u8; 32],
@@ -440,14 +365,15 @@ impl RemoteStore {
 /// The longest host name a claim's value carries.
 const HOST_LENGTH: usize = 255;
 
-/// `host` trimmed, its control characters dropped, cut to
-/// [`HOST_LENGTH`] bytes: what a claim's value may carry of it.
-fn printable_host(host: &str) -> String {
+/// `host` trimmed, its control characters (and the invisible ones that
+/// reorder or hide text) dropped, cut to [`HOST_LENGTH`] bytes: what a
+/// claim's value may carry of it, and what is shown of another machine's.
+pub(crate) fn printable_host(host: &str) -> String {
     let mut printable = String::new();
     for character in host
         .trim()
         .chars()
-        .filter(|character| !character.is_control())
+        .filter(|character| !kiln_core::loader::is_hidden(*character))
     {
         if printable.len() + character.len_utf8() > HOST_LENGTH {
             break;
@@ -457,15 +383,7 @@ fn printable_host(host: &str) -> String {
     printable
 }
 
-/// The integer reply of `PUBLISH` at `index` of `replies`.
-fn publishes_reply(replies: &[Value], index: usize) -> Option<i64> {
-    match replies.get(index) {
-        Some(Value::Int(reply)) => Some(*reply),
-        _ => None,
-    }
-}
-
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs())
@@ -482,26 +400,11 @@ impl ArtifactStore for RemoteStore {
         if keys.is_empty() {
             return Vec::new();
         }
-        let digests: Vec<[u8; 32]> = keys.iter().map(StoreKey::digest).collect();
-        let commands: Vec<Cmd> = digests
+        let subjects: Vec<(Kind, [u8; 32])> = keys
             .iter()
-            .map(|digest| {
-                let mut command = cmd("GET");
-                command.arg(self.redis_key("e", digest));
-                command
-            })
+            .map(|key| (Kind::Artifact, key.digest()))
             .collect();
-        let fetched = self.inner.remote.call(&self.inner.counters, |link| {
-            link.pipeline::<Vec<Option<Vec<u8>>>>(commands)
-        });
-        match fetched {
-            Some(values) if values.len() == keys.len() => digests
-                .iter()
-                .zip(values)
-                .map(|(digest, value)| self.answer(Kind::Artifact, digest, value))
-                .collect(),
-            _ => self.unreachable_misses(keys.len()),
-        }
+        self.lookup_subjects(&subjects)
     }
 
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
@@ -523,72 +426,17 @@ impl ArtifactStore for RemoteStore {
         bytes: &[u8],
         work: Duration,
     ) -> StoreOutcome {
-        let stored_at = now();
-        let encode = |key: &StoreKey| {
-            bincode::serde::encode_to_vec(key, bincode::config::standard())
-                .expect("a key is plain data and always serializes")
-        };
-        let mut entries = vec![(Kind::Artifact, "e", key.digest(), bytes.to_vec(), key)];
-        if let Some(source) = source_key {
-            entries.push((Kind::Artifact, "e", source.digest(), bytes.to_vec(), source));
-        }
-        for listed in std::iter::once(key).chain(source_key) {
-            entries.push((Kind::Key, "k", listed.digest(), encode(listed), listed));
-        }
-        if let Some(history) = Self::history_id(key) {
-            entries.push((Kind::History, "h", history, encode(key), key));
-        }
-        let mut commands = Vec::with_capacity(entries.len());
-        let mut publishes = Vec::new();
-        let mut written = 0u64;
-        for (kind, space, subject, payload, subject_key) in entries {
-            let value = match self.sealed(kind, &subject, stored_at, work, &payload) {
-                Ok(value) => value,
-                Err(outcome) => return outcome,
-            };
-            written += value.len() as u64;
-            let redis_key = self.redis_key(space, &subject);
-            if kind == Kind::Artifact {
-                commands.push(self.publish(&redis_key, &value, payload.len()));
-                publishes.push(Publish {
-                    index: commands.len() - 1,
-                    subject,
-                    subject_text: subject_key.subject_text(),
-                    redis_key,
-                    value,
-                });
-            } else {
-                commands.push(self.set(redis_key, value));
-            }
-        }
-        let (outcome, replies) = self.write(commands, written, bytes.len() as u64);
-        let StoreOutcome::Stored { .. } = outcome else {
-            return outcome;
-        };
-        let payload_digest = *blake3::hash(bytes).as_bytes();
-        let mut kept_another = false;
-        for publish in publishes {
-            match publishes_reply(&replies, publish.index) {
-                // Written new: this store's from now on.
-                Some(0) => self.remember(publish.subject, payload_digest),
-                // Another publisher's different bytes were there.
-                Some(2) => {
-                    if self.settle_difference(&publish, &payload_digest) {
-                        self.remember(publish.subject, payload_digest);
-                    } else {
-                        kept_another = true;
-                    }
-                }
-                // The same bytes again (its publisher stays whoever wrote
-                // them first), or a reply this store does not understand.
-                _ => {}
-            }
-        }
-        if kept_another {
-            StoreOutcome::Skipped
-        } else {
-            outcome
-        }
+        self.put_many(
+            &[Put {
+                key,
+                source_key,
+                bytes,
+                work,
+            }],
+            Vec::new(),
+        )
+        .pop()
+        .expect("one outcome per put")
     }
 
     fn remove(&self, key: &StoreKey) {
@@ -597,9 +445,9 @@ impl ArtifactStore for RemoteStore {
         }
         let mut command = cmd("DEL");
         command.arg(self.redis_key("e", &key.digest()));
-        self.inner
-            .remote
-            .call(&self.inner.counters, |link| link.query::<i64>(&command));
+        self.inner.remote.call(&self.inner.counters, move |link| {
+            link.query::<i64>(&command)
+        });
     }
 
     fn generation(&self) -> Generation {
@@ -624,7 +472,7 @@ impl ArtifactStore for RemoteStore {
             })
             .collect();
         let keys = &self.inner.config.keys;
-        let Some(values) = self.inner.remote.call(&self.inner.counters, |link| {
+        let Some(values) = self.inner.remote.call(&self.inner.counters, move |link| {
             link.pipeline::<Vec<Option<Vec<u8>>>>(commands)
         }) else {
             return Explanation::NeverSeen;
@@ -661,15 +509,9 @@ impl ArtifactStore for RemoteStore {
     }
 
     fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
-        let digest = key.digest();
-        let mut command = cmd("GET");
-        command.arg(self.redis_key("b", &digest));
-        match self.inner.remote.call(&self.inner.counters, |link| {
-            link.query::<Option<Vec<u8>>>(&command)
-        }) {
-            Some(value) => self.answer(Kind::Blob, &digest, value),
-            None => self.unreachable_misses(1).pop().expect("one answer"),
-        }
+        self.lookup_subjects(&[(Kind::Blob, key.digest())])
+            .pop()
+            .expect("one answer per key")
     }
 
     fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {

@@ -33,6 +33,16 @@ pub struct RemoteStatistics {
     pub claims_held: u64,
     /// Claims found held by another machine.
     pub claims_busy: u64,
+    /// Lease values found under a claim that did not verify, or claimed
+    /// to outlive a lease's length: ignored and written over (P12).
+    pub leases_ignored: u64,
+    /// Values left in the remote unread by a lookup: over the entry
+    /// limit, or over what one batch reads.
+    pub oversize_reads: u64,
+    /// Publishes that left in place an entry signed with a key this node
+    /// cannot verify (another fleet's, or a forgery), its time not run
+    /// out: a node with the wrong key never wipes the fleet's entries.
+    pub kept_unverifiable: u64,
     /// Artifacts another publisher had already stored under the same key
     /// with other bytes (a nondeterministic compile): the remote kept the
     /// first, this one was not written.
@@ -55,6 +65,9 @@ pub(crate) struct Counters {
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub unverified: AtomicU64,
+    pub leases_ignored: AtomicU64,
+    pub oversize_reads: AtomicU64,
+    pub kept_unverifiable: AtomicU64,
     pub timeouts: AtomicU64,
     pub errors: AtomicU64,
     pub skipped_while_open: AtomicU64,
@@ -95,6 +108,9 @@ impl Counters {
                 evicted: 0,
             },
             unverified: read(&self.unverified),
+            leases_ignored: read(&self.leases_ignored),
+            oversize_reads: read(&self.oversize_reads),
+            kept_unverifiable: read(&self.kept_unverifiable),
             timeouts: read(&self.timeouts),
             errors: read(&self.errors),
             skipped_while_open: read(&self.skipped_while_open),

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use kiln_core::store::{BlobKey, Claim, ClaimGuard, ClaimWait, Explanation};
+use kiln_core::store::{BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, RememberedFailure};
 use kiln_core::{ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics};
 use serde::{Deserialize, Serialize};
 
@@ -14,6 +14,7 @@ use crate::fleet::FleetCounts;
 use crate::queue::{ArtifactWrite, Write, WriteQueue};
 use crate::remote::RemoteStore;
 use crate::statistics::RemoteStatistics;
+use crate::step::Step;
 
 /// A two-level store: a local store (the disk store) in front of a
 /// [`RemoteStore`] shared by a fleet (P10).
@@ -78,6 +79,8 @@ struct Inner {
     /// this store, each with how many times: a lookup of one of them
     /// never claims it again or waits for itself.
     held_here: Arc<Mutex<HashMap<[u8; 32], usize>>>,
+    /// What the batch running asked the remote for once per step.
+    step: Step,
 }
 
 /// The first pause of a process waiting for another process's local copy
@@ -202,6 +205,7 @@ impl TieredStore {
                 answers: Answers::default(),
                 reported: Mutex::new(FleetCounts::default()),
                 held_here: Arc::default(),
+                step: Step::default(),
             }),
         }
     }
@@ -350,6 +354,7 @@ impl TieredStore {
         keys: &[StoreKey],
         answers: &mut [Lookup<Vec<u8>>],
         fetches: Vec<(usize, Option<ClaimGuard>)>,
+        batch: bool,
     ) {
         if fetches.is_empty() {
             return;
@@ -388,7 +393,29 @@ impl TieredStore {
             .iter()
             .map(|(index, _)| keys[*index].clone())
             .collect();
-        let remote = self.inner.remote.lookup_many(&fetched_keys);
+        // A batch's lookup reads, in the same round trip, the failure
+        // memories of the kernels it may compile (P11): their workers find
+        // them here instead of asking the remote one by one.
+        let blobs: Vec<BlobKey> = if batch {
+            fetched_keys
+                .iter()
+                .map(RememberedFailure::blob_key)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let (remote, blob_answers) = self.inner.remote.lookup_with_blobs(&fetched_keys, &blobs);
+        if batch {
+            let missed = fetched_keys
+                .iter()
+                .zip(&remote)
+                .filter(|(_, found)| matches!(found, Lookup::Miss(_)))
+                .map(|(key, _)| key.clone())
+                .collect::<Vec<_>>();
+            self.inner
+                .step
+                .looked_up(blobs.into_iter().zip(blob_answers).collect(), missed);
+        }
         for ((index, claim), remote) in fetches.into_iter().zip(remote) {
             let local = std::mem::replace(&mut answers[index], Lookup::Miss(Miss::Absent));
             let key = &keys[index];
@@ -471,7 +498,7 @@ impl TieredStore {
                     None => still.push(index),
                 }
             }
-            self.fetch(keys, answers, fetches);
+            self.fetch(keys, answers, fetches, true);
             waiting = still;
         }
         if !waiting.is_empty() {
@@ -485,6 +512,7 @@ impl TieredStore {
             keys,
             answers,
             waiting.into_iter().map(|index| (index, None)).collect(),
+            true,
         );
     }
 
@@ -502,6 +530,12 @@ impl TieredStore {
         }
     }
 
+    /// How long a claim waits for the group in flight that asks for its
+    /// key: the group's two round trips at most.
+    fn group_patience(&self) -> Duration {
+        self.inner.remote.config().timeout * 2
+    }
+
     fn is_held_here(&self, key: &StoreKey) -> bool {
         self.inner
             .held_here
@@ -517,9 +551,32 @@ impl ArtifactStore for TieredStore {
         // claimant checking what landed): local, then remote, no claim.
         let local = self.inner.local.lookup(key);
         let answer = if let Lookup::Miss(_) = local {
-            let mut answers = vec![local];
-            self.fetch(std::slice::from_ref(key), &mut answers, vec![(0, None)]);
-            answers.pop().expect("one answer")
+            match self.inner.step.take_entry(key) {
+                // Read right after this process took its claim: a
+                // claimant checking that nobody published it meanwhile.
+                Some(remote) => self.settle(local, remote, |bytes, work| {
+                    self.inner.local.found_elsewhere(key);
+                    let write = ArtifactWrite {
+                        key: key.clone(),
+                        source_key: None,
+                        bytes: bytes.to_vec(),
+                        work,
+                    };
+                    self.inner
+                        .queue
+                        .push(Write::LocalCopy(Box::new(write), None));
+                }),
+                None => {
+                    let mut answers = vec![local];
+                    self.fetch(
+                        std::slice::from_ref(key),
+                        &mut answers,
+                        vec![(0, None)],
+                        false,
+                    );
+                    answers.pop().expect("one answer")
+                }
+            }
         } else {
             local
         };
@@ -552,7 +609,7 @@ impl ArtifactStore for TieredStore {
                 None => waiting.push(index),
             }
         }
-        self.fetch(keys, &mut answers, fetches);
+        self.fetch(keys, &mut answers, fetches, true);
         if !waiting.is_empty() {
             self.wait_for_copies(keys, &mut answers, waiting);
         }
@@ -564,12 +621,33 @@ impl ArtifactStore for TieredStore {
 
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
         match self.inner.local.claim(key, wait) {
-            Claim::Busy => Claim::Busy,
+            Claim::Busy => {
+                // Another process of this machine compiles it: a lease
+                // taken with another key's group is its to take.
+                self.inner.step.let_go(key, self.group_patience());
+                Claim::Busy
+            }
             Claim::Held(local) => {
                 let held = HeldHere::new(&self.inner.held_here, key);
-                match attempt_waiting(&self.inner.remote, key, wait) {
-                    Attempt::Held(lease) => {
+                let attempt = match (self.inner.step.take_held(key, self.group_patience()), wait) {
+                    (Some((lease, renewal)), _) => Ok((lease, renewal)),
+                    // P12: a worker's claim takes the next keys' too, in
+                    // one round trip.
+                    (None, ClaimWait::Once) => Err(self.inner.step.claim(&self.inner.remote, key)),
+                    (None, ClaimWait::Patiently) => {
+                        Err(attempt_waiting(&self.inner.remote, key, wait))
+                    }
+                };
+                let attempt = match attempt {
+                    Ok(held_before) => Ok(held_before),
+                    Err(Attempt::Held(lease)) => {
                         let renewal = lease.renewal();
+                        Ok((lease, renewal))
+                    }
+                    Err(other) => Err(other),
+                };
+                match attempt {
+                    Ok((lease, renewal)) => {
                         // The tuple drops the local claim first; the
                         // remote lease is released behind the remote
                         // writes queued before it, so its artifact is in
@@ -581,8 +659,10 @@ impl ArtifactStore for TieredStore {
                         };
                         Claim::Held(ClaimGuard::leased((local, lease, held), renewal))
                     }
-                    Attempt::Busy => Claim::Busy,
-                    Attempt::Unreachable => Claim::Held(ClaimGuard::new((local, held))),
+                    Err(Attempt::Busy) => Claim::Busy,
+                    Err(Attempt::Unreachable | Attempt::Held(_)) => {
+                        Claim::Held(ClaimGuard::new((local, held)))
+                    }
                 }
             }
             Claim::Uncoordinated => self.inner.remote.claim(key, wait),
@@ -662,6 +742,7 @@ impl ArtifactStore for TieredStore {
     }
 
     fn batch_finished(&self) {
+        self.inner.step.finish();
         self.inner.local.batch_finished();
     }
 
@@ -675,7 +756,10 @@ impl ArtifactStore for TieredStore {
     fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
         let local = self.inner.local.lookup_blob(key);
         let answer = if let Lookup::Miss(_) = local {
-            let remote = self.inner.remote.lookup_blob(key);
+            let remote = match self.inner.step.take_blob(key) {
+                Some(read) => read,
+                None => self.inner.remote.lookup_blob(key),
+            };
             self.settle(local, remote, |bytes, _| {
                 let outcome = self.inner.local.put_blob(key, bytes);
                 self.written_back(&outcome);

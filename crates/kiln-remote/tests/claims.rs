@@ -1,7 +1,7 @@
 //! Claims across machines against a real redis-server (P12): a lease's
-//! value names its holder for a node that waits on it, an earlier
-//! version's value is read too, and a lease is released only by its own
-//! holder (compare-and-delete on the token).
+//! value names its holder for a node that waits on it, a value without a
+//! valid authenticator (an earlier version's, anyone's) is written over,
+//! and a lease is let go only by its own holder (compared on the token).
 
 mod support;
 
@@ -72,46 +72,57 @@ fn p12_a_remote_claim_names_its_holder_until_it_is_released() {
 }
 
 #[test]
-fn p12_an_earlier_versions_lease_is_read_and_left_to_its_holder() {
-    let Some(redis) = redis_or_skip("earlier lease values") else {
+fn p12_an_unauthenticated_lease_is_written_over_and_a_lease_taken_over_stays_its_holders() {
+    let Some(redis) = redis_or_skip("unauthenticated lease values") else {
         return;
     };
-    let prefix = fresh_prefix();
-    let store = open(&redis.url(), fleet_keys(), &prefix);
+    let (keys, prefix) = (fleet_keys(), fresh_prefix());
+    let store = open(&redis.url(), keys.clone(), &prefix);
     let mut connection = raw(&redis);
-    // The value a node of the version before this one writes.
-    let () = redis::cmd("SET")
-        .arg(claim_key(&prefix, &key(2)))
-        .arg("build-3 pid 4242 a1b2c3d4e5f60718 Instant { tv_sec: 9, tv_nsec: 1 }")
-        .arg("PX")
-        .arg(60_000)
-        .query(&mut connection)
-        .expect("SET answers");
-    assert_eq!(
-        store.holder(&key(2)).as_deref(),
-        Some("process 4242 on build-3")
-    );
-    assert!(matches!(store.claim(&key(2), ClaimWait::Once), Claim::Busy));
+    // The values of earlier versions carry no authenticator: anyone who
+    // can write Redis could have written them. Nobody is named for them,
+    // and the key is taken.
+    for (number, value) in [
+        (
+            2,
+            "build-3 pid 4242 a1b2c3d4e5f60718 Instant { tv_sec: 9, tv_nsec: 1 }",
+        ),
+        (
+            5,
+            "kiln-lease-2 ffffffffffffffffffffffffffffffff 77 build-9",
+        ),
+    ] {
+        let () = redis::cmd("SET")
+            .arg(claim_key(&prefix, &key(number)))
+            .arg(value)
+            .arg("PX")
+            .arg(60_000)
+            .query(&mut connection)
+            .expect("SET answers");
+        assert_eq!(store.holder(&key(number)), None);
+        let _taken = held(store.claim(&key(number), ClaimWait::Once));
+        assert_eq!(store.holder(&key(number)), Some(this_process()));
+    }
 
-    // Compare-and-delete: a lease taken over by another holder (its value
-    // replaced) is not freed when the first holder lets go.
+    // A lease that ran out and was taken by another holder is not freed
+    // when the first holder lets go.
     let guard = held(store.claim(&key(3), ClaimWait::Once));
-    let theirs = "kiln-lease-2 ffffffffffffffffffffffffffffffff 77 build-9";
-    let () = redis::cmd("SET")
+    let () = redis::cmd("DEL")
         .arg(claim_key(&prefix, &key(3)))
-        .arg(theirs)
         .query(&mut connection)
-        .expect("SET answers");
+        .expect("DEL answers");
+    let other = open(&redis.url(), keys.clone(), &prefix);
+    let theirs = held(other.claim(&key(3), ClaimWait::Once));
     drop(guard);
-    let left: Option<String> = redis::cmd("GET")
-        .arg(claim_key(&prefix, &key(3)))
-        .query(&mut connection)
-        .expect("GET answers");
-    assert_eq!(left.as_deref(), Some(theirs), "the newer lease stays");
-    assert_eq!(
-        store.holder(&key(3)).as_deref(),
-        Some("process 77 on build-9")
+    let third = open(&redis.url(), keys, &prefix);
+    assert!(
+        matches!(third.claim(&key(3), ClaimWait::Once), Claim::Busy),
+        "the newer lease stays"
     );
+    assert_eq!(third.holder(&key(3)), Some(this_process()));
+    drop(theirs);
+    assert_eq!(third.holder(&key(3)), None, "released");
+    let _mine = held(third.claim(&key(3), ClaimWait::Once));
 }
 
 #[test]

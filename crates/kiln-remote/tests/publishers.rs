@@ -77,18 +77,37 @@ fn first_publish_wins(redis: &Redis) {
     assert_eq!(hit(third.lookup(&key(0))), b"host one, compiled again");
     assert_eq!(first.remote_statistics().nondeterministic, 0);
 
-    // An entry that does not verify (another fleet's) is no first publish:
-    // it is written over.
+    // An entry another key signed (another fleet's, or a node given the
+    // wrong key) is not written over while its time runs: a node that
+    // cannot verify it cannot tell it from the fleet's.
     let stranger = open(&url, fleet_keys(), &prefix);
     assert!(matches!(
         stranger.put(&key(1), None, b"not this fleet's", work),
         StoreOutcome::Stored { .. }
     ));
-    assert!(matches!(
+    assert_eq!(
         second.put(&key(1), None, b"this fleet's", work),
+        StoreOutcome::Skipped
+    );
+    assert_eq!(second.remote_statistics().kept_unverifiable, 1);
+    assert!(matches!(third.lookup(&key(1)), Lookup::Miss(_)));
+    // What is no entry of kiln's at all is written over.
+    if redis.is_cluster {
+        return;
+    }
+    let mut connection = redis::Client::open(redis.url())
+        .and_then(|client| client.get_connection())
+        .expect("the test's redis-server takes connections");
+    let () = redis::cmd("SET")
+        .arg(second.entry_key(&key(2)))
+        .arg("garbage")
+        .query(&mut connection)
+        .expect("SET answers");
+    assert!(matches!(
+        second.put(&key(2), None, b"this fleet's", work),
         StoreOutcome::Stored { .. }
     ));
-    assert_eq!(hit(third.lookup(&key(1))), b"this fleet's");
+    assert_eq!(hit(third.lookup(&key(2))), b"this fleet's");
     assert_eq!(second.remote_statistics().nondeterministic, 3);
 }
 

@@ -1,8 +1,16 @@
 //! Bundles (P8): a whole store in one file, to warm another machine ahead of
 //! time.
 //!
+//! A bundle file is `"kilnbndl"`, a `u32` version 2, and a zstd stream
+//! whose content is the plain form below, version 1, whole: the checksums
+//! and the signature are those of the plain form, so one reader checks
+//! both, and a version 1 file (written before bundles were compressed)
+//! still imports. Import decompresses into a file without a name in the
+//! store's staging folder, which it reads twice and which is gone once
+//! the import ends, however it ends.
+//!
 //! ```text
-//! "kilnbndl"  u32 bundle version
+//! "kilnbndl"  u32 1
 //! header      sealed: store format, backend, compiler, architecture, options
 //! objects     'O' digest[32] length:u64 bytes          (repeated)
 //! records     'R' length:u32 sealed record             (repeated)
@@ -66,8 +74,16 @@ use crate::partial::PartialFile;
 use crate::record::{self, Record};
 
 const MAGIC: &[u8; 8] = b"kilnbndl";
-/// The bundle format this version writes and reads.
-pub const BUNDLE_VERSION: u32 = 1;
+/// The bundle format this version writes: version 1, the plain form, in a
+/// zstd stream.
+/// It reads both.
+pub const BUNDLE_VERSION: u32 = 2;
+/// The uncompressed form, which a compressed bundle holds and which
+/// bundles were before version 2.
+const PLAIN_VERSION: u32 = 1;
+/// zstd's default level: artifacts compress about twentyfold at it, at
+/// hundreds of MB/s, and higher levels gain little on kernels.
+const COMPRESSION_LEVEL: i32 = 3;
 const HEADER_TAG: &[u8; 8] = b"kilnhdr1";
 /// The largest object a bundle may hold: anything larger is damage.
 const LARGEST_OBJECT: u64 = 4 << 30;
@@ -195,6 +211,52 @@ impl<W: Write> Write for Digesting<W> {
     }
 }
 
+/// Where a bundle's plain form goes: the file, or a zstd stream into it
+/// after the compressed form's magic and version.
+enum Sink<'a> {
+    Plain(BufWriter<&'a File>),
+    Compressed(zstd::stream::write::Encoder<'static, BufWriter<&'a File>>),
+}
+
+impl<'a> Sink<'a> {
+    fn new(mut file: BufWriter<&'a File>, compressed: bool) -> io::Result<Self> {
+        if !compressed {
+            return Ok(Self::Plain(file));
+        }
+        file.write_all(MAGIC)?;
+        file.write_all(&BUNDLE_VERSION.to_le_bytes())?;
+        let mut encoder = zstd::stream::write::Encoder::new(file, COMPRESSION_LEVEL)?;
+        // Damage to the stream is then named as such, before the plain
+        // form's own digests would catch it.
+        encoder.include_checksum(true)?;
+        Ok(Self::Compressed(encoder))
+    }
+
+    /// Ends the zstd stream, if any: the buffered file, still to flush.
+    fn finish(self) -> io::Result<BufWriter<&'a File>> {
+        match self {
+            Self::Plain(file) => Ok(file),
+            Self::Compressed(encoder) => encoder.finish(),
+        }
+    }
+}
+
+impl Write for Sink<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::Plain(file) => file.write(bytes),
+            Self::Compressed(encoder) => encoder.write(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Self::Plain(file) => file.flush(),
+            Self::Compressed(encoder) => encoder.flush(),
+        }
+    }
+}
+
 /// What streaming an object into the store failed with: reading the
 /// bundle (or writing what it read), or publishing the file.
 enum Streamed {
@@ -267,7 +329,7 @@ impl DiskStore {
         };
         let partial = PartialFile::beside(path).map_err(Error::io("create a file beside", path))?;
         // Dropping `partial` on any way out below removes it.
-        let report = self.write_bundle(partial.file(), &components, progress, sign)?;
+        let report = self.write_bundle(partial.file(), &components, progress, sign, true)?;
         if report.records == 0 {
             return Err(Error::NothingToExport);
         }
@@ -283,10 +345,17 @@ impl DiskStore {
         components: &KeyComponents,
         progress: &mut dyn FnMut(&Progress),
         sign: Option<SignBundle<'_>>,
+        compressed: bool,
     ) -> Result<ExportReport> {
         let inner = &self.inner;
+        let failed = |error| Error::Io {
+            action: "write the bundle",
+            path: inner.layout.root().to_path_buf(),
+            source: error,
+        };
         let mut out = Digesting {
-            inner: BufWriter::with_capacity(1 << 20, file),
+            inner: Sink::new(BufWriter::with_capacity(1 << 20, file), compressed)
+                .map_err(failed)?,
             hasher: blake3::Hasher::new(),
             written: 0,
         };
@@ -296,13 +365,8 @@ impl DiskStore {
             created_at: record::now_seconds(),
         };
         let sealed_header = envelope::seal(HEADER_TAG, &record::encode(&header));
-        let failed = |error| Error::Io {
-            action: "write the bundle",
-            path: inner.layout.root().to_path_buf(),
-            source: error,
-        };
         out.write_all(MAGIC)
-            .and_then(|()| out.write_all(&BUNDLE_VERSION.to_le_bytes()))
+            .and_then(|()| out.write_all(&PLAIN_VERSION.to_le_bytes()))
             .and_then(|()| out.write_all(&(sealed_header.len() as u32).to_le_bytes()))
             .and_then(|()| out.write_all(&sealed_header))
             .map_err(failed)?;
@@ -347,6 +411,44 @@ impl DiskStore {
                 bytes: out.written,
             });
         })?;
+        // Packed objects travel as the files do.
+        self.each_packed(crate::pack::Kind::Object, &mut |bytes| {
+            if write_error.is_some() {
+                return;
+            }
+            let expected = digest(bytes);
+            let result = out
+                .write_all(b"O")
+                .and_then(|()| out.write_all(&expected))
+                .and_then(|()| out.write_all(&(bytes.len() as u64).to_le_bytes()))
+                .and_then(|()| out.write_all(bytes));
+            match result {
+                Ok(()) => report.objects += 1,
+                Err(error) => write_error = Some(error),
+            }
+        });
+        let mut packed_records = Vec::new();
+        self.each_packed(crate::pack::Kind::Record, &mut |sealed| {
+            if let Ok((record, _)) = Record::open_any(sealed)
+                && record.key.format == STORE_FORMAT
+                && record.key.components == *components
+            {
+                packed_records.push(record.seal());
+            }
+        });
+        for sealed in packed_records {
+            if write_error.is_some() {
+                break;
+            }
+            let result = out
+                .write_all(b"R")
+                .and_then(|()| out.write_all(&(sealed.len() as u32).to_le_bytes()))
+                .and_then(|()| out.write_all(&sealed));
+            match result {
+                Ok(()) => report.records += 1,
+                Err(error) => write_error = Some(error),
+            }
+        }
         crate::maintenance::walk_files(root, "records", &mut |path, _| {
             if write_error.is_some() {
                 return;
@@ -409,12 +511,14 @@ impl DiskStore {
                 .and_then(|()| out.write_all(&signature))
                 .map_err(failed)?;
         }
-        report.bytes = out.written;
         let file = out
             .inner
+            .finish()
+            .map_err(failed)?
             .into_inner()
             .map_err(|error| failed(error.into_error()))?;
         file.sync_all().map_err(failed)?;
+        report.bytes = file.metadata().map_err(failed)?.len();
         Ok(report)
     }
 
@@ -458,7 +562,7 @@ impl DiskStore {
         progress: &mut dyn FnMut(&Progress),
         judge: &dyn Fn(&BundleSeal<'_>) -> std::result::Result<(), String>,
     ) -> Result<ImportReport> {
-        let file = File::open(path).map_err(Error::io("open", path))?;
+        let file = self.open_plain(path)?;
         let file_length = file.metadata().map_err(Error::io("read", path))?.len();
         let mut input = BufReader::with_capacity(64 << 10, file);
         let (header, sealed_header) = read_header_sealed(path, &mut input)?;
@@ -561,6 +665,39 @@ impl DiskStore {
         Ok(report)
     }
 
+    /// The bundle at `path` in its plain form, at its start: the file
+    /// itself when it is plain, or else what its zstd stream holds, in a
+    /// file without a name.
+    fn open_plain(&self, path: &Path) -> Result<File> {
+        let mut file = File::open(path).map_err(Error::io("open", path))?;
+        if read_head(path, &mut file)? == PLAIN_VERSION {
+            file.rewind().map_err(Error::io("read", path))?;
+            return Ok(file);
+        }
+        let staging = self.inner.layout.staging();
+        let plain = durable::unnamed(&staging).map_err(Error::io("create a file in", &staging))?;
+        let mut decoder =
+            zstd::stream::read::Decoder::new(file).map_err(Error::io("read", path))?;
+        let mut output = BufWriter::with_capacity(1 << 20, &plain);
+        io::copy(&mut decoder, &mut output).map_err(|error| {
+            let kind = error.kind();
+            if matches!(
+                kind,
+                io::ErrorKind::Other | io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof
+            ) {
+                damaged(format!("its compressed stream is damaged: {error}"))
+            } else {
+                Error::io("decompress", path)(error)
+            }
+        })?;
+        output
+            .into_inner()
+            .map_err(|error| Error::io("decompress", path)(error.into_error()))?;
+        let mut plain = plain;
+        plain.rewind().map_err(Error::io("decompress", path))?;
+        Ok(plain)
+    }
+
     /// The second pass of an import: publishes every section of a bundle
     /// the first pass verified, checking each again as it goes. Returns what
     /// it did and the bytes it added to the store.
@@ -613,12 +750,16 @@ impl DiskStore {
                     let target = inner.layout.record(&record.key.digest());
                     let inline = self.inline_form(&record);
                     let sealed = inline.as_ref().unwrap_or(&sealed);
+                    // A packed record of the key is replaced by the file.
+                    let packed = self.take_packed_record(&record.key);
                     let old = fs::read(&target).ok();
-                    if old.as_ref() == Some(sealed) {
+                    if packed.is_none() && old.as_ref() == Some(sealed) {
                         continue;
                     }
-                    let replaced = old
-                        .and_then(|old| Record::open_any(&old).ok().map(|(old, _)| old))
+                    let replaced = packed
+                        .or_else(|| {
+                            old.and_then(|old| Record::open_any(&old).ok().map(|(old, _)| old))
+                        })
                         .is_some_and(|old| old.object != record.object);
                     let file = durable::publish_open(
                         &inner.layout.staging(),
@@ -871,7 +1012,7 @@ impl<'a> SectionReader<'a> {
         // header into the hasher.
         let mut hasher = blake3::Hasher::new();
         hasher.update(MAGIC);
-        hasher.update(&BUNDLE_VERSION.to_le_bytes());
+        hasher.update(&PLAIN_VERSION.to_le_bytes());
         hasher.update(&(sealed_header.len() as u32).to_le_bytes());
         hasher.update(sealed_header);
         Self {
@@ -1126,21 +1267,31 @@ impl<'a> Search<'a> {
 }
 
 /// Reads the magic, the version and the header of the bundle `reader`
-/// starts with.
+/// starts with, compressed or plain.
 ///
 /// # Errors
 ///
 /// It is not a bundle this version reads.
 pub fn read_header(path: &Path, reader: &mut impl Read) -> Result<BundleHeader> {
-    read_header_sealed(path, reader).map(|(header, _)| header)
+    if read_head(path, reader)? == PLAIN_VERSION {
+        return read_header_after_head(path, reader).map(|(header, _)| header);
+    }
+    let mut plain =
+        zstd::stream::read::Decoder::new(reader).map_err(|error| Error::NotABundle {
+            path: path.to_path_buf(),
+            reason: format!("its compressed stream cannot be read: {error}"),
+        })?;
+    read_header_sealed(path, &mut plain).map(|(header, _)| header)
 }
 
-fn read_header_sealed(path: &Path, reader: &mut impl Read) -> Result<(BundleHeader, Vec<u8>)> {
+/// Reads the magic and the version a bundle starts with: one this version
+/// reads.
+fn read_head(path: &Path, reader: &mut impl Read) -> Result<u32> {
     let not_a_bundle = |reason: String| Error::NotABundle {
         path: path.to_path_buf(),
         reason,
     };
-    let mut head = [0u8; 16];
+    let mut head = [0u8; 12];
     reader
         .read_exact(&mut head)
         .map_err(|_| not_a_bundle("too short".into()))?;
@@ -1148,12 +1299,36 @@ fn read_header_sealed(path: &Path, reader: &mut impl Read) -> Result<(BundleHead
         return Err(not_a_bundle("it does not start with kiln's magic".into()));
     }
     let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
-    if version != BUNDLE_VERSION {
+    if version != PLAIN_VERSION && version != BUNDLE_VERSION {
         return Err(not_a_bundle(format!(
-            "bundle version {version}; this kiln reads {BUNDLE_VERSION}"
+            "bundle version {version}; this kiln reads {PLAIN_VERSION} and {BUNDLE_VERSION}"
         )));
     }
-    let length = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
+    Ok(version)
+}
+
+/// Reads a plain bundle's magic, version and header.
+fn read_header_sealed(path: &Path, reader: &mut impl Read) -> Result<(BundleHeader, Vec<u8>)> {
+    let version = read_head(path, reader)?;
+    if version != PLAIN_VERSION {
+        return Err(Error::NotABundle {
+            path: path.to_path_buf(),
+            reason: format!("its compressed stream holds a bundle of version {version}"),
+        });
+    }
+    read_header_after_head(path, reader)
+}
+
+fn read_header_after_head(path: &Path, reader: &mut impl Read) -> Result<(BundleHeader, Vec<u8>)> {
+    let not_a_bundle = |reason: String| Error::NotABundle {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut head = [0u8; 4];
+    reader
+        .read_exact(&mut head)
+        .map_err(|_| not_a_bundle("too short".into()))?;
+    let length = u32::from_le_bytes(head);
     if u64::from(length) > LARGEST_SEALED {
         return Err(not_a_bundle(format!("a header of {length} bytes")));
     }
@@ -1237,6 +1412,126 @@ mod tests {
         let record = |store: &DiskStore| fs::read(store.record_path(&key)).expect("a record");
         assert_eq!(record(&destination), record(&source));
         assert!(record(&destination).starts_with(&artifact));
+        let _ = fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn p8_a_bundle_is_compressed_and_one_written_before_compression_still_imports() {
+        // P8: version 2 is a zstd stream of version 1; a version 1 file,
+        // written by the plain writer as every bundle was before, imports.
+        let base =
+            std::env::temp_dir().join(format!("kiln-bundle-versions-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let open = |name: &str| {
+            DiskStore::open(StoreConfig {
+                collects_automatically: false,
+                ..StoreConfig::at(base.join(name))
+            })
+            .expect("a store")
+        };
+        let source = open("source");
+        let entries: Vec<(StoreKey, Vec<u8>)> = (0..8)
+            .map(|seed| {
+                let key = StoreKey::for_artifact(
+                    &FakeCompiler::default_key_components(),
+                    &FakeKernel::new(seed).artifact_id(),
+                    None,
+                );
+                let text = format!(".visible .entry kernel_{seed}(.param .u64 p) {{ ret; }}\n");
+                (key, text.repeat(400).into_bytes())
+            })
+            .collect();
+        for (key, artifact) in &entries {
+            source.put(key, None, artifact, Duration::from_millis(3));
+        }
+        let compressed = base.join("new.kiln");
+        let exported = source
+            .export(&compressed, None, &mut |_| {})
+            .expect("exports");
+        let plain = base.join("old.kiln");
+        let partial = PartialFile::beside(&plain).expect("a file");
+        let components = FakeCompiler::default_key_components();
+        let written = source
+            .write_bundle(partial.file(), &components, &mut |_| {}, None, false)
+            .expect("writes the plain form");
+        partial.rename_over(&plain).expect("renames");
+
+        let head = |path: &Path| fs::read(path).expect("a bundle")[..12].to_vec();
+        assert_eq!(
+            head(&compressed),
+            [MAGIC.as_slice(), &2u32.to_le_bytes()].concat()
+        );
+        assert_eq!(
+            head(&plain),
+            [MAGIC.as_slice(), &1u32.to_le_bytes()].concat()
+        );
+        assert_eq!(exported.bytes, fs::metadata(&compressed).expect("it").len());
+        assert!(
+            exported.bytes * 5 < written.bytes,
+            "compressed {exported:?}, plain {written:?}"
+        );
+        let header = |path: &Path| {
+            read_header(path, &mut File::open(path).expect("opens")).expect("a header")
+        };
+        assert_eq!(header(&compressed).components, components);
+        assert_eq!(header(&plain).components, components);
+
+        for (name, bundle) in [("from-new", &compressed), ("from-old", &plain)] {
+            let destination = open(name);
+            let report = destination
+                .import(bundle, None, &mut |_| {})
+                .expect("imports");
+            assert_eq!(report.records, entries.len() as u64, "{name}");
+            for (key, artifact) in &entries {
+                match destination.lookup(key) {
+                    kiln_core::store::Lookup::Hit {
+                        artifact: found, ..
+                    } => {
+                        assert_eq!(&found, artifact, "{name}");
+                    }
+                    kiln_core::store::Lookup::Miss(miss) => panic!("{name}: {miss:?}"),
+                }
+            }
+            let staging = base.join(name).join("staging");
+            let left = fs::read_dir(&staging).map_or(0, Iterator::count);
+            assert_eq!(left, 0, "{name}: the plain form leaves nothing in staging");
+        }
+    }
+
+    #[test]
+    fn p8_a_truncated_compressed_bundle_is_refused_and_imports_nothing() {
+        // P8: a damaged zstd stream is damage, named, and nothing lands.
+        let base =
+            std::env::temp_dir().join(format!("kiln-bundle-truncated-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let open = |name: &str| {
+            DiskStore::open(StoreConfig {
+                collects_automatically: false,
+                ..StoreConfig::at(base.join(name))
+            })
+            .expect("a store")
+        };
+        let source = open("source");
+        let key = StoreKey::for_artifact(
+            &FakeCompiler::default_key_components(),
+            &FakeKernel::new(3).artifact_id(),
+            None,
+        );
+        source.put(&key, None, &[7u8; 50_000], Duration::from_millis(3));
+        let bundle = base.join("warm.kiln");
+        source.export(&bundle, None, &mut |_| {}).expect("exports");
+        let bytes = fs::read(&bundle).expect("it");
+        fs::write(&bundle, &bytes[..bytes.len() - 10]).expect("truncates");
+        let destination = open("destination");
+        let refused = destination.import(&bundle, None, &mut |_| {});
+        assert!(
+            matches!(refused, Err(Error::DamagedBundle { .. })),
+            "{refused:?}"
+        );
+        assert!(matches!(
+            destination.lookup(&key),
+            kiln_core::store::Lookup::Miss(_)
+        ));
         let _ = fs::remove_dir_all(&base);
     }
 }

@@ -10,6 +10,7 @@
 //! | `KILN_CACHE_LOCK_TIMEOUT` | [`StoreConfig::lock_timeout`] | 60 seconds, at most a day |
 //! | `KILN_CACHE_LEASE` | [`StoreConfig::lease`] | 10 seconds, at most a day |
 //! | `KILN_CACHE_READ_ONLY=1` | [`StoreConfig::read_only`] | writable |
+//! | `KILN_CACHE_PACK_BELOW` | [`StoreConfig::pack_below`] | 0 (every entry a file); `64K` |
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -51,12 +52,23 @@ pub struct StoreConfig {
     /// whose folder cannot be written is opened this way by itself.
     /// `KILN_CACHE_READ_ONLY=1`.
     pub read_only: bool,
+    /// Artifacts smaller than this many bytes are appended, with their
+    /// records and their kernel's history, to the store's packs (one file
+    /// per shard) instead of files of their own: a store of many small
+    /// kernels then holds about a thousand files, not four per kernel.
+    /// 0 keeps every entry a file. Packed entries are read, verified,
+    /// evicted and exported as files are, whatever this is set to.
+    /// `KILN_CACHE_PACK_BELOW`.
+    pub pack_below: u64,
 }
 
 /// 10 GiB, the default [`StoreConfig::max_bytes`].
 pub const DEFAULT_MAX_BYTES: u64 = 10 << 30;
 /// The default [`StoreConfig::max_entries`].
 pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
+/// The largest [`StoreConfig::pack_below`]: a pack is for small entries,
+/// and one entry is read whole.
+pub const MAX_PACKED: u64 = 16 << 20;
 /// The default [`StoreConfig::lock_timeout`].
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(60);
 /// The longest [`StoreConfig::lock_timeout`] the environment may set: one
@@ -75,6 +87,7 @@ impl StoreConfig {
             durable: true,
             collects_automatically: true,
             read_only: false,
+            pack_below: 0,
         }
     }
 
@@ -140,6 +153,15 @@ impl StoreConfig {
                     variable: "KILN_CACHE_LEASE",
                     value,
                     expected: "a number of seconds above 0, at most 86400 (one day)",
+                })?;
+        }
+        if let Some(value) = lookup("KILN_CACHE_PACK_BELOW") {
+            config.pack_below = parse_size(&value)
+                .filter(|below| *below <= MAX_PACKED)
+                .ok_or(ConfigError {
+                    variable: "KILN_CACHE_PACK_BELOW",
+                    value,
+                    expected: "a size in bytes of at most 16M, with an optional suffix: 64K; 0 packs nothing",
                 })?;
         }
         if let Some(value) = lookup("KILN_CACHE_READ_ONLY") {

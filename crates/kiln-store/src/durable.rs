@@ -84,6 +84,31 @@ pub(crate) fn publish_from<E: From<io::Error>>(
     placed.map(|()| file)
 }
 
+/// A new file without a name in `staging`, to write and read back: for
+/// what one operation holds only while it runs (a compressed bundle's
+/// plain form), so that nothing is left behind however the process ends.
+pub(crate) fn unnamed(staging: &Path) -> io::Result<File> {
+    let root_path = staging.parent().ok_or_else(|| outside(staging))?;
+    let root = Folder::open(if root_path.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        root_path
+    })?;
+    let staging = folder_at(&root, &[name_of(staging)?], false)?;
+    loop {
+        let sequence = STAGED.fetch_add(1, Ordering::Relaxed);
+        let name = OsString::from(format!("{}-{sequence}.part", std::process::id()));
+        match staging.create_file_to_reread(&name) {
+            Ok(file) => {
+                staging.remove_file(&name)?;
+                return Ok(file);
+            }
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 fn outside(path: &Path) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,

@@ -17,6 +17,9 @@
 //!   records/ab/c/<64 hex>   one record per key (an artifact's or a named
 //!                           blob's), named by the key's digest
 //!   kernels/ab/c/<32 hex>   one history per kernel id, for explaining misses
+//!   packs/<3 hex>.idx       small entries (objects, records, histories) of
+//!   packs/<3 hex>-<16 hex>.pack   one of 512 shards: an index and its
+//!                           pack, named by its generation (`pack/`)
 //! ```
 //!
 //! Two levels of shards (256 × 16) keep every folder small: a million
@@ -34,17 +37,20 @@ use std::path::{Path, PathBuf};
 
 /// The layout version written to `LAYOUT`. Layout 2 files named blobs'
 /// records (`kilnblb1`) in `records/`, which a reader of layout 1 would
-/// take for damaged records and remove.
-pub(crate) const LAYOUT: &str = "kiln store layout 2";
+/// take for damaged records and remove. Layout 3 keeps small entries in
+/// `packs/`, which a reader of layout 2 would not see: its lookups would
+/// miss and its eviction would count a store far smaller than it is.
+pub(crate) const LAYOUT: &str = "kiln store layout 3";
 
 /// Layouts this one reads as they are and upgrades by rewriting `LAYOUT`
-/// alone: layout 1 is layout 2 without blobs, so a store of it is opened
-/// (nothing lost), and its new marker keeps readers of layout 1 away from
-/// the blobs it will hold.
-pub(crate) const UPGRADES_FROM: [&str; 1] = ["kiln store layout 1"];
+/// alone: layout 1 is layout 2 without blobs, and layout 2 is layout 3
+/// without packs, so a store of either is opened (nothing lost) and its
+/// entries stay files until a put replaces them or `kiln gc` packs them;
+/// the new marker keeps older readers away from what they cannot see.
+pub(crate) const UPGRADES_FROM: [&str; 2] = ["kiln store layout 1", "kiln store layout 2"];
 
 /// The folders at the root, each the store's own.
-pub(crate) const FOLDERS: [&str; 4] = ["objects", "records", "kernels", "staging"];
+pub(crate) const FOLDERS: [&str; 5] = ["objects", "records", "kernels", "staging", "packs"];
 
 /// The files at the root, each the store's own.
 pub(crate) const FILES: [&str; 8] = [

@@ -15,6 +15,14 @@
 //!   also carries a copy of an artifact of at most 16 KiB, sealed with it,
 //!   so a warm hit opens one file instead of two (F3); the object stays,
 //!   for source records, bundles and the eviction order.
+//! - **Small entries in packs.** With [`StoreConfig::pack_below`] set, an
+//!   artifact below it, its records and its kernel's history are frames
+//!   appended to one of 512 shard packs, each with an index of fixed slots
+//!   (`pack/`): about a thousand files at any size (F10). Appends take the
+//!   shard's lock and publish a slot only once its frame is durable;
+//!   readers take no lock and verify every frame as a file's bytes (P2);
+//!   eviction, `gc` and `verify` rewrite a shard into a new generation.
+//!   Every lookup reads packs first, then files.
 //! - **Sharded folders.** Records, objects and kernel histories live two
 //!   shard levels deep (`ab/c/abc…`), so a lookup opens known paths and
 //!   never lists a folder; `docs/design/store.md` has the measurements
@@ -87,6 +95,7 @@ pub mod error;
 mod layout;
 mod lock;
 mod maintenance;
+mod pack;
 mod partial;
 mod record;
 mod sealed;
@@ -99,7 +108,7 @@ pub use bundle::{
     BUNDLE_VERSION, BundleHeader, BundleSeal, ExportReport, ImportReport, SignBundle, read_header,
 };
 pub use config::{StoreConfig, parse_size};
-pub use disk::DiskStore;
+pub use disk::{DiskStore, Footprint};
 pub use error::{Error, Result, WriteCause, WriteFailure};
 pub use maintenance::{CollectReport, Entry, EntryInfo, Limits, Progress, VerifyReport};
 pub use record::{BlobRecord, KernelHistory, Record, Seen};

@@ -62,6 +62,12 @@ pub(crate) fn lease_slot(key_digest: &[u8; 32]) -> u64 {
     region_slot(3, key_digest)
 }
 
+/// The slot of a pack shard's lock: held alone by whoever appends to the
+/// shard or rewrites it; readers take none.
+pub(crate) fn pack_slot(shard: usize) -> u64 {
+    (4 << 60) | shard as u64
+}
+
 /// A key's lease (P12), kept as 32 bytes of the `locks` file's content (the
 /// locks themselves take no bytes), in one of 65,536 buckets: the key's
 /// tag, its holder's mark and when the lease runs out unless renewed, in

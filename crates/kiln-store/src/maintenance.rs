@@ -158,9 +158,9 @@ pub enum Entry {
 
 /// Age buckets of eviction: bucket `b` holds ages in `[1.25^b, 1.25^(b+1))`
 /// seconds, so 200 buckets span past a century with a fixed, small table.
-const AGE_BUCKETS: usize = 200;
+pub(crate) const AGE_BUCKETS: usize = 200;
 
-fn age_bucket(accessed: SystemTime, now: SystemTime) -> usize {
+pub(crate) fn age_bucket(accessed: SystemTime, now: SystemTime) -> usize {
     let age = now
         .duration_since(accessed)
         .unwrap_or(Duration::ZERO)
@@ -592,6 +592,24 @@ impl DiskStore {
             Ok(())
         });
 
+        let packed = self.verify_packs();
+        report.objects += packed.objects;
+        report.records += packed.records;
+        report.histories += packed.histories;
+        report.bytes += packed.bytes;
+        report.bad_objects += packed.bad_objects;
+        report.bad_records += packed.bad_records;
+        report.dangling_records += packed.dangling_records;
+        report.bad_histories += packed.bad_histories;
+        report.staging_removed += packed.orphans;
+        usage.bytes += packed.file_bytes;
+        usage.entries += packed.objects - packed.bad_objects;
+        unchecked.extend(
+            packed
+                .unchecked
+                .into_iter()
+                .map(|(name, why)| (root.path.join(name), why)),
+        );
         report.unchecked = unchecked;
         if writable && let Err(error) = inner.usage.set(&inner.locks, usage) {
             log::warn!("cannot write the recounted usage: {error}");
@@ -622,6 +640,15 @@ impl DiskStore {
                 ..CollectReport::default()
             });
         };
+        // A store that packs moves its small file entries into the packs
+        // first (an upgraded store's), so what is counted next is packed.
+        let packed_files = self.pack_small_files();
+        if packed_files > 0 {
+            log::info!(
+                "kiln store: moved {packed_files} small entries of {} into packs",
+                self.root().display()
+            );
+        }
         let root = self.open_root()?;
         let mut unchecked = Vec::new();
         let mut report = CollectReport {
@@ -657,9 +684,16 @@ impl DiskStore {
             objects += 1;
             Ok(())
         });
+        // Packed objects age with the files; the rest of the packs' bytes
+        // is the records' share, as the record files are.
+        let packed = self.packed_ages(now);
+        for (bucket, (bytes, count)) in buckets.iter_mut().zip(packed.buckets) {
+            bucket.0 += bytes;
+            bucket.1 += count;
+        }
         report.before = Usage {
-            bytes: object_bytes + record_bytes,
-            entries: objects,
+            bytes: object_bytes + record_bytes + packed.object_bytes + packed.other_bytes,
+            entries: objects + packed.objects,
         };
         if self.is_read_only() {
             // Reports what it holds, and removes nothing.
@@ -672,9 +706,11 @@ impl DiskStore {
             return Ok(report);
         }
         // Records go with their objects: count each entry's share.
-        let overhead = record_bytes.checked_div(objects).unwrap_or(0);
+        let overhead = (record_bytes + packed.other_bytes)
+            .checked_div(objects + packed.objects)
+            .unwrap_or(0);
         let mut excess_bytes = report.before.bytes.saturating_sub(limits.max_bytes);
-        let mut excess_entries = objects.saturating_sub(limits.max_entries);
+        let mut excess_entries = report.before.entries.saturating_sub(limits.max_entries);
         // The youngest bucket that still has to go entirely or in part.
         let mut cutoff = AGE_BUCKETS;
         let (mut bytes_left, mut entries_left) = (excess_bytes, excess_entries);
@@ -739,10 +775,21 @@ impl DiskStore {
             });
             unchecked.extend(failed);
         }
+        let (packed_evicted, packed_evicted_bytes, packed_busy) = if cutoff < AGE_BUCKETS {
+            self.evict_packed(
+                cutoff,
+                now,
+                &mut excess_bytes,
+                &mut excess_entries,
+                overhead,
+            )
+        } else {
+            (0, 0, 0)
+        };
         inner
             .counters
             .evicted
-            .fetch_add(report.evicted, Ordering::Relaxed);
+            .fetch_add(report.evicted + packed_evicted, Ordering::Relaxed);
 
         // Pass 3: records whose object is gone go too; a record whose
         // object cannot be looked at stays.
@@ -779,6 +826,14 @@ impl DiskStore {
             });
             Ok(())
         });
+        // Packed records whose object went go too, and every shard with
+        // dead space is compacted.
+        report.records_removed += self.drop_dangling_packed();
+        usage.bytes += self.packed_file_bytes();
+        usage.entries += packed.objects - packed_evicted;
+        report.evicted += packed_evicted;
+        report.evicted_bytes += packed_evicted_bytes;
+        report.busy += packed_busy;
         report.after = usage;
         report.unchecked = unchecked;
         if let Err(error) = inner.usage.set(&inner.locks, usage) {
@@ -814,6 +869,31 @@ impl DiskStore {
             visit(EntryInfo { entry, accessed_at });
             Ok(())
         });
+        self.each_packed(crate::pack::Kind::Record, &mut |sealed| {
+            let Ok(record) = AnyRecord::open(sealed) else {
+                return;
+            };
+            let object = record.object().0;
+            let accessed_at = self
+                .inner
+                .packs
+                .slot(crate::pack::Kind::Object, &crate::pack::short_key(&object))
+                .map(|slot| u64::from(slot.accessed))
+                .or_else(|| {
+                    object_status(objects.as_ref(), &object)
+                        .ok()
+                        .filter(|found| found.kind == Kind::File)
+                        .and_then(|found| {
+                            found.accessed.duration_since(SystemTime::UNIX_EPOCH).ok()
+                        })
+                        .map(|since| since.as_secs())
+                });
+            let entry = match record {
+                AnyRecord::Artifact(record, _) => Entry::Record(record),
+                AnyRecord::Blob(record) => Entry::Blob(record),
+            };
+            visit(EntryInfo { entry, accessed_at });
+        });
         for (path, why) in unchecked {
             log::warn!("{}: {why}", path.display());
         }
@@ -846,6 +926,15 @@ impl DiskStore {
                 found.push(history);
             }
             Ok(())
+        });
+        self.each_packed(crate::pack::Kind::History, &mut |sealed| {
+            let Ok(history) = KernelHistory::open(sealed) else {
+                return;
+            };
+            let text = format!("{}#{:032x}", history.name, history.digest);
+            if text.contains(query) && !found.iter().any(|held| held.digest == history.digest) {
+                found.push(history);
+            }
         });
         for (path, why) in unchecked {
             log::warn!("{}: {why}", path.display());

@@ -67,7 +67,8 @@ pub(crate) fn prepare(layout: &Layout, durable: bool) -> Result<()> {
 
 /// Checks the marker, or writes it into a folder that may become a store.
 fn adopt(root: &Folder, layout: &Layout, durable: bool) -> Result<()> {
-    match read_layout(root, layout)? {
+    let marker = read_layout(root, layout)?;
+    match marker {
         Marker::Current => return Ok(()),
         Marker::Earlier => {
             log::info!(
@@ -101,7 +102,26 @@ fn adopt(root: &Folder, layout: &Layout, durable: bool) -> Result<()> {
         format!("{LAYOUT}\n").as_bytes(),
         durable,
     )
-    .map_err(Error::io("write", &marker_path))
+    .map_err(Error::io("write", &marker_path))?;
+    if marker == Marker::Absent {
+        tag_as_cache(layout, durable);
+    }
+    Ok(())
+}
+
+/// Marks a store kiln has just made as a cache folder
+/// (<https://bford.info/cachedir/>), so that backup and archiving tools
+/// skip it. After the marker, so that a creator killed between the two
+/// leaves a store, not a folder that looks foreign; and best effort,
+/// since a store works the same without it.
+fn tag_as_cache(layout: &Layout, durable: bool) {
+    const TAG: &str = "Signature: 8a477f597d28d172789f06886806bc55\n\
+        # This file is a cache directory tag created by kiln.\n\
+        # For information about cache directory tags, see https://bford.info/cachedir/\n";
+    let path = layout.root().join("CACHEDIR.TAG");
+    if let Err(error) = durable::publish(&layout.staging(), &path, TAG.as_bytes(), durable) {
+        log::debug!("cannot write {}: {error}", path.display());
+    }
 }
 
 /// Checks, as [`prepare`] does and writing nothing, that the folder at

@@ -308,12 +308,30 @@ impl Folder {
         )
     }
 
+    /// Creates the file `name` to write and read back; fails if anything
+    /// is there.
+    pub(crate) fn create_file_to_reread(&self, name: &OsStr) -> io::Result<File> {
+        self.open_with(
+            name,
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    }
+
     /// Opens the file `name` to write, creating it when missing, never
     /// through a link.
     pub(crate) fn open_or_create_file(&self, name: &OsStr) -> io::Result<File> {
         self.open_with(
             name,
             libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    }
+
+    /// Opens the file `name` to read and write, never through a link and
+    /// never waiting on a pipe: the caller checks it is a regular file.
+    pub(crate) fn open_read_write(&self, name: &OsStr) -> io::Result<File> {
+        self.open_with(
+            name,
+            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
         )
     }
 

@@ -16,6 +16,8 @@ use kiln_test_support::Scratch;
 struct Disk {
     scratch: Scratch,
     made: AtomicUsize,
+    /// [`StoreConfig::pack_below`] of every store it opens.
+    pack_below: u64,
 }
 
 impl Disk {
@@ -23,7 +25,25 @@ impl Disk {
         Self {
             scratch: Scratch::new("store-conformance"),
             made: AtomicUsize::new(0),
+            pack_below: 0,
         }
+    }
+
+    /// Stores that pack every artifact of the suite (F10).
+    fn packing() -> Self {
+        Self {
+            scratch: Scratch::new("store-conformance-packed"),
+            made: AtomicUsize::new(0),
+            pack_below: 1 << 20,
+        }
+    }
+
+    fn open(&self, root: &std::path::Path) -> DiskStore {
+        DiskStore::open(StoreConfig {
+            pack_below: self.pack_below,
+            ..StoreConfig::at(root)
+        })
+        .expect("a store opens in a scratch folder")
     }
 
     /// A name inside the scratch folder that no other call gets.
@@ -33,15 +53,11 @@ impl Disk {
     }
 }
 
-fn open(root: &std::path::Path) -> DiskStore {
-    DiskStore::open(StoreConfig::at(root)).expect("a store opens in a scratch folder")
-}
-
 impl StoreSubject for Disk {
     type Store = DiskStore;
 
     fn store(&self) -> DiskStore {
-        open(&self.fresh_name("store"))
+        self.open(&self.fresh_name("store"))
     }
 
     /// Imports a bundle that holds another artifact under a key the store
@@ -71,12 +87,13 @@ impl StoreSubject for Disk {
     }
 
     fn in_another_process(&self, store: &DiskStore) -> Option<DiskStore> {
-        Some(open(store.root()))
+        Some(self.open(store.root()))
     }
 
     fn with_lease(&self, lease: Duration) -> Option<DiskStore> {
         let config = StoreConfig {
             lease,
+            pack_below: self.pack_below,
             ..StoreConfig::at(self.fresh_name("leased"))
         };
         Some(DiskStore::open(config).expect("a store opens in a scratch folder"))
@@ -84,3 +101,11 @@ impl StoreSubject for Disk {
 }
 
 kiln_core::store_conformance_suite!(Disk::new());
+
+/// The same suite on packed entries (F10): every rule holds for them as
+/// for files.
+mod packed {
+    use super::Disk;
+
+    kiln_core::store_conformance_suite!(Disk::packing());
+}

@@ -125,6 +125,26 @@ impl RedisServer {
         Some(String::from_utf8_lossy(&reply[..read]).into_owned())
     }
 
+    /// Stops the server with SIGSTOP: it keeps its connections and its
+    /// port, accepts new connections (the kernel does) and answers nothing
+    /// until [`resume`](Self::resume)d: a frozen Redis.
+    pub fn pause(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("a pid fits");
+        // SAFETY: a signal to the server this value started, by its pid
+        // (reaped only when dropped, so the pid is still its).
+        let sent = unsafe { libc::kill(pid, libc::SIGSTOP) };
+        assert_eq!(sent, 0, "SIGSTOP reaches redis-server");
+    }
+
+    /// Lets a [`pause`](Self::pause)d server go on (SIGCONT).
+    pub fn resume(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("a pid fits");
+        // SAFETY: a signal to the server this value started, by its pid
+        // (reaped only when dropped, so the pid is still its).
+        let sent = unsafe { libc::kill(pid, libc::SIGCONT) };
+        assert_eq!(sent, 0, "SIGCONT reaches redis-server");
+    }
+
     /// Kills the server (SIGKILL, by its pid) and reaps it.
     pub fn stop(&mut self) {
         let _ = self.child.kill();
@@ -136,4 +156,114 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A TCP proxy on loopback in front of a server: it adds a round-trip
+/// time (half of it each way) and counts round trips, each time a client
+/// speaks after the server did (a pipeline sent whole is one), so that
+/// tests and benchmarks see what a remote far away would cost.
+#[derive(Debug)]
+pub struct LatencyProxy {
+    /// The loopback port clients connect to.
+    pub port: u16,
+    round_trips: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl LatencyProxy {
+    /// A proxy to `127.0.0.1:target` adding `round_trip` to each round
+    /// trip.
+    pub fn start(target: u16, round_trip: Duration) -> Self {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
+        let port = listener.local_addr().expect("a local address").port();
+        listener
+            .set_nonblocking(true)
+            .expect("a listener that does not block");
+        let round_trips = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (counted, stopped) = (Arc::clone(&round_trips), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let _ = client.set_nonblocking(false);
+                        if let Ok(server) = TcpStream::connect(("127.0.0.1", target)) {
+                            forward_both(client, server, round_trip, &counted);
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+        });
+        Self {
+            port,
+            round_trips,
+            stop,
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT` of the proxy.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The round trips counted so far, over every connection.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for LatencyProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn forward_both(
+    client: TcpStream,
+    server: TcpStream,
+    round_trip: Duration,
+    round_trips: &std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    // The server spoke last: the client's first bytes are a round trip.
+    let server_spoke = Arc::new(AtomicBool::new(true));
+    let half = round_trip / 2;
+    let pipe = |mut from: TcpStream, mut to: TcpStream, from_client: bool| {
+        let server_spoke = Arc::clone(&server_spoke);
+        let round_trips = Arc::clone(round_trips);
+        std::thread::spawn(move || {
+            let mut buffer = vec![0u8; 256 << 10];
+            loop {
+                let read = match from.read(&mut buffer) {
+                    Ok(0) | Err(_) => break,
+                    Ok(read) => read,
+                };
+                if from_client {
+                    if server_spoke.swap(false, Ordering::AcqRel) {
+                        round_trips.fetch_add(1, Ordering::Relaxed);
+                    }
+                } else {
+                    server_spoke.store(true, Ordering::Release);
+                }
+                if !half.is_zero() {
+                    std::thread::sleep(half);
+                }
+                if to.write_all(&buffer[..read]).is_err() {
+                    break;
+                }
+            }
+            let _ = to.shutdown(std::net::Shutdown::Both);
+        });
+    };
+    let (Ok(client_reader), Ok(server_reader)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    pipe(client_reader, server, true);
+    pipe(server_reader, client, false);
 }

@@ -99,5 +99,5 @@ pub use kiln_wgpu as wgpu;
 
 /// The README's examples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeExamples;

@@ -24,7 +24,7 @@ pub struct Arguments {
 struct Explained {
     kernel: String,
     explanation: Explanation,
-    /// What the store remembers of its failed compiles (P11).
+    /// What the store remembers of its failed compiles.
     remembered_failure: Option<String>,
     stored_under: Option<StoreKey>,
     last_missed_under: Option<StoreKey>,
@@ -36,7 +36,7 @@ struct ExplainedShape {
     /// `name#digest`, the digest as 32 hex digits.
     kernel: String,
     explanation: ExplanationShape,
-    /// What the store remembers of its failed compiles, in words (P11).
+    /// What the store remembers of its failed compiles, in words.
     remembered_failure: Option<String>,
     stored_under: Option<KeyShape>,
     last_missed_under: Option<KeyShape>,

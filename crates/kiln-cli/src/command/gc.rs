@@ -49,17 +49,17 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             (
                 "before",
                 format!(
-                    "{} in {} entries",
+                    "{} in {}",
                     format::bytes(report.before.bytes),
-                    report.before.entries
+                    format::count(report.before.entries, "entry")
                 ),
             ),
             (
                 "evicted",
                 format!(
-                    "{} in {} entries",
+                    "{} in {}",
                     format::bytes(report.evicted_bytes),
-                    report.evicted
+                    format::count(report.evicted, "entry")
                 ),
             ),
             ("records removed", report.records_removed.to_string()),
@@ -67,9 +67,9 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             (
                 "after",
                 format!(
-                    "{} in {} entries",
+                    "{} in {}",
                     format::bytes(report.after.bytes),
-                    report.after.entries
+                    format::count(report.after.entries, "entry")
                 ),
             ),
         ]);

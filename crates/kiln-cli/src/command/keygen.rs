@@ -51,7 +51,7 @@ pub fn run(arguments: &Arguments, output: &Output) -> Result<()> {
             outln!("KILN_REMOTE_TRUSTED_KEYS={public}");
             errln!(
                 "kiln: the signing key goes to build machines only; the public key to \
-                     every node (docs/FLEET.md)"
+                     every node (`kiln push --help` says how they are used)"
             );
         }
         None => {

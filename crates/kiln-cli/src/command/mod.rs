@@ -73,6 +73,66 @@ pub fn open_store(dir: Option<&Path>) -> Result<DiskStore> {
     DiskStore::open(config).with_context(|| format!("opening the store at {}", root.display()))
 }
 
+/// The store at `dir`, else the configured one, for a command that only
+/// reports on it (`stats`, `ls`): `None` when no store is there yet, with
+/// nothing created, as `ccache -s` creates nothing. The folder is first
+/// looked at as a read-only open would, which writes nothing.
+pub fn open_existing_store(dir: Option<&Path>) -> Result<Option<DiskStore>> {
+    let config = StoreConfig {
+        collects_automatically: false,
+        ..store_config(dir)?
+    };
+    let root = config.root.clone();
+    let probe = DiskStore::open(StoreConfig {
+        read_only: true,
+        ..config.clone()
+    });
+    match probe {
+        Err(kiln_store::Error::ReadOnlyEmpty { .. }) => Ok(None),
+        Err(error) => {
+            Err(error).with_context(|| format!("opening the store at {}", root.display()))
+        }
+        Ok(store) if config.read_only => Ok(Some(store)),
+        Ok(probe) => {
+            drop(probe);
+            DiskStore::open(config)
+                .map(Some)
+                .with_context(|| format!("opening the store at {}", root.display()))
+        }
+    }
+}
+
+/// What `stats` and `ls` print where there is no store yet.
+#[derive(Debug, Serialize)]
+struct NoStore {
+    root: String,
+    exists: bool,
+}
+
+/// Where the store at `dir`, else the configured one, is or would be.
+pub fn store_root(dir: Option<&Path>) -> Result<std::path::PathBuf> {
+    Ok(store_config(dir)?.root)
+}
+
+/// Says that there is no store at `root` yet.
+pub fn report_no_store(root: &Path, output: &Output) -> Result<()> {
+    output.print(
+        &NoStore {
+            root: root.display().to_string(),
+            exists: false,
+        },
+        || outln!("{}", no_store_words(root)),
+    )
+}
+
+/// That there is no store at `root` yet, in words.
+fn no_store_words(root: &Path) -> String {
+    format!(
+        "no store at {} yet: nothing is cached there (`kiln warm` or a program using kiln makes one)",
+        root.display()
+    )
+}
+
 /// The store at `dir`, else the configured one, to fill as any program
 /// using it would: it keeps to its size limit by evicting as it fills.
 ///

@@ -24,9 +24,9 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
     drop(bar);
     if report.refused > 0 {
         errln!(
-            "kiln: warning: {} entries of the remote did not verify with this machine's keys and \
+            "kiln: warning: {} of the remote did not verify with this machine's keys and \
              were not pulled",
-            report.refused
+            crate::format::count(report.refused, "entry")
         );
     }
     print_report(&report, "pulled", &remote, output)?;

@@ -6,6 +6,8 @@
 //! every process that used it counted: remote hits and misses, entries
 //! that did not verify, timeouts, breaker trips, queue drops.
 
+use std::path::Path;
+
 use anyhow::{Context, Result};
 use clap::Args;
 use kiln_store::{BackendActivity, DiskStore};
@@ -34,6 +36,11 @@ struct Stats {
     root: String,
     bytes: u64,
     entries: u64,
+    /// What the store's folder takes on disk: files and folders, and the
+    /// bytes allocated to them (the counted `bytes` are what the limit
+    /// compares).
+    files: u64,
+    allocated_bytes: u64,
     max_bytes: u64,
     max_entries: u64,
     compilers: Vec<kiln_core::KeyComponents>,
@@ -115,39 +122,25 @@ struct Zeroed {
 /// activity of every process; or zeroes the activity.
 pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<()> {
     let root = store.root().display().to_string();
-    let remote = match super::push::open_remote(arguments.remote.as_deref()) {
-        Ok(remote) => remote,
-        // Asked for on the command line, a remote that cannot open is the
-        // answer; only configured, it does not hide the local counts.
-        Err(error) if arguments.remote.is_none() => {
-            crate::console::errln!("kiln: warning: {error:#}");
-            None
-        }
-        Err(error) => return Err(error),
-    };
+    let remote = remote(arguments)?;
     if arguments.zero {
         store.zero_activity().context("zeroing the statistics")?;
-        if let Some(remote) = &remote
-            && !remote.zero_fleet_counts()
-        {
-            crate::console::errln!(
-                "kiln: warning: the fleet's counts in the remote tier at {} were not zeroed \
-                 (it did not answer, or this node does not write it)",
-                remote.config().url_for_display()
-            );
-        }
+        zero_fleet(remote.as_ref());
         let zeroed = Zeroed { root, zeroed: true };
         return output.print(&zeroed, || {
             outln!("statistics of {} zeroed", zeroed.root);
         });
     }
     let usage = store.usage();
+    let footprint = store.footprint();
     let config = store.config();
     let activity = store.activity();
     let stats = Stats {
         root,
         bytes: usage.bytes,
         entries: usage.entries,
+        files: footprint.files,
+        allocated_bytes: footprint.allocated_bytes,
         max_bytes: config.max_bytes,
         max_entries: config.max_entries,
         compilers: store.targets(),
@@ -158,6 +151,64 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         remote: remote.as_ref().map(remote_report),
     };
     output.print(&stats, || print(&stats))
+}
+
+/// What `stats` prints where no store is yet.
+#[derive(Debug, Serialize)]
+struct WithoutStore {
+    root: String,
+    exists: bool,
+    /// The remote tier, when one is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remote: Option<RemoteReport>,
+}
+
+/// Where no store is yet: says so, creating none, and reports on the
+/// remote tier when there is one (and zeroes its fleet counts with
+/// `--zero`).
+pub fn run_without_store(root: &Path, arguments: &Arguments, output: &Output) -> Result<()> {
+    let remote = remote(arguments)?;
+    if arguments.zero {
+        zero_fleet(remote.as_ref());
+    }
+    let report = WithoutStore {
+        root: root.display().to_string(),
+        exists: false,
+        remote: remote.as_ref().map(remote_report),
+    };
+    output.print(&report, || {
+        outln!("{}", super::no_store_words(root));
+        if let Some(remote) = &report.remote {
+            print_remote(remote);
+        }
+    })
+}
+
+/// The remote tier of `--remote`, else of `KILN_REMOTE_URL`.
+fn remote(arguments: &Arguments) -> Result<Option<kiln_remote::RemoteStore>> {
+    match super::push::open_remote(arguments.remote.as_deref()) {
+        Ok(remote) => Ok(remote),
+        // Asked for on the command line, a remote that cannot open is the
+        // answer; only configured, it does not hide the local counts.
+        Err(error) if arguments.remote.is_none() => {
+            crate::console::errln!("kiln: warning: {error:#}");
+            Ok(None)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// Zeroes the fleet's counts in `remote`, warning when it cannot.
+fn zero_fleet(remote: Option<&kiln_remote::RemoteStore>) {
+    if let Some(remote) = remote
+        && !remote.zero_fleet_counts()
+    {
+        crate::console::errln!(
+            "kiln: warning: the fleet's counts in the remote tier at {} were not zeroed \
+             (it did not answer, or this node does not write it)",
+            remote.config().url_for_display()
+        );
+    }
 }
 
 /// Probes `remote` and reads the fleet's counts, each within its timeout.
@@ -252,6 +303,14 @@ fn print(stats: &Stats) {
                 stats.entries,
                 stats.max_entries,
                 percent(stats.entries, stats.max_entries)
+            ),
+        ),
+        (
+            "on disk",
+            format!(
+                "{} allocated in {} files and folders",
+                format::bytes(stats.allocated_bytes),
+                stats.files
             ),
         ),
     ];

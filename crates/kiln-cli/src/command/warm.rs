@@ -51,7 +51,7 @@ use crate::table::Table;
 pub struct Arguments {
     /// The folder of kernels: `*.wgsl`, `*.cu`, `*.hip`, each with a
     /// `// kiln entry: ...` header, and `*.spv` SPIR-V modules with theirs
-    /// in `NAME.spv.kiln` (see the README).
+    /// in `NAME.spv.kiln`.
     pub folder: PathBuf,
     /// The backends to run, comma-separated (wgpu, cuda, hip); default:
     /// every backend the folder has kernels for.
@@ -84,15 +84,15 @@ pub struct Arguments {
         value_parser = PossibleValuesParser::new(crate::backend::BACKENDS)
     )]
     pub require: Vec<String>,
-    /// Compile again the kernels whose failure the store remembers (P11),
+    /// Compile again the kernels whose failure the store remembers,
     /// instead of reporting the remembered failure without compiling; each
     /// one that compiles is forgotten. `kiln forget KERNEL` forgets one
     /// without compiling.
     #[arg(long)]
     pub retry_failed: bool,
-    /// A shared remote tier behind the store (P10): `redis://HOST:PORT` or
+    /// A shared remote tier behind the store: `redis://HOST:PORT` or
     /// `redis+cluster://HOST:PORT,...`; default: `KILN_REMOTE_URL`, if set.
-    /// Needs keys (`kiln keygen`, docs/FLEET.md): without them the run
+    /// Needs keys (`kiln keygen --help`): without them the run
     /// stops before compiling anything.
     #[arg(long, value_name = "URL")]
     pub remote: Option<String>,
@@ -434,8 +434,8 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
         return Err(Exit::new(
             exit::REQUIRED_UNAVAILABLE,
             format!(
-                "a required backend is unavailable: {}; install its compiler (cargo xtask \
-                 setup), or leave it out of --require",
+                "a required backend is unavailable: {}; install its compiler, or leave it \
+                 out of --require",
                 missing.join("; ")
             ),
         )

@@ -35,7 +35,7 @@ use crate::target::{CompilationTarget, KernelOf, VariantOf};
 
 use crate::worker::WorkerProcesses;
 pub use history::{STORED_BATCH_LIMIT, StoredBatch};
-pub use progress::{BatchProgress, Waiting};
+pub use progress::{BatchProgress, Waiting, is_hidden, printable};
 
 pub(crate) use queue::BorrowedKernel;
 use queue::{Asked, KernelQueue, Request, queued_requests};
@@ -371,6 +371,14 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// Totals since the loader was made.
     pub fn statistics(&self) -> LoaderStatistics {
         self.statistics
+    }
+
+    /// The tail of the last batch's compile phase (F2): the finish of the
+    /// worker that finished last less the finish of the one before it, of
+    /// the batch's last round on several workers. `None` when that round
+    /// ran on one worker.
+    pub fn last_batch_tail(&self) -> Option<std::time::Duration> {
+        self.pool.last_tail()
     }
 
     /// A handle on what the loader's batches are doing, to read from

@@ -70,15 +70,37 @@ impl BatchProgress {
 }
 
 impl std::fmt::Display for Waiting {
-    /// `3 kernels others compile (process 4242 on build-3)`.
+    /// `3 kernels others compile (process 4242 on build-3)`. A holder's
+    /// name is another process's or machine's word: what a terminal would
+    /// take for a command (its control characters, and the invisible ones
+    /// that reorder text) is left out.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let plural = if self.kernels == 1 { "" } else { "s" };
         write!(f, "{} kernel{plural} others compile", self.kernels)?;
         if !self.holders.is_empty() {
-            write!(f, " ({})", self.holders.join(", "))?;
+            let holders: Vec<String> = self.holders.iter().map(|name| printable(name)).collect();
+            write!(f, " ({})", holders.join(", "))?;
         }
         Ok(())
     }
+}
+
+/// Whether `character` is one a terminal acts on or hides instead of
+/// showing it: a control character, or a mark that reorders or hides text.
+pub fn is_hidden(character: char) -> bool {
+    character.is_control()
+        || matches!(
+            character,
+            '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
+        )
+}
+
+/// `text` without what [`is_hidden`] finds: what is shown of a name that
+/// came from outside (another process's, another machine's).
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .filter(|character| !is_hidden(*character))
+        .collect()
 }
 
 #[cfg(test)]
@@ -104,6 +126,16 @@ mod tests {
         );
         progress.wait(None);
         assert_eq!(reader.waiting(), None);
+        // A holder named by another machine never reaches the terminal
+        // with its escapes or line erases.
+        let forged = Waiting {
+            kernels: 1,
+            holders: vec!["process 1 on \u{1b}]0;owned\u{7}\r\u{1b}[2Kall ok\u{202e}".into()],
+        };
+        assert_eq!(
+            forged.to_string(),
+            "1 kernel others compile (process 1 on ]0;owned[2Kall ok)"
+        );
         progress.started(1);
         assert_eq!(reader.settled(), 0, "a new batch counts from nothing");
     }

@@ -44,13 +44,25 @@ impl Redis {
     /// Three redis-servers made one cluster of three shards, every slot
     /// served.
     pub fn cluster() -> Result<Self, String> {
+        Self::cluster_of(0, "5000")
+    }
+
+    /// Three primaries with `replicas` replicas each, made one cluster
+    /// whose nodes count one another failed after `node_timeout`
+    /// milliseconds. The first three servers are the primaries.
+    pub fn cluster_of(replicas: usize, node_timeout: &str) -> Result<Self, String> {
         let scratch = Scratch::new("redis-cluster");
         let mut servers = Vec::new();
-        for index in 0..3 {
+        for index in 0..3 * (1 + replicas) {
             let folder = scratch.folder(&format!("node-{index}"));
             servers.push(RedisServer::start(
                 &folder,
-                &["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    node_timeout,
+                ],
             )?);
         }
         let cli = redis_server()?
@@ -67,7 +79,7 @@ impl Redis {
                     .iter()
                     .map(|server| format!("127.0.0.1:{}", server.port)),
             )
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
             .map_err(|error| format!("cannot run redis-cli: {error}"))?;

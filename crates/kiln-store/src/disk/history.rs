@@ -9,6 +9,7 @@ use std::sync::MutexGuard;
 use kiln_core::{Explanation, StoreKey};
 
 use super::{DiskStore, Inner};
+use crate::pack::{Kind, Read};
 
 /// The most misses a process keeps for the end of its batch; past it, a
 /// miss is written at once (a program that looks up without batches never
@@ -36,8 +37,7 @@ impl DiskStore {
     /// What the store knows of the kernel whose id has digest
     /// `kernel_digest`.
     pub fn history(&self, kernel_digest: u128) -> Option<KernelHistory> {
-        let sealed = fs::read(self.inner.layout.kernel(kernel_digest)).ok()?;
-        KernelHistory::open(&sealed).ok()
+        read_history(&self.inner, kernel_digest).map(|(history, _)| history)
     }
 
     /// Why `key` is or is not held (P9): [`ArtifactStore::explain`].
@@ -49,7 +49,7 @@ impl DiskStore {
         };
         if let Some(record) = self.record(key)
             && record.key == *key
-            && fs::metadata(self.object_path(&record.object)).is_ok()
+            && self.holds_object(&record.object)
         {
             return Explanation::Held {
                 stored_at: record.stored_at,
@@ -122,6 +122,21 @@ impl DiskStore {
     }
 }
 
+/// The history of the kernel with id digest `kernel`, packed or in its
+/// file, and whether it is packed.
+fn read_history(inner: &Inner, kernel: u128) -> Option<(KernelHistory, bool)> {
+    if let Read::Found { payload, .. } = inner.packs.read(Kind::History, &kernel.to_be_bytes())
+        && let Ok(history) = KernelHistory::open(&payload)
+        && history.digest == kernel
+    {
+        return Some((history, true));
+    }
+    let sealed = fs::read(inner.layout.kernel(kernel)).ok()?;
+    KernelHistory::open(&sealed)
+        .ok()
+        .map(|history| (history, false))
+}
+
 /// Kernel keys that missed and were not put yet, with when, by key digest.
 pub(crate) type PendingMisses = HashMap<[u8; 32], (StoreKey, u64)>;
 
@@ -158,23 +173,46 @@ fn update_history(
     change: impl FnOnce(&mut KernelHistory) -> bool,
 ) {
     let path = inner.layout.kernel(kernel);
-    let mut history = fs::read(&path)
-        .ok()
-        .and_then(|sealed| KernelHistory::open(&sealed).ok())
-        .unwrap_or_else(|| KernelHistory {
-            name: name.to_owned(),
-            digest: kernel,
-            stored: None,
-            asked: None,
-            held_at_miss: None,
-        });
+    let (held, packed) = match read_history(inner, kernel) {
+        Some((history, packed)) => (Some(history), packed),
+        None => (None, false),
+    };
+    let mut history = held.unwrap_or_else(|| KernelHistory {
+        name: name.to_owned(),
+        digest: kernel,
+        stored: None,
+        asked: None,
+        held_at_miss: None,
+    });
     if !change(&mut history) {
         return;
     }
     let sealed = history.seal();
-    if let Err(error) = within_file_size_limit(sealed.len() as u64)
-        .and_then(|()| durable::publish(&inner.layout.staging(), &path, &sealed, false))
-    {
+    // Beside the kernel's entries: packed when the store packs, or when
+    // the history already is.
+    let written = if packed || inner.config.pack_below > 0 {
+        let key = kernel.to_be_bytes();
+        let frame = crate::pack::Frame {
+            kind: Kind::History,
+            key,
+            payload: &sealed,
+        };
+        // Packed, a history takes the store's space as its entries do, and
+        // a rewrite's recount includes it: counted here too.
+        inner
+            .packs
+            .append(&inner.locks, crate::pack::shard_of(&key), &[frame], &[])
+            .and_then(|written| {
+                inner
+                    .usage
+                    .adjust(&inner.locks, i64::try_from(written).unwrap_or(i64::MAX), 0)
+                    .map(drop)
+            })
+    } else {
+        within_file_size_limit(sealed.len() as u64)
+            .and_then(|()| durable::publish(&inner.layout.staging(), &path, &sealed, false))
+    };
+    if let Err(error) = written {
         log::debug!("cannot update the history of {name}: {error}");
     }
 }

@@ -28,9 +28,12 @@ mod batches;
 mod blob;
 mod claim;
 mod eviction;
+mod footprint;
 mod generation;
 mod history;
 mod open;
+mod pack_passes;
+mod packed;
 mod read;
 mod removal;
 #[cfg(any(test, feature = "bench"))]
@@ -59,6 +62,7 @@ use crate::lock::LockFile;
 use crate::usage::{Usage, UsageFile};
 
 pub(crate) use access::{not_yet_refreshed, touch};
+pub use footprint::Footprint;
 pub(crate) use write::{digest, is_inlined, within_file_size_limit};
 
 /// A verified artifact store in a folder, shared by every process that opens
@@ -125,6 +129,8 @@ pub(crate) struct Inner {
     /// when: written into their histories by their put or at the batch's
     /// end, never on the lookup's path.
     pub(crate) pending_misses: Mutex<history::PendingMisses>,
+    /// The packs and this process's view of them.
+    pub(crate) packs: crate::pack::Packs,
 }
 
 impl Drop for Inner {

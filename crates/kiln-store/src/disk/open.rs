@@ -110,6 +110,7 @@ impl DiskStore {
         read_only: bool,
     ) -> Self {
         let root_token = read_token(&layout.generation_file());
+        let packs = crate::pack::Packs::new(layout.clone(), !read_only, config.durable);
         Self {
             inner: Arc::new(Inner {
                 config,
@@ -130,6 +131,7 @@ impl DiskStore {
                 collected_since_batch: AtomicBool::new(false),
                 tally: Default::default(),
                 pending_misses: Mutex::default(),
+                packs,
             }),
         }
     }

@@ -24,11 +24,12 @@ use crate::tree::Removal;
 const RECORD_LIMIT: u64 = INLINE_MAX as u64 + (1 << 20);
 
 /// Why an object gave no bytes.
-enum ObjectMiss {
+pub(super) enum ObjectMiss {
     Absent,
+    /// Damaged: `found` is the file, when it is one, to remove.
     Corrupt {
         detail: String,
-        found: Box<Metadata>,
+        found: Option<Box<Metadata>>,
     },
     Unreadable(String),
 }
@@ -51,6 +52,9 @@ impl DiskStore {
         let mut key_buffer = [0u8; 512];
         let encoded_key = record::encode_into(key, &mut key_buffer);
         let encoded_key = encoded_key.as_ref();
+        if let Some(found) = self.find_packed(key, encoded_key) {
+            return found;
+        }
         self.find(
             &Sought {
                 record_path: &self.inner.layout.record(&key.digest()),
@@ -126,7 +130,14 @@ impl DiskStore {
                     break (sealed, Miss::ForeignKey { detail });
                 }
             };
-            match self.read_object(&pointer) {
+            // A file record's object may have moved into a pack (`kiln gc`
+            // packs an upgraded store's small entries): looked for there
+            // only when its file is gone, so a file hit costs no more.
+            let object = match self.read_object(&pointer) {
+                Err(ObjectMiss::Absent) => self.read_packed_object(&pointer),
+                read => read,
+            };
+            match object {
                 Ok(bytes) => return self.hit(bytes, &pointer),
                 Err(ObjectMiss::Unreadable(detail)) => {
                     bump(&counters.unreadable, 1);
@@ -140,7 +151,9 @@ impl DiskStore {
                 }
                 Err(ObjectMiss::Corrupt { detail, found }) => {
                     bump(&counters.corrupt, 1);
-                    self.remove_object(&pointer.object, &found);
+                    if let Some(found) = found {
+                        self.remove_object(&pointer.object, &found);
+                    }
                     break (
                         sealed,
                         Miss::Corrupt {
@@ -187,6 +200,9 @@ impl DiskStore {
     /// plain file (a link is not followed, a FIFO not waited on), or is not
     /// of the record's length and digest.
     pub fn object_bytes(&self, record: &Record) -> Option<Vec<u8>> {
+        if let Some(bytes) = self.packed_object_bytes(record) {
+            return Some(bytes);
+        }
         let file = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -203,6 +219,9 @@ impl DiskStore {
     /// The record stored under `key`, if one is there and whole; its object
     /// is not read.
     pub fn record(&self, key: &StoreKey) -> Option<Record> {
+        if let Some(record) = self.packed_record(key) {
+            return Some(record);
+        }
         let sealed = fs::read(self.record_path(key)).ok()?;
         Record::open_any(&sealed).ok().map(|(record, _)| record)
     }
@@ -214,7 +233,7 @@ impl DiskStore {
     /// open nothing can tear what is read from it (P6). Eviction can only
     /// take it before it is opened, which the lookup sees as an absent
     /// object.
-    fn read_object(&self, pointer: &Pointer) -> Result<Vec<u8>, ObjectMiss> {
+    pub(super) fn read_object(&self, pointer: &Pointer) -> Result<Vec<u8>, ObjectMiss> {
         let path = self.inner.layout.object(&pointer.object);
         let file = match open_no_link(&path) {
             Ok(file) => file,
@@ -233,7 +252,7 @@ impl DiskStore {
         let corrupt = |detail: String, found: Metadata| {
             Err(ObjectMiss::Corrupt {
                 detail,
-                found: Box::new(found),
+                found: Some(Box::new(found)),
             })
         };
         if !found.is_file() {
@@ -327,7 +346,7 @@ pub(super) enum Judged {
 /// Judges a record file read for `key`, whose bytes are `encoded_key`. The
 /// common case, a whole record of this key, is settled without decoding
 /// the key the record holds; anything else is decoded to say what is wrong.
-fn judge(sealed: &[u8], encoded_key: &[u8], key: &StoreKey) -> Judged {
+pub(super) fn judge(sealed: &[u8], encoded_key: &[u8], key: &StoreKey) -> Judged {
     match record::check(sealed, encoded_key) {
         Checked::Inline(pointer) => Judged::Inline(pointer),
         Checked::Pointer(pointer) => Judged::Pointer(pointer),

@@ -20,6 +20,15 @@ impl DiskStore {
         if self.inner.read_only {
             return;
         }
+        self.remove_packed_record(key);
+        self.remove_record_file(key);
+    }
+
+    /// Removes the file record of `key`, if any.
+    pub(super) fn remove_record_file(&self, key: &StoreKey) {
+        if self.inner.read_only {
+            return;
+        }
         let path = self.record_path(key);
         // A file or a link at the record's name goes, never a folder.
         let removal = self.remove_at(&path, |folder, name| Removal::of(folder.remove_file(name)));

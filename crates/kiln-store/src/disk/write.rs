@@ -151,6 +151,9 @@ impl DiskStore {
         if bytes.is_empty() {
             return Err(io::Error::other("an empty artifact is never stored"));
         }
+        if self.packs_artifact(bytes.len() as u64) {
+            return self.try_put_packed(key, source_key, bytes, work);
+        }
         let inner = &self.inner;
         let object = digest(bytes);
         let size = bytes.len() as u64;
@@ -167,6 +170,17 @@ impl DiskStore {
             })
             .collect();
         let (written, new_entries) = self.publish_entry(bytes, &object, &records)?;
+        // A packed record of the same key is no longer what it holds.
+        for key in std::iter::once(key).chain(source_key) {
+            self.remove_packed_record(key);
+        }
+        self.after_put(key, written, new_entries);
+        Ok(written)
+    }
+
+    /// What follows a put's publication: the kernel's history, the
+    /// targets list and the usage counters.
+    pub(super) fn after_put(&self, key: &StoreKey, written: u64, new_entries: i64) {
         if let Some((name, kernel)) = key.kernel() {
             // The miss this put follows, written with it: one write.
             let missed = self.take_miss(key);
@@ -183,7 +197,6 @@ impl DiskStore {
         }
         self.register_target(&key.components);
         self.count_usage(written, new_entries);
-        Ok(written)
     }
 
     /// Publishes the object of `bytes`, whose digest is `object`, then

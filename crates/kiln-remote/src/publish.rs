@@ -1,0 +1,319 @@
+//! Publishing to the remote (P10): every entry of a group of artifacts
+//! in one round trip, the first publish of a key winning, an entry this
+//! node cannot verify left alone until its time ran out.
+
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use kiln_core::{StoreKey, StoreOutcome};
+use redis::{Cmd, Value, cmd};
+
+use crate::entry::{self, Kind, Rejection};
+use crate::read::Read;
+use crate::remote::{RemoteStore, now};
+use crate::statistics::{add, bump};
+
+/// Writes an artifact entry (`ARGV[1]`, for `ARGV[2]` milliseconds) where
+/// the key holds nothing, or something that is not a string (a key of the
+/// wrong type, repaired): 0. Where it holds an entry whose payload
+/// (`ARGV[3]` bytes after the 66-byte header) is the same, that entry stays
+/// as it is, its time renewed: 1, whoever signed it. Where it holds other
+/// bytes, nothing is written: 2, settled by the caller, which can verify
+/// what is there. The first publish of a key wins (P10): two hosts whose
+/// compiles differ never overwrite each other in silence, and a node with
+/// another key never replaces the fleet's entries.
+const PUBLISH: &str = "local kind = redis.call('type', KEYS[1]).ok \
+    if kind ~= 'string' and kind ~= 'none' then redis.call('del', KEYS[1]) kind = 'none' end \
+    if kind == 'none' then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 0 end \
+    local old = redis.call('get', KEYS[1]) \
+    local last = 66 + tonumber(ARGV[3]) \
+    if #old > last and string.sub(old, 1, 9) == string.sub(ARGV[1], 1, 9) \
+      and string.sub(old, 59, last) == string.sub(ARGV[1], 59, last) then \
+      redis.call('pexpire', KEYS[1], ARGV[2]) return 1 end \
+    return 2";
+
+/// How many of its own publishes a store remembers (two digests each).
+const REMEMBERED_PUBLISHES: usize = 1 << 14;
+
+/// An artifact entry sent with [`PUBLISH`], and where its reply is.
+struct Publish {
+    index: usize,
+    subject: [u8; 32],
+    subject_text: String,
+    redis_key: String,
+    value: Vec<u8>,
+}
+
+/// How long after its time ran out an entry that this node cannot verify
+/// may be written over, and how far in the future its time may be before
+/// it is taken for garbage.
+const FOREIGN_SLACK: u64 = 24 * 60 * 60;
+
+impl RemoteStore {
+    /// The command that writes an artifact entry unless the key holds
+    /// another publisher's different bytes (`PUBLISH`).
+    fn publish(&self, redis_key: &str, value: &[u8], payload_length: usize) -> Cmd {
+        let mut command = cmd("EVAL");
+        let ttl = u64::try_from(self.inner.config.ttl.as_millis()).unwrap_or(u64::MAX);
+        command
+            .arg(PUBLISH)
+            .arg(1)
+            .arg(redis_key)
+            .arg(value)
+            .arg(ttl.max(1))
+            .arg(payload_length);
+        command
+    }
+
+    /// Settles a publish the remote refused because the key holds other
+    /// bytes: `true` when this store's value was written after all (the
+    /// entry there does not verify, or is this store's own earlier put),
+    /// `false` when another publisher's verified entry stays, counted and
+    /// warned about once as a nondeterministic compile.
+    fn settle_difference(&self, publish: &Publish, payload_digest: &[u8; 32]) -> bool {
+        let inner = &self.inner;
+        let limit = self.inner.config.max_entry_bytes;
+        let Some(found) = self.read_values(&[("e", publish.subject)], limit) else {
+            return false;
+        };
+        let found = match found.into_iter().next() {
+            Some(Read::Value(value)) => Some(value),
+            // Gone since: a plain write.
+            Some(Read::Absent) => None,
+            // Over the limit: nothing kiln would write or read.
+            Some(Read::Longer(_)) | None => None,
+        };
+        let opened = found.as_deref().map(|value| {
+            (
+                value,
+                entry::open(&inner.config.keys, Kind::Artifact, &publish.subject, value),
+            )
+        });
+        let theirs = match opened {
+            Some((_, Ok(verified))) => Some(*blake3::hash(&verified.payload).as_bytes()),
+            Some((value, Err(Rejection::Unverified(_)))) => {
+                // Another key's entry, or a forgery this node cannot tell
+                // from one: kept until its time has run out, so that a node
+                // with the wrong key never wipes the fleet's cache.
+                let stale = entry::stored_at_unverified(value).is_none_or(|stored_at| {
+                    let ttl = self.inner.config.ttl.as_secs();
+                    stored_at.saturating_add(ttl).saturating_add(FOREIGN_SLACK) < now()
+                        || stored_at > now().saturating_add(FOREIGN_SLACK)
+                });
+                if !stale {
+                    bump(&inner.counters.kept_unverifiable);
+                    return false;
+                }
+                None
+            }
+            // Not an entry, or written for another key: replaced.
+            Some((_, Err(_))) | None => None,
+        };
+        let is_ours = theirs.is_some_and(|theirs| {
+            inner
+                .published
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&publish.subject)
+                == Some(&theirs)
+        });
+        if theirs.is_none() || is_ours || theirs == Some(*payload_digest) {
+            // Nothing there that verifies, or what is there is this store's
+            // own: a plain write, as for any other put.
+            let command = self.set(publish.redis_key.clone(), publish.value.clone());
+            return inner
+                .remote
+                .call(&inner.counters, move |link| link.query::<()>(&command))
+                .is_some();
+        }
+        bump(&inner.counters.nondeterministic);
+        if !inner.warned_nondeterministic.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "kiln: nondeterministic compile: {} was already in the remote store with other \
+                 bytes, published by another host; the remote keeps the first, this host keeps \
+                 its own copy locally, and later cases are counted, not logged",
+                publish.subject_text
+            );
+        }
+        false
+    }
+
+    /// Remembers that this store published `payload_digest` under
+    /// `subject`, so that a later put of its own replaces it (P2) while
+    /// another publisher's differing bytes do not.
+    fn remember(&self, subject: [u8; 32], payload_digest: [u8; 32]) {
+        let mut published = self
+            .inner
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if published.len() >= REMEMBERED_PUBLISHES {
+            // Forgetting costs at most a warning about this store's own
+            // replaced entry, never a wrong one.
+            published.clear();
+        }
+        published.insert(subject, payload_digest);
+    }
+}
+
+/// One artifact to publish ([`RemoteStore::put_many`]).
+pub(crate) struct Put<'a> {
+    pub key: &'a StoreKey,
+    pub source_key: Option<&'a StoreKey>,
+    pub bytes: &'a [u8],
+    pub work: Duration,
+}
+
+/// One artifact's sealed entries: their commands, its publishes (with
+/// their places in the commands) and the bytes they write.
+struct Sealed {
+    commands: Vec<Cmd>,
+    publishes: Vec<Publish>,
+    written: u64,
+}
+
+impl RemoteStore {
+    /// Publishes `puts` in one round trip (one per shard of a cluster):
+    /// every entry of every artifact, then `after` (the releases of their
+    /// leases), then what settling a difference needs for the few keys
+    /// that held other bytes. An outcome per put.
+    pub(crate) fn put_many(&self, puts: &[Put<'_>], after: Vec<Cmd>) -> Vec<StoreOutcome> {
+        let stored_at = now();
+        let mut outcomes: Vec<Option<StoreOutcome>> = puts.iter().map(|_| None).collect();
+        let mut commands = Vec::new();
+        let mut sealed = Vec::new();
+        for (index, put) in puts.iter().enumerate() {
+            match self.seal_artifact(put, stored_at) {
+                Ok(mut one) => {
+                    for publish in &mut one.publishes {
+                        publish.index += commands.len();
+                    }
+                    commands.append(&mut one.commands);
+                    sealed.push((index, one.publishes, one.written));
+                }
+                Err(outcome) => outcomes[index] = Some(outcome),
+            }
+        }
+        if sealed.is_empty() {
+            if !after.is_empty() {
+                self.inner.remote.call(&self.inner.counters, move |link| {
+                    link.pipeline::<Vec<Value>>(after)
+                });
+            }
+        } else {
+            commands.extend(after);
+            let written: u64 = sealed.iter().map(|(_, _, written)| written).sum();
+            let artifact_bytes: u64 = sealed
+                .iter()
+                .map(|(index, _, _)| puts[*index].bytes.len() as u64)
+                .sum();
+            let (outcome, replies) = self.write(commands, written, artifact_bytes);
+            // `write` counted the round trip as one put: count each.
+            let more = sealed.len().saturating_sub(1) as u64;
+            match &outcome {
+                StoreOutcome::Stored { .. } => add(&self.inner.counters.puts, more),
+                _ => add(&self.inner.counters.put_failures, more),
+            }
+            for (index, publishes, _) in sealed {
+                let put = &puts[index];
+                outcomes[index] = Some(match &outcome {
+                    StoreOutcome::Stored { .. } => self.settle(put, publishes, &replies),
+                    failed => failed.clone(),
+                });
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| outcome.expect("every put has its outcome"))
+            .collect()
+    }
+
+    /// The entries of one artifact: under its key and its source's, the
+    /// listed keys and the kernel's history.
+    fn seal_artifact(
+        &self,
+        put: &Put<'_>,
+        stored_at: u64,
+    ) -> std::result::Result<Sealed, StoreOutcome> {
+        let encode = |key: &StoreKey| {
+            bincode::serde::encode_to_vec(key, bincode::config::standard())
+                .expect("a key is plain data and always serializes")
+        };
+        let (key, source_key, bytes) = (put.key, put.source_key, put.bytes);
+        let mut entries = vec![(Kind::Artifact, "e", key.digest(), bytes.to_vec(), key)];
+        if let Some(source) = source_key {
+            entries.push((Kind::Artifact, "e", source.digest(), bytes.to_vec(), source));
+        }
+        for listed in std::iter::once(key).chain(source_key) {
+            entries.push((Kind::Key, "k", listed.digest(), encode(listed), listed));
+        }
+        if let Some(history) = Self::history_id(key) {
+            entries.push((Kind::History, "h", history, encode(key), key));
+        }
+        let mut sealed = Sealed {
+            commands: Vec::with_capacity(entries.len()),
+            publishes: Vec::new(),
+            written: 0,
+        };
+        for (kind, space, subject, payload, subject_key) in entries {
+            let value = self.sealed(kind, &subject, stored_at, put.work, &payload)?;
+            sealed.written += value.len() as u64;
+            let redis_key = self.redis_key(space, &subject);
+            if kind == Kind::Artifact {
+                sealed
+                    .commands
+                    .push(self.publish(&redis_key, &value, payload.len()));
+                sealed.publishes.push(Publish {
+                    index: sealed.commands.len() - 1,
+                    subject,
+                    subject_text: subject_key.subject_text(),
+                    redis_key,
+                    value,
+                });
+            } else {
+                sealed.commands.push(self.set(redis_key, value));
+            }
+        }
+        Ok(sealed)
+    }
+
+    /// The outcome of one artifact's publishes, given the replies.
+    fn settle(&self, put: &Put<'_>, publishes: Vec<Publish>, replies: &[Value]) -> StoreOutcome {
+        let payload_digest = *blake3::hash(put.bytes).as_bytes();
+        let mut kept_another = false;
+        for publish in publishes {
+            match publishes_reply(replies, publish.index) {
+                // Written new: this store's from now on.
+                Some(0) => self.remember(publish.subject, payload_digest),
+                // Other bytes were there.
+                Some(2) => {
+                    if self.settle_difference(&publish, &payload_digest) {
+                        self.remember(publish.subject, payload_digest);
+                    } else {
+                        kept_another = true;
+                    }
+                }
+                // The same bytes, kept and renewed (their publisher stays
+                // whoever wrote them first), or a reply this store does
+                // not understand.
+                _ => {}
+            }
+        }
+        if kept_another {
+            StoreOutcome::Skipped
+        } else {
+            StoreOutcome::Stored {
+                bytes: put.bytes.len() as u64,
+            }
+        }
+    }
+}
+
+/// The integer reply of `PUBLISH` at `index` of `replies`.
+fn publishes_reply(replies: &[Value], index: usize) -> Option<i64> {
+    match replies.get(index) {
+        Some(Value::Int(reply)) => Some(*reply),
+        _ => None,
+    }
+}

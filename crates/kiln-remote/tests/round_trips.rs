@@ -1,0 +1,96 @@
+//! Round trips per batch, not per kernel (P10, P12): a cold batch's
+//! remote calls counted by a proxy on loopback in front of a real
+//! redis-server, adding a round-trip time as a remote far away would.
+
+mod support;
+
+use std::num::NonZeroUsize;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiln_core::fake::{FakeCompiler, FakeKernel, FakeTarget};
+use kiln_core::{ArtifactStore, KernelLoader, LoaderConfig};
+use kiln_remote::{RemoteStore, TieredStore};
+use kiln_store::{DiskStore, StoreConfig};
+use kiln_test_support::redis::LatencyProxy;
+use support::{Redis, config, fleet_keys, fresh_prefix};
+
+/// The round trips a cold batch of `kernels` costs a node whose remote is
+/// `round_trip` away, from its lookup until its writes are flushed.
+fn cold_batch(redis: &Redis, kernels: &[FakeKernel], round_trip: Duration, root: &Path) -> u64 {
+    let proxy = LatencyProxy::start(redis.servers[0].port, round_trip);
+    let mut settings = config(&proxy.url(), fleet_keys(), &fresh_prefix());
+    settings.timeout = Duration::from_secs(5);
+    // Held past the batch: no renewal falls inside it (each lease renews
+    // on its own, a round trip each, off the launch path).
+    settings.lease = Duration::from_secs(60);
+    let disk = DiskStore::open(StoreConfig {
+        collects_automatically: false,
+        ..StoreConfig::at(root)
+    })
+    .expect("a disk store opens");
+    let store = TieredStore::new(disk, RemoteStore::open(settings).expect("the remote opens"));
+    assert!(store.remote().is_reachable(), "the proxy forwards");
+    let before = proxy.round_trips();
+    let target = FakeTarget::on_store(Arc::new(store.clone()) as Arc<dyn ArtifactStore>)
+        .with_compiler(FakeCompiler::default().logging_compiles_to(root.join("compiles.log")));
+    let mut loader = KernelLoader::with_config(
+        target,
+        LoaderConfig {
+            parallelism: NonZeroUsize::new(2).expect("two workers"),
+            ..LoaderConfig::default()
+        },
+    );
+    for kernel in kernels {
+        loader.enqueue(Box::new(kernel.clone()), ());
+    }
+    loader.compile_queued();
+    for kernel in kernels {
+        loader
+            .load(kernel, &kernel.artifact_id())
+            .expect("every kernel loads");
+    }
+    assert!(store.flush(Duration::from_secs(60)), "the writes drain");
+    let statistics = store.tiered_statistics();
+    assert_eq!(
+        statistics.remote_writes,
+        kernels.len() as u64,
+        "{statistics:?}"
+    );
+    proxy.round_trips() - before
+}
+
+#[test]
+fn p10_a_cold_batch_of_64_costs_round_trips_per_batch_step_not_per_kernel() {
+    let Some(redis) = Redis::single()
+        .map_err(|reason| support::skip("round trips per batch", &reason))
+        .ok()
+    else {
+        return;
+    };
+    const KERNELS: u32 = 64;
+    let round_trip = Duration::from_millis(100);
+    // Kernels whose lowered source is not looked up: every step the batch
+    // takes is one of the store's.
+    let plain: Vec<FakeKernel> = (0..KERNELS)
+        .map(|number| FakeKernel::new(number).without_source())
+        .collect();
+    let counted = cold_batch(&redis, &plain, round_trip, &redis.scratch.join("plain"));
+    // With lowered sources: each kernel's source is looked up by its
+    // worker once lowered.
+    let lowered: Vec<FakeKernel> = (0..KERNELS).map(FakeKernel::new).collect();
+    let with_sources = cold_batch(&redis, &lowered, round_trip, &redis.scratch.join("lowered"));
+    eprintln!(
+        "a cold batch of {KERNELS}: {counted} round trips, {with_sources} with its sources \
+         looked up"
+    );
+    // One lookup (with the failure memories), the claims in groups of 8
+    // (each with its re-check of the entries), the publishes and releases
+    // in the writer's groups, one round trip each while the batch loads:
+    // fewer than one per kernel, where each kernel used to cost several.
+    assert!(
+        counted < u64::from(KERNELS),
+        "{counted} round trips for a cold batch of {KERNELS}"
+    );
+}

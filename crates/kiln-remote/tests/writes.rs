@@ -1,0 +1,216 @@
+//! Bounded reads and careful writes against a real redis-server (P10): a
+//! reader never fetches a value over its limit, a publish of the same
+//! bytes keeps the entry there, a node with another key never replaces
+//! the fleet's entries, and a key of the wrong type is repaired by the
+//! next writer instead of failing every batch that includes it.
+
+mod support;
+
+use std::time::Duration;
+
+use kiln_core::store::hex;
+use kiln_core::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, Miss, StoreKey};
+use kiln_remote::RemoteStore;
+use support::{Redis, config, fleet_keys, fresh_prefix, open};
+
+fn key(number: u32) -> StoreKey {
+    let components = KeyComponents::new("cuda", "nvrtc 13.0", "sm_90", "-O3");
+    let id = ArtifactId::new(
+        KernelId::named("writes.kernel").parameter(&number).build(),
+        0u8,
+    );
+    StoreKey::for_artifact(&components, &id, None)
+}
+
+fn artifact(number: u32) -> Vec<u8> {
+    (0..3000u32).map(|index| (index ^ number) as u8).collect()
+}
+
+fn redis_or_skip(what: &str) -> Option<Redis> {
+    Redis::single()
+        .map_err(|reason| support::skip(what, &reason))
+        .ok()
+}
+
+fn raw(redis: &Redis) -> redis::Connection {
+    redis::Client::open(redis.url())
+        .and_then(|client| client.get_connection())
+        .expect("the test's redis-server takes connections")
+}
+
+fn entry_key(prefix: &str, key: &StoreKey) -> String {
+    format!("{prefix}e:{}", hex(&key.digest()))
+}
+
+/// The bytes redis-server has sent to its clients so far.
+fn sent_by(redis: &Redis) -> u64 {
+    let info = redis.servers[0]
+        .command(&["INFO", "stats"])
+        .expect("INFO answers");
+    info.lines()
+        .find_map(|line| line.strip_prefix("total_net_output_bytes:"))
+        .and_then(|number| number.trim().parse().ok())
+        .expect("INFO stats counts the bytes sent")
+}
+
+#[test]
+fn p10_a_reader_never_fetches_a_value_over_its_limit() {
+    // P10: anyone who can write Redis puts 8 MiB values where a batch
+    // looks; a reader limited to 1 MiB entries reads their length only.
+    let Some(redis) = redis_or_skip("bounded reads") else {
+        return;
+    };
+    let prefix = fresh_prefix();
+    let mut settings = config(&redis.url(), fleet_keys(), &prefix);
+    settings.max_entry_bytes = 1 << 20;
+    let reader = RemoteStore::open(settings).expect("the store opens");
+    let mut connection = raw(&redis);
+    let huge = vec![7u8; 8 << 20];
+    let keys: Vec<StoreKey> = (0..4).map(key).collect();
+    for key in &keys {
+        let () = redis::cmd("SET")
+            .arg(entry_key(&prefix, key))
+            .arg(&huge)
+            .query(&mut connection)
+            .expect("SET answers");
+    }
+    let before = sent_by(&redis);
+    let found = reader.lookup_many(&keys);
+    let sent = sent_by(&redis) - before;
+    for found in &found {
+        assert!(
+            matches!(found, Lookup::Miss(Miss::Corrupt { detail }) if detail.contains("over the limit")),
+            "{found:?}"
+        );
+    }
+    assert!(
+        sent < 64 << 10,
+        "the reader was sent {sent} bytes for four values it may not read"
+    );
+    assert_eq!(reader.remote_statistics().oversize_reads, 4);
+}
+
+#[test]
+fn p10_a_node_with_another_key_never_replaces_the_fleets_entries() {
+    // P10: a node given the wrong fleet key publishes what the fleet
+    // already holds: the same bytes keep the fleet's entry (its time
+    // renewed), other bytes are not written over an entry it cannot
+    // verify.
+    let Some(redis) = redis_or_skip("a node with another key") else {
+        return;
+    };
+    let prefix = fresh_prefix();
+    let fleet = open(&redis.url(), fleet_keys(), &prefix);
+    let stranger = open(&redis.url(), fleet_keys(), &prefix);
+    let mut connection = raw(&redis);
+    let (same, other) = (key(1), key(2));
+    for key in [&same, &other] {
+        assert!(matches!(
+            fleet.put(key, None, &artifact(1), Duration::from_millis(5)),
+            kiln_core::StoreOutcome::Stored { .. }
+        ));
+    }
+    let value = |key: &StoreKey, connection: &mut redis::Connection| -> Vec<u8> {
+        redis::cmd("GET")
+            .arg(entry_key(&prefix, key))
+            .query(connection)
+            .expect("GET answers")
+    };
+    let (same_before, other_before) = (
+        value(&same, &mut connection),
+        value(&other, &mut connection),
+    );
+    let () = redis::cmd("PEXPIRE")
+        .arg(entry_key(&prefix, &same))
+        .arg(60_000)
+        .query(&mut connection)
+        .expect("PEXPIRE answers");
+    // A second later its entries would carry another time.
+    std::thread::sleep(Duration::from_millis(1100));
+    stranger.put(&same, None, &artifact(1), Duration::from_millis(5));
+    stranger.put(&other, None, &artifact(9), Duration::from_millis(5));
+    assert_eq!(
+        value(&same, &mut connection),
+        same_before,
+        "the same bytes keep the entry"
+    );
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(entry_key(&prefix, &same))
+        .query(&mut connection)
+        .expect("PTTL answers");
+    assert!(ttl > 60_000, "its time was renewed: {ttl} ms left");
+    assert_eq!(
+        value(&other, &mut connection),
+        other_before,
+        "other bytes are not written over it"
+    );
+    assert_eq!(stranger.remote_statistics().kept_unverifiable, 1);
+    for key in [&same, &other] {
+        assert!(
+            matches!(fleet.lookup(key), Lookup::Hit { .. }),
+            "the fleet still hits"
+        );
+    }
+}
+
+#[test]
+fn p10_a_key_of_the_wrong_type_is_a_miss_and_the_next_writer_repairs_it() {
+    let Some(redis) = redis_or_skip("keys of the wrong type") else {
+        return;
+    };
+    let prefix = fresh_prefix();
+    let store = open(&redis.url(), fleet_keys(), &prefix);
+    let mut connection = raw(&redis);
+    let (broken, fine) = (key(3), key(4));
+    assert!(matches!(
+        store.put(&fine, None, &artifact(4), Duration::ZERO),
+        kiln_core::StoreOutcome::Stored { .. }
+    ));
+    let () = redis::cmd("HSET")
+        .arg(entry_key(&prefix, &broken))
+        .arg("field")
+        .arg("value")
+        .query(&mut connection)
+        .expect("HSET answers");
+    let found = store.lookup_many(&[broken.clone(), fine.clone()]);
+    assert!(
+        matches!(found[0], Lookup::Miss(Miss::Absent)),
+        "{:?}",
+        found[0]
+    );
+    assert!(
+        matches!(found[1], Lookup::Hit { .. }),
+        "the rest of the batch hits"
+    );
+    assert!(matches!(
+        store.put(&broken, None, &artifact(3), Duration::ZERO),
+        kiln_core::StoreOutcome::Stored { .. }
+    ));
+    assert!(
+        matches!(store.lookup(&broken), Lookup::Hit { .. }),
+        "repaired"
+    );
+}
+
+#[test]
+fn p10_a_fleet_count_that_is_no_number_is_no_outage() {
+    // P10: anyone can write the counts' hash; a field that holds no
+    // number counts nothing, and the remote is still taken as answering.
+    let Some(redis) = redis_or_skip("fleet counts that are no numbers") else {
+        return;
+    };
+    let prefix = fresh_prefix();
+    let store = open(&redis.url(), fleet_keys(), &prefix);
+    let mut connection = raw(&redis);
+    let () = redis::cmd("HSET")
+        .arg(format!("{prefix}stats"))
+        .arg("timeouts")
+        .arg("many")
+        .arg("written")
+        .arg("3")
+        .query(&mut connection)
+        .expect("HSET answers");
+    let counts = store.fleet_counts().expect("the remote answers");
+    assert_eq!((counts.timeouts, counts.written), (0, 3));
+    assert!(!store.remote_statistics().breaker_open, "no outage");
+}

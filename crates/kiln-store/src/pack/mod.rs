@@ -1,0 +1,798 @@
+//! Packs: small entries appended to one file per shard, found through an
+//! index beside it, so a store of a million small kernels holds about a
+//! thousand files instead of four million (F10).
+//!
+//! # Design
+//!
+//! - **One pack and one index per shard.** An entry's key (an object's
+//!   digest, a record's key digest, a kernel id's digest) picks one of
+//!   [`SHARDS`] shards. `packs/<shard>.idx` is a log of fixed 32-byte slots,
+//!   each naming a frame of `packs/<shard>-<generation>.pack` by offset
+//!   (`format.rs`); the last slot of a key wins, and a tombstone slot
+//!   removes it. Nothing is changed in place but a slot's access time.
+//! - **Appends under the shard's lock.** A writer takes the shard's slot of
+//!   the `locks` file alone, cuts a torn last slot off the index, writes its
+//!   frames at the pack's end, syncs, then writes their slots at the
+//!   index's end and syncs (P3): a slot is never visible before its frame,
+//!   and a process killed at any instant leaves whole slots naming whole
+//!   frames, an unnamed frame (dead space), or a torn slot that readers
+//!   skip and the next writer cuts.
+//! - **Readers take no lock.** Each process keeps, per shard, the index's
+//!   slots it has read and both files open; a lookup looks at the index by
+//!   path (one `stat`), reads only the slots appended since, and reads its
+//!   frame with one `pread`. What a frame holds proves itself as a file
+//!   would (P2): an object's digest, a record's seal.
+//! - **Compaction swaps generations.** Eviction, `gc` and `verify` rewrite
+//!   a shard under its lock: the entries kept go to a new pack named by a
+//!   new generation, a new index naming it is published over the old one
+//!   (staged, synced, renamed), and the old pack is unlinked. A reader
+//!   holding the old files reads them whole; its next lookup sees the
+//!   index's new identity and reloads. An entry being read or written is
+//!   never dropped (P6): eviction takes each object's lock alone, as it
+//!   does for files.
+
+mod format;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use format::{
+    ACCESSED_AT, UNIT, frame_header, frames, fresh_generation, index_generation, index_header,
+    pack_header,
+};
+pub(crate) use format::{Kind, Slot};
+
+use crate::durable;
+use crate::layout::Layout;
+use crate::lock::{LockFile, Mode, pack_slot};
+use crate::tree::{Folder, is_absent};
+
+/// How many shards packs are spread over: each shard is two files, so a
+/// store of packs alone is about a thousand files, and at a million entries
+/// (four slots each at most) an index is about 250 KiB, read once per
+/// process.
+pub(crate) const SHARDS: usize = 512;
+
+/// The largest payload a frame may have: the largest artifact a store
+/// packs, with room for its record.
+const LARGEST_FRAME: u64 = crate::config::MAX_PACKED + (1 << 20);
+
+/// Slots read from an index at a time: a long index is read in steps.
+const SLOTS_PER_READ: u64 = 1 << 15;
+
+/// How long a writer waits for a shard's lock.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// An access time this recent is not written again (as for files).
+const ACCESS_GRAIN: u32 = 60;
+
+/// The shard of an entry keyed by `key`.
+pub(crate) fn shard_of(key: &[u8; 16]) -> usize {
+    usize::from(u16::from_be_bytes([key[0], key[1]])) % SHARDS
+}
+
+/// The first half of a digest: what a pack keys an entry by. The frame's
+/// payload is verified against the whole digest wherever it is known.
+pub(crate) fn short_key(digest: &[u8; 32]) -> [u8; 16] {
+    digest[..16].try_into().expect("16 bytes")
+}
+
+/// Where a slot was read: which index and where in it, so that a removal
+/// takes an entry only while it is still the one that was judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Position {
+    generation: u64,
+    slot: u64,
+}
+
+/// What a pack holds under a key.
+#[derive(Debug)]
+pub(crate) enum Read {
+    /// The frame's payload, whole.
+    Found { payload: Vec<u8>, at: Position },
+    /// Nothing: no index, or no live slot of the key.
+    Absent,
+    /// A slot names a frame that is not there or not its own.
+    Damaged { detail: String, at: Position },
+    /// The index or pack cannot be read.
+    Unreadable(String),
+}
+
+/// One frame to append.
+pub(crate) struct Frame<'a> {
+    pub(crate) kind: Kind,
+    pub(crate) key: [u8; 16],
+    pub(crate) payload: &'a [u8],
+}
+
+/// A live entry as a pass sees it.
+pub(crate) struct Live<'a> {
+    pub(crate) slot: Slot,
+    /// The payload, or why the frame is damaged.
+    pub(crate) payload: Result<&'a [u8], String>,
+}
+
+/// What a rewrite of a shard did.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Rewritten {
+    pub(crate) kept: u64,
+    pub(crate) dropped: u64,
+    /// Bytes of the shard's files before and after.
+    pub(crate) before: u64,
+    pub(crate) after: u64,
+}
+
+/// The packs of one store, and this process's view of each shard.
+#[derive(Debug)]
+pub(crate) struct Packs {
+    layout: Layout,
+    writable: bool,
+    durable: bool,
+    views: Box<[Mutex<Option<View>>]>,
+}
+
+/// What this process has read of one shard.
+#[derive(Debug)]
+struct View {
+    /// The index's device and inode: another one means a rewrite.
+    identity: (u64, u64),
+    index: File,
+    pack: File,
+    generation: u64,
+    /// How far the index has been read: whole slots only.
+    read_to: u64,
+    slots: HashMap<(Kind, [u8; 16]), (Slot, u64)>,
+}
+
+impl Packs {
+    pub(crate) fn new(layout: Layout, writable: bool, durable: bool) -> Self {
+        Self {
+            layout,
+            writable,
+            durable,
+            views: (0..SHARDS).map(|_| Mutex::new(None)).collect(),
+        }
+    }
+
+    fn folder_path(&self) -> PathBuf {
+        self.layout.root().join("packs")
+    }
+
+    fn index_name(shard: usize) -> String {
+        format!("{shard:03x}.idx")
+    }
+
+    fn pack_name(shard: usize, generation: u64) -> String {
+        format!("{shard:03x}-{generation:016x}.pack")
+    }
+
+    fn view(&self, shard: usize) -> MutexGuard<'_, Option<View>> {
+        self.views[shard]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The payload of the live entry `kind`/`key`.
+    pub(crate) fn read(&self, kind: Kind, key: &[u8; 16]) -> Read {
+        let shard = shard_of(key);
+        let mut guard = self.view(shard);
+        if let Err(error) = self.refresh(shard, &mut guard) {
+            return Read::Unreadable(format!("reading the index of pack {shard:03x}: {error}"));
+        }
+        let Some(view) = guard.as_ref() else {
+            return Read::Absent;
+        };
+        let Some(&(slot, position)) = view.slots.get(&(kind, *key)) else {
+            return Read::Absent;
+        };
+        let at = Position {
+            generation: view.generation,
+            slot: position,
+        };
+        match read_frame(&view.pack, &slot) {
+            Ok(Ok(payload)) => Read::Found { payload, at },
+            Ok(Err(detail)) => Read::Damaged { detail, at },
+            Err(error) => Read::Unreadable(format!("reading pack {shard:03x}: {error}")),
+        }
+    }
+
+    /// Whether a live entry `kind`/`key` is indexed; its frame is not read.
+    pub(crate) fn contains(&self, kind: Kind, key: &[u8; 16]) -> io::Result<bool> {
+        let shard = shard_of(key);
+        let mut guard = self.view(shard);
+        self.refresh(shard, &mut guard)?;
+        Ok(guard
+            .as_ref()
+            .is_some_and(|view| view.slots.contains_key(&(kind, *key))))
+    }
+
+    /// The slot of the live entry `kind`/`key`, if any.
+    pub(crate) fn slot(&self, kind: Kind, key: &[u8; 16]) -> Option<Slot> {
+        let shard = shard_of(key);
+        let mut guard = self.view(shard);
+        self.refresh(shard, &mut guard).ok()?;
+        guard
+            .as_ref()
+            .and_then(|view| view.slots.get(&(kind, *key)).map(|(slot, _)| *slot))
+    }
+
+    /// Records a read of the entry at `at` (P6), at most once a minute.
+    pub(crate) fn touch(&self, kind: Kind, key: &[u8; 16], at: Position) {
+        if !self.writable {
+            return;
+        }
+        let shard = shard_of(key);
+        let mut guard = self.view(shard);
+        let Some(view) = guard.as_mut() else {
+            return;
+        };
+        let now = now_seconds();
+        match view.slots.get_mut(&(kind, *key)) {
+            Some((slot, position))
+                if view.generation == at.generation
+                    && *position == at.slot
+                    && now.saturating_sub(slot.accessed) >= ACCESS_GRAIN =>
+            {
+                // Outside the slot's check: a torn write of it is only an
+                // older access time.
+                if let Err(error) = view
+                    .index
+                    .write_all_at(&now.to_le_bytes(), *position + ACCESSED_AT)
+                {
+                    log::trace!("cannot record an access: {error}");
+                }
+                slot.accessed = now;
+            }
+            _ => {}
+        }
+    }
+
+    /// Brings this process's view of `shard` up to date: the slots
+    /// appended since it last looked, or everything when the index was
+    /// replaced.
+    fn refresh(&self, shard: usize, view: &mut Option<View>) -> io::Result<()> {
+        let index_path = self.folder_path().join(Self::index_name(shard));
+        let found = match fs::symlink_metadata(&index_path) {
+            Ok(found) => found,
+            Err(error) if is_absent(&error) => {
+                *view = None;
+                return Ok(());
+            }
+            Err(error) => return Err(error),
+        };
+        if !found.is_file() {
+            *view = None;
+            return Err(io::Error::other("the index is not a regular file"));
+        }
+        if let Some(current) = view.as_mut()
+            && current.identity == (found.dev(), found.ino())
+        {
+            if found.len() > current.read_to {
+                current.read_tail()?;
+            }
+            return Ok(());
+        }
+        *view = None;
+        // A rewrite may swap the index and unlink the pack it named between
+        // the two opens: the next try reads the new pair. A shard whose
+        // files went altogether holds nothing.
+        for _ in 0..3 {
+            match self.open_view(shard, &index_path) {
+                Ok(opened) => {
+                    *view = Some(opened);
+                    return Ok(());
+                }
+                Err(error) if is_absent(&error) => continue,
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+
+    fn open_view(&self, shard: usize, index_path: &std::path::Path) -> io::Result<View> {
+        let open = |path: &std::path::Path, write: bool| {
+            fs::OpenOptions::new()
+                .read(true)
+                .write(write)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(path)
+        };
+        // A read-only store (or one whose index this user may not write)
+        // reads and never renews access times.
+        let index = open(index_path, self.writable).or_else(|_| open(index_path, false))?;
+        let found = index.metadata()?;
+        if !found.is_file() {
+            return Err(io::Error::other("the index is not a regular file"));
+        }
+        let mut header = [0u8; UNIT as usize];
+        index.read_exact_at(&mut header, 0)?;
+        let generation = index_generation(&header)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a damaged index header"))?;
+        let pack = open(
+            &self.folder_path().join(Self::pack_name(shard, generation)),
+            false,
+        )?;
+        let mut pack_start = [0u8; UNIT as usize];
+        pack.read_exact_at(&mut pack_start, 0)?;
+        if pack_start != pack_header(generation) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a pack of another generation",
+            ));
+        }
+        let mut view = View {
+            identity: (found.dev(), found.ino()),
+            index,
+            pack,
+            generation,
+            read_to: UNIT,
+            slots: HashMap::new(),
+        };
+        view.read_tail()?;
+        Ok(view)
+    }
+
+    /// Appends `frames` and `removals` (tombstones) to `shard`, under its
+    /// lock, and returns the bytes written. Frames are durable before the
+    /// slots that name them are written (P3).
+    pub(crate) fn append(
+        &self,
+        locks: &Arc<LockFile>,
+        shard: usize,
+        new_frames: &[Frame<'_>],
+        removals: &[(Kind, [u8; 16])],
+    ) -> io::Result<u64> {
+        if !self.writable {
+            return Err(io::Error::new(
+                io::ErrorKind::ReadOnlyFilesystem,
+                "the store is read-only",
+            ));
+        }
+        let _alone = lock_shard(locks, shard)?;
+        self.append_locked(shard, new_frames, removals)
+    }
+
+    /// [`append`](Self::append), the shard's lock held.
+    fn append_locked(
+        &self,
+        shard: usize,
+        new_frames: &[Frame<'_>],
+        removals: &[(Kind, [u8; 16])],
+    ) -> io::Result<u64> {
+        let open = self.open_for_writing(shard)?;
+        let pack_end = open.pack.metadata()?.len();
+        let frame_bytes: u64 = new_frames
+            .iter()
+            .map(|frame| UNIT + frame.payload.len() as u64)
+            .sum();
+        let slot_bytes = UNIT * (new_frames.len() + removals.len()) as u64;
+        if pack_end + frame_bytes > u64::from(u32::MAX) {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!("pack {shard:03x} is full; `kiln gc` compacts it"),
+            ));
+        }
+        crate::disk::within_file_size_limit(pack_end + frame_bytes)?;
+        crate::disk::within_file_size_limit(open.index_end + slot_bytes)?;
+        let now = now_seconds();
+        let mut packed = Vec::with_capacity(usize::try_from(frame_bytes).unwrap_or(0));
+        let mut slots = Vec::with_capacity(usize::try_from(slot_bytes).unwrap_or(0));
+        for frame in new_frames {
+            let length = u32::try_from(frame.payload.len())
+                .map_err(|_| io::Error::other("an entry too large for a pack"))?;
+            let offset = u32::try_from(pack_end + packed.len() as u64)
+                .map_err(|_| io::Error::other("a pack past 4 GiB"))?;
+            packed.extend_from_slice(&frame_header(&frame.key, frame.kind, length));
+            packed.extend_from_slice(frame.payload);
+            let slot = Slot {
+                key: frame.key,
+                kind: frame.kind,
+                removed: false,
+                offset,
+                length,
+                accessed: now,
+            };
+            slots.extend_from_slice(&slot.encode());
+        }
+        for (kind, key) in removals {
+            let slot = Slot {
+                key: *key,
+                kind: *kind,
+                removed: true,
+                offset: 0,
+                length: 0,
+                accessed: now,
+            };
+            slots.extend_from_slice(&slot.encode());
+        }
+        if !packed.is_empty() {
+            open.pack.write_all_at(&packed, pack_end)?;
+            if self.durable {
+                open.pack.sync_data()?;
+            }
+        }
+        open.index.write_all_at(&slots, open.index_end)?;
+        if self.durable {
+            open.index.sync_data()?;
+        }
+        Ok(frame_bytes + slot_bytes)
+    }
+
+    /// Appends a tombstone for `kind`/`key` if its live slot is still the
+    /// one read at `at`: a writer may have put a good entry since.
+    pub(crate) fn remove_if_at(
+        &self,
+        locks: &Arc<LockFile>,
+        kind: Kind,
+        key: &[u8; 16],
+        at: Position,
+    ) -> io::Result<bool> {
+        if !self.writable {
+            return Ok(false);
+        }
+        let shard = shard_of(key);
+        let _alone = lock_shard(locks, shard)?;
+        let still = {
+            let mut guard = self.view(shard);
+            self.refresh(shard, &mut guard)?;
+            guard.as_ref().is_some_and(|view| {
+                view.generation == at.generation
+                    && view.slots.get(&(kind, *key)).map(|(_, slot)| *slot) == Some(at.slot)
+            })
+        };
+        if still {
+            self.append_locked(shard, &[], &[(kind, *key)])?;
+        }
+        Ok(still)
+    }
+
+    /// Appends a tombstone for `kind`/`key` when a live slot names it.
+    pub(crate) fn remove(
+        &self,
+        locks: &Arc<LockFile>,
+        kind: Kind,
+        key: &[u8; 16],
+    ) -> io::Result<()> {
+        if self.contains(kind, key)? {
+            self.append(locks, shard_of(key), &[], &[(kind, *key)])?;
+        }
+        Ok(())
+    }
+
+    /// Calls `visit` with every live entry of `shard`, read from a view of
+    /// its own, without the shard's lock.
+    pub(crate) fn each(&self, shard: usize, visit: &mut dyn FnMut(Live<'_>)) -> io::Result<()> {
+        let index_path = self.folder_path().join(Self::index_name(shard));
+        let view = match self.open_view(shard, &index_path) {
+            Ok(view) => view,
+            Err(error) if is_absent(&error) => return Ok(()),
+            Err(error) => return Err(error),
+        };
+        for (slot, _) in view.ordered() {
+            let read = read_frame(&view.pack, &slot)?;
+            visit(Live {
+                slot,
+                payload: read.as_deref().map_err(Clone::clone),
+            });
+        }
+        Ok(())
+    }
+
+    /// The live slots of `shard`, read from a view of its own, and the
+    /// bytes its two files take.
+    pub(crate) fn live(&self, shard: usize) -> io::Result<(Vec<Slot>, u64)> {
+        let index_path = self.folder_path().join(Self::index_name(shard));
+        let view = match self.open_view(shard, &index_path) {
+            Ok(view) => view,
+            Err(error) if is_absent(&error) => return Ok((Vec::new(), 0)),
+            Err(error) => return Err(error),
+        };
+        let bytes = view.pack.metadata()?.len() + view.index.metadata()?.len();
+        Ok((
+            view.ordered().into_iter().map(|(slot, _)| slot).collect(),
+            bytes,
+        ))
+    }
+
+    /// Rewrites `shard` with the live entries `keep` says to keep, under
+    /// the shard's lock; nothing is written when it keeps them all and the
+    /// pack holds little dead space. An empty shard's files go.
+    pub(crate) fn rewrite(
+        &self,
+        locks: &Arc<LockFile>,
+        shard: usize,
+        keep: &mut dyn FnMut(Live<'_>) -> bool,
+    ) -> io::Result<Rewritten> {
+        let mut report = Rewritten::default();
+        if !self.writable {
+            // A store opened to read only is judged entry by entry, and
+            // nothing is written.
+            self.each(shard, &mut |live| {
+                keep(live);
+            })?;
+            return Ok(report);
+        }
+        let _alone = lock_shard(locks, shard)?;
+        let index_path = self.folder_path().join(Self::index_name(shard));
+        let view = match self.open_view(shard, &index_path) {
+            Ok(view) => view,
+            Err(error) if is_absent(&error) => return Ok(report),
+            Err(error) => return Err(error),
+        };
+        let pack_len = view.pack.metadata()?.len();
+        report.before = pack_len + view.read_to;
+        let mut kept: Vec<(Slot, Vec<u8>)> = Vec::new();
+        let mut live_bytes = UNIT;
+        for (slot, _) in view.ordered() {
+            let read = read_frame(&view.pack, &slot)?;
+            let keeps = keep(Live {
+                slot,
+                payload: read.as_deref().map_err(Clone::clone),
+            });
+            match read {
+                Ok(payload) if keeps => {
+                    live_bytes += UNIT + payload.len() as u64;
+                    kept.push((slot, payload));
+                }
+                _ => report.dropped += 1,
+            }
+        }
+        report.kept = kept.len() as u64;
+        let dead = pack_len.saturating_sub(live_bytes);
+        if report.dropped == 0 && dead * 4 <= pack_len {
+            report.after = report.before;
+            return Ok(report);
+        }
+        let root = crate::skeleton::open_marked(&self.layout).map_err(io::Error::other)?;
+        let (folder, _) = root.folder_made(OsStr::new("packs"), true)?;
+        let old_pack = Self::pack_name(shard, view.generation);
+        if kept.is_empty() {
+            remove_named(&folder, &Self::index_name(shard), &view.index)?;
+            remove_named(&folder, &old_pack, &view.pack)?;
+            return Ok(report);
+        }
+        let generation = fresh_generation();
+        let pack_name = Self::pack_name(shard, generation);
+        let pack = folder.create_file(OsStr::new(&pack_name))?;
+        let mut packed = pack_header(generation).to_vec();
+        let mut slots = index_header(generation).to_vec();
+        for (slot, payload) in &kept {
+            let moved = Slot {
+                offset: u32::try_from(packed.len())
+                    .map_err(|_| io::Error::other("a pack past 4 GiB"))?,
+                ..*slot
+            };
+            packed.extend_from_slice(&frame_header(&slot.key, slot.kind, slot.length));
+            packed.extend_from_slice(payload);
+            slots.extend_from_slice(&moved.encode());
+        }
+        let written = pack
+            .write_all_at(&packed, 0)
+            .and_then(|()| {
+                if self.durable {
+                    pack.sync_all()
+                } else {
+                    Ok(())
+                }
+            })
+            .and_then(|()| {
+                durable::publish(&self.layout.staging(), &index_path, &slots, self.durable)
+            });
+        if let Err(error) = written {
+            let _ = folder.remove_file(OsStr::new(&pack_name));
+            return Err(error);
+        }
+        remove_named(&folder, &old_pack, &view.pack)?;
+        report.after = (packed.len() + slots.len()) as u64;
+        Ok(report)
+    }
+
+    /// Removes the packs of `shard` that its index does not name: left by a
+    /// process killed while it rewrote the shard. Returns how many.
+    pub(crate) fn sweep(
+        &self,
+        locks: &Arc<LockFile>,
+        folder: &Folder,
+        names: &[String],
+        shard: usize,
+    ) -> u64 {
+        if !self.writable {
+            return 0;
+        }
+        let Ok(_alone) = lock_shard(locks, shard) else {
+            return 0;
+        };
+        let current = fs::read(self.folder_path().join(Self::index_name(shard)))
+            .ok()
+            .and_then(|bytes| index_generation(&bytes));
+        let prefix = format!("{shard:03x}-");
+        let mut removed = 0;
+        for name in names {
+            let Some(generation) = name
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.strip_suffix(".pack"))
+                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+            else {
+                continue;
+            };
+            if Some(generation) != current && folder.remove_file(OsStr::new(name)).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// Opens the `packs` folder from the store's marked root.
+    pub(crate) fn open_folder(&self) -> io::Result<Option<Folder>> {
+        let root = crate::skeleton::open_marked(&self.layout).map_err(io::Error::other)?;
+        match root.folder(OsStr::new("packs")) {
+            Ok(folder) => Ok(Some(folder)),
+            Err(error) if is_absent(&error) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The index and pack of `shard`, opened to append: made when missing,
+    /// and made again (a new generation) when the index's header or its
+    /// pack is damaged or gone. A torn last slot is cut off.
+    fn open_for_writing(&self, shard: usize) -> io::Result<Writing> {
+        let root = crate::skeleton::open_marked(&self.layout).map_err(io::Error::other)?;
+        let (folder, _) = root.folder_made(OsStr::new("packs"), true)?;
+        let index_name = Self::index_name(shard);
+        let opened = match folder.open_read_write(OsStr::new(&index_name)) {
+            Ok(index) if index.metadata()?.is_file() => {
+                let mut header = [0u8; UNIT as usize];
+                let generation = index
+                    .read_exact_at(&mut header, 0)
+                    .ok()
+                    .and_then(|()| index_generation(&header));
+                let pack = generation.and_then(|generation| {
+                    folder
+                        .open_read_write(OsStr::new(&Self::pack_name(shard, generation)))
+                        .ok()
+                });
+                pack.map(|pack| (index, pack))
+            }
+            Ok(_) => None,
+            Err(error) if is_absent(&error) => None,
+            Err(error) => return Err(error),
+        };
+        let (index, pack) = match opened {
+            Some(files) => files,
+            None => self.start_shard(&folder, shard)?,
+        };
+        let length = index.metadata()?.len();
+        let whole = UNIT + length.saturating_sub(UNIT) / UNIT * UNIT;
+        if length != whole {
+            index.set_len(whole)?;
+        }
+        Ok(Writing {
+            index,
+            pack,
+            index_end: whole,
+        })
+    }
+
+    /// Starts `shard` afresh: an empty pack of a new generation, then an
+    /// index naming it, published over whatever was there.
+    fn start_shard(&self, folder: &Folder, shard: usize) -> io::Result<(File, File)> {
+        let generation = fresh_generation();
+        let pack_name = Self::pack_name(shard, generation);
+        let pack = folder.create_file(OsStr::new(&pack_name))?;
+        pack.write_all_at(&pack_header(generation), 0)?;
+        if self.durable {
+            pack.sync_all()?;
+        }
+        let index_path = self.folder_path().join(Self::index_name(shard));
+        let index = durable::publish_open(
+            &self.layout.staging(),
+            &index_path,
+            &index_header(generation),
+            self.durable,
+        )?;
+        Ok((index, pack))
+    }
+}
+
+/// The files of a shard opened to append.
+struct Writing {
+    index: File,
+    pack: File,
+    index_end: u64,
+}
+
+impl View {
+    /// Reads the slots appended since the last read: whole slots only, a
+    /// damaged one skipped.
+    fn read_tail(&mut self) -> io::Result<()> {
+        let length = self.index.metadata()?.len();
+        loop {
+            let whole = (length.saturating_sub(self.read_to) / UNIT).min(SLOTS_PER_READ) * UNIT;
+            if whole == 0 {
+                return Ok(());
+            }
+            let mut bytes = vec![0u8; usize::try_from(whole).unwrap_or(0)];
+            self.index.read_exact_at(&mut bytes, self.read_to)?;
+            for (number, unit) in bytes.chunks_exact(UNIT as usize).enumerate() {
+                let position = self.read_to + number as u64 * UNIT;
+                let Some(slot) = Slot::decode(unit) else {
+                    continue;
+                };
+                if slot.removed {
+                    self.slots.remove(&(slot.kind, slot.key));
+                } else {
+                    self.slots.insert((slot.kind, slot.key), (slot, position));
+                }
+            }
+            self.read_to += whole;
+        }
+    }
+
+    /// The live slots in the order they were written.
+    fn ordered(&self) -> Vec<(Slot, u64)> {
+        let mut live: Vec<(Slot, u64)> = self.slots.values().copied().collect();
+        live.sort_by_key(|(_, position)| *position);
+        live
+    }
+}
+
+/// The payload of the frame `slot` names, or why it is not there: `Err`
+/// only when the pack cannot be read.
+fn read_frame(pack: &File, slot: &Slot) -> io::Result<Result<Vec<u8>, String>> {
+    // A slot damaged past its check must not make a reader allocate what
+    // it says: nothing packed is larger than the largest artifact packed.
+    if u64::from(slot.length) > LARGEST_FRAME {
+        return Ok(Err(format!(
+            "its index says {} bytes, more than any packed entry",
+            slot.length
+        )));
+    }
+    let mut bytes = vec![0u8; usize::try_from(UNIT + u64::from(slot.length)).unwrap_or(0)];
+    match pack.read_exact_at(&mut bytes, u64::from(slot.offset)) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => {
+            return Ok(Err("the pack ends before the entry".into()));
+        }
+        Err(error) => return Err(error),
+    }
+    if !frames(&bytes, slot) {
+        return Ok(Err(
+            "the pack holds another entry where its index points".into()
+        ));
+    }
+    bytes.drain(..UNIT as usize);
+    Ok(Ok(bytes))
+}
+
+/// Removes `name` from `folder` if it is still the file `file` has open.
+fn remove_named(folder: &Folder, name: &str, file: &File) -> io::Result<()> {
+    let found = file.metadata()?;
+    match folder.remove_if_same(OsStr::new(name), found.dev(), found.ino()) {
+        crate::tree::Removal::Failed(error) => Err(error),
+        _ => Ok(()),
+    }
+}
+
+fn lock_shard(locks: &Arc<LockFile>, shard: usize) -> io::Result<crate::lock::SlotGuard> {
+    locks
+        .acquire(
+            pack_slot(shard),
+            Mode::Exclusive,
+            Some(Instant::now() + LOCK_WAIT),
+        )?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::WouldBlock, "a pack stayed locked"))
+}
+
+fn now_seconds() -> u32 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u32::try_from(since.as_secs()).unwrap_or(u32::MAX)
+        })
+}
