@@ -53,8 +53,10 @@ pub(crate) const UPGRADES_FROM: [&str; 2] = ["kiln store layout 1", "kiln store 
 pub(crate) const FOLDERS: [&str; 5] = ["objects", "records", "kernels", "staging", "packs"];
 
 /// The files at the root, each the store's own.
-pub(crate) const FILES: [&str; 8] = [
+pub(crate) const FILES: [&str; 9] = [
     "LAYOUT",
+    // Written once, when kiln makes the store, for backup tools to skip it.
+    "CACHEDIR.TAG",
     "locks",
     "usage",
     "targets",

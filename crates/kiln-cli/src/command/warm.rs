@@ -99,7 +99,7 @@ pub struct Arguments {
     /// An include folder for the CUDA and HIP kernels (repeatable),
     /// searched after the including file's folder and its header's
     /// `// kiln include:` folders, before the CUDA toolkit's. kiln reads
-    /// every header itself and keys its text (P13).
+    /// every header itself and keys its text.
     #[arg(long = "include", value_name = "DIR")]
     pub include: Vec<PathBuf>,
 }
