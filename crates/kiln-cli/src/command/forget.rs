@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::Args;
 use kiln_core::store::{FAILURE_BLOB_KIND, RememberedFailure};
-use kiln_core::{ArtifactStore, Lookup, StoreOutcome};
+use kiln_core::{ArtifactStore, Lookup};
 use kiln_store::{DiskStore, Entry};
 use serde::Serialize;
 
@@ -74,16 +74,8 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         if !holds {
             continue;
         }
-        match store.put_blob(&key, &empty) {
-            StoreOutcome::Stored { .. } => forgotten.push(kernel),
-            StoreOutcome::Skipped => anyhow::bail!(
-                "the store at {} is read-only: nothing can be forgotten there",
-                store.root().display()
-            ),
-            StoreOutcome::Failed { detail } => {
-                anyhow::bail!("could not forget the failure of {kernel}: {detail}")
-            }
-        }
+        super::forget_blob(store, &key, &empty, &format!("the failure of {kernel}"))?;
+        forgotten.push(kernel);
     }
     output.print(
         &Forgotten {

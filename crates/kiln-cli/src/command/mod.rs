@@ -21,8 +21,35 @@ use std::path::Path;
 
 use crate::console::outln;
 use anyhow::{Context, Result, bail};
+use kiln_core::store::BlobKey;
+use kiln_core::{ArtifactStore, StoreOutcome};
 use kiln_store::{DiskStore, StoreConfig};
 use serde::Serialize;
+
+/// Writes `nothing` (the empty form of what the blob holds) over the named
+/// blob `key`: how `forget`, `tunes --forget` and `profiles --forget` make
+/// the store forget a failure memory, a tuning answer or a profile, since
+/// another process may be reading the entry a removal would take away.
+/// `described` names what is forgotten in the error.
+///
+/// # Errors
+///
+/// The store is read-only, or the write failed.
+pub fn forget_blob(
+    store: &DiskStore,
+    key: &BlobKey,
+    nothing: &[u8],
+    described: &str,
+) -> Result<()> {
+    match store.put_blob(key, nothing) {
+        StoreOutcome::Stored { .. } => Ok(()),
+        StoreOutcome::Skipped => bail!(
+            "the store at {} is read-only: nothing can be forgotten there",
+            store.root().display()
+        ),
+        StoreOutcome::Failed { detail } => bail!("could not forget {described}: {detail}"),
+    }
+}
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy)]

@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::Args;
 use kiln_core::profile::{PROFILE_BLOB_KIND, StoredProfile};
 use kiln_core::store::BlobKey;
-use kiln_core::{ArtifactStore, Lookup, StoreOutcome};
+use kiln_core::{ArtifactStore, Lookup};
 use kiln_store::{DiskStore, Entry};
 use serde::Serialize;
 
@@ -138,16 +138,13 @@ fn forget(store: &DiskStore, profiles: &[(BlobKey, StoredProfile)], output: &Out
             "{} on {} {}",
             profile.program, profile.components.backend, profile.components.architecture
         );
-        match store.put_blob(name, &nothing.to_bytes()) {
-            StoreOutcome::Stored { .. } => forgotten.push(described),
-            StoreOutcome::Skipped => anyhow::bail!(
-                "the store at {} is read-only: nothing can be forgotten there",
-                store.root().display()
-            ),
-            StoreOutcome::Failed { detail } => {
-                anyhow::bail!("could not forget the profile of {described}: {detail}")
-            }
-        }
+        super::forget_blob(
+            store,
+            name,
+            &nothing.to_bytes(),
+            &format!("the profile of {described}"),
+        )?;
+        forgotten.push(described);
     }
     output.print(
         &Forgotten {

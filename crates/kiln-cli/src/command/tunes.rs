@@ -5,7 +5,7 @@
 use anyhow::Result;
 use clap::Args;
 use kiln_core::tune::{ANSWER_BLOB_KIND, TuneKey, TuningAnswer};
-use kiln_core::{ArtifactStore, Lookup, StoreOutcome};
+use kiln_core::{ArtifactStore, Lookup};
 use kiln_store::{DiskStore, Entry};
 use serde::Serialize;
 
@@ -161,16 +161,13 @@ fn forget(
     for (name, answer) in answers {
         let nothing = TuningAnswer::forgotten(TuneKey::clone(&answer.key), answer.device.clone());
         let described = format!("{} on {}", answer.key, answer.device);
-        match store.put_blob(name, &nothing.to_bytes()) {
-            StoreOutcome::Stored { .. } => forgotten.push(described),
-            StoreOutcome::Skipped => anyhow::bail!(
-                "the store at {} is read-only: nothing can be forgotten there",
-                store.root().display()
-            ),
-            StoreOutcome::Failed { detail } => {
-                anyhow::bail!("could not forget the answer of {described}: {detail}")
-            }
-        }
+        super::forget_blob(
+            store,
+            name,
+            &nothing.to_bytes(),
+            &format!("the answer of {described}"),
+        )?;
+        forgotten.push(described);
     }
     output.print(
         &Forgotten {
