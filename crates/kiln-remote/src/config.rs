@@ -85,6 +85,20 @@ impl RemoteConfig {
         Self::with_overrides(|name| std::env::var(name).ok())
     }
 
+    /// As [`from_env`](Self::from_env), with `url` (when given) in place of
+    /// `KILN_REMOTE_URL`: a command's `--remote URL`, or a program's choice,
+    /// with every other setting and the keys from the environment.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_env`](Self::from_env).
+    pub fn from_env_with_url(url: Option<&str>) -> Result<Option<Self>> {
+        Self::with_overrides(|name| match url {
+            Some(url) if name == "KILN_REMOTE_URL" => Some(url.to_owned()),
+            _ => std::env::var(name).ok(),
+        })
+    }
+
     /// As [`from_env`](Self::from_env), with the variables `lookup` gives.
     ///
     /// ```

@@ -103,10 +103,7 @@ impl Store {
     ) -> Result<Arc<dyn ArtifactStore>, StoreError> {
         #[cfg(feature = "remote")]
         {
-            let config = kiln_remote::RemoteConfig::with_overrides(|name| match remote_url {
-                Some(url) if name == "KILN_REMOTE_URL" => Some(url.to_owned()),
-                _ => std::env::var(name).ok(),
-            })?;
+            let config = kiln_remote::RemoteConfig::from_env_with_url(remote_url)?;
             if let Some(config) = config {
                 let remote = kiln_remote::RemoteStore::open(config)?;
                 let tiered = kiln_remote::TieredStore::new(disk, remote);

@@ -34,17 +34,8 @@ pub struct Arguments {
 /// A setting or key that cannot be read, or no key at all; the message
 /// says how to make keys and never shows one.
 pub fn open_remote(url: Option<&str>) -> Result<Option<RemoteStore>> {
-    let config = match url {
-        Some(url) => RemoteConfig::with_overrides(|name| {
-            if name == "KILN_REMOTE_URL" {
-                Some(url.to_owned())
-            } else {
-                std::env::var(name).ok()
-            }
-        }),
-        None => RemoteConfig::from_env(),
-    }
-    .map_err(|error| anyhow!("the remote tier cannot start: {error}"))?;
+    let config = RemoteConfig::from_env_with_url(url)
+        .map_err(|error| anyhow!("the remote tier cannot start: {error}"))?;
     config
         .map(RemoteStore::open)
         .transpose()

@@ -104,25 +104,6 @@ pub struct Arguments {
     pub include: Vec<PathBuf>,
 }
 
-/// The remote tier `--remote` or `KILN_REMOTE_URL` names, if any.
-fn remote_tier(url: Option<&str>) -> Result<Option<kiln_remote::RemoteStore>> {
-    let config = match url {
-        Some(url) => kiln_remote::RemoteConfig::with_overrides(|name| {
-            if name == "KILN_REMOTE_URL" {
-                Some(url.to_owned())
-            } else {
-                std::env::var(name).ok()
-            }
-        }),
-        None => kiln_remote::RemoteConfig::from_env(),
-    }
-    .map_err(|error| anyhow::anyhow!("the remote tier cannot start: {error}"))?;
-    config
-        .map(kiln_remote::RemoteStore::open)
-        .transpose()
-        .map_err(|error| anyhow::anyhow!("the remote tier cannot start: {error}"))
-}
-
 /// Whether this run retries remembered failures (`--retry-failed`).
 static RETRY_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -292,7 +273,7 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
     if let Err(reason) = &store {
         errln!("kiln: warning: {reason}; compiling without a store");
     }
-    let remote = remote_tier(arguments.remote.as_deref())?;
+    let remote = super::push::open_remote(arguments.remote.as_deref())?;
     let tiered = match (store.as_ref().ok(), remote) {
         (Some(disk), Some(remote)) => Some(Arc::new(kiln_remote::TieredStore::new(
             disk.clone(),
