@@ -47,8 +47,8 @@ use criterion::{BenchmarkId, Criterion, SamplingMode};
 use kiln_benches::{
     BenchRecord, KernelSize, append_record, cores, cuda_target, peak_resident_bytes, plain_nvrtc,
 };
-use kiln_core::{KernelLoader, KernelOutcome, WorkerMode};
 use kiln_cuda::CudaTarget;
+use kiln_engine::{KernelLoader, KernelOutcome, WorkerMode};
 
 /// Set on the fresh process of the memory run: `size:count:mode`.
 const MEMORY_CHILD: &str = "KILN_BENCH_MEMORY_CHILD";
@@ -70,7 +70,7 @@ fn salt() -> u64 {
 }
 
 fn main() {
-    kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
+    kiln_engine::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
     if let Ok(spec) = std::env::var(MEMORY_CHILD) {
         memory_child(&spec);
         return;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use kiln_benches::{BenchRecord, KernelSize, append_record, cores, cuda_target};
-use kiln_core::{BatchRecord, KernelLoader, KernelOutcome};
+use kiln_engine::{BatchRecord, KernelLoader, KernelOutcome};
 
 /// Set on the fresh process.
 const COLD_CHILD: &str = "KILN_BENCH_COLD_CHILD";
@@ -34,7 +34,7 @@ fn count() -> usize {
 }
 
 fn main() {
-    kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
+    kiln_engine::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
     if std::env::var_os(COLD_CHILD).is_some() {
         cold_child();
         return;

@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use kiln_benches::{BenchRecord, append_record, cores};
-use kiln_core::fake::{FakeKernel, FakeTarget};
-use kiln_core::{ArtifactStore, KernelLoader, KernelOutcome, LoaderConfig};
+use kiln_engine::fake::{FakeKernel, FakeTarget};
+use kiln_engine::{ArtifactStore, KernelLoader, KernelOutcome, LoaderConfig};
 use kiln_remote::{RemoteStore, TieredStore};
 use kiln_test_support::redis::{LatencyProxy, RedisServer};
 

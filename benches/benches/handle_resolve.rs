@@ -9,8 +9,8 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use kiln_core::fake::{FakeKernel, FakeTarget};
-use kiln_core::{DeviceId, KernelCache};
+use kiln_engine::fake::{FakeKernel, FakeTarget};
+use kiln_engine::{DeviceId, KernelCache};
 
 const DEVICE: DeviceId = DeviceId::new("fake", 0);
 

@@ -9,8 +9,8 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use kiln_core::fake::{FakeKernel, FakeTarget};
-use kiln_core::{ArtifactId, KernelLoader, LoaderConfig};
+use kiln_engine::fake::{FakeKernel, FakeTarget};
+use kiln_engine::{ArtifactId, KernelLoader, LoaderConfig};
 
 /// How many loaded kernels one measured iteration launches in turn, as an
 /// inference loop launches its few dozen kernels over and over.

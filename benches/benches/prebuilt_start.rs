@@ -22,7 +22,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use kiln_benches::{BenchRecord, KernelSize, append_record, cores, cuda_target};
-use kiln_core::{Kernel, KernelLoader, KernelOutcome};
+use kiln_engine::{Kernel, KernelLoader, KernelOutcome};
 
 /// Set on the program: the store's root.
 const PROGRAM: &str = "KILN_BENCH_PREBUILT_PROGRAM";
@@ -37,7 +37,7 @@ fn count() -> usize {
 }
 
 fn main() {
-    kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
+    kiln_engine::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
     if let Some(root) = std::env::var_os(PROGRAM) {
         let case = std::env::var(CASE).unwrap_or_default();
         return program(Path::new(&root), &case);
@@ -54,11 +54,11 @@ fn main() {
     let run = |root: &Path, case: &str, compile_only: bool| {
         let mut command = Command::new(std::env::current_exe().expect("this benchmark's path"));
         command.env(PROGRAM, root).env(CASE, case);
-        command.env_remove(kiln_core::mode::MODE_VARIABLE);
+        command.env_remove(kiln_engine::mode::MODE_VARIABLE);
         if compile_only {
             command
-                .env(kiln_core::mode::MODE_VARIABLE, "compile-only")
-                .env(kiln_core::mode::CUDA_ARCH_VARIABLE, &architecture);
+                .env(kiln_engine::mode::MODE_VARIABLE, "compile-only")
+                .env(kiln_engine::mode::CUDA_ARCH_VARIABLE, &architecture);
         }
         let output = command.output().expect("the program starts");
         let text = String::from_utf8_lossy(&output.stdout);
@@ -110,7 +110,7 @@ fn program(root: &Path, case: &str) {
         loader.enqueue(Box::new(kernel.clone()), variant);
     }
     for kernel in &kernels {
-        let id = kiln_core::ArtifactId::new(kernel.id(), variant);
+        let id = kiln_engine::ArtifactId::new(kernel.id(), variant);
         loader
             .load(kernel, &id)
             .unwrap_or_else(|error| panic!("{error}"));

@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use kiln_benches::{BenchRecord, KernelSize, append_record, cores, cuda_target};
-use kiln_core::fake::{FakeKernel, FakeTarget};
-use kiln_core::{ArtifactStore, KernelLoader, KernelOutcome, LoaderConfig};
+use kiln_engine::fake::{FakeKernel, FakeTarget};
+use kiln_engine::{ArtifactStore, KernelLoader, KernelOutcome, LoaderConfig};
 
 /// Set on a child process: the store's root.
 const CHILD_ROOT: &str = "KILN_BENCH_SHARED_CHILD";
@@ -79,7 +79,7 @@ fn open_store(root: &Path) -> Arc<dyn ArtifactStore> {
 }
 
 fn main() {
-    kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
+    kiln_engine::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
     if let Some(root) = std::env::var_os(CHILD_ROOT) {
         child(Path::new(&root));
         return;

@@ -20,8 +20,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use kiln_core::fake::{FakeCompiler, FakeKernel};
-use kiln_core::{ArtifactStore, Lookup, StoreKey};
+use kiln_engine::fake::{FakeCompiler, FakeKernel};
+use kiln_engine::{ArtifactStore, Lookup, StoreKey};
 use kiln_store::{DiskStore, StoreConfig};
 
 fn store_hit(criterion: &mut Criterion) {

@@ -20,8 +20,8 @@ use std::time::Instant;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use kiln_benches::{BenchRecord, append_record, cores};
-use kiln_core::fake::{FakeCompiler, FakeKernel};
-use kiln_core::{ArtifactStore, Lookup, StoreKey};
+use kiln_engine::fake::{FakeCompiler, FakeKernel};
+use kiln_engine::{ArtifactStore, Lookup, StoreKey};
 use kiln_store::{DiskStore, StoreConfig};
 
 /// Keys looked up in turn by one iteration, spread over the whole store.

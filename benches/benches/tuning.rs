@@ -28,10 +28,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode};
 use kiln_benches::{BenchRecord, append_record, cores};
-use kiln_core::fake::{FakeKernel, FakeTarget};
-use kiln_core::profile::Program;
-use kiln_core::tune::{Candidate, Measure, Origin, TuneKey};
-use kiln_core::{ArtifactStore, DeviceTimer, KernelId, KernelLoader, TimedTarget};
+use kiln_engine::fake::{FakeKernel, FakeTarget};
+use kiln_engine::profile::Program;
+use kiln_engine::tune::{Candidate, Measure, Origin, TuneKey};
+use kiln_engine::{ArtifactStore, DeviceTimer, KernelId, KernelLoader, TimedTarget};
 use kiln_wgpu::{WgpuDevice, WgpuPipeline, WgpuTarget, WgpuVariant, WgslKernel};
 
 const SHADER: &str = "

@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use kiln_benches::{BenchRecord, KernelSize, append_record, cores, cuda_target};
-use kiln_core::{
+use kiln_cuda::{CudaArtifact, CudaKernel, CudaTarget};
+use kiln_engine::{
     ArtifactId, ArtifactStore, CompilationTarget, Kernel, KernelLoader, KernelOutcome, Lookup,
 };
-use kiln_cuda::{CudaArtifact, CudaKernel, CudaTarget};
 
 /// Set on the fresh process: the store's root.
 const WARM_CHILD: &str = "KILN_BENCH_WARM_CHILD";
@@ -50,7 +50,7 @@ fn open_store(root: &Path) -> Arc<dyn ArtifactStore> {
 }
 
 fn main() {
-    kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
+    kiln_engine::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
     if let Some(root) = std::env::var_os(WARM_CHILD) {
         warm_child(Path::new(&root));
         return;

@@ -11,8 +11,8 @@
 
 use std::hint::black_box;
 
-use kiln_core::fake::{FakeKernel, FakeTarget};
-use kiln_core::{KernelLoader, LoaderConfig};
+use kiln_engine::fake::{FakeKernel, FakeTarget};
+use kiln_engine::{KernelLoader, LoaderConfig};
 
 fn main() {
     let rounds: u64 = std::env::args()

@@ -81,7 +81,7 @@ impl KernelSize {
     /// Kernel `salt` of this size, as kiln compiles it.
     pub fn kernel(self, salt: u64) -> CudaKernel {
         CudaKernel::builder(
-            kiln_core::KernelId::named("kiln.bench")
+            kiln_engine::KernelId::named("kiln.bench")
                 .parameter(self.name())
                 .parameter(&salt),
             self.entry(),

@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use kiln_core::fake::{FakeCompiler, FakeKernel, FakeTarget};
-use kiln_core::{ArtifactStore, KernelLoader, LoaderConfig, StoreKey};
+use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
+use kiln_engine::{ArtifactStore, KernelLoader, LoaderConfig, StoreKey};
 use kiln_store::{DiskStore, StoreConfig};
 use serde::{Deserialize, Serialize};
 

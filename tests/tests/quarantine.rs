@@ -11,13 +11,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kiln_core::fake::{FakeCompiler, FakeKernel, FakeTarget};
-use kiln_core::{ArtifactStore, KernelLoader, KernelOutcome, LoaderConfig, WorkerMode};
+use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
+use kiln_engine::{ArtifactStore, KernelLoader, KernelOutcome, LoaderConfig, WorkerMode};
 use kiln_test_support::{Scratch, child};
 use kiln_tests::open_store;
 
 fn main() {
-    kiln_core::worker::run_if_worker(&[]);
+    kiln_engine::worker::run_if_worker(&[]);
     let tests: &[(&str, fn())] = &[(
         PROCESSES_TEST,
         p11_a_compile_that_crashes_its_worker_in_two_processes_is_quarantined_in_the_third,

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
-use kiln_core::fake::{FakeCompiler, FakeKernel};
-use kiln_core::{ArtifactStore, Lookup, StoreKey};
+use kiln_engine::fake::{FakeCompiler, FakeKernel};
+use kiln_engine::{ArtifactStore, Lookup, StoreKey};
 use kiln_store::{DiskStore, Error};
 use kiln_test_support::{Limit, Scratch, child};
 use kiln_tests::open_store;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
-use kiln_core::fake::{FakeArtifact, FakeCompiler, FakeKernel, FakeTarget};
-use kiln_core::{
+use kiln_engine::fake::{FakeArtifact, FakeCompiler, FakeKernel, FakeTarget};
+use kiln_engine::{
     ArtifactStore, BoundStore, Claim, ClaimWait, CompilationTarget, Explanation, KernelLoader,
     KernelOutcome, KeyComponent, KeyComponents, LoaderConfig, Lookup, Miss,
 };
@@ -606,7 +606,7 @@ fn f2_a_batch_hands_out_first_what_the_store_s_records_say_took_longest() -> Res
                 ..LoaderConfig::default()
             },
         )
-        .with_worker_mode(kiln_core::WorkerMode::Threads);
+        .with_worker_mode(kiln_engine::WorkerMode::Threads);
         for kernel in &kernels {
             loader.enqueue(Box::new(kernel.clone()), ());
         }
@@ -618,7 +618,7 @@ fn f2_a_batch_hands_out_first_what_the_store_s_records_say_took_longest() -> Res
     };
     let first = compile_order(FakeCompiler::default(), &scratch.join("first.log"))?;
     assert_eq!(first, [1, 2], "no records yet: by the hints");
-    let newer = FakeCompiler::default().with_key_components(kiln_core::KeyComponents::new(
+    let newer = FakeCompiler::default().with_key_components(kiln_engine::KeyComponents::new(
         "fake",
         "kiln-fake 2",
         "fake_1",

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use kiln_core::fake::{FakeKernel, FakeTarget};
-use kiln_core::{ArtifactStore, KernelLoader, LoaderConfig, Lookup};
+use kiln_engine::fake::{FakeKernel, FakeTarget};
+use kiln_engine::{ArtifactStore, KernelLoader, LoaderConfig, Lookup};
 use kiln_store::{DiskStore, Error, Limits, StoreConfig, VerifyReport};
 use kiln_test_support::files::{chown_all, plant, snapshot};
 use kiln_test_support::{NOBODY, Scratch, child, require};

@@ -7,8 +7,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use kiln_core::fake::FakeCompiler;
-use kiln_core::{ArtifactStore, Lookup};
+use kiln_engine::fake::FakeCompiler;
+use kiln_engine::{ArtifactStore, Lookup};
 use kiln_store::Limits;
 use kiln_test_support::Scratch;
 use kiln_tests::{WorkerReport, fake_key, is_whole_pattern, open_store_packing, pattern};
@@ -414,15 +414,15 @@ fn p12_a_waiting_batch_names_the_process_that_holds_its_kernels() -> Result<()> 
     let holder_log = scratch.join("holder.log");
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut holder = spawn_batch(&root, &holder_log, 1000, (0, 1))?;
-    let run = (|| -> Result<Option<kiln_core::Waiting>> {
+    let run = (|| -> Result<Option<kiln_engine::Waiting>> {
         wait_for_compile(&holder_log, 0, deadline)?;
         let store = kiln_tests::shared_store(&root);
-        let mut loader = kiln_core::KernelLoader::with_config(
-            kiln_core::fake::FakeTarget::on_store(store),
-            kiln_core::LoaderConfig::default(),
+        let mut loader = kiln_engine::KernelLoader::with_config(
+            kiln_engine::fake::FakeTarget::on_store(store),
+            kiln_engine::LoaderConfig::default(),
         );
         // Kernel 0, which the holder is compiling now.
-        let kernel = kiln_core::fake::FakeKernel::new(0).sleeping(Duration::from_millis(1000));
+        let kernel = kiln_engine::fake::FakeKernel::new(0).sleeping(Duration::from_millis(1000));
         loader.enqueue(Box::new(kernel), ());
         let progress = loader.progress();
         let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -10,8 +10,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kiln_core::fake::FakeKernel;
-use kiln_core::{
+use kiln_engine::fake::FakeKernel;
+use kiln_engine::{
     ArtifactStore, Claim, ClaimWait, KernelOutcome, Lookup, Miss, StoreKey, StoreOutcome,
 };
 use kiln_store::error::{WriteCause, WriteFailure};
@@ -27,7 +27,7 @@ const CHILD_ROOT: &str = "KILN_STORE_WRITES_ROOT";
 /// The source key stored beside kernel `number`'s own.
 fn source_key(number: u32) -> StoreKey {
     StoreKey::for_source(
-        &kiln_core::fake::FakeCompiler::default_key_components(),
+        &kiln_engine::fake::FakeCompiler::default_key_components(),
         &FakeKernel::new(number).artifact_id(),
         None,
         &format!("source of {number}"),
@@ -282,7 +282,7 @@ fn p5_a_store_on_a_read_only_mount_serves_hits_and_skips_writes() {
     assert_eq!(store.targets().len(), 1);
     assert!(matches!(
         store.explain(&fake_key(1)),
-        kiln_core::Explanation::Held { .. }
+        kiln_engine::Explanation::Held { .. }
     ));
 }
 

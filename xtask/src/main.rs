@@ -90,7 +90,7 @@ fn test(extra: &[&str]) -> Result<()> {
 
 /// The workspace run's `cargo test` arguments, `extra` last. Every test
 /// binary runs even when one fails, so one failure does not hide the rest
-/// of the results. The crates' dev-dependencies turn on kiln-core's
+/// of the results. The crates' dev-dependencies turn on kiln-engine's
 /// `testing` feature for their tests; the facade's examples ask for the
 /// facade's own.
 fn test_arguments<'a>(extra: &[&'a str]) -> Vec<&'a str> {

@@ -359,6 +359,6 @@ mod tests {
         assert!(is_unreachable(
             "error: failed to download from `https://index.crates.io`"
         ));
-        assert!(!is_unreachable("error: could not compile `kiln-core`"));
+        assert!(!is_unreachable("error: could not compile `kiln-engine`"));
     }
 }

@@ -115,7 +115,7 @@ pub fn parts() -> Vec<SystemPart> {
             name: "CUDA 13.0 toolkit headers (PyPI wheels nvidia-cuda-runtime==13.0.88, \
                    nvidia-cuda-cccl==13.0.85)",
             needed_by: "CUDA kernels including <cuda_fp16.h> or <cooperative_groups.h> in the \
-                        tests (backends/kiln-cuda, crates/kiln-cli)",
+                        tests (backends/kiln-cuda, crates/kiln-tool)",
             is_present: || {
                 std::env::var_os("KILN_CUDA_INCLUDE").is_some_and(|value| !value.is_empty())
                     || nvrtc::CUDA_HEADERS_13.is_installed()

@@ -3,9 +3,9 @@
 
 use std::fmt;
 
-use kiln_core::store::{LibraryFile, Provenance, SourceCover};
-use kiln_core::worker::{ProcessCompiler, WorkerRecipe};
-use kiln_core::{
+use kiln_engine::store::{LibraryFile, Provenance, SourceCover};
+use kiln_engine::worker::{ProcessCompiler, WorkerRecipe};
+use kiln_engine::{
     ArtifactCompiler, ArtifactId, ArtifactReport, CompileFailure, Diagnostic, Finalized,
     KeyComponents, KeyedCompiler, Reported, Severity,
 };
@@ -103,8 +103,8 @@ impl CudaLowered {
 ///
 /// Stores keep it serialized. A change to its fields changes
 /// [`CudaKey::ARTIFACT_FORMAT`], which the compiler component of
-/// [`CudaKey::for_store`] names (or kiln-core's
-/// [`STORE_FORMAT`](kiln_core::STORE_FORMAT)), so that old entries miss
+/// [`CudaKey::for_store`] names (or kiln-engine's
+/// [`STORE_FORMAT`](kiln_engine::STORE_FORMAT)), so that old entries miss
 /// instead of being read as damaged.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct CudaArtifact {

@@ -18,7 +18,7 @@
 //! into figures (`resources`, D4) rather than passing on as remarks. A severity word the parser does not know becomes an
 //! error (D1): a message is never dropped or ranked lower for being new.
 
-use kiln_core::{Diagnostic, Location, Severity};
+use kiln_engine::{Diagnostic, Location, Severity};
 
 /// The file NVRTC gives diagnostics about name expressions (entry points).
 pub const NAME_EXPRESSION_FILE: &str = "__nv_name_map";

@@ -1,14 +1,14 @@
 //! kiln-cuda's errors.
 //!
 //! A compile failure is not one of these: it belongs to the kernel that
-//! failed, as kiln-core's [`CompileFailure`](kiln_core::CompileFailure) on
+//! failed, as kiln-engine's [`CompileFailure`](kiln_engine::CompileFailure) on
 //! that kernel's `KernelError`. These are the errors of setting the backend
 //! up (a missing library, no device) and of using the device directly
 //! (copies, launches).
 
 use std::fmt;
 
-use kiln_core::DefineProblem;
+use kiln_engine::DefineProblem;
 
 /// A CUDA library kiln-cuda opens at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

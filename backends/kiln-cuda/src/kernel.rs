@@ -5,9 +5,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kiln_core::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
 use kiln_cxx::FixedSource;
 pub use kiln_cxx::{EntryPoint, Header, IncludeSearch, SourceGenerator};
+use kiln_engine::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
 
 use crate::architecture::Architecture;
 use crate::options::CudaOptions;
@@ -15,7 +15,7 @@ use crate::options::CudaOptions;
 /// A CUDA kernel: cheap to clone, its id computed once when it is built.
 ///
 /// ```
-/// use kiln_core::KernelId;
+/// use kiln_engine::KernelId;
 /// use kiln_cuda::{CudaKernel, CudaOptions};
 ///
 /// // A fixed source: its text is part of the id.
@@ -42,7 +42,7 @@ use crate::options::CudaOptions;
 ///          // block {block}\n"
 ///     ))
 /// });
-/// assert_ne!(kiln_core::Kernel::id(&saxpy), kiln_core::Kernel::id(&scale));
+/// assert_ne!(kiln_engine::Kernel::id(&saxpy), kiln_engine::Kernel::id(&scale));
 /// ```
 #[derive(Clone)]
 pub struct CudaKernel {

@@ -1,7 +1,7 @@
-//! Everything that changes a CUDA artifact's bytes (P1), in kiln-core's key
+//! Everything that changes a CUDA artifact's bytes (P1), in kiln-engine's key
 //! vocabulary: the [`KeyComponents`] a store files every artifact of a
 //! target under, the [`SourceCover`] a lowered text opens with, and the
-//! [`Provenance`](kiln_core::store::Provenance) every artifact carries.
+//! [`Provenance`](kiln_engine::store::Provenance) every artifact carries.
 //!
 //! # How the store key covers every component
 //!
@@ -27,19 +27,19 @@
 //! reports only `major.minor`, so the compiler component also names the
 //! digest of the library file loaded: a patch release is another compiler.
 
-use kiln_core::KeyComponents;
-use kiln_core::store::{LibraryFile, SourceCover};
+use kiln_engine::KeyComponents;
+use kiln_engine::store::{LibraryFile, SourceCover};
 
 use crate::architecture::Architecture;
 use crate::nvrtc::NvrtcVersion;
 use crate::options::CudaOptions;
 
-/// What kiln-cuda adds to kiln-core's key vocabulary: its backend name,
+/// What kiln-cuda adds to kiln-engine's key vocabulary: its backend name,
 /// NVRTC's identity, and the source cover of a lowered text. It holds
 /// nothing.
 ///
 /// ```
-/// use kiln_core::store::LibraryFile;
+/// use kiln_engine::store::LibraryFile;
 /// use kiln_cuda::{Architecture, CudaKey, NvrtcVersion};
 ///
 /// let version = NvrtcVersion { major: 13, minor: 0 };

@@ -61,7 +61,7 @@
 //! [`CudaTarget::compile_only`] compiles for an architecture with no GPU at
 //! all, and its loaded kernels describe their artifact (and cannot launch).
 //! Either is storeless until [`CudaTarget::with_store`] puts it on an
-//! [`ArtifactStore`](kiln_core::ArtifactStore), such as kiln-store's disk
+//! [`ArtifactStore`](kiln_engine::ArtifactStore), such as kiln-store's disk
 //! store: then no process compiles a kernel another already stored, and a
 //! kernel read from the store loads as one compiled here does.
 //! [`CudaKey`] says what the keys are made of and why they cover
@@ -72,8 +72,8 @@
 //! NVRTC takes a lock inside its process: threads stop scaling at about
 //! four. A [`CudaCompiler`] therefore finalizes in compile worker processes
 //! whenever the program provides them — its `main` starts with
-//! `kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry()])` — and
-//! on threads otherwise (see [`kiln_core::worker`]).
+//! `kiln_engine::worker::run_if_worker(&[kiln_cuda::worker_entry()])` — and
+//! on threads otherwise (see [`kiln_engine::worker`]).
 //!
 //! # The native layer
 //!
@@ -147,16 +147,16 @@ pub use cudarc;
 ///
 /// ```no_run
 /// fn main() {
-///     kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
+///     kiln_engine::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
 ///     // ...
 /// }
 /// ```
 ///
-/// See [`kiln_core::worker`] for how the workers are found and run.
+/// See [`kiln_engine::worker`] for how the workers are found and run.
 #[allow(
     clippy::needless_doctest_main,
     reason = "the hook belongs on the first line of main, which the example shows"
 )]
-pub fn worker_entry() -> kiln_core::worker::WorkerEntry {
-    kiln_core::worker::entry::<CudaCompiler>()
+pub fn worker_entry() -> kiln_engine::worker::WorkerEntry {
+    kiln_engine::worker::entry::<CudaCompiler>()
 }

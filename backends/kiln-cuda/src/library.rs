@@ -28,7 +28,7 @@ use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use kiln_core::store::LibraryFile;
+use kiln_engine::store::LibraryFile;
 use libloading::Library;
 
 use crate::error::{CudaLibrary, Error};

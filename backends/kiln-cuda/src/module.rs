@@ -19,7 +19,7 @@ use std::sync::Arc;
 use cudarc::driver::PushKernelArg;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
 use cudarc::nvrtc::Ptx;
-use kiln_core::{ArtifactReport, DeviceRefusal, Reported, ResourceUsage};
+use kiln_engine::{ArtifactReport, DeviceRefusal, Reported, ResourceUsage};
 
 use crate::architecture::Architecture;
 use crate::compiler::CudaArtifact;
@@ -46,7 +46,7 @@ pub enum LoadedImage {
 /// Launch it with cudarc on a stream of the program's own:
 ///
 /// ```no_run
-/// use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
+/// use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader};
 /// use kiln_cuda::cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
 /// use kiln_cuda::{CudaKernel, CudaTarget};
 ///
@@ -223,7 +223,7 @@ impl LoadedKernel {
     /// kiln launches on no stream the caller did not name (B5).
     ///
     /// ```no_run
-    /// use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
+    /// use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader};
     /// use kiln_cuda::{CudaKernel, CudaTarget, KernelArgument, LaunchConfig};
     ///
     /// let target = CudaTarget::on_device(0)?;
@@ -262,7 +262,7 @@ impl LoadedKernel {
     /// # Errors
     ///
     /// [`Error::CompileOnly`] for a kernel without a device, unless this
-    /// thread is in compile-only mode ([`kiln_core::mode`]), where such a
+    /// thread is in compile-only mode ([`kiln_engine::mode`]), where such a
     /// launch does nothing and succeeds (L11);
     /// [`Error::ForeignStream`] for a stream of another context, or the
     /// driver's refusal of the launch (a block too large, too much shared
@@ -275,7 +275,7 @@ impl LoadedKernel {
     ) -> Result<(), Error> {
         // L11: decided where the launch is issued, as the mode is the
         // thread's; a kernel with a device launches whatever the mode.
-        if self.0.module.is_none() && kiln_core::mode::is_compile_only() {
+        if self.0.module.is_none() && kiln_engine::mode::is_compile_only() {
             return Ok(());
         }
         let module = self.on_device()?;

@@ -13,7 +13,7 @@ use std::ptr;
 use cudarc::nvrtc::sys::{self, nvrtcProgram, nvrtcResult};
 use serde::{Deserialize, Serialize};
 
-use kiln_core::store::LibraryFile;
+use kiln_engine::store::LibraryFile;
 
 use crate::architecture::Architecture;
 use crate::error::Error;

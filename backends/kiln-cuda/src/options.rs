@@ -2,7 +2,7 @@
 //!
 //! A define reaches NVRTC as one `-DNAME=VALUE` argument and never as an
 //! option of its own: [`CudaOptions::check_defines`], which the compiler
-//! runs before lowering each kernel, refuses by [`kiln_core::define`]'s
+//! runs before lowering each kernel, refuses by [`kiln_engine::define`]'s
 //! rule a name that is not a C identifier (`-include /etc/passwd`, `X -DY`,
 //! `A=B`) and a value holding a NUL byte (NVRTC's options are C strings) or
 //! a line break (a macro defined outside the source is one line). Anything
@@ -102,7 +102,7 @@ impl CudaOptions {
     }
 
     /// Refuses a define that would not reach NVRTC as one macro, by
-    /// [`kiln_core::define::check`] (through [`kiln_cxx::defines::check`]).
+    /// [`kiln_engine::define::check`] (through [`kiln_cxx::defines::check`]).
     ///
     /// # Errors
     ///
@@ -165,7 +165,7 @@ impl CudaOptions {
 
 #[cfg(test)]
 mod tests {
-    use kiln_core::DefineProblem;
+    use kiln_engine::DefineProblem;
 
     use super::*;
 

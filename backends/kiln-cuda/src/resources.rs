@@ -18,7 +18,7 @@
 //! so the same compile gives the same report. A line this reader does not
 //! know is left alone: a figure it cannot find is `None`.
 
-use kiln_core::ResourceUsage;
+use kiln_engine::ResourceUsage;
 
 /// The option that makes ptxas print its report into NVRTC's log.
 pub(crate) const VERBOSE_PTXAS: &str = "--ptxas-options=-v";

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaContext;
-use kiln_core::{ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, TargetStore};
+use kiln_engine::{ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, TargetStore};
 
 use crate::architecture::Architecture;
 use crate::compiler::{CudaArtifact, CudaCompiler, CudaVariant};
@@ -23,7 +23,7 @@ enum Destination {
 }
 
 /// NVRTC in front of a GPU (or of none, to compile without one), for a
-/// [`KernelLoader`](kiln_core::KernelLoader), and optionally a store in
+/// [`KernelLoader`](kiln_engine::KernelLoader), and optionally a store in
 /// front of NVRTC.
 ///
 /// # Constructors
@@ -39,12 +39,12 @@ enum Destination {
 /// | either, on a store unless it is disabled | `.`[`with_optional_store`](Self::with_optional_store)`(store)` |
 ///
 /// In compile-only mode (`KILN_MODE=compile-only` and `KILN_CUDA_ARCH`, or
-/// a [`ProcessModeOverride`](kiln_core::mode::ProcessModeOverride)),
+/// a [`ProcessModeOverride`](kiln_engine::mode::ProcessModeOverride)),
 /// `on_device` and `from_context` make the compile-only target of the
 /// mode's architecture and open no device or driver (L11).
 ///
 /// A target is made on the process's default store
-/// ([`kiln_core::store::default_store`]): in a program on the `kiln`
+/// ([`kiln_engine::store::default_store`]): in a program on the `kiln`
 /// facade, the `KILN_CACHE_*` store (with the fleet tier behind it when
 /// `KILN_REMOTE_URL` and its keys are set), opened at its loader's first
 /// batch; none under `KILN_CACHE_DISABLE=1`, nor in a program on this crate
@@ -62,7 +62,7 @@ enum Destination {
 /// # Example
 ///
 /// ```no_run
-/// use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
+/// use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader};
 /// use kiln_cuda::{CudaKernel, CudaTarget, KernelArgument, LaunchConfig};
 ///
 /// let target = CudaTarget::on_device(0)?;
@@ -139,7 +139,7 @@ impl CudaTarget {
     ///
     /// The driver or NVRTC is missing, or there is no such GPU.
     pub fn on_device(ordinal: usize) -> Result<Self, Error> {
-        if let Some(plan) = kiln_core::mode::compile_only() {
+        if let Some(plan) = kiln_engine::mode::compile_only() {
             return Self::for_compile_only_mode(&plan);
         }
         // NVRTC opens once, before the context: F5, the compile workers
@@ -148,13 +148,13 @@ impl CudaTarget {
         let compiler = CudaCompiler::new();
         if let (Ok(compiler), Some(architecture)) =
             (&compiler, CudaDevice::architecture_of(ordinal))
-            && let Some(recipe) = kiln_core::ArtifactCompiler::worker_recipe(
+            && let Some(recipe) = kiln_engine::ArtifactCompiler::worker_recipe(
                 &compiler.clone().keyed_for(architecture),
             )
         {
-            kiln_core::worker::start_early(
+            kiln_engine::worker::start_early(
                 recipe,
-                kiln_core::LoaderConfig::from_env_or_default()
+                kiln_engine::LoaderConfig::from_env_or_default()
                     .parallelism
                     .get(),
             );
@@ -186,7 +186,7 @@ impl CudaTarget {
     ///
     /// NVRTC is missing, or the driver cannot say what the device is.
     pub fn from_context(context: Arc<CudaContext>) -> Result<Self, Error> {
-        if let Some(plan) = kiln_core::mode::compile_only() {
+        if let Some(plan) = kiln_engine::mode::compile_only() {
             return Self::for_compile_only_mode(&plan);
         }
         Self::on(CudaDevice::from_context(context)?)
@@ -194,18 +194,18 @@ impl CudaTarget {
 
     /// The target every device constructor makes in compile-only mode
     /// (L11): no device, no driver, the architecture the mode names.
-    fn for_compile_only_mode(plan: &kiln_core::mode::CompileOnly) -> Result<Self, Error> {
+    fn for_compile_only_mode(plan: &kiln_engine::mode::CompileOnly) -> Result<Self, Error> {
         let named = plan.cuda().ok_or_else(|| {
             Error::Invalid(format!(
                 "compile-only mode names no CUDA architecture: set {}=sm_90 (the GPU the \
                  store is for), or name it in the ProcessModeOverride",
-                kiln_core::mode::CUDA_ARCH_VARIABLE
+                kiln_engine::mode::CUDA_ARCH_VARIABLE
             ))
         })?;
         let architecture = named.parse().map_err(|error| {
             Error::Invalid(format!(
                 "{error} (compile-only mode, {})",
-                kiln_core::mode::CUDA_ARCH_VARIABLE
+                kiln_engine::mode::CUDA_ARCH_VARIABLE
             ))
         })?;
         Self::compile_only(architecture)
@@ -268,7 +268,7 @@ impl CudaTarget {
     /// [`TargetStore::switch`]): its loader drops every kernel it loaded
     /// and loads them again from `store` (L10), binding it when it is next
     /// used (through
-    /// [`KernelLoader::target_mut`](kiln_core::KernelLoader::target_mut)).
+    /// [`KernelLoader::target_mut`](kiln_engine::KernelLoader::target_mut)).
     /// Returns `false`, changing nothing, on a storeless target.
     #[must_use = "a storeless target does not switch"]
     pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {

@@ -4,10 +4,10 @@
 
 mod support;
 
-use kiln_core::{CompilationTarget, Failure, Kernel, KernelId, KernelOutcome, Severity, Stage};
 use kiln_cuda::{
     Architecture, CudaKernel, CudaLibrary, CudaOptions, CudaTarget, CxxStandard, Error, LoadedImage,
 };
+use kiln_engine::{CompilationTarget, Failure, Kernel, KernelId, KernelOutcome, Severity, Stage};
 use support::{compile, compile_only, fixed, id_on, loader};
 
 // B1
@@ -330,7 +330,7 @@ fn l6_bad_kernels_fail_alone_and_the_batch_goes_on() {
             .source(support::SAXPY),
         CudaKernel::builder(KernelId::named("tests.refusing-generator"), "saxpy").generator(
             |_architecture| {
-                Err(kiln_core::CompileFailure::message(
+                Err(kiln_engine::CompileFailure::message(
                     "no source for this shape",
                 ))
             },
@@ -573,7 +573,7 @@ fn b1_a_machine_without_a_gpu_gets_an_error_value_for_the_device() {
 // F2: a batch hands its kernels out costliest first, by source length.
 #[test]
 fn f2_a_kernel_s_cost_is_the_length_of_its_source_and_headers() {
-    use kiln_core::Kernel;
+    use kiln_engine::Kernel;
     let short = support::fixed("tests.cost.short", "saxpy", support::SAXPY);
     let long = support::fixed(
         "tests.cost.long",

@@ -8,9 +8,9 @@ mod support;
 use std::io::Write;
 use std::time::Instant;
 
-use kiln_core::store::LibraryFile;
-use kiln_core::{ArtifactId, CompilationTarget, KernelId, StoreKey};
 use kiln_cuda::{CudaKey, CudaVariant};
+use kiln_engine::store::LibraryFile;
+use kiln_engine::{ArtifactId, CompilationTarget, KernelId, StoreKey};
 use support::{ARCHITECTURE, Scratch, compile_only};
 
 /// The store key of one kernel by a compiler whose NVRTC is `library`.
@@ -85,7 +85,7 @@ fn p1_another_nvrtc_library_file_with_the_same_version_gives_another_key() {
         real_key
             .first_difference(&patched_key)
             .map(|difference| difference.component),
-        Some(kiln_core::KeyComponent::Compiler),
+        Some(kiln_engine::KeyComponent::Compiler),
         "a miss explains itself by the compiler"
     );
 }

@@ -8,9 +8,9 @@ mod support;
 
 use std::sync::Arc;
 
-use kiln_core::KernelId;
-use kiln_core::conformance::{ConformanceSubject, Overlap};
 use kiln_cuda::{Architecture, CudaKernel, CudaOptions, CudaTarget, CudaVariant};
+use kiln_engine::KernelId;
+use kiln_engine::conformance::{ConformanceSubject, Overlap};
 use support::StoreRoots;
 
 /// The CUDA backend as the suite's subject.
@@ -129,7 +129,7 @@ impl ConformanceSubject for Cuda {
                 "k",
             )
             .generator(
-                move |_architecture| -> Result<String, kiln_core::CompileFailure> {
+                move |_architecture| -> Result<String, kiln_engine::CompileFailure> {
                     panic!("generator {index} panicked")
                 },
             ),
@@ -157,20 +157,20 @@ impl ConformanceSubject for Cuda {
 }
 
 mod compile_only {
-    kiln_core::conformance_suite!(super::Cuda::compile_only());
+    kiln_engine::conformance_suite!(super::Cuda::compile_only());
 }
 
 mod on_device {
-    kiln_core::conformance_suite!(super::Cuda::on_device());
+    kiln_engine::conformance_suite!(super::Cuda::on_device());
 }
 
 mod compile_only_on_store {
-    kiln_core::conformance_suite!(super::Cuda::on_store(
+    kiln_engine::conformance_suite!(super::Cuda::on_store(
         super::Cuda::compile_only(),
         "compile-only"
     ));
 }
 
 mod on_device_on_store {
-    kiln_core::conformance_suite!(super::Cuda::on_store(super::Cuda::on_device(), "on-device"));
+    kiln_engine::conformance_suite!(super::Cuda::on_store(super::Cuda::on_device(), "on-device"));
 }

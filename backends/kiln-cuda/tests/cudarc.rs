@@ -7,12 +7,12 @@ mod support;
 
 use std::sync::Arc;
 
-use kiln_core::{Kernel, KernelId};
 use kiln_cuda::cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig as CudarcLaunch,
     PinnedHostSlice, PushKernelArg,
 };
 use kiln_cuda::{CudaKernel, Error, KernelArgument, LaunchConfig, LoadedKernel};
+use kiln_engine::{Kernel, KernelId};
 use support::{id_on, loader, on_own_context};
 
 const AFFINE: &str = r#"extern "C" __global__ void affine(const float* x, float* y, float scale, float shift, int n) {

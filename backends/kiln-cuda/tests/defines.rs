@@ -10,8 +10,8 @@
 
 mod support;
 
-use kiln_core::{ArtifactCompiler, CompilationTarget, KernelId};
 use kiln_cuda::{CudaKernel, CudaOptions};
+use kiln_engine::{ArtifactCompiler, CompilationTarget, KernelId};
 use kiln_test_support::defines::{self, Define, probe_source};
 use support::{compile, compile_only, id_on, loader};
 

@@ -8,11 +8,11 @@
 
 mod support;
 
-use kiln_core::{CompilationTarget, Failure, Kernel, KernelId, KernelOutcome, Stage};
 use kiln_cuda::{
     Architecture, CudaKernel, CudaOptions, DeviceBuffer, KernelArgument, LaunchConfig, LoadedImage,
     LoadedKernel,
 };
+use kiln_engine::{CompilationTarget, Failure, Kernel, KernelId, KernelOutcome, Stage};
 use support::{Random, fixed, id_on, loader, on_device};
 
 use support::load;

@@ -8,9 +8,9 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
-use kiln_core::{Kernel, KernelId};
 use kiln_cuda::cudarc::driver::PushKernelArg;
 use kiln_cuda::{CudaKernel, CudaOptions, CudaTarget};
+use kiln_engine::{Kernel, KernelId};
 
 use support::{Scratch, compile, compile_only, disk_store, id_on, loader};
 
@@ -271,13 +271,13 @@ fn p13_toolkit_headers_are_found_and_keyed_by_their_text() {
         if support::nvrtc_is_required() {
             panic!("P13 toolkit headers: {reason}, and KILN_REQUIRE_NVRTC=1");
         }
-        kiln_core::conformance::skip("P13 toolkit headers", reason);
+        kiln_engine::conformance::skip("P13 toolkit headers", reason);
         return;
     };
-    let nvrtc = kiln_core::CompilationTarget::compiler(&target).version();
+    let nvrtc = kiln_engine::CompilationTarget::compiler(&target).version();
     let headers = kiln_cuda::toolkit::version(folder);
     if headers.map(|(major, _)| major) != Some(nvrtc.major) {
-        kiln_core::conformance::skip(
+        kiln_engine::conformance::skip(
             "P13 toolkit headers",
             &format!(
                 "the toolkit headers at {} are CUDA {headers:?}, NVRTC is {nvrtc}: another \

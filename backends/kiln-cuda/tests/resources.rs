@@ -13,10 +13,10 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use kiln_core::{
+use kiln_cuda::{CudaKernel, CudaOptions, CudaTarget};
+use kiln_engine::{
     DeviceId, KernelCache, KernelId, KernelOutcome, KernelRecord, LoaderConfig, Reported, Severity,
 };
-use kiln_cuda::{CudaKernel, CudaOptions, CudaTarget};
 use support::{Scratch, compile, compile_only, disk_store, fixed, id_on, loader};
 
 const DEVICE: DeviceId = DeviceId::new("cuda", 0);
@@ -62,7 +62,7 @@ fn spilling() -> CudaKernel {
 /// when they are, where the run's log shows it; with the cache off
 /// (`CUDA_CACHE_DISABLE=1`, which `cargo xtask test` sets) the report must
 /// be there, and its absence fails `what`.
-fn ptxas_reported(what: &str, resources: &kiln_core::ResourceUsage) -> bool {
+fn ptxas_reported(what: &str, resources: &kiln_engine::ResourceUsage) -> bool {
     let reported = resources.spill_store_bytes.is_some();
     if !reported {
         kiln_test_support::skip_unless(
@@ -275,7 +275,7 @@ fn d4_the_cubin_gives_the_registers_and_stack_frame_ptxas_reports() {
         let _ = kiln_cuda::cubin_resources(&damaged, &artifact.lowered_name);
         assert_eq!(
             kiln_cuda::cubin_resources(&artifact.cubin, "no_such_entry"),
-            kiln_core::ResourceUsage::default()
+            kiln_engine::ResourceUsage::default()
         );
     }
 }

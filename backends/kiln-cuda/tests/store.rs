@@ -19,13 +19,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kiln_core::{
-    ArtifactId, BoundStore, CompilationTarget, Kernel, KernelId, KernelOutcome, KeyComponents,
-    Lookup,
-};
 use kiln_cuda::{
     Architecture, CudaCompiler, CudaKernel, CudaOptions, CudaTarget, CudaVariant, DeviceBuffer,
     LaunchConfig, LoadedImage,
+};
+use kiln_engine::{
+    ArtifactId, BoundStore, CompilationTarget, Kernel, KernelId, KernelOutcome, KeyComponents,
+    Lookup,
 };
 use support::{Random, Scratch, disk_store, fixed, id_on, loader};
 
@@ -161,7 +161,7 @@ fn p1_the_store_key_names_cuda_nvrtc_the_architecture_and_the_default_options() 
         "a kernel's own options are in its id, so in its key"
     );
     let text = |kernel: &CudaKernel| {
-        use kiln_core::ArtifactCompiler;
+        use kiln_engine::ArtifactCompiler;
         let lowered = hopper
             .compiler()
             .lower(kernel, &id_on(&hopper, kernel))

@@ -10,10 +10,10 @@ mod support;
 
 use std::sync::Arc;
 
-use kiln_core::{
+use kiln_cuda::{CudaKernel, CudaTarget};
+use kiln_engine::{
     ArtifactStore, CacheError, DeviceId, Kernel, KernelCache, KernelId, KernelOutcome,
 };
-use kiln_cuda::{CudaKernel, CudaTarget};
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_test_support::Scratch;
 use support::{Random, id_on, loader};

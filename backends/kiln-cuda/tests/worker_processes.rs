@@ -8,7 +8,7 @@
 //! unknown architecture or option is refused with a log. So these tests
 //! prove the process mode and its results (the same artifacts as in
 //! process, a failure with its diagnostics intact and alone in its batch);
-//! kiln-core's `worker_processes` test proves a crash fails alone on its
+//! kiln-engine's `worker_processes` test proves a crash fails alone on its
 //! fake compiler.
 //!
 //! Each test skips with a printed reason when NVRTC is missing, and fails
@@ -19,12 +19,12 @@ mod support;
 
 use std::num::NonZeroUsize;
 
-use kiln_core::{Kernel, KernelLoader, KernelOutcome, LoaderConfig, Severity, Stage, WorkerMode};
 use kiln_cuda::{CudaKernel, CudaTarget, LoadedImage};
+use kiln_engine::{Kernel, KernelLoader, KernelOutcome, LoaderConfig, Severity, Stage, WorkerMode};
 use support::{compile_only, id_on};
 
 fn main() {
-    kiln_core::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
+    kiln_engine::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
     let tests: &[(&str, fn())] = &[
         (
             "b1_nvrtc_in_worker_processes_builds_the_cubins_it_builds_in_process",

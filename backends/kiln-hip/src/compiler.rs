@@ -5,9 +5,9 @@ use std::ffi::CString;
 use std::fmt;
 use std::sync::Arc;
 
-use kiln_core::store::{Provenance, SourceCover};
-use kiln_core::worker::{ProcessCompiler, WorkerRecipe};
-use kiln_core::{
+use kiln_engine::store::{Provenance, SourceCover};
+use kiln_engine::worker::{ProcessCompiler, WorkerRecipe};
+use kiln_engine::{
     ArtifactCompiler, ArtifactId, ArtifactReport, CompileFailure, Diagnostic, Finalized,
     KeyComponents, KeyedCompiler, Reported, ResourceUsage, Severity,
 };
@@ -165,8 +165,8 @@ impl HipLowered {
 ///
 /// Stores keep it serialized. A change to its fields changes
 /// [`HipKey::ARTIFACT_FORMAT`], which the compiler component of
-/// [`HipKey::for_store`] names (or kiln-core's
-/// [`STORE_FORMAT`](kiln_core::STORE_FORMAT)), so that old entries miss
+/// [`HipKey::for_store`] names (or kiln-engine's
+/// [`STORE_FORMAT`](kiln_engine::STORE_FORMAT)), so that old entries miss
 /// instead of being read as damaged.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct HipArtifact {
@@ -221,7 +221,7 @@ impl fmt::Debug for HipArtifact {
 /// generators) on all its workers.
 ///
 /// ```no_run
-/// use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
+/// use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader};
 /// use kiln_hip::{HipCompiler, HipKernel, HipTarget};
 ///
 /// let compiler = HipCompiler::new()?;

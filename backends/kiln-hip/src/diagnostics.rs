@@ -9,7 +9,7 @@
 //! (`extern "C" constexpr auto __hiprtc_1 = <expression>;`), so an error
 //! past the program's last line is about the entry point, not the source.
 
-use kiln_core::{CompileFailure, Diagnostic, Location, Severity};
+use kiln_engine::{CompileFailure, Diagnostic, Location, Severity};
 
 /// What clang calls its severities, longest first so `fatal error` is not
 /// read as `error`.

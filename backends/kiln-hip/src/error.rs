@@ -2,13 +2,13 @@
 
 use std::path::PathBuf;
 
-use kiln_core::DefineProblem;
+use kiln_engine::DefineProblem;
 
 /// What can go wrong in kiln-hip outside a kernel's own compile: libraries,
 /// targets, devices and launches.
 ///
 /// A kernel's compile errors are not here: they are a
-/// [`CompileFailure`](kiln_core::CompileFailure) with every diagnostic, and
+/// [`CompileFailure`](kiln_engine::CompileFailure) with every diagnostic, and
 /// errors of this type that stop one kernel's compile (an unsupported
 /// target, say) reach its caller inside one too.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

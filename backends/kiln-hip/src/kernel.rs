@@ -5,9 +5,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kiln_core::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
 use kiln_cxx::FixedSource;
 pub use kiln_cxx::{EntryPoint, Header, IncludeSearch, SourceGenerator};
+use kiln_engine::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
 
 use crate::architecture::Architecture;
 use crate::options::HipOptions;
@@ -25,7 +25,7 @@ use crate::options::HipOptions;
 /// that differ in any of them never share an id.
 ///
 /// ```
-/// use kiln_core::{Kernel, KernelId};
+/// use kiln_engine::{Kernel, KernelId};
 /// use kiln_hip::{HipKernel, HipOptions};
 ///
 /// // A fixed source: its text is part of the id.

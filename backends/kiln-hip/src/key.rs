@@ -1,7 +1,7 @@
-//! Everything that changes the bytes of a HIP artifact (P1), in kiln-core's
+//! Everything that changes the bytes of a HIP artifact (P1), in kiln-engine's
 //! key vocabulary: the [`KeyComponents`] a store files every artifact of a
 //! target under, the [`SourceCover`] a lowered text opens with, and the
-//! [`Provenance`](kiln_core::store::Provenance) every artifact carries.
+//! [`Provenance`](kiln_engine::store::Provenance) every artifact carries.
 //!
 //! # How the store key covers every component
 //!
@@ -20,11 +20,11 @@
 
 use std::fmt;
 
-use kiln_core::KeyComponents;
-use kiln_core::store::{LibraryFile, SourceCover};
+use kiln_engine::KeyComponents;
+use kiln_engine::store::{LibraryFile, SourceCover};
 use serde::{Deserialize, Serialize};
 
-pub use kiln_core::store::HeaderDigest;
+pub use kiln_engine::store::HeaderDigest;
 
 use crate::architecture::Architecture;
 use crate::kernel::Header;
@@ -62,11 +62,11 @@ impl fmt::Display for CompilerIdentity {
     }
 }
 
-/// What kiln-hip adds to kiln-core's key vocabulary: how it names the
+/// What kiln-hip adds to kiln-engine's key vocabulary: how it names the
 /// parts of its keys. It holds nothing.
 ///
 /// ```
-/// use kiln_core::store::LibraryFile;
+/// use kiln_engine::store::LibraryFile;
 /// use kiln_hip::{CompilerIdentity, Architecture, HipKey};
 ///
 /// let library = |name: &str| LibraryFile { name: name.into(), digest: [0; 32] };

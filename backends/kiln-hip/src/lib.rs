@@ -56,7 +56,7 @@
 //!   choose the architecture behind this check are refused. Without worker
 //!   processes this check is what protects the host process; where the
 //!   program provides compile worker
-//!   processes (`kiln_core::worker::run_if_worker(&[kiln_hip::worker_entry()])`
+//!   processes (`kiln_engine::worker::run_if_worker(&[kiln_hip::worker_entry()])`
 //!   at the top of `main`), every finalize runs in one of them, so even an
 //!   abort the check misses fails only its kernel, and the worker is
 //!   replaced.
@@ -70,7 +70,7 @@
 //!   returns is what loads. An entry point the source does not declare
 //!   fails its compile with an error that says so.
 //! - **The key is one value.** Every artifact carries the
-//!   [`Provenance`](kiln_core::store::Provenance) of everything that shaped
+//!   [`Provenance`](kiln_engine::store::Provenance) of everything that shaped
 //!   it: compiler identity (hipRTC and comgr versions and library files),
 //!   architecture, the exact flags, BLAKE3 digests of the source and of
 //!   each header, and the entry point. A store files artifacts under
@@ -83,9 +83,9 @@
 //!   [`LoadedKernel`].
 //! - **Targets are storeless until given a store.**
 //!   [`HipTarget::with_store`] puts a target on any
-//!   [`ArtifactStore`](kiln_core::ArtifactStore), such as kiln-store's disk
+//!   [`ArtifactStore`](kiln_engine::ArtifactStore), such as kiln-store's disk
 //!   store, which the
-//!   [`KernelLoader`](kiln_core::KernelLoader) binds to the compiler's keys:
+//!   [`KernelLoader`](kiln_engine::KernelLoader) binds to the compiler's keys:
 //!   a kernel the store holds is read, not compiled, by every later process.
 //! - **Nothing unchecked reaches the driver.** `hipModuleLoadData` takes no
 //!   length, so every code object is read first: a truncated or foreign one
@@ -108,7 +108,7 @@
 //! # Example
 //!
 //! ```no_run
-//! use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
+//! use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader};
 //! use kiln_hip::{HipKernel, HipTarget, LaunchConfig};
 //!
 //! let target = HipTarget::on_device(0)?;
@@ -180,16 +180,16 @@ pub use target::HipTarget;
 ///
 /// ```no_run
 /// fn main() {
-///     kiln_core::worker::run_if_worker(&[kiln_hip::worker_entry()]);
+///     kiln_engine::worker::run_if_worker(&[kiln_hip::worker_entry()]);
 ///     // ...
 /// }
 /// ```
 ///
-/// See [`kiln_core::worker`] for how the workers are found and run.
+/// See [`kiln_engine::worker`] for how the workers are found and run.
 #[allow(
     clippy::needless_doctest_main,
     reason = "the hook belongs on the first line of main, which the example shows"
 )]
-pub fn worker_entry() -> kiln_core::worker::WorkerEntry {
-    kiln_core::worker::entry::<HipCompiler>()
+pub fn worker_entry() -> kiln_engine::worker::WorkerEntry {
+    kiln_engine::worker::entry::<HipCompiler>()
 }

@@ -12,7 +12,7 @@
 //! before anything is read or allocated, nesting is bounded, and malformed
 //! input is an error, never a panic.
 
-use kiln_core::ResourceUsage;
+use kiln_engine::ResourceUsage;
 
 use crate::code_object;
 use crate::error::{Error, Result};

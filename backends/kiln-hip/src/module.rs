@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use kiln_core::{ArtifactReport, Reported, ResourceUsage};
+use kiln_engine::{ArtifactReport, Reported, ResourceUsage};
 
 use crate::architecture::Architecture;
 use crate::code_object::{self, CodeObjectInfo};
@@ -132,7 +132,7 @@ impl LoadedKernel {
     /// # Errors
     ///
     /// [`Error::CompileOnly`] for a kernel without a device, unless this
-    /// thread is in compile-only mode ([`kiln_core::mode`]), where such a
+    /// thread is in compile-only mode ([`kiln_engine::mode`]), where such a
     /// launch does nothing and succeeds (L11);
     /// [`Error::ForeignStream`] for a stream of another device, or the
     /// runtime's refusal of the launch.
@@ -211,7 +211,7 @@ impl LoadedKernel {
         let Some(module) = &self.0.module else {
             // L11: in compile-only mode a launch does nothing, decided
             // where it is issued.
-            if kiln_core::mode::is_compile_only() {
+            if kiln_engine::mode::is_compile_only() {
                 return Ok(());
             }
             return Err(Error::CompileOnly {

@@ -3,7 +3,7 @@
 //!
 //! A define reaches hipRTC as one `-DNAME=VALUE` argument and never as an
 //! option of its own: [`HipOptions::compile_flags`], which every lowering
-//! and key goes through, refuses by [`kiln_core::define`]'s rule a name
+//! and key goes through, refuses by [`kiln_engine::define`]'s rule a name
 //! that is not a C identifier (`-include /etc/passwd`, `X -DY`, `A=B`) and
 //! a value holding a NUL byte (hipRTC's options are C strings) or a line
 //! break (a macro defined outside the source is one line). Anything else in
@@ -176,7 +176,7 @@ fn chooses_architecture(flag: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use kiln_core::DefineProblem;
+    use kiln_engine::DefineProblem;
 
     use super::*;
 
@@ -229,8 +229,8 @@ mod tests {
                 .flag("-Wall");
             new.standard = now;
             assert_eq!(
-                kiln_core::KernelId::named("k").parameter(&old).build(),
-                kiln_core::KernelId::named("k").parameter(&new).build(),
+                kiln_engine::KernelId::named("k").parameter(&old).build(),
+                kiln_engine::KernelId::named("k").parameter(&new).build(),
                 "{now:?}"
             );
         }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kiln_core::{ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, TargetStore};
+use kiln_engine::{ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, TargetStore};
 
 use crate::architecture::Architecture;
 use crate::compiler::{HipArtifact, HipCompiler};
@@ -34,7 +34,7 @@ fn refusal(error: Error) -> DeviceRefusal {
 }
 
 /// hipRTC in front of an AMD GPU (or of none, to compile without one), for
-/// a [`KernelLoader`](kiln_core::KernelLoader), and optionally a store in
+/// a [`KernelLoader`](kiln_engine::KernelLoader), and optionally a store in
 /// front of hipRTC.
 ///
 /// # Constructors
@@ -50,12 +50,12 @@ fn refusal(error: Error) -> DeviceRefusal {
 /// | either, on a store unless it is disabled | `.`[`with_optional_store`](Self::with_optional_store)`(store)` |
 ///
 /// In compile-only mode (`KILN_MODE=compile-only` and `KILN_HIP_ARCH`, or
-/// a [`ProcessModeOverride`](kiln_core::mode::ProcessModeOverride)),
+/// a [`ProcessModeOverride`](kiln_engine::mode::ProcessModeOverride)),
 /// `on_device` and `on` make the compile-only target of the mode's
 /// architecture and open no device or runtime (L11).
 ///
 /// A target is made on the process's default store
-/// ([`kiln_core::store::default_store`]): in a program on the `kiln`
+/// ([`kiln_engine::store::default_store`]): in a program on the `kiln`
 /// facade, the `KILN_CACHE_*` store (with the fleet tier behind it when
 /// `KILN_REMOTE_URL` and its keys are set), opened at its loader's first
 /// batch; none under `KILN_CACHE_DISABLE=1`, nor in a program on this crate
@@ -102,7 +102,7 @@ fn refusal(error: Error) -> DeviceRefusal {
 /// ```no_run
 /// use std::sync::Arc;
 ///
-/// use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
+/// use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader};
 /// use kiln_hip::{Architecture, HipKernel, HipTarget};
 /// use kiln_store::{DiskStore, StoreConfig};
 ///
@@ -135,7 +135,7 @@ impl HipTarget {
     /// ([`Error::UnknownDeviceArchitecture`]: open it with
     /// [`HipDevice::with_architecture`] and use [`on`](Self::on)).
     pub fn on_device(ordinal: usize) -> Result<Self> {
-        if let Some(plan) = kiln_core::mode::compile_only() {
+        if let Some(plan) = kiln_engine::mode::compile_only() {
             return Self::for_compile_only_mode(&plan);
         }
         Self::on(HipDevice::open(ordinal)?)
@@ -143,9 +143,9 @@ impl HipTarget {
 
     /// The target every device constructor makes in compile-only mode
     /// (L11): no device, no runtime, the architecture the mode names.
-    fn for_compile_only_mode(plan: &kiln_core::mode::CompileOnly) -> Result<Self> {
+    fn for_compile_only_mode(plan: &kiln_engine::mode::CompileOnly) -> Result<Self> {
         let named = plan.hip().ok_or(Error::NoCompileOnlyArchitecture {
-            variable: kiln_core::mode::HIP_ARCH_VARIABLE,
+            variable: kiln_engine::mode::HIP_ARCH_VARIABLE,
         })?;
         Self::compile_only(Architecture::new(named.trim())?)
     }
@@ -156,7 +156,7 @@ impl HipTarget {
     ///
     /// hipRTC or comgr is missing ([`Error::LibraryMissing`]).
     pub fn on(device: HipDevice) -> Result<Self> {
-        if let Some(plan) = kiln_core::mode::compile_only() {
+        if let Some(plan) = kiln_engine::mode::compile_only() {
             return Self::for_compile_only_mode(&plan);
         }
         Ok(Self {
@@ -220,7 +220,7 @@ impl HipTarget {
     /// [`TargetStore::switch`]): its loader drops every kernel it loaded
     /// and loads them again from `store` (L10), binding it when it is next
     /// used (through
-    /// [`KernelLoader::target_mut`](kiln_core::KernelLoader::target_mut)).
+    /// [`KernelLoader::target_mut`](kiln_engine::KernelLoader::target_mut)).
     /// Returns `false`, changing nothing, on a storeless target.
     #[must_use = "a storeless target does not switch"]
     pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {

@@ -5,7 +5,7 @@ use std::ffi::{CString, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use kiln_core::store::LibraryFile;
+use kiln_engine::store::LibraryFile;
 
 use crate::architecture::{Architecture, SupportedTargets};
 use crate::error::{Error, Result};

@@ -10,7 +10,7 @@ mod support;
 
 use std::num::NonZeroUsize;
 
-use kiln_core::{
+use kiln_engine::{
     ArtifactCompiler, ArtifactId, CompileFailure, Kernel, KernelId, KernelLoader, KernelOutcome,
     LoaderConfig, Severity,
 };
@@ -474,7 +474,7 @@ fn b2_the_artifact_key_follows_the_compiler_the_target_and_the_source() {
     assert_ne!(key.digest(), other_arch.digest());
     assert_eq!(
         key.components,
-        kiln_core::KeyedCompiler::key_components(&compiler)
+        kiln_engine::KeyedCompiler::key_components(&compiler)
     );
     assert_eq!(
         key.components.compiler,
@@ -522,7 +522,7 @@ fn b2_a_truncated_code_object_never_reaches_a_device() {
         .expect_err("half an object is refused");
     assert!(error.to_string().contains("truncated"), "{error}");
     let mut target = compile_only(&compiler, "gfx90a");
-    let refusal = kiln_core::CompilationTarget::load(&mut target, &artifact_id, &artifact)
+    let refusal = kiln_engine::CompilationTarget::load(&mut target, &artifact_id, &artifact)
         .expect_err("the target refuses it");
     assert!(refusal.message.contains("truncated"), "{refusal}");
 }

@@ -9,8 +9,8 @@ mod support;
 
 use std::sync::Arc;
 
-use kiln_core::KernelId;
-use kiln_core::conformance::{ConformanceSubject, Overlap};
+use kiln_engine::KernelId;
+use kiln_engine::conformance::{ConformanceSubject, Overlap};
 use kiln_hip::{Architecture, HipCompiler, HipKernel, HipTarget, HipVariant};
 use support::StoreRoots;
 
@@ -149,9 +149,9 @@ impl ConformanceSubject for Hip {
 }
 
 mod storeless {
-    kiln_core::conformance_suite!(super::subject());
+    kiln_engine::conformance_suite!(super::subject());
 }
 
 mod on_store {
-    kiln_core::conformance_suite!(super::subject_on_store());
+    kiln_engine::conformance_suite!(super::subject_on_store());
 }

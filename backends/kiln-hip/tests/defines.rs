@@ -12,7 +12,7 @@ mod support;
 
 use std::num::NonZeroUsize;
 
-use kiln_core::{
+use kiln_engine::{
     ArtifactCompiler, ArtifactId, CompileFailure, Finalized, Kernel, KernelId, KernelLoader,
     LoaderConfig, WorkerMode,
 };

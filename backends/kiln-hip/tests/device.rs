@@ -5,8 +5,8 @@
 //! is written for the day one exists; until then it skips with its reason,
 //! and fails under `KILN_REQUIRE_DEVICE=1`.
 
-use kiln_core::conformance::skip;
-use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
+use kiln_engine::conformance::skip;
+use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader};
 use kiln_hip::{Error, HipDevice, HipKernel, HipTarget, KernelArgument, LaunchConfig};
 
 /// Set in the child of the test below, which sees no GPU.

@@ -7,7 +7,7 @@ mod support;
 use std::num::NonZeroUsize;
 use std::path::Path;
 
-use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader, LoaderConfig};
+use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader, LoaderConfig};
 use kiln_hip::{Architecture, HipKernel, HipOptions, HipVariant};
 use kiln_test_support::Scratch;
 use support::{compile_only, compiler};

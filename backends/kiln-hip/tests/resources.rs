@@ -12,7 +12,7 @@ mod support;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
-use kiln_core::{
+use kiln_engine::{
     ArtifactId, DeviceId, Kernel, KernelCache, KernelId, KernelLoader, KernelOutcome, KernelRecord,
     LoaderConfig, Reported, Severity,
 };

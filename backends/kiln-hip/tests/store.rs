@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kiln_core::{
+use kiln_engine::{
     ArtifactCompiler, ArtifactId, BoundStore, CompilationTarget, Kernel, KernelId, KernelLoader,
     KernelOutcome, KeyComponents, LoaderConfig, Lookup,
 };

@@ -13,14 +13,14 @@ mod support;
 
 use std::num::NonZeroUsize;
 
-use kiln_core::{
+use kiln_engine::{
     ArtifactId, Kernel, KernelId, KernelLoader, KernelOutcome, LoaderConfig, WorkerMode,
 };
 use kiln_hip::{Architecture, HipCompiler, HipKernel, HipTarget, HipVariant};
 use support::{compile_only, compiler};
 
 fn main() {
-    kiln_core::worker::run_if_worker(&[kiln_hip::worker_entry()]);
+    kiln_engine::worker::run_if_worker(&[kiln_hip::worker_entry()]);
     let tests: &[(&str, fn())] = &[
         (
             "b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process",

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader, LoaderConfig};
+use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader, LoaderConfig};
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
 

@@ -5,8 +5,8 @@
 
 use std::fmt;
 
-use kiln_core::store::{KeyComponents, KeyedCompiler};
-use kiln_core::{
+use kiln_engine::store::{KeyComponents, KeyedCompiler};
+use kiln_engine::{
     ArtifactCompiler, ArtifactId, ArtifactReport, CompileFailure, Finalized, Reported,
     ResourceUsage,
 };
@@ -30,7 +30,7 @@ pub const WGPU_VERSION: &str = "30.0.2";
 /// built with, ready to finalize here or in another process.
 ///
 /// The text kernels are grouped by (see [`ArtifactCompiler::source`]) starts
-/// with the [`SourceCover`](kiln_core::store::SourceCover) of
+/// with the [`SourceCover`](kiln_engine::store::SourceCover) of
 /// [`WgpuKey::cover`], naming the entry point, the constants, the layout
 /// and whether workgroup memory starts zeroed (and the language, for
 /// SPIR-V), so two kernels share an artifact exactly when their pipelines

@@ -7,7 +7,7 @@
 //! kiln takes either where the shader gives both, and hands naga and wgpu
 //! the key they take, so `gain=1.1` and `1300=1.1` build the same pipeline.
 
-use kiln_core::CompileFailure;
+use kiln_engine::CompileFailure;
 
 use crate::kernel::Constants;
 

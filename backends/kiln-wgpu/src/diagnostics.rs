@@ -5,7 +5,7 @@
 //! labelled spans and the notes become notes, and naga's own rendering of
 //! the error (with the source excerpt) is the failure's log.
 
-use kiln_core::{CompileFailure, Diagnostic, Location, Severity};
+use kiln_engine::{CompileFailure, Diagnostic, Location, Severity};
 use naga::back::pipeline_constants::PipelineConstantError;
 use naga::front::wgsl::ParseError;
 use naga::valid::ValidationError;

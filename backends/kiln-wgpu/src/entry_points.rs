@@ -3,7 +3,7 @@
 //! the same text with its name as the kernel's entry. Each is validated by
 //! itself, so one broken entry fails alone.
 
-use kiln_core::CompileFailure;
+use kiln_engine::CompileFailure;
 
 use crate::diagnostics;
 
@@ -21,7 +21,7 @@ pub(crate) fn compute_names(module: &naga::Module) -> Vec<String> {
 /// they are written: every one can be a kernel of its own (B6).
 ///
 /// ```
-/// use kiln_core::KernelId;
+/// use kiln_engine::KernelId;
 /// use kiln_wgpu::WgslKernel;
 ///
 /// let source = "@group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
@@ -39,7 +39,7 @@ pub(crate) fn compute_names(module: &naga::Module) -> Vec<String> {
 ///     })
 ///     .collect();
 /// # assert_eq!(kernels.len(), 2);
-/// # Ok::<(), kiln_core::CompileFailure>(())
+/// # Ok::<(), kiln_engine::CompileFailure>(())
 /// ```
 ///
 /// # Errors

@@ -1,9 +1,9 @@
 //! kiln-wgpu's errors.
 //!
 //! A compile failure is not one of these: it belongs to the kernel that
-//! failed, as kiln-core's [`CompileFailure`](kiln_core::CompileFailure) on
+//! failed, as kiln-engine's [`CompileFailure`](kiln_engine::CompileFailure) on
 //! that kernel's `KernelError`, and a pipeline the device rejects is that
-//! kernel's [`DeviceRefusal`](kiln_core::DeviceRefusal). These are the
+//! kernel's [`DeviceRefusal`](kiln_engine::DeviceRefusal). These are the
 //! errors of opening a device and of using it directly (buffers, dispatches).
 
 /// What went wrong opening a wgpu device or using it.

@@ -11,7 +11,7 @@
 //! the same answer, and a kernel that needs a feature the device lacks
 //! fails naming it.
 
-use kiln_core::DeviceRefusal;
+use kiln_engine::DeviceRefusal;
 use naga::WithSpan;
 use naga::valid::{Capabilities, ModuleInfo, ValidationError, ValidationFlags, Validator};
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use kiln_core::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
+use kiln_engine::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
 use serde::{Deserialize, Serialize};
 
 /// Generates a kernel's WGSL source: the user code kiln runs in `lower`, on
@@ -291,7 +291,7 @@ impl<'de> Deserialize<'de> for Constants {
 /// the same as for WGSL.
 ///
 /// ```
-/// use kiln_core::KernelId;
+/// use kiln_engine::KernelId;
 /// use kiln_wgpu::{BindingLayout, BufferBinding, WgslKernel};
 ///
 /// // A fixed source: its text is part of the id.
@@ -319,7 +319,7 @@ impl<'de> Deserialize<'de> for Constants {
 ///             }\n"
 ///             .to_owned())
 ///     });
-/// assert_ne!(kiln_core::Kernel::id(&double), kiln_core::Kernel::id(&scale));
+/// assert_ne!(kiln_engine::Kernel::id(&double), kiln_engine::Kernel::id(&scale));
 /// ```
 #[derive(Clone)]
 pub struct WgslKernel {
@@ -504,7 +504,7 @@ impl WgslKernelBuilder {
     /// id: the entry point is one of the module's `GLCompute` entries.
     ///
     /// ```
-    /// use kiln_core::{Kernel, KernelId};
+    /// use kiln_engine::{Kernel, KernelId};
     /// use kiln_wgpu::{Language, WgslKernel};
     ///
     /// # let spirv: Vec<u8> = Vec::new();

@@ -1,4 +1,4 @@
-//! Everything that changes a wgpu artifact (P1), in kiln-core's key
+//! Everything that changes a wgpu artifact (P1), in kiln-engine's key
 //! vocabulary: the [`KeyComponents`] a store files every artifact under, and
 //! the [`SourceCover`] a lowered text opens with.
 //!
@@ -22,7 +22,7 @@
 //! driver's pipeline cache, keyed apart in
 //! [`pipeline_cache`](crate::pipeline_cache).
 
-use kiln_core::store::{KeyComponents, SourceCover};
+use kiln_engine::store::{KeyComponents, SourceCover};
 
 use crate::compiler::{NAGA_VERSION, WGPU_VERSION};
 use crate::kernel::Language;
@@ -34,7 +34,7 @@ use crate::kernel::WgslKernel;
 /// the features a kernel needs and constants keyed as wgpu takes them.
 const ARTIFACT_FORMAT: u32 = 3;
 
-/// What kiln-wgpu adds to kiln-core's key vocabulary: its backend name,
+/// What kiln-wgpu adds to kiln-engine's key vocabulary: its backend name,
 /// naga's identity, and the source cover of a lowered text. It holds
 /// nothing.
 ///

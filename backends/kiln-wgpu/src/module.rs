@@ -5,7 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use kiln_core::{ArtifactReport, Reported, ResourceUsage};
+use kiln_engine::{ArtifactReport, Reported, ResourceUsage};
 
 use crate::compiler::ShaderBinding;
 use crate::error::Error;
@@ -69,7 +69,7 @@ impl WgpuPipeline {
     /// command encoder (B5); `None` for a compile-only target's kernel.
     ///
     /// ```no_run
-    /// use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader};
+    /// use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader};
     /// use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel, wgpu};
     ///
     /// let device = WgpuDevice::open()?;

@@ -37,8 +37,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kiln_core::store::{ArtifactStore, BlobKey};
-use kiln_core::{Lookup, StoreOutcome};
+use kiln_engine::store::{ArtifactStore, BlobKey};
+use kiln_engine::{Lookup, StoreOutcome};
 
 use crate::compiler::WGPU_VERSION;
 use crate::device::WgpuDevice;
@@ -104,7 +104,7 @@ pub fn pipeline_cache_key(device: &WgpuDevice) -> Option<BlobKey> {
             .component("driver version", format!("{:#x}", identity.driver_version))
             .component(
                 "cache uuid",
-                kiln_core::store::hex(&identity.pipeline_cache_uuid),
+                kiln_engine::store::hex(&identity.pipeline_cache_uuid),
             );
     }
     Some(key)
@@ -144,7 +144,7 @@ impl PersistedPipelineCache {
                 let bytes = artifact.len() as u64;
                 (Some(artifact), PipelineCacheState::Loaded { bytes })
             }
-            Lookup::Miss(kiln_core::Miss::Absent) => (None, PipelineCacheState::Empty),
+            Lookup::Miss(kiln_engine::Miss::Absent) => (None, PipelineCacheState::Empty),
             Lookup::Miss(miss) => (
                 None,
                 PipelineCacheState::Rejected {

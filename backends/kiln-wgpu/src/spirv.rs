@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 
-use kiln_core::CompileFailure;
+use kiln_engine::CompileFailure;
 
 /// Bytes per line of the hexadecimal text.
 const LINE: usize = 32;

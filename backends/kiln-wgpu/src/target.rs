@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use kiln_core::store::ArtifactStore;
-use kiln_core::{ArtifactId, CompilationTarget, DeviceRefusal, StoreOutcome};
+use kiln_engine::store::ArtifactStore;
+use kiln_engine::{ArtifactId, CompilationTarget, DeviceRefusal, StoreOutcome};
 
 use crate::compiler::{ShaderCode, WgpuArtifact, WgpuCompiler};
 use crate::device::WgpuDevice;
@@ -30,7 +30,7 @@ use crate::pipeline_cache::{PersistedPipelineCache, PipelineCacheState};
 ///   pipeline cache too (B3).
 ///
 /// ```no_run
-/// use kiln_core::{Kernel, KernelId, KernelLoader};
+/// use kiln_engine::{Kernel, KernelId, KernelLoader};
 /// use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
 ///
 /// let target = match WgpuDevice::open() {
@@ -40,9 +40,9 @@ use crate::pipeline_cache::{PersistedPipelineCache, PipelineCacheState};
 /// let mut loader = KernelLoader::new(target);
 /// let kernel = WgslKernel::builder(KernelId::named("example.noop"), "main")
 ///     .source("@compute @workgroup_size(1) fn main() {}");
-/// let id = kiln_core::ArtifactId::new(kernel.id(), WgpuVariant);
+/// let id = kiln_engine::ArtifactId::new(kernel.id(), WgpuVariant);
 /// let pipeline = loader.load(&kernel, &id)?;
-/// # Ok::<(), kiln_core::KernelError>(())
+/// # Ok::<(), kiln_engine::KernelError>(())
 /// ```
 #[derive(Debug)]
 pub struct WgpuTarget {
@@ -135,11 +135,11 @@ impl WgpuTarget {
     /// A target that builds pipelines on `device` and keeps nothing beyond
     /// the process.
     ///
-    /// In compile-only mode ([`kiln_core::mode`]) the target is
+    /// In compile-only mode ([`kiln_engine::mode`]) the target is
     /// compile-only, as [`compile_only`](Self::compile_only) makes it, and
     /// `device` is dropped (L11).
     pub fn on_device(device: WgpuDevice) -> Self {
-        if kiln_core::mode::is_compile_only() {
+        if kiln_engine::mode::is_compile_only() {
             return Self::compile_only();
         }
         Self::new(Some(device)).on_default_store()
@@ -150,10 +150,10 @@ impl WgpuTarget {
     /// # Errors
     ///
     /// No adapter, or it opened no device.
-    /// In compile-only mode ([`kiln_core::mode`]) it opens no adapter and
+    /// In compile-only mode ([`kiln_engine::mode`]) it opens no adapter and
     /// makes the compile-only target (L11).
     pub fn open() -> Result<Self, Error> {
-        if kiln_core::mode::is_compile_only() {
+        if kiln_engine::mode::is_compile_only() {
             return Ok(Self::compile_only());
         }
         WgpuDevice::open().map(Self::on_device)
@@ -167,11 +167,11 @@ impl WgpuTarget {
     }
 
     /// The same target on the process's default store
-    /// ([`kiln_core::store::default_store`]), when there is one. Opened
+    /// ([`kiln_engine::store::default_store`]), when there is one. Opened
     /// here rather than at the first batch: the pipeline cache is read from
     /// the store when the target is put on it.
     fn on_default_store(self) -> Self {
-        match kiln_core::store::default_store() {
+        match kiln_engine::store::default_store() {
             Some(store) => self.with_store(store),
             None => self,
         }
@@ -269,7 +269,7 @@ impl WgpuTarget {
     /// ```
     /// use std::sync::Arc;
     ///
-    /// use kiln_core::{CompilationTarget, MemoryStore};
+    /// use kiln_engine::{CompilationTarget, MemoryStore};
     /// use kiln_wgpu::WgpuTarget;
     ///
     /// let storeless = WgpuTarget::compile_only().with_optional_store(None);

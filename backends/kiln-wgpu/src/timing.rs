@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use kiln_core::{DeviceTimer, TimedTarget, TimingError};
+use kiln_engine::{DeviceTimer, TimedTarget, TimingError};
 
 use crate::device::WgpuDevice;
 use crate::target::WgpuTarget;

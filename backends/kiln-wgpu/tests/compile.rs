@@ -5,7 +5,7 @@
 
 mod support;
 
-use kiln_core::{ArtifactCompiler, CompilationTarget, Kernel, KernelId, Severity};
+use kiln_engine::{ArtifactCompiler, CompilationTarget, Kernel, KernelId, Severity};
 use kiln_wgpu::{
     BindingLayout, BufferBinding, BufferKind, ShaderBinding, WgpuTarget, WgpuVariant, WgslKernel,
 };

@@ -8,8 +8,8 @@ mod support;
 
 use std::sync::Arc;
 
-use kiln_core::KernelId;
-use kiln_core::conformance::{ConformanceSubject, Overlap};
+use kiln_engine::KernelId;
+use kiln_engine::conformance::{ConformanceSubject, Overlap};
 use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
 
 /// The wgpu backend as the suite's subject.
@@ -89,7 +89,7 @@ impl ConformanceSubject for Wgpu {
                 KernelId::named("conformance.panicking").parameter(&index),
                 "main",
             )
-            .generator(move || -> Result<String, kiln_core::CompileFailure> {
+            .generator(move || -> Result<String, kiln_engine::CompileFailure> {
                 panic!("generator {index} panicked")
             }),
         ))
@@ -118,11 +118,11 @@ impl ConformanceSubject for Wgpu {
 }
 
 mod compile_only {
-    kiln_core::conformance_suite!(super::Wgpu::compile_only());
+    kiln_engine::conformance_suite!(super::Wgpu::compile_only());
 }
 
 mod on_device {
-    kiln_core::conformance_suite!(super::Wgpu::on_device());
+    kiln_engine::conformance_suite!(super::Wgpu::on_device());
 }
 
 /// The wgpu backend as the suite's subject, on SPIR-V kernels: the same
@@ -226,9 +226,11 @@ impl ConformanceSubject for Spirv {
                 KernelId::named("conformance.spirv.panicking").parameter(&index),
                 "main",
             )
-            .spirv_generator(move || -> Result<Vec<u8>, kiln_core::CompileFailure> {
-                panic!("SPIR-V generator {index} panicked")
-            }),
+            .spirv_generator(
+                move || -> Result<Vec<u8>, kiln_engine::CompileFailure> {
+                    panic!("SPIR-V generator {index} panicked")
+                },
+            ),
         ))
     }
 
@@ -252,9 +254,9 @@ impl ConformanceSubject for Spirv {
 }
 
 mod spirv_compile_only {
-    kiln_core::conformance_suite!(super::Spirv::compile_only());
+    kiln_engine::conformance_suite!(super::Spirv::compile_only());
 }
 
 mod spirv_on_device {
-    kiln_core::conformance_suite!(super::Spirv::on_device());
+    kiln_engine::conformance_suite!(super::Spirv::on_device());
 }

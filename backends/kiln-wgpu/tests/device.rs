@@ -7,7 +7,7 @@
 
 mod support;
 
-use kiln_core::{KernelId, StoreOutcome};
+use kiln_engine::{KernelId, StoreOutcome};
 use kiln_wgpu::pipeline_cache::pipeline_cache_key;
 use kiln_wgpu::{PipelineCacheState, WgpuDevice, WgpuPipeline, WgpuTarget, WgslKernel, wgpu};
 use support::{Random, assert_close, bytes_of, bytes_of_u32, floats, words};
@@ -356,7 +356,7 @@ fn the_pipeline_cache_round_trips_through_the_store() {
         return;
     };
     if !device.has_pipeline_cache() {
-        kiln_core::conformance::skip(
+        kiln_engine::conformance::skip(
             "the pipeline cache round trip",
             &format!("{} has no Features::PIPELINE_CACHE", device.describe()),
         );
@@ -377,8 +377,8 @@ fn the_pipeline_cache_round_trips_through_the_store() {
     let store = support::store_at(&folder);
     let key = pipeline_cache_key(&device).expect("a cache key");
     let stored = match store.lookup_blob(&key) {
-        kiln_core::Lookup::Hit { artifact, .. } => artifact,
-        kiln_core::Lookup::Miss(miss) => panic!("the batch stored its pipeline cache: {miss}"),
+        kiln_engine::Lookup::Hit { artifact, .. } => artifact,
+        kiln_engine::Lookup::Miss(miss) => panic!("the batch stored its pipeline cache: {miss}"),
     };
     assert!(!stored.is_empty());
 
@@ -404,7 +404,7 @@ fn invalid_pipeline_cache_data_falls_back_to_an_empty_cache() {
         return;
     };
     let Some(key) = pipeline_cache_key(&device) else {
-        kiln_core::conformance::skip(
+        kiln_engine::conformance::skip(
             "the pipeline cache fallback",
             &format!("{} has no Features::PIPELINE_CACHE", device.describe()),
         );
@@ -432,10 +432,10 @@ fn invalid_pipeline_cache_data_falls_back_to_an_empty_cache() {
         .expect("pipelines are made through the empty cache");
     drop(loader);
     match store.lookup_blob(&key) {
-        kiln_core::Lookup::Hit { artifact, .. } => {
+        kiln_engine::Lookup::Hit { artifact, .. } => {
             assert_ne!(artifact, garbage, "the next save replaced the bad blob");
         }
-        kiln_core::Lookup::Miss(miss) => panic!("a cache was stored: {miss}"),
+        kiln_engine::Lookup::Miss(miss) => panic!("a cache was stored: {miss}"),
     }
 }
 

@@ -5,7 +5,7 @@
 
 mod support;
 
-use kiln_core::{KernelId, KernelOutcome, Reported, ResourceUsage};
+use kiln_engine::{KernelId, KernelOutcome, Reported, ResourceUsage};
 use kiln_wgpu::{WgpuTarget, WgslKernel};
 use support::{fresh_folder, id_of, loader, store_at};
 

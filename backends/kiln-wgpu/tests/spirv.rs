@@ -8,7 +8,7 @@
 
 mod support;
 
-use kiln_core::{ArtifactCompiler, CompilationTarget, KernelId};
+use kiln_engine::{ArtifactCompiler, CompilationTarget, KernelId};
 use kiln_wgpu::{
     Language, ShaderCode, WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel, spirv_compute_entries,
     wgpu,
@@ -24,7 +24,7 @@ fn load(device: &WgpuDevice, kernel: &WgslKernel) -> kiln_wgpu::WgpuPipeline {
 }
 
 /// `kernel` lowered and finalized by a compile-only target's compiler.
-fn finalize(kernel: &WgslKernel) -> Result<kiln_wgpu::WgpuArtifact, kiln_core::CompileFailure> {
+fn finalize(kernel: &WgslKernel) -> Result<kiln_wgpu::WgpuArtifact, kiln_engine::CompileFailure> {
     let target = WgpuTarget::compile_only();
     let id = support::id_of(kernel);
     let lowered = target.compiler().lower(kernel, &id)?;

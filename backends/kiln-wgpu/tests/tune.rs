@@ -9,8 +9,8 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kiln_core::tune::{Candidate, CandidateOutcome, Measure, Origin, TuneKey, Tuned};
-use kiln_core::{KernelId, KernelLoader};
+use kiln_engine::tune::{Candidate, CandidateOutcome, Measure, Origin, TuneKey, Tuned};
+use kiln_engine::{KernelId, KernelLoader};
 use kiln_wgpu::{WgpuDevice, WgpuPipeline, WgpuTarget, WgpuVariant, WgslKernel};
 
 /// Each invocation steps its element `STEPS` times.

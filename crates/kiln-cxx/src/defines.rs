@@ -1,13 +1,13 @@
 //! A kernel's preprocessor defines, as a C++ compiler takes them: each one
-//! `-DNAME` or `-DNAME=VALUE` argument, checked by [`kiln_core::define`]'s
+//! `-DNAME` or `-DNAME=VALUE` argument, checked by [`kiln_engine::define`]'s
 //! rule before it reaches the compiler.
 //!
 //! A define is `(name, value)`, no value for a bare `-DNAME`, as the
 //! backends' options hold them (`CudaOptions::defines`,
 //! `HipOptions::defines`).
 
-use kiln_core::DefineProblem;
-use kiln_core::define;
+use kiln_engine::DefineProblem;
+use kiln_engine::define;
 
 /// A define that would not reach its compiler as one macro: its name and
 /// why.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kiln_core::CompileFailure;
+use kiln_engine::CompileFailure;
 
 /// Generates a kernel's C++ source for a device of architecture `A` (the
 /// backend's `Architecture`): the user code kiln runs when it lowers the
@@ -16,7 +16,7 @@ use kiln_core::CompileFailure;
 ///
 /// The same generator, asked for the same architecture, returns the same
 /// text: the kernel's id stands for it, so the id must cover every
-/// parameter the generator reads (see [`Kernel`](kiln_core::Kernel)'s
+/// parameter the generator reads (see [`Kernel`](kiln_engine::Kernel)'s
 /// contract).
 pub trait SourceGenerator<A>: Send + Sync {
     /// The source for a device of `architecture`.
@@ -29,7 +29,7 @@ pub trait SourceGenerator<A>: Send + Sync {
     fn generate(&self, architecture: A) -> Result<String, CompileFailure>;
 
     /// The length of the text it makes, when known without making it: what
-    /// a kernel's [`cost_hint`](kiln_core::Kernel::cost_hint) is made of,
+    /// a kernel's [`cost_hint`](kiln_engine::Kernel::cost_hint) is made of,
     /// so that a batch compiles its longest kernels first. The default, for
     /// a generator that runs code, is `None`.
     fn size_hint(&self) -> Option<usize> {
@@ -40,7 +40,7 @@ pub trait SourceGenerator<A>: Send + Sync {
 /// What compiling a C++ kernel costs, relative to the others: the length
 /// of its source when its generator knows it without running, plus its
 /// headers'. What a CUDA or HIP kernel's
-/// [`cost_hint`](kiln_core::Kernel::cost_hint) is.
+/// [`cost_hint`](kiln_engine::Kernel::cost_hint) is.
 pub fn source_cost<A>(generator: &dyn SourceGenerator<A>, headers: &[crate::Header]) -> u64 {
     let source = generator.size_hint().unwrap_or(0);
     let headers: usize = headers.iter().map(|header| header.text.len()).sum();

@@ -14,7 +14,7 @@
 //! It knows no compiler, driver or device: each backend keeps its own
 //! options, kernel, device memory and launch call, and re-exports these
 //! types under its own name (`kiln_cuda::LaunchConfig` is this crate's).
-//! kiln-core stays neutral about languages; kiln-wgpu does not see this
+//! kiln-engine stays neutral about languages; kiln-wgpu does not see this
 //! crate.
 
 #![warn(missing_docs)]

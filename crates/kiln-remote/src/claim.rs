@@ -21,8 +21,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kiln_core::StoreKey;
-use kiln_core::store::{Claim, ClaimGuard, ClaimWait, Renewal, hex};
+use kiln_engine::StoreKey;
+use kiln_engine::store::{Claim, ClaimGuard, ClaimWait, Renewal, hex};
 use redis::{Cmd, Value, cmd};
 
 use crate::keygen;
@@ -474,7 +474,7 @@ pub(crate) fn attempt_many(
 }
 
 /// A patient or single try at `key`'s remote claim, as
-/// [`ArtifactStore::claim`](kiln_core::ArtifactStore::claim) describes.
+/// [`ArtifactStore::claim`](kiln_engine::ArtifactStore::claim) describes.
 pub(crate) fn attempt_waiting(store: &RemoteStore, key: &StoreKey, wait: ClaimWait) -> Attempt {
     let first = attempt(store, key);
     if !matches!(first, Attempt::Busy) || wait == ClaimWait::Once {

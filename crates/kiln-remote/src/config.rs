@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use kiln_core::store::{DEFAULT_CLAIM_TIMEOUT, DEFAULT_LEASE};
+use kiln_engine::store::{DEFAULT_CLAIM_TIMEOUT, DEFAULT_LEASE};
 
 use crate::error::{Error, Result};
 use crate::keys::Keys;

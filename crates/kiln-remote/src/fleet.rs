@@ -5,7 +5,7 @@
 //! read-only node writes nothing there, P10); the counts are not signed
 //! and are only ever shown, never acted on.
 
-use kiln_core::StoreKey;
+use kiln_engine::StoreKey;
 use redis::{Value, cmd};
 use serde::{Deserialize, Serialize};
 
@@ -249,7 +249,7 @@ mod tests {
     #[test]
     fn only_a_whole_digest_in_hex_is_read() {
         let digest = [0xab; 32];
-        let text = kiln_core::store::hex(&digest);
+        let text = kiln_engine::store::hex(&digest);
         assert_eq!(digest_from_hex(text.as_bytes()), Some(digest));
         assert_eq!(digest_from_hex(&text.as_bytes()[1..]), None);
         assert_eq!(digest_from_hex(&[b'z'; 64]), None);

@@ -51,7 +51,7 @@ impl FleetKey {
     /// The key as text, to write to a key file or a secret store: the only
     /// way the secret leaves this type.
     pub fn secret_text(&self) -> String {
-        format!("{FLEET_PREFIX}{}", kiln_core::store::hex(&self.0))
+        format!("{FLEET_PREFIX}{}", kiln_engine::store::hex(&self.0))
     }
 
     pub(crate) fn bytes(&self) -> &[u8; 32] {
@@ -84,7 +84,7 @@ impl SigningKey {
     pub fn secret_text(&self) -> String {
         format!(
             "{SIGNING_PREFIX}{}",
-            kiln_core::store::hex(&self.0.sk.seed()[..])
+            kiln_engine::store::hex(&self.0.sk.seed()[..])
         )
     }
 
@@ -138,7 +138,7 @@ impl PublicKey {
 /// `kiln-public-key-v1:<hex>`: public, so it may be shown and logged.
 impl fmt::Display for PublicKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{PUBLIC_PREFIX}{}", kiln_core::store::hex(&self.0))
+        write!(f, "{PUBLIC_PREFIX}{}", kiln_engine::store::hex(&self.0))
     }
 }
 

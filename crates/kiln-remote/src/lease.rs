@@ -14,7 +14,7 @@
 //! can delete a lease or write garbage in its place, never forge one, and
 //! a copied lease holds for one key, until its `UNTIL`.
 
-use kiln_core::store::hex;
+use kiln_engine::store::hex;
 
 use crate::keys::{Keys, PublicKey};
 

@@ -2,7 +2,7 @@
 //! Cluster, signed so that no one who can write the cache can put native
 //! code on the machines that read it, behind each machine's disk store.
 //!
-//! - [`RemoteStore`] is an [`ArtifactStore`](kiln_core::ArtifactStore)
+//! - [`RemoteStore`] is an [`ArtifactStore`](kiln_engine::ArtifactStore)
 //!   over Redis: one signed, self-describing value per key, a batch's
 //!   lookups in one round trip, every call bounded by a timeout and a
 //!   circuit breaker, claims as leases across machines.

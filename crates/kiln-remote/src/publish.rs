@@ -6,7 +6,7 @@ use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use kiln_core::{StoreKey, StoreOutcome};
+use kiln_engine::{StoreKey, StoreOutcome};
 use redis::{Cmd, Value, cmd};
 
 use crate::entry::{self, Kind, Rejection};

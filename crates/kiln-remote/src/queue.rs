@@ -9,8 +9,8 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kiln_core::store::{BlobKey, ClaimGuard};
-use kiln_core::{ArtifactStore, StoreKey, StoreOutcome};
+use kiln_engine::store::{BlobKey, ClaimGuard};
+use kiln_engine::{ArtifactStore, StoreKey, StoreOutcome};
 
 use crate::publish::Put;
 use crate::remote::RemoteStore;

@@ -2,8 +2,8 @@
 //! that sends it only within a limit (its length otherwise), a batch's
 //! values within a byte budget, a key of the wrong type a miss.
 
-use kiln_core::store::BlobKey;
-use kiln_core::{Lookup, Miss, StoreKey};
+use kiln_engine::store::BlobKey;
+use kiln_engine::{Lookup, Miss, StoreKey};
 use redis::{Cmd, Value, cmd};
 
 use crate::entry::Kind;

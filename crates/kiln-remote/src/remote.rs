@@ -6,8 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kiln_core::store::{BlobKey, Claim, ClaimWait, Explanation, KeySubject, hex};
-use kiln_core::{ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics};
+use kiln_engine::store::{BlobKey, Claim, ClaimWait, Explanation, KeySubject, hex};
+use kiln_engine::{
+    ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics,
+};
 use redis::{Cmd, Value, cmd};
 
 use crate::config::RemoteConfig;
@@ -51,7 +53,7 @@ const HISTORY_LIMIT: usize = 1 << 20;
 ///   does not verify is written over, never waited for.
 ///
 /// ```no_run
-/// use kiln_core::ArtifactStore;
+/// use kiln_engine::ArtifactStore;
 /// use kiln_remote::{Keys, RemoteConfig, RemoteStore, keygen};
 ///
 /// let keys = Keys { fleet: Some(keygen::fleet_key()?), ..Keys::default() };
@@ -373,7 +375,7 @@ pub(crate) fn printable_host(host: &str) -> String {
     for character in host
         .trim()
         .chars()
-        .filter(|character| !kiln_core::loader::is_hidden(*character))
+        .filter(|character| !kiln_engine::loader::is_hidden(*character))
     {
         if printable.len() + character.len_utf8() > HOST_LENGTH {
             break;

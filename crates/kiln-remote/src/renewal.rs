@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use kiln_core::store::Renewal;
+use kiln_engine::store::Renewal;
 use redis::{Cmd, Value, cmd};
 
 use crate::claim::{RENEW, claim_command, judge, lease_value, millis};

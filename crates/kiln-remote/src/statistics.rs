@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kiln_core::StoreStatistics;
+use kiln_engine::StoreStatistics;
 use serde::{Deserialize, Serialize};
 
 /// A remote store's counts since it was opened (S4's remote side; `kiln

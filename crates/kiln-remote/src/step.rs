@@ -13,8 +13,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use kiln_core::store::{BlobKey, Renewal};
-use kiln_core::{Lookup, StoreKey};
+use kiln_engine::store::{BlobKey, Renewal};
+use kiln_engine::{Lookup, StoreKey};
 
 use crate::claim::{Attempt, RemoteLease, attempt_many, release_all};
 use crate::remote::RemoteStore;

@@ -5,8 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use kiln_core::store::{BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, RememberedFailure};
-use kiln_core::{ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics};
+use kiln_engine::store::{BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, RememberedFailure};
+use kiln_engine::{
+    ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::claim::{Attempt, attempt_waiting};
@@ -49,7 +51,7 @@ use crate::step::Step;
 ///   local store answers as it would alone.
 ///
 /// ```no_run
-/// use kiln_core::ArtifactStore;
+/// use kiln_engine::ArtifactStore;
 /// use kiln_remote::{RemoteStore, TieredStore};
 /// use kiln_store::{DiskStore, StoreConfig};
 ///

@@ -20,9 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use kiln_core::fake::{FakeCompiler, FakeKernel, FakeTarget};
-use kiln_core::store::{Claim, ClaimWait};
-use kiln_core::{
+use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
+use kiln_engine::store::{Claim, ClaimWait};
+use kiln_engine::{
     ArtifactId, ArtifactStore, KernelId, KernelLoader, KeyComponents, LoaderConfig, StoreKey,
 };
 use kiln_remote::{FleetKey, Keys, RemoteStore, TieredStore};
@@ -134,7 +134,7 @@ fn claim_key(prefix: &str, number: u32) -> String {
         &FakeKernel::new(number).artifact_id(),
         None,
     );
-    format!("{prefix}c:{}", kiln_core::store::hex(&key.digest()))
+    format!("{prefix}c:{}", kiln_engine::store::hex(&key.digest()))
 }
 
 #[test]
@@ -278,7 +278,7 @@ fn p12_a_real_lease_made_to_outlive_a_lease_length_is_ignored() {
         .holder(&key)
         .expect("a verified lease names its holder");
     assert!(holder_name.starts_with(&format!("process {} on ", std::process::id())));
-    let claim = format!("{prefix}c:{}", kiln_core::store::hex(&key.digest()));
+    let claim = format!("{prefix}c:{}", kiln_engine::store::hex(&key.digest()));
     assert!(
         redis.servers[0]
             .command(&["PEXPIRE", &claim, "100000000000"])
@@ -312,7 +312,7 @@ fn p12_a_deleted_lease_still_holds_for_a_node_that_saw_it_and_its_holder_writes_
     };
     let (holder, waiter, later) = (store(), store(), store());
     let key = key(7);
-    let claim = format!("{prefix}c:{}", kiln_core::store::hex(&key.digest()));
+    let claim = format!("{prefix}c:{}", kiln_engine::store::hex(&key.digest()));
     let delete = || {
         assert!(redis.servers[0].command(&["DEL", &claim]).is_some());
     };

@@ -5,8 +5,8 @@
 
 mod support;
 
-use kiln_core::store::{Claim, ClaimWait, hex};
-use kiln_core::{ArtifactId, ArtifactStore, KernelId, KeyComponents, StoreKey};
+use kiln_engine::store::{Claim, ClaimWait, hex};
+use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, StoreKey};
 use kiln_remote::TieredStore;
 use kiln_store::{DiskStore, StoreConfig};
 use support::{Redis, fleet_keys, fresh_prefix, open};
@@ -45,7 +45,7 @@ fn this_process() -> String {
     format!("process {} on {host}", std::process::id())
 }
 
-fn held(claim: Claim) -> kiln_core::store::ClaimGuard {
+fn held(claim: Claim) -> kiln_engine::store::ClaimGuard {
     match claim {
         Claim::Held(guard) => guard,
         other => panic!("expected the claim to be held, got {other:?}"),

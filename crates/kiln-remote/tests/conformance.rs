@@ -5,7 +5,7 @@
 
 mod support;
 
-kiln_core::store_conformance_suite!(match support::subjects::Remote::single() {
+kiln_engine::store_conformance_suite!(match support::subjects::Remote::single() {
     Some(subject) => subject,
     None => return,
 });

@@ -5,7 +5,7 @@
 
 mod support;
 
-kiln_core::store_conformance_suite!(match support::subjects::Remote::cluster() {
+kiln_engine::store_conformance_suite!(match support::subjects::Remote::cluster() {
     Some(subject) => subject,
     None => return,
 });

@@ -19,8 +19,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kiln_core::fake::{FakeCompiler, FakeKernel, FakeTarget};
-use kiln_core::{
+use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
+use kiln_engine::{
     ArtifactId, ArtifactStore, KernelId, KernelLoader, KeyComponents, LoaderConfig, Lookup,
     StoreKey,
 };
@@ -350,7 +350,7 @@ fn p10_the_processes_of_one_machine_fetch_each_remote_entry_once() {
             &remote_bytes(number),
             Duration::from_millis(30),
         );
-        assert!(matches!(stored, kiln_core::StoreOutcome::Stored { .. }));
+        assert!(matches!(stored, kiln_engine::StoreOutcome::Stored { .. }));
     }
     let machine = redis.scratch.join("machine");
     let settings = |start_at: u64| -> Vec<(&str, String)> {

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use kiln_core::{
+use kiln_engine::{
     ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey, StoreOutcome,
 };
 use kiln_remote::{RemoteStore, TieredStore};

@@ -13,8 +13,8 @@ use std::io::Write as _;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use kiln_core::store::{Claim, ClaimWait};
-use kiln_core::{
+use kiln_engine::store::{Claim, ClaimWait};
+use kiln_engine::{
     ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, Miss, StoreKey, StoreOutcome,
 };
 use kiln_remote::{Keys, RemoteStore, TieredStore, keygen};
@@ -134,7 +134,7 @@ fn keys_are_the_digest_alone_and_the_same_for_every_process() {
     assert_eq!(entry, other.entry_key(&key(1)));
     assert_eq!(
         entry,
-        format!("kiln:e:{}", kiln_core::store::hex(&key(1).digest()))
+        format!("kiln:e:{}", kiln_engine::store::hex(&key(1).digest()))
     );
 }
 
@@ -285,7 +285,7 @@ fn a_read_only_node_never_writes() {
             StoreOutcome::Skipped
         );
         assert_eq!(
-            node.put_blob(&kiln_core::store::BlobKey::new("blob"), b"bytes"),
+            node.put_blob(&kiln_engine::store::BlobKey::new("blob"), b"bytes"),
             StoreOutcome::Skipped
         );
         node.remove(&key(1));

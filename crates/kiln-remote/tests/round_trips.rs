@@ -9,8 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_core::fake::{FakeCompiler, FakeKernel, FakeTarget};
-use kiln_core::{ArtifactStore, KernelLoader, LoaderConfig};
+use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
+use kiln_engine::{ArtifactStore, KernelLoader, LoaderConfig};
 use kiln_remote::{RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_test_support::redis::LatencyProxy;

@@ -8,8 +8,8 @@ mod support;
 
 use std::time::Duration;
 
-use kiln_core::store::hex;
-use kiln_core::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, Miss, StoreKey};
+use kiln_engine::store::hex;
+use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, Miss, StoreKey};
 use kiln_remote::RemoteStore;
 use support::{Redis, config, fleet_keys, fresh_prefix, open};
 
@@ -107,7 +107,7 @@ fn p10_a_node_with_another_key_never_replaces_the_fleets_entries() {
     for key in [&same, &other] {
         assert!(matches!(
             fleet.put(key, None, &artifact(1), Duration::from_millis(5)),
-            kiln_core::StoreOutcome::Stored { .. }
+            kiln_engine::StoreOutcome::Stored { .. }
         ));
     }
     let value = |key: &StoreKey, connection: &mut redis::Connection| -> Vec<u8> {
@@ -164,7 +164,7 @@ fn p10_a_key_of_the_wrong_type_is_a_miss_and_the_next_writer_repairs_it() {
     let (broken, fine) = (key(3), key(4));
     assert!(matches!(
         store.put(&fine, None, &artifact(4), Duration::ZERO),
-        kiln_core::StoreOutcome::Stored { .. }
+        kiln_engine::StoreOutcome::Stored { .. }
     ));
     let () = redis::cmd("HSET")
         .arg(entry_key(&prefix, &broken))
@@ -184,7 +184,7 @@ fn p10_a_key_of_the_wrong_type_is_a_miss_and_the_next_writer_repairs_it() {
     );
     assert!(matches!(
         store.put(&broken, None, &artifact(3), Duration::ZERO),
-        kiln_core::StoreOutcome::Stored { .. }
+        kiln_engine::StoreOutcome::Stored { .. }
     ));
     assert!(
         matches!(store.lookup(&broken), Lookup::Hit { .. }),

@@ -10,7 +10,7 @@
 //! tears only the slot it was writing, which readers then skip. A slot
 //! whose sequence no writer could have counted to is read as torn
 //! ([`sealed::plausible_sequences`]). The records are opaque here: the
-//! loader encodes them (`kiln_core::StoredBatch`).
+//! loader encodes them (`kiln_engine::StoredBatch`).
 
 use std::fs::File;
 use std::io;

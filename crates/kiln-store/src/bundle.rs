@@ -59,8 +59,8 @@ use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
 use std::path::Path;
 
-use kiln_core::store::hex;
-use kiln_core::{KeyComponent, KeyComponents, STORE_FORMAT};
+use kiln_engine::store::hex;
+use kiln_engine::{KeyComponent, KeyComponents, STORE_FORMAT};
 use serde::{Deserialize, Serialize};
 
 use crate::disk::{DiskStore, digest, is_inlined, not_yet_refreshed, touch};
@@ -1353,9 +1353,9 @@ fn read_header_after_head(path: &Path, reader: &mut impl Read) -> Result<(Bundle
 mod tests {
     use std::time::Duration;
 
-    use kiln_core::ArtifactStore;
-    use kiln_core::fake::{FakeCompiler, FakeKernel};
-    use kiln_core::store::StoreKey;
+    use kiln_engine::ArtifactStore;
+    use kiln_engine::fake::{FakeCompiler, FakeKernel};
+    use kiln_engine::store::StoreKey;
 
     use super::*;
     use crate::config::StoreConfig;
@@ -1484,12 +1484,12 @@ mod tests {
             assert_eq!(report.records, entries.len() as u64, "{name}");
             for (key, artifact) in &entries {
                 match destination.lookup(key) {
-                    kiln_core::store::Lookup::Hit {
+                    kiln_engine::store::Lookup::Hit {
                         artifact: found, ..
                     } => {
                         assert_eq!(&found, artifact, "{name}");
                     }
-                    kiln_core::store::Lookup::Miss(miss) => panic!("{name}: {miss:?}"),
+                    kiln_engine::store::Lookup::Miss(miss) => panic!("{name}: {miss:?}"),
                 }
             }
             let staging = base.join(name).join("staging");
@@ -1530,7 +1530,7 @@ mod tests {
         );
         assert!(matches!(
             destination.lookup(&key),
-            kiln_core::store::Lookup::Miss(_)
+            kiln_engine::store::Lookup::Miss(_)
         ));
         let _ = fs::remove_dir_all(&base);
     }

@@ -15,7 +15,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kiln_core::ConfigError;
+use kiln_engine::ConfigError;
 
 use crate::error::{Error, Result};
 
@@ -83,7 +83,7 @@ impl StoreConfig {
             max_bytes: DEFAULT_MAX_BYTES,
             max_entries: DEFAULT_MAX_ENTRIES,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
-            lease: kiln_core::store::DEFAULT_LEASE,
+            lease: kiln_engine::store::DEFAULT_LEASE,
             durable: true,
             collects_automatically: true,
             read_only: false,

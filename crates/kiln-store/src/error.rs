@@ -5,7 +5,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use kiln_core::{ConfigError, KeyComponent};
+use kiln_engine::{ConfigError, KeyComponent};
 
 /// Why a store could not be opened, verified, collected, exported or
 /// imported.

@@ -218,7 +218,7 @@ pub(crate) fn digest_from_name(name: &str) -> Option<[u8; 32]> {
 mod tests {
     use super::*;
 
-    use kiln_core::store::hex;
+    use kiln_engine::store::hex;
 
     #[test]
     fn an_object_lives_two_shards_deep_under_its_digest() {

@@ -1,8 +1,8 @@
 //! kiln's verified on-disk artifact store.
 //!
 //! A [`DiskStore`] keeps compiled artifacts in a folder shared by every
-//! process of the machine, implements [`kiln_core::ArtifactStore`], and so
-//! sits behind any backend's target through [`kiln_core::BoundStore`].
+//! process of the machine, implements [`kiln_engine::ArtifactStore`], and so
+//! sits behind any backend's target through [`kiln_engine::BoundStore`].
 //!
 //! # Design
 //!
@@ -70,7 +70,7 @@
 //!   store between machines in one verified file (P8).
 //! - **Named blobs.** Data a backend keeps beside its artifacts (the
 //!   driver's pipeline cache) is an object and a record of its own kind
-//!   under a [`kiln_core::store::BlobKey`], verified, evicted and listed as
+//!   under a [`kiln_engine::store::BlobKey`], verified, evicted and listed as
 //!   an artifact's entry is ([`Entry::Blob`]); bundles carry artifacts
 //!   only.
 //! - **Activity across processes.** Every process counts its hits, misses,
@@ -80,7 +80,7 @@
 //!   neither the totals nor a launch.
 //! - **Explanations.** A history per kernel id remembers the key it was
 //!   last stored under and the key it last missed under, so
-//!   [`kiln_core::ArtifactStore::explain`] names what changed (P9).
+//!   [`kiln_engine::ArtifactStore::explain`] names what changed (P9).
 
 #![warn(missing_docs)]
 

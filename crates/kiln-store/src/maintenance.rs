@@ -151,7 +151,7 @@ pub struct EntryInfo {
 pub enum Entry {
     /// An artifact's record: of a kernel or of lowered source.
     Record(Record),
-    /// A named blob's record ([`kiln_core::store::BlobKey`]): data a
+    /// A named blob's record ([`kiln_engine::store::BlobKey`]): data a
     /// backend keeps beside its artifacts, such as a pipeline cache.
     Blob(BlobRecord),
 }
@@ -383,7 +383,7 @@ fn read_regular(folder: &Folder, name: &str) -> Result<Vec<u8>, Skip> {
 /// What is at the object `digest`'s name, reached from the `objects`
 /// folder without following a link. Only `NotFound` says it is gone.
 fn object_status(objects: Option<&Folder>, digest: &[u8; 32]) -> io::Result<Status> {
-    let name = kiln_core::store::hex(digest);
+    let name = kiln_engine::store::hex(digest);
     let objects = objects.ok_or_else(|| io::Error::other("the objects folder cannot be opened"))?;
     objects
         .folder(OsStr::new(&name[..2]))?
@@ -1040,8 +1040,8 @@ mod tests {
 
     #[test]
     fn p6_an_object_being_published_is_not_evicted() {
-        use kiln_core::fake::{FakeCompiler, FakeKernel};
-        use kiln_core::{ArtifactStore, Lookup, StoreKey};
+        use kiln_engine::fake::{FakeCompiler, FakeKernel};
+        use kiln_engine::{ArtifactStore, Lookup, StoreKey};
 
         let root = std::env::temp_dir().join(format!("kiln-store-pinned-{}", std::process::id()));
         let _ = fs::remove_dir_all(&root);

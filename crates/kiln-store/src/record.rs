@@ -20,8 +20,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kiln_core::StoreKey;
-use kiln_core::store::BlobKey;
+use kiln_engine::StoreKey;
+use kiln_engine::store::BlobKey;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -308,11 +308,11 @@ impl KernelHistory {
 }
 
 /// The targets file: the key components of every compiler that stored here.
-pub(crate) fn seal_targets(targets: &[kiln_core::KeyComponents]) -> Vec<u8> {
+pub(crate) fn seal_targets(targets: &[kiln_engine::KeyComponents]) -> Vec<u8> {
     seal(TARGETS_TAG, targets)
 }
 
-pub(crate) fn open_targets(sealed: &[u8]) -> Result<Vec<kiln_core::KeyComponents>, String> {
+pub(crate) fn open_targets(sealed: &[u8]) -> Result<Vec<kiln_engine::KeyComponents>, String> {
     open(TARGETS_TAG, sealed)
 }
 
@@ -358,7 +358,7 @@ pub(crate) fn now_seconds() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use kiln_core::fake::{FakeCompiler, FakeKernel};
+    use kiln_engine::fake::{FakeCompiler, FakeKernel};
 
     use super::*;
 

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_core::fake::{FakeKernel, FakeTarget};
-use kiln_core::{KernelLoader, LoaderConfig};
+use kiln_engine::fake::{FakeKernel, FakeTarget};
+use kiln_engine::{KernelLoader, LoaderConfig};
 use kiln_store::{BackendActivity, DiskStore, StoreConfig};
 use kiln_test_support::{Scratch, child};
 

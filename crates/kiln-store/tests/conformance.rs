@@ -7,8 +7,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use kiln_core::conformance::StoreSubject;
-use kiln_core::{ArtifactId, ArtifactStore, KernelId, KeyComponents, StoreKey, StoreOutcome};
+use kiln_engine::conformance::StoreSubject;
+use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, StoreKey, StoreOutcome};
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_test_support::Scratch;
 
@@ -100,12 +100,12 @@ impl StoreSubject for Disk {
     }
 }
 
-kiln_core::store_conformance_suite!(Disk::new());
+kiln_engine::store_conformance_suite!(Disk::new());
 
 /// The same suite on packed entries (F10): every rule holds for them as
 /// for files.
 mod packed {
     use super::Disk;
 
-    kiln_core::store_conformance_suite!(Disk::packing());
+    kiln_engine::store_conformance_suite!(Disk::packing());
 }

@@ -10,7 +10,7 @@
 //! same questions. The backends are passed in as closures and a loader:
 //! this crate names none of them.
 
-use kiln_core::{
+use kiln_engine::{
     ArtifactId, CompilationTarget, CompileFailure, Kernel, KernelLoader, KernelOf, VariantOf,
 };
 

@@ -10,7 +10,7 @@
 //! `redis-server` ([`redis`]), and the test loop of a binary with its own
 //! `main` ([`harness`]).
 //!
-//! It depends on kiln-core alone (with `testing`, for the printed skip):
+//! It depends on kiln-engine alone (with `testing`, for the printed skip):
 //! the backends, kiln-store and the facade take it as a dev-dependency, so
 //! it can name none of them. Helpers tied to one backend stay in that
 //! backend's `tests/support`.

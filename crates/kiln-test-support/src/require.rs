@@ -9,7 +9,7 @@
 
 use std::io::Write;
 
-pub use kiln_core::conformance::skip;
+pub use kiln_engine::conformance::skip;
 
 /// The variable that makes the tests which need root (a tmpfs mount, a
 /// change of user, a limit only root may set) fail rather than skip:

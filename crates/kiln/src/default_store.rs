@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kiln_core::ArtifactStore;
+use kiln_engine::ArtifactStore;
 use kiln_store::{DiskStore, StoreConfig};
 
 /// The default disk store (kiln-store's [`DiskStore`]), with the fleet
@@ -18,7 +18,7 @@ use kiln_store::{DiskStore, StoreConfig};
 /// **A target is on the default store unless the program says otherwise**:
 /// in a program on this crate, every target made without a store opens
 /// [`Store::from_env`]'s at its loader's first batch (see
-/// [`kiln_core::store::default_store`]); `KILN_CACHE_DISABLE=1`, or a
+/// [`kiln_engine::store::default_store`]); `KILN_CACHE_DISABLE=1`, or a
 /// target's `without_store()`, turns it off. So a program needs no store
 /// line at all:
 ///
@@ -142,11 +142,11 @@ impl Store {
     /// calls it first thing. Returns whether it was installed now (false:
     /// another opener was installed first).
     pub fn install_default() -> bool {
-        kiln_core::store::install_default_store(open_default)
+        kiln_engine::store::install_default_store(open_default)
     }
 }
 
-/// The default store, as [`kiln_core::store::default_store`] opens it.
+/// The default store, as [`kiln_engine::store::default_store`] opens it.
 fn open_default() -> Result<Option<Arc<dyn ArtifactStore>>, String> {
     Store::from_env().map_err(|error| error.to_string())
 }

@@ -12,7 +12,7 @@
 //! target made without a store is on it ([`Store`] says how to turn it
 //! off); [`disk`] is kiln-store itself. [`mode`] is compile-only process
 //! mode (L11): a program run under `KILN_MODE=compile-only` fills the store
-//! for a GPU its machine lacks. The `testing` feature adds kiln-core's
+//! for a GPU its machine lacks. The `testing` feature adds kiln-engine's
 //! fake target (`kiln::fake`), on which the examples here run without a
 //! GPU, and its conformance suite.
 //!
@@ -64,7 +64,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub use kiln_core::*;
+pub use kiln_engine::*;
 
 #[cfg(feature = "store")]
 mod default_store;

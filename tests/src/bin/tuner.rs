@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use kiln_core::fake::{FakeKernel, FakeModule, FakeTarget};
-use kiln_core::tune::{Candidate, Measure, TuneKey};
-use kiln_core::{KernelLoader, LoaderConfig};
+use kiln_engine::fake::{FakeKernel, FakeModule, FakeTarget};
+use kiln_engine::tune::{Candidate, Measure, TuneKey};
+use kiln_engine::{KernelLoader, LoaderConfig};
 use kiln_tests::shared_store;
 
 fn main() -> Result<()> {

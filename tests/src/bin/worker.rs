@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use kiln_core::fake::{FakeCompiler, FakeKernel, FakeTarget};
-use kiln_core::{ArtifactStore, KernelLoader, LoaderConfig, Lookup, Miss};
+use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
+use kiln_engine::{ArtifactStore, KernelLoader, LoaderConfig, Lookup, Miss};
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_tests::{
     WorkerReport, fake_key, fake_text, is_whole_pattern, open_store, pattern, shared_store,

@@ -10,11 +10,11 @@ use std::num::NonZeroUsize;
 use std::path::Path;
 use std::sync::Arc;
 
-use kiln_core::{
+use kiln_cuda::{Architecture, CudaArtifact, CudaKernel, CudaTarget};
+use kiln_engine::{
     ArtifactCompiler, ArtifactId, ArtifactStore, Finalized, Kernel, KernelId, KernelLoader,
     LoaderConfig,
 };
-use kiln_cuda::{Architecture, CudaArtifact, CudaKernel, CudaTarget};
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_test_support::require;
 #[allow(
@@ -42,7 +42,7 @@ pub fn compile_only(what: &str) -> Option<CudaTarget> {
             panic!("{what} needs NVRTC, and KILN_REQUIRE_NVRTC=1: {error}")
         }
         Err(error) => {
-            kiln_core::conformance::skip(what, &format!("no NVRTC: {error}"));
+            kiln_engine::conformance::skip(what, &format!("no NVRTC: {error}"));
             None
         }
     }
@@ -54,7 +54,7 @@ pub fn on_device(what: &str) -> Option<CudaTarget> {
     match CudaTarget::on_device(0) {
         Ok(target) => Some(target),
         Err(error) => {
-            kiln_core::conformance::skip(what, &format!("no CUDA device: {error}"));
+            kiln_engine::conformance::skip(what, &format!("no CUDA device: {error}"));
             None
         }
     }
@@ -69,7 +69,7 @@ pub fn on_own_context(
     // kiln's device check comes first: it finds a missing driver library
     // and says so, where cudarc would panic.
     if let Err(error) = kiln_cuda::CudaDevice::open(0) {
-        kiln_core::conformance::skip(what, &format!("no CUDA device: {error}"));
+        kiln_engine::conformance::skip(what, &format!("no CUDA device: {error}"));
         return None;
     }
     let context = kiln_cuda::cudarc::driver::CudaContext::new(0)
@@ -77,7 +77,7 @@ pub fn on_own_context(
     match CudaTarget::from_context(context.clone()) {
         Ok(target) => Some((context, target)),
         Err(error) => {
-            kiln_core::conformance::skip(what, &format!("no CUDA target: {error}"));
+            kiln_engine::conformance::skip(what, &format!("no CUDA target: {error}"));
             None
         }
     }
@@ -108,8 +108,8 @@ pub fn id_on(target: &CudaTarget, kernel: &CudaKernel) -> ArtifactId<kiln_cuda::
 pub fn compile(
     target: &CudaTarget,
     kernel: &CudaKernel,
-) -> Result<Finalized<CudaArtifact>, kiln_core::CompileFailure> {
-    use kiln_core::CompilationTarget;
+) -> Result<Finalized<CudaArtifact>, kiln_engine::CompileFailure> {
+    use kiln_engine::CompilationTarget;
     let id = id_on(target, kernel);
     let compiler = target.compiler();
     let lowered = compiler.lower(kernel, &id)?;
@@ -127,7 +127,7 @@ pub const SAXPY: &str = r#"extern "C" __global__ void saxpy(float a, const float
 /// A kernel like [`distinct`]'s whose generator takes 25 ms, as user code
 /// that builds a large kernel does, counted in `overlap`: kernels lowered
 /// at once are seen to overlap (L5).
-pub fn lasting(index: usize, overlap: &Arc<kiln_core::conformance::Overlap>) -> CudaKernel {
+pub fn lasting(index: usize, overlap: &Arc<kiln_engine::conformance::Overlap>) -> CudaKernel {
     let overlap = Arc::clone(overlap);
     CudaKernel::builder(KernelId::named("tests.lasting").parameter(&index), "fill").generator(
         move |_architecture| {

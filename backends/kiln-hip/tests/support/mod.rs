@@ -9,8 +9,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use kiln_core::ArtifactStore;
-use kiln_core::conformance::skip;
+use kiln_engine::ArtifactStore;
+use kiln_engine::conformance::skip;
 use kiln_hip::{Architecture, HipCompiler, HipTarget};
 use kiln_store::{DiskStore, StoreConfig};
 #[allow(

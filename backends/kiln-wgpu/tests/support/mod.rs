@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use kiln_core::store::ArtifactStore;
-use kiln_core::{ArtifactId, Kernel, KernelId, KernelLoader, LoaderConfig};
+use kiln_engine::store::ArtifactStore;
+use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader, LoaderConfig};
 use kiln_store::{DiskStore, StoreConfig};
 #[allow(
     unused_imports,
@@ -39,7 +39,7 @@ pub fn device(what: &str) -> Option<WgpuDevice> {
             Some(device)
         }
         Err(reason) => {
-            kiln_core::conformance::skip(what, &reason);
+            kiln_engine::conformance::skip(what, &reason);
             None
         }
     }
@@ -200,7 +200,7 @@ pub fn example_kernel(name: &str, constants: &[(&str, f64)]) -> WgslKernel {
 /// at once are seen to overlap (L5).
 pub fn lasting(
     index: usize,
-    overlap: &std::sync::Arc<kiln_core::conformance::Overlap>,
+    overlap: &std::sync::Arc<kiln_engine::conformance::Overlap>,
 ) -> WgslKernel {
     let overlap = std::sync::Arc::clone(overlap);
     WgslKernel::builder(KernelId::named("tests.lasting").parameter(&index), "main").generator(
@@ -297,7 +297,7 @@ pub fn spirv(what: &str, name: &str) -> Option<&'static [u8]> {
     match kiln_spirv_kernels::module(name) {
         Ok(bytes) => Some(bytes),
         Err(reason) => {
-            kiln_core::conformance::skip(what, &reason);
+            kiln_engine::conformance::skip(what, &reason);
             None
         }
     }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use kiln_core::conformance::StoreSubject;
+use kiln_engine::conformance::StoreSubject;
 use kiln_remote::{Keys, RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 

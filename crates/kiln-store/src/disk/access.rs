@@ -92,7 +92,7 @@ mod tests {
     use std::path::Path;
     use std::time::{Duration, SystemTime};
 
-    use kiln_core::ArtifactStore;
+    use kiln_engine::ArtifactStore;
 
     use super::super::fixtures::{accessed, hit, kernel_key, scratch};
 

@@ -21,8 +21,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use kiln_core::store::{BlobKey, FAILURE_BLOB_KIND, RememberedFailure};
-use kiln_core::{KeySubject, Lookup, StoreKey};
+use kiln_engine::store::{BlobKey, FAILURE_BLOB_KIND, RememberedFailure};
+use kiln_engine::{KeySubject, Lookup, StoreKey};
 
 use super::{DiskStore, Inner};
 use crate::activity::{Activity, ActivityFile, BackendActivity};

@@ -1,14 +1,14 @@
 //! The records of the last batches of every process that used the store,
 //! kept in its `batches` file (`kiln records`).
 
-use kiln_core::StoredBatch;
+use kiln_engine::StoredBatch;
 
 use super::DiskStore;
 use crate::batches::BatchesFile;
 
 impl DiskStore {
     /// Keeps an encoded batch record among the store's last
-    /// ([`kiln_core::ArtifactStore::keep_batch`]). A read-only store keeps
+    /// ([`kiln_engine::ArtifactStore::keep_batch`]). A read-only store keeps
     /// nothing; a record that cannot be written is dropped, never an error:
     /// it is history, not an artifact. A file the store cannot open or may
     /// not write is said once, with what to do.

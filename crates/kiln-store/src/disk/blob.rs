@@ -6,8 +6,8 @@
 
 use std::io;
 
-use kiln_core::store::BlobKey;
-use kiln_core::{Lookup, StoreOutcome};
+use kiln_engine::store::BlobKey;
+use kiln_engine::{Lookup, StoreOutcome};
 
 use super::read::{Judged, Sought};
 use super::write::{RecordFile, digest};
@@ -16,7 +16,7 @@ use crate::record::BlobRecord;
 
 impl DiskStore {
     /// The verified bytes of the blob `key`:
-    /// [`ArtifactStore::lookup_blob`](kiln_core::ArtifactStore::lookup_blob).
+    /// [`ArtifactStore::lookup_blob`](kiln_engine::ArtifactStore::lookup_blob).
     pub(super) fn find_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
         self.refresh_generation();
         self.find(
@@ -37,7 +37,7 @@ impl DiskStore {
     }
 
     /// Publishes `bytes` as the blob `key`:
-    /// [`ArtifactStore::put_blob`](kiln_core::ArtifactStore::put_blob).
+    /// [`ArtifactStore::put_blob`](kiln_engine::ArtifactStore::put_blob).
     pub(super) fn store_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
         if self.inner.read_only {
             bump(&self.inner.counters.writes_skipped, 1);
@@ -69,8 +69,8 @@ mod tests {
     use std::fs;
     use std::time::Duration;
 
-    use kiln_core::store::BlobKey;
-    use kiln_core::{ArtifactStore, Lookup, Miss, StoreOutcome};
+    use kiln_engine::store::BlobKey;
+    use kiln_engine::{ArtifactStore, Lookup, Miss, StoreOutcome};
 
     use super::super::fixtures::{kernel_key, scratch};
     use crate::Limits;

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kiln_core::store::Renewal;
-use kiln_core::{Claim, ClaimGuard, ClaimWait, StoreKey};
+use kiln_engine::store::Renewal;
+use kiln_engine::{Claim, ClaimGuard, ClaimWait, StoreKey};
 
 use super::{DiskStore, bump};
 use crate::lock::{
@@ -30,7 +30,7 @@ const LEASE_SLOT_WAIT: Duration = Duration::from_millis(500);
 
 impl DiskStore {
     /// Asks for the right to compile `key`:
-    /// [`ArtifactStore::claim`](kiln_core::ArtifactStore::claim).
+    /// [`ArtifactStore::claim`](kiln_engine::ArtifactStore::claim).
     pub(super) fn claim_key(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
         let inner = &self.inner;
         if inner.read_only {
@@ -223,7 +223,7 @@ impl DiskStore {
     /// lease names, on this host ([`ArtifactStore::holder`]); `None` when
     /// nobody does or the lease cannot be read.
     ///
-    /// [`ArtifactStore::holder`]: kiln_core::ArtifactStore::holder
+    /// [`ArtifactStore::holder`]: kiln_engine::ArtifactStore::holder
     pub(super) fn claim_holder(&self, key: &StoreKey) -> Option<String> {
         let digest = key.digest();
         let record = self.inner.locks.read_lease(&digest).ok()?;
@@ -285,7 +285,7 @@ mod tests {
     use std::fs;
     use std::time::Duration;
 
-    use kiln_core::{ArtifactStore, Claim, ClaimWait};
+    use kiln_engine::{ArtifactStore, Claim, ClaimWait};
 
     use super::super::fixtures::{kernel_key, scratch};
     use crate::config::StoreConfig;

@@ -4,8 +4,8 @@ use std::fs;
 use std::path::Path;
 use std::time::SystemTime;
 
-use kiln_core::fake::{FakeCompiler, FakeKernel};
-use kiln_core::{ArtifactStore, Lookup, StoreKey};
+use kiln_engine::fake::{FakeCompiler, FakeKernel};
+use kiln_engine::{ArtifactStore, Lookup, StoreKey};
 
 use super::DiskStore;
 use crate::config::StoreConfig;

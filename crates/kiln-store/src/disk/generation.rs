@@ -1,6 +1,6 @@
 //! The generation token a store shares with other processes: an import
 //! that replaces content changes it, and every store of the root moves its
-//! [`Generation`](kiln_core::Generation) when it sees the change (L10).
+//! [`Generation`](kiln_engine::Generation) when it sees the change (L10).
 
 use std::fs;
 use std::path::Path;

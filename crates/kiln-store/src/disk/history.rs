@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::sync::MutexGuard;
 
-use kiln_core::{Explanation, StoreKey};
+use kiln_engine::{Explanation, StoreKey};
 
 use super::{DiskStore, Inner};
 use crate::pack::{Kind, Read};
@@ -42,7 +42,7 @@ impl DiskStore {
 
     /// Why `key` is or is not held (P9): [`ArtifactStore::explain`].
     ///
-    /// [`ArtifactStore::explain`]: kiln_core::ArtifactStore::explain
+    /// [`ArtifactStore::explain`]: kiln_engine::ArtifactStore::explain
     pub(super) fn explain_key(&self, key: &StoreKey) -> Explanation {
         let Some((_, kernel)) = key.kernel() else {
             return Explanation::NeverSeen;

@@ -49,8 +49,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kiln_core::store::BlobKey;
-use kiln_core::{
+use kiln_engine::store::BlobKey;
+use kiln_engine::{
     ArtifactStore, Claim, ClaimWait, Explanation, Generation, KeyComponents, Lookup, StoreKey,
     StoreOutcome, StoreStatistics,
 };
@@ -73,8 +73,8 @@ pub(crate) use write::{digest, is_inlined, within_file_size_limit};
 /// ```no_run
 /// use std::sync::Arc;
 ///
-/// use kiln_core::fake::{FakeKernel, FakeTarget};
-/// use kiln_core::{Kernel, KernelLoader};
+/// use kiln_engine::fake::{FakeKernel, FakeTarget};
+/// use kiln_engine::{Kernel, KernelLoader};
 /// use kiln_store::DiskStore;
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use kiln_core::Generation;
+use kiln_engine::Generation;
 
 use super::generation::read_token;
 use super::{Counters, DiskStore, Inner};

@@ -10,7 +10,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use kiln_core::{Lookup, Miss, StoreKey};
+use kiln_engine::{Lookup, Miss, StoreKey};
 
 use super::read::{Judged, ObjectMiss, judge};
 use super::write::{PIN_WAIT, digest};
@@ -92,7 +92,7 @@ impl DiskStore {
                 Miss::Corrupt {
                     detail: format!(
                         "object {}: {detail}",
-                        kiln_core::store::hex(&pointer.object[..8])
+                        kiln_engine::store::hex(&pointer.object[..8])
                     ),
                 }
             }

@@ -9,8 +9,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-use kiln_core::store::hex;
-use kiln_core::{Lookup, Miss, StoreKey};
+use kiln_engine::store::hex;
+use kiln_engine::{Lookup, Miss, StoreKey};
 
 use super::access::{touch, touch_inline};
 use super::write::{INLINE_MAX, digest};
@@ -46,7 +46,7 @@ pub(super) struct Sought<'a> {
 
 impl DiskStore {
     /// The verified bytes stored under `key`, or why there are none:
-    /// [`ArtifactStore::lookup`](kiln_core::ArtifactStore::lookup).
+    /// [`ArtifactStore::lookup`](kiln_engine::ArtifactStore::lookup).
     pub(super) fn find_artifact(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
         self.refresh_generation();
         let mut key_buffer = [0u8; 512];

@@ -7,7 +7,7 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use kiln_core::StoreKey;
+use kiln_engine::StoreKey;
 
 use super::DiskStore;
 use crate::layout;
@@ -15,7 +15,7 @@ use crate::tree::{Folder, Removal, relative_names};
 
 impl DiskStore {
     /// Removes whatever is stored under `key`:
-    /// [`ArtifactStore::remove`](kiln_core::ArtifactStore::remove).
+    /// [`ArtifactStore::remove`](kiln_engine::ArtifactStore::remove).
     pub(super) fn remove_record(&self, key: &StoreKey) {
         if self.inner.read_only {
             return;

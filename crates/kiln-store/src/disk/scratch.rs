@@ -7,7 +7,7 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
-use kiln_core::{KeyComponents, StoreKey};
+use kiln_engine::{KeyComponents, StoreKey};
 
 use super::DiskStore;
 use super::access::not_yet_refreshed;
@@ -178,7 +178,7 @@ mod tests {
     use std::fs;
     use std::time::Duration;
 
-    use kiln_core::ArtifactStore;
+    use kiln_engine::ArtifactStore;
 
     use super::super::fixtures::{hit, kernel_key, scratch};
     use crate::disk::DiskStore;

@@ -6,7 +6,7 @@ use std::io;
 use std::path::Path;
 use std::time::Instant;
 
-use kiln_core::KeyComponents;
+use kiln_engine::KeyComponents;
 
 use super::DiskStore;
 use super::write::PIN_WAIT;

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use kiln_core::store::hex;
-use kiln_core::{StoreKey, StoreOutcome};
+use kiln_engine::store::hex;
+use kiln_engine::{StoreKey, StoreOutcome};
 
 use super::access::{not_yet_refreshed, touch};
 use super::{DiskStore, bump};
@@ -57,7 +57,7 @@ enum Here {
 
 impl DiskStore {
     /// Publishes `bytes` under `key` and `source_key`:
-    /// [`ArtifactStore::put`](kiln_core::ArtifactStore::put).
+    /// [`ArtifactStore::put`](kiln_engine::ArtifactStore::put).
     pub(super) fn store_artifact(
         &self,
         key: &StoreKey,
@@ -423,7 +423,7 @@ mod tests {
     use std::io;
     use std::time::Duration;
 
-    use kiln_core::ArtifactStore;
+    use kiln_engine::ArtifactStore;
 
     use super::super::fixtures::{hit, kernel_key, scratch, source_key};
     use super::INLINE_MAX;

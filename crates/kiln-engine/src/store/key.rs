@@ -1,0 +1,1091 @@
+//! An artifact's key (P1): every component that changes its bytes, in the
+//! clear, and the compiler side that names them.
+//!
+//! The whole key vocabulary lives here, so that the backends speak it alike:
+//! the [`StoreKey`] and its one [`digest`](StoreKey::digest), the
+//! [`KeyComponents`] a compiler shares with all its artifacts, the
+//! [`LibraryFile`] a compiler's identity names, the [`SourceCover`] that a
+//! lowered text opens with so that its source key covers what shapes the
+//! artifact beside the text, and the [`Provenance`] a backend carries on
+//! each artifact.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::compiler::ArtifactCompiler;
+use crate::encoding;
+use crate::id::ArtifactId;
+
+/// The version of the store's key and record format. Part of every key: a
+/// change of format makes every earlier entry a miss instead of a misread.
+///
+/// 2: compiler identities name a digest of the compiler's library, source
+/// keys are of texts opened by a [`SourceCover`], and artifacts carry a
+/// [`Provenance`].
+///
+/// 3: a C++ kernel's headers are resolved by kiln and keyed by their text,
+/// NVRTC compiles every program under one name with
+/// `--no-source-include`, and `kiln warm` compiles a file's text as it is
+/// (P13, P14): artifacts of the same keys as before would differ, so none
+/// of the earlier entries is read.
+pub const STORE_FORMAT: u32 = 3;
+
+/// The key-derivation context of [`StoreKey::digest`].
+const KEY_CONTEXT: &str = "kiln store key";
+
+/// The key-derivation context of [`Provenance::digest`].
+const PROVENANCE_CONTEXT: &str = "kiln provenance";
+
+/// What every artifact of one compiler shares in its key (P1).
+///
+/// Each field is text that a person can read in `kiln ls` and in a miss's
+/// explanation; two compilers that could produce different bytes must differ
+/// in at least one field.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct KeyComponents {
+    /// The backend: `cuda`, `hip`, `wgpu`.
+    pub backend: String,
+    /// The compiler's identity and version: `nvrtc 12.4`, `hiprtc 6.1`,
+    /// `naga 24 / driver 550.54`.
+    pub compiler: String,
+    /// The architecture compiled for: `sm_90`, `gfx942`, an adapter name.
+    pub architecture: String,
+    /// The compile options, in a canonical order.
+    pub options: String,
+}
+
+impl KeyComponents {
+    /// [`architecture`](Self::architecture) of a compiler that no target has
+    /// named an architecture for: each artifact's own is in its variant.
+    pub const ANY_ARCHITECTURE: &'static str = "per variant";
+
+    /// Components from their four parts.
+    pub fn new(
+        backend: impl Into<String>,
+        compiler: impl Into<String>,
+        architecture: impl Into<String>,
+        options: impl Into<String>,
+    ) -> Self {
+        Self {
+            backend: backend.into(),
+            compiler: compiler.into(),
+            architecture: architecture.into(),
+            options: options.into(),
+        }
+    }
+}
+
+impl fmt::Display for KeyComponents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} / {} / {}",
+            self.backend, self.compiler, self.architecture
+        )?;
+        if !self.options.is_empty() {
+            write!(f, " / {}", self.options)?;
+        }
+        Ok(())
+    }
+}
+
+/// One component of a key, to say which one differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum KeyComponent {
+    /// [`STORE_FORMAT`].
+    Format,
+    /// [`KeyComponents::backend`].
+    Backend,
+    /// [`KeyComponents::compiler`].
+    Compiler,
+    /// [`KeyComponents::architecture`].
+    Architecture,
+    /// [`KeyComponents::options`].
+    Options,
+    /// [`StoreKey::variant`].
+    Variant,
+    /// [`StoreKey::entry_point`].
+    EntryPoint,
+    /// The kernel of [`KeySubject::Kernel`].
+    Kernel,
+    /// The source of [`KeySubject::Source`].
+    Source,
+}
+
+impl fmt::Display for KeyComponent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Format => "store format version",
+            Self::Backend => "backend",
+            Self::Compiler => "compiler",
+            Self::Architecture => "architecture",
+            Self::Options => "compile options",
+            Self::Variant => "variant",
+            Self::EntryPoint => "entry point",
+            Self::Kernel => "kernel",
+            Self::Source => "source",
+        })
+    }
+}
+
+/// What a key is about: a kernel, looked up before lowering, or the text it
+/// lowered to, looked up after.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum KeySubject {
+    /// A kernel by its id.
+    Kernel {
+        /// [`KernelId::name`](crate::KernelId::name).
+        name: String,
+        /// [`KernelId::digest`](crate::KernelId::digest).
+        digest: u128,
+    },
+    /// Lowered source text by its BLAKE3 digest.
+    Source {
+        /// The digest of the text.
+        digest: [u8; 32],
+    },
+}
+
+/// The full key of one stored artifact: every component that changes its
+/// bytes (P1).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StoreKey {
+    /// [`STORE_FORMAT`] when the key was made.
+    pub format: u32,
+    /// What the compiler shares with all its artifacts.
+    pub components: KeyComponents,
+    /// The variant, serialized: what identifies it.
+    pub variant: Vec<u8>,
+    /// The variant as a person reads it (its `Debug` form).
+    pub variant_text: String,
+    /// The entry point, when the compiler takes it apart from the source.
+    pub entry_point: Option<String>,
+    /// The kernel or the source.
+    pub subject: KeySubject,
+}
+
+/// A key component that differs between two keys, with both values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Difference {
+    /// Which component.
+    pub component: KeyComponent,
+    /// Its value in the key the store holds.
+    pub stored: String,
+    /// Its value in the key asked for.
+    pub asked: String,
+}
+
+impl fmt::Display for Difference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} changed: {:?} -> {:?}",
+            self.component, self.stored, self.asked
+        )
+    }
+}
+
+impl StoreKey {
+    /// The key of `id` as compiled by a compiler with `components`.
+    pub fn for_artifact<V: Serialize + fmt::Debug>(
+        components: &KeyComponents,
+        id: &ArtifactId<V>,
+        entry_point: Option<String>,
+    ) -> Self {
+        Self::new(
+            components,
+            &id.variant,
+            entry_point,
+            KeySubject::Kernel {
+                name: id.kernel.name().to_owned(),
+                digest: id.kernel.digest(),
+            },
+        )
+    }
+
+    /// The key of lowered `source` compiled under `id`'s variant by a
+    /// compiler with `components`, whatever kernel it came from.
+    pub fn for_source<V: Serialize + fmt::Debug>(
+        components: &KeyComponents,
+        id: &ArtifactId<V>,
+        entry_point: Option<String>,
+        source: &str,
+    ) -> Self {
+        Self::new(
+            components,
+            &id.variant,
+            entry_point,
+            KeySubject::Source {
+                digest: *blake3::hash(source.as_bytes()).as_bytes(),
+            },
+        )
+    }
+
+    fn new<V: Serialize + fmt::Debug>(
+        components: &KeyComponents,
+        variant: &V,
+        entry_point: Option<String>,
+        subject: KeySubject,
+    ) -> Self {
+        Self {
+            format: STORE_FORMAT,
+            components: components.clone(),
+            variant: encoding::encode(variant).unwrap_or_else(|error| {
+                // A variant serde cannot write still needs a key; its text is
+                // the best stand-in, and it stays distinct per value.
+                log::warn!("variant {variant:?} does not serialize ({error}); keyed by its text");
+                format!("{variant:?}").into_bytes()
+            }),
+            variant_text: format!("{variant:?}"),
+            entry_point,
+            subject,
+        }
+    }
+
+    /// The variant the key was made under, read back from its bytes as a
+    /// `V`: `None` when they are not one (another backend's variant, or a
+    /// variant that did not serialize and is keyed by its text). With
+    /// [`KeyedCompiler::variant_label`], this names a stored entry's
+    /// variant as its backend does, whenever it was stored: the bytes are
+    /// what the key was always made of.
+    pub fn decode_variant<V: serde::de::DeserializeOwned>(&self) -> Option<V> {
+        match encoding::decode::<V>(&self.variant) {
+            Ok((variant, read)) if read == self.variant.len() => Some(variant),
+            _ => None,
+        }
+    }
+
+    /// Whether this key is of lowered source rather than of a kernel.
+    pub fn is_source(&self) -> bool {
+        matches!(self.subject, KeySubject::Source { .. })
+    }
+
+    /// The kernel this key is of, as `(name, digest)`, if it is of a kernel.
+    pub fn kernel(&self) -> Option<(&str, u128)> {
+        match &self.subject {
+            KeySubject::Kernel { name, digest } => Some((name, *digest)),
+            KeySubject::Source { .. } => None,
+        }
+    }
+
+    /// The BLAKE3 digest of every component: the name the key is stored
+    /// under, the same in every process. The one digest of a key: every
+    /// store files its entries under it.
+    ///
+    /// The key is encoded straight into the hasher, so a lookup that names
+    /// its record file by it allocates nothing.
+    pub fn digest(&self) -> [u8; 32] {
+        let mut hasher = blake3::Hasher::new_derive_key(KEY_CONTEXT);
+        encoding::encode_to(self, &mut hasher).expect("a key is plain data and always serializes");
+        *hasher.finalize().as_bytes()
+    }
+
+    /// The first component, in the order of [`KeyComponent`], in which `self`
+    /// (what the store holds) differs from `asked`.
+    pub fn first_difference(&self, asked: &StoreKey) -> Option<Difference> {
+        let differs = |component, stored: &dyn fmt::Display, asked: &dyn fmt::Display| {
+            Some(Difference {
+                component,
+                stored: stored.to_string(),
+                asked: asked.to_string(),
+            })
+        };
+        let (held, wanted) = (&self.components, &asked.components);
+        if self.format != asked.format {
+            return differs(KeyComponent::Format, &self.format, &asked.format);
+        }
+        if held.backend != wanted.backend {
+            return differs(KeyComponent::Backend, &held.backend, &wanted.backend);
+        }
+        if held.compiler != wanted.compiler {
+            return differs(KeyComponent::Compiler, &held.compiler, &wanted.compiler);
+        }
+        if held.architecture != wanted.architecture {
+            return differs(
+                KeyComponent::Architecture,
+                &held.architecture,
+                &wanted.architecture,
+            );
+        }
+        if held.options != wanted.options {
+            return differs(KeyComponent::Options, &held.options, &wanted.options);
+        }
+        if self.variant != asked.variant {
+            return differs(
+                KeyComponent::Variant,
+                &self.variant_text,
+                &asked.variant_text,
+            );
+        }
+        if self.entry_point != asked.entry_point {
+            let text = |entry: &Option<String>| entry.clone().unwrap_or_else(|| "none".into());
+            return differs(
+                KeyComponent::EntryPoint,
+                &text(&self.entry_point),
+                &text(&asked.entry_point),
+            );
+        }
+        match (&self.subject, &asked.subject) {
+            (a, b) if a == b => None,
+            (KeySubject::Source { digest: a }, KeySubject::Source { digest: b }) => {
+                differs(KeyComponent::Source, &hex(&a[..8]), &hex(&b[..8]))
+            }
+            _ => differs(
+                KeyComponent::Kernel,
+                &self.subject_text(),
+                &asked.subject_text(),
+            ),
+        }
+    }
+
+    /// The subject as a person reads it: `name#digest` or `source:digest`.
+    pub fn subject_text(&self) -> String {
+        match &self.subject {
+            KeySubject::Kernel { name, digest } => format!("{name}#{digest:032x}"),
+            KeySubject::Source { digest } => format!("source:{}", hex(&digest[..8])),
+        }
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    use fmt::Write;
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        write!(text, "{byte:02x}").expect("writing to a String cannot fail");
+    }
+    text
+}
+
+/// A compiler's library file as this process loaded it: its name and a
+/// digest that tells it from every other build of it (P1).
+///
+/// Compilers report their version as `major.minor` at best, so a patch
+/// release that changes the code they emit keeps the reported version; the
+/// library file does not. A shared library the linker gave a GNU build-id
+/// (NVRTC, hipRTC and comgr all have one) is identified by that build-id and
+/// the file's size: the linker computes the build-id over the whole build,
+/// so another build has another, and reading it costs a few kilobytes. A
+/// library without one is identified by the BLAKE3 of all its bytes,
+/// streamed (NVRTC's is about 110 MB: some 35 ms, which every process and
+/// every compile worker would otherwise pay before its first key). Neither
+/// uses the file's times or inode: a copy of a library on another machine is
+/// the same compiler.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LibraryFile {
+    /// The file's name, without its directory and with symbolic links
+    /// followed: `libnvrtc.so.13`, `libamdhip64.so.5.2.21153`.
+    pub name: String,
+    /// BLAKE3 of the library's build-id and size, or of all its bytes
+    /// when it has no build-id.
+    pub digest: [u8; 32],
+}
+
+impl LibraryFile {
+    /// Identifies the library at `path`, symbolic links followed: by its
+    /// build-id and size when it has a build-id, else by all its bytes.
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be opened or read.
+    pub fn read(path: &Path) -> io::Result<Self> {
+        let path = std::fs::canonicalize(path)?;
+        let file = std::fs::File::open(&path)?;
+        let size = file.metadata()?.len();
+        let digest = match elf_build_id(&file, size)? {
+            Some(build_id) => {
+                let mut hasher = blake3::Hasher::new_derive_key("kiln library build-id");
+                hasher.update(&size.to_le_bytes());
+                hasher.update(&build_id);
+                *hasher.finalize().as_bytes()
+            }
+            None => {
+                let mut hasher = blake3::Hasher::new();
+                // Streamed, so a library of a hundred megabytes is never
+                // held whole.
+                hasher.update_reader(&file)?;
+                *hasher.finalize().as_bytes()
+            }
+        };
+        Ok(Self {
+            name: file_name(&path),
+            digest,
+        })
+    }
+
+    /// The library at `path`, or, when it cannot be read, an identity that
+    /// no other process shares: a compiler that cannot be told apart from
+    /// another must not share their artifacts (P1). The failure is logged.
+    pub fn identify(path: &Path) -> Self {
+        Self::read(path).unwrap_or_else(|error| {
+            log::warn!(
+                "cannot read the compiler library {} to identify it ({error}); this process's \
+                 artifacts are keyed to this process alone",
+                path.display()
+            );
+            let mut unique = blake3::Hasher::new_derive_key("kiln unidentified library");
+            unique.update(&std::process::id().to_le_bytes());
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            unique.update(&now.as_nanos().to_le_bytes());
+            Self {
+                name: format!("{} (unreadable)", file_name(path)),
+                digest: *unique.finalize().as_bytes(),
+            }
+        })
+    }
+
+    /// The file the loaded library holding `address` was loaded from, as
+    /// the dynamic linker reports it (`dladdr`), symbolic links followed:
+    /// the copy really in use, wherever the search for it looked first.
+    ///
+    /// # Safety
+    ///
+    /// The library holding `address` must stay loaded during the call.
+    pub unsafe fn containing(address: *const c_void) -> Option<PathBuf> {
+        #[cfg(unix)]
+        {
+            // SAFETY: all-zero is a valid `Dl_info` (null pointers, zero
+            // sizes).
+            let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+            // SAFETY: `info` is writable; dladdr reads nothing through
+            // `address`.
+            let found = unsafe { libc::dladdr(address, &mut info) };
+            if found == 0 || info.dli_fname.is_null() {
+                return None;
+            }
+            // SAFETY: dladdr set `dli_fname` to a NUL-terminated path that
+            // lives as long as the library stays loaded, which the caller
+            // promises for the call; it is copied before returning.
+            let path = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+            let path = PathBuf::from(path.to_string_lossy().into_owned());
+            Some(std::fs::canonicalize(&path).unwrap_or(path))
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = address;
+            None
+        }
+    }
+}
+
+/// `libnvrtc.so.13 blake3:<128 bits in hex>`: enough of the digest to tell
+/// any two libraries apart, in a compiler's identity that people read.
+impl fmt::Display for LibraryFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} blake3:{}", self.name, hex(&self.digest[..16]))
+    }
+}
+
+/// The GNU build-id of a 64-bit little-endian ELF file (what Linux
+/// libraries are), read from its note segments; `None` for any other file
+/// or one without a build-id. Every offset and length is checked against
+/// the file's size before it is read, and a note segment is read only up to
+/// 64 KiB: a damaged or hostile file gives `None`, never a large read.
+fn elf_build_id(file: &std::fs::File, size: u64) -> io::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+
+    const PT_NOTE: u32 = 4;
+    const NT_GNU_BUILD_ID: u32 = 3;
+    const MAX_NOTES: u64 = 64 << 10;
+    let mut header = [0u8; 64];
+    if size < 64 {
+        return Ok(None);
+    }
+    file.read_exact_at(&mut header, 0)?;
+    // Magic, 64-bit class, little-endian data.
+    if header[..4] != *b"\x7fELF" || header[4] != 2 || header[5] != 1 {
+        return Ok(None);
+    }
+    let u16_at = |bytes: &[u8], at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+    let u32_at = |bytes: &[u8], at: usize| {
+        u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes"))
+    };
+    let u64_at = |bytes: &[u8], at: usize| {
+        u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"))
+    };
+    let program_headers = u64_at(&header, 0x20);
+    let entry_size = u64::from(u16_at(&header, 0x36));
+    let entries = u64::from(u16_at(&header, 0x38));
+    if entry_size < 56 || program_headers.saturating_add(entry_size * entries) > size {
+        return Ok(None);
+    }
+    for index in 0..entries {
+        let mut entry = [0u8; 56];
+        file.read_exact_at(&mut entry, program_headers + index * entry_size)?;
+        if u32_at(&entry, 0) != PT_NOTE {
+            continue;
+        }
+        let (offset, length) = (u64_at(&entry, 8), u64_at(&entry, 32));
+        if length > MAX_NOTES || offset.saturating_add(length) > size {
+            continue;
+        }
+        let mut notes = vec![0u8; usize::try_from(length).expect("at most 64 KiB")];
+        file.read_exact_at(&mut notes, offset)?;
+        let mut at = 0usize;
+        while at + 12 <= notes.len() {
+            let name_size = u32_at(&notes, at) as usize;
+            let desc_size = u32_at(&notes, at + 4) as usize;
+            let kind = u32_at(&notes, at + 8);
+            let name_at = at + 12;
+            let desc_at = name_at + name_size.next_multiple_of(4);
+            let next = desc_at.saturating_add(desc_size.next_multiple_of(4));
+            if desc_at.saturating_add(desc_size) > notes.len() {
+                break;
+            }
+            if kind == NT_GNU_BUILD_ID
+                && notes[name_at..name_at + name_size] == *b"GNU\0"
+                && desc_size > 0
+            {
+                return Ok(Some(notes[desc_at..desc_at + desc_size].to_vec()));
+            }
+            at = next;
+        }
+    }
+    Ok(None)
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |name| name.to_string_lossy().into_owned(),
+    )
+}
+
+/// The digest of one header a source includes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HeaderDigest {
+    /// The name the source includes it by.
+    pub include_name: String,
+    /// BLAKE3 of its text.
+    pub digest: [u8; 32],
+}
+
+impl HeaderDigest {
+    /// The digest of the header `include_name` with `text`.
+    pub fn new(include_name: &str, text: &str) -> Self {
+        Self {
+            include_name: include_name.to_owned(),
+            digest: *blake3::hash(text.as_bytes()).as_bytes(),
+        }
+    }
+}
+
+/// `name=<digest in hex>`.
+impl fmt::Display for HeaderDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.include_name, hex(&self.digest))
+    }
+}
+
+/// What a source key covers beside the source text itself (P1, P7): the
+/// entry point, the exact compile options, every header by its digest and
+/// any setting of the backend's own that shapes the artifact.
+///
+/// A backend opens the text it gives the loader as a kernel's source with
+/// [`preamble`](Self::preamble), so that two kernels have the same text
+/// exactly when they compile to the same artifact, which is what sharing
+/// artifacts between kernels with identical text needs. Each value is
+/// quoted on a line of its own, so no two covers write the same lines.
+///
+/// The architecture has no line of its own: the backends' options name it
+/// (`-arch=sm_90`, `--gpu-architecture=gfx90a`), taken from the variant.
+///
+/// ```
+/// use kiln_engine::store::SourceCover;
+///
+/// let cover = SourceCover::new("cuda", "scale<float, 128>")
+///     .options(["-arch=sm_90", "-std=c++17"])
+///     .header("common.cuh", "#define ONE 1");
+/// let preamble = cover.preamble();
+/// assert!(preamble.starts_with("// kiln source key: cuda\n"));
+/// assert!(preamble.contains("// entry point: \"scale<float, 128>\"\n"));
+/// assert!(preamble.contains("// option: \"-arch=sm_90\"\n"));
+/// assert!(preamble.contains("// header: \"common.cuh\" blake3:"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceCover {
+    backend: String,
+    entry_point: String,
+    options: Vec<String>,
+    headers: Vec<HeaderDigest>,
+    settings: Vec<(String, String)>,
+}
+
+impl SourceCover {
+    /// The cover of a source of `backend` entered at `entry_point`.
+    pub fn new(backend: impl Into<String>, entry_point: impl Into<String>) -> Self {
+        Self {
+            backend: backend.into(),
+            entry_point: entry_point.into(),
+            options: Vec::new(),
+            headers: Vec::new(),
+            settings: Vec::new(),
+        }
+    }
+
+    /// With `options`, in the order the compiler is given them.
+    pub fn options(mut self, options: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.options.extend(options.into_iter().map(Into::into));
+        self
+    }
+
+    /// With the header `include_name`, by the digest of its `text`.
+    pub fn header(mut self, include_name: &str, text: &str) -> Self {
+        self.headers.push(HeaderDigest::new(include_name, text));
+        self
+    }
+
+    /// With a setting of the backend's own, `name` (a fixed phrase) with
+    /// `value`.
+    pub fn setting(mut self, name: &str, value: impl fmt::Display) -> Self {
+        self.settings.push((name.to_owned(), value.to_string()));
+        self
+    }
+
+    /// The entry point.
+    pub fn entry_point(&self) -> &str {
+        &self.entry_point
+    }
+
+    /// The compile options, in order.
+    pub fn compile_options(&self) -> &[String] {
+        &self.options
+    }
+
+    /// The headers' digests, in order.
+    pub fn headers(&self) -> &[HeaderDigest] {
+        &self.headers
+    }
+
+    /// The comment lines (`//`, which CUDA C++, HIP and WGSL all read as
+    /// comments) that open the text a source key is made of. Every value is
+    /// quoted as Rust quotes it, so none spans lines and no line ends in a
+    /// backslash that would join it to the next.
+    pub fn preamble(&self) -> String {
+        use fmt::Write;
+        let mut text = String::with_capacity(128 + 64 * self.options.len());
+        let mut line = |args: fmt::Arguments<'_>| {
+            text.write_fmt(args)
+                .expect("writing to a String cannot fail");
+            text.push('\n');
+        };
+        line(format_args!("// kiln source key: {}", self.backend));
+        line(format_args!("// entry point: {:?}", self.entry_point));
+        for option in &self.options {
+            line(format_args!("// option: {option:?}"));
+        }
+        for header in &self.headers {
+            line(format_args!(
+                "// header: {:?} blake3:{}",
+                header.include_name,
+                hex(&header.digest)
+            ));
+        }
+        for (name, value) in &self.settings {
+            line(format_args!("// {name}: {value:?}"));
+        }
+        text
+    }
+}
+
+/// What built one artifact: the key components of the compiler that made
+/// it, the options it was given, the digests of the source and headers it
+/// compiled, and the entry point (P1).
+///
+/// A backend carries one on every artifact it compiles, so that an artifact
+/// read from a store says what made it. Its
+/// [`components`](Self::components) are the compiler's
+/// [`key_components`](KeyedCompiler::key_components), the same as its store
+/// keys'; the artifact's own architecture is in its options and on the
+/// artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Provenance {
+    /// The compiler's key components.
+    pub components: KeyComponents,
+    /// The options the compiler was given, in order.
+    pub options: Vec<String>,
+    /// BLAKE3 of the source text compiled.
+    pub source_digest: [u8; 32],
+    /// The digest of every header, in the order the compiler was given them.
+    pub headers: Vec<HeaderDigest>,
+    /// The entry point.
+    pub entry_point: String,
+}
+
+impl Provenance {
+    /// What a compiler with `components` made of `source` under `cover`.
+    pub fn new(components: KeyComponents, cover: &SourceCover, source: &str) -> Self {
+        Self {
+            components,
+            options: cover.options.clone(),
+            source_digest: *blake3::hash(source.as_bytes()).as_bytes(),
+            headers: cover.headers.clone(),
+            entry_point: cover.entry_point.clone(),
+        }
+    }
+
+    /// Every part as `(name, value)`, in a fixed order.
+    pub fn parts(&self) -> [(&'static str, String); 5] {
+        [
+            ("compiler", self.components.to_string()),
+            ("options", format!("{:?}", self.options)),
+            ("source", hex(&self.source_digest)),
+            (
+                "headers",
+                self.headers
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            ("entry point", self.entry_point.clone()),
+        ]
+    }
+
+    /// The name of the first part that differs from `other`'s.
+    pub fn first_difference(&self, other: &Self) -> Option<&'static str> {
+        self.parts()
+            .into_iter()
+            .zip(other.parts())
+            .find(|(mine, theirs)| mine.1 != theirs.1)
+            .map(|(mine, _)| mine.0)
+    }
+
+    /// The BLAKE3 digest of every part: one name for what built the
+    /// artifact, the same in every process.
+    pub fn digest(&self) -> [u8; 32] {
+        let mut hasher = blake3::Hasher::new_derive_key(PROVENANCE_CONTEXT);
+        encoding::encode_to(self, &mut hasher)
+            .expect("a provenance is plain data and always serializes");
+        *hasher.finalize().as_bytes()
+    }
+}
+
+impl fmt::Display for Provenance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self
+            .parts()
+            .into_iter()
+            .map(|(name, value)| format!("{name}: {value}"))
+            .collect();
+        f.write_str(&parts.join("; "))
+    }
+}
+
+/// A compiler whose artifacts can be kept in a store: it names what its keys
+/// are made of (P1).
+///
+/// # Contract
+///
+/// - [`key_components`](Self::key_components) names everything that changes
+///   the bytes of the artifacts this compiler makes beside the kernel, its
+///   variant and its source: two compilers that could make different bytes
+///   return different components. It is called once, when a target binds to
+///   a store.
+/// - The artifact type's serialized form is part of the compiler's identity:
+///   change [`KeyComponents::compiler`] when it changes.
+pub trait KeyedCompiler: ArtifactCompiler {
+    /// What every key of this compiler's artifacts shares.
+    fn key_components(&self) -> KeyComponents;
+
+    /// The entry point `id` compiles to, when the compiler takes it apart
+    /// from the source text (so the same text can make different
+    /// artifacts). `None`, the default, when the source names it.
+    fn entry_point(&self, id: &ArtifactId<Self::Variant>) -> Option<String> {
+        let _ = id;
+        None
+    }
+
+    /// `variant` as a person reads it in a listing: `sm_90`, `gfx90a`. The
+    /// default is its `Debug` text, which [`StoreKey::variant_text`] also
+    /// keeps.
+    fn variant_label(variant: &Self::Variant) -> String {
+        format!("{variant:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::KernelId;
+
+    fn components() -> KeyComponents {
+        KeyComponents::new("cuda", "nvrtc 12.4", "sm_90", "-O3")
+    }
+
+    fn id(number: u32) -> ArtifactId<u8> {
+        ArtifactId::new(KernelId::named("saxpy").parameter(&number).build(), 1)
+    }
+
+    #[test]
+    fn the_same_inputs_give_the_same_key_digest() {
+        // P1
+        let a = StoreKey::for_artifact(&components(), &id(1), None);
+        let b = StoreKey::for_artifact(&components(), &id(1), None);
+        assert_eq!(a.digest(), b.digest());
+    }
+
+    #[test]
+    fn every_changed_component_gives_another_key_and_is_named() {
+        // P1, P9
+        let base = StoreKey::for_artifact(&components(), &id(1), None);
+        let mut changes: Vec<(KeyComponent, StoreKey)> = Vec::new();
+        let mut key = base.clone();
+        key.format += 1;
+        changes.push((KeyComponent::Format, key));
+        for (component, edit) in [
+            (
+                KeyComponent::Backend,
+                (|c: &mut KeyComponents| c.backend = "hip".into()) as fn(&mut KeyComponents),
+            ),
+            (KeyComponent::Compiler, |c| c.compiler = "nvrtc 12.5".into()),
+            (KeyComponent::Architecture, |c| {
+                c.architecture = "sm_80".into()
+            }),
+            (KeyComponent::Options, |c| c.options = "-O2".into()),
+        ] {
+            let mut changed = components();
+            edit(&mut changed);
+            changes.push((component, StoreKey::for_artifact(&changed, &id(1), None)));
+        }
+        changes.push((
+            KeyComponent::Variant,
+            StoreKey::for_artifact(&components(), &ArtifactId::new(id(1).kernel, 2u8), None),
+        ));
+        changes.push((
+            KeyComponent::EntryPoint,
+            StoreKey::for_artifact(&components(), &id(1), Some("main".into())),
+        ));
+        changes.push((
+            KeyComponent::Kernel,
+            StoreKey::for_artifact(&components(), &id(2), None),
+        ));
+        for (component, key) in changes {
+            assert_ne!(key.digest(), base.digest(), "{component} is in the key");
+            let difference = base.first_difference(&key).expect("the keys differ");
+            assert_eq!(difference.component, component);
+        }
+        assert_eq!(base.first_difference(&base), None);
+    }
+
+    #[test]
+    fn a_key_gives_back_its_variant_and_nothing_of_another_type() {
+        // P9: a listing names the variant an entry was stored under.
+        let key = StoreKey::for_artifact(&components(), &id(1), None);
+        assert_eq!(key.decode_variant::<u8>(), Some(1));
+        assert_eq!(key.decode_variant::<(u8, u64)>(), None, "bytes too few");
+        let wide = StoreKey::for_artifact(
+            &components(),
+            &ArtifactId::new(id(1).kernel, (7u8, 300u64)),
+            None,
+        );
+        assert_eq!(wide.decode_variant::<u8>(), None, "bytes left over");
+    }
+
+    #[test]
+    fn source_keys_differ_by_text_and_not_by_kernel() {
+        // P1, P7
+        let a = StoreKey::for_source(&components(), &id(1), None, "text");
+        let b = StoreKey::for_source(&components(), &id(2), None, "text");
+        let c = StoreKey::for_source(&components(), &id(1), None, "other text");
+        assert_eq!(a.digest(), b.digest());
+        assert_ne!(a.digest(), c.digest());
+        assert_eq!(
+            a.first_difference(&c).map(|d| d.component),
+            Some(KeyComponent::Source)
+        );
+        assert_ne!(
+            a.digest(),
+            StoreKey::for_artifact(&components(), &id(1), None).digest()
+        );
+    }
+
+    fn provenance() -> Provenance {
+        let cover = SourceCover::new("cuda", "k")
+            .options(["-arch=sm_90", "-std=c++17"])
+            .header("common.cuh", "#define ONE 1");
+        Provenance::new(components(), &cover, "extern \"C\" __global__ void k() {}")
+    }
+
+    #[test]
+    fn every_changed_part_of_a_provenance_gives_another_digest_and_is_named() {
+        // P1
+        let base = provenance();
+        assert_eq!(base.digest(), provenance().digest(), "the same inputs");
+        let mut changed = Vec::new();
+        let mut next = provenance();
+        next.components.compiler = "nvrtc 13.1".into();
+        changed.push((next, "compiler"));
+        let mut next = provenance();
+        next.components.architecture = "sm_80".into();
+        changed.push((next, "compiler"));
+        let mut next = provenance();
+        next.options.push("--use_fast_math".into());
+        changed.push((next, "options"));
+        let mut next = provenance();
+        next.source_digest = [0; 32];
+        changed.push((next, "source"));
+        let mut next = provenance();
+        next.headers[0] = HeaderDigest::new("common.cuh", "#define ONE 2");
+        changed.push((next, "headers"));
+        let mut next = provenance();
+        next.entry_point = "other".into();
+        changed.push((next, "entry point"));
+        for (other, part) in changed {
+            assert_ne!(other.digest(), base.digest(), "{part}");
+            assert_eq!(base.first_difference(&other), Some(part));
+        }
+        assert_eq!(base.first_difference(&base), None);
+    }
+
+    #[test]
+    fn a_preamble_changes_with_every_part_of_its_cover() {
+        // P1, P7
+        let base = || {
+            SourceCover::new("hip", "k<1>")
+                .options(["--gpu-architecture=gfx90a", "-DA=1"])
+                .header("a.h", "int a;")
+                .setting("layout", "automatic")
+        };
+        let preamble = base().preamble();
+        for part in ["hip", "\"k<1>\"", "\"-DA=1\"", "\"a.h\"", "\"automatic\""] {
+            assert!(preamble.contains(part), "{part} in {preamble}");
+        }
+        let others = [
+            SourceCover::new("cuda", "k<1>")
+                .options(["--gpu-architecture=gfx90a", "-DA=1"])
+                .header("a.h", "int a;")
+                .setting("layout", "automatic"),
+            SourceCover::new("hip", "k<2>")
+                .options(["--gpu-architecture=gfx90a", "-DA=1"])
+                .header("a.h", "int a;")
+                .setting("layout", "automatic"),
+            base().options(["-O3"]),
+            base().header("b.h", ""),
+            SourceCover::new("hip", "k<1>")
+                .options(["--gpu-architecture=gfx90a", "-DA=1"])
+                .header("a.h", "int b;")
+                .setting("layout", "automatic"),
+            base().setting("zeroed", true),
+        ];
+        for other in others {
+            assert_ne!(other.preamble(), preamble, "{other:?}");
+        }
+        // One option with a space is not two options.
+        assert_ne!(
+            SourceCover::new("cuda", "k").options(["-a -b"]).preamble(),
+            SourceCover::new("cuda", "k")
+                .options(["-a", "-b"])
+                .preamble()
+        );
+    }
+
+    #[test]
+    fn no_line_of_a_preamble_spans_lines_or_continues_onto_the_next() {
+        let preamble = SourceCover::new("cuda", "k\nint x;")
+            .options(["-DA=\\"])
+            .header("a\nb.h", "")
+            .setting("note", "one\ntwo")
+            .preamble();
+        assert_eq!(preamble.lines().count(), 5, "{preamble}");
+        for line in preamble.lines() {
+            assert!(line.starts_with("// "), "{line}");
+            assert!(!line.ends_with('\\'), "{line}");
+        }
+    }
+
+    /// A minimal 64-bit ELF file with one note segment holding `build_id`,
+    /// followed by `tail`.
+    fn elf_with_build_id(build_id: &[u8; 20], tail: &[u8]) -> Vec<u8> {
+        let mut bytes = vec![0u8; 64];
+        bytes[..4].copy_from_slice(b"\x7fELF");
+        bytes[4] = 2;
+        bytes[5] = 1;
+        bytes[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+        bytes[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        bytes[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+        let mut program_header = vec![0u8; 56];
+        program_header[..4].copy_from_slice(&4u32.to_le_bytes());
+        program_header[8..16].copy_from_slice(&120u64.to_le_bytes());
+        program_header[32..40].copy_from_slice(&36u64.to_le_bytes());
+        bytes.extend_from_slice(&program_header);
+        for word in [4u32, 20, 3] {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        bytes.extend_from_slice(b"GNU\0");
+        bytes.extend_from_slice(build_id);
+        bytes.extend_from_slice(tail);
+        bytes
+    }
+
+    #[test]
+    fn a_library_with_a_build_id_is_identified_by_it_and_its_size() {
+        // P1: another build is another compiler, found without reading the
+        // whole library.
+        let folder =
+            std::env::temp_dir().join(format!("kiln-engine-build-id-{}", std::process::id()));
+        std::fs::create_dir_all(&folder).expect("a scratch folder");
+        let write = |name: &str, bytes: Vec<u8>| {
+            let path = folder.join(name);
+            std::fs::write(&path, bytes).expect("written");
+            LibraryFile::read(&path).expect("readable")
+        };
+        let first = write("a.so", elf_with_build_id(&[1; 20], b"code"));
+        let same_build = write("b.so", elf_with_build_id(&[1; 20], b"code"));
+        let other_build = write("c.so", elf_with_build_id(&[2; 20], b"code"));
+        let longer = write("d.so", elf_with_build_id(&[1; 20], b"code and more"));
+        let no_build_id = write("e.so", b"\x7fELF but nothing more".to_vec());
+        assert_eq!(first.digest, same_build.digest, "one build, one identity");
+        assert_ne!(first.digest, other_build.digest, "another build");
+        assert_ne!(first.digest, longer.digest, "a file of another size");
+        assert_eq!(
+            no_build_id.digest,
+            *blake3::hash(b"\x7fELF but nothing more").as_bytes(),
+            "without a build-id, the bytes"
+        );
+        std::fs::remove_dir_all(&folder).expect("removed");
+    }
+
+    #[test]
+    fn a_library_is_identified_by_its_bytes() {
+        // P1: a patch release that reports the same version is another
+        // compiler.
+        let folder =
+            std::env::temp_dir().join(format!("kiln-engine-library-file-{}", std::process::id()));
+        std::fs::create_dir_all(&folder).expect("a scratch folder");
+        let original = folder.join("libcompiler.so.1");
+        let patched = folder.join("patched").join("libcompiler.so.1");
+        std::fs::create_dir_all(patched.parent().expect("a parent")).expect("a folder");
+        std::fs::write(&original, b"the compiler's code").expect("written");
+        std::fs::write(&patched, b"the compiler's code, patched").expect("written");
+        let link = folder.join("libcompiler.so");
+        std::os::unix::fs::symlink(&original, &link).expect("a link");
+
+        let first = LibraryFile::read(&original).expect("readable");
+        assert_eq!(first, LibraryFile::read(&original).expect("readable"));
+        assert_eq!(
+            first,
+            LibraryFile::read(&link).expect("readable"),
+            "links are followed"
+        );
+        assert_eq!(first.name, "libcompiler.so.1");
+        let other = LibraryFile::read(&patched).expect("readable");
+        assert_eq!(other.name, first.name, "the same name");
+        assert_ne!(other, first, "other bytes, another library");
+        assert_ne!(other.to_string(), first.to_string());
+
+        let unreadable = LibraryFile::identify(&folder.join("missing.so"));
+        assert_ne!(
+            unreadable,
+            LibraryFile::identify(&folder.join("missing.so")),
+            "an unreadable library is never the same compiler twice"
+        );
+        std::fs::remove_dir_all(&folder).expect("removed");
+    }
+}

@@ -1,0 +1,131 @@
+//! Warm-start profiles on the fake target (L12): a program's next process
+//! loads every kernel its last one loaded before it asks for any, counted
+//! by the fake device and compiler, never timed.
+
+use std::sync::Arc;
+
+use kiln_engine::fake::{FakeKernel, FakeTarget};
+use kiln_engine::profile::{PROFILE_MAX_AGE, Program};
+use kiln_engine::{ArtifactStore, KernelLoader, LoaderConfig, MemoryStore};
+
+fn loader(store: &Arc<dyn ArtifactStore>, program: &str) -> KernelLoader<FakeTarget> {
+    KernelLoader::with_config(
+        FakeTarget::on_store(Arc::clone(store)),
+        LoaderConfig::default(),
+    )
+    .with_profile(Program::named(program))
+}
+
+/// One run of the program: queues kernels `numbers` and launches each.
+fn run(store: &Arc<dyn ArtifactStore>, program: &str, numbers: std::ops::Range<u32>) {
+    let mut loader = loader(store, program);
+    for number in numbers.clone() {
+        loader.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    for number in numbers {
+        let kernel = FakeKernel::new(number);
+        loader.load(&kernel, &kernel.artifact_id()).expect("loads");
+    }
+}
+
+/// How many kernels a new run of `program` finds on its device at its first
+/// access, before it asks for any but kernel 0.
+fn loaded_at_start(store: &Arc<dyn ArtifactStore>, program: &str) -> usize {
+    let mut loader = loader(store, program);
+    let kernel = FakeKernel::new(0);
+    loader.load(&kernel, &kernel.artifact_id()).expect("loads");
+    loader.target().loaded()
+}
+
+#[test]
+fn l12_a_profiled_programs_second_start_loads_every_profiled_kernel_before_it_asks() {
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    run(&store, "server", 0..10);
+
+    let mut next = loader(&store, "server");
+    let first = FakeKernel::new(0);
+    next.load(&first, &first.artifact_id()).expect("loads");
+    assert_eq!(
+        next.target().loaded(),
+        10,
+        "every profiled kernel, at the first launch"
+    );
+    assert_eq!(next.profiled_waiting(), 9, "nine not asked for yet");
+    assert_eq!(
+        next.target().fake_compiler().lowered(),
+        0,
+        "nothing compiled"
+    );
+    assert!(next.records().is_empty(), "no batch ran");
+    for number in 1..10 {
+        let kernel = FakeKernel::new(number);
+        next.load(&kernel, &kernel.artifact_id()).expect("loads");
+    }
+    assert_eq!(next.profiled_waiting(), 0);
+    assert_eq!(next.target().loaded(), 10, "each loaded on the device once");
+    assert!(next.records().is_empty(), "each first launch was a lookup");
+    assert_eq!(next.statistics().hits, 10);
+}
+
+#[test]
+fn l12_another_program_has_a_profile_of_its_own() {
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    run(&store, "server", 0..10);
+    assert_eq!(loaded_at_start(&store, "trainer"), 1, "only what it asked");
+    let storeless = KernelLoader::new(FakeTarget::storeless()).with_profile(Program::executable());
+    assert_eq!(
+        storeless.profiled_waiting(),
+        0,
+        "a storeless loader keeps no profile"
+    );
+}
+
+#[test]
+fn l12_kernels_no_longer_asked_for_age_out() {
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    run(&store, "server", 0..6);
+    // From now on the program asks for 0..3 only: 3..6 stay a while, loaded
+    // at each start, and leave the profile when they grow too old.
+    for _ in 0..PROFILE_MAX_AGE {
+        run(&store, "server", 0..3);
+    }
+    assert_eq!(loaded_at_start(&store, "server"), 6, "not old enough yet");
+    assert_eq!(loaded_at_start(&store, "server"), 3, "aged out");
+}
+
+#[test]
+fn l12_a_profiled_kernel_the_store_lost_compiles_when_the_program_asks() {
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    run(&store, "server", 0..4);
+    let mut target = FakeTarget::on_store(Arc::clone(&store));
+    target.forget_id(&FakeKernel::new(3).artifact_id());
+    let mut next = KernelLoader::with_config(target, LoaderConfig::default())
+        .with_profile(Program::named("server"));
+    let lost = FakeKernel::new(3);
+    next.load(&lost, &lost.artifact_id()).expect("compiles");
+    assert_eq!(
+        next.target().fake_compiler().finalized(),
+        0,
+        "found by its source"
+    );
+    assert_eq!(next.records().len(), 1, "the lost one took a batch");
+    assert_eq!(next.target().loaded(), 4);
+}
+
+#[test]
+fn l12_a_profile_is_written_once_a_run() {
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    {
+        let mut first = loader(&store, "server");
+        for number in 0..2 {
+            let kernel = FakeKernel::new(number);
+            first.load(&kernel, &kernel.artifact_id()).expect("loads");
+        }
+        first.save_profile();
+        for number in 2..5 {
+            let kernel = FakeKernel::new(number);
+            first.load(&kernel, &kernel.artifact_id()).expect("loads");
+        }
+    } // The drop writes nothing more.
+    assert_eq!(loaded_at_start(&store, "server"), 2);
+}

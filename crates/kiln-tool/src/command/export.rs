@@ -1,0 +1,149 @@
+//! `kiln export FILE`: the store's entries in one bundle, signed when a
+//! key of the remote tier that signs is configured (`KILN_REMOTE_SIGNING_KEY`,
+//! else `KILN_REMOTE_KEY`), so that `kiln import` elsewhere can trust it.
+
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use clap::Args;
+use kiln_engine::KeyComponents;
+use kiln_remote::Keys;
+use kiln_store::{DiskStore, ExportReport};
+
+use super::Output;
+use crate::console::errln;
+use crate::format;
+use crate::progress::ProgressBar;
+use crate::table::print_pairs;
+
+/// `kiln export` options.
+#[derive(Debug, Args)]
+pub struct Arguments {
+    /// The bundle to write.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub compiler: CompilerChoice,
+}
+
+/// Picks one of the compilers a store holds entries of, by any of its
+/// components.
+#[derive(Debug, Clone, Args)]
+pub struct CompilerChoice {
+    /// The backend: cuda, hip, wgpu.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// The compiler identity and version.
+    #[arg(long)]
+    pub compiler: Option<String>,
+    /// The architecture.
+    #[arg(long = "arch")]
+    pub architecture: Option<String>,
+}
+
+impl CompilerChoice {
+    /// Whether any component was given.
+    pub fn is_given(&self) -> bool {
+        self.backend.is_some() || self.compiler.is_some() || self.architecture.is_some()
+    }
+
+    /// Whether `components` agrees with every component given.
+    pub fn matches(&self, components: &KeyComponents) -> bool {
+        let agrees = |given: &Option<String>, actual: &str| {
+            given.as_deref().is_none_or(|given| given == actual)
+        };
+        agrees(&self.backend, &components.backend)
+            && agrees(&self.compiler, &components.compiler)
+            && agrees(&self.architecture, &components.architecture)
+    }
+}
+
+/// Exports, streaming.
+pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<()> {
+    let chosen = if arguments.compiler.is_given() {
+        let matching: Vec<KeyComponents> = store
+            .targets()
+            .into_iter()
+            .filter(|components| arguments.compiler.matches(components))
+            .collect();
+        match matching.as_slice() {
+            [one] => Some(one.clone()),
+            [] => bail!("the store holds no entries of such a compiler"),
+            several => bail!(
+                "{} compilers match; narrow it down: {}",
+                several.len(),
+                several
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        }
+    } else {
+        None
+    };
+    let keys = configured_keys()?;
+    let signer = keys.sign_bundle(&[]).map(|(_, signer)| signer.to_string());
+    let sign = |signed: &[u8]| {
+        keys.sign_bundle(signed)
+            .map(|(signature, _)| signature)
+            .expect("these keys signed above")
+    };
+    let mut bar = ProgressBar::new("export");
+    let report = store.export_signed(
+        &arguments.file,
+        chosen.as_ref(),
+        &mut |progress| bar.update(progress),
+        signer
+            .is_some()
+            .then_some(&sign as &dyn Fn(&[u8]) -> Vec<u8>),
+    )?;
+    drop(bar);
+    if signer.is_none() {
+        errln!(
+            "kiln: note: the bundle is not signed (no KILN_REMOTE_SIGNING_KEY or KILN_REMOTE_KEY \
+             here): importing it takes `kiln import --trust-unsigned`"
+        );
+    }
+    #[derive(serde::Serialize)]
+    struct Exported {
+        #[serde(flatten)]
+        report: ExportReport,
+        /// Who signed it: a public key, or "the fleet key"; `None` unsigned.
+        signed_by: Option<String>,
+    }
+    let exported = Exported {
+        report,
+        signed_by: signer,
+    };
+    output.print(&exported, || {
+        print_pairs(&[
+            ("bundle", arguments.file.display().to_string()),
+            ("size", format::bytes(report.bytes)),
+            ("objects", report.objects.to_string()),
+            ("records", report.records.to_string()),
+            ("skipped, did not verify", report.skipped.to_string()),
+            (
+                "signed by",
+                exported
+                    .signed_by
+                    .clone()
+                    .unwrap_or_else(|| "nobody: unsigned".into()),
+            ),
+        ]);
+    })
+}
+
+/// The remote tier's keys configured here, for bundles: none at all is no
+/// error (an export is then unsigned, an import trusts nothing signed).
+///
+/// # Errors
+///
+/// A key is set and cannot be read; the message names the variable, never
+/// the key.
+pub fn configured_keys() -> Result<Keys> {
+    match Keys::from_env() {
+        Ok(keys) => Ok(keys),
+        Err(kiln_remote::Error::NoKey) => Ok(Keys::default()),
+        Err(error) => Err(anyhow::anyhow!("reading the signing keys: {error}")),
+    }
+}

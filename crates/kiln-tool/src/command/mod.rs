@@ -1,0 +1,183 @@
+//! The subcommands, one module each, and what they share: the store they
+//! work on and how they print.
+
+pub mod explain;
+pub mod export;
+pub mod forget;
+pub mod gc;
+pub mod import;
+pub mod keygen;
+pub mod ls;
+pub mod profiles;
+pub mod pull;
+pub mod push;
+pub mod records;
+pub mod stats;
+pub mod tunes;
+pub mod verify;
+pub mod warm;
+
+use std::path::Path;
+
+use crate::console::outln;
+use anyhow::{Context, Result, bail};
+use kiln_engine::store::BlobKey;
+use kiln_engine::{ArtifactStore, StoreOutcome};
+use kiln_store::{DiskStore, StoreConfig};
+use serde::Serialize;
+
+/// Writes `nothing` (the empty form of what the blob holds) over the named
+/// blob `key`: how `forget`, `tunes --forget` and `profiles --forget` make
+/// the store forget a failure memory, a tuning answer or a profile, since
+/// another process may be reading the entry a removal would take away.
+/// `described` names what is forgotten in the error.
+///
+/// # Errors
+///
+/// The store is read-only, or the write failed.
+pub fn forget_blob(
+    store: &DiskStore,
+    key: &BlobKey,
+    nothing: &[u8],
+    described: &str,
+) -> Result<()> {
+    match store.put_blob(key, nothing) {
+        StoreOutcome::Stored { .. } => Ok(()),
+        StoreOutcome::Skipped => bail!(
+            "the store at {} is read-only: nothing can be forgotten there",
+            store.root().display()
+        ),
+        StoreOutcome::Failed { detail } => bail!("could not forget {described}: {detail}"),
+    }
+}
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    /// JSON instead of tables.
+    pub json: bool,
+}
+
+impl Output {
+    /// Prints `value` as JSON when asked to, else runs `human`.
+    pub fn print<T: Serialize>(&self, value: &T, human: impl FnOnce()) -> Result<()> {
+        if self.json {
+            outln!("{}", serde_json::to_string_pretty(value)?);
+        } else {
+            human();
+        }
+        Ok(())
+    }
+}
+
+/// The settings of the store at `dir`, else of the one the `KILN_CACHE_*`
+/// variables name.
+fn store_config(dir: Option<&Path>) -> Result<StoreConfig> {
+    Ok(match (StoreConfig::from_env(), dir) {
+        (Ok(Some(config)), Some(dir)) => StoreConfig {
+            root: dir.to_path_buf(),
+            ..config
+        },
+        (Ok(Some(config)), None) => config,
+        (Ok(None) | Err(kiln_store::Error::NoCacheFolder), Some(dir)) => StoreConfig::at(dir),
+        (Ok(None), None) => {
+            bail!("the store is disabled (KILN_CACHE_DISABLE=1); pass --dir to work on one")
+        }
+        (Err(error), _) => return Err(error.into()),
+    })
+}
+
+/// The store at `dir`, else the one the `KILN_CACHE_*` variables name, to
+/// look after.
+pub fn open_store(dir: Option<&Path>) -> Result<DiskStore> {
+    // The command line evicts when asked (`gc`), never behind the user's
+    // back in the middle of another command.
+    let config = StoreConfig {
+        collects_automatically: false,
+        ..store_config(dir)?
+    };
+    let root = config.root.clone();
+    DiskStore::open(config).with_context(|| format!("opening the store at {}", root.display()))
+}
+
+/// The store at `dir`, else the configured one, for a command that only
+/// reports on it (`stats`, `ls`): `None` when no store is there yet, with
+/// nothing created, as `ccache -s` creates nothing. The folder is first
+/// looked at as a read-only open would, which writes nothing.
+pub fn open_existing_store(dir: Option<&Path>) -> Result<Option<DiskStore>> {
+    let config = StoreConfig {
+        collects_automatically: false,
+        ..store_config(dir)?
+    };
+    let root = config.root.clone();
+    let probe = DiskStore::open(StoreConfig {
+        read_only: true,
+        ..config.clone()
+    });
+    match probe {
+        Err(kiln_store::Error::ReadOnlyEmpty { .. }) => Ok(None),
+        Err(error) => {
+            Err(error).with_context(|| format!("opening the store at {}", root.display()))
+        }
+        Ok(store) if config.read_only => Ok(Some(store)),
+        Ok(probe) => {
+            drop(probe);
+            DiskStore::open(config)
+                .map(Some)
+                .with_context(|| format!("opening the store at {}", root.display()))
+        }
+    }
+}
+
+/// What `stats` and `ls` print where there is no store yet.
+#[derive(Debug, Serialize)]
+struct NoStore {
+    root: String,
+    exists: bool,
+}
+
+/// Where the store at `dir`, else the configured one, is or would be.
+pub fn store_root(dir: Option<&Path>) -> Result<std::path::PathBuf> {
+    Ok(store_config(dir)?.root)
+}
+
+/// Says that there is no store at `root` yet.
+pub fn report_no_store(root: &Path, output: &Output) -> Result<()> {
+    output.print(
+        &NoStore {
+            root: root.display().to_string(),
+            exists: false,
+        },
+        || outln!("{}", no_store_words(root)),
+    )
+}
+
+/// That there is no store at `root` yet, in words.
+fn no_store_words(root: &Path) -> String {
+    format!(
+        "no store at {} yet: nothing is cached there (`kiln warm` or a program using kiln makes one)",
+        root.display()
+    )
+}
+
+/// The store at `dir`, else the configured one, to fill as any program
+/// using it would: it keeps to its size limit by evicting as it fills.
+///
+/// # Errors
+///
+/// The store cannot be opened. A store folder that is read-only and empty,
+/// or a store too damaged to repair itself, is no error: it gives
+/// `Ok(Err(reason))`, and the caller runs without a store (P5).
+pub fn open_store_to_fill(dir: Option<&Path>) -> Result<Result<DiskStore, String>> {
+    let config = store_config(dir)?;
+    let root = config.root.clone();
+    match DiskStore::open(config) {
+        Ok(store) => Ok(Ok(store)),
+        Err(
+            error @ (kiln_store::Error::ReadOnlyEmpty { .. } | kiln_store::Error::Damaged { .. }),
+        ) => Ok(Err(error.to_string())),
+        Err(error) => {
+            Err(error).with_context(|| format!("opening the store at {}", root.display()))
+        }
+    }
+}
