@@ -5,6 +5,9 @@
 //! - the source: an [`EntryPoint`] given as a name expression, [`Header`]s
 //!   given with their text, a [`SourceGenerator`] (generic over the
 //!   backend's architecture) or a [`FixedSource`];
+//! - the kernel's parts that both backends' kernels hold the same way
+//!   ([`kernel`]: entry points, headers, includes resolved, generator), and
+//!   the methods of their kernels and builders that forward to them;
 //! - the options every C++ compiler takes: a [`CxxStandard`] and
 //!   [`defines`] turned into `-D` arguments;
 //! - the launch: a [`LaunchConfig`] (grid, block, shared memory) and
@@ -24,6 +27,7 @@ mod entry;
 mod generator;
 mod header;
 pub mod include;
+pub mod kernel;
 pub mod launch;
 mod scalar;
 mod standard;
@@ -32,6 +36,7 @@ pub use entry::EntryPoint;
 pub use generator::{FixedSource, SourceGenerator, source_cost};
 pub use header::Header;
 pub use include::{IncludeError, IncludeSearch, names_a_file};
+pub use kernel::{IdLayout, KernelParts, KernelPartsBuilder};
 pub use launch::{DeviceAddress, KernelArgument, LaunchConfig};
 pub use scalar::DeviceScalar;
 pub use standard::CxxStandard;
