@@ -18,10 +18,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kiln_cuda::{
-    Architecture, CudaKernel, CudaOptions, CudaTarget, CudaVariant, DeviceBuffer, LaunchConfig,
-    LoadedImage,
-};
+use kiln_cuda::{Architecture, CudaKernel, CudaOptions, CudaTarget, CudaVariant, LoadedImage};
 use kiln_engine::{
     ArtifactId, CompilationTarget, Kernel, KernelId, KernelOutcome, KeyComponents, Lookup,
 };
@@ -254,7 +251,7 @@ fn l5a_a_kernel_loaded_from_the_store_by_a_second_process_launches_with_identica
     );
 }
 
-/// saxpy on `device` over `x` and `y`, into a buffer poisoned with NaN.
+/// saxpy on `device` over `x` and `y`, on a new stream.
 fn launch_saxpy(
     device: &kiln_cuda::CudaDevice,
     saxpy: &kiln_cuda::LoadedKernel,
@@ -262,30 +259,8 @@ fn launch_saxpy(
     x: &[f32],
     y: &[f32],
 ) -> Vec<f32> {
-    let n = x.len();
-    let x_device = device.upload(x).expect("upload");
-    let y_device = device.upload(y).expect("upload");
-    let mut out: DeviceBuffer<f32> = device.alloc(n).expect("alloc");
-    out.copy_from_host(&vec![f32::NAN; n]).expect("poison");
-    let count = i32::try_from(n).expect("n fits");
     let stream = device.context().new_stream().expect("a stream");
-    // SAFETY: the arguments match saxpy(float, const float*, const float*,
-    // float*, int), and every buffer holds n floats.
-    unsafe {
-        saxpy.launch(
-            &stream,
-            LaunchConfig::for_elements(count as u32, 256),
-            &[
-                a.into(),
-                (&x_device).into(),
-                (&y_device).into(),
-                (&out).into(),
-                count.into(),
-            ],
-        )
-    }
-    .expect("launch");
-    out.to_vec().expect("read back")
+    support::launch_saxpy(device, &stream, saxpy, a, x, y)
 }
 
 /// The second process of the test above: loads saxpy from the store, proves

@@ -17,10 +17,8 @@
 
 mod support;
 
-use std::num::NonZeroUsize;
-
 use kiln_cuda::{CudaKernel, CudaTarget, LoadedImage};
-use kiln_engine::{Kernel, KernelLoader, KernelOutcome, LoaderConfig, Severity, Stage, WorkerMode};
+use kiln_engine::{Kernel, KernelLoader, KernelOutcome, Severity, Stage, WorkerMode};
 use support::{compile_only, id_on};
 
 fn main() {
@@ -40,14 +38,7 @@ fn main() {
 
 /// A loader on `target` finalizing in `mode`, two at a time.
 fn loader(target: CudaTarget, mode: WorkerMode) -> KernelLoader<CudaTarget> {
-    KernelLoader::with_config(
-        target,
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
-    .with_worker_mode(mode)
+    kiln_test_support::loader(target, 2).with_worker_mode(mode)
 }
 
 /// Enqueues every kernel of `kernels` on `loader` and compiles the batch.

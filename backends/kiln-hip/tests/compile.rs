@@ -8,11 +8,9 @@
 
 mod support;
 
-use std::num::NonZeroUsize;
-
 use kiln_engine::{
     ArtifactCompiler, ArtifactId, CompileFailure, Kernel, KernelId, KernelLoader, KernelOutcome,
-    LoaderConfig, Severity,
+    Severity,
 };
 use kiln_hip::{
     Architecture, CxxStandard, HipCompiler, HipKernel, HipOptions, HipTarget, HipVariant,
@@ -20,13 +18,7 @@ use kiln_hip::{
 use support::{compile_only, compiler};
 
 fn loader(compiler: &HipCompiler) -> KernelLoader<HipTarget> {
-    KernelLoader::with_config(
-        compile_only(compiler, "gfx90a"),
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(4).expect("4 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
+    kiln_test_support::loader(compile_only(compiler, "gfx90a"), 4)
 }
 
 fn variant(arch: &str) -> HipVariant {

@@ -9,15 +9,14 @@
 
 mod support;
 
-use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
 use kiln_engine::{
-    ArtifactId, DeviceId, Kernel, KernelCache, KernelId, KernelLoader, KernelOutcome, KernelRecord,
-    LoaderConfig, Reported, Severity,
+    ArtifactId, DeviceId, Kernel, KernelCache, KernelId, KernelOutcome, KernelRecord, LoaderConfig,
+    Reported, Severity,
 };
 use kiln_hip::{HipKernel, HipTarget};
-use support::{Scratch, compile_only, compiler, disk_store};
+use support::{Scratch, compile_only, compiler, disk_store, loader};
 
 const DEVICE: DeviceId = DeviceId::new("hip", 0);
 
@@ -50,16 +49,6 @@ const SPILLING: &str = r#"extern "C" __global__ void spilling(float* out, int n)
 
 fn kernel(name: &'static str, entry: &str, source: &str) -> HipKernel {
     HipKernel::builder(KernelId::named(name), entry).source(source)
-}
-
-fn loader(target: HipTarget) -> KernelLoader<HipTarget> {
-    KernelLoader::with_config(
-        target,
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
 }
 
 // D4

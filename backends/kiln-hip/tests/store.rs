@@ -17,18 +17,17 @@
 
 mod support;
 
-use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kiln_engine::{
-    ArtifactCompiler, ArtifactId, CompilationTarget, Kernel, KernelId, KernelLoader, KernelOutcome,
-    KeyComponents, LoaderConfig, Lookup,
+    ArtifactCompiler, ArtifactId, CompilationTarget, Kernel, KernelId, KernelOutcome,
+    KeyComponents, Lookup,
 };
 use kiln_hip::{Architecture, HipCompiler, HipKernel, HipTarget, HipVariant};
 use kiln_test_support::child;
 use kiln_test_support::target_store::{self, bound_store};
-use support::{Scratch, compile_only, compiler, disk_store};
+use support::{Scratch, compile_only, compiler, disk_store, loader};
 
 /// Set in a second process: the folder the first process filled.
 const CHILD: &str = "KILN_HIP_STORE_CHILD";
@@ -57,16 +56,6 @@ fn scale() -> HipKernel {
 /// A compile-only target on the store at `root`, for gfx90a.
 fn target_on(compiler: &HipCompiler, root: &Path) -> HipTarget {
     compile_only(compiler, "gfx90a").with_store(disk_store(root))
-}
-
-fn loader(target: HipTarget) -> KernelLoader<HipTarget> {
-    KernelLoader::with_config(
-        target,
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
 }
 
 // P1

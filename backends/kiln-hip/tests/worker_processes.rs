@@ -11,11 +11,7 @@
 
 mod support;
 
-use std::num::NonZeroUsize;
-
-use kiln_engine::{
-    ArtifactId, Kernel, KernelId, KernelLoader, KernelOutcome, LoaderConfig, WorkerMode,
-};
+use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader, KernelOutcome, WorkerMode};
 use kiln_hip::{Architecture, HipCompiler, HipKernel, HipTarget, HipVariant};
 use support::{compile_only, compiler};
 
@@ -35,14 +31,7 @@ fn main() {
 }
 
 fn loader(compiler: HipCompiler, mode: WorkerMode) -> KernelLoader<HipTarget> {
-    KernelLoader::with_config(
-        compile_only(&compiler, "gfx90a"),
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
-    .with_worker_mode(mode)
+    kiln_test_support::loader(compile_only(&compiler, "gfx90a"), 2).with_worker_mode(mode)
 }
 
 fn variant(arch: &str) -> HipVariant {

@@ -1,5 +1,6 @@
 //! What kiln's tests share, written once: throw-away folders and store
-//! roots ([`scratch`]), seeded random inputs ([`random`]), the skip or
+//! roots ([`scratch`]), loaders with a fixed number of workers
+//! ([`loader`]), seeded random inputs ([`random`]), the skip or
 //! failure of a test whose hardware or privilege is missing ([`require`]:
 //! every skip prints through it, where a passing run shows it),
 //! and the harness of tests that run real processes ([`child`]: this test
@@ -20,6 +21,7 @@ pub mod child;
 pub mod defines;
 pub mod files;
 pub mod harness;
+pub mod loader;
 pub mod mount;
 pub mod random;
 pub mod redis;
@@ -28,6 +30,7 @@ pub mod scratch;
 pub mod target_store;
 
 pub use child::{Finished, Limit, NOBODY};
+pub use loader::loader;
 pub use mount::Tmpfs;
 pub use random::Random;
 pub use require::{say, skip, skip_unless, skip_without_root, skipped};

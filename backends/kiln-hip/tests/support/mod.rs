@@ -39,6 +39,11 @@ pub fn compile_only(compiler: &HipCompiler, architecture: &str) -> HipTarget {
         .with_compiler(compiler.clone())
 }
 
+/// A loader on `target` with two workers, whatever the machine has.
+pub fn loader(target: HipTarget) -> kiln_engine::KernelLoader<HipTarget> {
+    kiln_test_support::loader(target, 2)
+}
+
 /// The disk store at `root`, as a target takes it: durable, as users have
 /// it, and evicting only when asked.
 pub fn disk_store(root: &Path) -> Arc<dyn ArtifactStore> {

@@ -7,13 +7,12 @@
     reason = "each test binary uses its own part of the support"
 )]
 
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use kiln_engine::store::ArtifactStore;
-use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader, LoaderConfig};
+use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader};
 use kiln_store::{DiskStore, StoreConfig};
 #[allow(
     unused_imports,
@@ -72,13 +71,7 @@ pub fn fresh_store(what: &str) -> Arc<dyn ArtifactStore> {
 
 /// A loader on `target` with four workers, whatever the machine has.
 pub fn loader(target: WgpuTarget) -> KernelLoader<WgpuTarget> {
-    KernelLoader::with_config(
-        target,
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(4).expect("4 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
+    kiln_test_support::loader(target, 4)
 }
 
 /// `kernel`'s artifact id.
