@@ -7,7 +7,8 @@
 //! binary started again as a child, under rlimits or as an unprivileged
 //! user, with a deadline; [`mount`]: a tmpfs of a chosen size), snapshots
 //! of folders and files planted in them ([`files`]), the define tests of
-//! the C++ backends ([`defines`]), with the backend passed in, what holds
+//! the C++ backends ([`defines`]) and their report tests' kernels and
+//! listener ([`reports`]), with the backend passed in, what holds
 //! of every backend's target and its store ([`target_store`]), and a real
 //! `redis-server` ([`redis`]), and the test loop of a binary with its own
 //! `main` ([`harness`]).
@@ -25,6 +26,7 @@ pub mod loader;
 pub mod mount;
 pub mod random;
 pub mod redis;
+pub mod reports;
 pub mod require;
 pub mod scratch;
 pub mod target_store;
