@@ -18,22 +18,15 @@
 mod support;
 
 use kiln_cuda::{CudaKernel, CudaTarget, LoadedImage};
-use kiln_engine::{Kernel, KernelLoader, KernelOutcome, Severity, Stage, WorkerMode};
+use kiln_engine::{Kernel, KernelLoader, KernelOutcome, WorkerMode};
 use support::{compile_only, id_on};
 
 fn main() {
     kiln_engine::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
-    let tests: &[(&str, fn())] = &[
-        (
-            "b1_nvrtc_in_worker_processes_builds_the_cubins_it_builds_in_process",
-            b1_nvrtc_in_worker_processes_builds_the_cubins_it_builds_in_process,
-        ),
-        (
-            "l6_a_kernel_that_fails_in_a_worker_fails_alone_with_its_diagnostics",
-            l6_a_kernel_that_fails_in_a_worker_fails_alone_with_its_diagnostics,
-        ),
-    ];
-    kiln_test_support::harness::run(tests);
+    kiln_test_support::harness::run(kiln_test_support::tests![
+        b1_nvrtc_in_worker_processes_builds_the_cubins_it_builds_in_process,
+        l6_a_kernel_that_fails_in_a_worker_fails_alone_with_its_diagnostics,
+    ]);
 }
 
 /// A loader on `target` finalizing in `mode`, two at a time.
@@ -110,25 +103,8 @@ fn l6_a_kernel_that_fails_in_a_worker_fails_alone_with_its_diagnostics() {
     assert_eq!(batch.mode, WorkerMode::Processes);
     assert_eq!(batch.count(KernelOutcome::Compiled), 4, "{batch:#?}");
     assert_eq!(batch.count(KernelOutcome::Failed), 1, "{batch:#?}");
-    let error = loader
-        .load(&broken, &id_on(loader.target(), &broken))
-        .expect_err("the source does not compile");
-    assert_eq!(error.stage, Stage::Finalize);
-    let message = error.to_string();
-    assert!(
-        message.contains(r#"broken.cu:3:5: error: expected a ";""#),
-        "the first error leads, with line and column, from the worker: {message}"
-    );
+    let error = support::assert_broken_fails(&mut loader, &broken, "came back from the worker");
     let failure = error.compile_failure().expect("a compile failure");
-    assert_eq!(failure.errors().count(), 2, "every error came back");
-    assert!(
-        failure
-            .diagnostics
-            .iter()
-            .any(|diagnostic| diagnostic.severity == Severity::Warning),
-        "the warning came back too: {:?}",
-        failure.diagnostics
-    );
     assert!(failure.log.contains("2 errors detected"), "the raw log too");
     for kernel in kernels.iter().filter(|kernel| kernel.id() != broken.id()) {
         let id = id_on(loader.target(), kernel);

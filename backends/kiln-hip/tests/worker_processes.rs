@@ -17,17 +17,10 @@ use support::{compile_only, compiler};
 
 fn main() {
     kiln_engine::worker::run_if_worker(&[kiln_hip::worker_entry()]);
-    let tests: &[(&str, fn())] = &[
-        (
-            "b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process",
-            b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process,
-        ),
-        (
-            "l6_a_kernel_whose_target_aborts_hiprtc_fails_alone_and_its_worker_is_replaced",
-            l6_a_kernel_whose_target_aborts_hiprtc_fails_alone_and_its_worker_is_replaced,
-        ),
-    ];
-    kiln_test_support::harness::run(tests);
+    kiln_test_support::harness::run(kiln_test_support::tests![
+        b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process,
+        l6_a_kernel_whose_target_aborts_hiprtc_fails_alone_and_its_worker_is_replaced,
+    ]);
 }
 
 fn loader(compiler: HipCompiler, mode: WorkerMode) -> KernelLoader<HipTarget> {
@@ -97,16 +90,9 @@ fn l6_a_kernel_whose_target_aborts_hiprtc_fails_alone_and_its_worker_is_replaced
     let Some(compiler) = compiler(test) else {
         return;
     };
-    // A processor this comgr does not list: the check would refuse it, and
-    // without the check comgr aborts the process that compiles it.
-    let unsupported = ["gfx1100", "gfx1fff"]
-        .into_iter()
-        .find(|arch| {
-            !compiler
-                .supported_targets()
-                .has_processor(&Architecture::new(arch).expect("valid"))
-        })
-        .expect("no comgr lists gfx1fff");
+    // The check would refuse it, and without the check comgr aborts the
+    // process that compiles it.
+    let unsupported = support::unsupported_processor(&compiler);
     let mut loader = loader(
         compiler.without_target_check_for_crash_tests(),
         WorkerMode::Processes,

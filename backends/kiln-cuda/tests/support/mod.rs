@@ -161,6 +161,38 @@ pub fn broken(index: usize) -> CudaKernel {
         .generator(|_architecture| Ok(BROKEN.to_owned()))
 }
 
+/// Loads `kernel`, one of [`broken`]'s, on `loader` and checks the failure
+/// NVRTC gives it (D2): at the finalize stage, its first error leading with
+/// its line and column, and both errors and the warning kept on the value
+/// ("{kept}": how they were kept, in process or back from a worker).
+/// Returns the error.
+pub fn assert_broken_fails(
+    loader: &mut KernelLoader<CudaTarget>,
+    kernel: &CudaKernel,
+    kept: &str,
+) -> kiln_engine::KernelError {
+    let error = loader
+        .load(kernel, &id_on(loader.target(), kernel))
+        .expect_err("the source does not compile");
+    assert_eq!(error.stage, kiln_engine::Stage::Finalize);
+    let message = error.to_string();
+    assert!(
+        message.contains(r#"broken.cu:3:5: error: expected a ";""#),
+        "the first error leads, with line and column ({kept}): {message}"
+    );
+    let failure = error.compile_failure().expect("a compile failure");
+    assert_eq!(failure.errors().count(), 2, "every error {kept}");
+    assert!(
+        failure
+            .diagnostics
+            .iter()
+            .any(|diagnostic| diagnostic.severity == kiln_engine::Severity::Warning),
+        "the warning too: {:?}",
+        failure.diagnostics
+    );
+    error
+}
+
 /// The disk store at `root`, as a target takes it: durable, as users have
 /// it, and evicting only when asked.
 pub fn disk_store(root: &Path) -> Arc<dyn ArtifactStore> {

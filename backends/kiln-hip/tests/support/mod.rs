@@ -31,6 +31,19 @@ pub fn compiler(test: &str) -> Option<HipCompiler> {
     }
 }
 
+/// A processor `compiler`'s comgr does not list: gfx1100, which ROCm 5.2
+/// lacks; a later ROCm has it, and then a name no release has stands in.
+pub fn unsupported_processor(compiler: &HipCompiler) -> &'static str {
+    ["gfx1100", "gfx1fff"]
+        .into_iter()
+        .find(|arch| {
+            !compiler
+                .supported_targets()
+                .has_processor(&Architecture::new(arch).expect("valid"))
+        })
+        .expect("no comgr lists gfx1fff")
+}
+
 /// A storeless compile-only target for `architecture`, compiling with
 /// `compiler`.
 pub fn compile_only(compiler: &HipCompiler, architecture: &str) -> HipTarget {
