@@ -9,7 +9,8 @@
 //! of folders and files planted in them ([`files`]), the define tests of
 //! the C++ backends ([`defines`]) and their report tests' kernels and
 //! listener ([`reports`]), with the backend passed in, what holds
-//! of every backend's target and its store ([`target_store`]), and a real
+//! of every backend's target and its store ([`target_store`]), the worker
+//! process tests' `main` and batch comparison ([`workers`]), and a real
 //! `redis-server` ([`redis`]), and the test loop of a binary with its own
 //! `main` ([`harness`]).
 //!
@@ -30,6 +31,7 @@ pub mod reports;
 pub mod require;
 pub mod scratch;
 pub mod target_store;
+pub mod workers;
 
 pub use child::{Finished, Limit, NOBODY};
 pub use loader::loader;
