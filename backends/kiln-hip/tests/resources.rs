@@ -13,8 +13,9 @@ use kiln_engine::{
     ArtifactId, DeviceId, Kernel, KernelCache, KernelId, KernelOutcome, LoaderConfig, Reported,
 };
 use kiln_hip::{HipKernel, HipTarget};
+use kiln_test_support::Scratch;
 use kiln_test_support::reports::{BOUNDED, Heard, spilling_source};
-use support::{Scratch, compile_only, compiler, disk_store, loader};
+use support::{compile_only, compiler, disk_store, loader};
 
 const DEVICE: DeviceId = DeviceId::new("hip", 0);
 

@@ -25,9 +25,10 @@ use kiln_engine::{
     KeyComponents, Lookup,
 };
 use kiln_hip::{Architecture, HipCompiler, HipKernel, HipTarget, HipVariant};
+use kiln_test_support::Scratch;
 use kiln_test_support::child;
 use kiln_test_support::target_store::{self, bound_store};
-use support::{Scratch, compile_only, compiler, disk_store, loader};
+use support::{compile_only, compiler, disk_store, loader};
 
 /// Set in a second process: the folder the first process filled.
 const CHILD: &str = "KILN_HIP_STORE_CHILD";

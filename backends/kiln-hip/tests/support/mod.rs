@@ -13,11 +13,6 @@ use kiln_engine::ArtifactStore;
 use kiln_engine::conformance::skip;
 use kiln_hip::{Architecture, HipCompiler, HipTarget};
 use kiln_store::{DiskStore, StoreConfig};
-#[allow(
-    unused_imports,
-    reason = "each test binary uses its own part of the support"
-)]
-pub use kiln_test_support::Scratch;
 
 /// The real hipRTC, or `None` after printing why `test` skips (a failure
 /// instead when `KILN_REQUIRE_DEVICE=1`).
