@@ -141,6 +141,32 @@ fn tiled_matmul_matches_the_cpu_on_ragged_shapes() {
     }
 }
 
+/// Runs `kernel` on `device` over `input`, a matrix of `shape` (rows,
+/// columns) bound with its shape (shape, input, output), in `groups`
+/// workgroups: what it wrote, as many floats as the input.
+fn run_on_rows(
+    device: &WgpuDevice,
+    kernel: &WgslKernel,
+    (rows, columns): (usize, usize),
+    input: &[f32],
+    groups: [u32; 3],
+) -> Vec<f32> {
+    let pipeline = load(device, kernel);
+    let shape = device
+        .uniform_buffer("shape", &bytes_of_u32(&[rows as u32, columns as u32]))
+        .expect("a uniform");
+    let input_buffer = storage(device, input);
+    let output = storage(device, &vec![f32::NAN; rows * columns]);
+    device
+        .dispatch(
+            &pipeline,
+            &[(0, 0, &shape), (0, 1, &input_buffer), (0, 2, &output)],
+            groups,
+        )
+        .expect("the dispatch runs");
+    read(device, &output, rows * columns)
+}
+
 // B4
 #[test]
 fn softmax_rows_match_the_cpu() {
@@ -154,31 +180,20 @@ fn softmax_rows_match_the_cpu() {
         .map(|v| v * 8.0)
         .collect();
     let kernel = support::example_kernel("softmax.wgsl", &[("WORKGROUP", 64.0)]);
-    let pipeline = load(&device, &kernel);
-    let shape = device
-        .uniform_buffer("shape", &bytes_of_u32(&[rows as u32, columns as u32]))
-        .expect("a uniform");
-    let input_buffer = storage(&device, &input);
-    let output = storage(&device, &vec![f32::NAN; rows * columns]);
-    device
-        .dispatch(
-            &pipeline,
-            &[(0, 0, &shape), (0, 1, &input_buffer), (0, 2, &output)],
-            [rows as u32, 1, 1],
-        )
-        .expect("the dispatch runs");
+    let got = run_on_rows(
+        &device,
+        &kernel,
+        (rows, columns),
+        &input,
+        [rows as u32, 1, 1],
+    );
     let mut expected = Vec::with_capacity(rows * columns);
     for row in input.chunks(columns) {
         let max = row.iter().copied().fold(f32::MIN, f32::max);
         let sum: f32 = row.iter().map(|v| (v - max).exp()).sum();
         expected.extend(row.iter().map(|v| (v - max).exp() / sum));
     }
-    assert_close(
-        "softmax",
-        &read(&device, &output, rows * columns),
-        &expected,
-        1e-5,
-    );
+    assert_close("softmax", &got, &expected, 1e-5);
 }
 
 // B4
@@ -190,31 +205,15 @@ fn transpose_matches_the_cpu() {
     let (rows, columns) = (53, 29);
     let input = random.signed(rows * columns);
     let kernel = support::example_kernel("transpose.wgsl", &[("TILE", 16.0)]);
-    let pipeline = load(&device, &kernel);
-    let shape = device
-        .uniform_buffer("shape", &bytes_of_u32(&[rows as u32, columns as u32]))
-        .expect("a uniform");
-    let input_buffer = storage(&device, &input);
-    let output = storage(&device, &vec![f32::NAN; rows * columns]);
-    device
-        .dispatch(
-            &pipeline,
-            &[(0, 0, &shape), (0, 1, &input_buffer), (0, 2, &output)],
-            [(columns as u32).div_ceil(16), (rows as u32).div_ceil(16), 1],
-        )
-        .expect("the dispatch runs");
+    let groups = [(columns as u32).div_ceil(16), (rows as u32).div_ceil(16), 1];
+    let got = run_on_rows(&device, &kernel, (rows, columns), &input, groups);
     let mut expected = vec![0.0; rows * columns];
     for row in 0..rows {
         for column in 0..columns {
             expected[column * rows + row] = input[row * columns + column];
         }
     }
-    assert_close(
-        "transpose",
-        &read(&device, &output, rows * columns),
-        &expected,
-        0.0,
-    );
+    assert_close("transpose", &got, &expected, 0.0);
 }
 
 // B4

@@ -130,38 +130,17 @@ fn the_key_covers_the_bytes_and_constants_and_a_warm_start_compiles_nothing() {
             .expect("lowers");
         lowered.text().to_owned()
     };
-    let base = support::spirv_kernel(bytes, "scale_bias", "main", &[("0", 2.0)]);
+    let scale_bias = |module: &[u8], factor: f64| {
+        support::spirv_kernel(module, "scale_bias", "main", &[("0", factor)])
+    };
+    let base = scale_bias(bytes, 2.0);
     let mut changed = bytes.to_vec();
     // The last word of the module, part of its last instruction.
     let last = changed.len() - 1;
     changed[last] ^= 1;
-    assert_eq!(
-        text(&base),
-        text(&support::spirv_kernel(
-            bytes,
-            "scale_bias",
-            "main",
-            &[("0", 2.0)]
-        ))
-    );
-    assert_ne!(
-        text(&base),
-        text(&support::spirv_kernel(
-            &changed,
-            "scale_bias",
-            "main",
-            &[("0", 2.0)]
-        ))
-    );
-    assert_ne!(
-        text(&base),
-        text(&support::spirv_kernel(
-            bytes,
-            "scale_bias",
-            "main",
-            &[("0", 2.5)]
-        ))
-    );
+    assert_eq!(text(&base), text(&scale_bias(bytes, 2.0)));
+    assert_ne!(text(&base), text(&scale_bias(&changed, 2.0)));
+    assert_ne!(text(&base), text(&scale_bias(bytes, 2.5)));
 
     let folder = support::fresh_folder("spirv-store");
     let mut cold =
