@@ -90,21 +90,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_spilling_source_is_the_kernel_the_backends_wrote_out() {
-        let written_out = r#"extern "C" __global__ void spilling(float* out, int n) {
-    float a[64];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) a[i] = out[i * n + threadIdx.x];
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int i = 0; i < 64; ++i) a[i] = a[i] * a[(i + j) % 64] + 1.0f;
-    float total = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 64; ++i) total += a[i];
-    out[threadIdx.x] = total;
-}
-"#;
-        assert_eq!(spilling_source(64), written_out);
+    fn the_spilling_source_holds_its_floats_in_every_loop() {
+        for floats in [64, 192] {
+            let source = spilling_source(floats);
+            assert!(source.contains(&format!("float a[{floats}];")), "{source}");
+            assert_eq!(
+                source.matches(&format!("i < {floats}; ++i")).count(),
+                3,
+                "{source}"
+            );
+            assert!(source.contains(&format!("(i + j) % {floats}]")), "{source}");
+            assert_eq!(source.matches("#pragma unroll\n").count(), 4, "{source}");
+        }
     }
 }
