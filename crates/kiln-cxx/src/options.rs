@@ -7,12 +7,12 @@
 /// Writes, inside an `impl` of a backend's options type, the setters of
 /// the options every C++ compiler takes: the standard, fast math and
 /// defines. The type has the fields `standard: Option<CxxStandard>`,
-/// `fast_math: bool` and `defines: Vec<(String, Option<String>)>`.
+/// `fast_math: bool` and `defines: Vec<(String, Option<String>)>`, and
+/// its module has `CxxStandard` in scope, which the docs link to.
 #[macro_export]
 macro_rules! option_setters {
     () => {
-        /// Compiles in C++ `standard`
-        /// ([`CxxStandard::Cxx20`]($crate::CxxStandard::Cxx20), say).
+        /// Compiles in C++ `standard` ([`CxxStandard::Cxx20`], say).
         pub fn standard(mut self, standard: $crate::CxxStandard) -> Self {
             self.standard = Some(standard);
             self

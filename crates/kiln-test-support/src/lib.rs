@@ -1,6 +1,6 @@
 //! What kiln's tests share, written once: throw-away folders and store
 //! roots ([`scratch`]), loaders with a fixed number of workers
-//! ([`loader`]), seeded random inputs ([`random`]), the skip or
+//! ([`mod@loader`]), seeded random inputs ([`random`]), the skip or
 //! failure of a test whose hardware or privilege is missing ([`require`]:
 //! every skip prints through it, where a passing run shows it),
 //! and the harness of tests that run real processes ([`child`]: this test
