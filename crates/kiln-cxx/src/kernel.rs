@@ -366,3 +366,61 @@ macro_rules! kernel_builder_methods {
         }
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use kiln_engine::KernelId;
+
+    use super::*;
+
+    fn parts(entries: &[&str]) -> KernelPartsBuilder {
+        let mut parts = KernelPartsBuilder::new(EntryPoint::new(entries[0]));
+        for entry in &entries[1..] {
+            parts.add_entry(EntryPoint::new(*entry));
+        }
+        parts
+    }
+
+    fn generator() -> Arc<dyn SourceGenerator<u32>> {
+        Arc::new(FixedSource::new(Arc::from("")))
+    }
+
+    // B6
+    #[test]
+    fn an_entry_named_twice_fails_its_kernel_unless_its_includes_failed_first() {
+        let twice = parts(&["a", "b", "a"]).finish(generator(), None);
+        assert_eq!(
+            twice.include_failure(),
+            Some("the entry point `a` is named twice; name each entry once")
+        );
+        let unresolved =
+            parts(&["a", "a"]).finish(generator(), Some("`x.h` is in no folder".to_owned()));
+        assert_eq!(unresolved.include_failure(), Some("`x.h` is in no folder"));
+        let once = parts(&["a", "b"]).finish(generator(), None);
+        assert_eq!(once.include_failure(), None);
+        let entries: Vec<&str> = once.entries().map(EntryPoint::expression).collect();
+        assert_eq!(entries, ["a", "b"]);
+    }
+
+    // P13: a header's text is part of the id, in either layout.
+    #[test]
+    fn the_two_id_layouts_give_two_ids_and_each_covers_every_header() {
+        let id = |parts: &KernelPartsBuilder, layout| {
+            parts
+                .identify(KernelId::named("k"), "backend", &0u8, layout)
+                .build()
+        };
+        let mut with_header = parts(&["k"]);
+        with_header.add_header(Header::new("a.h", "1"));
+        let mut other_text = parts(&["k"]);
+        other_text.add_header(Header::new("a.h", "2"));
+        for layout in [IdLayout::ProgramName("k.cu"), IdLayout::HeaderCount] {
+            assert_ne!(id(&with_header, layout), id(&other_text, layout));
+            assert_ne!(id(&with_header, layout), id(&parts(&["k"]), layout));
+        }
+        assert_ne!(
+            id(&with_header, IdLayout::ProgramName("k.cu")),
+            id(&with_header, IdLayout::HeaderCount)
+        );
+    }
+}
