@@ -133,10 +133,7 @@ pub enum Error {
     /// An option that names a file or an include folder: kiln resolves a
     /// kernel's headers itself and hands them to NVRTC in memory (P13), so
     /// none reaches NVRTC as a path.
-    #[error(
-        "the option {flag:?} names a file or an include folder, which kiln never passes to \
-         NVRTC: headers are found by kiln and handed over in memory"
-    )]
+    #[error("the option {flag:?} {}", kiln_cxx::why_no_file_option("NVRTC"))]
     FileOption {
         /// The option as given.
         flag: String,

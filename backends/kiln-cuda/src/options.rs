@@ -62,29 +62,7 @@ impl CudaOptions {
         self
     }
 
-    /// Compiles in C++ `standard` ([`CxxStandard::Cxx20`], say).
-    pub fn standard(mut self, standard: CxxStandard) -> Self {
-        self.standard = Some(standard);
-        self
-    }
-
-    /// Turns fast math on or off.
-    pub fn fast_math(mut self, fast_math: bool) -> Self {
-        self.fast_math = fast_math;
-        self
-    }
-
-    /// Defines `name` as `value`.
-    pub fn define(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.defines.push((name.into(), Some(value.into())));
-        self
-    }
-
-    /// Defines `name` with no value (`-DNAME`).
-    pub fn define_name(mut self, name: impl Into<String>) -> Self {
-        self.defines.push((name.into(), None));
-        self
-    }
+    kiln_cxx::option_setters!();
 
     /// Caps the registers a thread may use.
     pub fn max_registers(mut self, registers: u32) -> Self {
@@ -165,8 +143,6 @@ impl CudaOptions {
 
 #[cfg(test)]
 mod tests {
-    use kiln_engine::DefineProblem;
-
     use super::*;
 
     // P13
@@ -206,25 +182,15 @@ mod tests {
 
     #[test]
     fn a_define_name_that_is_not_an_identifier_is_refused_naming_it() {
-        for name in ["", "1A", "A B", "-O3", "A=B", "A-B", "X\nY", "é"] {
-            let error = CudaOptions::default()
-                .define("TILE", "16")
-                .define_name(name)
-                .check_defines()
-                .expect_err("not an identifier");
-            let Error::InvalidDefine {
-                name: refused,
-                problem,
-            } = &error
-            else {
-                panic!("a define error: {error}");
-            };
-            assert_eq!(refused, name);
-            assert!(
-                matches!(problem, DefineProblem::NotAnIdentifier { .. }),
-                "{error}"
-            );
-            assert!(error.to_string().contains(&format!("{name:?}")), "{error}");
-        }
+        kiln_test_support::defines::assert_options_refuse_names_that_are_not_identifiers(
+            |name| {
+                let options = CudaOptions::default().define("TILE", "16");
+                options.define_name(name).check_defines().err()
+            },
+            |error| match error {
+                Error::InvalidDefine { name, problem } => Some((name.as_str(), problem)),
+                _ => None,
+            },
+        );
     }
 }

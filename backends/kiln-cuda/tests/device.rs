@@ -9,10 +9,10 @@
 mod support;
 
 use kiln_cuda::{
-    Architecture, CudaKernel, CudaOptions, DeviceBuffer, KernelArgument, LaunchConfig, LoadedImage,
-    LoadedKernel,
+    Architecture, CudaArtifact, CudaDevice, CudaKernel, CudaOptions, CudaTarget, CudaVariant,
+    DeviceBuffer, KernelArgument, LaunchConfig, LoadedImage, LoadedKernel,
 };
-use kiln_engine::{CompilationTarget, Failure, Kernel, KernelId, KernelOutcome, Stage};
+use kiln_engine::{ArtifactId, CompilationTarget, Failure, Kernel, KernelId, KernelOutcome, Stage};
 use support::{Random, fixed, id_on, loader, on_device};
 
 use support::load;
@@ -262,18 +262,32 @@ fn check_saxpy_of_three(device: &kiln_cuda::CudaDevice, kernel: &LoadedKernel) {
     assert_eq!(out.to_vec().expect("read back"), [12.0, 24.0, 36.0]);
 }
 
-// L9, B1
-#[test]
-fn l9_a_cubin_the_device_refuses_falls_back_to_its_ptx() {
-    let Some(mut target) = on_device("L9 PTX fallback") else {
-        return;
-    };
+/// A target on GPU 0, its device, and saxpy's id and artifact compiled for
+/// it outside a loader; or `None` after printing why `what` skips.
+fn compiled_saxpy(
+    what: &str,
+) -> Option<(
+    CudaTarget,
+    CudaDevice,
+    ArtifactId<CudaVariant>,
+    CudaArtifact,
+)> {
+    let target = on_device(what)?;
     let device = target.device().expect("a device").clone();
     let saxpy = fixed("tests.saxpy", "saxpy", support::SAXPY);
     let id = id_on(&target, &saxpy);
-    let mut artifact = support::compile(&target, &saxpy)
+    let artifact = support::compile(&target, &saxpy)
         .expect("saxpy compiles")
         .artifact;
+    Some((target, device, id, artifact))
+}
+
+// L9, B1
+#[test]
+fn l9_a_cubin_the_device_refuses_falls_back_to_its_ptx() {
+    let Some((mut target, device, id, mut artifact)) = compiled_saxpy("L9 PTX fallback") else {
+        return;
+    };
     // The same kernel's cubin for an architecture of another major
     // version, which the driver refuses on this device whatever its
     // version; the PTX stays this device's.
@@ -307,15 +321,9 @@ fn l9_a_cubin_the_device_refuses_falls_back_to_its_ptx() {
 // L9, B1
 #[test]
 fn l9_a_damaged_cubin_is_never_loaded_as_it_is() {
-    let Some(mut target) = on_device("L9 damaged cubin") else {
+    let Some((mut target, device, id, mut artifact)) = compiled_saxpy("L9 damaged cubin") else {
         return;
     };
-    let device = target.device().expect("a device").clone();
-    let saxpy = fixed("tests.saxpy", "saxpy", support::SAXPY);
-    let id = id_on(&target, &saxpy);
-    let mut artifact = support::compile(&target, &saxpy)
-        .expect("saxpy compiles")
-        .artifact;
     damage_cubin(&mut artifact.cubin);
     // A driver may read a header for no machine as a refusal or take the
     // image anyway; kiln must never hand the damaged cubin on as loaded:

@@ -11,48 +11,23 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
-
 use kiln_cuda::{CudaKernel, CudaOptions, CudaTarget};
-use kiln_engine::{
-    DeviceId, KernelCache, KernelId, KernelOutcome, KernelRecord, LoaderConfig, Reported, Severity,
-};
+use kiln_engine::{DeviceId, KernelCache, KernelId, KernelOutcome, LoaderConfig, Reported};
+use kiln_test_support::reports::{BOUNDED, Heard, spilling_source};
 use support::{Scratch, compile, compile_only, disk_store, fixed, id_on, loader};
 
 const DEVICE: DeviceId = DeviceId::new("cuda", 0);
 
-/// A kernel with static shared memory and launch bounds, that does not
-/// spill.
-const BOUNDED: &str = r#"extern "C" __global__ void __launch_bounds__(128) bounded(float* y, int n) {
-    __shared__ float tile[256];
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    tile[threadIdx.x] = i < n ? y[i] : 0.0f;
-    __syncthreads();
-    if (i < n) y[i] = tile[(threadIdx.x + 1) % 128] * 2.0f;
-}
-"#;
-
 /// A kernel whose unrolled array of 64 floats cannot stay in 24
 /// registers.
-const SPILLING: &str = r#"extern "C" __global__ void spilling(float* out, int n) {
-    float a[64];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) a[i] = out[i * n + threadIdx.x];
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int i = 0; i < 64; ++i) a[i] = a[i] * a[(i + j) % 64] + 1.0f;
-    float total = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 64; ++i) total += a[i];
-    out[threadIdx.x] = total;
+fn spilling_text() -> String {
+    spilling_source(64)
 }
-"#;
 
 fn spilling() -> CudaKernel {
     CudaKernel::builder(KernelId::named("tests.d4.spilling"), "spilling")
         .options(CudaOptions::default().max_registers(24))
-        .source(SPILLING)
+        .source(spilling_text())
 }
 
 /// Whether ptxas's report reached the artifact. NVIDIA's compute cache
@@ -135,16 +110,10 @@ fn d4_a_kernel_forced_to_spill_is_reported_as_spilling_once_to_the_reporter() {
     };
     let scratch = Scratch::new("cuda-d4-spill");
     let root = scratch.join("store");
-    let heard: Arc<Mutex<Vec<KernelRecord>>> = Arc::default();
+    let heard = Heard::default();
 
     let built = cache(target.with_store(disk_store(&root)));
-    let listener = Arc::clone(&heard);
-    built.set_reporter(move |_, record| {
-        listener
-            .lock()
-            .expect("the listener does not panic")
-            .push(record.clone());
-    });
+    heard.listen(&built);
     let variant = built.with_target(CudaTarget::variant);
     let kernel = built
         .get(DEVICE, spilling(), variant)
@@ -167,49 +136,19 @@ fn d4_a_kernel_forced_to_spill_is_reported_as_spilling_once_to_the_reporter() {
         resources.local_memory_bytes.is_some_and(|bytes| bytes >= 4),
         "spills live in local memory: {resources:?}"
     );
-    {
-        let heard = heard.lock().expect("the listener does not panic");
-        assert_eq!(heard.len(), 1, "one built artifact, one report");
-        let spill_warnings: Vec<_> = heard[0]
-            .diagnostics
-            .iter()
-            .filter(|diagnostic| diagnostic.message.contains("spills registers"))
-            .collect();
-        assert_eq!(spill_warnings.len(), 1, "{:?}", heard[0].diagnostics);
-        assert_eq!(spill_warnings[0].severity, Severity::Warning);
-        assert!(
-            spill_warnings[0].message.contains("`spilling`"),
-            "names the kernel: {}",
-            spill_warnings[0].message
-        );
-        assert_eq!(
-            heard[0].diagnostics,
-            kernel.report().warnings,
-            "the artifact keeps what the reporter heard"
-        );
-    }
+    heard.assert_one_spill_warning("`spilling`", &kernel.report().warnings);
 
     // A store hit carries the same record and tells the reporter nothing.
     let warm_target = compile_only("D4 spill from the store").expect("NVRTC opened just now");
     let warm = cache(warm_target.with_store(disk_store(&root)));
-    let listener = Arc::clone(&heard);
-    warm.set_reporter(move |_, record| {
-        listener
-            .lock()
-            .expect("the listener does not panic")
-            .push(record.clone());
-    });
+    heard.listen(&warm);
     let variant = warm.with_target(CudaTarget::variant);
     let hit = warm
         .get(DEVICE, spilling(), variant)
         .expect("the stored kernel loads");
     assert_eq!(warm.records()[0].count(KernelOutcome::FromStore), 1);
     assert_eq!(hit.report(), kernel.report());
-    assert_eq!(
-        heard.lock().expect("the listener does not panic").len(),
-        1,
-        "a hit is never reported (D3)"
-    );
+    assert_eq!(heard.records().len(), 1, "a hit is never reported (D3)");
 }
 
 // D4
@@ -218,7 +157,7 @@ fn d4_the_same_kernel_without_a_register_cap_does_not_spill() {
     let Some(target) = compile_only("D4 no cap, no spill") else {
         return;
     };
-    let kernel = fixed("tests.d4.spilling", "spilling", SPILLING);
+    let kernel = fixed("tests.d4.spilling", "spilling", &spilling_text());
     let finalized = compile(&target, &kernel).expect("the kernel compiles");
     let report = finalized.artifact.report();
     assert!(!report.spills(), "{report:?}");
@@ -239,10 +178,10 @@ fn d4_the_cubin_gives_the_registers_and_stack_frame_ptxas_reports() {
         return;
     };
     for (id, name, source) in [
-        ("tests.d4.cubin.bounded", "bounded", BOUNDED),
-        ("tests.d4.cubin.spilling", "spilling", SPILLING),
+        ("tests.d4.cubin.bounded", "bounded", BOUNDED.to_owned()),
+        ("tests.d4.cubin.spilling", "spilling", spilling_text()),
     ] {
-        let kernel = fixed(id, name, source);
+        let kernel = fixed(id, name, &source);
         let finalized = compile(&target, &kernel).expect("the kernel compiles");
         let artifact = &finalized.artifact;
         let from_cubin = kiln_cuda::cubin_resources(&artifact.cubin, &artifact.lowered_name);

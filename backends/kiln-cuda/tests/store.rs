@@ -16,17 +16,14 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use kiln_cuda::{
-    Architecture, CudaCompiler, CudaKernel, CudaOptions, CudaTarget, CudaVariant, DeviceBuffer,
-    LaunchConfig, LoadedImage,
-};
+use kiln_cuda::{Architecture, CudaKernel, CudaOptions, CudaTarget, CudaVariant, LoadedImage};
 use kiln_engine::{
-    ArtifactId, BoundStore, CompilationTarget, Kernel, KernelId, KernelOutcome, KeyComponents,
-    Lookup,
+    ArtifactId, CompilationTarget, Kernel, KernelId, KernelOutcome, KeyComponents, Lookup,
 };
+use kiln_test_support::child;
+use kiln_test_support::target_store::{self, bound_store};
 use support::{Random, Scratch, disk_store, fixed, id_on, loader};
 
 /// Set in a second process: the folder the first process filled.
@@ -38,42 +35,6 @@ const CHILD_LIMIT: Duration = Duration::from_secs(120);
 /// The folder of the first process, when this process is the second.
 fn child_folder() -> Option<PathBuf> {
     std::env::var_os(CHILD).map(PathBuf::from)
-}
-
-/// Runs test `test` of this binary again as a second process on `folder`,
-/// and fails with its output unless it passes.
-fn run_second_process(test: &str, folder: &Path) {
-    let stdout = folder.join("child.stdout");
-    let stderr = folder.join("child.stderr");
-    let mut child = Command::new(std::env::current_exe().expect("the test binary's path"))
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, folder)
-        .stdout(std::fs::File::create(&stdout).expect("a file for stdout"))
-        .stderr(std::fs::File::create(&stderr).expect("a file for stderr"))
-        .spawn()
-        .expect("the test binary runs again");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("the child can be waited for") {
-            break status;
-        }
-        if started.elapsed() > CHILD_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the second process ran past {CHILD_LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let output = std::fs::read_to_string(&stdout).unwrap_or_default()
-        + &std::fs::read_to_string(&stderr).unwrap_or_default();
-    assert!(
-        status.success(),
-        "the second process failed ({status}):\n{output}"
-    );
-    assert!(
-        output.contains("1 passed"),
-        "the second process ran its test:\n{output}"
-    );
 }
 
 /// saxpy, with a fixed source: the same kernel id in every process.
@@ -204,7 +165,7 @@ fn l5a_a_second_process_reads_the_identical_cubin_from_the_store_without_compili
     assert!(first.records()[0].stored, "the first process stored saxpy");
     drop(first);
 
-    run_second_process(TEST, scratch.path());
+    child::run_second_process(TEST, CHILD, scratch.path(), CHILD_LIMIT);
     let cubin = std::fs::read(scratch.join("second.cubin")).expect("the second process wrote it");
     let ptx = std::fs::read_to_string(scratch.join("second.ptx")).expect("and the PTX");
     assert!(!cubin.is_empty());
@@ -276,7 +237,7 @@ fn l5a_a_kernel_loaded_from_the_store_by_a_second_process_launches_with_identica
     drop(saxpy);
     drop(first);
 
-    run_second_process(TEST, scratch.path());
+    child::run_second_process(TEST, CHILD, scratch.path(), CHILD_LIMIT);
     let second_output = read_floats(&scratch.join("second.out"));
     assert_eq!(second_output.len(), n);
     let differing = first_output
@@ -290,7 +251,7 @@ fn l5a_a_kernel_loaded_from_the_store_by_a_second_process_launches_with_identica
     );
 }
 
-/// saxpy on `device` over `x` and `y`, into a buffer poisoned with NaN.
+/// saxpy on `device` over `x` and `y`, on a new stream.
 fn launch_saxpy(
     device: &kiln_cuda::CudaDevice,
     saxpy: &kiln_cuda::LoadedKernel,
@@ -298,30 +259,8 @@ fn launch_saxpy(
     x: &[f32],
     y: &[f32],
 ) -> Vec<f32> {
-    let n = x.len();
-    let x_device = device.upload(x).expect("upload");
-    let y_device = device.upload(y).expect("upload");
-    let mut out: DeviceBuffer<f32> = device.alloc(n).expect("alloc");
-    out.copy_from_host(&vec![f32::NAN; n]).expect("poison");
-    let count = i32::try_from(n).expect("n fits");
     let stream = device.context().new_stream().expect("a stream");
-    // SAFETY: the arguments match saxpy(float, const float*, const float*,
-    // float*, int), and every buffer holds n floats.
-    unsafe {
-        saxpy.launch(
-            &stream,
-            LaunchConfig::for_elements(count as u32, 256),
-            &[
-                a.into(),
-                (&x_device).into(),
-                (&y_device).into(),
-                (&out).into(),
-                count.into(),
-            ],
-        )
-    }
-    .expect("launch");
-    out.to_vec().expect("read back")
+    support::launch_saxpy(device, &stream, saxpy, a, x, y)
 }
 
 /// The second process of the test above: loads saxpy from the store, proves
@@ -470,60 +409,37 @@ fn a_kernel_asked_for_another_architecture_compiles_without_the_store() {
         },
     );
     let mut first_target = Some(target);
-    for round in 0..2 {
-        // The second round is a new target, as a second process has.
-        let target = first_target.take().unwrap_or_else(|| {
-            CudaTarget::compile_only(support::ARCHITECTURE).expect("NVRTC opened once already")
-        });
-        let mut on_store = loader(target.with_store(disk_store(&root)));
-        on_store
-            .load(&kernel, &ampere)
-            .expect("an sm_80 kernel loads on a compile-only sm_90 target");
-        let batch = &on_store.records()[0];
-        assert_eq!(
-            batch.count(KernelOutcome::Compiled),
-            1,
-            "round {round}: compiled, never read from the store"
-        );
-        assert!(!batch.stored, "round {round}: and not stored");
-    }
+    target_store::assert_another_architecture_compiles_without_the_store(
+        |_round| {
+            // The second round is a new target, as a second process has.
+            let target = first_target.take().unwrap_or_else(|| {
+                CudaTarget::compile_only(support::ARCHITECTURE).expect("NVRTC opened once already")
+            });
+            loader(target.with_store(disk_store(&root)))
+        },
+        &kernel,
+        &ampere,
+        "an sm_80 kernel loads on a compile-only sm_90 target",
+    );
 }
 
 // L5a, L10: a target without a store stays storeless.
 #[test]
 fn a_target_without_a_store_keeps_nothing_and_cannot_switch_to_one() {
-    let Some(mut target) = support::compile_only("a storeless target") else {
+    let Some(target) = support::compile_only("a storeless target") else {
         return;
     };
-    assert!(target.store().is_none());
-    assert!(bound_store(&target).is_none());
-    let scratch = Scratch::new("storeless");
-    assert!(
-        !target.switch_store(disk_store(&scratch.join("store"))),
-        "a storeless target does not switch"
-    );
-    assert!(
-        target.store().is_none(),
-        "whether a target has a store never changes"
-    );
     let target = target.with_optional_store(None);
     assert!(target.store().is_none());
-    let mut storeless = loader(target);
-    assert!(
-        storeless.bound_store().is_none(),
-        "the loader binds no store"
-    );
+    let scratch = Scratch::new("storeless");
     let kernel = saxpy();
-    storeless
-        .load(&kernel, &id_on(storeless.target(), &kernel))
-        .expect("saxpy loads");
-    assert!(!storeless.records()[0].stored);
-    assert_eq!(storeless.statistics().stored, 0);
-}
-
-/// `target`'s store bound to its compiler's keys, as its loader binds it.
-fn bound_store(target: &CudaTarget) -> Option<BoundStore<CudaCompiler>> {
-    target
-        .store()
-        .map(|store| BoundStore::new(std::sync::Arc::clone(store), &**target.compiler()))
+    let id = id_on(&target, &kernel);
+    target_store::assert_a_storeless_target_keeps_nothing(
+        target,
+        disk_store(&scratch.join("store")),
+        CudaTarget::switch_store,
+        loader,
+        &kernel,
+        &id,
+    );
 }

@@ -17,37 +17,21 @@
 
 mod support;
 
-use std::num::NonZeroUsize;
+use kiln_test_support::workers;
 
 use kiln_cuda::{CudaKernel, CudaTarget, LoadedImage};
-use kiln_engine::{Kernel, KernelLoader, KernelOutcome, LoaderConfig, Severity, Stage, WorkerMode};
+use kiln_engine::{Kernel, KernelLoader, KernelOutcome, WorkerMode};
 use support::{compile_only, id_on};
 
-fn main() {
-    kiln_engine::worker::run_if_worker(&[kiln_cuda::worker_entry()]);
-    let tests: &[(&str, fn())] = &[
-        (
-            "b1_nvrtc_in_worker_processes_builds_the_cubins_it_builds_in_process",
-            b1_nvrtc_in_worker_processes_builds_the_cubins_it_builds_in_process,
-        ),
-        (
-            "l6_a_kernel_that_fails_in_a_worker_fails_alone_with_its_diagnostics",
-            l6_a_kernel_that_fails_in_a_worker_fails_alone_with_its_diagnostics,
-        ),
-    ];
-    kiln_test_support::harness::run(tests);
-}
+kiln_test_support::worker_test_main!(
+    [kiln_cuda::worker_entry()],
+    b1_nvrtc_in_worker_processes_builds_the_cubins_it_builds_in_process,
+    l6_a_kernel_that_fails_in_a_worker_fails_alone_with_its_diagnostics,
+);
 
 /// A loader on `target` finalizing in `mode`, two at a time.
 fn loader(target: CudaTarget, mode: WorkerMode) -> KernelLoader<CudaTarget> {
-    KernelLoader::with_config(
-        target,
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
-    .with_worker_mode(mode)
+    kiln_test_support::loader(target, 2).with_worker_mode(mode)
 }
 
 /// Enqueues every kernel of `kernels` on `loader` and compiles the batch.
@@ -68,24 +52,16 @@ fn b1_nvrtc_in_worker_processes_builds_the_cubins_it_builds_in_process() {
     let kernels: Vec<CudaKernel> = (0..4).map(support::distinct).collect();
     let mut in_workers = loader(for_workers, WorkerMode::Processes);
     let mut in_process = loader(for_process, WorkerMode::Threads);
-    compile_batch(&mut in_workers, &kernels);
-    compile_batch(&mut in_process, &kernels);
-
-    let batch = in_workers.records().back().expect("a batch");
-    assert_eq!(batch.mode, WorkerMode::Processes);
-    assert_eq!(batch.count(KernelOutcome::Compiled), 4, "{batch:#?}");
-    assert_eq!(
-        in_process.records().back().expect("a batch").mode,
-        WorkerMode::Threads
+    let variant = in_workers.target().variant();
+    let built = workers::compile_in_workers_and_in_process(
+        &mut in_workers,
+        &mut in_process,
+        &kernels,
+        &variant,
     );
     let workers = in_workers.worker_processes();
-    assert!(!workers.running.is_empty(), "{workers:?}");
-    assert!(!workers.running.contains(&std::process::id()));
     assert!(workers.unavailable.is_none(), "{workers:?}");
-    for kernel in &kernels {
-        let id = id_on(in_workers.target(), kernel);
-        let built_there = in_workers.load(kernel, &id).expect("compiled in a worker");
-        let built_here = in_process.load(kernel, &id).expect("compiled in process");
+    for (kernel, (built_there, built_here)) in kernels.iter().zip(built) {
         assert_eq!(built_there.image(), LoadedImage::Described);
         assert_eq!(built_there.lowered_name(), built_here.lowered_name());
         assert_eq!(built_there.architecture(), built_here.architecture());
@@ -119,25 +95,8 @@ fn l6_a_kernel_that_fails_in_a_worker_fails_alone_with_its_diagnostics() {
     assert_eq!(batch.mode, WorkerMode::Processes);
     assert_eq!(batch.count(KernelOutcome::Compiled), 4, "{batch:#?}");
     assert_eq!(batch.count(KernelOutcome::Failed), 1, "{batch:#?}");
-    let error = loader
-        .load(&broken, &id_on(loader.target(), &broken))
-        .expect_err("the source does not compile");
-    assert_eq!(error.stage, Stage::Finalize);
-    let message = error.to_string();
-    assert!(
-        message.contains(r#"broken.cu:3:5: error: expected a ";""#),
-        "the first error leads, with line and column, from the worker: {message}"
-    );
+    let error = support::assert_broken_fails(&mut loader, &broken, "came back from the worker");
     let failure = error.compile_failure().expect("a compile failure");
-    assert_eq!(failure.errors().count(), 2, "every error came back");
-    assert!(
-        failure
-            .diagnostics
-            .iter()
-            .any(|diagnostic| diagnostic.severity == Severity::Warning),
-        "the warning came back too: {:?}",
-        failure.diagnostics
-    );
     assert!(failure.log.contains("2 errors detected"), "the raw log too");
     for kernel in kernels.iter().filter(|kernel| kernel.id() != broken.id()) {
         let id = id_on(loader.target(), kernel);

@@ -153,10 +153,7 @@ pub enum Error {
     },
     /// A flag that names a file or an include folder: kiln resolves a
     /// kernel's headers itself and hands them to hipRTC in memory (P13).
-    #[error(
-        "the flag {flag:?} names a file or an include folder, which kiln never passes to \
-         hipRTC: headers are found by kiln and handed over in memory"
-    )]
+    #[error("the flag {flag:?} {}", kiln_cxx::why_no_file_option("hipRTC"))]
     FileFlag {
         /// The refused flag.
         flag: String,

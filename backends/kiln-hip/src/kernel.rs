@@ -2,12 +2,11 @@
 //! the options to compile with and the headers the source includes.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use kiln_cxx::FixedSource;
-pub use kiln_cxx::{EntryPoint, Header, IncludeSearch, SourceGenerator};
-use kiln_engine::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
+pub use kiln_cxx::{EntryPoint, Header, SourceGenerator};
+use kiln_cxx::{IdLayout, KernelParts, KernelPartsBuilder};
+use kiln_engine::{KernelId, KernelIdBuilder};
 
 use crate::architecture::Architecture;
 use crate::options::HipOptions;
@@ -50,16 +49,10 @@ use crate::options::HipOptions;
 #[derive(Clone)]
 pub struct HipKernel {
     id: KernelId,
-    entry: EntryPoint,
-    /// The module's other entry points (B6).
-    more_entries: Vec<EntryPoint>,
     options: HipOptions,
-    headers: Vec<Header>,
-    /// Why its includes could not be resolved, when they could not.
-    include_failure: Option<String>,
     /// The name diagnostics give its source.
     program_name: Option<String>,
-    generator: Arc<dyn SourceGenerator<Architecture>>,
+    parts: KernelParts<Architecture>,
 }
 
 impl HipKernel {
@@ -68,23 +61,10 @@ impl HipKernel {
     pub fn builder(id: KernelIdBuilder, entry: impl Into<EntryPoint>) -> HipKernelBuilder {
         HipKernelBuilder {
             id,
-            entry: entry.into(),
-            more_entries: Vec::new(),
             options: HipOptions::default(),
-            headers: Vec::new(),
-            search: IncludeSearch::new(),
             program_name: None,
+            parts: KernelPartsBuilder::new(entry.into()),
         }
-    }
-
-    /// The entry point: the first of [`entries`](Self::entries).
-    pub fn entry(&self) -> &EntryPoint {
-        &self.entry
-    }
-
-    /// Every entry point of the module, the first one first (B6).
-    pub fn entries(&self) -> impl Iterator<Item = &EntryPoint> {
-        std::iter::once(&self.entry).chain(&self.more_entries)
     }
 
     /// The compile options.
@@ -92,59 +72,20 @@ impl HipKernel {
         &self.options
     }
 
-    /// The headers: those supplied, and for a fixed source every header
-    /// its includes reach (P13).
-    pub fn headers(&self) -> &[Header] {
-        &self.headers
-    }
-
-    /// Why the source's includes could not be resolved, when they could
-    /// not; such a kernel fails to lower with this reason.
-    pub fn include_failure(&self) -> Option<&str> {
-        self.include_failure.as_deref()
-    }
-
     /// The name diagnostics give its source, when it was given one.
     pub fn program_name(&self) -> Option<&str> {
         self.program_name.as_deref()
     }
-
-    /// Runs the generator.
-    ///
-    /// # Errors
-    ///
-    /// What the generator reported.
-    pub fn generate(&self, architecture: Architecture) -> Result<String, CompileFailure> {
-        self.generator.generate(architecture)
-    }
 }
 
-impl Kernel for HipKernel {
-    fn id(&self) -> KernelId {
-        self.id.clone()
-    }
-
-    /// The length of its fixed source and headers: the longest compile
-    /// first (a generated source counts its headers only).
-    fn cost_hint(&self) -> u64 {
-        kiln_cxx::source_cost(self.generator.as_ref(), &self.headers)
-    }
-}
+kiln_cxx::kernel_methods!(HipKernel, Architecture);
 
 impl fmt::Debug for HipKernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HipKernel")
             .field("id", &self.id)
-            .field("entry", &self.entry)
             .field("options", &self.options)
-            .field(
-                "headers",
-                &self
-                    .headers
-                    .iter()
-                    .map(|header| &header.name)
-                    .collect::<Vec<_>>(),
-            )
+            .field("parts", &self.parts)
             .finish_non_exhaustive()
     }
 }
@@ -153,23 +94,13 @@ impl fmt::Debug for HipKernel {
 #[must_use = "a builder makes no kernel until `source` or `generator` is called"]
 pub struct HipKernelBuilder {
     id: KernelIdBuilder,
-    entry: EntryPoint,
-    more_entries: Vec<EntryPoint>,
     options: HipOptions,
-    headers: Vec<Header>,
-    search: IncludeSearch,
     program_name: Option<String>,
+    parts: KernelPartsBuilder,
 }
 
 impl HipKernelBuilder {
-    /// Adds another entry point of the same source (B6): one compile, one
-    /// module holding every entry, each launched by name
-    /// ([`LoadedKernel::launch_entry`](crate::LoadedKernel::launch_entry)).
-    /// An entry named twice makes a kernel that fails to lower.
-    pub fn entry(mut self, entry: impl Into<EntryPoint>) -> Self {
-        self.more_entries.push(entry.into());
-        self
-    }
+    kiln_cxx::kernel_builder_methods!();
 
     /// Names the source in diagnostics (`scan.hip`); hipRTC compiles every
     /// program under one name, so the name changes no artifact (P14).
@@ -184,27 +115,6 @@ impl HipKernelBuilder {
         self
     }
 
-    /// Supplies a header the source includes as `#include "name"`.
-    pub fn header(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
-        self.headers.push(Header::new(name, text));
-        self
-    }
-
-    /// The folder of the file a fixed [`source`](Self::source) was read
-    /// from: its quoted includes are looked for there first. The working
-    /// directory is never searched.
-    pub fn source_folder(mut self, folder: impl Into<PathBuf>) -> Self {
-        self.search.source_folder = Some(folder.into());
-        self
-    }
-
-    /// Adds an include folder, searched (in the order added) for a fixed
-    /// source's includes after its own folder.
-    pub fn include_folder(mut self, folder: impl Into<PathBuf>) -> Self {
-        self.search.folders.push(folder.into());
-        self
-    }
-
     /// Finishes the kernel with a fixed source, whose text joins its id.
     ///
     /// kiln resolves the text's includes itself (P13): every header they
@@ -213,29 +123,14 @@ impl HipKernelBuilder {
     /// hipRTC's own. An include that cannot be resolved makes a kernel
     /// that fails to lower, saying which include and where it looked.
     pub fn source(mut self, source: impl Into<String>) -> HipKernel {
-        let source: Arc<str> = Arc::from(source.into());
-        let mut search = std::mem::take(&mut self.search);
-        search.compiler_folders = vec!["hip".to_owned()];
-        let label = self
-            .program_name
-            .clone()
-            .unwrap_or_else(|| "the source".to_owned());
-        let include_failure = match search.resolve(&source, &label, &self.headers) {
-            Ok(found) => {
-                self.headers.extend(found);
-                None
-            }
-            Err(error) => Some(error.to_string()),
-        };
-        let mut id = self.id.parameter(&0u8).bytes(source.as_bytes());
-        if let Some(failure) = &include_failure {
-            id = id.parameter(failure.as_str());
-        }
-        let mut kernel = Self { id, ..self }.finish(Arc::new(FixedSource::new(source)));
-        if include_failure.is_some() {
-            kernel.include_failure = include_failure;
-        }
-        kernel
+        self.parts.search_mut().compiler_folders = vec!["hip".to_owned()];
+        // 0 and 1 tell a fixed source from a generated one in the id.
+        let (id, source, include_failure) = self.parts.fix(
+            self.id.parameter(&0u8),
+            source.into(),
+            self.program_name.as_deref(),
+        );
+        Self { id, ..self }.finish(Arc::new(source), include_failure)
     }
 
     /// Finishes the kernel with a generator, which kiln runs when it
@@ -243,49 +138,22 @@ impl HipKernelBuilder {
     /// reads (see [`SourceGenerator`]'s contract).
     pub fn generator(self, generator: impl SourceGenerator<Architecture> + 'static) -> HipKernel {
         let id = self.id.parameter(&1u8);
-        Self { id, ..self }.finish(Arc::new(generator))
+        Self { id, ..self }.finish(Arc::new(generator), None)
     }
 
-    fn finish(self, generator: Arc<dyn SourceGenerator<Architecture>>) -> HipKernel {
-        // Everything that changes the code object joins the id, so two
-        // kernels with one family name and other options never share an id.
-        let mut id = self
-            .id
-            .parameter("kiln-hip")
-            .parameter(self.entry.expression())
-            .parameter(&self.options)
-            .parameter(&self.headers.len());
-        // A kernel of one entry keeps the id it had before entries were
-        // several.
-        for entry in &self.more_entries {
-            id = id.parameter(entry.expression());
-        }
-        let mut seen = vec![self.entry.expression()];
-        let twice = self.more_entries.iter().find_map(|entry| {
-            let expression = entry.expression();
-            if seen.contains(&expression) {
-                Some(expression.to_owned())
-            } else {
-                seen.push(expression);
-                None
-            }
-        });
-        for header in &self.headers {
-            id = id
-                .bytes(header.name.as_bytes())
-                .bytes(header.text.as_bytes());
-        }
+    fn finish(
+        self,
+        generator: Arc<dyn SourceGenerator<Architecture>>,
+        include_failure: Option<String>,
+    ) -> HipKernel {
+        let id = self
+            .parts
+            .identify(self.id, "kiln-hip", &self.options, IdLayout::HeaderCount);
         HipKernel {
             id: id.build(),
-            entry: self.entry,
-            more_entries: self.more_entries,
             options: self.options,
-            headers: self.headers,
-            include_failure: twice.map(|entry| {
-                format!("the entry point `{entry}` is named twice; name each entry once")
-            }),
             program_name: self.program_name,
-            generator,
+            parts: self.parts.finish(generator, include_failure),
         }
     }
 }
@@ -293,7 +161,7 @@ impl HipKernelBuilder {
 impl fmt::Debug for HipKernelBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HipKernelBuilder")
-            .field("entry", &self.entry)
+            .field("entry", self.parts.entry())
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
@@ -301,6 +169,8 @@ impl fmt::Debug for HipKernelBuilder {
 
 #[cfg(test)]
 mod tests {
+    use kiln_engine::Kernel;
+
     use super::*;
 
     const TEXT: &str = r#"extern "C" __global__ void k(float* x) { x[0] = 1; }"#;

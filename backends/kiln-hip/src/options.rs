@@ -78,29 +78,7 @@ impl HipOptions {
         Self::default()
     }
 
-    /// Compiles under the C++ standard `standard`.
-    pub fn standard(mut self, standard: CxxStandard) -> Self {
-        self.standard = Some(standard);
-        self
-    }
-
-    /// Allows floating-point arithmetic to be reordered and approximated.
-    pub fn fast_math(mut self, fast_math: bool) -> Self {
-        self.fast_math = fast_math;
-        self
-    }
-
-    /// Defines `name` as `value`.
-    pub fn define(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.defines.push((name.into(), Some(value.into())));
-        self
-    }
-
-    /// Defines `name` with no value.
-    pub fn define_name(mut self, name: impl Into<String>) -> Self {
-        self.defines.push((name.into(), None));
-        self
-    }
+    kiln_cxx::option_setters!();
 
     /// Adds a flag of hipRTC's (clang's) own.
     pub fn flag(mut self, flag: impl Into<String>) -> Self {
@@ -176,8 +154,6 @@ fn chooses_architecture(flag: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use kiln_engine::DefineProblem;
-
     use super::*;
 
     /// kiln-hip's own standard and options, as they were derived before
@@ -314,25 +290,15 @@ mod tests {
 
     #[test]
     fn a_define_name_that_is_not_an_identifier_is_refused_naming_it() {
-        for name in ["", "1A", "A B", "-O3", "A=B", "A-B", "X\nY", "é"] {
-            let error = HipOptions::new()
-                .define("TILE", "16")
-                .define_name(name)
-                .compile_flags(&gfx90a())
-                .expect_err("not an identifier");
-            let Error::InvalidDefine {
-                name: refused,
-                problem,
-            } = &error
-            else {
-                panic!("a define error: {error}");
-            };
-            assert_eq!(refused, name);
-            assert!(
-                matches!(problem, DefineProblem::NotAnIdentifier { .. }),
-                "{error}"
-            );
-            assert!(error.to_string().contains(&format!("{name:?}")), "{error}");
-        }
+        kiln_test_support::defines::assert_options_refuse_names_that_are_not_identifiers(
+            |name| {
+                let options = HipOptions::new().define("TILE", "16");
+                options.define_name(name).compile_flags(&gfx90a()).err()
+            },
+            |error| match error {
+                Error::InvalidDefine { name, problem } => Some((name.as_str(), problem)),
+                _ => None,
+            },
+        );
     }
 }

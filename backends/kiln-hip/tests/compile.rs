@@ -8,11 +8,9 @@
 
 mod support;
 
-use std::num::NonZeroUsize;
-
 use kiln_engine::{
     ArtifactCompiler, ArtifactId, CompileFailure, Kernel, KernelId, KernelLoader, KernelOutcome,
-    LoaderConfig, Severity,
+    Severity,
 };
 use kiln_hip::{
     Architecture, CxxStandard, HipCompiler, HipKernel, HipOptions, HipTarget, HipVariant,
@@ -20,13 +18,7 @@ use kiln_hip::{
 use support::{compile_only, compiler};
 
 fn loader(compiler: &HipCompiler) -> KernelLoader<HipTarget> {
-    KernelLoader::with_config(
-        compile_only(compiler, "gfx90a"),
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(4).expect("4 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
+    kiln_test_support::loader(compile_only(compiler, "gfx90a"), 4)
 }
 
 fn variant(arch: &str) -> HipVariant {
@@ -158,16 +150,8 @@ fn b2_an_unsupported_target_fails_its_kernel_and_the_process_goes_on() {
     let Some(compiler) = compiler("B2 unsupported targets") else {
         return;
     };
-    // gfx1100 is what ROCm 5.2 lacks; a later ROCm has it, and then a name no
-    // release has stands in. Either way kiln refuses it before hipRTC.
-    let unsupported = ["gfx1100", "gfx1fff"]
-        .into_iter()
-        .find(|arch| {
-            !compiler
-                .supported_targets()
-                .has_processor(&Architecture::new(arch).expect("valid"))
-        })
-        .expect("no comgr lists gfx1fff");
+    // kiln refuses it before hipRTC.
+    let unsupported = support::unsupported_processor(&compiler);
     let mut loader = loader(&compiler);
     let kernel = scale(1);
     loader.enqueue(Box::new(kernel.clone()), variant("gfx90a"));

@@ -10,11 +10,8 @@
 
 mod support;
 
-use std::num::NonZeroUsize;
-
 use kiln_engine::{
-    ArtifactCompiler, ArtifactId, CompileFailure, Finalized, Kernel, KernelId, KernelLoader,
-    LoaderConfig, WorkerMode,
+    ArtifactCompiler, ArtifactId, CompileFailure, Finalized, Kernel, KernelId, WorkerMode,
 };
 use kiln_hip::{Architecture, HipArtifact, HipCompiler, HipKernel, HipOptions, HipVariant};
 use kiln_test_support::defines::{self, Define, probe_source};
@@ -83,14 +80,8 @@ fn a_define_name_that_is_not_an_identifier_fails_its_kernel_naming_it() {
     let Some(compiler) = compiler("defines: names that are not identifiers") else {
         return;
     };
-    let loader = KernelLoader::with_config(
-        compile_only(&compiler, "gfx90a"),
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
-    .with_worker_mode(WorkerMode::Threads);
+    let loader = kiln_test_support::loader(compile_only(&compiler, "gfx90a"), 2)
+        .with_worker_mode(WorkerMode::Threads);
     defines::assert_names_that_are_not_identifiers_fail_their_kernels(loader, gfx90a(), probe);
 }
 

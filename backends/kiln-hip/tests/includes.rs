@@ -4,10 +4,9 @@
 
 mod support;
 
-use std::num::NonZeroUsize;
 use std::path::Path;
 
-use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader, LoaderConfig};
+use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader};
 use kiln_hip::{Architecture, HipKernel, HipOptions, HipVariant};
 use kiln_test_support::Scratch;
 use support::{compile_only, compiler};
@@ -29,13 +28,7 @@ fn p13_a_header_beside_the_file_is_keyed_by_its_text_and_found_nowhere_names_the
     };
     let scratch = Scratch::new("hip-includes");
     let folder = scratch.folder("kernels");
-    let mut loader = KernelLoader::with_config(
-        compile_only(&compiler, "gfx90a"),
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
-            ..LoaderConfig::default()
-        },
-    );
+    let mut loader = kiln_test_support::loader(compile_only(&compiler, "gfx90a"), 2);
     let variant = HipVariant::new(Architecture::new("gfx90a").expect("a name"));
 
     let missing = kernel(&folder);

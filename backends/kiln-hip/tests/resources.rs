@@ -9,57 +9,24 @@
 
 mod support;
 
-use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
-
 use kiln_engine::{
-    ArtifactId, DeviceId, Kernel, KernelCache, KernelId, KernelLoader, KernelOutcome, KernelRecord,
-    LoaderConfig, Reported, Severity,
+    ArtifactId, DeviceId, Kernel, KernelCache, KernelId, KernelOutcome, LoaderConfig, Reported,
 };
 use kiln_hip::{HipKernel, HipTarget};
-use support::{Scratch, compile_only, compiler, disk_store};
+use kiln_test_support::Scratch;
+use kiln_test_support::reports::{BOUNDED, Heard, spilling_source};
+use support::{compile_only, compiler, disk_store, loader};
 
 const DEVICE: DeviceId = DeviceId::new("hip", 0);
 
-/// A kernel with 1 KiB of LDS and launch bounds, that does not spill.
-const BOUNDED: &str = r#"extern "C" __global__ void __launch_bounds__(128) bounded(float* y, int n) {
-    __shared__ float tile[256];
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    tile[threadIdx.x] = i < n ? y[i] : 0.0f;
-    __syncthreads();
-    if (i < n) y[i] = tile[(threadIdx.x + 1) % 128] * 2.0f;
-}
-"#;
-
 /// A kernel whose unrolled array of 192 floats, all live at once, does
 /// not fit in gfx90a's vector registers.
-const SPILLING: &str = r#"extern "C" __global__ void spilling(float* out, int n) {
-    float a[192];
-#pragma unroll
-    for (int i = 0; i < 192; ++i) a[i] = out[i * n + threadIdx.x];
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int i = 0; i < 192; ++i) a[i] = a[i] * a[(i + j) % 192] + 1.0f;
-    float total = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 192; ++i) total += a[i];
-    out[threadIdx.x] = total;
+fn spilling_text() -> String {
+    spilling_source(192)
 }
-"#;
 
 fn kernel(name: &'static str, entry: &str, source: &str) -> HipKernel {
     HipKernel::builder(KernelId::named(name), entry).source(source)
-}
-
-fn loader(target: HipTarget) -> KernelLoader<HipTarget> {
-    KernelLoader::with_config(
-        target,
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
 }
 
 // D4
@@ -114,24 +81,15 @@ fn d4_a_kernel_that_spills_is_reported_as_spilling_once_to_the_reporter() {
     };
     let scratch = Scratch::new("hip-d4-spill");
     let root = scratch.join("store");
-    let heard: Arc<Mutex<Vec<KernelRecord>>> = Arc::default();
-    let listen = |cache: &KernelCache<HipTarget>| {
-        let listener = Arc::clone(&heard);
-        cache.set_reporter(move |_, record| {
-            listener
-                .lock()
-                .expect("the listener does not panic")
-                .push(record.clone());
-        });
-    };
-    let spilling = || kernel("tests.d4.spilling", "spilling", SPILLING);
+    let heard = Heard::default();
+    let spilling = || kernel("tests.d4.spilling", "spilling", &spilling_text());
 
     let built = KernelCache::with_config(
         DEVICE,
         compile_only(&compiler, "gfx90a").with_store(disk_store(&root)),
         LoaderConfig::default(),
     );
-    listen(&built);
+    heard.listen(&built);
     let variant = built.with_target(HipTarget::variant);
     let compiled = built
         .get(DEVICE, spilling(), variant.clone())
@@ -148,38 +106,18 @@ fn d4_a_kernel_that_spills_is_reported_as_spilling_once_to_the_reporter() {
         resources.local_memory_bytes.is_some_and(|bytes| bytes > 0),
         "spills live in scratch: {resources:?}"
     );
-    {
-        let heard = heard.lock().expect("the listener does not panic");
-        assert_eq!(heard.len(), 1, "one built artifact, one report");
-        let spill_warnings: Vec<_> = heard[0]
-            .diagnostics
-            .iter()
-            .filter(|diagnostic| diagnostic.message.contains("spills registers"))
-            .collect();
-        assert_eq!(spill_warnings.len(), 1, "{:?}", heard[0].diagnostics);
-        assert_eq!(spill_warnings[0].severity, Severity::Warning);
-        assert!(
-            spill_warnings[0].message.contains("VGPRs"),
-            "{}",
-            spill_warnings[0].message
-        );
-        assert_eq!(heard[0].diagnostics, compiled.report().warnings);
-    }
+    heard.assert_one_spill_warning("VGPRs", &compiled.report().warnings);
 
     let warm = KernelCache::with_config(
         DEVICE,
         compile_only(&compiler, "gfx90a").with_store(disk_store(&root)),
         LoaderConfig::default(),
     );
-    listen(&warm);
+    heard.listen(&warm);
     let hit = warm
         .get(DEVICE, spilling(), variant)
         .expect("the stored kernel loads");
     assert_eq!(warm.records()[0].count(KernelOutcome::FromStore), 1);
     assert_eq!(hit.report(), compiled.report());
-    assert_eq!(
-        heard.lock().expect("the listener does not panic").len(),
-        1,
-        "a hit is never reported (D3)"
-    );
+    assert_eq!(heard.records().len(), 1, "a hit is never reported (D3)");
 }

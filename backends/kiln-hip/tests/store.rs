@@ -17,17 +17,18 @@
 
 mod support;
 
-use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kiln_engine::{
-    ArtifactCompiler, ArtifactId, BoundStore, CompilationTarget, Kernel, KernelId, KernelLoader,
-    KernelOutcome, KeyComponents, LoaderConfig, Lookup,
+    ArtifactCompiler, ArtifactId, CompilationTarget, Kernel, KernelId, KernelOutcome,
+    KeyComponents, Lookup,
 };
 use kiln_hip::{Architecture, HipCompiler, HipKernel, HipTarget, HipVariant};
-use support::{Scratch, compile_only, compiler, disk_store};
+use kiln_test_support::Scratch;
+use kiln_test_support::child;
+use kiln_test_support::target_store::{self, bound_store};
+use support::{compile_only, compiler, disk_store, loader};
 
 /// Set in a second process: the folder the first process filled.
 const CHILD: &str = "KILN_HIP_STORE_CHILD";
@@ -56,16 +57,6 @@ fn scale() -> HipKernel {
 /// A compile-only target on the store at `root`, for gfx90a.
 fn target_on(compiler: &HipCompiler, root: &Path) -> HipTarget {
     compile_only(compiler, "gfx90a").with_store(disk_store(root))
-}
-
-fn loader(target: HipTarget) -> KernelLoader<HipTarget> {
-    KernelLoader::with_config(
-        target,
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
 }
 
 // P1
@@ -150,7 +141,7 @@ fn l5a_a_second_process_reads_the_identical_code_object_from_the_store_without_c
     assert!(first.records()[0].stored, "the first process stored scale");
     drop(first);
 
-    run_second_process(TEST, scratch.path());
+    child::run_second_process(TEST, CHILD, scratch.path(), CHILD_LIMIT);
     let code_object =
         std::fs::read(scratch.join("second.co")).expect("the second process wrote it");
     assert!(!code_object.is_empty());
@@ -184,42 +175,6 @@ fn second_process_reads_the_code_object(folder: &Path) {
         panic!("the store still holds scale");
     };
     std::fs::write(folder.join("second.co"), &artifact.code_object).expect("written");
-}
-
-/// Runs test `test` of this binary again as a second process on `folder`,
-/// and fails with its output unless it passes.
-fn run_second_process(test: &str, folder: &Path) {
-    let stdout = folder.join("child.stdout");
-    let stderr = folder.join("child.stderr");
-    let mut child = Command::new(std::env::current_exe().expect("the test binary's path"))
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, folder)
-        .stdout(std::fs::File::create(&stdout).expect("a file for stdout"))
-        .stderr(std::fs::File::create(&stderr).expect("a file for stderr"))
-        .spawn()
-        .expect("the test binary runs again");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("the child can be waited for") {
-            break status;
-        }
-        if started.elapsed() > CHILD_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the second process ran past {CHILD_LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let output = std::fs::read_to_string(&stdout).unwrap_or_default()
-        + &std::fs::read_to_string(&stderr).unwrap_or_default();
-    assert!(
-        status.success(),
-        "the second process failed ({status}):\n{output}"
-    );
-    assert!(
-        output.contains("1 passed"),
-        "the second process ran its test:\n{output}"
-    );
 }
 
 // P7, L5c
@@ -270,19 +225,12 @@ fn a_kernel_asked_for_another_architecture_compiles_without_the_store() {
     let root = scratch.join("store");
     let kernel = scale();
     let gfx908 = Architecture::new("gfx908").expect("a valid architecture name");
-    for round in 0..2 {
-        let mut on_store = loader(target_on(&compiler, &root));
-        on_store
-            .load(&kernel, &id(&kernel, &gfx908))
-            .expect("a gfx908 kernel compiles on a gfx90a store's target");
-        let batch = &on_store.records()[0];
-        assert_eq!(
-            batch.count(KernelOutcome::Compiled),
-            1,
-            "round {round}: compiled, never read from the store"
-        );
-        assert!(!batch.stored, "round {round}: and not stored");
-    }
+    target_store::assert_another_architecture_compiles_without_the_store(
+        |_round| loader(target_on(&compiler, &root)),
+        &kernel,
+        &id(&kernel, &gfx908),
+        "a gfx908 kernel compiles on a gfx90a store's target",
+    );
 }
 
 // L5a, L10: a target without a store stays storeless.
@@ -291,34 +239,14 @@ fn a_target_without_a_store_keeps_nothing_and_cannot_switch_to_one() {
     let Some(compiler) = compiler("a storeless target") else {
         return;
     };
-    let mut target = compile_only(&compiler, "gfx90a");
-    assert!(target.store().is_none());
-    assert!(bound_store(&target).is_none());
     let scratch = Scratch::new("storeless");
-    assert!(
-        !target.switch_store(disk_store(&scratch.join("store"))),
-        "a storeless target does not switch"
-    );
-    assert!(
-        target.store().is_none(),
-        "whether a target has a store never changes"
-    );
-    let mut storeless = loader(target);
-    assert!(
-        storeless.bound_store().is_none(),
-        "the loader binds no store"
-    );
     let kernel = scale();
-    storeless
-        .load(&kernel, &id(&kernel, &gfx90a()))
-        .expect("scale loads");
-    assert!(!storeless.records()[0].stored);
-    assert_eq!(storeless.statistics().stored, 0);
-}
-
-/// `target`'s store bound to its compiler's keys, as its loader binds it.
-fn bound_store(target: &HipTarget) -> Option<BoundStore<HipCompiler>> {
-    target
-        .store()
-        .map(|store| BoundStore::new(std::sync::Arc::clone(store), &**target.compiler()))
+    target_store::assert_a_storeless_target_keeps_nothing(
+        compile_only(&compiler, "gfx90a"),
+        disk_store(&scratch.join("store")),
+        HipTarget::switch_store,
+        loader,
+        &kernel,
+        &id(&kernel, &gfx90a()),
+    );
 }

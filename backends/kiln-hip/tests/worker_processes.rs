@@ -11,38 +11,20 @@
 
 mod support;
 
-use std::num::NonZeroUsize;
+use kiln_test_support::workers;
 
-use kiln_engine::{
-    ArtifactId, Kernel, KernelId, KernelLoader, KernelOutcome, LoaderConfig, WorkerMode,
-};
+use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader, KernelOutcome, WorkerMode};
 use kiln_hip::{Architecture, HipCompiler, HipKernel, HipTarget, HipVariant};
 use support::{compile_only, compiler};
 
-fn main() {
-    kiln_engine::worker::run_if_worker(&[kiln_hip::worker_entry()]);
-    let tests: &[(&str, fn())] = &[
-        (
-            "b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process",
-            b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process,
-        ),
-        (
-            "l6_a_kernel_whose_target_aborts_hiprtc_fails_alone_and_its_worker_is_replaced",
-            l6_a_kernel_whose_target_aborts_hiprtc_fails_alone_and_its_worker_is_replaced,
-        ),
-    ];
-    kiln_test_support::harness::run(tests);
-}
+kiln_test_support::worker_test_main!(
+    [kiln_hip::worker_entry()],
+    b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process,
+    l6_a_kernel_whose_target_aborts_hiprtc_fails_alone_and_its_worker_is_replaced,
+);
 
 fn loader(compiler: HipCompiler, mode: WorkerMode) -> KernelLoader<HipTarget> {
-    KernelLoader::with_config(
-        compile_only(&compiler, "gfx90a"),
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
-    .with_worker_mode(mode)
+    kiln_test_support::loader(compile_only(&compiler, "gfx90a"), 2).with_worker_mode(mode)
 }
 
 fn variant(arch: &str) -> HipVariant {
@@ -70,27 +52,13 @@ fn b2_hiprtc_in_worker_processes_builds_the_code_objects_it_builds_in_process() 
     let kernels: Vec<HipKernel> = (0..4).map(scale).collect();
     let mut in_workers = loader(compiler.clone(), WorkerMode::Processes);
     let mut in_process = loader(compiler, WorkerMode::Threads);
-    for kernel in &kernels {
-        in_workers.enqueue(Box::new(kernel.clone()), variant("gfx90a"));
-        in_process.enqueue(Box::new(kernel.clone()), variant("gfx90a"));
-    }
-    in_workers.compile_queued();
-    in_process.compile_queued();
-
-    let batch = in_workers.records().back().expect("a batch");
-    assert_eq!(batch.mode, WorkerMode::Processes);
-    assert_eq!(batch.count(KernelOutcome::Compiled), 4, "{batch:#?}");
-    assert_eq!(
-        in_process.records().back().expect("a batch").mode,
-        WorkerMode::Threads
+    let built = workers::compile_in_workers_and_in_process(
+        &mut in_workers,
+        &mut in_process,
+        &kernels,
+        &variant("gfx90a"),
     );
-    let workers = in_workers.worker_processes();
-    assert!(!workers.running.is_empty(), "{workers:?}");
-    assert!(!workers.running.contains(&std::process::id()));
-    for kernel in &kernels {
-        let id = ArtifactId::new(kernel.id(), variant("gfx90a"));
-        let built_there = in_workers.load(kernel, &id).expect("compiled in a worker");
-        let built_here = in_process.load(kernel, &id).expect("compiled in process");
+    for (built_there, built_here) in built {
         assert_eq!(built_there.lowered_name(), built_here.lowered_name());
         assert_eq!(built_there.architecture(), built_here.architecture());
         assert_eq!(built_there.elf_flags(), built_here.elf_flags());
@@ -108,16 +76,9 @@ fn l6_a_kernel_whose_target_aborts_hiprtc_fails_alone_and_its_worker_is_replaced
     let Some(compiler) = compiler(test) else {
         return;
     };
-    // A processor this comgr does not list: the check would refuse it, and
-    // without the check comgr aborts the process that compiles it.
-    let unsupported = ["gfx1100", "gfx1fff"]
-        .into_iter()
-        .find(|arch| {
-            !compiler
-                .supported_targets()
-                .has_processor(&Architecture::new(arch).expect("valid"))
-        })
-        .expect("no comgr lists gfx1fff");
+    // The check would refuse it, and without the check comgr aborts the
+    // process that compiles it.
+    let unsupported = support::unsupported_processor(&compiler);
     let mut loader = loader(
         compiler.without_target_check_for_crash_tests(),
         WorkerMode::Processes,

@@ -10,66 +10,35 @@ mod support;
 use kiln_engine::{KernelId, StoreOutcome};
 use kiln_wgpu::pipeline_cache::pipeline_cache_key;
 use kiln_wgpu::{PipelineCacheState, WgpuDevice, WgpuPipeline, WgpuTarget, WgslKernel, wgpu};
-use support::{Random, assert_close, bytes_of, bytes_of_u32, floats, words};
-
-/// Loads `kernel` on `device` through a storeless loader.
-fn load(device: &WgpuDevice, kernel: &WgslKernel) -> WgpuPipeline {
-    let mut loader = support::loader(WgpuTarget::on_device(device.clone()));
-    loader
-        .load(kernel, &support::id_of(kernel))
-        .unwrap_or_else(|error| panic!("{} loads: {error}", kernel.label()))
-}
-
-fn storage(device: &WgpuDevice, values: &[f32]) -> kiln_wgpu::wgpu::Buffer {
-    device
-        .storage_buffer("test", &bytes_of(values))
-        .expect("a storage buffer")
-}
-
-fn read(device: &WgpuDevice, buffer: &kiln_wgpu::wgpu::Buffer, len: usize) -> Vec<f32> {
-    let mut values = floats(&device.read(buffer).expect("the buffer reads back"));
-    values.truncate(len);
-    values
-}
+use support::{assert_close, bytes_of, bytes_of_u32, load, read, storage, words};
 
 // B4
 #[test]
 fn saxpy_matches_the_cpu_on_random_inputs() {
-    let Some(device) = support::device("saxpy") else {
+    let Some((device, mut random)) = support::device_and_random("saxpy") else {
         return;
     };
-    let mut random = Random::fresh("saxpy");
     for workgroup in [64.0, 256.0] {
         let kernel = support::example_kernel("saxpy.wgsl", &[("WORKGROUP", workgroup)]);
         let pipeline = load(&device, &kernel);
         assert_eq!(pipeline.workgroup_size(), [workgroup as u32, 1, 1]);
-        let n = 10_007;
-        let (x, y) = (random.signed(n), random.signed(n));
-        let a = random.unit() * 4.0 - 2.0;
-        let mut params = a.to_le_bytes().to_vec();
-        params.extend((n as u32).to_le_bytes());
-        let params = device.uniform_buffer("params", &params).expect("a uniform");
-        let (x_buffer, y_buffer) = (storage(&device, &x), storage(&device, &y));
-        let groups = (n as u32).div_ceil(workgroup as u32);
-        device
-            .dispatch(
-                &pipeline,
-                &[(0, 0, &params), (0, 1, &x_buffer), (0, 2, &y_buffer)],
-                [groups, 1, 1],
-            )
-            .expect("the dispatch runs");
-        let expected: Vec<f32> = x.iter().zip(&y).map(|(x, y)| a * x + y).collect();
-        assert_close("saxpy", &read(&device, &y_buffer, n), &expected, 1e-5);
+        support::check_saxpy(
+            "saxpy",
+            &device,
+            &pipeline,
+            &mut random,
+            10_007,
+            workgroup as u32,
+        );
     }
 }
 
 // B4
 #[test]
 fn reduce_sum_partials_add_up_to_the_cpu_sum() {
-    let Some(device) = support::device("reduce_sum") else {
+    let Some((device, mut random)) = support::device_and_random("reduce_sum") else {
         return;
     };
-    let mut random = Random::fresh("reduce_sum");
     let kernel = support::example_kernel("reduce_sum.wgsl", &[("WORKGROUP", 128.0)]);
     let pipeline = load(&device, &kernel);
     let n = 100_003;
@@ -98,10 +67,9 @@ fn reduce_sum_partials_add_up_to_the_cpu_sum() {
 // B4
 #[test]
 fn inclusive_scan_matches_the_cpu_within_each_block() {
-    let Some(device) = support::device("scan_inclusive") else {
+    let Some((device, mut random)) = support::device_and_random("scan_inclusive") else {
         return;
     };
-    let mut random = Random::fresh("scan_inclusive");
     let block = 128;
     let kernel = support::example_kernel("scan_inclusive.wgsl", &[("WORKGROUP", block as f64)]);
     let pipeline = load(&device, &kernel);
@@ -142,10 +110,9 @@ fn cpu_matmul(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
 // B4
 #[test]
 fn tiled_matmul_matches_the_cpu_on_ragged_shapes() {
-    let Some(device) = support::device("matmul_tiled") else {
+    let Some((device, mut random)) = support::device_and_random("matmul_tiled") else {
         return;
     };
-    let mut random = Random::fresh("matmul_tiled");
     let (m, n, k) = (67, 45, 83);
     let (a, b) = (random.signed(m * k), random.signed(k * n));
     let expected = cpu_matmul(&a, &b, m, n, k);
@@ -174,13 +141,38 @@ fn tiled_matmul_matches_the_cpu_on_ragged_shapes() {
     }
 }
 
+/// Runs `kernel` on `device` over `input`, a matrix of `shape` (rows,
+/// columns) bound with its shape (shape, input, output), in `groups`
+/// workgroups: what it wrote, as many floats as the input.
+fn run_on_rows(
+    device: &WgpuDevice,
+    kernel: &WgslKernel,
+    (rows, columns): (usize, usize),
+    input: &[f32],
+    groups: [u32; 3],
+) -> Vec<f32> {
+    let pipeline = load(device, kernel);
+    let shape = device
+        .uniform_buffer("shape", &bytes_of_u32(&[rows as u32, columns as u32]))
+        .expect("a uniform");
+    let input_buffer = storage(device, input);
+    let output = storage(device, &vec![f32::NAN; rows * columns]);
+    device
+        .dispatch(
+            &pipeline,
+            &[(0, 0, &shape), (0, 1, &input_buffer), (0, 2, &output)],
+            groups,
+        )
+        .expect("the dispatch runs");
+    read(device, &output, rows * columns)
+}
+
 // B4
 #[test]
 fn softmax_rows_match_the_cpu() {
-    let Some(device) = support::device("softmax") else {
+    let Some((device, mut random)) = support::device_and_random("softmax") else {
         return;
     };
-    let mut random = Random::fresh("softmax");
     let (rows, columns) = (37, 301);
     let input: Vec<f32> = random
         .signed(rows * columns)
@@ -188,77 +180,48 @@ fn softmax_rows_match_the_cpu() {
         .map(|v| v * 8.0)
         .collect();
     let kernel = support::example_kernel("softmax.wgsl", &[("WORKGROUP", 64.0)]);
-    let pipeline = load(&device, &kernel);
-    let shape = device
-        .uniform_buffer("shape", &bytes_of_u32(&[rows as u32, columns as u32]))
-        .expect("a uniform");
-    let input_buffer = storage(&device, &input);
-    let output = storage(&device, &vec![f32::NAN; rows * columns]);
-    device
-        .dispatch(
-            &pipeline,
-            &[(0, 0, &shape), (0, 1, &input_buffer), (0, 2, &output)],
-            [rows as u32, 1, 1],
-        )
-        .expect("the dispatch runs");
+    let got = run_on_rows(
+        &device,
+        &kernel,
+        (rows, columns),
+        &input,
+        [rows as u32, 1, 1],
+    );
     let mut expected = Vec::with_capacity(rows * columns);
     for row in input.chunks(columns) {
         let max = row.iter().copied().fold(f32::MIN, f32::max);
         let sum: f32 = row.iter().map(|v| (v - max).exp()).sum();
         expected.extend(row.iter().map(|v| (v - max).exp() / sum));
     }
-    assert_close(
-        "softmax",
-        &read(&device, &output, rows * columns),
-        &expected,
-        1e-5,
-    );
+    assert_close("softmax", &got, &expected, 1e-5);
 }
 
 // B4
 #[test]
 fn transpose_matches_the_cpu() {
-    let Some(device) = support::device("transpose") else {
+    let Some((device, mut random)) = support::device_and_random("transpose") else {
         return;
     };
-    let mut random = Random::fresh("transpose");
     let (rows, columns) = (53, 29);
     let input = random.signed(rows * columns);
     let kernel = support::example_kernel("transpose.wgsl", &[("TILE", 16.0)]);
-    let pipeline = load(&device, &kernel);
-    let shape = device
-        .uniform_buffer("shape", &bytes_of_u32(&[rows as u32, columns as u32]))
-        .expect("a uniform");
-    let input_buffer = storage(&device, &input);
-    let output = storage(&device, &vec![f32::NAN; rows * columns]);
-    device
-        .dispatch(
-            &pipeline,
-            &[(0, 0, &shape), (0, 1, &input_buffer), (0, 2, &output)],
-            [(columns as u32).div_ceil(16), (rows as u32).div_ceil(16), 1],
-        )
-        .expect("the dispatch runs");
+    let groups = [(columns as u32).div_ceil(16), (rows as u32).div_ceil(16), 1];
+    let got = run_on_rows(&device, &kernel, (rows, columns), &input, groups);
     let mut expected = vec![0.0; rows * columns];
     for row in 0..rows {
         for column in 0..columns {
             expected[column * rows + row] = input[row * columns + column];
         }
     }
-    assert_close(
-        "transpose",
-        &read(&device, &output, rows * columns),
-        &expected,
-        0.0,
-    );
+    assert_close("transpose", &got, &expected, 0.0);
 }
 
 // B4
 #[test]
 fn conv1d_matches_the_cpu() {
-    let Some(device) = support::device("conv1d") else {
+    let Some((device, mut random)) = support::device_and_random("conv1d") else {
         return;
     };
-    let mut random = Random::fresh("conv1d");
     let radius = 2usize;
     let n = 1000;
     let input = random.signed(n);
@@ -294,10 +257,9 @@ fn conv1d_matches_the_cpu() {
 // B4
 #[test]
 fn histogram_counts_every_value_once() {
-    let Some(device) = support::device("histogram") else {
+    let Some((device, mut random)) = support::device_and_random("histogram") else {
         return;
     };
-    let mut random = Random::fresh("histogram");
     let bins = 16usize;
     let n = 4099;
     let input: Vec<f32> = (0..n).map(|_| random.unit()).collect();

@@ -9,19 +9,11 @@
 mod support;
 
 use kiln_engine::{ArtifactCompiler, CompilationTarget, KernelId};
+use kiln_test_support::Random;
 use kiln_wgpu::{
-    Language, ShaderCode, WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel, spirv_compute_entries,
-    wgpu,
+    Language, ShaderCode, WgpuTarget, WgpuVariant, WgslKernel, spirv_compute_entries, wgpu,
 };
-use support::{Random, assert_close, bytes_of, floats};
-
-/// Loads `kernel` on `device` through a storeless loader.
-fn load(device: &WgpuDevice, kernel: &WgslKernel) -> kiln_wgpu::WgpuPipeline {
-    let mut loader = support::loader(WgpuTarget::on_device(device.clone()));
-    loader
-        .load(kernel, &support::id_of(kernel))
-        .unwrap_or_else(|error| panic!("{} loads: {error}", kernel.label()))
-}
+use support::{assert_close, load, read, storage};
 
 /// `kernel` lowered and finalized by a compile-only target's compiler.
 fn finalize(kernel: &WgslKernel) -> Result<kiln_wgpu::WgpuArtifact, kiln_engine::CompileFailure> {
@@ -138,38 +130,17 @@ fn the_key_covers_the_bytes_and_constants_and_a_warm_start_compiles_nothing() {
             .expect("lowers");
         lowered.text().to_owned()
     };
-    let base = support::spirv_kernel(bytes, "scale_bias", "main", &[("0", 2.0)]);
+    let scale_bias = |module: &[u8], factor: f64| {
+        support::spirv_kernel(module, "scale_bias", "main", &[("0", factor)])
+    };
+    let base = scale_bias(bytes, 2.0);
     let mut changed = bytes.to_vec();
     // The last word of the module, part of its last instruction.
     let last = changed.len() - 1;
     changed[last] ^= 1;
-    assert_eq!(
-        text(&base),
-        text(&support::spirv_kernel(
-            bytes,
-            "scale_bias",
-            "main",
-            &[("0", 2.0)]
-        ))
-    );
-    assert_ne!(
-        text(&base),
-        text(&support::spirv_kernel(
-            &changed,
-            "scale_bias",
-            "main",
-            &[("0", 2.0)]
-        ))
-    );
-    assert_ne!(
-        text(&base),
-        text(&support::spirv_kernel(
-            bytes,
-            "scale_bias",
-            "main",
-            &[("0", 2.5)]
-        ))
-    );
+    assert_eq!(text(&base), text(&scale_bias(bytes, 2.0)));
+    assert_ne!(text(&base), text(&scale_bias(&changed, 2.0)));
+    assert_ne!(text(&base), text(&scale_bias(bytes, 2.5)));
 
     let folder = support::fresh_folder("spirv-store");
     let mut cold =
@@ -214,28 +185,13 @@ fn compile_only_refuses_a_kernel_needing_a_feature_it_does_not_stand_for() {
 }
 
 /// `len` values in `[-1, 1)` as the buffer of `kernel` on `device`.
-fn storage(device: &WgpuDevice, values: &[f32]) -> wgpu::Buffer {
-    device
-        .storage_buffer("spirv test", &bytes_of(values))
-        .expect("a storage buffer")
-}
-
-fn read(device: &WgpuDevice, buffer: &wgpu::Buffer, len: usize) -> Vec<f32> {
-    let mut values = floats(&device.read(buffer).expect("the buffer reads back"));
-    values.truncate(len);
-    values
-}
-
 // B4: a SPIR-V kernel with specialization constants, by number and by name.
 #[test]
 fn scale_bias_with_specialization_constants_matches_the_cpu() {
-    let Some(device) = support::device("SPIR-V scale_bias") else {
+    let Some((device, bytes)) = support::device_and_spirv("SPIR-V scale_bias", "scale_bias") else {
         return;
     };
-    let Some(bytes) = support::spirv("SPIR-V scale_bias", "scale_bias") else {
-        return;
-    };
-    let mut random = Random::fresh("spirv-scale-bias");
+    let mut random = Random::fresh("SPIR-V scale_bias");
     let n = 5_003;
     for (constants, factor, bias) in [
         (vec![("0", 3.0), ("1", -1.0)], 3.0f32, -1.0f32),
@@ -262,43 +218,22 @@ fn scale_bias_with_specialization_constants_matches_the_cpu() {
 // B4
 #[test]
 fn saxpy_from_glsl_matches_the_cpu() {
-    let Some(device) = support::device("SPIR-V saxpy") else {
+    let Some((device, bytes)) = support::device_and_spirv("SPIR-V saxpy", "saxpy") else {
         return;
     };
-    let Some(bytes) = support::spirv("SPIR-V saxpy", "saxpy") else {
-        return;
-    };
-    let mut random = Random::fresh("spirv-saxpy");
+    let mut random = Random::fresh("SPIR-V saxpy");
     let pipeline = load(&device, &support::spirv_kernel(bytes, "saxpy", "main", &[]));
     assert_eq!(pipeline.workgroup_size(), [128, 1, 1]);
-    let n = 10_007;
-    let (x, y) = (random.signed(n), random.signed(n));
-    let a = random.unit() * 4.0 - 2.0;
-    let mut params = a.to_le_bytes().to_vec();
-    params.extend((n as u32).to_le_bytes());
-    let params = device.uniform_buffer("params", &params).expect("a uniform");
-    let (x_buffer, y_buffer) = (storage(&device, &x), storage(&device, &y));
-    device
-        .dispatch(
-            &pipeline,
-            &[(0, 0, &params), (0, 1, &x_buffer), (0, 2, &y_buffer)],
-            [(n as u32).div_ceil(128), 1, 1],
-        )
-        .expect("the dispatch runs");
-    let expected: Vec<f32> = x.iter().zip(&y).map(|(x, y)| a * x + y).collect();
-    assert_close("saxpy.spv", &read(&device, &y_buffer, n), &expected, 1e-5);
+    support::check_saxpy("saxpy.spv", &device, &pipeline, &mut random, 10_007, 128);
 }
 
 // B4
 #[test]
 fn reduce_sum_from_glsl_adds_up_to_the_cpu_sum() {
-    let Some(device) = support::device("SPIR-V reduce_sum") else {
+    let Some((device, bytes)) = support::device_and_spirv("SPIR-V reduce_sum", "reduce_sum") else {
         return;
     };
-    let Some(bytes) = support::spirv("SPIR-V reduce_sum", "reduce_sum") else {
-        return;
-    };
-    let mut random = Random::fresh("spirv-reduce-sum");
+    let mut random = Random::fresh("SPIR-V reduce_sum");
     let pipeline = load(
         &device,
         &support::spirv_kernel(bytes, "reduce_sum", "main", &[]),
@@ -333,10 +268,7 @@ fn reduce_sum_from_glsl_adds_up_to_the_cpu_sum() {
 // B4, B6: two entries of one module, each loaded by name.
 #[test]
 fn both_entries_of_one_module_run() {
-    let Some(device) = support::device("SPIR-V two entries") else {
-        return;
-    };
-    let Some(bytes) = support::spirv("SPIR-V two entries", "passes") else {
+    let Some((device, bytes)) = support::device_and_spirv("SPIR-V two entries", "passes") else {
         return;
     };
     let forward = load(
@@ -377,10 +309,7 @@ const SQUARE_F64_WGSL: &str = "@group(0) @binding(0) var<storage, read_write> da
 // the feature refuses the kernel naming the feature and how to get it.
 #[test]
 fn an_f64_kernel_runs_where_the_adapter_has_f64_and_is_refused_naming_it_elsewhere() {
-    let Some(device) = support::device("f64 kernels") else {
-        return;
-    };
-    let Some(bytes) = support::spirv("f64 kernels", "square_f64") else {
+    let Some((device, bytes)) = support::device_and_spirv("f64 kernels", "square_f64") else {
         return;
     };
     let adapter = device.adapter_features().expect("kiln opened the device");

@@ -330,6 +330,16 @@ impl IncludeSearch {
     }
 }
 
+/// Why an option that [names a file](names_a_file) is refused, for
+/// `compiler` (`"NVRTC"`, `"hipRTC"`): the words after the option in each
+/// backend's error.
+pub fn why_no_file_option(compiler: &str) -> String {
+    format!(
+        "names a file or an include folder, which kiln never passes to {compiler}: headers are \
+         found by kiln and handed over in memory"
+    )
+}
+
 /// Whether a compiler option names a file or an include folder (`-I`,
 /// `--include-path`, `-include`, `--pre-include`, `-isystem`, `-iquote`,
 /// `-idirafter`, `-o`, dependency outputs): such an option would make the

@@ -5,8 +5,12 @@
 //! - the source: an [`EntryPoint`] given as a name expression, [`Header`]s
 //!   given with their text, a [`SourceGenerator`] (generic over the
 //!   backend's architecture) or a [`FixedSource`];
+//! - the kernel's parts that both backends' kernels hold the same way
+//!   ([`kernel`]: entry points, headers, includes resolved, generator), and
+//!   the methods of their kernels and builders that forward to them;
 //! - the options every C++ compiler takes: a [`CxxStandard`] and
-//!   [`defines`] turned into `-D` arguments;
+//!   [`defines`] turned into `-D` arguments, and the setters each
+//!   backend's options share ([`options`]);
 //! - the launch: a [`LaunchConfig`] (grid, block, shared memory) and
 //!   [`KernelArgument`]s held as the bytes the driver copies, made from
 //!   [`DeviceScalar`]s and [`DeviceAddress`]es.
@@ -24,14 +28,17 @@ mod entry;
 mod generator;
 mod header;
 pub mod include;
+pub mod kernel;
 pub mod launch;
+pub mod options;
 mod scalar;
 mod standard;
 
 pub use entry::EntryPoint;
 pub use generator::{FixedSource, SourceGenerator, source_cost};
 pub use header::Header;
-pub use include::{IncludeError, IncludeSearch, names_a_file};
+pub use include::{IncludeError, IncludeSearch, names_a_file, why_no_file_option};
+pub use kernel::{IdLayout, KernelParts, KernelPartsBuilder};
 pub use launch::{DeviceAddress, KernelArgument, LaunchConfig};
 pub use scalar::DeviceScalar;
 pub use standard::CxxStandard;

@@ -7,7 +7,8 @@
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, ExitStatus, Output};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The unprivileged user and group a child drops to (`nobody`).
@@ -28,6 +29,28 @@ pub fn rerun(test: &str, variable: &str, value: impl AsRef<std::ffi::OsStr>) -> 
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(variable, value);
     command
+}
+
+/// Runs `test` of this test binary again as a second process, with
+/// `variable` set to `folder` (what the first process filled), and fails
+/// with what it printed unless it passes its one test within `deadline`.
+pub fn run_second_process(test: &str, variable: &str, folder: &Path, deadline: Duration) {
+    let child = rerun(test, variable, folder)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the test binary runs again");
+    let finished = wait(child, deadline);
+    let output = finished.stdout + &finished.stderr;
+    assert!(
+        finished.status.success(),
+        "the second process failed ({}):\n{output}",
+        finished.status
+    );
+    assert!(
+        output.contains("1 passed"),
+        "the second process ran its test:\n{output}"
+    );
 }
 
 /// A limit a child runs under, set between fork and exec: the soft and

@@ -198,3 +198,28 @@ pub fn assert_ordinary_defines_compile<K, A>(
     let kernel = probe("tests.defines.ordinary", &defines, "(2 * 3) + 1");
     compile(&kernel).unwrap_or_else(|failure| panic!("{failure}\n{}", failure.log));
 }
+
+/// Checks that a backend's options refuse each define name that is not a C
+/// identifier (empty, a digit first, a space, an option, `=`, `-`, a line
+/// break, a letter past ASCII), with an error that names it as given and
+/// says it is not an identifier.
+///
+/// `refuse(name)` checks options holding the define `TILE=16` and then
+/// `name` alone, and gives the error; `refused(error)` reads the refused
+/// name and its problem back from it (`None` for another error).
+pub fn assert_options_refuse_names_that_are_not_identifiers<E: std::fmt::Display>(
+    refuse: impl Fn(&str) -> Option<E>,
+    refused: impl Fn(&E) -> Option<(&str, &kiln_engine::DefineProblem)>,
+) {
+    for name in ["", "1A", "A B", "-O3", "A=B", "A-B", "X\nY", "é"] {
+        let error = refuse(name).unwrap_or_else(|| panic!("{name:?} is not an identifier"));
+        let (refused_name, problem) =
+            refused(&error).unwrap_or_else(|| panic!("a define error: {error}"));
+        assert_eq!(refused_name, name);
+        assert!(
+            matches!(problem, kiln_engine::DefineProblem::NotAnIdentifier { .. }),
+            "{error}"
+        );
+        assert!(error.to_string().contains(&format!("{name:?}")), "{error}");
+    }
+}

@@ -82,6 +82,16 @@ impl Request {
     }
 }
 
+/// The table of tests [`run`] takes, each test named once: `tests![a, b]`
+/// is `&[("a", a), ("b", b)]`, so a test's name is the name of its
+/// function.
+#[macro_export]
+macro_rules! tests {
+    ($($test:ident),+ $(,)?) => {
+        &[$((stringify!($test), $test as fn())),+]
+    };
+}
+
 /// Runs `tests` (name, test) and exits the process: status 1 when any
 /// failed. Under `--list`, prints each selected name as libtest does
 /// (`name: test`) and runs nothing.

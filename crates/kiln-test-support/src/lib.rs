@@ -1,12 +1,16 @@
 //! What kiln's tests share, written once: throw-away folders and store
-//! roots ([`scratch`]), seeded random inputs ([`random`]), the skip or
+//! roots ([`scratch`]), loaders with a fixed number of workers
+//! ([`mod@loader`]), seeded random inputs ([`random`]), the skip or
 //! failure of a test whose hardware or privilege is missing ([`require`]:
 //! every skip prints through it, where a passing run shows it),
 //! and the harness of tests that run real processes ([`child`]: this test
 //! binary started again as a child, under rlimits or as an unprivileged
 //! user, with a deadline; [`mount`]: a tmpfs of a chosen size), snapshots
 //! of folders and files planted in them ([`files`]), the define tests of
-//! the C++ backends ([`defines`]), with the backend passed in, and a real
+//! the C++ backends ([`defines`]) and their report tests' kernels and
+//! listener ([`reports`]), with the backend passed in, what holds
+//! of every backend's target and its store ([`target_store`]), the worker
+//! process tests' `main` and batch comparison ([`workers`]), and a real
 //! `redis-server` ([`redis`]), and the test loop of a binary with its own
 //! `main` ([`harness`]).
 //!
@@ -19,13 +23,18 @@ pub mod child;
 pub mod defines;
 pub mod files;
 pub mod harness;
+pub mod loader;
 pub mod mount;
 pub mod random;
 pub mod redis;
+pub mod reports;
 pub mod require;
 pub mod scratch;
+pub mod target_store;
+pub mod workers;
 
 pub use child::{Finished, Limit, NOBODY};
+pub use loader::loader;
 pub use mount::Tmpfs;
 pub use random::Random;
 pub use require::{say, skip, skip_unless, skip_without_root, skipped};

@@ -6,14 +6,12 @@
     reason = "each test binary uses its own part of the support"
 )]
 
-use std::num::NonZeroUsize;
 use std::path::Path;
 use std::sync::Arc;
 
 use kiln_cuda::{Architecture, CudaArtifact, CudaKernel, CudaTarget};
 use kiln_engine::{
     ArtifactCompiler, ArtifactId, ArtifactStore, Finalized, Kernel, KernelId, KernelLoader,
-    LoaderConfig,
 };
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_test_support::require;
@@ -85,13 +83,7 @@ pub fn on_own_context(
 
 /// A loader on `target` with four workers, whatever the machine has.
 pub fn loader(target: CudaTarget) -> KernelLoader<CudaTarget> {
-    KernelLoader::with_config(
-        target,
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(4).expect("4 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
+    kiln_test_support::loader(target, 4)
 }
 
 /// A kernel with a fixed source, in family `family`.
@@ -169,6 +161,38 @@ pub fn broken(index: usize) -> CudaKernel {
         .generator(|_architecture| Ok(BROKEN.to_owned()))
 }
 
+/// Loads `kernel`, one of [`broken`]'s, on `loader` and checks the failure
+/// NVRTC gives it (D2): at the finalize stage, its first error leading with
+/// its line and column, and both errors and the warning kept on the value
+/// ("{kept}": how they were kept, in process or back from a worker).
+/// Returns the error.
+pub fn assert_broken_fails(
+    loader: &mut KernelLoader<CudaTarget>,
+    kernel: &CudaKernel,
+    kept: &str,
+) -> kiln_engine::KernelError {
+    let error = loader
+        .load(kernel, &id_on(loader.target(), kernel))
+        .expect_err("the source does not compile");
+    assert_eq!(error.stage, kiln_engine::Stage::Finalize);
+    let message = error.to_string();
+    assert!(
+        message.contains(r#"broken.cu:3:5: error: expected a ";""#),
+        "the first error leads, with line and column ({kept}): {message}"
+    );
+    let failure = error.compile_failure().expect("a compile failure");
+    assert_eq!(failure.errors().count(), 2, "every error {kept}");
+    assert!(
+        failure
+            .diagnostics
+            .iter()
+            .any(|diagnostic| diagnostic.severity == kiln_engine::Severity::Warning),
+        "the warning too: {:?}",
+        failure.diagnostics
+    );
+    error
+}
+
 /// The disk store at `root`, as a target takes it: durable, as users have
 /// it, and evicting only when asked.
 pub fn disk_store(root: &Path) -> Arc<dyn ArtifactStore> {
@@ -201,12 +225,35 @@ pub fn check_saxpy(
     random: &mut Random,
     n: usize,
 ) {
-    use kiln_cuda::{DeviceBuffer, LaunchConfig};
     let a = random.unit() * 4.0 - 2.0;
     let x = random.signed(n);
     let y = random.signed(n);
-    let x_device = device.upload(&x).expect("upload");
-    let y_device = device.upload(&y).expect("upload");
+    let result = launch_saxpy(device, stream, kernel, a, &x, &y);
+    for (index, &got) in result.iter().enumerate() {
+        let want = f64::from(a) * f64::from(x[index]) + f64::from(y[index]);
+        let tolerance = 1e-6 * (f64::from(a * x[index]).abs() + f64::from(y[index]).abs()) + 1e-7;
+        let error = (f64::from(got) - want).abs();
+        assert!(
+            error <= tolerance,
+            "{what}[{index}] = {got}, expected {want} (error {error:e} over {tolerance:e})"
+        );
+    }
+}
+
+/// [`SAXPY`] as loaded in `kernel`, launched on `stream` of `device` over
+/// `x` and `y` into a buffer poisoned with NaN: what it computed.
+pub fn launch_saxpy(
+    device: &kiln_cuda::CudaDevice,
+    stream: &kiln_cuda::cudarc::driver::CudaStream,
+    kernel: &kiln_cuda::LoadedKernel,
+    a: f32,
+    x: &[f32],
+    y: &[f32],
+) -> Vec<f32> {
+    use kiln_cuda::{DeviceBuffer, LaunchConfig};
+    let n = x.len();
+    let x_device = device.upload(x).expect("upload");
+    let y_device = device.upload(y).expect("upload");
     let mut out: DeviceBuffer<f32> = device.alloc(n).expect("alloc");
     out.copy_from_host(&vec![f32::NAN; n]).expect("poison");
     let count = i32::try_from(n).expect("n fits");
@@ -226,16 +273,7 @@ pub fn check_saxpy(
         )
     }
     .expect("launch");
-    let result = out.to_vec().expect("read back");
-    for (index, &got) in result.iter().enumerate() {
-        let want = f64::from(a) * f64::from(x[index]) + f64::from(y[index]);
-        let tolerance = 1e-6 * (f64::from(a * x[index]).abs() + f64::from(y[index]).abs()) + 1e-7;
-        let error = (f64::from(got) - want).abs();
-        assert!(
-            error <= tolerance,
-            "{what}[{index}] = {got}, expected {want} (error {error:e} over {tolerance:e})"
-        );
-    }
+    out.to_vec().expect("read back")
 }
 
 /// Loads `kernel` on `target` through a loader of its own, returning the

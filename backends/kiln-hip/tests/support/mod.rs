@@ -13,11 +13,6 @@ use kiln_engine::ArtifactStore;
 use kiln_engine::conformance::skip;
 use kiln_hip::{Architecture, HipCompiler, HipTarget};
 use kiln_store::{DiskStore, StoreConfig};
-#[allow(
-    unused_imports,
-    reason = "each test binary uses its own part of the support"
-)]
-pub use kiln_test_support::Scratch;
 
 /// The real hipRTC, or `None` after printing why `test` skips (a failure
 /// instead when `KILN_REQUIRE_DEVICE=1`).
@@ -31,12 +26,30 @@ pub fn compiler(test: &str) -> Option<HipCompiler> {
     }
 }
 
+/// A processor `compiler`'s comgr does not list: gfx1100, which ROCm 5.2
+/// lacks; a later ROCm has it, and then a name no release has stands in.
+pub fn unsupported_processor(compiler: &HipCompiler) -> &'static str {
+    ["gfx1100", "gfx1fff"]
+        .into_iter()
+        .find(|arch| {
+            !compiler
+                .supported_targets()
+                .has_processor(&Architecture::new(arch).expect("valid"))
+        })
+        .expect("no comgr lists gfx1fff")
+}
+
 /// A storeless compile-only target for `architecture`, compiling with
 /// `compiler`.
 pub fn compile_only(compiler: &HipCompiler, architecture: &str) -> HipTarget {
     HipTarget::compile_only(Architecture::new(architecture).expect("a valid architecture name"))
         .expect("hipRTC opened for the compiler opens for the target")
         .with_compiler(compiler.clone())
+}
+
+/// A loader on `target` with two workers, whatever the machine has.
+pub fn loader(target: HipTarget) -> kiln_engine::KernelLoader<HipTarget> {
+    kiln_test_support::loader(target, 2)
 }
 
 /// The disk store at `root`, as a target takes it: durable, as users have

@@ -7,19 +7,14 @@
     reason = "each test binary uses its own part of the support"
 )]
 
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use kiln_engine::store::ArtifactStore;
-use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader, LoaderConfig};
+use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader};
 use kiln_store::{DiskStore, StoreConfig};
-#[allow(
-    unused_imports,
-    reason = "each test binary uses its own part of the support"
-)]
-pub use kiln_test_support::Random;
+use kiln_test_support::Random;
 use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
 
 /// The device every test of this process shares, or why there is none.
@@ -72,13 +67,69 @@ pub fn fresh_store(what: &str) -> Arc<dyn ArtifactStore> {
 
 /// A loader on `target` with four workers, whatever the machine has.
 pub fn loader(target: WgpuTarget) -> KernelLoader<WgpuTarget> {
-    KernelLoader::with_config(
-        target,
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(4).expect("4 is not zero"),
-            ..LoaderConfig::default()
-        },
-    )
+    kiln_test_support::loader(target, 4)
+}
+
+/// Loads `kernel` on `device` through a storeless loader.
+pub fn load(device: &WgpuDevice, kernel: &WgslKernel) -> kiln_wgpu::WgpuPipeline {
+    let mut loader = loader(WgpuTarget::on_device(device.clone()));
+    loader
+        .load(kernel, &id_of(kernel))
+        .unwrap_or_else(|error| panic!("{} loads: {error}", kernel.label()))
+}
+
+/// `values` as a storage buffer on `device`.
+pub fn storage(device: &WgpuDevice, values: &[f32]) -> kiln_wgpu::wgpu::Buffer {
+    device
+        .storage_buffer("test", &bytes_of(values))
+        .expect("a storage buffer")
+}
+
+/// The first `len` floats of `buffer`, read back from `device`.
+pub fn read(device: &WgpuDevice, buffer: &kiln_wgpu::wgpu::Buffer, len: usize) -> Vec<f32> {
+    let mut values = floats(&device.read(buffer).expect("the buffer reads back"));
+    values.truncate(len);
+    values
+}
+
+/// The shared device and fresh random inputs, or `None` after printing why
+/// `what` skips (a failure instead when `KILN_REQUIRE_DEVICE=1`).
+pub fn device_and_random(what: &str) -> Option<(WgpuDevice, Random)> {
+    Some((device(what)?, Random::fresh(what)))
+}
+
+/// The shared device and the SPIR-V module `name`, or `None` after printing
+/// why `what` skips (see [`device`] and [`spirv`]).
+pub fn device_and_spirv(what: &str, name: &str) -> Option<(WgpuDevice, &'static [u8])> {
+    Some((device(what)?, spirv(what, name)?))
+}
+
+/// Runs saxpy (`pipeline`, of `workgroup` invocations a group, bound as
+/// params, x, y) on `device` over `n` random elements, and checks `y`
+/// against the CPU; `what` names the run in a failure (B4).
+pub fn check_saxpy(
+    what: &str,
+    device: &WgpuDevice,
+    pipeline: &kiln_wgpu::WgpuPipeline,
+    random: &mut Random,
+    n: usize,
+    workgroup: u32,
+) {
+    let (x, y) = (random.signed(n), random.signed(n));
+    let a = random.unit() * 4.0 - 2.0;
+    let mut params = a.to_le_bytes().to_vec();
+    params.extend((n as u32).to_le_bytes());
+    let params = device.uniform_buffer("params", &params).expect("a uniform");
+    let (x_buffer, y_buffer) = (storage(device, &x), storage(device, &y));
+    device
+        .dispatch(
+            pipeline,
+            &[(0, 0, &params), (0, 1, &x_buffer), (0, 2, &y_buffer)],
+            [(n as u32).div_ceil(workgroup), 1, 1],
+        )
+        .expect("the dispatch runs");
+    let expected: Vec<f32> = x.iter().zip(&y).map(|(x, y)| a * x + y).collect();
+    assert_close(what, &read(device, &y_buffer, n), &expected, 1e-5);
 }
 
 /// `kernel`'s artifact id.
