@@ -147,8 +147,9 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             outln!("no batch records: no process has compiled with this store yet");
             return;
         }
+        // Oldest first, as they ran: a record is a moment of a timeline.
         let mut table = Table::new(&[
-            "ENDED",
+            "ENDED>",
             "PID>",
             "BACKEND",
             "KERNELS>",

@@ -318,7 +318,19 @@ fn print(stats: &Stats) {
         pairs.push(("compilers", "none yet".into()));
     }
     for compiler in &stats.compilers {
-        pairs.push(("compiler", compiler.to_string()));
+        pairs.push((
+            "compiler",
+            if crate::table::is_wide() {
+                compiler.to_string()
+            } else {
+                format!(
+                    "{} {}: {}",
+                    compiler.backend,
+                    compiler.architecture,
+                    format::compiler(&compiler.compiler, false)
+                )
+            },
+        ));
     }
     pairs.push((
         "counted since",
