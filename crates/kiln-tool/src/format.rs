@@ -18,6 +18,30 @@ pub fn bytes(bytes: u64) -> String {
     }
 }
 
+/// A size as the command line and `KILN_CACHE_*` take it (`512M`, `10G`,
+/// `1.5GiB`), read as the store reads its own settings.
+///
+/// # Errors
+///
+/// What a size looks like, for a text that is none.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    kiln_store::parse_size(text).ok_or_else(|| {
+        "not a size: write bytes with an optional suffix, like 512M, 10G or 1.5GiB".into()
+    })
+}
+
+/// A whole number of things, spaces around it allowed (as a variable may
+/// hold it).
+///
+/// # Errors
+///
+/// That it is no whole number.
+pub fn parse_count(text: &str) -> Result<u64, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| "not a whole number".to_owned())
+}
+
 /// `1, "file"` → `1 file`, `2, "file"` → `2 files`; `"entry"` makes
 /// `entries`.
 pub fn count(count: u64, noun: &str) -> String {

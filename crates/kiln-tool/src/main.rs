@@ -35,15 +35,17 @@ struct Cli {
         global = true,
         value_name = "DIR",
         env = "KILN_CACHE_DIR",
+        hide_env_values = true,
+        hide_short_help = true,
         help_heading = GLOBAL
     )]
     dir: Option<PathBuf>,
     /// Print JSON instead of tables.
-    #[arg(long, global = true, help_heading = GLOBAL)]
+    #[arg(long, global = true, hide_short_help = true, help_heading = GLOBAL)]
     json: bool,
     /// Print tables at full width, with every compiler's whole version
     /// (default: the terminal's width, 100 columns when not a terminal).
-    #[arg(long, global = true, help_heading = GLOBAL)]
+    #[arg(long, global = true, hide_short_help = true, help_heading = GLOBAL)]
     wide: bool,
     /// Show more of what the library says on standard error: -v notes,
     /// -vv debugging lines, -vvv everything. Replaces KILN_LOG's level.
@@ -53,19 +55,25 @@ struct Cli {
         global = true,
         action = clap::ArgAction::Count,
         conflicts_with = "quiet",
+        hide_short_help = true,
         help_heading = GLOBAL
     )]
     verbose: u8,
     /// Show only errors on standard error, no warnings.
-    #[arg(short, long, global = true, help_heading = GLOBAL)]
+    #[arg(short, long, global = true, hide_short_help = true, help_heading = GLOBAL)]
     quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
 
 /// The heading of the options every subcommand takes, shown apart from
-/// the subcommand's own.
+/// the subcommand's own, and with `--help` only: `-h` shows a command's
+/// own options and names them in one line.
 const GLOBAL: &str = "Global options";
+
+/// The line `-h` ends with in place of the global options.
+const GLOBAL_SHORT: &str =
+    "Global options: --dir DIR, --json, --wide, -v, -q (--help describes them)";
 
 /// What `kiln --help` says before the options; the exit codes follow them.
 const LONG_ABOUT: &str = "\
@@ -211,7 +219,17 @@ fn main() {
 /// KILN_CACHE_DIR rather than `--dir`.
 fn parse() -> Result<(Cli, bool), clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
-    let mut matches = Cli::command().try_get_matches()?;
+    let mut command = Cli::command().after_help(GLOBAL_SHORT);
+    let names: Vec<String> = command
+        .get_subcommands()
+        .map(|subcommand| subcommand.get_name().to_owned())
+        .collect();
+    for name in names {
+        command = command.mut_subcommand(name, |subcommand| {
+            subcommand.after_help(GLOBAL_SHORT).after_long_help("")
+        });
+    }
+    let mut matches = command.try_get_matches()?;
     let from_environment = matches!(
         command_matches(&matches).value_source("dir"),
         Some(clap::parser::ValueSource::EnvVariable)

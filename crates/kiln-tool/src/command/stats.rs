@@ -26,8 +26,13 @@ pub struct Arguments {
     #[arg(long)]
     pub zero: bool,
     /// The remote tier to report on too: `redis://HOST:PORT` or
-    /// `redis+cluster://HOST:PORT,...`; default: KILN_REMOTE_URL.
-    #[arg(long, value_name = "URL")]
+    /// `redis+cluster://HOST:PORT,...`.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "KILN_REMOTE_URL",
+        hide_env_values = true
+    )]
     pub remote: Option<String>,
 }
 
@@ -186,11 +191,14 @@ pub fn run_without_store(root: &Path, arguments: &Arguments, output: &Output) ->
 
 /// The remote tier of `--remote`, else of `KILN_REMOTE_URL`.
 fn remote(arguments: &Arguments) -> Result<Option<kiln_remote::RemoteStore>> {
+    let configured = std::env::var("KILN_REMOTE_URL").ok();
+    let on_the_command_line =
+        arguments.remote.is_some() && arguments.remote.as_deref() != configured.as_deref();
     match super::push::open_remote(arguments.remote.as_deref()) {
         Ok(remote) => Ok(remote),
         // Asked for on the command line, a remote that cannot open is the
         // answer; only configured, it does not hide the local counts.
-        Err(error) if arguments.remote.is_none() => {
+        Err(error) if !on_the_command_line => {
             crate::console::errln!("kiln: warning: {error:#}");
             Ok(None)
         }
