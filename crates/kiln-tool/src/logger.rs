@@ -31,6 +31,10 @@ use crate::console;
 /// end keeps a bounded set.
 const REMEMBERED: usize = 4096;
 
+/// The modules of the graphics stack under the wgpu backend, whose lines
+/// are shown from `-vv` on (or when `KILN_LOG` names them).
+const GRAPHICS_STACK: [&str; 4] = ["wgpu_hal", "wgpu_core", "wgpu", "naga"];
+
 /// `KILN_LOG`'s `text` split into the directives env_logger takes and
 /// those it would refuse (a level that is no level, an empty module),
 /// named so the run can warn of them. A `/filter` suffix is kept.
@@ -141,7 +145,8 @@ fn line(record: &Record<'_>) -> String {
     };
     let message = record.args().to_string();
     let message = without_prefix(&message);
-    if record.level() >= Level::Debug {
+    // Another crate's line names it, so it is not read as kiln's own.
+    if record.level() >= Level::Debug || !record.target().starts_with("kiln") {
         format!("kiln: {level}: {}: {message}", record.target())
     } else {
         format!("kiln: {level}: {message}")
@@ -172,6 +177,15 @@ fn without_prefix(message: &str) -> &str {
 fn filter(text: Option<&str>, verbose: u8, quiet: bool) -> (env_logger::Logger, Vec<String>) {
     let mut builder = env_logger::Builder::new();
     builder.filter_level(LevelFilter::Warn);
+    // Below -vv, what the graphics stack says as it looks for a device is
+    // not shown: a machine without a Vulkan driver is no error of the run
+    // (`kiln warm` says the backend is unavailable, and why), and its
+    // loader's lines would read as kiln's. KILN_LOG may name them.
+    if flag_level(verbose, quiet).is_none_or(|level| level < LevelFilter::Debug) {
+        for module in GRAPHICS_STACK {
+            builder.filter_module(module, LevelFilter::Off);
+        }
+    }
     let (accepted, refused) = checked_directives(text.unwrap_or_default());
     builder.parse_filters(&accepted);
     if let Some(level) = flag_level(verbose, quiet) {
@@ -249,6 +263,30 @@ mod tests {
         let (quiet, _) = filter(Some("info"), 0, true);
         assert!(!shows(&quiet, Level::Warn, "kiln_cuda"));
         assert!(shows(&quiet, Level::Error, "kiln_cuda"));
+    }
+
+    #[test]
+    fn the_graphics_stack_is_heard_from_vv_on_or_when_named() {
+        let (default, _) = filter(None, 0, false);
+        assert!(!shows(&default, Level::Error, "wgpu_hal::vulkan::instance"));
+        assert!(shows(&default, Level::Warn, "kiln_wgpu::target"));
+        let (verbose, _) = filter(None, 1, false);
+        assert!(!shows(&verbose, Level::Error, "wgpu_hal"));
+        let (debug, _) = filter(None, 2, false);
+        assert!(shows(&debug, Level::Debug, "wgpu_hal::vulkan"));
+        let (named, _) = filter(Some("wgpu_hal=warn"), 0, false);
+        assert!(shows(&named, Level::Error, "wgpu_hal::vulkan"));
+        let shown = line(
+            &Record::builder()
+                .level(Level::Error)
+                .target("wgpu_hal::vulkan::instance")
+                .args(format_args!("Found no drivers!"))
+                .build(),
+        );
+        assert_eq!(
+            shown,
+            "kiln: error: wgpu_hal::vulkan::instance: Found no drivers!"
+        );
     }
 
     #[test]

@@ -198,13 +198,13 @@ fn main() {
         // no JSON either.
         (Err(error), Err(written)) => {
             console::errln!("kiln: writing the output: {written}");
-            console::errln!("kiln: {error:#}");
+            console::errln!("kiln: {}", message_of(&error));
             exit::ERROR
         }
         (Err(error), Ok(())) => {
             let code = exit::code_of(&error);
             let json = output.json && !exit::is_reported(&error);
-            report_error(&format!("{error:#}"), code, json);
+            report_error(&message_of(&error), code, json);
             code
         }
         (Ok(()), Err(error)) => {
@@ -242,6 +242,25 @@ fn command_matches(matches: &clap::ArgMatches) -> &clap::ArgMatches {
     matches
         .subcommand()
         .map_or(matches, |(_, subcommand)| subcommand)
+}
+
+/// `error` and its causes, each after a colon, as `{:#}` writes them, but
+/// a cause whose text the message before it already ends with is said
+/// once: an error that shows its source (`cannot create the store folder
+/// X: File exists (os error 17)`) is not followed by that source again.
+fn message_of(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if message.ends_with(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
 }
 
 /// Says why the command failed: on standard error, and also as a JSON

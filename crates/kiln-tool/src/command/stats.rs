@@ -207,7 +207,7 @@ fn remote(arguments: &Arguments) -> Result<Option<kiln_remote::RemoteStore>> {
         // Asked for on the command line, a remote that cannot open is the
         // answer; only configured, it does not hide the local counts.
         Err(error) if !on_the_command_line => {
-            crate::console::errln!("kiln: warning: {error:#}");
+            crate::console::errln!("kiln: warning: {}", crate::message_of(&error));
             Ok(None)
         }
         Err(error) => Err(error),
@@ -348,9 +348,13 @@ fn print(stats: &Stats) {
         (
             "on disk",
             format!(
-                "{} allocated in {} files and folders",
+                "{} allocated in {}",
                 format::bytes(stats.allocated_bytes),
-                stats.files
+                if stats.files == 1 {
+                    "1 file or folder".to_owned()
+                } else {
+                    format!("{} files and folders", stats.files)
+                }
             ),
         ),
     ];
