@@ -63,8 +63,9 @@ pub struct Table {
 }
 
 impl Table {
-    /// A table with these column headers; a header ending in `>` is
-    /// right-aligned and never wrapped (the `>` is not printed).
+    /// A table with these column headers; a header ending in `>` is a
+    /// column of numbers, sizes or ages: right-aligned, its cells never
+    /// wrapped (the `>` is not printed).
     pub fn new(headers: &[&'static str]) -> Self {
         Self {
             headers: headers
@@ -224,10 +225,7 @@ impl Table {
             .collect();
         // A column a little short of its goal gets it whole when that is
         // no more than its share of the room: one line rather than two.
-        loop {
-            let Some(fair) = room.checked_div(short.len() as u32) else {
-                break;
-            };
+        while let Some(fair) = room.checked_div(short.len() as u32) {
             let before = short.len();
             short.retain(|&index| {
                 let deficit = goal[index] - widths[index];

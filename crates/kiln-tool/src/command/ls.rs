@@ -1,7 +1,9 @@
 //! `kiln ls`: every entry of the store: the artifacts of kernels and of
 //! lowered source, and the named blobs kept beside them (a pipeline cache),
 //! each listed as what it is, an artifact with the resources its kernel
-//! uses (D4: registers, spills, shared memory), read from its bytes.
+//! uses (D4: registers, spills, shared memory), read from its bytes, and
+//! the specialization it was compiled with (defines, constants), read from
+//! the recipe kept after them: one row per specialization, sorted.
 
 use anyhow::Result;
 use clap::Args;
