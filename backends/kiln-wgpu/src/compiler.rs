@@ -55,6 +55,11 @@ impl WgpuLowered {
         &self.text[self.source_start..]
     }
 
+    /// The pipeline constants it is compiled with.
+    pub fn constants(&self) -> &Constants {
+        &self.constants
+    }
+
     /// The full text kernels are grouped by.
     pub fn text(&self) -> &str {
         &self.text

@@ -223,7 +223,13 @@ pub struct KernelRecord {
     pub kernel: KernelId,
     /// How it ended.
     pub outcome: KernelOutcome,
-    /// Lower + finalize + load time spent on it, on whichever thread.
+    /// Its work: lower + finalize time spent on it, on whichever worker
+    /// (remote time for a worker process). The one definition of work that
+    /// `kiln warm`, `kiln records` and `kiln stats` show, summed over a
+    /// batch's kernels ([`BatchRecord::summed_work`],
+    /// [`LoaderStatistics::compile_seconds`]) and saved by a store hit.
+    /// Loading its artifact on the device is not in it: that runs on the
+    /// loader's thread, not a worker.
     pub work: Duration,
     /// Whether the batch stored its artifact.
     pub stored: bool,
@@ -255,7 +261,8 @@ pub struct BatchRecord {
 }
 
 impl BatchRecord {
-    /// The work of every kernel, added up: what one worker would have taken.
+    /// The work of every kernel (lower + finalize), added up: what one
+    /// worker would have taken.
     pub fn summed_work(&self) -> Duration {
         self.records.iter().map(|record| record.work).sum()
     }

@@ -162,6 +162,7 @@ struct Answers {
     unreadable: AtomicU64,
     bytes_read: AtomicU64,
     remote_hits: AtomicU64,
+    remote_misses: AtomicU64,
     written_back: AtomicU64,
     copies_read: AtomicU64,
 }
@@ -173,8 +174,16 @@ pub struct TieredStatistics {
     pub local: StoreStatistics,
     /// The remote store's own counts.
     pub remote: RemoteStatistics,
-    /// Lookups the local store missed and the remote answered.
+    /// Artifacts (of kernels, by id or by source) the local store missed
+    /// and the remote answered.
     pub remote_hits: u64,
+    /// Artifacts the local store missed and the remote, asked, does not
+    /// hold: with `remote_hits`, what was asked of the remote tier (the
+    /// named blobs read beside them, failure memories and tuning answers,
+    /// are not counted, so a node that found every kernel there shows a
+    /// hit rate of 100 %).
+    #[serde(default)]
+    pub remote_misses: u64,
     /// Remote hits written to the local store.
     pub written_back: u64,
     /// Lookups the local store missed at first and answered once another
@@ -236,7 +245,7 @@ impl TieredStore {
         FleetCounts {
             processes: 1,
             remote_hits: statistics.remote_hits,
-            remote_misses: remote.store.absent,
+            remote_misses: statistics.remote_misses,
             unverified: remote.unverified,
             timeouts: remote.timeouts,
             errors: remote.errors,
@@ -279,6 +288,7 @@ impl TieredStore {
             local: self.inner.local.statistics(),
             remote: self.inner.remote.remote_statistics(),
             remote_hits: read(&self.inner.answers.remote_hits),
+            remote_misses: read(&self.inner.answers.remote_misses),
             written_back: read(&self.inner.answers.written_back)
                 + read(&self.inner.queue.state.written_back),
             copies_read: read(&self.inner.answers.copies_read),
@@ -304,6 +314,18 @@ impl TieredStore {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts the remote's answer to an artifact's key the local store
+    /// missed: a hit, or an absence (a call that failed or was skipped
+    /// asked nothing, and an entry that did not verify is counted apart).
+    fn asked_remote(&self, remote: &Lookup<Vec<u8>>) {
+        let answers = &self.inner.answers;
+        match remote {
+            Lookup::Hit { .. } => answers.remote_hits.fetch_add(1, Ordering::Relaxed),
+            Lookup::Miss(Miss::Absent) => answers.remote_misses.fetch_add(1, Ordering::Relaxed),
+            Lookup::Miss(_) => 0,
+        };
+    }
+
     /// The answer for a key the local store missed with `local`, given the
     /// remote's `remote`: a remote hit is written back.
     fn settle(
@@ -318,8 +340,6 @@ impl TieredStore {
                 bytes,
                 work,
             } => {
-                let answers = &self.inner.answers;
-                answers.remote_hits.fetch_add(1, Ordering::Relaxed);
                 write_back(&artifact, work);
                 Lookup::Hit {
                     artifact,
@@ -422,6 +442,7 @@ impl TieredStore {
             let local = std::mem::replace(&mut answers[index], Lookup::Miss(Miss::Absent));
             let key = &keys[index];
             let mut claim = claim;
+            self.asked_remote(&remote);
             // Written back off the launch path: a batch found remotely
             // costs the round trip, not a durable local write per kernel;
             // `flush` and the drop wait for it.
@@ -556,18 +577,26 @@ impl ArtifactStore for TieredStore {
             match self.inner.step.take_entry(key) {
                 // Read right after this process took its claim: a
                 // claimant checking that nobody published it meanwhile.
-                Some(remote) => self.settle(local, remote, |bytes, work| {
-                    self.inner.local.found_elsewhere(key);
-                    let write = ArtifactWrite {
-                        key: key.clone(),
-                        source_key: None,
-                        bytes: bytes.to_vec(),
-                        work,
-                    };
-                    self.inner
-                        .queue
-                        .push(Write::LocalCopy(Box::new(write), None));
-                }),
+                Some(remote) => {
+                    // Its miss was counted with the batch's lookup: a
+                    // second reading of the same key asks nothing new,
+                    // unless another published it meanwhile.
+                    if let Lookup::Hit { .. } = remote {
+                        self.asked_remote(&remote);
+                    }
+                    self.settle(local, remote, |bytes, work| {
+                        self.inner.local.found_elsewhere(key);
+                        let write = ArtifactWrite {
+                            key: key.clone(),
+                            source_key: None,
+                            bytes: bytes.to_vec(),
+                            work,
+                        };
+                        self.inner
+                            .queue
+                            .push(Write::LocalCopy(Box::new(write), None));
+                    })
+                }
                 None => {
                     let mut answers = vec![local];
                     self.fetch(

@@ -2,23 +2,21 @@
 //! compiled again, a write that failed, a fall-back to threads) shown on
 //! standard error.
 //!
-//! What is shown is chosen by `KILN_LOG` and the `-v`/`-q` flags:
+//! What is shown is chosen by env_logger's filter, read from `KILN_LOG`
+//! (the directives `RUST_LOG` takes: `info`, `kiln_store=debug`,
+//! `info,kiln_store::disk=off`; the longest module that matches wins), and
+//! by the `-v`/`-q` flags: `-q` shows errors only, `-v` adds notes
+//! (`info`), `-vv` debugging lines and `-vvv` everything; a flag replaces
+//! `KILN_LOG`'s level alone, and its module directives still apply.
+//! Without either, warnings and errors are shown. A directive that does
+//! not parse is left out with a warning, so a typo costs a line, never the
+//! run.
 //!
-//! - `KILN_LOG` holds comma-separated directives: a level alone (`off`,
-//!   `error`, `warn`, `info`, `debug`, `trace`) sets the level of every
-//!   module, and `module=level` (`kiln_store=debug`) that of a module and
-//!   the modules below it; the longest module that matches wins.
-//! - `-q` shows errors only, `-v` adds notes (`info`), `-vv` debugging
-//!   lines and `-vvv` everything; a flag replaces `KILN_LOG`'s level alone,
-//!   and its module directives still apply.
-//! - Without either, warnings and errors are shown.
-//!
-//! Each distinct message is shown once per run: a full disk fails every
-//! write of a batch, and one line says it. Lines go through
-//! [`console::write_note`], which clears a progress bar's line first.
-//!
-//! This is the crate's own [`log::Log`], so the command adds no dependency
-//! for it.
+//! On top of env_logger's filter, two things it does not do: each distinct
+//! message is shown once per run (a full disk fails every write of a
+//! batch, and one line says it), and lines go through
+//! [`console::write_note`], which clears a progress bar's line first, with
+//! one `kiln: ` prefix.
 
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -33,66 +31,49 @@ use crate::console;
 /// end keeps a bounded set.
 const REMEMBERED: usize = 4096;
 
-/// Which messages are shown: a level for every module, and levels for
-/// some.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Filter {
-    /// The level of modules no directive names.
-    pub default: LevelFilter,
-    /// `(module, level)` pairs, in the order given.
-    pub modules: Vec<(String, LevelFilter)>,
-}
+/// The modules of the graphics stack under the wgpu backend, whose lines
+/// are shown from `-vv` on (or when `KILN_LOG` names them).
+const GRAPHICS_STACK: [&str; 4] = ["wgpu_hal", "wgpu_core", "wgpu", "naga"];
 
-impl Filter {
-    /// The filter `KILN_LOG`'s `text` asks for (warnings, for an empty
-    /// text). A directive that does not parse is left out and named in the
-    /// returned list of problems, so a typo costs a warning, never the run.
-    pub fn parse(text: &str) -> (Self, Vec<String>) {
-        let mut filter = Self {
-            default: LevelFilter::Warn,
-            modules: Vec::new(),
-        };
-        let mut problems = Vec::new();
-        for directive in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-            match directive.split_once('=') {
-                Some((module, level)) => match level.trim().parse::<LevelFilter>() {
-                    Ok(level) if !module.trim().is_empty() => {
-                        filter.modules.push((module.trim().to_owned(), level));
-                    }
-                    _ => problems.push(directive.to_owned()),
-                },
-                None => match directive.parse::<LevelFilter>() {
-                    Ok(level) => filter.default = level,
-                    Err(_) => problems.push(directive.to_owned()),
-                },
+/// `KILN_LOG`'s `text` split into the directives env_logger takes and
+/// those it would refuse (a level that is no level, an empty module),
+/// named so the run can warn of them. A `/filter` suffix is kept.
+pub fn checked_directives(text: &str) -> (String, Vec<String>) {
+    let (directives, message_filter) = match text.split_once('/') {
+        Some((directives, filter)) => (directives, Some(filter)),
+        None => (text, None),
+    };
+    let is_module = |name: &str| {
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '-')
+    };
+    let mut accepted = Vec::new();
+    let mut refused = Vec::new();
+    for directive in directives
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+    {
+        let fine = match directive.split_once('=') {
+            Some((module, level)) => {
+                is_module(module.trim()) && level.trim().parse::<LevelFilter>().is_ok()
             }
+            None => directive.parse::<LevelFilter>().is_ok() || is_module(directive),
+        };
+        if fine {
+            accepted.push(directive);
+        } else {
+            refused.push(directive.to_owned());
         }
-        (filter, problems)
     }
-
-    /// The level `target` (a module path) is shown at.
-    pub fn level_of(&self, target: &str) -> LevelFilter {
-        self.modules
-            .iter()
-            .filter(|(module, _)| {
-                target == module
-                    || target
-                        .strip_prefix(module.as_str())
-                        .is_some_and(|rest| rest.starts_with("::"))
-            })
-            .max_by_key(|(module, _)| module.len())
-            .map_or(self.default, |(_, level)| *level)
+    let mut accepted = accepted.join(",");
+    if let Some(filter) = message_filter {
+        accepted.push('/');
+        accepted.push_str(filter);
     }
-
-    /// The most detailed level any module is shown at.
-    fn most_detailed(&self) -> LevelFilter {
-        self.modules
-            .iter()
-            .map(|(_, level)| *level)
-            .chain([self.default])
-            .max()
-            .unwrap_or(LevelFilter::Warn)
-    }
+    (accepted, refused)
 }
 
 /// The level `-v` repeated `verbose` times, or `-q`, asks for; `None`
@@ -109,7 +90,8 @@ pub fn flag_level(verbose: u8, quiet: bool) -> Option<LevelFilter> {
 
 /// The logger installed for the run.
 struct Logger {
-    filter: Filter,
+    /// env_logger's, used for its filter only: the lines are written here.
+    filter: env_logger::Logger,
     /// Hashes of the messages shown so far.
     shown: Mutex<HashSet<u64>>,
 }
@@ -138,11 +120,11 @@ impl Logger {
 
 impl Log for Logger {
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        metadata.level() <= self.filter.level_of(metadata.target())
+        self.filter.enabled(metadata)
     }
 
     fn log(&self, record: &Record<'_>) {
-        if !self.enabled(record.metadata()) || !self.is_new(record) {
+        if !self.filter.matches(record) || !self.is_new(record) {
             return;
         }
         console::write_note(format_args!("{}", line(record)));
@@ -163,7 +145,8 @@ fn line(record: &Record<'_>) -> String {
     };
     let message = record.args().to_string();
     let message = without_prefix(&message);
-    if record.level() >= Level::Debug {
+    // Another crate's line names it, so it is not read as kiln's own.
+    if record.level() >= Level::Debug || !record.target().starts_with("kiln") {
         format!("kiln: {level}: {}: {message}", record.target())
     } else {
         format!("kiln: {level}: {message}")
@@ -189,18 +172,35 @@ fn without_prefix(message: &str) -> &str {
     }
 }
 
+/// The filter `KILN_LOG`'s `text` (`None`: unset) and the flags ask
+/// for, and the directives of `text` left out.
+fn filter(text: Option<&str>, verbose: u8, quiet: bool) -> (env_logger::Logger, Vec<String>) {
+    let mut builder = env_logger::Builder::new();
+    builder.filter_level(LevelFilter::Warn);
+    // Below -vv, what the graphics stack says as it looks for a device is
+    // not shown: a machine without a Vulkan driver is no error of the run
+    // (`kiln warm` says the backend is unavailable, and why), and its
+    // loader's lines would read as kiln's. KILN_LOG may name them.
+    if flag_level(verbose, quiet).is_none_or(|level| level < LevelFilter::Debug) {
+        for module in GRAPHICS_STACK {
+            builder.filter_module(module, LevelFilter::Off);
+        }
+    }
+    let (accepted, refused) = checked_directives(text.unwrap_or_default());
+    builder.parse_filters(&accepted);
+    if let Some(level) = flag_level(verbose, quiet) {
+        builder.filter_level(level);
+    }
+    (builder.build(), refused)
+}
+
 /// Installs the logger for the run: `KILN_LOG`'s filter, its level replaced
 /// by the flags' when given. A directive of `KILN_LOG` that does not parse
 /// is reported as a warning and left out.
 pub fn install(verbose: u8, quiet: bool) {
-    let (mut filter, problems) = match std::env::var("KILN_LOG") {
-        Ok(text) => Filter::parse(&text),
-        Err(_) => Filter::parse(""),
-    };
-    if let Some(level) = flag_level(verbose, quiet) {
-        filter.default = level;
-    }
-    let most_detailed = filter.most_detailed();
+    let text = std::env::var("KILN_LOG").ok();
+    let (filter, problems) = filter(text.as_deref(), verbose, quiet);
+    let most_detailed = filter.filter();
     let logger = Logger {
         filter,
         shown: Mutex::new(HashSet::new()),
@@ -213,7 +213,7 @@ pub fn install(verbose: u8, quiet: bool) {
     for directive in problems {
         log::warn!(
             "KILN_LOG: {directive:?} is not a directive: write a level (off, error, warn, info, \
-             debug, trace) or module=level, such as kiln_store=debug"
+             debug, trace), a module, or module=level, such as kiln_store=debug"
         );
     }
 }
@@ -222,33 +222,71 @@ pub fn install(verbose: u8, quiet: bool) {
 mod tests {
     use super::*;
 
+    /// Whether `filter` shows a `level` line of `target`.
+    fn shows(filter: &env_logger::Logger, level: Level, target: &str) -> bool {
+        filter.enabled(&Metadata::builder().level(level).target(target).build())
+    }
+
     #[test]
     fn a_level_alone_sets_every_module_and_a_module_its_own_tree() {
-        let (filter, problems) = Filter::parse("info, kiln_store=debug,kiln_store::disk=off");
+        let (modules, problems) = filter(
+            Some("info, kiln_store=debug,kiln_store::disk=off"),
+            0,
+            false,
+        );
         assert!(problems.is_empty(), "{problems:?}");
-        assert_eq!(filter.level_of("kiln_cuda::target"), LevelFilter::Info);
-        assert_eq!(filter.level_of("kiln_store"), LevelFilter::Debug);
-        assert_eq!(
-            filter.level_of("kiln_store::maintenance"),
-            LevelFilter::Debug
-        );
-        assert_eq!(filter.level_of("kiln_store::disk::read"), LevelFilter::Off);
-        assert_eq!(
-            filter.level_of("kiln_storehouse"),
-            LevelFilter::Info,
-            "a module's name is matched whole"
-        );
-        assert_eq!(filter.most_detailed(), LevelFilter::Debug);
+        assert!(shows(&modules, Level::Info, "kiln_cuda::target"));
+        assert!(!shows(&modules, Level::Debug, "kiln_cuda::target"));
+        assert!(shows(&modules, Level::Debug, "kiln_store"));
+        assert!(shows(&modules, Level::Debug, "kiln_store::maintenance"));
+        assert!(!shows(&modules, Level::Error, "kiln_store::disk::read"));
+        assert_eq!(modules.filter(), LevelFilter::Debug);
     }
 
     #[test]
     fn warnings_are_shown_by_default_and_a_bad_directive_is_named() {
-        let (filter, problems) = Filter::parse("");
-        assert_eq!(filter.default, LevelFilter::Warn);
-        let (filter, problems_too) = Filter::parse("loud,kiln_store=,=debug");
-        assert_eq!(filter.default, LevelFilter::Warn, "kept");
+        let (default, problems) = filter(None, 0, false);
         assert!(problems.is_empty());
-        assert_eq!(problems_too, ["loud", "kiln_store=", "=debug"]);
+        assert!(shows(&default, Level::Warn, "kiln_store"));
+        assert!(!shows(&default, Level::Info, "kiln_store"));
+        let (kept, problems) = filter(Some("kiln_store=loud,=debug,a b"), 0, false);
+        assert_eq!(problems, ["kiln_store=loud", "=debug", "a b"]);
+        assert!(shows(&kept, Level::Warn, "kiln_cuda"), "warnings kept");
+        assert!(!shows(&kept, Level::Info, "kiln_cuda"));
+    }
+
+    #[test]
+    fn a_flag_replaces_the_level_and_keeps_the_modules() {
+        let (verbose, _) = filter(Some("error,kiln_store=debug"), 1, false);
+        assert!(shows(&verbose, Level::Info, "kiln_cuda"), "-v: notes");
+        assert!(shows(&verbose, Level::Debug, "kiln_store"), "kept");
+        let (quiet, _) = filter(Some("info"), 0, true);
+        assert!(!shows(&quiet, Level::Warn, "kiln_cuda"));
+        assert!(shows(&quiet, Level::Error, "kiln_cuda"));
+    }
+
+    #[test]
+    fn the_graphics_stack_is_heard_from_vv_on_or_when_named() {
+        let (default, _) = filter(None, 0, false);
+        assert!(!shows(&default, Level::Error, "wgpu_hal::vulkan::instance"));
+        assert!(shows(&default, Level::Warn, "kiln_wgpu::target"));
+        let (verbose, _) = filter(None, 1, false);
+        assert!(!shows(&verbose, Level::Error, "wgpu_hal"));
+        let (debug, _) = filter(None, 2, false);
+        assert!(shows(&debug, Level::Debug, "wgpu_hal::vulkan"));
+        let (named, _) = filter(Some("wgpu_hal=warn"), 0, false);
+        assert!(shows(&named, Level::Error, "wgpu_hal::vulkan"));
+        let shown = line(
+            &Record::builder()
+                .level(Level::Error)
+                .target("wgpu_hal::vulkan::instance")
+                .args(format_args!("Found no drivers!"))
+                .build(),
+        );
+        assert_eq!(
+            shown,
+            "kiln: error: wgpu_hal::vulkan::instance: Found no drivers!"
+        );
     }
 
     #[test]
@@ -300,7 +338,7 @@ mod tests {
     #[test]
     fn a_message_is_shown_once() {
         let logger = Logger {
-            filter: Filter::parse("").0,
+            filter: filter(None, 0, false).0,
             shown: Mutex::new(HashSet::new()),
         };
         let shown = |args: std::fmt::Arguments<'_>| {

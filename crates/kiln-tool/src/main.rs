@@ -29,23 +29,51 @@ mod table;
 #[derive(Debug, Parser)]
 #[command(name = "kiln", version, about, long_about = LONG_ABOUT, after_long_help = exit::TABLE)]
 struct Cli {
-    /// The store's folder; default: KILN_CACHE_DIR, else the platform's
-    /// cache folder.
-    #[arg(long, global = true, value_name = "DIR")]
+    /// The store's folder; default: the platform's cache folder.
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        env = "KILN_CACHE_DIR",
+        hide_env_values = true,
+        hide_short_help = true,
+        help_heading = GLOBAL
+    )]
     dir: Option<PathBuf>,
     /// Print JSON instead of tables.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, hide_short_help = true, help_heading = GLOBAL)]
     json: bool,
+    /// Print tables at full width, with every compiler's whole version
+    /// (default: the terminal's width, 100 columns when not a terminal).
+    #[arg(long, global = true, hide_short_help = true, help_heading = GLOBAL)]
+    wide: bool,
     /// Show more of what the library says on standard error: -v notes,
     /// -vv debugging lines, -vvv everything. Replaces KILN_LOG's level.
-    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    #[arg(
+        short,
+        long,
+        global = true,
+        action = clap::ArgAction::Count,
+        conflicts_with = "quiet",
+        hide_short_help = true,
+        help_heading = GLOBAL
+    )]
     verbose: u8,
     /// Show only errors on standard error, no warnings.
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, hide_short_help = true, help_heading = GLOBAL)]
     quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
+
+/// The heading of the options every subcommand takes, shown apart from
+/// the subcommand's own, and with `--help` only: `-h` shows a command's
+/// own options and names them in one line.
+const GLOBAL: &str = "Global options";
+
+/// The line `-h` ends with in place of the global options.
+const GLOBAL_SHORT: &str =
+    "Global options: --dir DIR, --json, --wide, -v, -q (--help describes them)";
 
 /// What `kiln --help` says before the options; the exit codes follow them.
 const LONG_ABOUT: &str = "\
@@ -100,13 +128,19 @@ fn main() {
     // limit), fails only the kernel it held, never the run.
     kiln_engine::worker::run_if_worker(&[kiln_cuda::worker_entry(), kiln_hip::worker_entry()]);
     ignore_file_size_signal();
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let (cli, dir_from_environment) = match parse() {
+        Ok(parsed) => parsed,
         Err(error) => usage_error(&error),
     };
     logger::install(cli.verbose, cli.quiet);
-    let output = command::Output { json: cli.json };
-    let dir = cli.dir.as_deref();
+    table::set_width((!cli.wide).then(table::terminal_width));
+    let output = command::Output {
+        json: cli.json,
+        wide: cli.wide,
+    };
+    // KILN_CACHE_DIR is the configured store, which KILN_CACHE_DISABLE
+    // turns off; only `--dir` names a store to work on regardless.
+    let dir = cli.dir.as_deref().filter(|_| !dir_from_environment);
     let result = match cli.command {
         Command::Stats(arguments) => with_existing_store(
             dir,
@@ -164,13 +198,13 @@ fn main() {
         // no JSON either.
         (Err(error), Err(written)) => {
             console::errln!("kiln: writing the output: {written}");
-            console::errln!("kiln: {error:#}");
+            console::errln!("kiln: {}", message_of(&error));
             exit::ERROR
         }
         (Err(error), Ok(())) => {
             let code = exit::code_of(&error);
             let json = output.json && !exit::is_reported(&error);
-            report_error(&format!("{error:#}"), code, json);
+            report_error(&message_of(&error), code, json);
             code
         }
         (Ok(()), Err(error)) => {
@@ -179,6 +213,54 @@ fn main() {
         }
     };
     end(status)
+}
+
+/// The command line, and whether the store's folder came from
+/// KILN_CACHE_DIR rather than `--dir`.
+fn parse() -> Result<(Cli, bool), clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut command = Cli::command().after_help(GLOBAL_SHORT);
+    let names: Vec<String> = command
+        .get_subcommands()
+        .map(|subcommand| subcommand.get_name().to_owned())
+        .collect();
+    for name in names {
+        command = command.mut_subcommand(name, |subcommand| {
+            subcommand.after_help(GLOBAL_SHORT).after_long_help("")
+        });
+    }
+    let mut matches = command.try_get_matches()?;
+    let from_environment = matches!(
+        command_matches(&matches).value_source("dir"),
+        Some(clap::parser::ValueSource::EnvVariable)
+    );
+    Ok((Cli::from_arg_matches_mut(&mut matches)?, from_environment))
+}
+
+/// The matches of the subcommand given, where global options land.
+fn command_matches(matches: &clap::ArgMatches) -> &clap::ArgMatches {
+    matches
+        .subcommand()
+        .map_or(matches, |(_, subcommand)| subcommand)
+}
+
+/// `error` and its causes, each after a colon, as `{:#}` writes them, but
+/// a cause whose text the message before it already ends with is said
+/// once: an error that shows its source (`cannot create the store folder
+/// X: File exists (os error 17)`) is not followed by that source again.
+fn message_of(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if message.ends_with(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
 }
 
 /// Says why the command failed: on standard error, and also as a JSON

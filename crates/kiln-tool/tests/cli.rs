@@ -41,7 +41,7 @@ fn stats_and_ls_describe_the_store_as_tables_or_json() {
     let table = run(&root, &["ls", "--kernels-only"]).stdout;
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 4, "a header and three rows:\n{table}");
-    let column = lines[0].find("BACKEND").expect("a BACKEND column");
+    let column = lines[0].find("TARGET").expect("a TARGET column");
     assert!(
         lines[1..]
             .iter()

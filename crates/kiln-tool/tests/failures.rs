@@ -83,7 +83,8 @@ fn a_kernel_that_failed_is_reported_from_memory_until_forgotten_or_retried() {
     );
     assert_eq!(activity["failures"], 1, "not compiled again: {activity:#}");
 
-    let listed = run(&store, &["ls"]).stdout;
+    // At full width, so that the row is one line.
+    let listed = run(&store, &["ls", "--wide"]).stdout;
     assert!(
         listed
             .lines()

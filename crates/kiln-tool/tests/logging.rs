@@ -124,11 +124,12 @@ fn kiln_log_and_verbose_flags_show_a_module_s_debugging_lines() {
     assert!(!said(&["--json", "-v", "warm"], None), "-v is notes only");
     // A directive that does not parse is named, and the run goes on.
     let mut command = kiln(&store, &["--json", "warm"]);
-    command.arg(&folder).env("KILN_LOG", "loud");
+    command.arg(&folder).env("KILN_LOG", "kiln_store=loud");
     let run = finish(&mut command);
     run.succeeded_json();
     assert!(
-        run.stderr.contains("KILN_LOG: \"loud\" is not a directive"),
+        run.stderr
+            .contains("KILN_LOG: \"kiln_store=loud\" is not a directive"),
         "{}",
         run.stderr
     );

@@ -113,10 +113,9 @@ pub(super) struct Job<'k, T: CompilationTarget> {
     lost: Option<Blame>,
     /// Whether its failure is its source group leader's, not its own.
     inherited: bool,
-    /// Lower + finalize time.
+    /// Lower + finalize time: its work, as its record and the loader's
+    /// statistics count it.
     compile_work: Duration,
-    /// Load time.
-    load_work: Duration,
     /// Warnings and remarks of its successful finalize.
     diagnostics: Vec<Diagnostic>,
     /// What it was finalized from, kept after its artifact in the store
@@ -147,7 +146,6 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                 None => Count::Uncounted,
             },
             compile_work: Duration::ZERO,
-            load_work: Duration::ZERO,
             diagnostics: Vec::new(),
         }
     }
@@ -532,7 +530,6 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                 origin,
                 source,
             } => {
-                let started = Instant::now();
                 let id = &self.id;
                 let loaded = contained(Stage::Load, id, || {
                     target.load(id, &artifact).map_err(|refusal| KernelError {
@@ -541,7 +538,6 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                         failure: Failure::Refused(refusal),
                     })
                 });
-                self.load_work = started.elapsed();
                 match loaded {
                     Ok(loaded) => {
                         match origin {
@@ -638,7 +634,7 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         let record = KernelRecord {
             kernel: self.id.kernel.clone(),
             outcome,
-            work: self.compile_work + self.load_work,
+            work: self.compile_work,
             stored,
             diagnostics: std::mem::take(&mut self.diagnostics),
             error: result.as_ref().err().map(ToString::to_string),

@@ -39,6 +39,15 @@ impl Recipe {
             lowered: encoding::encode(lowered).ok()?,
         })
     }
+
+    /// Its lowered form, decoded as `L` (what a listing shows of it: the
+    /// defines or constants it was compiled with); `None` when it is not
+    /// an `L`.
+    pub fn lowered_as<L: serde::de::DeserializeOwned>(&self) -> Option<L> {
+        encoding::decode::<L>(&self.lowered)
+            .ok()
+            .map(|(lowered, _)| lowered)
+    }
 }
 
 /// A stored value taken apart: the artifact's bytes and the recipe after

@@ -1,8 +1,8 @@
 //! `kiln gc`: evict least recently used entries down to the limits.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
-use kiln_store::{DiskStore, Limits, parse_size};
+use kiln_store::{DiskStore, Limits};
 
 use super::Output;
 use crate::console::outln;
@@ -13,22 +13,21 @@ use crate::table::print_pairs;
 /// `kiln gc` options.
 #[derive(Debug, Args)]
 pub struct Arguments {
-    /// The size to bring the store under (`512M`, `10G`); default: the
-    /// configured limit.
-    #[arg(long, value_name = "SIZE")]
-    pub max_size: Option<String>,
+    /// The size to bring the store under (`512M`, `10G`, `1.5GiB`);
+    /// default: the store's limit, 10 GiB.
+    #[arg(long, value_name = "SIZE", env = "KILN_CACHE_MAX_SIZE", hide_env_values = true, value_parser = format::parse_size)]
+    pub max_size: Option<u64>,
     /// The number of entries to bring the store under; default: the
-    /// configured limit.
-    #[arg(long, value_name = "N")]
+    /// store's limit, 1,000,000.
+    #[arg(long, value_name = "N", env = "KILN_CACHE_MAX_ENTRIES", hide_env_values = true, value_parser = format::parse_count)]
     pub max_entries: Option<u64>,
 }
 
 /// Collects, streaming.
 pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<()> {
     let mut limits = Limits::of(store.config());
-    if let Some(size) = &arguments.max_size {
-        limits.max_bytes = parse_size(size)
-            .with_context(|| format!("--max-size {size:?} is not a size like 512M or 10G"))?;
+    if let Some(bytes) = arguments.max_size {
+        limits.max_bytes = bytes;
     }
     if let Some(entries) = arguments.max_entries {
         limits.max_entries = entries;

@@ -1,17 +1,20 @@
 //! `kiln ls`: every entry of the store: the artifacts of kernels and of
 //! lowered source, and the named blobs kept beside them (a pipeline cache),
 //! each listed as what it is, an artifact with the resources its kernel
-//! uses (D4: registers, spills, shared memory), read from its bytes.
+//! uses (D4: registers, spills, shared memory), read from its bytes, and
+//! the specialization it was compiled with (defines, constants), read from
+//! the recipe kept after them: one row per specialization, sorted.
 
 use anyhow::Result;
 use clap::Args;
-use kiln_cuda::CudaArtifact;
+use kiln_cuda::{CudaArtifact, CudaLowered};
 use kiln_engine::resources::decode_report;
-use kiln_engine::store::{BlobKey, FAILURE_BLOB_KIND, RememberedFailure, hex};
+use kiln_engine::store::{BlobKey, FAILURE_BLOB_KIND, RememberedFailure, decode_value, hex};
 use kiln_engine::{ArtifactReport, ArtifactStore, KeySubject, Lookup, ResourceUsage};
-use kiln_hip::HipArtifact;
+use kiln_hip::{HipArtifact, HipLowered};
 use kiln_store::{DiskStore, Entry, EntryInfo, Record};
-use kiln_wgpu::WgpuArtifact;
+use kiln_wgpu::{WgpuArtifact, WgpuLowered};
+use serde::de::DeserializeOwned;
 
 use super::Output;
 use crate::console::{self, outln};
@@ -79,11 +82,13 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         outln!("]");
         return failed.map_or(Ok(()), |error| Err(error.into()));
     }
+    let wide = output.wide;
     let mut table = Table::new(&[
-        "KIND", "SUBJECT", "VARIANT", "BACKEND", "COMPILER", "ARCH", "SIZE>", "REGS>", "SPILLS>",
-        "SHARED>", "STORED", "USED",
+        "ENTRY", "TARGET", "COMPILER", "SIZE>", "REGS>", "SPILLS>", "SHARED>", "STORED>", "USED>",
     ]);
+    let mut any = false;
     store.entries(&mut |entry| {
+        any = true;
         if !wanted(&entry) {
             return;
         }
@@ -91,65 +96,170 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         let row = match &entry.entry {
             Entry::Record(record) => {
                 let key = &record.key;
-                let (kind, subject) = match &key.subject {
+                let bytes = store.object_bytes(record);
+                let backend = key.components.backend.as_str();
+                let specialization = bytes
+                    .as_deref()
+                    .and_then(|bytes| specialization_of(backend, bytes));
+                let (kind, name, digest) = match &key.subject {
                     KeySubject::Kernel { name, digest } => {
-                        ("kernel", format!("{name}#{:016x}", digest >> 64))
+                        let digest = if wide {
+                            format!("{digest:032x}")
+                        } else {
+                            format!("{:08x}", digest >> 96)
+                        };
+                        ("0 kernel", format!("{name}#"), digest)
                     }
-                    KeySubject::Source { digest } => ("source", hex(&digest[..8])),
+                    KeySubject::Source { digest } => (
+                        "1 source",
+                        "source ".to_owned(),
+                        hex(&digest[..if wide { 32 } else { 4 }]),
+                    ),
                 };
+                let specialization = specialization.unwrap_or_default();
+                let subject = format!("{name}{digest} {specialization}")
+                    .trim_end()
+                    .to_owned();
+                // A kernel's specializations sort together, by their
+                // defines, rather than by their digests.
+                let sort_key = vec![
+                    kind.to_owned(),
+                    name,
+                    key.components.backend.clone(),
+                    specialization,
+                    digest,
+                ];
                 let [registers, spills, shared] = resource_cells(
-                    stored_report(store, record)
+                    bytes
+                        .as_deref()
+                        .and_then(|bytes| report_of(backend, bytes))
                         .as_ref()
                         .map(|report| &report.resources),
                 );
-                vec![
-                    kind.into(),
-                    subject,
-                    crate::backend::variant_label(key),
-                    key.components.backend.clone(),
-                    key.components.compiler.clone(),
-                    key.components.architecture.clone(),
-                    format::bytes(record.size),
-                    registers,
-                    spills,
-                    shared,
-                    format::ago(record.stored_at),
-                    used,
-                ]
+                (
+                    sort_key,
+                    vec![
+                        subject,
+                        target_cell(backend, &crate::backend::variant_label(key), key),
+                        format::compiler(&key.components.compiler, wide),
+                        format::bytes(record.size),
+                        registers,
+                        spills,
+                        shared,
+                        format::ago(record.stored_at),
+                        used,
+                    ],
+                )
             }
             // A blob is no kernel: its kind says what it is, and what
             // identifies it is its key's components, not a compiler's.
             Entry::Blob(record) => {
                 let component = |name: &str| blob_component(&record.key, name);
                 let subject = if record.key.kind == FAILURE_BLOB_KIND {
-                    component("kernel")
+                    short_kernel(&component("kernel"), wide)
                 } else {
-                    hex(&record.key.digest()[..8])
+                    hex(&record.key.digest()[..if wide { 32 } else { 4 }])
                 };
-                vec![
-                    record.key.kind.clone(),
-                    subject,
-                    "-".into(),
-                    "-".into(),
-                    component("driver"),
-                    component("adapter"),
-                    format::bytes(record.size),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    format::ago(record.stored_at),
-                    used,
-                ]
+                let sort_key = vec![format!("2 {}", record.key.kind), subject.clone()];
+                (
+                    sort_key,
+                    vec![
+                        format!("{} {subject}", record.key.kind),
+                        format::compiler(&component("adapter"), wide),
+                        format::compiler(&component("driver"), wide),
+                        format::bytes(record.size),
+                        "-".into(),
+                        "-".into(),
+                        "-".into(),
+                        format::ago(record.stored_at),
+                        used,
+                    ],
+                )
             }
         };
-        table.row(row);
+        let (sort_key, cells) = row;
+        table.row_sorted_by(sort_key, cells);
     })?;
-    if table.len() == 0 {
-        outln!("the store at {} holds no entries", store.root().display());
-    } else {
+    if table.len() > 0 {
+        table.sort();
         table.print();
+    } else if any {
+        outln!(
+            "no entry of the store at {} matches{}",
+            store.root().display(),
+            match (&arguments.kernel, arguments.kernels_only) {
+                (Some(text), _) => format!(" --kernel {text:?}"),
+                (None, true) => " --kernels-only".to_owned(),
+                (None, false) => String::new(),
+            }
+        );
+    } else {
+        outln!("the store at {} holds no entries", store.root().display());
     }
     Ok(())
+}
+
+/// The TARGET cell: the backend and the variant its entries were stored
+/// under (`cuda sm_90`), or the architecture where the variant says
+/// nothing (`wgpu wgsl`).
+fn target_cell(backend: &str, variant: &str, key: &kiln_engine::StoreKey) -> String {
+    let variant = if variant == "-" || variant.is_empty() {
+        key.components.architecture.as_str()
+    } else {
+        variant
+    };
+    format!("{backend} {variant}")
+}
+
+/// A kernel's `name#digest` with the digest cut to 8 hex digits, as the
+/// kernels' rows show it, unless `wide`.
+fn short_kernel(kernel: &str, wide: bool) -> String {
+    match kernel.rsplit_once('#') {
+        Some((name, digest))
+            if !wide && digest.len() > 8 && digest.chars().all(|c| c.is_ascii_hexdigit()) =>
+        {
+            format!("{name}#{}", &digest[..8])
+        }
+        _ => kernel.to_owned(),
+    }
+}
+
+/// What `bytes` (a stored value) were compiled with beyond their source:
+/// the defines of a CUDA or HIP kernel (`N=4 BLOCK=128`), the pipeline
+/// constants of a wgpu one; read from the recipe kept after the artifact.
+/// `None` for none, for a value kept without a recipe, or for a backend
+/// this command does not know.
+fn specialization_of(backend: &str, bytes: &[u8]) -> Option<String> {
+    let words: Vec<String> = match backend {
+        "cuda" => lowered::<CudaArtifact, CudaLowered>(bytes)?
+            .arguments()
+            .iter()
+            .filter_map(|argument| argument.strip_prefix("-D"))
+            .map(str::to_owned)
+            .collect(),
+        "hip" => lowered::<HipArtifact, HipLowered>(bytes)?
+            .options()
+            .defines
+            .iter()
+            .map(|(name, value)| match value {
+                Some(value) => format!("{name}={value}"),
+                None => name.clone(),
+            })
+            .collect(),
+        "wgpu" => lowered::<WgpuArtifact, WgpuLowered>(bytes)?
+            .constants()
+            .iter()
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect(),
+        _ => return None,
+    };
+    (!words.is_empty()).then(|| words.join(" "))
+}
+
+/// The lowered form `L` of the recipe kept after the artifact `A` in a
+/// stored value.
+fn lowered<A: DeserializeOwned, L: DeserializeOwned>(bytes: &[u8]) -> Option<L> {
+    decode_value::<A>(bytes).ok()?.recipe?.lowered_as::<L>()
 }
 
 /// The REGS, SPILLS and SHARED cells of an artifact's resources (D4): the
@@ -208,10 +318,15 @@ fn resource_cells(resources: Option<&ResourceUsage>) -> [String; 3] {
 /// it.
 pub(crate) fn stored_report(store: &DiskStore, record: &Record) -> Option<ArtifactReport> {
     let bytes = store.object_bytes(record)?;
-    match record.key.components.backend.as_str() {
-        "cuda" => decode_report::<CudaArtifact>(&bytes),
-        "hip" => decode_report::<HipArtifact>(&bytes),
-        "wgpu" => decode_report::<WgpuArtifact>(&bytes),
+    report_of(record.key.components.backend.as_str(), &bytes)
+}
+
+/// The report of a stored value's `bytes` of `backend`'s artifact.
+fn report_of(backend: &str, bytes: &[u8]) -> Option<ArtifactReport> {
+    match backend {
+        "cuda" => decode_report::<CudaArtifact>(bytes),
+        "hip" => decode_report::<HipArtifact>(bytes),
+        "wgpu" => decode_report::<WgpuArtifact>(bytes),
         _ => None,
     }
 }

@@ -56,6 +56,8 @@ pub fn forget_blob(
 pub struct Output {
     /// JSON instead of tables.
     pub json: bool,
+    /// Tables at full width, every value whole (`--wide`).
+    pub wide: bool,
 }
 
 impl Output {

@@ -114,7 +114,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             "KERNELS>",
             "ASKED LAST>",
             "RUNS>",
-            "UPDATED",
+            "UPDATED>",
         ]);
         for profile in &shown {
             table.row(vec![
@@ -126,6 +126,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                 format::ago(profile.updated_at),
             ]);
         }
+        table.sort();
         outln!("{}", table.render().trim_end());
     })
 }

@@ -45,7 +45,8 @@ pub struct BatchShape {
     pub mode: &'static str,
     /// From its start to its last load.
     pub wall_seconds: f64,
-    /// Its kernels' work, added up: what one worker would have taken.
+    /// Its kernels' work (lower + finalize), added up: what one worker
+    /// would have taken; what `kiln warm` shows as its summed work.
     pub work_seconds: f64,
     /// Kernels found in the store by their id.
     pub from_store: usize,
@@ -75,7 +76,7 @@ pub struct KernelShape {
     pub digest: String,
     /// `from_store`, `rekeyed`, `compiled`, `failed` or `refused`.
     pub outcome: &'static str,
-    /// Lower, finalize and load time spent on it.
+    /// Lower and finalize time spent on it.
     pub work_seconds: f64,
     /// Its failure, cut short, for a failed or refused kernel.
     pub error: Option<String>,
@@ -147,8 +148,9 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             outln!("no batch records: no process has compiled with this store yet");
             return;
         }
+        // Oldest first, as they ran: a record is a moment of a timeline.
         let mut table = Table::new(&[
-            "ENDED",
+            "ENDED>",
             "PID>",
             "BACKEND",
             "KERNELS>",

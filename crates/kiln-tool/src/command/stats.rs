@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
 use clap::Args;
 use kiln_store::{BackendActivity, DiskStore};
 use serde::Serialize;
@@ -26,8 +26,13 @@ pub struct Arguments {
     #[arg(long)]
     pub zero: bool,
     /// The remote tier to report on too: `redis://HOST:PORT` or
-    /// `redis+cluster://HOST:PORT,...`; default: KILN_REMOTE_URL.
-    #[arg(long, value_name = "URL")]
+    /// `redis+cluster://HOST:PORT,...`.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "KILN_REMOTE_URL",
+        hide_env_values = true
+    )]
     pub remote: Option<String>,
 }
 
@@ -65,6 +70,10 @@ struct RemoteReport {
     /// What every process that writes the remote counted, added up there;
     /// `None` when it did not answer.
     fleet: Option<kiln_remote::FleetCounts>,
+    /// The fleet's remote hits over the kernels asked of the remote tier
+    /// (hits + misses; the named blobs read beside them are not asked);
+    /// `None` before any.
+    hit_rate: Option<f64>,
 }
 
 /// The counts of every process that used the store.
@@ -124,8 +133,11 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
     let root = store.root().display().to_string();
     let remote = remote(arguments)?;
     if arguments.zero {
+        // Refused before anything is zeroed, so a run that cannot do all
+        // it was asked does none of it.
+        check_fleet_can_be_zeroed(remote.as_ref())?;
         store.zero_activity().context("zeroing the statistics")?;
-        zero_fleet(remote.as_ref());
+        zero_fleet(remote.as_ref())?;
         let zeroed = Zeroed { root, zeroed: true };
         return output.print(&zeroed, || {
             outln!("statistics of {} zeroed", zeroed.root);
@@ -169,7 +181,8 @@ struct WithoutStore {
 pub fn run_without_store(root: &Path, arguments: &Arguments, output: &Output) -> Result<()> {
     let remote = remote(arguments)?;
     if arguments.zero {
-        zero_fleet(remote.as_ref());
+        check_fleet_can_be_zeroed(remote.as_ref())?;
+        zero_fleet(remote.as_ref())?;
     }
     let report = WithoutStore {
         root: root.display().to_string(),
@@ -186,28 +199,51 @@ pub fn run_without_store(root: &Path, arguments: &Arguments, output: &Output) ->
 
 /// The remote tier of `--remote`, else of `KILN_REMOTE_URL`.
 fn remote(arguments: &Arguments) -> Result<Option<kiln_remote::RemoteStore>> {
+    let configured = std::env::var("KILN_REMOTE_URL").ok();
+    let on_the_command_line =
+        arguments.remote.is_some() && arguments.remote.as_deref() != configured.as_deref();
     match super::push::open_remote(arguments.remote.as_deref()) {
         Ok(remote) => Ok(remote),
         // Asked for on the command line, a remote that cannot open is the
         // answer; only configured, it does not hide the local counts.
-        Err(error) if arguments.remote.is_none() => {
-            crate::console::errln!("kiln: warning: {error:#}");
+        Err(error) if !on_the_command_line => {
+            crate::console::errln!("kiln: warning: {}", crate::message_of(&error));
             Ok(None)
         }
         Err(error) => Err(error),
     }
 }
 
-/// Zeroes the fleet's counts in `remote`, warning when it cannot.
-fn zero_fleet(remote: Option<&kiln_remote::RemoteStore>) {
-    if let Some(remote) = remote
-        && !remote.zero_fleet_counts()
-    {
-        crate::console::errln!(
-            "kiln: warning: the fleet's counts in the remote tier at {} were not zeroed \
-             (it did not answer, or this node does not write it)",
+/// Refuses to zero where the fleet's counts in `remote` cannot be: a node
+/// that only reads the remote tier (no key that signs, or read-only)
+/// writes nothing there, its counts included.
+fn check_fleet_can_be_zeroed(remote: Option<&kiln_remote::RemoteStore>) -> Result<()> {
+    match remote {
+        Some(remote) if !remote.writes() => Err(anyhow!(
+            "the fleet's counts in the remote tier at {} cannot be zeroed from this node, which \
+             only reads it (it holds no KILN_REMOTE_KEY or KILN_REMOTE_SIGNING_KEY, or \
+             KILN_REMOTE_READ_ONLY is set): run `kiln stats --zero` on a node that writes the \
+             remote tier, or, to zero only this machine's counts, without --remote and with \
+             KILN_REMOTE_URL unset; nothing was zeroed",
             remote.config().url_for_display()
-        );
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Zeroes the fleet's counts in `remote`.
+///
+/// # Errors
+///
+/// The remote did not answer: the counts are as they were.
+fn zero_fleet(remote: Option<&kiln_remote::RemoteStore>) -> Result<()> {
+    match remote {
+        Some(remote) if !remote.zero_fleet_counts() => Err(anyhow!(
+            "the fleet's counts in the remote tier at {} were not zeroed: it did not answer \
+             (run `kiln stats --remote URL` to see whether it does, then zero again)",
+            remote.config().url_for_display()
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -221,7 +257,12 @@ fn remote_report(remote: &kiln_remote::RemoteStore) -> RemoteReport {
     } else {
         None
     };
+    let hit_rate = fleet.as_ref().and_then(|fleet| {
+        let asked = fleet.remote_hits + fleet.remote_misses;
+        (asked > 0).then(|| fleet.remote_hits as f64 / asked as f64)
+    });
     RemoteReport {
+        hit_rate,
         url: remote.config().url_for_display(),
         reachable,
         round_trip_ms,
@@ -248,19 +289,18 @@ fn print_remote(remote: &RemoteReport) {
         ("breaker", remote.breaker.to_owned()),
     ];
     if let Some(fleet) = &remote.fleet {
-        let asked = fleet.remote_hits + fleet.remote_misses;
         pairs.extend([
             ("processes reported", fleet.processes.to_string()),
             (
                 "remote hits",
-                if asked == 0 {
-                    fleet.remote_hits.to_string()
-                } else {
-                    format!(
-                        "{} ({:.1} %)",
+                match remote.hit_rate {
+                    None => fleet.remote_hits.to_string(),
+                    Some(rate) => format!(
+                        "{} of {} kernels asked ({:.1} %)",
                         fleet.remote_hits,
-                        fleet.remote_hits as f64 * 100.0 / asked as f64
-                    )
+                        fleet.remote_hits + fleet.remote_misses,
+                        rate * 100.0
+                    ),
                 },
             ),
             ("remote misses", fleet.remote_misses.to_string()),
@@ -308,9 +348,13 @@ fn print(stats: &Stats) {
         (
             "on disk",
             format!(
-                "{} allocated in {} files and folders",
+                "{} allocated in {}",
                 format::bytes(stats.allocated_bytes),
-                stats.files
+                if stats.files == 1 {
+                    "1 file or folder".to_owned()
+                } else {
+                    format!("{} files and folders", stats.files)
+                }
             ),
         ),
     ];
@@ -318,7 +362,19 @@ fn print(stats: &Stats) {
         pairs.push(("compilers", "none yet".into()));
     }
     for compiler in &stats.compilers {
-        pairs.push(("compiler", compiler.to_string()));
+        pairs.push((
+            "compiler",
+            if crate::table::is_wide() {
+                compiler.to_string()
+            } else {
+                format!(
+                    "{} {}: {}",
+                    compiler.backend,
+                    compiler.architecture,
+                    format::compiler(&compiler.compiler, false)
+                )
+            },
+        ));
     }
     pairs.push((
         "counted since",

@@ -134,12 +134,12 @@ fn list(answers: &[(kiln_engine::store::BlobKey, TuningAnswer)], output: &Output
             "FAILED>",
             "FASTEST>",
             "SPREAD>",
-            "WHEN",
+            "WHEN>",
         ]);
         for answer in &shown {
             table.row(vec![
                 answer.key.clone(),
-                answer.device.clone(),
+                format::compiler(&answer.device, crate::table::is_wide()),
                 format!("#{} {}", answer.winner_index, answer.winner),
                 format!("{}/{}", answer.measured, answer.candidates),
                 answer.failed.to_string(),
@@ -148,6 +148,7 @@ fn list(answers: &[(kiln_engine::store::BlobKey, TuningAnswer)], output: &Output
                 format::ago(answer.measured_at),
             ]);
         }
+        table.sort();
         outln!("{}", table.render().trim_end());
     })
 }
