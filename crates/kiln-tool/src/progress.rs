@@ -77,3 +77,59 @@ impl Drop for ProgressBar {
         }
     }
 }
+
+/// A progress bar on standard error while one backend's batch of `kiln
+/// warm` runs: how many of its kernels are settled (loaded or failed).
+/// Drawn only on a terminal, and only once the batch has run for a moment.
+pub struct BatchBar {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BatchBar {
+    /// A bar of the batch `progress` follows; while the batch waits for
+    /// kernels other processes compile, it names them (P12).
+    pub fn start(label: &'static str, progress: kiln_engine::BatchProgress) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let thread = std::io::stderr().is_terminal().then(|| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let mut drawn = false;
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(REDRAW);
+                    if started.elapsed() < QUIET_FOR {
+                        continue;
+                    }
+                    let total = progress.kernels();
+                    let done = progress.settled().min(total);
+                    let filled = (done * WIDTH).checked_div(total).unwrap_or(WIDTH);
+                    let doing = match progress.waiting() {
+                        Some(waiting) => format!("waiting for {waiting}"),
+                        None => "compiling".to_owned(),
+                    };
+                    console::draw_bar(format_args!(
+                        "warm {label}: [{}{}] {done}/{total} {doing}",
+                        "#".repeat(filled),
+                        "-".repeat(WIDTH - filled)
+                    ));
+                    drawn = true;
+                }
+                if drawn {
+                    console::draw_bar(format_args!(""));
+                }
+            })
+        });
+        Self { stop, thread }
+    }
+}
+
+impl Drop for BatchBar {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -5,13 +5,9 @@
 
 use anyhow::Result;
 use clap::Args;
-use kiln_cuda::CudaArtifact;
-use kiln_engine::resources::decode_report;
 use kiln_engine::store::{BlobKey, FAILURE_BLOB_KIND, RememberedFailure, hex};
 use kiln_engine::{ArtifactReport, ArtifactStore, KeySubject, Lookup, ResourceUsage};
-use kiln_hip::HipArtifact;
 use kiln_store::{DiskStore, Entry, EntryInfo, Record};
-use kiln_wgpu::WgpuArtifact;
 
 use super::Output;
 use crate::console::{self, outln};
@@ -208,12 +204,7 @@ fn resource_cells(resources: Option<&ResourceUsage>) -> [String; 3] {
 /// it.
 pub(crate) fn stored_report(store: &DiskStore, record: &Record) -> Option<ArtifactReport> {
     let bytes = store.object_bytes(record)?;
-    match record.key.components.backend.as_str() {
-        "cuda" => decode_report::<CudaArtifact>(&bytes),
-        "hip" => decode_report::<HipArtifact>(&bytes),
-        "wgpu" => decode_report::<WgpuArtifact>(&bytes),
-        _ => None,
-    }
+    crate::backend::named(&record.key.components.backend)?.stored_report(&bytes)
 }
 
 /// The value of the blob key's component `name`, or `-`.

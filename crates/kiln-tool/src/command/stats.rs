@@ -186,7 +186,7 @@ pub fn run_without_store(root: &Path, arguments: &Arguments, output: &Output) ->
 
 /// The remote tier of `--remote`, else of `KILN_REMOTE_URL`.
 fn remote(arguments: &Arguments) -> Result<Option<kiln_remote::RemoteStore>> {
-    match super::push::open_remote(arguments.remote.as_deref()) {
+    match crate::remote::open_remote(arguments.remote.as_deref()) {
         Ok(remote) => Ok(remote),
         // Asked for on the command line, a remote that cannot open is the
         // answer; only configured, it does not hide the local counts.
