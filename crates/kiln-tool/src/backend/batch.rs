@@ -12,7 +12,7 @@ use kiln_engine::{
 use serde::Serialize;
 
 use crate::manifest::{KernelFile, Specialization};
-use crate::progress::BatchBar;
+use crate::progress::{BatchBar, Shown};
 
 /// What one backend did with its kernels.
 #[derive(Debug, Default, Serialize)]
@@ -185,6 +185,7 @@ pub fn run<T>(
     backend: &'static str,
     placed: Placed<T>,
     retry_failed: bool,
+    progress: Shown,
     make: impl Fn() -> Vec<Labelled<KernelOf<T>>>,
 ) -> (BackendReport, T)
 where
@@ -210,7 +211,7 @@ where
     // Two identical `specialize` lines make one kernel: the queue holds
     // each once.
     let count = loader.queued_len();
-    let bar = BatchBar::start(backend, loader.progress());
+    let bar = BatchBar::start(backend, count, loader.progress(), progress);
     let started = Instant::now();
     loader.compile_queued();
     let wall = started.elapsed();

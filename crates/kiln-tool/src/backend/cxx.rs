@@ -173,7 +173,7 @@ where
         description,
         on_device,
     };
-    let mut report = batch::run(B::NAME, placed, job.retry_failed, make).0;
+    let mut report = batch::run(B::NAME, placed, job.retry_failed, job.progress, make).0;
     report.architecture = Some(architecture.to_string());
     report.toolkit_headers = toolkit
         .iter()

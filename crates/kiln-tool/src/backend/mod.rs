@@ -23,6 +23,7 @@ use kiln_engine::{ArtifactCompiler, ArtifactReport, KeyedCompiler, StoreKey};
 pub use batch::BackendReport;
 
 use crate::manifest::{KernelFile, Language};
+use crate::progress::Shown;
 
 /// Every backend, in the order `kiln warm` runs them.
 pub static ALL: [&dyn Backend; 3] = [&wgpu::Wgpu, &cuda::Cuda, &hip::Hip];
@@ -68,6 +69,8 @@ pub struct Job<'a> {
     pub include: &'a [PathBuf],
     /// `--retry-failed`: compile remembered failures again.
     pub retry_failed: bool,
+    /// How the batch's progress is shown (`--progress`).
+    pub progress: Shown,
 }
 
 /// One backend, as the command uses it. Object-safe: [`ALL`] holds them

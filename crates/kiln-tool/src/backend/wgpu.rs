@@ -90,7 +90,7 @@ impl Backend for Wgpu {
             description,
             on_device,
         };
-        let (mut report, target) = batch::run("wgpu", placed, job.retry_failed, make);
+        let (mut report, target) = batch::run("wgpu", placed, job.retry_failed, job.progress, make);
         if on_device {
             report.pipeline_cache = Some(target.pipeline_cache_state().to_string());
         }

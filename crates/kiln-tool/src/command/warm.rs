@@ -33,6 +33,7 @@ use crate::console::{errln, outln};
 use crate::exit::{self, Exit};
 use crate::format::seconds;
 use crate::manifest::{self, KernelFile};
+use crate::progress::Shown;
 use crate::table::Table;
 
 /// `kiln warm DIR`.
@@ -91,6 +92,12 @@ pub struct Arguments {
     /// every header itself and keys its text.
     #[arg(long = "include", value_name = "DIR")]
     pub include: Vec<PathBuf>,
+    /// How each batch's progress shows on standard error: `auto`, a bar
+    /// with the kernels done, their rate and the time left, on a terminal
+    /// only; `plain`, a line each time the count of kernels done changes
+    /// (for logs); `never`.
+    #[arg(long, value_enum, default_value_t, value_name = "WHEN")]
+    pub progress: Shown,
 }
 
 impl Arguments {
@@ -259,6 +266,7 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
                 architecture,
                 include: &arguments.include,
                 retry_failed: arguments.retry_failed,
+                progress: arguments.progress,
             }));
         }
     }
