@@ -5,7 +5,7 @@
 use anyhow::{Result, anyhow};
 use clap::Args;
 use kiln_engine::KeyComponents;
-use kiln_remote::{Keys, RemoteConfig, RemoteStore, TransferReport};
+use kiln_remote::{Keys, RemoteStore, TransferReport};
 use kiln_store::{DiskStore, Progress};
 
 use crate::command::Output;
@@ -20,12 +20,8 @@ use crate::table::print_pairs;
 /// A setting or key that cannot be read, or no key at all; the message
 /// says how to make keys and never shows one.
 pub fn open_remote(url: Option<&str>) -> Result<Option<RemoteStore>> {
-    let config = RemoteConfig::from_env_with_url(url)
-        .map_err(|error| anyhow!("the remote tier cannot start: {error}"))?;
-    config
-        .map(RemoteStore::open)
-        .transpose()
-        .map_err(|error| anyhow!("the remote tier cannot start: {error}"))
+    // The facade's reading, which a program's default store uses too.
+    Ok(kiln::Store::fleet_from_env(url)?)
 }
 
 /// The remote tier a copy works with: one must be named.

@@ -104,7 +104,10 @@ impl Cxx for Cuda {
     }
 
     fn with_store(target: CudaTarget, store: Option<Arc<dyn ArtifactStore>>) -> CudaTarget {
-        target.with_optional_store(store)
+        match store {
+            Some(store) => target.with_optional_store(Some(store)),
+            None => target.without_store(),
+        }
     }
 
     fn variant(target: &CudaTarget) -> kiln_cuda::CudaVariant {

@@ -41,7 +41,7 @@ pub trait Cxx {
     fn describe_device(target: &Self::Target) -> String;
     /// A compile-only target for `architecture`, described in words.
     fn compile_only(architecture: Self::Architecture) -> Result<(Self::Target, String), String>;
-    /// `target` on `store`.
+    /// `target` on `store`, or on none at all (not even a default store).
     fn with_store(target: Self::Target, store: Option<Arc<dyn ArtifactStore>>) -> Self::Target;
     /// The variant `target` compiles to.
     fn variant(target: &Self::Target) -> VariantOf<Self::Target>;

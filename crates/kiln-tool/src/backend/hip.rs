@@ -108,7 +108,10 @@ impl Cxx for Hip {
     }
 
     fn with_store(target: HipTarget, store: Option<Arc<dyn ArtifactStore>>) -> HipTarget {
-        target.with_optional_store(store)
+        match store {
+            Some(store) => target.with_optional_store(Some(store)),
+            None => target.without_store(),
+        }
     }
 
     fn variant(target: &HipTarget) -> HipVariant {

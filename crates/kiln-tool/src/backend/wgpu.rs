@@ -82,7 +82,7 @@ impl Backend for Wgpu {
         };
         let target = match &job.store {
             Some(store) => target.with_store(Arc::clone(store)),
-            None => target,
+            None => target.without_store(),
         };
         let placed = Placed {
             target,

@@ -73,18 +73,11 @@ impl Output {
 /// The settings of the store at `dir`, else of the one the `KILN_CACHE_*`
 /// variables name.
 fn store_config(dir: Option<&Path>) -> Result<StoreConfig> {
-    Ok(match (StoreConfig::from_env(), dir) {
-        (Ok(Some(config)), Some(dir)) => StoreConfig {
-            root: dir.to_path_buf(),
-            ..config
-        },
-        (Ok(Some(config)), None) => config,
-        (Ok(None) | Err(kiln_store::Error::NoCacheFolder), Some(dir)) => StoreConfig::at(dir),
-        (Ok(None), None) => {
-            bail!("the store is disabled (KILN_CACHE_DISABLE=1); pass --dir to work on one")
-        }
-        (Err(error), _) => return Err(error.into()),
-    })
+    // The facade's reading, which a program's default store uses too.
+    match kiln::Store::config_from_env(dir)? {
+        Some(config) => Ok(config),
+        None => bail!("the store is disabled (KILN_CACHE_DISABLE=1); pass --dir to work on one"),
+    }
 }
 
 /// The store at `dir`, else the one the `KILN_CACHE_*` variables name, to

@@ -18,7 +18,6 @@
 //! read-only and empty makes the run storeless, with one warning.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{Result, bail};
 use clap::Args;
@@ -217,25 +216,20 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
     if let Err(reason) = &store {
         errln!("kiln: warning: {reason}; compiling without a store");
     }
-    let remote = crate::remote::open_remote(arguments.remote.as_deref())?;
-    let tiered = match (store.as_ref().ok(), remote) {
-        (Some(disk), Some(remote)) => Some(Arc::new(kiln_remote::TieredStore::new(
-            disk.clone(),
-            remote,
-        ))),
-        (None, Some(_)) => {
-            errln!("kiln: warning: no local store, so the remote tier is not used this run");
+    // The tiers as a program opens them: one reading of the remote
+    // tier's URL and keys, with the disk store this command found.
+    let url = arguments.remote.as_deref();
+    let tiers = match &store {
+        Ok(disk) => Some(kiln::Store::tiers(disk.clone(), url)?),
+        Err(_) => {
+            if kiln::Store::fleet_from_env(url)?.is_some() {
+                errln!("kiln: warning: no local store, so the remote tier is not used this run");
+            }
             None
         }
-        (_, None) => None,
     };
-    let shared: Option<Arc<dyn ArtifactStore>> = match &tiered {
-        Some(tiered) => Some(Arc::clone(tiered) as Arc<dyn ArtifactStore>),
-        None => store
-            .as_ref()
-            .ok()
-            .map(|store| Arc::new(store.clone()) as Arc<dyn ArtifactStore>),
-    };
+    let shared = tiers.as_ref().map(kiln::Tiers::shared);
+    let tiered = tiers.as_ref().and_then(kiln::Tiers::fleet);
     let files = &found.files;
     let mut backends = Vec::new();
     for backend in backend::ALL {
