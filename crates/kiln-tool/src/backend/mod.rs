@@ -11,16 +11,19 @@ mod batch;
 mod cuda;
 mod cxx;
 mod hip;
+mod prebuilt;
 mod wgpu;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use kiln_engine::profile::StoredProfile;
 use kiln_engine::store::{ArtifactStore, Recompiled, recompile};
 use kiln_engine::worker::WorkerEntry;
 use kiln_engine::{ArtifactCompiler, ArtifactReport, KeyedCompiler, StoreKey};
 
 pub use batch::BackendReport;
+pub use prebuilt::{Outcome, Prebuilt};
 
 use crate::manifest::{KernelFile, Language};
 use crate::progress::Shown;
@@ -122,11 +125,16 @@ pub trait Backend: Sync {
     fn recompiler(&self) -> Result<Box<dyn Recompiler>, String>;
 }
 
-/// A compiler that compiles a stored entry again from its recipe.
+/// A backend's compiler on this machine, working on what a store holds:
+/// entries compiled again from their recipes.
 pub trait Recompiler {
     /// Compiles the entry of `key` again and compares; why not, when this
     /// compiler is not the one that stored it.
     fn recompile(&self, key: &StoreKey, bytes: &[u8]) -> Result<Recompiled, String>;
+
+    /// Prebuilds in `store`, for this compiler, every kernel of `profile`
+    /// (a profile of this backend): what came of each.
+    fn prebuild(&self, store: &dyn ArtifactStore, profile: &StoredProfile) -> Vec<Prebuilt>;
 }
 
 /// A [`Recompiler`] of compiler `C`, keyed for the architecture a key
@@ -167,6 +175,11 @@ impl<C: ArtifactCompiler + KeyedCompiler> Recompiler for Keyed<C> {
             ));
         }
         Ok(recompile(compiler, key, bytes))
+    }
+
+    fn prebuild(&self, store: &dyn ArtifactStore, profile: &StoredProfile) -> Vec<Prebuilt> {
+        let keyed = (self.keyed_for)(&self.compiler, &profile.components.architecture);
+        prebuilt::prebuild(keyed.as_ref().unwrap_or(&self.compiler), store, profile)
     }
 }
 

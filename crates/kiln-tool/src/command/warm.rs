@@ -33,6 +33,8 @@ use crate::exit::{self, Exit};
 use crate::format::seconds;
 use crate::manifest::{self, KernelFile};
 use crate::progress::Shown;
+
+mod profile;
 use crate::table::Table;
 
 /// `kiln warm DIR`.
@@ -41,7 +43,15 @@ pub struct Arguments {
     /// The folder of kernels: `*.wgsl`, `*.cu`, `*.hip`, each with a
     /// `// kiln entry: ...` header, and `*.spv` SPIR-V modules with theirs
     /// in `NAME.spv.kiln`.
-    pub folder: PathBuf,
+    #[arg(required_unless_present = "profile", conflicts_with = "profile")]
+    pub folder: Option<PathBuf>,
+    /// Prebuild what the warm-start profiles of PROGRAM (`kiln profiles`
+    /// lists them) say it loaded last time, for this machine's compilers,
+    /// instead of a folder: each kernel the store holds for them already,
+    /// or holds another compiler's artifact of with its recipe. The report
+    /// names every kernel that could not be prebuilt, and why.
+    #[arg(long, value_name = "PROGRAM")]
+    pub profile: Option<String>,
     /// The backends to run, comma-separated (wgpu, cuda, hip); default:
     /// every backend the folder has kernels for.
     #[arg(
@@ -204,11 +214,24 @@ struct WarmReport {
 /// configured one).
 pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result<()> {
     arguments.check()?;
-    let found = manifest::find(&arguments.folder)?;
+    let folder = match (&arguments.folder, &arguments.profile) {
+        (_, Some(program)) => {
+            return profile::run(dir, program, arguments.remote.as_deref(), output);
+        }
+        (Some(folder), None) => folder,
+        (None, None) => {
+            return Err(Exit::new(
+                exit::USAGE,
+                "give a folder of kernels, or --profile PROGRAM",
+            )
+            .into());
+        }
+    };
+    let found = manifest::find(folder)?;
     if found.files.is_empty() && found.failed.is_empty() {
         bail!(
             "no kernels in {}: kiln warm compiles *.wgsl, *.spv, *.cu and *.hip files",
-            arguments.folder.display()
+            folder.display()
         );
     }
     let store = super::open_store_to_fill(dir)?;
@@ -289,7 +312,7 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
     });
     let report = WarmReport {
         remote,
-        folder: arguments.folder.display().to_string(),
+        folder: folder.display().to_string(),
         store: store
             .as_ref()
             .ok()
