@@ -13,8 +13,7 @@ use std::path::Path;
 
 use anyhow::{Result, bail};
 use kiln_engine::profile::{PROFILE_BLOB_KIND, StoredProfile};
-use kiln_engine::{ArtifactStore, Lookup};
-use kiln_store::{DiskStore, Entry};
+use kiln_store::DiskStore;
 use serde::Serialize;
 
 use super::Output;
@@ -125,20 +124,11 @@ pub fn run(dir: Option<&Path>, program: &str, remote: Option<&str>, output: &Out
 /// Every profile of `program` the store keeps, by name, that holds
 /// kernels.
 fn profiles_of(store: &DiskStore, program: &str) -> Result<Vec<StoredProfile>> {
-    let mut names = Vec::new();
-    store.entries(&mut |entry| {
-        if let Entry::Blob(record) = entry.entry
-            && record.key.kind == PROFILE_BLOB_KIND
-        {
-            names.push(record.key);
-        }
-    })?;
-    Ok(names
+    let profiles =
+        super::super::blobs_of_kind(store, PROFILE_BLOB_KIND, StoredProfile::from_bytes)?;
+    Ok(profiles
         .into_iter()
-        .filter_map(|name| match store.lookup_blob(&name) {
-            Lookup::Hit { artifact, .. } => StoredProfile::from_bytes(&artifact),
-            Lookup::Miss(_) => None,
-        })
+        .map(|(_, profile)| profile)
         .filter(|profile| profile.program == program && !profile.kernels.is_empty())
         .collect())
 }
