@@ -9,9 +9,11 @@ mod support;
 use std::path::Path;
 use std::sync::Arc;
 
-use kiln_engine::profile::Program;
+use kiln_engine::profile::{Program, StoredProfile, profile_blob_key};
+use kiln_engine::store::BlobKey;
 use kiln_engine::{
-    ArtifactId, ArtifactStore, Kernel, KernelId, KernelLoader, KeyedCompiler, StoreKey,
+    ArtifactId, ArtifactStore, Kernel, KernelId, KernelLoader, KeyComponents, KeyedCompiler,
+    Lookup, StoreKey,
 };
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_wgpu::{WgpuCompiler, WgpuTarget, WgpuVariant, WgslKernel};
@@ -48,7 +50,7 @@ fn run_server(root: &Path, values: &[u32]) -> Vec<StoreKey> {
 }
 
 /// The report's one profile.
-fn profile(report: &Value) -> &Value {
+fn profile_of(report: &Value) -> &Value {
     let profiles = report["profiles"].as_array().expect("a list of profiles");
     assert_eq!(profiles.len(), 1, "{report:#}");
     &profiles[0]
@@ -65,7 +67,7 @@ fn warm_from_a_profile_names_what_it_could_and_could_not_prebuild() {
 
     let whole = run(&root, &["--json", "warm", "--profile", "server"]);
     let report = whole.succeeded_json();
-    let shown = profile(&report);
+    let shown = profile_of(&report);
     assert_eq!(shown["backend"], "wgpu");
     assert_eq!(
         (shown["in_store"].as_u64(), shown["not_prebuilt"].as_u64()),
@@ -80,7 +82,7 @@ fn warm_from_a_profile_names_what_it_could_and_could_not_prebuild() {
     let partial = run(&root, &["--json", "warm", "--profile", "server"]);
     assert_eq!(partial.status.code(), Some(3), "{}", partial.stderr);
     let report = partial.json();
-    let shown = profile(&report);
+    let shown = profile_of(&report);
     assert_eq!(
         (
             shown["in_store"].as_u64(),
@@ -116,6 +118,88 @@ fn warm_from_a_profile_names_what_it_could_and_could_not_prebuild() {
         "{}",
         table.stdout
     );
+}
+
+// L12: a profile written under another compiler (an older naga, as after
+// an upgrade), whose artifacts the store holds with their recipes, is
+// prebuilt for this machine's compiler: finalized again from the recipe
+// and stored, so the next run finds it in the store, and so does the
+// program.
+#[test]
+fn warm_from_a_profile_rebuilds_another_compiler_s_artifacts_from_their_recipes() {
+    let scratch = Scratch::new("warm-profile-rebuild");
+    let root = scratch.path().join("store");
+    let keys = run_server(&root, &[4]);
+    let store = DiskStore::open(StoreConfig::at(&root)).expect("the store opens");
+    let here = WgpuCompiler.key_components();
+    let older = KeyComponents {
+        compiler: format!("{} (older)", here.compiler),
+        ..here.clone()
+    };
+    // The program's profile and artifact as that other compiler left
+    // them: the same kernel under its key, and none under this one's.
+    let profile_name = profile_blob_key("server", &here);
+    let Lookup::Hit {
+        artifact: bytes, ..
+    } = store.lookup_blob(&profile_name)
+    else {
+        panic!("the program wrote its profile");
+    };
+    let mut profile = StoredProfile::from_bytes(&bytes).expect("a profile");
+    let Lookup::Hit {
+        artifact: value, ..
+    } = store.lookup(&keys[0])
+    else {
+        panic!("the program stored its kernel");
+    };
+    let kernel = kernel(4);
+    let id = ArtifactId::new(kernel.id(), WgpuVariant);
+    let theirs = StoreKey::for_artifact(&older, &id, WgpuCompiler.entry_point(&id));
+    assert!(matches!(
+        store.put(&theirs, None, &value, std::time::Duration::ZERO),
+        kiln_engine::StoreOutcome::Stored { .. }
+    ));
+    store.remove(&keys[0]);
+    forget_profile(&store, &profile_name, &here);
+    profile.components = older.clone();
+    let older_name = profile_blob_key("server", &older);
+    assert!(matches!(
+        store.put_blob(&older_name, &profile.to_bytes()),
+        kiln_engine::StoreOutcome::Stored { .. }
+    ));
+
+    let first = run(&root, &["--json", "warm", "--profile", "server"]);
+    let report = first.succeeded_json();
+    let shown = profile_of(&report);
+    assert_eq!(
+        (
+            shown["in_store"].as_u64(),
+            shown["rebuilt"].as_u64(),
+            shown["not_prebuilt"].as_u64()
+        ),
+        (Some(0), Some(1), Some(0)),
+        "{report:#}"
+    );
+    let second = run(&root, &["--json", "warm", "--profile", "server"]);
+    let report = second.succeeded_json();
+    assert_eq!(
+        profile_of(&report)["in_store"].as_u64(),
+        Some(1),
+        "{report:#}"
+    );
+    assert!(
+        matches!(store.lookup(&keys[0]), Lookup::Hit { .. }),
+        "the program's key now holds the kernel"
+    );
+}
+
+/// Writes `name`'s profile as forgotten (no kernels).
+fn forget_profile(store: &DiskStore, name: &BlobKey, components: &KeyComponents) {
+    let nothing = StoredProfile::forgotten("server", components);
+    assert!(matches!(
+        store.put_blob(name, &nothing.to_bytes()),
+        kiln_engine::StoreOutcome::Stored { .. }
+    ));
 }
 
 // A program the store keeps no profile of is an error that says where
