@@ -14,7 +14,7 @@ use kiln_engine::worker::WorkerEntry;
 use kiln_engine::{ArtifactReport, CompilationTarget, KernelIdBuilder, StoreKey};
 
 use super::cxx::{self, Cxx, Source};
-use super::{Backend, BackendReport, Job, Recompiler};
+use super::{Architectures, Backend, BackendReport, Job, Recompiler};
 use crate::manifest::{KernelFile, Language};
 
 /// The CUDA backend.
@@ -36,6 +36,10 @@ impl Backend for Cuda {
 
     fn architecture_option(&self) -> Option<&'static str> {
         Some("--cuda-arch")
+    }
+
+    fn asked_architectures<'a>(&self, asked: &'a Architectures) -> &'a [String] {
+        &asked.cuda_arch
     }
 
     fn check_architecture(&self, text: &str) -> Result<(), String> {

@@ -14,7 +14,7 @@ use kiln_hip::{
 };
 
 use super::cxx::{self, Cxx, Source};
-use super::{Backend, BackendReport, Job, Recompiler};
+use super::{Architectures, Backend, BackendReport, Job, Recompiler};
 use crate::manifest::{KernelFile, Language};
 
 /// The HIP backend.
@@ -42,6 +42,10 @@ impl Backend for Hip {
 
     fn architecture_option(&self) -> Option<&'static str> {
         Some("--hip-arch")
+    }
+
+    fn asked_architectures<'a>(&self, asked: &'a Architectures) -> &'a [String] {
+        &asked.hip_arch
     }
 
     fn check_architecture(&self, text: &str) -> Result<(), String> {

@@ -59,6 +59,24 @@ pub fn variant_label(key: &StoreKey) -> String {
         .unwrap_or_else(|| key.variant_text.clone())
 }
 
+/// The architectures `kiln warm` is asked to compile for, one option per
+/// backend that has architectures; each backend reads its own
+/// ([`Backend::asked_architectures`]).
+#[derive(Debug, Default, clap::Args)]
+pub struct Architectures {
+    /// The CUDA architectures to compile for, comma-separated
+    /// (`sm_80,sm_90`): one batch each, loaded on the NVIDIA GPU when it is
+    /// of that architecture, compiled only otherwise. Default: the GPU's,
+    /// else sm_90.
+    #[arg(long, value_delimiter = ',', value_name = "sm_XX,...")]
+    pub cuda_arch: Vec<String>,
+    /// The AMD architectures to compile for, comma-separated
+    /// (`gfx90a,gfx942`): one batch each, as for --cuda-arch. Default: the
+    /// AMD GPU's, else gfx90a.
+    #[arg(long, value_delimiter = ',', value_name = "gfxXXX,...")]
+    pub hip_arch: Vec<String>,
+}
+
 /// What one backend's batch of `kiln warm` works on.
 pub struct Job<'a> {
     /// The kernel files it takes, in the folder's order.
@@ -95,6 +113,12 @@ pub trait Backend: Sync {
     /// The option that picks its architectures, if it has architectures.
     fn architecture_option(&self) -> Option<&'static str> {
         None
+    }
+
+    /// The architectures `asked` names for it: each a batch of its own.
+    fn asked_architectures<'a>(&self, asked: &'a Architectures) -> &'a [String] {
+        let _ = asked;
+        &[]
     }
 
     /// Why `text` is no architecture of this backend, if it is none.

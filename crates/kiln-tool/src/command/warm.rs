@@ -27,7 +27,7 @@ use kiln_store::DiskStore;
 use serde::Serialize;
 
 use super::Output;
-use crate::backend::{self, Backend, BackendReport, Job};
+use crate::backend::{self, BackendReport, Job};
 use crate::console::errln;
 use crate::exit::{self, Exit};
 use crate::manifest::{self, KernelFile};
@@ -60,17 +60,8 @@ pub struct Arguments {
         value_parser = PossibleValuesParser::new(backend::names())
     )]
     pub backend: Vec<String>,
-    /// The CUDA architectures to compile for, comma-separated
-    /// (`sm_80,sm_90`): one batch each, loaded on the NVIDIA GPU when it is
-    /// of that architecture, compiled only otherwise. Default: the GPU's,
-    /// else sm_90.
-    #[arg(long, value_delimiter = ',', value_name = "sm_XX,...")]
-    pub cuda_arch: Vec<String>,
-    /// The AMD architectures to compile for, comma-separated
-    /// (`gfx90a,gfx942`): one batch each, as for --cuda-arch. Default: the
-    /// AMD GPU's, else gfx90a.
-    #[arg(long, value_delimiter = ',', value_name = "gfxXXX,...")]
-    pub hip_arch: Vec<String>,
+    #[command(flatten)]
+    pub architectures: backend::Architectures,
     /// Backends that must run: one of them unavailable (its compiler
     /// missing) fails the run with exit code 4 instead of a note.
     /// Comma-separated; a backend without kernels in the folder is not
@@ -109,16 +100,6 @@ pub struct Arguments {
 }
 
 impl Arguments {
-    /// The architectures asked of `backend`, by its option: each a batch
-    /// of its own.
-    fn architectures(&self, backend: &dyn Backend) -> &[String] {
-        match backend.architecture_option() {
-            Some("--cuda-arch") => &self.cuda_arch,
-            Some("--hip-arch") => &self.hip_arch,
-            _ => &[],
-        }
-    }
-
     /// Whether `backend` is to run.
     fn wants(&self, backend: &str) -> bool {
         self.backend.is_empty() || self.backend.iter().any(|wanted| wanted == backend)
@@ -129,7 +110,7 @@ impl Arguments {
     fn check(&self) -> Result<()> {
         let usage = |message: String| Exit::new(exit::USAGE, message);
         for backend in backend::ALL {
-            for arch in self.architectures(backend) {
+            for arch in backend.asked_architectures(&self.architectures) {
                 backend.check_architecture(arch).map_err(|error| {
                     usage(format!(
                         "{}: {error}",
@@ -266,7 +247,7 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
         }
         // Each architecture asked for is a batch of its own; none asked is
         // the device's, else the default.
-        let asked_architectures = arguments.architectures(backend);
+        let asked_architectures = backend.asked_architectures(&arguments.architectures);
         let architectures: Vec<Option<&str>> = if asked_architectures.is_empty() {
             vec![None]
         } else {
