@@ -22,6 +22,7 @@ mod logger;
 mod manifest;
 mod options;
 mod progress;
+mod remote;
 mod shape;
 mod table;
 
@@ -110,9 +111,9 @@ enum Command {
     /// Make the keys of a fleet's shared remote tier.
     Keygen(command::keygen::Arguments),
     /// Copy the store's artifacts to the remote tier, signed.
-    Push(command::push::Arguments),
+    Push(remote::TransferArguments),
     /// Copy what the remote tier holds and the store lacks, verified.
-    Pull(command::push::Arguments),
+    Pull(remote::TransferArguments),
     /// Compile every kernel of a folder into the store, for every backend here.
     Warm(command::warm::Arguments),
     /// The tuning answers the store keeps, and forgetting them.
@@ -126,7 +127,7 @@ fn main() {
     // hipRTC compiles and exits here: a compiler that crashes, or exits
     // from inside (hipRTC does, when a temporary file passes the file size
     // limit), fails only the kernel it held, never the run.
-    kiln_engine::worker::run_if_worker(&[kiln_cuda::worker_entry(), kiln_hip::worker_entry()]);
+    kiln_engine::worker::run_if_worker(&backend::worker_entries());
     ignore_file_size_signal();
     let (cli, dir_from_environment) = match parse() {
         Ok(parsed) => parsed,

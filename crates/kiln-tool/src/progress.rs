@@ -1,27 +1,56 @@
-//! A progress bar on standard error, for passes over the whole store.
+//! The command's one progress bar, on indicatif: for passes over the whole
+//! store (export, import, push, pull, verify) and for `kiln warm`'s
+//! batches, with the rate and the time left.
 //!
-//! It appears only on a terminal and only once a pass has run for a moment,
-//! so quick commands and pipes print nothing extra; it redraws at most ten
-//! times a second and clears itself when done.
+//! It appears only on a terminal and only once a pass has run for a
+//! moment, so quick commands and pipes print nothing extra, and clears
+//! itself when done. It draws through [`console`], so a message written
+//! while it is on screen stands on a line of its own. A batch's bar counts
+//! the kernels that are settled (loaded or failed), never the ones merely
+//! started; `kiln warm --progress plain` prints the same count as lines,
+//! for a log or a CI job.
 
-use std::io::IsTerminal;
+use std::io::{self, IsTerminal};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use clap::ValueEnum;
+use indicatif::{ProgressDrawTarget, ProgressStyle, TermLike};
+use kiln_engine::BatchProgress;
 use kiln_store::Progress;
 
-use crate::{console, format};
+use crate::console::{self, errln};
+use crate::format;
 
 /// How long a pass runs before the bar appears.
 const QUIET_FOR: Duration = Duration::from_millis(300);
-const REDRAW: Duration = Duration::from_millis(100);
-const WIDTH: usize = 30;
+/// How often a batch's count is read.
+const POLL: Duration = Duration::from_millis(50);
+/// Redraws a second, at most.
+const REDRAWS: u8 = 10;
 
-/// A bar that follows one pass.
+/// How progress is shown (`--progress`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Shown {
+    /// A bar on standard error when it is a terminal; nothing otherwise.
+    #[default]
+    Auto,
+    /// A line on standard error each time the count changes, terminal or
+    /// not.
+    Plain,
+    /// Nothing.
+    Never,
+}
+
+/// A bar that follows one pass over the store.
 #[derive(Debug)]
 pub struct ProgressBar {
+    bar: indicatif::ProgressBar,
     label: &'static str,
     started: Instant,
-    drawn_at: Option<Instant>,
+    shown: bool,
     enabled: bool,
 }
 
@@ -29,51 +58,216 @@ impl ProgressBar {
     /// A bar for `label`, drawn only when standard error is a terminal.
     pub fn new(label: &'static str) -> Self {
         Self {
+            bar: indicatif::ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden()),
             label,
             started: Instant::now(),
-            drawn_at: None,
-            enabled: std::io::stderr().is_terminal(),
+            shown: false,
+            enabled: io::stderr().is_terminal(),
         }
     }
 
-    /// Shows `progress`, if it is time to.
+    /// Shows `progress`.
     pub fn update(&mut self, progress: &Progress) {
-        if !self.enabled || self.started.elapsed() < QUIET_FOR {
+        if !self.enabled {
             return;
         }
-        if self.drawn_at.is_some_and(|drawn| drawn.elapsed() < REDRAW) {
-            return;
-        }
-        self.drawn_at = Some(Instant::now());
-        let bar = match progress.total.filter(|total| *total > 0) {
-            Some(total) => {
-                let filled =
-                    ((progress.done.min(total) as f64 / total as f64) * WIDTH as f64) as usize;
-                format!(
-                    "[{}{}] {}/{}",
-                    "#".repeat(filled),
-                    "-".repeat(WIDTH - filled),
-                    progress.done,
-                    total
-                )
-            }
-            None => format::count(progress.done, "file"),
-        };
         let rate = progress.bytes as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
-        console::draw_bar(format_args!(
-            "{} {}: {bar}  {}  {}/s",
-            self.label,
-            progress.phase,
+        self.bar.set_message(format!(
+            "{}  {}/s",
             format::bytes(progress.bytes),
             format::bytes(rate as u64)
         ));
+        let template = match progress.total.filter(|total| *total > 0) {
+            Some(total) => {
+                self.bar.set_length(total);
+                "{prefix}: [{bar:30}] {pos}/{len}  {msg}  ETA {eta}"
+            }
+            None => "{prefix}: {pos} files  {msg}",
+        };
+        self.bar.set_style(style(template));
+        self.bar
+            .set_prefix(format!("{} {}", self.label, progress.phase));
+        self.bar.set_position(progress.done);
+        if !self.shown && self.started.elapsed() >= QUIET_FOR {
+            self.shown = true;
+            self.bar.set_draw_target(on_console());
+        }
     }
 }
 
 impl Drop for ProgressBar {
     fn drop(&mut self) {
-        if self.drawn_at.is_some() {
-            console::draw_bar(format_args!(""));
+        self.bar.finish_and_clear();
+    }
+}
+
+/// A bar over one batch of `kiln warm`, fed from the loader's
+/// [`BatchProgress`] by a thread of its own while the loader compiles:
+/// the kernels settled so far of the batch's, and what the batch waits
+/// for when other processes compile some of them (P12).
+pub struct BatchBar {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl BatchBar {
+    /// A bar of the batch of `total` kernels that `progress` follows,
+    /// labelled `label`, shown as `shown` says.
+    pub fn start(label: &'static str, total: usize, progress: BatchProgress, shown: Shown) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let drawn = match shown {
+            Shown::Auto => io::stderr().is_terminal(),
+            Shown::Plain => true,
+            Shown::Never => false,
+        };
+        let thread = drawn.then(|| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || follow(label, total, &progress, shown, &stop))
+        });
+        Self { stop, thread }
+    }
+}
+
+impl Drop for BatchBar {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
+}
+
+/// Follows `progress` until `stop`, then once more: the bar (or the
+/// lines) end on the batch's last count.
+fn follow(label: &str, total: usize, progress: &BatchProgress, shown: Shown, stop: &AtomicBool) {
+    let bar =
+        indicatif::ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::hidden())
+            .with_style(style(
+                "warm {prefix}: [{bar:30}] {pos}/{len} kernels, {per_sec}, ETA {eta} {msg}",
+            ))
+            .with_prefix(label.to_owned());
+    let started = Instant::now();
+    let mut on_screen = false;
+    let mut last_line = None;
+    loop {
+        // Read before the stop flag: the last round sees the batch's end.
+        let stopping = stop.load(Ordering::Relaxed);
+        let kernels = match progress.kernels() {
+            0 => total,
+            kernels => kernels,
+        };
+        let settled = progress.settled().min(kernels);
+        bar.set_length(kernels as u64);
+        bar.set_position(settled as u64);
+        let waiting = progress
+            .waiting()
+            .map(|waiting| format!("waiting for {waiting}"));
+        bar.set_message(waiting.clone().unwrap_or_default());
+        match shown {
+            Shown::Plain => {
+                let line = (settled, kernels, waiting);
+                if last_line.as_ref() != Some(&line) {
+                    errln!(
+                        "warm {label}: {settled}/{kernels} kernels settled, {:.1}/s, ETA {}{}",
+                        bar.per_sec(),
+                        // Nothing done yet says nothing of the time left.
+                        if settled == 0 {
+                            "-".to_owned()
+                        } else {
+                            format::seconds(bar.eta().as_secs_f64())
+                        },
+                        line.2
+                            .as_ref()
+                            .map_or_else(String::new, |waiting| format!(", {waiting}"))
+                    );
+                    last_line = Some(line);
+                }
+            }
+            Shown::Auto if !on_screen && started.elapsed() >= QUIET_FOR => {
+                on_screen = true;
+                bar.set_draw_target(on_console());
+            }
+            Shown::Auto | Shown::Never => {}
+        }
+        if stopping {
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    bar.finish_and_clear();
+}
+
+/// The style of a bar from `template`; a template of this module's own
+/// always parses.
+fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("#>-")
+}
+
+/// A draw target writing through [`console`], at most [`REDRAWS`] times a
+/// second.
+fn on_console() -> ProgressDrawTarget {
+    ProgressDrawTarget::term_like_with_hz(Box::new(ConsoleLine), REDRAWS)
+}
+
+/// Standard error's one bar line, drawn and cleared through [`console`],
+/// so that a note written meanwhile clears it first.
+#[derive(Debug)]
+struct ConsoleLine;
+
+impl TermLike for ConsoleLine {
+    fn width(&self) -> u16 {
+        terminal_width().unwrap_or(80)
+    }
+
+    fn move_cursor_up(&self, _: usize) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn move_cursor_down(&self, _: usize) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn move_cursor_right(&self, _: usize) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn move_cursor_left(&self, _: usize) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn write_line(&self, line: &str) -> io::Result<()> {
+        console::draw_bar(format_args!("{line}"));
+        Ok(())
+    }
+
+    fn write_str(&self, text: &str) -> io::Result<()> {
+        console::draw_bar(format_args!("{text}"));
+        Ok(())
+    }
+
+    fn clear_line(&self) -> io::Result<()> {
+        console::draw_bar(format_args!(""));
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Standard error's width in columns, when it is a terminal.
+fn terminal_width() -> Option<u16> {
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one `winsize` through the pointer, which
+    // points to one that lives across the call; on a descriptor that is
+    // no terminal it fails and writes nothing.
+    let answered = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) };
+    (answered == 0 && size.ws_col > 0).then_some(size.ws_col)
 }

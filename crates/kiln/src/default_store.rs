@@ -84,15 +84,16 @@ impl Store {
     /// A program that would rather run without a store then keeps the
     /// error for its log and passes `None`.
     pub fn from_env() -> Result<Option<Arc<dyn ArtifactStore>>, StoreError> {
-        let Some(disk) = DiskStore::open_from_env()? else {
+        let Some(config) = Self::config_from_env(None)? else {
             return Ok(None);
         };
-        Self::with_fleet(disk, None).map(Some)
+        Self::with_fleet(DiskStore::open(config)?, None).map(Some)
     }
 
     /// `disk`, with the fleet tier behind it that `remote_url` names, else
-    /// `KILN_REMOTE_URL`, else none: the one place the tiers are put
-    /// together, for a program and for the `kiln` command's `--remote`.
+    /// `KILN_REMOTE_URL`, else none, as [`Store::tiers`] puts them
+    /// together; the fleet tier's queued writes go out when the process
+    /// exits.
     ///
     /// # Errors
     ///
@@ -101,19 +102,12 @@ impl Store {
         disk: DiskStore,
         remote_url: Option<&str>,
     ) -> Result<Arc<dyn ArtifactStore>, StoreError> {
+        let tiers = Self::tiers(disk, remote_url)?;
         #[cfg(feature = "remote")]
-        {
-            let config = kiln_remote::RemoteConfig::from_env_with_url(remote_url)?;
-            if let Some(config) = config {
-                let remote = kiln_remote::RemoteStore::open(config)?;
-                let tiered = kiln_remote::TieredStore::new(disk, remote);
-                fleet::flush_at_exit(&tiered);
-                return Ok(Arc::new(tiered));
-            }
+        if let Some(fleet) = tiers.fleet() {
+            fleet::flush_at_exit(fleet);
         }
-        #[cfg(not(feature = "remote"))]
-        let _ = remote_url;
-        Ok(shared(disk))
+        Ok(tiers.shared())
     }
 
     /// The store in `root`, made there when the folder is empty or absent,

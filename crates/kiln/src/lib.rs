@@ -72,6 +72,12 @@ mod default_store;
 #[cfg(feature = "store")]
 pub use default_store::{Store, StoreError};
 
+#[cfg(feature = "store")]
+mod tiers;
+
+#[cfg(feature = "store")]
+pub use tiers::Tiers;
+
 /// kiln's disk store (kiln-store): verified, shared between processes,
 /// size-limited; its settings ([`StoreConfig`]),
 /// bundles and maintenance. [`Store`] opens the default one.

@@ -46,6 +46,7 @@ mod generation;
 mod key;
 mod lease;
 mod memory;
+mod rebuild;
 mod recipe;
 
 use std::fmt;
@@ -67,6 +68,7 @@ pub use key::{
 };
 pub use lease::{DEFAULT_LEASE, Renewal};
 pub use memory::{DEFAULT_CLAIM_TIMEOUT, MemoryStore};
+pub use rebuild::{Rebuilt, decode_id, rebuild};
 pub use recipe::{Recipe, Recompiled, StoredValue, decode_value, recompile};
 
 /// Why a store had nothing to give.

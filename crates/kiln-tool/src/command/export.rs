@@ -7,13 +7,13 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use clap::Args;
 use kiln_engine::KeyComponents;
-use kiln_remote::Keys;
 use kiln_store::{DiskStore, ExportReport};
 
 use super::Output;
 use crate::console::errln;
 use crate::format;
 use crate::progress::ProgressBar;
+use crate::remote::{CompilerChoice, configured_keys};
 use crate::table::print_pairs;
 
 /// `kiln export` options.
@@ -23,38 +23,6 @@ pub struct Arguments {
     pub file: PathBuf,
     #[command(flatten)]
     pub compiler: CompilerChoice,
-}
-
-/// Picks one of the compilers a store holds entries of, by any of its
-/// components.
-#[derive(Debug, Clone, Args)]
-pub struct CompilerChoice {
-    /// The backend: cuda, hip, wgpu.
-    #[arg(long)]
-    pub backend: Option<String>,
-    /// The compiler identity and version.
-    #[arg(long)]
-    pub compiler: Option<String>,
-    /// The architecture.
-    #[arg(long = "arch")]
-    pub architecture: Option<String>,
-}
-
-impl CompilerChoice {
-    /// Whether any component was given.
-    pub fn is_given(&self) -> bool {
-        self.backend.is_some() || self.compiler.is_some() || self.architecture.is_some()
-    }
-
-    /// Whether `components` agrees with every component given.
-    pub fn matches(&self, components: &KeyComponents) -> bool {
-        let agrees = |given: &Option<String>, actual: &str| {
-            given.as_deref().is_none_or(|given| given == actual)
-        };
-        agrees(&self.backend, &components.backend)
-            && agrees(&self.compiler, &components.compiler)
-            && agrees(&self.architecture, &components.architecture)
-    }
 }
 
 /// Exports, streaming.
@@ -131,19 +99,4 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             ),
         ]);
     })
-}
-
-/// The remote tier's keys configured here, for bundles: none at all is no
-/// error (an export is then unsigned, an import trusts nothing signed).
-///
-/// # Errors
-///
-/// A key is set and cannot be read; the message names the variable, never
-/// the key.
-pub fn configured_keys() -> Result<Keys> {
-    match Keys::from_env() {
-        Ok(keys) => Ok(keys),
-        Err(kiln_remote::Error::NoKey) => Ok(Keys::default()),
-        Err(error) => Err(anyhow::anyhow!("reading the signing keys: {error}")),
-    }
 }

@@ -13,9 +13,9 @@ use kiln_engine::KeyComponents;
 use kiln_store::{BundleHeader, BundleSeal, DiskStore, ImportReport, read_header};
 
 use super::Output;
-use super::export::{CompilerChoice, configured_keys};
 use crate::console::errln;
 use crate::progress::ProgressBar;
+use crate::remote::{CompilerChoice, configured_keys};
 use crate::table::print_pairs;
 
 /// `kiln import` options.

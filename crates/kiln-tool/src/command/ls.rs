@@ -7,14 +7,9 @@
 
 use anyhow::Result;
 use clap::Args;
-use kiln_cuda::{CudaArtifact, CudaLowered};
-use kiln_engine::resources::decode_report;
-use kiln_engine::store::{BlobKey, FAILURE_BLOB_KIND, RememberedFailure, decode_value, hex};
+use kiln_engine::store::{BlobKey, FAILURE_BLOB_KIND, RememberedFailure, hex};
 use kiln_engine::{ArtifactReport, ArtifactStore, KeySubject, Lookup, ResourceUsage};
-use kiln_hip::{HipArtifact, HipLowered};
 use kiln_store::{DiskStore, Entry, EntryInfo, Record};
-use kiln_wgpu::{WgpuArtifact, WgpuLowered};
-use serde::de::DeserializeOwned;
 
 use super::Output;
 use crate::console::{self, outln};
@@ -132,7 +127,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                 let [registers, spills, shared] = resource_cells(
                     bytes
                         .as_deref()
-                        .and_then(|bytes| report_of(backend, bytes))
+                        .and_then(|bytes| crate::backend::named(backend)?.stored_report(bytes))
                         .as_ref()
                         .map(|report| &report.resources),
                 );
@@ -224,42 +219,12 @@ fn short_kernel(kernel: &str, wide: bool) -> String {
     }
 }
 
-/// What `bytes` (a stored value) were compiled with beyond their source:
-/// the defines of a CUDA or HIP kernel (`N=4 BLOCK=128`), the pipeline
-/// constants of a wgpu one; read from the recipe kept after the artifact.
-/// `None` for none, for a value kept without a recipe, or for a backend
-/// this command does not know.
+/// What `bytes` (a stored value) were compiled with beyond their source,
+/// in its backend's words (`N=4 BLOCK=128`); `None` for none, for a value
+/// kept without a recipe, or for a backend this command does not know.
 fn specialization_of(backend: &str, bytes: &[u8]) -> Option<String> {
-    let words: Vec<String> = match backend {
-        "cuda" => lowered::<CudaArtifact, CudaLowered>(bytes)?
-            .arguments()
-            .iter()
-            .filter_map(|argument| argument.strip_prefix("-D"))
-            .map(str::to_owned)
-            .collect(),
-        "hip" => lowered::<HipArtifact, HipLowered>(bytes)?
-            .options()
-            .defines
-            .iter()
-            .map(|(name, value)| match value {
-                Some(value) => format!("{name}={value}"),
-                None => name.clone(),
-            })
-            .collect(),
-        "wgpu" => lowered::<WgpuArtifact, WgpuLowered>(bytes)?
-            .constants()
-            .iter()
-            .map(|(name, value)| format!("{name}={value}"))
-            .collect(),
-        _ => return None,
-    };
+    let words = crate::backend::named(backend)?.specialization(bytes)?;
     (!words.is_empty()).then(|| words.join(" "))
-}
-
-/// The lowered form `L` of the recipe kept after the artifact `A` in a
-/// stored value.
-fn lowered<A: DeserializeOwned, L: DeserializeOwned>(bytes: &[u8]) -> Option<L> {
-    decode_value::<A>(bytes).ok()?.recipe?.lowered_as::<L>()
 }
 
 /// The REGS, SPILLS and SHARED cells of an artifact's resources (D4): the
@@ -318,17 +283,7 @@ fn resource_cells(resources: Option<&ResourceUsage>) -> [String; 3] {
 /// it.
 pub(crate) fn stored_report(store: &DiskStore, record: &Record) -> Option<ArtifactReport> {
     let bytes = store.object_bytes(record)?;
-    report_of(record.key.components.backend.as_str(), &bytes)
-}
-
-/// The report of a stored value's `bytes` of `backend`'s artifact.
-fn report_of(backend: &str, bytes: &[u8]) -> Option<ArtifactReport> {
-    match backend {
-        "cuda" => decode_report::<CudaArtifact>(bytes),
-        "hip" => decode_report::<HipArtifact>(bytes),
-        "wgpu" => decode_report::<WgpuArtifact>(bytes),
-        _ => None,
-    }
+    crate::backend::named(&record.key.components.backend)?.stored_report(&bytes)
 }
 
 /// The value of the blob key's component `name`, or `-`.

@@ -51,6 +51,37 @@ pub fn forget_blob(
     }
 }
 
+/// Every named blob of `kind` the store holds, with what `decode` reads
+/// from it (a profile, a tuning answer); a blob that is gone meanwhile, or
+/// that `decode` does not read, is left out.
+///
+/// # Errors
+///
+/// The store's folders cannot be walked.
+pub fn blobs_of_kind<T>(
+    store: &DiskStore,
+    kind: &str,
+    decode: impl Fn(&[u8]) -> Option<T>,
+) -> Result<Vec<(BlobKey, T)>> {
+    let mut names = Vec::new();
+    store.entries(&mut |entry| {
+        if let kiln_store::Entry::Blob(record) = entry.entry
+            && record.key.kind == kind
+        {
+            names.push(record.key);
+        }
+    })?;
+    Ok(names
+        .into_iter()
+        .filter_map(|name| match store.lookup_blob(&name) {
+            kiln_engine::Lookup::Hit { artifact, .. } => {
+                decode(&artifact).map(|value| (name, value))
+            }
+            kiln_engine::Lookup::Miss(_) => None,
+        })
+        .collect())
+}
+
 /// How results are printed.
 #[derive(Debug, Clone, Copy)]
 pub struct Output {
@@ -75,18 +106,11 @@ impl Output {
 /// The settings of the store at `dir`, else of the one the `KILN_CACHE_*`
 /// variables name.
 fn store_config(dir: Option<&Path>) -> Result<StoreConfig> {
-    Ok(match (StoreConfig::from_env(), dir) {
-        (Ok(Some(config)), Some(dir)) => StoreConfig {
-            root: dir.to_path_buf(),
-            ..config
-        },
-        (Ok(Some(config)), None) => config,
-        (Ok(None) | Err(kiln_store::Error::NoCacheFolder), Some(dir)) => StoreConfig::at(dir),
-        (Ok(None), None) => {
-            bail!("the store is disabled (KILN_CACHE_DISABLE=1); pass --dir to work on one")
-        }
-        (Err(error), _) => return Err(error.into()),
-    })
+    // The facade's reading, which a program's default store uses too.
+    match kiln::Store::config_from_env(dir)? {
+        Some(config) => Ok(config),
+        None => bail!("the store is disabled (KILN_CACHE_DISABLE=1); pass --dir to work on one"),
+    }
 }
 
 /// The store at `dir`, else the one the `KILN_CACHE_*` variables name, to

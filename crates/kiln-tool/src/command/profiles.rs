@@ -6,8 +6,7 @@ use anyhow::Result;
 use clap::Args;
 use kiln_engine::profile::{PROFILE_BLOB_KIND, StoredProfile};
 use kiln_engine::store::BlobKey;
-use kiln_engine::{ArtifactStore, Lookup};
-use kiln_store::{DiskStore, Entry};
+use kiln_store::DiskStore;
 use serde::Serialize;
 
 use super::Output;
@@ -61,27 +60,14 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         .program
         .as_deref()
         .filter(|program| *program != "all");
-    let mut names = Vec::new();
-    store.entries(&mut |entry| {
-        if let Entry::Blob(record) = entry.entry
-            && record.key.kind == PROFILE_BLOB_KIND
-        {
-            names.push(record.key);
-        }
-    })?;
-    let mut profiles: Vec<(BlobKey, StoredProfile)> = names
-        .into_iter()
-        .filter_map(|name| match store.lookup_blob(&name) {
-            Lookup::Hit { artifact, .. } => {
-                StoredProfile::from_bytes(&artifact).map(|profile| (name, profile))
-            }
-            Lookup::Miss(_) => None,
-        })
-        .filter(|(_, profile)| {
-            !profile.kernels.is_empty()
-                && wanted.is_none_or(|wanted| profile.program.contains(wanted))
-        })
-        .collect();
+    let mut profiles: Vec<(BlobKey, StoredProfile)> =
+        super::blobs_of_kind(store, PROFILE_BLOB_KIND, StoredProfile::from_bytes)?
+            .into_iter()
+            .filter(|(_, profile)| {
+                !profile.kernels.is_empty()
+                    && wanted.is_none_or(|wanted| profile.program.contains(wanted))
+            })
+            .collect();
     profiles.sort_by_key(|(_, profile)| profile.to_string());
     if arguments.forget {
         return forget(store, &profiles, output);

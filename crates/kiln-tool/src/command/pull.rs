@@ -7,21 +7,12 @@ use anyhow::{Result, bail};
 use kiln_store::DiskStore;
 
 use super::Output;
-use super::push::{Arguments, print_report, required_remote};
 use crate::console::errln;
-use crate::progress::ProgressBar;
+use crate::remote::{TransferArguments, print_transfer, transfer};
 
 /// Pulls every chosen artifact of the remote the store lacks.
-pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<()> {
-    let remote = required_remote(arguments.remote.as_deref())?;
-    let mut bar = ProgressBar::new("pull");
-    let report = kiln_remote::pull(
-        store,
-        &remote,
-        &|key| arguments.compiler.matches(&key.components),
-        &mut |progress| bar.update(progress),
-    )?;
-    drop(bar);
+pub fn run(store: &DiskStore, arguments: &TransferArguments, output: &Output) -> Result<()> {
+    let (report, remote) = transfer(store, arguments, "pull", kiln_remote::pull)?;
     if report.refused > 0 {
         errln!(
             "kiln: warning: {} of the remote did not verify with this machine's keys and \
@@ -29,7 +20,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             crate::format::count(report.refused, "entry")
         );
     }
-    print_report(&report, "pulled", &remote, output)?;
+    print_transfer(&report, "pulled", &remote, output)?;
     if report.failed > 0 && report.copied == 0 && report.entries > report.already_held {
         bail!(
             "nothing could be written to the store at {}",

@@ -202,7 +202,7 @@ fn remote(arguments: &Arguments) -> Result<Option<kiln_remote::RemoteStore>> {
     let configured = std::env::var("KILN_REMOTE_URL").ok();
     let on_the_command_line =
         arguments.remote.is_some() && arguments.remote.as_deref() != configured.as_deref();
-    match super::push::open_remote(arguments.remote.as_deref()) {
+    match crate::remote::open_remote(arguments.remote.as_deref()) {
         Ok(remote) => Ok(remote),
         // Asked for on the command line, a remote that cannot open is the
         // answer; only configured, it does not hide the local counts.

@@ -4,16 +4,13 @@
 
 use anyhow::Result;
 use clap::Args;
-use kiln_cuda::CudaCompiler;
-use kiln_engine::store::{Recompiled, recompile};
-use kiln_engine::{ArtifactCompiler, ArtifactStore, KeyedCompiler, StoreKey};
-use kiln_hip::HipCompiler;
+use kiln_engine::store::Recompiled;
+use kiln_engine::{ArtifactStore, StoreKey};
 use kiln_store::{DiskStore, Entry, VerifyReport};
-use kiln_wgpu::WgpuCompiler;
 use serde::Serialize;
 
 use super::Output;
-use crate::backend::variant_label;
+use crate::backend::{Recompiler, variant_label};
 use crate::console::outln;
 use crate::exit::{self, Exit};
 use crate::format;
@@ -201,12 +198,8 @@ fn sampled(key: &StoreKey, fraction: f64) -> bool {
     (u64::from_be_bytes(first) as f64) < fraction * (u64::MAX as f64 + 1.0)
 }
 
-/// The compilers of this machine, opened when first needed.
-#[derive(Default)]
-struct Compilers {
-    cuda: Option<Result<CudaCompiler, String>>,
-    hip: Option<Result<HipCompiler, String>>,
-}
+/// The compilers of this machine, by backend, opened when first needed.
+type Compilers = std::collections::HashMap<&'static str, Result<Box<dyn Recompiler>, String>>;
 
 fn recompile_sample(store: &DiskStore, fraction: f64) -> Result<RecompileReport> {
     let mut records = Vec::new();
@@ -247,38 +240,17 @@ fn recompile_sample(store: &DiskStore, fraction: f64) -> Result<RecompileReport>
             continue;
         };
         read += bytes.len() as u64;
-        let outcome = match key.components.backend.as_str() {
-            "cuda" => with_compiler(
-                &mut compilers.cuda,
-                CudaCompiler::new,
-                |compiler, architecture| {
-                    architecture
-                        .parse::<kiln_cuda::Architecture>()
-                        .ok()
-                        .map(|architecture| compiler.clone().keyed_for(architecture))
-                },
-                key,
-                &bytes,
-            ),
-            "hip" => with_compiler(
-                &mut compilers.hip,
-                HipCompiler::new,
-                |compiler, architecture| {
-                    kiln_hip::Architecture::new(architecture)
-                        .ok()
-                        .map(|architecture| compiler.clone().keyed_for(architecture))
-                },
-                key,
-                &bytes,
-            ),
-            "wgpu" => with_compiler(
-                &mut None,
-                || Ok::<_, String>(WgpuCompiler),
-                |_, _| None,
-                key,
-                &bytes,
-            ),
-            other => Err(format!("no compiler of backend `{other}` here")),
+        let outcome = match crate::backend::named(&key.components.backend) {
+            Some(backend) => compilers
+                .entry(backend.name())
+                .or_insert_with(|| backend.recompiler())
+                .as_ref()
+                .map_err(|error| format!("its compiler cannot be opened here: {error}"))
+                .and_then(|compiler| compiler.recompile(key, &bytes)),
+            None => Err(format!(
+                "no compiler of backend `{}` here",
+                key.components.backend
+            )),
         };
         match outcome {
             Ok(Recompiled::Same) => report.same += 1,
@@ -310,44 +282,6 @@ fn recompile_sample(store: &DiskStore, fraction: f64) -> Result<RecompileReport>
     }
     drop(bar);
     Ok(report)
-}
-
-/// Recompiles the entry of `key` with the compiler in `slot`, opened by
-/// `open` when first needed, and keyed for the architecture the key names
-/// by `keyed_for` (what it compiles is the same; the artifact records its
-/// keys); why not, when it is missing or another version than the one that
-/// stored the entry.
-fn with_compiler<C, E>(
-    slot: &mut Option<Result<C, String>>,
-    open: impl FnOnce() -> Result<C, E>,
-    keyed_for: impl FnOnce(&C, &str) -> Option<C>,
-    key: &StoreKey,
-    bytes: &[u8],
-) -> Result<Recompiled, String>
-where
-    C: ArtifactCompiler + KeyedCompiler,
-    E: std::fmt::Display,
-{
-    let opened = slot
-        .get_or_insert_with(|| open().map_err(|error| error.to_string()))
-        .as_ref()
-        .map_err(|error| format!("its compiler cannot be opened here: {error}"))?;
-    let keyed = keyed_for(opened, &key.components.architecture);
-    let compiler = keyed.as_ref().unwrap_or(opened);
-    let here = compiler.key_components();
-    if here.compiler != key.components.compiler {
-        return Err(format!(
-            "stored by {}, and this machine has {}",
-            key.components.compiler, here.compiler
-        ));
-    }
-    if here != key.components {
-        return Err(format!(
-            "stored under other key components ({:?}) than this machine's compiler makes ({here:?})",
-            key.components
-        ));
-    }
-    Ok(recompile(compiler, key, bytes))
 }
 
 #[cfg(test)]

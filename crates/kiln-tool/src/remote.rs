@@ -1,0 +1,157 @@
+//! The fleet's remote tier as every command opens it, and the copies
+//! between it and the disk store (`kiln push`, `kiln pull`): one reading of
+//! `--remote`, `KILN_REMOTE_URL` and the keys for all of them.
+
+use anyhow::{Result, anyhow};
+use clap::Args;
+use kiln_engine::KeyComponents;
+use kiln_remote::{Keys, RemoteStore, TransferReport};
+use kiln_store::{DiskStore, Progress};
+
+use crate::command::Output;
+use crate::progress::ProgressBar;
+use crate::table::print_pairs;
+
+/// The remote tier `url` (else `KILN_REMOTE_URL`) names with the
+/// configured keys, or `None` when neither names one.
+///
+/// # Errors
+///
+/// A setting or key that cannot be read, or no key at all; the message
+/// says how to make keys and never shows one.
+pub fn open_remote(url: Option<&str>) -> Result<Option<RemoteStore>> {
+    // The facade's reading, which a program's default store uses too.
+    Ok(kiln::Store::fleet_from_env(url)?)
+}
+
+/// The remote tier a copy works with: one must be named.
+pub fn required_remote(url: Option<&str>) -> Result<RemoteStore> {
+    open_remote(url)?.ok_or_else(|| {
+        anyhow!("no remote tier: pass --remote redis://HOST:PORT or set KILN_REMOTE_URL")
+    })
+}
+
+/// The remote tier's keys configured here, for bundles: none at all is no
+/// error (an export is then unsigned, an import trusts nothing signed).
+///
+/// # Errors
+///
+/// A key is set and cannot be read; the message names the variable, never
+/// the key.
+pub fn configured_keys() -> Result<Keys> {
+    match Keys::from_env() {
+        Ok(keys) => Ok(keys),
+        Err(kiln_remote::Error::NoKey) => Ok(Keys::default()),
+        Err(error) => Err(anyhow!("reading the signing keys: {error}")),
+    }
+}
+
+/// Picks one of the compilers a store holds entries of, by any of its
+/// components.
+#[derive(Debug, Clone, Args)]
+pub struct CompilerChoice {
+    /// The backend: cuda, hip, wgpu.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// The compiler identity and version.
+    #[arg(long)]
+    pub compiler: Option<String>,
+    /// The architecture.
+    #[arg(long = "arch")]
+    pub architecture: Option<String>,
+}
+
+impl CompilerChoice {
+    /// Whether any component was given.
+    pub fn is_given(&self) -> bool {
+        self.backend.is_some() || self.compiler.is_some() || self.architecture.is_some()
+    }
+
+    /// Whether `components` agrees with every component given.
+    pub fn matches(&self, components: &KeyComponents) -> bool {
+        let agrees = |given: &Option<String>, actual: &str| {
+            given.as_deref().is_none_or(|given| given == actual)
+        };
+        agrees(&self.backend, &components.backend)
+            && agrees(&self.compiler, &components.compiler)
+            && agrees(&self.architecture, &components.architecture)
+    }
+}
+
+/// `kiln push` and `kiln pull` options.
+#[derive(Debug, Args)]
+pub struct TransferArguments {
+    /// The remote tier: `redis://HOST:PORT` or
+    /// `redis+cluster://HOST:PORT,...`; default: KILN_REMOTE_URL. Its keys
+    /// come from KILN_REMOTE_KEY, KILN_REMOTE_SIGNING_KEY and
+    /// KILN_REMOTE_TRUSTED_KEYS.
+    #[arg(long, value_name = "URL")]
+    pub remote: Option<String>,
+    /// Copy only the entries of this compiler (any of its components).
+    #[command(flatten)]
+    pub compiler: CompilerChoice,
+}
+
+/// A copy between `store` and the remote tier `arguments` name, of the
+/// entries they choose, with a progress bar labelled `label`.
+pub type Copy = fn(
+    &DiskStore,
+    &RemoteStore,
+    &dyn Fn(&kiln_engine::StoreKey) -> bool,
+    &mut dyn FnMut(&Progress),
+) -> kiln_remote::Result<TransferReport>;
+
+/// Runs `copy` between `store` and the remote tier `arguments` name, with
+/// a progress bar labelled `label`.
+pub fn transfer(
+    store: &DiskStore,
+    arguments: &TransferArguments,
+    label: &'static str,
+    copy: Copy,
+) -> Result<(TransferReport, RemoteStore)> {
+    let remote = required_remote(arguments.remote.as_deref())?;
+    let mut bar = ProgressBar::new(label);
+    let report = copy(
+        store,
+        &remote,
+        &|key| arguments.compiler.matches(&key.components),
+        &mut |progress| bar.update(progress),
+    )?;
+    drop(bar);
+    Ok((report, remote))
+}
+
+/// Prints what a copy did.
+pub fn print_transfer(
+    report: &TransferReport,
+    direction: &str,
+    remote: &RemoteStore,
+    output: &Output,
+) -> Result<()> {
+    #[derive(serde::Serialize)]
+    struct Shown<'a> {
+        remote: String,
+        #[serde(flatten)]
+        report: &'a TransferReport,
+    }
+    let shown = Shown {
+        remote: remote.config().url_for_display(),
+        report,
+    };
+    output.print(&shown, || {
+        print_pairs(&[
+            ("remote", shown.remote.clone()),
+            ("entries", report.entries.to_string()),
+            (direction, report.copied.to_string()),
+            ("bytes", crate::format::bytes(report.bytes)),
+            ("already held", report.already_held.to_string()),
+            ("refused, did not verify", report.refused.to_string()),
+            ("gone meanwhile", report.gone.to_string()),
+            ("failed", report.failed.to_string()),
+            (
+                "nondeterministic, kept theirs",
+                report.conflicts.to_string(),
+            ),
+        ]);
+    })
+}

@@ -1,0 +1,108 @@
+//! The one reading of the store's settings, for a program and for the
+//! `kiln` command alike: the disk store's `KILN_CACHE_*` variables, and the
+//! fleet tier's `KILN_REMOTE_URL` and keys, opened into [`Tiers`].
+//! [`Store::from_env`] is built on these; the `kiln` command calls them
+//! itself, to report on each tier.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kiln_engine::ArtifactStore;
+use kiln_store::{DiskStore, StoreConfig};
+
+use crate::{Store, StoreError};
+
+/// The default store's tiers: the disk store, and the fleet tier behind it
+/// when one is configured.
+#[derive(Debug, Clone)]
+pub struct Tiers {
+    disk: DiskStore,
+    #[cfg(feature = "remote")]
+    fleet: Option<kiln_remote::TieredStore>,
+}
+
+impl Tiers {
+    /// The disk store.
+    pub fn disk(&self) -> &DiskStore {
+        &self.disk
+    }
+
+    /// The disk store with the fleet tier behind it, when there is one.
+    #[cfg(feature = "remote")]
+    pub fn fleet(&self) -> Option<&kiln_remote::TieredStore> {
+        self.fleet.as_ref()
+    }
+
+    /// The store a target takes: the fleet tier over the disk store when
+    /// there is one, else the disk store.
+    pub fn shared(&self) -> Arc<dyn ArtifactStore> {
+        #[cfg(feature = "remote")]
+        if let Some(fleet) = &self.fleet {
+            return Arc::new(fleet.clone());
+        }
+        Arc::new(self.disk.clone())
+    }
+}
+
+impl Store {
+    /// The disk store's settings as the `KILN_CACHE_*` variables give them,
+    /// in `dir` when one is given (a folder named on purpose is worked on
+    /// even under `KILN_CACHE_DISABLE=1`, or where no cache folder is
+    /// known); `None` when the store is disabled and no `dir` is given.
+    ///
+    /// # Errors
+    ///
+    /// A `KILN_CACHE_*` variable does not parse, or no `dir` is given and
+    /// no folder can be found (no `KILN_CACHE_DIR`, `XDG_CACHE_HOME` or
+    /// `HOME`).
+    pub fn config_from_env(dir: Option<&Path>) -> Result<Option<StoreConfig>, kiln_store::Error> {
+        match (StoreConfig::from_env(), dir) {
+            (Ok(Some(config)), Some(dir)) => Ok(Some(StoreConfig {
+                root: dir.to_path_buf(),
+                ..config
+            })),
+            (Ok(None) | Err(kiln_store::Error::NoCacheFolder), Some(dir)) => {
+                Ok(Some(StoreConfig::at(dir)))
+            }
+            (config, _) => config,
+        }
+    }
+
+    /// The fleet tier `url` names, else `KILN_REMOTE_URL`, with the keys
+    /// the `KILN_REMOTE_*` variables give; `None` when neither names one.
+    ///
+    /// # Errors
+    ///
+    /// A setting or a key cannot be read, or there is no key (`kiln
+    /// keygen` makes one).
+    #[cfg(feature = "remote")]
+    pub fn fleet_from_env(
+        url: Option<&str>,
+    ) -> Result<Option<kiln_remote::RemoteStore>, StoreError> {
+        kiln_remote::RemoteConfig::from_env_with_url(url)?
+            .map(kiln_remote::RemoteStore::open)
+            .transpose()
+            .map_err(StoreError::from)
+    }
+
+    /// `disk`, with the fleet tier behind it that `remote_url` names, else
+    /// `KILN_REMOTE_URL`, else none: the one place the tiers are put
+    /// together.
+    ///
+    /// # Errors
+    ///
+    /// A fleet tier is named and its settings or keys cannot be read.
+    pub fn tiers(disk: DiskStore, remote_url: Option<&str>) -> Result<Tiers, StoreError> {
+        #[cfg(feature = "remote")]
+        {
+            let fleet = Self::fleet_from_env(remote_url)?
+                .map(|remote| kiln_remote::TieredStore::new(disk.clone(), remote));
+            Ok(Tiers { disk, fleet })
+        }
+        #[cfg(not(feature = "remote"))]
+        {
+            let _ = remote_url;
+            Ok(Tiers { disk })
+        }
+    }
+}
