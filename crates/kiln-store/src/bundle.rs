@@ -54,6 +54,7 @@
 //! holds the object anyway, and import makes the inline form again from
 //! the object it has just published.
 
+use crate::usage::{Delta, file_allocation};
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
@@ -634,7 +635,7 @@ impl DiskStore {
             start,
             file_length,
         );
-        let (report, added_bytes) = self
+        let (report, (added_bytes, added_allocation)) = self
             .publish_sections(&mut reader, &carried, &approved)
             .map_err(|error| match error {
                 // It verified whole in the first pass: it was changed since,
@@ -652,10 +653,14 @@ impl DiskStore {
         let inner = &self.inner;
         debug_assert_eq!(counted.records, report.records);
         self.register(&header.components);
+        // Imported entries are files: each rounded up to its blocks.
         if let Err(error) = inner.usage.adjust(
             &inner.locks,
-            i64::try_from(added_bytes).unwrap_or(i64::MAX),
-            i64::try_from(report.new_objects).unwrap_or(i64::MAX),
+            Delta::of(
+                added_bytes,
+                added_allocation,
+                i64::try_from(report.new_objects).unwrap_or(i64::MAX),
+            ),
         ) {
             log::debug!("cannot count an import: {error}");
         }
@@ -706,10 +711,10 @@ impl DiskStore {
         reader: &mut SectionReader<'_>,
         carried: &HashMap<[u8; 32], Carried>,
         approved: &HashSet<[u8; 32]>,
-    ) -> Result<(ImportReport, u64)> {
+    ) -> Result<(ImportReport, (u64, u64))> {
         let inner = &self.inner;
         let mut report = ImportReport::default();
-        let mut added_bytes = 0u64;
+        let (mut added_bytes, mut added_allocation) = (0u64, 0u64);
         let changed = || damaged("an entry is not one the first pass verified".into());
         let published = |error: io::Error| Error::Io {
             action: "import into",
@@ -739,6 +744,7 @@ impl DiskStore {
                             self.publish_object(reader, &digest, size, &target)?;
                             report.new_objects += 1;
                             added_bytes += size;
+                            added_allocation += file_allocation(size);
                         }
                     }
                 }
@@ -772,6 +778,7 @@ impl DiskStore {
                         not_yet_refreshed(&file);
                     }
                     added_bytes += sealed.len() as u64;
+                    added_allocation += file_allocation(sealed.len() as u64);
                     if replaced {
                         report.replaced += 1;
                     }
@@ -791,7 +798,7 @@ impl DiskStore {
                 Next::End => break,
             }
         }
-        Ok((report, added_bytes))
+        Ok((report, (added_bytes, added_allocation)))
     }
 
     /// Streams the object `reader` is at into a staging file and publishes
@@ -1385,9 +1392,11 @@ mod tests {
         // P8: the bundle holds each artifact once, as its object.
         let base = std::env::temp_dir().join(format!("kiln-bundle-inline-{}", std::process::id()));
         let _ = fs::remove_dir_all(&base);
+        // The records compared are files: a packed record has no path.
         let open = |name: &str| {
             DiskStore::open(StoreConfig {
                 collects_automatically: false,
+                pack_below: 0,
                 ..StoreConfig::at(base.join(name))
             })
             .expect("a store")

@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::usage::file_allocation;
 use crate::config::StoreConfig;
 use crate::disk::{DiskStore, digest};
 use crate::durable;
@@ -479,6 +480,7 @@ impl DiskStore {
                 Ok((digest, length)) if digest == expected && length > 0 => {
                     report.bytes += length;
                     usage.bytes += length;
+                    usage.allocated_bytes += found.blocks() * 512;
                     usage.entries += 1;
                 }
                 Ok(_) => {
@@ -536,7 +538,10 @@ impl DiskStore {
                 }
             };
             match verdict {
-                Ok(()) => usage.bytes += sealed.len() as u64,
+                Ok(()) => {
+                    usage.bytes += sealed.len() as u64;
+                    usage.allocated_bytes += file_allocation(sealed.len() as u64);
+                }
                 Err(defect) => {
                     let key = digest_from_name(name).unwrap_or_default();
                     let Ok(Some(_alone)) =
@@ -603,6 +608,7 @@ impl DiskStore {
         report.bad_histories += packed.bad_histories;
         report.staging_removed += packed.orphans;
         usage.bytes += packed.file_bytes;
+        usage.allocated_bytes += self.packed_allocated_bytes();
         usage.entries += packed.objects - packed.bad_objects;
         unchecked.extend(
             packed
@@ -667,20 +673,25 @@ impl DiskStore {
 
         // Pass 1: how many bytes of each age. What it cannot check is
         // reported by the later passes.
-        let mut record_bytes = 0u64;
+        // Bytes held and bytes allocated: the limit compares what the
+        // disk gives, so the ages and the excess are in allocated bytes.
+        let (mut record_bytes, mut record_allocated) = (0u64, 0u64);
         let mut ignored = Vec::new();
         root.walk("records", &mut ignored, &mut |folder, name, _| {
-            record_bytes += regular(folder, name)?.len;
+            let found = regular(folder, name)?;
+            record_bytes += found.len;
+            record_allocated += found.allocated;
             Ok(())
         });
         let mut buckets = [(0u64, 0u64); AGE_BUCKETS];
-        let (mut object_bytes, mut objects) = (0u64, 0u64);
+        let (mut object_bytes, mut object_allocated, mut objects) = (0u64, 0u64, 0u64);
         root.walk("objects", &mut unchecked, &mut |folder, name, _| {
             let found = regular(folder, name)?;
             let bucket = age_bucket(found.accessed, now);
-            buckets[bucket].0 += found.len;
+            buckets[bucket].0 += found.allocated;
             buckets[bucket].1 += 1;
             object_bytes += found.len;
+            object_allocated += found.allocated;
             objects += 1;
             Ok(())
         });
@@ -691,9 +702,14 @@ impl DiskStore {
             bucket.0 += bytes;
             bucket.1 += count;
         }
+        // A pack's files grow frame by frame: what they allocate beyond
+        // the packed objects is the records' and histories' share.
+        let packed_allocated = self.packed_allocated_bytes();
+        let packed_other = packed_allocated.saturating_sub(packed.object_bytes);
         report.before = Usage {
             bytes: object_bytes + record_bytes + packed.object_bytes + packed.other_bytes,
             entries: objects + packed.objects,
+            allocated_bytes: object_allocated + record_allocated + packed_allocated,
         };
         if self.is_read_only() {
             // Reports what it holds, and removes nothing.
@@ -706,10 +722,13 @@ impl DiskStore {
             return Ok(report);
         }
         // Records go with their objects: count each entry's share.
-        let overhead = (record_bytes + packed.other_bytes)
+        let overhead = (record_allocated + packed_other)
             .checked_div(objects + packed.objects)
             .unwrap_or(0);
-        let mut excess_bytes = report.before.bytes.saturating_sub(limits.max_bytes);
+        let mut excess_bytes = report
+            .before
+            .allocated_bytes
+            .saturating_sub(limits.max_bytes);
         let mut excess_entries = report.before.entries.saturating_sub(limits.max_entries);
         // The youngest bucket that still has to go entirely or in part.
         let mut cutoff = AGE_BUCKETS;
@@ -727,6 +746,7 @@ impl DiskStore {
         // Pass 2: evict everything older than the cutoff bucket, and from
         // the cutoff bucket until the excess is gone.
         let mut done = 0;
+        let mut evicted_allocated = 0u64;
         if cutoff < AGE_BUCKETS {
             // What this walk meets again pass 1 reported; only a removal
             // that failed is news.
@@ -762,7 +782,8 @@ impl DiskStore {
                 if evicted == 1 {
                     report.evicted += 1;
                     report.evicted_bytes += found.len;
-                    excess_bytes = excess_bytes.saturating_sub(found.len + overhead);
+                    evicted_allocated += found.allocated;
+                    excess_bytes = excess_bytes.saturating_sub(found.allocated + overhead);
                     excess_entries = excess_entries.saturating_sub(1);
                 }
                 progress(&Progress {
@@ -796,6 +817,7 @@ impl DiskStore {
         let mut usage = Usage {
             bytes: object_bytes - report.evicted_bytes,
             entries: objects - report.evicted,
+            allocated_bytes: object_allocated - evicted_allocated,
         };
         done = 0;
         let objects = root.objects();
@@ -805,6 +827,7 @@ impl DiskStore {
                 && has_object(objects.as_ref(), &record)?
             {
                 usage.bytes += sealed.len() as u64;
+                usage.allocated_bytes += file_allocation(sealed.len() as u64);
                 return Ok(());
             }
             let key = digest_from_name(name).unwrap_or_default();
@@ -830,6 +853,7 @@ impl DiskStore {
         // dead space is compacted.
         report.records_removed += self.drop_dangling_packed();
         usage.bytes += self.packed_file_bytes();
+        usage.allocated_bytes += self.packed_allocated_bytes();
         usage.entries += packed.objects - packed_evicted;
         report.evicted += packed_evicted;
         report.evicted_bytes += packed_evicted_bytes;

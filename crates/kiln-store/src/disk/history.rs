@@ -10,6 +10,7 @@ use kiln_engine::{Explanation, StoreKey};
 
 use super::{DiskStore, Inner};
 use crate::pack::{Kind, Read};
+use crate::usage::Delta;
 
 /// The most misses a process keeps for the end of its batch; past it, a
 /// miss is written at once (a program that looks up without batches never
@@ -205,7 +206,7 @@ fn update_history(
             .and_then(|written| {
                 inner
                     .usage
-                    .adjust(&inner.locks, i64::try_from(written).unwrap_or(i64::MAX), 0)
+                    .adjust(&inner.locks, Delta::of(written, written, 0))
                     .map(drop)
             })
     } else {

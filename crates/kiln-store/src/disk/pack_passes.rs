@@ -191,6 +191,20 @@ impl DiskStore {
             .sum()
     }
 
+    /// The bytes the file system allocated to the packs' files (their
+    /// blocks); a file that cannot be looked at counts nothing.
+    pub(crate) fn packed_allocated_bytes(&self) -> u64 {
+        let Ok(listing) = std::fs::read_dir(self.inner.packs.folder_path()) else {
+            return 0;
+        };
+        listing
+            .flatten()
+            .filter_map(|entry| std::fs::symlink_metadata(entry.path()).ok())
+            .filter(|found| found.is_file())
+            .map(|found| std::os::unix::fs::MetadataExt::blocks(&found) * 512)
+            .sum()
+    }
+
     /// The ages of the packed objects, for collect's first pass.
     pub(crate) fn packed_ages(&self, now: SystemTime) -> PackedAges {
         let mut ages = PackedAges {

@@ -20,6 +20,19 @@ use crate::error::{WriteCause, WriteFailure};
 use crate::lock::{Mode, object_slot};
 use crate::record::{Record, Seen, now_seconds};
 use crate::tree::Folder;
+use crate::usage::{Delta, file_allocation};
+
+/// What a file put that wrote `written` bytes, `records` among them,
+/// takes on disk: each file rounded up to whole blocks.
+pub(super) fn files_allocation(written: u64, records: &[RecordFile]) -> u64 {
+    let record_bytes: u64 = records.iter().map(|record| record.sealed.len() as u64).sum();
+    let object_bytes = written.saturating_sub(record_bytes);
+    file_allocation(object_bytes)
+        + records
+            .iter()
+            .map(|record| file_allocation(record.sealed.len() as u64))
+            .sum::<u64>()
+}
 
 /// How long a publisher waits for an object that is being removed.
 pub(super) const PIN_WAIT: Duration = Duration::from_secs(2);
@@ -170,17 +183,24 @@ impl DiskStore {
             })
             .collect();
         let (written, new_entries) = self.publish_entry(bytes, &object, &records)?;
+        let allocated = files_allocation(written, &records);
         // A packed record of the same key is no longer what it holds.
         for key in std::iter::once(key).chain(source_key) {
             self.remove_packed_record(key);
         }
-        self.after_put(key, written, new_entries);
+        self.after_put(key, written, allocated, new_entries);
         Ok(written)
     }
 
     /// What follows a put's publication: the kernel's history, the
     /// targets list and the usage counters.
-    pub(super) fn after_put(&self, key: &StoreKey, written: u64, new_entries: i64) {
+    pub(super) fn after_put(
+        &self,
+        key: &StoreKey,
+        written: u64,
+        allocated: u64,
+        new_entries: i64,
+    ) {
         if let Some((name, kernel)) = key.kernel() {
             // The miss this put follows, written with it: one write.
             let missed = self.take_miss(key);
@@ -196,7 +216,7 @@ impl DiskStore {
             });
         }
         self.register_target(&key.components);
-        self.count_usage(written, new_entries);
+        self.count_usage(written, allocated, new_entries);
     }
 
     /// Publishes the object of `bytes`, whose digest is `object`, then
@@ -293,15 +313,15 @@ impl DiskStore {
         Ok((written, new_entries))
     }
 
-    /// Adds what a put wrote to the usage counters, and starts evicting
-    /// when that takes the store over a limit (P6).
-    pub(super) fn count_usage(&self, written: u64, new_entries: i64) {
+    /// Adds what a put wrote (`written` bytes taking `allocated` on disk)
+    /// to the usage counters, and starts evicting when that takes the
+    /// store over a limit (P6).
+    pub(super) fn count_usage(&self, written: u64, allocated: u64, new_entries: i64) {
         let inner = &self.inner;
-        match inner.usage.adjust(
-            &inner.locks,
-            i64::try_from(written).unwrap_or(i64::MAX),
-            new_entries,
-        ) {
+        match inner
+            .usage
+            .adjust(&inner.locks, Delta::of(written, allocated, new_entries))
+        {
             Ok(usage) => self.collect_if_over(usage),
             Err(error) => log::debug!("cannot count a put: {error}"),
         }

@@ -160,7 +160,7 @@ impl Packs {
         }
     }
 
-    fn folder_path(&self) -> PathBuf {
+    pub(crate) fn folder_path(&self) -> PathBuf {
         self.layout.root().join("packs")
     }
 
