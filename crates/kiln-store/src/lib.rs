@@ -100,8 +100,10 @@ mod partial;
 mod record;
 mod sealed;
 mod skeleton;
+mod staging;
 mod tree;
 mod usage;
+mod walk;
 
 pub use activity::{Activity, BackendActivity};
 pub use bundle::{

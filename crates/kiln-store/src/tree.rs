@@ -563,6 +563,24 @@ fn set_errno(value: libc::c_int) {
     let _ = value;
 }
 
+/// Why a name where a file should be, which is a `kind`, was not checked.
+pub(crate) fn not_a_file(kind: Kind) -> String {
+    format!("{} where a file should be: left alone", kind.describe())
+}
+
+/// Why the folder `name` in `parent` could not be entered.
+pub(crate) fn why_not_entered(parent: &Folder, name: &OsStr, error: &io::Error) -> String {
+    match parent.status(name) {
+        Ok(found) if found.kind != Kind::Folder => {
+            format!(
+                "{} where a folder should be: left alone",
+                found.kind.describe()
+            )
+        }
+        _ => format!("cannot be listed: {error}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

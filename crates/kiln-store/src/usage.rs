@@ -187,7 +187,7 @@ impl UsageFile {
                 ));
             }
         };
-        crate::disk::within_file_size_limit(LENGTH as u64)?;
+        crate::durable::within_file_size_limit(LENGTH as u64)?;
         let mut bytes = [0u8; LENGTH];
         bytes[..8].copy_from_slice(TAG);
         bytes[8..16].copy_from_slice(&usage.bytes.to_le_bytes());
@@ -255,7 +255,11 @@ mod tests {
         file.write(next).expect("writes");
         assert_eq!(file.read(), next, "rewritten in the current format");
         std::fs::write(&path, [0xffu8; LENGTH]).expect("damaged");
-        assert_eq!(file.read(), Usage::default(), "a damaged file reads as zero");
+        assert_eq!(
+            file.read(),
+            Usage::default(),
+            "a damaged file reads as zero"
+        );
         let _ = std::fs::remove_file(&path);
     }
 }

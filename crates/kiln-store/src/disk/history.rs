@@ -30,8 +30,8 @@ pub(super) fn note_asked(history: &mut KernelHistory, key: &StoreKey, at: u64) -
     history.held_at_miss = history.stored.clone();
     true
 }
-use super::write::within_file_size_limit;
 use crate::durable;
+use crate::durable::within_file_size_limit;
 use crate::record::{KernelHistory, Seen, now_seconds};
 
 impl DiskStore {

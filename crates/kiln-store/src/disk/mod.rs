@@ -62,8 +62,9 @@ use crate::lock::LockFile;
 use crate::usage::{Usage, UsageFile};
 
 pub(crate) use access::{not_yet_refreshed, touch};
+pub(crate) use eviction::{AGE_BUCKETS, age_bucket};
 pub use footprint::Footprint;
-pub(crate) use write::{digest, is_inlined, within_file_size_limit};
+pub(crate) use write::{digest, is_inlined};
 
 /// A verified artifact store in a folder, shared by every process that opens
 /// the same root.

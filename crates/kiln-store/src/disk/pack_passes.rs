@@ -9,9 +9,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::DiskStore;
+use super::eviction::{AGE_BUCKETS, age_bucket};
 use super::write::digest;
 use crate::lock::{Mode, object_slot};
-use crate::maintenance::{AGE_BUCKETS, age_bucket};
 use crate::pack::{Kind, Live, SHARDS, Slot, short_key};
 use crate::record::{AnyRecord, KernelHistory};
 
@@ -312,7 +312,7 @@ impl DiskStore {
         }
         let root = self.root().to_path_buf();
         let mut moved = 0;
-        let walked = crate::maintenance::walk_files(&root, "records", &mut |path, _| {
+        let walked = crate::walk::walk_files(&root, "records", &mut |path, _| {
             let Ok(sealed) = std::fs::read(&path) else {
                 return;
             };
@@ -349,7 +349,7 @@ impl DiskStore {
         if let Err(error) = walked {
             log::warn!("kiln store: cannot pack the small entries: {error}");
         }
-        let walked = crate::maintenance::walk_files(&root, "kernels", &mut |path, _| {
+        let walked = crate::walk::walk_files(&root, "kernels", &mut |path, _| {
             let Ok(sealed) = std::fs::read(&path) else {
                 return;
             };

@@ -171,11 +171,7 @@ impl DiskStore {
         }
         inner.usage.adjust(
             &inner.locks,
-            Delta::of(
-                written,
-                written,
-                i64::try_from(filled).unwrap_or(i64::MAX),
-            ),
+            Delta::of(written, written, i64::try_from(filled).unwrap_or(i64::MAX)),
         )?;
         Ok(filled)
     }

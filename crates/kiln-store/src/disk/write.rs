@@ -15,7 +15,7 @@ use kiln_engine::{StoreKey, StoreOutcome};
 
 use super::access::{not_yet_refreshed, touch};
 use super::{DiskStore, bump};
-use crate::durable;
+use crate::durable::{self, within_file_size_limit};
 use crate::error::{WriteCause, WriteFailure};
 use crate::lock::{Mode, object_slot};
 use crate::record::{Record, Seen, now_seconds};
@@ -25,7 +25,10 @@ use crate::usage::{Delta, file_allocation};
 /// What a file put that wrote `written` bytes, `records` among them,
 /// takes on disk: each file rounded up to whole blocks.
 pub(super) fn files_allocation(written: u64, records: &[RecordFile]) -> u64 {
-    let record_bytes: u64 = records.iter().map(|record| record.sealed.len() as u64).sum();
+    let record_bytes: u64 = records
+        .iter()
+        .map(|record| record.sealed.len() as u64)
+        .sum();
     let object_bytes = written.saturating_sub(record_bytes);
     file_allocation(object_bytes)
         + records
@@ -194,13 +197,7 @@ impl DiskStore {
 
     /// What follows a put's publication: the kernel's history, the
     /// targets list and the usage counters.
-    pub(super) fn after_put(
-        &self,
-        key: &StoreKey,
-        written: u64,
-        allocated: u64,
-        new_entries: i64,
-    ) {
+    pub(super) fn after_put(&self, key: &StoreKey, written: u64, allocated: u64, new_entries: i64) {
         if let Some((name, kernel)) = key.kernel() {
             // The miss this put follows, written with it: one write.
             let missed = self.take_miss(key);
@@ -410,31 +407,6 @@ fn file_digest(file: &File) -> io::Result<[u8; 32]> {
     let mut hasher = blake3::Hasher::new();
     hasher.update_reader(file)?;
     Ok(*hasher.finalize().as_bytes())
-}
-
-/// Refuses a file of `length` bytes that the process's file size limit
-/// (`RLIMIT_FSIZE`) would not let it write whole. Past the limit the system
-/// sends SIGXFSZ, which stops a process that does not ignore it: the store
-/// must not depend on how its host set that signal up (P5).
-pub(crate) fn within_file_size_limit(length: u64) -> io::Result<()> {
-    let mut limit = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: `limit` is a valid `rlimit` that the call fills.
-    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } != 0
-        || limit.rlim_cur == libc::RLIM_INFINITY
-        || length <= limit.rlim_cur
-    {
-        return Ok(());
-    }
-    Err(io::Error::new(
-        io::ErrorKind::FileTooLarge,
-        format!(
-            "a file of {length} bytes would pass the process's file size limit of {} bytes",
-            limit.rlim_cur
-        ),
-    ))
 }
 
 #[cfg(test)]

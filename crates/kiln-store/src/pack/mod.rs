@@ -378,8 +378,8 @@ impl Packs {
                 format!("pack {shard:03x} is full; `kiln gc` compacts it"),
             ));
         }
-        crate::disk::within_file_size_limit(pack_end + frame_bytes)?;
-        crate::disk::within_file_size_limit(open.index_end + slot_bytes)?;
+        crate::durable::within_file_size_limit(pack_end + frame_bytes)?;
+        crate::durable::within_file_size_limit(open.index_end + slot_bytes)?;
         let now = now_seconds();
         let mut packed = Vec::with_capacity(usize::try_from(frame_bytes).unwrap_or(0));
         let mut slots = Vec::with_capacity(usize::try_from(slot_bytes).unwrap_or(0));
