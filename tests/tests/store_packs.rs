@@ -247,7 +247,13 @@ fn indexes_and_packs(root: &Path) -> Vec<(PathBuf, PathBuf)> {
     let folder = root.join("packs");
     let names: Vec<String> = fs::read_dir(&folder)
         .expect("a packs folder")
-        .map(|entry| entry.expect("an entry").file_name().to_string_lossy().into_owned())
+        .map(|entry| {
+            entry
+                .expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect();
     names
         .iter()

@@ -40,6 +40,7 @@
 mod binding;
 mod blob;
 mod claim;
+mod counters;
 mod default;
 mod failure;
 mod generation;
@@ -56,6 +57,7 @@ use serde::{Deserialize, Serialize};
 pub use binding::{BoundStore, Claimed};
 pub use blob::BlobKey;
 pub use claim::{Claim, ClaimGuard, ClaimWait};
+pub use counters::StoreCounters;
 pub use default::{DefaultStoreOpener, default_store, has_default_store, install_default_store};
 pub use failure::{
     FAILURE_BLOB_KIND, QUARANTINE_AFTER, RememberedCause, RememberedFailure, UNDO_QUARANTINE,

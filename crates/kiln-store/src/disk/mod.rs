@@ -143,22 +143,8 @@ impl Drop for Inner {
     }
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    hits: AtomicU64,
-    absent: AtomicU64,
-    corrupt: AtomicU64,
-    foreign: AtomicU64,
-    unreadable: AtomicU64,
-    claims_waited: AtomicU64,
-    claims_timed_out: AtomicU64,
-    puts: AtomicU64,
-    put_failures: AtomicU64,
-    writes_skipped: AtomicU64,
-    bytes_read: AtomicU64,
-    bytes_written: AtomicU64,
-    pub(crate) evicted: AtomicU64,
-}
+/// The store's counts: the one type every store counts with.
+pub(crate) type Counters = kiln_engine::StoreCounters;
 
 fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Ordering::Relaxed);
@@ -244,23 +230,7 @@ impl ArtifactStore for DiskStore {
     }
 
     fn statistics(&self) -> StoreStatistics {
-        let counters = &self.inner.counters;
-        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        StoreStatistics {
-            hits: read(&counters.hits),
-            absent: read(&counters.absent),
-            corrupt: read(&counters.corrupt),
-            foreign: read(&counters.foreign),
-            unreadable: read(&counters.unreadable),
-            claims_waited: read(&counters.claims_waited),
-            claims_timed_out: read(&counters.claims_timed_out),
-            puts: read(&counters.puts),
-            put_failures: read(&counters.put_failures),
-            writes_skipped: read(&counters.writes_skipped),
-            bytes_read: read(&counters.bytes_read),
-            bytes_written: read(&counters.bytes_written),
-            evicted: read(&counters.evicted),
-        }
+        self.inner.counters.snapshot()
     }
 
     fn batch_finished(&self) {
