@@ -122,8 +122,8 @@ pub use statistics::{
     StatisticsCollector,
 };
 pub use store::{
-    ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference, Explanation, Generation,
-    KeyComponent, KeyComponents, KeySubject, KeyedCompiler, Lookup, MemoryStore, Miss,
+    ArtifactCopy, ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference, Explanation,
+    Generation, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, Lookup, MemoryStore, Miss,
     RememberedFailure, STORE_FORMAT, StoreCounters, StoreKey, StoreOutcome, StoreStatistics,
 };
 pub use target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, TargetStore, VariantOf};

@@ -96,6 +96,31 @@ impl DiskStore {
             .map(|(_, at)| at)
     }
 
+    /// The sealed history of `key`'s kernel once `key` is stored now (with
+    /// the miss it follows), and its pack key, for a batched put that
+    /// appends it beside its entry; `None` for a key of lowered source.
+    pub(super) fn history_after_put(&self, key: &StoreKey) -> Option<([u8; 16], Vec<u8>)> {
+        let (name, kernel) = key.kernel()?;
+        let missed = self.take_miss(key);
+        let mut history = read_history(&self.inner, kernel)
+            .map(|(history, _)| history)
+            .unwrap_or_else(|| KernelHistory {
+                name: name.to_owned(),
+                digest: kernel,
+                stored: None,
+                asked: None,
+                held_at_miss: None,
+            });
+        if let Some(at) = missed {
+            note_asked(&mut history, key, at);
+        }
+        history.stored = Some(Seen {
+            key: key.clone(),
+            at: now_seconds(),
+        });
+        Some((kernel.to_be_bytes(), history.seal()))
+    }
+
     /// Writes the misses noted since the last batch ended and not put
     /// since: at the end of a batch, and when the store is dropped.
     pub(super) fn write_misses(&self) {

@@ -27,6 +27,7 @@ mod activity;
 mod batches;
 mod blob;
 mod claim;
+mod copies;
 mod eviction;
 mod footprint;
 mod generation;
@@ -219,6 +220,10 @@ impl ArtifactStore for DiskStore {
     fn put_copy(&self, key: &StoreKey, bytes: &[u8], work: Duration) -> StoreOutcome {
         // A copy of another store's artifact: no compile to count.
         self.store_artifact(key, None, bytes, work)
+    }
+
+    fn put_many(&self, copies: &[kiln_engine::ArtifactCopy<'_>]) -> Vec<StoreOutcome> {
+        self.store_copies(copies)
     }
 
     fn remove(&self, key: &StoreKey) {

@@ -34,8 +34,8 @@ use std::time::Duration;
 use super::not_applicable;
 use crate::id::{ArtifactId, KernelId};
 use crate::store::{
-    ArtifactStore, BlobKey, Claim, ClaimWait, Explanation, KeyComponent, KeyComponents, Lookup,
-    Miss, StoreKey, StoreOutcome,
+    ArtifactCopy, ArtifactStore, BlobKey, Claim, ClaimWait, Explanation, KeyComponent,
+    KeyComponents, Lookup, Miss, StoreKey, StoreOutcome,
 };
 
 mod blobs;
@@ -145,6 +145,7 @@ macro_rules! store_conformance_suite {
             p2_a_put_of_another_artifact_replaces_the_first,
             p3_threads_putting_under_one_key_are_read_whole,
             p3_another_process_reads_what_one_put,
+            p3_copies_put_together_are_each_found_whole,
             p4_a_held_claim_is_busy_for_a_second_once_claimant_and_free_after_its_guard_drops,
             p4_a_patient_claimant_holds_the_key_once_the_guard_drops,
             p4_a_claim_held_in_one_process_is_busy_in_another,

@@ -309,3 +309,60 @@ pub fn p6_a_batch_end_within_the_limits_keeps_every_entry<S: StoreSubject>(subje
     }
     assert_eq!(store.statistics().evicted, 0, "nothing was evicted");
 }
+
+/// P3, P10: copies put together are each stored and found whole, with
+/// their work, as one `put_copy` each would be: small and large alike,
+/// two keys of the same bytes, one key replacing what it held, and another
+/// process reads them; each is counted as a put.
+pub fn p3_copies_put_together_are_each_found_whole<S: StoreSubject>(subject: &S) {
+    let store = subject.store();
+    assert!(store.put_many(&[]).is_empty(), "no copies, no answers");
+    expect_stored(
+        store.put(&kernel_key(40), None, &artifact(9, 64), Duration::ZERO),
+        "a put that a copy replaces",
+    );
+    let puts_before = store.statistics().puts;
+    let shared = artifact(7, 500);
+    let entries: Vec<(StoreKey, Vec<u8>, Duration)> = [
+        (40, artifact(40, 300)),
+        (41, artifact(41, 1)),
+        (42, shared.clone()),
+        (43, shared),
+        (44, artifact(44, 200 << 10)),
+    ]
+    .into_iter()
+    .map(|(number, bytes)| {
+        (
+            kernel_key(number),
+            bytes,
+            Duration::from_millis(u64::from(number)),
+        )
+    })
+    .collect();
+    let copies: Vec<ArtifactCopy<'_>> = entries
+        .iter()
+        .map(|(key, bytes, work)| ArtifactCopy {
+            key,
+            bytes,
+            work: *work,
+        })
+        .collect();
+    let outcomes = store.put_many(&copies);
+    assert_eq!(outcomes.len(), copies.len(), "one answer per copy");
+    for outcome in outcomes {
+        expect_stored(outcome, "a copy put together with others");
+    }
+    assert_eq!(
+        store.statistics().puts,
+        puts_before + entries.len() as u64,
+        "each copy is a put"
+    );
+    let readers = std::iter::once(store.clone()).chain(subject.in_another_process(&store));
+    for reader in readers {
+        for (key, bytes, work) in &entries {
+            let (found, _, found_work) = expect_hit(reader.lookup(key), "a copy put together");
+            assert!(found == *bytes, "the copy's bytes come back");
+            assert_eq!(found_work, *work, "with the copy's work");
+        }
+    }
+}
