@@ -151,3 +151,83 @@ impl DiskStore {
         Ok(written)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kiln_engine::{ArtifactCopy, ArtifactStore, Lookup, StoreOutcome};
+
+    use super::super::fixtures::{hit, kernel_key};
+    use crate::{DiskStore, StoreConfig};
+
+    fn packing(test: &str, read_only: bool) -> DiskStore {
+        let root = std::env::temp_dir().join(format!("kiln-store-{test}-{}", std::process::id()));
+        if !read_only {
+            let _ = std::fs::remove_dir_all(&root);
+        }
+        DiskStore::open(StoreConfig {
+            collects_automatically: false,
+            read_only,
+            ..StoreConfig::at(root)
+        })
+        .expect("a store")
+    }
+
+    // P3, F10: a batch of copies packs the small ones and files the large
+    // one, every entry whole, its history noting what was stored, and the
+    // usage counting what the batch added.
+    #[test]
+    fn p3_a_batch_of_copies_packs_the_small_files_the_large_and_counts_them() {
+        let store = packing("copies", false);
+        let keys: Vec<_> = (0..6).map(kernel_key).collect();
+        let mut bytes: Vec<Vec<u8>> = (0..5u8).map(|number| vec![number + 1; 700]).collect();
+        bytes.push(vec![9; 100 << 10]);
+        let copies: Vec<ArtifactCopy<'_>> = keys
+            .iter()
+            .zip(&bytes)
+            .map(|(key, bytes)| ArtifactCopy {
+                key,
+                bytes,
+                work: Duration::from_millis(5),
+            })
+            .collect();
+        let outcomes = store.put_many(&copies);
+        assert!(
+            outcomes
+                .iter()
+                .all(|outcome| matches!(outcome, StoreOutcome::Stored { .. })),
+            "{outcomes:?}"
+        );
+        for (key, bytes) in keys.iter().zip(&bytes) {
+            assert_eq!(&hit(&store, key), bytes);
+        }
+        assert!(
+            std::fs::symlink_metadata(store.record_path(&keys[0])).is_err(),
+            "a small copy is packed"
+        );
+        assert!(
+            std::fs::symlink_metadata(store.record_path(&keys[5])).is_ok(),
+            "the large copy is a file"
+        );
+        let usage = store.usage();
+        assert_eq!(usage.entries, 6);
+        assert!(usage.bytes >= 5 * 700 + (100 << 10), "{usage:?}");
+        let (_, kernel) = keys[2].kernel().expect("a kernel key");
+        let stored = store.history(kernel).and_then(|history| history.stored);
+        assert_eq!(stored.map(|seen| seen.key), Some(keys[2].clone()));
+        let report = store.verify(&mut |_| {}).expect("verifies");
+        assert!(report.is_clean(), "{report:?}");
+        assert_eq!(report.objects, 6);
+        // A read-only store skips every copy, and counts each.
+        let read_only = packing("copies", true);
+        let skipped = read_only.put_many(&copies[..2]);
+        assert!(matches!(
+            skipped[..],
+            [StoreOutcome::Skipped, StoreOutcome::Skipped]
+        ));
+        assert_eq!(read_only.statistics().writes_skipped, 2);
+        assert!(matches!(read_only.lookup(&keys[1]), Lookup::Hit { .. }));
+        let _ = std::fs::remove_dir_all(store.root());
+    }
+}
