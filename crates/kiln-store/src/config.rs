@@ -25,7 +25,8 @@ pub struct StoreConfig {
     /// The folder the store keeps everything in. `KILN_CACHE_DIR`.
     pub root: PathBuf,
     /// The most bytes of artifacts and records it keeps before evicting the
-    /// least recently used. `KILN_CACHE_MAX_SIZE`.
+    /// least recently used, counted as the file system allocates them
+    /// (whole blocks), not as their lengths. `KILN_CACHE_MAX_SIZE`.
     pub max_bytes: u64,
     /// The most artifacts it keeps before evicting. `KILN_CACHE_MAX_ENTRIES`.
     pub max_entries: u64,

@@ -170,7 +170,8 @@ impl DiskStore {
         self.inner.layout.root()
     }
 
-    /// What it holds, as last counted.
+    /// What it holds, as last counted: entries, bytes held and bytes
+    /// allocated (what the size limit compares).
     pub fn usage(&self) -> Usage {
         self.inner.usage.read()
     }
