@@ -10,6 +10,10 @@
 //! the packs as a packed put appends them, without syncing. They are kept
 //! under the target folder and reused while whole.
 //!
+//! Then a remote tier's write-back (`store_packs_write_back`): 64 copies of
+//! 4 KiB artifacts put into a durable store one `put_copy` at a time
+//! (`one_by_one`) against one `put_many` (`batched`).
+//!
 //! ```text
 //! cargo bench -p kiln-benches --bench store_packs -- --warm-up-time 1 --measurement-time 2
 //! ```
@@ -21,7 +25,7 @@ use std::time::Instant;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use kiln_benches::{BenchRecord, append_record, cores};
 use kiln_engine::fake::{FakeCompiler, FakeKernel};
-use kiln_engine::{ArtifactStore, Lookup, StoreKey};
+use kiln_engine::{ArtifactCopy, ArtifactStore, Lookup, StoreKey, StoreOutcome};
 use kiln_store::{DiskStore, StoreConfig};
 
 /// Keys looked up in turn by one iteration, spread over the whole store.
@@ -153,5 +157,75 @@ fn store_packs(criterion: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, store_packs);
+/// Copies a write-back puts at once: a warm start's batch.
+const WRITTEN_BACK: usize = 64;
+
+/// 64 remote hits written back into a durable store, one by one against
+/// one batch: what the syncs cost (F10, P10's remote warm start).
+fn write_back(criterion: &mut Criterion) {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("store-packs-write-back");
+    let _ = std::fs::remove_dir_all(&root);
+    let store = DiskStore::open(StoreConfig {
+        collects_automatically: false,
+        ..StoreConfig::at(&root)
+    })
+    .expect("a durable store");
+    let mut next = 0usize;
+    let mut batch = || {
+        let entries: Vec<(StoreKey, Vec<u8>)> = (next..next + WRITTEN_BACK)
+            .map(|number| {
+                let mut bytes = vec![0u8; 4 << 10];
+                bytes[..8].copy_from_slice(&(number as u64).to_le_bytes());
+                (key(number), bytes)
+            })
+            .collect();
+        next += WRITTEN_BACK;
+        entries
+    };
+    let mut group = criterion.benchmark_group("store_packs_write_back");
+    group.sample_size(10);
+    group.throughput(criterion::Throughput::Elements(WRITTEN_BACK as u64));
+    for case in ["one_by_one", "batched"] {
+        group.bench_function(BenchmarkId::new(case, WRITTEN_BACK), |bencher| {
+            bencher.iter_custom(|iterations| {
+                let mut total = std::time::Duration::ZERO;
+                for _ in 0..iterations {
+                    let entries = batch();
+                    let started = Instant::now();
+                    let outcomes: Vec<StoreOutcome> = if case == "batched" {
+                        let copies: Vec<ArtifactCopy<'_>> = entries
+                            .iter()
+                            .map(|(key, bytes)| ArtifactCopy {
+                                key,
+                                bytes,
+                                work: std::time::Duration::ZERO,
+                            })
+                            .collect();
+                        store.put_many(&copies)
+                    } else {
+                        entries
+                            .iter()
+                            .map(|(key, bytes)| {
+                                store.put_copy(key, bytes, std::time::Duration::ZERO)
+                            })
+                            .collect()
+                    };
+                    total += started.elapsed();
+                    assert!(
+                        outcomes
+                            .iter()
+                            .all(|outcome| matches!(outcome, StoreOutcome::Stored { .. })),
+                        "every copy is stored"
+                    );
+                }
+                total
+            });
+        });
+    }
+    group.finish();
+    drop(store);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+criterion_group!(benches, store_packs, write_back);
 criterion_main!(benches);

@@ -152,10 +152,16 @@ fn damaged_packed_entry_is_a_removed_miss(test: &str, damage: impl FnOnce(&Path)
     }
     drop(loader);
     damage(&root);
+    let before = store.statistics();
     match store.lookup(&fake_key(1)) {
         Lookup::Miss(Miss::Corrupt { .. }) => {}
         other => panic!("a damaged packed entry: {other:?}"),
     }
+    assert_eq!(
+        store.statistics().corrupt,
+        before.corrupt + 1,
+        "the damaged entry is counted"
+    );
     assert!(
         matches!(store.lookup(&fake_key(1)), Lookup::Miss(Miss::Absent)),
         "the damaged entry was removed"
@@ -206,6 +212,146 @@ fn p2_f10_a_truncated_pack_is_a_miss_and_recompiles() {
         file.set_len((at + artifact.len() / 2) as u64)
             .expect("truncated");
     });
+}
+
+/// What one slot of an index says: where it lies in the index, its kind
+/// code, and the frame it names. Only whole slots (their check holds).
+struct SlotAt {
+    at: usize,
+    kind: u8,
+    offset: u32,
+    length: u32,
+}
+
+/// The whole slots of the index `held` (its bytes), per the layout in
+/// `kiln-store/src/pack/format.rs`: a 32-byte header, then 32-byte slots
+/// of key [16], offset u32, length u32, kind u8, check [3], accessed u32.
+fn slots(held: &[u8]) -> Vec<SlotAt> {
+    let word = |slot: &[u8], at: usize| u32::from_le_bytes(slot[at..at + 4].try_into().unwrap());
+    held.chunks_exact(32)
+        .enumerate()
+        .skip(1)
+        .filter(|(_, slot)| blake3::hash(&slot[..25]).as_bytes()[..3] == slot[25..28])
+        .map(|(number, slot)| SlotAt {
+            at: number * 32,
+            kind: slot[24],
+            offset: word(slot, 16),
+            length: word(slot, 20),
+        })
+        .collect()
+}
+
+/// Every index of the store at `root` with its pack (the shard's one
+/// generation), as paths.
+fn indexes_and_packs(root: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let folder = root.join("packs");
+    let names: Vec<String> = fs::read_dir(&folder)
+        .expect("a packs folder")
+        .map(|entry| {
+            entry
+                .expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names
+        .iter()
+        .filter_map(|name| name.strip_suffix(".idx"))
+        .map(|shard| {
+            let pack = names
+                .iter()
+                .find(|name| name.starts_with(&format!("{shard}-")) && name.ends_with(".pack"))
+                .expect("the shard's pack");
+            (folder.join(format!("{shard}.idx")), folder.join(pack))
+        })
+        .collect()
+}
+
+/// The kind code of a record slot.
+const RECORD: u8 = 2;
+
+#[test]
+fn p2_f10_a_flipped_byte_in_a_packed_record_is_a_miss_and_recompiles() {
+    // P2: a record frame's payload is sealed; a flip in it is damage.
+    damaged_packed_entry_is_a_removed_miss("packs-record-flip", |root| {
+        for (index, pack) in indexes_and_packs(root) {
+            let mut held = fs::read(&pack).expect("a pack");
+            for slot in slots(&fs::read(&index).expect("an index")) {
+                if slot.kind == RECORD {
+                    held[(slot.offset + 32 + slot.length / 2) as usize] ^= 0x08;
+                }
+            }
+            fs::write(&pack, held).expect("damaged");
+        }
+    });
+}
+
+#[test]
+fn p2_f10_an_index_slot_resealed_to_name_another_frame_is_a_miss_never_that_entry() {
+    // P2: the worst an index can say, a slot whose check holds and that
+    // names another entry's whole frame (its offset and length), reads as
+    // damage: the frame's header repeats the key and kind it is for.
+    damaged_packed_entry_is_a_removed_miss("packs-slot-redirect", |root| {
+        for (index, _) in indexes_and_packs(root) {
+            let mut held = fs::read(&index).expect("an index");
+            let found = slots(&held);
+            for slot in found.iter().filter(|slot| slot.kind == RECORD) {
+                let (offset, length) = found
+                    .iter()
+                    .find(|other| other.offset != slot.offset)
+                    .map_or((slot.offset + 32, slot.length), |other| {
+                        (other.offset, other.length)
+                    });
+                let bytes = &mut held[slot.at..slot.at + 32];
+                bytes[16..20].copy_from_slice(&offset.to_le_bytes());
+                bytes[20..24].copy_from_slice(&length.to_le_bytes());
+                let check = blake3::hash(&bytes[..25]);
+                bytes[25..28].copy_from_slice(&check.as_bytes()[..3]);
+            }
+            fs::write(&index, held).expect("redirected");
+        }
+    });
+}
+
+#[test]
+fn p2_f10_a_flipped_byte_in_an_index_slot_hides_the_entry_and_it_recompiles() {
+    // P2, P3: a slot whose check fails is no slot: its entry is absent,
+    // never another's, and the loader compiles it again.
+    let scratch = Scratch::new("packs-slot-flip");
+    let root = scratch.join("store");
+    let store = packed_store(&root);
+    let mut loader = loader_on(&store);
+    for number in [1, 2] {
+        assert_eq!(load(&mut loader, number), fake_text(number));
+    }
+    drop(loader);
+    for (index, _) in indexes_and_packs(&root) {
+        let mut held = fs::read(&index).expect("an index");
+        for slot in slots(&held) {
+            held[slot.at + 18] ^= 0x01;
+        }
+        fs::write(&index, held).expect("damaged");
+    }
+    let other = packed_store(&root);
+    for number in [1, 2] {
+        assert!(
+            matches!(other.lookup(&fake_key(number)), Lookup::Miss(_)),
+            "a slot that does not check is not read"
+        );
+    }
+    let mut loader = loader_on(&other);
+    for number in [1, 2] {
+        assert_eq!(load(&mut loader, number), fake_text(number));
+    }
+    assert_eq!(
+        loader.target().fake_compiler().finalized(),
+        2,
+        "both compiled again"
+    );
+    let fresh = packed_store(&root);
+    assert!(matches!(fresh.lookup(&fake_key(1)), Lookup::Hit { .. }));
+    assert!(fresh.verify(&mut |_| {}).expect("verifies").is_clean());
 }
 
 #[test]

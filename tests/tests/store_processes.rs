@@ -480,29 +480,33 @@ fn p12_a_holder_stopped_mid_compile_loses_its_keys_after_its_lease() -> Result<(
 #[test]
 fn p3_a_publisher_killed_at_random_moments_leaves_whole_entries_or_none() -> Result<()> {
     // P3
-    publisher_killed_at_random_moments("crash", 0)
+    publisher_killed_at_random_moments("crash", 0, "publish-loop")
 }
 
 #[test]
 fn p3_f10_a_publisher_killed_while_appending_to_packs_leaves_whole_entries_or_none() -> Result<()> {
     // P3, F10: the same kills on packed entries.
-    publisher_killed_at_random_moments("crash-packed", 64 << 10)
+    publisher_killed_at_random_moments("crash-packed", 64 << 10, "publish-loop")
+}
+
+#[test]
+fn p3_f10_a_writer_killed_while_putting_a_batch_of_copies_leaves_whole_entries_or_none()
+-> Result<()> {
+    // P3, F10: the same kills on batched puts (a remote tier's
+    // write-back), whose frames of many shards are synced together.
+    publisher_killed_at_random_moments("crash-batched", 64 << 10, "copy-loop")
 }
 
 /// 200 publishers killed at random moments, each packing artifacts below
 /// `pack_below` bytes; then every entry the store shows is whole.
-fn publisher_killed_at_random_moments(name: &str, pack_below: u64) -> Result<()> {
+fn publisher_killed_at_random_moments(name: &str, pack_below: u64, mode: &str) -> Result<()> {
     let scratch = Scratch::new(name);
     let root = scratch.join("store");
     let mut random = 0x2545_f491_4f6c_dd1d_u64;
     let started = Instant::now();
     for kill in 0..200u64 {
         let mut child = Command::new(WORKER)
-            .args([
-                "publish-loop",
-                &root.display().to_string(),
-                &kill.to_string(),
-            ])
+            .args([mode, &root.display().to_string(), &kill.to_string()])
             .env("KILN_CACHE_PACK_BELOW", pack_below.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -510,7 +514,15 @@ fn publisher_killed_at_random_moments(name: &str, pack_below: u64) -> Result<()>
         random ^= random << 13;
         random ^= random >> 7;
         random ^= random << 17;
-        std::thread::sleep(Duration::from_micros(2_000 + random % 13_000));
+        // A batch syncs its file system twice: its writers live longer,
+        // so that kills land in every phase of a batch, not only before
+        // the first one ends.
+        let (least, spread) = if mode == "copy-loop" {
+            (20_000, 180_000)
+        } else {
+            (2_000, 13_000)
+        };
+        std::thread::sleep(Duration::from_micros(least + random % spread));
         child.kill()?; // SIGKILL
         child.wait()?;
     }

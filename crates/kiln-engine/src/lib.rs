@@ -122,9 +122,9 @@ pub use statistics::{
     StatisticsCollector,
 };
 pub use store::{
-    ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference, Explanation, Generation,
-    KeyComponent, KeyComponents, KeySubject, KeyedCompiler, Lookup, MemoryStore, Miss,
-    RememberedFailure, STORE_FORMAT, StoreKey, StoreOutcome, StoreStatistics,
+    ArtifactCopy, ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference, Explanation,
+    Generation, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, Lookup, MemoryStore, Miss,
+    RememberedFailure, STORE_FORMAT, StoreCounters, StoreKey, StoreOutcome, StoreStatistics,
 };
 pub use target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, TargetStore, VariantOf};
 pub use timing::{DeviceTimer, TimedTarget, TimingError};

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kiln_engine::StoreStatistics;
+use kiln_engine::{StoreCounters, StoreStatistics};
 use serde::{Deserialize, Serialize};
 
 /// A remote store's counts since it was opened (S4's remote side; `kiln
@@ -49,21 +49,11 @@ pub struct RemoteStatistics {
     pub nondeterministic: u64,
 }
 
-/// The counters behind [`RemoteStatistics`].
+/// The counters behind [`RemoteStatistics`]: every store's
+/// ([`StoreCounters`], which it derefs to) and the remote's own.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub hits: AtomicU64,
-    pub absent: AtomicU64,
-    pub corrupt: AtomicU64,
-    pub foreign: AtomicU64,
-    pub unreadable: AtomicU64,
-    pub claims_waited: AtomicU64,
-    pub claims_timed_out: AtomicU64,
-    pub puts: AtomicU64,
-    pub put_failures: AtomicU64,
-    pub writes_skipped: AtomicU64,
-    pub bytes_read: AtomicU64,
-    pub bytes_written: AtomicU64,
+    pub store: StoreCounters,
     pub unverified: AtomicU64,
     pub leases_ignored: AtomicU64,
     pub oversize_reads: AtomicU64,
@@ -76,6 +66,14 @@ pub(crate) struct Counters {
     pub claims_held: AtomicU64,
     pub claims_busy: AtomicU64,
     pub nondeterministic: AtomicU64,
+}
+
+impl std::ops::Deref for Counters {
+    type Target = StoreCounters;
+
+    fn deref(&self) -> &StoreCounters {
+        &self.store
+    }
 }
 
 /// Adds one to `counter`.
@@ -92,21 +90,7 @@ impl Counters {
     pub(crate) fn snapshot(&self, breaker_open: bool) -> RemoteStatistics {
         let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         RemoteStatistics {
-            store: StoreStatistics {
-                hits: read(&self.hits),
-                absent: read(&self.absent),
-                corrupt: read(&self.corrupt),
-                foreign: read(&self.foreign),
-                unreadable: read(&self.unreadable),
-                claims_waited: read(&self.claims_waited),
-                claims_timed_out: read(&self.claims_timed_out),
-                puts: read(&self.puts),
-                put_failures: read(&self.put_failures),
-                writes_skipped: read(&self.writes_skipped),
-                bytes_read: read(&self.bytes_read),
-                bytes_written: read(&self.bytes_written),
-                evicted: 0,
-            },
+            store: self.store.snapshot(),
             unverified: read(&self.unverified),
             leases_ignored: read(&self.leases_ignored),
             oversize_reads: read(&self.oversize_reads),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use kiln_engine::store::{BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, RememberedFailure};
 use kiln_engine::{
-    ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics,
+    ArtifactStore, Generation, Lookup, Miss, StoreCounters, StoreKey, StoreOutcome, StoreStatistics,
 };
 use serde::{Deserialize, Serialize};
 
@@ -152,15 +152,11 @@ impl Drop for QueuedRelease {
     }
 }
 
-/// What the two-level store answered, counted once per lookup.
+/// What the two-level store answered, counted once per lookup (its
+/// lookups' share of [`StoreCounters`]).
 #[derive(Debug, Default)]
 struct Answers {
-    hits: AtomicU64,
-    absent: AtomicU64,
-    corrupt: AtomicU64,
-    foreign: AtomicU64,
-    unreadable: AtomicU64,
-    bytes_read: AtomicU64,
+    store: StoreCounters,
     remote_hits: AtomicU64,
     remote_misses: AtomicU64,
     written_back: AtomicU64,
@@ -300,18 +296,7 @@ impl TieredStore {
     }
 
     fn count(&self, lookup: &Lookup<Vec<u8>>) {
-        let answers = &self.inner.answers;
-        let counter = match lookup {
-            Lookup::Hit { bytes, .. } => {
-                answers.bytes_read.fetch_add(*bytes, Ordering::Relaxed);
-                &answers.hits
-            }
-            Lookup::Miss(Miss::Absent) => &answers.absent,
-            Lookup::Miss(Miss::Corrupt { .. }) => &answers.corrupt,
-            Lookup::Miss(Miss::ForeignKey { .. }) => &answers.foreign,
-            Lookup::Miss(Miss::Unreadable { .. }) => &answers.unreadable,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.inner.answers.store.count_lookup(lookup);
     }
 
     /// Counts the remote's answer to an artifact's key the local store
@@ -759,15 +744,14 @@ impl ArtifactStore for TieredStore {
 
     fn statistics(&self) -> StoreStatistics {
         let local = self.inner.local.statistics();
-        let answers = &self.inner.answers;
-        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let answers = self.inner.answers.store.snapshot();
         StoreStatistics {
-            hits: read(&answers.hits),
-            absent: read(&answers.absent),
-            corrupt: read(&answers.corrupt),
-            foreign: read(&answers.foreign),
-            unreadable: read(&answers.unreadable),
-            bytes_read: read(&answers.bytes_read),
+            hits: answers.hits,
+            absent: answers.absent,
+            corrupt: answers.corrupt,
+            foreign: answers.foreign,
+            unreadable: answers.unreadable,
+            bytes_read: answers.bytes_read,
             ..local
         }
     }

@@ -10,7 +10,7 @@
 //! | `KILN_CACHE_LOCK_TIMEOUT` | [`StoreConfig::lock_timeout`] | 60 seconds, at most a day |
 //! | `KILN_CACHE_LEASE` | [`StoreConfig::lease`] | 10 seconds, at most a day |
 //! | `KILN_CACHE_READ_ONLY=1` | [`StoreConfig::read_only`] | writable |
-//! | `KILN_CACHE_PACK_BELOW` | [`StoreConfig::pack_below`] | 0 (every entry a file); `64K` |
+//! | `KILN_CACHE_PACK_BELOW` | [`StoreConfig::pack_below`] | 64 KiB; `0` keeps every entry a file |
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,7 +25,8 @@ pub struct StoreConfig {
     /// The folder the store keeps everything in. `KILN_CACHE_DIR`.
     pub root: PathBuf,
     /// The most bytes of artifacts and records it keeps before evicting the
-    /// least recently used. `KILN_CACHE_MAX_SIZE`.
+    /// least recently used, counted as the file system allocates them
+    /// (whole blocks), not as their lengths. `KILN_CACHE_MAX_SIZE`.
     pub max_bytes: u64,
     /// The most artifacts it keeps before evicting. `KILN_CACHE_MAX_ENTRIES`.
     pub max_entries: u64,
@@ -66,6 +67,15 @@ pub struct StoreConfig {
 pub const DEFAULT_MAX_BYTES: u64 = 10 << 30;
 /// The default [`StoreConfig::max_entries`].
 pub const DEFAULT_MAX_ENTRIES: u64 = 1_000_000;
+/// 64 KiB, the default [`StoreConfig::pack_below`]. Most kernels' artifacts
+/// (PTX, small cubins and code objects, SPIR-V of a few pipelines) are a few
+/// KiB to a few tens of KiB: as files, each costs three to four inodes and
+/// rounds up to whole blocks, so a store of them weighs several times what it
+/// holds. Above 64 KiB a file wastes under a block in sixteen, one entry is
+/// still read whole in one `pread`, and the large artifacts (GEMM cubins,
+/// fat binaries) that eviction frees the most space from stay files that
+/// are removed by one `unlink`, not by rewriting a pack.
+pub const DEFAULT_PACK_BELOW: u64 = 64 << 10;
 /// The largest [`StoreConfig::pack_below`]: a pack is for small entries,
 /// and one entry is read whole.
 pub const MAX_PACKED: u64 = 16 << 20;
@@ -87,7 +97,7 @@ impl StoreConfig {
             durable: true,
             collects_automatically: true,
             read_only: false,
-            pack_below: 0,
+            pack_below: DEFAULT_PACK_BELOW,
         }
     }
 
@@ -245,6 +255,23 @@ mod tests {
         assert_eq!(parse_size("4096"), Some(4096));
         assert_eq!(parse_size("ten"), None);
         assert_eq!(parse_size("5X"), None);
+    }
+
+    // F10: small entries are packed unless the environment says otherwise.
+    #[test]
+    fn f10_small_entries_are_packed_by_default_and_0_packs_nothing() {
+        let dir = |name| (name == "KILN_CACHE_DIR").then(|| "/store".to_owned());
+        let default = StoreConfig::with_overrides(dir).unwrap().unwrap();
+        assert_eq!(default.pack_below, 64 << 10);
+        assert_eq!(StoreConfig::at("/store").pack_below, DEFAULT_PACK_BELOW);
+        let off = StoreConfig::with_overrides(|name| match name {
+            "KILN_CACHE_DIR" => Some("/store".to_owned()),
+            "KILN_CACHE_PACK_BELOW" => Some("0".to_owned()),
+            _ => None,
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(off.pack_below, 0);
     }
 
     #[test]

@@ -180,6 +180,31 @@ pub(crate) fn is_dead(pid: libc::pid_t) -> bool {
     status != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
+/// Refuses a file of `length` bytes that the process's file size limit
+/// (`RLIMIT_FSIZE`) would not let it write whole. Past the limit the system
+/// sends SIGXFSZ, which stops a process that does not ignore it: the store
+/// must not depend on how its host set that signal up (P5).
+pub(crate) fn within_file_size_limit(length: u64) -> io::Result<()> {
+    let mut limit = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: `limit` is a valid `rlimit` that the call fills.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } != 0
+        || limit.rlim_cur == libc::RLIM_INFINITY
+        || length <= limit.rlim_cur
+    {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::FileTooLarge,
+        format!(
+            "a file of {length} bytes would pass the process's file size limit of {} bytes",
+            limit.rlim_cur
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,8 +15,8 @@
 //!   also carries a copy of an artifact of at most 16 KiB, sealed with it,
 //!   so a warm hit opens one file instead of two (F3); the object stays,
 //!   for source records, bundles and the eviction order.
-//! - **Small entries in packs.** With [`StoreConfig::pack_below`] set, an
-//!   artifact below it, its records and its kernel's history are frames
+//! - **Small entries in packs.** By default an artifact below 64 KiB
+//!   ([`StoreConfig::pack_below`], `KILN_CACHE_PACK_BELOW`; 0 packs nothing), its records and its kernel's history are frames
 //!   appended to one of 512 shard packs, each with an index of fixed slots
 //!   (`pack/`): about a thousand files at any size (F10). Appends take the
 //!   shard's lock and publish a slot only once its frame is durable;
@@ -100,14 +100,16 @@ mod partial;
 mod record;
 mod sealed;
 mod skeleton;
+mod staging;
 mod tree;
 mod usage;
+mod walk;
 
 pub use activity::{Activity, BackendActivity};
 pub use bundle::{
     BUNDLE_VERSION, BundleHeader, BundleSeal, ExportReport, ImportReport, SignBundle, read_header,
 };
-pub use config::{StoreConfig, parse_size};
+pub use config::{DEFAULT_PACK_BELOW, StoreConfig, parse_size};
 pub use disk::{DiskStore, Footprint};
 pub use error::{Error, Result, WriteCause, WriteFailure};
 pub use maintenance::{CollectReport, Entry, EntryInfo, Limits, Progress, VerifyReport};

@@ -30,7 +30,6 @@ use std::time::{Duration, SystemTime};
 use crate::durable;
 use crate::error::{Error, Result};
 use crate::layout::{self, LAYOUT, Layout};
-use crate::maintenance;
 use crate::tree::{Folder, Kind, is_absent};
 
 /// How often opening sweeps `staging/`.
@@ -457,7 +456,7 @@ fn sweep(root: &Folder, layout: &Layout) {
     }
     let mut unchecked = Vec::new();
     let removed =
-        maintenance::sweep_staging(root, &layout.staging(), &mut unchecked, &|pid, age| {
+        crate::staging::sweep_staging(root, &layout.staging(), &mut unchecked, &|pid, age| {
             age > STAGING_GRACE && durable::is_dead(pid)
         });
     if removed > 0 {

@@ -55,6 +55,8 @@ impl Kind {
 pub(crate) struct Status {
     pub(crate) kind: Kind,
     pub(crate) len: u64,
+    /// Bytes the file system allocated to it: its blocks, not its length.
+    pub(crate) allocated: u64,
     pub(crate) device: u64,
     pub(crate) inode: u64,
     pub(crate) modified: SystemTime,
@@ -284,6 +286,7 @@ impl Folder {
         Ok(Status {
             kind,
             len: u64::try_from(found.st_size).unwrap_or(0),
+            allocated: u64::try_from(found.st_blocks).unwrap_or(0) * 512,
             device: u64::from(found.st_dev),
             inode: u64::from(found.st_ino),
             modified: time(found.st_mtime.into(), found.st_mtime_nsec.into()),
@@ -558,6 +561,24 @@ fn set_errno(value: libc::c_int) {
         target_os = "freebsd"
     )))]
     let _ = value;
+}
+
+/// Why a name where a file should be, which is a `kind`, was not checked.
+pub(crate) fn not_a_file(kind: Kind) -> String {
+    format!("{} where a file should be: left alone", kind.describe())
+}
+
+/// Why the folder `name` in `parent` could not be entered.
+pub(crate) fn why_not_entered(parent: &Folder, name: &OsStr, error: &io::Error) -> String {
+    match parent.status(name) {
+        Ok(found) if found.kind != Kind::Folder => {
+            format!(
+                "{} where a folder should be: left alone",
+                found.kind.describe()
+            )
+        }
+        _ => format!("cannot be listed: {error}"),
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! ```text
 //! kiln-test-worker loads ROOT LOG KEYS LOOKUPS SEED   random loads of shared kernels
 //! kiln-test-worker publish-loop ROOT SEED             publishes until killed
+//! kiln-test-worker copy-loop ROOT SEED                puts batches of copies until killed
 //! kiln-test-worker fsize-limited ROOT KERNELS         loads with every write refused
 //! kiln-test-worker read-loop ROOT KEYS MILLIS         reads while another process evicts
 //! kiln-test-worker batch ROOT LOG MILLIS FIRST LAST     one batch of kernels FIRST..LAST (down when FIRST > LAST)
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
-use kiln_engine::{ArtifactStore, KernelLoader, LoaderConfig, Lookup, Miss};
+use kiln_engine::{ArtifactCopy, ArtifactStore, KernelLoader, LoaderConfig, Lookup, Miss};
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_tests::{
     WorkerReport, fake_key, fake_text, is_whole_pattern, open_store, pattern, shared_store,
@@ -36,6 +37,7 @@ fn main() -> Result<()> {
             seed.parse()?,
         ),
         ["publish-loop", root, seed] => publish_loop(root.into(), seed.parse()?),
+        ["copy-loop", root, seed] => copy_loop(root.into(), seed.parse()?),
         ["fsize-limited", root, kernels] => fsize_limited(root.into(), kernels.parse()?),
         ["read-loop", root, keys, millis] => read_loop(root.into(), keys.parse()?, millis.parse()?),
         ["batch", root, log, millis, first, last] => batch(
@@ -156,6 +158,32 @@ fn publish_loop(root: PathBuf, seed: u64) -> Result<WorkerReport> {
         let length = 1024 + usize::try_from(random.below(63 * 1024))?;
         let bytes = pattern(number, round, length);
         store.put(&fake_key(number), None, &bytes, Duration::from_millis(1));
+    }
+    unreachable!("the loop runs until the process is killed")
+}
+
+/// Puts batches of 16 copies at once (`put_many`, as a remote tier's
+/// write-back does) until killed.
+fn copy_loop(root: PathBuf, seed: u64) -> Result<WorkerReport> {
+    let store = open_store(&root);
+    let mut random = Random::new(seed ^ u64::from(std::process::id()));
+    for round in 0u32.. {
+        let entries: Vec<_> = (0..16)
+            .map(|_| {
+                let number = u32::try_from(random.below(40)).expect("below 40");
+                let length = 1024 + usize::try_from(random.below(63 * 1024)).expect("small");
+                (fake_key(number), pattern(number, round, length))
+            })
+            .collect();
+        let copies: Vec<ArtifactCopy<'_>> = entries
+            .iter()
+            .map(|(key, bytes)| ArtifactCopy {
+                key,
+                bytes,
+                work: Duration::from_millis(1),
+            })
+            .collect();
+        store.put_many(&copies);
     }
     unreachable!("the loop runs until the process is killed")
 }

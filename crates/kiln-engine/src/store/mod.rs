@@ -40,6 +40,7 @@
 mod binding;
 mod blob;
 mod claim;
+mod counters;
 mod default;
 mod failure;
 mod generation;
@@ -57,6 +58,7 @@ use serde::{Deserialize, Serialize};
 pub use binding::{BoundStore, Claimed};
 pub use blob::BlobKey;
 pub use claim::{Claim, ClaimGuard, ClaimWait};
+pub use counters::StoreCounters;
 pub use default::{DefaultStoreOpener, default_store, has_default_store, install_default_store};
 pub use failure::{
     FAILURE_BLOB_KIND, QUARANTINE_AFTER, RememberedCause, RememberedFailure, UNDO_QUARANTINE,
@@ -207,6 +209,18 @@ pub struct StoreStatistics {
     pub evicted: u64,
 }
 
+/// One artifact of [`ArtifactStore::put_many`]: a copy of what another
+/// store holds under `key`.
+#[derive(Debug, Clone, Copy)]
+pub struct ArtifactCopy<'a> {
+    /// The key it is stored under.
+    pub key: &'a StoreKey,
+    /// Its bytes.
+    pub bytes: &'a [u8],
+    /// What compiling it took, returned by later hits.
+    pub work: Duration,
+}
+
 /// Where artifacts outlive the process: the object-safe interface every
 /// store (disk, remote, a composition of both) implements.
 ///
@@ -305,6 +319,18 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
     /// puts.
     fn put_copy(&self, key: &StoreKey, bytes: &[u8], work: Duration) -> StoreOutcome {
         self.put(key, None, bytes, work)
+    }
+
+    /// Stores many copies at once, each as [`put_copy`](Self::put_copy)
+    /// would, and answers each in their order: a store that can make them
+    /// durable together (one sync for the batch rather than one per entry)
+    /// does, as a remote tier's hits are written back. Each copy is still
+    /// published atomically (P3). The default copies one at a time.
+    fn put_many(&self, copies: &[ArtifactCopy<'_>]) -> Vec<StoreOutcome> {
+        copies
+            .iter()
+            .map(|copy| self.put_copy(copy.key, copy.bytes, copy.work))
+            .collect()
     }
 
     /// A handle to the store's generation.

@@ -59,7 +59,8 @@ impl DiskStore {
             inline: false,
         }];
         let (written, new_entries) = self.publish_entry(bytes, &object, &records)?;
-        self.count_usage(written, new_entries);
+        let allocated = super::write::files_allocation(written, &records);
+        self.count_usage(written, allocated, new_entries);
         Ok(written)
     }
 }

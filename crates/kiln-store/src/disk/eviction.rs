@@ -3,11 +3,25 @@
 //! The walk that evicts is `maintenance.rs`'s `collect`.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::DiskStore;
 use crate::lock::{COLLECT_SLOT, Mode, deadline_after};
 use crate::usage::Usage;
+
+/// Age buckets of eviction: bucket `b` holds ages in `[1.25^b, 1.25^(b+1))`
+/// seconds, so 200 buckets span past a century with a fixed, small table.
+pub(crate) const AGE_BUCKETS: usize = 200;
+
+pub(crate) fn age_bucket(accessed: SystemTime, now: SystemTime) -> usize {
+    let age = now
+        .duration_since(accessed)
+        .unwrap_or(Duration::ZERO)
+        .as_secs_f64();
+    ((age + 1.0).ln() / 1.25f64.ln())
+        .floor()
+        .min((AGE_BUCKETS - 1) as f64) as usize
+}
 
 impl DiskStore {
     /// Starts evicting on a thread of its own when `usage` is over a limit,
@@ -15,7 +29,7 @@ impl DiskStore {
     pub(super) fn collect_if_over(&self, usage: Usage) {
         let config = &self.inner.config;
         if !config.collects_automatically
-            || (usage.bytes <= config.max_bytes && usage.entries <= config.max_entries)
+            || (usage.allocated_bytes <= config.max_bytes && usage.entries <= config.max_entries)
             || self.inner.collecting.swap(true, Ordering::AcqRel)
         {
             return;
@@ -68,13 +82,14 @@ impl DiskStore {
         );
         let recount = inner.collected_since_batch.swap(false, Ordering::AcqRel);
         let usage = self.usage();
-        let limits = if usage.bytes > config.max_bytes || usage.entries > config.max_entries {
-            crate::Limits::low_water(config)
-        } else if recount {
-            crate::Limits::of(config)
-        } else {
-            return;
-        };
+        let limits =
+            if usage.allocated_bytes > config.max_bytes || usage.entries > config.max_entries {
+                crate::Limits::low_water(config)
+            } else if recount {
+                crate::Limits::of(config)
+            } else {
+                return;
+            };
         match self.collect(limits, &mut |_| {}) {
             Ok(report) if report.skipped => {
                 log::debug!("another process is evicting from {}", self.root().display());
@@ -82,5 +97,62 @@ impl DiskStore {
             Ok(_) => {}
             Err(error) => log::warn!("evicting from {}: {error}", self.root().display()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kiln_engine::{ArtifactStore, StoreOutcome};
+
+    use super::super::fixtures::{kernel_key, scratch};
+    use crate::Limits;
+
+    // P6, F10: a hundred small entries as files hold a few dozen KiB and
+    // take 800 KiB of blocks; a 200 KiB limit is over for the disk, so
+    // collect evicts until the blocks fit, and the counters carry both.
+    #[test]
+    fn p6_the_size_limit_counts_allocated_bytes_not_lengths() {
+        let store = scratch("allocated-limit");
+        for number in 0..100 {
+            let put = store.put(
+                &kernel_key(number),
+                None,
+                &[number as u8; 100],
+                Duration::ZERO,
+            );
+            assert!(matches!(put, StoreOutcome::Stored { .. }), "{put:?}");
+        }
+        let usage = store.usage();
+        assert_eq!(usage.entries, 100);
+        assert!(
+            usage.allocated_bytes >= 100 * 2 * 4096 && usage.bytes < 100 * 1024,
+            "an object and a record file of a block each: {usage:?}"
+        );
+        let limits = Limits {
+            max_bytes: 200 << 10,
+            max_entries: 1_000,
+        };
+        assert!(usage.bytes < limits.max_bytes, "the lengths alone fit");
+        let report = store.collect(limits, &mut |_| {}).expect("collects");
+        assert!(report.evicted >= 70, "{report:?}");
+        assert!(
+            report.before.allocated_bytes > limits.max_bytes,
+            "{report:?}"
+        );
+        assert!(
+            report.after.allocated_bytes <= limits.max_bytes,
+            "{report:?}"
+        );
+        // The recount is the blocks the files really take.
+        let recounted = store.usage();
+        assert_eq!(recounted, report.after);
+        let footprint = store.footprint();
+        assert!(
+            recounted.allocated_bytes <= footprint.allocated_bytes,
+            "{recounted:?} within {footprint:?}"
+        );
+        let _ = std::fs::remove_dir_all(store.root());
     }
 }

@@ -10,11 +10,14 @@ use kiln_engine::{ArtifactStore, Lookup, StoreKey};
 use super::DiskStore;
 use crate::config::StoreConfig;
 
+/// A store of files only: the tests of the parts look at the files an entry
+/// is made of; packed entries have tests of their own (`pack/`, `packed.rs`).
 pub(super) fn scratch(test: &str) -> DiskStore {
     let root = std::env::temp_dir().join(format!("kiln-store-{test}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&root);
     DiskStore::open(StoreConfig {
         collects_automatically: false,
+        pack_below: 0,
         ..StoreConfig::at(root)
     })
     .expect("a store")

@@ -10,6 +10,7 @@ use kiln_engine::{Explanation, StoreKey};
 
 use super::{DiskStore, Inner};
 use crate::pack::{Kind, Read};
+use crate::usage::Delta;
 
 /// The most misses a process keeps for the end of its batch; past it, a
 /// miss is written at once (a program that looks up without batches never
@@ -29,8 +30,8 @@ pub(super) fn note_asked(history: &mut KernelHistory, key: &StoreKey, at: u64) -
     history.held_at_miss = history.stored.clone();
     true
 }
-use super::write::within_file_size_limit;
 use crate::durable;
+use crate::durable::within_file_size_limit;
 use crate::record::{KernelHistory, Seen, now_seconds};
 
 impl DiskStore {
@@ -93,6 +94,31 @@ impl DiskStore {
         self.pending_misses()
             .remove(&key.digest())
             .map(|(_, at)| at)
+    }
+
+    /// The sealed history of `key`'s kernel once `key` is stored now (with
+    /// the miss it follows), and its pack key, for a batched put that
+    /// appends it beside its entry; `None` for a key of lowered source.
+    pub(super) fn history_after_put(&self, key: &StoreKey) -> Option<([u8; 16], Vec<u8>)> {
+        let (name, kernel) = key.kernel()?;
+        let missed = self.take_miss(key);
+        let mut history = read_history(&self.inner, kernel)
+            .map(|(history, _)| history)
+            .unwrap_or_else(|| KernelHistory {
+                name: name.to_owned(),
+                digest: kernel,
+                stored: None,
+                asked: None,
+                held_at_miss: None,
+            });
+        if let Some(at) = missed {
+            note_asked(&mut history, key, at);
+        }
+        history.stored = Some(Seen {
+            key: key.clone(),
+            at: now_seconds(),
+        });
+        Some((kernel.to_be_bytes(), history.seal()))
     }
 
     /// Writes the misses noted since the last batch ended and not put
@@ -205,7 +231,7 @@ fn update_history(
             .and_then(|written| {
                 inner
                     .usage
-                    .adjust(&inner.locks, i64::try_from(written).unwrap_or(i64::MAX), 0)
+                    .adjust(&inner.locks, Delta::of(written, written, 0))
                     .map(drop)
             })
     } else {

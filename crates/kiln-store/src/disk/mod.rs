@@ -27,6 +27,7 @@ mod activity;
 mod batches;
 mod blob;
 mod claim;
+mod copies;
 mod eviction;
 mod footprint;
 mod generation;
@@ -62,8 +63,9 @@ use crate::lock::LockFile;
 use crate::usage::{Usage, UsageFile};
 
 pub(crate) use access::{not_yet_refreshed, touch};
+pub(crate) use eviction::{AGE_BUCKETS, age_bucket};
 pub use footprint::Footprint;
-pub(crate) use write::{digest, is_inlined, within_file_size_limit};
+pub(crate) use write::{digest, is_inlined};
 
 /// A verified artifact store in a folder, shared by every process that opens
 /// the same root.
@@ -142,22 +144,8 @@ impl Drop for Inner {
     }
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    hits: AtomicU64,
-    absent: AtomicU64,
-    corrupt: AtomicU64,
-    foreign: AtomicU64,
-    unreadable: AtomicU64,
-    claims_waited: AtomicU64,
-    claims_timed_out: AtomicU64,
-    puts: AtomicU64,
-    put_failures: AtomicU64,
-    writes_skipped: AtomicU64,
-    bytes_read: AtomicU64,
-    bytes_written: AtomicU64,
-    pub(crate) evicted: AtomicU64,
-}
+/// The store's counts: the one type every store counts with.
+pub(crate) type Counters = kiln_engine::StoreCounters;
 
 fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Ordering::Relaxed);
@@ -182,7 +170,8 @@ impl DiskStore {
         self.inner.layout.root()
     }
 
-    /// What it holds, as last counted.
+    /// What it holds, as last counted: entries, bytes held and bytes
+    /// allocated (what the size limit compares).
     pub fn usage(&self) -> Usage {
         self.inner.usage.read()
     }
@@ -234,6 +223,10 @@ impl ArtifactStore for DiskStore {
         self.store_artifact(key, None, bytes, work)
     }
 
+    fn put_many(&self, copies: &[kiln_engine::ArtifactCopy<'_>]) -> Vec<StoreOutcome> {
+        self.store_copies(copies)
+    }
+
     fn remove(&self, key: &StoreKey) {
         self.remove_record(key);
     }
@@ -243,23 +236,7 @@ impl ArtifactStore for DiskStore {
     }
 
     fn statistics(&self) -> StoreStatistics {
-        let counters = &self.inner.counters;
-        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        StoreStatistics {
-            hits: read(&counters.hits),
-            absent: read(&counters.absent),
-            corrupt: read(&counters.corrupt),
-            foreign: read(&counters.foreign),
-            unreadable: read(&counters.unreadable),
-            claims_waited: read(&counters.claims_waited),
-            claims_timed_out: read(&counters.claims_timed_out),
-            puts: read(&counters.puts),
-            put_failures: read(&counters.put_failures),
-            writes_skipped: read(&counters.writes_skipped),
-            bytes_read: read(&counters.bytes_read),
-            bytes_written: read(&counters.bytes_written),
-            evicted: read(&counters.evicted),
-        }
+        self.inner.counters.snapshot()
     }
 
     fn batch_finished(&self) {

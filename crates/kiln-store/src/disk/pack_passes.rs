@@ -9,9 +9,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::DiskStore;
+use super::eviction::{AGE_BUCKETS, age_bucket};
 use super::write::digest;
 use crate::lock::{Mode, object_slot};
-use crate::maintenance::{AGE_BUCKETS, age_bucket};
 use crate::pack::{Kind, Live, SHARDS, Slot, short_key};
 use crate::record::{AnyRecord, KernelHistory};
 
@@ -191,6 +191,20 @@ impl DiskStore {
             .sum()
     }
 
+    /// The bytes the file system allocated to the packs' files (their
+    /// blocks); a file that cannot be looked at counts nothing.
+    pub(crate) fn packed_allocated_bytes(&self) -> u64 {
+        let Ok(listing) = std::fs::read_dir(self.inner.packs.folder_path()) else {
+            return 0;
+        };
+        listing
+            .flatten()
+            .filter_map(|entry| std::fs::symlink_metadata(entry.path()).ok())
+            .filter(|found| found.is_file())
+            .map(|found| std::os::unix::fs::MetadataExt::blocks(&found) * 512)
+            .sum()
+    }
+
     /// The ages of the packed objects, for collect's first pass.
     pub(crate) fn packed_ages(&self, now: SystemTime) -> PackedAges {
         let mut ages = PackedAges {
@@ -298,7 +312,7 @@ impl DiskStore {
         }
         let root = self.root().to_path_buf();
         let mut moved = 0;
-        let walked = crate::maintenance::walk_files(&root, "records", &mut |path, _| {
+        let walked = crate::walk::walk_files(&root, "records", &mut |path, _| {
             let Ok(sealed) = std::fs::read(&path) else {
                 return;
             };
@@ -335,7 +349,7 @@ impl DiskStore {
         if let Err(error) = walked {
             log::warn!("kiln store: cannot pack the small entries: {error}");
         }
-        let walked = crate::maintenance::walk_files(&root, "kernels", &mut |path, _| {
+        let walked = crate::walk::walk_files(&root, "kernels", &mut |path, _| {
             let Ok(sealed) = std::fs::read(&path) else {
                 return;
             };

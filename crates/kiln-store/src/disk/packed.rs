@@ -282,7 +282,8 @@ impl DiskStore {
             })
             .collect();
         let (written, new_entries) = self.publish_packed(bytes, &object, &records)?;
-        self.after_put(key, written, new_entries);
+        // A pack grows by its frames and slots: allocated as written.
+        self.after_put(key, written, written, new_entries);
         Ok(written)
     }
 

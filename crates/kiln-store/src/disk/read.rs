@@ -18,6 +18,7 @@ use super::{DiskStore, bump};
 use crate::lock::{Mode, object_slot};
 use crate::record::{self, Checked, Pointer, Record};
 use crate::tree::Removal;
+use crate::usage::Delta;
 
 /// The largest record file a lookup reads whole; anything longer is not a
 /// record the store wrote and reads as damaged.
@@ -325,7 +326,8 @@ impl DiskStore {
         });
         if matches!(removal, Removal::Removed) {
             // Best effort: the counters are estimates between recounts.
-            let _ = inner.usage.adjust(&inner.locks, -(found.len() as i64), -1);
+            let taken = Delta::of(found.len(), found.blocks() * 512, 1).removed();
+            let _ = inner.usage.adjust(&inner.locks, taken);
         }
     }
 }

@@ -13,6 +13,7 @@ use super::DiskStore;
 use super::access::not_yet_refreshed;
 use super::write::{digest, record_file};
 use crate::record::Record;
+use crate::usage::{Delta, file_allocation};
 
 impl DiskStore {
     /// Fills a scratch store with `entries`, as [`put`](ArtifactStore::put)
@@ -46,7 +47,7 @@ impl DiskStore {
             io::Write::write_all(&mut file, bytes)?;
             Ok(file)
         };
-        let (mut written, mut filled) = (0u64, 0u64);
+        let (mut written, mut allocated, mut filled) = (0u64, 0u64, 0u64);
         let mut components: Vec<KeyComponents> = Vec::new();
         for (key, bytes) in entries {
             if bytes.is_empty() {
@@ -61,6 +62,7 @@ impl DiskStore {
                 not_yet_refreshed(&file);
             }
             written += (bytes.len() + sealed.len()) as u64;
+            allocated += file_allocation(bytes.len() as u64) + file_allocation(sealed.len() as u64);
             filled += 1;
             if !components.contains(&key.components) {
                 components.push(key.components);
@@ -71,8 +73,11 @@ impl DiskStore {
         }
         inner.usage.adjust(
             &inner.locks,
-            i64::try_from(written).unwrap_or(i64::MAX),
-            i64::try_from(filled).unwrap_or(i64::MAX),
+            Delta::of(
+                written,
+                allocated,
+                i64::try_from(filled).unwrap_or(i64::MAX),
+            ),
         )?;
         Ok(filled)
     }
@@ -166,8 +171,7 @@ impl DiskStore {
         }
         inner.usage.adjust(
             &inner.locks,
-            i64::try_from(written).unwrap_or(i64::MAX),
-            i64::try_from(filled).unwrap_or(i64::MAX),
+            Delta::of(written, written, i64::try_from(filled).unwrap_or(i64::MAX)),
         )?;
         Ok(filled)
     }

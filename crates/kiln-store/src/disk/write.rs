@@ -15,11 +15,27 @@ use kiln_engine::{StoreKey, StoreOutcome};
 
 use super::access::{not_yet_refreshed, touch};
 use super::{DiskStore, bump};
-use crate::durable;
+use crate::durable::{self, within_file_size_limit};
 use crate::error::{WriteCause, WriteFailure};
 use crate::lock::{Mode, object_slot};
 use crate::record::{Record, Seen, now_seconds};
 use crate::tree::Folder;
+use crate::usage::{Delta, file_allocation};
+
+/// What a file put that wrote `written` bytes, `records` among them,
+/// takes on disk: each file rounded up to whole blocks.
+pub(super) fn files_allocation(written: u64, records: &[RecordFile]) -> u64 {
+    let record_bytes: u64 = records
+        .iter()
+        .map(|record| record.sealed.len() as u64)
+        .sum();
+    let object_bytes = written.saturating_sub(record_bytes);
+    file_allocation(object_bytes)
+        + records
+            .iter()
+            .map(|record| file_allocation(record.sealed.len() as u64))
+            .sum::<u64>()
+}
 
 /// How long a publisher waits for an object that is being removed.
 pub(super) const PIN_WAIT: Duration = Duration::from_secs(2);
@@ -170,17 +186,18 @@ impl DiskStore {
             })
             .collect();
         let (written, new_entries) = self.publish_entry(bytes, &object, &records)?;
+        let allocated = files_allocation(written, &records);
         // A packed record of the same key is no longer what it holds.
         for key in std::iter::once(key).chain(source_key) {
             self.remove_packed_record(key);
         }
-        self.after_put(key, written, new_entries);
+        self.after_put(key, written, allocated, new_entries);
         Ok(written)
     }
 
     /// What follows a put's publication: the kernel's history, the
     /// targets list and the usage counters.
-    pub(super) fn after_put(&self, key: &StoreKey, written: u64, new_entries: i64) {
+    pub(super) fn after_put(&self, key: &StoreKey, written: u64, allocated: u64, new_entries: i64) {
         if let Some((name, kernel)) = key.kernel() {
             // The miss this put follows, written with it: one write.
             let missed = self.take_miss(key);
@@ -196,7 +213,7 @@ impl DiskStore {
             });
         }
         self.register_target(&key.components);
-        self.count_usage(written, new_entries);
+        self.count_usage(written, allocated, new_entries);
     }
 
     /// Publishes the object of `bytes`, whose digest is `object`, then
@@ -293,15 +310,15 @@ impl DiskStore {
         Ok((written, new_entries))
     }
 
-    /// Adds what a put wrote to the usage counters, and starts evicting
-    /// when that takes the store over a limit (P6).
-    pub(super) fn count_usage(&self, written: u64, new_entries: i64) {
+    /// Adds what a put wrote (`written` bytes taking `allocated` on disk)
+    /// to the usage counters, and starts evicting when that takes the
+    /// store over a limit (P6).
+    pub(super) fn count_usage(&self, written: u64, allocated: u64, new_entries: i64) {
         let inner = &self.inner;
-        match inner.usage.adjust(
-            &inner.locks,
-            i64::try_from(written).unwrap_or(i64::MAX),
-            new_entries,
-        ) {
+        match inner
+            .usage
+            .adjust(&inner.locks, Delta::of(written, allocated, new_entries))
+        {
             Ok(usage) => self.collect_if_over(usage),
             Err(error) => log::debug!("cannot count a put: {error}"),
         }
@@ -390,31 +407,6 @@ fn file_digest(file: &File) -> io::Result<[u8; 32]> {
     let mut hasher = blake3::Hasher::new();
     hasher.update_reader(file)?;
     Ok(*hasher.finalize().as_bytes())
-}
-
-/// Refuses a file of `length` bytes that the process's file size limit
-/// (`RLIMIT_FSIZE`) would not let it write whole. Past the limit the system
-/// sends SIGXFSZ, which stops a process that does not ignore it: the store
-/// must not depend on how its host set that signal up (P5).
-pub(crate) fn within_file_size_limit(length: u64) -> io::Result<()> {
-    let mut limit = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: `limit` is a valid `rlimit` that the call fills.
-    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } != 0
-        || limit.rlim_cur == libc::RLIM_INFINITY
-        || length <= limit.rlim_cur
-    {
-        return Ok(());
-    }
-    Err(io::Error::new(
-        io::ErrorKind::FileTooLarge,
-        format!(
-            "a file of {length} bytes would pass the process's file size limit of {} bytes",
-            limit.rlim_cur
-        ),
-    ))
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 //!   never dropped (P6): eviction takes each object's lock alone, as it
 //!   does for files.
 
+mod append;
 mod format;
 
 use std::collections::HashMap;
@@ -43,10 +44,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use format::{
-    ACCESSED_AT, UNIT, frame_header, frames, fresh_generation, index_generation, index_header,
+    ACCESSED_AT, frame_header, frames, fresh_generation, index_generation, index_header,
     pack_header,
 };
-pub(crate) use format::{Kind, Slot};
+pub(crate) use format::{Kind, Slot, UNIT};
 
 use crate::durable;
 use crate::layout::Layout;
@@ -160,7 +161,7 @@ impl Packs {
         }
     }
 
-    fn folder_path(&self) -> PathBuf {
+    pub(crate) fn folder_path(&self) -> PathBuf {
         self.layout.root().join("packs")
     }
 
@@ -365,63 +366,11 @@ impl Packs {
         new_frames: &[Frame<'_>],
         removals: &[(Kind, [u8; 16])],
     ) -> io::Result<u64> {
-        let open = self.open_for_writing(shard)?;
-        let pack_end = open.pack.metadata()?.len();
-        let frame_bytes: u64 = new_frames
-            .iter()
-            .map(|frame| UNIT + frame.payload.len() as u64)
-            .sum();
-        let slot_bytes = UNIT * (new_frames.len() + removals.len()) as u64;
-        if pack_end + frame_bytes > u64::from(u32::MAX) {
-            return Err(io::Error::new(
-                io::ErrorKind::StorageFull,
-                format!("pack {shard:03x} is full; `kiln gc` compacts it"),
-            ));
+        let staged = self.stage(shard, new_frames, removals)?;
+        if self.durable && staged.has_frames {
+            staged.pack.sync_data()?;
         }
-        crate::disk::within_file_size_limit(pack_end + frame_bytes)?;
-        crate::disk::within_file_size_limit(open.index_end + slot_bytes)?;
-        let now = now_seconds();
-        let mut packed = Vec::with_capacity(usize::try_from(frame_bytes).unwrap_or(0));
-        let mut slots = Vec::with_capacity(usize::try_from(slot_bytes).unwrap_or(0));
-        for frame in new_frames {
-            let length = u32::try_from(frame.payload.len())
-                .map_err(|_| io::Error::other("an entry too large for a pack"))?;
-            let offset = u32::try_from(pack_end + packed.len() as u64)
-                .map_err(|_| io::Error::other("a pack past 4 GiB"))?;
-            packed.extend_from_slice(&frame_header(&frame.key, frame.kind, length));
-            packed.extend_from_slice(frame.payload);
-            let slot = Slot {
-                key: frame.key,
-                kind: frame.kind,
-                removed: false,
-                offset,
-                length,
-                accessed: now,
-            };
-            slots.extend_from_slice(&slot.encode());
-        }
-        for (kind, key) in removals {
-            let slot = Slot {
-                key: *key,
-                kind: *kind,
-                removed: true,
-                offset: 0,
-                length: 0,
-                accessed: now,
-            };
-            slots.extend_from_slice(&slot.encode());
-        }
-        if !packed.is_empty() {
-            open.pack.write_all_at(&packed, pack_end)?;
-            if self.durable {
-                open.pack.sync_data()?;
-            }
-        }
-        open.index.write_all_at(&slots, open.index_end)?;
-        if self.durable {
-            open.index.sync_data()?;
-        }
-        Ok(frame_bytes + slot_bytes)
+        staged.publish(self.durable)
     }
 
     /// Appends a tombstone for `kind`/`key` if its live slot is still the

@@ -39,7 +39,8 @@ pub fn kiln(store: &Path, arguments: &[&str]) -> Command {
         .args(arguments)
         .env_remove("KILN_CACHE_DISABLE")
         .env_remove("KILN_RECORD_LIMIT")
-        .env_remove("KILN_CACHE_MAX_SIZE");
+        .env_remove("KILN_CACHE_MAX_SIZE")
+        .env_remove("KILN_CACHE_PACK_BELOW");
     command
 }
 
@@ -122,10 +123,12 @@ pub fn wgsl_kernel(value: u32) -> String {
 }
 
 /// A store at `root` holding `kernels` fake kernels, filled in one batch
-/// without syncing (a scratch store).
+/// without syncing (a scratch store), each entry in files of its own: the
+/// tests damage entries through their files ([`object_of`]).
 pub fn filled(root: &Path, kernels: u32) -> DiskStore {
     let store = DiskStore::open(StoreConfig {
         durable: false,
+        pack_below: 0,
         ..StoreConfig::at(root)
     })
     .expect("the store opens");

@@ -1,0 +1,188 @@
+//! The verify pass: every object re-digested, every record and history
+//! checked, what is bad removed, the usage recounted.
+
+use super::*;
+
+impl DiskStore {
+    /// Re-digests every object, checks every record and history, removes
+    /// whatever is bad, recounts the usage and reports. Streams: memory
+    /// stays flat however large the store.
+    ///
+    /// Only files the store can prove are its own are removed: reached
+    /// without following a link, named as the store names them. A file it
+    /// could not read, a folder or link where a file should be, a name it
+    /// does not give, or a removal that failed is reported in
+    /// [`VerifyReport::unchecked`] and left as it was; a record is dangling
+    /// only when its object is not there, never when it cannot be looked
+    /// at.
+    ///
+    /// # Errors
+    ///
+    /// The store's root cannot be opened.
+    pub fn verify(&self, progress: &mut dyn FnMut(&Progress)) -> Result<VerifyReport> {
+        let inner = &self.inner;
+        let root = self.open_root()?;
+        // A store opened to read only reports what is bad, and keeps it.
+        let writable = !self.is_read_only();
+        let mut unchecked = Vec::new();
+        let mut report = VerifyReport {
+            staging_removed: self.remove_stale_staging(&root.folder, &mut unchecked),
+            ..VerifyReport::default()
+        };
+        let estimate = inner.usage.read().entries;
+        let mut usage = Usage::default();
+        let mut buffer = vec![0u8; 64 << 10];
+        let mut done = 0;
+        root.walk("objects", &mut unchecked, &mut |folder, name, _| {
+            done += 1;
+            let expected = digest_from_name(name).expect("the walk passes only digest names");
+            let (file, found) = open_regular(folder, name)?;
+            let read = stream_digest(&file, &mut buffer);
+            report.objects += 1;
+            match read {
+                Ok((digest, length)) if digest == expected && length > 0 => {
+                    report.bytes += length;
+                    usage.bytes += length;
+                    usage.allocated_bytes += found.blocks() * 512;
+                    usage.entries += 1;
+                }
+                Ok(_) => {
+                    match inner
+                        .locks
+                        .acquire(object_slot(&expected), Mode::Exclusive, None)
+                    {
+                        Ok(Some(_alone)) => count(
+                            unless_read_only(writable, || {
+                                folder.remove_if_same(OsStr::new(name), found.dev(), found.ino())
+                            }),
+                            &mut report.bad_objects,
+                            "does not match its name",
+                        )?,
+                        _ => report.busy += 1,
+                    }
+                }
+                Err(error) => return Err(format!("cannot be read: {error}").into()),
+            }
+            progress(&Progress {
+                phase: "objects",
+                done,
+                total: Some(estimate),
+                bytes: report.bytes,
+            });
+            Ok(())
+        });
+
+        done = 0;
+        let objects = root.objects();
+        root.walk_sealed("records", &mut unchecked, &mut |folder, name, sealed| {
+            done += 1;
+            report.records += 1;
+            // `Err(None)`: its object is gone; `Err(Some(defect))`: the
+            // record itself is bad.
+            let verdict = match AnyRecord::open(&sealed) {
+                Err(defect) => Err(Some(format!("damaged: {defect}"))),
+                Ok(record) if digest_from_name(name) != Some(record.key_digest()) => {
+                    Err(Some("filed under another key".to_owned()))
+                }
+                Ok(AnyRecord::Artifact(record, Some(inline)))
+                    if digest(inline) != record.object =>
+                {
+                    Err(Some("the bytes it carries are not its object's".to_owned()))
+                }
+                // An inline record lives as long as its object, as any
+                // other record (a blob's too) does: eviction and verify go
+                // by objects.
+                Ok(record) => {
+                    if has_object(objects.as_ref(), &record)? {
+                        Ok(())
+                    } else {
+                        Err(None)
+                    }
+                }
+            };
+            match verdict {
+                Ok(()) => {
+                    usage.bytes += sealed.len() as u64;
+                    usage.allocated_bytes += file_allocation(sealed.len() as u64);
+                }
+                Err(defect) => {
+                    let key = digest_from_name(name).unwrap_or_default();
+                    let Ok(Some(_alone)) =
+                        inner.locks.acquire(key_slot(&key), Mode::Exclusive, None)
+                    else {
+                        report.busy += 1;
+                        return Ok(());
+                    };
+                    let removal = unless_read_only(writable, || {
+                        folder.remove_if_holds(OsStr::new(name), &sealed)
+                    });
+                    match defect {
+                        None => count(removal, &mut report.dangling_records, "dangling")?,
+                        Some(defect) => {
+                            if matches!(removal, Removal::Removed) {
+                                log::info!("removed record {name}: {defect}");
+                            }
+                            count(removal, &mut report.bad_records, &defect)?;
+                        }
+                    }
+                }
+            }
+            progress(&Progress {
+                phase: "records",
+                done,
+                total: None,
+                bytes: report.bytes,
+            });
+            Ok(())
+        });
+
+        done = 0;
+        root.walk_sealed("kernels", &mut unchecked, &mut |folder, name, sealed| {
+            done += 1;
+            report.histories += 1;
+            let whole = KernelHistory::open(&sealed)
+                .is_ok_and(|history| format!("{:032x}", history.digest) == name);
+            if !whole {
+                count(
+                    unless_read_only(writable, || {
+                        folder.remove_if_holds(OsStr::new(name), &sealed)
+                    }),
+                    &mut report.bad_histories,
+                    "a damaged history",
+                )?;
+            }
+            progress(&Progress {
+                phase: "histories",
+                done,
+                total: None,
+                bytes: report.bytes,
+            });
+            Ok(())
+        });
+
+        let packed = self.verify_packs();
+        report.objects += packed.objects;
+        report.records += packed.records;
+        report.histories += packed.histories;
+        report.bytes += packed.bytes;
+        report.bad_objects += packed.bad_objects;
+        report.bad_records += packed.bad_records;
+        report.dangling_records += packed.dangling_records;
+        report.bad_histories += packed.bad_histories;
+        report.staging_removed += packed.orphans;
+        usage.bytes += packed.file_bytes;
+        usage.allocated_bytes += self.packed_allocated_bytes();
+        usage.entries += packed.objects - packed.bad_objects;
+        unchecked.extend(
+            packed
+                .unchecked
+                .into_iter()
+                .map(|(name, why)| (root.path.join(name), why)),
+        );
+        report.unchecked = unchecked;
+        if writable && let Err(error) = inner.usage.set(&inner.locks, usage) {
+            log::warn!("cannot write the recounted usage: {error}");
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,179 @@
+//! Appending: frames written first, the slots that name them once they are
+//! durable (P3); and appends to many shards at once, for a batch of puts
+//! (the copies of a remote tier's hits): every frame of every shard is written, then made
+//! durable with one sync of the file system, then every slot is written
+//! and synced once more. Two syncs for the batch, where appending shard by
+//! shard costs two per shard, and still no slot names a frame before the
+//! frame is durable (P3).
+
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+
+use super::*;
+
+impl Packs {
+    /// Writes `new_frames` at the end of `shard`'s pack, not synced, and
+    /// makes the slots that name them (and the tombstones of `removals`),
+    /// not written yet: the frames must be durable before a slot names
+    /// them (P3). The shard's lock is held.
+    pub(super) fn stage(
+        &self,
+        shard: usize,
+        new_frames: &[Frame<'_>],
+        removals: &[(Kind, [u8; 16])],
+    ) -> io::Result<Staged> {
+        let open = self.open_for_writing(shard)?;
+        let pack_end = open.pack.metadata()?.len();
+        let frame_bytes: u64 = new_frames
+            .iter()
+            .map(|frame| UNIT + frame.payload.len() as u64)
+            .sum();
+        let slot_bytes = UNIT * (new_frames.len() + removals.len()) as u64;
+        if pack_end + frame_bytes > u64::from(u32::MAX) {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!("pack {shard:03x} is full; `kiln gc` compacts it"),
+            ));
+        }
+        crate::durable::within_file_size_limit(pack_end + frame_bytes)?;
+        crate::durable::within_file_size_limit(open.index_end + slot_bytes)?;
+        let now = now_seconds();
+        let mut packed = Vec::with_capacity(usize::try_from(frame_bytes).unwrap_or(0));
+        let mut slots = Vec::with_capacity(usize::try_from(slot_bytes).unwrap_or(0));
+        for frame in new_frames {
+            let length = u32::try_from(frame.payload.len())
+                .map_err(|_| io::Error::other("an entry too large for a pack"))?;
+            let offset = u32::try_from(pack_end + packed.len() as u64)
+                .map_err(|_| io::Error::other("a pack past 4 GiB"))?;
+            packed.extend_from_slice(&frame_header(&frame.key, frame.kind, length));
+            packed.extend_from_slice(frame.payload);
+            let slot = Slot {
+                key: frame.key,
+                kind: frame.kind,
+                removed: false,
+                offset,
+                length,
+                accessed: now,
+            };
+            slots.extend_from_slice(&slot.encode());
+        }
+        for (kind, key) in removals {
+            let slot = Slot {
+                key: *key,
+                kind: *kind,
+                removed: true,
+                offset: 0,
+                length: 0,
+                accessed: now,
+            };
+            slots.extend_from_slice(&slot.encode());
+        }
+        if !packed.is_empty() {
+            open.pack.write_all_at(&packed, pack_end)?;
+        }
+        Ok(Staged {
+            has_frames: !packed.is_empty(),
+            pack: open.pack,
+            index: open.index,
+            index_end: open.index_end,
+            slots,
+            bytes: frame_bytes + slot_bytes,
+        })
+    }
+
+    /// Appends each of `frames` to its shard (`shard_of` its key), as one
+    /// batch; returns the bytes it added. The shards' locks are taken in
+    /// their order, so two batches never wait for each other in a cycle.
+    /// On an error nothing it wrote is named by a slot of a shard whose
+    /// slots were not written; frames written and never named are dead
+    /// space that a rewrite drops.
+    pub(crate) fn append_batch(
+        &self,
+        locks: &Arc<LockFile>,
+        frames: &[Frame<'_>],
+    ) -> io::Result<u64> {
+        if !self.writable {
+            return Err(io::Error::new(
+                io::ErrorKind::ReadOnlyFilesystem,
+                "the store is read-only",
+            ));
+        }
+        let mut by_shard: BTreeMap<usize, Vec<Frame<'_>>> = BTreeMap::new();
+        for frame in frames {
+            by_shard
+                .entry(shard_of(&frame.key))
+                .or_default()
+                .push(Frame {
+                    kind: frame.kind,
+                    key: frame.key,
+                    payload: frame.payload,
+                });
+        }
+        let _alone = by_shard
+            .keys()
+            .map(|shard| lock_shard(locks, *shard))
+            .collect::<io::Result<Vec<_>>>()?;
+        let mut staged = Vec::with_capacity(by_shard.len());
+        for (shard, frames) in &by_shard {
+            staged.push(self.stage(*shard, frames, &[])?);
+        }
+        if self.durable {
+            sync_together(staged.iter().map(|staged| &staged.pack))?;
+        }
+        let indexes: Vec<File> = staged
+            .iter()
+            .map(|staged| staged.index.try_clone())
+            .collect::<io::Result<_>>()?;
+        let mut bytes = 0;
+        for staged in staged {
+            bytes += staged.publish(false)?;
+        }
+        if self.durable {
+            sync_together(indexes.iter())?;
+        }
+        Ok(bytes)
+    }
+}
+
+/// Makes what was written to `files` durable: one `syncfs` of their file
+/// system when there are several (it flushes all of it at once), the
+/// file's own sync when there is one.
+fn sync_together<'a>(files: impl Iterator<Item = &'a File>) -> io::Result<()> {
+    let files: Vec<&File> = files.collect();
+    match files.as_slice() {
+        [] => Ok(()),
+        [one] => one.sync_data(),
+        [first, ..] => {
+            // SAFETY: the descriptor is open for as long as `first` lives,
+            // which outlives the call.
+            if unsafe { libc::syncfs(first.as_raw_fd()) } == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        }
+    }
+}
+
+/// An append whose frames are written and whose slots are not.
+pub(super) struct Staged {
+    pub(super) has_frames: bool,
+    pub(super) pack: File,
+    index: File,
+    index_end: u64,
+    slots: Vec<u8>,
+    /// What the append adds to the files.
+    bytes: u64,
+}
+
+impl Staged {
+    /// Writes the slots, once the frames they name are durable; synced
+    /// when `durable`. Returns the bytes the append added.
+    pub(super) fn publish(self, durable: bool) -> io::Result<u64> {
+        self.index.write_all_at(&self.slots, self.index_end)?;
+        if durable {
+            self.index.sync_data()?;
+        }
+        Ok(self.bytes)
+    }
+}
