@@ -14,6 +14,7 @@ mod history;
 mod job;
 mod profiled;
 mod progress;
+mod publish;
 mod queue;
 #[cfg(test)]
 mod tests;
