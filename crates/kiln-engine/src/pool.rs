@@ -402,6 +402,41 @@ mod tests {
 
     use super::*;
 
+    // F9: a job `done` gives back runs on a worker again, and the run
+    // waits for it, on several workers as on one.
+    #[test]
+    fn f9_a_job_given_back_runs_again_before_the_run_ends() {
+        let pool = WorkerPool::new(
+            NonZeroUsize::new(2).expect("two"),
+            WorkerMode::Threads,
+            Duration::from_secs(60),
+        );
+        for workers in [1, 2] {
+            // (times worked, times done, thread of the last work)
+            let mut jobs: Vec<(u32, u32, Option<std::thread::ThreadId>)> = vec![(0, 0, None); 4];
+            let caller = std::thread::current().id();
+            pool.run(
+                jobs.iter_mut().collect(),
+                workers,
+                |job| {
+                    job.0 += 1;
+                    job.2 = Some(std::thread::current().id());
+                    std::thread::sleep(Duration::from_millis(2));
+                },
+                |job| {
+                    job.1 += 1;
+                    if job.1 < 3 { vec![job] } else { Vec::new() }
+                },
+            );
+            for job in &jobs {
+                assert_eq!((job.0, job.1), (3, 3), "on {workers} workers");
+                if workers > 1 {
+                    assert_ne!(job.2, Some(caller), "the work ran on a worker");
+                }
+            }
+        }
+    }
+
     #[test]
     fn f2_the_tail_is_the_last_worker_s_finish_less_the_one_before() {
         // F2: the first job holds its worker until the second job, taken by
