@@ -27,7 +27,9 @@ use kiln_engine::{
     ArtifactId, ArtifactOf, CompilationTarget, DeviceRefusal, DeviceStep, KernelId, KernelLoader,
     LoaderConfig, VariantOf,
 };
-use kiln_wgpu::{WgpuCompiler, WgpuDevice, WgpuDeviceStep, WgpuMade, WgpuTarget, WgpuVariant, WgslKernel};
+use kiln_wgpu::{
+    WgpuCompiler, WgpuDevice, WgpuDeviceStep, WgpuMade, WgpuTarget, WgpuVariant, WgslKernel,
+};
 
 fn count() -> usize {
     std::env::var("KILN_BENCH_PIPELINES")
@@ -117,8 +119,11 @@ fn kernels(round: usize, count: usize) -> Vec<WgslKernel> {
             } else {
                 softmax(salt)
             };
-            WgslKernel::builder(KernelId::named("bench.device_step").parameter(&salt), "main")
-                .source(source)
+            WgslKernel::builder(
+                KernelId::named("bench.device_step").parameter(&salt),
+                "main",
+            )
+            .source(source)
         })
         .collect()
 }
@@ -193,10 +198,7 @@ where
     let wall = started.elapsed();
     let batch = loader.records().back().expect("one batch").clone();
     assert_eq!(batch.kernels, count);
-    let failed = batch
-        .records
-        .iter()
-        .find_map(|record| record.error.clone());
+    let failed = batch.records.iter().find_map(|record| record.error.clone());
     assert!(failed.is_none(), "a bench kernel failed: {failed:?}");
     let slowest = batch
         .records
@@ -225,16 +227,25 @@ fn device_step(criterion: &mut Criterion, device: &WgpuDevice) {
     let mut group = criterion.benchmark_group("device_step");
     group.sampling_mode(SamplingMode::Flat);
     group.sample_size(10);
-    group.bench_with_input(BenchmarkId::new("workers", count), &count, |bencher, &count| {
-        bencher.iter_custom(|iterations| {
-            (0..iterations)
-                .map(|_| {
-                    let target = WgpuTarget::on_device(device.clone()).without_store();
-                    batch(target, "workers", round.fetch_add(1, Ordering::Relaxed), count)
-                })
-                .sum()
-        });
-    });
+    group.bench_with_input(
+        BenchmarkId::new("workers", count),
+        &count,
+        |bencher, &count| {
+            bencher.iter_custom(|iterations| {
+                (0..iterations)
+                    .map(|_| {
+                        let target = WgpuTarget::on_device(device.clone()).without_store();
+                        batch(
+                            target,
+                            "workers",
+                            round.fetch_add(1, Ordering::Relaxed),
+                            count,
+                        )
+                    })
+                    .sum()
+            });
+        },
+    );
     group.bench_with_input(
         BenchmarkId::new("loader_thread", count),
         &count,

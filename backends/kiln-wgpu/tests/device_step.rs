@@ -47,10 +47,10 @@ impl DeviceStep<WgpuCompiler> for Watched {
         let made = self.inner.make(id, artifact);
         self.running.fetch_sub(1, Ordering::SeqCst);
         let thread = std::thread::current();
-        self.made
-            .lock()
-            .expect("not poisoned")
-            .insert(id.kernel.clone(), (thread.id(), thread.name().map(str::to_owned)));
+        self.made.lock().expect("not poisoned").insert(
+            id.kernel.clone(),
+            (thread.id(), thread.name().map(str::to_owned)),
+        );
         made
     }
 }
@@ -122,9 +122,13 @@ fn assert_made_on_the_pool(target: &WatchedTarget, count: usize, what: &str) {
     assert_eq!(made.len(), count, "{what}: every pipeline was made");
     let caller = std::thread::current().id();
     for (kernel, (thread, name)) in &made {
-        assert_ne!(*thread, caller, "{what}: {kernel} was made on the loader's thread");
+        assert_ne!(
+            *thread, caller,
+            "{what}: {kernel} was made on the loader's thread"
+        );
         assert!(
-            name.as_deref().is_some_and(|name| name.starts_with("kiln-compile-")),
+            name.as_deref()
+                .is_some_and(|name| name.starts_with("kiln-compile-")),
             "{what}: {kernel} was made on {name:?}, not a thread of the loader's pool"
         );
     }

@@ -170,9 +170,8 @@ pub type ArtifactOf<T> = <<T as CompilationTarget>::Compiler as ArtifactCompiler
 pub type LoweredOf<T> = <<T as CompilationTarget>::Compiler as ArtifactCompiler>::Lowered;
 /// What a target's device step makes, before the loader's thread publishes
 /// it.
-pub type MadeOf<T> = <<T as CompilationTarget>::Device as DeviceStep<
-    <T as CompilationTarget>::Compiler,
->>::Made;
+pub type MadeOf<T> =
+    <<T as CompilationTarget>::Device as DeviceStep<<T as CompilationTarget>::Compiler>>::Made;
 /// The kernel type of a target's compiler.
 pub type KernelOf<T> = <<T as CompilationTarget>::Compiler as ArtifactCompiler>::Kernel;
 

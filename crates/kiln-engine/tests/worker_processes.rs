@@ -167,7 +167,10 @@ fn f9_with_worker_processes_device_objects_are_made_on_the_pool_s_threads() {
             let thread = step
                 .made_on(&kiln_engine::Kernel::id(&FakeKernel::new(number)))
                 .expect("made");
-            assert_ne!(thread, caller, "kernel {number} was made on the loader's thread");
+            assert_ne!(
+                thread, caller,
+                "kernel {number} was made on the loader's thread"
+            );
             format!("{thread:?}")
         })
         .collect();

@@ -230,9 +230,11 @@ impl<T: CompilationTarget> KernelLoader<T> {
         let on_workers = device.on_workers();
         // A store hit needs a worker for its device step as a compile does.
         let to_make = jobs.iter().filter(|job| job.needs_device()).count();
-        let workers = self
-            .pool
-            .workers_for(if on_workers { missing + to_make } else { missing });
+        let workers = self.pool.workers_for(if on_workers {
+            missing + to_make
+        } else {
+            missing
+        });
         if missing > 1 {
             log::debug!(
                 "compiling {missing} of {} kernels on {workers} workers{}",
@@ -709,7 +711,11 @@ mod tests {
         assert!(!by_caller, "a hit is made on a worker too");
         assert_eq!(threads.len(), 2);
         assert_eq!(second.target().fake_device_step().most_at_once(), 2);
-        assert_eq!(second.records()[0].workers, 2, "a warm batch uses the workers");
+        assert_eq!(
+            second.records()[0].workers,
+            2,
+            "a warm batch uses the workers"
+        );
     }
 
     // F9, L5c

@@ -15,9 +15,7 @@ use crate::error::{Failure, KernelError, Stage};
 use crate::id::ArtifactId;
 use crate::panic::panic_message;
 use crate::statistics::{KernelOutcome, LoaderStatistics, Registration, Settled};
-use crate::store::{
-    BoundStore, ClaimGuard, Claimed, Lookup, Recipe, RememberedFailure,
-};
+use crate::store::{BoundStore, ClaimGuard, Claimed, Lookup, Recipe, RememberedFailure};
 use crate::target::{
     ArtifactOf, CompilationTarget, DeviceStep, KernelOf, LoweredOf, MadeOf, VariantOf,
 };
@@ -544,7 +542,9 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         let started = Instant::now();
         let id = &self.id;
         self.made = Some(contained(Stage::Load, id, || {
-            device.make(id, artifact).map_err(|refusal| refused(id, refusal))
+            device
+                .make(id, artifact)
+                .map_err(|refusal| refused(id, refusal))
         }));
         self.load_work += started.elapsed();
     }
@@ -741,5 +741,4 @@ mod tests {
             "{error}"
         );
     }
-
 }
