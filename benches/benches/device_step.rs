@@ -177,8 +177,15 @@ impl CompilationTarget for OnLoaderThread {
     }
 }
 
-/// One cold batch of `count` new kernels on `target`, recorded.
-fn batch<T>(target: T, case: &str, round: usize, count: usize) -> Duration
+/// One cold batch of `count` new kernels on `target`, recorded with the
+/// driver's part of its work (`pipeline=` seconds in the note).
+fn batch<T>(
+    target: T,
+    case: &str,
+    round: usize,
+    count: usize,
+    wgpu: impl Fn(&T) -> &WgpuTarget,
+) -> Duration
 where
     T: CompilationTarget<Compiler = WgpuCompiler>,
 {
@@ -216,6 +223,10 @@ where
         workers: batch.workers,
         mode: "threads".into(),
         cores: cores(),
+        note: Some(format!(
+            "pipeline={:.6}",
+            wgpu(loader.target()).pipelines_made().1.as_secs_f64()
+        )),
         ..BenchRecord::default()
     });
     wall
@@ -240,6 +251,7 @@ fn device_step(criterion: &mut Criterion, device: &WgpuDevice) {
                             "workers",
                             round.fetch_add(1, Ordering::Relaxed),
                             count,
+                            |target| target,
                         )
                     })
                     .sum()
@@ -261,6 +273,7 @@ fn device_step(criterion: &mut Criterion, device: &WgpuDevice) {
                             "loader_thread",
                             round.fetch_add(1, Ordering::Relaxed),
                             count,
+                            |target| &target.inner,
                         )
                     })
                     .sum()
