@@ -9,6 +9,8 @@
 //! keeps it is its `history`.
 
 mod batch;
+#[cfg(test)]
+mod device_step_tests;
 mod finalize;
 mod history;
 mod job;
