@@ -34,6 +34,7 @@ const BENCHES: &[&str] = &[
     "cold_start",
     "fleet",
     "tuning",
+    "device_step",
 ];
 
 /// Loads per iteration of `loader_hot_path`, lookups per iteration of
@@ -113,6 +114,11 @@ fn run_here() -> Result<()> {
         (
             "tuning",
             &[("KILN_BENCH_TUNE", "32"), ("KILN_BENCH_PROFILED", "256")],
+            &["--warm-up-time", "1", "--measurement-time", "3"],
+        ),
+        (
+            "device_step",
+            &[],
             &["--warm-up-time", "1", "--measurement-time", "3"],
         ),
     ];
@@ -865,6 +871,7 @@ fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
     }
 
     tuning_rows(&of, &mut rows);
+    device_step_row(&of, &mut rows);
 
     // Peak memory of a batch of heavy kernels.
     for sample in samples
@@ -976,4 +983,47 @@ fn size_rank(size: &str) -> usize {
         .iter()
         .position(|known| *known == size)
         .unwrap_or(3)
+}
+
+/// F9 from the `device_step` benchmark's records: a cold wgpu batch with
+/// its pipelines made on the workers, against its summed naga + pipeline
+/// work over the workers and against the batch whose pipelines the loader's
+/// thread made one after the other.
+fn device_step_row(of: &RecordsOf<'_>, rows: &mut Vec<[String; 4]>) {
+    let parallel = of("device_step", "workers", "", None);
+    let Some(wall) = median(parallel.iter().map(|sample| sample.wall).collect()) else {
+        return;
+    };
+    let kernels = parallel.first().map_or(0, |sample| sample.kernels);
+    let workers = parallel.first().map_or(1, |sample| sample.workers.max(1));
+    let ideal = median(
+        parallel
+            .iter()
+            .map(|sample| sample.summed_work / sample.workers.max(1) as f64)
+            .collect(),
+    )
+    .unwrap_or(0.0);
+    let ratio = median(
+        parallel
+            .iter()
+            .map(|sample| sample.wall / (sample.summed_work / sample.workers.max(1) as f64))
+            .collect(),
+    )
+    .unwrap_or(0.0);
+    let mut measured = vec![
+        format!("{kernels} pipelines on {workers} workers {}", time(wall)),
+        format!("summed work / workers {}", time(ideal)),
+    ];
+    let mut ratios = vec![format!("wall / (summed / workers) **{ratio:.2}**")];
+    let serial = of("device_step", "loader_thread", "", None);
+    if let Some(serial) = median(serial.iter().map(|sample| sample.wall).collect()) {
+        measured.push(format!("on the loader's thread {}", time(serial)));
+        ratios.push(format!("**×{:.2}** vs the loader's thread", serial / wall));
+    }
+    rows.push([
+        "F9 device_step (wgpu, cold)".to_owned(),
+        measured.join("; "),
+        ratios.join("; "),
+        "≤ 1.2 × summed / workers; ≥ 1.8× faster than one thread on 2 cores".to_owned(),
+    ]);
 }

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaContext;
-use kiln_engine::{ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, TargetStore};
+use kiln_engine::{
+    ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, DeviceStep, TargetStore,
+};
 
 use crate::architecture::Architecture;
 use crate::compiler::{CudaArtifact, CudaCompiler, CudaVariant};
@@ -126,7 +128,8 @@ enum Destination {
 #[derive(Debug)]
 pub struct CudaTarget {
     compiler: Arc<CudaCompiler>,
-    destination: Destination,
+    /// Where kernels go, shared with the batch's workers.
+    step: Arc<CudaDeviceStep>,
     store: TargetStore,
 }
 
@@ -218,7 +221,7 @@ impl CudaTarget {
     fn with_compiler_on(device: CudaDevice, compiler: CudaCompiler) -> Self {
         Self {
             compiler: Arc::new(compiler.keyed_for(device.architecture())),
-            destination: Destination::Device(device),
+            step: CudaDeviceStep::to(Destination::Device(device)),
             store: TargetStore::default(),
         }
     }
@@ -233,7 +236,7 @@ impl CudaTarget {
     pub fn compile_only(architecture: Architecture) -> Result<Self, Error> {
         Ok(Self {
             compiler: Arc::new(CudaCompiler::new()?.keyed_for(architecture)),
-            destination: Destination::CompileOnly(architecture),
+            step: CudaDeviceStep::to(Destination::CompileOnly(architecture)),
             store: TargetStore::default(),
         })
     }
@@ -277,7 +280,7 @@ impl CudaTarget {
 
     /// The architecture kernels are compiled for.
     pub fn architecture(&self) -> Architecture {
-        match &self.destination {
+        match &self.step.destination {
             Destination::CompileOnly(architecture) => *architecture,
             Destination::Device(device) => device.architecture(),
         }
@@ -292,7 +295,7 @@ impl CudaTarget {
 
     /// The GPU, unless the target is compile-only.
     pub fn device(&self) -> Option<&CudaDevice> {
-        match &self.destination {
+        match &self.step.destination {
             Destination::CompileOnly(_) => None,
             Destination::Device(device) => Some(device),
         }
@@ -307,6 +310,7 @@ impl CudaTarget {
 impl CompilationTarget for CudaTarget {
     type Compiler = CudaCompiler;
     type Loaded = LoadedKernel;
+    type Device = CudaDeviceStep;
 
     fn compiler(&self) -> &Arc<CudaCompiler> {
         &self.compiler
@@ -322,8 +326,42 @@ impl CompilationTarget for CudaTarget {
         variant.architecture == self.architecture()
     }
 
-    fn load(
+    fn device_step(&self) -> &Arc<CudaDeviceStep> {
+        &self.step
+    }
+
+    fn publish(
         &mut self,
+        _id: &ArtifactId<CudaVariant>,
+        _artifact: &CudaArtifact,
+        made: LoadedKernel,
+    ) -> Result<LoadedKernel, DeviceRefusal> {
+        Ok(made)
+    }
+}
+
+/// The CUDA target's device step (F9): each module is loaded on the
+/// batch's worker that has its artifact, several at once. cudarc's module
+/// load makes the device's context current on the calling thread
+/// (`cuCtxSetCurrent`) before `cuModuleLoadData`, so any thread may load
+/// into the context, and a module is unloaded on the context that loaded
+/// it, whichever thread drops it.
+#[derive(Debug)]
+pub struct CudaDeviceStep {
+    destination: Destination,
+}
+
+impl CudaDeviceStep {
+    fn to(destination: Destination) -> Arc<Self> {
+        Arc::new(Self { destination })
+    }
+}
+
+impl DeviceStep<CudaCompiler> for CudaDeviceStep {
+    type Made = LoadedKernel;
+
+    fn make(
+        &self,
         _id: &ArtifactId<CudaVariant>,
         artifact: &CudaArtifact,
     ) -> Result<LoadedKernel, DeviceRefusal> {

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use kiln_engine::{ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, TargetStore};
+use kiln_engine::{
+    ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, DeviceStep, TargetStore,
+};
 
 use crate::architecture::Architecture;
 use crate::compiler::{HipArtifact, HipCompiler};
@@ -119,7 +121,8 @@ fn refusal(error: Error) -> DeviceRefusal {
 #[derive(Debug)]
 pub struct HipTarget {
     compiler: Arc<HipCompiler>,
-    destination: Destination,
+    /// Where kernels go, shared with the batch's workers.
+    step: Arc<HipDeviceStep>,
     store: TargetStore,
 }
 
@@ -161,7 +164,7 @@ impl HipTarget {
         }
         Ok(Self {
             compiler: Arc::new(HipCompiler::new()?.keyed_for(device.architecture().clone())),
-            destination: Destination::Device(device),
+            step: HipDeviceStep::to(Destination::Device(device)),
             store: TargetStore::default(),
         })
     }
@@ -176,7 +179,7 @@ impl HipTarget {
     pub fn compile_only(architecture: Architecture) -> Result<Self> {
         Ok(Self {
             compiler: Arc::new(HipCompiler::new()?.keyed_for(architecture.clone())),
-            destination: Destination::CompileOnly(architecture),
+            step: HipDeviceStep::to(Destination::CompileOnly(architecture)),
             store: TargetStore::default(),
         })
     }
@@ -230,7 +233,7 @@ impl HipTarget {
     /// The architecture kernels are compiled for, and its store's keys
     /// name.
     pub fn architecture(&self) -> &Architecture {
-        match &self.destination {
+        match &self.step.destination {
             Destination::CompileOnly(architecture) => architecture,
             Destination::Device(device) => device.architecture(),
         }
@@ -243,7 +246,7 @@ impl HipTarget {
 
     /// The AMD GPU, unless the target is compile-only.
     pub fn device(&self) -> Option<&HipDevice> {
-        match &self.destination {
+        match &self.step.destination {
             Destination::CompileOnly(_) => None,
             Destination::Device(device) => Some(device),
         }
@@ -258,6 +261,7 @@ impl HipTarget {
 impl CompilationTarget for HipTarget {
     type Compiler = HipCompiler;
     type Loaded = LoadedKernel;
+    type Device = HipDeviceStep;
 
     fn compiler(&self) -> &Arc<HipCompiler> {
         &self.compiler
@@ -273,8 +277,40 @@ impl CompilationTarget for HipTarget {
         variant.architecture == *self.architecture()
     }
 
-    fn load(
+    fn device_step(&self) -> &Arc<HipDeviceStep> {
+        &self.step
+    }
+
+    fn publish(
         &mut self,
+        _id: &ArtifactId<HipVariant>,
+        _artifact: &HipArtifact,
+        made: LoadedKernel,
+    ) -> Result<LoadedKernel, DeviceRefusal> {
+        Ok(made)
+    }
+}
+
+/// The HIP target's device step (F9): each code object is loaded on the
+/// batch's worker that has its artifact, several at once. The load makes
+/// the device current on the calling thread (`hipSetDevice`) before
+/// `hipModuleLoadData`, so any thread may load onto the device.
+#[derive(Debug)]
+pub struct HipDeviceStep {
+    destination: Destination,
+}
+
+impl HipDeviceStep {
+    fn to(destination: Destination) -> Arc<Self> {
+        Arc::new(Self { destination })
+    }
+}
+
+impl DeviceStep<HipCompiler> for HipDeviceStep {
+    type Made = LoadedKernel;
+
+    fn make(
+        &self,
         _id: &ArtifactId<HipVariant>,
         artifact: &HipArtifact,
     ) -> Result<LoadedKernel, DeviceRefusal> {

@@ -105,7 +105,7 @@ pub use module::WgpuPipeline;
 pub use options::WgpuVariant;
 pub use pipeline_cache::PipelineCacheState;
 pub use spirv::spirv_compute_entries;
-pub use target::WgpuTarget;
+pub use target::{WgpuDeviceStep, WgpuMade, WgpuTarget};
 pub use timing::WgpuTimer;
 
 /// wgpu, as kiln-wgpu uses it: build devices and buffers with this one.

@@ -1,12 +1,11 @@
 //! The wgpu target: a device (or none, compile-only), a store in front of
 //! it, and the driver's pipeline cache kept in that store.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kiln_engine::store::ArtifactStore;
-use kiln_engine::{ArtifactId, CompilationTarget, DeviceRefusal, StoreOutcome};
+use kiln_engine::{ArtifactId, CompilationTarget, DeviceRefusal, DeviceStep, StoreOutcome};
 
 use crate::compiler::{ShaderCode, WgpuArtifact, WgpuCompiler};
 use crate::device::WgpuDevice;
@@ -55,79 +54,58 @@ pub struct WgpuTarget {
     pipeline_time: Duration,
     /// The features a compile-only target stands for.
     compile_only_features: wgpu::Features,
-    /// Pipelines of store hits being made on other threads, taken by `load`.
-    prefetched: HashMap<ArtifactId<WgpuVariant>, Arc<PrefetchSlot>>,
+    /// The device, cache and features above, shared with the workers.
+    step: Arc<WgpuDeviceStep>,
 }
 
-/// Where a pipeline made on another thread waits for its `load`.
+/// The wgpu target's device step (F9): each pipeline is made on the
+/// batch's worker that has its artifact, several at once. A wgpu `Device`
+/// is `Send + Sync` and its error scopes belong to the thread that pushed
+/// them, so each worker captures its own pipeline's errors. Measured: one
+/// device makes pipelines on several threads at once (lavapipe: 2.08x on 2
+/// threads; see docs/DEVICE.md).
 #[derive(Debug)]
-struct PrefetchSlot {
-    state: Mutex<Prefetch>,
-    ready: Condvar,
+pub struct WgpuDeviceStep {
+    /// `None` on a compile-only target: the artifact is described.
+    device: Option<WgpuDevice>,
+    cache: Option<wgpu::PipelineCache>,
+    /// The features a compile-only target stands for.
+    compile_only_features: wgpu::Features,
 }
 
-/// How far a prefetched pipeline is.
+/// A pipeline a worker made (none on a compile-only target), and how long
+/// the driver took: what [`WgpuTarget`] publishes.
 #[derive(Debug)]
-enum Prefetch {
-    /// Waiting for a thread of the pool.
-    Queued,
-    /// Being made.
-    Running,
-    /// Made (or refused), in this long.
-    Done(Result<OnDevice, DeviceRefusal>, Duration),
-    /// `load` came first and makes it itself; the pool's job does nothing.
-    Claimed,
+pub struct WgpuMade {
+    on_device: Option<OnDevice>,
+    took: Duration,
 }
 
-impl PrefetchSlot {
-    fn new() -> Self {
-        Self {
-            state: Mutex::new(Prefetch::Queued),
-            ready: Condvar::new(),
-        }
-    }
+impl DeviceStep<WgpuCompiler> for WgpuDeviceStep {
+    type Made = WgpuMade;
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Prefetch> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Whether the pool's job may start: `load` has not claimed it.
-    fn start(&self) -> bool {
-        let mut state = self.lock();
-        if matches!(*state, Prefetch::Queued) {
-            *state = Prefetch::Running;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn fill(&self, built: Result<OnDevice, DeviceRefusal>, took: Duration) {
-        *self.lock() = Prefetch::Done(built, took);
-        self.ready.notify_all();
-    }
-
-    /// The pipeline, waiting while it is being made; `None` when no thread
-    /// has started it, and the caller makes it. A `load` never waits for a
-    /// job still queued: on a pool whose threads all wait in `load`, that
-    /// job would never run.
-    fn take(&self) -> Option<(Result<OnDevice, DeviceRefusal>, Duration)> {
-        let mut state = self.lock();
-        loop {
-            match std::mem::replace(&mut *state, Prefetch::Claimed) {
-                Prefetch::Queued | Prefetch::Claimed => return None,
-                Prefetch::Done(built, took) => return Some((built, took)),
-                Prefetch::Running => {
-                    *state = Prefetch::Running;
-                    state = self
-                        .ready
-                        .wait(state)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
-                }
+    fn make(
+        &self,
+        _id: &ArtifactId<WgpuVariant>,
+        artifact: &WgpuArtifact,
+    ) -> Result<WgpuMade, DeviceRefusal> {
+        let started = Instant::now();
+        let on_device = match &self.device {
+            None => {
+                features::check(
+                    &artifact.entry,
+                    &artifact.required_features,
+                    self.compile_only_features,
+                    &LoadedOn::CompileOnly,
+                )?;
+                None
             }
-        }
+            Some(device) => Some(WgpuTarget::build(device, self.cache.as_ref(), artifact)?),
+        };
+        Ok(WgpuMade {
+            on_device,
+            took: started.elapsed(),
+        })
     }
 }
 
@@ -188,6 +166,7 @@ impl WgpuTarget {
         self.pipeline_cache_state = PipelineCacheState::Unavailable {
             reason: "the target has no store".into(),
         };
+        self.refresh_step();
         self
     }
 
@@ -209,6 +188,7 @@ impl WgpuTarget {
     pub fn compile_only_for(features: wgpu::Features) -> Self {
         let mut target = Self::compile_only();
         target.compile_only_features = features;
+        target.refresh_step();
         target
     }
 
@@ -221,7 +201,6 @@ impl WgpuTarget {
     fn new(device: Option<WgpuDevice>) -> Self {
         Self {
             compiler: Arc::new(WgpuCompiler),
-            device,
             store: None,
             pipeline_cache: None,
             pipeline_cache_state: PipelineCacheState::Unavailable {
@@ -230,8 +209,27 @@ impl WgpuTarget {
             pipelines_made: 0,
             pipeline_time: Duration::ZERO,
             compile_only_features: features::DEFAULT_COMPILE_ONLY_FEATURES,
-            prefetched: HashMap::new(),
+            step: Arc::new(WgpuDeviceStep {
+                device: device.clone(),
+                cache: None,
+                compile_only_features: features::DEFAULT_COMPILE_ONLY_FEATURES,
+            }),
+            device,
         }
+    }
+
+    /// The device step again, after the device's cache or the features a
+    /// compile-only target stands for changed: the next batch makes its
+    /// pipelines with them.
+    fn refresh_step(&mut self) {
+        self.step = Arc::new(WgpuDeviceStep {
+            device: self.device.clone(),
+            cache: self
+                .pipeline_cache
+                .as_ref()
+                .map(|cache| cache.cache().clone()),
+            compile_only_features: self.compile_only_features,
+        });
     }
 
     /// The same target keeping its artifacts in `store`, and its device's
@@ -258,6 +256,7 @@ impl WgpuTarget {
             },
         };
         log::debug!("wgpu target: {}", self.pipeline_cache_state);
+        self.refresh_step();
         self
     }
 
@@ -314,48 +313,6 @@ impl WgpuTarget {
             Some(cache) => cache.save(),
             None => StoreOutcome::Skipped,
         }
-    }
-
-    /// Starts making the pipeline of a store hit on another thread: the
-    /// loader looks every kernel of a batch up before it loads any, so a
-    /// warm batch's pipelines are made side by side, and `load` takes each
-    /// when it comes to it. Measured: one device makes pipelines on several
-    /// threads at once (lavapipe: 2.08x on 2 threads; see docs/DEVICE.md).
-    fn prefetch(
-        &mut self,
-        device: WgpuDevice,
-        id: &ArtifactId<WgpuVariant>,
-        artifact: WgpuArtifact,
-    ) {
-        let slot = Arc::new(PrefetchSlot::new());
-        self.prefetched.insert(id.clone(), Arc::clone(&slot));
-        let cache = self
-            .pipeline_cache
-            .as_ref()
-            .map(|cache| cache.cache().clone());
-        rayon::spawn(move || {
-            if !slot.start() {
-                return;
-            }
-            let started = Instant::now();
-            // A panic in wgpu must reach the loader as this kernel's panic,
-            // not leave `load` waiting for ever.
-            let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                Self::build(&device, cache.as_ref(), &artifact)
-            }))
-            .unwrap_or_else(|panic| {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(ToString::to_string)
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic without a message".into());
-                Err(DeviceRefusal::new(format!(
-                    "making the pipeline of `{}` panicked: {message}",
-                    artifact.entry
-                )))
-            });
-            slot.fill(built, started.elapsed());
-        });
     }
 
     /// Makes the pipeline of `artifact` on `device`, every wgpu error
@@ -485,69 +442,44 @@ fn one_paragraph(text: &str) -> String {
 impl CompilationTarget for WgpuTarget {
     type Compiler = WgpuCompiler;
     type Loaded = WgpuPipeline;
+    type Device = WgpuDeviceStep;
 
     fn compiler(&self) -> &Arc<WgpuCompiler> {
         &self.compiler
+    }
+
+    fn device_step(&self) -> &Arc<WgpuDeviceStep> {
+        &self.step
     }
 
     fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
         self.store.as_ref()
     }
 
-    fn found(&mut self, id: &ArtifactId<WgpuVariant>, artifact: &WgpuArtifact) {
-        if let Some(device) = &self.device {
-            self.prefetch(device.clone(), id, artifact.clone());
-        }
-    }
-
     fn batch_finished(&mut self) {
-        // Every hit is loaded in its batch; anything left was never asked
-        // for, and its pipeline is dropped once made.
-        self.prefetched.clear();
         self.save_pipeline_cache();
     }
 
-    fn load(
+    fn publish(
         &mut self,
-        id: &ArtifactId<WgpuVariant>,
+        _id: &ArtifactId<WgpuVariant>,
         artifact: &WgpuArtifact,
+        made: WgpuMade,
     ) -> Result<WgpuPipeline, DeviceRefusal> {
-        let on_device = match &self.device {
-            None => {
-                features::check(
-                    &artifact.entry,
-                    &artifact.required_features,
-                    self.compile_only_features,
-                    &LoadedOn::CompileOnly,
-                )?;
-                None
+        if made.on_device.is_some() {
+            self.pipelines_made += 1;
+            self.pipeline_time += made.took;
+            if let Some(cache) = &mut self.pipeline_cache {
+                cache.made_pipeline(made.took);
             }
-            Some(device) => {
-                let (built, took) = match self.prefetched.remove(id).and_then(|slot| slot.take()) {
-                    Some(done) => done,
-                    None => {
-                        let started = Instant::now();
-                        let cache = self.pipeline_cache.as_ref().map(|cache| cache.cache());
-                        let built = Self::build(device, cache, artifact);
-                        (built, started.elapsed())
-                    }
-                };
-                let built = built?;
-                self.pipelines_made += 1;
-                self.pipeline_time += took;
-                if let Some(cache) = &mut self.pipeline_cache {
-                    cache.made_pipeline(took);
-                }
-                Some(built)
-            }
-        };
+        }
         Ok(WgpuPipeline::new(Loaded {
             label: artifact.label.clone(),
             entry: artifact.entry.clone(),
             workgroup_size: artifact.workgroup_size,
             bindings: artifact.bindings.clone(),
             report: artifact.report.clone(),
-            on_device,
+            on_device: made.on_device,
         }))
     }
 }

@@ -27,17 +27,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::compiler::{ArtifactCompiler, Finalized, ProcessCompiler, WorkerRecipe};
 use crate::diagnostic::{CompileFailure, Diagnostic};
-use crate::error::DeviceRefusal;
 use crate::id::{ArtifactId, KernelId};
 use crate::kernel::Kernel;
 use crate::store::{
     ArtifactStore, Claim, ClaimWait, Explanation, Generation, KeyComponents, KeyedCompiler, Lookup,
     MemoryStore, StoreKey, StoreOutcome, StoreStatistics,
 };
-use crate::target::CompilationTarget;
 
 mod device;
+mod device_step;
 pub use device::{FakeDevice, FakeTimer};
+pub use device_step::FakeDeviceStep;
 
 /// What a [`FakeKernel`] does on its way to the device.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -635,6 +635,7 @@ pub struct FakeTarget {
     loaded: usize,
     compile_only: bool,
     device: FakeDevice,
+    device_step: Arc<FakeDeviceStep>,
 }
 
 impl FakeTarget {
@@ -643,13 +644,15 @@ impl FakeTarget {
     /// device: it describes what it would load and its kernels' launches
     /// do nothing (L11).
     pub fn storeless() -> Self {
+        let compile_only = crate::mode::is_compile_only();
         Self {
             compiler: Arc::new(FakeCompiler::default()),
             store: None,
             failing_writes: false,
             loaded: 0,
-            compile_only: crate::mode::is_compile_only(),
+            compile_only,
             device: FakeDevice::default(),
+            device_step: Self::new_device_step(compile_only),
         }
     }
 
@@ -760,39 +763,5 @@ impl FakeTarget {
         if let Some(store) = &self.store {
             store.remove(&self.key(id));
         }
-    }
-}
-
-impl CompilationTarget for FakeTarget {
-    type Compiler = FakeCompiler;
-    type Loaded = Arc<FakeModule>;
-
-    fn compiler(&self) -> &Arc<FakeCompiler> {
-        &self.compiler
-    }
-
-    fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
-        self.store.as_ref()
-    }
-
-    fn load(
-        &mut self,
-        id: &ArtifactId<()>,
-        artifact: &FakeArtifact,
-    ) -> Result<Arc<FakeModule>, DeviceRefusal> {
-        if artifact.refused {
-            return Err(DeviceRefusal {
-                message: format!("fake device: invalid image for {}", id.kernel),
-                code: Some(200),
-            });
-        }
-        if !self.compile_only {
-            self.loaded += 1;
-        }
-        Ok(Arc::new(FakeModule {
-            kernel: id.kernel.clone(),
-            text: artifact.text.clone(),
-            described: self.compile_only,
-        }))
     }
 }

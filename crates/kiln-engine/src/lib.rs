@@ -126,5 +126,7 @@ pub use store::{
     Generation, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, Lookup, MemoryStore, Miss,
     RememberedFailure, STORE_FORMAT, StoreCounters, StoreKey, StoreOutcome, StoreStatistics,
 };
-pub use target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, TargetStore, VariantOf};
+pub use target::{
+    ArtifactOf, CompilationTarget, DeviceStep, KernelOf, LoweredOf, MadeOf, TargetStore, VariantOf,
+};
 pub use timing::{DeviceTimer, TimedTarget, TimingError};

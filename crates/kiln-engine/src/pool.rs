@@ -12,9 +12,9 @@
 //! and schedule, and hand each finalize to an idle process (see
 //! [`crate::worker`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use crate::config::{self, WorkerMode};
@@ -135,15 +135,18 @@ impl WorkerPool {
     /// Runs `work` on every job on `workers` workers, in order, each worker
     /// taking the next job when it finishes one, and hands each job to
     /// `done` on the caller's thread as soon as its work is over: the caller
-    /// loads and publishes one kernel while the workers compile the next.
-    /// `work` must not panic: the loader contains every panic inside the
-    /// job.
+    /// publishes one kernel while the workers compile the next. The jobs
+    /// `done` gives back are queued to run `work` again (a kernel that took
+    /// its artifact from another on the caller's thread, whose device object
+    /// is still to make, F9); the run ends when no job is queued, running
+    /// or in `done`. `work` must not panic: the loader contains every panic
+    /// inside the job.
     pub(crate) fn run<'j, J: Send>(
         &self,
         jobs: Vec<&'j mut J>,
         workers: usize,
         work: impl Fn(&mut J) + Sync,
-        mut done: impl FnMut(&'j mut J),
+        mut done: impl FnMut(&'j mut J) -> Vec<&'j mut J>,
     ) {
         let threads = if workers <= 1 {
             None
@@ -161,18 +164,19 @@ impl WorkerPool {
                 .last_tail
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
-            for job in jobs {
+            let mut queue: VecDeque<&'j mut J> = jobs.into();
+            while let Some(job) = queue.pop_front() {
                 work(job);
-                done(job);
+                queue.extend(done(job));
             }
             return;
         };
-        let queue = Mutex::new(jobs.into_iter());
-        let next = || {
-            queue
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .next()
+        let queue = Queue {
+            state: Mutex::new(Queued {
+                pending: jobs.len(),
+                jobs: jobs.into(),
+            }),
+            more: Condvar::new(),
         };
         let (finished, arrivals) = mpsc::channel();
         // When each worker finished its last job: the batch's tail is the
@@ -181,10 +185,10 @@ impl WorkerPool {
         threads.in_place_scope(|scope| {
             for _ in 0..workers {
                 let finished = finished.clone();
-                let (work, next, idle_at) = (&work, &next, &idle_at);
+                let (work, queue, idle_at) = (&work, &queue, &idle_at);
                 scope.spawn(move |_| {
                     let mut last = None;
-                    while let Some(job) = next() {
+                    while let Some(job) = queue.next() {
                         work(job);
                         last = Some(Instant::now());
                         if finished.send(job).is_err() {
@@ -200,8 +204,11 @@ impl WorkerPool {
                 });
             }
             drop(finished);
+            // Should `done` panic, the workers waiting for more stop.
+            let _close = Close(&queue);
             for job in arrivals {
-                done(job);
+                let again = done(job);
+                queue.settled(again);
             }
         });
         let mut idle_at = idle_at
@@ -229,6 +236,68 @@ impl WorkerPool {
             .last_tail
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A run's jobs waiting for a worker, and how many are not through `done`.
+struct Queue<'j, J> {
+    state: Mutex<Queued<'j, J>>,
+    /// Signalled when a job is queued again or the last one is through.
+    more: Condvar,
+}
+
+struct Queued<'j, J> {
+    jobs: VecDeque<&'j mut J>,
+    /// Jobs queued, running, or on their way through `done`.
+    pending: usize,
+}
+
+impl<'j, J> Queue<'j, J> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queued<'j, J>> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The next job, waiting while none is queued but some may come back;
+    /// `None` once every job is through.
+    fn next(&self) -> Option<&'j mut J> {
+        let mut state = self.lock();
+        loop {
+            if let Some(job) = state.jobs.pop_front() {
+                return Some(job);
+            }
+            if state.pending == 0 {
+                return None;
+            }
+            state = self
+                .more
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    /// One job through `done`, which gave `again` back to run.
+    fn settled(&self, again: Vec<&'j mut J>) {
+        let mut state = self.lock();
+        state.pending = (state.pending + again.len()).saturating_sub(1);
+        state.jobs.extend(again);
+        drop(state);
+        self.more.notify_all();
+    }
+}
+
+/// Ends a run's queue when dropped: no worker waits for a job that a
+/// panicking `done` will never give back.
+struct Close<'q, 'j, J>(&'q Queue<'j, J>);
+
+impl<J> Drop for Close<'_, '_, J> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.pending = 0;
+        state.jobs.clear();
+        drop(state);
+        self.0.more.notify_all();
     }
 }
 
@@ -333,6 +402,41 @@ mod tests {
 
     use super::*;
 
+    // F9: a job `done` gives back runs on a worker again, and the run
+    // waits for it, on several workers as on one.
+    #[test]
+    fn f9_a_job_given_back_runs_again_before_the_run_ends() {
+        let pool = WorkerPool::new(
+            NonZeroUsize::new(2).expect("two"),
+            WorkerMode::Threads,
+            Duration::from_secs(60),
+        );
+        for workers in [1, 2] {
+            // (times worked, times done, thread of the last work)
+            let mut jobs: Vec<(u32, u32, Option<std::thread::ThreadId>)> = vec![(0, 0, None); 4];
+            let caller = std::thread::current().id();
+            pool.run(
+                jobs.iter_mut().collect(),
+                workers,
+                |job| {
+                    job.0 += 1;
+                    job.2 = Some(std::thread::current().id());
+                    std::thread::sleep(Duration::from_millis(2));
+                },
+                |job| {
+                    job.1 += 1;
+                    if job.1 < 3 { vec![job] } else { Vec::new() }
+                },
+            );
+            for job in &jobs {
+                assert_eq!((job.0, job.1), (3, 3), "on {workers} workers");
+                if workers > 1 {
+                    assert_ne!(job.2, Some(caller), "the work ran on a worker");
+                }
+            }
+        }
+    }
+
     #[test]
     fn f2_the_tail_is_the_last_worker_s_finish_less_the_one_before() {
         // F2: the first job holds its worker until the second job, taken by
@@ -360,13 +464,14 @@ mod tests {
                 if *job == 1 {
                     second_done.store(true, Ordering::Release);
                 }
+                Vec::new()
             },
         );
         let tail = pool.last_tail().expect("two workers each took a job");
         assert!(tail >= Duration::from_millis(5), "{tail:?}");
 
         let mut one = [0u32];
-        pool.run(one.iter_mut().collect(), 1, |_| {}, |_| {});
+        pool.run(one.iter_mut().collect(), 1, |_| {}, |_| Vec::new());
         assert_eq!(pool.last_tail(), None, "one worker has no tail");
     }
 }

@@ -1,6 +1,7 @@
 //! The [`CompilationTarget`] a backend implements beside its
 //! [`ArtifactCompiler`]: the device, and which store its artifacts are kept
-//! in, used from the loader's thread only.
+//! in, used from the loader's thread; and its [`DeviceStep`], shared with
+//! the batch's workers, which makes each artifact a device object (F9).
 
 use std::fmt::Debug;
 use std::sync::{Arc, OnceLock};
@@ -18,17 +19,29 @@ use crate::store::{ArtifactStore, KeyedCompiler};
 /// compiler once ([`BoundStore`](crate::BoundStore)): every lookup, claim,
 /// put and generation read is the loader's, the same for every target.
 ///
+/// Loading an artifact is two halves (F9): its device object is made by
+/// the target's [`DeviceStep`] ([`device_step`](Self::device_step)), on the
+/// batch's workers as soon as the artifact is ready, and the loader's
+/// thread then [`publish`](Self::publish)es it.
+///
 /// # Contract
 ///
-/// - Every method runs on the loader's thread.
+/// - Every method runs on the loader's thread; the device step's
+///   [`make`](DeviceStep::make) runs on the batch's workers, unless
+///   [`DeviceStep::on_workers`] says the driver needs one thread.
 /// - [`store`](Self::store) answers the same store until the target is
 ///   changed through [`KernelLoader::target_mut`](crate::KernelLoader::target_mut)
 ///   (or before it is given to a loader): the loader binds it once, and
 ///   binds again only after the target was lent mutably and names another
 ///   store (L10).
 /// - [`keeps`](Self::keeps) is a pure function of the variant.
-/// - [`load`](Self::load) either returns a device object or refuses; a
-///   refused artifact is neither kept nor stored by the loader.
+/// - [`make`](DeviceStep::make) and [`publish`](Self::publish) each either
+///   go on or refuse; a refused artifact is neither kept nor stored by the
+///   loader, and a refusal fails that kernel alone (L6, L9).
+/// - [`device_step`](Self::device_step) answers the device the target
+///   loads on now: a target changed through
+///   [`KernelLoader::target_mut`](crate::KernelLoader::target_mut) answers
+///   its new one, which the next batch takes.
 /// - The hooks ([`batch_started`](Self::batch_started),
 ///   [`found`](Self::found), [`batch_finished`](Self::batch_finished)) do
 ///   nothing by default; a panic in one reaches the loader's caller.
@@ -39,10 +52,17 @@ pub trait CompilationTarget {
     /// A loaded device kernel; cloning it must be cheap (an `Arc` or a driver
     /// handle), because every launch clones it.
     type Loaded: Clone + Debug;
+    /// What makes this target's device objects, on the batch's workers.
+    type Device: DeviceStep<Self::Compiler>;
 
     /// The compiler, shared with the batch's workers: they compile with it
     /// while the loader's thread loads what they finished (P12).
     fn compiler(&self) -> &Arc<Self::Compiler>;
+
+    /// The device step, shared with the batch's workers: they make each
+    /// artifact's device object while the loader's thread publishes those
+    /// made before (F9).
+    fn device_step(&self) -> &Arc<Self::Device>;
 
     /// The store this target's artifacts outlive the process in, if any:
     /// without one, a loader keeps its artifacts as long as itself.
@@ -63,9 +83,9 @@ pub trait CompilationTarget {
     /// Called once at the start of every batch, before its first lookup.
     fn batch_started(&mut self) {}
 
-    /// A store hit of `id` that the loader will load later in the batch:
-    /// where a target may start preparing it (the batch looks every kernel
-    /// up before it loads any).
+    /// A store hit of `id` that the loader will load later in the batch,
+    /// told before its device object is made (on the workers, as a compiled
+    /// kernel's is).
     fn found(&mut self, id: &ArtifactId<VariantOf<Self>>, artifact: &ArtifactOf<Self>) {
         let _ = (id, artifact);
     }
@@ -75,7 +95,22 @@ pub trait CompilationTarget {
     /// already ended the batch on the store (its claims, its limits).
     fn batch_finished(&mut self) {}
 
-    /// Makes `artifact` a device object.
+    /// Publishes `made`, the device object a worker made of `artifact`: the
+    /// loader's thread's half of a load, where a target counts what it
+    /// made and wraps it as the kernel its launches take.
+    ///
+    /// # Errors
+    ///
+    /// The target refuses the device object after all.
+    fn publish(
+        &mut self,
+        id: &ArtifactId<VariantOf<Self>>,
+        artifact: &ArtifactOf<Self>,
+        made: MadeOf<Self>,
+    ) -> Result<Self::Loaded, DeviceRefusal>;
+
+    /// Makes `artifact` a device object here and publishes it, both halves
+    /// on the calling thread: for a program loading one artifact by hand.
     ///
     /// # Errors
     ///
@@ -84,7 +119,47 @@ pub trait CompilationTarget {
         &mut self,
         id: &ArtifactId<VariantOf<Self>>,
         artifact: &ArtifactOf<Self>,
-    ) -> Result<Self::Loaded, DeviceRefusal>;
+    ) -> Result<Self::Loaded, DeviceRefusal> {
+        let made = self.device_step().make(id, artifact)?;
+        self.publish(id, artifact, made)
+    }
+}
+
+/// The half of a load that makes an artifact a device object (a wgpu
+/// pipeline, a CUDA or HIP module), shared with a batch's workers so that
+/// device objects are made side by side as their artifacts come ready
+/// (F9), for compiled kernels and store hits alike.
+///
+/// # Contract
+///
+/// - [`make`](Self::make) may run on any thread, on several at once,
+///   while the loader's thread holds the target mutably: a driver that
+///   binds a context to the calling thread binds it in `make`.
+/// - A driver that can make device objects on one thread only answers
+///   `false` to [`on_workers`](Self::on_workers): the loader's thread then
+///   makes each one, as it publishes it.
+/// - A panic in `make` fails that kernel alone, with the panic's message
+///   (L8).
+pub trait DeviceStep<C: ArtifactCompiler>: Send + Sync {
+    /// A device object made, on its way to the loader's thread.
+    type Made: Send;
+
+    /// Whether device objects may be made on the batch's workers, several
+    /// at once. `true` unless the driver needs one thread.
+    fn on_workers(&self) -> bool {
+        true
+    }
+
+    /// Makes `artifact` a device object.
+    ///
+    /// # Errors
+    ///
+    /// The device refused the artifact.
+    fn make(
+        &self,
+        id: &ArtifactId<C::Variant>,
+        artifact: &C::Artifact,
+    ) -> Result<Self::Made, DeviceRefusal>;
 }
 
 /// The variant of a target's compiler.
@@ -93,6 +168,10 @@ pub type VariantOf<T> = <<T as CompilationTarget>::Compiler as ArtifactCompiler>
 pub type ArtifactOf<T> = <<T as CompilationTarget>::Compiler as ArtifactCompiler>::Artifact;
 /// The lowered form of a target's compiler.
 pub type LoweredOf<T> = <<T as CompilationTarget>::Compiler as ArtifactCompiler>::Lowered;
+/// What a target's device step makes, before the loader's thread publishes
+/// it.
+pub type MadeOf<T> =
+    <<T as CompilationTarget>::Device as DeviceStep<<T as CompilationTarget>::Compiler>>::Made;
 /// The kernel type of a target's compiler.
 pub type KernelOf<T> = <<T as CompilationTarget>::Compiler as ArtifactCompiler>::Kernel;
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 
-use kiln_engine::fake::{FakeArtifact, FakeKernel, FakeTarget};
+use kiln_engine::fake::{FakeArtifact, FakeKernel, FakeModule, FakeTarget};
 use kiln_engine::{
     ArtifactId, ArtifactStore, CacheError, CompilationTarget, DeviceId, DeviceRefusal, KernelCache,
     KernelOutcome, KernelRecord, LoaderConfig, StatisticsCollector,
@@ -481,9 +481,14 @@ impl AsFake for Hooked<FakeTarget> {
 impl CompilationTarget for Hooked<FakeTarget> {
     type Compiler = <FakeTarget as CompilationTarget>::Compiler;
     type Loaded = <FakeTarget as CompilationTarget>::Loaded;
+    type Device = <FakeTarget as CompilationTarget>::Device;
 
     fn compiler(&self) -> &Arc<Self::Compiler> {
         self.inner.compiler()
+    }
+
+    fn device_step(&self) -> &Arc<Self::Device> {
+        self.inner.device_step()
     }
 
     fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
@@ -499,12 +504,13 @@ impl CompilationTarget for Hooked<FakeTarget> {
         self.inner.batch_finished();
     }
 
-    fn load(
+    fn publish(
         &mut self,
         id: &ArtifactId<()>,
         artifact: &FakeArtifact,
+        made: FakeModule,
     ) -> Result<Self::Loaded, DeviceRefusal> {
-        self.inner.load(id, artifact)
+        self.inner.publish(id, artifact, made)
     }
 }
 
@@ -518,25 +524,31 @@ struct Refusing {
 impl CompilationTarget for Refusing {
     type Compiler = <FakeTarget as CompilationTarget>::Compiler;
     type Loaded = <FakeTarget as CompilationTarget>::Loaded;
+    type Device = <FakeTarget as CompilationTarget>::Device;
 
     fn compiler(&self) -> &Arc<Self::Compiler> {
         self.inner.compiler()
+    }
+
+    fn device_step(&self) -> &Arc<Self::Device> {
+        self.inner.device_step()
     }
 
     fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
         self.inner.store()
     }
 
-    fn load(
+    fn publish(
         &mut self,
         id: &ArtifactId<()>,
         artifact: &FakeArtifact,
+        made: FakeModule,
     ) -> Result<Self::Loaded, DeviceRefusal> {
         if self.left > 0 {
             self.left -= 1;
             self.refusals.fetch_add(1, Ordering::SeqCst);
             return Err(DeviceRefusal::new("the fake device is busy"));
         }
-        self.inner.load(id, artifact)
+        self.inner.publish(id, artifact, made)
     }
 }

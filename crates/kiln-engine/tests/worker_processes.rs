@@ -83,6 +83,10 @@ fn main() {
             "p11_a_killed_worker_leaves_no_temporary_files",
             p11_a_killed_worker_leaves_no_temporary_files,
         ),
+        (
+            "f9_with_worker_processes_device_objects_are_made_on_the_pool_s_threads",
+            f9_with_worker_processes_device_objects_are_made_on_the_pool_s_threads,
+        ),
     ];
     kiln_test_support::harness::run(tests);
 }
@@ -135,6 +139,44 @@ fn compile_log(name: &str) -> PathBuf {
 
 fn is_running(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// F9: an artifact a worker process built comes back to the thread of the
+/// pool that sent it, which makes its device object there; the loader's
+/// thread only publishes.
+fn f9_with_worker_processes_device_objects_are_made_on_the_pool_s_threads() {
+    let log = compile_log("f9-device");
+    let target = target_logging_to(&log).with_device_time(Duration::from_millis(20));
+    let mut loader = loader(target, 2);
+    for number in 0..8 {
+        loader.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    loader.compile_queued();
+    let batch = loader.records().back().expect("one batch").clone();
+    assert_eq!(batch.mode, WorkerMode::Processes);
+    assert_eq!(batch.count(KernelOutcome::Compiled), 8);
+    let compiles = FakeCompiler::read_compile_log(&log).expect("the log reads");
+    assert!(
+        compiles.iter().all(|(pid, _)| *pid != std::process::id()),
+        "compiled in the worker processes"
+    );
+    let step = loader.target().fake_device_step();
+    let caller = std::thread::current().id();
+    let threads: BTreeSet<String> = (0..8)
+        .map(|number| {
+            let thread = step
+                .made_on(&kiln_engine::Kernel::id(&FakeKernel::new(number)))
+                .expect("made");
+            assert_ne!(
+                thread, caller,
+                "kernel {number} was made on the loader's thread"
+            );
+            format!("{thread:?}")
+        })
+        .collect();
+    assert_eq!(threads.len(), 2, "{threads:?}");
+    assert_eq!(step.most_at_once(), 2);
+    drop(std::fs::remove_file(&log));
 }
 
 fn f2_a_batch_finalizes_in_worker_processes_each_taking_the_next_kernel() {

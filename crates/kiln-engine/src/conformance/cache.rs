@@ -12,7 +12,7 @@ use crate::id::{ArtifactId, DeviceId, KernelId};
 use crate::kernel::Kernel;
 use crate::statistics::{KernelOutcome, KernelRecord};
 use crate::store::ArtifactStore;
-use crate::target::{ArtifactOf, CompilationTarget, KernelOf, VariantOf};
+use crate::target::{ArtifactOf, CompilationTarget, KernelOf, MadeOf, VariantOf};
 
 /// The device the suite's caches serve.
 const DEVICE: DeviceId = DeviceId::new("conformance", 0);
@@ -69,9 +69,14 @@ struct Gated<T> {
 impl<T: CompilationTarget> CompilationTarget for Gated<T> {
     type Compiler = T::Compiler;
     type Loaded = T::Loaded;
+    type Device = T::Device;
 
     fn compiler(&self) -> &Arc<Self::Compiler> {
         self.inner.compiler()
+    }
+
+    fn device_step(&self) -> &Arc<T::Device> {
+        self.inner.device_step()
     }
 
     fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
@@ -101,12 +106,13 @@ impl<T: CompilationTarget> CompilationTarget for Gated<T> {
         self.inner.batch_finished();
     }
 
-    fn load(
+    fn publish(
         &mut self,
         id: &ArtifactId<VariantOf<T>>,
         artifact: &ArtifactOf<T>,
+        made: MadeOf<T>,
     ) -> Result<T::Loaded, DeviceRefusal> {
-        self.inner.load(id, artifact)
+        self.inner.publish(id, artifact, made)
     }
 }
 

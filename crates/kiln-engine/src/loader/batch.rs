@@ -1,6 +1,7 @@
 //! One batch (L5): every kernel asked of the store, the missing ones
-//! claimed, lowered and finalized on the workers, each loaded and published
-//! on the loader's thread as soon as it is compiled, and recorded.
+//! claimed, lowered and finalized on the workers, each one's device object
+//! made there as soon as its artifact is ready (F9), each published on the
+//! loader's thread as soon as it is made, and recorded.
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -20,7 +21,7 @@ use crate::config::WorkerMode;
 use crate::error::KernelError;
 use crate::statistics::{BatchRecord, KernelRecord};
 use crate::store::BoundStore;
-use crate::target::{ArtifactOf, CompilationTarget};
+use crate::target::{ArtifactOf, CompilationTarget, DeviceStep};
 
 /// Orders `jobs` (sorted by their cost hints) longest first by what the
 /// store's kept batch records say they took to compile (F2): a kernel
@@ -202,10 +203,11 @@ impl<T: CompilationTarget> KernelLoader<T> {
         outcomes
     }
 
-    /// Compiles the batch's missing kernels on the workers (L5b-e) while
-    /// this thread loads and publishes each kernel the moment it is ready:
-    /// those found in the store first, then each as its worker finishes it.
-    /// The number of workers it used.
+    /// Compiles the batch's missing kernels on the workers (L5b-e), each
+    /// worker making the device object of each artifact as soon as it is
+    /// ready, store hits first (F9), while this thread publishes each
+    /// kernel the moment its worker hands it back. The number of workers it
+    /// used.
     fn compile_round(
         &mut self,
         jobs: &mut [Job<'_, T>],
@@ -224,7 +226,15 @@ impl<T: CompilationTarget> KernelLoader<T> {
             used_processes,
             keep_recipes: self.store.is_some(),
         };
-        let workers = self.pool.workers_for(missing);
+        let device = Arc::clone(self.target.device_step());
+        let on_workers = device.on_workers();
+        // A store hit needs a worker for its device step as a compile does.
+        let to_make = jobs.iter().filter(|job| job.needs_device()).count();
+        let workers = self.pool.workers_for(if on_workers {
+            missing + to_make
+        } else {
+            missing
+        });
         if missing > 1 {
             log::debug!(
                 "compiling {missing} of {} kernels on {workers} workers{}",
@@ -237,6 +247,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             store: self.store.as_ref(),
             groups: &settling.groups,
             retry_failed: self.retry_failed,
+            device: Some(&*device).filter(|_| on_workers),
         };
         // What is ready goes first: the workers hand it straight back, and
         // it loads while they compile the rest, costliest first (a stable
@@ -266,9 +277,17 @@ impl<T: CompilationTarget> KernelLoader<T> {
         self.pool.run(
             queue,
             workers,
-            |job| job.compile(&round),
+            |job| {
+                job.compile(&round);
+                if let Some(device) = round.device {
+                    job.make_device(device);
+                }
+            },
             |job| {
                 job.account(target, statistics);
+                // Members that took their leader's artifact here: their
+                // device objects are made on the workers too.
+                let mut again = Vec::new();
                 let mut loading = vec![job];
                 while let Some(job) = loading.pop() {
                     if let Step::Waiting { leader, .. } = job.step {
@@ -285,19 +304,19 @@ impl<T: CompilationTarget> KernelLoader<T> {
                         continue;
                     }
                     if job.leads {
-                        let result = match &job.step {
-                            Step::Ready { artifact, .. } => Ok(artifact.clone()),
-                            Step::Failed(error) => Err(error.clone()),
-                            _ => unreachable!("a settled kernel is ready or failed"),
-                        };
-                        led.insert(job.index, result);
+                        led.insert(job.index, job.led());
                         loading.extend(parked.remove(&job.index).unwrap_or_default());
                     }
-                    let (outcome, record) = job.load(target, store, statistics);
+                    if on_workers && job.needs_device() {
+                        again.push(job);
+                        continue;
+                    }
+                    let (outcome, record) = job.publish(target, store, statistics);
                     outcomes[job.index] = Some(outcome);
                     records[job.index] = Some(record);
                     progress.settled_one();
                 }
+                again
             },
         );
         debug_assert!(parked.is_empty(), "every leader of the round settled");
@@ -678,22 +697,15 @@ mod tests {
 
         /// On an empty store, so that grouping by source is on, and the one
         /// batch finds nothing stored.
-        struct ArchTarget(Arc<ArchCompiler>, Arc<dyn ArtifactStore>);
+        struct ArchTarget(Arc<ArchCompiler>, Arc<dyn ArtifactStore>, Arc<ArchDevice>);
 
-        impl CompilationTarget for ArchTarget {
-            type Compiler = ArchCompiler;
-            type Loaded = String;
+        struct ArchDevice;
 
-            fn compiler(&self) -> &Arc<ArchCompiler> {
-                &self.0
-            }
+        impl crate::target::DeviceStep<ArchCompiler> for ArchDevice {
+            type Made = String;
 
-            fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
-                Some(&self.1)
-            }
-
-            fn load(
-                &mut self,
+            fn make(
+                &self,
                 _id: &ArtifactId<u32>,
                 artifact: &String,
             ) -> Result<String, crate::error::DeviceRefusal> {
@@ -701,11 +713,42 @@ mod tests {
             }
         }
 
+        impl CompilationTarget for ArchTarget {
+            type Compiler = ArchCompiler;
+            type Loaded = String;
+            type Device = ArchDevice;
+
+            fn compiler(&self) -> &Arc<ArchCompiler> {
+                &self.0
+            }
+
+            fn device_step(&self) -> &Arc<ArchDevice> {
+                &self.2
+            }
+
+            fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
+                Some(&self.1)
+            }
+
+            fn publish(
+                &mut self,
+                _id: &ArtifactId<u32>,
+                _artifact: &String,
+                made: String,
+            ) -> Result<String, crate::error::DeviceRefusal> {
+                Ok(made)
+            }
+        }
+
         // L5c
         #[test]
         fn one_text_under_two_variants_is_two_artifacts() {
             let mut loader = KernelLoader::with_config(
-                ArchTarget(Arc::new(ArchCompiler), Arc::new(MemoryStore::new())),
+                ArchTarget(
+                    Arc::new(ArchCompiler),
+                    Arc::new(MemoryStore::new()),
+                    Arc::new(ArchDevice),
+                ),
                 LoaderConfig::default(),
             );
             let kernel = FakeKernel::new(1);

@@ -24,27 +24,34 @@ pub(super) struct Finalizer<'p, T: CompilationTarget> {
     pub(super) keep_recipes: bool,
 }
 
+/// Where a kernel was finalized: the answer of
+/// [`Finalizer::in_process_or_worker`].
+pub(super) enum Finalize<T: CompilationTarget> {
+    /// In a worker process.
+    InWorker {
+        /// Its artifact, or its failure.
+        result: Result<Finalized<ArtifactOf<T>>, KernelError>,
+        /// The worker's own measure of the compile, when it answered.
+        work: Option<Duration>,
+        /// Whose doing it was, when the worker was lost (it crashed or was
+        /// killed at the timeout, P11).
+        lost: Option<Blame>,
+    },
+    /// Not in a worker process: to finalize here, from what it was given.
+    Here(LoweredOf<T>),
+}
+
 impl<T: CompilationTarget> Finalizer<'_, T> {
-    /// Finalizes `lowered` in a worker process: its result, the worker's
-    /// compile time, and, when the worker was lost (it crashed or was
-    /// killed at the timeout), whose doing that was (P11). Gives `lowered` back when it is to be
+    /// Finalizes `lowered` in a worker process, or gives it back to be
     /// finalized here: no worker processes, or none could start.
-    #[allow(clippy::type_complexity, reason = "a private two-way answer")]
     pub(super) fn in_process_or_worker(
         &self,
         id: &ArtifactId<VariantOf<T>>,
         lowered: LoweredOf<T>,
         encoded: Option<Recipe>,
-    ) -> Result<
-        (
-            Result<Finalized<ArtifactOf<T>>, KernelError>,
-            Option<Duration>,
-            Option<Blame>,
-        ),
-        LoweredOf<T>,
-    > {
+    ) -> Finalize<T> {
         let Some(pool) = self.processes else {
-            return Err(lowered);
+            return Finalize::Here(lowered);
         };
         let Some(Recipe {
             id: id_bytes,
@@ -52,7 +59,7 @@ impl<T: CompilationTarget> Finalizer<'_, T> {
         }) = encoded
         else {
             log::warn!("{id} does not serialize for a worker process; finalizing it here");
-            return Err(lowered);
+            return Finalize::Here(lowered);
         };
         let kernel_error = |failure: Failure| KernelError {
             kernel: id.kernel.clone(),
@@ -82,19 +89,23 @@ impl<T: CompilationTarget> Finalizer<'_, T> {
                     }
                     Outcome::Panicked(message) => Err(kernel_error(Failure::Panicked { message })),
                 };
-                Ok((result, Some(work), None))
+                Finalize::InWorker {
+                    result,
+                    work: Some(work),
+                    lost: None,
+                }
             }
             Err(WorkerLost::Lost { message, blame }) => {
                 self.used_processes.store(true, Ordering::Relaxed);
-                Ok((
-                    Err(kernel_error(Failure::Compile(Box::new(
+                Finalize::InWorker {
+                    result: Err(kernel_error(Failure::Compile(Box::new(
                         CompileFailure::message(message),
                     )))),
-                    None,
-                    Some(blame),
-                ))
+                    work: None,
+                    lost: Some(blame),
+                }
             }
-            Err(WorkerLost::Unavailable) => Err(lowered),
+            Err(WorkerLost::Unavailable) => Finalize::Here(lowered),
         }
     }
 }

@@ -7,18 +7,18 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use super::finalize::Finalizer;
+use super::finalize::{Finalize, Finalizer};
 use super::queue::Request;
 use crate::compiler::ArtifactCompiler;
 use crate::diagnostic::{CompileFailure, Diagnostic};
 use crate::error::{Failure, KernelError, Stage};
 use crate::id::ArtifactId;
 use crate::panic::panic_message;
-use crate::statistics::{KernelOutcome, KernelRecord, LoaderStatistics, Registration, Settled};
-use crate::store::{
-    BoundStore, ClaimGuard, Claimed, Lookup, Recipe, RememberedFailure, StoreOutcome,
+use crate::statistics::{KernelOutcome, LoaderStatistics, Registration, Settled};
+use crate::store::{BoundStore, ClaimGuard, Claimed, Lookup, Recipe, RememberedFailure};
+use crate::target::{
+    ArtifactOf, CompilationTarget, DeviceStep, KernelOf, LoweredOf, MadeOf, VariantOf,
 };
-use crate::target::{ArtifactOf, CompilationTarget, KernelOf, LoweredOf, VariantOf};
 use crate::worker::Blame;
 
 /// How far a kernel got through its batch.
@@ -59,6 +59,9 @@ pub(super) struct Round<'r, T: CompilationTarget> {
     pub(super) groups: &'r Mutex<SourceGroups<T>>,
     /// Whether remembered failures are compiled again (P11).
     pub(super) retry_failed: bool,
+    /// The target's device step, when the workers make device objects
+    /// (F9); `None` when its driver needs one thread.
+    pub(super) device: Option<&'r T::Device>,
 }
 
 /// The kernel of the batch leading each lowered text, by variant.
@@ -71,7 +74,7 @@ pub(super) type JobOutcome<T> = (
 );
 
 /// Where a kernel stands with the collector it registered with.
-enum Count {
+pub(super) enum Count {
     Uncounted,
     Registered(Registration),
     Settled(Settled),
@@ -84,16 +87,16 @@ pub(super) struct Job<'k, T: CompilationTarget> {
     pub(super) id: ArtifactId<VariantOf<T>>,
     kernel: &'k KernelOf<T>,
     pub(super) step: Step<T>,
-    count: Count,
+    pub(super) count: Count,
     /// Whether its target's store keeps it: one it does not keep bypasses
     /// the store (no lookup, claim or put).
-    kept: bool,
+    pub(super) kept: bool,
     /// Whether this batch asked to compile it (P4): a worker claims the key
     /// just before compiling it, unless the batch already did.
     claimed: bool,
     /// The right to compile it, held from its claim until its artifact is
     /// published or it fails, whatever the rest of the batch does (P4).
-    claim: Option<ClaimGuard>,
+    pub(super) claim: Option<ClaimGuard>,
     /// What a worker found in the store, counted on the loader's thread:
     /// the bytes read and the compile time they saved, and whether it was a
     /// hit under the kernel's own id.
@@ -105,22 +108,28 @@ pub(super) struct Job<'k, T: CompilationTarget> {
     pub(super) leads: bool,
     /// What the store remembered of its failed compiles when its compile
     /// began (P11).
-    memory: Option<RememberedFailure>,
+    pub(super) memory: Option<RememberedFailure>,
     /// Whether it failed by the store's memory, without compiling.
-    remembered: bool,
+    pub(super) remembered: bool,
     /// Whether its compile lost its worker process (a crash or a hang),
     /// and whose doing that was (P11).
-    lost: Option<Blame>,
+    pub(super) lost: Option<Blame>,
     /// Whether its failure is its source group leader's, not its own.
-    inherited: bool,
+    pub(super) inherited: bool,
     /// Lower + finalize time: its work, as its record and the loader's
-    /// statistics count it.
-    compile_work: Duration,
+    /// statistics count it (the device step is not in it).
+    pub(super) compile_work: Duration,
+    /// Device step time (F9).
+    pub(super) load_work: Duration,
+    /// Its device object, made on a worker as soon as its artifact was
+    /// ready (F9), or the device's refusal: what the loader's thread
+    /// publishes.
+    pub(super) made: Option<Result<MadeOf<T>, KernelError>>,
     /// Warnings and remarks of its successful finalize.
-    diagnostics: Vec<Diagnostic>,
+    pub(super) diagnostics: Vec<Diagnostic>,
     /// What it was finalized from, kept after its artifact in the store
     /// (`kiln verify --recompile`).
-    recipe: Option<Recipe>,
+    pub(super) recipe: Option<Recipe>,
 }
 
 impl<'k, T: CompilationTarget> Job<'k, T> {
@@ -146,6 +155,8 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                 None => Count::Uncounted,
             },
             compile_work: Duration::ZERO,
+            load_work: Duration::ZERO,
+            made: None,
             diagnostics: Vec::new(),
         }
     }
@@ -425,8 +436,8 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             .filter(|_| finalizer.keep_recipes && self.kept);
         let (result, remote_work, lost) = match finalizer.in_process_or_worker(id, lowered, encoded)
         {
-            Ok(remote) => remote,
-            Err(lowered) => (
+            Finalize::InWorker { result, work, lost } => (result, work, lost),
+            Finalize::Here(lowered) => (
                 contained(Stage::Finalize, id, || {
                     finalizer.compiler.finalize(id, lowered)
                 }),
@@ -514,133 +525,49 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         }
     }
 
-    /// Loads the artifact on the device and stores it when it did not come
-    /// from the store under this id; a refused artifact is neither kept nor
-    /// stored (L9).
-    pub(super) fn load(
-        &mut self,
-        target: &mut T,
-        store: Option<&BoundStore<T::Compiler>>,
-        statistics: &mut LoaderStatistics,
-    ) -> (JobOutcome<T>, KernelRecord) {
-        let mut stored = false;
-        let (result, outcome) = match std::mem::replace(&mut self.step, Step::Done) {
-            Step::Ready {
-                artifact,
-                origin,
-                source,
-            } => {
-                let id = &self.id;
-                let loaded = contained(Stage::Load, id, || {
-                    target.load(id, &artifact).map_err(|refusal| KernelError {
-                        kernel: id.kernel.clone(),
-                        stage: Stage::Load,
-                        failure: Failure::Refused(refusal),
-                    })
-                });
-                match loaded {
-                    Ok(loaded) => {
-                        match origin {
-                            KernelOutcome::Compiled => statistics.compiled += 1,
-                            KernelOutcome::Rekeyed => statistics.rekeyed += 1,
-                            KernelOutcome::FromStore => {}
-                            KernelOutcome::Failed | KernelOutcome::Refused => {
-                                unreachable!("a ready kernel has an artifact")
-                            }
-                        }
-                        if origin != KernelOutcome::FromStore {
-                            let work = self.compile_work;
-                            let outcome = match store {
-                                Some(store) if self.kept => store.put(
-                                    target.compiler(),
-                                    id,
-                                    &artifact,
-                                    self.recipe.as_ref(),
-                                    source.as_deref(),
-                                    work,
-                                    self.claim.take(),
-                                ),
-                                _ => StoreOutcome::Skipped,
-                            };
-                            match outcome {
-                                StoreOutcome::Stored { bytes } => {
-                                    stored = true;
-                                    statistics.stored += 1;
-                                    statistics.bytes_written += bytes;
-                                }
-                                StoreOutcome::Skipped => {}
-                                StoreOutcome::Failed { detail } => {
-                                    statistics.store_errors += 1;
-                                    // The store warns once per cause; a line per kernel
-                                    // would bury that warning under a full disk's worth.
-                                    log::debug!("could not store {id}: {detail}; it still loads");
-                                }
-                            }
-                        }
-                        if let (Some(store), Some(_)) = (store, &self.memory) {
-                            // Compiled after a crash was counted, or retried:
-                            // nothing of its failures is remembered now.
-                            store.remember_failure(
-                                target.compiler(),
-                                id,
-                                &RememberedFailure::forgotten(),
-                            );
-                        }
-                        if let (true, Count::Settled(settled)) = (stored, &self.count) {
-                            settled.stored();
-                        }
-                        (Ok(loaded), origin)
-                    }
-                    Err(error) => {
-                        // Settled as obtained before the device saw it: the
-                        // refusal is counted beside that.
-                        if let Count::Settled(settled) = &self.count {
-                            settled.refused();
-                        }
-                        (Err(error), KernelOutcome::Refused)
-                    }
-                }
-            }
-            Step::Failed(error) => {
-                if self.remembered {
-                    statistics.remembered += 1;
-                } else if let (Some(store), true, false) = (store, self.kept, self.inherited)
-                    // A worker lost to its machine says nothing of its kernel.
-                    && !matches!(self.lost, Some(Blame::Environment(_)))
-                    && let Some(memory) = RememberedFailure::after(
-                        self.memory.as_ref(),
-                        &error,
-                        self.lost.is_some(),
-                    )
-                {
-                    store.remember_failure(target.compiler(), &self.id, &memory);
-                }
-                (Err(error), KernelOutcome::Failed)
-            }
-            Step::Missing
-            | Step::Elsewhere
-            | Step::Lowered { .. }
-            | Step::Waiting { .. }
-            | Step::Done => {
-                unreachable!("every kernel is ready or failed before it loads")
-            }
+    /// Whether its artifact is ready and its device object not yet made.
+    pub(super) fn needs_device(&self) -> bool {
+        matches!(self.step, Step::Ready { .. }) && self.made.is_none()
+    }
+
+    /// Makes its artifact a device object with `device` (F9): on a worker,
+    /// as soon as the artifact is ready, for a compiled kernel as for a
+    /// store hit. A refusal or a panic fails this kernel alone (L6, L8, L9).
+    pub(super) fn make_device(&mut self, device: &T::Device) {
+        let Step::Ready { artifact, .. } = &self.step else {
+            return;
         };
-        // Failed or refused: another process may compile it now (P4).
-        self.claim = None;
-        if let Err(error) = &result {
-            statistics.count_failure(error);
+        if self.made.is_some() {
+            return;
         }
-        statistics.compile_seconds += self.compile_work.as_secs_f64();
-        let record = KernelRecord {
-            kernel: self.id.kernel.clone(),
-            outcome,
-            work: self.compile_work,
-            stored,
-            diagnostics: std::mem::take(&mut self.diagnostics),
-            error: result.as_ref().err().map(ToString::to_string),
-            remembered: self.remembered,
-        };
-        ((self.id.clone(), result), record)
+        let started = Instant::now();
+        let id = &self.id;
+        self.made = Some(contained(Stage::Load, id, || {
+            device
+                .make(id, artifact)
+                .map_err(|refusal| refused(id, refusal))
+        }));
+        self.load_work += started.elapsed();
+    }
+
+    /// What the kernel came to, for the members of its source group: its
+    /// artifact, whatever the device made of it (each member makes its own
+    /// device object), or its failure.
+    pub(super) fn led(&self) -> Result<ArtifactOf<T>, KernelError> {
+        match &self.step {
+            Step::Ready { artifact, .. } => Ok(artifact.clone()),
+            Step::Failed(error) => Err(error.clone()),
+            _ => unreachable!("a settled kernel is ready or failed"),
+        }
+    }
+}
+
+/// A device's refusal of `id`'s artifact, as that kernel's error.
+pub(super) fn refused<V>(id: &ArtifactId<V>, refusal: crate::error::DeviceRefusal) -> KernelError {
+    KernelError {
+        kernel: id.kernel.clone(),
+        stage: Stage::Load,
+        failure: Failure::Refused(refusal),
     }
 }
 
@@ -703,9 +630,7 @@ mod tests {
     use super::super::tests::{load, loader};
     use crate::error::{Failure, Stage};
     use crate::fake::{FakeKernel, FakeTarget};
-    use crate::loader::KernelLoader;
-    use crate::statistics::{KernelOutcome, StatisticsCollector};
-    use crate::target::CompilationTarget;
+    use crate::statistics::StatisticsCollector;
 
     // L6
     #[test]
@@ -760,82 +685,6 @@ mod tests {
         assert!(loader.is_loaded(&FakeKernel::new(0).artifact_id()));
     }
 
-    // L9
-    #[test]
-    fn a_refused_artifact_is_not_kept_or_stored() {
-        let mut loader = loader(FakeTarget::persisting(), 2);
-        let refused = FakeKernel::new(3).refused();
-        let error = load(&mut loader, &refused).expect_err("refused");
-        assert!(
-            matches!(&error.failure, Failure::Refused(refusal) if refusal.code == Some(200)),
-            "the driver's code stays on the error: {error}"
-        );
-        assert!(!loader.is_loaded(&refused.artifact_id()));
-        assert!(!loader.target().holds(&refused.artifact_id()));
-        assert_eq!(loader.records()[0].count(KernelOutcome::Refused), 1);
-    }
-
-    // S1
-    #[test]
-    fn kernels_settle_to_the_collector_open_when_they_were_queued() {
-        let mut loader = loader(FakeTarget::persisting(), 4);
-        let first = StatisticsCollector::new();
-        let second = StatisticsCollector::new();
-        {
-            let _scope = first.open();
-            loader.enqueue(Box::new(FakeKernel::new(0)), ());
-            loader.enqueue(Box::new(FakeKernel::new(1).failing()), ());
-        }
-        {
-            let _scope = second.open();
-            loader.enqueue(Box::new(FakeKernel::new(2).refused()), ());
-            // Loaded under the second scope, queued under the first: it counts
-            // where it was queued.
-            load(&mut loader, &FakeKernel::new(0)).expect("loads");
-        }
-        let first = first.counts();
-        assert_eq!((first.registered, first.compiled, first.failed), (2, 1, 1));
-        assert_eq!(first.stored, 1);
-        let second = second.counts();
-        assert_eq!(
-            (second.registered, second.compiled, second.refused),
-            (1, 1, 1)
-        );
-        assert_eq!(second.stored, 0);
-    }
-
-    // S1
-    #[test]
-    fn a_kernel_queued_with_no_collector_counts_nowhere() {
-        let mut loader = loader(FakeTarget::storeless(), 2);
-        loader.enqueue(Box::new(FakeKernel::new(0)), ());
-        let collector = StatisticsCollector::new();
-        let _scope = collector.open();
-        loader.compile_queued();
-        assert_eq!(collector.counts(), Default::default());
-    }
-
-    // S1
-    #[test]
-    fn a_store_hit_and_a_rekey_settle_as_loaded() {
-        let mut loader = loader(FakeTarget::persisting(), 2);
-        load(&mut loader, &FakeKernel::new(1).sharing_source("s")).expect("loads");
-        let mut loader = self::loader(loader.into_target(), 2);
-        let collector = StatisticsCollector::new();
-        let _scope = collector.open();
-        load(&mut loader, &FakeKernel::new(1).sharing_source("s")).expect("from the store");
-        load(&mut loader, &FakeKernel::new(2).sharing_source("s")).expect("rekeyed");
-        let counts = collector.counts();
-        assert_eq!(
-            (counts.registered, counts.loaded, counts.compiled),
-            (2, 2, 0)
-        );
-        assert_eq!(
-            counts.stored, 1,
-            "the rekeyed kernel is stored under its own id"
-        );
-    }
-
     // S2
     #[test]
     fn a_panicking_batch_settles_every_kernel_once() {
@@ -859,111 +708,6 @@ mod tests {
             "{counts:?}"
         );
         assert_eq!(counts.abandoned, 0);
-    }
-
-    // S4, P5
-    #[test]
-    fn statistics_count_hits_bytes_and_failed_writes() {
-        let mut loader = loader(FakeTarget::persisting().with_failing_writes(), 2);
-        load(&mut loader, &FakeKernel::new(1)).expect("a failed write still loads");
-        let statistics = loader.statistics();
-        assert_eq!(statistics.store_errors, 1);
-        assert_eq!(statistics.stored, 0);
-
-        let mut first = self::loader(FakeTarget::persisting(), 2);
-        load(&mut first, &FakeKernel::new(1)).expect("loads");
-        let written = first.statistics().bytes_written;
-        let artifact = crate::fake::FakeArtifact {
-            text: "fake kernel 1".into(),
-            refused: false,
-        };
-        let encoded = crate::encoding::encode(&artifact).expect("the artifact serializes");
-        let kernel = FakeKernel::new(1);
-        let id = crate::id::ArtifactId::new(crate::kernel::Kernel::id(&kernel), ());
-        let lowered = crate::compiler::ArtifactCompiler::lower(
-            &crate::fake::FakeCompiler::default(),
-            &kernel,
-            &id,
-        )
-        .expect("lowers");
-        let recipe = crate::store::Recipe::of(&id, &lowered).expect("the recipe serializes");
-        let recipe = crate::encoding::encode(&recipe).expect("the recipe serializes");
-        assert_eq!(
-            written,
-            (encoded.len() + recipe.len()) as u64,
-            "the artifact's stored bytes, then what it was finalized from"
-        );
-        let mut second = self::loader(first.into_target(), 2);
-        load(&mut second, &FakeKernel::new(1)).expect("loads");
-        let statistics = second.statistics();
-        assert_eq!((statistics.hits, statistics.misses), (1, 0));
-        assert_eq!(statistics.bytes_read, written);
-        assert!(statistics.saved_seconds > 0.0);
-    }
-
-    /// A loader on the same target (and store) as `loader`, as a later
-    /// process on the same store is.
-    fn again(loader: KernelLoader<FakeTarget>) -> KernelLoader<FakeTarget> {
-        self::loader(loader.into_target(), 2)
-    }
-
-    // P11
-    #[test]
-    fn a_compile_that_panics_is_compiled_again_once_then_quarantined() {
-        let kernel = FakeKernel::new(5).panicking();
-        let mut first = loader(FakeTarget::persisting(), 2);
-        load(&mut first, &kernel).expect_err("panics");
-        let mut second = again(first);
-        load(&mut second, &kernel).expect_err("panics again");
-        assert!(
-            !second.records()[0].records[0].remembered,
-            "one panic may be the machine's: compiled again"
-        );
-        let finalized = second.target().fake_compiler().finalized();
-        let mut third = again(second);
-        let error = load(&mut third, &kernel).expect_err("quarantined");
-        assert!(error.to_string().contains("quarantined"), "{error}");
-        assert!(third.records()[0].records[0].remembered);
-        assert_eq!(
-            third.target().fake_compiler().finalized(),
-            finalized,
-            "never handed to the compiler again"
-        );
-    }
-
-    // P11
-    #[test]
-    fn a_remembered_failure_compiles_again_under_another_compiler_or_once_forgotten() {
-        let kernel = FakeKernel::new(6).failing();
-        let mut first = loader(FakeTarget::persisting(), 2);
-        load(&mut first, &kernel).expect_err("fails");
-        let finalized = first.target().fake_compiler().finalized();
-        let mut second = again(first);
-        load(&mut second, &kernel).expect_err("remembered");
-        assert_eq!(second.target().fake_compiler().finalized(), finalized);
-
-        // Forgotten: compiled again.
-        {
-            let bound = second.bound_store().expect("a store");
-            bound.remember_failure(
-                second.target().compiler(),
-                &kernel.artifact_id(),
-                &crate::store::RememberedFailure::forgotten(),
-            );
-        }
-        let mut third = again(second);
-        load(&mut third, &kernel).expect_err("fails when compiled");
-        assert!(!third.records()[0].records[0].remembered);
-
-        // Another compiler identity: another key, compiled again.
-        let components = crate::store::KeyComponents::new("fake", "kiln-fake 2", "fake_1", "");
-        let target = third
-            .into_target()
-            .with_compiler(crate::fake::FakeCompiler::default().with_key_components(components));
-        let mut fourth = loader(target, 2);
-        load(&mut fourth, &kernel).expect_err("fails when compiled");
-        assert!(!fourth.records()[0].records[0].remembered);
-        assert_eq!(fourth.target().fake_compiler().finalized(), 1);
     }
 
     // D2

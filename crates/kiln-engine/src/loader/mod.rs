@@ -9,11 +9,14 @@
 //! keeps it is its `history`.
 
 mod batch;
+#[cfg(test)]
+mod device_step_tests;
 mod finalize;
 mod history;
 mod job;
 mod profiled;
 mod progress;
+mod publish;
 mod queue;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,293 @@
+//! F9: a cold wgpu batch whose device step (naga's module to a compute
+//! pipeline, on the driver) runs on the batch's workers, against the same
+//! batch with every pipeline made on the loader's thread, one after the
+//! other, as a driver that needs one thread has it (and as every batch had
+//! it before F9).
+//!
+//! Each iteration is a fresh storeless loader and `KILN_BENCH_PIPELINES`
+//! kernels (default 100) no driver has seen: tiled matmuls and row
+//! softmaxes, salted so that each is other SPIR-V. Each batch leaves a
+//! record (`device_step`, case `workers` or `loader_thread`) with its wall,
+//! its summed naga + pipeline work and its workers; the report's F9 row
+//! compares the wall with the summed work over the workers (goal ≤ 1.2×)
+//! and with the one-thread batch (goal ≥ 1.8× faster on 2 cores).
+//!
+//! ```text
+//! cargo bench -p kiln-benches --bench device_step
+//! ```
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, SamplingMode};
+use kiln_benches::{BenchRecord, append_record, cores};
+use kiln_engine::{
+    ArtifactId, ArtifactOf, CompilationTarget, DeviceRefusal, DeviceStep, KernelId, KernelLoader,
+    LoaderConfig, VariantOf,
+};
+use kiln_wgpu::{
+    WgpuCompiler, WgpuDevice, WgpuDeviceStep, WgpuMade, WgpuTarget, WgpuVariant, WgslKernel,
+};
+
+fn count() -> usize {
+    std::env::var("KILN_BENCH_PIPELINES")
+        .ok()
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(100)
+}
+
+/// A tiled matmul, its output scaled by `salt`.
+fn matmul(salt: usize) -> String {
+    format!(
+        "struct Dims {{ m: u32, n: u32, k: u32 }}
+@group(0) @binding(0) var<uniform> dims: Dims;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> c: array<f32>;
+var<workgroup> a_tile: array<f32, 256>;
+var<workgroup> b_tile: array<f32, 256>;
+@compute @workgroup_size(16, 16)
+fn main(@builtin(local_invocation_id) local: vec3<u32>, @builtin(workgroup_id) group: vec3<u32>) {{
+    let row = group.y * 16u + local.y;
+    let column = group.x * 16u + local.x;
+    var total = 0.0;
+    for (var t = 0u; t < (dims.k + 15u) / 16u; t++) {{
+        let a_column = t * 16u + local.x;
+        let b_row = t * 16u + local.y;
+        a_tile[local.y * 16u + local.x] = select(0.0, a[row * dims.k + a_column], row < dims.m && a_column < dims.k);
+        b_tile[local.y * 16u + local.x] = select(0.0, b[b_row * dims.n + column], b_row < dims.k && column < dims.n);
+        workgroupBarrier();
+        for (var i = 0u; i < 16u; i++) {{
+            total += a_tile[local.y * 16u + i] * b_tile[i * 16u + local.x];
+        }}
+        workgroupBarrier();
+    }}
+    if row < dims.m && column < dims.n {{
+        c[row * dims.n + column] = total * {salt}.0 + exp(total) * 0.001;
+    }}
+}}
+"
+    )
+}
+
+/// A row softmax, its output scaled by `salt`.
+fn softmax(salt: usize) -> String {
+    format!(
+        "struct Shape {{ rows: u32, columns: u32 }}
+@group(0) @binding(0) var<uniform> shape: Shape;
+@group(0) @binding(1) var<storage, read> input: array<f32>;
+@group(0) @binding(2) var<storage, read_write> output: array<f32>;
+var<workgroup> scratch: array<f32, 256>;
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) local: u32, @builtin(workgroup_id) group: vec3<u32>) {{
+    let start = group.x * shape.columns;
+    var found = -3.0e38;
+    for (var j = local; j < shape.columns; j += 256u) {{ found = max(found, input[start + j]); }}
+    scratch[local] = found;
+    workgroupBarrier();
+    for (var width = 128u; width > 0u; width /= 2u) {{
+        if local < width {{ scratch[local] = max(scratch[local], scratch[local + width]); }}
+        workgroupBarrier();
+    }}
+    let row_max = scratch[0];
+    workgroupBarrier();
+    var total = 0.0;
+    for (var j = local; j < shape.columns; j += 256u) {{ total += exp(input[start + j] - row_max); }}
+    scratch[local] = total;
+    workgroupBarrier();
+    for (var width = 128u; width > 0u; width /= 2u) {{
+        if local < width {{ scratch[local] += scratch[local + width]; }}
+        workgroupBarrier();
+    }}
+    for (var j = local; j < shape.columns; j += 256u) {{
+        output[start + j] = exp(input[start + j] - row_max) / scratch[0] * {salt}.0;
+    }}
+}}
+"
+    )
+}
+
+/// `count` kernels no earlier round had: other SPIR-V each.
+fn kernels(round: usize, count: usize) -> Vec<WgslKernel> {
+    (0..count)
+        .map(|index| {
+            let salt = round * 100_000 + index + 1;
+            let source = if index % 2 == 0 {
+                matmul(salt)
+            } else {
+                softmax(salt)
+            };
+            WgslKernel::builder(
+                KernelId::named("bench.device_step").parameter(&salt),
+                "main",
+            )
+            .source(source)
+        })
+        .collect()
+}
+
+/// The wgpu device step, answering that the driver needs one thread: the
+/// loader's thread makes every pipeline as it publishes it.
+struct OneThread(Arc<WgpuDeviceStep>);
+
+impl DeviceStep<WgpuCompiler> for OneThread {
+    type Made = WgpuMade;
+
+    fn on_workers(&self) -> bool {
+        false
+    }
+
+    fn make(
+        &self,
+        id: &ArtifactId<WgpuVariant>,
+        artifact: &kiln_wgpu::WgpuArtifact,
+    ) -> Result<WgpuMade, DeviceRefusal> {
+        self.0.make(id, artifact)
+    }
+}
+
+/// A storeless wgpu target whose pipelines are made on the loader's thread.
+struct OnLoaderThread {
+    inner: WgpuTarget,
+    step: Arc<OneThread>,
+}
+
+impl CompilationTarget for OnLoaderThread {
+    type Compiler = WgpuCompiler;
+    type Loaded = kiln_wgpu::WgpuPipeline;
+    type Device = OneThread;
+
+    fn compiler(&self) -> &Arc<WgpuCompiler> {
+        self.inner.compiler()
+    }
+
+    fn device_step(&self) -> &Arc<OneThread> {
+        &self.step
+    }
+
+    fn publish(
+        &mut self,
+        id: &ArtifactId<VariantOf<Self>>,
+        artifact: &ArtifactOf<Self>,
+        made: WgpuMade,
+    ) -> Result<Self::Loaded, DeviceRefusal> {
+        self.inner.publish(id, artifact, made)
+    }
+}
+
+/// One cold batch of `count` new kernels on `target`, recorded with the
+/// driver's part of its work (`pipeline=` seconds in the note).
+fn batch<T>(
+    target: T,
+    case: &str,
+    round: usize,
+    count: usize,
+    wgpu: impl Fn(&T) -> &WgpuTarget,
+) -> Duration
+where
+    T: CompilationTarget<Compiler = WgpuCompiler>,
+{
+    let mut loader = KernelLoader::with_config(
+        target,
+        LoaderConfig {
+            parallelism: NonZeroUsize::new(cores()).expect("at least one core"),
+            record_limit: 1,
+            ..LoaderConfig::default()
+        },
+    );
+    for kernel in kernels(round, count) {
+        loader.enqueue(Box::new(kernel), WgpuVariant);
+    }
+    let started = Instant::now();
+    loader.compile_queued();
+    let wall = started.elapsed();
+    let batch = loader.records().back().expect("one batch").clone();
+    assert_eq!(batch.kernels, count);
+    let failed = batch.records.iter().find_map(|record| record.error.clone());
+    assert!(failed.is_none(), "a bench kernel failed: {failed:?}");
+    let slowest = batch
+        .records
+        .iter()
+        .map(|record| record.work)
+        .max()
+        .unwrap_or_default();
+    append_record(&BenchRecord {
+        bench: "device_step".into(),
+        case: case.into(),
+        kernels: count,
+        wall: wall.as_secs_f64(),
+        summed_work: batch.summed_work().as_secs_f64(),
+        slowest: slowest.as_secs_f64(),
+        workers: batch.workers,
+        mode: "threads".into(),
+        cores: cores(),
+        note: Some(format!(
+            "pipeline={:.6}",
+            wgpu(loader.target()).pipelines_made().1.as_secs_f64()
+        )),
+        ..BenchRecord::default()
+    });
+    wall
+}
+
+fn device_step(criterion: &mut Criterion, device: &WgpuDevice) {
+    let count = count();
+    let round = AtomicUsize::new(1);
+    let mut group = criterion.benchmark_group("device_step");
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(10);
+    group.bench_with_input(
+        BenchmarkId::new("workers", count),
+        &count,
+        |bencher, &count| {
+            bencher.iter_custom(|iterations| {
+                (0..iterations)
+                    .map(|_| {
+                        let target = WgpuTarget::on_device(device.clone()).without_store();
+                        batch(
+                            target,
+                            "workers",
+                            round.fetch_add(1, Ordering::Relaxed),
+                            count,
+                            |target| target,
+                        )
+                    })
+                    .sum()
+            });
+        },
+    );
+    group.bench_with_input(
+        BenchmarkId::new("loader_thread", count),
+        &count,
+        |bencher, &count| {
+            bencher.iter_custom(|iterations| {
+                (0..iterations)
+                    .map(|_| {
+                        let inner = WgpuTarget::on_device(device.clone()).without_store();
+                        let step = Arc::new(OneThread(Arc::clone(inner.device_step())));
+                        let target = OnLoaderThread { inner, step };
+                        batch(
+                            target,
+                            "loader_thread",
+                            round.fetch_add(1, Ordering::Relaxed),
+                            count,
+                            |target| &target.inner,
+                        )
+                    })
+                    .sum()
+            });
+        },
+    );
+    group.finish();
+}
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    match WgpuDevice::open() {
+        Ok(device) => device_step(&mut criterion, &device),
+        Err(error) => eprintln!("device_step: F9 skipped, no Vulkan adapter: {error}"),
+    }
+    criterion.final_summary();
+}
