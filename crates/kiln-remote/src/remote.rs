@@ -86,6 +86,8 @@ pub(crate) struct Inner {
     pub(crate) seen: crate::claim::Seen,
     /// The leases this store holds, renewed together.
     pub(crate) renewing: crate::renewal::Renewing,
+    /// The fleet's claims as announced, in the order every node hears them.
+    pub(crate) announcements: crate::announce::Announcements,
 }
 
 impl RemoteStore {
@@ -105,21 +107,34 @@ impl RemoteStore {
             .map(|host| printable_host(&host))
             .filter(|host| !host.is_empty())
             .unwrap_or_else(|| "unknown host".to_owned());
-        Ok(Self {
-            inner: Arc::new(Inner {
-                host,
-                config,
-                remote,
-                counters: Counters::default(),
-                generation: Generation::fresh(),
-                warned_unverified: AtomicBool::new(false),
-                warned_oversize: AtomicBool::new(false),
-                warned_nondeterministic: AtomicBool::new(false),
-                published: Mutex::new(HashMap::new()),
-                seen: crate::claim::Seen::default(),
-                renewing: crate::renewal::Renewing::default(),
-            }),
-        })
+        let announcements = crate::announce::Announcements::new(
+            format!("{}claims", config.prefix),
+            remote.listen_at.clone(),
+            config.keys.clone(),
+            config.lease,
+            config.timeout,
+        );
+        let inner = Arc::new(Inner {
+            announcements,
+            host,
+            config,
+            remote,
+            counters: Counters::default(),
+            generation: Generation::fresh(),
+            warned_unverified: AtomicBool::new(false),
+            warned_oversize: AtomicBool::new(false),
+            warned_nondeterministic: AtomicBool::new(false),
+            published: Mutex::new(HashMap::new()),
+            seen: crate::claim::Seen::default(),
+            renewing: crate::renewal::Renewing::default(),
+        });
+        let store = Arc::downgrade(&inner);
+        inner.announcements.on_hello(move || {
+            if let Some(inner) = store.upgrade() {
+                crate::renewal::renew_soon(&inner);
+            }
+        });
+        Ok(Self { inner })
     }
 
     /// The store `KILN_REMOTE_*` describes, or `None` when `KILN_REMOTE_URL`
