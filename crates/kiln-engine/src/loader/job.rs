@@ -336,12 +336,13 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                 .entry(group)
                 .or_insert(self.index);
             if leader != self.index {
+                self.keep_recipe(round.finalizer.keep_recipes);
                 self.wait_for(leader);
                 return;
             }
             self.leads = true;
             if self.kept {
-                self.reuse_stored_source(compiler, store);
+                self.reuse_stored_source(compiler, store, round.finalizer.keep_recipes);
             }
         }
         if matches!(self.step, Step::Lowered { .. }) {
@@ -463,6 +464,16 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         self.step = Step::Waiting { leader, source };
     }
 
+    /// Keeps the recipe of a lowered kernel that takes another's artifact
+    /// (found by its source, or its group leader's), so that what it
+    /// publishes under its own id is what compiling it would have stored:
+    /// the same bytes, and finalizable again.
+    fn keep_recipe(&mut self, keep_recipes: bool) {
+        if let (true, true, Step::Lowered { lowered, .. }) = (keep_recipes, self.kept, &self.step) {
+            self.recipe = Recipe::of(&self.id, lowered);
+        }
+    }
+
     /// Takes what its source group's leader came to (L5c, L6): the
     /// leader's artifact, rekeyed under this kernel's id, or its failure,
     /// naming this kernel.
@@ -489,7 +500,12 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
 
     /// Takes the artifact stored for the kernel's lowered source, if any
     /// (P7): a kernel with new ids and known text skips the compiler.
-    fn reuse_stored_source(&mut self, compiler: &T::Compiler, store: &BoundStore<T::Compiler>) {
+    fn reuse_stored_source(
+        &mut self,
+        compiler: &T::Compiler,
+        store: &BoundStore<T::Compiler>,
+        keep_recipes: bool,
+    ) {
         let Step::Lowered {
             source: Some(source),
             ..
@@ -504,6 +520,7 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         } = store.lookup_source(compiler, &self.id, source)
         {
             self.found = Some((bytes, work, false));
+            self.keep_recipe(keep_recipes);
             let Step::Lowered { source, .. } = std::mem::replace(&mut self.step, Step::Missing)
             else {
                 unreachable!("matched as lowered right above");
@@ -560,7 +577,11 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                                     id,
                                     &artifact,
                                     self.recipe.as_ref(),
-                                    source.as_deref(),
+                                    // A rekeyed artifact's text is stored
+                                    // already, with its first id's recipe.
+                                    source
+                                        .as_deref()
+                                        .filter(|_| origin != KernelOutcome::Rekeyed),
                                     work,
                                     self.claim.take(),
                                 ),
