@@ -252,6 +252,9 @@ impl<T: CompilationTarget> KernelLoader<T> {
             order_by_past_work(&mut rest, store);
         }
         queue.extend(rest);
+        if let Some(store) = &self.store {
+            super::ahead::look_up_sources(&self.pool, &mut queue, workers, &round, store);
+        }
         let target = &mut self.target;
         let statistics = &mut self.statistics;
         let store = self.store.as_ref();

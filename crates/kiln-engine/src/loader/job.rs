@@ -87,7 +87,7 @@ pub(super) struct Job<'k, T: CompilationTarget> {
     count: Count,
     /// Whether its target's store keeps it: one it does not keep bypasses
     /// the store (no lookup, claim or put).
-    kept: bool,
+    pub(super) kept: bool,
     /// Whether this batch asked to compile it (P4): a worker claims the key
     /// just before compiling it, unless the batch already did.
     claimed: bool,
@@ -114,7 +114,7 @@ pub(super) struct Job<'k, T: CompilationTarget> {
     /// Whether its failure is its source group leader's, not its own.
     inherited: bool,
     /// Lower + finalize time.
-    compile_work: Duration,
+    pub(super) compile_work: Duration,
     /// Load time.
     load_work: Duration,
     /// Warnings and remarks of its successful finalize.
@@ -122,6 +122,11 @@ pub(super) struct Job<'k, T: CompilationTarget> {
     /// What it was finalized from, kept after its artifact in the store
     /// (`kiln verify --recompile`).
     recipe: Option<Recipe>,
+    /// Its lowered form and the store's answer for its source, when the
+    /// round lowered it ahead ([`super::ahead`]).
+    pub(super) ahead: Option<super::ahead::Ahead<T>>,
+    /// The store's answer for its source, asked with the round's others.
+    source_found: Option<Lookup<ArtifactOf<T>>>,
 }
 
 impl<'k, T: CompilationTarget> Job<'k, T> {
@@ -139,6 +144,8 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             lost: None,
             inherited: false,
             recipe: None,
+            ahead: None,
+            source_found: None,
             id: request.id,
             kernel: request.kernel,
             step: Step::Missing,
@@ -399,6 +406,10 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
     }
 
     pub(super) fn lower(&mut self, compiler: &T::Compiler) {
+        if let Some(ahead) = self.ahead.take() {
+            (self.step, self.source_found) = ahead.into_lowered();
+            return;
+        }
         let started = Instant::now();
         let (kernel, id) = (self.kernel, &self.id);
         self.step = match contained(Stage::Lower, id, || compiler.lower(kernel, id)) {
@@ -513,11 +524,15 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         else {
             return;
         };
+        let found = match self.source_found.take() {
+            Some(found) => found,
+            None => store.lookup_source(compiler, &self.id, source),
+        };
         if let Lookup::Hit {
             artifact,
             bytes,
             work,
-        } = store.lookup_source(compiler, &self.id, source)
+        } = found
         {
             self.found = Some((bytes, work, false));
             self.keep_recipe(keep_recipes);
