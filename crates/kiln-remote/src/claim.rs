@@ -20,8 +20,7 @@
 //! [`Claim::Uncoordinated`] and the key compiles here, and a lost lease
 //! costs at most one duplicate compile.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_engine::StoreKey;
@@ -94,53 +93,6 @@ pub(crate) enum Attempt {
     Busy,
     /// The remote did not answer, or this node does not write.
     Unreachable,
-}
-
-/// Verified leases of other holders this store saw, by claim digest:
-/// honoured until their word runs out even if the key is deleted.
-#[derive(Debug, Default)]
-pub(crate) struct Seen {
-    leases: Mutex<HashMap<[u8; 32], (String, Instant)>>,
-}
-
-/// How many leases of others a store remembers.
-const REMEMBERED_LEASES: usize = 1 << 16;
-
-impl Seen {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (String, Instant)>> {
-        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The token of a lease of `subject` honoured now, if any.
-    fn honoured(&self, subject: &[u8; 32]) -> Option<String> {
-        let mut leases = self.lock();
-        match leases.get(subject) {
-            Some((token, until)) if Instant::now() < *until => Some(token.clone()),
-            Some(_) => {
-                leases.remove(subject);
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn remember(&self, subject: [u8; 32], token: String, until: Instant) {
-        let mut leases = self.lock();
-        if leases.len() >= REMEMBERED_LEASES {
-            // Forgetting costs at most a duplicate compile.
-            leases.retain(|_, (_, until)| Instant::now() < *until);
-        }
-        if leases.len() < REMEMBERED_LEASES {
-            leases.insert(subject, (token, until));
-        }
-    }
-
-    fn forget(&self, subject: &[u8; 32], token: &str) {
-        let mut leases = self.lock();
-        if leases.get(subject).is_some_and(|(held, _)| held == token) {
-            leases.remove(subject);
-        }
-    }
 }
 
 /// A held remote claim: let go, by writing its release, when dropped.
@@ -586,38 +538,39 @@ pub(crate) fn attempt_waiting(store: &RemoteStore, key: &StoreKey, wait: ClaimWa
     }
 }
 
-/// The remote store's own claim: a lease on Redis.
-pub(crate) fn claim(store: &RemoteStore, key: &StoreKey, wait: ClaimWait) -> Claim {
-    match attempt_waiting(store, key, wait) {
-        Attempt::Held(lease) => {
-            let renewal = lease.renewal();
-            Claim::Held(ClaimGuard::leased(lease, renewal))
+impl RemoteStore {
+    /// The remote store's own claim: a lease on Redis.
+    pub(crate) fn claim_lease(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        match attempt_waiting(self, key, wait) {
+            Attempt::Held(lease) => {
+                let renewal = lease.renewal();
+                Claim::Held(ClaimGuard::leased(lease, renewal))
+            }
+            Attempt::Busy => Claim::Busy,
+            Attempt::Unreachable => Claim::Uncoordinated,
         }
-        Attempt::Busy => Claim::Busy,
-        Attempt::Unreachable => Claim::Uncoordinated,
     }
-}
 
-/// Who holds `key`'s claim on the remote (`process 4242 on build-3`),
-/// when a verified lease says so: one `GET`, under the store's timeout and
-/// breaker. The host is another machine's word: its control characters
-/// are removed before anyone shows it.
-pub(crate) fn holder(store: &RemoteStore, key: &StoreKey) -> Option<String> {
-    let subject = key.digest();
-    let mut command = cmd("GET");
-    command.arg(store.redis_key("c", &subject));
-    let inner = &store.inner;
-    let value = inner
-        .remote
-        .call(&inner.counters, move |link| {
-            link.query::<Option<Vec<u8>>>(&command)
-        })
-        .flatten()?;
-    match judge(inner, &subject, &value, None) {
-        Word::Held { pid, host, .. } => Some(format!(
-            "process {pid} on {}",
-            crate::remote::printable_host(&host)
-        )),
-        _ => None,
+    /// Who holds `key`'s claim on the remote (`process 4242 on build-3`),
+    /// when a verified lease says so: one `GET`, under the store's timeout
+    /// and breaker. The host is another machine's word: its control
+    /// characters are removed before anyone shows it.
+    pub(crate) fn lease_holder(&self, key: &StoreKey) -> Option<String> {
+        let subject = key.digest();
+        let mut command = cmd("GET");
+        command.arg(self.redis_key("c", &subject));
+        let inner = &self.inner;
+        let value = inner
+            .remote
+            .call(&inner.counters, move |link| {
+                link.query::<Option<Vec<u8>>>(&command)
+            })
+            .flatten()?;
+        match judge(inner, &subject, &value, None) {
+            Word::Held { pid, host, .. } => {
+                Some(format!("process {pid} on {}", lease::printable_host(&host)))
+            }
+            _ => None,
+        }
     }
 }

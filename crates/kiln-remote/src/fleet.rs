@@ -6,7 +6,7 @@
 //! and are only ever shown, never acted on.
 
 use kiln_engine::StoreKey;
-use redis::{Value, cmd};
+use redis::cmd;
 use serde::{Deserialize, Serialize};
 
 use crate::entry::{self, Kind};

@@ -234,10 +234,9 @@ fn p10_a_fleet_count_that_is_no_number_is_bad_data_for_that_count_alone() {
         .query(&mut connection)
         .expect("HSET answers");
     let node = |name: &str| {
-        let disk = kiln_store::DiskStore::open(kiln_store::StoreConfig::at(
-            redis.scratch.join(name),
-        ))
-        .expect("a disk store opens");
+        let disk =
+            kiln_store::DiskStore::open(kiln_store::StoreConfig::at(redis.scratch.join(name)))
+                .expect("a disk store opens");
         kiln_remote::TieredStore::new(disk, open(&redis.url(), fleet_keys(), &prefix))
     };
     for (round, name) in ["one", "two"].into_iter().enumerate() {
@@ -250,7 +249,10 @@ fn p10_a_fleet_count_that_is_no_number_is_bad_data_for_that_count_alone() {
         let counts = store.remote().fleet_counts().expect("the remote answers");
         assert_eq!(counts.processes, 3 + round as u64, "{counts:?}");
         assert_eq!(counts.written, 1 + round as u64, "{counts:?}");
-        assert!(!store.remote().remote_statistics().breaker_open, "no outage");
+        assert!(
+            !store.remote().remote_statistics().breaker_open,
+            "no outage"
+        );
         assert_eq!(store.remote().remote_statistics().errors, 0, "no error");
     }
 }
