@@ -33,6 +33,9 @@ use crate::lease::{self, Word};
 use crate::remote::{Inner, RemoteStore};
 use crate::statistics::bump;
 
+/// The scripts announce with `pcall`: a Redis user not allowed to publish
+/// (an ACL without channels) still claims, from the keys alone.
+///
 /// Takes the claim (`KEYS[1]`) with the lease `ARGV[1]` for `ARGV[2]`
 /// milliseconds when it is absent and `ARGV[4]` is `1`, or holds exactly
 /// `ARGV[3]` (a value the caller found void or let go); a key of another
@@ -46,7 +49,7 @@ const CLAIM: &str = "local kind = redis.call('type', KEYS[1]).ok \
     if kind == 'string' then old = redis.call('get', KEYS[1]) end \
     if (not old and ARGV[4] == '1') or (old and old == ARGV[3]) then \
       redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) \
-      if ARGV[5] then redis.call('publish', ARGV[5], ARGV[6] .. ' ' .. ARGV[1]) end \
+      if ARGV[5] then redis.pcall('publish', ARGV[5], ARGV[6] .. ' ' .. ARGV[1]) end \
       return 1 end \
     if not old then return {0} end \
     return {0, old, redis.call('pttl', KEYS[1])}";
@@ -55,7 +58,7 @@ const CLAIM: &str = "local kind = redis.call('type', KEYS[1]).ok \
 /// `ARGV[2]` for `ARGV[3]` milliseconds, writing it again when it was
 /// deleted, and announces it on `ARGV[4]` as `ARGV[5]` and the lease
 /// whoever is there: 1, or the value of whoever else is there.
-pub(crate) const RENEW: &str = "redis.call('publish', ARGV[4], ARGV[5] .. ' ' .. ARGV[2]) \
+pub(crate) const RENEW: &str = "redis.pcall('publish', ARGV[4], ARGV[5] .. ' ' .. ARGV[2]) \
     local kind = redis.call('type', KEYS[1]).ok \
     if kind == 'string' then \
       local old = redis.call('get', KEYS[1]) \
@@ -69,7 +72,7 @@ pub(crate) const RENEW: &str = "redis.call('publish', ARGV[4], ARGV[5] .. ' ' ..
 /// announces the release on `ARGV[4]` as `ARGV[5]` and the release
 /// whatever was there: those who heard the lease stop honouring it even
 /// when its key was deleted.
-const RELEASE: &str = "redis.call('publish', ARGV[4], ARGV[5] .. ' ' .. ARGV[2]) \
+const RELEASE: &str = "redis.pcall('publish', ARGV[4], ARGV[5] .. ' ' .. ARGV[2]) \
     if redis.call('type', KEYS[1]).ok ~= 'string' then return 0 end \
     local old = redis.call('get', KEYS[1]) \
     if string.sub(old, 1, #ARGV[1]) ~= ARGV[1] then return 0 end \

@@ -164,3 +164,38 @@ fn p12_a_two_level_store_names_the_machines_holder_then_the_fleets() {
     assert_eq!(other_machine.holder(&key(4)), None);
     assert_eq!(same_machine.holder(&key(4)), None);
 }
+
+#[test]
+fn p12_a_redis_user_that_may_not_publish_still_claims_from_the_keys() {
+    // P12: leases are announced on the fleet's channel, but a Redis user
+    // whose ACL allows no channel still takes, honours and lets go leases
+    // by their keys, as without the channel.
+    let Some(redis) = redis_or_skip("a user without channels") else {
+        return;
+    };
+    let mut connection = raw(&redis);
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("nochannels")
+        .arg("on")
+        .arg(">secret")
+        .arg("~*")
+        .arg("+@all")
+        .arg("resetchannels")
+        .query(&mut connection)
+        .expect("ACL SETUSER answers");
+    let url = redis
+        .url()
+        .replacen("redis://", "redis://nochannels:secret@", 1);
+    let (keys, prefix) = (fleet_keys(), fresh_prefix());
+    let holder = open(&url, keys.clone(), &prefix);
+    let waiter = open(&url, keys, &prefix);
+    let guard = held(holder.claim(&key(9), ClaimWait::Once));
+    assert!(
+        matches!(waiter.claim(&key(9), ClaimWait::Once), Claim::Busy),
+        "the lease in its key is honoured"
+    );
+    drop(guard);
+    let _mine = held(waiter.claim(&key(9), ClaimWait::Once));
+    assert_eq!(holder.remote_statistics().errors, 0);
+}
