@@ -46,6 +46,13 @@ pub(super) fn look_up_sources<T: CompilationTarget>(
     store: &BoundStore<T::Compiler>,
 ) {
     let compiler = round.finalizer.compiler;
+    // An answer of an earlier round is stale: asked again, or by the
+    // kernel's worker.
+    for job in jobs.iter_mut() {
+        if let Some(ahead) = job.ahead.as_mut() {
+            ahead.found = None;
+        }
+    }
     let lowering: Vec<&mut Job<'_, T>> = jobs
         .iter_mut()
         .filter(|job| job.is_missing() && job.kept)
