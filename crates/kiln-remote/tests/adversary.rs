@@ -400,12 +400,9 @@ fn p12_a_deleted_lease_holds_for_a_node_that_never_saw_it_because_it_heard_it() 
         matches!(listener.claim(&key, ClaimWait::Once), Claim::Busy),
         "a deleted lease heard when taken still holds"
     );
-    assert!(
-        redis.servers[0]
-            .command(&["EXISTS", &claim])
-            .is_some_and(|reply| reply.starts_with(":0")),
-        "the listener did not write its own lease there"
-    );
+    // (Whether it found the lease heard before claiming, or took the key
+    // and gave it back on hearing its own announcement after the holder's,
+    // depends on which of two sockets answered first: both are Busy.)
     // The later node starts listening now, after the lease was taken: the
     // holder's next renewal (every third of a lease) is heard.
     assert!(matches!(
