@@ -91,6 +91,12 @@ fn main() {
     let key = kiln_remote::keygen::fleet_key()
         .expect("the operating system gives randomness")
         .secret_text();
+    // `KILN_BENCH_FLEET_ONLY=distance`: the cold node at 0 / 0.1 / 0.4 s
+    // alone, the rows that count round trips.
+    if std::env::var("KILN_BENCH_FLEET_ONLY").is_ok_and(|only| only == "distance") {
+        at_a_distance(&server, &key, scratch.path());
+        return;
+    }
     let mut criterion = Criterion::default().configure_from_args();
     fleet(&mut criterion, &server, &key, scratch.path());
     criterion.final_summary();

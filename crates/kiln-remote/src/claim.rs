@@ -11,43 +11,55 @@
 //! make a node compile, never make it wait. A verified lease seen once is
 //! remembered until its `UNTIL`: a lease deleted under a waiter does not
 //! free its key (a release says so, signed), and a holder whose lease was
-//! deleted writes it again at its next renewal.
+//! deleted writes it again at its next renewal. Every lease taken,
+//! renewed or let go is announced too ([`crate::announce`]): a key whose
+//! lease was deleted is not taken by a node that heard the lease, and a
+//! node that took it before hearing gives it back.
 //!
 //! The lease only ever saves work: a remote that cannot be reached gives
 //! [`Claim::Uncoordinated`] and the key compiles here, and a lost lease
 //! costs at most one duplicate compile.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_engine::StoreKey;
 use kiln_engine::store::{Claim, ClaimGuard, ClaimWait, Renewal, hex};
 use redis::{Cmd, Value, cmd};
 
+use crate::announce;
 use crate::keygen;
 use crate::lease::{self, Word};
 use crate::remote::{Inner, RemoteStore};
 use crate::statistics::bump;
 
+/// The scripts announce with `pcall`: a Redis user not allowed to publish
+/// (an ACL without channels) still claims, from the keys alone.
+///
 /// Takes the claim (`KEYS[1]`) with the lease `ARGV[1]` for `ARGV[2]`
 /// milliseconds when it is absent and `ARGV[4]` is `1`, or holds exactly
 /// `ARGV[3]` (a value the caller found void or let go); a key of another
-/// type is nobody's lease and is replaced. Gives 1 when taken, else
-/// `{0}` (absent) or `{0, value, pttl}`.
+/// type is nobody's lease and is replaced. A lease taken is announced on
+/// the channel `ARGV[5]` as `ARGV[6]` (the subject) and the lease
+/// ([`crate::announce`]). Gives 1 when taken, else `{0}` (absent) or
+/// `{0, value, pttl}`.
 const CLAIM: &str = "local kind = redis.call('type', KEYS[1]).ok \
     if kind ~= 'string' and kind ~= 'none' then redis.call('del', KEYS[1]) kind = 'none' end \
     local old = false \
     if kind == 'string' then old = redis.call('get', KEYS[1]) end \
     if (not old and ARGV[4] == '1') or (old and old == ARGV[3]) then \
-      redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end \
+      redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) \
+      if ARGV[5] then redis.pcall('publish', ARGV[5], ARGV[6] .. ' ' .. ARGV[1]) end \
+      return 1 end \
     if not old then return {0} end \
     return {0, old, redis.call('pttl', KEYS[1])}";
 
 /// Renews the lease whose values start with `ARGV[1]` with the value
 /// `ARGV[2]` for `ARGV[3]` milliseconds, writing it again when it was
-/// deleted: 1, or the value of whoever else is there.
-pub(crate) const RENEW: &str = "local kind = redis.call('type', KEYS[1]).ok \
+/// deleted, and announces it on `ARGV[4]` as `ARGV[5]` and the lease
+/// whoever is there: 1, or the value of whoever else is there.
+pub(crate) const RENEW: &str = "redis.pcall('publish', ARGV[4], ARGV[5] .. ' ' .. ARGV[2]) \
+    local kind = redis.call('type', KEYS[1]).ok \
     if kind == 'string' then \
       local old = redis.call('get', KEYS[1]) \
       if string.sub(old, 1, #ARGV[1]) ~= ARGV[1] then return old end \
@@ -56,8 +68,12 @@ pub(crate) const RENEW: &str = "local kind = redis.call('type', KEYS[1]).ok \
     return 1";
 
 /// Writes the release `ARGV[2]` for `ARGV[3]` milliseconds in place of the
-/// lease whose values start with `ARGV[1]`, if it is still there.
-const RELEASE: &str = "if redis.call('type', KEYS[1]).ok ~= 'string' then return 0 end \
+/// lease whose values start with `ARGV[1]`, if it is still there, and
+/// announces the release on `ARGV[4]` as `ARGV[5]` and the release
+/// whatever was there: those who heard the lease stop honouring it even
+/// when its key was deleted.
+const RELEASE: &str = "redis.pcall('publish', ARGV[4], ARGV[5] .. ' ' .. ARGV[2]) \
+    if redis.call('type', KEYS[1]).ok ~= 'string' then return 0 end \
     local old = redis.call('get', KEYS[1]) \
     if string.sub(old, 1, #ARGV[1]) ~= ARGV[1] then return 0 end \
     redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3]) \
@@ -80,53 +96,6 @@ pub(crate) enum Attempt {
     Busy,
     /// The remote did not answer, or this node does not write.
     Unreachable,
-}
-
-/// Verified leases of other holders this store saw, by claim digest:
-/// honoured until their word runs out even if the key is deleted.
-#[derive(Debug, Default)]
-pub(crate) struct Seen {
-    leases: Mutex<HashMap<[u8; 32], (String, Instant)>>,
-}
-
-/// How many leases of others a store remembers.
-const REMEMBERED_LEASES: usize = 1 << 16;
-
-impl Seen {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (String, Instant)>> {
-        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The token of a lease of `subject` honoured now, if any.
-    fn honoured(&self, subject: &[u8; 32]) -> Option<String> {
-        let mut leases = self.lock();
-        match leases.get(subject) {
-            Some((token, until)) if Instant::now() < *until => Some(token.clone()),
-            Some(_) => {
-                leases.remove(subject);
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn remember(&self, subject: [u8; 32], token: String, until: Instant) {
-        let mut leases = self.lock();
-        if leases.len() >= REMEMBERED_LEASES {
-            // Forgetting costs at most a duplicate compile.
-            leases.retain(|_, (_, until)| Instant::now() < *until);
-        }
-        if leases.len() < REMEMBERED_LEASES {
-            leases.insert(subject, (token, until));
-        }
-    }
-
-    fn forget(&self, subject: &[u8; 32], token: &str) {
-        let mut leases = self.lock();
-        if leases.get(subject).is_some_and(|(held, _)| held == token) {
-            leases.remove(subject);
-        }
-    }
 }
 
 /// A held remote claim: let go, by writing its release, when dropped.
@@ -156,7 +125,11 @@ impl RemoteLease {
             .arg(lease::prefix(&self.token))
             .arg(released)
             // Outlives every honoured copy of the lease it replaces.
-            .arg(millis(inner.config.lease * 2 + CLOCK_SKEW));
+            .arg(millis(inner.config.lease * 2 + CLOCK_SKEW))
+            .arg(announce::script_arguments(
+                inner.announcements.channel(),
+                &self.subject,
+            ));
         Some(command)
     }
 }
@@ -272,6 +245,7 @@ fn honoured_for(inner: &Inner, until: u64) -> Duration {
 
 pub(crate) fn claim_command(
     inner: &Inner,
+    subject: &[u8; 32],
     claim_key: &str,
     value: &str,
     replaceable: Option<&[u8]>,
@@ -285,7 +259,11 @@ pub(crate) fn claim_command(
         .arg(value)
         .arg(millis(inner.config.lease))
         .arg(replaceable.unwrap_or_default())
-        .arg(if take_absent { "1" } else { "0" });
+        .arg(if take_absent { "1" } else { "0" })
+        .arg(announce::script_arguments(
+            inner.announcements.channel(),
+            subject,
+        ));
     command
 }
 
@@ -344,6 +322,8 @@ pub(crate) fn attempt_many(
         return (unreachable(), None);
     }
     let inner = &store.inner;
+    let announcements = &inner.announcements;
+    announcements.start(!inner.remote.breaker.is_open());
     let mut tries = Vec::with_capacity(keys.len());
     for key in keys {
         let subject = key.digest();
@@ -358,52 +338,68 @@ pub(crate) fn attempt_many(
             value,
         });
     }
+    // A key some lease was seen or heard on is not taken when found
+    // absent: someone deleted that lease.
     let honoured: Vec<bool> = tries
         .iter()
-        .map(|one| inner.seen.honoured(&one.subject).is_some())
+        .map(|one| {
+            inner.seen.honoured(&one.subject).is_some()
+                || announcements.holder(&one.subject).is_some()
+        })
         .collect();
+    let tokens: Vec<&str> = tries.iter().map(|one| one.token.as_str()).collect();
+    announcements.expect(tokens.iter().copied());
     let mut commands: Vec<Cmd> = tries
         .iter()
         .zip(&honoured)
-        .map(|(one, honoured)| claim_command(inner, &one.claim_key, &one.value, None, !honoured))
+        .map(|(one, honoured)| {
+            claim_command(
+                inner,
+                &one.subject,
+                &one.claim_key,
+                &one.value,
+                None,
+                !honoured,
+            )
+        })
         .collect();
     commands.extend(also.iter().cloned());
-    let Some(mut replies) = inner.remote.call(&inner.counters, move |link| {
+    let replies = inner.remote.call(&inner.counters, move |link| {
         link.pipeline::<Vec<Value>>(commands)
-    }) else {
+    });
+    let Some(mut replies) = replies.filter(|replies| replies.len() == tries.len() + also.len())
+    else {
+        announcements.forget(tokens.iter().copied());
         return (unreachable(), None);
     };
-    if replies.len() != tries.len() + also.len() {
-        return (unreachable(), None);
-    }
     let read = replies.split_off(tries.len());
-    let held = |one: &Try| {
-        bump(&inner.counters.claims_held);
-        Attempt::Held(RemoteLease {
-            inner: Arc::clone(inner),
-            subject: one.subject,
-            claim_key: one.claim_key.clone(),
-            token: one.token.clone(),
-            released: false,
-        })
+    let lease_of = |one: &Try| RemoteLease {
+        inner: Arc::clone(inner),
+        subject: one.subject,
+        claim_key: one.claim_key.clone(),
+        token: one.token.clone(),
+        released: false,
     };
     let busy = || {
         bump(&inner.counters.claims_busy);
         Attempt::Busy
     };
+    // `None`: taken, to be judged by what the channel says; or tried again.
     let mut attempts: Vec<Option<Attempt>> = Vec::with_capacity(tries.len());
+    let mut taken = Vec::new();
     let mut again = Vec::new();
     for ((index, one), reply) in tries.iter().enumerate().zip(&replies) {
         let (found, pttl) = match found(reply) {
             Found::Taken => {
-                attempts.push(Some(held(one)));
+                attempts.push(None);
+                taken.push(index);
                 continue;
             }
             Found::Unreachable => {
                 attempts.push(Some(Attempt::Unreachable));
                 continue;
             }
-            // Deleted under a lease this node saw: it still holds.
+            // Deleted under a lease this node saw or heard: it still holds.
             Found::Absent => {
                 attempts.push(Some(busy()));
                 continue;
@@ -412,7 +408,8 @@ pub(crate) fn attempt_many(
         };
         match judge(inner, &one.subject, &found, Some(pttl)) {
             Word::Held { token: theirs, .. } if theirs == one.token => {
-                attempts.push(Some(held(one)));
+                attempts.push(None);
+                taken.push(index);
             }
             Word::Held {
                 token: theirs,
@@ -425,8 +422,16 @@ pub(crate) fn attempt_many(
             }
             Word::Free { token: theirs } => {
                 inner.seen.forget(&one.subject, &theirs);
-                attempts.push(None);
-                again.push((index, found));
+                if announcements
+                    .holder(&one.subject)
+                    .is_some_and(|held| held != theirs)
+                {
+                    // Let go by one who came after the holder heard first.
+                    attempts.push(Some(busy()));
+                } else {
+                    attempts.push(None);
+                    again.push((index, found));
+                }
             }
             Word::Void => {
                 bump(&inner.counters.leases_ignored);
@@ -446,26 +451,58 @@ pub(crate) fn attempt_many(
             .iter()
             .map(|(index, found)| {
                 let one = &tries[*index];
-                claim_command(inner, &one.claim_key, &one.value, Some(found), true)
+                claim_command(
+                    inner,
+                    &one.subject,
+                    &one.claim_key,
+                    &one.value,
+                    Some(found),
+                    true,
+                )
             })
             .collect();
         let replies = inner.remote.call(&inner.counters, move |link| {
             link.pipeline::<Vec<Value>>(commands)
         });
         for (place, (index, _)) in again.iter().enumerate() {
-            attempts[*index] = Some(
-                match replies.as_ref().and_then(|replies| replies.get(place)) {
-                    None => Attempt::Unreachable,
-                    Some(reply) => match found(reply) {
-                        Found::Taken => held(&tries[*index]),
-                        Found::Unreachable => Attempt::Unreachable,
-                        // Someone else came first.
-                        Found::Absent | Found::Value(..) => busy(),
-                    },
+            match replies.as_ref().and_then(|replies| replies.get(place)) {
+                None => attempts[*index] = Some(Attempt::Unreachable),
+                Some(reply) => match found(reply) {
+                    Found::Taken => taken.push(*index),
+                    Found::Unreachable => attempts[*index] = Some(Attempt::Unreachable),
+                    // Someone else came first.
+                    Found::Absent | Found::Value(..) => attempts[*index] = Some(busy()),
                 },
-            );
+            }
         }
     }
+    // Every lease taken was announced: once this node hears its own, it
+    // has heard every one before, and the first still held has the key.
+    let mine: Vec<&str> = taken
+        .iter()
+        .map(|index| tries[*index].token.as_str())
+        .collect();
+    if !mine.is_empty() && announcements.listening() {
+        announcements.hear(&mine);
+    }
+    announcements.forget(tokens.iter().copied());
+    let mut yielded = Vec::new();
+    for index in taken {
+        let one = &tries[index];
+        let lease = lease_of(one);
+        match announcements.holder(&one.subject) {
+            Some(first) if first != one.token => {
+                bump(&inner.counters.leases_yielded);
+                yielded.push(lease);
+                attempts[index] = Some(busy());
+            }
+            _ => {
+                bump(&inner.counters.claims_held);
+                attempts[index] = Some(Attempt::Held(lease));
+            }
+        }
+    }
+    release_all(yielded);
     let attempts = attempts
         .into_iter()
         .map(|attempt| attempt.expect("every key was tried"))
@@ -504,38 +541,39 @@ pub(crate) fn attempt_waiting(store: &RemoteStore, key: &StoreKey, wait: ClaimWa
     }
 }
 
-/// The remote store's own claim: a lease on Redis.
-pub(crate) fn claim(store: &RemoteStore, key: &StoreKey, wait: ClaimWait) -> Claim {
-    match attempt_waiting(store, key, wait) {
-        Attempt::Held(lease) => {
-            let renewal = lease.renewal();
-            Claim::Held(ClaimGuard::leased(lease, renewal))
+impl RemoteStore {
+    /// The remote store's own claim: a lease on Redis.
+    pub(crate) fn claim_lease(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        match attempt_waiting(self, key, wait) {
+            Attempt::Held(lease) => {
+                let renewal = lease.renewal();
+                Claim::Held(ClaimGuard::leased(lease, renewal))
+            }
+            Attempt::Busy => Claim::Busy,
+            Attempt::Unreachable => Claim::Uncoordinated,
         }
-        Attempt::Busy => Claim::Busy,
-        Attempt::Unreachable => Claim::Uncoordinated,
     }
-}
 
-/// Who holds `key`'s claim on the remote (`process 4242 on build-3`),
-/// when a verified lease says so: one `GET`, under the store's timeout and
-/// breaker. The host is another machine's word: its control characters
-/// are removed before anyone shows it.
-pub(crate) fn holder(store: &RemoteStore, key: &StoreKey) -> Option<String> {
-    let subject = key.digest();
-    let mut command = cmd("GET");
-    command.arg(store.redis_key("c", &subject));
-    let inner = &store.inner;
-    let value = inner
-        .remote
-        .call(&inner.counters, move |link| {
-            link.query::<Option<Vec<u8>>>(&command)
-        })
-        .flatten()?;
-    match judge(inner, &subject, &value, None) {
-        Word::Held { pid, host, .. } => Some(format!(
-            "process {pid} on {}",
-            crate::remote::printable_host(&host)
-        )),
-        _ => None,
+    /// Who holds `key`'s claim on the remote (`process 4242 on build-3`),
+    /// when a verified lease says so: one `GET`, under the store's timeout
+    /// and breaker. The host is another machine's word: its control
+    /// characters are removed before anyone shows it.
+    pub(crate) fn lease_holder(&self, key: &StoreKey) -> Option<String> {
+        let subject = key.digest();
+        let mut command = cmd("GET");
+        command.arg(self.redis_key("c", &subject));
+        let inner = &self.inner;
+        let value = inner
+            .remote
+            .call(&inner.counters, move |link| {
+                link.query::<Option<Vec<u8>>>(&command)
+            })
+            .flatten()?;
+        match judge(inner, &subject, &value, None) {
+            Word::Held { pid, host, .. } => {
+                Some(format!("process {pid} on {}", lease::printable_host(&host)))
+            }
+            _ => None,
+        }
     }
 }

@@ -6,7 +6,7 @@
 //! and are only ever shown, never acted on.
 
 use kiln_engine::StoreKey;
-use redis::{Value, cmd};
+use redis::cmd;
 use serde::{Deserialize, Serialize};
 
 use crate::entry::{self, Kind};
@@ -93,6 +93,19 @@ pub struct Listing {
     pub refused: u64,
 }
 
+/// Adds each count `ARGV[2i+1]` to the field `ARGV[2i]` of the counts'
+/// hash `KEYS[1]`. Anyone can write Redis: a field that holds no number (or
+/// would overflow) is bad data for that count alone, and starts again from
+/// what is added; a key that is no hash is replaced.
+const ADD_COUNTS: &str = "local kind = redis.call('type', KEYS[1]).ok \
+    if kind ~= 'hash' and kind ~= 'none' then redis.call('del', KEYS[1]) end \
+    for i = 1, #ARGV, 2 do \
+      local added = redis.pcall('hincrby', KEYS[1], ARGV[i], ARGV[i + 1]) \
+      if type(added) == 'table' and added.err then \
+        redis.call('hset', KEYS[1], ARGV[i], ARGV[i + 1]) end \
+    end \
+    return 1";
+
 impl RemoteStore {
     fn counts_key(&self) -> String {
         format!("{}stats", self.inner.config.prefix)
@@ -123,21 +136,17 @@ impl RemoteStore {
         if !self.writes() || counts.is_empty() {
             return true;
         }
-        let key = self.counts_key();
-        let commands = counts
-            .fields()
-            .into_iter()
-            .filter(|(_, value)| *value > 0)
-            .map(|(name, value)| {
-                let mut command = cmd("HINCRBY");
-                command.arg(&key).arg(name).arg(value);
-                command
-            })
-            .collect();
+        let mut command = cmd("EVAL");
+        command.arg(ADD_COUNTS).arg(1).arg(self.counts_key());
+        for (name, value) in counts.fields() {
+            if value > 0 {
+                command.arg(name).arg(value);
+            }
+        }
         self.inner
             .remote
             .call(&self.inner.counters, move |link| {
-                link.pipeline::<Vec<Value>>(commands)
+                link.query::<i64>(&command)
             })
             .is_some()
     }

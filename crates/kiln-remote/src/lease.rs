@@ -14,6 +14,10 @@
 //! can delete a lease or write garbage in its place, never forge one, and
 //! a copied lease holds for one key, until its `UNTIL`.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
 use kiln_engine::store::hex;
 
 use crate::keys::{Keys, PublicKey};
@@ -169,6 +173,74 @@ fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
         *byte = u8::from_str_radix(&text[index * 2..index * 2 + 2], 16).ok()?;
     }
     Some(bytes)
+}
+
+/// Verified leases of other holders this store saw, by claim digest:
+/// honoured until their word runs out even if the key is deleted.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    leases: Mutex<HashMap<[u8; 32], (String, Instant)>>,
+}
+
+/// How many leases of others a store remembers.
+const REMEMBERED_LEASES: usize = 1 << 16;
+
+impl Seen {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (String, Instant)>> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The token of a lease of `subject` honoured now, if any.
+    pub(crate) fn honoured(&self, subject: &[u8; 32]) -> Option<String> {
+        let mut leases = self.lock();
+        match leases.get(subject) {
+            Some((token, until)) if Instant::now() < *until => Some(token.clone()),
+            Some(_) => {
+                leases.remove(subject);
+                None
+            }
+            None => None,
+        }
+    }
+
+    pub(crate) fn remember(&self, subject: [u8; 32], token: String, until: Instant) {
+        let mut leases = self.lock();
+        if leases.len() >= REMEMBERED_LEASES {
+            // Forgetting costs at most a duplicate compile.
+            leases.retain(|_, (_, until)| Instant::now() < *until);
+        }
+        if leases.len() < REMEMBERED_LEASES {
+            leases.insert(subject, (token, until));
+        }
+    }
+
+    pub(crate) fn forget(&self, subject: &[u8; 32], token: &str) {
+        let mut leases = self.lock();
+        if leases.get(subject).is_some_and(|(held, _)| held == token) {
+            leases.remove(subject);
+        }
+    }
+}
+
+/// The longest host name a claim's value carries.
+const HOST_LENGTH: usize = 255;
+
+/// `host` trimmed, its control characters (and the invisible ones that
+/// reorder or hide text) dropped, cut to [`HOST_LENGTH`] bytes: what a
+/// claim's value may carry of it, and what is shown of another machine's.
+pub(crate) fn printable_host(host: &str) -> String {
+    let mut printable = String::new();
+    for character in host
+        .trim()
+        .chars()
+        .filter(|character| !kiln_engine::loader::is_hidden(*character))
+    {
+        if printable.len() + character.len_utf8() > HOST_LENGTH {
+            break;
+        }
+        printable.push(character);
+    }
+    printable
 }
 
 #[cfg(test)]

@@ -27,6 +27,9 @@
 //! - **Blocking and small.** The `redis` crate's blocking connections,
 //!   each call on a thread of its own under one deadline: no async
 //!   runtime, no TLS (a `rediss://` address is refused).
+//! - **Claims that deletion cannot undo.** Leases are announced on the
+//!   fleet's channel as they are taken, renewed and let go; who came first
+//!   for a key is the channel's order, which no one can take back.
 //! - **Round trips per batch step.** A batch's lookups and failure
 //!   memories, its claims (in groups), its publishes and releases, and a
 //!   store's lease renewals each go as one pipeline (one per shard).
@@ -35,6 +38,7 @@
 
 #![warn(missing_docs)]
 
+mod announce;
 mod breaker;
 mod claim;
 pub mod config;

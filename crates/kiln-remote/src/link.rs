@@ -111,6 +111,9 @@ impl Link {
 /// Redis behind a breaker, with a pool of connections.
 pub(crate) struct Remote {
     server: Arc<Server>,
+    /// Where the fleet's claims are heard: the server, or a cluster's
+    /// first node.
+    pub(crate) listen_at: redis::ConnectionInfo,
     /// The address without its password, for messages.
     shown: String,
     timeout: Duration,
@@ -137,7 +140,7 @@ impl Remote {
             url: shown.clone(),
             problem,
         };
-        let server = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+        let (server, listen_at) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
             let (credentials, hosts) = match rest.rsplit_once('@') {
                 Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
                 None => (String::new(), rest),
@@ -153,6 +156,7 @@ impl Remote {
             if nodes.is_empty() {
                 return Err(bad("no HOST:PORT after redis+cluster://".into()));
             }
+            let listen_at = nodes[0].clone();
             let client = ClusterClient::builder(nodes)
                 .connection_timeout(timeout)
                 .response_timeout(timeout)
@@ -163,7 +167,7 @@ impl Remote {
                 .max_retry_wait(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
                 .build()
                 .map_err(|error| bad(error.to_string()))?;
-            Server::Cluster(client)
+            (Server::Cluster(client), listen_at)
         } else if url.starts_with("rediss://") || url.starts_with("rediss+cluster://") {
             return Err(bad(
                 "TLS (rediss://) is not built into kiln's Redis client; reach \
@@ -175,12 +179,14 @@ impl Remote {
             let client = quiet(url)
                 .and_then(redis::Client::open)
                 .map_err(|error| bad(error.to_string()))?;
-            Server::Single(client)
+            let listen_at = client.get_connection_info().clone();
+            (Server::Single(client), listen_at)
         } else {
             return Err(bad("an unknown scheme".into()));
         };
         Ok(Self {
             server: Arc::new(server),
+            listen_at,
             shown,
             timeout,
             idle: Mutex::new(Vec::new()),

@@ -83,9 +83,11 @@ pub(crate) struct Inner {
     /// printable, without line breaks, at most [`HOST_LENGTH`] bytes.
     pub(crate) host: String,
     /// Verified leases of other holders seen, honoured until they run out.
-    pub(crate) seen: crate::claim::Seen,
+    pub(crate) seen: crate::lease::Seen,
     /// The leases this store holds, renewed together.
     pub(crate) renewing: crate::renewal::Renewing,
+    /// The fleet's claims as announced, in the order every node hears them.
+    pub(crate) announcements: crate::announce::Announcements,
 }
 
 impl RemoteStore {
@@ -102,24 +104,37 @@ impl RemoteStore {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .ok()
             .or_else(|| std::env::var("HOSTNAME").ok())
-            .map(|host| printable_host(&host))
+            .map(|host| crate::lease::printable_host(&host))
             .filter(|host| !host.is_empty())
             .unwrap_or_else(|| "unknown host".to_owned());
-        Ok(Self {
-            inner: Arc::new(Inner {
-                host,
-                config,
-                remote,
-                counters: Counters::default(),
-                generation: Generation::fresh(),
-                warned_unverified: AtomicBool::new(false),
-                warned_oversize: AtomicBool::new(false),
-                warned_nondeterministic: AtomicBool::new(false),
-                published: Mutex::new(HashMap::new()),
-                seen: crate::claim::Seen::default(),
-                renewing: crate::renewal::Renewing::default(),
-            }),
-        })
+        let announcements = crate::announce::Announcements::new(
+            format!("{}claims", config.prefix),
+            remote.listen_at.clone(),
+            config.keys.clone(),
+            config.lease,
+            config.timeout,
+        );
+        let inner = Arc::new(Inner {
+            announcements,
+            host,
+            config,
+            remote,
+            counters: Counters::default(),
+            generation: Generation::fresh(),
+            warned_unverified: AtomicBool::new(false),
+            warned_oversize: AtomicBool::new(false),
+            warned_nondeterministic: AtomicBool::new(false),
+            published: Mutex::new(HashMap::new()),
+            seen: crate::lease::Seen::default(),
+            renewing: crate::renewal::Renewing::default(),
+        });
+        let store = Arc::downgrade(&inner);
+        inner.announcements.on_hello(move || {
+            if let Some(inner) = store.upgrade() {
+                crate::renewal::renew_soon(&inner);
+            }
+        });
+        Ok(Self { inner })
     }
 
     /// The store `KILN_REMOTE_*` describes, or `None` when `KILN_REMOTE_URL`
@@ -364,27 +379,6 @@ impl RemoteStore {
     }
 }
 
-/// The longest host name a claim's value carries.
-const HOST_LENGTH: usize = 255;
-
-/// `host` trimmed, its control characters (and the invisible ones that
-/// reorder or hide text) dropped, cut to [`HOST_LENGTH`] bytes: what a
-/// claim's value may carry of it, and what is shown of another machine's.
-pub(crate) fn printable_host(host: &str) -> String {
-    let mut printable = String::new();
-    for character in host
-        .trim()
-        .chars()
-        .filter(|character| !kiln_engine::loader::is_hidden(*character))
-    {
-        if printable.len() + character.len_utf8() > HOST_LENGTH {
-            break;
-        }
-        printable.push(character);
-    }
-    printable
-}
-
 pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -410,7 +404,7 @@ impl ArtifactStore for RemoteStore {
     }
 
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
-        crate::claim::claim(self, key, wait)
+        self.claim_lease(key, wait)
     }
 
     fn claim_timeout(&self) -> Duration {
@@ -418,7 +412,7 @@ impl ArtifactStore for RemoteStore {
     }
 
     fn holder(&self, key: &StoreKey) -> Option<String> {
-        crate::claim::holder(self, key)
+        self.lease_holder(key)
     }
 
     fn put(

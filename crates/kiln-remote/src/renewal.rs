@@ -26,6 +26,10 @@ use crate::statistics::bump;
 pub(crate) struct Renewing {
     leases: Mutex<HashMap<String, Renewed>>,
     every_lease: Mutex<Option<Renewal>>,
+    /// A renewal asked for out of turn is running, and whether another
+    /// was asked for since it began.
+    out_of_turn: AtomicBool,
+    again: AtomicBool,
 }
 
 impl std::fmt::Debug for Renewing {
@@ -100,6 +104,48 @@ impl Renewing {
     }
 }
 
+/// Renews (and so announces) every lease of the store now, on a thread of
+/// its own, for a node that started listening: at most one such renewal
+/// runs at a time, and asks made while it runs give one more.
+pub(crate) fn renew_soon(inner: &Arc<Inner>) {
+    let renewing = &inner.renewing;
+    if renewing.lock().is_empty() {
+        return;
+    }
+    renewing.again.store(true, Ordering::Release);
+    if renewing.out_of_turn.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let store = Arc::downgrade(inner);
+    let run = move || {
+        loop {
+            let Some(inner) = store.upgrade() else {
+                return;
+            };
+            if inner.renewing.again.swap(false, Ordering::AcqRel) {
+                renew_all(&inner);
+                continue;
+            }
+            inner.renewing.out_of_turn.store(false, Ordering::Release);
+            // Asked again between the look and the end: go on, unless
+            // another run took it.
+            if !inner.renewing.again.load(Ordering::Acquire)
+                || inner.renewing.out_of_turn.swap(true, Ordering::AcqRel)
+            {
+                return;
+            }
+        }
+    };
+    if std::thread::Builder::new()
+        .name("kiln-remote-announce".into())
+        .spawn(run)
+        .is_err()
+    {
+        // The next renewal announces them.
+        renewing.out_of_turn.store(false, Ordering::Release);
+    }
+}
+
 /// One renewal of every lease of the store whose own renewal still beats:
 /// one round trip, and one more for the few whose key holds a value that
 /// does not verify (written over).
@@ -135,7 +181,11 @@ fn renew_all(inner: &Arc<Inner>) {
             .arg(&renewed.claim_key)
             .arg(lease::prefix(token))
             .arg(&value)
-            .arg(millis(inner.config.lease));
+            .arg(millis(inner.config.lease))
+            .arg(crate::announce::script_arguments(
+                inner.announcements.channel(),
+                &renewed.subject,
+            ));
         commands.push(command);
         values.push(value);
     }
@@ -153,7 +203,11 @@ fn renew_all(inner: &Arc<Inner>) {
         let Value::BulkString(found) = reply else {
             continue;
         };
-        if let Word::Held { .. } = judge(inner, &renewed.subject, &found, None) {
+        let first_heard = inner.announcements.listening()
+            && inner.announcements.holder(&renewed.subject).as_deref() == Some(token.as_str());
+        if let (Word::Held { .. }, false) =
+            (judge(inner, &renewed.subject, &found, None), first_heard)
+        {
             // Taken over: the key is another holder's now.
             renewed.lost.store(true, Ordering::Release);
             inner.renewing.remove(token);
@@ -164,6 +218,7 @@ fn renew_all(inner: &Arc<Inner>) {
         // holder goes on, and a lost lease costs one duplicate at most.
         over.push(claim_command(
             inner,
+            &renewed.subject,
             &renewed.claim_key,
             value,
             Some(&found),

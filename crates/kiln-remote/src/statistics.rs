@@ -36,6 +36,11 @@ pub struct RemoteStatistics {
     /// Lease values found under a claim that did not verify, or claimed
     /// to outlive a lease's length: ignored and written over (P12).
     pub leases_ignored: u64,
+    /// Claims this node took on a key found without a lease, then gave
+    /// back because the fleet's channel said another lease, still held,
+    /// came first (someone deleted it): compiles this node did not
+    /// duplicate (P12).
+    pub claims_yielded: u64,
     /// Values left in the remote unread by a lookup: over the entry
     /// limit, or over what one batch reads.
     pub oversize_reads: u64,
@@ -56,6 +61,7 @@ pub(crate) struct Counters {
     pub store: StoreCounters,
     pub unverified: AtomicU64,
     pub leases_ignored: AtomicU64,
+    pub leases_yielded: AtomicU64,
     pub oversize_reads: AtomicU64,
     pub kept_unverifiable: AtomicU64,
     pub timeouts: AtomicU64,
@@ -93,6 +99,7 @@ impl Counters {
             store: self.store.snapshot(),
             unverified: read(&self.unverified),
             leases_ignored: read(&self.leases_ignored),
+            claims_yielded: read(&self.leases_yielded),
             oversize_reads: read(&self.oversize_reads),
             kept_unverifiable: read(&self.kept_unverifiable),
             timeouts: read(&self.timeouts),

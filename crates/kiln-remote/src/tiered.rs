@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use kiln_engine::store::{BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, RememberedFailure};
+use kiln_engine::store::{
+    BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, KeySubject, RememberedFailure,
+};
 use kiln_engine::{
     ArtifactStore, Generation, Lookup, Miss, StoreCounters, StoreKey, StoreOutcome, StoreStatistics,
 };
@@ -403,9 +405,13 @@ impl TieredStore {
         // A batch's lookup reads, in the same round trip, the failure
         // memories of the kernels it may compile (P11): their workers find
         // them here instead of asking the remote one by one.
+        // A batch's lowered sources (asked together too) are no kernel's:
+        // no failure memory, no claim.
+        let kernel = |key: &&StoreKey| matches!(key.subject, KeySubject::Kernel { .. });
         let blobs: Vec<BlobKey> = if batch {
             fetched_keys
                 .iter()
+                .filter(kernel)
                 .map(RememberedFailure::blob_key)
                 .collect()
         } else {
@@ -416,7 +422,7 @@ impl TieredStore {
             let missed = fetched_keys
                 .iter()
                 .zip(&remote)
-                .filter(|(_, found)| matches!(found, Lookup::Miss(_)))
+                .filter(|(key, found)| kernel(key) && matches!(found, Lookup::Miss(_)))
                 .map(|(key, _)| key.clone())
                 .collect::<Vec<_>>();
             self.inner

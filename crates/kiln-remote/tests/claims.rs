@@ -7,9 +7,11 @@ mod support;
 
 use kiln_engine::store::{Claim, ClaimWait, hex};
 use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, StoreKey};
-use kiln_remote::TieredStore;
+use std::time::Duration;
+
+use kiln_remote::{Keys, RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
-use support::{Redis, fleet_keys, fresh_prefix, open};
+use support::{Redis, config, fleet_keys, fresh_prefix, open};
 
 fn key(number: u32) -> StoreKey {
     let components = KeyComponents::new("cuda", "nvrtc 13.0", "sm_90", "-O3");
@@ -104,14 +106,23 @@ fn p12_an_unauthenticated_lease_is_written_over_and_a_lease_taken_over_stays_its
         assert_eq!(store.holder(&key(number)), Some(this_process()));
     }
 
-    // A lease that ran out and was taken by another holder is not freed
-    // when the first holder lets go.
-    let guard = held(store.claim(&key(3), ClaimWait::Once));
+    // A lease that ran out (its holder hung, its key gone) and was taken
+    // by another holder is not freed when the first holder lets go.
+    let short = |keys: Keys| {
+        let mut settings = config(&redis.url(), keys, &prefix);
+        settings.lease = Duration::from_secs(1);
+        RemoteStore::open(settings).expect("the store opens")
+    };
+    let hung = short(keys.clone());
+    let other = short(keys.clone());
+    let guard = held(hung.claim(&key(3), ClaimWait::Once));
+    guard.stop_renewing();
     let () = redis::cmd("DEL")
         .arg(claim_key(&prefix, &key(3)))
         .query(&mut connection)
         .expect("DEL answers");
-    let other = open(&redis.url(), keys.clone(), &prefix);
+    // Two missed beats, the last word given, the clocks' allowance.
+    std::thread::sleep(Duration::from_millis(3500));
     let theirs = held(other.claim(&key(3), ClaimWait::Once));
     drop(guard);
     let third = open(&redis.url(), keys, &prefix);
@@ -152,4 +163,39 @@ fn p12_a_two_level_store_names_the_machines_holder_then_the_fleets() {
     assert!(holder.flush(std::time::Duration::from_secs(20)));
     assert_eq!(other_machine.holder(&key(4)), None);
     assert_eq!(same_machine.holder(&key(4)), None);
+}
+
+#[test]
+fn p12_a_redis_user_that_may_not_publish_still_claims_from_the_keys() {
+    // P12: leases are announced on the fleet's channel, but a Redis user
+    // whose ACL allows no channel still takes, honours and lets go leases
+    // by their keys, as without the channel.
+    let Some(redis) = redis_or_skip("a user without channels") else {
+        return;
+    };
+    let mut connection = raw(&redis);
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("nochannels")
+        .arg("on")
+        .arg(">secret")
+        .arg("~*")
+        .arg("+@all")
+        .arg("resetchannels")
+        .query(&mut connection)
+        .expect("ACL SETUSER answers");
+    let url = redis
+        .url()
+        .replacen("redis://", "redis://nochannels:secret@", 1);
+    let (keys, prefix) = (fleet_keys(), fresh_prefix());
+    let holder = open(&url, keys.clone(), &prefix);
+    let waiter = open(&url, keys, &prefix);
+    let guard = held(holder.claim(&key(9), ClaimWait::Once));
+    assert!(
+        matches!(waiter.claim(&key(9), ClaimWait::Once), Claim::Busy),
+        "the lease in its key is honoured"
+    );
+    drop(guard);
+    let _mine = held(waiter.claim(&key(9), ClaimWait::Once));
+    assert_eq!(holder.remote_statistics().errors, 0);
 }

@@ -205,3 +205,77 @@ fn push_and_pull_copy_every_entry_through_a_cluster() {
         push_and_pull(&redis);
     }
 }
+
+#[test]
+fn p7_a_kernel_found_by_its_text_is_published_with_its_own_recipe() {
+    // P7, P10: two nodes, two kernels with one text, no fault. Node one
+    // compiles kernel 0; node two finds kernel 1 by its text and publishes
+    // it under kernel 1's id with kernel 1's recipe, leaving the text's
+    // entry as node one wrote it: no false "nondeterministic" alarm, no
+    // write counted failed, and kernel 1's entry finalizes again to its
+    // bytes (`kiln verify --recompile`).
+    use std::sync::Arc;
+
+    use kiln_engine::KernelLoader;
+    use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
+    use kiln_engine::store::{Recompiled, recompile};
+
+    let Some(redis) = redis_or_skip(Redis::single(), "a text shared by two kernels") else {
+        return;
+    };
+    let (keys, prefix) = (fleet_keys(), fresh_prefix());
+    let kernels = [
+        FakeKernel::new(0).sharing_source("one text"),
+        FakeKernel::new(1).sharing_source("one text"),
+    ];
+    let log = redis.scratch.join("compiles.log");
+    for (index, kernel) in kernels.iter().enumerate() {
+        let disk = DiskStore::open(StoreConfig::at(
+            redis.scratch.join(&format!("node-{index}")),
+        ))
+        .expect("a node's disk store opens");
+        let store = TieredStore::new(disk, open(&redis.url(), keys.clone(), &prefix));
+        let target = FakeTarget::on_store(Arc::new(store.clone()) as Arc<dyn ArtifactStore>)
+            .with_compiler(FakeCompiler::default().logging_compiles_to(&log));
+        let mut loader = KernelLoader::new(target);
+        loader.enqueue(Box::new(kernel.clone()), ());
+        loader.compile_queued();
+        let module = loader
+            .load(kernel, &kernel.artifact_id())
+            .expect("the kernel loads");
+        assert_eq!(module.text, "one text");
+        assert!(store.flush(Duration::from_secs(10)), "node {index} flushed");
+        let statistics = store.tiered_statistics().remote;
+        assert_eq!(
+            statistics.nondeterministic, 0,
+            "node {index}: {statistics:?}"
+        );
+        assert_eq!(
+            statistics.store.put_failures, 0,
+            "node {index}: {statistics:?}"
+        );
+        assert!(statistics.store.puts >= 1, "node {index}: {statistics:?}");
+    }
+    assert_eq!(
+        FakeCompiler::read_compile_log(&log)
+            .expect("the compile log reads")
+            .len(),
+        1,
+        "kernel 1 was found by its text"
+    );
+    let reader = open(&redis.url(), keys, &prefix);
+    for kernel in &kernels {
+        let key = StoreKey::for_artifact(
+            &FakeCompiler::default_key_components(),
+            &kernel.artifact_id(),
+            None,
+        );
+        let stored = hit(reader.lookup(&key));
+        assert_eq!(
+            recompile(&FakeCompiler::default(), &key, &stored),
+            Recompiled::Same,
+            "kernel {:?}'s entry keeps its own recipe",
+            kernel.artifact_id()
+        );
+    }
+}

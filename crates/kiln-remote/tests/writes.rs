@@ -214,3 +214,45 @@ fn p10_a_fleet_count_that_is_no_number_is_no_outage() {
     assert_eq!((counts.timeouts, counts.written), (0, 3));
     assert!(!store.remote_statistics().breaker_open, "no outage");
 }
+
+#[test]
+fn p10_a_fleet_count_that_is_no_number_is_bad_data_for_that_count_alone() {
+    // P10: a field of the counts' hash that someone made no number does
+    // not stop a node adding its counts: that count starts again from what
+    // is added, every other one adds up as before.
+    let Some(redis) = redis_or_skip("fleet counts added over garbage") else {
+        return;
+    };
+    let prefix = fresh_prefix();
+    let mut connection = raw(&redis);
+    let () = redis::cmd("HSET")
+        .arg(format!("{prefix}stats"))
+        .arg("written")
+        .arg("many")
+        .arg("processes")
+        .arg("2")
+        .query(&mut connection)
+        .expect("HSET answers");
+    let node = |name: &str| {
+        let disk =
+            kiln_store::DiskStore::open(kiln_store::StoreConfig::at(redis.scratch.join(name)))
+                .expect("a disk store opens");
+        kiln_remote::TieredStore::new(disk, open(&redis.url(), fleet_keys(), &prefix))
+    };
+    for (round, name) in ["one", "two"].into_iter().enumerate() {
+        let store = node(name);
+        assert!(matches!(
+            store.put(&key(40 + round as u32), None, &artifact(4), Duration::ZERO),
+            kiln_engine::StoreOutcome::Stored { .. }
+        ));
+        assert!(store.flush(Duration::from_secs(10)));
+        let counts = store.remote().fleet_counts().expect("the remote answers");
+        assert_eq!(counts.processes, 3 + round as u64, "{counts:?}");
+        assert_eq!(counts.written, 1 + round as u64, "{counts:?}");
+        assert!(
+            !store.remote().remote_statistics().breaker_open,
+            "no outage"
+        );
+        assert_eq!(store.remote().remote_statistics().errors, 0, "no error");
+    }
+}

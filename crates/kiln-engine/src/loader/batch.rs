@@ -263,6 +263,9 @@ impl<T: CompilationTarget> KernelLoader<T> {
             order_by_past_work(&mut rest, store);
         }
         queue.extend(rest);
+        if let Some(store) = &self.store {
+            super::ahead::look_up_sources(&self.pool, &mut queue, workers, &round, store);
+        }
         let target = &mut self.target;
         let statistics = &mut self.statistics;
         let store = self.store.as_ref();
@@ -396,7 +399,9 @@ impl<T: CompilationTarget> KernelLoader<T> {
             if deadline.is_some_and(|deadline| now >= deadline) {
                 let held: Vec<_> = jobs.iter_mut().filter(|job| job.is_elsewhere()).collect();
                 log::warn!(
-                    "another process held {} kernels past the store's claim timeout; compiling them here too",
+                    "{} kernels were still claimed elsewhere past the store's claim timeout (by \
+                     another process or machine, or by a claim a remote store that stopped \
+                     answering could not let go); compiling them here too",
                     held.len()
                 );
                 for job in held {

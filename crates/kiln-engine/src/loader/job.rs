@@ -130,6 +130,11 @@ pub(super) struct Job<'k, T: CompilationTarget> {
     /// What it was finalized from, kept after its artifact in the store
     /// (`kiln verify --recompile`).
     pub(super) recipe: Option<Recipe>,
+    /// Its lowered form and the store's answer for its source, when the
+    /// round lowered it ahead ([`super::ahead`]).
+    pub(super) ahead: Option<super::ahead::Ahead<T>>,
+    /// The store's answer for its source, asked with the round's others.
+    source_found: Option<Lookup<ArtifactOf<T>>>,
 }
 
 impl<'k, T: CompilationTarget> Job<'k, T> {
@@ -147,6 +152,8 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             lost: None,
             inherited: false,
             recipe: None,
+            ahead: None,
+            source_found: None,
             id: request.id,
             kernel: request.kernel,
             step: Step::Missing,
@@ -345,12 +352,13 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                 .entry(group)
                 .or_insert(self.index);
             if leader != self.index {
+                self.keep_recipe(round.finalizer.keep_recipes);
                 self.wait_for(leader);
                 return;
             }
             self.leads = true;
             if self.kept {
-                self.reuse_stored_source(compiler, store);
+                self.reuse_stored_source(compiler, store, round.finalizer.keep_recipes);
             }
         }
         if matches!(self.step, Step::Lowered { .. }) {
@@ -407,6 +415,10 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
     }
 
     pub(super) fn lower(&mut self, compiler: &T::Compiler) {
+        if let Some(ahead) = self.ahead.take() {
+            (self.step, self.source_found) = ahead.into_lowered();
+            return;
+        }
         let started = Instant::now();
         let (kernel, id) = (self.kernel, &self.id);
         self.step = match contained(Stage::Lower, id, || compiler.lower(kernel, id)) {
@@ -472,6 +484,16 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         self.step = Step::Waiting { leader, source };
     }
 
+    /// Keeps the recipe of a lowered kernel that takes another's artifact
+    /// (found by its source, or its group leader's), so that what it
+    /// publishes under its own id is what compiling it would have stored:
+    /// the same bytes, and finalizable again.
+    fn keep_recipe(&mut self, keep_recipes: bool) {
+        if let (true, true, Step::Lowered { lowered, .. }) = (keep_recipes, self.kept, &self.step) {
+            self.recipe = Recipe::of(&self.id, lowered);
+        }
+    }
+
     /// Takes what its source group's leader came to (L5c, L6): the
     /// leader's artifact, rekeyed under this kernel's id, or its failure,
     /// naming this kernel.
@@ -498,7 +520,12 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
 
     /// Takes the artifact stored for the kernel's lowered source, if any
     /// (P7): a kernel with new ids and known text skips the compiler.
-    fn reuse_stored_source(&mut self, compiler: &T::Compiler, store: &BoundStore<T::Compiler>) {
+    fn reuse_stored_source(
+        &mut self,
+        compiler: &T::Compiler,
+        store: &BoundStore<T::Compiler>,
+        keep_recipes: bool,
+    ) {
         let Step::Lowered {
             source: Some(source),
             ..
@@ -506,13 +533,18 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         else {
             return;
         };
+        let found = match self.source_found.take() {
+            Some(found) => found,
+            None => store.lookup_source(compiler, &self.id, source),
+        };
         if let Lookup::Hit {
             artifact,
             bytes,
             work,
-        } = store.lookup_source(compiler, &self.id, source)
+        } = found
         {
             self.found = Some((bytes, work, false));
+            self.keep_recipe(keep_recipes);
             let Step::Lowered { source, .. } = std::mem::replace(&mut self.step, Step::Missing)
             else {
                 unreachable!("matched as lowered right above");

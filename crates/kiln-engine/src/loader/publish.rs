@@ -66,7 +66,11 @@ impl<T: CompilationTarget> Job<'_, T> {
                                     id,
                                     &artifact,
                                     self.recipe.as_ref(),
-                                    source.as_deref(),
+                                    // A rekeyed artifact's text is stored
+                                    // already, with its first id's recipe.
+                                    source
+                                        .as_deref()
+                                        .filter(|_| origin != KernelOutcome::Rekeyed),
                                     work,
                                     self.claim.take(),
                                 ),

@@ -197,6 +197,25 @@ impl<C: KeyedCompiler> BoundStore<C> {
         self.decoded(&self.source_key(compiler, id, source))
     }
 
+    /// The artifacts stored for each lowered source of `wanted` (an id and
+    /// its text): one lookup of many keys, a remote store's one round trip.
+    pub fn lookup_sources(
+        &self,
+        compiler: &C,
+        wanted: &[(&ArtifactId<C::Variant>, &str)],
+    ) -> Vec<Lookup<C::Artifact>> {
+        let keys: Vec<StoreKey> = wanted
+            .iter()
+            .map(|(id, source)| self.source_key(compiler, id, source))
+            .collect();
+        let found = self.store.lookup_many(&keys);
+        debug_assert_eq!(found.len(), keys.len(), "one answer per key");
+        keys.iter()
+            .zip(found)
+            .map(|(key, lookup)| self.decode(key, lookup))
+            .collect()
+    }
+
     /// Stores `artifact` under `id` and, when given, `source`, with the
     /// `recipe` it was finalized from after it when there is one (so `kiln
     /// verify --recompile` can finalize it again), then releases `claim`,
