@@ -82,6 +82,7 @@ mod features;
 mod kernel;
 mod key;
 mod launch;
+mod mode;
 mod module;
 mod options;
 pub mod pipeline_cache;
@@ -101,6 +102,7 @@ pub use kernel::{
     WgslKernel, WgslKernelBuilder,
 };
 pub use key::WgpuKey;
+pub use mode::AdapterProfile;
 pub use module::WgpuPipeline;
 pub use options::WgpuVariant;
 pub use pipeline_cache::PipelineCacheState;
