@@ -116,6 +116,9 @@ fn run_here() -> Result<()> {
             &["--warm-up-time", "1", "--measurement-time", "3"],
         ),
     ];
+    // prebuilt_start runs `kiln warm`: the binary of this tree, built in the
+    // benchmarks' profile, beside them.
+    let kiln = kiln_binary()?;
     for (bench, variables, options) in quick {
         let mut arguments = vec!["bench", "--package", "kiln-benches", "--bench", bench, "--"];
         arguments.extend_from_slice(options);
@@ -124,6 +127,7 @@ fn run_here() -> Result<()> {
             .envs(variables.iter().copied())
             .env("KILN_BENCH_RECORDS", &records)
             .env("CRITERION_HOME", &criterion)
+            .env("KILN_BENCH_KILN", &kiln)
             .run(&format!("the {bench} benchmark"))?;
     }
     print_table(&folder, &criterion)?;
@@ -187,12 +191,37 @@ fn pack() -> Result<PathBuf> {
             bail!("cargo built no binary for the {bench} benchmark");
         }
     }
+    copy_stripped(&kiln_binary()?, &folder.join("kiln"))?;
     let xtask = std::env::current_exe().context("xtask cannot find itself")?;
     copy_stripped(&xtask, &folder.join("xtask"))?;
     let script = folder.join("run.sh");
     std::fs::write(&script, RUN_SCRIPT)
         .with_context(|| format!("could not write {}", script.display()))?;
     Ok(folder)
+}
+
+/// Builds the `kiln` binary in the benchmarks' profile (`prebuilt_start`
+/// runs `kiln warm`) and returns its path.
+fn kiln_binary() -> Result<PathBuf> {
+    let output = command::cargo(&[
+        "build",
+        "--profile",
+        "bench",
+        "--package",
+        "kiln-tool",
+        "--bin",
+        "kiln",
+        "--message-format=json",
+    ])
+    .output("building the kiln binary")?;
+    String::from_utf8_lossy(&output)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|message| {
+            message["reason"] == "compiler-artifact" && message["target"]["name"] == "kiln"
+        })
+        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
+        .context("cargo built no kiln binary")
 }
 
 fn copy_stripped(from: &Path, to: &Path) -> Result<()> {
@@ -543,6 +572,35 @@ fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
             format!(
                 "after a compile-only run {} ({} compiled); own second run {} ({} compiled); \
                  {} kernels, {}",
+                time(after_wall),
+                compiled(&after).unwrap_or(0),
+                time(second_wall),
+                compiled(&second).unwrap_or(0),
+                first.kernels,
+                first.note
+            ),
+            format!("after / second **{:.2}**", after_wall / second_wall),
+            "0 compiled; ≈ 1×".to_owned(),
+        ]);
+    }
+
+    // L11, P14: the start after `kiln warm` filled the store from the
+    // program's own files, next to the program's own second run.
+    let warm = of("prebuilt_start", "kiln_warm", "", None);
+    let after = of("prebuilt_start", "after_warm", "", None);
+    if let (Some(first), Some(warm_wall), Some(after_wall), Some(second_wall)) = (
+        after.first(),
+        median(warm.iter().map(|sample| sample.wall).collect()),
+        median(after.iter().map(|sample| sample.wall).collect()),
+        median(second.iter().map(|sample| sample.wall).collect()),
+    ) {
+        let compiled = |samples: &[Sample]| samples.iter().filter_map(|s| s.compiled).max();
+        rows.push([
+            "L11 prebuilt_start after kiln warm".to_owned(),
+            format!(
+                "kiln warm {}; then the program {} ({} compiled); own second run {} ({} \
+                 compiled); {} kernels, {}",
+                time(warm_wall),
                 time(after_wall),
                 compiled(&after).unwrap_or(0),
                 time(second_wall),
