@@ -90,9 +90,7 @@ mod spirv;
 mod target;
 mod timing;
 
-pub use compiler::{
-    NAGA_VERSION, ShaderBinding, ShaderCode, WGPU_VERSION, WgpuArtifact, WgpuCompiler, WgpuLowered,
-};
+pub use compiler::{ShaderBinding, ShaderCode, WgpuArtifact, WgpuCompiler, WgpuLowered};
 pub use device::{DriverIdentity, WgpuDevice};
 pub use entry_points::compute_entries;
 pub use error::Error;
@@ -101,7 +99,7 @@ pub use kernel::{
     BindingLayout, BufferBinding, BufferKind, Constants, Language, SpirvGenerator, WgslGenerator,
     WgslKernel, WgslKernelBuilder,
 };
-pub use key::WgpuKey;
+pub use key::{NAGA_VERSION, WGPU_VERSION, WgpuKey};
 pub use mode::AdapterProfile;
 pub use module::WgpuPipeline;
 pub use options::WgpuVariant;

@@ -29,12 +29,30 @@
 //!
 //! | backend | feature | target | kernel and its builder |
 //! |---|---|---|---|
-#![cfg_attr(feature = "cuda", doc = "| cuda (CUDA C++ through NVRTC) | `cuda` | [`CudaTarget`](cuda::CudaTarget) | [`CudaKernel`](cuda::CudaKernel), [`CudaKernelBuilder`](cuda::CudaKernelBuilder) |")]
-#![cfg_attr(not(feature = "cuda"), doc = "| cuda (CUDA C++ through NVRTC) | `cuda` | `cuda::CudaTarget` | `cuda::CudaKernel`, `cuda::CudaKernelBuilder` |")]
-#![cfg_attr(feature = "hip", doc = "| hip (HIP C++ through hipRTC) | `hip` | [`HipTarget`](hip::HipTarget) | [`HipKernel`](hip::HipKernel), [`HipKernelBuilder`](hip::HipKernelBuilder) |")]
-#![cfg_attr(not(feature = "hip"), doc = "| hip (HIP C++ through hipRTC) | `hip` | `hip::HipTarget` | `hip::HipKernel`, `hip::HipKernelBuilder` |")]
-#![cfg_attr(feature = "wgpu", doc = "| wgpu (WGSL and SPIR-V through naga, on Vulkan) | `wgpu` | [`WgpuTarget`](wgpu::WgpuTarget) | [`WgslKernel`](wgpu::WgslKernel), [`WgslKernelBuilder`](wgpu::WgslKernelBuilder) |")]
-#![cfg_attr(not(feature = "wgpu"), doc = "| wgpu (WGSL and SPIR-V through naga, on Vulkan) | `wgpu` | `wgpu::WgpuTarget` | `wgpu::WgslKernel`, `wgpu::WgslKernelBuilder` |")]
+#![cfg_attr(
+    feature = "cuda",
+    doc = "| cuda (CUDA C++ through NVRTC) | `cuda` | [`CudaTarget`](cuda::CudaTarget) | [`CudaKernel`](cuda::CudaKernel), [`CudaKernelBuilder`](cuda::CudaKernelBuilder) |"
+)]
+#![cfg_attr(
+    not(feature = "cuda"),
+    doc = "| cuda (CUDA C++ through NVRTC) | `cuda` | `cuda::CudaTarget` | `cuda::CudaKernel`, `cuda::CudaKernelBuilder` |"
+)]
+#![cfg_attr(
+    feature = "hip",
+    doc = "| hip (HIP C++ through hipRTC) | `hip` | [`HipTarget`](hip::HipTarget) | [`HipKernel`](hip::HipKernel), [`HipKernelBuilder`](hip::HipKernelBuilder) |"
+)]
+#![cfg_attr(
+    not(feature = "hip"),
+    doc = "| hip (HIP C++ through hipRTC) | `hip` | `hip::HipTarget` | `hip::HipKernel`, `hip::HipKernelBuilder` |"
+)]
+#![cfg_attr(
+    feature = "wgpu",
+    doc = "| wgpu (WGSL and SPIR-V through naga, on Vulkan) | `wgpu` | [`WgpuTarget`](wgpu::WgpuTarget) | [`WgslKernel`](wgpu::WgslKernel), [`WgslKernelBuilder`](wgpu::WgslKernelBuilder) |"
+)]
+#![cfg_attr(
+    not(feature = "wgpu"),
+    doc = "| wgpu (WGSL and SPIR-V through naga, on Vulkan) | `wgpu` | `wgpu::WgpuTarget` | `wgpu::WgslKernel`, `wgpu::WgslKernelBuilder` |"
+)]
 //!
 //! A program on a real backend, on the default store (no store line):
 //!

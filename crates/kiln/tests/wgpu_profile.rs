@@ -137,7 +137,10 @@ fn lavapipe() -> Result<WgpuDevice, String> {
     if device.info().name.contains("llvmpipe") {
         Ok(device)
     } else {
-        Err(format!("the adapter is {}, not lavapipe", device.describe()))
+        Err(format!(
+            "the adapter is {}, not lavapipe",
+            device.describe()
+        ))
     }
 }
 
@@ -177,12 +180,24 @@ fn a_program_prebuilt_for_an_adapter_profile_compiles_nothing_on_that_adapter() 
         let root = scratch.join(case);
         let built = run(&root, Some(profile));
         assert_eq!(value(&built, "compile_only"), "true", "{case}: {built:?}");
-        assert_eq!(value(&built, "compiled"), value(&built, "kernels"), "{case}: {built:?}");
+        assert_eq!(
+            value(&built, "compiled"),
+            value(&built, "kernels"),
+            "{case}: {built:?}"
+        );
         let ran = run(&root, None);
         assert_eq!(value(&ran, "compile_only"), "false", "{case}: {ran:?}");
-        assert_eq!(value(&ran, "kernels"), value(&built, "kernels"), "{case}: {ran:?}");
+        assert_eq!(
+            value(&ran, "kernels"),
+            value(&built, "kernels"),
+            "{case}: {ran:?}"
+        );
         assert_eq!(value(&ran, "compiled"), "0", "{case}: {ran:?}");
-        assert_eq!(value(&ran, "from_store"), value(&ran, "kernels"), "{case}: {ran:?}");
+        assert_eq!(
+            value(&ran, "from_store"),
+            value(&ran, "kernels"),
+            "{case}: {ran:?}"
+        );
     }
     // Without a profile the program chose for an adapter without f16 or
     // i64: where lavapipe has either, its run compiles what it chose then.
