@@ -2,7 +2,8 @@
 //!
 //! - `test`: installs the system parts the tests need when they are missing,
 //!   then runs every test of the workspace, the cells of the supported
-//!   matrix beyond it (kiln-cuda's tests on NVRTC 12, a program outside the
+//!   matrix beyond it (kiln-cuda's tests on NVRTC 12, the facade's tests with
+//!   every backend, a program outside the
 //!   workspace on other versions of wgpu and cudarc) and the example
 //!   programs of `examples/`.
 //! - `test-matrix`: only the supported matrix's cells.
@@ -35,7 +36,8 @@ usage: cargo xtask <task>
 
 tasks:
   test                  install what the tests need, then run every test and example
-  test-matrix           only the supported matrix: NVRTC 12, tests/outside, a feature check
+  test-matrix           only the supported matrix: NVRTC 12, tests/outside, a feature check,
+                        the facade with every backend
   test-backend [NAME]   run one backend's tests on every device of it (no NAME: list them)
   lint                  rule ids against docs/BEHAVIOUR.md, fmt --check, clippy, publish-check,
                         doc -D warnings, doc-check
