@@ -70,12 +70,17 @@ impl KernelSize {
     /// The source of kernel `salt`: every salt gives a distinct text (so no
     /// two kernels share an artifact) of the same cost.
     pub fn source(self, salt: u64) -> String {
-        let body = match self {
+        format!("#define KILN_BENCH_SALT {salt}.0f\n{}", self.template())
+    }
+
+    /// The text without its salt: `KILN_BENCH_SALT` is left for a define
+    /// to give (`-DKILN_BENCH_SALT=3`), as a file `kiln warm` specializes.
+    pub fn template(self) -> &'static str {
+        match self {
             Self::Tiny => TINY,
             Self::Gemm => GEMM,
             Self::Heavy => HEAVY,
-        };
-        format!("#define KILN_BENCH_SALT {salt}.0f\n{body}")
+        }
     }
 
     /// Kernel `salt` of this size, as kiln compiles it.

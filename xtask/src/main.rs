@@ -2,7 +2,8 @@
 //!
 //! - `test`: installs the system parts the tests need when they are missing,
 //!   then runs every test of the workspace, the cells of the supported
-//!   matrix beyond it (kiln-cuda's tests on NVRTC 12, a program outside the
+//!   matrix beyond it (kiln-cuda's tests on NVRTC 12, the facade's tests with
+//!   every backend, a program outside the
 //!   workspace on other versions of wgpu and cudarc) and the example
 //!   programs of `examples/`.
 //! - `test-matrix`: only the supported matrix's cells.
@@ -10,7 +11,9 @@
 //!   it here, a pass per GPU, and prints which.
 //! - `lint`: every rule id of the code and the docs stated in
 //!   docs/BEHAVIOUR.md and every rule named by a test, `cargo fmt --check`,
-//!   clippy with `-D warnings`, and rustdoc with `-D warnings`.
+//!   clippy with `-D warnings`, rustdoc with `-D warnings`, and `doc-check`.
+//! - `doc-check`: the facade's documentation built with docs.rs's features
+//!   lists every backend's target and kernel builder on its crate page.
 //! - `setup`: only the install step of `test`.
 //! - `bench-report`: the benchmarks behind rules F1–F4 (docs/BEHAVIOUR.md) and one table of
 //!   their ratios; packs the full run for a GPU machine.
@@ -18,6 +21,7 @@
 mod backend;
 mod bench;
 mod command;
+mod docs;
 mod examples;
 mod matrix;
 mod publish;
@@ -32,13 +36,16 @@ usage: cargo xtask <task>
 
 tasks:
   test                  install what the tests need, then run every test and example
-  test-matrix           only the supported matrix: NVRTC 12, tests/outside, a feature check
+  test-matrix           only the supported matrix: NVRTC 12, tests/outside, a feature check,
+                        the facade with every backend
   test-backend [NAME]   run one backend's tests on every device of it (no NAME: list them)
   lint                  rule ids against docs/BEHAVIOUR.md, fmt --check, clippy, publish-check,
-                        doc -D warnings
+                        doc -D warnings, doc-check
   publish-check         what a registry would refuse, offline: manifests, licences and
                         READMEs in each package, no test feature named, every .crate made
                         (--registry: cargo publish --dry-run too, which builds each one)
+  doc-check             the facade's docs as docs.rs builds them: its crate page lists every
+                        backend's target and kernel builder, and no link is left unresolved
   bench-report          run the F1-F4 benchmarks, print one table of ratios, pack the GPU run
   setup                 install what the tests need, and nothing else";
 
@@ -57,6 +64,7 @@ fn main() -> Result<()> {
         }
         ["test-backend", name, extra @ ..] => backend::test(name, extra),
         ["lint"] => lint(),
+        ["doc-check"] => docs::check_facade(),
         ["publish-check"] => publish::check(false),
         ["publish-check", "--registry"] => publish::check(true),
         ["bench-report", extra @ ..] => bench::report(extra),
@@ -189,6 +197,7 @@ fn lint() -> Result<()> {
     command::cargo(&["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings")
         .run("cargo doc")?;
+    docs::check_facade()?;
     println!("lint: rule ids, fmt, clippy, the publish check and doc are clean");
     Ok(())
 }

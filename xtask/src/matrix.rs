@@ -15,6 +15,10 @@
 //!   build rebuilds the other's.
 //! - **Another CUDA version through kiln's features**: `cargo check` of the
 //!   facade with `cuda-12090` instead of its defaults.
+//! - **The facade with its backends**: its tests and doc tests with every
+//!   backend's feature (the workspace run builds it with `testing` alone),
+//!   so compile-only mode's backend cases and the README's cudarc program
+//!   compile and run.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,6 +31,9 @@ use crate::{command, setup};
 /// The program outside the workspace, relative to the workspace's root.
 const OUTSIDE: &str = "tests/outside";
 
+/// The facade's features its tests with every backend run with.
+const BACKEND_FEATURES: &str = "cuda,hip,wgpu,testing";
+
 /// The facade's features the feature check builds with: another CUDA
 /// version than the default, passed through kiln's own features.
 const CHECKED_FEATURES: &str = "store,cuda,cuda-12090,dynamic-loading";
@@ -35,7 +42,7 @@ const CHECKED_FEATURES: &str = "store,cuda,cuda-12090,dynamic-loading";
 /// that failed. `test_arguments` are the workspace run's `cargo test`
 /// arguments, so its kiln-cuda binaries are found without a rebuild.
 pub fn run_all(environment: &[(String, String)], test_arguments: &[&str]) -> Result<()> {
-    let cells: [(&str, Result<()>); 3] = [
+    let cells: [(&str, Result<()>); 4] = [
         (
             "kiln-cuda's tests on NVRTC 12",
             cuda_tests_on_nvrtc_12(environment, test_arguments),
@@ -48,6 +55,10 @@ pub fn run_all(environment: &[(String, String)], test_arguments: &[&str]) -> Res
             "the facade with cuda-12090 instead of its defaults",
             feature_check(),
         ),
+        (
+            "the facade's tests and doc tests with every backend",
+            facade_with_backends(environment),
+        ),
     ];
     let mut failed = Vec::new();
     for (what, result) in cells {
@@ -58,7 +69,7 @@ pub fn run_all(environment: &[(String, String)], test_arguments: &[&str]) -> Res
     }
     println!(
         "matrix: {} cells passed, {} failed",
-        3 - failed.len(),
+        4 - failed.len(),
         failed.len()
     );
     if !failed.is_empty() {
@@ -197,6 +208,20 @@ fn outside_program(environment: &[(String, String)]) -> Result<()> {
         bail!("tests/outside built, but failed when run ({status}); its output says why");
     }
     Ok(())
+}
+
+/// The facade's tests and doc tests with every backend's feature.
+fn facade_with_backends(environment: &[(String, String)]) -> Result<()> {
+    command::cargo(&[
+        "test",
+        "--package",
+        "kiln",
+        "--no-fail-fast",
+        "--features",
+        BACKEND_FEATURES,
+    ])
+    .envs(environment.iter().map(|(key, value)| (key, value)))
+    .run(&format!("cargo test of kiln with {BACKEND_FEATURES}"))
 }
 
 /// `cargo check` of the facade with another CUDA version than its default,

@@ -197,6 +197,37 @@ fn manifest_problems(package: &Package, packages: &BTreeMap<String, Package>) ->
             }
         }
     }
+    problems.extend(feature_problems(package, packages));
+    problems
+}
+
+/// The features of `package` a user turns on without asking for test code
+/// that turn on a sibling's test-only feature (`default = ["kiln-engine/testing"]`).
+/// A test feature may forward to a sibling's: a program's tests ask for it.
+fn feature_problems(package: &Package, packages: &BTreeMap<String, Package>) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Some(features) = package.manifest["features"].as_object() else {
+        return problems;
+    };
+    for (feature, enables) in features {
+        if TEST_ONLY_FEATURES.contains(&feature.as_str()) {
+            continue;
+        }
+        for enabled in enables.as_array().into_iter().flatten() {
+            let enabled = enabled.as_str().unwrap_or_default();
+            let own = !enabled.contains('/') && TEST_ONLY_FEATURES.contains(&enabled);
+            let sibling = enabled.split_once('/').is_some_and(|(sibling, named)| {
+                packages.contains_key(sibling.trim_end_matches('?'))
+                    && TEST_ONLY_FEATURES.contains(&named)
+            });
+            if own || sibling {
+                problems.push(format!(
+                    "{}: its feature `{feature}` turns on `{enabled}`, a feature for tests",
+                    package.name
+                ));
+            }
+        }
+    }
     problems
 }
 
@@ -340,6 +371,33 @@ mod tests {
             "a dev-dependency may turn on a test feature"
         );
         assert!(manifest_problems(&packages["core"], &packages).is_empty());
+    }
+
+    #[test]
+    fn a_feature_a_user_turns_on_may_not_turn_on_test_code() {
+        let mut facade = package("facade", json!([]));
+        facade.manifest["features"] = json!({
+            "default": ["store", "testing"],
+            "store": ["core/testing"],
+            "cuda": ["cuda-backend?/bench", "dep:cuda-backend"],
+            "testing": ["core/testing"],
+        });
+        let packages: BTreeMap<String, Package> = [
+            package("core", json!([])),
+            package("cuda-backend", json!([])),
+        ]
+        .into_iter()
+        .map(|package| (package.name.clone(), package))
+        .collect();
+        assert_eq!(
+            feature_problems(&facade, &packages),
+            [
+                "facade: its feature `cuda` turns on `cuda-backend?/bench`, a feature for tests",
+                "facade: its feature `default` turns on `testing`, a feature for tests",
+                "facade: its feature `store` turns on `core/testing`, a feature for tests",
+            ],
+            "`testing` forwarding to `core/testing` is a program's tests asking"
+        );
     }
 
     #[test]

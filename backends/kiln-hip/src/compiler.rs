@@ -20,12 +20,9 @@ use crate::kernel::{Header, HipKernel};
 use crate::key::{CompilerIdentity, HipKey};
 use crate::metadata;
 use crate::options::{HipOptions, HipVariant};
-use crate::program::Program;
+use crate::program::{PROGRAM_NAME, Program};
 use crate::result::c_string;
 use crate::toolchain::Toolchain;
-
-/// The name every program is given; diagnostics in it carry no file name.
-pub(crate) const PROGRAM_NAME: &str = "kernel.hip";
 
 /// A lowered HIP kernel: its source and everything else its compile needs,
 /// as plain data that can cross to another process.

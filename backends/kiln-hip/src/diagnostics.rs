@@ -16,7 +16,7 @@ use kiln_engine::{CompileFailure, Diagnostic, Location, Severity};
 const SEVERITIES: [&str; 5] = ["fatal error", "error", "warning", "note", "remark"];
 
 /// The names comgr and hipRTC give the program's own file.
-const PROGRAM_FILES: [&str; 2] = ["CompileSource", crate::compiler::PROGRAM_NAME];
+const PROGRAM_FILES: [&str; 2] = ["CompileSource", crate::program::PROGRAM_NAME];
 
 /// The diagnostics of `log`, for a program of `source_lines` lines whose
 /// entry point is `entry`.

@@ -9,6 +9,9 @@ use crate::result;
 use crate::sys::{self, HiprtcLibrary};
 use crate::toolchain;
 
+/// The name every program is given; diagnostics in it carry no file name.
+pub(crate) const PROGRAM_NAME: &str = "kernel.hip";
+
 /// One hipRTC program, from creation to destruction. While it lives no
 /// other thread of the process enters hipRTC.
 pub struct Program<'a> {

@@ -17,14 +17,6 @@ use crate::key::WgpuKey;
 use crate::options::WgpuVariant;
 use crate::{constants, diagnostics, features, spirv};
 
-/// The naga kiln-wgpu validates with, as pinned in the workspace: part of
-/// every artifact's key.
-pub const NAGA_VERSION: &str = "30.0.2";
-
-/// The wgpu kiln-wgpu builds pipelines with, as pinned in the workspace:
-/// part of every pipeline cache's key.
-pub const WGPU_VERSION: &str = "30.0.2";
-
 /// A lowered wgpu kernel: the source its generator returned (WGSL text, or
 /// a SPIR-V module's bytes in hexadecimal) and everything its pipeline is
 /// built with, ready to finalize here or in another process.

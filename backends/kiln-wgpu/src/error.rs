@@ -26,6 +26,15 @@ pub enum Error {
         /// wgpu's answer.
         detail: String,
     },
+    /// The adapter profile compile-only mode names (`KILN_WGPU_PROFILE`)
+    /// is neither a profile file nor a built-in profile, or does not parse.
+    #[error("the wgpu adapter profile `{profile}` cannot be used: {detail}")]
+    AdapterProfile {
+        /// The profile as named.
+        profile: String,
+        /// What is wrong, and what to do.
+        detail: String,
+    },
     /// The pipeline was loaded by a compile-only target: there is no device
     /// to dispatch it on.
     #[error("kernel `{entry}` was compiled without a device (compile-only target): it cannot run")]

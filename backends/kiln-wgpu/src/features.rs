@@ -189,8 +189,9 @@ pub(crate) fn check(
         ),
         LoadedOn::CompileOnly => format!(
             "kernel `{entry}` needs the wgpu feature{plural} {list}, which this compile-only \
-             target does not stand for (it has {}): name the features of the adapter the \
-             kernels are for with WgpuTarget::compile_only_for",
+             target does not stand for (it has {}): name the adapter the kernels are for \
+             with KILN_WGPU_PROFILE (a built-in profile such as `lavapipe`, or a profile file \
+             written on its machine), or its features with WgpuTarget::compile_only_for",
             if have.is_empty() {
                 "none".to_owned()
             } else {

@@ -24,9 +24,16 @@
 
 use kiln_engine::store::{KeyComponents, SourceCover};
 
-use crate::compiler::{NAGA_VERSION, WGPU_VERSION};
 use crate::kernel::Language;
 use crate::kernel::WgslKernel;
+
+/// The naga kiln-wgpu validates with, as pinned in the workspace: part of
+/// every artifact's key.
+pub const NAGA_VERSION: &str = "30.0.2";
+
+/// The wgpu kiln-wgpu builds pipelines with, as pinned in the workspace:
+/// part of every pipeline cache's key.
+pub const WGPU_VERSION: &str = "30.0.2";
 
 /// The version of [`WgpuArtifact`](crate::WgpuArtifact)'s serialized form;
 /// part of the key, so a change of the artifact type makes old entries

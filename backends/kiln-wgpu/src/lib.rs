@@ -82,6 +82,7 @@ mod features;
 mod kernel;
 mod key;
 mod launch;
+mod mode;
 mod module;
 mod options;
 pub mod pipeline_cache;
@@ -89,9 +90,7 @@ mod spirv;
 mod target;
 mod timing;
 
-pub use compiler::{
-    NAGA_VERSION, ShaderBinding, ShaderCode, WGPU_VERSION, WgpuArtifact, WgpuCompiler, WgpuLowered,
-};
+pub use compiler::{ShaderBinding, ShaderCode, WgpuArtifact, WgpuCompiler, WgpuLowered};
 pub use device::{DriverIdentity, WgpuDevice};
 pub use entry_points::compute_entries;
 pub use error::Error;
@@ -100,7 +99,8 @@ pub use kernel::{
     BindingLayout, BufferBinding, BufferKind, Constants, Language, SpirvGenerator, WgslGenerator,
     WgslKernel, WgslKernelBuilder,
 };
-pub use key::WgpuKey;
+pub use key::{NAGA_VERSION, WGPU_VERSION, WgpuKey};
+pub use mode::AdapterProfile;
 pub use module::WgpuPipeline;
 pub use options::WgpuVariant;
 pub use pipeline_cache::PipelineCacheState;

@@ -40,8 +40,8 @@ use std::time::{Duration, Instant};
 use kiln_engine::store::{ArtifactStore, BlobKey};
 use kiln_engine::{Lookup, StoreOutcome};
 
-use crate::compiler::WGPU_VERSION;
 use crate::device::WgpuDevice;
+use crate::key::WGPU_VERSION;
 
 /// The kind of blob a pipeline cache is kept as.
 pub const PIPELINE_CACHE_KIND: &str = "wgpu pipeline cache";

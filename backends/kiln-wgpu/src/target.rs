@@ -12,6 +12,7 @@ use crate::device::WgpuDevice;
 use crate::error::Error;
 use crate::features::{self, LoadedOn};
 use crate::kernel::{BindingLayout, BufferKind};
+use crate::mode;
 use crate::module::{Loaded, OnDevice, WgpuPipeline};
 use crate::options::WgpuVariant;
 use crate::pipeline_cache::{PersistedPipelineCache, PipelineCacheState};
@@ -114,13 +115,22 @@ impl WgpuTarget {
     /// the process.
     ///
     /// In compile-only mode ([`kiln_engine::mode`]) the target is
-    /// compile-only, as [`compile_only`](Self::compile_only) makes it, and
-    /// `device` is dropped (L11).
+    /// compile-only, standing for the adapter profile the mode names
+    /// (`KILN_WGPU_PROFILE`, see [`AdapterProfile`](crate::AdapterProfile)), and `device` is
+    /// dropped (L11); a profile that cannot be found is warned of, and the
+    /// target stands for `baseline`.
     pub fn on_device(device: WgpuDevice) -> Self {
-        if kiln_engine::mode::is_compile_only() {
-            return Self::compile_only();
+        match mode::profile_of_mode() {
+            None => Self::new(Some(device)).on_default_store(),
+            Some(Ok(profile)) => Self::compile_only_for(profile.features()),
+            Some(Err(error)) => {
+                log::warn!(
+                    "{error}; the compile-only target stands for an adapter without shader \
+                     features"
+                );
+                Self::compile_only()
+            }
         }
-        Self::new(Some(device)).on_default_store()
     }
 
     /// A target on the best Vulkan adapter here; see [`WgpuDevice::open`].
@@ -129,12 +139,14 @@ impl WgpuTarget {
     ///
     /// No adapter, or it opened no device.
     /// In compile-only mode ([`kiln_engine::mode`]) it opens no adapter and
-    /// makes the compile-only target (L11).
+    /// makes the compile-only target standing for the adapter profile the
+    /// mode names (`KILN_WGPU_PROFILE`, see [`AdapterProfile`](crate::AdapterProfile); L11), and
+    /// fails with [`Error::AdapterProfile`] when that cannot be found.
     pub fn open() -> Result<Self, Error> {
-        if kiln_engine::mode::is_compile_only() {
-            return Ok(Self::compile_only());
+        match mode::profile_of_mode() {
+            None => WgpuDevice::open().map(Self::on_device),
+            Some(profile) => Ok(Self::compile_only_for(profile?.features())),
         }
-        WgpuDevice::open().map(Self::on_device)
     }
 
     /// A target without a device: naga parses and validates, loads describe
@@ -196,6 +208,17 @@ impl WgpuTarget {
     /// [`compile_only_for`](Self::compile_only_for)).
     pub fn compile_only_features(&self) -> wgpu::Features {
         self.compile_only_features
+    }
+
+    /// The features kernels may use here: the device's, or those a
+    /// compile-only target stands for. A program that chooses its kernels
+    /// by them chooses in compile-only mode as on the adapter its profile
+    /// names.
+    pub fn features(&self) -> wgpu::Features {
+        match &self.device {
+            Some(device) => device.features(),
+            None => self.compile_only_features,
+        }
     }
 
     fn new(device: Option<WgpuDevice>) -> Self {

@@ -16,9 +16,14 @@
 //! | `KILN_MODE` | `compile-only`, or `run` (the default) | `compile-only` |
 //! | `KILN_CUDA_ARCH` | the CUDA architecture compile-only CUDA targets compile for | `sm_90` |
 //! | `KILN_HIP_ARCH` | the gfx architecture compile-only HIP targets compile for | `gfx90a` |
+//! | `KILN_WGPU_PROFILE` | the adapter compile-only wgpu targets stand for: a built-in profile or a profile file | `lavapipe` |
 //!
-//! wgpu targets need no architecture: compile-only, they validate with
-//! naga, whose artifacts serve every adapter.
+//! wgpu targets need no architecture: naga's artifacts serve every
+//! adapter. What a program loads does depend on the adapter's features (a
+//! kernel needing f16 is refused where it is missing, and a program may
+//! choose its kernels by them), so `KILN_WGPU_PROFILE` names the adapter
+//! meant; without it, a compile-only wgpu target stands for an adapter
+//! without shader features (kiln-wgpu's `AdapterProfile` says more).
 //!
 //! In code, a [`ProcessModeOverride`] sets the mode for the thread that
 //! made it until it drops, whatever `KILN_MODE` says: a program's own
@@ -53,6 +58,9 @@ pub const MODE_VARIABLE: &str = "KILN_MODE";
 pub const CUDA_ARCH_VARIABLE: &str = "KILN_CUDA_ARCH";
 /// The gfx architecture of compile-only HIP targets (`gfx90a`).
 pub const HIP_ARCH_VARIABLE: &str = "KILN_HIP_ARCH";
+/// The adapter compile-only wgpu targets stand for: a built-in profile's
+/// name (`lavapipe`) or the path of a profile file.
+pub const WGPU_PROFILE_VARIABLE: &str = "KILN_WGPU_PROFILE";
 
 /// What the targets a program creates do.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -67,11 +75,12 @@ pub enum ProcessMode {
 
 /// The architectures compile-only targets compile for, one per backend; a
 /// backend without one refuses to make a target, saying which variable
-/// names it.
+/// names it. wgpu's is an adapter profile, `baseline` when none is named.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CompileOnly {
     cuda: Option<String>,
     hip: Option<String>,
+    wgpu: Option<String>,
 }
 
 impl CompileOnly {
@@ -89,6 +98,14 @@ impl CompileOnly {
         self
     }
 
+    /// The same, with wgpu targets standing for the adapter `profile`
+    /// names: a built-in profile (`lavapipe`) or a profile file's path.
+    #[must_use]
+    pub fn wgpu_profile(mut self, profile: impl Into<String>) -> Self {
+        self.wgpu = Some(profile.into());
+        self
+    }
+
     /// The CUDA architecture, as given (the backend parses it).
     pub fn cuda(&self) -> Option<&str> {
         self.cuda.as_deref()
@@ -99,12 +116,18 @@ impl CompileOnly {
         self.hip.as_deref()
     }
 
+    /// The wgpu adapter profile, as given (the backend finds it).
+    pub fn wgpu(&self) -> Option<&str> {
+        self.wgpu.as_deref()
+    }
+
     /// The architectures the variables name, each where this names none.
     fn or_from(self, lookup: &impl Fn(&'static str) -> Option<String>) -> Self {
         let named = |variable| lookup(variable).filter(|value| !value.trim().is_empty());
         Self {
             cuda: self.cuda.or_else(|| named(CUDA_ARCH_VARIABLE)),
             hip: self.hip.or_else(|| named(HIP_ARCH_VARIABLE)),
+            wgpu: self.wgpu.or_else(|| named(WGPU_PROFILE_VARIABLE)),
         }
     }
 }
@@ -220,11 +243,15 @@ mod tests {
             (MODE_VARIABLE, " compile-only "),
             (CUDA_ARCH_VARIABLE, "sm_90"),
             (HIP_ARCH_VARIABLE, "gfx90a"),
+            (WGPU_PROFILE_VARIABLE, "lavapipe"),
         ]));
         let ProcessMode::CompileOnly(plan) = mode else {
             panic!("compile-only: {mode:?}");
         };
-        assert_eq!((plan.cuda(), plan.hip()), (Some("sm_90"), Some("gfx90a")));
+        assert_eq!(
+            (plan.cuda(), plan.hip(), plan.wgpu()),
+            (Some("sm_90"), Some("gfx90a"), Some("lavapipe"))
+        );
         assert_eq!(mode_with(variables(&[])), ProcessMode::Run);
         assert_eq!(
             mode_with(variables(&[

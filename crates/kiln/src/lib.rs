@@ -24,6 +24,36 @@
 //! "cuda-12080", "dynamic-loading"]`. kiln-cuda's crate documentation says
 //! which combinations are tested.
 //!
+//! Each backend's target (the device a loader loads on, or a compile-only
+//! one for an architecture named) and kernel builder:
+//!
+//! | backend | feature | target | kernel and its builder |
+//! |---|---|---|---|
+#![cfg_attr(
+    feature = "cuda",
+    doc = "| cuda (CUDA C++ through NVRTC) | `cuda` | [`CudaTarget`](cuda::CudaTarget) | [`CudaKernel`](cuda::CudaKernel), [`CudaKernelBuilder`](cuda::CudaKernelBuilder) |"
+)]
+#![cfg_attr(
+    not(feature = "cuda"),
+    doc = "| cuda (CUDA C++ through NVRTC) | `cuda` | `cuda::CudaTarget` | `cuda::CudaKernel`, `cuda::CudaKernelBuilder` |"
+)]
+#![cfg_attr(
+    feature = "hip",
+    doc = "| hip (HIP C++ through hipRTC) | `hip` | [`HipTarget`](hip::HipTarget) | [`HipKernel`](hip::HipKernel), [`HipKernelBuilder`](hip::HipKernelBuilder) |"
+)]
+#![cfg_attr(
+    not(feature = "hip"),
+    doc = "| hip (HIP C++ through hipRTC) | `hip` | `hip::HipTarget` | `hip::HipKernel`, `hip::HipKernelBuilder` |"
+)]
+#![cfg_attr(
+    feature = "wgpu",
+    doc = "| wgpu (WGSL and SPIR-V through naga, on Vulkan) | `wgpu` | [`WgpuTarget`](wgpu::WgpuTarget) | [`WgslKernel`](wgpu::WgslKernel), [`WgslKernelBuilder`](wgpu::WgslKernelBuilder) |"
+)]
+#![cfg_attr(
+    not(feature = "wgpu"),
+    doc = "| wgpu (WGSL and SPIR-V through naga, on Vulkan) | `wgpu` | `wgpu::WgpuTarget` | `wgpu::WgslKernel`, `wgpu::WgslKernelBuilder` |"
+)]
+//!
 //! A program on a real backend, on the default store (no store line):
 //!
 //! ```no_run
@@ -82,25 +112,35 @@ pub use tiers::Tiers;
 /// size-limited; its settings ([`StoreConfig`]),
 /// bundles and maintenance. [`Store`] opens the default one.
 #[cfg(feature = "store")]
+#[doc(inline)]
 pub use kiln_store as disk;
 
 #[cfg(feature = "store")]
 pub use kiln_store::{DiskStore, StoreConfig};
 
+// Inlined, so that the facade's documentation lists every backend's target
+// and kernel builder on its own pages. rustdoc then inlines the cudarc and
+// wgpu the backends re-export too, whole (neither `doc(no_inline)` nor a
+// module of globs stops it): the price of pages a user browses without
+// leaving the facade.
+
 /// The CUDA backend: CUDA C++ through NVRTC to a cubin, loaded with the
 /// driver and launched. NVRTC and the driver are opened at run time, so this
 /// feature builds on any machine.
 #[cfg(feature = "cuda")]
+#[doc(inline)]
 pub use kiln_cuda as cuda;
 
 /// The HIP backend: hipRTC to code objects, loaded with the HIP runtime.
 #[cfg(feature = "hip")]
+#[doc(inline)]
 pub use kiln_hip as hip;
 
 /// The wgpu backend: WGSL through naga to compute pipelines on a Vulkan
 /// device, with the driver's pipeline cache kept in the store. A machine
 /// without a Vulkan loader compiles with naga alone.
 #[cfg(feature = "wgpu")]
+#[doc(inline)]
 pub use kiln_wgpu as wgpu;
 
 /// The README's examples, compiled and run as doctests so they stay true.

@@ -61,7 +61,12 @@ pub(super) fn look_up_sources<T: CompilationTarget>(
     if lowering.len() < 2 {
         return;
     }
-    pool.run(lowering, workers, |job| job.lower_ahead(round), |_| Vec::new());
+    pool.run(
+        lowering,
+        workers,
+        |job| job.lower_ahead(round),
+        |_| Vec::new(),
+    );
     let asking: Vec<usize> = jobs
         .iter()
         .enumerate()

@@ -44,6 +44,7 @@ mod counters;
 mod default;
 mod failure;
 mod generation;
+mod identity;
 mod key;
 mod lease;
 mod memory;
@@ -64,9 +65,10 @@ pub use failure::{
     FAILURE_BLOB_KIND, QUARANTINE_AFTER, RememberedCause, RememberedFailure, UNDO_QUARANTINE,
 };
 pub use generation::Generation;
+pub use identity::LibraryFile;
 pub use key::{
-    Difference, HeaderDigest, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, LibraryFile,
-    Provenance, STORE_FORMAT, SourceCover, StoreKey, hex,
+    Difference, HeaderDigest, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, Provenance,
+    STORE_FORMAT, SourceCover, StoreKey, hex,
 };
 pub use lease::{DEFAULT_LEASE, Renewal};
 pub use memory::{DEFAULT_CLAIM_TIMEOUT, MemoryStore};
