@@ -110,6 +110,34 @@ pub fn pipeline_cache_key(device: &WgpuDevice) -> Option<BlobKey> {
     Some(key)
 }
 
+/// A pipeline cache made on `device`, from `data` when given (a mismatch
+/// is then an error, not an empty cache), with the error the device
+/// raised making it.
+///
+/// # Safety
+///
+/// `data`, when given, must be what `get_data` of a pipeline cache on an
+/// adapter and driver like `device`'s returned: wgpu hands it to the
+/// driver, which trusts it past wgpu's own header check.
+unsafe fn make_cache(
+    device: &WgpuDevice,
+    data: Option<&[u8]>,
+) -> (wgpu::PipelineCache, Option<wgpu::Error>) {
+    device.capture(|| {
+        // SAFETY: the caller vouches for `data` (above); `None` gives the
+        // driver nothing to trust.
+        unsafe {
+            device
+                .device()
+                .create_pipeline_cache(&wgpu::PipelineCacheDescriptor {
+                    label: Some("kiln pipeline cache"),
+                    data,
+                    fallback: data.is_none(),
+                })
+        }
+    })
+}
+
 /// A pipeline cache read from a store, written back to it.
 pub(crate) struct PersistedPipelineCache {
     cache: wgpu::PipelineCache,
@@ -154,22 +182,12 @@ impl PersistedPipelineCache {
         };
         let mut cache = None;
         if let Some(data) = &data {
-            let (made, error) = device.capture(|| {
-                // SAFETY: the bytes are what `get_data` of a cache on an
-                // adapter with this very key returned: the key holds the
-                // adapter, driver and wgpu version, and the store verified
-                // the bytes' digest (P2). wgpu checks its own header again
-                // and `fallback: false` makes any mismatch an error here.
-                unsafe {
-                    device
-                        .device()
-                        .create_pipeline_cache(&wgpu::PipelineCacheDescriptor {
-                            label: Some("kiln pipeline cache"),
-                            data: Some(data),
-                            fallback: false,
-                        })
-                }
-            });
+            // SAFETY: the bytes are what `get_data` of a cache on an
+            // adapter with this very key returned: the key holds the
+            // adapter, driver and wgpu version, and the store verified the
+            // bytes' digest (P2). wgpu checks its own header again and
+            // `fallback: false` makes any mismatch an error here.
+            let (made, error) = unsafe { make_cache(device, Some(data)) };
             match error {
                 None => cache = Some(made),
                 Some(error) => {
@@ -183,18 +201,8 @@ impl PersistedPipelineCache {
         let cache = match cache {
             Some(cache) => cache,
             None => {
-                let (made, error) = device.capture(|| {
-                    // SAFETY: no initial data: nothing for the driver to trust.
-                    unsafe {
-                        device
-                            .device()
-                            .create_pipeline_cache(&wgpu::PipelineCacheDescriptor {
-                                label: Some("kiln pipeline cache"),
-                                data: None,
-                                fallback: true,
-                            })
-                    }
-                });
+                // SAFETY: no initial data: nothing for the driver to trust.
+                let (made, error) = unsafe { make_cache(device, None) };
                 if let Some(error) = error {
                     return Err(PipelineCacheState::Unavailable {
                         reason: format!("the device made no pipeline cache: {error}"),

@@ -101,6 +101,18 @@ impl StoreConfig {
         }
     }
 
+    /// The defaults at `root`, except that the store evicts only when
+    /// asked ([`DiskStore::collect`](crate::DiskStore::collect), `kiln
+    /// gc`), never by itself after a put or a batch: for a store whose
+    /// entries a test counts or a tool walks, which an eviction of its own
+    /// would change under it.
+    pub fn evicting_only_when_asked(root: impl Into<PathBuf>) -> Self {
+        Self {
+            collects_automatically: false,
+            ..Self::at(root)
+        }
+    }
+
     /// The settings from the environment, or `None` when
     /// `KILN_CACHE_DISABLE=1`.
     ///

@@ -78,15 +78,31 @@ impl CompilerChoice {
     }
 }
 
+/// `--remote URL`, else `KILN_REMOTE_URL`: the remote tier of `kiln warm`,
+/// `push`, `pull` and `stats`; its value never shown in help, as a URL
+/// may hold a password.
+#[derive(Debug, Args)]
+pub struct RemoteUrl {
+    /// The fleet's shared remote tier: `redis://HOST:PORT` or
+    /// `redis+cluster://HOST:PORT,...`. Its keys come from
+    /// KILN_REMOTE_KEY, KILN_REMOTE_SIGNING_KEY and
+    /// KILN_REMOTE_TRUSTED_KEYS (`kiln keygen --help`): a command that
+    /// needs them and finds none stops before it starts.
+    #[arg(
+        long = "remote",
+        id = "remote",
+        value_name = "URL",
+        env = "KILN_REMOTE_URL",
+        hide_env_values = true
+    )]
+    pub url: Option<String>,
+}
+
 /// `kiln push` and `kiln pull` options.
 #[derive(Debug, Args)]
 pub struct TransferArguments {
-    /// The remote tier: `redis://HOST:PORT` or
-    /// `redis+cluster://HOST:PORT,...`; default: KILN_REMOTE_URL. Its keys
-    /// come from KILN_REMOTE_KEY, KILN_REMOTE_SIGNING_KEY and
-    /// KILN_REMOTE_TRUSTED_KEYS.
-    #[arg(long, value_name = "URL")]
-    pub remote: Option<String>,
+    #[command(flatten)]
+    pub remote: crate::remote::RemoteUrl,
     /// Copy only the entries of this compiler (any of its components).
     #[command(flatten)]
     pub compiler: CompilerChoice,
@@ -109,7 +125,7 @@ pub fn transfer(
     label: &'static str,
     copy: Copy,
 ) -> Result<(TransferReport, RemoteStore)> {
-    let remote = required_remote(arguments.remote.as_deref())?;
+    let remote = required_remote(arguments.remote.url.as_deref())?;
     let mut bar = ProgressBar::new(label);
     let report = copy(
         store,

@@ -37,6 +37,10 @@ fn help_names_each_option_s_variable_without_its_value() {
         (&["gc", "--help"], "[env: KILN_CACHE_MAX_SIZE]"),
         (&["gc", "--help"], "[env: KILN_CACHE_MAX_ENTRIES]"),
         (&["--help"], "[env: KILN_CACHE_DIR]"),
+        (&["warm", "--help"], "[env: KILN_REMOTE_URL]"),
+        (&["warm", "--help"], "[env: KILN_RETRY_FAILED]"),
+        (&["push", "--help"], "[env: KILN_REMOTE_URL]"),
+        (&["pull", "--help"], "[env: KILN_REMOTE_URL]"),
     ] {
         let help = kiln_with(arguments, &variables);
         assert!(help.status.success(), "{help:?}");
@@ -114,4 +118,44 @@ fn gc_takes_its_limits_from_the_variables_and_refuses_a_bad_one_as_usage() {
     assert!(disabled.stderr.contains("disabled"), "{}", disabled.stderr);
     let configured = kiln_with(&["--json", "stats"], &[("KILN_CACHE_DIR", root_text)]);
     assert_eq!(configured.succeeded_json()["entries"], 2);
+}
+
+// B3: `--retry-failed` reads KILN_RETRY_FAILED as a program's loader does;
+// the human report counts one file and one kernel in the singular.
+#[test]
+fn warm_takes_retry_failed_from_its_variable_and_refuses_a_bad_one_as_usage() {
+    let scratch = Scratch::new("help-retry");
+    let root = scratch.join("store");
+    let kernels = scratch.join("kernels");
+    std::fs::create_dir_all(&kernels).expect("the scratch folder is writable");
+    std::fs::write(kernels.join("one.wgsl"), support::wgsl_kernel(1)).expect("writable");
+    let root_text = root.to_str().expect("a UTF-8 path");
+    let kernels_text = kernels.to_str().expect("a UTF-8 path");
+    let arguments = [
+        "--dir",
+        root_text,
+        "warm",
+        "--progress",
+        "never",
+        kernels_text,
+    ];
+    let refused = kiln_with(&arguments, &[("KILN_RETRY_FAILED", "maybe")]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        refused.stderr.contains("--retry-failed") && refused.stderr.contains("1, true, 0 or false"),
+        "{}",
+        refused.stderr
+    );
+    for value in ["1", "0", ""] {
+        let warmed = kiln_with(&arguments, &[("KILN_RETRY_FAILED", value)]);
+        assert!(
+            warmed.status.success(),
+            "KILN_RETRY_FAILED={value:?}: {warmed:?}"
+        );
+        assert!(
+            warmed.stdout.starts_with("1 file, 1 kernel in "),
+            "{}",
+            warmed.stdout
+        );
+    }
 }

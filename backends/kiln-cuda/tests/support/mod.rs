@@ -196,13 +196,7 @@ pub fn assert_broken_fails(
 /// The disk store at `root`, as a target takes it: durable, as users have
 /// it, and evicting only when asked.
 pub fn disk_store(root: &Path) -> Arc<dyn ArtifactStore> {
-    Arc::new(
-        DiskStore::open(StoreConfig {
-            collects_automatically: false,
-            ..StoreConfig::at(root)
-        })
-        .expect("the store opens"),
-    )
+    Arc::new(DiskStore::open(StoreConfig::evicting_only_when_asked(root)).expect("the store opens"))
 }
 
 /// Fresh disk stores, each in a root of its own inside one scratch folder.

@@ -107,7 +107,49 @@ mod tests {
     use kiln_engine::{ArtifactStore, StoreOutcome};
 
     use super::super::fixtures::{kernel_key, scratch};
-    use crate::Limits;
+    use crate::{DiskStore, Limits, StoreConfig};
+
+    // P6: a store opened to evict only when asked stays over its entry
+    // limit through puts and the batch's end; asked, it evicts; the same
+    // store with the defaults holds its limit by itself.
+    #[test]
+    fn p6_a_store_evicting_only_when_asked_keeps_what_it_holds_until_asked() {
+        let root = std::env::temp_dir().join(format!(
+            "kiln-store-evict-when-asked-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        let fill = |config: StoreConfig| {
+            let store = DiskStore::open(StoreConfig {
+                max_entries: 4,
+                durable: false,
+                ..config
+            })
+            .expect("a store");
+            for number in 0..10 {
+                let put = store.put(
+                    &kernel_key(number),
+                    None,
+                    &[number as u8; 64],
+                    Duration::ZERO,
+                );
+                assert!(matches!(put, StoreOutcome::Stored { .. }), "{put:?}");
+            }
+            store.batch_finished();
+            store
+        };
+        let asked = fill(StoreConfig::evicting_only_when_asked(root.join("asked")));
+        assert_eq!(asked.usage().entries, 10, "nothing evicted unasked");
+        let limits = Limits {
+            max_bytes: u64::MAX,
+            max_entries: 4,
+        };
+        let report = asked.collect(limits, &mut |_| {}).expect("collects");
+        assert_eq!(report.after.entries, 4, "{report:?}");
+        let by_itself = fill(StoreConfig::at(root.join("by-itself")));
+        assert!(by_itself.usage().entries <= 4, "{:?}", by_itself.usage());
+        let _ = std::fs::remove_dir_all(&root);
+    }
 
     // P6, F10: a hundred small entries as files hold a few dozen KiB and
     // take 800 KiB of blocks; a 200 KiB limit is over for the disk, so

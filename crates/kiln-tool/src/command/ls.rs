@@ -239,35 +239,42 @@ fn resource_cells(resources: Option<&ResourceUsage>) -> [String; 3] {
     let registers = resources
         .registers
         .map_or_else(|| "-".to_owned(), |registers| registers.to_string());
-    let spills = if resources.spill_store_bytes.is_some() || resources.spill_load_bytes.is_some() {
-        if resources.spills() {
-            format!(
-                "{}/{} B",
-                resources.spill_store_bytes.unwrap_or(0),
-                resources.spill_load_bytes.unwrap_or(0)
-            )
-        } else {
-            "0".to_owned()
-        }
-    } else if resources.spilled_vector_registers.is_some()
-        || resources.spilled_scalar_registers.is_some()
-    {
-        if resources.spills() {
-            format!(
-                "{}v/{}s",
-                resources.spilled_vector_registers.unwrap_or(0),
-                resources.spilled_scalar_registers.unwrap_or(0)
-            )
-        } else {
-            "0".to_owned()
-        }
-    } else {
-        "-".to_owned()
-    };
+    let spilled = resources.spills();
+    let spills = spill_cell(
+        spilled,
+        (resources.spill_store_bytes, resources.spill_load_bytes),
+        |stored, loaded| format!("{stored}/{loaded} B"),
+    )
+    .or_else(|| {
+        spill_cell(
+            spilled,
+            (
+                resources.spilled_vector_registers,
+                resources.spilled_scalar_registers,
+            ),
+            |vector, scalar| format!("{vector}v/{scalar}s"),
+        )
+    })
+    .unwrap_or_else(|| "-".to_owned());
     let shared = resources
         .shared_memory_bytes
         .map_or_else(|| "-".to_owned(), format::bytes);
     [registers, spills, shared]
+}
+
+/// A SPILLS cell from one backend's pair of spill counts, as `write`
+/// shows them (a missing one of the pair is 0); `0` when nothing spills,
+/// `None` when the backend reports neither.
+fn spill_cell<T: Copy + Default>(
+    spills: bool,
+    pair: (Option<T>, Option<T>),
+    write: impl Fn(T, T) -> String,
+) -> Option<String> {
+    match pair {
+        (None, None) => None,
+        _ if !spills => Some("0".to_owned()),
+        (first, second) => Some(write(first.unwrap_or_default(), second.unwrap_or_default())),
+    }
 }
 
 /// The report (D4) of the artifact `record` names, read from its object

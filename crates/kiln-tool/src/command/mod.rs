@@ -51,6 +51,56 @@ pub fn forget_blob(
     }
 }
 
+/// What a `--forget` of `kiln tunes` or `kiln profiles` says: what each
+/// entry is (`the profile of`), the line when nothing matched, and what
+/// forgetting one changes.
+pub struct ForgetWords {
+    pub of: &'static str,
+    pub none: &'static str,
+    pub effect: &'static str,
+}
+
+/// What `kiln tunes --forget --json` and `kiln profiles --forget --json`
+/// print.
+#[derive(Debug, Serialize)]
+struct Forgotten {
+    /// What was forgotten, as `--forget` described each entry.
+    forgotten: Vec<String>,
+}
+
+/// Forgets each `(key, nothing, described)` of `entries` by writing
+/// `nothing` over its blob ([`forget_blob`]), then reports them in
+/// `words`.
+///
+/// # Errors
+///
+/// The store is read-only, or a write failed.
+pub fn forget_blobs(
+    store: &DiskStore,
+    entries: impl IntoIterator<Item = (BlobKey, Vec<u8>, String)>,
+    words: &ForgetWords,
+    output: &Output,
+) -> Result<()> {
+    let mut forgotten = Vec::new();
+    for (key, nothing, described) in entries {
+        forget_blob(store, &key, &nothing, &format!("{} {described}", words.of))?;
+        forgotten.push(described);
+    }
+    output.print(
+        &Forgotten {
+            forgotten: forgotten.clone(),
+        },
+        || {
+            if forgotten.is_empty() {
+                outln!("{}", words.none);
+            }
+            for described in &forgotten {
+                outln!("forgot {} {described}: {}", words.of, words.effect);
+            }
+        },
+    )
+}
+
 /// Every named blob of `kind` the store holds, with what `decode` reads
 /// from it (a profile, a tuning answer); a blob that is gone meanwhile, or
 /// that `decode` does not read, is left out.

@@ -9,7 +9,7 @@ use kiln_engine::store::BlobKey;
 use kiln_store::DiskStore;
 use serde::Serialize;
 
-use super::Output;
+use super::{ForgetWords, Output};
 use crate::console::outln;
 use crate::format;
 use crate::table::Table;
@@ -45,13 +45,6 @@ struct ProfileShape {
     runs: u64,
     /// When it was last written, in seconds since the Unix epoch.
     updated_at: u64,
-}
-
-/// What `kiln profiles --forget --json` prints.
-#[derive(Debug, Serialize)]
-struct Forgotten {
-    /// The profiles forgotten, as `program on backend architecture`.
-    forgotten: Vec<String>,
 }
 
 /// Lists the profiles matching the program, or forgets them.
@@ -118,32 +111,19 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
 }
 
 fn forget(store: &DiskStore, profiles: &[(BlobKey, StoredProfile)], output: &Output) -> Result<()> {
-    let mut forgotten = Vec::new();
-    for (name, profile) in profiles {
+    let entries = profiles.iter().map(|(name, profile)| {
         let nothing = StoredProfile::forgotten(&profile.program, &profile.components);
+        // As `program on backend architecture`.
         let described = format!(
             "{} on {} {}",
             profile.program, profile.components.backend, profile.components.architecture
         );
-        super::forget_blob(
-            store,
-            name,
-            &nothing.to_bytes(),
-            &format!("the profile of {described}"),
-        )?;
-        forgotten.push(described);
-    }
-    output.print(
-        &Forgotten {
-            forgotten: forgotten.clone(),
-        },
-        || {
-            if forgotten.is_empty() {
-                outln!("no such warm-start profile");
-            }
-            for described in &forgotten {
-                outln!("forgot the profile of {described}: its next start loads nothing ahead");
-            }
-        },
-    )
+        (name.clone(), nothing.to_bytes(), described)
+    });
+    let words = ForgetWords {
+        of: "the profile of",
+        none: "no such warm-start profile",
+        effect: "its next start loads nothing ahead",
+    };
+    super::forget_blobs(store, entries, &words, output)
 }

@@ -25,15 +25,8 @@ pub struct Arguments {
     /// store holds is kept).
     #[arg(long)]
     pub zero: bool,
-    /// The remote tier to report on too: `redis://HOST:PORT` or
-    /// `redis+cluster://HOST:PORT,...`.
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "KILN_REMOTE_URL",
-        hide_env_values = true
-    )]
-    pub remote: Option<String>,
+    #[command(flatten)]
+    pub remote: crate::remote::RemoteUrl,
 }
 
 #[derive(Debug, Serialize)]
@@ -201,8 +194,8 @@ pub fn run_without_store(root: &Path, arguments: &Arguments, output: &Output) ->
 fn remote(arguments: &Arguments) -> Result<Option<kiln_remote::RemoteStore>> {
     let configured = std::env::var("KILN_REMOTE_URL").ok();
     let on_the_command_line =
-        arguments.remote.is_some() && arguments.remote.as_deref() != configured.as_deref();
-    match crate::remote::open_remote(arguments.remote.as_deref()) {
+        arguments.remote.url.is_some() && arguments.remote.url.as_deref() != configured.as_deref();
+    match crate::remote::open_remote(arguments.remote.url.as_deref()) {
         Ok(remote) => Ok(remote),
         // Asked for on the command line, a remote that cannot open is the
         // answer; only configured, it does not hide the local counts.

@@ -9,7 +9,7 @@ use kiln_engine::{ArtifactStore, Lookup};
 use kiln_store::{DiskStore, Entry};
 use serde::Serialize;
 
-use super::Output;
+use super::{ForgetWords, Output};
 use crate::console::outln;
 use crate::format;
 use crate::table::Table;
@@ -53,13 +53,6 @@ struct AnswerShape {
     spread: f64,
     /// When it was measured, in seconds since the Unix epoch.
     measured_at: u64,
-}
-
-/// What `kiln tunes --forget --json` prints.
-#[derive(Debug, Serialize)]
-struct Forgotten {
-    /// The tuning keys and devices whose answers are forgotten.
-    forgotten: Vec<String>,
 }
 
 /// Lists the answers matching the key, or forgets them.
@@ -158,29 +151,16 @@ fn forget(
     answers: &[(kiln_engine::store::BlobKey, TuningAnswer)],
     output: &Output,
 ) -> Result<()> {
-    let mut forgotten = Vec::new();
-    for (name, answer) in answers {
+    let entries = answers.iter().map(|(name, answer)| {
         let nothing = TuningAnswer::forgotten(TuneKey::clone(&answer.key), answer.device.clone());
+        // The tuning key and device.
         let described = format!("{} on {}", answer.key, answer.device);
-        super::forget_blob(
-            store,
-            name,
-            &nothing.to_bytes(),
-            &format!("the answer of {described}"),
-        )?;
-        forgotten.push(described);
-    }
-    output.print(
-        &Forgotten {
-            forgotten: forgotten.clone(),
-        },
-        || {
-            if forgotten.is_empty() {
-                outln!("no such tuning answer");
-            }
-            for described in &forgotten {
-                outln!("forgot the answer of {described}: the next tuning measures again");
-            }
-        },
-    )
+        (name.clone(), nothing.to_bytes(), described)
+    });
+    let words = ForgetWords {
+        of: "the answer of",
+        none: "no such tuning answer",
+        effect: "the next tuning measures again",
+    };
+    super::forget_blobs(store, entries, &words, output)
 }

@@ -30,6 +30,7 @@ use super::Output;
 use crate::backend::{self, BackendReport, Job};
 use crate::console::errln;
 use crate::exit::{self, Exit};
+use crate::format::count;
 use crate::manifest::{self, KernelFile};
 use crate::progress::Shown;
 
@@ -77,14 +78,15 @@ pub struct Arguments {
     /// instead of reporting the remembered failure without compiling; each
     /// one that compiles is forgotten. `kiln forget KERNEL` forgets one
     /// without compiling.
-    #[arg(long)]
+    #[arg(
+        long,
+        env = "KILN_RETRY_FAILED",
+        hide_env_values = true,
+        value_parser = switch
+    )]
     pub retry_failed: bool,
-    /// A shared remote tier behind the store: `redis://HOST:PORT` or
-    /// `redis+cluster://HOST:PORT,...`; default: `KILN_REMOTE_URL`, if set.
-    /// Needs keys (`kiln keygen --help`): without them the run
-    /// stops before compiling anything.
-    #[arg(long, value_name = "URL")]
-    pub remote: Option<String>,
+    #[command(flatten)]
+    pub remote: crate::remote::RemoteUrl,
     /// An include folder for the CUDA and HIP kernels (repeatable),
     /// searched after the including file's folder and its header's
     /// `// kiln include:` folders, before the CUDA toolkit's. kiln reads
@@ -196,7 +198,7 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
     arguments.check()?;
     let folder = match (&arguments.folder, &arguments.profile) {
         (_, Some(program)) => {
-            return profile::run(dir, program, arguments.remote.as_deref(), output);
+            return profile::run(dir, program, arguments.remote.url.as_deref(), output);
         }
         (Some(folder), None) => folder,
         (None, None) => {
@@ -221,7 +223,7 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
     }
     // The tiers as a program opens them: one reading of the remote
     // tier's URL and keys, with the disk store this command found.
-    let url = arguments.remote.as_deref();
+    let url = arguments.remote.url.as_deref();
     let tiers = match &store {
         Ok(disk) => Some(kiln::Store::tiers(disk.clone(), url)?),
         Err(_) => {
@@ -336,11 +338,26 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
     let failed: u64 = report.backends.iter().map(|backend| backend.failed).sum();
     let message = match (failed, report.failed_files.len()) {
         (0, 0) => return Ok(()),
-        (kernels, 0) => format!("{kernels} kernels failed"),
-        (0, files) => format!("{files} kernel files failed"),
-        (kernels, files) => format!("{kernels} kernels and {files} kernel files failed"),
+        (kernels, 0) => format!("{} failed", count(kernels, "kernel")),
+        (0, files) => format!("{} failed", count(files as u64, "kernel file")),
+        (kernels, files) => format!(
+            "{} and {} failed",
+            count(kernels, "kernel"),
+            count(files as u64, "kernel file")
+        ),
     };
     Err(Exit::new(exit::KERNELS_FAILED, message).reported().into())
+}
+
+/// `KILN_RETRY_FAILED`'s value (`--retry-failed` alone is `true`), read
+/// as a program's loader reads it: `1` or `true` on, `0`, `false` or empty
+/// off.
+fn switch(value: &str) -> Result<bool, String> {
+    match value.trim() {
+        "1" | "true" => Ok(true),
+        "0" | "false" | "" => Ok(false),
+        _ => Err("expected 1, true, 0 or false".to_owned()),
+    }
 }
 
 /// Why the store's writes failed during the run, one entry per cause.

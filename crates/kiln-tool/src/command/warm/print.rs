@@ -2,8 +2,9 @@
 //! then what the table cannot hold (long reasons, failures, spills).
 
 use super::WarmReport;
+use crate::backend::BackendReport;
 use crate::console::outln;
-use crate::format::seconds;
+use crate::format::{count, seconds};
 use crate::table::Table;
 
 /// Prints `report` as tables and lines.
@@ -15,8 +16,9 @@ pub(super) fn report(report: &WarmReport) {
         (None, None) => "no store".to_owned(),
     };
     outln!(
-        "{} files, {kernels} kernels in {}; {store}",
-        report.files,
+        "{}, {} in {}; {store}",
+        count(report.files as u64, "file"),
+        count(kernels as u64, "kernel"),
         report.folder
     );
     if let Some(remote) = &report.remote {
@@ -36,52 +38,7 @@ pub(super) fn report(report: &WarmReport) {
             }
         );
     }
-    let mut table = Table::new(&[
-        "BACKEND",
-        "TARGET",
-        "KERNELS>",
-        "FROM STORE>",
-        "REKEYED>",
-        "COMPILED>",
-        "FAILED>",
-        "NOT STORED>",
-        "WALL>",
-        "SUMMED WORK>",
-    ]);
-    for backend in &report.backends {
-        if let Some(reason) = &backend.unavailable {
-            let mut row = vec![
-                backend.backend.to_owned(),
-                format!("unavailable: {}", short(reason)),
-                backend.kernels.to_string(),
-            ];
-            row.resize(10, "-".into());
-            table.row(row);
-            continue;
-        }
-        let work = seconds(backend.work_seconds);
-        table.row(vec![
-            backend.backend.to_owned(),
-            backend.target.clone(),
-            backend.kernels.to_string(),
-            backend.from_store.to_string(),
-            backend.rekeyed.to_string(),
-            backend.compiled.to_string(),
-            backend.failed.to_string(),
-            backend.store_write_failures.to_string(),
-            seconds(backend.wall_seconds),
-            match backend.workers {
-                Some(workers) => {
-                    format!(
-                        "{work} on {workers} worker{}",
-                        if workers == 1 { "" } else { "s" }
-                    )
-                }
-                None => work,
-            },
-        ]);
-    }
-    table.print();
+    table(&report.backends).print();
     for backend in &report.backends {
         if let Some(reason) = backend
             .unavailable
@@ -140,6 +97,58 @@ pub(super) fn report(report: &WarmReport) {
     }
 }
 
+/// The table's columns: headers short enough that, with their numbers
+/// kept whole, a report fits the default 100 columns (only the target's
+/// text wraps).
+const HEADERS: [&str; 11] = [
+    "BACKEND",
+    "TARGET",
+    "KERNELS>",
+    "HITS>",
+    "REKEYED>",
+    "COMPILED>",
+    "FAILED>",
+    "UNSTORED>",
+    "WALL>",
+    "WORK>",
+    "WORKERS>",
+];
+
+/// One row per backend's batch: its kernels found in the store (hits),
+/// compiled, failed, compiled but not written to the store (unstored), the
+/// batch's wall time and the work its workers summed.
+fn table(backends: &[BackendReport]) -> Table {
+    let mut table = Table::new(&HEADERS);
+    for backend in backends {
+        if let Some(reason) = &backend.unavailable {
+            let mut row = vec![
+                backend.backend.to_owned(),
+                format!("unavailable: {}", short(reason)),
+                backend.kernels.to_string(),
+            ];
+            row.resize(HEADERS.len(), "-".into());
+            table.row(row);
+            continue;
+        }
+        table.row(vec![
+            backend.backend.to_owned(),
+            backend.target.clone(),
+            backend.kernels.to_string(),
+            backend.from_store.to_string(),
+            backend.rekeyed.to_string(),
+            backend.compiled.to_string(),
+            backend.failed.to_string(),
+            backend.store_write_failures.to_string(),
+            seconds(backend.wall_seconds),
+            seconds(backend.work_seconds),
+            backend
+                .workers
+                .map_or_else(|| "-".to_owned(), |workers| workers.to_string()),
+        ]);
+    }
+    table
+}
+
 /// The start of a long reason, for a table cell: up to where it starts
 /// listing what was tried.
 pub(super) fn short(reason: &str) -> String {
@@ -153,4 +162,76 @@ pub(super) fn short(reason: &str) -> String {
         text.push_str(" (below)");
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The README's first run: the widest targets and numbers a warm of
+    // the examples shows.
+    fn examples_run() -> Vec<BackendReport> {
+        let ran = |backend, target: &str, kernels, wall, work| BackendReport {
+            backend,
+            target: target.to_owned(),
+            kernels,
+            compiled: kernels as u64,
+            workers: Some(2),
+            wall_seconds: wall,
+            work_seconds: work,
+            ..BackendReport::default()
+        };
+        vec![
+            ran(
+                "wgpu",
+                "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan)",
+                1047,
+                0.191,
+                12.5,
+            ),
+            ran("cuda", "compile-only: sm_90, nvrtc 13.0", 9, 0.228, 0.341),
+            BackendReport {
+                backend: "hip",
+                kernels: 9,
+                unavailable: Some(
+                    "hipRTC could not be loaded: looked for libhiprtc.so; install ROCm 6 or later"
+                        .to_owned(),
+                ),
+                ..BackendReport::default()
+            },
+        ]
+    }
+
+    #[test]
+    fn a_warm_report_fits_100_columns_with_every_header_on_its_line() {
+        let text = table(&examples_run()).render_at(Some(100));
+        let mut lines = text.lines();
+        let header = lines.next().expect("a header line");
+        let words: Vec<&str> = header.split_whitespace().collect();
+        let expected: Vec<&str> = HEADERS
+            .iter()
+            .map(|header| header.trim_end_matches('>'))
+            .collect();
+        assert_eq!(
+            words, expected,
+            "every header whole on the first line:\n{text}"
+        );
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 100,
+                "{line:?} is over 100 columns:\n{text}"
+            );
+        }
+        // Every number kept whole on its backend's line.
+        let cuda = text
+            .lines()
+            .find(|line| line.starts_with("cuda"))
+            .expect("a cuda row");
+        for cell in ["9", "228 ms", "341 ms", "2"] {
+            assert!(
+                cuda.split("  ").any(|part| part.trim() == cell),
+                "{cell} in {cuda:?}"
+            );
+        }
+    }
 }
