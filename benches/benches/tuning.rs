@@ -259,7 +259,7 @@ fn profiles(criterion: &mut Criterion) {
         if profiled {
             loader.with_profile(program.clone())
         } else {
-            loader
+            loader.without_profile()
         }
     };
     {

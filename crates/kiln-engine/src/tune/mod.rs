@@ -228,6 +228,13 @@ impl<T: TimedTarget> KernelLoader<T> {
         if let Some(store) = &store {
             keep(store.as_ref(), &name, &answer);
         }
+        // The losers were loaded to be measured, not asked for by the
+        // program: the next process's profile loads the winner alone (L12).
+        for (index, id) in ids.iter().enumerate() {
+            if index != winner && *id != ids[winner] {
+                self.not_asked(id);
+            }
+        }
         let loaded = loaded[winner]
             .clone()
             .expect("the winner was measured, so it loaded");

@@ -730,6 +730,8 @@ where
     let config = LoaderConfig {
         retry_failed: config.retry_failed
             || RETRY_FAILED.load(std::sync::atomic::Ordering::Relaxed),
+        // What a warm builds is no program's run: it keeps no profile.
+        profile: false,
         ..config
     };
     let mut loader = KernelLoader::with_config(target, config);
