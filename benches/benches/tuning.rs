@@ -185,7 +185,8 @@ fn tuning(criterion: &mut Criterion, device: &WgpuDevice) {
                 let root = scratch("tune-cold");
                 let mut loader = KernelLoader::new(
                     WgpuTarget::on_device(device.clone()).with_store(store_at(&root)),
-                );
+                )
+                .without_profile();
                 let started = Instant::now();
                 assert_eq!(
                     tune(&mut loader, device, &data, &candidates),
@@ -207,7 +208,8 @@ fn tuning(criterion: &mut Criterion, device: &WgpuDevice) {
                 let root = scratch("tune-sequential");
                 let mut loader = KernelLoader::new(
                     WgpuTarget::on_device(device.clone()).with_store(store_at(&root)),
-                );
+                )
+                .without_profile();
                 let started = Instant::now();
                 std::hint::black_box(sequential(&mut loader, device, &data, &candidates));
                 let wall = started.elapsed();
@@ -222,7 +224,8 @@ fn tuning(criterion: &mut Criterion, device: &WgpuDevice) {
     let root = scratch("tune-warm");
     {
         let mut loader =
-            KernelLoader::new(WgpuTarget::on_device(device.clone()).with_store(store_at(&root)));
+            KernelLoader::new(WgpuTarget::on_device(device.clone()).with_store(store_at(&root)))
+                .without_profile();
         tune(&mut loader, device, &data, &candidates);
     }
     group.bench_function("tune_warm", |bench| {
@@ -232,7 +235,8 @@ fn tuning(criterion: &mut Criterion, device: &WgpuDevice) {
                 // A new process's loader: made before the clock starts.
                 let mut loader = KernelLoader::new(
                     WgpuTarget::on_device(device.clone()).with_store(store_at(&root)),
-                );
+                )
+                .without_profile();
                 let started = Instant::now();
                 assert_eq!(
                     tune(&mut loader, device, &data, &candidates),

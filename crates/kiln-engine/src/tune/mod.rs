@@ -200,7 +200,7 @@ impl<T: TimedTarget> KernelLoader<T> {
         let _measuring = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut timer = match &measure {
             Measure::Timed { .. } => Some(self.target().timer().map_err(TuneError::Measurement)?),
-            Measure::Probe(_) => None,
+            Measure::Probe(_) | Measure::TimedWith { .. } => None,
         };
         let mut results = Vec::with_capacity(candidates.len());
         for (index, outcome) in loaded.iter().enumerate() {

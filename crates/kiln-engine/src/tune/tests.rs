@@ -418,3 +418,31 @@ fn a_measured_tunes_losers_stay_out_of_the_warm_start_profile() {
     assert!(next.is_loaded(&candidates[9].id()));
     assert_eq!(next.target().loaded(), 1);
 }
+
+#[test]
+fn a_clock_the_caller_gives_times_the_candidates() {
+    // T1: a timer on the caller's stream (as CUDA's events are) in place
+    // of the target's; the target's own clock is never asked for.
+    let target = FakeTarget::persisting().with_device(FakeDevice::default().with_failing_timer());
+    let clock = FakeDevice::default();
+    let mut timer = FakeTarget::storeless()
+        .with_device(clock.clone())
+        .timer()
+        .expect("the fake device's clock");
+    let mut loader = unprofiled(target);
+    let candidates = candidates();
+    let mut launch = |module: &Arc<FakeModule>| {
+        clock.run(run_time(number_of(module)));
+        Ok(())
+    };
+    let measure = Measure::TimedWith {
+        timer: &mut timer,
+        launch: &mut launch,
+        warm_up: 1,
+        runs: 3,
+    };
+    let tuned = loader
+        .tune(&TuneKey::new("own clock"), &candidates, measure)
+        .expect("tuned on the given clock");
+    assert_eq!(tuned.winner, 9);
+}
