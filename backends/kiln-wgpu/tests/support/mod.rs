@@ -76,6 +76,9 @@ pub fn loader(target: WgpuTarget) -> KernelLoader<WgpuTarget> {
         target,
         LoaderConfig {
             parallelism: NonZeroUsize::new(4).expect("4 is not zero"),
+            // A second loader on a store stands in for the next process:
+            // no warm-start profile loads ahead of what the tests count.
+            profile: false,
             ..LoaderConfig::default()
         },
     )

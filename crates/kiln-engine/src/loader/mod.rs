@@ -196,7 +196,10 @@ impl<T: CompilationTarget> KernelLoader<T> {
             && self.loaded.is_current(&self.store)
             && let Some(slot) = self.loaded.entries.get_mut(id)
         {
-            if let Some(index) = slot.unasked.take() {
+            // A load and a branch: the store is taken once per profiled
+            // kernel, at its first launch (L12).
+            if let Some(index) = slot.unasked {
+                slot.unasked = None;
                 profiled::asked(&mut self.profile, index);
             }
             return Ok(slot.loaded.clone());
@@ -305,7 +308,8 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// asked for it when it is a profiled kernel not asked for yet (L12).
     fn asked_for(&mut self, id: &ArtifactId<VariantOf<T>>) -> Option<T::Loaded> {
         let slot = self.loaded.entries.get_mut(id)?;
-        if let Some(index) = slot.unasked.take() {
+        if let Some(index) = slot.unasked {
+            slot.unasked = None;
             profiled::asked(&mut self.profile, index);
         }
         Some(slot.loaded.clone())

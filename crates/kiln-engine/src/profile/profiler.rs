@@ -48,8 +48,11 @@ pub(crate) struct Profiler<C: ArtifactCompiler> {
     /// noting one is a push, the encoding waits for [`save`](Self::save).
     used: Vec<ArtifactId<C::Variant>>,
     /// The profiled kernels loaded ahead, by the index the loaded map's
-    /// slot holds, each with whether the program asked for it yet.
-    watched: Vec<(ArtifactId<C::Variant>, bool)>,
+    /// slot holds.
+    watched: Vec<ArtifactId<C::Variant>>,
+    /// Whether the program asked for each of `watched` yet: apart from the
+    /// ids, so that a first launch writes one byte of a small array.
+    asked: Vec<bool>,
     saved: bool,
 }
 
@@ -81,6 +84,7 @@ impl<C: KeyedCompiler + 'static> Profiler<C> {
             previous: None,
             used: Vec::new(),
             watched: Vec::new(),
+            asked: Vec::new(),
             saved: false,
         }
     }
@@ -123,13 +127,14 @@ impl<C: ArtifactCompiler> Profiler<C> {
     /// first ask is reported under ([`asked`](Self::asked)).
     pub(crate) fn watch(&mut self, id: ArtifactId<C::Variant>) -> u32 {
         let index = u32::try_from(self.watched.len()).unwrap_or(u32::MAX);
-        self.watched.push((id, false));
+        self.watched.push(id);
+        self.asked.push(false);
         index
     }
 
     /// The program asked for the kernel watched as `index`.
     pub(crate) fn asked(&mut self, index: u32) {
-        if let Some((_, asked)) = self.watched.get_mut(index as usize) {
+        if let Some(asked) = self.asked.get_mut(index as usize) {
             *asked = true;
         }
     }
@@ -137,7 +142,7 @@ impl<C: ArtifactCompiler> Profiler<C> {
     /// `id` is no kernel this run asked for after all.
     pub(crate) fn unnote(&mut self, id: &ArtifactId<C::Variant>) {
         self.used.retain(|used| used != id);
-        for (watched, asked) in &mut self.watched {
+        for (watched, asked) in self.watched.iter().zip(&mut self.asked) {
             if watched == id {
                 *asked = false;
             }
@@ -163,6 +168,7 @@ impl<C: ArtifactCompiler> Profiler<C> {
         let mut used = HashMap::new();
         let asked = std::mem::take(&mut self.watched)
             .into_iter()
+            .zip(std::mem::take(&mut self.asked))
             .filter_map(|(id, asked)| asked.then_some(id));
         for id in self.used.drain(..).chain(asked) {
             match crate::encoding::encode(&id) {
