@@ -173,9 +173,9 @@ impl<T: CompilationTarget> KernelLoader<T> {
 }
 
 /// The program asked for the profiled kernel the profiler watches as
-/// `index`: off the hot path's straight line, taken once per kernel.
-#[cold]
-#[inline(never)]
+/// `index`: taken once per kernel, inlined, since its call would cost a
+/// profiled first launch more than its one store (F8).
+#[inline]
 pub(super) fn asked<T: CompilationTarget>(profile: &mut Option<ProfileState<T>>, index: u32) {
     if let Some(profile) = profile {
         profile.profiler.asked(index);

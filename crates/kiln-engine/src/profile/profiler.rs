@@ -133,6 +133,7 @@ impl<C: ArtifactCompiler> Profiler<C> {
     }
 
     /// The program asked for the kernel watched as `index`.
+    #[inline]
     pub(crate) fn asked(&mut self, index: u32) {
         if let Some(asked) = self.asked.get_mut(index as usize) {
             *asked = true;
