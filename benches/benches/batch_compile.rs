@@ -111,7 +111,9 @@ fn plan_from_env() -> Vec<(KernelSize, Vec<usize>)> {
 fn loader(mode: WorkerMode) -> KernelLoader<CudaTarget> {
     let on_device = std::env::var("KILN_BENCH_ON_DEVICE").is_ok_and(|value| value == "1");
     let target = cuda_target("batch_compile", on_device).expect("NVRTC was found a moment ago");
-    KernelLoader::new(target).with_worker_mode(mode)
+    KernelLoader::new(target)
+        .without_profile()
+        .with_worker_mode(mode)
 }
 
 /// Compiles `count` fresh kernels of `size` in one batch; records it and

@@ -82,7 +82,7 @@ fn cold_child() {
         "device"
     };
     let started = Instant::now();
-    let mut loader = KernelLoader::new(target);
+    let mut loader = KernelLoader::new(target).without_profile();
     let variant = loader.target().variant();
     for index in 0..count {
         loader.enqueue(Box::new(KernelSize::Gemm.kernel(salt + index)), variant);

@@ -120,7 +120,8 @@ fn node(root: &Path) {
             parallelism: NonZeroUsize::new(workers()).expect("at least one worker"),
             ..LoaderConfig::default()
         },
-    );
+    )
+    .without_profile();
     let compile = compile_time();
     for number in 0..kernels() {
         loader.enqueue(Box::new(FakeKernel::new(number).sleeping(compile)), ());

@@ -108,7 +108,8 @@ fn child(root: &Path) {
             let mut loader = KernelLoader::with_config(
                 FakeTarget::on_store(open_store(root)),
                 LoaderConfig::default(),
-            );
+            )
+            .without_profile();
             for number in 0..count as u32 {
                 loader.enqueue(Box::new(FakeKernel::new(number).sleeping(compile)), ());
             }
@@ -128,7 +129,8 @@ fn child(root: &Path) {
                     parallelism,
                     ..LoaderConfig::default()
                 },
-            );
+            )
+            .without_profile();
             let variant = loader.target().variant();
             let size = size();
             let run: u64 = std::env::var(CHILD_SALT)

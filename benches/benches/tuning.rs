@@ -12,8 +12,10 @@
 //!   `KILN_BENCH_PROFILED` (default 256) kernels in a new process of a
 //!   profiled program: `first_launch_profiled` once the profile's
 //!   background batch has run (`profile_batch`), `first_launch_unprofiled`
-//!   without a profile, and `hot_load` (the second launch). Goal: profiled
-//!   within 1.2× of a hot load.
+//!   without a profile, `first_launch_batched` (the first launches of
+//!   kernels a batch loaded from the store: the same first touch of each
+//!   kernel, no profile) and `hot_load` (the second launch). Goal:
+//!   profiled within 1.2× of a hot load.
 //!
 //! Each case appends its records (see `kiln_benches::BenchRecord`);
 //! criterion reports the same times.
@@ -185,7 +187,8 @@ fn tuning(criterion: &mut Criterion, device: &WgpuDevice) {
                 let root = scratch("tune-cold");
                 let mut loader = KernelLoader::new(
                     WgpuTarget::on_device(device.clone()).with_store(store_at(&root)),
-                );
+                )
+                .without_profile();
                 let started = Instant::now();
                 assert_eq!(
                     tune(&mut loader, device, &data, &candidates),
@@ -207,7 +210,8 @@ fn tuning(criterion: &mut Criterion, device: &WgpuDevice) {
                 let root = scratch("tune-sequential");
                 let mut loader = KernelLoader::new(
                     WgpuTarget::on_device(device.clone()).with_store(store_at(&root)),
-                );
+                )
+                .without_profile();
                 let started = Instant::now();
                 std::hint::black_box(sequential(&mut loader, device, &data, &candidates));
                 let wall = started.elapsed();
@@ -222,7 +226,8 @@ fn tuning(criterion: &mut Criterion, device: &WgpuDevice) {
     let root = scratch("tune-warm");
     {
         let mut loader =
-            KernelLoader::new(WgpuTarget::on_device(device.clone()).with_store(store_at(&root)));
+            KernelLoader::new(WgpuTarget::on_device(device.clone()).with_store(store_at(&root)))
+                .without_profile();
         tune(&mut loader, device, &data, &candidates);
     }
     group.bench_function("tune_warm", |bench| {
@@ -232,7 +237,8 @@ fn tuning(criterion: &mut Criterion, device: &WgpuDevice) {
                 // A new process's loader: made before the clock starts.
                 let mut loader = KernelLoader::new(
                     WgpuTarget::on_device(device.clone()).with_store(store_at(&root)),
-                );
+                )
+                .without_profile();
                 let started = Instant::now();
                 assert_eq!(
                     tune(&mut loader, device, &data, &candidates),
@@ -259,7 +265,7 @@ fn profiles(criterion: &mut Criterion) {
         if profiled {
             loader.with_profile(program.clone())
         } else {
-            loader
+            loader.without_profile()
         }
     };
     {
@@ -303,6 +309,29 @@ fn profiles(criterion: &mut Criterion) {
                 );
                 let hot = first_launches(&mut loader);
                 record("hot_load", count, hot, "fake target, disk store");
+                total += wall;
+            }
+            total
+        });
+    });
+    group.bench_function("first_launch_batched", |bench| {
+        // The floor F8 is judged against: the first launches of kernels a
+        // batch loaded from the store (no profile), the cache as cold.
+        bench.iter_custom(|iterations| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iterations {
+                let mut loader = new_loader(false);
+                for kernel in &kernels {
+                    loader.enqueue(Box::new(kernel.clone()), ());
+                }
+                loader.compile_queued();
+                let wall = first_launches(&mut loader);
+                record(
+                    "first_launch_batched",
+                    count,
+                    wall,
+                    "fake target, disk store",
+                );
                 total += wall;
             }
             total

@@ -42,7 +42,15 @@ pub fn shared_store(root: &Path) -> Arc<dyn ArtifactStore> {
 /// A loader of the fake target on `store`.
 pub fn loader_on(store: &DiskStore) -> KernelLoader<FakeTarget> {
     let shared: Arc<dyn ArtifactStore> = Arc::new(store.clone());
-    KernelLoader::with_config(FakeTarget::on_store(shared), LoaderConfig::default())
+    // Each loader stands in for a process of its own on the store: no
+    // warm-start profile loads ahead of what the tests count (L12).
+    KernelLoader::with_config(
+        FakeTarget::on_store(shared),
+        LoaderConfig {
+            profile: false,
+            ..LoaderConfig::default()
+        },
+    )
 }
 
 /// Loads fake kernel `number` through `loader`: the text it holds.

@@ -673,6 +673,10 @@ fn tuning_rows(of: &RecordsOf<'_>, rows: &mut Vec<[String; 4]>) {
             format!("hot {}", time(hot)),
         ];
         let mut ratios = vec![format!("profiled / hot **{:.2}**", profiled / hot)];
+        if let Some((batched, _, _)) = per_kernel("first_launch_batched") {
+            measured.push(format!("first launch after a batch {}", time(batched)));
+            ratios.push(format!("after a batch / hot {:.2}", batched / hot));
+        }
         if let Some((unprofiled, _, _)) = per_kernel("first_launch_unprofiled") {
             measured.push(format!("without profile {}", time(unprofiled)));
             ratios.push(format!("without / with {:.0}", unprofiled / profiled));

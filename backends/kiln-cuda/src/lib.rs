@@ -118,6 +118,7 @@ mod options;
 mod resources;
 pub use resources::cubin_resources;
 mod target;
+mod timing;
 pub mod toolkit;
 
 pub use architecture::{Architecture, ArchitectureParseError};
@@ -133,6 +134,7 @@ pub use module::{LoadedImage, LoadedKernel};
 pub use nvrtc::{Nvrtc, NvrtcVersion};
 pub use options::{CudaOptions, CxxStandard, DEFAULT_STANDARD};
 pub use target::CudaTarget;
+pub use timing::CudaTimer;
 
 /// The cudarc kiln-cuda was built with: its `CudaContext` goes into
 /// [`CudaTarget::from_context`], and its `CudaModule`, `CudaFunction` and

@@ -28,7 +28,7 @@ use crate::kernel::Kernel;
 ///   gives the artifact to both.
 /// - A panic in either step is caught by the loader and becomes that
 ///   kernel's failure, but a compiler should report errors as values.
-pub trait ArtifactCompiler: Send + Sync {
+pub trait ArtifactCompiler: Send + Sync + 'static {
     /// The kernels this compiler takes.
     type Kernel: Kernel + ?Sized;
     /// The compile choice an artifact is built under: architecture,

@@ -8,6 +8,7 @@
 //! | `KILN_WORKER_MODE` | [`LoaderConfig::worker_mode`] | `processes` | `threads` or `processes` |
 //! | `KILN_COMPILE_TIMEOUT` | [`LoaderConfig::compile_timeout`] | 300 s | seconds, above 0 and at most a day |
 //! | `KILN_RETRY_FAILED` | [`LoaderConfig::retry_failed`] | `0` | `1`, `true`, `0` or `false` |
+//! | `KILN_PROFILE` | [`LoaderConfig::profile`] | `1` | `1`, `true`, `0` or `false` |
 //!
 //! A variable that does not read as what it should hold is an error of
 //! [`LoaderConfig::from_env`], naming it. A loader made with
@@ -95,6 +96,14 @@ pub struct LoaderConfig {
     /// compiling; each one that then compiles is forgotten. Default:
     /// `false`. `KILN_RETRY_FAILED`; `kiln warm --retry-failed` sets it.
     pub retry_failed: bool,
+    /// Whether a loader with a store keeps a warm-start profile of its
+    /// program (L12): reads the kernels the program's last process loaded
+    /// and loads them ahead, and writes what this run asked for when it is
+    /// dropped. The program is the executable's file name unless the loader
+    /// is given one ([`KernelLoader::with_profile`](crate::KernelLoader::with_profile)).
+    /// A storeless loader keeps none, and a read-only store is never
+    /// written. Default: `true`. `KILN_PROFILE`.
+    pub profile: bool,
 }
 
 /// The default [`LoaderConfig::compile_timeout`]: generous, so that only a
@@ -112,6 +121,7 @@ impl Default for LoaderConfig {
             worker_mode: WorkerMode::Processes,
             compile_timeout: DEFAULT_COMPILE_TIMEOUT,
             retry_failed: false,
+            profile: true,
         }
     }
 }
@@ -227,6 +237,20 @@ impl LoaderConfig {
                 )?,
             }
         }
+        if let Some(value) = lookup("KILN_PROFILE") {
+            match value.trim() {
+                "1" | "true" | "" => self.profile = true,
+                "0" | "false" => self.profile = false,
+                _ => refuse(
+                    ConfigError {
+                        variable: "KILN_PROFILE",
+                        value,
+                        expected: "1, true, 0 or false",
+                    },
+                    self.profile.to_string(),
+                )?,
+            }
+        }
         if let Some(value) = lookup("KILN_COMPILE_TIMEOUT") {
             match read_seconds(&value, MAX_COMPILE_TIMEOUT) {
                 Some(timeout) => self.compile_timeout = timeout,
@@ -339,6 +363,26 @@ mod tests {
             .expect("valid values");
         assert_eq!(config.parallelism.get(), 3);
         assert_eq!(config.record_limit, 10);
+    }
+
+    #[test]
+    fn l12_profiles_are_on_unless_kiln_profile_turns_them_off() {
+        assert!(LoaderConfig::default().profile);
+        for (value, profile) in [
+            ("0", false),
+            ("false", false),
+            ("1", true),
+            (" true ", true),
+        ] {
+            let config = LoaderConfig::default()
+                .with_overrides(|name| (name == "KILN_PROFILE").then(|| value.into()))
+                .expect("a valid value");
+            assert_eq!(config.profile, profile, "KILN_PROFILE={value:?}");
+        }
+        let error = LoaderConfig::default()
+            .with_overrides(|name| (name == "KILN_PROFILE").then(|| "off".into()))
+            .expect_err("`off` is not a value it takes");
+        assert_eq!(error.variable, "KILN_PROFILE");
     }
 
     #[test]

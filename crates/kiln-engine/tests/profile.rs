@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use kiln_engine::fake::{FakeKernel, FakeTarget};
-use kiln_engine::profile::{PROFILE_MAX_AGE, Program};
-use kiln_engine::{ArtifactStore, KernelLoader, LoaderConfig, MemoryStore};
+use kiln_engine::profile::{PROFILE_MAX_AGE, Program, profile_blob_key};
+use kiln_engine::store::{KeyedCompiler, Lookup};
+use kiln_engine::{ArtifactStore, CompilationTarget, KernelLoader, LoaderConfig, MemoryStore};
 
 fn loader(store: &Arc<dyn ArtifactStore>, program: &str) -> KernelLoader<FakeTarget> {
     KernelLoader::with_config(
@@ -128,4 +129,104 @@ fn l12_a_profile_is_written_once_a_run() {
         }
     } // The drop writes nothing more.
     assert_eq!(loaded_at_start(&store, "server"), 2);
+}
+
+#[test]
+fn l12_a_profiled_kernel_launched_only_through_the_hot_path_stays_young() {
+    // The first ask of a profiled kernel is a hot launch: the slot's own
+    // mark tells the profile it was asked for, so it never ages while
+    // launched, and one never launched ages out as before.
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    run(&store, "server", 0..6);
+    for _ in 0..=PROFILE_MAX_AGE {
+        let mut next = loader(&store, "server");
+        for number in 0..3 {
+            let kernel = FakeKernel::new(number);
+            next.load(&kernel, &kernel.artifact_id()).expect("loads");
+        }
+        assert!(next.records().is_empty(), "every launch found its kernel");
+    }
+    assert_eq!(loaded_at_start(&store, "server"), 3, "3..6 aged out");
+}
+
+/// A loader on `store` with the configuration's default profile, the
+/// executable's.
+fn default_loader(store: &Arc<dyn ArtifactStore>, profile: bool) -> KernelLoader<FakeTarget> {
+    KernelLoader::with_config(
+        FakeTarget::on_store(Arc::clone(store)),
+        LoaderConfig {
+            profile,
+            ..LoaderConfig::default()
+        },
+    )
+}
+
+/// Whether `store` holds a profile of this executable for the fake target.
+fn holds_default_profile(store: &Arc<dyn ArtifactStore>) -> bool {
+    let components = FakeTarget::storeless().compiler().key_components();
+    let name = profile_blob_key(Program::executable().name(), &components);
+    matches!(store.lookup_blob(&name), Lookup::Hit { .. })
+}
+
+#[test]
+fn l12_a_loader_with_a_store_keeps_its_executables_profile_by_default() {
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    {
+        let mut first = KernelLoader::new(FakeTarget::on_store(Arc::clone(&store)));
+        assert!(first.keeps_profile(), "on by default with a store");
+        for number in 0..5 {
+            let kernel = FakeKernel::new(number);
+            first.load(&kernel, &kernel.artifact_id()).expect("loads");
+        }
+    }
+    assert!(holds_default_profile(&store), "named after the executable");
+    let mut next = default_loader(&store, true);
+    let kernel = FakeKernel::new(0);
+    next.load(&kernel, &kernel.artifact_id()).expect("loads");
+    assert_eq!(next.target().loaded(), 5, "every profiled kernel, ahead");
+    assert!(next.records().is_empty());
+    assert!(
+        !KernelLoader::new(FakeTarget::storeless()).keeps_profile(),
+        "a storeless loader keeps none"
+    );
+}
+
+#[test]
+fn l12_a_loader_told_to_keep_no_profile_reads_and_writes_none() {
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    for off in [
+        default_loader(&store, false),
+        KernelLoader::new(FakeTarget::on_store(Arc::clone(&store))).without_profile(),
+    ] {
+        let mut off = off;
+        assert!(!off.keeps_profile());
+        for number in 0..3 {
+            let kernel = FakeKernel::new(number);
+            off.load(&kernel, &kernel.artifact_id()).expect("loads");
+        }
+        off.save_profile();
+    }
+    assert!(!holds_default_profile(&store), "nothing written");
+
+    // A profile there is not read either.
+    {
+        let mut writer = default_loader(&store, true);
+        let kernel = FakeKernel::new(7);
+        writer.load(&kernel, &kernel.artifact_id()).expect("loads");
+    }
+    assert!(holds_default_profile(&store));
+    let mut off = default_loader(&store, false);
+    let kernel = FakeKernel::new(0);
+    off.load(&kernel, &kernel.artifact_id()).expect("loads");
+    assert_eq!(off.target().loaded(), 1, "kernel 7 was not loaded ahead");
+}
+
+#[test]
+fn l12_a_profile_given_in_place_of_the_default_one_is_the_only_one_written() {
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    run(&store, "server", 0..3);
+    assert!(
+        !holds_default_profile(&store),
+        "the executable's profile was given up unwritten"
+    );
 }

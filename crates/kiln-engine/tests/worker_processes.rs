@@ -111,6 +111,9 @@ fn loader(target: FakeTarget, parallelism: usize) -> KernelLoader<FakeTarget> {
         LoaderConfig {
             parallelism: NonZeroUsize::new(parallelism).expect("at least 1"),
             record_limit: 16,
+            // A loader after `into_target` stands in for the next process:
+            // no warm-start profile loads ahead of what the tests count.
+            profile: false,
             ..LoaderConfig::default()
         },
     )

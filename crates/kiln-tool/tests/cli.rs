@@ -122,7 +122,15 @@ fn explain_names_a_changed_compiler_or_says_never_seen() -> Result<()> {
         kiln_engine::KeyComponents::new("fake", "kiln-fake 2", "fake_1", ""),
     );
     let target = FakeTarget::on_store(Arc::new(store)).with_compiler(newer);
-    let mut loader = KernelLoader::with_config(target, LoaderConfig::default());
+    let mut loader = KernelLoader::with_config(
+        target,
+        LoaderConfig {
+            // A store filled for the command line to read holds no
+            // warm-start profile of the test (L12).
+            profile: false,
+            ..LoaderConfig::default()
+        },
+    );
     let kernel = FakeKernel::new(0);
     loader.load(&kernel, &kernel.artifact_id())?;
 

@@ -115,7 +115,10 @@ fn stats_counts_the_runs_of_every_process_and_zero_starts_again() {
     let opened = DiskStore::open(StoreConfig::at(&store)).expect("opens");
     let mut loader = KernelLoader::with_config(
         FakeTarget::on_store(Arc::new(opened)),
-        LoaderConfig::default(),
+        LoaderConfig {
+            profile: false,
+            ..LoaderConfig::default()
+        },
     );
     let kernel = FakeKernel::new(7);
     loader.load(&kernel, &kernel.artifact_id()).expect("loads");

@@ -19,7 +19,8 @@ fn tune(root: &std::path::Path, name: &str) -> Origin {
     let store: Arc<dyn ArtifactStore> =
         Arc::new(DiskStore::open(StoreConfig::at(root)).expect("the store opens"));
     let mut loader =
-        KernelLoader::with_config(FakeTarget::on_store(store), LoaderConfig::default());
+        KernelLoader::with_config(FakeTarget::on_store(store), LoaderConfig::default())
+            .without_profile();
     let candidates: Vec<_> = (0..4)
         .map(|number| Candidate::new(Box::new(FakeKernel::new(number)), ()))
         .collect();

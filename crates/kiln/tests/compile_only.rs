@@ -67,7 +67,9 @@ fn fake_program() {
         .expect("the store is not disabled");
     let target = FakeTarget::on_store(store);
     let compile_only = target.is_compile_only();
-    let mut loader = KernelLoader::new(target);
+    // A process of its own: no warm-start profile loads ahead of the
+    // batch it proves (L12).
+    let mut loader = KernelLoader::new(target).without_profile();
     let kernels: Vec<FakeKernel> = (0..16).map(FakeKernel::new).collect();
     for kernel in &kernels {
         loader.enqueue(Box::new(kernel.clone()), ());
@@ -168,7 +170,9 @@ mod cuda {
         let compile_only = target.is_compile_only();
         let architecture = target.architecture();
         let variant = target.variant();
-        let mut loader = KernelLoader::new(target);
+        // A process of its own: no warm-start profile loads ahead of the
+        // batch it proves (L12).
+        let mut loader = KernelLoader::new(target).without_profile();
         let kernels = kernels();
         for kernel in &kernels {
             loader.enqueue(Box::new(kernel.clone()), variant);
@@ -265,7 +269,9 @@ mod wgpu {
         };
         let target = target.with_optional_store(Store::from_env().expect("the store opens"));
         let compile_only = target.device().is_none();
-        let mut loader = KernelLoader::new(target);
+        // A process of its own: no warm-start profile loads ahead of the
+        // batch it proves (L12).
+        let mut loader = KernelLoader::new(target).without_profile();
         let kernels = kernels();
         for kernel in &kernels {
             loader.enqueue(Box::new(kernel.clone()), WgpuVariant);
@@ -333,7 +339,9 @@ mod hip {
         let compile_only = target.is_compile_only();
         let architecture = target.architecture().to_string();
         let variant = target.variant();
-        let mut loader = KernelLoader::new(target);
+        // A process of its own: no warm-start profile loads ahead of the
+        // batch it proves (L12).
+        let mut loader = KernelLoader::new(target).without_profile();
         let kernels: Vec<HipKernel> = (0..2)
             .map(|number: i32| {
                 HipKernel::builder(

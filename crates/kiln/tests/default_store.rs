@@ -66,7 +66,9 @@ fn kernels() -> Vec<WgslKernel> {
 /// and how many the batch compiled and read from the store.
 fn load_all(target: WgpuTarget) {
     let has_store = target.store().is_some();
-    let mut loader = KernelLoader::new(target);
+    // A process of its own: no warm-start profile loads ahead of the
+    // batch it proves (L12).
+    let mut loader = KernelLoader::new(target).without_profile();
     let kernels = kernels();
     for kernel in &kernels {
         loader.enqueue(Box::new(kernel.clone()), WgpuVariant);

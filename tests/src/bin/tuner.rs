@@ -1,13 +1,18 @@
 //! The child process of kiln's multi-process tuning tests.
 //!
 //! ```text
-//! kiln-test-tuner ROOT LAUNCH_LOG   tunes sixteen fake candidates on the store at ROOT
+//! kiln-test-tuner ROOT LAUNCH_LOG             tunes sixteen fake candidates on the store at ROOT
+//! kiln-test-tuner profile ROOT FIRST LAST [read-only]
+//!                                             launches fake kernels FIRST..LAST on the store at ROOT
 //! ```
 //!
-//! Every launch appends a line to LAUNCH_LOG, so the test counts the
-//! measurements of all its processes. It prints one JSON object: the
+//! Every launch of a tune appends a line to LAUNCH_LOG, so the test counts
+//! the measurements of all its processes. It prints one JSON object: the
 //! winner, where its answer came from, and how many kernels this process
-//! compiled.
+//! compiled. The `profile` run is a program that keeps the default
+//! warm-start profile (its executable's, L12): it prints how many kernels
+//! were on the device when its first launch returned, how many it lowered
+//! and how many batches it ran.
 
 use std::io::Write;
 use std::path::Path;
@@ -22,6 +27,9 @@ use kiln_tests::shared_store;
 
 fn main() -> Result<()> {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
+    if arguments.first().is_some_and(|first| first == "profile") {
+        return profiled_run(&arguments[1..]);
+    }
     let [root, log] = arguments.as_slice() else {
         bail!("usage: kiln-test-tuner ROOT LAUNCH_LOG, not {arguments:?}");
     };
@@ -75,6 +83,39 @@ fn main() -> Result<()> {
         "winner": tuned.winner,
         "origin": format!("{:?}", tuned.origin),
         "finalized": loader.target().fake_compiler().finalized(),
+    });
+    println!("{report}");
+    Ok(())
+}
+
+/// A run of a program with the default warm-start profile: launches fake
+/// kernels `first..last`, one at a time, as a program's first launches.
+fn profiled_run(arguments: &[String]) -> Result<()> {
+    let (root, first, last, read_only) = match arguments {
+        [root, first, last] => (root, first, last, false),
+        [root, first, last, mode] if mode == "read-only" => (root, first, last, true),
+        _ => bail!("usage: kiln-test-tuner profile ROOT FIRST LAST [read-only], not {arguments:?}"),
+    };
+    let (first, last): (u32, u32) = (first.parse()?, last.parse()?);
+    let store = kiln_store::DiskStore::open(kiln_store::StoreConfig {
+        collects_automatically: false,
+        read_only,
+        ..kiln_store::StoreConfig::at(root)
+    })?;
+    // The settings from the environment, as a program has them:
+    // `KILN_PROFILE=0` turns the profile off.
+    let mut loader = KernelLoader::new(FakeTarget::on_store(Arc::new(store)));
+    let mut on_device_at_first_launch = None;
+    for number in first..last {
+        let kernel = FakeKernel::new(number);
+        loader.load(&kernel, &kernel.artifact_id())?;
+        on_device_at_first_launch.get_or_insert(loader.target().loaded());
+    }
+    let report = serde_json::json!({
+        "keeps_profile": loader.keeps_profile(),
+        "on_device_at_first_launch": on_device_at_first_launch,
+        "lowered": loader.target().fake_compiler().lowered(),
+        "batches": loader.records().len(),
     });
     println!("{report}");
     Ok(())

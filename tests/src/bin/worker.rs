@@ -73,6 +73,9 @@ impl Random {
 fn config() -> LoaderConfig {
     LoaderConfig {
         parallelism: std::num::NonZeroUsize::MIN,
+        // Each loader stands in for a process of its own on the store: no
+        // warm-start profile loads ahead of what the tests count (L12).
+        profile: false,
         ..LoaderConfig::default()
     }
 }

@@ -121,7 +121,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
         }
         let store = bind(&target);
         let generation = store.as_ref().map(BoundStore::generation);
-        Self {
+        let mut loader = Self {
             target,
             store,
             target_lent: false,
@@ -143,7 +143,13 @@ impl<T: CompilationTarget> KernelLoader<T> {
             retry_failed: config.retry_failed,
             progress: BatchProgress::default(),
             profile: None,
+        };
+        if config.profile {
+            // L12: a loader with a store keeps its program's profile unless
+            // told not to.
+            loader.profile = loader.start_profile(&crate::profile::Program::executable());
         }
+        loader
     }
 
     /// The same loader, finalizing on `mode` instead of its configuration's
@@ -192,9 +198,15 @@ impl<T: CompilationTarget> KernelLoader<T> {
     ) -> Result<T::Loaded, KernelError> {
         if self.queue.is_empty()
             && self.loaded.is_current(&self.store)
-            && let Some(loaded) = self.loaded.entries.get(id)
+            && let Some(slot) = self.loaded.entries.get_mut(id)
         {
-            return Ok(loaded.clone());
+            // A load and a branch: the store is taken once per profiled
+            // kernel, at its first launch (L12).
+            if let Some(index) = slot.unasked {
+                slot.unasked = None;
+                profiled::asked(&mut self.profile, index);
+            }
+            return Ok(slot.loaded.clone());
         }
         self.load_missing(kernel, id)
     }
@@ -210,7 +222,6 @@ impl<T: CompilationTarget> KernelLoader<T> {
     ) -> Result<T::Loaded, KernelError> {
         loop {
             self.check_store();
-            self.promote_profiled(id);
             // A failure is reported as it stands only when nothing else is
             // queued: a batch drops it, and the kernel compiles in that batch.
             let reported = self.failed.contains_key(id) && self.queue.is_empty();
@@ -224,8 +235,8 @@ impl<T: CompilationTarget> KernelLoader<T> {
             // loaded before it, this one too: go round and load it from the
             // store switched to.
             self.loaded.reset_if_switched(&self.store);
-            if let Some(loaded) = self.loaded.entries.get(id) {
-                return Ok(loaded.clone());
+            if let Some(loaded) = self.asked_for(id) {
+                return Ok(loaded);
             }
         }
     }
@@ -237,8 +248,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
     pub fn enqueue(&mut self, kernel: Box<KernelOf<T>>, variant: VariantOf<T>) {
         let id = ArtifactId::new(kernel.id(), variant);
         self.check_store();
-        self.promote_profiled(&id);
-        if self.loaded.entries.contains_key(&id) || self.queue.contains(&id) {
+        if self.asked_for(&id).is_some() || self.queue.contains(&id) {
             return;
         }
         self.failed.remove(&id);
@@ -295,8 +305,18 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// The loaded kernel for `id`, if it is loaded; compiles nothing.
     pub fn get(&mut self, id: &ArtifactId<VariantOf<T>>) -> Option<T::Loaded> {
         self.check_store();
-        self.promote_profiled(id);
-        self.loaded.entries.get(id).cloned()
+        self.asked_for(id)
+    }
+
+    /// The loaded kernel for `id`, if it is loaded, noting that the program
+    /// asked for it when it is a profiled kernel not asked for yet (L12).
+    fn asked_for(&mut self, id: &ArtifactId<VariantOf<T>>) -> Option<T::Loaded> {
+        let slot = self.loaded.entries.get_mut(id)?;
+        if let Some(index) = slot.unasked {
+            slot.unasked = None;
+            profiled::asked(&mut self.profile, index);
+        }
+        Some(slot.loaded.clone())
     }
 
     /// Whether `id` is loaded.
@@ -492,7 +512,7 @@ const UNCHECKED: u64 = u64::MAX;
 /// loaded under (L10). A loader whose target has no store is unbound and
 /// never resets: with nothing persisted, a switch changes nothing it holds.
 struct LoadedKernels<K, V> {
-    entries: FxHashMap<K, V>,
+    entries: FxHashMap<K, Slot<V>>,
     generation: Option<u64>,
     /// The generation the kernels were loaded under, while
     /// [`lend`](Self::lend) put [`UNCHECKED`] in its place.
@@ -541,6 +561,33 @@ impl<K: Eq + std::hash::Hash, V> LoadedKernels<K, V> {
 
     fn insert<C: KeyedCompiler>(&mut self, key: K, value: V, store: &Option<BoundStore<C>>) {
         self.reset_if_switched(store);
-        self.entries.insert(key, value);
+        self.entries.insert(
+            key,
+            Slot {
+                loaded: value,
+                unasked: None,
+            },
+        );
     }
+
+    /// Keeps a profiled kernel loaded ahead of its first ask, watched by
+    /// the profiler as `index` (L12). The caller reset the map to the
+    /// current generation first.
+    fn insert_profiled(&mut self, key: K, value: V, index: u32) {
+        self.entries.insert(
+            key,
+            Slot {
+                loaded: value,
+                unasked: Some(index),
+            },
+        );
+    }
+}
+
+/// One loaded kernel.
+struct Slot<V> {
+    loaded: V,
+    /// For a profiled kernel loaded ahead and not asked for yet, the index
+    /// the profiler watches it under: the first ask clears it (L12).
+    unasked: Option<u32>,
 }

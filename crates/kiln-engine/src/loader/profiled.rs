@@ -1,43 +1,36 @@
 //! The loader's side of warm-start profiles (L12): the profiled kernels the
 //! store held, loaded on the device at the loader's first access other than
-//! a hot launch, all together, and waiting beside the loaded map until the
-//! program asks for each; the kernels the run loaded, noted for the next
-//! profile.
+//! a hot launch, all together, straight into the loaded map; the kernels the
+//! run asked for, noted for the next profile.
 //!
-//! The profiled kernels wait beside the loaded map rather than in it so
-//! that the hot path stays what it is (L2) and a kernel the program never
-//! asks for this run still ages: the first launch of a profiled kernel
-//! takes the cold path once, where one hash lookup moves it into the
-//! loaded map and notes it as asked for.
+//! A profiled kernel enters the loaded map marked as not asked for yet, so
+//! that its first launch is the hot path's one lookup (F8) and a kernel the
+//! program never asks for this run still ages. The mark is the slot's own:
+//! the hot path reads it and, on a profiled kernel's first launch only,
+//! clears it and sets that kernel's flag in the profiler (a load and a
+//! branch taken once per profiled kernel, no lock, no allocation).
 
-use rustc_hash::FxHashMap;
-
-use super::{KernelLoader, generation_of};
+use super::KernelLoader;
 use crate::id::ArtifactId;
 use crate::profile::{Profiler, Program};
 use crate::target::{CompilationTarget, VariantOf};
 
-/// A loader's warm-start profile: the run's profiler and the profiled
-/// kernels loaded and not asked for yet.
+/// A loader's warm-start profile: the run's profiler.
 pub(super) struct ProfileState<T: CompilationTarget> {
     profiler: Profiler<T::Compiler>,
-    ready: FxHashMap<ArtifactId<VariantOf<T>>, T::Loaded>,
-    /// The store generation `ready` was loaded under (L10).
-    generation: u64,
 }
 
-impl<T: CompilationTarget> KernelLoader<T>
-where
-    T::Compiler: 'static,
-{
+impl<T: CompilationTarget> KernelLoader<T> {
     /// The same loader keeping a warm-start profile of `program` in its
-    /// store (L12): it starts now reading the kernels the program's last
-    /// process loaded and looking them up in the store, in the background;
-    /// the loader's first access other than a hot launch loads every one the
-    /// store held onto the device, so the program's first launch of each
-    /// is one lookup. When the loader is dropped (or at
-    /// [`save_profile`](Self::save_profile)) it writes what this run loaded
-    /// as the next profile. A storeless loader keeps no profile.
+    /// store (L12), in place of the profile it keeps by default (its
+    /// executable's, see [`LoaderConfig::profile`](crate::LoaderConfig::profile)):
+    /// it starts now reading the kernels the program's last process loaded
+    /// and looking them up in the store, in the background; the loader's
+    /// first access other than a hot launch loads every one the store held
+    /// onto the device, so the program's first launch of each is one
+    /// lookup. When the loader is dropped (or at
+    /// [`save_profile`](Self::save_profile)) it writes what this run asked
+    /// for as the next profile. A storeless loader keeps no profile.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -63,23 +56,49 @@ where
     /// ```
     #[must_use = "the loader with its profile is returned, not changed in place"]
     pub fn with_profile(mut self, program: Program) -> Self {
-        if let Some(bound) = &self.store {
-            let profiler = Profiler::start(
+        self.drop_profile();
+        self.profile = self.start_profile(&program);
+        self
+    }
+
+    /// The same loader keeping no warm-start profile: it reads none and
+    /// writes none, as under `KILN_PROFILE=0`. For a loader whose kernels
+    /// are not a program's (a build tool's, a test's stand-in for another
+    /// process).
+    #[must_use = "the loader without a profile is returned, not changed in place"]
+    pub fn without_profile(mut self) -> Self {
+        self.drop_profile();
+        self
+    }
+
+    /// Whether the loader keeps a warm-start profile.
+    pub fn keeps_profile(&self) -> bool {
+        self.profile.is_some()
+    }
+
+    /// A profile of `program` on the loader's store, when it has one.
+    pub(super) fn start_profile(&self, program: &Program) -> Option<ProfileState<T>> {
+        let bound = self.store.as_ref()?;
+        Some(ProfileState {
+            profiler: Profiler::start(
                 program.name(),
                 std::sync::Arc::clone(bound.store()),
                 std::sync::Arc::clone(self.target.compiler()),
-            );
-            self.profile = Some(ProfileState {
-                profiler,
-                ready: FxHashMap::default(),
-                generation: generation_of(&self.store),
-            });
-        }
-        self
+            ),
+        })
     }
-}
 
-impl<T: CompilationTarget> KernelLoader<T> {
+    /// Drops the profile without writing it, and the marks it left on the
+    /// loaded map.
+    fn drop_profile(&mut self) {
+        if let Some(mut profile) = self.profile.take() {
+            profile.profiler.discard();
+            for slot in self.loaded.entries.values_mut() {
+                slot.unasked = None;
+            }
+        }
+    }
+
     /// Writes the warm-start profile now instead of when the loader is
     /// dropped: for a program that is never dropped, or wants its profile
     /// kept at a point of its choosing. A profile is written once a run:
@@ -94,12 +113,15 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// How many profiled kernels are loaded on the device and not asked for
     /// yet.
     pub fn profiled_waiting(&self) -> usize {
-        self.profile
-            .as_ref()
-            .map_or(0, |profile| profile.ready.len())
+        self.loaded
+            .entries
+            .values()
+            .filter(|slot| slot.unasked.is_some())
+            .count()
     }
 
-    /// Loads the profile's kernels the store held, once, all together.
+    /// Loads the profile's kernels the store held, once, all together,
+    /// into the loaded map, each marked as not asked for yet.
     pub(super) fn take_in_profile(&mut self) {
         let Some(profile) = &mut self.profile else {
             return;
@@ -111,7 +133,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
         if found.is_empty() {
             return;
         }
-        profile.generation = generation_of(&self.store);
+        self.loaded.reset_if_switched(&self.store);
         self.target.batch_started();
         for (id, artifact, bytes) in found {
             if self.loaded.entries.contains_key(&id) || !self.target.keeps(&id.variant) {
@@ -122,7 +144,8 @@ impl<T: CompilationTarget> KernelLoader<T> {
                 Ok(loaded) => {
                     self.statistics.hits += 1;
                     self.statistics.bytes_read += bytes;
-                    profile.ready.insert(id, loaded);
+                    let index = profile.profiler.watch(id.clone());
+                    self.loaded.insert_profiled(id, loaded, index);
                 }
                 Err(refusal) => log::debug!("a profiled kernel {id} was refused: {refusal}"),
             }
@@ -130,20 +153,14 @@ impl<T: CompilationTarget> KernelLoader<T> {
         self.target.batch_finished();
     }
 
-    /// Moves `id` from the profiled kernels into the loaded map, when it is
-    /// one: the program asked for it.
-    pub(super) fn promote_profiled(&mut self, id: &ArtifactId<VariantOf<T>>) {
-        let Some(profile) = &mut self.profile else {
-            return;
-        };
-        if profile.generation != generation_of(&self.store) {
-            // The store switched: what was loaded from the old one goes.
-            profile.ready.clear();
-            return;
+    /// `id` was loaded without the program asking for it (a tune's loser):
+    /// it is no kernel of the next profile.
+    pub(crate) fn not_asked(&mut self, id: &ArtifactId<VariantOf<T>>) {
+        if let Some(profile) = &mut self.profile {
+            profile.profiler.unnote(id);
         }
-        if let Some(loaded) = profile.ready.remove(id) {
-            profile.profiler.note(id);
-            self.loaded.insert(id.clone(), loaded, &self.store);
+        if let Some(slot) = self.loaded.entries.get_mut(id) {
+            slot.unasked = None;
         }
     }
 
@@ -152,5 +169,15 @@ impl<T: CompilationTarget> KernelLoader<T> {
         if let Some(profile) = &mut self.profile {
             profile.profiler.note(id);
         }
+    }
+}
+
+/// The program asked for the profiled kernel the profiler watches as
+/// `index`: taken once per kernel, inlined, since its call would cost a
+/// profiled first launch more than its one store (F8).
+#[inline]
+pub(super) fn asked<T: CompilationTarget>(profile: &mut Option<ProfileState<T>>, index: u32) {
+    if let Some(profile) = profile {
+        profile.profiler.asked(index);
     }
 }

@@ -15,6 +15,10 @@ pub(super) fn loader(target: FakeTarget, parallelism: usize) -> KernelLoader<Fak
         LoaderConfig {
             parallelism: NonZeroUsize::new(parallelism).expect("parallelism is at least 1"),
             record_limit: 16,
+            // A loader after `into_target` stands in for the next process
+            // on the same store: no warm-start profile loads ahead of what
+            // these tests count (L12 has tests of its own).
+            profile: false,
             ..LoaderConfig::default()
         },
     )

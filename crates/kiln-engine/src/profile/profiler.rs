@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Duration;
 
@@ -39,11 +40,19 @@ pub(crate) struct Profiler<C: ArtifactCompiler> {
     store: Arc<dyn ArtifactStore>,
     name: BlobKey,
     prefetch: Option<Receiver<Prefetched<C>>>,
+    /// Set when the profile is given up: a thread that has not read the
+    /// store yet reads nothing.
+    given_up: Arc<AtomicBool>,
     previous: Option<StoredProfile>,
-    /// The kernels this run asked for, in order, repeats and all: noting
-    /// one is a push on a first launch's path, the encoding waits for
-    /// [`save`](Self::save).
+    /// The kernels this run's batches loaded, in order, repeats and all:
+    /// noting one is a push, the encoding waits for [`save`](Self::save).
     used: Vec<ArtifactId<C::Variant>>,
+    /// The profiled kernels loaded ahead, by the index the loaded map's
+    /// slot holds.
+    watched: Vec<ArtifactId<C::Variant>>,
+    /// Whether the program asked for each of `watched` yet: apart from the
+    /// ids, so that a first launch writes one byte of a small array.
+    asked: Vec<bool>,
     saved: bool,
 }
 
@@ -55,10 +64,12 @@ impl<C: KeyedCompiler + 'static> Profiler<C> {
         let name = profile_blob_key(program, &components);
         let (sender, receiver) = mpsc::sync_channel(1);
         let (read_store, read_name) = (Arc::clone(&store), name.clone());
+        let given_up = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&given_up);
         let started = std::thread::Builder::new()
             .name("kiln-profile".into())
             .spawn(move || {
-                let _ = sender.send(prefetch(&read_store, &read_name, &*compiler));
+                let _ = sender.send(prefetch(&read_store, &read_name, &*compiler, &stop));
             });
         if let Err(error) = &started {
             log::warn!("could not start reading the warm-start profile: {error}");
@@ -69,8 +80,11 @@ impl<C: KeyedCompiler + 'static> Profiler<C> {
             store,
             name,
             prefetch: started.is_ok().then_some(receiver),
+            given_up,
             previous: None,
             used: Vec::new(),
+            watched: Vec::new(),
+            asked: Vec::new(),
             saved: false,
         }
     }
@@ -109,6 +123,40 @@ impl<C: ArtifactCompiler> Profiler<C> {
         self.used.push(id.clone());
     }
 
+    /// `id`, a profiled kernel loaded ahead, is watched: the index its
+    /// first ask is reported under ([`asked`](Self::asked)).
+    pub(crate) fn watch(&mut self, id: ArtifactId<C::Variant>) -> u32 {
+        let index = u32::try_from(self.watched.len()).unwrap_or(u32::MAX);
+        self.watched.push(id);
+        self.asked.push(false);
+        index
+    }
+
+    /// The program asked for the kernel watched as `index`.
+    #[inline]
+    pub(crate) fn asked(&mut self, index: u32) {
+        if let Some(asked) = self.asked.get_mut(index as usize) {
+            *asked = true;
+        }
+    }
+
+    /// `id` is no kernel this run asked for after all.
+    pub(crate) fn unnote(&mut self, id: &ArtifactId<C::Variant>) {
+        self.used.retain(|used| used != id);
+        for (watched, asked) in self.watched.iter().zip(&mut self.asked) {
+            if watched == id {
+                *asked = false;
+            }
+        }
+    }
+
+    /// Gives the profile up: nothing is written, now or at the drop.
+    pub(crate) fn discard(&mut self) {
+        self.saved = true;
+        self.given_up.store(true, Ordering::Relaxed);
+        self.prefetch = None;
+    }
+
     /// Writes the next profile, once a run; later calls do nothing.
     pub(crate) fn save(&mut self) {
         if std::mem::replace(&mut self.saved, true) {
@@ -119,7 +167,11 @@ impl<C: ArtifactCompiler> Profiler<C> {
             drop(self.take());
         }
         let mut used = HashMap::new();
-        for id in self.used.drain(..) {
+        let asked = std::mem::take(&mut self.watched)
+            .into_iter()
+            .zip(std::mem::take(&mut self.asked))
+            .filter_map(|(id, asked)| asked.then_some(id));
+        for id in self.used.drain(..).chain(asked) {
             match crate::encoding::encode(&id) {
                 Ok(encoded) => {
                     used.entry(encoded).or_insert_with(|| format!("{id:?}"));
@@ -160,7 +212,15 @@ fn prefetch<C: KeyedCompiler>(
     store: &Arc<dyn ArtifactStore>,
     name: &BlobKey,
     compiler: &C,
+    given_up: &AtomicBool,
 ) -> Prefetched<C> {
+    let nothing = || Prefetched {
+        previous: None,
+        found: Vec::new(),
+    };
+    if given_up.load(Ordering::Relaxed) {
+        return nothing();
+    }
     let previous = match store.lookup_blob(name) {
         Lookup::Hit { artifact, .. } => StoredProfile::from_bytes(&artifact),
         Lookup::Miss(_) => None,
@@ -176,6 +236,9 @@ fn prefetch<C: KeyedCompiler>(
         .collect();
     let bound = BoundStore::new(Arc::clone(store), compiler);
     let asked: Vec<&ArtifactId<C::Variant>> = ids.iter().collect();
+    if given_up.load(Ordering::Relaxed) {
+        return nothing();
+    }
     let found = if asked.is_empty() {
         Vec::new()
     } else {

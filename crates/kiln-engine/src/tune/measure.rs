@@ -27,16 +27,32 @@ pub enum Measure<'m, L> {
         /// Timed launches; the median is the candidate's time.
         runs: u32,
     },
+    /// As [`Timed`](Self::Timed), on a clock the caller gives in place of
+    /// the target's: a device whose clock belongs to a stream (CUDA and
+    /// HIP events) is timed on the stream the launches go to, say
+    /// `kiln_cuda::CudaTimer::on(&stream)`.
+    TimedWith {
+        /// The clock, on the work `launch` sends.
+        timer: &'m mut dyn DeviceTimer,
+        /// One launch of a loaded candidate, with the program's arguments.
+        launch: &'m mut dyn FnMut(&L) -> Result<(), String>,
+        /// Launches before the timed ones.
+        warm_up: u32,
+        /// Timed launches; the median is the candidate's time.
+        runs: u32,
+    },
 }
 
 impl<L> Measure<'_, L> {
     pub(super) fn method(&self) -> Method {
         match self {
             Self::Probe(_) => Method::Probe,
-            Self::Timed { warm_up, runs, .. } => Method::Timed {
-                warm_up: *warm_up,
-                runs: (*runs).max(1),
-            },
+            Self::Timed { warm_up, runs, .. } | Self::TimedWith { warm_up, runs, .. } => {
+                Method::Timed {
+                    warm_up: *warm_up,
+                    runs: (*runs).max(1),
+                }
+            }
         }
     }
 
@@ -59,27 +75,46 @@ impl<L> Measure<'_, L> {
             } => {
                 let timer = timer
                     .ok_or_else(|| TimingError::new("the target cannot time its device's work"))?;
-                for _ in 0..*warm_up {
-                    if let Err(message) = launch(loaded) {
-                        return Ok(failed_to_run(message));
-                    }
-                }
-                let mut samples = Vec::with_capacity(*runs as usize);
-                for _ in 0..(*runs).max(1) {
-                    timer.start()?;
-                    let launched = launch(loaded);
-                    // The clock stops whether or not the launch went: a
-                    // started timer is never left running.
-                    let time = timer.stop()?;
-                    if let Err(message) = launched {
-                        return Ok(failed_to_run(message));
-                    }
-                    samples.push(time);
-                }
-                Ok(measured(&samples))
+                timed(loaded, timer, &mut **launch, *warm_up, *runs)
             }
+            Self::TimedWith {
+                timer,
+                launch,
+                warm_up,
+                runs,
+            } => timed(loaded, &mut **timer, &mut **launch, *warm_up, *runs),
         }
     }
+}
+
+/// `warm_up` launches of `loaded`, then the median of `runs` launches each
+/// timed by `timer`.
+fn timed<L>(
+    loaded: &L,
+    timer: &mut dyn DeviceTimer,
+    launch: &mut dyn FnMut(&L) -> Result<(), String>,
+    warm_up: u32,
+    runs: u32,
+) -> Result<CandidateOutcome, TimingError> {
+    let failed_to_run = |message: String| CandidateOutcome::FailedToRun { message };
+    for _ in 0..warm_up {
+        if let Err(message) = launch(loaded) {
+            return Ok(failed_to_run(message));
+        }
+    }
+    let mut samples = Vec::with_capacity(runs as usize);
+    for _ in 0..runs.max(1) {
+        timer.start()?;
+        let launched = launch(loaded);
+        // The clock stops whether or not the launch went: a started timer
+        // is never left running.
+        let time = timer.stop()?;
+        if let Err(message) = launched {
+            return Ok(failed_to_run(message));
+        }
+        samples.push(time);
+    }
+    Ok(measured(&samples))
 }
 
 /// The outcome of a candidate measured as `samples`: their median and range.

@@ -200,7 +200,7 @@ impl<T: TimedTarget> KernelLoader<T> {
         let _measuring = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut timer = match &measure {
             Measure::Timed { .. } => Some(self.target().timer().map_err(TuneError::Measurement)?),
-            Measure::Probe(_) => None,
+            Measure::Probe(_) | Measure::TimedWith { .. } => None,
         };
         let mut results = Vec::with_capacity(candidates.len());
         for (index, outcome) in loaded.iter().enumerate() {
@@ -227,6 +227,13 @@ impl<T: TimedTarget> KernelLoader<T> {
         };
         if let Some(store) = &store {
             keep(store.as_ref(), &name, &answer);
+        }
+        // The losers were loaded to be measured, not asked for by the
+        // program: the next process's profile loads the winner alone (L12).
+        for (index, id) in ids.iter().enumerate() {
+            if index != winner && *id != ids[winner] {
+                self.not_asked(id);
+            }
         }
         let loaded = loaded[winner]
             .clone()

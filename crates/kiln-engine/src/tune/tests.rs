@@ -9,6 +9,18 @@ use super::*;
 use crate::fake::{FakeDevice, FakeKernel, FakeModule, FakeTarget};
 use crate::store::MemoryStore;
 
+/// A loader of `target` keeping no warm-start profile: it reads and writes
+/// none, so that the store's counts are the tuning's alone.
+fn unprofiled(target: FakeTarget) -> KernelLoader<FakeTarget> {
+    KernelLoader::with_config(
+        target,
+        crate::LoaderConfig {
+            profile: false,
+            ..crate::LoaderConfig::default()
+        },
+    )
+}
+
 /// The number of the fake kernel a module was loaded for.
 fn number_of(module: &FakeModule) -> u32 {
     module
@@ -59,7 +71,9 @@ fn tune_on(
     Result<Tuned<Arc<FakeModule>>, TuneError>,
 ) {
     let device = target.device().clone();
-    let mut loader = KernelLoader::new(target);
+    // A later tuner stands in for another process on the same store: it
+    // keeps no warm-start profile, so that only the tuning is counted.
+    let mut loader = unprofiled(target);
     let mut launch = |module: &Arc<FakeModule>| {
         launches.fetch_add(1, Ordering::SeqCst);
         device.run(run_time(number_of(module)));
@@ -325,7 +339,7 @@ fn two_tuners_of_one_key_measure_once_and_never_two_candidates_at_once() {
             std::thread::spawn(move || {
                 let target = FakeTarget::on_store(store);
                 let device = target.device().clone();
-                let mut loader = KernelLoader::new(target);
+                let mut loader = unprofiled(target);
                 let candidates = candidates();
                 let mut launch = |module: &Arc<FakeModule>| {
                     let now = running.fetch_add(1, Ordering::SeqCst) + 1;
@@ -368,4 +382,67 @@ fn two_tuners_of_one_key_measure_once_and_never_two_candidates_at_once() {
         "one tuner's launches"
     );
     assert_eq!(most_running.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_measured_tunes_losers_stay_out_of_the_warm_start_profile() {
+    // T1 with L12: the next process of the program loads the winner ahead,
+    // never the losers it measured.
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    let candidates = candidates();
+    let launches = AtomicUsize::new(0);
+    {
+        let target = FakeTarget::on_store(Arc::clone(&store));
+        let device = target.device().clone();
+        let mut loader =
+            KernelLoader::new(target).with_profile(crate::profile::Program::named("tuner"));
+        let mut launch = |module: &Arc<FakeModule>| {
+            launches.fetch_add(1, Ordering::SeqCst);
+            device.run(run_time(number_of(module)));
+            Ok(())
+        };
+        let measure = Measure::Timed {
+            launch: &mut launch,
+            warm_up: 1,
+            runs: 3,
+        };
+        let tuned = loader
+            .tune(&TuneKey::new("profiled"), &candidates, measure)
+            .expect("tuned");
+        assert_eq!((tuned.winner, tuned.origin), (9, Origin::Measured));
+    }
+    let mut next = KernelLoader::new(FakeTarget::on_store(Arc::clone(&store)))
+        .with_profile(crate::profile::Program::named("tuner"));
+    next.compile_queued();
+    assert_eq!(next.profiled_waiting(), 1, "the winner alone, ahead");
+    assert!(next.is_loaded(&candidates[9].id()));
+    assert_eq!(next.target().loaded(), 1);
+}
+
+#[test]
+fn a_clock_the_caller_gives_times_the_candidates() {
+    // T1: a timer on the caller's stream (as CUDA's events are) in place
+    // of the target's; the target's own clock is never asked for.
+    let target = FakeTarget::persisting().with_device(FakeDevice::default().with_failing_timer());
+    let clock = FakeDevice::default();
+    let mut timer = FakeTarget::storeless()
+        .with_device(clock.clone())
+        .timer()
+        .expect("the fake device's clock");
+    let mut loader = unprofiled(target);
+    let candidates = candidates();
+    let mut launch = |module: &Arc<FakeModule>| {
+        clock.run(run_time(number_of(module)));
+        Ok(())
+    };
+    let measure = Measure::TimedWith {
+        timer: &mut timer,
+        launch: &mut launch,
+        warm_up: 1,
+        runs: 3,
+    };
+    let tuned = loader
+        .tune(&TuneKey::new("own clock"), &candidates, measure)
+        .expect("tuned on the given clock");
+    assert_eq!(tuned.winner, 9);
 }

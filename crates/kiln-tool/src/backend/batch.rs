@@ -202,6 +202,8 @@ where
     let config = LoaderConfig::from_env_or_default();
     let config = LoaderConfig {
         retry_failed: config.retry_failed || retry_failed,
+        // What a warm builds is no program's run: it keeps no profile.
+        profile: false,
         ..config
     };
     let mut loader = KernelLoader::with_config(target, config);

@@ -133,7 +133,15 @@ pub fn filled(root: &Path, kernels: u32) -> DiskStore {
     })
     .expect("the store opens");
     let target = FakeTarget::on_store(Arc::new(store.clone()));
-    let mut loader = KernelLoader::with_config(target, LoaderConfig::default());
+    let mut loader = KernelLoader::with_config(
+        target,
+        LoaderConfig {
+            // A store filled for the command line to read holds no
+            // warm-start profile of the test (L12).
+            profile: false,
+            ..LoaderConfig::default()
+        },
+    );
     for number in 0..kernels {
         // The fake target's variant is `()`.
         loader.enqueue(Box::new(FakeKernel::new(number)), ());
