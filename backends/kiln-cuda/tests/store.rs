@@ -300,7 +300,16 @@ fn p2_a_damaged_cubin_in_the_store_is_never_loaded_and_compiles_again() {
     };
     let scratch = Scratch::new("damaged");
     let root = scratch.join("store");
-    let mut first = loader(target.with_store(disk_store(&root)));
+    // Every entry a file, so the damage below reaches each copy of the
+    // cubin; the packed store's damage tests are the store's own.
+    let file_store = || -> std::sync::Arc<dyn kiln_engine::ArtifactStore> {
+        let config = kiln_store::StoreConfig {
+            pack_below: 0,
+            ..kiln_store::StoreConfig::evicting_only_when_asked(&root)
+        };
+        std::sync::Arc::new(kiln_store::DiskStore::open(config).expect("the store opens"))
+    };
+    let mut first = loader(target.with_store(file_store()));
     let kernel = saxpy();
     let id = id_on(first.target(), &kernel);
     first.load(&kernel, &id).expect("saxpy loads");
@@ -323,7 +332,7 @@ fn p2_a_damaged_cubin_in_the_store_is_never_loaded_and_compiles_again() {
 
     let target = CudaTarget::compile_only(support::ARCHITECTURE)
         .expect("NVRTC opened once already")
-        .with_store(disk_store(&root));
+        .with_store(file_store());
     let mut second = loader(target);
     second.load(&kernel, &id).expect("saxpy compiles again");
     let batch = &second.records()[0];
