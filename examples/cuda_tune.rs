@@ -143,7 +143,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         warm_up: 3,
         runs: 10,
     };
+    let started = std::time::Instant::now();
     let tuned = loader.tune(&key, &candidates, measure)?;
+    let took = started.elapsed();
     for (shape, result) in SHAPES.iter().zip(&tuned.answer.candidates) {
         match result.time() {
             Some(time) => println!("tile {shape:?}: {time:?}"),
@@ -161,8 +163,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .map(|(fastest, slowest)| format!("{fastest:?} to {slowest:?}"))
         .unwrap_or_else(|| "none".to_owned());
     println!(
-        "cuda_tune: winner tile {:?} ({how}; {}); spread {spread}; {} candidates measured, {} \
-         launches this run, on {}",
+        "cuda_tune: winner tile {:?} ({how} in {took:?}; {}); spread {spread}; {} candidates \
+         measured, {} launches this run, on {}",
         SHAPES[tuned.winner],
         tuned.answer.method,
         tuned.answer.measured(),

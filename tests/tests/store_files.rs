@@ -429,6 +429,7 @@ fn p8_a_bundle_carries_a_store_to_another_root_and_l10_an_import_that_replaces_c
         &replaced,
         None,
         None,
+        false,
         Duration::ZERO,
         None,
     );

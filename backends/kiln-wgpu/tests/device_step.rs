@@ -110,6 +110,9 @@ fn loader(target: WatchedTarget) -> KernelLoader<WatchedTarget> {
         target,
         LoaderConfig {
             parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
+            // The second loader stands in for the next process's batch: no
+            // warm-start profile loads its kernels ahead of it.
+            profile: false,
             ..LoaderConfig::default()
         },
     )

@@ -735,6 +735,27 @@ impl ArtifactStore for TieredStore {
         outcome
     }
 
+    fn put_rekeyed(
+        &self,
+        key: &StoreKey,
+        source_key: &StoreKey,
+        bytes: &[u8],
+        work: Duration,
+    ) -> StoreOutcome {
+        let outcome = self.inner.local.put_rekeyed(key, source_key, bytes, work);
+        if self.inner.remote.writes() && !matches!(outcome, StoreOutcome::Failed { .. }) {
+            self.inner
+                .queue
+                .push(Write::Artifact(Box::new(ArtifactWrite {
+                    key: key.clone(),
+                    source_key: None,
+                    bytes: bytes.to_vec(),
+                    work,
+                })));
+        }
+        outcome
+    }
+
     fn remove(&self, key: &StoreKey) {
         self.inner.local.remove(key);
         // A queued put of this key must not land after the removal.

@@ -33,7 +33,13 @@ fn load_all(root: &Path) -> usize {
     })
     .expect("the store opens");
     let target = FakeTarget::on_store(Arc::new(store));
-    let mut loader = KernelLoader::with_config(target, LoaderConfig::default());
+    let mut loader = KernelLoader::with_config(
+        target,
+        LoaderConfig {
+            profile: false,
+            ..LoaderConfig::default()
+        },
+    );
     for kernel in kernels() {
         loader.enqueue(Box::new(kernel), ());
     }

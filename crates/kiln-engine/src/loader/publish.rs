@@ -66,11 +66,8 @@ impl<T: CompilationTarget> Job<'_, T> {
                                     id,
                                     &artifact,
                                     self.recipe.as_ref(),
-                                    // A rekeyed artifact's text is stored
-                                    // already, with its first id's recipe.
-                                    source
-                                        .as_deref()
-                                        .filter(|_| origin != KernelOutcome::Rekeyed),
+                                    source.as_deref(),
+                                    origin == KernelOutcome::Rekeyed,
                                     work,
                                     self.claim.take(),
                                 ),

@@ -231,6 +231,7 @@ impl<C: KeyedCompiler> BoundStore<C> {
         artifact: &C::Artifact,
         recipe: Option<&Recipe>,
         source: Option<&str>,
+        rekeyed: bool,
         work: Duration,
         claim: Option<ClaimGuard>,
     ) -> StoreOutcome {
@@ -238,7 +239,12 @@ impl<C: KeyedCompiler> BoundStore<C> {
             Ok(bytes) => {
                 let key = self.artifact_key(compiler, id);
                 let source_key = source.map(|source| self.source_key(compiler, id, source));
-                self.store.put(&key, source_key.as_ref(), &bytes, work)
+                match (source_key, rekeyed) {
+                    (Some(source_key), true) => {
+                        self.store.put_rekeyed(&key, &source_key, &bytes, work)
+                    }
+                    (source_key, _) => self.store.put(&key, source_key.as_ref(), &bytes, work),
+                }
             }
             Err(error) => StoreOutcome::Failed {
                 detail: format!("the artifact does not serialize: {error}"),

@@ -304,6 +304,22 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
         work: Duration,
     ) -> StoreOutcome;
 
+    /// Publishes `bytes` under `key` only, for a kernel that took the
+    /// artifact of another kernel with the same text, stored under
+    /// `source_key` already (P7): the text's entry is left as its compile
+    /// wrote it, with that compile's recipe. A store that counts compiles
+    /// counts a kernel rekeyed. The default puts without the text.
+    fn put_rekeyed(
+        &self,
+        key: &StoreKey,
+        source_key: &StoreKey,
+        bytes: &[u8],
+        work: Duration,
+    ) -> StoreOutcome {
+        let _ = source_key;
+        self.put(key, None, bytes, work)
+    }
+
     /// Removes whatever is stored under `key`: for bytes that verified but
     /// that the caller cannot use.
     fn remove(&self, key: &StoreKey);

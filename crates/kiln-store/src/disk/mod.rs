@@ -214,6 +214,18 @@ impl ArtifactStore for DiskStore {
         self.store_artifact(key, source_key, bytes, work)
     }
 
+    fn put_rekeyed(
+        &self,
+        key: &StoreKey,
+        source_key: &StoreKey,
+        bytes: &[u8],
+        work: Duration,
+    ) -> StoreOutcome {
+        // Counted by its text, as a kernel rekeyed; stored by its id only.
+        self.count_compile(key, Some(source_key), work);
+        self.store_artifact(key, None, bytes, work)
+    }
+
     fn found_elsewhere(&self, key: &StoreKey) {
         self.take_miss(key);
     }
