@@ -107,6 +107,9 @@ fn main() {
     let run = |root: &Path, case: &str, compile_only: bool| {
         let mut command = Command::new(std::env::current_exe().expect("this benchmark's path"));
         command.env(PROGRAM, root).env(CASE, case).env(FILE, &file);
+        // Each start is measured as its batch: no warm-start profile loads
+        // the kernels ahead of it.
+        command.env("KILN_PROFILE", "0");
         command.env_remove(kiln_engine::mode::MODE_VARIABLE);
         if compile_only {
             command

@@ -20,6 +20,9 @@ use crate::remote::RemoteStore;
 use crate::statistics::RemoteStatistics;
 use crate::step::Step;
 
+mod held;
+use held::{HeldHere, QueuedRelease};
+
 /// A two-level store: a local store (the disk store) in front of a
 /// [`RemoteStore`] shared by a fleet (P10).
 ///
@@ -97,62 +100,6 @@ const LONGEST_COPY_POLL: Duration = Duration::from_millis(50);
 /// itself; between them, the remote's timeout (one fetch's bound).
 const SHORTEST_COPY_WAIT: Duration = Duration::from_millis(100);
 const LONGEST_COPY_WAIT: Duration = Duration::from_secs(1);
-
-/// Marks a key's local claim as held by this process until dropped.
-struct HeldHere {
-    digest: [u8; 32],
-    held: Arc<Mutex<HashMap<[u8; 32], usize>>>,
-}
-
-impl HeldHere {
-    fn new(held: &Arc<Mutex<HashMap<[u8; 32], usize>>>, key: &StoreKey) -> Self {
-        let digest = key.digest();
-        *held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(digest)
-            .or_default() += 1;
-        Self {
-            digest,
-            held: Arc::clone(held),
-        }
-    }
-}
-
-impl Drop for HeldHere {
-    fn drop(&mut self) {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = held.get_mut(&self.digest) {
-            *count -= 1;
-            if *count == 0 {
-                held.remove(&self.digest);
-            }
-        }
-    }
-}
-
-/// A remote lease released through the write queue, behind the remote
-/// write of its key's artifact when one waits there; at once otherwise (a
-/// kernel that failed, or nothing queued), and when the store is gone.
-struct QueuedRelease {
-    lease: Option<crate::claim::RemoteLease>,
-    key: StoreKey,
-    store: std::sync::Weak<Inner>,
-}
-
-impl Drop for QueuedRelease {
-    fn drop(&mut self) {
-        let Some(lease) = self.lease.take() else {
-            return;
-        };
-        match self.store.upgrade() {
-            Some(inner) if inner.queue.state.holds(&self.key) => {
-                inner.queue.push(Write::Release(lease));
-            }
-            _ => drop(lease),
-        }
-    }
-}
 
 /// What the two-level store answered, counted once per lookup (its
 /// lookups' share of [`StoreCounters`]).
@@ -339,6 +286,29 @@ impl TieredStore {
                 Lookup::Miss(miss)
             }
             Lookup::Miss(_) => local,
+        }
+    }
+
+    /// Queues for the fleet what the local store kept. What it refused (an
+    /// empty artifact, say) is not offered to the fleet either: the tiers
+    /// keep the same entries.
+    fn offer(
+        &self,
+        outcome: &StoreOutcome,
+        key: &StoreKey,
+        source_key: Option<&StoreKey>,
+        bytes: &[u8],
+        work: Duration,
+    ) {
+        if self.inner.remote.writes() && !matches!(outcome, StoreOutcome::Failed { .. }) {
+            self.inner
+                .queue
+                .push(Write::Artifact(Box::new(ArtifactWrite {
+                    key: key.clone(),
+                    source_key: source_key.cloned(),
+                    bytes: bytes.to_vec(),
+                    work,
+                })));
         }
     }
 
@@ -720,18 +690,7 @@ impl ArtifactStore for TieredStore {
         work: Duration,
     ) -> StoreOutcome {
         let outcome = self.inner.local.put(key, source_key, bytes, work);
-        // What the local store refused (an empty artifact, say) is not
-        // offered to the fleet either: the tiers keep the same entries.
-        if self.inner.remote.writes() && !matches!(outcome, StoreOutcome::Failed { .. }) {
-            self.inner
-                .queue
-                .push(Write::Artifact(Box::new(ArtifactWrite {
-                    key: key.clone(),
-                    source_key: source_key.cloned(),
-                    bytes: bytes.to_vec(),
-                    work,
-                })));
-        }
+        self.offer(&outcome, key, source_key, bytes, work);
         outcome
     }
 
@@ -743,16 +702,7 @@ impl ArtifactStore for TieredStore {
         work: Duration,
     ) -> StoreOutcome {
         let outcome = self.inner.local.put_rekeyed(key, source_key, bytes, work);
-        if self.inner.remote.writes() && !matches!(outcome, StoreOutcome::Failed { .. }) {
-            self.inner
-                .queue
-                .push(Write::Artifact(Box::new(ArtifactWrite {
-                    key: key.clone(),
-                    source_key: None,
-                    bytes: bytes.to_vec(),
-                    work,
-                })));
-        }
+        self.offer(&outcome, key, None, bytes, work);
         outcome
     }
 
