@@ -119,8 +119,6 @@ pub(super) struct Job<'k, T: CompilationTarget> {
     /// Lower + finalize time: its work, as its record and the loader's
     /// statistics count it (the device step is not in it).
     pub(super) compile_work: Duration,
-    /// Device step time (F9).
-    pub(super) load_work: Duration,
     /// Its device object, made on a worker as soon as its artifact was
     /// ready (F9), or the device's refusal: what the loader's thread
     /// publishes.
@@ -162,7 +160,6 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
                 None => Count::Uncounted,
             },
             compile_work: Duration::ZERO,
-            load_work: Duration::ZERO,
             made: None,
             diagnostics: Vec::new(),
         }
@@ -572,14 +569,12 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         if self.made.is_some() {
             return;
         }
-        let started = Instant::now();
         let id = &self.id;
         self.made = Some(contained(Stage::Load, id, || {
             device
                 .make(id, artifact)
                 .map_err(|refusal| refused(id, refusal))
         }));
-        self.load_work += started.elapsed();
     }
 
     /// What the kernel came to, for the members of its source group: its

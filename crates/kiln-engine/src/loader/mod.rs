@@ -200,13 +200,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             && self.loaded.is_current(&self.store)
             && let Some(slot) = self.loaded.entries.get_mut(id)
         {
-            // A load and a branch: the store is taken once per profiled
-            // kernel, at its first launch (L12).
-            if let Some(index) = slot.unasked {
-                slot.unasked = None;
-                profiled::asked(&mut self.profile, index);
-            }
-            return Ok(slot.loaded.clone());
+            return Ok(slot.ask(&mut self.profile));
         }
         self.load_missing(kernel, id)
     }
@@ -311,12 +305,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// The loaded kernel for `id`, if it is loaded, noting that the program
     /// asked for it when it is a profiled kernel not asked for yet (L12).
     fn asked_for(&mut self, id: &ArtifactId<VariantOf<T>>) -> Option<T::Loaded> {
-        let slot = self.loaded.entries.get_mut(id)?;
-        if let Some(index) = slot.unasked {
-            slot.unasked = None;
-            profiled::asked(&mut self.profile, index);
-        }
-        Some(slot.loaded.clone())
+        Some(self.loaded.entries.get_mut(id)?.ask(&mut self.profile))
     }
 
     /// Whether `id` is loaded.
@@ -590,4 +579,16 @@ struct Slot<V> {
     /// For a profiled kernel loaded ahead and not asked for yet, the index
     /// the profiler watches it under: the first ask clears it (L12).
     unasked: Option<u32>,
+}
+
+impl<V: Clone> Slot<V> {
+    /// The loaded kernel, asked for: a load and a branch, and the profile
+    /// told once, at a profiled kernel's first ask (L12).
+    #[inline]
+    fn ask<T: CompilationTarget>(&mut self, profile: &mut Option<profiled::ProfileState<T>>) -> V {
+        if let Some(index) = self.unasked.take() {
+            profiled::asked(profile, index);
+        }
+        self.loaded.clone()
+    }
 }

@@ -3,7 +3,6 @@
 //! claim released, its failure remembered, its outcome counted.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::job::{Count, Job, JobOutcome, Step, contained, refused};
 use crate::error::Stage;
@@ -36,7 +35,6 @@ impl<T: CompilationTarget> Job<'_, T> {
                 origin,
                 source,
             } => {
-                let started = Instant::now();
                 let id = &self.id;
                 let loaded = made
                     .expect("a ready kernel's device object is made before it is published")
@@ -47,7 +45,6 @@ impl<T: CompilationTarget> Job<'_, T> {
                                 .map_err(|refusal| refused(id, refusal))
                         })
                     });
-                self.load_work += started.elapsed();
                 match loaded {
                     Ok(loaded) => {
                         match origin {
