@@ -90,13 +90,21 @@ impl Redis {
             ));
         }
         let started = Instant::now();
+        // Every server serves every slot and knows every replica (the
+        // cluster's gossip has reached all of them).
         while !servers.iter().all(|server| {
             server
                 .command(&["CLUSTER", "INFO"])
                 .is_some_and(|info| info.contains("cluster_state:ok"))
+                && server.command(&["CLUSTER", "NODES"]).is_some_and(|nodes| {
+                    nodes.lines().filter(|line| line.contains("slave")).count() == 3 * replicas
+                })
         }) {
-            if started.elapsed() > Duration::from_secs(20) {
-                return Err("the cluster did not reach cluster_state:ok in 20 s".into());
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err(
+                    "the cluster did not reach cluster_state:ok with every replica known in 30 s"
+                        .into(),
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
