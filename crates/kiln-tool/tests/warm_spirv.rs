@@ -127,10 +127,11 @@ fn spv_files_compile_cold_per_entry_and_specialization_and_load_warm_from_the_st
     ) else {
         return;
     };
-    let Folders { kernels, store, .. } = Folders::new("warm-spirv");
+    let folders = Folders::new("warm-spirv");
+    let (kernels, store) = (&folders.kernels, &folders.store);
     // Two kernels: constants by `constant_id`, then by name.
     write_module(
-        &kernels,
+        kernels,
         "scale_bias",
         scale_bias,
         Some(
@@ -139,11 +140,11 @@ fn spv_files_compile_cold_per_entry_and_specialization_and_load_warm_from_the_st
         ),
     );
     // No sidecar: both compute entries, default constants.
-    write_module(&kernels, "passes", passes, None);
+    write_module(kernels, "passes", passes, None);
     let saxpy_sidecar = "// kiln entry: main\n";
-    write_module(&kernels, "saxpy", saxpy, Some(saxpy_sidecar));
+    write_module(kernels, "saxpy", saxpy, Some(saxpy_sidecar));
 
-    let cold = warm(&store, &kernels).succeeded_json();
+    let cold = warm(store, kernels).succeeded_json();
     assert_eq!(counts(&cold), (5, 5, 0, 0), "{cold:#}");
     assert_eq!(cold["failed_files"].as_array().map(Vec::len), Some(0));
     let expected: BTreeMap<String, usize> = [
@@ -155,9 +156,9 @@ fn spv_files_compile_cold_per_entry_and_specialization_and_load_warm_from_the_st
     .into_iter()
     .map(|(name, count)| (name.to_owned(), count))
     .collect();
-    assert_eq!(stored_names(&store), expected);
+    assert_eq!(stored_names(store), expected);
 
-    let warm_run = warm(&store, &kernels).succeeded_json();
+    let warm_run = warm(store, kernels).succeeded_json();
     assert_eq!(counts(&warm_run), (5, 0, 5, 0), "{warm_run:#}");
 
     // A comment added to a sidecar changes no entry and no constant.
@@ -166,7 +167,7 @@ fn spv_files_compile_cold_per_entry_and_specialization_and_load_warm_from_the_st
         format!("// y = a * x + y\n{saxpy_sidecar}"),
     )
     .expect("a sidecar");
-    let commented = warm(&store, &kernels).succeeded_json();
+    let commented = warm(store, kernels).succeeded_json();
     assert_eq!(counts(&commented), (5, 0, 5, 0), "{commented:#}");
 }
 
