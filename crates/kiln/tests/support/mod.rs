@@ -94,7 +94,7 @@ where
 /// Four WGSL kernels named `name` with a parameter each, writing their
 /// number: what a wgpu program asks for.
 #[cfg(feature = "wgpu")]
-pub fn fill_kernels(name: &str) -> Vec<kiln::wgpu::WgslKernel> {
+pub fn fill_kernels(name: &'static str) -> Vec<kiln::wgpu::WgslKernel> {
     (0..4)
         .map(|number: u32| {
             kiln::wgpu::WgslKernel::builder(kiln::KernelId::named(name).parameter(&number), "main")
