@@ -9,6 +9,7 @@ use std::path::Path;
 
 use kiln_engine::conformance::skip;
 use serde_json::Value;
+use support::kernels::{cxx_kernel, write_kernel};
 use support::{Finished, Scratch, backend, finish, kiln, run};
 
 /// The exit code of a run where kernels failed (docs/CLI.md).
@@ -37,18 +38,16 @@ fn a_kernel_that_failed_is_reported_from_memory_until_forgotten_or_retried() {
     }
     let scratch = Scratch::new("failure-memory");
     let folder = scratch.folder("kernels");
-    std::fs::write(
-        folder.join("broken.cu"),
-        "// kiln entry: broken\n\
-         extern \"C\" __global__ void broken(float* x) { x[threadIdx.x] = undeclared; }\n",
-    )
-    .expect("a kernel file");
-    std::fs::write(
-        folder.join("fine.cu"),
-        "// kiln entry: fine\n\
-         extern \"C\" __global__ void fine(float* x) { x[threadIdx.x] *= 2.0f; }\n",
-    )
-    .expect("a kernel file");
+    write_kernel(
+        &folder,
+        "broken.cu",
+        cxx_kernel("broken", "x[threadIdx.x] = undeclared;"),
+    );
+    write_kernel(
+        &folder,
+        "fine.cu",
+        cxx_kernel("fine", "x[threadIdx.x] *= 2.0f;"),
+    );
     let store = scratch.join("store");
 
     let first = warm(&store, &folder, &[]);

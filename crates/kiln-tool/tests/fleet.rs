@@ -4,64 +4,13 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_engine::fake::{FakeKernel, FakeTarget};
-use kiln_engine::{ArtifactStore, KernelLoader, LoaderConfig, Lookup};
-use kiln_store::{DiskStore, Entry, StoreConfig};
-use kiln_test_support::redis::{RedisServer, skip};
+use kiln_engine::{ArtifactStore, Lookup};
+use kiln_store::Entry;
 use serde_json::Value;
-use support::{Finished, Scratch, filled, finish, kiln, run};
-
-/// The variables of the remote tier's keys.
-const KEY_VARIABLES: [&str; 4] = [
-    "KILN_REMOTE_URL",
-    "KILN_REMOTE_KEY",
-    "KILN_REMOTE_SIGNING_KEY",
-    "KILN_REMOTE_TRUSTED_KEYS",
-];
-
-/// `kiln --dir STORE ARGUMENTS...` with exactly the key variables `keys`.
-fn kiln_with(store: &Path, arguments: &[&str], keys: &[(&str, &str)]) -> Finished {
-    let mut command: Command = kiln(store, arguments);
-    for variable in KEY_VARIABLES {
-        command.env_remove(variable);
-    }
-    command.env_remove("KILN_REMOTE_READ_ONLY");
-    for (variable, value) in keys {
-        command.env(variable, value);
-    }
-    finish(&mut command)
-}
-
-fn redis(scratch: &Scratch, what: &str) -> Option<RedisServer> {
-    match RedisServer::start(&scratch.folder("redis"), &[]) {
-        Ok(server) => Some(server),
-        Err(why) => {
-            skip(what, &why);
-            None
-        }
-    }
-}
-
-/// A fleet key, or a signing key and its public key, made by `kiln keygen`.
-fn keygen(scratch: &Scratch, signing: bool) -> (String, Option<String>) {
-    let mut arguments = vec!["--json", "keygen"];
-    if signing {
-        arguments.push("--signing");
-    }
-    let made = run(&scratch.join("unused"), &arguments).succeeded_json();
-    (
-        made["secret"].as_str().expect("a secret").to_owned(),
-        made["public"].as_str().map(str::to_owned),
-    )
-}
-
-fn open(root: &Path) -> DiskStore {
-    DiskStore::open(StoreConfig::at(root)).expect("the store opens")
-}
+use support::remote::{keygen, kiln_with, open, redis, remote};
+use support::{Finished, Scratch, fake_batch, fake_key, filled};
 
 /// Every artifact of `source`, looked up in `destination`: the same bytes.
 fn assert_same_entries(source: &Path, destination: &Path) -> usize {
@@ -90,22 +39,9 @@ fn assert_same_entries(source: &Path, destination: &Path) -> usize {
 
 /// Loads fake kernels `0..count` from the store at `root`: none compiles.
 fn loads_without_compiling(root: &Path, count: u32) {
-    let target = FakeTarget::on_store(Arc::new(open(root)));
-    let mut loader = KernelLoader::with_config(
-        target,
-        LoaderConfig {
-            // A store filled for the command line to read holds no
-            // warm-start profile of the test (L12).
-            profile: false,
-            ..LoaderConfig::default()
-        },
-    );
+    let mut loader = fake_batch(open(root), count);
     for number in 0..count {
-        loader.enqueue(Box::new(FakeKernel::new(number)), ());
-    }
-    loader.compile_queued();
-    for number in 0..count {
-        let kernel = FakeKernel::new(number);
+        let kernel = kiln_engine::fake::FakeKernel::new(number);
         assert!(loader.load(&kernel, &kernel.artifact_id()).is_ok());
     }
     let statistics = loader.statistics();
@@ -364,28 +300,15 @@ fn stats_show_the_remote_and_what_the_fleet_counted() {
     let (fleet, _) = keygen(&scratch, false);
     let keys = [("KILN_REMOTE_KEY", fleet.as_str())];
 
-    // One process of the fleet: two misses, a write, a remote hit.
-    let remote_keys = kiln_remote::Keys::with_overrides(|name| {
-        (name == "KILN_REMOTE_KEY").then(|| fleet.clone())
-    })
-    .expect("the fleet key reads");
-    let mut config = kiln_remote::RemoteConfig::new(url.clone(), remote_keys);
-    config.timeout = Duration::from_secs(2);
-    // Each process has its own remote store and counts.
-    let remote = || kiln_remote::RemoteStore::open(config.clone()).expect("the remote opens");
-    let writer = kiln_remote::TieredStore::new(open(&scratch.join("writer")), remote());
-    let key = |number: u32| {
-        kiln_engine::StoreKey::for_artifact(
-            &kiln_engine::fake::FakeCompiler::default_key_components(),
-            &FakeKernel::new(number).artifact_id(),
-            None,
-        )
-    };
+    // One process of the fleet: two misses, a write, a remote hit. Each
+    // process has its own remote store and counts.
+    let writer = kiln_remote::TieredStore::new(open(&scratch.join("writer")), remote(&url, &keys));
+    let key = fake_key;
     assert!(matches!(writer.lookup(&key(1)), Lookup::Miss(_)));
     assert!(matches!(writer.lookup(&key(2)), Lookup::Miss(_)));
     writer.put(&key(1), None, b"artifact one", Duration::from_millis(5));
     assert!(writer.flush(Duration::from_secs(10)));
-    let reader = kiln_remote::TieredStore::new(open(&scratch.join("reader")), remote());
+    let reader = kiln_remote::TieredStore::new(open(&scratch.join("reader")), remote(&url, &keys));
     assert!(matches!(reader.lookup(&key(1)), Lookup::Hit { .. }));
     assert!(reader.flush(Duration::from_secs(10)));
 

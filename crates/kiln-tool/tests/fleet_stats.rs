@@ -5,90 +5,14 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use kiln_engine::fake::FakeKernel;
 use kiln_engine::store::BlobKey;
 use kiln_engine::{ArtifactStore, Lookup, StoreKey};
-use kiln_remote::{Keys, RemoteConfig, RemoteStore, TieredStore};
-use kiln_store::{DiskStore, StoreConfig};
-use kiln_test_support::redis::{RedisServer, skip};
+use kiln_remote::TieredStore;
 use serde_json::Value;
-use support::{Finished, Scratch, filled, finish, kiln, run};
-
-/// The variables of the remote tier's keys and mode.
-const REMOTE_VARIABLES: [&str; 5] = [
-    "KILN_REMOTE_URL",
-    "KILN_REMOTE_KEY",
-    "KILN_REMOTE_SIGNING_KEY",
-    "KILN_REMOTE_TRUSTED_KEYS",
-    "KILN_REMOTE_READ_ONLY",
-];
-
-/// `kiln --dir STORE ARGUMENTS...` with exactly the remote variables
-/// `variables`.
-fn kiln_with(store: &Path, arguments: &[&str], variables: &[(&str, &str)]) -> Finished {
-    let mut command: Command = kiln(store, arguments);
-    for variable in REMOTE_VARIABLES {
-        command.env_remove(variable);
-    }
-    for (variable, value) in variables {
-        command.env(variable, value);
-    }
-    finish(&mut command)
-}
-
-fn redis(scratch: &Scratch, what: &str) -> Option<RedisServer> {
-    match RedisServer::start(&scratch.folder("redis"), &[]) {
-        Ok(server) => Some(server),
-        Err(why) => {
-            skip(what, &why);
-            None
-        }
-    }
-}
-
-/// A secret made by `kiln keygen` (a signing key with its public key with
-/// `signing`).
-fn keygen(scratch: &Scratch, signing: bool) -> (String, Option<String>) {
-    let mut arguments = vec!["--json", "keygen"];
-    if signing {
-        arguments.push("--signing");
-    }
-    let made = run(&scratch.join("unused"), &arguments).succeeded_json();
-    (
-        made["secret"].as_str().expect("a secret").to_owned(),
-        made["public"].as_str().map(str::to_owned),
-    )
-}
-
-fn open(root: &Path) -> DiskStore {
-    DiskStore::open(StoreConfig::at(root)).expect("the store opens")
-}
-
-/// A remote store of `url` with the key variables `variables`.
-fn remote(url: &str, variables: &[(&'static str, String)]) -> RemoteStore {
-    let keys = Keys::with_overrides(|name| {
-        variables
-            .iter()
-            .find(|(variable, _)| *variable == name)
-            .map(|(_, value)| value.clone())
-    })
-    .expect("the keys read");
-    let mut config = RemoteConfig::new(url.to_owned(), keys);
-    config.timeout = Duration::from_secs(2);
-    RemoteStore::open(config).expect("the remote opens")
-}
-
-fn key(number: u32) -> StoreKey {
-    StoreKey::for_artifact(
-        &kiln_engine::fake::FakeCompiler::default_key_components(),
-        &FakeKernel::new(number).artifact_id(),
-        None,
-    )
-}
+use support::remote::{keygen, kiln_with, open, redis, remote};
+use support::{Scratch, fake_key as key, filled};
 
 /// `kiln --json stats --remote URL`'s fleet counts, as a node with
 /// `variables` sees them.
@@ -111,7 +35,7 @@ fn a_node_that_got_every_kernel_from_the_remote_shows_a_remote_hit_rate_of_100_p
     };
     let url = server.url();
     let (fleet, _) = keygen(&scratch, false);
-    let variables = [("KILN_REMOTE_KEY", fleet.clone())];
+    let variables = [("KILN_REMOTE_KEY", fleet.as_str())];
 
     // A builder publishes 9 kernels; a node asks for them as one batch,
     // which reads their failure memories in the same round trip.
@@ -177,7 +101,7 @@ fn zeroing_the_fleet_s_counts_from_a_node_that_only_reads_the_remote_is_refused_
     // A builder that signs counts something in the fleet's counts.
     let builder = TieredStore::new(
         open(&scratch.join("builder")),
-        remote(&url, &[("KILN_REMOTE_SIGNING_KEY", signing.clone())]),
+        remote(&url, &[("KILN_REMOTE_SIGNING_KEY", signing.as_str())]),
     );
     assert!(matches!(builder.lookup(&key(1)), Lookup::Miss(_)));
     builder.put(&key(1), None, b"an artifact", Duration::from_millis(5));

@@ -10,17 +10,13 @@ use std::path::Path;
 
 use kiln_test_support::{Limit, child};
 use serde_json::Value;
+use support::kernels::{scale_kernel, slow_kernel, write_kernel};
 use support::{Finished, Scratch, backend, finish, kiln};
 
 /// A folder with one HIP kernel.
 fn hip_kernel(scratch: &Scratch) -> std::path::PathBuf {
     let folder = scratch.folder("kernels");
-    std::fs::write(
-        folder.join("scale.cu"),
-        "// kiln entry: scale\n\
-         extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n",
-    )
-    .expect("a kernel file");
+    write_kernel(&folder, "scale.cu", scale_kernel());
     folder
 }
 
@@ -29,22 +25,7 @@ fn hip_kernel(scratch: &Scratch) -> std::path::PathBuf {
 /// of temporary files.
 fn slow_hip_kernel(scratch: &Scratch) -> std::path::PathBuf {
     let folder = scratch.folder("slow-kernels");
-    let mut text = String::from("// kiln entry: slow\n");
-    let mut sum = Vec::new();
-    for number in 0..40 {
-        text.push_str(&format!(
-            "__device__ float f{number}(float x) {{ for (int i = 0; i < {}; ++i) x = x * \
-             {number}.5f + sinf(x); return x; }}\n",
-            number % 7 + 2
-        ));
-        sum.push(format!("f{number}(v)"));
-    }
-    text.push_str(&format!(
-        "extern \"C\" __global__ void slow(float* x) {{ float v = x[threadIdx.x]; \
-         x[threadIdx.x] = {}; }}\n",
-        sum.join(" + ")
-    ));
-    std::fs::write(folder.join("slow.cu"), text).expect("a kernel file");
+    write_kernel(&folder, "slow.cu", slow_kernel());
     folder
 }
 

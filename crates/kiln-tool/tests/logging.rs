@@ -6,33 +6,59 @@ mod support;
 
 use std::path::Path;
 
-use support::{Scratch, finish, kiln, wgsl_kernel};
+use support::{Finished, Scratch, finish, kiln, kiln_lines, wgsl_kernel};
 
-/// Overwrites every record file of the store at `root` with bytes that are
-/// no record.
-fn damage_records(root: &Path) -> usize {
-    let mut damaged = 0;
-    let mut folders = vec![root.join("records")];
+/// Variables set for one run, each with its value.
+type Variables<'a> = &'a [(&'a str, &'a str)];
+
+/// `kiln --dir STORE ARGUMENTS... FOLDER` with `variables` set, run to its
+/// end.
+fn warm(store: &Path, arguments: &[&str], folder: &Path, variables: Variables) -> Finished {
+    finish(
+        kiln(store, arguments)
+            .arg(folder)
+            .envs(variables.iter().copied()),
+    )
+}
+
+/// Runs `act` on every file below `folder` of the store at `root`; how
+/// many files there were.
+fn each_file(root: &Path, folder: &str, mut act: impl FnMut(&Path)) -> usize {
+    let mut count = 0;
+    let mut folders = vec![root.join(folder)];
     while let Some(folder) = folders.pop() {
         for entry in std::fs::read_dir(&folder).expect("a folder of the store") {
             let path = entry.expect("an entry").path();
             if path.is_dir() {
                 folders.push(path);
             } else {
-                std::fs::write(&path, b"not a record").expect("damaged");
-                damaged += 1;
+                act(&path);
+                count += 1;
             }
         }
     }
-    damaged
+    count
 }
 
-/// kiln's lines on standard error (a Vulkan driver may add its own).
-fn kiln_lines(stderr: &str) -> Vec<&str> {
-    stderr
-        .lines()
-        .filter(|line| line.starts_with("kiln"))
-        .collect()
+/// Overwrites every record file of the store at `root` with bytes that are
+/// no record.
+fn damage_records(root: &Path) -> usize {
+    each_file(root, "records", |path| {
+        std::fs::write(path, b"not a record").expect("damaged");
+    })
+}
+
+/// Removes every object file of the store at `root`; how many there were.
+fn remove_objects(root: &Path) -> usize {
+    each_file(root, "objects", |path| {
+        std::fs::remove_file(path).expect("removed");
+    })
+}
+
+/// Checks `run` succeeded with no line of kiln's on standard error.
+fn said_nothing(run: &Finished, why: &str) {
+    run.succeeded_json();
+    assert!(kiln_lines(&run.stderr).is_empty(), "{why}: {}", run.stderr);
 }
 
 // P2
@@ -43,20 +69,16 @@ fn a_damaged_entry_is_a_warning_on_standard_error_once_and_quiet_hides_it() {
     std::fs::write(folder.join("one.wgsl"), wgsl_kernel(1)).expect("a kernel file");
     let store = scratch.join("store");
     // Its entries are files: the test damages the record files.
-    let first = finish(
-        kiln(&store, &["--json", "warm"])
-            .arg(&folder)
-            .env("KILN_CACHE_PACK_BELOW", "0"),
+    let first = warm(
+        &store,
+        &["--json", "warm"],
+        &folder,
+        &[("KILN_CACHE_PACK_BELOW", "0")],
     );
-    first.succeeded_json();
-    assert!(
-        kiln_lines(&first.stderr).is_empty(),
-        "nothing to say: {}",
-        first.stderr
-    );
+    said_nothing(&first, "nothing to say");
 
     assert!(damage_records(&store) > 0, "the run stored records");
-    let second = finish(kiln(&store, &["--json", "warm"]).arg(&folder));
+    let second = warm(&store, &["--json", "warm"], &folder, &[]);
     let report = second.succeeded_json();
     assert_eq!(report["backends"][0]["compiled"], 1, "{report:#}");
     let lines = kiln_lines(&second.stderr);
@@ -72,26 +94,18 @@ fn a_damaged_entry_is_a_warning_on_standard_error_once_and_quiet_hides_it() {
     distinct.dedup();
     assert_eq!(distinct, lines, "each message once: {}", second.stderr);
 
-    damage_records(&store);
-    let quiet = finish(kiln(&store, &["--json", "-q", "warm"]).arg(&folder));
-    quiet.succeeded_json();
-    assert!(
-        kiln_lines(&quiet.stderr).is_empty(),
-        "-q shows no warning: {}",
-        quiet.stderr
-    );
-    damage_records(&store);
-    let off = finish(
-        kiln(&store, &["--json", "warm"])
-            .arg(&folder)
-            .env("KILN_LOG", "off"),
-    );
-    off.succeeded_json();
-    assert!(
-        kiln_lines(&off.stderr).is_empty(),
-        "KILN_LOG=off shows nothing: {}",
-        off.stderr
-    );
+    let hidden: [(&[&str], Variables, &str); 2] = [
+        (&["--json", "-q", "warm"], &[], "-q shows no warning"),
+        (
+            &["--json", "warm"],
+            &[("KILN_LOG", "off")],
+            "KILN_LOG=off shows nothing",
+        ),
+    ];
+    for (arguments, variables, why) in hidden {
+        damage_records(&store);
+        said_nothing(&warm(&store, arguments, &folder, variables), why);
+    }
 }
 
 // P5
@@ -102,7 +116,7 @@ fn kiln_log_and_verbose_flags_show_a_module_s_debugging_lines() {
     let folder = scratch.folder("kernels");
     std::fs::write(folder.join("one.wgsl"), wgsl_kernel(2)).expect("a kernel file");
     let store = scratch.join("store");
-    finish(kiln(&store, &["--json", "warm"]).arg(&folder)).succeeded_json();
+    warm(&store, &["--json", "warm"], &folder, &[]).succeeded_json();
     let said = |arguments: &[&str], log: Option<&str>| {
         let mut command = kiln(&store, arguments);
         command.arg(&folder).env("KILN_CACHE_READ_ONLY", "1");
@@ -128,9 +142,12 @@ fn kiln_log_and_verbose_flags_show_a_module_s_debugging_lines() {
     assert!(said(&["--json", "-vv", "warm"], None));
     assert!(!said(&["--json", "-v", "warm"], None), "-v is notes only");
     // A directive that does not parse is named, and the run goes on.
-    let mut command = kiln(&store, &["--json", "warm"]);
-    command.arg(&folder).env("KILN_LOG", "kiln_store=loud");
-    let run = finish(&mut command);
+    let run = warm(
+        &store,
+        &["--json", "warm"],
+        &folder,
+        &[("KILN_LOG", "kiln_store=loud")],
+    );
     run.succeeded_json();
     assert!(
         run.stderr
@@ -138,24 +155,6 @@ fn kiln_log_and_verbose_flags_show_a_module_s_debugging_lines() {
         "{}",
         run.stderr
     );
-}
-
-/// Removes every object file of the store at `root`; how many there were.
-fn remove_objects(root: &Path) -> usize {
-    let mut removed = 0;
-    let mut folders = vec![root.join("objects")];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder).expect("a folder of the store") {
-            let path = entry.expect("an entry").path();
-            if path.is_dir() {
-                folders.push(path);
-            } else {
-                std::fs::remove_file(&path).expect("removed");
-                removed += 1;
-            }
-        }
-    }
-    removed
 }
 
 // P2
@@ -171,14 +170,15 @@ fn a_record_whose_object_is_gone_is_said_at_verbose() {
     }
     std::fs::write(folder.join("one.wgsl"), text).expect("a kernel file");
     let store = scratch.join("store");
-    finish(kiln(&store, &["--json", "warm"]).arg(&folder)).succeeded_json();
+    warm(&store, &["--json", "warm"], &folder, &[]).succeeded_json();
     for verbose in [false, true] {
         assert!(remove_objects(&store) > 0, "the run stored its object");
-        let mut command = kiln(&store, &["--json", "warm"]);
-        if verbose {
-            command.arg("-v");
-        }
-        let run = finish(command.arg(&folder));
+        let arguments: &[&str] = if verbose {
+            &["--json", "warm", "-v"]
+        } else {
+            &["--json", "warm"]
+        };
+        let run = warm(&store, arguments, &folder, &[]);
         let report = run.succeeded_json();
         assert_eq!(report["backends"][0]["compiled"], 1, "{report:#}");
         let said = kiln_lines(&run.stderr)

@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kiln_engine::ArtifactStore;
@@ -14,15 +14,19 @@ use kiln_engine::store::decode_value;
 use kiln_store::{DiskStore, Entry, Record, StoreConfig};
 use kiln_wgpu::WgpuArtifact;
 use serde_json::Value;
-use support::{Scratch, finish, kiln, run, wgsl_kernel};
+use support::kernels::{TWO_SPECIALIZATIONS, wgsl_kernels, write_kernel};
+use support::{Finished, Scratch, finish, run};
 
-fn warm(store: &Path, folder: &Path) {
-    let warmed = finish(
-        kiln(store, &["--json", "warm", "--backend", "wgpu"])
-            .arg(folder)
-            .env("MESA_SHADER_CACHE_DIR", store.with_extension("mesa")),
-    );
+/// A store at `store` warmed with `kernels` WGSL kernels; the scratch
+/// folder holding it.
+fn warmed(name: &str, kernels: u32) -> (Scratch, PathBuf) {
+    let scratch = Scratch::new(name);
+    let store = scratch.join("store");
+    let folder = scratch.folder("kernels");
+    wgsl_kernels(&folder, kernels);
+    let warmed = finish(&mut support::warm(&store, &["--backend", "wgpu"], &folder));
     assert!(warmed.status.success(), "{warmed:?}");
+    (scratch, store)
 }
 
 fn kernel_records(store: &DiskStore) -> Vec<Record> {
@@ -40,31 +44,36 @@ fn kernel_records(store: &DiskStore) -> Vec<Record> {
     records
 }
 
-fn bytes(store: &DiskStore, record: &Record) -> Vec<u8> {
-    store.object_bytes(record).expect("the entry is there")
+/// The store at `root`, its two kernels' records and their values.
+fn two_kernels(root: &Path) -> (DiskStore, Vec<Record>, [Vec<u8>; 2]) {
+    let store = DiskStore::open(StoreConfig::at(root)).expect("the store opens");
+    let records = kernel_records(&store);
+    assert_eq!(records.len(), 2);
+    let bytes = |record: &Record| store.object_bytes(record).expect("the entry is there");
+    let values = [bytes(&records[0]), bytes(&records[1])];
+    (store, records, values)
+}
+
+/// `kiln --json verify --recompile FRACTION ARGUMENTS...` on `store`: the
+/// run, and its report.
+fn verify(store: &Path, fraction: &str) -> (Finished, Value) {
+    let verified = run(store, &["--json", "verify", "--recompile", fraction]);
+    let report = serde_json::from_str(&verified.stdout).expect("one JSON value");
+    (verified, report)
 }
 
 #[test]
 fn every_kernel_compiles_again_to_the_bytes_stored() {
-    let scratch = Scratch::new("recompile-same");
-    let store = scratch.join("store");
-    let folder = scratch.folder("kernels");
-    for value in 0..4 {
-        std::fs::write(folder.join(format!("k{value}.wgsl")), wgsl_kernel(value))
-            .expect("a kernel file");
-    }
-    warm(&store, &folder);
-    let verified = run(&store, &["--json", "verify", "--recompile", "1"]);
+    let (_scratch, store) = warmed("recompile-same", 4);
+    let (verified, report) = verify(&store, "1");
     assert!(verified.status.success(), "{verified:?}");
-    let report: Value = serde_json::from_str(&verified.stdout).expect("JSON");
     let recompile = &report["recompile"];
     assert_eq!(recompile["sampled"], 4, "{report:#}");
     assert_eq!(recompile["same"], 4, "{report:#}");
     assert_eq!(recompile["no_recipe"], 0, "{report:#}");
     assert_eq!(report["objects"].as_u64().map(|n| n > 0), Some(true));
 
-    let none = run(&store, &["--json", "verify", "--recompile", "0"]);
-    let none: Value = serde_json::from_str(&none.stdout).expect("JSON");
+    let (_, none) = verify(&store, "0");
     assert_eq!(none["recompile"]["sampled"], 0);
     let plain = run(&store, &["--json", "verify"]);
     let plain: Value = serde_json::from_str(&plain.stdout).expect("JSON");
@@ -75,23 +84,12 @@ fn every_kernel_compiles_again_to_the_bytes_stored() {
 
 #[test]
 fn an_entry_that_is_not_what_its_recipe_compiles_to_is_reported() {
-    let scratch = Scratch::new("recompile-different");
-    let root = scratch.join("store");
-    let folder = scratch.folder("kernels");
-    for value in 0..2 {
-        std::fs::write(folder.join(format!("k{value}.wgsl")), wgsl_kernel(value))
-            .expect("a kernel file");
-    }
-    warm(&root, &folder);
+    let (_scratch, root) = warmed("recompile-different", 2);
     {
         // Stored damaged, in a way no digest sees: the first kernel's
         // artifact with the second's recipe after it, put under the
         // second's key.
-        let store = DiskStore::open(StoreConfig::at(&root)).expect("the store opens");
-        let records = kernel_records(&store);
-        assert_eq!(records.len(), 2);
-        let first = bytes(&store, &records[0]);
-        let second = bytes(&store, &records[1]);
+        let (store, records, [first, second]) = two_kernels(&root);
         let first_artifact = decode_value::<WgpuArtifact>(&first)
             .expect("an artifact")
             .artifact_bytes
@@ -107,9 +105,8 @@ fn an_entry_that_is_not_what_its_recipe_compiles_to_is_reported() {
     }
     let plain = run(&root, &["verify"]);
     assert!(plain.status.success(), "its digest is right: {plain:?}");
-    let verified = run(&root, &["--json", "verify", "--recompile", "1"]);
+    let (verified, report) = verify(&root, "1");
     assert_eq!(verified.status.code(), Some(3), "{verified:?}");
-    let report: Value = serde_json::from_str(&verified.stdout).expect("one JSON value");
     let different = report["recompile"]["different"].as_array().expect("a list");
     assert_eq!(different.len(), 1, "{report:#}");
     assert_eq!(report["recompile"]["same"], 1, "{report:#}");
@@ -125,28 +122,17 @@ fn an_entry_that_is_not_what_its_recipe_compiles_to_is_reported() {
 // P2
 #[test]
 fn a_record_naming_another_kernels_artifact_is_named_and_removed() {
-    let scratch = Scratch::new("recompile-forged");
-    let root = scratch.join("store");
-    let folder = scratch.folder("kernels");
-    for value in 0..2 {
-        std::fs::write(folder.join(format!("k{value}.wgsl")), wgsl_kernel(value))
-            .expect("a kernel file");
-    }
-    warm(&root, &folder);
+    let (_scratch, root) = warmed("recompile-forged", 2);
     let forged_key = {
         // The first kernel's whole value, recipe and all, put under the
         // second's key: every digest checks out, and the recipe compiles
         // to the bytes it sits beside.
-        let store = DiskStore::open(StoreConfig::at(&root)).expect("the store opens");
-        let records = kernel_records(&store);
-        assert_eq!(records.len(), 2);
-        let first = bytes(&store, &records[0]);
+        let (store, records, [first, _]) = two_kernels(&root);
         store.put(&records[1].key, None, &first, Duration::ZERO);
         records[1].key.clone()
     };
-    let verified = run(&root, &["--json", "verify", "--recompile", "1"]);
+    let (verified, report) = verify(&root, "1");
     assert_eq!(verified.status.code(), Some(3), "{verified:?}");
-    let report: Value = serde_json::from_str(&verified.stdout).expect("one JSON value");
     let named = report["recompile"]["other_key"].as_array().expect("a list");
     assert_eq!(named.len(), 1, "{report:#}");
     assert!(
@@ -168,58 +154,55 @@ fn a_record_naming_another_kernels_artifact_is_named_and_removed() {
             .any(|record| record.key == forged_key),
         "the forged record is gone"
     );
-    let again = run(&root, &["--json", "verify", "--recompile", "1"]);
+    let (again, _) = verify(&root, "1");
     assert!(again.status.success(), "{again:?}");
 }
 
 /// `kiln warm --backend BACKEND` on a file of two specializations, then
-/// `kiln verify --recompile 1`: the JSON report's recompile part.
-fn recompiled_cxx(name: &str, backend: &str, options: &[&str]) -> Value {
-    let scratch = Scratch::new(name);
+/// `kiln verify --recompile 1`: both kernels compiled again to the same
+/// bytes, unless `compiler` says why there is no compiler here (a skip).
+fn compiles_again_to_the_same_bytes<E: ToString>(
+    test: &str,
+    compiler: Result<impl Sized, E>,
+    backend: &str,
+    options: &[&str],
+) {
+    // The compiler is asked for only to know it is here.
+    if let Err(reason) = compiler.map(drop) {
+        kiln_engine::conformance::skip(test, &reason.to_string());
+        return;
+    }
+    let scratch = Scratch::new(&format!("recompile-{backend}"));
     let store = scratch.join("store");
     let folder = scratch.folder("kernels");
-    std::fs::write(
-        folder.join("scale.cu"),
-        "// kiln entry: scale\n// kiln specialize: SCALE_BY=2\n// kiln specialize: SCALE_BY=3\n\
-         extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= SCALE_BY; }\n",
-    )
-    .expect("a kernel file");
-    let warmed = finish(
-        kiln(&store, &["--json", "warm", "--backend", backend])
-            .args(options)
-            .arg(&folder),
-    );
+    write_kernel(&folder, "scale.cu", TWO_SPECIALIZATIONS);
+    let mut arguments = vec!["--backend", backend];
+    arguments.extend_from_slice(options);
+    let warmed = finish(&mut support::warm(&store, &arguments, &folder));
     assert!(warmed.status.success(), "{warmed:?}");
-    let verified = run(&store, &["--json", "verify", "--recompile", "1"]);
-    let report: Value = serde_json::from_str(&verified.stdout).expect("JSON");
+    let (verified, report) = verify(&store, "1");
     assert!(verified.status.success(), "{verified:?}");
-    report["recompile"].clone()
+    let recompiled = &report["recompile"];
+    assert_eq!(recompiled["sampled"], 2, "{recompiled:#}");
+    assert_eq!(recompiled["same"], 2, "{recompiled:#}");
 }
 
 #[test]
 fn nvrtc_compiles_a_kernel_again_to_the_same_bytes() {
-    if let Err(reason) = kiln_cuda::CudaCompiler::new() {
-        kiln_engine::conformance::skip(
-            "nvrtc_compiles_a_kernel_again_to_the_same_bytes",
-            &reason.to_string(),
-        );
-        return;
-    }
-    let recompiled = recompiled_cxx("recompile-cuda", "cuda", &[]);
-    assert_eq!(recompiled["sampled"], 2, "{recompiled:#}");
-    assert_eq!(recompiled["same"], 2, "{recompiled:#}");
+    compiles_again_to_the_same_bytes(
+        "nvrtc_compiles_a_kernel_again_to_the_same_bytes",
+        kiln_cuda::CudaCompiler::new(),
+        "cuda",
+        &[],
+    );
 }
 
 #[test]
 fn hiprtc_compiles_a_kernel_again_to_the_same_bytes() {
-    if let Err(reason) = kiln_hip::HipCompiler::new() {
-        kiln_engine::conformance::skip(
-            "hiprtc_compiles_a_kernel_again_to_the_same_bytes",
-            &reason.to_string(),
-        );
-        return;
-    }
-    let recompiled = recompiled_cxx("recompile-hip", "hip", &["--hip-arch", "gfx90a"]);
-    assert_eq!(recompiled["sampled"], 2, "{recompiled:#}");
-    assert_eq!(recompiled["same"], 2, "{recompiled:#}");
+    compiles_again_to_the_same_bytes(
+        "hiprtc_compiles_a_kernel_again_to_the_same_bytes",
+        kiln_hip::HipCompiler::new(),
+        "hip",
+        &["--hip-arch", "gfx90a"],
+    );
 }

@@ -8,14 +8,11 @@ use std::path::Path;
 
 use kiln_engine::conformance::skip;
 use serde_json::Value;
-use support::{Scratch, finish, kiln, run, wgsl_kernel};
+use support::kernels::{TWO_SPECIALIZATIONS, wgsl_kernels, write_kernel};
+use support::{Scratch, finish, run};
 
 fn warm(store: &Path, folder: &Path, backend: &str) -> support::Finished {
-    finish(
-        kiln(store, &["--json", "warm", "--backend", backend])
-            .arg(folder)
-            .env("MESA_SHADER_CACHE_DIR", store.with_extension("mesa")),
-    )
+    finish(&mut support::warm(store, &["--backend", backend], folder))
 }
 
 fn records(store: &Path) -> Vec<Value> {
@@ -31,15 +28,12 @@ fn the_batches_of_every_process_are_kept_in_the_store_and_listed() {
     let store = scratch.join("store");
     let first = scratch.folder("first");
     let second = scratch.folder("second");
-    for value in 0..3 {
-        std::fs::write(first.join(format!("k{value}.wgsl")), wgsl_kernel(value))
-            .expect("a kernel file");
-    }
-    std::fs::write(
-        second.join("broken.wgsl"),
+    wgsl_kernels(&first, 3);
+    write_kernel(
+        &second,
+        "broken.wgsl",
         "@compute @workgroup_size(1) fn main() { let x: u32 = not_defined; }\n",
-    )
-    .expect("a kernel file");
+    );
     assert!(warm(&store, &first, "wgpu").status.success());
     let failed = warm(&store, &second, "wgpu");
     assert_eq!(failed.status.code(), Some(3), "{failed:?}");
@@ -83,12 +77,7 @@ fn a_cuda_warm_records_that_it_compiled_in_worker_processes() {
     let scratch = Scratch::new("records-workers");
     let store = scratch.join("store");
     let folder = scratch.folder("kernels");
-    std::fs::write(
-        folder.join("scale.cu"),
-        "// kiln entry: scale\n// kiln specialize: SCALE_BY=2\n// kiln specialize: SCALE_BY=3\n\
-         extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= SCALE_BY; }\n",
-    )
-    .expect("a kernel file");
+    write_kernel(&folder, "scale.cu", TWO_SPECIALIZATIONS);
     let warmed = warm(&store, &folder, "cuda");
     assert!(warmed.status.success(), "{warmed:?}");
     let batches = records(&store);

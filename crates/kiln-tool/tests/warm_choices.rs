@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use kiln_engine::conformance::skip;
 use serde_json::Value;
+use support::kernels::{scale_kernel, write_kernel};
 use support::{Finished, Scratch, finish, kiln, wgsl_kernel};
 
 /// The exit codes `kiln --help` and docs/CLI.md list.
@@ -20,12 +21,7 @@ const REQUIRED_UNAVAILABLE: i32 = 4;
 fn mixed_folder(scratch: &Scratch) -> PathBuf {
     let folder = scratch.folder("kernels");
     std::fs::write(folder.join("fill.wgsl"), wgsl_kernel(3)).expect("a kernel file");
-    std::fs::write(
-        folder.join("scale.cu"),
-        "// kiln entry: scale\n\
-         extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n",
-    )
-    .expect("a kernel file");
+    write_kernel(&folder, "scale.cu", scale_kernel());
     folder
 }
 

@@ -8,10 +8,10 @@ mod support;
 
 use std::process::Command;
 
-use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader, LoaderConfig};
+use kiln_engine::KernelId;
 use kiln_test_support::child;
-use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
-use support::{KILN, Scratch, finish, wgsl_kernel};
+use kiln_wgpu::WgslKernel;
+use support::{KILN, Scratch, finish, program_loads_without_compiling, wgsl_kernel};
 
 /// Set in the child half: the program's side.
 const CHILD: &str = "KILN_TEST_DEFAULT_STORE_CHILD";
@@ -70,21 +70,7 @@ fn program_side() {
     let store = kiln::Store::from_env()
         .expect("the default store opens")
         .expect("KILN_CACHE_DIR names one");
-    let target = match WgpuDevice::open() {
-        Ok(device) => WgpuTarget::on_device(device),
-        Err(_) => WgpuTarget::compile_only(),
-    };
-    let mut loader = KernelLoader::with_config(target.with_store(store), LoaderConfig::default());
     let kernel =
         WgslKernel::builder(KernelId::named("program.scale"), "main").source(kernel_text());
-    let id = ArtifactId::new(kernel.id(), WgpuVariant);
-    loader
-        .load(&kernel, &id)
-        .unwrap_or_else(|error| panic!("the program's kernel loads: {error}"));
-    let statistics = loader.statistics();
-    assert_eq!(
-        (statistics.compiled, statistics.rekeyed + statistics.hits),
-        (0, 1),
-        "{statistics:?}"
-    );
+    program_loads_without_compiling(store, &kernel);
 }

@@ -12,29 +12,11 @@ use std::path::Path;
 
 use kiln_test_support::{Limit, child};
 use serde_json::Value;
-use support::{Scratch, backend, finish, kiln, wgsl_kernel};
+use support::{Scratch, backend, failure_of, finish, kiln, skip_of, wgsl_kernel};
 
 /// `kiln --dir STORE --json warm FOLDER`, run to its end.
 fn warm(store: &Path, folder: &Path) -> support::Finished {
     finish(kiln(store, &["--json", "warm"]).arg(folder))
-}
-
-/// The reason `file` failed, from a report's `failed_files`.
-fn failure_of<'a>(report: &'a Value, file: &str) -> &'a str {
-    report["failed_files"]
-        .as_array()
-        .and_then(|files| files.iter().find(|entry| entry["file"] == file))
-        .and_then(|entry| entry["reason"].as_str())
-        .unwrap_or_else(|| panic!("{file} is listed as failed: {report:#}"))
-}
-
-/// The reason `file` was skipped, from a report's `skipped`.
-fn skip_of<'a>(report: &'a Value, file: &str) -> &'a str {
-    report["skipped"]
-        .as_array()
-        .and_then(|files| files.iter().find(|entry| entry["file"] == file))
-        .and_then(|entry| entry["reason"].as_str())
-        .unwrap_or_else(|| panic!("{file} is listed as skipped: {report:#}"))
 }
 
 /// Checks the one good WGSL kernel of a folder compiled.

@@ -7,27 +7,8 @@
 mod support;
 
 use kiln_test_support::require::skip_unless;
+use support::kernels::{cxx_kernel, slow_kernel, write_kernel};
 use support::{Scratch, backend, kiln};
-
-/// A CUDA kernel that takes NVRTC a second or more.
-fn slow_kernel() -> String {
-    let mut text = String::from("// kiln entry: slow\n");
-    let mut sum = Vec::new();
-    for number in 0..40 {
-        text.push_str(&format!(
-            "__device__ float f{number}(float x) {{ for (int i = 0; i < {}; ++i) x = x * \
-             {number}.5f + sinf(x); return x; }}\n",
-            number % 7 + 2
-        ));
-        sum.push(format!("f{number}(v)"));
-    }
-    text.push_str(&format!(
-        "extern \"C\" __global__ void slow(float* x) {{ float v = x[threadIdx.x]; \
-         x[threadIdx.x] = {}; }}\n",
-        sum.join(" + ")
-    ));
-    text
-}
 
 /// The `settled/total` counts of `--progress plain`'s lines in `stderr`.
 fn counts(stderr: &str) -> Vec<(usize, usize)> {
@@ -53,12 +34,11 @@ fn the_progress_counts_finished_kernels_not_started_ones() {
     let scratch = Scratch::new("warm-progress");
     let folder = scratch.folder("kernels");
     let store = scratch.path().join("store");
-    std::fs::write(
-        folder.join("fast.cu"),
-        "// kiln entry: fast\n\
-         extern \"C\" __global__ void fast(float* x) { x[threadIdx.x] *= 2.0f; }\n",
-    )
-    .expect("a kernel file");
+    write_kernel(
+        &folder,
+        "fast.cu",
+        cxx_kernel("fast", "x[threadIdx.x] *= 2.0f;"),
+    );
     let first = support::finish(
         kiln(
             &store,
@@ -80,7 +60,7 @@ fn the_progress_counts_finished_kernels_not_started_ones() {
         "--progress never prints no count: {}",
         first.stderr
     );
-    std::fs::write(folder.join("slow.cu"), slow_kernel()).expect("a kernel file");
+    write_kernel(&folder, "slow.cu", slow_kernel());
     let second = support::finish(
         kiln(
             &store,

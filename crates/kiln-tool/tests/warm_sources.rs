@@ -14,6 +14,7 @@ use kiln_cuda::{Architecture, CudaKernel, CudaOptions, CudaTarget};
 use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KernelLoader, LoaderConfig};
 use kiln_store::{DiskStore, StoreConfig};
 use serde_json::Value;
+use support::kernels::{cxx_kernel, write_kernel};
 use support::{Finished, Scratch, backend, finish, kiln};
 
 /// Runs `kiln --dir STORE --json warm ARGUMENTS... FOLDER` in `cwd`.
@@ -72,12 +73,11 @@ fn three_kernels(scratch: &Scratch) -> PathBuf {
          extern \"C\" __global__ void shifted(float* y) { y[threadIdx.x] += OFFSET; }\n",
     )
     .expect("a kernel");
-    std::fs::write(
-        kernels.join("plain.cu"),
-        "// kiln entry: plain\n\
-         extern \"C\" __global__ void plain(float* y) { y[threadIdx.x] = 1.0f; }\n",
-    )
-    .expect("a kernel");
+    write_kernel(
+        &kernels,
+        "plain.cu",
+        cxx_kernel("plain", "x[threadIdx.x] = 1.0f;"),
+    );
     kernels
 }
 

@@ -11,19 +11,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KernelLoader, LoaderConfig};
+use kiln_engine::KernelId;
 use kiln_store::{DiskStore, StoreConfig};
-use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
+use kiln_wgpu::WgslKernel;
 use serde_json::Value;
-use support::{Finished, Scratch, backend, finish, kiln};
+use support::{
+    Finished, Scratch, backend, failure_of, finish, kiln, program_loads_without_compiling,
+};
 
 /// `kiln --dir STORE --json warm FOLDER`, run to its end.
 fn warm(store: &Path, folder: &Path) -> Finished {
-    finish(
-        kiln(store, &["--json", "warm"])
-            .arg(folder)
-            .env("MESA_SHADER_CACHE_DIR", store.with_extension("mesa")),
-    )
+    finish(&mut support::warm(store, &[], folder))
 }
 
 /// The GLSL-born module `name`, or `None` after printing why `what` skips
@@ -38,6 +36,38 @@ fn module(name: &str, what: &str) -> Option<&'static [u8]> {
             None
         }
     }
+}
+
+/// A test's scratch folder, its folder of modules and its store.
+struct Folders {
+    _scratch: Scratch,
+    kernels: PathBuf,
+    store: PathBuf,
+}
+
+impl Folders {
+    fn new(name: &str) -> Self {
+        let scratch = Scratch::new(name);
+        Self {
+            kernels: scratch.folder("kernels"),
+            store: scratch.path().join("store"),
+            _scratch: scratch,
+        }
+    }
+}
+
+/// The module `scale_bias` and the folders of the test `name`, or `None`
+/// after printing why `what` skips.
+fn scale_bias_in(name: &str, what: &str) -> Option<(&'static [u8], Folders)> {
+    Some((module("scale_bias", what)?, Folders::new(name)))
+}
+
+/// `kiln warm` on a folder in which some modules fail: the report, after
+/// checking the run failed.
+fn failed_warm(folders: &Folders) -> Value {
+    let finished = warm(&folders.store, &folders.kernels);
+    assert!(!finished.status.success(), "{}", finished.stdout);
+    finished.json()
 }
 
 /// Writes `bytes` as `NAME.spv` in `folder`, with `sidecar` as its
@@ -75,15 +105,6 @@ fn counts(report: &Value) -> (u64, u64, u64, u64) {
     )
 }
 
-/// The reason `file` failed, from a report's `failed_files`.
-fn failure_of<'a>(report: &'a Value, file: &str) -> &'a str {
-    report["failed_files"]
-        .as_array()
-        .and_then(|files| files.iter().find(|entry| entry["file"] == file))
-        .and_then(|entry| entry["reason"].as_str())
-        .unwrap_or_else(|| panic!("{file} is listed as failed: {report:#}"))
-}
-
 /// The first diagnostic of the failed kernel `label` in the wgpu row.
 fn kernel_failure<'a>(report: &'a Value, label: &str) -> &'a str {
     backend(report, "wgpu")["failures"]
@@ -106,12 +127,11 @@ fn spv_files_compile_cold_per_entry_and_specialization_and_load_warm_from_the_st
     ) else {
         return;
     };
-    let scratch = Scratch::new("warm-spirv");
-    let folder = scratch.folder("kernels");
-    let store = scratch.path().join("store");
+    let folders = Folders::new("warm-spirv");
+    let (kernels, store) = (&folders.kernels, &folders.store);
     // Two kernels: constants by `constant_id`, then by name.
     write_module(
-        &folder,
+        kernels,
         "scale_bias",
         scale_bias,
         Some(
@@ -120,11 +140,11 @@ fn spv_files_compile_cold_per_entry_and_specialization_and_load_warm_from_the_st
         ),
     );
     // No sidecar: both compute entries, default constants.
-    write_module(&folder, "passes", passes, None);
+    write_module(kernels, "passes", passes, None);
     let saxpy_sidecar = "// kiln entry: main\n";
-    write_module(&folder, "saxpy", saxpy, Some(saxpy_sidecar));
+    write_module(kernels, "saxpy", saxpy, Some(saxpy_sidecar));
 
-    let cold = warm(&store, &folder).succeeded_json();
+    let cold = warm(store, kernels).succeeded_json();
     assert_eq!(counts(&cold), (5, 5, 0, 0), "{cold:#}");
     assert_eq!(cold["failed_files"].as_array().map(Vec::len), Some(0));
     let expected: BTreeMap<String, usize> = [
@@ -136,18 +156,18 @@ fn spv_files_compile_cold_per_entry_and_specialization_and_load_warm_from_the_st
     .into_iter()
     .map(|(name, count)| (name.to_owned(), count))
     .collect();
-    assert_eq!(stored_names(&store), expected);
+    assert_eq!(stored_names(store), expected);
 
-    let warm_run = warm(&store, &folder).succeeded_json();
+    let warm_run = warm(store, kernels).succeeded_json();
     assert_eq!(counts(&warm_run), (5, 0, 5, 0), "{warm_run:#}");
 
     // A comment added to a sidecar changes no entry and no constant.
     std::fs::write(
-        folder.join("saxpy.spv.kiln"),
+        kernels.join("saxpy.spv.kiln"),
         format!("// y = a * x + y\n{saxpy_sidecar}"),
     )
     .expect("a sidecar");
-    let commented = warm(&store, &folder).succeeded_json();
+    let commented = warm(store, kernels).succeeded_json();
     assert_eq!(counts(&commented), (5, 0, 5, 0), "{commented:#}");
 }
 
@@ -155,43 +175,25 @@ fn spv_files_compile_cold_per_entry_and_specialization_and_load_warm_from_the_st
 // its own kernel names, takes what `kiln warm` stored without compiling.
 #[test]
 fn p14_a_program_loading_the_same_module_finds_what_kiln_warm_stored() {
-    let Some(scale_bias) = module("scale_bias", "P14 on .spv files") else {
+    let Some((scale_bias, folders)) = scale_bias_in("warm-spirv-program", "P14 on .spv files")
+    else {
         return;
     };
-    let scratch = Scratch::new("warm-spirv-program");
-    let folder = scratch.folder("kernels");
-    let store = scratch.path().join("store");
     write_module(
-        &folder,
+        &folders.kernels,
         "scale_bias",
         scale_bias,
         Some("// kiln specialize: 0=3 BIAS=0.5\n"),
     );
-    let cold = warm(&store, &folder).succeeded_json();
+    let cold = warm(&folders.store, &folders.kernels).succeeded_json();
     assert_eq!(counts(&cold), (1, 1, 0, 0), "{cold:#}");
 
-    // The target kiln warm chose: the device when there is one.
-    let target = match WgpuDevice::open() {
-        Ok(device) => WgpuTarget::on_device(device),
-        Err(_) => WgpuTarget::compile_only(),
-    };
-    let shared: Arc<dyn ArtifactStore> =
-        Arc::new(DiskStore::open(StoreConfig::at(&store)).expect("the store opens"));
-    let mut loader = KernelLoader::with_config(target.with_store(shared), LoaderConfig::default());
+    let shared = DiskStore::open(StoreConfig::at(&folders.store)).expect("the store opens");
     let kernel = WgslKernel::builder(KernelId::named("program.scale_bias"), "main")
         .constant("0", 3.0)
         .constant("BIAS", 0.5)
         .spirv(scale_bias.to_vec());
-    let id = ArtifactId::new(kiln_engine::Kernel::id(&kernel), WgpuVariant);
-    loader
-        .load(&kernel, &id)
-        .unwrap_or_else(|error| panic!("the program's kernel loads: {error}"));
-    let statistics = loader.statistics();
-    assert_eq!(
-        (statistics.compiled, statistics.rekeyed + statistics.hits),
-        (0, 1),
-        "{statistics:?}"
-    );
+    program_loads_without_compiling(Arc::new(shared), &kernel);
 }
 
 // L6, B6: bytes naga refuses fail alone, with naga's reason, whether the
@@ -199,29 +201,26 @@ fn p14_a_program_loading_the_same_module_finds_what_kiln_warm_stored() {
 // kernel alone.
 #[test]
 fn a_spv_file_that_is_not_spirv_fails_alone_with_nagas_reason() {
-    let Some(scale_bias) = module("scale_bias", "a garbage .spv file") else {
+    let Some((scale_bias, folders)) = scale_bias_in("warm-spirv-garbage", "a garbage .spv file")
+    else {
         return;
     };
-    let scratch = Scratch::new("warm-spirv-garbage");
-    let folder = scratch.folder("kernels");
-    let store = scratch.path().join("store");
-    write_module(&folder, "good", scale_bias, None);
+    let kernels = &folders.kernels;
+    write_module(kernels, "good", scale_bias, None);
     // Whole words, so it is the magic number naga misses.
     let garbage = b"a text file, saved as .spv by mistake, 48 bytes\n";
     assert_eq!(garbage.len(), 48);
-    write_module(&folder, "garbage", garbage, None);
+    write_module(kernels, "garbage", garbage, None);
     // Named entries: naga meets the bytes when the kernel compiles.
-    write_module(&folder, "named", garbage, Some("// kiln entry: main\n"));
+    write_module(kernels, "named", garbage, Some("// kiln entry: main\n"));
     write_module(
-        &folder,
+        kernels,
         "unknown_id",
         scale_bias,
         Some("// kiln specialize: 9=1\n"),
     );
 
-    let finished = warm(&store, &folder);
-    assert!(!finished.status.success(), "{}", finished.stdout);
-    let report = finished.json();
+    let report = failed_warm(&folders);
     let reason = failure_of(&report, "garbage.spv");
     assert!(
         reason.contains("naga") && reason.contains("magic number"),
@@ -242,57 +241,43 @@ fn a_spv_file_that_is_not_spirv_fails_alone_with_nagas_reason() {
 // sidecar and the line, and the modules beside it still compile.
 #[test]
 fn a_sidecar_with_a_bad_line_fails_its_module_naming_the_line() {
-    let Some(scale_bias) = module("scale_bias", "a bad sidecar") else {
+    let Some((scale_bias, folders)) = scale_bias_in("warm-spirv-sidecar", "a bad sidecar") else {
         return;
     };
-    let scratch = Scratch::new("warm-spirv-sidecar");
-    let folder = scratch.folder("kernels");
-    let store = scratch.path().join("store");
-    write_module(&folder, "good", scale_bias, Some("// kiln entry: main\n"));
-    write_module(
-        &folder,
-        "pairless",
-        scale_bias,
-        Some("// kiln entry: main\n// kiln specialize: FACTOR\n"),
-    );
-    write_module(
-        &folder,
-        "prose",
-        scale_bias,
-        Some("// kiln entry: main\n\nmain\n"),
-    );
-    write_module(
-        &folder,
-        "options",
-        scale_bias,
-        Some("// kiln options: -O3\n"),
-    );
-    let linked = write_module(&folder, "linked", scale_bias, None);
+    let kernels = &folders.kernels;
+    // Each bad module: its sidecar, and what its failure says.
+    let bad: [(&str, &str, &[&str]); 3] = [
+        (
+            "pairless",
+            "// kiln entry: main\n// kiln specialize: FACTOR\n",
+            &["pairless.spv.kiln", "line 2: `// kiln specialize: FACTOR`"],
+        ),
+        (
+            "prose",
+            "// kiln entry: main\n\nmain\n",
+            &["prose.spv.kiln", "line 3: `main` is not a comment"],
+        ),
+        ("options", "// kiln options: -O3\n", &["line 1", "SPIR-V"]),
+    ];
+    write_module(kernels, "good", scale_bias, Some("// kiln entry: main\n"));
+    for (name, sidecar, _) in bad {
+        write_module(kernels, name, scale_bias, Some(sidecar));
+    }
+    let linked = write_module(kernels, "linked", scale_bias, None);
     std::os::unix::fs::symlink(
-        folder.join("good.spv.kiln"),
+        kernels.join("good.spv.kiln"),
         linked.with_extension("spv.kiln"),
     )
     .expect("a link");
 
-    let finished = warm(&store, &folder);
-    assert!(!finished.status.success(), "{}", finished.stdout);
-    let report = finished.json();
-    let pairless = failure_of(&report, "pairless.spv");
-    assert!(
-        pairless.contains("pairless.spv.kiln")
-            && pairless.contains("line 2: `// kiln specialize: FACTOR`"),
-        "{pairless}"
-    );
-    let prose = failure_of(&report, "prose.spv");
-    assert!(
-        prose.contains("prose.spv.kiln") && prose.contains("line 3: `main` is not a comment"),
-        "{prose}"
-    );
-    let options = failure_of(&report, "options.spv");
-    assert!(
-        options.contains("line 1") && options.contains("SPIR-V"),
-        "{options}"
-    );
+    let report = failed_warm(&folders);
+    for (name, _, said) in bad {
+        let reason = failure_of(&report, &format!("{name}.spv"));
+        assert!(
+            said.iter().all(|part| reason.contains(part)),
+            "{name}.spv's failure says {said:?}: {reason}"
+        );
+    }
     let linked = failure_of(&report, "linked.spv");
     assert!(linked.contains("symbolic link"), "{linked}");
     assert_eq!(counts(&report), (1, 1, 0, 0), "{report:#}");

@@ -10,7 +10,8 @@ use std::path::Path;
 
 use kiln_test_support::{Limit, Tmpfs, child};
 use serde_json::Value;
-use support::{Finished, Scratch, backend, finish, kiln, wgsl_kernel};
+use support::kernels::{scale_kernel, write_kernel};
+use support::{Finished, Scratch, backend, finish, kiln, kiln_lines, wgsl_kernel};
 
 /// A folder of `count` WGSL kernels, each about `padding` bytes larger than
 /// its code (a comment the artifact carries with the source).
@@ -24,14 +25,6 @@ fn padded_kernels(folder: &Path, count: u32, padding: usize) {
         }
         std::fs::write(folder.join(format!("k{number:03}.wgsl")), text).expect("a kernel file");
     }
-}
-
-/// kiln's own lines on standard error (a Vulkan driver may add its own).
-fn kiln_lines(stderr: &str) -> Vec<&str> {
-    stderr
-        .lines()
-        .filter(|line| line.starts_with("kiln"))
-        .collect()
 }
 
 /// The one cause of failed store writes a report lists, after checking it
@@ -78,12 +71,7 @@ fn a_compiler_that_exits_under_the_file_size_limit_fails_its_kernels_not_the_run
     // the run reports them and ends with code 3 (a kernel failed).
     let scratch = Scratch::new("store-fsize-compiler");
     let folder = scratch.folder("kernels");
-    std::fs::write(
-        folder.join("scale.hip"),
-        "// kiln entry: scale\n\
-         extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n",
-    )
-    .expect("a kernel file");
+    write_kernel(&folder, "scale.hip", scale_kernel());
     let run = warm_under_a_file_size_limit(&scratch.join("store"), &folder);
     let report = run.json();
     let hip = backend(&report, "hip");

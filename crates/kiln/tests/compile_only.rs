@@ -4,6 +4,8 @@
 //! device compiles nothing. Each run is a child process, since the mode's
 //! variables belong to the whole process.
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::AtomicUsize;
@@ -12,6 +14,7 @@ use kiln::fake::{FakeKernel, FakeTarget};
 use kiln::mode::{self, CompileOnly, ProcessMode, ProcessModeOverride};
 use kiln::{KernelLoader, KernelOutcome, Store};
 use kiln_test_support::{Scratch, child};
+use support::{report, value};
 
 /// The variable that tells a child what to do.
 const CHILD: &str = "KILN_FACADE_COMPILE_ONLY_CHILD";
@@ -20,13 +23,7 @@ const CHILD: &str = "KILN_FACADE_COMPILE_ONLY_CHILD";
 /// in `root`, in compile-only mode or not: the parent's `KILN_MODE` and
 /// `KILN_CACHE_*` variables removed.
 fn program(test: &str, role: &str, root: &Path, compile_only: bool) -> Command {
-    let mut command = child::rerun(test, CHILD, role);
-    for (variable, _) in std::env::vars_os() {
-        let name = variable.to_string_lossy();
-        if name.starts_with("KILN_CACHE_") || name == mode::MODE_VARIABLE {
-            command.env_remove(&variable);
-        }
-    }
+    let mut command = support::program(test, CHILD, role, &[mode::MODE_VARIABLE]);
     command.env("KILN_CACHE_DIR", root);
     if compile_only {
         command
@@ -34,29 +31,6 @@ fn program(test: &str, role: &str, root: &Path, compile_only: bool) -> Command {
             .env(mode::CUDA_ARCH_VARIABLE, "sm_90");
     }
     command
-}
-
-/// What a child printed on its `report:` line, as `key=value` pairs.
-fn report(mut command: Command) -> Vec<(String, String)> {
-    let output = command.output().expect("the test binary starts again");
-    assert!(output.status.success(), "{}", child::describe(&output));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout
-        .lines()
-        .find_map(|line| line.split_once("report: ").map(|(_, rest)| rest))
-        .unwrap_or_else(|| panic!("no report: {}", child::describe(&output)));
-    line.split_whitespace()
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(key, value)| (key.to_owned(), value.to_owned()))
-        .collect()
-}
-
-fn value<'a>(report: &'a [(String, String)], key: &str) -> &'a str {
-    report
-        .iter()
-        .find(|(name, _)| name == key)
-        .map(|(_, value)| value.as_str())
-        .unwrap_or_else(|| panic!("no {key} in {report:?}"))
 }
 
 /// The program of the fake-target case: a target on the default store,
@@ -142,10 +116,11 @@ fn an_override_makes_the_targets_of_its_scope_compile_only() {
 #[cfg(feature = "cuda")]
 mod cuda {
     use kiln::cuda::{Architecture, CudaKernel, CudaTarget};
-    use kiln::{ArtifactId, Kernel, KernelId, KernelLoader, KernelOutcome, Store};
+    use kiln::{KernelId, KernelLoader, Store};
     use kiln_test_support::require::is_required;
     use kiln_test_support::{Scratch, child, skip};
 
+    use super::support::load_in_one_batch;
     use super::{CHILD, program, report, value};
 
     fn kernels() -> Vec<CudaKernel> {
@@ -173,23 +148,8 @@ mod cuda {
         // A process of its own: no warm-start profile loads ahead of the
         // batch it proves (L12).
         let mut loader = KernelLoader::new(target).without_profile();
-        let kernels = kernels();
-        for kernel in &kernels {
-            loader.enqueue(Box::new(kernel.clone()), variant);
-        }
-        for kernel in &kernels {
-            let id = ArtifactId::new(kernel.id(), variant);
-            loader
-                .load(kernel, &id)
-                .unwrap_or_else(|error| panic!("{error}"));
-        }
-        let batch = &loader.records()[0];
-        println!(
-            "report: compile_only={compile_only} architecture={architecture} compiled={} \
-             from_store={}",
-            batch.count(KernelOutcome::Compiled),
-            batch.count(KernelOutcome::FromStore),
-        );
+        let batch = load_in_one_batch(&mut loader, &kernels(), &variant);
+        println!("report: compile_only={compile_only} architecture={architecture} {batch}");
     }
 
     // L11 on NVRTC: compile-only mode needs no driver and compiles for the
@@ -235,59 +195,29 @@ mod cuda {
 
 #[cfg(feature = "wgpu")]
 mod wgpu {
-    use kiln::wgpu::{WgpuTarget, WgpuVariant, WgslKernel};
-    use kiln::{ArtifactId, Kernel, KernelId, KernelLoader, KernelOutcome, Store};
+    use kiln::wgpu::WgpuVariant;
+    use kiln::{KernelLoader, Store};
     use kiln_test_support::{Scratch, child, skip};
 
+    use super::support::{fill_kernels, load_in_one_batch, wgpu_target};
     use super::{CHILD, program, report, value};
-
-    fn kernels() -> Vec<WgslKernel> {
-        (0..4)
-            .map(|number: u32| {
-                WgslKernel::builder(
-                    KernelId::named("compile_only.fill").parameter(&number),
-                    "main",
-                )
-                .source(format!(
-                    "@group(0) @binding(0) var<storage, read_write> y: array<f32>;\n\
-                     @compute @workgroup_size(64)\n\
-                     fn main(@builtin(global_invocation_id) id: vec3<u32>) {{ y[id.x] = {number}.0; }}"
-                ))
-            })
-            .collect()
-    }
 
     /// On the Vulkan adapter, or compile-only in compile-only mode.
     fn wgpu_program() {
-        let target = match WgpuTarget::open() {
-            Ok(target) => target,
-            Err(error) => {
-                println!("report: no_adapter=1");
-                eprintln!("no adapter: {error}");
-                return;
-            }
+        let Some(target) = wgpu_target() else {
+            return;
         };
         let target = target.with_optional_store(Store::from_env().expect("the store opens"));
         let compile_only = target.device().is_none();
         // A process of its own: no warm-start profile loads ahead of the
         // batch it proves (L12).
         let mut loader = KernelLoader::new(target).without_profile();
-        let kernels = kernels();
-        for kernel in &kernels {
-            loader.enqueue(Box::new(kernel.clone()), WgpuVariant);
-        }
-        for kernel in &kernels {
-            let id = ArtifactId::new(kernel.id(), WgpuVariant);
-            loader
-                .load(kernel, &id)
-                .unwrap_or_else(|error| panic!("{error}"));
-        }
-        let batch = &loader.records()[0];
-        println!(
-            "report: no_adapter=0 compile_only={compile_only} compiled={} from_store={}",
-            batch.count(KernelOutcome::Compiled),
-            batch.count(KernelOutcome::FromStore),
+        let batch = load_in_one_batch(
+            &mut loader,
+            &fill_kernels("compile_only.fill"),
+            &WgpuVariant,
         );
+        println!("report: no_adapter=0 compile_only={compile_only} {batch}");
     }
 
     // L11 on wgpu: compile-only mode opens no adapter and validates with
@@ -323,9 +253,10 @@ mod wgpu {
 #[cfg(feature = "hip")]
 mod hip {
     use kiln::hip::{HipKernel, HipTarget};
-    use kiln::{ArtifactId, Kernel, KernelId, KernelLoader, KernelOutcome, Store};
+    use kiln::{KernelId, KernelLoader, Store};
     use kiln_test_support::{Scratch, child, skip};
 
+    use super::support::load_in_one_batch;
     use super::{CHILD, program, report, value};
 
     /// `HipTarget::on_device(0)` on the default store: in compile-only
@@ -353,21 +284,9 @@ mod hip {
                 ))
             })
             .collect();
-        for kernel in &kernels {
-            loader.enqueue(Box::new(kernel.clone()), variant.clone());
-        }
-        for kernel in &kernels {
-            let id = ArtifactId::new(kernel.id(), variant.clone());
-            loader
-                .load(kernel, &id)
-                .unwrap_or_else(|error| panic!("{error}"));
-        }
-        let batch = &loader.records()[0];
+        let batch = load_in_one_batch(&mut loader, &kernels, &variant);
         println!(
-            "report: unavailable=0 compile_only={compile_only} architecture={architecture} \
-             compiled={} from_store={}",
-            batch.count(KernelOutcome::Compiled),
-            batch.count(KernelOutcome::FromStore),
+            "report: unavailable=0 compile_only={compile_only} architecture={architecture} {batch}"
         );
     }
 

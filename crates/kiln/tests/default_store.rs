@@ -8,13 +8,16 @@
 
 #![cfg(feature = "wgpu")]
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 
-use kiln::wgpu::{WgpuTarget, WgpuVariant, WgslKernel};
-use kiln::{ArtifactId, CompilationTarget, Kernel, KernelId, KernelLoader, KernelOutcome, Store};
+use kiln::wgpu::{WgpuTarget, WgpuVariant};
+use kiln::{CompilationTarget, KernelLoader, Store};
 use kiln_test_support::redis::{RedisServer, skip};
 use kiln_test_support::{Scratch, child};
+use support::{fill_kernels, load_in_one_batch, report_line as report};
 
 /// The variable that tells a child what to do.
 const CHILD: &str = "KILN_FACADE_DEFAULT_STORE_CHILD";
@@ -22,44 +25,7 @@ const CHILD: &str = "KILN_FACADE_DEFAULT_STORE_CHILD";
 /// This test binary again, running `test` as the child `role`, with the
 /// store and fleet variables of the parent's environment removed.
 fn program(test: &str, role: &str) -> Command {
-    let mut command = child::rerun(test, CHILD, role);
-    for (variable, _) in std::env::vars_os() {
-        let name = variable.to_string_lossy();
-        if name.starts_with("KILN_CACHE_")
-            || name.starts_with("KILN_REMOTE_")
-            || name == "KILN_MODE"
-        {
-            command.env_remove(&variable);
-        }
-    }
-    command
-}
-
-/// What the child printed after `report: `.
-fn report(mut command: Command) -> String {
-    let output = command.output().expect("the test binary starts again");
-    assert!(output.status.success(), "{}", child::describe(&output));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    stdout
-        .lines()
-        .find_map(|line| line.split_once("report: ").map(|(_, rest)| rest.to_owned()))
-        .unwrap_or_else(|| panic!("no report: {}", child::describe(&output)))
-}
-
-fn kernels() -> Vec<WgslKernel> {
-    (0..4)
-        .map(|number: u32| {
-            WgslKernel::builder(
-                KernelId::named("default_store.fill").parameter(&number),
-                "main",
-            )
-            .source(format!(
-                "@group(0) @binding(0) var<storage, read_write> y: array<f32>;\n\
-                 @compute @workgroup_size(64)\n\
-                 fn main(@builtin(global_invocation_id) id: vec3<u32>) {{ y[id.x] = {number}.0; }}"
-            ))
-        })
-        .collect()
+    support::program(test, CHILD, role, &["KILN_REMOTE_*", "KILN_MODE"])
 }
 
 /// Loads every kernel through `target` and reports whether it had a store,
@@ -69,22 +35,12 @@ fn load_all(target: WgpuTarget) {
     // A process of its own: no warm-start profile loads ahead of the
     // batch it proves (L12).
     let mut loader = KernelLoader::new(target).without_profile();
-    let kernels = kernels();
-    for kernel in &kernels {
-        loader.enqueue(Box::new(kernel.clone()), WgpuVariant);
-    }
-    for kernel in &kernels {
-        let id = ArtifactId::new(kernel.id(), WgpuVariant);
-        loader
-            .load(kernel, &id)
-            .unwrap_or_else(|error| panic!("{error}"));
-    }
-    let batch = &loader.records()[0];
-    println!(
-        "report: store={has_store} compiled={} from_store={}",
-        batch.count(KernelOutcome::Compiled),
-        batch.count(KernelOutcome::FromStore),
+    let batch = load_in_one_batch(
+        &mut loader,
+        &fill_kernels("default_store.fill"),
+        &WgpuVariant,
     );
+    println!("report: store={has_store} {batch}");
 }
 
 // On by default (P1 through the default store): no store line, and the

@@ -7,13 +7,15 @@
 //! mode's variables belong to the whole process.
 #![cfg(feature = "wgpu")]
 
+mod support;
+
 use std::path::Path;
-use std::process::Command;
 
 use kiln::mode;
 use kiln::wgpu::{AdapterProfile, WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel, wgpu};
-use kiln::{ArtifactId, Kernel, KernelId, KernelLoader, KernelOutcome};
+use kiln::{KernelId, KernelLoader};
 use kiln_test_support::{Scratch, child, skip};
+use support::{load_in_one_batch, report, value, wgpu_target};
 
 /// The variable that tells a child what to do.
 const CHILD: &str = "KILN_FACADE_WGPU_PROFILE_CHILD";
@@ -59,33 +61,17 @@ fn kernels(features: wgpu::Features) -> Vec<WgslKernel> {
 /// On the Vulkan adapter, or compile-only in compile-only mode: every
 /// kernel of [`kernels`] for the target's features loaded.
 fn program() {
-    let target = match WgpuTarget::open() {
-        Ok(target) => target,
-        Err(error) => {
-            println!("report: no_adapter=1");
-            eprintln!("no adapter: {error}");
-            return;
-        }
+    let Some(target) = wgpu_target() else {
+        return;
     };
     let compile_only = target.device().is_none();
     let features = target.features();
     let mut loader = KernelLoader::new(target);
     let kernels = kernels(features);
-    for kernel in &kernels {
-        loader.enqueue(Box::new(kernel.clone()), WgpuVariant);
-    }
-    for kernel in &kernels {
-        let id = ArtifactId::new(kernel.id(), WgpuVariant);
-        loader
-            .load(kernel, &id)
-            .unwrap_or_else(|error| panic!("{error}"));
-    }
-    let batch = &loader.records()[0];
+    let batch = load_in_one_batch(&mut loader, &kernels, &WgpuVariant);
     println!(
-        "report: no_adapter=0 compile_only={compile_only} kernels={} compiled={} from_store={}",
-        kernels.len(),
-        batch.count(KernelOutcome::Compiled),
-        batch.count(KernelOutcome::FromStore),
+        "report: no_adapter=0 compile_only={compile_only} kernels={} {batch}",
+        kernels.len()
     );
 }
 
@@ -93,16 +79,12 @@ fn program() {
 /// compile-only mode for `profile` when one is given (`Some("")`: no
 /// profile named).
 fn run(root: &Path, profile: Option<&str>) -> Vec<(String, String)> {
-    let mut command: Command = child::rerun(TEST, CHILD, "program");
-    for (variable, _) in std::env::vars_os() {
-        let name = variable.to_string_lossy();
-        if name.starts_with("KILN_CACHE_")
-            || name == mode::MODE_VARIABLE
-            || name == mode::WGPU_PROFILE_VARIABLE
-        {
-            command.env_remove(&variable);
-        }
-    }
+    let mut command = support::program(
+        TEST,
+        CHILD,
+        "program",
+        &[mode::MODE_VARIABLE, mode::WGPU_PROFILE_VARIABLE],
+    );
     command.env("KILN_CACHE_DIR", root);
     // The program's later runs would load their kernels ahead from its
     // warm-start profile, in no batch: the test counts its batch.
@@ -113,25 +95,7 @@ fn run(root: &Path, profile: Option<&str>) -> Vec<(String, String)> {
             command.env(mode::WGPU_PROFILE_VARIABLE, profile);
         }
     }
-    let output = command.output().expect("the test binary starts again");
-    assert!(output.status.success(), "{}", child::describe(&output));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout
-        .lines()
-        .find_map(|line| line.split_once("report: ").map(|(_, rest)| rest))
-        .unwrap_or_else(|| panic!("no report: {}", child::describe(&output)));
-    line.split_whitespace()
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(key, value)| (key.to_owned(), value.to_owned()))
-        .collect()
-}
-
-fn value<'a>(report: &'a [(String, String)], key: &str) -> &'a str {
-    report
-        .iter()
-        .find(|(name, _)| name == key)
-        .map(|(_, value)| value.as_str())
-        .unwrap_or_else(|| panic!("no {key} in {report:?}"))
+    report(command)
 }
 
 /// The adapter here when it is lavapipe, else the reason to skip.

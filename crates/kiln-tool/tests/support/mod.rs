@@ -1,7 +1,8 @@
 //! What the tests of the `kiln` binary share: the binary run as a real
-//! process under a deadline, its JSON reports, filled stores. Scratch
-//! folders, tmpfs mounts and children under limits come from
-//! kiln-test-support.
+//! process under a deadline, its JSON reports, filled stores, the kernel
+//! files it warms ([`kernels`]) and the remote tier it talks to
+//! ([`remote`]). Scratch folders, tmpfs mounts and children under limits
+//! come from kiln-test-support.
 
 // Each test binary uses its own part of this module.
 #![allow(dead_code, reason = "shared by several test binaries")]
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
-use kiln_engine::{KernelLoader, LoaderConfig, StoreKey};
+use kiln_engine::{ArtifactId, ArtifactStore, Kernel, KernelLoader, LoaderConfig, StoreKey};
 use kiln_store::{DiskStore, StoreConfig};
 #[allow(
     unused_imports,
@@ -20,7 +21,11 @@ use kiln_store::{DiskStore, StoreConfig};
 )]
 pub use kiln_test_support::Scratch;
 use kiln_test_support::child;
+use kiln_wgpu::{WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
 use serde_json::Value;
+
+pub mod kernels;
+pub mod remote;
 
 /// The binary under test.
 pub const KILN: &str = env!("CARGO_BIN_EXE_kiln");
@@ -104,6 +109,66 @@ pub fn wait(child: Child, deadline: Duration) -> Finished {
     }
 }
 
+/// `kiln --dir STORE --json warm OPTIONS... FOLDER`, prepared, with a
+/// driver shader cache of the store's own.
+pub fn warm(store: &Path, options: &[&str], folder: &Path) -> Command {
+    let mut command = kiln(store, &["--json", "warm"]);
+    command
+        .args(options)
+        .arg(folder)
+        .env("MESA_SHADER_CACHE_DIR", store.with_extension("mesa"));
+    command
+}
+
+/// kiln's own lines on standard error (a Vulkan driver may add its own).
+pub fn kiln_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|line| line.starts_with("kiln"))
+        .collect()
+}
+
+/// The reason `file` failed, from a `kiln warm --json` report's
+/// `failed_files`.
+pub fn failure_of<'a>(report: &'a Value, file: &str) -> &'a str {
+    reason_in(report, "failed_files", file)
+}
+
+/// The reason `file` was skipped, from a `kiln warm --json` report's
+/// `skipped`.
+pub fn skip_of<'a>(report: &'a Value, file: &str) -> &'a str {
+    reason_in(report, "skipped", file)
+}
+
+fn reason_in<'a>(report: &'a Value, list: &str, file: &str) -> &'a str {
+    report[list]
+        .as_array()
+        .and_then(|files| files.iter().find(|entry| entry["file"] == file))
+        .and_then(|entry| entry["reason"].as_str())
+        .unwrap_or_else(|| panic!("{file} is listed in {list}: {report:#}"))
+}
+
+/// Loads `kernel` as a program would, on the target `kiln warm` chose (the
+/// device when there is one) over `store`, and checks it compiled nothing:
+/// it took what `kiln warm` stored (P14).
+pub fn program_loads_without_compiling(store: Arc<dyn ArtifactStore>, kernel: &WgslKernel) {
+    let target = match WgpuDevice::open() {
+        Ok(device) => WgpuTarget::on_device(device),
+        Err(_) => WgpuTarget::compile_only(),
+    };
+    let mut loader = KernelLoader::with_config(target.with_store(store), LoaderConfig::default());
+    let id = ArtifactId::new(kernel.id(), WgpuVariant);
+    loader
+        .load(kernel, &id)
+        .unwrap_or_else(|error| panic!("the program's kernel loads: {error}"));
+    let statistics = loader.statistics();
+    assert_eq!(
+        (statistics.compiled, statistics.rekeyed + statistics.hits),
+        (0, 1),
+        "{statistics:?}"
+    );
+}
+
 /// The row of `name` in a `kiln warm --json` report.
 pub fn backend<'a>(report: &'a Value, name: &str) -> &'a Value {
     report["backends"]
@@ -132,7 +197,19 @@ pub fn filled(root: &Path, kernels: u32) -> DiskStore {
         ..StoreConfig::at(root)
     })
     .expect("the store opens");
-    let target = FakeTarget::on_store(Arc::new(store.clone()));
+    let loader = fake_batch(store.clone(), kernels);
+    assert_eq!(
+        loader.statistics().stored,
+        u64::from(kernels),
+        "every fake kernel was stored"
+    );
+    store
+}
+
+/// A loader of fake kernels over `store` that asked for kernels
+/// `0..kernels` in one batch: what it compiled, stored and found.
+pub fn fake_batch(store: DiskStore, kernels: u32) -> KernelLoader<FakeTarget> {
+    let target = FakeTarget::on_store(Arc::new(store));
     let mut loader = KernelLoader::with_config(
         target,
         LoaderConfig {
@@ -147,20 +224,19 @@ pub fn filled(root: &Path, kernels: u32) -> DiskStore {
         loader.enqueue(Box::new(FakeKernel::new(number)), ());
     }
     loader.compile_queued();
-    assert_eq!(
-        loader.statistics().stored,
-        u64::from(kernels),
-        "every fake kernel was stored"
-    );
-    store
+    loader
+}
+
+/// The store key of fake kernel `number`.
+pub fn fake_key(number: u32) -> StoreKey {
+    StoreKey::for_artifact(
+        &FakeCompiler::default_key_components(),
+        &FakeKernel::new(number).artifact_id(),
+        None,
+    )
 }
 
 /// The object file of fake kernel `number` in `store`, which holds it.
 pub fn object_of(store: &DiskStore, number: u32) -> PathBuf {
-    let key = StoreKey::for_artifact(
-        &FakeCompiler::default_key_components(),
-        &FakeKernel::new(number).artifact_id(),
-        None,
-    );
-    store.object_path(&store.record(&key).expect("stored").object)
+    store.object_path(&store.record(&fake_key(number)).expect("stored").object)
 }
