@@ -71,13 +71,17 @@ fn node(
     TieredStore::new(disk, RemoteStore::open(remote).expect("the remote opens"))
 }
 
-fn loader(store: &TieredStore, log: &Path) -> KernelLoader<FakeTarget> {
+/// A loader on `store` with `workers` workers. The loaders of a process
+/// share one pool of threads per number of workers: a test whose bound a
+/// batch of another test (running beside it) must not reach gives its
+/// loaders a number of workers of its own.
+fn loader(store: &TieredStore, log: &Path, workers: usize) -> KernelLoader<FakeTarget> {
     let target = FakeTarget::on_store(Arc::new(store.clone()) as Arc<dyn ArtifactStore>)
         .with_compiler(FakeCompiler::default().logging_compiles_to(log));
     KernelLoader::with_config(
         target,
         LoaderConfig {
-            parallelism: NonZeroUsize::new(2).expect("two workers"),
+            parallelism: NonZeroUsize::new(workers).expect("workers"),
             ..LoaderConfig::default()
         },
     )
@@ -106,7 +110,7 @@ fn compile_and_load(loader: &mut KernelLoader<FakeTarget>, batch: &[FakeKernel])
 /// Compiles and loads a cold batch of `kernels` on `store`: how long
 /// after the start its first compile began, and how long it took.
 fn first_compile_of(store: &TieredStore, log: &Path, kernels: u32) -> (Duration, Duration) {
-    let mut loader = loader(store, log);
+    let mut loader = loader(store, log, 3);
     let kernels = batch(kernels, Duration::ZERO);
     let started = Instant::now();
     let first = std::thread::scope(|scope| {
@@ -230,7 +234,7 @@ fn p12_leases_written_without_the_key_are_ignored_and_never_waited_for() {
     );
     assert_eq!(store.remote().holder(&first), None);
     let log = redis.scratch.join("compiles.log");
-    let mut loader = loader(&store, &log);
+    let mut loader = loader(&store, &log, 4);
     let started = Instant::now();
     compile_and_load(&mut loader, &batch(KERNELS, Duration::ZERO));
     let took = started.elapsed();
@@ -553,7 +557,7 @@ fn p12_leases_deleted_in_a_loop_split_the_fleet_still() {
             .zip(&logs)
             .map(|(store, log)| {
                 scope.spawn(move || {
-                    let mut loader = loader(store, log);
+                    let mut loader = loader(store, log, 2);
                     compile_and_load(&mut loader, &batch(KERNELS, Duration::from_millis(40)));
                 })
             })
