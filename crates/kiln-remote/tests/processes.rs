@@ -72,6 +72,10 @@ fn child_store() -> TieredStore {
     let disk = DiskStore::open(StoreConfig {
         lock_timeout: CLAIM_TIMEOUT,
         collects_automatically: false,
+        // A scratch store: no power cut to survive. Synced, a write-back
+        // waits for a shared disk, on a busy machine past what the other
+        // processes of the machine wait for it (then they fetch too).
+        durable: false,
         ..StoreConfig::at(variable(ROOT))
     })
     .expect("the child's disk store opens");
@@ -315,9 +319,15 @@ fn remote_bytes(number: u32) -> Vec<u8> {
     (0..4000u32).map(|index| (index ^ number) as u8).collect()
 }
 
+/// How long a process waits for another process of its machine to write
+/// a remote entry to disk, without any copy landing, before it fetches the
+/// entry too: the remote's timeout (2 s here), at most 1 s.
+const COPY_WAIT: Duration = Duration::from_secs(1);
+
 /// A reader: at `START_AT`, one lookup of `KERNELS` keys through its
 /// two-level store; reports the hits with the right bytes, the keys it
-/// asked the remote for, and the copies it read from another process.
+/// asked the remote for, the copies it read from another process, and the
+/// milliseconds its lookup took and until what it fetched was on disk.
 fn reader() {
     let store = child_store();
     let kernels: u32 = variable(KERNELS).parse().expect("a number of kernels");
@@ -326,7 +336,9 @@ fn reader() {
     while now_millis() < start_at {
         std::thread::sleep(Duration::from_millis(1));
     }
+    let started = Instant::now();
     let found = store.lookup_many(&keys);
+    let looked_up = started.elapsed();
     let right = (0..kernels)
         .zip(found)
         .filter(|(number, found)| {
@@ -337,10 +349,16 @@ fn reader() {
         store.flush(Duration::from_secs(30)),
         "the write-backs drain"
     );
+    let on_disk = started.elapsed();
     let statistics = store.tiered_statistics();
     let asked = statistics.remote.store;
     let asked_remote = asked.hits + asked.absent + asked.corrupt + asked.foreign + asked.unreadable;
-    println!("report: {right} {asked_remote} {}", statistics.copies_read);
+    println!(
+        "report: {right} {asked_remote} {} {} {}",
+        statistics.copies_read,
+        looked_up.as_millis(),
+        on_disk.as_millis()
+    );
 }
 
 #[test]
@@ -400,16 +418,39 @@ fn p10_the_processes_of_one_machine_fetch_each_remote_entry_once() {
         .into_iter()
         .map(|reader| report(&wait(reader, deadline)))
         .collect();
-    eprintln!("readers (right, asked the remote, copies read): {reports:?}");
+    eprintln!(
+        "readers (right, asked the remote, copies read, ms looking up, ms until on disk): \
+         {reports:?}"
+    );
     for report in &reports {
         assert_eq!(report[0], u64::from(KERNELS_ASKED), "every key is a hit");
     }
     let fetched: u64 = reports.iter().map(|report| report[1]).sum();
     let copies: u64 = reports.iter().map(|report| report[2]).sum();
-    assert_eq!(
-        fetched,
-        u64::from(KERNELS_ASKED),
-        "each key is fetched from the remote once by the machine: {reports:?}"
+    // A reader that fetched without waiting for another's copies: it held
+    // the claims of what it fetched.
+    let wait_ms = COPY_WAIT.as_millis() as u64;
+    let (first, waited): (Vec<&Vec<u64>>, Vec<&Vec<u64>>) = reports
+        .iter()
+        .filter(|report| report[1] > 0)
+        .partition(|report| report[3] < wait_ms);
+    assert!(
+        first.iter().map(|report| report[1]).sum::<u64>() <= u64::from(KERNELS_ASKED),
+        "no key is fetched twice by readers that did not wait for its copy: {reports:?}"
+    );
+    // The wait only saves fetches: a key another reader fetches first
+    // and whose copy does not land within the wait (a busy machine's
+    // disk) is fetched again, by a reader that waited all of it. Copies
+    // on disk within the wait leave the machine one fetch of each key.
+    let copies_late = first.iter().any(|report| report[4] >= wait_ms);
+    assert!(
+        fetched == u64::from(KERNELS_ASKED) || (copies_late && !waited.is_empty()),
+        "each key is fetched from the remote once by the machine, unless its copy landed \
+         later than the {COPY_WAIT:?} wait: {reports:?}"
+    );
+    assert!(
+        fetched >= u64::from(KERNELS_ASKED),
+        "every key was fetched by someone: {reports:?}"
     );
     eprintln!("{copies} keys were read from another reader's copy");
 
@@ -417,8 +458,8 @@ fn p10_the_processes_of_one_machine_fetch_each_remote_entry_once() {
     let late = spawn(TEST, "reader", &settings(0));
     let late = report(&wait(late, deadline));
     assert_eq!(
-        late,
-        vec![u64::from(KERNELS_ASKED), 0, 0],
+        late[..3],
+        [u64::from(KERNELS_ASKED), 0, 0],
         "a local hit never asks the remote"
     );
 }
