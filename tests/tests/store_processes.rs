@@ -507,13 +507,29 @@ fn p3_f10_a_writer_killed_while_putting_a_batch_of_copies_leaves_whole_entries_o
 }
 
 /// 200 publishers killed at random moments, each packing artifacts below
-/// `pack_below` bytes; then every entry the store shows is whole.
+/// `pack_below` bytes, and more until one of them published something (a
+/// loaded machine starts them slowly: all 200 may die before their first
+/// publish); then every entry the store shows is whole.
 fn publisher_killed_at_random_moments(name: &str, pack_below: u64, mode: &str) -> Result<()> {
     let scratch = Scratch::new(name);
     let root = scratch.join("store");
     let mut random = 0x2545_f491_4f6c_dd1d_u64;
     let started = Instant::now();
-    for kill in 0..200u64 {
+    let published = || -> Result<bool> {
+        let mut any = false;
+        if root.exists() {
+            open_store_packing(&root, pack_below).entries(&mut |entry| {
+                any |= matches!(entry.entry, kiln_store::Entry::Record(_));
+            })?;
+        }
+        Ok(any)
+    };
+    let mut kill = 0u64;
+    while kill < 200 || !published()? {
+        ensure!(
+            started.elapsed() < Duration::from_secs(240),
+            "{kill} publishers killed, none published anything"
+        );
         let mut child = Command::new(WORKER)
             .args([mode, &root.display().to_string(), &kill.to_string()])
             .env("KILN_CACHE_PACK_BELOW", pack_below.to_string())
@@ -534,6 +550,7 @@ fn publisher_killed_at_random_moments(name: &str, pack_below: u64, mode: &str) -
         std::thread::sleep(Duration::from_micros(least + random % spread));
         child.kill()?; // SIGKILL
         child.wait()?;
+        kill += 1;
     }
     let killing = started.elapsed();
 
@@ -566,7 +583,7 @@ fn publisher_killed_at_random_moments(name: &str, pack_below: u64, mode: &str) -
         }
     }
     eprintln!(
-        "200 kills in {killing:?}, {} objects survived",
+        "{kill} kills in {killing:?}, {} objects survived",
         report.objects
     );
     Ok(())
