@@ -531,11 +531,16 @@ fn a_remote_lease_is_released_only_once_its_artifact_is_in_the_remote() {
         return;
     };
     let (keys, prefix) = (fleet_keys(), fresh_prefix());
-    let holder = TieredStore::new(
-        disk(&redis, "holder"),
-        open(&redis.url(), keys.clone(), &prefix),
-    );
-    let other = TieredStore::new(disk(&redis, "other"), open(&redis.url(), keys, &prefix));
+    // A write of a mebibyte that a loaded machine makes time out would
+    // leave the lease to run out instead of being released (as a remote
+    // that failed the write would): the test's calls never time out.
+    let patient = |keys: Keys| {
+        let mut settings = config(&redis.url(), keys, &prefix);
+        settings.timeout = Duration::from_secs(20);
+        RemoteStore::open(settings).expect("opens")
+    };
+    let holder = TieredStore::new(disk(&redis, "holder"), patient(keys.clone()));
+    let other = TieredStore::new(disk(&redis, "other"), patient(keys));
     for number in 0..20 {
         let key = key(number);
         let Claim::Held(guard) = holder.claim(&key, ClaimWait::Once) else {
@@ -548,7 +553,7 @@ fn a_remote_lease_is_released_only_once_its_artifact_is_in_the_remote() {
         // Large enough that the remote write takes a moment.
         holder.put(&key, None, &artifact(number, 1 << 20), Duration::ZERO);
         drop(guard);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             match other.claim(&key, ClaimWait::Once) {
                 Claim::Held(_) => {
@@ -559,7 +564,13 @@ fn a_remote_lease_is_released_only_once_its_artifact_is_in_the_remote() {
                     break;
                 }
                 Claim::Busy => {
-                    assert!(Instant::now() < deadline, "the lease was never released");
+                    assert!(
+                        Instant::now() < deadline,
+                        "the lease of kernel {number} was never released: the holder's {:?}, \
+                         the other's {:?}",
+                        holder.tiered_statistics(),
+                        other.tiered_statistics().remote
+                    );
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 Claim::Uncoordinated => panic!("the remote tier coordinates claims"),
