@@ -30,6 +30,7 @@ fn kiln_with(store: &Path, arguments: &[&str], keys: &[(&str, &str)]) -> Finishe
         command.env_remove(variable);
     }
     command.env_remove("KILN_REMOTE_READ_ONLY");
+    command.env("KILN_REMOTE_TIMEOUT", "10"); // a loaded machine never times a working Redis out
     for (variable, value) in keys {
         command.env(variable, value);
     }

@@ -34,6 +34,7 @@ fn kiln_with(store: &Path, arguments: &[&str], variables: &[(&str, &str)]) -> Fi
     for variable in REMOTE_VARIABLES {
         command.env_remove(variable);
     }
+    command.env("KILN_REMOTE_TIMEOUT", "10"); // a loaded machine never times a working Redis out
     for (variable, value) in variables {
         command.env(variable, value);
     }
