@@ -72,6 +72,10 @@ fn child_store() -> TieredStore {
     let disk = DiskStore::open(StoreConfig {
         lock_timeout: CLAIM_TIMEOUT,
         collects_automatically: false,
+        // A scratch store: no power cut to survive. Synced, a write-back
+        // waits for a shared disk, on a busy machine past what the other
+        // processes of the machine wait for it (then they fetch too).
+        durable: false,
         ..StoreConfig::at(variable(ROOT))
     })
     .expect("the child's disk store opens");
@@ -219,9 +223,15 @@ fn p12_four_nodes_take_over_the_keys_of_one_killed_with_sigkill() {
             (COMPILE_MS, millis.to_string()),
         ]
     };
-    let deadline = Instant::now() + Duration::from_secs(50);
-    // The holder: slow compiles, so it is in its first ones when killed.
-    let mut holder = spawn(TEST, "node", &settings(0, 5_000));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // The holder: compiles slower than anything the test waits for, so it
+    // is in its first ones when killed however loaded the machine is.
+    const HOLDER_COMPILE: Duration = Duration::from_secs(60);
+    let mut holder = spawn(
+        TEST,
+        "node",
+        &settings(0, HOLDER_COMPILE.as_millis() as u64),
+    );
     let holder_log = redis.scratch.join("node-0.log");
     while compiled_in(&holder_log).is_empty() {
         assert!(Instant::now() < deadline, "the holder began no compile");
@@ -231,10 +241,30 @@ fn p12_four_nodes_take_over_the_keys_of_one_killed_with_sigkill() {
     let others: Vec<Child> = (1..4)
         .map(|node| spawn(TEST, "node", &settings(node, 20)))
         .collect();
-    // Time for the others to look their batch up and find keys held.
-    std::thread::sleep(Duration::from_millis(700));
+    // The others looked their batch up and are claiming its keys, which
+    // the holder holds: they listen on the fleet's channel (as the holder
+    // does) from their first claim on.
+    let channel = format!("{prefix}claims");
+    let listening = || {
+        redis.servers[0]
+            .command(&["PUBSUB", "NUMSUB", &channel])
+            .and_then(|reply| {
+                reply
+                    .lines()
+                    .nth(3)
+                    .and_then(|count| count.trim_start_matches(':').parse::<u32>().ok())
+            })
+    };
+    while listening() != Some(4) {
+        assert!(
+            Instant::now() < deadline,
+            "the holder and the three others never all listened: {:?}",
+            listening()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert!(
-        first_began.elapsed() < Duration::from_secs(4),
+        first_began.elapsed() < HOLDER_COMPILE,
         "the holder is still in its first compiles when killed"
     );
     holder.kill().expect("SIGKILL reaches the holder");
@@ -289,9 +319,15 @@ fn remote_bytes(number: u32) -> Vec<u8> {
     (0..4000u32).map(|index| (index ^ number) as u8).collect()
 }
 
+/// How long a process waits for another process of its machine to write
+/// a remote entry to disk, without any copy landing, before it fetches the
+/// entry too: the remote's timeout (2 s here), at most 1 s.
+const COPY_WAIT: Duration = Duration::from_secs(1);
+
 /// A reader: at `START_AT`, one lookup of `KERNELS` keys through its
 /// two-level store; reports the hits with the right bytes, the keys it
-/// asked the remote for, and the copies it read from another process.
+/// asked the remote for, the copies it read from another process, and the
+/// milliseconds its lookup took and until what it fetched was on disk.
 fn reader() {
     let store = child_store();
     let kernels: u32 = variable(KERNELS).parse().expect("a number of kernels");
@@ -300,7 +336,9 @@ fn reader() {
     while now_millis() < start_at {
         std::thread::sleep(Duration::from_millis(1));
     }
+    let started = Instant::now();
     let found = store.lookup_many(&keys);
+    let looked_up = started.elapsed();
     let right = (0..kernels)
         .zip(found)
         .filter(|(number, found)| {
@@ -311,10 +349,16 @@ fn reader() {
         store.flush(Duration::from_secs(30)),
         "the write-backs drain"
     );
+    let on_disk = started.elapsed();
     let statistics = store.tiered_statistics();
     let asked = statistics.remote.store;
     let asked_remote = asked.hits + asked.absent + asked.corrupt + asked.foreign + asked.unreadable;
-    println!("report: {right} {asked_remote} {}", statistics.copies_read);
+    println!(
+        "report: {right} {asked_remote} {} {} {}",
+        statistics.copies_read,
+        looked_up.as_millis(),
+        on_disk.as_millis()
+    );
 }
 
 #[test]
@@ -374,16 +418,44 @@ fn p10_the_processes_of_one_machine_fetch_each_remote_entry_once() {
         .into_iter()
         .map(|reader| report(&wait(reader, deadline)))
         .collect();
-    eprintln!("readers (right, asked the remote, copies read): {reports:?}");
+    eprintln!(
+        "readers (right, asked the remote, copies read, ms looking up, ms until on disk): \
+         {reports:?}"
+    );
     for report in &reports {
         assert_eq!(report[0], u64::from(KERNELS_ASKED), "every key is a hit");
     }
     let fetched: u64 = reports.iter().map(|report| report[1]).sum();
     let copies: u64 = reports.iter().map(|report| report[2]).sum();
-    assert_eq!(
-        fetched,
-        u64::from(KERNELS_ASKED),
-        "each key is fetched from the remote once by the machine: {reports:?}"
+    // A reader that fetched without waiting for another's copies: it held
+    // the claims of what it fetched.
+    let wait_ms = COPY_WAIT.as_millis() as u64;
+    let (first, waited): (Vec<&Vec<u64>>, Vec<&Vec<u64>>) = reports
+        .iter()
+        .filter(|report| report[1] > 0)
+        .partition(|report| report[3] < wait_ms);
+    assert!(
+        first.iter().map(|report| report[1]).sum::<u64>() <= u64::from(KERNELS_ASKED),
+        "no key is fetched twice by readers that did not wait for its copy: {reports:?}"
+    );
+    // The wait only saves fetches: a key another reader fetches first
+    // and whose copy does not land within the wait (a busy machine's
+    // disk) is fetched again, by a reader that waited all of it. Copies
+    // of the first fetcher on disk within the wait leave the machine one
+    // fetch of each key.
+    let copies_late = reports
+        .iter()
+        .filter(|report| report[1] > 0)
+        .min_by_key(|report| report[3])
+        .is_some_and(|earliest| earliest[4] >= wait_ms);
+    assert!(
+        fetched == u64::from(KERNELS_ASKED) || (copies_late && !waited.is_empty()),
+        "each key is fetched from the remote once by the machine, unless its copy landed \
+         later than the {COPY_WAIT:?} wait: {reports:?}"
+    );
+    assert!(
+        fetched >= u64::from(KERNELS_ASKED),
+        "every key was fetched by someone: {reports:?}"
     );
     eprintln!("{copies} keys were read from another reader's copy");
 
@@ -391,8 +463,8 @@ fn p10_the_processes_of_one_machine_fetch_each_remote_entry_once() {
     let late = spawn(TEST, "reader", &settings(0));
     let late = report(&wait(late, deadline));
     assert_eq!(
-        late,
-        vec![u64::from(KERNELS_ASKED), 0, 0],
+        late[..3],
+        [u64::from(KERNELS_ASKED), 0, 0],
         "a local hit never asks the remote"
     );
 }

@@ -16,6 +16,8 @@ use kiln_remote::{RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 use support::{Redis, config, fleet_keys, fresh_prefix};
 
+const TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Every warning logged while a test held [`one_at_a_time`].
 static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static TESTS: Mutex<()> = Mutex::new(());
@@ -81,7 +83,9 @@ fn redis_or_skip(what: &str) -> Option<Redis> {
 
 fn tiered(redis: &Redis, retry_after: Duration) -> TieredStore {
     let mut settings = config(&redis.url(), fleet_keys(), &fresh_prefix());
-    settings.timeout = Duration::from_millis(300);
+    // Long enough that a working Redis on a loaded machine is never taken
+    // for an outage (a second warning).
+    settings.timeout = TIMEOUT;
     settings.retry_after = retry_after;
     let remote = RemoteStore::open(settings).expect("the remote opens");
     let disk = DiskStore::open(StoreConfig::at(redis.scratch.join(&fresh_prefix())))
@@ -140,7 +144,10 @@ fn a_paused_redis_costs_the_process_one_warning() {
     let store = tiered(&redis, Duration::from_millis(100));
     store.put(&key(0), None, &[1u8; 300], Duration::ZERO);
     assert!(store.flush(Duration::from_secs(10)));
-    let paused = redis.servers[0].command(&["CLIENT", "PAUSE", "1500", "ALL"]);
+    // Paused for three timeouts: the first call meets the pause however
+    // late a loaded machine makes it.
+    let pause = (TIMEOUT * 3).as_millis().to_string();
+    let paused = redis.servers[0].command(&["CLIENT", "PAUSE", &pause, "ALL"]);
     assert!(paused.is_some_and(|reply| reply.starts_with("+OK")));
     use_it(&store, 100);
     std::thread::sleep(Duration::from_millis(250));

@@ -42,9 +42,11 @@ impl Redis {
     }
 
     /// Three redis-servers made one cluster of three shards, every slot
-    /// served.
+    /// served. No test waits for the nodes to count one another failed, so
+    /// they never do in a test's time: a server stalled for seconds on a
+    /// loaded machine must not take the cluster down by itself.
     pub fn cluster() -> Result<Self, String> {
-        Self::cluster_of(0, "5000")
+        Self::cluster_of(0, "15000")
     }
 
     /// Three primaries with `replicas` replicas each, made one cluster
