@@ -63,8 +63,8 @@ use crate::lock::LockFile;
 use crate::usage::{Usage, UsageFile};
 
 pub(crate) use access::{not_yet_refreshed, touch};
-pub(crate) use eviction::{AGE_BUCKETS, age_bucket};
 pub use eviction::Limits;
+pub(crate) use eviction::{AGE_BUCKETS, age_bucket};
 pub use footprint::Footprint;
 pub(crate) use write::{digest, is_inlined};
 

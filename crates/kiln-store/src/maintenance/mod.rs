@@ -133,9 +133,20 @@ pub enum Entry {
 
 use crate::tree::not_a_file;
 use crate::walk::{
-    Skip, Unchecked, count, has_object, object_status, open_regular, stream_digest,
+    Skip, StoreRoot, Unchecked, count, has_object, object_status, open_regular, stream_digest,
     unless_read_only,
 };
+
+impl DiskStore {
+    /// The store's root, opened for a pass once it is seen to carry the
+    /// store's marker: a pass removes only from a store.
+    fn open_root(&self) -> Result<StoreRoot<'_>> {
+        Ok(StoreRoot {
+            folder: crate::skeleton::open_marked(&self.inner.layout)?,
+            path: self.inner.layout.root(),
+        })
+    }
+}
 
 #[cfg(test)]
 mod tests {
