@@ -21,6 +21,7 @@
 
 pub mod child;
 pub mod defines;
+pub mod device_step;
 pub mod files;
 pub mod harness;
 pub mod loader;

@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::StoreConfig;
 use crate::disk::{AGE_BUCKETS, DiskStore, Limits, age_bucket, digest};
 use crate::durable;
 use crate::error::Result;
@@ -151,6 +150,7 @@ impl DiskStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::StoreConfig;
 
     use std::fs;
 
