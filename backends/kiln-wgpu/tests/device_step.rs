@@ -81,7 +81,8 @@ fn f9_a_warm_batch_makes_its_store_hits_pipelines_on_the_pool_threads() {
     let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
     let kernels: Vec<_> = (100..100 + count).map(support::distinct).collect();
     {
-        let mut first = loader(WgpuTarget::on_device(device.clone()).with_store(Arc::clone(&store)));
+        let mut first =
+            loader(WgpuTarget::on_device(device.clone()).with_store(Arc::clone(&store)));
         for kernel in &kernels {
             first.enqueue(Box::new(kernel.clone()), WgpuVariant);
         }

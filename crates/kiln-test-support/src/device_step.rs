@@ -89,7 +89,11 @@ impl<T: CompilationTarget> Watched<T> {
     /// loader's pool, none on this one, and says where (F9).
     pub fn assert_made_on_the_pool(&self, count: usize, objects: &str, what: &str) {
         let made = self.made_on();
-        assert_eq!(made.len(), count, "{what}: every one of the {objects} was made");
+        assert_eq!(
+            made.len(),
+            count,
+            "{what}: every one of the {objects} was made"
+        );
         let caller = std::thread::current().id();
         for (kernel, (thread, name)) in &made {
             assert_ne!(

@@ -32,6 +32,7 @@ pub mod reports;
 pub mod require;
 pub mod scratch;
 pub mod target_store;
+pub mod tuning;
 pub mod workers;
 
 pub use child::{Finished, Limit, NOBODY};
