@@ -33,6 +33,7 @@ pub mod require;
 pub mod scratch;
 pub mod target_store;
 pub mod tuning;
+pub mod wgsl;
 pub mod workers;
 
 pub use child::{Finished, Limit, NOBODY};
