@@ -115,16 +115,18 @@ impl<T: CompilationTarget> Watched<T> {
     }
 }
 
+// Written in the trait's own terms (`Self`'s variant, artifact and made
+// object), which are `T`'s: every call but the device step's goes to `T`.
 impl<T: CompilationTarget> CompilationTarget for Watched<T> {
     type Compiler = T::Compiler;
     type Loaded = T::Loaded;
     type Device = WatchedStep<T>;
 
-    fn compiler(&self) -> &Arc<T::Compiler> {
+    fn compiler(&self) -> &Arc<Self::Compiler> {
         self.inner.compiler()
     }
 
-    fn device_step(&self) -> &Arc<WatchedStep<T>> {
+    fn device_step(&self) -> &Arc<Self::Device> {
         &self.step
     }
 
@@ -132,7 +134,7 @@ impl<T: CompilationTarget> CompilationTarget for Watched<T> {
         self.inner.store()
     }
 
-    fn keeps(&self, variant: &VariantOf<T>) -> bool {
+    fn keeps(&self, variant: &VariantOf<Self>) -> bool {
         self.inner.keeps(variant)
     }
 
@@ -140,7 +142,7 @@ impl<T: CompilationTarget> CompilationTarget for Watched<T> {
         self.inner.batch_started();
     }
 
-    fn found(&mut self, id: &ArtifactId<VariantOf<T>>, artifact: &ArtifactOf<T>) {
+    fn found(&mut self, id: &ArtifactId<VariantOf<Self>>, artifact: &ArtifactOf<Self>) {
         self.inner.found(id, artifact);
     }
 
@@ -150,10 +152,10 @@ impl<T: CompilationTarget> CompilationTarget for Watched<T> {
 
     fn publish(
         &mut self,
-        id: &ArtifactId<VariantOf<T>>,
-        artifact: &ArtifactOf<T>,
-        made: MadeOf<T>,
-    ) -> Result<T::Loaded, DeviceRefusal> {
+        id: &ArtifactId<VariantOf<Self>>,
+        artifact: &ArtifactOf<Self>,
+        made: MadeOf<Self>,
+    ) -> Result<Self::Loaded, DeviceRefusal> {
         self.inner.publish(id, artifact, made)
     }
 }
