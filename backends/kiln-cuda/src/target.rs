@@ -43,7 +43,7 @@ use crate::module::LoadedKernel;
 ///
 /// A storeless target keeps artifacts as long as its loader
 /// (`store() == None`). A target on a store — kiln-store's `DiskStore`
-/// or any other [`ArtifactStore`] — reads every kernel the store holds
+/// or any other [`ArtifactStore`](kiln_engine::ArtifactStore) — reads every kernel the store holds
 /// instead of compiling it, stores every kernel it compiles, and shares
 /// artifacts between kernels whose lowered text is identical (L5). Its keys
 /// are described at [`CudaKey::for_store`].

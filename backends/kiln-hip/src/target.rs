@@ -42,7 +42,7 @@ use crate::options::HipVariant;
 /// alone, which installs no default store.
 ///
 /// A storeless target keeps artifacts as long as its loader. A target on a
-/// store — kiln-store's `DiskStore` or any other [`ArtifactStore`] — reads
+/// store — kiln-store's `DiskStore` or any other [`ArtifactStore`](kiln_engine::ArtifactStore) — reads
 /// every kernel the store holds instead of compiling it and stores every
 /// kernel it compiles, under keys that name the target's architecture (see
 /// [`HipKey::for_store`]).
@@ -52,7 +52,7 @@ use crate::options::HipVariant;
 /// object as a device would (whole, holding the entry point's kernel) and
 /// describes it; it takes code objects of any architecture, so that one
 /// batch can compile for several AMD GPUs (only its own architecture's go
-/// to its store, see [`keeps`](CompilationTarget::keeps)).
+/// to its store, see [`keeps`](kiln_engine::CompilationTarget::keeps)).
 ///
 /// **The device half has not yet run on AMD hardware**: see the crate
 /// documentation.
