@@ -12,6 +12,9 @@
 //! program launches it with its own launch builder on its own streams (B5),
 //! and cudarc unloads the module, on the context that loaded it, when the
 //! last clone of the module (the kernel's, or one the program took) drops.
+//!
+//! [`CudaDevice`]'s [`CxxDevice`] impl here is what the target's device
+//! step calls, on the batch's workers (F9).
 
 use std::fmt;
 use std::sync::Arc;

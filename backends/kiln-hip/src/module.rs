@@ -6,6 +6,9 @@
 //! truncated or foreign one, or one without the entry point's kernel, is
 //! refused before a driver sees it, since `hipModuleLoadData` takes no
 //! length.
+//!
+//! [`HipDevice`]'s [`CxxDevice`] impl here is what the target's device step
+//! calls, on the batch's workers (F9).
 
 use std::fmt;
 use std::sync::Arc;
