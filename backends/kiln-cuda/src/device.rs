@@ -33,7 +33,8 @@ use crate::library;
 #[derive(Clone)]
 pub struct CudaDevice {
     context: Arc<CudaContext>,
-    architecture: Architecture,
+    /// Read by reference by the target's device step.
+    pub(crate) architecture: Architecture,
     name: String,
 }
 

@@ -12,6 +12,9 @@
 //! program launches it with its own launch builder on its own streams (B5),
 //! and cudarc unloads the module, on the context that loaded it, when the
 //! last clone of the module (the kernel's, or one the program took) drops.
+//!
+//! [`CudaDevice`]'s [`CxxDevice`] impl here is what the target's device
+//! step calls, on the batch's workers (F9).
 
 use std::fmt;
 use std::sync::Arc;
@@ -22,10 +25,10 @@ use cudarc::nvrtc::Ptx;
 use kiln_engine::{ArtifactReport, DeviceRefusal, Reported, ResourceUsage};
 
 use crate::architecture::Architecture;
-use crate::compiler::CudaArtifact;
+use crate::compiler::{CudaArtifact, CudaCompiler};
 use crate::device::CudaDevice;
 use crate::error::{Error, driver_message};
-use kiln_cxx::{KernelArgument, LaunchConfig};
+use kiln_cxx::{CxxDevice, EntrySymbols, KernelArgument, LaunchConfig};
 
 /// Which of an artifact's images a kernel was loaded from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -76,9 +79,8 @@ pub enum LoadedImage {
 pub struct LoadedKernel(Arc<Loaded>);
 
 struct Loaded {
-    lowered_name: String,
-    /// The module's other entry points, `(name expression, symbol)` (B6).
-    more_entries: Vec<(String, String)>,
+    /// The entry points' symbols (B6).
+    entries: EntrySymbols,
     architecture: Architecture,
     image: LoadedImage,
     cubin_bytes: usize,
@@ -115,7 +117,7 @@ struct DeviceModule {
 impl LoadedKernel {
     /// The entry point's symbol.
     pub fn lowered_name(&self) -> &str {
-        &self.0.lowered_name
+        self.0.entries.first()
     }
 
     /// The architecture the artifact was built for.
@@ -168,11 +170,7 @@ impl LoadedKernel {
     /// first entry's or another's, as the kernel named them; `None` for a
     /// name that is no entry of the kernel.
     pub fn lowered_name_of(&self, expression: &str) -> Option<&str> {
-        self.0
-            .more_entries
-            .iter()
-            .find(|(entry, _)| entry == expression)
-            .map(|(_, symbol)| symbol.as_str())
+        self.0.entries.symbol_of(expression)
     }
 
     /// The cudarc function of the module's entry point `expression` (B6),
@@ -190,8 +188,14 @@ impl LoadedKernel {
         let Some(symbol) = self.lowered_name_of(expression) else {
             return Err(Error::Invalid(format!(
                 "`{expression}` is no other entry point of this kernel; it has {}",
-                std::iter::once(self.0.lowered_name.as_str())
-                    .chain(self.0.more_entries.iter().map(|(entry, _)| entry.as_str()))
+                std::iter::once(self.0.entries.first())
+                    .chain(
+                        self.0
+                            .entries
+                            .more()
+                            .iter()
+                            .map(|(entry, _)| entry.as_str())
+                    )
                     .collect::<Vec<_>>()
                     .join(", ")
             )));
@@ -282,7 +286,7 @@ impl LoadedKernel {
         let context = module.device.context();
         if stream.context().cu_ctx() != context.cu_ctx() {
             return Err(Error::ForeignStream {
-                entry: self.0.lowered_name.clone(),
+                entry: self.0.entries.first().to_owned(),
                 kernel_ordinal: context.ordinal(),
                 stream_ordinal: stream.context().ordinal(),
             });
@@ -310,7 +314,7 @@ impl LoadedKernel {
 
     fn on_device(&self) -> Result<&DeviceModule, Error> {
         self.0.module.as_ref().ok_or_else(|| Error::CompileOnly {
-            entry: self.0.lowered_name.clone(),
+            entry: self.0.entries.first().to_owned(),
         })
     }
 }
@@ -325,7 +329,7 @@ impl Reported for LoadedKernel {
 impl fmt::Debug for LoadedKernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LoadedKernel")
-            .field("lowered_name", &self.0.lowered_name)
+            .field("lowered_name", &self.0.entries.first())
             .field("architecture", &self.0.architecture)
             .field("image", &self.0.image)
             .field("device", &self.device())
@@ -390,8 +394,7 @@ pub(crate) fn load_on_device(
         report.resources.max_threads_per_block = Some(threads);
     }
     Ok(LoadedKernel(Arc::new(Loaded {
-        lowered_name: artifact.lowered_name.clone(),
-        more_entries: artifact.more_entries.clone(),
+        entries: EntrySymbols::new(artifact.lowered_name.clone(), artifact.more_entries.clone()),
         architecture: artifact.architecture,
         image,
         cubin_bytes: artifact.cubin.len(),
@@ -432,8 +435,7 @@ pub(crate) fn describe(
         )));
     }
     Ok(LoadedKernel(Arc::new(Loaded {
-        lowered_name: artifact.lowered_name.clone(),
-        more_entries: artifact.more_entries.clone(),
+        entries: EntrySymbols::new(artifact.lowered_name.clone(), artifact.more_entries.clone()),
         architecture: artifact.architecture,
         image: LoadedImage::Described,
         cubin_bytes: artifact.cubin.len(),
@@ -442,6 +444,29 @@ pub(crate) fn describe(
         report: artifact.report.clone(),
         module: None,
     })))
+}
+
+/// A GPU loads the cubin of an artifact, else its PTX (L9); a compile-only
+/// target describes it as a GPU of its architecture would load it.
+impl CxxDevice for CudaDevice {
+    type Compiler = CudaCompiler;
+    type Architecture = Architecture;
+    type Loaded = LoadedKernel;
+
+    fn compiles_for(&self) -> &Architecture {
+        &self.architecture
+    }
+
+    fn load(&self, artifact: &CudaArtifact) -> Result<LoadedKernel, DeviceRefusal> {
+        load_on_device(self, artifact)
+    }
+
+    fn describe(
+        architecture: &Architecture,
+        artifact: &CudaArtifact,
+    ) -> Result<LoadedKernel, DeviceRefusal> {
+        describe(*architecture, artifact)
+    }
 }
 
 fn load_cubin(context: &Arc<CudaContext>, cubin: &[u8]) -> Result<Arc<CudaModule>, String> {

@@ -4,25 +4,14 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaContext;
-use kiln_engine::{
-    ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, DeviceStep, TargetStore,
-};
+use kiln_cxx::CxxDeviceStep;
+use kiln_engine::TargetStore;
 
 use crate::architecture::Architecture;
-use crate::compiler::{CudaArtifact, CudaCompiler, CudaVariant};
+use crate::compiler::{CudaCompiler, CudaVariant};
 use crate::device::CudaDevice;
 use crate::error::Error;
-use crate::module::{self, LoadedKernel};
-
-/// Where a target's kernels go.
-#[derive(Debug)]
-enum Destination {
-    /// No device: artifacts are described, checked as a device of this
-    /// architecture would check them.
-    CompileOnly(Architecture),
-    /// A GPU.
-    Device(CudaDevice),
-}
+use crate::module::LoadedKernel;
 
 /// NVRTC in front of a GPU (or of none, to compile without one), for a
 /// [`KernelLoader`](kiln_engine::KernelLoader), and optionally a store in
@@ -54,7 +43,7 @@ enum Destination {
 ///
 /// A storeless target keeps artifacts as long as its loader
 /// (`store() == None`). A target on a store — kiln-store's `DiskStore`
-/// or any other [`ArtifactStore`] — reads every kernel the store holds
+/// or any other [`ArtifactStore`](kiln_engine::ArtifactStore) — reads every kernel the store holds
 /// instead of compiling it, stores every kernel it compiles, and shares
 /// artifacts between kernels whose lowered text is identical (L5). Its keys
 /// are described at [`CudaKey::for_store`].
@@ -221,7 +210,7 @@ impl CudaTarget {
     fn with_compiler_on(device: CudaDevice, compiler: CudaCompiler) -> Self {
         Self {
             compiler: Arc::new(compiler.keyed_for(device.architecture())),
-            step: CudaDeviceStep::to(Destination::Device(device)),
+            step: CxxDeviceStep::on(device),
             store: TargetStore::default(),
         }
     }
@@ -236,54 +225,14 @@ impl CudaTarget {
     pub fn compile_only(architecture: Architecture) -> Result<Self, Error> {
         Ok(Self {
             compiler: Arc::new(CudaCompiler::new()?.keyed_for(architecture)),
-            step: CudaDeviceStep::to(Destination::CompileOnly(architecture)),
+            step: CxxDeviceStep::compile_only(architecture),
             store: TargetStore::default(),
         })
     }
 
-    /// The same target on `store`: its loader reads kernels the store
-    /// holds instead of compiling them, and stores what it compiles. Kernels
-    /// asked for under a variant of another architecture than the target's
-    /// go without the store ([`keeps`](CompilationTarget::keeps)).
-    #[must_use = "the target with its store is returned, not changed in place"]
-    pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
-        self.store.set(store);
-        self
-    }
-
-    /// The same target without a store, not even the default one: its
-    /// loader keeps its artifacts as long as itself.
-    #[must_use = "the target without its store is returned, not changed in place"]
-    pub fn without_store(mut self) -> Self {
-        self.store.clear();
-        self
-    }
-
-    /// The same target on `store` when there is one, as it is otherwise
-    /// (see [`TargetStore::set_optional`]).
-    #[must_use = "the target with its store is returned, not changed in place"]
-    pub fn with_optional_store(mut self, store: Option<Arc<dyn ArtifactStore>>) -> Self {
-        self.store.set_optional(store);
-        self
-    }
-
-    /// Puts the target on `store` in place of the one it has (see
-    /// [`TargetStore::switch`]): its loader drops every kernel it loaded
-    /// and loads them again from `store` (L10), binding it when it is next
-    /// used (through
-    /// [`KernelLoader::target_mut`](kiln_engine::KernelLoader::target_mut)).
-    /// Returns `false`, changing nothing, on a storeless target.
-    #[must_use = "a storeless target does not switch"]
-    pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
-        self.store.switch(store)
-    }
-
     /// The architecture kernels are compiled for.
     pub fn architecture(&self) -> Architecture {
-        match &self.step.destination {
-            Destination::CompileOnly(architecture) => *architecture,
-            Destination::Device(device) => device.architecture(),
-        }
+        *self.step.architecture()
     }
 
     /// The variant every kernel of this target is compiled under.
@@ -292,53 +241,9 @@ impl CudaTarget {
             architecture: self.architecture(),
         }
     }
-
-    /// The GPU, unless the target is compile-only.
-    pub fn device(&self) -> Option<&CudaDevice> {
-        match &self.step.destination {
-            Destination::CompileOnly(_) => None,
-            Destination::Device(device) => Some(device),
-        }
-    }
-
-    /// Whether the target has no device.
-    pub fn is_compile_only(&self) -> bool {
-        self.device().is_none()
-    }
 }
 
-impl CompilationTarget for CudaTarget {
-    type Compiler = CudaCompiler;
-    type Loaded = LoadedKernel;
-    type Device = CudaDeviceStep;
-
-    fn compiler(&self) -> &Arc<CudaCompiler> {
-        &self.compiler
-    }
-
-    fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
-        self.store.get()
-    }
-
-    /// Every key of the store names the target's architecture (P1): a
-    /// kernel of another would be filed under components that misname it.
-    fn keeps(&self, variant: &CudaVariant) -> bool {
-        variant.architecture == self.architecture()
-    }
-
-    fn device_step(&self) -> &Arc<CudaDeviceStep> {
-        &self.step
-    }
-
-    fn publish(
-        &mut self,
-        _id: &ArtifactId<CudaVariant>,
-        _artifact: &CudaArtifact,
-        made: LoadedKernel,
-    ) -> Result<LoadedKernel, DeviceRefusal> {
-        Ok(made)
-    }
-}
+kiln_cxx::cxx_target!(CudaTarget, CudaCompiler, LoadedKernel, CudaDevice);
 
 /// The CUDA target's device step (F9): each module is loaded on the
 /// batch's worker that has its artifact, several at once. cudarc's module
@@ -346,28 +251,4 @@ impl CompilationTarget for CudaTarget {
 /// (`cuCtxSetCurrent`) before `cuModuleLoadData`, so any thread may load
 /// into the context, and a module is unloaded on the context that loaded
 /// it, whichever thread drops it.
-#[derive(Debug)]
-pub struct CudaDeviceStep {
-    destination: Destination,
-}
-
-impl CudaDeviceStep {
-    fn to(destination: Destination) -> Arc<Self> {
-        Arc::new(Self { destination })
-    }
-}
-
-impl DeviceStep<CudaCompiler> for CudaDeviceStep {
-    type Made = LoadedKernel;
-
-    fn make(
-        &self,
-        _id: &ArtifactId<CudaVariant>,
-        artifact: &CudaArtifact,
-    ) -> Result<LoadedKernel, DeviceRefusal> {
-        match &self.destination {
-            Destination::CompileOnly(architecture) => module::describe(*architecture, artifact),
-            Destination::Device(device) => module::load_on_device(device, artifact),
-        }
-    }
-}
+pub type CudaDeviceStep = CxxDeviceStep<CudaDevice>;

@@ -6,75 +6,9 @@
 
 mod support;
 
-use std::collections::HashMap;
-use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
-
 use kiln_cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
-use kiln_cuda::{CudaArtifact, CudaCompiler, CudaTarget, CudaVariant, LoadedKernel};
-use kiln_engine::{
-    ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, DeviceStep, KernelId,
-    KernelLoader, KernelOutcome, LoaderConfig,
-};
-
-/// The CUDA target's own device step.
-type Inner = <CudaTarget as CompilationTarget>::Device;
-
-/// The CUDA target's device step, watched: the name of the thread that
-/// loaded each module.
-struct Watched {
-    inner: Arc<Inner>,
-    loaded_on: Mutex<HashMap<KernelId, Option<String>>>,
-}
-
-impl DeviceStep<CudaCompiler> for Watched {
-    type Made = LoadedKernel;
-
-    fn make(
-        &self,
-        id: &ArtifactId<CudaVariant>,
-        artifact: &CudaArtifact,
-    ) -> Result<LoadedKernel, DeviceRefusal> {
-        let made = self.inner.make(id, artifact);
-        self.loaded_on.lock().expect("not poisoned").insert(
-            id.kernel.clone(),
-            std::thread::current().name().map(str::to_owned),
-        );
-        made
-    }
-}
-
-struct WatchedTarget {
-    inner: CudaTarget,
-    step: Arc<Watched>,
-}
-
-impl CompilationTarget for WatchedTarget {
-    type Compiler = CudaCompiler;
-    type Loaded = LoadedKernel;
-    type Device = Watched;
-
-    fn compiler(&self) -> &Arc<CudaCompiler> {
-        self.inner.compiler()
-    }
-
-    fn device_step(&self) -> &Arc<Watched> {
-        &self.step
-    }
-
-    fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
-        self.inner.store()
-    }
-
-    fn publish(
-        &mut self,
-        id: &ArtifactId<CudaVariant>,
-        artifact: &CudaArtifact,
-        made: LoadedKernel,
-    ) -> Result<LoadedKernel, DeviceRefusal> {
-        self.inner.publish(id, artifact, made)
-    }
-}
+use kiln_engine::{ArtifactId, KernelOutcome};
+use kiln_test_support::device_step::Watched;
 
 // F9
 #[test]
@@ -84,20 +18,7 @@ fn f9_a_cold_batch_loads_its_modules_on_the_pool_threads() {
     };
     let target = target.without_store();
     let variant = target.variant();
-    let step = Arc::new(Watched {
-        inner: Arc::clone(target.device_step()),
-        loaded_on: Mutex::new(HashMap::new()),
-    });
-    let mut loader = KernelLoader::with_config(
-        WatchedTarget {
-            inner: target,
-            step,
-        },
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(2).expect("2 is not zero"),
-            ..LoaderConfig::default()
-        },
-    );
+    let mut loader = kiln_test_support::loader(Watched::new(target), 2);
     let count = 6;
     let kernels: Vec<_> = (0..count).map(support::distinct).collect();
     for kernel in &kernels {
@@ -106,22 +27,9 @@ fn f9_a_cold_batch_loads_its_modules_on_the_pool_threads() {
     loader.compile_queued();
     let batch = loader.records().back().expect("one batch").clone();
     assert_eq!(batch.count(KernelOutcome::Compiled), count);
-    let loaded_on = loader
+    loader
         .target()
-        .step
-        .loaded_on
-        .lock()
-        .expect("not poisoned")
-        .clone();
-    assert_eq!(loaded_on.len(), count);
-    for (kernel, thread) in &loaded_on {
-        assert!(
-            thread
-                .as_deref()
-                .is_some_and(|name| name.starts_with("kiln-compile-")),
-            "{kernel} was loaded on {thread:?}, not a thread of the loader's pool"
-        );
-    }
+        .assert_made_on_the_pool(count, "modules", "F9 modules on the workers");
     // A module loaded on a worker launches from this thread.
     let kernel = loader
         .load(
@@ -129,7 +37,7 @@ fn f9_a_cold_batch_loads_its_modules_on_the_pool_threads() {
             &ArtifactId::new(kiln_engine::Kernel::id(&kernels[4]), variant),
         )
         .expect("loaded");
-    let device = loader.target().inner.device().expect("a GPU").clone();
+    let device = loader.target().inner().device().expect("a GPU").clone();
     let stream = device.context().new_stream().expect("a stream");
     let n = 64i32;
     let mut values = stream.alloc_zeros::<f32>(64).expect("device memory");

@@ -18,7 +18,7 @@ use kiln_cuda::{
 };
 use kiln_engine::tune::{Candidate, CandidateOutcome, Measure, Origin, TuneKey, Tuned};
 use kiln_engine::{KernelId, KernelLoader, LoaderConfig};
-use kiln_test_support::{Random, Scratch, child};
+use kiln_test_support::{Random, Scratch, child, tuning};
 
 /// The matrices are `N`×`N`.
 const N: usize = 512;
@@ -240,18 +240,7 @@ fn t1_t3_sixteen_tile_shapes_give_the_fastest_that_worked() {
     );
     // The refused one failed at its warm-up launch; the rest ran 1 + 5.
     assert_eq!(launches.load(Ordering::SeqCst), 14 * 6 + 1);
-    assert!(!SLOW.contains(&tuned.winner) && ![BROKEN, REFUSED].contains(&tuned.winner));
-    let winner = answer.candidates[tuned.winner].time().expect("measured");
-    for candidate in &answer.candidates {
-        if let Some(time) = candidate.time() {
-            assert!(winner <= time, "{} beat the winner", candidate.kernel);
-        }
-    }
-    let fastest_slow = SLOW
-        .iter()
-        .filter_map(|index| answer.candidates[*index].time())
-        .min()
-        .expect("the slow ones were measured");
+    let (winner, fastest_slow) = tuning::assert_the_fastest_won(&tuned, &SLOW, &[BROKEN, REFUSED]);
     assert!(
         fastest_slow > winner * 4,
         "32 passes take longer than one: {fastest_slow:?} against {winner:?}"
@@ -264,10 +253,6 @@ fn t1_t3_sixteen_tile_shapes_give_the_fastest_that_worked() {
         .expect("the winner launches");
     stream.synchronize().expect("the winner runs");
     operands.check();
-    eprintln!(
-        "winner {} at {winner:?}; slow ones from {fastest_slow:?}",
-        answer.candidates[tuned.winner].kernel
-    );
 }
 
 /// The second process of the T2 test: tunes on the store at `root` and

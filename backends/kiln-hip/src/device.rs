@@ -21,7 +21,6 @@ pub use kiln_cxx::DeviceScalar;
 use crate::architecture::Architecture;
 use crate::error::{Error, Result};
 use crate::result;
-use crate::stream::HipStream;
 use crate::sys::{self, HipLibrary};
 
 /// The process's HIP runtime library, once opened.
@@ -151,23 +150,6 @@ impl HipDevice {
     /// The runtime's status.
     pub fn make_current(&self) -> Result<()> {
         result::set_device(&self.inner.runtime, self.inner.native_ordinal)
-    }
-
-    /// A new stream on the device, non-blocking (it does not wait for the
-    /// default stream, as the streams HIP programs make do not), destroyed
-    /// with its last clone. Launches take a stream; see [`HipStream`].
-    ///
-    /// # Errors
-    ///
-    /// The runtime's status.
-    pub fn new_stream(&self) -> Result<HipStream> {
-        HipStream::create(self)
-    }
-
-    /// The device's default stream, which orders against every blocking
-    /// stream of the device.
-    pub fn default_stream(&self) -> HipStream {
-        HipStream::default_of(self)
     }
 
     /// Waits for everything launched on it, on every stream.

@@ -6,21 +6,24 @@
 //! truncated or foreign one, or one without the entry point's kernel, is
 //! refused before a driver sees it, since `hipModuleLoadData` takes no
 //! length.
+//!
+//! [`HipDevice`]'s [`CxxDevice`] impl here is what the target's device step
+//! calls, on the batch's workers (F9).
 
 use std::fmt;
 use std::sync::Arc;
 
-use kiln_engine::{ArtifactReport, Reported, ResourceUsage};
+use kiln_engine::{ArtifactReport, DeviceRefusal, Reported, ResourceUsage};
 
 use crate::architecture::Architecture;
 use crate::code_object::{self, CodeObjectInfo};
-use crate::compiler::HipArtifact;
+use crate::compiler::{HipArtifact, HipCompiler};
 use crate::device::HipDevice;
 use crate::error::{Error, Result};
 use crate::result;
 use crate::stream::HipStream;
 use crate::sys;
-use kiln_cxx::{KernelArgument, LaunchConfig};
+use kiln_cxx::{CxxDevice, EntrySymbols, KernelArgument, LaunchConfig};
 
 /// A kernel ready to launch, or described by a compile-only target: cheap
 /// to clone (an `Arc`), and its module is unloaded when the last clone
@@ -30,9 +33,8 @@ use kiln_cxx::{KernelArgument, LaunchConfig};
 pub struct LoadedKernel(Arc<Loaded>);
 
 struct Loaded {
-    lowered_name: String,
-    /// The module's other entry points, `(name expression, symbol)` (B6).
-    more_entries: Vec<(String, String)>,
+    /// The entry points' symbols (B6).
+    entries: EntrySymbols,
     architecture: Architecture,
     code_object_bytes: usize,
     info: CodeObjectInfo,
@@ -47,7 +49,7 @@ struct DeviceModule {
     module: sys::hipModule_t,
     function: sys::hipFunction_t,
     /// The functions of the module's other entry points, in
-    /// [`Loaded::more_entries`]' order.
+    /// the order of [`EntrySymbols::more`].
     more_functions: Vec<sys::hipFunction_t>,
 }
 
@@ -79,7 +81,7 @@ impl Reported for LoadedKernel {
 impl LoadedKernel {
     /// The entry point's symbol in the code object (mangled for C++ names).
     pub fn lowered_name(&self) -> &str {
-        &self.0.lowered_name
+        self.0.entries.first()
     }
 
     /// The architecture the code object was compiled for.
@@ -149,11 +151,7 @@ impl LoadedKernel {
     /// The symbol of the module's entry point `expression` (B6), one of
     /// the kernel's other entries; `None` for a name that is none.
     pub fn lowered_name_of(&self, expression: &str) -> Option<&str> {
-        self.0
-            .more_entries
-            .iter()
-            .find(|(entry, _)| entry == expression)
-            .map(|(_, symbol)| symbol.as_str())
+        self.0.entries.symbol_of(expression)
     }
 
     /// Launches the module's other entry point `expression` (B6), one of
@@ -176,17 +174,13 @@ impl LoadedKernel {
         config: LaunchConfig,
         arguments: &[KernelArgument],
     ) -> Result<()> {
-        let Some(index) = self
-            .0
-            .more_entries
-            .iter()
-            .position(|(entry, _)| entry == expression)
-        else {
+        let Some(index) = self.0.entries.position(expression) else {
             return Err(Error::NoSuchEntry {
                 entry: expression.to_owned(),
                 entries: self
                     .0
-                    .more_entries
+                    .entries
+                    .more()
                     .iter()
                     .map(|(entry, _)| entry.clone())
                     .collect(),
@@ -215,7 +209,7 @@ impl LoadedKernel {
                 return Ok(());
             }
             return Err(Error::CompileOnly {
-                symbol: self.0.lowered_name.clone(),
+                symbol: self.0.entries.first().to_owned(),
             });
         };
         let function = match index {
@@ -223,7 +217,7 @@ impl LoadedKernel {
             Some(index) => module.more_functions[index],
         };
         check_stream(
-            &self.0.lowered_name,
+            self.0.entries.first(),
             module.device.ordinal(),
             stream.device().ordinal(),
         )?;
@@ -267,7 +261,7 @@ fn check_stream(symbol: &str, kernel_ordinal: usize, stream_ordinal: usize) -> R
 impl fmt::Debug for LoadedKernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LoadedKernel")
-            .field("lowered_name", &self.0.lowered_name)
+            .field("lowered_name", &self.0.entries.first())
             .field("architecture", &self.0.architecture)
             .field("code_object_bytes", &self.0.code_object_bytes)
             .field("device", &self.device().map(HipDevice::ordinal))
@@ -298,8 +292,7 @@ fn loaded(
     module: Option<DeviceModule>,
 ) -> LoadedKernel {
     LoadedKernel(Arc::new(Loaded {
-        lowered_name: artifact.symbol.clone(),
-        more_entries: artifact.more_entries.clone(),
+        entries: EntrySymbols::new(artifact.symbol.clone(), artifact.more_entries.clone()),
         architecture: artifact.architecture.clone(),
         code_object_bytes: artifact.code_object.len(),
         info,
@@ -360,6 +353,42 @@ pub(crate) fn load_on_device(device: &HipDevice, artifact: &HipArtifact) -> Resu
         module.more_functions.push(function);
     }
     Ok(loaded(artifact, info, Some(module)))
+}
+
+/// An AMD GPU loads an artifact's code object once it is read whole and for
+/// its processor; a compile-only target checks it as a device would, and
+/// describes it.
+impl CxxDevice for HipDevice {
+    type Compiler = HipCompiler;
+    type Architecture = Architecture;
+    type Loaded = LoadedKernel;
+
+    fn compiles_for(&self) -> &Architecture {
+        self.architecture()
+    }
+
+    fn load(&self, artifact: &HipArtifact) -> std::result::Result<LoadedKernel, DeviceRefusal> {
+        load_on_device(self, artifact).map_err(refusal)
+    }
+
+    fn describe(
+        _architecture: &Architecture,
+        artifact: &HipArtifact,
+    ) -> std::result::Result<LoadedKernel, DeviceRefusal> {
+        describe(artifact).map_err(refusal)
+    }
+}
+
+/// The refusal of a device step, with the runtime's code when it gave one.
+fn refusal(error: Error) -> DeviceRefusal {
+    let code = match &error {
+        Error::Hip { code, .. } | Error::NoDevice { code, .. } => Some(i64::from(*code)),
+        _ => None,
+    };
+    DeviceRefusal {
+        message: error.to_string(),
+        code,
+    }
 }
 
 #[cfg(test)]

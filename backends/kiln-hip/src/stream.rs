@@ -57,6 +57,27 @@ impl Drop for StreamInner {
     }
 }
 
+// The streams of a device are made here, where a stream is: the device
+// knows nothing of streams.
+impl HipDevice {
+    /// A new stream on the device, non-blocking (it does not wait for the
+    /// default stream, as the streams HIP programs make do not), destroyed
+    /// with its last clone. Launches take a stream; see [`HipStream`].
+    ///
+    /// # Errors
+    ///
+    /// The runtime's status.
+    pub fn new_stream(&self) -> Result<HipStream> {
+        HipStream::create(self)
+    }
+
+    /// The device's default stream, which orders against every blocking
+    /// stream of the device.
+    pub fn default_stream(&self) -> HipStream {
+        HipStream::default_of(self)
+    }
+}
+
 impl HipStream {
     /// A new non-blocking stream on `device`.
     pub(crate) fn create(device: &HipDevice) -> Result<Self> {

@@ -3,37 +3,15 @@
 
 use std::sync::Arc;
 
-use kiln_engine::{
-    ArtifactId, ArtifactStore, CompilationTarget, DeviceRefusal, DeviceStep, TargetStore,
-};
+use kiln_cxx::CxxDeviceStep;
+use kiln_engine::TargetStore;
 
 use crate::architecture::Architecture;
-use crate::compiler::{HipArtifact, HipCompiler};
+use crate::compiler::HipCompiler;
 use crate::device::HipDevice;
 use crate::error::{Error, Result};
-use crate::module::{self, LoadedKernel};
+use crate::module::LoadedKernel;
 use crate::options::HipVariant;
-
-/// Where a target's kernels go.
-#[derive(Debug)]
-enum Destination {
-    /// No device: code objects are checked as a device would check them,
-    /// and described.
-    CompileOnly(Architecture),
-    /// An AMD GPU.
-    Device(HipDevice),
-}
-
-fn refusal(error: Error) -> DeviceRefusal {
-    let code = match &error {
-        Error::Hip { code, .. } | Error::NoDevice { code, .. } => Some(i64::from(*code)),
-        _ => None,
-    };
-    DeviceRefusal {
-        message: error.to_string(),
-        code,
-    }
-}
 
 /// hipRTC in front of an AMD GPU (or of none, to compile without one), for
 /// a [`KernelLoader`](kiln_engine::KernelLoader), and optionally a store in
@@ -64,7 +42,7 @@ fn refusal(error: Error) -> DeviceRefusal {
 /// alone, which installs no default store.
 ///
 /// A storeless target keeps artifacts as long as its loader. A target on a
-/// store — kiln-store's `DiskStore` or any other [`ArtifactStore`] — reads
+/// store — kiln-store's `DiskStore` or any other [`ArtifactStore`](kiln_engine::ArtifactStore) — reads
 /// every kernel the store holds instead of compiling it and stores every
 /// kernel it compiles, under keys that name the target's architecture (see
 /// [`HipKey::for_store`]).
@@ -74,7 +52,7 @@ fn refusal(error: Error) -> DeviceRefusal {
 /// object as a device would (whole, holding the entry point's kernel) and
 /// describes it; it takes code objects of any architecture, so that one
 /// batch can compile for several AMD GPUs (only its own architecture's go
-/// to its store, see [`keeps`](CompilationTarget::keeps)).
+/// to its store, see [`keeps`](kiln_engine::CompilationTarget::keeps)).
 ///
 /// **The device half has not yet run on AMD hardware**: see the crate
 /// documentation.
@@ -164,7 +142,7 @@ impl HipTarget {
         }
         Ok(Self {
             compiler: Arc::new(HipCompiler::new()?.keyed_for(device.architecture().clone())),
-            step: HipDeviceStep::to(Destination::Device(device)),
+            step: CxxDeviceStep::on(device),
             store: TargetStore::default(),
         })
     }
@@ -179,7 +157,7 @@ impl HipTarget {
     pub fn compile_only(architecture: Architecture) -> Result<Self> {
         Ok(Self {
             compiler: Arc::new(HipCompiler::new()?.keyed_for(architecture.clone())),
-            step: HipDeviceStep::to(Destination::CompileOnly(architecture)),
+            step: CxxDeviceStep::compile_only(architecture),
             store: TargetStore::default(),
         })
     }
@@ -193,131 +171,22 @@ impl HipTarget {
         self
     }
 
-    /// The same target on `store`: its loader reads kernels the store
-    /// holds instead of compiling them, and stores what it compiles. Kernels
-    /// asked for under a variant of another architecture than the target's
-    /// go without the store ([`keeps`](CompilationTarget::keeps)).
-    #[must_use = "the target with its store is returned, not changed in place"]
-    pub fn with_store(mut self, store: Arc<dyn ArtifactStore>) -> Self {
-        self.store.set(store);
-        self
-    }
-
-    /// The same target without a store, not even the default one: its
-    /// loader keeps its artifacts as long as itself.
-    #[must_use = "the target without its store is returned, not changed in place"]
-    pub fn without_store(mut self) -> Self {
-        self.store.clear();
-        self
-    }
-
-    /// The same target on `store` when there is one, as it is otherwise
-    /// (see [`TargetStore::set_optional`]).
-    #[must_use = "the target with its store is returned, not changed in place"]
-    pub fn with_optional_store(mut self, store: Option<Arc<dyn ArtifactStore>>) -> Self {
-        self.store.set_optional(store);
-        self
-    }
-
-    /// Puts the target on `store` in place of the one it has (see
-    /// [`TargetStore::switch`]): its loader drops every kernel it loaded
-    /// and loads them again from `store` (L10), binding it when it is next
-    /// used (through
-    /// [`KernelLoader::target_mut`](kiln_engine::KernelLoader::target_mut)).
-    /// Returns `false`, changing nothing, on a storeless target.
-    #[must_use = "a storeless target does not switch"]
-    pub fn switch_store(&mut self, store: Arc<dyn ArtifactStore>) -> bool {
-        self.store.switch(store)
-    }
-
     /// The architecture kernels are compiled for, and its store's keys
     /// name.
     pub fn architecture(&self) -> &Architecture {
-        match &self.step.destination {
-            Destination::CompileOnly(architecture) => architecture,
-            Destination::Device(device) => device.architecture(),
-        }
+        self.step.architecture()
     }
 
     /// The variant every kernel of this target is compiled under.
     pub fn variant(&self) -> HipVariant {
         HipVariant::new(self.architecture().clone())
     }
-
-    /// The AMD GPU, unless the target is compile-only.
-    pub fn device(&self) -> Option<&HipDevice> {
-        match &self.step.destination {
-            Destination::CompileOnly(_) => None,
-            Destination::Device(device) => Some(device),
-        }
-    }
-
-    /// Whether the target has no device.
-    pub fn is_compile_only(&self) -> bool {
-        self.device().is_none()
-    }
 }
 
-impl CompilationTarget for HipTarget {
-    type Compiler = HipCompiler;
-    type Loaded = LoadedKernel;
-    type Device = HipDeviceStep;
-
-    fn compiler(&self) -> &Arc<HipCompiler> {
-        &self.compiler
-    }
-
-    fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
-        self.store.get()
-    }
-
-    /// Every key of the store names the target's architecture (P1): a
-    /// kernel of another would be filed under components that misname it.
-    fn keeps(&self, variant: &HipVariant) -> bool {
-        variant.architecture == *self.architecture()
-    }
-
-    fn device_step(&self) -> &Arc<HipDeviceStep> {
-        &self.step
-    }
-
-    fn publish(
-        &mut self,
-        _id: &ArtifactId<HipVariant>,
-        _artifact: &HipArtifact,
-        made: LoadedKernel,
-    ) -> Result<LoadedKernel, DeviceRefusal> {
-        Ok(made)
-    }
-}
+kiln_cxx::cxx_target!(HipTarget, HipCompiler, LoadedKernel, HipDevice);
 
 /// The HIP target's device step (F9): each code object is loaded on the
 /// batch's worker that has its artifact, several at once. The load makes
 /// the device current on the calling thread (`hipSetDevice`) before
 /// `hipModuleLoadData`, so any thread may load onto the device.
-#[derive(Debug)]
-pub struct HipDeviceStep {
-    destination: Destination,
-}
-
-impl HipDeviceStep {
-    fn to(destination: Destination) -> Arc<Self> {
-        Arc::new(Self { destination })
-    }
-}
-
-impl DeviceStep<HipCompiler> for HipDeviceStep {
-    type Made = LoadedKernel;
-
-    fn make(
-        &self,
-        _id: &ArtifactId<HipVariant>,
-        artifact: &HipArtifact,
-    ) -> Result<LoadedKernel, DeviceRefusal> {
-        match &self.destination {
-            Destination::CompileOnly(_) => module::describe(artifact),
-            Destination::Device(device) => module::load_on_device(device, artifact),
-        }
-        .map_err(refusal)
-    }
-}
+pub type HipDeviceStep = CxxDeviceStep<HipDevice>;

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln_engine::tune::{Candidate, CandidateOutcome, Measure, Origin, TuneKey, Tuned};
 use kiln_engine::{KernelId, KernelLoader};
+use kiln_test_support::tuning;
 use kiln_wgpu::{WgpuDevice, WgpuPipeline, WgpuTarget, WgpuVariant, WgslKernel};
 
 /// Each invocation steps its element `STEPS` times.
@@ -129,25 +130,10 @@ fn t1_t3_sixteen_candidates_give_the_fastest_that_worked() {
             answer.candidates[failed]
         );
     }
-    assert!(!SLOW.contains(&tuned.winner) && tuned.winner != BROKEN && tuned.winner != REFUSED);
-    let winner = answer.candidates[tuned.winner].time().expect("measured");
-    for candidate in &answer.candidates {
-        if let Some(time) = candidate.time() {
-            assert!(winner <= time, "{} beat the winner", candidate.kernel);
-        }
-    }
-    let fastest_slow = SLOW
-        .iter()
-        .filter_map(|index| answer.candidates[*index].time())
-        .min()
-        .expect("the slow ones were measured");
+    let (winner, fastest_slow) = tuning::assert_the_fastest_won(&tuned, &SLOW, &[BROKEN, REFUSED]);
     assert!(
         fastest_slow > winner,
         "thousands of steps take longer: {fastest_slow:?} against {winner:?}"
-    );
-    eprintln!(
-        "winner {} at {winner:?}; slow ones from {fastest_slow:?}",
-        answer.candidates[tuned.winner].kernel
     );
 }
 

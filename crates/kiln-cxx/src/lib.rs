@@ -14,6 +14,10 @@
 //! - the launch: a [`LaunchConfig`] (grid, block, shared memory) and
 //!   [`KernelArgument`]s held as the bytes the driver copies, made from
 //!   [`DeviceScalar`]s and [`DeviceAddress`]es.
+//! - the target: where its kernels go and the device step that loads them
+//!   on the batch's workers ([`CxxDeviceStep`], through the backend's
+//!   [`CxxDevice`]), and the store's setters and target impl both
+//!   backends' targets share ([`target`]).
 //!
 //! It knows no compiler, driver or device: each backend keeps its own
 //! options, kernel, device memory and launch call, and re-exports these
@@ -33,8 +37,9 @@ pub mod launch;
 pub mod options;
 mod scalar;
 mod standard;
+pub mod target;
 
-pub use entry::EntryPoint;
+pub use entry::{EntryPoint, EntrySymbols};
 pub use generator::{FixedSource, SourceGenerator, source_cost};
 pub use header::Header;
 pub use include::{IncludeError, IncludeSearch, names_a_file, why_no_file_option};
@@ -42,3 +47,4 @@ pub use kernel::{IdLayout, KernelParts, KernelPartsBuilder};
 pub use launch::{DeviceAddress, KernelArgument, LaunchConfig};
 pub use scalar::DeviceScalar;
 pub use standard::CxxStandard;
+pub use target::{CxxDevice, CxxDeviceStep};

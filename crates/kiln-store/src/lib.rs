@@ -110,8 +110,8 @@ pub use bundle::{
     BUNDLE_VERSION, BundleHeader, BundleSeal, ExportReport, ImportReport, SignBundle, read_header,
 };
 pub use config::{DEFAULT_PACK_BELOW, StoreConfig, parse_size};
-pub use disk::{DiskStore, Footprint};
+pub use disk::{DiskStore, Footprint, Limits};
 pub use error::{Error, Result, WriteCause, WriteFailure};
-pub use maintenance::{CollectReport, Entry, EntryInfo, Limits, Progress, VerifyReport};
+pub use maintenance::{CollectReport, Entry, EntryInfo, Progress, VerifyReport};
 pub use record::{BlobRecord, KernelHistory, Record, Seen};
 pub use usage::Usage;

@@ -7,7 +7,6 @@ use std::fs::{File, Metadata};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use crate::disk::DiskStore;
 use crate::error::{Error, Result};
 use crate::layout::{TREES, is_hex_name};
 use crate::record::AnyRecord;
@@ -252,17 +251,6 @@ pub(crate) fn count(removal: Removal, removed: &mut u64, defect: &str) -> Result
         }
         Removal::Changed => Ok(()),
         Removal::Failed(error) => Err(format!("{defect}; cannot be removed: {error}").into()),
-    }
-}
-
-impl DiskStore {
-    /// The store's root, opened for a pass once it is seen to carry the
-    /// store's marker: a pass removes only from a store.
-    pub(crate) fn open_root(&self) -> Result<StoreRoot<'_>> {
-        Ok(StoreRoot {
-            folder: crate::skeleton::open_marked(&self.inner.layout)?,
-            path: self.inner.layout.root(),
-        })
     }
 }
 

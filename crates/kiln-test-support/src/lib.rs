@@ -21,6 +21,7 @@
 
 pub mod child;
 pub mod defines;
+pub mod device_step;
 pub mod files;
 pub mod harness;
 pub mod loader;
@@ -31,6 +32,8 @@ pub mod reports;
 pub mod require;
 pub mod scratch;
 pub mod target_store;
+pub mod tuning;
+pub mod wgsl;
 pub mod workers;
 
 pub use child::{Finished, Limit, NOBODY};

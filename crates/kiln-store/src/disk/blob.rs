@@ -68,20 +68,11 @@ impl DiskStore {
 #[cfg(test)]
 mod tests {
     use std::fs;
-    use std::time::Duration;
 
-    use kiln_engine::store::BlobKey;
     use kiln_engine::{ArtifactStore, Lookup, Miss, StoreOutcome};
 
-    use super::super::fixtures::{kernel_key, scratch};
-    use crate::Limits;
+    use super::super::fixtures::{blob_key, scratch};
     use crate::record::BlobRecord;
-
-    fn blob_key(driver: &str) -> BlobKey {
-        BlobKey::new("test cache")
-            .component("adapter", "test adapter")
-            .component("driver", driver)
-    }
 
     #[test]
     fn a_blob_is_a_record_of_its_own_beside_its_object() {
@@ -112,44 +103,6 @@ mod tests {
             ),
             "the damaged blob was removed"
         );
-        let _ = fs::remove_dir_all(store.root());
-    }
-
-    #[test]
-    fn a_blob_is_listed_verified_and_evicted_as_an_entry() {
-        // P6: a blob is an entry: listed as a blob, kept by verify, and
-        // evicted with the rest.
-        let store = scratch("blob-entry");
-        store.put(&kernel_key(1), None, b"an artifact", Duration::ZERO);
-        store.put_blob(&blob_key("1"), b"a blob");
-        let mut blobs = Vec::new();
-        let mut artifacts = 0;
-        store
-            .entries(&mut |entry| match entry.entry {
-                crate::Entry::Blob(record) => blobs.push(record.key),
-                crate::Entry::Record(_) => artifacts += 1,
-            })
-            .expect("lists");
-        assert_eq!((blobs, artifacts), (vec![blob_key("1")], 1));
-
-        let report = store.verify(&mut |_| {}).expect("verifies");
-        assert!(report.is_clean(), "{report:?}");
-        assert_eq!(report.records, 2);
-        assert!(matches!(
-            store.lookup_blob(&blob_key("1")),
-            Lookup::Hit { .. }
-        ));
-
-        let nothing = Limits {
-            max_bytes: 0,
-            max_entries: 0,
-        };
-        let report = store.collect(nothing, &mut |_| {}).expect("collects");
-        assert_eq!((report.evicted, report.records_removed), (2, 2));
-        assert!(matches!(
-            store.lookup_blob(&blob_key("1")),
-            Lookup::Miss(Miss::Absent)
-        ));
         let _ = fs::remove_dir_all(store.root());
     }
 }

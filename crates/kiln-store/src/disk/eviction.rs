@@ -5,9 +5,40 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+use serde::{Deserialize, Serialize};
+
 use super::DiskStore;
+use crate::config::StoreConfig;
 use crate::lock::{COLLECT_SLOT, Mode, deadline_after};
 use crate::usage::Usage;
+
+/// The limits a collection brings the store under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// The most bytes to keep.
+    pub max_bytes: u64,
+    /// The most entries to keep.
+    pub max_entries: u64,
+}
+
+impl Limits {
+    /// The store's configured limits.
+    pub fn of(config: &StoreConfig) -> Self {
+        Self {
+            max_bytes: config.max_bytes,
+            max_entries: config.max_entries,
+        }
+    }
+
+    /// 90 % of the configured limits: where automatic eviction stops, so
+    /// that it does not run again at the next put.
+    pub fn low_water(config: &StoreConfig) -> Self {
+        Self {
+            max_bytes: config.max_bytes / 10 * 9,
+            max_entries: config.max_entries / 10 * 9,
+        }
+    }
+}
 
 /// Age buckets of eviction: bucket `b` holds ages in `[1.25^b, 1.25^(b+1))`
 /// seconds, so 200 buckets span past a century with a fixed, small table.
@@ -41,7 +72,7 @@ impl DiskStore {
         let spawned = std::thread::Builder::new()
             .name("kiln-store-collect".into())
             .spawn(move || {
-                let limits = crate::Limits::low_water(store.config());
+                let limits = Limits::low_water(store.config());
                 if let Err(error) = store.collect(limits, &mut |_| {}) {
                     log::warn!("evicting from {}: {error}", store.root().display());
                 }
@@ -84,9 +115,9 @@ impl DiskStore {
         let usage = self.usage();
         let limits =
             if usage.allocated_bytes > config.max_bytes || usage.entries > config.max_entries {
-                crate::Limits::low_water(config)
+                Limits::low_water(config)
             } else if recount {
-                crate::Limits::of(config)
+                Limits::of(config)
             } else {
                 return;
             };
@@ -107,7 +138,8 @@ mod tests {
     use kiln_engine::{ArtifactStore, StoreOutcome};
 
     use super::super::fixtures::{kernel_key, scratch};
-    use crate::{DiskStore, Limits, StoreConfig};
+    use super::Limits;
+    use crate::{DiskStore, StoreConfig};
 
     // P6: a store opened to evict only when asked stays over its entry
     // limit through puts and the batch's end; asked, it evicts; the same

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use kiln_engine::fake::{FakeCompiler, FakeKernel};
+use kiln_engine::store::BlobKey;
 use kiln_engine::{ArtifactStore, Lookup, StoreKey};
 
 use super::DiskStore;
@@ -12,7 +13,7 @@ use crate::config::StoreConfig;
 
 /// A store of files only: the tests of the parts look at the files an entry
 /// is made of; packed entries have tests of their own (`pack/`, `packed.rs`).
-pub(super) fn scratch(test: &str) -> DiskStore {
+pub(crate) fn scratch(test: &str) -> DiskStore {
     let root = std::env::temp_dir().join(format!("kiln-store-{test}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&root);
     DiskStore::open(StoreConfig {
@@ -23,7 +24,7 @@ pub(super) fn scratch(test: &str) -> DiskStore {
     .expect("a store")
 }
 
-pub(super) fn kernel_key(number: u32) -> StoreKey {
+pub(crate) fn kernel_key(number: u32) -> StoreKey {
     StoreKey::for_artifact(
         &FakeCompiler::default_key_components(),
         &FakeKernel::new(number).artifact_id(),
@@ -31,7 +32,7 @@ pub(super) fn kernel_key(number: u32) -> StoreKey {
     )
 }
 
-pub(super) fn source_key(number: u32) -> StoreKey {
+pub(crate) fn source_key(number: u32) -> StoreKey {
     StoreKey::for_source(
         &FakeCompiler::default_key_components(),
         &FakeKernel::new(number).artifact_id(),
@@ -40,15 +41,22 @@ pub(super) fn source_key(number: u32) -> StoreKey {
     )
 }
 
-pub(super) fn hit(store: &DiskStore, key: &StoreKey) -> Vec<u8> {
+pub(crate) fn hit(store: &DiskStore, key: &StoreKey) -> Vec<u8> {
     match store.lookup(key) {
         Lookup::Hit { artifact, .. } => artifact,
         Lookup::Miss(miss) => panic!("a stored entry missed: {miss}"),
     }
 }
 
-pub(super) fn accessed(path: &Path) -> SystemTime {
+pub(crate) fn accessed(path: &Path) -> SystemTime {
     fs::metadata(path)
         .and_then(|found| found.accessed())
         .expect("an access time")
+}
+
+/// The key of a named blob, one per `driver`.
+pub(crate) fn blob_key(driver: &str) -> BlobKey {
+    BlobKey::new("test cache")
+        .component("adapter", "test adapter")
+        .component("driver", driver)
 }

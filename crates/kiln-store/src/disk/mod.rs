@@ -43,7 +43,7 @@ mod targets;
 mod write;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,6 +63,7 @@ use crate::lock::LockFile;
 use crate::usage::{Usage, UsageFile};
 
 pub(crate) use access::{not_yet_refreshed, touch};
+pub use eviction::Limits;
 pub(crate) use eviction::{AGE_BUCKETS, age_bucket};
 pub use footprint::Footprint;
 pub(crate) use write::{digest, is_inlined};

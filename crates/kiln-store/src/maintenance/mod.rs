@@ -10,8 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::StoreConfig;
-use crate::disk::{AGE_BUCKETS, DiskStore, age_bucket, digest};
+use crate::disk::{AGE_BUCKETS, DiskStore, Limits, age_bucket, digest};
 use crate::durable;
 use crate::error::Result;
 use crate::layout::digest_from_name;
@@ -79,34 +78,6 @@ impl VerifyReport {
     }
 }
 
-/// The limits a collection brings the store under.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Limits {
-    /// The most bytes to keep.
-    pub max_bytes: u64,
-    /// The most entries to keep.
-    pub max_entries: u64,
-}
-
-impl Limits {
-    /// The store's configured limits.
-    pub fn of(config: &StoreConfig) -> Self {
-        Self {
-            max_bytes: config.max_bytes,
-            max_entries: config.max_entries,
-        }
-    }
-
-    /// 90 % of the configured limits: where automatic eviction stops, so
-    /// that it does not run again at the next put.
-    pub fn low_water(config: &StoreConfig) -> Self {
-        Self {
-            max_bytes: config.max_bytes / 10 * 9,
-            max_entries: config.max_entries / 10 * 9,
-        }
-    }
-}
-
 /// What a collection did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CollectReport {
@@ -161,13 +132,25 @@ pub enum Entry {
 
 use crate::tree::not_a_file;
 use crate::walk::{
-    Skip, Unchecked, count, has_object, object_status, open_regular, stream_digest,
+    Skip, StoreRoot, Unchecked, count, has_object, object_status, open_regular, stream_digest,
     unless_read_only,
 };
+
+impl DiskStore {
+    /// The store's root, opened for a pass once it is seen to carry the
+    /// store's marker: a pass removes only from a store.
+    fn open_root(&self) -> Result<StoreRoot<'_>> {
+        Ok(StoreRoot {
+            folder: crate::skeleton::open_marked(&self.inner.layout)?,
+            path: self.inner.layout.root(),
+        })
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::StoreConfig;
 
     use std::fs;
 
@@ -224,5 +207,47 @@ mod tests {
         assert!(bucket(60) < bucket(3600));
         assert!(bucket(3600) < bucket(86_400 * 30));
         assert!(bucket(u64::from(u32::MAX) * 1000) < AGE_BUCKETS);
+    }
+
+    #[test]
+    fn a_blob_is_listed_verified_and_evicted_as_an_entry() {
+        // P6: a blob is an entry: listed as a blob, kept by verify, and
+        // evicted with the rest.
+        use kiln_engine::{ArtifactStore, Lookup, Miss};
+
+        use crate::disk::fixtures::{blob_key, kernel_key, scratch};
+
+        let store = scratch("blob-entry");
+        store.put(&kernel_key(1), None, b"an artifact", Duration::ZERO);
+        store.put_blob(&blob_key("1"), b"a blob");
+        let mut blobs = Vec::new();
+        let mut artifacts = 0;
+        store
+            .entries(&mut |entry| match entry.entry {
+                Entry::Blob(record) => blobs.push(record.key),
+                Entry::Record(_) => artifacts += 1,
+            })
+            .expect("lists");
+        assert_eq!((blobs, artifacts), (vec![blob_key("1")], 1));
+
+        let report = store.verify(&mut |_| {}).expect("verifies");
+        assert!(report.is_clean(), "{report:?}");
+        assert_eq!(report.records, 2);
+        assert!(matches!(
+            store.lookup_blob(&blob_key("1")),
+            Lookup::Hit { .. }
+        ));
+
+        let nothing = Limits {
+            max_bytes: 0,
+            max_entries: 0,
+        };
+        let report = store.collect(nothing, &mut |_| {}).expect("collects");
+        assert_eq!((report.evicted, report.records_removed), (2, 2));
+        assert!(matches!(
+            store.lookup_blob(&blob_key("1")),
+            Lookup::Miss(Miss::Absent)
+        ));
+        let _ = fs::remove_dir_all(store.root());
     }
 }
