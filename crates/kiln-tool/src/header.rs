@@ -16,7 +16,7 @@
 use anyhow::{Context, Result, bail};
 use kiln_engine::define;
 
-use crate::manifest::{Language, Specialization};
+use crate::kernel::{Language, Specialization};
 
 /// What a file's header says.
 #[derive(Debug, Default, PartialEq, Eq)]

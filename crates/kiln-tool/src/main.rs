@@ -18,9 +18,11 @@ mod console;
 mod exit;
 mod format;
 mod header;
+mod kernel;
 mod logger;
 mod manifest;
 mod options;
+mod output;
 mod progress;
 mod remote;
 mod shape;
@@ -135,7 +137,7 @@ fn main() {
     };
     logger::install(cli.verbose, cli.quiet);
     table::set_width((!cli.wide).then(table::terminal_width));
-    let output = command::Output {
+    let output = output::Output {
         json: cli.json,
         wide: cli.wide,
     };

@@ -65,7 +65,6 @@
 //! link that replaced them since the folder was listed.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::fs::{self, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -73,54 +72,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::header;
+use crate::kernel::{Language, Specialization};
 use anyhow::{Context, Result, bail};
-
-/// The language of a kernel file, from its extension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Language {
-    /// `*.wgsl`: the wgpu backend.
-    Wgsl,
-    /// `*.spv`: a SPIR-V module, for the wgpu backend; its header is in a
-    /// sidecar `*.spv.kiln`.
-    Spirv,
-    /// `*.cu`: the CUDA backend, and HIP's (hipRTC takes CUDA's dialect).
-    Cuda,
-    /// `*.hip`: the HIP backend.
-    Hip,
-}
-
-impl Language {
-    /// Whether the language's constants are set by number as well as by
-    /// name, and it has no includes or compiler options: wgpu's two.
-    pub fn has_override_ids(self) -> bool {
-        matches!(self, Self::Wgsl | Self::Spirv)
-    }
-
-    fn of(path: &Path) -> Option<Self> {
-        match path.extension()?.to_str()? {
-            "wgsl" => Some(Self::Wgsl),
-            "spv" => Some(Self::Spirv),
-            "cu" => Some(Self::Cuda),
-            "hip" => Some(Self::Hip),
-            _ => None,
-        }
-    }
-}
-
-/// One `NAME=VALUE` set of a `specialize` line, in the order written.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Specialization(pub Vec<(String, String)>);
-
-impl fmt::Display for Specialization {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let pairs: Vec<String> = self
-            .0
-            .iter()
-            .map(|(name, value)| format!("{name}={value}"))
-            .collect();
-        f.write_str(&pairs.join(" "))
-    }
-}
 
 /// The largest kernel file read: a kernel file over it fails alone, and
 /// no file named like a kernel can make the walk read without end.

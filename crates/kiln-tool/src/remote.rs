@@ -8,7 +8,7 @@ use kiln_engine::KeyComponents;
 use kiln_remote::{Keys, RemoteStore, TransferReport};
 use kiln_store::{DiskStore, Progress};
 
-use crate::command::Output;
+use crate::output::Output;
 use crate::progress::ProgressBar;
 use crate::table::print_pairs;
 

@@ -11,7 +11,8 @@ use kiln_engine::{
 };
 use serde::Serialize;
 
-use crate::manifest::{KernelFile, Specialization};
+use crate::kernel::Specialization;
+use crate::manifest::KernelFile;
 use crate::progress::{BatchBar, Shown};
 
 /// What one backend did with its kernels.

@@ -15,7 +15,8 @@ use kiln_engine::{ArtifactReport, CompilationTarget, KernelIdBuilder, StoreKey};
 
 use super::cxx::{self, Cxx, Source};
 use super::{Architectures, Backend, BackendReport, Job, Recompiler};
-use crate::manifest::{KernelFile, Language};
+use crate::kernel::Language;
+use crate::manifest::KernelFile;
 
 /// The CUDA backend.
 pub struct Cuda;

@@ -25,7 +25,8 @@ use kiln_engine::{ArtifactCompiler, ArtifactReport, KeyedCompiler, StoreKey};
 pub use batch::BackendReport;
 pub use prebuilt::{Outcome, Prebuilt};
 
-use crate::manifest::{KernelFile, Language};
+use crate::kernel::Language;
+use crate::manifest::KernelFile;
 use crate::progress::Shown;
 
 /// Every backend, in the order `kiln warm` runs them.

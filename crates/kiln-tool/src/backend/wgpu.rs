@@ -10,7 +10,7 @@ use kiln_wgpu::{WgpuArtifact, WgpuCompiler, WgpuDevice, WgpuTarget, WgpuVariant,
 
 use super::batch::{self, Placed};
 use super::{Backend, BackendReport, Job, Recompiler};
-use crate::manifest::Language;
+use crate::kernel::Language;
 
 /// The wgpu backend.
 pub struct Wgpu;

@@ -7,9 +7,9 @@ use kiln_engine::{ArtifactStore, Explanation, Lookup, StoreKey};
 use kiln_store::{DiskStore, KernelHistory};
 use serde::Serialize;
 
-use super::Output;
 use crate::console::outln;
 use crate::format;
+use crate::output::Output;
 use crate::shape::{ExplanationShape, KeyShape};
 
 /// `kiln explain` options.

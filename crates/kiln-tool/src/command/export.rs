@@ -9,9 +9,9 @@ use clap::Args;
 use kiln_engine::KeyComponents;
 use kiln_store::{DiskStore, ExportReport};
 
-use super::Output;
 use crate::console::errln;
 use crate::format;
+use crate::output::Output;
 use crate::progress::ProgressBar;
 use crate::remote::{CompilerChoice, configured_keys};
 use crate::table::print_pairs;

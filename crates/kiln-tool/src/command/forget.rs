@@ -8,8 +8,8 @@ use kiln_engine::{ArtifactStore, Lookup};
 use kiln_store::{DiskStore, Entry};
 use serde::Serialize;
 
-use super::Output;
 use crate::console::outln;
+use crate::output::Output;
 
 /// `kiln forget` options.
 #[derive(Debug, Args)]

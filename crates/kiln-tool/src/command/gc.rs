@@ -4,9 +4,9 @@ use anyhow::Result;
 use clap::Args;
 use kiln_store::{DiskStore, Limits};
 
-use super::Output;
 use crate::console::outln;
 use crate::format;
+use crate::output::Output;
 use crate::progress::ProgressBar;
 use crate::table::print_pairs;
 

@@ -12,8 +12,8 @@ use clap::Args;
 use kiln_engine::KeyComponents;
 use kiln_store::{BundleHeader, BundleSeal, DiskStore, ImportReport, read_header};
 
-use super::Output;
 use crate::console::errln;
+use crate::output::Output;
 use crate::progress::ProgressBar;
 use crate::remote::{CompilerChoice, configured_keys};
 use crate::table::print_pairs;

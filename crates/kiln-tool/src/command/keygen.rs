@@ -6,8 +6,8 @@ use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
 
-use super::Output;
 use crate::console::{errln, outln};
+use crate::output::Output;
 
 /// `kiln keygen` options.
 #[derive(Debug, Args)]

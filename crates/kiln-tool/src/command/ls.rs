@@ -11,9 +11,9 @@ use kiln_engine::store::{BlobKey, FAILURE_BLOB_KIND, RememberedFailure, hex};
 use kiln_engine::{ArtifactReport, ArtifactStore, KeySubject, Lookup, ResourceUsage};
 use kiln_store::{DiskStore, Entry, EntryInfo, Record};
 
-use super::Output;
 use crate::console::{self, outln};
 use crate::format;
+use crate::output::Output;
 use crate::table::Table;
 
 /// `kiln ls` options.

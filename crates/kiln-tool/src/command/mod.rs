@@ -1,5 +1,5 @@
 //! The subcommands, one module each, and what they share: the store they
-//! work on and how they print.
+//! work on and its named blobs; how they print is [`crate::output`].
 
 pub mod explain;
 pub mod export;
@@ -20,6 +20,7 @@ pub mod warm;
 use std::path::Path;
 
 use crate::console::outln;
+use crate::output::Output;
 use anyhow::{Context, Result, bail};
 use kiln_engine::store::BlobKey;
 use kiln_engine::{ArtifactStore, StoreOutcome};
@@ -130,27 +131,6 @@ pub fn blobs_of_kind<T>(
             kiln_engine::Lookup::Miss(_) => None,
         })
         .collect())
-}
-
-/// How results are printed.
-#[derive(Debug, Clone, Copy)]
-pub struct Output {
-    /// JSON instead of tables.
-    pub json: bool,
-    /// Tables at full width, every value whole (`--wide`).
-    pub wide: bool,
-}
-
-impl Output {
-    /// Prints `value` as JSON when asked to, else runs `human`.
-    pub fn print<T: Serialize>(&self, value: &T, human: impl FnOnce()) -> Result<()> {
-        if self.json {
-            outln!("{}", serde_json::to_string_pretty(value)?);
-        } else {
-            human();
-        }
-        Ok(())
-    }
 }
 
 /// The settings of the store at `dir`, else of the one the `KILN_CACHE_*`

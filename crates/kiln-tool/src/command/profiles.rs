@@ -9,9 +9,10 @@ use kiln_engine::store::BlobKey;
 use kiln_store::DiskStore;
 use serde::Serialize;
 
-use super::{ForgetWords, Output};
+use super::ForgetWords;
 use crate::console::outln;
 use crate::format;
+use crate::output::Output;
 use crate::table::Table;
 
 /// `kiln profiles` options.

@@ -6,8 +6,8 @@
 use anyhow::{Result, bail};
 use kiln_store::DiskStore;
 
-use super::Output;
 use crate::console::errln;
+use crate::output::Output;
 use crate::remote::{TransferArguments, print_transfer, transfer};
 
 /// Pulls every chosen artifact of the remote the store lacks.

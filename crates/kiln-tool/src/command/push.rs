@@ -5,7 +5,7 @@
 use anyhow::Result;
 use kiln_store::DiskStore;
 
-use super::Output;
+use crate::output::Output;
 use crate::remote::{TransferArguments, print_transfer, transfer};
 
 /// Pushes every chosen artifact of `store` to the remote.

@@ -8,9 +8,9 @@ use kiln_engine::{KernelOutcome, StoredBatch, WorkerMode};
 use kiln_store::DiskStore;
 use serde::Serialize;
 
-use super::Output;
 use crate::console::outln;
 use crate::format;
+use crate::output::Output;
 use crate::table::Table;
 
 /// `kiln records` options.

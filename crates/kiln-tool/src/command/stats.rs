@@ -13,9 +13,9 @@ use clap::Args;
 use kiln_store::{BackendActivity, DiskStore};
 use serde::Serialize;
 
-use super::Output;
 use crate::console::outln;
 use crate::format;
+use crate::output::Output;
 use crate::table::{Table, print_pairs};
 
 /// `kiln stats` options.

@@ -9,9 +9,10 @@ use kiln_engine::{ArtifactStore, Lookup};
 use kiln_store::{DiskStore, Entry};
 use serde::Serialize;
 
-use super::{ForgetWords, Output};
+use super::ForgetWords;
 use crate::console::outln;
 use crate::format;
+use crate::output::Output;
 use crate::table::Table;
 
 /// `kiln tunes` options.

@@ -9,11 +9,11 @@ use kiln_engine::{ArtifactStore, StoreKey};
 use kiln_store::{DiskStore, Entry, VerifyReport};
 use serde::Serialize;
 
-use super::Output;
 use crate::backend::{Recompiler, variant_label};
 use crate::console::outln;
 use crate::exit::{self, Exit};
 use crate::format;
+use crate::output::Output;
 use crate::progress::ProgressBar;
 use crate::table::print_pairs;
 

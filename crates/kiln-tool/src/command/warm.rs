@@ -26,12 +26,12 @@ use kiln_engine::store::ArtifactStore;
 use kiln_store::DiskStore;
 use serde::Serialize;
 
-use super::Output;
 use crate::backend::{self, BackendReport, Job};
 use crate::console::errln;
 use crate::exit::{self, Exit};
 use crate::format::count;
 use crate::manifest::{self, KernelFile};
+use crate::output::Output;
 use crate::progress::Shown;
 
 mod print;

@@ -16,10 +16,10 @@ use kiln_engine::profile::{PROFILE_BLOB_KIND, StoredProfile};
 use kiln_store::DiskStore;
 use serde::Serialize;
 
-use super::Output;
 use crate::backend::{self, Outcome, Prebuilt};
 use crate::console::outln;
 use crate::exit::{self, Exit};
+use crate::output::Output;
 use crate::table::Table;
 
 /// One profile's kernels, and what came of each.
