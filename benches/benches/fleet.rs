@@ -15,6 +15,10 @@
 //! before the clock starts, as a machine makes its store once) loads the K
 //! kernels from Redis (`remote_warm`), against a node loading them from its
 //! own filled disk store (`local_warm`): within 2× plus one round trip.
+//! Every node is timed from its loader's creation until every kernel is
+//! loaded; its note says how long making its stores took before that, and
+//! how long its flush took after (a remote node's copies of its hits made
+//! durable on its disk, which dropping the store waits for too).
 //!
 //! Then a remote far away: one cold node of up to 64 kernels with no
 //! remote tier (`cold_alone`), and the same node with its remote behind a
