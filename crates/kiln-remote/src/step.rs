@@ -383,3 +383,38 @@ impl Step {
         release_all(leases);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p12_claim_groups_cover_two_round_trips_of_the_batchs_pace() {
+        let ms = Duration::from_millis;
+        // Before any round trip is measured: the smallest group.
+        assert_eq!(group_size(None, None), CLAIM_GROUP);
+        // A remote next door keeps groups of 8, however fast the batch.
+        assert_eq!(group_size(Some(Duration::from_micros(200)), None), 8);
+        assert_eq!(
+            group_size(
+                Some(Duration::from_micros(200)),
+                Some(Duration::from_micros(60))
+            ),
+            8
+        );
+        // 100 ms away at the assumed 10 ms a key: 20 keys; at a measured
+        // 5 ms a key, 40; at 100 ms a key (slow compiles), 8.
+        assert_eq!(group_size(Some(ms(100)), None), 20);
+        assert_eq!(group_size(Some(ms(100)), Some(ms(5))), 40);
+        assert_eq!(group_size(Some(ms(100)), Some(ms(100))), 8);
+        // 400 ms away: a batch of 64 in one group; never past the largest.
+        assert!(group_size(Some(ms(400)), None) >= 64);
+        assert_eq!(
+            group_size(Some(Duration::from_secs(10)), None),
+            LARGEST_CLAIM_GROUP
+        );
+        // What is kept ahead of the workers: a round trip's keys and one.
+        assert_eq!(lead(ms(100), ms(10)), 11);
+        assert_eq!(lead(Duration::from_micros(200), ms(10)), 2);
+    }
+}
