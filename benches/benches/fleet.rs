@@ -365,14 +365,14 @@ fn warm_starts(url: &str, key: &str, prefix: &str, filled: &Path, scratch: &Path
 /// 2. the lookup of the lowered sources (one pipeline);
 /// 3. the first claim group (later groups are asked for in the background
 ///    while the workers compile);
-/// 4. and 5. hearing the fleet's channel before the first claim: the
-///    listener starts with the lookup, and its subscription, its hello
-///    and the wait for holders to answer it (twice the hello's round
-///    trip) outlast the two lookups by two round trips.
+/// 4. to 6. hearing the fleet's channel before the first claim: the
+///    listener starts once the lookup missed, and its subscription, its
+///    hello and the wait for holders to answer it (twice the hello's
+///    round trip) outlast the source lookup by three round trips.
 ///
 /// The publishes and the releases behind them go from the writer's queue,
 /// off the launch path.
-const TALKING_STEPS: u32 = 5;
+const TALKING_STEPS: u32 = 6;
 
 /// How many times the distance rows run, interleaved (no remote, 0, 100,
 /// 400 ms): the machine's disk (every compile's durable put) moves one

@@ -387,12 +387,6 @@ impl TieredStore {
         } else {
             Vec::new()
         };
-        if batch && !blobs.is_empty() && self.inner.remote.writes() {
-            // A batch that may claim starts hearing the fleet's claims
-            // now, so that its first claim finds the channel heard
-            // instead of waiting for it (P12).
-            self.inner.remote.inner.announcements.start();
-        }
         let asked = Instant::now();
         let (remote, blob_answers) = self.inner.remote.lookup_with_blobs(&fetched_keys, &blobs);
         let round_trip = asked.elapsed();
@@ -403,6 +397,15 @@ impl TieredStore {
                 .filter(|(key, found)| kernel(key) && matches!(found, Lookup::Miss(_)))
                 .map(|(key, _)| key.clone())
                 .collect::<Vec<_>>();
+            if !missed.is_empty() && self.inner.remote.writes() {
+                // A batch that will claim starts hearing the fleet's
+                // claims now, so that by its first claim (after its
+                // sources' lookup, its lowering) the channel is heard, or
+                // nearly (P12). Not before the lookup: a warm start, which
+                // claims nothing, is not made to share its cores with a
+                // listener.
+                self.inner.remote.inner.announcements.start();
+            }
             self.inner.step.looked_up(
                 blobs.into_iter().zip(blob_answers).collect(),
                 missed,
