@@ -14,14 +14,22 @@
 //! Then the remote warm start: a fresh node with an empty disk store (made
 //! before the clock starts, as a machine makes its store once) loads the K
 //! kernels from Redis (`remote_warm`), against a node loading them from its
-//! own filled disk store (`local_warm`): within 2× plus one round trip.
+//! own filled disk store (`local_warm`), in turns: within 2× plus one
+//! round trip.
+//! Every node is timed from its loader's creation until every kernel is
+//! loaded; its note says how long making its stores took before that, and
+//! how long its flush took after (a remote node's copies of its hits made
+//! durable on its disk, which dropping the store waits for too).
 //!
 //! Then a remote far away: one cold node of up to 64 kernels with no
 //! remote tier (`cold_alone`), and the same node with its remote behind a
 //! proxy on loopback adding 0, 100 and 400 ms to each round trip
 //! (`cold_rtt`, sized by the round trip in milliseconds, its note the
 //! round trips the proxy counted), with `KILN_REMOTE_TIMEOUT=2`, as a fleet
-//! across zones would set it.
+//! across zones would set it; `KILN_BENCH_FLEET_DISTANCE_RUNS` times
+//! (default 3), interleaved, and compared with (no remote + k round
+//! trips), k the batch steps that must talk to the remote
+//! ([`TALKING_STEPS`]).
 //!
 //! `KILN_BENCH_FLEET_NODES` (default 8), `KILN_BENCH_FLEET` (K, default
 //! 256), `KILN_BENCH_FLEET_WORKERS` (per node; default the cores / nodes,
@@ -106,7 +114,7 @@ fn main() {
 /// remote tier when `KILN_REMOTE_URL` is set) and prints its record.
 fn node(root: &Path) {
     let case = std::env::var(NODE_CASE).unwrap_or_default();
-    let started = Instant::now();
+    let making = Instant::now();
     let disk = kiln_benches::disk_store(root);
     let remote = RemoteStore::from_env().expect("the remote tier's settings read");
     let tiered = remote.map(|remote| Arc::new(TieredStore::new(disk.clone(), remote)));
@@ -114,6 +122,11 @@ fn node(root: &Path) {
         Some(tiered) => Arc::clone(tiered) as Arc<dyn ArtifactStore>,
         None => Arc::new(disk),
     };
+    let made = making.elapsed();
+    // The clock runs from the loader's creation until every kernel is
+    // loaded; the stores (and, behind a remote, the background connect
+    // they start) are made just before, as a program makes them.
+    let started = Instant::now();
     let mut loader = KernelLoader::with_config(
         FakeTarget::on_store(store),
         LoaderConfig {
@@ -129,11 +142,14 @@ fn node(root: &Path) {
     loader.compile_queued();
     let wall = started.elapsed();
     let batch = loader.records().back().expect("a batch").clone();
-    if let Some(tiered) = &tiered {
-        // Outside the clock: what a node leaves for the others after its
-        // batch.
-        tiered.flush(Duration::from_secs(60));
-    }
+    // Outside the clock: what a node leaves for the others after its
+    // batch, and the remote hits' copies made durable on its disk (which
+    // dropping the store would wait for too).
+    let flushing = Instant::now();
+    let flushed = tiered
+        .as_ref()
+        .map(|tiered| tiered.flush(Duration::from_secs(60)));
+    let flush = flushing.elapsed();
     let loaded = batch.count(KernelOutcome::Compiled)
         + batch.count(KernelOutcome::FromStore)
         + batch.count(KernelOutcome::Rekeyed);
@@ -150,8 +166,21 @@ fn node(root: &Path) {
         cores: cores(),
         compiled: Some(batch.count(KernelOutcome::Compiled)),
         note: Some(format!(
-            "{} from the store",
-            batch.count(KernelOutcome::FromStore)
+            "{} from the store; stores made in {:.2} ms before the clock{}",
+            batch.count(KernelOutcome::FromStore),
+            made.as_secs_f64() * 1e3,
+            match flushed {
+                Some(flushed) => format!(
+                    "; flushed ({}) {:.2} ms after",
+                    if flushed {
+                        "all written"
+                    } else {
+                        "not all written"
+                    },
+                    flush.as_secs_f64() * 1e3
+                ),
+                None => String::new(),
+            }
         )),
         ..BenchRecord::default()
     };
@@ -278,34 +307,12 @@ fn fleet(criterion: &mut Criterion, server: &RedisServer, key: &str, scratch: &P
             });
         });
     }
-    // The remote warm start, against the local one, each a fresh process.
-    for case in ["remote_warm", "local_warm"] {
-        group.bench_function(BenchmarkId::new(case, kernels()), |bencher| {
-            bencher.iter_custom(|iterations| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iterations {
-                    let records = if case == "remote_warm" {
-                        let empty = fresh_roots(case, 1);
-                        // An empty store, made before the clock: a node's
-                        // machine made its store once, not at each start.
-                        drop(kiln_benches::disk_store(&empty[0]));
-                        let records = run(case, &empty, Some((&url, key, &last_prefix)));
-                        drop(std::fs::remove_dir_all(&empty[0]));
-                        records
-                    } else {
-                        run(case, std::slice::from_ref(&filled_root), None)
-                    };
-                    for record in &records {
-                        assert_eq!(record.compiled, Some(0), "{case}: nothing compiles");
-                        append_record(record);
-                        total += Duration::from_secs_f64(record.wall);
-                    }
-                }
-                total
-            });
-        });
-    }
     group.finish();
+    if last_prefix.is_empty() {
+        eprintln!("fleet: no warm starts, the remote rows did not run (a filter?)");
+    } else {
+        warm_starts(&url, key, &last_prefix, &filled_root, scratch);
+    }
     // The server's round trip, for the goal of the remote warm start.
     let started = Instant::now();
     for _ in 0..100 {
@@ -321,8 +328,63 @@ fn fleet(criterion: &mut Criterion, server: &RedisServer, key: &str, scratch: &P
     at_a_distance(server, key, scratch);
 }
 
+/// The remote warm start against the local one, each a fresh process,
+/// `KILN_BENCH_FLEET_WARM_PAIRS` pairs (default 30) run in turn, so that
+/// the machine's load moves both alike: a node with an empty disk store
+/// (made before the clock: a machine makes its store once) loading the
+/// batch from the remote at `prefix`, then the node that filled `filled`
+/// loading it from its disk.
+fn warm_starts(url: &str, key: &str, prefix: &str, filled: &Path, scratch: &Path) {
+    for pair in 0..setting("KILN_BENCH_FLEET_WARM_PAIRS", 30).max(1) {
+        let empty = scratch.join(format!("remote-warm-{pair}"));
+        drop(kiln_benches::disk_store(&empty));
+        let remote = run(
+            "remote_warm",
+            std::slice::from_ref(&empty),
+            Some((url, key, prefix)),
+        );
+        drop(std::fs::remove_dir_all(&empty));
+        let local = run("local_warm", &[filled.to_path_buf()], None);
+        for record in remote.iter().chain(&local) {
+            assert_eq!(
+                record.compiled,
+                Some(0),
+                "{}: nothing compiles",
+                record.case
+            );
+            append_record(record);
+        }
+    }
+}
+
+/// The batch steps of a cold node that must talk to the remote before
+/// its last kernel can load, each costing it a round trip the node alone
+/// does not pay:
+///
+/// 1. the batch's lookup (its entries and failure memories, one pipeline);
+/// 2. the lookup of the lowered sources (one pipeline);
+/// 3. the first claim group (later groups are asked for in the background
+///    while the workers compile);
+/// 4. to 6. hearing the fleet's channel before the first claim: the
+///    listener starts once the lookup missed, and its subscription, its
+///    hello and the wait for holders to answer it (twice the hello's
+///    round trip) outlast the source lookup by three round trips.
+///
+/// The publishes and the releases behind them go from the writer's queue,
+/// off the launch path.
+const TALKING_STEPS: u32 = 6;
+
+/// How many times the distance rows run, interleaved (no remote, 0, 100,
+/// 400 ms): the machine's disk (every compile's durable put) moves one
+/// run by seconds, so the report takes medians.
+fn distance_runs() -> u64 {
+    setting("KILN_BENCH_FLEET_DISTANCE_RUNS", 3).max(1)
+}
+
 /// One cold node with no remote tier, then with its remote `rtt` away
-/// (0, 100 and 400 ms) through a proxy that counts the round trips.
+/// (0, 100 and 400 ms) through a proxy that counts the round trips, each
+/// [`distance_runs`] times; prints the medians and the ratios to
+/// (no remote + [`TALKING_STEPS`] round trips).
 fn at_a_distance(server: &RedisServer, key: &str, scratch: &Path) {
     let kernels = kernels().min(64);
     let settings = [
@@ -330,29 +392,64 @@ fn at_a_distance(server: &RedisServer, key: &str, scratch: &Path) {
         ("KILN_BENCH_FLEET_NODES", "1".to_owned()),
         ("KILN_REMOTE_TIMEOUT", "2".to_owned()),
     ];
-    let alone = scratch.join("cold-alone");
-    for record in run_with("cold_alone", std::slice::from_ref(&alone), None, &settings) {
-        append_record(&record);
-    }
-    drop(std::fs::remove_dir_all(&alone));
-    for rtt in [0u64, 100, 400] {
-        let proxy = LatencyProxy::start(server.port, Duration::from_millis(rtt));
-        let root = scratch.join(format!("cold-rtt-{rtt}"));
-        let prefix = format!("kiln-bench:{}:", root.display());
-        let url = proxy.url();
-        let before = proxy.round_trips();
-        let records = run_with(
-            "cold_rtt",
-            std::slice::from_ref(&root),
-            Some((&url, key, &prefix)),
-            &settings,
-        );
-        let round_trips = proxy.round_trips() - before;
-        for mut record in records {
-            record.size = Some(rtt.to_string());
-            record.note = Some(format!("{round_trips} round trips"));
+    let rtts = [0u64, 100, 400];
+    let mut alone_walls = Vec::new();
+    let mut walls: Vec<Vec<f64>> = rtts.iter().map(|_| Vec::new()).collect();
+    for run in 0..distance_runs() {
+        let alone = scratch.join(format!("cold-alone-{run}"));
+        for record in run_with("cold_alone", std::slice::from_ref(&alone), None, &settings) {
+            alone_walls.push(record.wall);
             append_record(&record);
         }
-        drop(std::fs::remove_dir_all(&root));
+        drop(std::fs::remove_dir_all(&alone));
+        for (place, rtt) in rtts.iter().enumerate() {
+            let proxy = LatencyProxy::start(server.port, Duration::from_millis(*rtt));
+            let root = scratch.join(format!("cold-rtt-{rtt}-{run}"));
+            let prefix = format!("kiln-bench:{}:", root.display());
+            let url = proxy.url();
+            let before = proxy.round_trips();
+            let records = run_with(
+                "cold_rtt",
+                std::slice::from_ref(&root),
+                Some((&url, key, &prefix)),
+                &settings,
+            );
+            let round_trips = proxy.round_trips() - before;
+            for mut record in records {
+                record.size = Some(rtt.to_string());
+                record.note = Some(format!(
+                    "{round_trips} round trips; {TALKING_STEPS} steps talk"
+                ));
+                walls[place].push(record.wall);
+                append_record(&record);
+            }
+            drop(std::fs::remove_dir_all(&root));
+        }
     }
+    let Some(alone) = median(alone_walls) else {
+        return;
+    };
+    println!("fleet cold x{kernels}: no remote {alone:.3} s (median)");
+    for (rtt, walls) in rtts.iter().zip(walls) {
+        let Some(wall) = median(walls) else { continue };
+        let few = f64::from(TALKING_STEPS) * *rtt as f64 / 1000.0;
+        println!(
+            "fleet cold x{kernels}, {rtt} ms away: {wall:.3} s (median); / (no remote + \
+             {TALKING_STEPS} x {rtt} ms) = {:.2} (goal <= 1.2)",
+            wall / (alone + few)
+        );
+    }
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    Some(if values.len().is_multiple_of(2) {
+        (values[middle - 1] + values[middle]) / 2.0
+    } else {
+        values[middle]
+    })
 }

@@ -41,7 +41,8 @@ const REMEMBERED: usize = 1 << 16;
 /// The listener of a store: what it heard, and the thread that hears it.
 pub(crate) struct Announcements {
     shared: Arc<Shared>,
-    started: AtomicBool,
+    /// When listening started (the listener's thread was asked for).
+    started_at: OnceLock<Instant>,
     /// Where to listen: the server, or a cluster's first node (a cluster
     /// carries what is published on any node to every node).
     server: redis::ConnectionInfo,
@@ -67,6 +68,8 @@ struct Shared {
     heard: Condvar,
     /// Set when the store goes: the listener ends.
     closed: AtomicBool,
+    /// Set when no listener could be started: nobody waits for one.
+    gave_up: AtomicBool,
     /// What announces this store's leases again, when a node says hello.
     on_hello: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
@@ -111,9 +114,10 @@ impl Announcements {
                 state: Mutex::new(State::default()),
                 heard: Condvar::new(),
                 closed: AtomicBool::new(false),
+                gave_up: AtomicBool::new(false),
                 on_hello: OnceLock::new(),
             }),
-            started: AtomicBool::new(false),
+            started_at: OnceLock::new(),
             server,
             keys,
             lease,
@@ -131,12 +135,15 @@ impl Announcements {
         &self.shared.channel
     }
 
-    /// Starts listening on first use; the first time, unless `wait` is
-    /// false (the remote is not answering), waits at most the timeout
-    /// until the channel is heard, so that a node's first claims are
-    /// judged by it too.
-    pub(crate) fn start(&self, wait: bool) {
-        if self.started.swap(true, Ordering::AcqRel) {
+    /// Starts listening, once, on a thread of its own; returns at once. A
+    /// batch that may claim calls it before its lookup, so that the
+    /// channel is heard (its hello answered) by the time its first claim
+    /// goes, instead of that claim paying for the subscription.
+    pub(crate) fn start(&self) {
+        if self.started_at.get().is_some() {
+            return;
+        }
+        if self.started_at.set(Instant::now()).is_err() {
             return;
         }
         let shared = Arc::clone(&self.shared);
@@ -146,11 +153,26 @@ impl Announcements {
         let spawned = std::thread::Builder::new()
             .name("kiln-remote-listen".into())
             .spawn(move || listen(&shared, &server, &keys, lease, timeout));
-        if spawned.is_err() || !wait {
+        if spawned.is_err() {
             // Without a listener, claims go as they would without it.
+            self.shared.gave_up.store(true, Ordering::Release);
+        }
+    }
+
+    /// Starts listening if not yet ([`start`](Self::start)) and, unless
+    /// `wait` is false (the remote is not answering), waits until the
+    /// channel is heard, at most a timeout from when listening started:
+    /// a node's first claims are judged by it too, and once that timeout
+    /// has passed no claim waits for it again.
+    pub(crate) fn start_and_wait(&self, wait: bool) {
+        self.start();
+        if !wait || self.shared.gave_up.load(Ordering::Acquire) {
             return;
         }
-        let deadline = Instant::now() + self.timeout;
+        let Some(started) = self.started_at.get() else {
+            return;
+        };
+        let deadline = *started + self.timeout;
         let mut state = self.shared.state();
         while !state.listening {
             let now = Instant::now();

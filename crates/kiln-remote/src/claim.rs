@@ -323,7 +323,7 @@ pub(crate) fn attempt_many(
     }
     let inner = &store.inner;
     let announcements = &inner.announcements;
-    announcements.start(!inner.remote.breaker.is_open());
+    announcements.start_and_wait(!inner.remote.breaker.is_open());
     let mut tries = Vec::with_capacity(keys.len());
     for key in keys {
         let subject = key.digest();

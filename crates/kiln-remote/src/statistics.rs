@@ -52,6 +52,10 @@ pub struct RemoteStatistics {
     /// with other bytes (a nondeterministic compile): the remote kept the
     /// first, this one was not written.
     pub nondeterministic: u64,
+    /// Round trips taken to claim keys in groups (P12): each group of a
+    /// batch's keys is one, whatever its size.
+    #[serde(default)]
+    pub claim_round_trips: u64,
 }
 
 /// The counters behind [`RemoteStatistics`]: every store's
@@ -72,6 +76,7 @@ pub(crate) struct Counters {
     pub claims_held: AtomicU64,
     pub claims_busy: AtomicU64,
     pub nondeterministic: AtomicU64,
+    pub claim_round_trips: AtomicU64,
 }
 
 impl std::ops::Deref for Counters {
@@ -110,6 +115,7 @@ impl Counters {
             oversize: read(&self.oversize),
             claims_held: read(&self.claims_held),
             claims_busy: read(&self.claims_busy),
+            claim_round_trips: read(&self.claim_round_trips),
             nondeterministic: read(&self.nondeterministic),
         }
     }

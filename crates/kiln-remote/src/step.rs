@@ -19,9 +19,55 @@ use kiln_engine::{Lookup, StoreKey};
 use crate::claim::{Attempt, RemoteLease, attempt_many, release_all};
 use crate::remote::RemoteStore;
 
-/// How many keys' remote claims one round trip takes: few enough that
-/// the machines of a fleet still split a batch between them.
+/// How many keys' remote claims one round trip takes at least: few
+/// enough that the machines of a fleet near their remote still split a
+/// batch between them.
 pub(crate) const CLAIM_GROUP: usize = 8;
+
+/// How many keys' remote claims one round trip takes at most.
+pub(crate) const LARGEST_CLAIM_GROUP: usize = 256;
+
+/// How fast a batch is taken to come to its keys (all its workers
+/// together) before it was measured: about the shortest compiles kiln
+/// sees on two workers. A batch that is slower claims more than it needed
+/// in its first group, which costs the fleet a coarser split, never a
+/// round trip.
+const ASSUMED_PACE: Duration = Duration::from_millis(10);
+
+/// How many keys one claim round trip takes: enough for the batch's
+/// workers to come to during two of the remote's round trips at the pace
+/// they come to keys (the group in flight and the next), and never fewer
+/// than [`CLAIM_GROUP`]. A remote 0.1 ms away keeps groups of 8, so the
+/// machines of a fleet split a batch finely; one 400 ms away takes a
+/// batch of 64 fast kernels in one group, where groups of 8 would cost it
+/// a round trip every 8 kernels.
+pub(crate) fn group_size(round_trip: Option<Duration>, pace: Option<Duration>) -> usize {
+    let Some(round_trip) = round_trip else {
+        return CLAIM_GROUP;
+    };
+    let pace = pace
+        .unwrap_or(ASSUMED_PACE)
+        .max(Duration::from_micros(50))
+        .as_secs_f64();
+    let covered = (2.0 * round_trip.as_secs_f64() / pace).ceil();
+    if covered >= LARGEST_CLAIM_GROUP as f64 {
+        return LARGEST_CLAIM_GROUP;
+    }
+    (covered as usize).clamp(CLAIM_GROUP, LARGEST_CLAIM_GROUP)
+}
+
+/// How many claimed keys the batch keeps ahead of its workers: those it
+/// comes to during one round trip, and one more. Below it the next group
+/// is asked for in the background.
+fn lead(round_trip: Duration, pace: Duration) -> usize {
+    let pace = pace.max(Duration::from_micros(50)).as_secs_f64();
+    let keys = (round_trip.as_secs_f64() / pace).ceil();
+    if keys >= LARGEST_CLAIM_GROUP as f64 {
+        LARGEST_CLAIM_GROUP
+    } else {
+        keys as usize + 1
+    }
+}
 
 /// The batch step's answers, each taken once.
 #[derive(Default)]
@@ -49,6 +95,57 @@ struct State {
     asking: HashSet<[u8; 32]>,
     /// Keys whose claim this batch asked for.
     tried: HashSet<[u8; 32]>,
+    /// How long the batch's last remote call took (its lookup, then each
+    /// claim group): what sizes the next group.
+    round_trip: Option<Duration>,
+    /// When each worker (thread) last came to a key of the batch, and how
+    /// long apart one worker comes to its keys (averaged): a worker's own
+    /// rhythm, which the workers' arriving together after a group landed
+    /// does not disturb.
+    last_asked: HashMap<std::thread::ThreadId, Instant>,
+    period: Option<Duration>,
+    /// Whether a group is being asked for in the background.
+    ahead: bool,
+    /// Counts the batches finished: a group asked for in the background
+    /// that comes back after its batch finished lets its leases go.
+    finished: u64,
+}
+
+impl State {
+    /// The calling worker came to a key of the batch now.
+    fn asked(&mut self) {
+        let now = Instant::now();
+        let worker = std::thread::current().id();
+        if let Some(last) = self.last_asked.insert(worker, now) {
+            let since = now - last;
+            self.period = Some(match self.period {
+                Some(period) => (period * 3 + since) / 4,
+                None => since,
+            });
+        }
+    }
+
+    /// How long apart the batch comes to its keys, all its workers
+    /// together, once one worker came to two.
+    fn pace(&self) -> Option<Duration> {
+        let workers = u32::try_from(self.last_asked.len())
+            .unwrap_or(u32::MAX)
+            .max(1);
+        self.period.map(|period| period / workers)
+    }
+
+    /// Whether the next group should be asked for now, in the background:
+    /// fewer leases wait for the workers than they come to in a round
+    /// trip, keys are left to claim, and no group is in flight.
+    fn wants_ahead(&self) -> bool {
+        let (Some(round_trip), Some(pace)) = (self.round_trip, self.pace()) else {
+            return false;
+        };
+        !self.ahead
+            && self.asking.is_empty()
+            && !self.unclaimed.is_empty()
+            && self.held.len() < lead(round_trip, pace)
+    }
 }
 
 impl std::fmt::Debug for Step {
@@ -68,12 +165,15 @@ impl Step {
 
     /// Keeps what the batch's lookup found of the failure memories, and
     /// the keys it missed (`missed`), to claim in groups.
+    /// `round_trip` is how long the lookup took.
     pub(crate) fn looked_up(
         &self,
         blobs: Vec<(BlobKey, Lookup<Vec<u8>>)>,
         missed: impl IntoIterator<Item = StoreKey>,
+        round_trip: Duration,
     ) {
         let mut state = self.state();
+        state.round_trip = Some(round_trip);
         for (blob, found) in blobs {
             state.blobs.insert(blob.digest(), found);
         }
@@ -106,13 +206,26 @@ impl Step {
         key: &StoreKey,
         patience: Duration,
     ) -> Option<(RemoteLease, Renewal)> {
+        self.take_held_and_ahead(key, patience).0
+    }
+
+    /// [`take_held`](Self::take_held), and whether the caller should ask
+    /// for the next group in the background ([`claim_ahead`](Self::claim_ahead)):
+    /// a worker came to a key, and the leases waiting ahead of the
+    /// workers run low.
+    pub(crate) fn take_held_and_ahead(
+        &self,
+        key: &StoreKey,
+        patience: Duration,
+    ) -> (Option<(RemoteLease, Renewal)>, bool) {
         let mut state = self.state();
+        state.asked();
         let digest = key.digest();
         let deadline = Instant::now() + patience;
         while state.asking.contains(&digest) {
             let now = Instant::now();
             if now >= deadline {
-                return None;
+                return (None, false);
             }
             state = self
                 .settled
@@ -121,7 +234,12 @@ impl Step {
                 .0;
         }
         state.unclaimed.retain(|other| other.digest() != digest);
-        state.held.remove(&digest)
+        let held = state.held.remove(&digest);
+        let ahead = held.is_some() && state.wants_ahead();
+        if ahead {
+            state.ahead = true;
+        }
+        (held, ahead)
     }
 
     /// Lets go of a lease of `key` taken with another key's group (its
@@ -135,31 +253,71 @@ impl Step {
 
     /// The remote claim of `key`, asked for in one round trip with the
     /// next keys of the batch not asked for yet (each group's entries read
-    /// after its claims); the leases of the others wait here for their
-    /// worker.
+    /// after its claims, the group as large as [`group_size`] says); the
+    /// leases of the others wait here for their worker.
     pub(crate) fn claim(&self, remote: &RemoteStore, key: &StoreKey) -> Attempt {
-        let mut group = vec![key.clone()];
+        self.claim_group(remote, Some(key))
+            .unwrap_or(Attempt::Unreachable)
+    }
+
+    /// The next group of the batch's keys, asked for while the workers
+    /// compile the leases held ahead of them
+    /// ([`take_held_and_ahead`](Self::take_held_and_ahead) said so): its
+    /// leases wait here for their workers.
+    pub(crate) fn claim_ahead(&self, remote: &RemoteStore) {
+        drop(self.claim_group(remote, None));
+        self.state().ahead = false;
+        self.settled.notify_all();
+    }
+
+    /// No group is asked for in the background after all.
+    pub(crate) fn no_claim_ahead(&self) {
+        self.state().ahead = false;
+    }
+
+    fn claim_group(&self, remote: &RemoteStore, first: Option<&StoreKey>) -> Option<Attempt> {
+        let mut group = Vec::new();
+        let batch;
         {
             let mut state = self.state();
-            let digest = key.digest();
-            state.unclaimed.retain(|other| other.digest() != digest);
-            let others = state.unclaimed.len().min(CLAIM_GROUP - 1);
+            batch = state.finished;
+            if let Some(key) = first {
+                let digest = key.digest();
+                state.unclaimed.retain(|other| other.digest() != digest);
+                group.push(key.clone());
+            }
+            let size = group_size(state.round_trip, state.pace());
+            let others = state.unclaimed.len().min(size - group.len());
             group.extend(state.unclaimed.drain(..others));
-            for other in &group[1..] {
+            let waited_for = usize::from(first.is_some());
+            for other in &group[waited_for..] {
                 state.asking.insert(other.digest());
             }
             for key in &group {
                 state.tried.insert(key.digest());
             }
         }
+        if group.is_empty() {
+            return None;
+        }
+        let waited_for = usize::from(first.is_some());
         let limit = remote.config().max_entry_bytes;
         let reads: Vec<redis::Cmd> = group
             .iter()
             .map(|key| RemoteStore::read_command(&remote.entry_key(key), limit))
             .collect();
+        let asked = Instant::now();
         let (attempts, read) = attempt_many(remote, &group, &reads);
+        let took = asked.elapsed();
+        crate::statistics::bump(&remote.inner.counters.claim_round_trips);
         let mut state = self.state();
-        if let Some(read) = read {
+        if read.is_some() {
+            state.round_trip = Some(took);
+        }
+        let finished = state.finished != batch;
+        if let Some(read) = read
+            && !finished
+        {
             // Only a claim taken makes a fresh read worth keeping: a key
             // another holds is polled until it is published.
             for ((key, reply), attempt) in group.iter().zip(read).zip(&attempts) {
@@ -172,9 +330,16 @@ impl Step {
             }
         }
         let mut attempts = attempts.into_iter();
-        let first = attempts.next().unwrap_or(Attempt::Unreachable);
-        for (key, attempt) in group.iter().skip(1).zip(attempts) {
+        let first = if waited_for == 1 {
+            Some(attempts.next().unwrap_or(Attempt::Unreachable))
+        } else {
+            None
+        };
+        let mut late = Vec::new();
+        for (key, attempt) in group.iter().skip(waited_for).zip(attempts) {
             match attempt {
+                // Its batch is over: nobody comes for it.
+                Attempt::Held(lease) if finished => late.push(lease),
                 Attempt::Held(lease) => {
                     let renewal = lease.renewal();
                     state.held.insert(key.digest(), (lease, renewal));
@@ -184,11 +349,12 @@ impl Step {
                 Attempt::Busy | Attempt::Unreachable => {}
             }
         }
-        for other in &group[1..] {
+        for other in &group[waited_for..] {
             state.asking.remove(&other.digest());
         }
         drop(state);
         self.settled.notify_all();
+        release_all(late);
         first
     }
 
@@ -197,6 +363,10 @@ impl Step {
     pub(crate) fn finish(&self) {
         let held: Vec<(RemoteLease, Renewal)> = {
             let mut state = self.state();
+            state.finished += 1;
+            state.round_trip = None;
+            state.last_asked.clear();
+            state.period = None;
             state.unclaimed.clear();
             state.tried.clear();
             state.entries.clear();
@@ -211,5 +381,40 @@ impl Step {
             })
             .collect();
         release_all(leases);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p12_claim_groups_cover_two_round_trips_of_the_batchs_pace() {
+        let ms = Duration::from_millis;
+        // Before any round trip is measured: the smallest group.
+        assert_eq!(group_size(None, None), CLAIM_GROUP);
+        // A remote next door keeps groups of 8, however fast the batch.
+        assert_eq!(group_size(Some(Duration::from_micros(200)), None), 8);
+        assert_eq!(
+            group_size(
+                Some(Duration::from_micros(200)),
+                Some(Duration::from_micros(60))
+            ),
+            8
+        );
+        // 100 ms away at the assumed 10 ms a key: 20 keys; at a measured
+        // 5 ms a key, 40; at 100 ms a key (slow compiles), 8.
+        assert_eq!(group_size(Some(ms(100)), None), 20);
+        assert_eq!(group_size(Some(ms(100)), Some(ms(5))), 40);
+        assert_eq!(group_size(Some(ms(100)), Some(ms(100))), 8);
+        // 400 ms away: a batch of 64 in one group; never past the largest.
+        assert!(group_size(Some(ms(400)), None) >= 64);
+        assert_eq!(
+            group_size(Some(Duration::from_secs(10)), None),
+            LARGEST_CLAIM_GROUP
+        );
+        // What is kept ahead of the workers: a round trip's keys and one.
+        assert_eq!(lead(ms(100), ms(10)), 11);
+        assert_eq!(lead(Duration::from_micros(200), ms(10)), 2);
     }
 }

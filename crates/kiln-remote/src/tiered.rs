@@ -387,7 +387,9 @@ impl TieredStore {
         } else {
             Vec::new()
         };
+        let asked = Instant::now();
         let (remote, blob_answers) = self.inner.remote.lookup_with_blobs(&fetched_keys, &blobs);
+        let round_trip = asked.elapsed();
         if batch {
             let missed = fetched_keys
                 .iter()
@@ -395,9 +397,20 @@ impl TieredStore {
                 .filter(|(key, found)| kernel(key) && matches!(found, Lookup::Miss(_)))
                 .map(|(key, _)| key.clone())
                 .collect::<Vec<_>>();
-            self.inner
-                .step
-                .looked_up(blobs.into_iter().zip(blob_answers).collect(), missed);
+            if !missed.is_empty() && self.inner.remote.writes() {
+                // A batch that will claim starts hearing the fleet's
+                // claims now, so that by its first claim (after its
+                // sources' lookup, its lowering) the channel is heard, or
+                // nearly (P12). Not before the lookup: a warm start, which
+                // claims nothing, is not made to share its cores with a
+                // listener.
+                self.inner.remote.inner.announcements.start();
+            }
+            self.inner.step.looked_up(
+                blobs.into_iter().zip(blob_answers).collect(),
+                missed,
+                round_trip,
+            );
         }
         for ((index, claim), remote) in fetches.into_iter().zip(remote) {
             let local = std::mem::replace(&mut answers[index], Lookup::Miss(Miss::Absent));
@@ -520,6 +533,20 @@ impl TieredStore {
         self.inner.remote.config().timeout * 2
     }
 
+    /// Asks for the batch's next claim group on a thread of its own, while
+    /// the workers compile what they hold (P12): a remote far away costs
+    /// the batch its first group's round trip, not one per group.
+    fn claim_ahead(&self) {
+        let inner = Arc::clone(&self.inner);
+        let spawned = std::thread::Builder::new()
+            .name("kiln-remote-claims".into())
+            .spawn(move || inner.step.claim_ahead(&inner.remote));
+        if spawned.is_err() {
+            // The workers ask for it themselves when they come to it.
+            self.inner.step.no_claim_ahead();
+        }
+    }
+
     fn is_held_here(&self, key: &StoreKey) -> bool {
         self.inner
             .held_here
@@ -621,7 +648,14 @@ impl ArtifactStore for TieredStore {
             }
             Claim::Held(local) => {
                 let held = HeldHere::new(&self.inner.held_here, key);
-                let attempt = match (self.inner.step.take_held(key, self.group_patience()), wait) {
+                let (held_before, ahead) = self
+                    .inner
+                    .step
+                    .take_held_and_ahead(key, self.group_patience());
+                if ahead {
+                    self.claim_ahead();
+                }
+                let attempt = match (held_before, wait) {
                     (Some((lease, renewal)), _) => Ok((lease, renewal)),
                     // P12: a worker's claim takes the next keys' too, in
                     // one round trip.

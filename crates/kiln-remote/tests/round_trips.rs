@@ -102,3 +102,87 @@ fn p10_a_cold_batch_of_64_costs_round_trips_per_batch_step_not_per_kernel() {
         "{with_sources} round trips with the sources looked up, {counted} without"
     );
 }
+
+/// The claim round trips (one per claim group) of a cold batch of
+/// `kernels`, each compiling 20 ms on two workers, on a node whose remote
+/// is `round_trip` away, and the claims it held.
+fn claim_groups(redis: &Redis, kernels: u32, round_trip: Duration, root: &Path) -> (u64, u64) {
+    let proxy = LatencyProxy::start(redis.servers[0].port, round_trip);
+    let mut settings = config(&proxy.url(), fleet_keys(), &fresh_prefix());
+    settings.timeout = Duration::from_secs(5);
+    settings.lease = Duration::from_secs(60);
+    // A disk that does not sync: the workers come to their keys at the
+    // pace of their compiles, not of this machine's disk.
+    let disk = DiskStore::open(StoreConfig {
+        collects_automatically: false,
+        durable: false,
+        ..StoreConfig::at(root)
+    })
+    .expect("a disk store opens");
+    let store = TieredStore::new(disk, RemoteStore::open(settings).expect("the remote opens"));
+    let target = FakeTarget::on_store(Arc::new(store.clone()) as Arc<dyn ArtifactStore>);
+    let mut loader = KernelLoader::with_config(
+        target,
+        LoaderConfig {
+            parallelism: NonZeroUsize::new(2).expect("two workers"),
+            ..LoaderConfig::default()
+        },
+    )
+    .without_profile();
+    let compile = Duration::from_millis(20);
+    for number in 0..kernels {
+        loader.enqueue(
+            Box::new(FakeKernel::new(number).without_source().sleeping(compile)),
+            (),
+        );
+    }
+    loader.compile_queued();
+    assert!(store.flush(Duration::from_secs(60)), "the writes drain");
+    let statistics = store.remote().remote_statistics();
+    (statistics.claim_round_trips, statistics.claims_held)
+}
+
+#[test]
+fn p12_a_remote_far_away_claims_a_cold_batch_in_a_few_groups_not_one_per_eight_kernels() {
+    let Some(redis) = Redis::single()
+        .map_err(|reason| support::skip("claim groups far away", &reason))
+        .ok()
+    else {
+        return;
+    };
+    // 400 ms away, 64 kernels of 20 ms on two workers: the batch comes to
+    // a key every 10 ms, 40 keys a round trip, so its first group takes
+    // the whole batch (groups of 8 took 8 round trips, each a stall).
+    let (far, held) = claim_groups(
+        &redis,
+        64,
+        Duration::from_millis(400),
+        &redis.scratch.join("far"),
+    );
+    assert_eq!(held, 64, "every key claimed here");
+    assert!(far <= 2, "{far} claim round trips 400 ms away");
+    // 100 ms away: the first group covers two round trips at the pace
+    // assumed before one is measured (10 ms a key), the next ones, sized
+    // by the pace measured, are asked for while the workers compile: a
+    // group per 20 keys or so, never one per 8.
+    let (near, held) = claim_groups(
+        &redis,
+        64,
+        Duration::from_millis(100),
+        &redis.scratch.join("near"),
+    );
+    assert_eq!(held, 64, "every key claimed here");
+    assert!(near < 64 / 8, "{near} claim round trips 100 ms away");
+    let (larger, held) = claim_groups(
+        &redis,
+        192,
+        Duration::from_millis(100),
+        &redis.scratch.join("larger"),
+    );
+    assert_eq!(held, 192, "every key claimed here");
+    assert!(
+        larger < 192 / 8,
+        "{larger} claim round trips for 192 kernels 100 ms away ({near} for 64)"
+    );
+    eprintln!("claim round trips: 400 ms {far}; 100 ms {near} (64), {larger} (192)");
+}
