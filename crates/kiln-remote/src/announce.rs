@@ -436,7 +436,7 @@ fn heard(shared: &Shared, keys: &Keys, lease: Duration, payload: &[u8]) {
 }
 
 /// How far two machines' clocks may differ and a lease's word still be
-/// believed (as [`crate::claim`] judges leases).
+/// believed (as [`crate::remote::claim`] judges leases).
 const CLOCK_SKEW: Duration = Duration::from_secs(1);
 
 /// How long from now a lease whose word holds until `until` (the holder's

@@ -40,7 +40,6 @@
 
 mod announce;
 mod breaker;
-mod claim;
 pub mod config;
 mod entry;
 pub mod error;
@@ -48,11 +47,8 @@ mod fleet;
 mod keys;
 mod lease;
 mod link;
-mod publish;
 mod queue;
-mod read;
 mod remote;
-mod renewal;
 mod signature;
 mod statistics;
 mod step;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use kiln_engine::store::{BlobKey, ClaimGuard};
 use kiln_engine::{ArtifactCopy, ArtifactStore, StoreKey, StoreOutcome};
 
-use crate::publish::Put;
 use crate::remote::RemoteStore;
+use crate::remote::publish::Put;
 
 /// The most writes queued at once.
 pub(crate) const QUEUED_WRITES: usize = 1024;
@@ -37,7 +37,7 @@ pub(crate) enum Write {
     /// A remote lease to release after the writes queued before it: a key
     /// is released only once its artifact is in the remote, so no other
     /// machine takes it over in between and compiles it again (P4, P12).
-    Release(crate::claim::RemoteLease),
+    Release(crate::remote::claim::RemoteLease),
 }
 
 /// An artifact's remote write.

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use kiln_engine::store::{BlobKey, Renewal};
 use kiln_engine::{Lookup, StoreKey};
 
-use crate::claim::{Attempt, RemoteLease, attempt_many, release_all};
 use crate::remote::RemoteStore;
+use crate::remote::claim::{Attempt, RemoteLease, attempt_many, release_all};
 
 /// How many keys' remote claims one round trip takes at least: few
 /// enough that the machines of a fleet near their remote still split a

@@ -13,10 +13,10 @@ use kiln_engine::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::claim::{Attempt, attempt_waiting};
 use crate::fleet::FleetCounts;
 use crate::queue::{ArtifactWrite, Write, WriteQueue};
 use crate::remote::RemoteStore;
+use crate::remote::claim::{Attempt, attempt_waiting};
 use crate::statistics::RemoteStatistics;
 use crate::step::Step;
 

@@ -47,7 +47,7 @@ impl Drop for HeldHere {
 /// write of its key's artifact when one waits there; at once otherwise (a
 /// kernel that failed, or nothing queued), and when the store is gone.
 pub(super) struct QueuedRelease {
-    pub(super) lease: Option<crate::claim::RemoteLease>,
+    pub(super) lease: Option<crate::remote::claim::RemoteLease>,
     pub(super) key: StoreKey,
     pub(super) store: std::sync::Weak<Inner>,
 }

@@ -20,6 +20,8 @@
 //! [`Claim::Uncoordinated`] and the key compiles here, and a lost lease
 //! costs at most one duplicate compile.
 
+pub(crate) mod renewal;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -169,7 +171,7 @@ impl RemoteLease {
     /// Renews the lease every third of it, with the store's other leases
     /// in one round trip.
     pub(crate) fn renewal(&self) -> Renewal {
-        crate::renewal::Renewing::add(
+        renewal::Renewing::add(
             &self.inner,
             self.subject,
             self.claim_key.clone(),

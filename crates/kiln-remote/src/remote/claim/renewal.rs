@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use kiln_engine::store::Renewal;
 use redis::{Cmd, Value, cmd};
 
-use crate::claim::{RENEW, claim_command, judge, lease_value, millis};
+use super::{RENEW, claim_command, judge, lease_value, millis};
 use crate::lease::{self, Word};
 use crate::remote::Inner;
 use crate::statistics::bump;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use kiln_engine::{StoreKey, StoreOutcome};
 use redis::{Cmd, Value, cmd};
 
+use super::read::Read;
 use crate::entry::{self, Kind, Rejection};
-use crate::read::Read;
 use crate::remote::{RemoteStore, now};
 use crate::statistics::{add, bump};
 

@@ -1,6 +1,12 @@
 //! [`RemoteStore`]: an [`ArtifactStore`] over Redis or Redis Cluster, one
 //! signed, self-describing value per key (P10).
 
+// A remote store's parts: its claims (and their renewals), its reads
+// and its puts, each an `impl RemoteStore` of its own.
+pub(crate) mod claim;
+pub(crate) mod publish;
+mod read;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,8 +22,8 @@ use crate::config::RemoteConfig;
 use crate::entry::{self, Kind, Rejection};
 use crate::error::Result;
 use crate::link::Remote;
-use crate::publish::Put;
 use crate::statistics::{Counters, RemoteStatistics, add, bump};
+use publish::Put;
 
 /// The context a kernel's history key is derived under.
 const HISTORY_CONTEXT: &str = "kiln remote kernel history";
@@ -80,12 +86,12 @@ pub(crate) struct Inner {
     /// each key digest.
     pub(crate) published: Mutex<HashMap<[u8; 32], [u8; 32]>>,
     /// This machine's name, as a claim's value carries it for people:
-    /// printable, without line breaks, at most [`HOST_LENGTH`] bytes.
+    /// printable, without line breaks, at most 255 bytes.
     pub(crate) host: String,
     /// Verified leases of other holders seen, honoured until they run out.
     pub(crate) seen: crate::lease::Seen,
     /// The leases this store holds, renewed together.
-    pub(crate) renewing: crate::renewal::Renewing,
+    pub(crate) renewing: claim::renewal::Renewing,
     /// The fleet's claims as announced, in the order every node hears them.
     pub(crate) announcements: crate::announce::Announcements,
 }
@@ -126,12 +132,12 @@ impl RemoteStore {
             warned_nondeterministic: AtomicBool::new(false),
             published: Mutex::new(HashMap::new()),
             seen: crate::lease::Seen::default(),
-            renewing: crate::renewal::Renewing::default(),
+            renewing: claim::renewal::Renewing::default(),
         });
         let store = Arc::downgrade(&inner);
         inner.announcements.on_hello(move || {
             if let Some(inner) = store.upgrade() {
-                crate::renewal::renew_soon(&inner);
+                claim::renewal::renew_soon(&inner);
             }
         });
         Ok(Self { inner })
