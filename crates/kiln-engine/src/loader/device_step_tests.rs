@@ -176,11 +176,17 @@ fn profiled_store(program: &str, count: u32) -> std::sync::Arc<dyn crate::store:
 fn f9_a_profiled_background_load_makes_its_device_objects_on_the_pool_threads() {
     let store = profiled_store("f9 profiled", 6);
     let target = FakeTarget::on_store(store).with_device_time(Duration::from_millis(30));
-    let mut next =
-        loader(target, 2).with_profile(crate::profile::Program::named("f9 profiled"));
+    let mut next = loader(target, 2).with_profile(crate::profile::Program::named("f9 profiled"));
     load(&mut next, &FakeKernel::new(0)).expect("loads");
-    assert!(next.records().is_empty(), "no batch ran: the profile loaded them");
-    assert_eq!(next.target().loaded(), 6, "every profiled kernel is on the device");
+    assert!(
+        next.records().is_empty(),
+        "no batch ran: the profile loaded them"
+    );
+    assert_eq!(
+        next.target().loaded(),
+        6,
+        "every profiled kernel is on the device"
+    );
     assert_eq!(next.profiled_waiting(), 5, "kernel 0 was asked for");
     let (threads, by_caller) = device_threads(&next, 0..6);
     assert!(!by_caller, "the loader's thread only publishes them");
@@ -193,13 +199,16 @@ fn f9_a_profiled_background_load_makes_its_device_objects_on_the_pool_threads() 
 fn f9_a_profiled_background_load_on_a_one_thread_driver_stays_on_the_loader_s_thread() {
     let store = profiled_store("f9 profiled one thread", 4);
     let target = FakeTarget::on_store(store).with_device_on_one_thread();
-    let mut next = loader(target, 2)
-        .with_profile(crate::profile::Program::named("f9 profiled one thread"));
+    let mut next =
+        loader(target, 2).with_profile(crate::profile::Program::named("f9 profiled one thread"));
     load(&mut next, &FakeKernel::new(0)).expect("loads");
     assert!(next.records().is_empty());
     assert_eq!(next.target().loaded(), 4);
     let (threads, by_caller) = device_threads(&next, 0..4);
-    assert!(by_caller, "a driver of one thread has the loader's thread make them");
+    assert!(
+        by_caller,
+        "a driver of one thread has the loader's thread make them"
+    );
     assert_eq!(threads.len(), 1, "{threads:?}");
 }
 

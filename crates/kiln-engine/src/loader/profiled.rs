@@ -168,7 +168,8 @@ impl<T: CompilationTarget> KernelLoader<T> {
         } else {
             1
         };
-        let (target, loaded, statistics) = (&mut self.target, &mut self.loaded, &mut self.statistics);
+        let (target, loaded, statistics) =
+            (&mut self.target, &mut self.loaded, &mut self.statistics);
         self.pool.run_with(
             kernels.iter_mut().collect(),
             workers,

@@ -96,7 +96,10 @@ fn prebuilt(count: u32) -> Arc<CountingPuts> {
         );
     }
     warm.compile_queued();
-    assert_eq!(warm.records()[0].count(KernelOutcome::Compiled), count as usize);
+    assert_eq!(
+        warm.records()[0].count(KernelOutcome::Compiled),
+        count as usize
+    );
     store
 }
 
@@ -111,7 +114,11 @@ fn l11_kernels_found_by_their_text_are_stored_under_their_ids_in_one_put() {
     }
     program.compile_queued();
     let batch = &program.records()[0];
-    assert_eq!(batch.count(KernelOutcome::Rekeyed), 8, "each found by its text");
+    assert_eq!(
+        batch.count(KernelOutcome::Rekeyed),
+        8,
+        "each found by its text"
+    );
     assert_eq!(batch.count(KernelOutcome::Compiled), 0);
     assert!(
         batch.records.iter().all(|record| record.stored),
@@ -124,10 +131,16 @@ fn l11_kernels_found_by_their_text_are_stored_under_their_ids_in_one_put() {
         vec![8],
         "one put for the round's eight"
     );
-    assert_eq!(store.one_by_one.load(Ordering::SeqCst), 0, "none one by one");
+    assert_eq!(
+        store.one_by_one.load(Ordering::SeqCst),
+        0,
+        "none one by one"
+    );
     for number in 0..8 {
         assert!(
-            program.target().holds(&program_kernel(number).artifact_id()),
+            program
+                .target()
+                .holds(&program_kernel(number).artifact_id()),
             "kernel {number} is held under its id once its load returned"
         );
     }
@@ -161,7 +174,11 @@ fn l11_members_of_a_source_group_are_stored_together_after_their_leader() {
     assert_eq!(*store.many.lock().expect("not poisoned"), vec![4]);
     assert_eq!(loader.statistics().stored, 5, "the leader and its four");
     for number in 0..5 {
-        assert!(loader.target().holds(&FakeKernel::new(number).artifact_id()));
+        assert!(
+            loader
+                .target()
+                .holds(&FakeKernel::new(number).artifact_id())
+        );
     }
 }
 

@@ -372,11 +372,19 @@ pub fn p3_copies_put_together_are_each_found_whole<S: StoreSubject>(subject: &S)
 /// another process too; the text's entry is left as its compile put it.
 pub fn p7_kernels_put_rekeyed_together_are_each_found_by_their_key<S: StoreSubject>(subject: &S) {
     let store = subject.store();
-    assert!(store.put_rekeyed_many(&[]).is_empty(), "no puts, no answers");
+    assert!(
+        store.put_rekeyed_many(&[]).is_empty(),
+        "no puts, no answers"
+    );
     let text = source_key("rekeyed together");
     let compiled = artifact(60, 900);
     expect_stored(
-        store.put(&kernel_key(60), Some(&text), &compiled, Duration::from_millis(7)),
+        store.put(
+            &kernel_key(60),
+            Some(&text),
+            &compiled,
+            Duration::from_millis(7),
+        ),
         "the compile of the text",
     );
     let keys: Vec<StoreKey> = (61..66).map(kernel_key).collect();
