@@ -22,6 +22,8 @@ struct CountingPuts {
     many: Mutex<Vec<usize>>,
     /// Calls of `put_rekeyed`, one kernel each.
     one_by_one: AtomicUsize,
+    /// Claims asked for.
+    claims: AtomicUsize,
 }
 
 impl ArtifactStore for CountingPuts {
@@ -30,6 +32,7 @@ impl ArtifactStore for CountingPuts {
     }
 
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        self.claims.fetch_add(1, Ordering::SeqCst);
         self.inner.claim(key, wait)
     }
 
@@ -108,6 +111,7 @@ fn prebuilt(count: u32) -> Arc<CountingPuts> {
 fn l11_kernels_found_by_their_text_are_stored_under_their_ids_in_one_put() {
     let store = prebuilt(8);
     let shared = Arc::clone(&store) as Arc<dyn ArtifactStore>;
+    let claims_before = store.claims.load(Ordering::SeqCst);
     let mut program = loader(FakeTarget::on_store(Arc::clone(&shared)), 2);
     for number in 0..8 {
         program.enqueue(Box::new(program_kernel(number)), ());
@@ -135,6 +139,11 @@ fn l11_kernels_found_by_their_text_are_stored_under_their_ids_in_one_put() {
         store.one_by_one.load(Ordering::SeqCst),
         0,
         "none one by one"
+    );
+    assert_eq!(
+        store.claims.load(Ordering::SeqCst),
+        claims_before,
+        "a kernel found by its text compiles nothing: no claim (P4)"
     );
     for number in 0..8 {
         assert!(
