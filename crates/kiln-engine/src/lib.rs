@@ -124,7 +124,8 @@ pub use statistics::{
 pub use store::{
     ArtifactCopy, ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference, Explanation,
     Generation, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, Lookup, MemoryStore, Miss,
-    RememberedFailure, STORE_FORMAT, StoreCounters, StoreKey, StoreOutcome, StoreStatistics,
+    RekeyedPut, RememberedFailure, STORE_FORMAT, StoreCounters, StoreKey, StoreOutcome,
+    StoreStatistics,
 };
 pub use target::{
     ArtifactOf, CompilationTarget, DeviceStep, KernelOf, LoweredOf, MadeOf, TargetStore, VariantOf,

@@ -146,9 +146,24 @@ impl WorkerPool {
         jobs: Vec<&'j mut J>,
         workers: usize,
         work: impl Fn(&mut J) + Sync,
+        done: impl FnMut(&'j mut J) -> Vec<&'j mut J>,
+    ) {
+        self.run_with(jobs, workers, false, work, done);
+    }
+
+    /// [`run`](Self::run), and `on_pool`: on the pool's threads even with
+    /// one worker, for work that makes device objects (F9), which the
+    /// caller's thread leaves to the pool however few there are. Without a
+    /// thread to start, the caller's runs it.
+    pub(crate) fn run_with<'j, J: Send>(
+        &self,
+        jobs: Vec<&'j mut J>,
+        workers: usize,
+        on_pool: bool,
+        work: impl Fn(&mut J) + Sync,
         mut done: impl FnMut(&'j mut J) -> Vec<&'j mut J>,
     ) {
-        let threads = if workers <= 1 {
+        let threads = if jobs.is_empty() || workers == 0 || (workers == 1 && !on_pool) {
             None
         } else {
             match self.threads.get() {
@@ -435,6 +450,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    // F9: device work goes to the pool's threads even when one job, on
+    // one worker, is all there is; `run` keeps such a run on the caller's.
+    #[test]
+    fn f9_a_run_on_the_pool_of_one_job_runs_on_a_pool_thread() {
+        let pool = WorkerPool::new(
+            NonZeroUsize::new(2).expect("two"),
+            WorkerMode::Threads,
+            Duration::from_secs(60),
+        );
+        let caller = std::thread::current().id();
+        let mut on_pool = [None];
+        pool.run_with(
+            on_pool.iter_mut().collect(),
+            1,
+            true,
+            |job| *job = Some(std::thread::current().id()),
+            |_| Vec::new(),
+        );
+        let worked = on_pool[0].expect("the job ran");
+        assert_ne!(worked, caller, "a pool thread ran the one job");
+        let mut here = [None];
+        pool.run(
+            here.iter_mut().collect(),
+            1,
+            |job| *job = Some(std::thread::current().id()),
+            |_| Vec::new(),
+        );
+        assert_eq!(here[0], Some(caller), "a plain run of one job stays here");
     }
 
     #[test]

@@ -87,6 +87,7 @@ pub use store::{
     p4_a_patient_claimant_holds_the_key_once_the_guard_drops,
     p5_an_empty_artifact_round_trips_or_is_refused_and_counted,
     p6_a_batch_end_within_the_limits_keeps_every_entry, p7_a_source_key_finds_what_was_put_with_it,
+    p7_kernels_put_rekeyed_together_are_each_found_by_their_key,
     p9_explain_names_the_changed_component_or_says_never_seen,
     p10_a_lookup_of_many_keys_answers_each_in_order,
     p12_a_released_unpublished_key_is_claimable_by_the_next_claimant,

@@ -277,9 +277,15 @@ impl<T: CompilationTarget> KernelLoader<T> {
             ..
         } = settling;
         let mut parked: FxHashMap<usize, Vec<&mut Job<'_, T>>> = FxHashMap::default();
-        self.pool.run(
+        // The round's kernels found by their text, stored under their ids
+        // together once the round is over (L11).
+        let mut rekeys = Vec::new();
+        // Where the workers make device objects, they make them however
+        // few there are: a batch of one kernel too (F9).
+        self.pool.run_with(
             queue,
             workers,
+            on_workers,
             |job| {
                 job.compile(&round);
                 if let Some(device) = round.device {
@@ -314,7 +320,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
                         again.push(job);
                         continue;
                     }
-                    let (outcome, record) = job.publish(target, store, statistics);
+                    let (outcome, record) = job.publish(target, store, statistics, &mut rekeys);
                     outcomes[job.index] = Some(outcome);
                     records[job.index] = Some(record);
                     progress.settled_one();
@@ -323,6 +329,19 @@ impl<T: CompilationTarget> KernelLoader<T> {
             },
         );
         debug_assert!(parked.is_empty(), "every leader of the round settled");
+        drop(parked);
+        // Before the batch waits for keys others hold: nothing waits while
+        // holding a claim (P12), and these hold theirs until written.
+        if let (Some(store), false) = (store, rekeys.is_empty()) {
+            let (places, pending): (Vec<usize>, Vec<_>) = rekeys.into_iter().unzip();
+            for (place, outcome) in places.into_iter().zip(store.put_rekeyed_many(pending)) {
+                if jobs[place].rekey_written(statistics, outcome)
+                    && let Some(record) = records[place].as_mut()
+                {
+                    record.stored = true;
+                }
+            }
+        }
         workers
     }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::tests::{load, loader};
+use super::tests::{Arc, load, loader};
 use crate::error::Stage;
 use crate::fake::{FakeKernel, FakeTarget};
 use crate::kernel::Kernel;
@@ -154,4 +154,140 @@ fn f9_a_refusal_on_a_worker_fails_that_kernel_alone_reported_once() {
     for number in 0..4 {
         assert!(loader.is_loaded(&FakeKernel::new(number).artifact_id()));
     }
+}
+
+/// A store holding kernels `0..count` and the profile of `program` that
+/// names them all, as a first process of the program leaves it (L12).
+fn profiled_store(program: &str, count: u32) -> std::sync::Arc<dyn crate::store::ArtifactStore> {
+    let store: std::sync::Arc<dyn crate::store::ArtifactStore> =
+        std::sync::Arc::new(crate::store::MemoryStore::new());
+    let mut first = loader(FakeTarget::on_store(std::sync::Arc::clone(&store)), 2)
+        .with_profile(crate::profile::Program::named(program));
+    for number in 0..count {
+        first.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    first.compile_queued();
+    drop(first);
+    store
+}
+
+// F9, L12
+#[test]
+fn f9_a_profiled_background_load_makes_its_device_objects_on_the_pool_threads() {
+    let store = profiled_store("f9 profiled", 6);
+    let target = FakeTarget::on_store(store).with_device_time(Duration::from_millis(30));
+    let mut next = loader(target, 2).with_profile(crate::profile::Program::named("f9 profiled"));
+    load(&mut next, &FakeKernel::new(0)).expect("loads");
+    assert!(
+        next.records().is_empty(),
+        "no batch ran: the profile loaded them"
+    );
+    assert_eq!(
+        next.target().loaded(),
+        6,
+        "every profiled kernel is on the device"
+    );
+    assert_eq!(next.profiled_waiting(), 5, "kernel 0 was asked for");
+    let (threads, by_caller) = device_threads(&next, 0..6);
+    assert!(!by_caller, "the loader's thread only publishes them");
+    assert_eq!(threads.len(), 2, "both pool threads made device objects");
+    assert_eq!(next.target().fake_device_step().most_at_once(), 2);
+}
+
+// F9, L12
+#[test]
+fn f9_a_profiled_background_load_on_a_one_thread_driver_stays_on_the_loader_s_thread() {
+    let store = profiled_store("f9 profiled one thread", 4);
+    let target = FakeTarget::on_store(store).with_device_on_one_thread();
+    let mut next =
+        loader(target, 2).with_profile(crate::profile::Program::named("f9 profiled one thread"));
+    load(&mut next, &FakeKernel::new(0)).expect("loads");
+    assert!(next.records().is_empty());
+    assert_eq!(next.target().loaded(), 4);
+    let (threads, by_caller) = device_threads(&next, 0..4);
+    assert!(
+        by_caller,
+        "a driver of one thread has the loader's thread make them"
+    );
+    assert_eq!(threads.len(), 1, "{threads:?}");
+}
+
+// F9
+#[test]
+fn f9_a_batch_of_one_kernel_makes_its_device_object_on_a_pool_thread() {
+    let caller = std::thread::current().id();
+    let mut cold = loader(FakeTarget::persisting(), 2);
+    load(&mut cold, &FakeKernel::new(1)).expect("loads");
+    let step = cold.target().fake_device_step();
+    let made = step.made_on(&FakeKernel::new(1).id()).expect("made");
+    assert_ne!(made, caller, "a compiled kernel alone is made on the pool");
+    assert_eq!(cold.records()[0].workers, 1);
+    // Alone and from the store: the same.
+    let mut warm = loader(cold.into_target().with_device_time(Duration::ZERO), 2);
+    load(&mut warm, &FakeKernel::new(1)).expect("loads");
+    assert_eq!(warm.records()[0].count(KernelOutcome::FromStore), 1);
+    let made = warm
+        .target()
+        .fake_device_step()
+        .made_on(&FakeKernel::new(1).id())
+        .expect("made");
+    assert_ne!(made, caller, "a store hit alone is made on the pool");
+}
+
+// F9, T1, T2
+#[test]
+fn f9_a_tune_s_candidates_and_its_stored_winner_are_made_on_the_pool_threads() {
+    use crate::tune::{Candidate, Measure, Origin, TuneKey};
+    let target = FakeTarget::persisting().with_device_time(Duration::from_millis(10));
+    let device = target.device().clone();
+    let candidates: Vec<Candidate<FakeTarget>> = (1..=6)
+        .map(|number| Candidate::new(Box::new(FakeKernel::new(number)), ()))
+        .collect();
+    let key = TuneKey::new("f9.tune");
+    let mut launch = |module: &Arc| {
+        let fast = module.text.ends_with('3');
+        device.run(Duration::from_micros(if fast { 5 } else { 50 }));
+        Ok(())
+    };
+    let mut first = loader(target, 2);
+    let tuned = first
+        .tune(
+            &key,
+            &candidates,
+            Measure::Timed {
+                launch: &mut launch,
+                warm_up: 1,
+                runs: 3,
+            },
+        )
+        .expect("tunes");
+    assert_eq!((tuned.winner, tuned.origin), (2, Origin::Measured));
+    let (threads, by_caller) = device_threads(&first, 1..=6);
+    assert!(!by_caller, "no candidate is made on the loader's thread");
+    assert_eq!(threads.len(), 2, "both pool threads made candidates");
+    // The next process finds the answer: the winner alone, still made on
+    // the pool.
+    let target = first.into_target().with_device_time(Duration::ZERO);
+    let device = target.device().clone();
+    let mut launch = |_: &Arc| {
+        device.run(Duration::from_micros(5));
+        Ok(())
+    };
+    let mut next = loader(target, 2);
+    let tuned = next
+        .tune(
+            &key,
+            &candidates,
+            Measure::Timed {
+                launch: &mut launch,
+                warm_up: 1,
+                runs: 3,
+            },
+        )
+        .expect("tunes");
+    assert_eq!((tuned.winner, tuned.origin), (2, Origin::Stored));
+    let step = next.target().fake_device_step();
+    assert_eq!(step.made(), 1, "the winner alone");
+    let made = step.made_on(&FakeKernel::new(3).id()).expect("made");
+    assert_ne!(made, std::thread::current().id(), "on a pool thread");
 }

@@ -287,6 +287,16 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             return;
         }
         let compiler = round.finalizer.compiler;
+        // Found by its text ahead (P7): nothing compiles, so there is no
+        // compile for other processes to wait for, and no claim to take.
+        let found_by_text = self
+            .ahead
+            .as_ref()
+            .is_some_and(|ahead| matches!(ahead.found, Some(Lookup::Hit { .. })));
+        if let (Some(_), false, true) = (round.store, self.claimed, found_by_text) {
+            self.claimed = true;
+            self.missed = true;
+        }
         if let (Some(store), false) = (round.store, self.claimed) {
             self.claimed = true;
             match store.claim(compiler, &self.id) {

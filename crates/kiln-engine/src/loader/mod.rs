@@ -20,6 +20,8 @@ mod progress;
 mod publish;
 mod queue;
 #[cfg(test)]
+mod rekey_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::VecDeque;

@@ -10,10 +10,16 @@
 //! clears it and sets that kernel's flag in the profiler (a load and a
 //! branch taken once per profiled kernel, no lock, no allocation).
 
+use std::sync::Arc;
+
+use rustc_hash::FxHashSet;
+
 use super::KernelLoader;
+use super::job::{contained, refused};
+use crate::error::{KernelError, Stage};
 use crate::id::ArtifactId;
 use crate::profile::{Profiler, Program};
-use crate::target::{CompilationTarget, VariantOf};
+use crate::target::{ArtifactOf, CompilationTarget, DeviceStep, MadeOf, VariantOf};
 
 /// A loader's warm-start profile: the run's profiler.
 pub(super) struct ProfileState<T: CompilationTarget> {
@@ -82,8 +88,8 @@ impl<T: CompilationTarget> KernelLoader<T> {
         Some(ProfileState {
             profiler: Profiler::start(
                 program.name(),
-                std::sync::Arc::clone(bound.store()),
-                std::sync::Arc::clone(self.target.compiler()),
+                Arc::clone(bound.store()),
+                Arc::clone(self.target.compiler()),
             ),
         })
     }
@@ -121,7 +127,10 @@ impl<T: CompilationTarget> KernelLoader<T> {
     }
 
     /// Loads the profile's kernels the store held, once, all together,
-    /// into the loaded map, each marked as not asked for yet.
+    /// into the loaded map, each marked as not asked for yet. Their device
+    /// objects are made on the pool's threads, side by side, as a batch's
+    /// store hits are (F9), and published here; a driver that needs one
+    /// thread has this thread make them.
     pub(super) fn take_in_profile(&mut self) {
         let Some(profile) = &mut self.profile else {
             return;
@@ -135,21 +144,67 @@ impl<T: CompilationTarget> KernelLoader<T> {
         }
         self.loaded.reset_if_switched(&self.store);
         self.target.batch_started();
+        let mut seen = FxHashSet::default();
+        let mut kernels: Vec<Profiled<T>> = Vec::with_capacity(found.len());
         for (id, artifact, bytes) in found {
-            if self.loaded.entries.contains_key(&id) || !self.target.keeps(&id.variant) {
+            if self.loaded.entries.contains_key(&id)
+                || !self.target.keeps(&id.variant)
+                || !seen.insert(id.clone())
+            {
                 continue;
             }
             self.target.found(&id, &artifact);
-            match self.target.load(&id, &artifact) {
-                Ok(loaded) => {
-                    self.statistics.hits += 1;
-                    self.statistics.bytes_read += bytes;
-                    let index = profile.profiler.watch(id.clone());
-                    self.loaded.insert_profiled(id, loaded, index);
-                }
-                Err(refusal) => log::debug!("a profiled kernel {id} was refused: {refusal}"),
-            }
+            kernels.push(Profiled {
+                id,
+                artifact,
+                bytes,
+                made: None,
+            });
         }
+        let device = Arc::clone(self.target.device_step());
+        let on_workers = device.on_workers();
+        let workers = if on_workers {
+            self.pool.workers_for(kernels.len())
+        } else {
+            1
+        };
+        let (target, loaded, statistics) =
+            (&mut self.target, &mut self.loaded, &mut self.statistics);
+        self.pool.run_with(
+            kernels.iter_mut().collect(),
+            workers,
+            on_workers,
+            |kernel| {
+                if on_workers {
+                    kernel.make(&*device);
+                }
+            },
+            |kernel| {
+                kernel.make(&*device);
+                let (id, artifact) = (&kernel.id, &kernel.artifact);
+                let published = kernel
+                    .made
+                    .take()
+                    .expect("made just above, or on a worker")
+                    .and_then(|made| {
+                        contained(Stage::Load, id, || {
+                            target
+                                .publish(id, artifact, made)
+                                .map_err(|refusal| refused(id, refusal))
+                        })
+                    });
+                match published {
+                    Ok(published) => {
+                        statistics.hits += 1;
+                        statistics.bytes_read += kernel.bytes;
+                        let index = profile.profiler.watch(id.clone());
+                        loaded.insert_profiled(id.clone(), published, index);
+                    }
+                    Err(error) => log::debug!("a profiled kernel was refused: {error}"),
+                }
+                Vec::new()
+            },
+        );
         self.target.batch_finished();
     }
 
@@ -169,6 +224,32 @@ impl<T: CompilationTarget> KernelLoader<T> {
         if let Some(profile) = &mut self.profile {
             profile.profiler.note(id);
         }
+    }
+}
+
+/// A profiled kernel the store held, on its way onto the device.
+struct Profiled<T: CompilationTarget> {
+    id: ArtifactId<VariantOf<T>>,
+    artifact: ArtifactOf<T>,
+    /// The bytes its lookup read.
+    bytes: u64,
+    /// Its device object, or why the device would not make it.
+    made: Option<Result<MadeOf<T>, KernelError>>,
+}
+
+impl<T: CompilationTarget> Profiled<T> {
+    /// Makes its device object with `device`, once; a refusal or a panic
+    /// is this kernel's alone (L8, L9).
+    fn make(&mut self, device: &T::Device) {
+        if self.made.is_some() {
+            return;
+        }
+        let (id, artifact) = (&self.id, &self.artifact);
+        self.made = Some(contained(Stage::Load, id, || {
+            device
+                .make(id, artifact)
+                .map_err(|refusal| refused(id, refusal))
+        }));
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::job::{Count, Job, JobOutcome, Step, contained, refused};
 use crate::error::Stage;
 use crate::statistics::{KernelOutcome, KernelRecord, LoaderStatistics};
-use crate::store::{BoundStore, RememberedFailure, StoreOutcome};
+use crate::store::{BoundStore, PendingRekey, RememberedFailure, StoreOutcome};
 use crate::target::CompilationTarget;
 use crate::worker::Blame;
 
@@ -22,6 +22,7 @@ impl<T: CompilationTarget> Job<'_, T> {
         target: &mut T,
         store: Option<&BoundStore<T::Compiler>>,
         statistics: &mut LoaderStatistics,
+        rekeys: &mut Vec<(usize, PendingRekey)>,
     ) -> (JobOutcome<T>, KernelRecord) {
         if self.made.is_none() {
             let device = Arc::clone(target.device_step());
@@ -55,35 +56,39 @@ impl<T: CompilationTarget> Job<'_, T> {
                                 unreachable!("a ready kernel has an artifact")
                             }
                         }
-                        if origin != KernelOutcome::FromStore {
-                            let work = self.compile_work;
-                            let outcome = match store {
-                                Some(store) if self.kept => store.put(
+                        let work = self.compile_work;
+                        match (store, origin, source.as_deref()) {
+                            (_, KernelOutcome::FromStore, _) => {}
+                            // Found by its text: stored under its id with the
+                            // round's others, in one put (L11).
+                            (Some(store), KernelOutcome::Rekeyed, Some(source)) if self.kept => {
+                                rekeys.push((
+                                    self.index,
+                                    store.rekeyed(
+                                        target.compiler(),
+                                        id,
+                                        &artifact,
+                                        self.recipe.as_ref(),
+                                        source,
+                                        work,
+                                        self.claim.take(),
+                                    ),
+                                ));
+                            }
+                            (Some(store), _, source) if self.kept => {
+                                let outcome = store.put(
                                     target.compiler(),
                                     id,
                                     &artifact,
                                     self.recipe.as_ref(),
-                                    source.as_deref(),
+                                    source,
                                     origin == KernelOutcome::Rekeyed,
                                     work,
                                     self.claim.take(),
-                                ),
-                                _ => StoreOutcome::Skipped,
-                            };
-                            match outcome {
-                                StoreOutcome::Stored { bytes } => {
-                                    stored = true;
-                                    statistics.stored += 1;
-                                    statistics.bytes_written += bytes;
-                                }
-                                StoreOutcome::Skipped => {}
-                                StoreOutcome::Failed { detail } => {
-                                    statistics.store_errors += 1;
-                                    // The store warns once per cause; a line per kernel
-                                    // would bury that warning under a full disk's worth.
-                                    log::debug!("could not store {id}: {detail}; it still loads");
-                                }
+                                );
+                                stored = count_put(statistics, id, outcome);
                             }
+                            _ => {}
                         }
                         if let (Some(store), Some(_)) = (store, &self.memory) {
                             // Compiled after a crash was counted, or retried:
@@ -149,6 +154,43 @@ impl<T: CompilationTarget> Job<'_, T> {
             remembered: self.remembered,
         };
         ((self.id.clone(), result), record)
+    }
+
+    /// Its rekeyed put, written with its round's others, came to
+    /// `outcome`: counted as its own put would have been.
+    pub(super) fn rekey_written(
+        &self,
+        statistics: &mut LoaderStatistics,
+        outcome: StoreOutcome,
+    ) -> bool {
+        let stored = count_put(statistics, &self.id, outcome);
+        if let (true, Count::Settled(settled)) = (stored, &self.count) {
+            settled.stored();
+        }
+        stored
+    }
+}
+
+/// Counts what the store answered a put of `id`: whether it stored it.
+pub(super) fn count_put<V: std::fmt::Display>(
+    statistics: &mut LoaderStatistics,
+    id: &V,
+    outcome: StoreOutcome,
+) -> bool {
+    match outcome {
+        StoreOutcome::Stored { bytes } => {
+            statistics.stored += 1;
+            statistics.bytes_written += bytes;
+            true
+        }
+        StoreOutcome::Skipped => false,
+        StoreOutcome::Failed { detail } => {
+            statistics.store_errors += 1;
+            // The store warns once per cause; a line per kernel would bury
+            // that warning under a full disk's worth.
+            log::debug!("could not store {id}: {detail}; it still loads");
+            false
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use super::failure::RememberedFailure;
 use super::generation::Generation;
 use super::key::{KeyComponents, KeyedCompiler, StoreKey};
 use super::recipe::{Recipe, decode_value, encode_value};
-use super::{ArtifactStore, Explanation, Lookup, Miss, StoreOutcome};
+use super::{ArtifactStore, Explanation, Lookup, Miss, RekeyedPut, StoreOutcome};
 use crate::encoding;
 use crate::id::ArtifactId;
 
@@ -255,6 +255,77 @@ impl<C: KeyedCompiler> BoundStore<C> {
         outcome
     }
 
+    /// The put of a kernel that took the artifact of another kernel with
+    /// the same text (`source`), encoded now and held with its `claim`
+    /// until [`put_rekeyed_many`](Self::put_rekeyed_many) writes it with
+    /// the others of its round.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each is a part of one put, named at the call"
+    )]
+    pub fn rekeyed(
+        &self,
+        compiler: &C,
+        id: &ArtifactId<C::Variant>,
+        artifact: &C::Artifact,
+        recipe: Option<&Recipe>,
+        source: &str,
+        work: Duration,
+        claim: Option<ClaimGuard>,
+    ) -> PendingRekey {
+        PendingRekey {
+            key: self.artifact_key(compiler, id),
+            source_key: self.source_key(compiler, id, source),
+            bytes: encode_value(artifact, recipe)
+                .map_err(|error| format!("the artifact does not serialize: {error}")),
+            work,
+            claim,
+        }
+    }
+
+    /// Stores each of `pending` under its kernel's own key, all in one
+    /// put ([`ArtifactStore::put_rekeyed_many`]: a few syncs for the
+    /// round, not a few per kernel), then releases their claims (P4): a
+    /// waiter reads the artifact. Answers each in their order.
+    pub fn put_rekeyed_many(&self, pending: Vec<PendingRekey>) -> Vec<StoreOutcome> {
+        let puts: Vec<RekeyedPut<'_>> = pending
+            .iter()
+            .filter_map(|pending| {
+                let bytes = pending.bytes.as_ref().ok()?;
+                Some(RekeyedPut {
+                    key: &pending.key,
+                    source_key: &pending.source_key,
+                    bytes,
+                    work: pending.work,
+                })
+            })
+            .collect();
+        let mut stored = if puts.is_empty() {
+            Vec::new()
+        } else {
+            self.store.put_rekeyed_many(&puts)
+        }
+        .into_iter();
+        debug_assert_eq!(stored.len(), puts.len(), "one answer per put");
+        drop(puts);
+        pending
+            .into_iter()
+            .map(|pending| {
+                let outcome = match &pending.bytes {
+                    Ok(_) => stored.next().unwrap_or_else(|| StoreOutcome::Failed {
+                        detail: "the store gave no answer for this put".to_owned(),
+                    }),
+                    Err(detail) => StoreOutcome::Failed {
+                        detail: detail.clone(),
+                    },
+                };
+                // Released after publishing, so a waiter reads the artifact.
+                drop(pending.claim);
+                outcome
+            })
+            .collect()
+    }
+
     /// What the store remembers of `id`'s failed compiles (P11), if
     /// anything; a memory that does not decode is none.
     pub fn remembered_failure(
@@ -350,6 +421,17 @@ impl<C: KeyedCompiler> BoundStore<C> {
             detail: format!("the stored bytes are not this compiler's artifact: {detail}"),
         })
     }
+}
+
+/// A rekeyed kernel's put, encoded and waiting for
+/// [`BoundStore::put_rekeyed_many`] with its claim (P4).
+#[derive(Debug)]
+pub struct PendingRekey {
+    key: StoreKey,
+    source_key: StoreKey,
+    bytes: Result<Vec<u8>, String>,
+    work: Duration,
+    claim: Option<ClaimGuard>,
 }
 
 impl<C: KeyedCompiler> fmt::Debug for BoundStore<C> {

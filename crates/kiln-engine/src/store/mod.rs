@@ -56,7 +56,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use binding::{BoundStore, Claimed};
+pub use binding::{BoundStore, Claimed, PendingRekey};
 pub use blob::BlobKey;
 pub use claim::{Claim, ClaimGuard, ClaimWait};
 pub use counters::StoreCounters;
@@ -223,6 +223,20 @@ pub struct ArtifactCopy<'a> {
     pub work: Duration,
 }
 
+/// One kernel of [`ArtifactStore::put_rekeyed_many`]: an artifact found by
+/// its text, stored again under the kernel's own key.
+#[derive(Debug, Clone, Copy)]
+pub struct RekeyedPut<'a> {
+    /// The kernel's own key, which the artifact is stored under.
+    pub key: &'a StoreKey,
+    /// The key of its text, which holds the artifact already (P7).
+    pub source_key: &'a StoreKey,
+    /// Its bytes.
+    pub bytes: &'a [u8],
+    /// What compiling it took, returned by later hits.
+    pub work: Duration,
+}
+
 /// Where artifacts outlive the process: the object-safe interface every
 /// store (disk, remote, a composition of both) implements.
 ///
@@ -318,6 +332,19 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
     ) -> StoreOutcome {
         let _ = source_key;
         self.put(key, None, bytes, work)
+    }
+
+    /// Publishes each of `puts` as [`put_rekeyed`](Self::put_rekeyed)
+    /// would, and answers each in their order: a batch that found many
+    /// kernels by their text (a store another tool filled under other
+    /// names) stores them under their own keys together, and a store that
+    /// can make them durable together (one sync for the batch rather than
+    /// one per entry) does. Each is still published atomically (P3). The
+    /// default puts one at a time.
+    fn put_rekeyed_many(&self, puts: &[RekeyedPut<'_>]) -> Vec<StoreOutcome> {
+        puts.iter()
+            .map(|put| self.put_rekeyed(put.key, put.source_key, put.bytes, put.work))
+            .collect()
     }
 
     /// Removes whatever is stored under `key`: for bytes that verified but

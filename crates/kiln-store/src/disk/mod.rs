@@ -240,6 +240,24 @@ impl ArtifactStore for DiskStore {
         self.store_copies(copies)
     }
 
+    fn put_rekeyed_many(&self, puts: &[kiln_engine::RekeyedPut<'_>]) -> Vec<StoreOutcome> {
+        // Each counted by its text, as `put_rekeyed` counts it; stored by
+        // its id only, all together, as copies are: a sync per pack for
+        // the batch, not a few per kernel.
+        for put in puts {
+            self.count_compile(put.key, Some(put.source_key), put.work);
+        }
+        let copies: Vec<kiln_engine::ArtifactCopy<'_>> = puts
+            .iter()
+            .map(|put| kiln_engine::ArtifactCopy {
+                key: put.key,
+                bytes: put.bytes,
+                work: put.work,
+            })
+            .collect();
+        self.store_copies(&copies)
+    }
+
     fn remove(&self, key: &StoreKey) {
         self.remove_record(key);
     }

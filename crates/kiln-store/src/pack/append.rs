@@ -21,8 +21,9 @@ impl Packs {
         shard: usize,
         new_frames: &[Frame<'_>],
         removals: &[(Kind, [u8; 16])],
+        start: Start,
     ) -> io::Result<Staged> {
-        let open = self.open_for_writing(shard)?;
+        let open = self.open_for_writing(shard, start)?;
         let pack_end = open.pack.metadata()?.len();
         let frame_bytes: u64 = new_frames
             .iter()
@@ -72,6 +73,7 @@ impl Packs {
             open.pack.write_all_at(&packed, pack_end)?;
         }
         Ok(Staged {
+            started: open.started,
             has_frames: !packed.is_empty(),
             pack: open.pack,
             index: open.index,
@@ -115,10 +117,13 @@ impl Packs {
             .collect::<io::Result<Vec<_>>>()?;
         let mut staged = Vec::with_capacity(by_shard.len());
         for (shard, frames) in &by_shard {
-            staged.push(self.stage(*shard, frames, &[])?);
+            staged.push(self.stage(*shard, frames, &[], Start::WithTheBatch)?);
         }
         if self.durable {
-            sync_together(staged.iter().map(|staged| &staged.pack))?;
+            // A shard started here has a new pack and index, and their
+            // names, to make durable too: the file system's sync does all.
+            let started = staged.iter().any(|staged| staged.started);
+            sync_together(staged.iter().map(|staged| &staged.pack), started)?;
         }
         let indexes: Vec<File> = staged
             .iter()
@@ -129,20 +134,21 @@ impl Packs {
             bytes += staged.publish(false)?;
         }
         if self.durable {
-            sync_together(indexes.iter())?;
+            sync_together(indexes.iter(), false)?;
         }
         Ok(bytes)
     }
 }
 
 /// Makes what was written to `files` durable: one `syncfs` of their file
-/// system when there are several (it flushes all of it at once), the
+/// system when there are several (it flushes all of it at once) or when
+/// `with_names` (files made since, whose names are to be durable too), the
 /// file's own sync when there is one.
-fn sync_together<'a>(files: impl Iterator<Item = &'a File>) -> io::Result<()> {
+fn sync_together<'a>(files: impl Iterator<Item = &'a File>, with_names: bool) -> io::Result<()> {
     let files: Vec<&File> = files.collect();
     match files.as_slice() {
         [] => Ok(()),
-        [one] => one.sync_data(),
+        [one] if !with_names => one.sync_data(),
         [first, ..] => {
             // SAFETY: the descriptor is open for as long as `first` lives,
             // which outlives the call.
@@ -157,6 +163,8 @@ fn sync_together<'a>(files: impl Iterator<Item = &'a File>) -> io::Result<()> {
 
 /// An append whose frames are written and whose slots are not.
 pub(super) struct Staged {
+    /// Whether the shard was started for this append.
+    pub(super) started: bool,
     pub(super) has_frames: bool,
     pub(super) pack: File,
     index: File,

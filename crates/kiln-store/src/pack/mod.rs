@@ -366,7 +366,7 @@ impl Packs {
         new_frames: &[Frame<'_>],
         removals: &[(Kind, [u8; 16])],
     ) -> io::Result<u64> {
-        let staged = self.stage(shard, new_frames, removals)?;
+        let staged = self.stage(shard, new_frames, removals, Start::Durably)?;
         if self.durable && staged.has_frames {
             staged.pack.sync_data()?;
         }
@@ -590,7 +590,7 @@ impl Packs {
     /// The index and pack of `shard`, opened to append: made when missing,
     /// and made again (a new generation) when the index's header or its
     /// pack is damaged or gone. A torn last slot is cut off.
-    fn open_for_writing(&self, shard: usize) -> io::Result<Writing> {
+    fn open_for_writing(&self, shard: usize, start: Start) -> io::Result<Writing> {
         let root = crate::skeleton::open_marked(&self.layout).map_err(io::Error::other)?;
         let (folder, _) = root.folder_made(OsStr::new("packs"), true)?;
         let index_name = Self::index_name(shard);
@@ -612,9 +612,12 @@ impl Packs {
             Err(error) if is_absent(&error) => None,
             Err(error) => return Err(error),
         };
-        let (index, pack) = match opened {
-            Some(files) => files,
-            None => self.start_shard(&folder, shard)?,
+        let (index, pack, started) = match opened {
+            Some((index, pack)) => (index, pack, false),
+            None => {
+                let (index, pack) = self.start_shard(&folder, shard, start)?;
+                (index, pack, true)
+            }
         };
         let length = index.metadata()?.len();
         let whole = UNIT + length.saturating_sub(UNIT) / UNIT * UNIT;
@@ -625,17 +628,20 @@ impl Packs {
             index,
             pack,
             index_end: whole,
+            started,
         })
     }
 
     /// Starts `shard` afresh: an empty pack of a new generation, then an
-    /// index naming it, published over whatever was there.
-    fn start_shard(&self, folder: &Folder, shard: usize) -> io::Result<(File, File)> {
+    /// index naming it, published over whatever was there; synced as
+    /// `start` says.
+    fn start_shard(&self, folder: &Folder, shard: usize, start: Start) -> io::Result<(File, File)> {
+        let durable = self.durable && start == Start::Durably;
         let generation = fresh_generation();
         let pack_name = Self::pack_name(shard, generation);
         let pack = folder.create_file(OsStr::new(&pack_name))?;
         pack.write_all_at(&pack_header(generation), 0)?;
-        if self.durable {
+        if durable {
             pack.sync_all()?;
         }
         let index_path = self.folder_path().join(Self::index_name(shard));
@@ -643,7 +649,7 @@ impl Packs {
             &self.layout.staging(),
             &index_path,
             &index_header(generation),
-            self.durable,
+            durable,
         )?;
         Ok((index, pack))
     }
@@ -654,6 +660,19 @@ struct Writing {
     index: File,
     pack: File,
     index_end: u64,
+    /// Whether the shard was started for this append.
+    started: bool,
+}
+
+/// How a shard an append starts is made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Start {
+    /// Its pack and index synced as they are made: a single append.
+    Durably,
+    /// Left to the batch's sync of the file system, which makes the new
+    /// files and their names durable with the frames (`append_batch`):
+    /// a batch that starts many shards does not sync three files each.
+    WithTheBatch,
 }
 
 impl View {

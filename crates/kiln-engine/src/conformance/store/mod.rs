@@ -35,7 +35,7 @@ use super::not_applicable;
 use crate::id::{ArtifactId, KernelId};
 use crate::store::{
     ArtifactCopy, ArtifactStore, BlobKey, Claim, ClaimWait, Explanation, KeyComponent,
-    KeyComponents, Lookup, Miss, StoreKey, StoreOutcome,
+    KeyComponents, Lookup, Miss, RekeyedPut, StoreKey, StoreOutcome,
 };
 
 mod blobs;
@@ -154,6 +154,7 @@ macro_rules! store_conformance_suite {
             p5_an_empty_artifact_round_trips_or_is_refused_and_counted,
             p6_a_batch_end_within_the_limits_keeps_every_entry,
             p7_a_source_key_finds_what_was_put_with_it,
+            p7_kernels_put_rekeyed_together_are_each_found_by_their_key,
             p2_a_named_blob_is_found_by_its_own_key_only,
             p10_a_lookup_of_many_keys_answers_each_in_order,
             p9_explain_names_the_changed_component_or_says_never_seen,

@@ -366,3 +366,48 @@ pub fn p3_copies_put_together_are_each_found_whole<S: StoreSubject>(subject: &S)
         }
     }
 }
+
+/// P3, P7, L11: kernels found by their text and put under their own keys
+/// together are each found whole by their key, with their work, from
+/// another process too; the text's entry is left as its compile put it.
+pub fn p7_kernels_put_rekeyed_together_are_each_found_by_their_key<S: StoreSubject>(subject: &S) {
+    let store = subject.store();
+    assert!(
+        store.put_rekeyed_many(&[]).is_empty(),
+        "no puts, no answers"
+    );
+    let text = source_key("rekeyed together");
+    let compiled = artifact(60, 900);
+    expect_stored(
+        store.put(
+            &kernel_key(60),
+            Some(&text),
+            &compiled,
+            Duration::from_millis(7),
+        ),
+        "the compile of the text",
+    );
+    let keys: Vec<StoreKey> = (61..66).map(kernel_key).collect();
+    let puts: Vec<RekeyedPut<'_>> = keys
+        .iter()
+        .map(|key| RekeyedPut {
+            key,
+            source_key: &text,
+            bytes: &compiled,
+            work: Duration::from_millis(7),
+        })
+        .collect();
+    let outcomes = store.put_rekeyed_many(&puts);
+    assert_eq!(outcomes.len(), puts.len(), "one answer per put");
+    for outcome in outcomes {
+        expect_stored(outcome, "a rekeyed put with others");
+    }
+    let readers = std::iter::once(store.clone()).chain(subject.in_another_process(&store));
+    for reader in readers {
+        for key in keys.iter().chain([&kernel_key(60), &text]) {
+            let (found, _, work) = expect_hit(reader.lookup(key), "a key put with its text");
+            assert!(found == compiled, "the text's artifact comes back");
+            assert_eq!(work, Duration::from_millis(7));
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Kernels found by their text on a store another tool filled under other
+//! names (L11, P7): stored under their own ids together, in one put of the
+//! round, and found by id at the next start.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::tests::{load, loader};
+use crate::fake::{FakeKernel, FakeTarget};
+use crate::statistics::KernelOutcome;
+use crate::store::{
+    ArtifactStore, Claim, ClaimWait, Generation, Lookup, MemoryStore, RekeyedPut, StoreKey,
+    StoreOutcome, StoreStatistics,
+};
+
+/// A store in memory that counts how its rekeyed kernels were put.
+#[derive(Debug, Default)]
+struct CountingPuts {
+    inner: MemoryStore,
+    /// Calls of `put_rekeyed_many`, with how many puts each carried.
+    many: Mutex<Vec<usize>>,
+    /// Calls of `put_rekeyed`, one kernel each.
+    one_by_one: AtomicUsize,
+    /// Claims asked for.
+    claims: AtomicUsize,
+}
+
+impl ArtifactStore for CountingPuts {
+    fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
+        self.inner.lookup(key)
+    }
+
+    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim(key, wait)
+    }
+
+    fn put(
+        &self,
+        key: &StoreKey,
+        source_key: Option<&StoreKey>,
+        bytes: &[u8],
+        work: Duration,
+    ) -> StoreOutcome {
+        self.inner.put(key, source_key, bytes, work)
+    }
+
+    fn put_rekeyed(
+        &self,
+        key: &StoreKey,
+        source_key: &StoreKey,
+        bytes: &[u8],
+        work: Duration,
+    ) -> StoreOutcome {
+        self.one_by_one.fetch_add(1, Ordering::SeqCst);
+        self.inner.put_rekeyed(key, source_key, bytes, work)
+    }
+
+    fn put_rekeyed_many(&self, puts: &[RekeyedPut<'_>]) -> Vec<StoreOutcome> {
+        self.many
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(puts.len());
+        self.inner.put_rekeyed_many(puts)
+    }
+
+    fn remove(&self, key: &StoreKey) {
+        self.inner.remove(key);
+    }
+
+    fn generation(&self) -> Generation {
+        self.inner.generation()
+    }
+
+    fn statistics(&self) -> StoreStatistics {
+        self.inner.statistics()
+    }
+}
+
+/// Kernel `number` of a program, whose text is the `number`th of a
+/// folder another tool prebuilt under its own names.
+fn program_kernel(number: u32) -> FakeKernel {
+    FakeKernel::new(100 + number).sharing_source(format!("text {number}"))
+}
+
+/// A store holding the texts `0..count` under another tool's kernel ids,
+/// as `kiln warm` leaves it.
+fn prebuilt(count: u32) -> Arc<CountingPuts> {
+    let store = Arc::new(CountingPuts::default());
+    let mut warm = loader(
+        FakeTarget::on_store(Arc::clone(&store) as Arc<dyn ArtifactStore>),
+        2,
+    );
+    for number in 0..count {
+        warm.enqueue(
+            Box::new(FakeKernel::new(number).sharing_source(format!("text {number}"))),
+            (),
+        );
+    }
+    warm.compile_queued();
+    assert_eq!(
+        warm.records()[0].count(KernelOutcome::Compiled),
+        count as usize
+    );
+    store
+}
+
+// L11, P7, P14
+#[test]
+fn l11_kernels_found_by_their_text_are_stored_under_their_ids_in_one_put() {
+    let store = prebuilt(8);
+    let shared = Arc::clone(&store) as Arc<dyn ArtifactStore>;
+    let claims_before = store.claims.load(Ordering::SeqCst);
+    let mut program = loader(FakeTarget::on_store(Arc::clone(&shared)), 2);
+    for number in 0..8 {
+        program.enqueue(Box::new(program_kernel(number)), ());
+    }
+    program.compile_queued();
+    let batch = &program.records()[0];
+    assert_eq!(
+        batch.count(KernelOutcome::Rekeyed),
+        8,
+        "each found by its text"
+    );
+    assert_eq!(batch.count(KernelOutcome::Compiled), 0);
+    assert!(
+        batch.records.iter().all(|record| record.stored),
+        "each stored under its own id: {:?}",
+        batch.records
+    );
+    assert_eq!(program.statistics().stored, 8);
+    assert_eq!(
+        *store.many.lock().expect("not poisoned"),
+        vec![8],
+        "one put for the round's eight"
+    );
+    assert_eq!(
+        store.one_by_one.load(Ordering::SeqCst),
+        0,
+        "none one by one"
+    );
+    assert_eq!(
+        store.claims.load(Ordering::SeqCst),
+        claims_before,
+        "a kernel found by its text compiles nothing: no claim (P4)"
+    );
+    for number in 0..8 {
+        assert!(
+            program
+                .target()
+                .holds(&program_kernel(number).artifact_id()),
+            "kernel {number} is held under its id once its load returned"
+        );
+    }
+    // The next start finds each by its id: nothing lowered, nothing rekeyed.
+    let mut next = loader(FakeTarget::on_store(shared), 2);
+    for number in 0..8 {
+        next.enqueue(Box::new(program_kernel(number)), ());
+    }
+    next.compile_queued();
+    let batch = &next.records()[0];
+    assert_eq!(batch.count(KernelOutcome::FromStore), 8);
+    assert_eq!(next.target().fake_compiler().lowered(), 0);
+}
+
+// L11, L5c, P7
+#[test]
+fn l11_members_of_a_source_group_are_stored_together_after_their_leader() {
+    let store = Arc::new(CountingPuts::default());
+    let shared = Arc::clone(&store) as Arc<dyn ArtifactStore>;
+    let mut loader = loader(FakeTarget::on_store(Arc::clone(&shared)), 2);
+    for number in 0..5 {
+        loader.enqueue(
+            Box::new(FakeKernel::new(number).sharing_source("one text")),
+            (),
+        );
+    }
+    loader.compile_queued();
+    let batch = &loader.records()[0];
+    assert_eq!(batch.count(KernelOutcome::Compiled), 1);
+    assert_eq!(batch.count(KernelOutcome::Rekeyed), 4);
+    assert_eq!(*store.many.lock().expect("not poisoned"), vec![4]);
+    assert_eq!(loader.statistics().stored, 5, "the leader and its four");
+    for number in 0..5 {
+        assert!(
+            loader
+                .target()
+                .holds(&FakeKernel::new(number).artifact_id())
+        );
+    }
+}
+
+// L11, P5
+#[test]
+fn l11_rekeyed_kernels_a_full_store_cannot_keep_still_load_and_are_counted() {
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    {
+        let mut warm = loader(FakeTarget::on_store(Arc::clone(&store)), 2);
+        for number in 0..3 {
+            load(
+                &mut warm,
+                &FakeKernel::new(number).sharing_source(format!("text {number}")),
+            )
+            .expect("loads");
+        }
+    }
+    let mut program = loader(FakeTarget::on_store(store).with_failing_writes(), 2);
+    for number in 0..3 {
+        program.enqueue(Box::new(program_kernel(number)), ());
+    }
+    program.compile_queued();
+    let batch = &program.records()[0];
+    assert_eq!(batch.count(KernelOutcome::Rekeyed), 3);
+    assert!(batch.records.iter().all(|record| !record.stored));
+    let statistics = program.statistics();
+    assert_eq!((statistics.stored, statistics.store_errors), (0, 3));
+    for number in 0..3 {
+        assert!(program.is_loaded(&program_kernel(number).artifact_id()));
+    }
+}
