@@ -264,7 +264,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
         }
         queue.extend(rest);
         if let Some(store) = &self.store {
-            super::ahead::look_up_sources(&self.pool, &mut queue, workers, &round, store);
+            super::job::ahead::look_up_sources(&self.pool, &mut queue, workers, &round, store);
         }
         let target = &mut self.target;
         let statistics = &mut self.statistics;

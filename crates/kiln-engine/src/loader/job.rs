@@ -1,6 +1,8 @@
 //! One kernel on its way through a batch: its steps, the collector it
 //! settles to, and the containment of a panic in any step.
 
+pub(super) mod ahead;
+
 use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -129,8 +131,8 @@ pub(super) struct Job<'k, T: CompilationTarget> {
     /// (`kiln verify --recompile`).
     pub(super) recipe: Option<Recipe>,
     /// Its lowered form and the store's answer for its source, when the
-    /// round lowered it ahead ([`super::ahead`]).
-    pub(super) ahead: Option<super::ahead::Ahead<T>>,
+    /// round lowered it ahead ([`ahead`]).
+    pub(super) ahead: Option<ahead::Ahead<T>>,
     /// The store's answer for its source, asked with the round's others.
     source_found: Option<Lookup<ArtifactOf<T>>>,
 }

@@ -8,7 +8,6 @@
 //! in this process or in a worker process; a batch's record as a store
 //! keeps it is its `history`.
 
-mod ahead;
 mod batch;
 #[cfg(test)]
 mod device_step_tests;

@@ -9,19 +9,19 @@ use crate::pool::WorkerPool;
 use crate::store::{BoundStore, Lookup};
 use crate::target::{ArtifactOf, CompilationTarget, LoweredOf};
 
-use super::job::{Job, Round, Step};
+use super::{Job, Round, Step};
 
 /// A kernel lowered ahead of its compile, and what the store held for its
 /// source.
-pub(super) struct Ahead<T: CompilationTarget> {
+pub(in crate::loader) struct Ahead<T: CompilationTarget> {
     lowered: LoweredOf<T>,
     source: Option<String>,
-    pub(super) found: Option<Lookup<ArtifactOf<T>>>,
+    pub(in crate::loader) found: Option<Lookup<ArtifactOf<T>>>,
 }
 
 impl<T: CompilationTarget> Ahead<T> {
     /// Its lowered form and source, for the kernel's compile.
-    pub(super) fn into_lowered(self) -> (Step<T>, Option<Lookup<ArtifactOf<T>>>) {
+    pub(in crate::loader) fn into_lowered(self) -> (Step<T>, Option<Lookup<ArtifactOf<T>>>) {
         (
             Step::Lowered {
                 lowered: self.lowered,
@@ -38,7 +38,7 @@ impl<T: CompilationTarget> Ahead<T> {
 /// it, without waiting for the rest (L5). A round of one kernel, or a
 /// kernel that fails to lower (it is lowered again, and fails, in its
 /// compile), goes as it would without.
-pub(super) fn look_up_sources<T: CompilationTarget>(
+pub(in crate::loader) fn look_up_sources<T: CompilationTarget>(
     pool: &WorkerPool,
     jobs: &mut [&mut Job<'_, T>],
     workers: usize,
