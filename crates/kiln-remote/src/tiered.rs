@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use kiln_engine::store::{BlobKey, Claim, ClaimGuard, ClaimWait, Explanation};
+use kiln_engine::store::{BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, RekeyedPut};
 use kiln_engine::{
     ArtifactStore, Generation, Lookup, Miss, StoreCounters, StoreKey, StoreOutcome, StoreStatistics,
 };
@@ -492,6 +492,16 @@ impl ArtifactStore for TieredStore {
         let outcome = self.inner.local.put_rekeyed(key, source_key, bytes, work);
         self.offer(&outcome, key, None, bytes, work);
         outcome
+    }
+
+    fn put_rekeyed_many(&self, puts: &[RekeyedPut<'_>]) -> Vec<StoreOutcome> {
+        // Durable together on the local store, as it alone would write
+        // them; each is offered to the remote as a rekeyed put is.
+        let outcomes = self.inner.local.put_rekeyed_many(puts);
+        for (put, outcome) in puts.iter().zip(&outcomes) {
+            self.offer(outcome, put.key, None, put.bytes, put.work);
+        }
+        outcomes
     }
 
     fn remove(&self, key: &StoreKey) {
