@@ -15,15 +15,17 @@ impl Packs {
     /// Writes `new_frames` at the end of `shard`'s pack, not synced, and
     /// makes the slots that name them (and the tombstones of `removals`),
     /// not written yet: the frames must be durable before a slot names
-    /// them (P3). The shard's lock is held.
+    /// them (P3). The shard's lock is held; `folder` is the packs' folder
+    /// ([`folder_to_write`](Self::folder_to_write)).
     pub(super) fn stage(
         &self,
+        folder: &Folder,
         shard: usize,
         new_frames: &[Frame<'_>],
         removals: &[(Kind, [u8; 16])],
         start: Start,
     ) -> io::Result<Staged> {
-        let open = self.open_for_writing(shard, start)?;
+        let open = self.open_for_writing(folder, shard, start)?;
         let pack_end = open.pack.metadata()?.len();
         let frame_bytes: u64 = new_frames
             .iter()
@@ -36,8 +38,9 @@ impl Packs {
                 format!("pack {shard:03x} is full; `kiln gc` compacts it"),
             ));
         }
-        crate::durable::within_file_size_limit(pack_end + frame_bytes)?;
-        crate::durable::within_file_size_limit(open.index_end + slot_bytes)?;
+        crate::durable::within_file_size_limit(
+            (pack_end + frame_bytes).max(open.index_end + slot_bytes),
+        )?;
         let now = now_seconds();
         let mut packed = Vec::with_capacity(usize::try_from(frame_bytes).unwrap_or(0));
         let mut slots = Vec::with_capacity(usize::try_from(slot_bytes).unwrap_or(0));
@@ -115,9 +118,12 @@ impl Packs {
             .keys()
             .map(|shard| lock_shard(locks, *shard))
             .collect::<io::Result<Vec<_>>>()?;
+        // One open of the root, its marker and the packs' folder for the
+        // batch, not one per shard it appends to.
+        let folder = self.folder_to_write()?;
         let mut staged = Vec::with_capacity(by_shard.len());
         for (shard, frames) in &by_shard {
-            staged.push(self.stage(*shard, frames, &[], Start::WithTheBatch)?);
+            staged.push(self.stage(&folder, *shard, frames, &[], Start::WithTheBatch)?);
         }
         if self.durable {
             // A shard started here has a new pack and index, and their

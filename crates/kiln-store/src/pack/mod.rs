@@ -366,7 +366,8 @@ impl Packs {
         new_frames: &[Frame<'_>],
         removals: &[(Kind, [u8; 16])],
     ) -> io::Result<u64> {
-        let staged = self.stage(shard, new_frames, removals, Start::Durably)?;
+        let folder = self.folder_to_write()?;
+        let staged = self.stage(&folder, shard, new_frames, removals, Start::Durably)?;
         if self.durable && staged.has_frames {
             staged.pack.sync_data()?;
         }
@@ -587,39 +588,50 @@ impl Packs {
         }
     }
 
-    /// The index and pack of `shard`, opened to append: made when missing,
-    /// and made again (a new generation) when the index's header or its
-    /// pack is damaged or gone. A torn last slot is cut off.
-    fn open_for_writing(&self, shard: usize, start: Start) -> io::Result<Writing> {
+    /// The packs' folder of a marked store, made when missing: opened once
+    /// for an append, or once for every shard of a batch.
+    fn folder_to_write(&self) -> io::Result<Folder> {
         let root = crate::skeleton::open_marked(&self.layout).map_err(io::Error::other)?;
         let (folder, _) = root.folder_made(OsStr::new("packs"), true)?;
+        Ok(folder)
+    }
+
+    /// The index and pack of `shard` in the packs' `folder`, opened to
+    /// append: made when missing, and made again (a new generation) when
+    /// the index's header or its pack is damaged or gone. A torn last slot
+    /// is cut off.
+    fn open_for_writing(&self, folder: &Folder, shard: usize, start: Start) -> io::Result<Writing> {
         let index_name = Self::index_name(shard);
         let opened = match folder.open_read_write(OsStr::new(&index_name)) {
-            Ok(index) if index.metadata()?.is_file() => {
-                let mut header = [0u8; UNIT as usize];
-                let generation = index
-                    .read_exact_at(&mut header, 0)
-                    .ok()
-                    .and_then(|()| index_generation(&header));
-                let pack = generation.and_then(|generation| {
-                    folder
-                        .open_read_write(OsStr::new(&Self::pack_name(shard, generation)))
+            Ok(index) => {
+                let found = index.metadata()?;
+                if found.is_file() {
+                    let mut header = [0u8; UNIT as usize];
+                    let generation = index
+                        .read_exact_at(&mut header, 0)
                         .ok()
-                });
-                pack.map(|pack| (index, pack))
+                        .and_then(|()| index_generation(&header));
+                    let pack = generation.and_then(|generation| {
+                        folder
+                            .open_read_write(OsStr::new(&Self::pack_name(shard, generation)))
+                            .ok()
+                    });
+                    pack.map(|pack| (index, pack, found.len()))
+                } else {
+                    None
+                }
             }
-            Ok(_) => None,
             Err(error) if is_absent(&error) => None,
             Err(error) => return Err(error),
         };
-        let (index, pack, started) = match opened {
-            Some((index, pack)) => (index, pack, false),
+        let (index, pack, length, started) = match opened {
+            Some((index, pack, length)) => (index, pack, length, false),
             None => {
-                let (index, pack) = self.start_shard(&folder, shard, start)?;
-                (index, pack, true)
+                let (index, pack) = self.start_shard(folder, shard, start)?;
+                let length = index.metadata()?.len();
+                (index, pack, length, true)
             }
         };
-        let length = index.metadata()?.len();
         let whole = UNIT + length.saturating_sub(UNIT) / UNIT * UNIT;
         if length != whole {
             index.set_len(whole)?;
