@@ -327,16 +327,7 @@ impl ArtifactStore for TieredStore {
                         self.asked_remote(&remote);
                     }
                     self.settle(local, remote, |bytes, work| {
-                        self.inner.local.found_elsewhere(key);
-                        let write = ArtifactWrite {
-                            key: key.clone(),
-                            source_key: None,
-                            bytes: bytes.to_vec(),
-                            work,
-                        };
-                        self.inner
-                            .queue
-                            .push(Write::LocalCopy(Box::new(write), None));
+                        self.queue_local_copy(key, bytes, work, None);
                     })
                 }
                 None => {

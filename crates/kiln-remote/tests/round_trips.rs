@@ -16,9 +16,15 @@ use kiln_store::{DiskStore, StoreConfig};
 use kiln_test_support::redis::LatencyProxy;
 use support::{Redis, config, fleet_keys, fresh_prefix};
 
-/// The round trips a cold batch of `kernels` costs a node whose remote is
-/// `round_trip` away, from its lookup until its writes are flushed.
-fn cold_batch(redis: &Redis, kernels: &[FakeKernel], round_trip: Duration, root: &Path) -> u64 {
+/// A node whose remote is `round_trip` away (a proxy in front of
+/// `redis`), on a disk store at `root` that syncs when `durable`; the
+/// proxy is returned to be kept for as long as the store is used.
+fn far_node(
+    redis: &Redis,
+    round_trip: Duration,
+    root: &Path,
+    durable: bool,
+) -> (LatencyProxy, TieredStore) {
     let proxy = LatencyProxy::start(redis.servers[0].port, round_trip);
     let mut settings = config(&proxy.url(), fleet_keys(), &fresh_prefix());
     settings.timeout = Duration::from_secs(5);
@@ -27,21 +33,34 @@ fn cold_batch(redis: &Redis, kernels: &[FakeKernel], round_trip: Duration, root:
     settings.lease = Duration::from_secs(60);
     let disk = DiskStore::open(StoreConfig {
         collects_automatically: false,
+        durable,
         ..StoreConfig::at(root)
     })
     .expect("a disk store opens");
     let store = TieredStore::new(disk, RemoteStore::open(settings).expect("the remote opens"));
-    assert!(store.remote().is_reachable(), "the proxy forwards");
-    let before = proxy.round_trips();
-    let target = FakeTarget::on_store(Arc::new(store.clone()) as Arc<dyn ArtifactStore>)
-        .with_compiler(FakeCompiler::default().logging_compiles_to(root.join("compiles.log")));
-    let mut loader = KernelLoader::with_config(
+    (proxy, store)
+}
+
+/// A loader of `target` with two workers.
+fn two_workers(target: FakeTarget) -> KernelLoader<FakeTarget> {
+    KernelLoader::with_config(
         target,
         LoaderConfig {
             parallelism: NonZeroUsize::new(2).expect("two workers"),
             ..LoaderConfig::default()
         },
-    );
+    )
+}
+
+/// The round trips a cold batch of `kernels` costs a node whose remote is
+/// `round_trip` away, from its lookup until its writes are flushed.
+fn cold_batch(redis: &Redis, kernels: &[FakeKernel], round_trip: Duration, root: &Path) -> u64 {
+    let (proxy, store) = far_node(redis, round_trip, root, true);
+    assert!(store.remote().is_reachable(), "the proxy forwards");
+    let before = proxy.round_trips();
+    let target = FakeTarget::on_store(Arc::new(store.clone()) as Arc<dyn ArtifactStore>)
+        .with_compiler(FakeCompiler::default().logging_compiles_to(root.join("compiles.log")));
+    let mut loader = two_workers(target);
     for kernel in kernels {
         loader.enqueue(Box::new(kernel.clone()), ());
     }
@@ -107,28 +126,11 @@ fn p10_a_cold_batch_of_64_costs_round_trips_per_batch_step_not_per_kernel() {
 /// `kernels`, each compiling 20 ms on two workers, on a node whose remote
 /// is `round_trip` away, and the claims it held.
 fn claim_groups(redis: &Redis, kernels: u32, round_trip: Duration, root: &Path) -> (u64, u64) {
-    let proxy = LatencyProxy::start(redis.servers[0].port, round_trip);
-    let mut settings = config(&proxy.url(), fleet_keys(), &fresh_prefix());
-    settings.timeout = Duration::from_secs(5);
-    settings.lease = Duration::from_secs(60);
     // A disk that does not sync: the workers come to their keys at the
     // pace of their compiles, not of this machine's disk.
-    let disk = DiskStore::open(StoreConfig {
-        collects_automatically: false,
-        durable: false,
-        ..StoreConfig::at(root)
-    })
-    .expect("a disk store opens");
-    let store = TieredStore::new(disk, RemoteStore::open(settings).expect("the remote opens"));
+    let (_proxy, store) = far_node(redis, round_trip, root, false);
     let target = FakeTarget::on_store(Arc::new(store.clone()) as Arc<dyn ArtifactStore>);
-    let mut loader = KernelLoader::with_config(
-        target,
-        LoaderConfig {
-            parallelism: NonZeroUsize::new(2).expect("two workers"),
-            ..LoaderConfig::default()
-        },
-    )
-    .without_profile();
+    let mut loader = two_workers(target).without_profile();
     let compile = Duration::from_millis(20);
     for number in 0..kernels {
         loader.enqueue(

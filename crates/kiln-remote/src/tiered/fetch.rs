@@ -53,11 +53,7 @@ impl TieredStore {
                 claimed.iter().map(|index| keys[*index].clone()).collect();
             let found = self.inner.local.lookup_many(&claimed_keys);
             for (index, found) in claimed.into_iter().zip(found) {
-                if let hit @ Lookup::Hit { .. } = found {
-                    self.inner
-                        .answers
-                        .copies_read
-                        .fetch_add(1, Ordering::Relaxed);
+                if let Some(hit) = self.landed_copy(found) {
                     answers[index] = hit;
                     landed[index] = true;
                 }
@@ -123,21 +119,46 @@ impl TieredStore {
             // costs the round trip, not a durable local write per kernel;
             // `flush` and the drop wait for it.
             answers[index] = self.settle(local, remote, |bytes, work| {
-                // Found here after all: the local store keeps no miss.
-                self.inner.local.found_elsewhere(key);
-                let write = ArtifactWrite {
-                    key: key.clone(),
-                    source_key: None,
-                    bytes: bytes.to_vec(),
-                    work,
-                };
-                self.inner
-                    .queue
-                    .push(Write::LocalCopy(Box::new(write), claim.take()));
+                self.queue_local_copy(key, bytes, work, claim.take());
             });
             // A miss, or a copy the queue did not take: let the key go.
             drop(claim);
         }
+    }
+
+    /// `found`, the local answer for a key another process of this machine
+    /// was copying, when its copy landed: a hit, counted as a copy read.
+    fn landed_copy(&self, found: Lookup<Vec<u8>>) -> Option<Lookup<Vec<u8>>> {
+        if !matches!(found, Lookup::Hit { .. }) {
+            return None;
+        }
+        self.inner
+            .answers
+            .copies_read
+            .fetch_add(1, Ordering::Relaxed);
+        Some(found)
+    }
+
+    /// Queues the local copy of `key`'s remote hit, written off the launch
+    /// path (with `claim`, this machine's claim on it, let go once it is
+    /// written); found here after all, the local store keeps no miss.
+    pub(super) fn queue_local_copy(
+        &self,
+        key: &StoreKey,
+        bytes: &[u8],
+        work: Duration,
+        claim: Option<ClaimGuard>,
+    ) {
+        self.inner.local.found_elsewhere(key);
+        let write = ArtifactWrite {
+            key: key.clone(),
+            source_key: None,
+            bytes: bytes.to_vec(),
+            work,
+        };
+        self.inner
+            .queue
+            .push(Write::LocalCopy(Box::new(write), claim));
     }
 
     /// How long a batch waits at most for another process of this machine
@@ -181,11 +202,7 @@ impl TieredStore {
             let mut still = Vec::new();
             let mut fetches = Vec::new();
             for (index, found) in waiting.into_iter().zip(found) {
-                if let hit @ Lookup::Hit { .. } = found {
-                    self.inner
-                        .answers
-                        .copies_read
-                        .fetch_add(1, Ordering::Relaxed);
+                if let Some(hit) = self.landed_copy(found) {
                     answers[index] = hit;
                     // Copies are landing: their fetch is alive.
                     quiet_until = Instant::now() + quiet;
