@@ -240,3 +240,39 @@ fn after_a_warm_start_ls_shows_the_pipeline_cache_as_a_blob_and_no_kernel_for_it
         "the table lists the blob by its kind:\n{text}"
     );
 }
+
+// The README's first command, `cargo run --release -p kiln-tool -- warm
+// examples/kernels`: the package has two binaries (the command and the
+// worker program), and `cargo run` must know to run the command.
+#[test]
+fn cargo_run_of_the_package_runs_the_kiln_command() {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let output = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        output.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: Value = serde_json::from_slice(&output.stdout).expect("cargo's JSON");
+    let package = metadata["packages"]
+        .as_array()
+        .and_then(|packages| {
+            packages
+                .iter()
+                .find(|package| package["name"] == env!("CARGO_PKG_NAME"))
+        })
+        .expect("this package in the metadata");
+    assert_eq!(package["default_run"], "kiln", "{package:#}");
+}
