@@ -15,6 +15,9 @@
 //! - `doc-check`: the facade's documentation built with docs.rs's features
 //!   lists every backend's target and kernel builder on its crate page.
 //! - `setup`: only the install step of `test`.
+//! - `env`: the install step, then the environment the tests need as shell
+//!   `export` lines, for `eval "$(cargo xtask env)"` before a `cargo test` of
+//!   one crate.
 //! - `bench-report`: the benchmarks behind rules F1–F4 (docs/BEHAVIOUR.md) and one table of
 //!   their ratios; packs the full run for a GPU machine.
 
@@ -47,7 +50,9 @@ tasks:
   doc-check             the facade's docs as docs.rs builds them: its crate page lists every
                         backend's target and kernel builder, and no link is left unresolved
   bench-report          run the F1-F4 benchmarks, print one table of ratios, pack the GPU run
-  setup                 install what the tests need, and nothing else";
+  setup                 install what the tests need, and nothing else
+  env                   install what the tests need, then print their environment as
+                        export lines: eval \"$(cargo xtask env)\" before one crate's cargo test";
 
 fn main() -> Result<()> {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
@@ -69,6 +74,14 @@ fn main() -> Result<()> {
         ["publish-check", "--registry"] => publish::check(true),
         ["bench-report", extra @ ..] => bench::report(extra),
         ["setup"] => setup::ensure_all().map(drop),
+        ["env"] => {
+            let mut environment = setup::ensure_all()?;
+            environment.extend(setup::root_environment());
+            for (key, value) in environment {
+                println!("export {key}='{}'", value.replace('\'', "'\\''"));
+            }
+            Ok(())
+        }
         ["help" | "--help" | "-h"] | [] => {
             println!("{USAGE}");
             Ok(())
