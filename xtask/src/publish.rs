@@ -8,12 +8,16 @@
 //! package turns on a feature that exists for tests, and that `cargo
 //! package` makes every `.crate`, the packages resolved against each other
 //! in dependency order (cargo's local overlay of the packages it packages,
-//! so unpublished siblings are no failure). It cannot know which names the
-//! registry holds for someone else, nor build the packages as the registry
-//! would: `--registry` adds `cargo publish --dry-run` of every package at
-//! once (cargo resolves each against its unpublished siblings), which
-//! builds each one (minutes) and needs the registry: a run that cannot
+//! so unpublished siblings are no failure). Whether the registry holds a
+//! package's name for another owner comes from the answers its index gave,
+//! committed in `xtask/registry-names.json` (`names`): `--registry` asks
+//! the index again and writes them down. It cannot build the packages as
+//! the registry would: `--registry` adds `cargo publish --dry-run` of every
+//! package at once (cargo resolves each against its unpublished siblings),
+//! which builds each one (minutes) and needs the registry: a run that cannot
 //! reach it is reported as not checked rather than as a failure.
+
+mod names;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -42,7 +46,11 @@ struct Package {
 pub fn check(registry: bool) -> Result<()> {
     let packages = publishable()?;
     let order = dependency_order(&packages)?;
-    let mut problems = Vec::new();
+    let file = names::cache_file(&crate::setup::workspace_root());
+    if registry {
+        names::refresh(&order, &names::index(), &file, names::today())?;
+    }
+    let mut problems = names::problems(&order, &names::Answers::read(&file)?);
     for name in &order {
         let package = &packages[name];
         problems.extend(manifest_problems(package, &packages));
@@ -62,7 +70,7 @@ pub fn check(registry: bool) -> Result<()> {
     command::cargo(&arguments).run("cargo package of every publishable package")?;
     println!(
         "publish-check: {} packages, in this order: {}; manifests, licences, READMEs and \
-         features are as a registry wants them",
+         features are as a registry wants them, and no one else holds their names",
         order.len(),
         order.join(", ")
     );
