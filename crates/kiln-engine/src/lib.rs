@@ -115,11 +115,13 @@ pub use error::{
 pub use handle::{KernelCache, KeyedCache, PendingKernel};
 pub use id::{ArtifactId, DeviceId, KernelId, KernelIdBuilder};
 pub use kernel::Kernel;
-pub use loader::{BatchProgress, KernelLoader, STORED_BATCH_LIMIT, StoredBatch, Waiting};
+pub use loader::{
+    BatchProgress, FallbackMissing, KernelLoader, Loading, STORED_BATCH_LIMIT, StoredBatch, Waiting,
+};
 pub use resources::{ArtifactReport, Reported, ResourceUsage};
 pub use statistics::{
-    BatchRecord, CollectorScope, KernelCounts, KernelOutcome, KernelRecord, LoaderStatistics,
-    StatisticsCollector,
+    BatchRecord, CollectorScope, Health, KernelCounts, KernelOutcome, KernelRecord,
+    LoaderStatistics, StatisticsCollector,
 };
 pub use store::{
     ArtifactCopy, ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference, Explanation,

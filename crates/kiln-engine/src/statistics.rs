@@ -28,6 +28,11 @@ use crate::diagnostic::Diagnostic;
 use crate::error::KernelError;
 use crate::id::KernelId;
 
+mod health;
+
+pub use health::Health;
+pub(crate) use health::HealthCounters;
+
 /// Counts the kernels registered while one of its scopes is open.
 ///
 /// Cloning shares the counts.
@@ -258,6 +263,13 @@ pub struct BatchRecord {
     pub stored: bool,
     /// Each kernel's record, in the batch's order.
     pub records: Vec<KernelRecord>,
+    /// Whether it was a background batch, which no caller waited on: the
+    /// kernels `load_or` asked for while it answered their fallbacks.
+    #[serde(default)]
+    pub background: bool,
+    /// The loader's health as the batch ended, its own compiles counted.
+    #[serde(default)]
+    pub health: Health,
 }
 
 impl BatchRecord {
@@ -307,9 +319,31 @@ pub struct LoaderStatistics {
     pub compile_seconds: f64,
     /// Seconds of compiling the store hits spared, as recorded when stored.
     pub saved_seconds: f64,
+    /// What a readiness probe reads: background compiles, fallback loads,
+    /// compiles a caller waited on.
+    #[serde(default)]
+    pub health: Health,
 }
 
 impl LoaderStatistics {
+    /// Adds `other`'s totals to these (its health left out): a loader's
+    /// own batches and its background batches' together.
+    pub(crate) fn add(&mut self, other: &Self) {
+        self.hits += other.hits;
+        self.misses += other.misses;
+        self.compiled += other.compiled;
+        self.rekeyed += other.rekeyed;
+        self.failed += other.failed;
+        self.remembered += other.remembered;
+        self.refused += other.refused;
+        self.stored += other.stored;
+        self.store_errors += other.store_errors;
+        self.bytes_read += other.bytes_read;
+        self.bytes_written += other.bytes_written;
+        self.compile_seconds += other.compile_seconds;
+        self.saved_seconds += other.saved_seconds;
+    }
+
     pub(crate) fn count_failure(&mut self, error: &KernelError) {
         match error.failure {
             crate::error::Failure::Refused(_) => self.refused += 1,

@@ -170,14 +170,17 @@ impl<T: CompilationTarget> KernelLoader<T> {
         }
         self.target.batch_finished();
 
-        let batch = BatchRecord {
+        let mut batch = BatchRecord {
             kernels: records.len(),
             workers,
             mode,
             wall: started.elapsed(),
             stored: records.iter().any(|record| record.stored),
             records,
+            background: false,
+            health: crate::statistics::Health::default(),
         };
+        self.note_health(&mut batch);
         log::debug!(
             "batch of {} kernels: {:?} wall, {:?} work on {} workers ({:?})",
             batch.kernels,

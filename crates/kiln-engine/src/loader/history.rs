@@ -164,6 +164,8 @@ mod tests {
             mode: WorkerMode::Processes,
             wall: Duration::from_millis(40),
             stored: true,
+            background: false,
+            health: crate::statistics::Health::default(),
             records: (0..kernels)
                 .map(|number| KernelRecord {
                     kernel: KernelId::named(format!("kernel-{number}"))

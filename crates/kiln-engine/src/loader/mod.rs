@@ -8,6 +8,7 @@
 //! in this process or in a worker process; a batch's record as a store
 //! keeps it is its `history`.
 
+mod background;
 mod batch;
 #[cfg(test)]
 mod device_step_tests;
@@ -39,6 +40,7 @@ use crate::store::{BoundStore, KeyedCompiler};
 use crate::target::{CompilationTarget, KernelOf, VariantOf};
 
 use crate::worker::WorkerProcesses;
+pub use background::{FallbackMissing, Loading};
 pub use history::{STORED_BATCH_LIMIT, StoredBatch};
 pub use progress::{BatchProgress, Waiting, is_hidden, printable};
 
@@ -102,6 +104,15 @@ pub struct KernelLoader<T: CompilationTarget> {
     progress: BatchProgress,
     /// The warm-start profile, when the loader keeps one (L12).
     profile: Option<profiled::ProfileState<T>>,
+    /// The kernels `load_or` left to background batches (R2).
+    background: background::Batches<T>,
+    /// What a readiness probe reads (R3), shared with the background
+    /// batches' loader.
+    health: Arc<crate::statistics::HealthCounters>,
+    /// Whether this loader runs another loader's background batches.
+    in_background: bool,
+    /// Whether the batch running now has a caller waiting on it (R3).
+    caller_waits: bool,
 }
 
 impl<T: CompilationTarget> KernelLoader<T> {
@@ -144,6 +155,10 @@ impl<T: CompilationTarget> KernelLoader<T> {
             retry_failed: config.retry_failed,
             progress: BatchProgress::default(),
             profile: None,
+            background: background::Batches::new(config.clone()),
+            health: Arc::default(),
+            in_background: false,
+            caller_waits: false,
         };
         if config.profile {
             // L12: a loader with a store keeps its program's profile unless
@@ -169,6 +184,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// [`with_worker_mode`](Self::with_worker_mode) does; choosing threads
     /// shuts the worker processes down.
     pub fn set_worker_mode(&mut self, mode: WorkerMode) {
+        self.background.set_worker_mode(mode);
         self.pool.set_mode(mode);
     }
 
@@ -283,7 +299,10 @@ impl<T: CompilationTarget> KernelLoader<T> {
             registration,
         }));
         let mut answers = Vec::with_capacity(requests.len() - n_queued);
-        for (index, (id, result)) in self.run_batch(requests).into_iter().enumerate() {
+        self.caller_waits = requests.len() > n_queued;
+        let outcomes = self.run_batch(requests);
+        self.caller_waits = false;
+        for (index, (id, result)) in outcomes.into_iter().enumerate() {
             if index < n_queued {
                 self.keep(id, result);
                 continue;
@@ -374,6 +393,9 @@ impl<T: CompilationTarget> KernelLoader<T> {
         }
         self.loaded.reset_if_switched(&self.store);
         self.take_in_profile();
+        if self.background.has_landed() {
+            self.take_landed();
+        }
     }
 
     /// The target, giving up everything loaded: to hand its store to a new
@@ -384,7 +406,10 @@ impl<T: CompilationTarget> KernelLoader<T> {
 
     /// Totals since the loader was made.
     pub fn statistics(&self) -> LoaderStatistics {
-        self.statistics
+        let mut statistics = self.statistics;
+        statistics.add(self.background.statistics());
+        statistics.health = self.health.snapshot();
+        statistics
     }
 
     /// The tail of the last batch's compile phase (F2): the finish of the
@@ -437,6 +462,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
         // compile again when they are launched or queued.
         self.failed.clear();
 
+        let asked_one = asked.is_some();
         let (mut requests, queued_registration) =
             queued_requests(&mut queued, asked.as_ref().map(|asked| asked.id));
         if let Some(asked) = asked {
@@ -448,7 +474,10 @@ impl<T: CompilationTarget> KernelLoader<T> {
                 registration: queued_registration.unwrap_or_else(Registration::register),
             });
         }
-        for (id, result) in self.run_batch(requests) {
+        self.caller_waits = asked_one;
+        let outcomes = self.run_batch(requests);
+        self.caller_waits = false;
+        for (id, result) in outcomes {
             self.keep(id, result);
         }
     }

@@ -219,6 +219,22 @@ impl<T: CompilationTarget> KernelLoader<T> {
         }
     }
 
+    /// Whether every kernel the last run's profile names is loaded (R3):
+    /// true without a profile.
+    pub(super) fn profile_complete(&self) -> bool {
+        let Some(previous) = self
+            .profile
+            .as_ref()
+            .and_then(|profile| profile.profiler.previous())
+        else {
+            return true;
+        };
+        previous.kernels.iter().all(|kernel| {
+            crate::encoding::decode::<ArtifactId<VariantOf<T>>>(&kernel.id)
+                .map_or(true, |(id, _)| self.loaded.entries.contains_key(&id))
+        })
+    }
+
     /// `id` was loaded by a batch: it joins the next profile.
     pub(super) fn note_loaded(&mut self, id: &ArtifactId<VariantOf<T>>) {
         if let Some(profile) = &mut self.profile {

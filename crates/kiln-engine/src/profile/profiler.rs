@@ -118,6 +118,11 @@ impl<C: ArtifactCompiler> Profiler<C> {
         }
     }
 
+    /// The profile the last run left, once [`take`](Self::take) read it.
+    pub(crate) fn previous(&self) -> Option<&StoredProfile> {
+        self.previous.as_ref()
+    }
+
     /// `id` was loaded this run.
     pub(crate) fn note(&mut self, id: &ArtifactId<C::Variant>) {
         self.used.push(id.clone());
