@@ -162,7 +162,7 @@ fn r1_r2_a_thousand_requests_with_twenty_new_shapes_never_wait_on_a_compile() {
         "the requests kept their pace: {serving:?}"
     );
 
-    loader.wait_for_background();
+    assert!(loader.wait_for_background(Duration::from_secs(60)));
     for (shape, id) in shapes.iter().zip(&ids) {
         let served = loader.load_or(shape, id, &fallback_id).expect("loaded");
         assert_eq!(
@@ -222,7 +222,7 @@ fn r2_a_kernel_failing_in_the_background_keeps_its_fallback_and_reports_once() {
         .load_or(&failing, &id, &fallback_id)
         .expect("fallback");
     assert_eq!(served.kernel, fallback_id.kernel);
-    loader.wait_for_background();
+    assert!(loader.wait_for_background(Duration::from_secs(60)));
     let served = loader
         .load_or(&failing, &id, &fallback_id)
         .expect("fallback");
@@ -242,7 +242,7 @@ fn r2_a_kernel_failing_in_the_background_keeps_its_fallback_and_reports_once() {
         );
     }
     assert_eq!(loader.try_load(&failing, &id), Loading::Failed);
-    loader.wait_for_background();
+    assert!(loader.wait_for_background(Duration::from_secs(60)));
     assert!(
         loader.take_background_failures().is_empty(),
         "reported once"
@@ -320,7 +320,7 @@ fn r1_a_missing_fallback_is_an_error_at_once() {
     assert_eq!(error.fallback, fallback.kernel);
     assert!(error.to_string().contains("load it once"), "{error}");
     assert_eq!(loader.statistics().health.request_path_compiles, 0);
-    loader.wait_for_background();
+    assert!(loader.wait_for_background(Duration::from_secs(60)));
     assert!(matches!(
         loader.try_load(&kernel, &kernel.artifact_id()),
         Loading::Ready(_)
@@ -343,7 +343,7 @@ fn r3_is_warm_says_nothing_is_pending() {
     let health = loader.statistics().health;
     assert_eq!(health.compiling_now, 1);
     assert!(health.oldest_compiling_seconds >= 0.04, "{health:?}");
-    loader.wait_for_background();
+    assert!(loader.wait_for_background(Duration::from_secs(60)));
     assert!(loader.is_warm());
     let record = loader.records().back().expect("the background batch");
     assert!(record.background);

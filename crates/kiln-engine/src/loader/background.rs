@@ -306,7 +306,7 @@ where
     /// let special_id = special.artifact_id();
     /// let served = loader.load_or(&special, &special_id, &generic_id).expect("loaded");
     /// assert_eq!(served.kernel, generic_id.kernel, "the fallback, at once");
-    /// loader.wait_for_background();
+    /// assert!(loader.wait_for_background(std::time::Duration::from_secs(30)));
     /// let served = loader.load_or(&special, &special_id, &generic_id).expect("loaded");
     /// assert_eq!(served.kernel, special_id.kernel, "the kernel, once it landed");
     /// assert_eq!(loader.statistics().health.request_path_compiles, 1, "the fallback's");
@@ -525,24 +525,33 @@ impl<T: CompilationTarget> KernelLoader<T> {
         std::mem::take(&mut self.background.failures)
     }
 
-    /// Waits until no kernel waits for or compiles in a background batch,
-    /// and publishes what landed: for tests, benchmarks and a program that
-    /// wants its warm state before it serves. Returns at once when nothing
-    /// is pending.
-    pub fn wait_for_background(&mut self) {
+    /// Waits, up to `timeout`, until no kernel waits for or compiles in a
+    /// background batch, and publishes what landed: for tests, benchmarks
+    /// and a program that wants its warm state before it serves. Whether
+    /// nothing is pending any more; at once when nothing was.
+    pub fn wait_for_background(&mut self, timeout: std::time::Duration) -> bool {
         let Some(shared) = self.background.shared.clone() else {
-            return;
+            return true;
         };
+        let deadline = Instant::now().checked_add(timeout);
         {
             let mut state = shared.lock();
-            while !(state.waiting.is_empty() && state.in_flight.is_empty()) && !state.closed {
+            while (!state.waiting.is_empty() || !state.in_flight.is_empty()) && !state.closed {
+                let left = deadline.map_or(timeout, |deadline| {
+                    deadline.saturating_duration_since(Instant::now())
+                });
+                if left.is_zero() {
+                    break;
+                }
                 state = shared
                     .wake
-                    .wait(state)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0;
             }
         }
         self.take_landed();
+        self.background.is_idle()
     }
 
     /// The worker processes of the background batches, as of the end of
