@@ -128,6 +128,23 @@ pub enum CacheError {
     /// Kernels of the batch a build ran failed.
     #[error(transparent)]
     Build(#[from] BuildFailure),
+    /// The kernel asked for is not built yet and its fallback is not
+    /// either.
+    #[error(transparent)]
+    FallbackMissing(#[from] FallbackMissing),
+}
+
+/// A load with a fallback (`load_or`, `resolve_or`) found neither the
+/// kernel nor its fallback loaded: a fallback is a kernel the program
+/// loads once, before it serves with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the fallback kernel {fallback} is not loaded: load it once (with `load` or `resolve`) \
+     before serving with it"
+)]
+pub struct FallbackMissing {
+    /// The fallback asked for.
+    pub fallback: KernelId,
 }
 
 /// The kernels of one batch that failed. Each failed alone: the rest of the

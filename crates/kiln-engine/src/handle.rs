@@ -87,6 +87,7 @@
 // Each file uses only those before it: `slot` (one request) → `cache` (the
 // `KernelCache`, its locks and batches) → `pending` (`PendingKernel`, and
 // `KernelCache::request`) → `keyed` (`KeyedCache`, and `KernelCache::keyed`).
+mod background;
 mod cache;
 mod keyed;
 mod pending;

@@ -110,14 +110,13 @@ pub use config::{LoaderConfig, WorkerMode};
 pub use define::DefineProblem;
 pub use diagnostic::{CompileFailure, Diagnostic, Location, Severity};
 pub use error::{
-    BuildFailure, CacheError, ConfigError, DeviceRefusal, Failure, KernelError, Stage,
+    BuildFailure, CacheError, ConfigError, DeviceRefusal, Failure, FallbackMissing, KernelError,
+    Stage,
 };
 pub use handle::{KernelCache, KeyedCache, PendingKernel};
 pub use id::{ArtifactId, DeviceId, KernelId, KernelIdBuilder};
 pub use kernel::Kernel;
-pub use loader::{
-    BatchProgress, FallbackMissing, KernelLoader, Loading, STORED_BATCH_LIMIT, StoredBatch, Waiting,
-};
+pub use loader::{BatchProgress, KernelLoader, Loading, STORED_BATCH_LIMIT, StoredBatch, Waiting};
 pub use resources::{ArtifactReport, Reported, ResourceUsage};
 pub use statistics::{
     BatchRecord, CollectorScope, Health, KernelCounts, KernelOutcome, KernelRecord,

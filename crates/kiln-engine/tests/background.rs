@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
 use kiln_engine::{
-    ArtifactId, ArtifactStore, KernelLoader, KernelOutcome, LoaderConfig, Loading, MemoryStore,
-    WorkerMode,
+    ArtifactId, ArtifactStore, DeviceId, KernelCache, KernelLoader, KernelOutcome, LoaderConfig,
+    Loading, MemoryStore, WorkerMode,
 };
 use kiln_test_support::Scratch;
 
@@ -37,6 +37,10 @@ fn main() {
         (
             "r1_a_missing_fallback_is_an_error_at_once",
             r1_a_missing_fallback_is_an_error_at_once,
+        ),
+        (
+            "r1_r2_the_shared_handle_serves_fallbacks_from_many_threads_while_it_builds",
+            r1_r2_the_shared_handle_serves_fallbacks_from_many_threads_while_it_builds,
         ),
         (
             "r3_is_warm_says_nothing_is_pending",
@@ -348,4 +352,94 @@ fn r3_is_warm_says_nothing_is_pending() {
     let record = loader.records().back().expect("the background batch");
     assert!(record.background);
     assert_eq!(record.health.request_path_compiles, 0);
+}
+
+/// R1, R2 with the shared handle: request threads resolve with a fallback
+/// while the cache builds their shapes in background batches in worker
+/// processes; no request thread compiles, and every shape is served once
+/// built.
+fn r1_r2_the_shared_handle_serves_fallbacks_from_many_threads_while_it_builds() {
+    let scratch = Scratch::new("r1-shared");
+    let log = scratch.join("compiles.log");
+    let device = DeviceId::new("fake", 0);
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    let cache = KernelCache::with_config(
+        device,
+        target_on(store, &log),
+        LoaderConfig {
+            parallelism: NonZeroUsize::new(4).expect("4"),
+            record_limit: 64,
+            profile: false,
+            worker_mode: WorkerMode::Processes,
+            ..LoaderConfig::default()
+        },
+    );
+    let fallback = cache.request(FakeKernel::new(0), ());
+    fallback.resolve(device).expect("the fallback builds");
+    let before = cache.health();
+    let shapes: Vec<_> = (1..=8)
+        .map(|number| {
+            cache.request(
+                FakeKernel::new(number).sleeping(Duration::from_millis(500)),
+                (),
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    let fell_back: u64 = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..4)
+            .map(|thread| {
+                let (shapes, fallback) = (&shapes, &fallback);
+                scope.spawn(move || {
+                    let mut fell_back = 0;
+                    for request in 0..100usize {
+                        let shape = &shapes[(request + thread) % shapes.len()];
+                        let served = shape.resolve_or(device, fallback).expect("fallback built");
+                        if served.kernel != shape.id().kernel {
+                            assert_eq!(served.kernel, fallback.id().kernel);
+                            fell_back += 1;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    fell_back
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|thread| thread.join().expect("no panic"))
+            .sum()
+    });
+    let serving = started.elapsed();
+    let during = cache.health();
+    assert_eq!(
+        during.request_path_compiles, before.request_path_compiles,
+        "{during:?}"
+    );
+    assert!(
+        fell_back > 0 && during.fallback_loads >= fell_back,
+        "{during:?}"
+    );
+    assert!(cache.wait_for_background(Duration::from_secs(60)));
+    for shape in &shapes {
+        assert_eq!(
+            shape.resolve_or(device, &fallback).expect("built").kernel,
+            shape.id().kernel
+        );
+    }
+    let records = cache.records();
+    let compiled: usize = records
+        .iter()
+        .filter(|record| record.background)
+        .map(|record| record.count(KernelOutcome::Compiled))
+        .sum();
+    assert_eq!(compiled, 8, "every shape in a background batch");
+    assert_eq!(
+        cache.health().request_path_compiles,
+        before.request_path_compiles
+    );
+    let (counts, pids) = compiles(&log);
+    assert!(counts.values().all(|&count| count == 1), "{counts:?}");
+    assert!(!pids.contains(&std::process::id()), "in worker processes");
+    println!("{fell_back} of 400 requests served by the fallback in {serving:?}");
 }

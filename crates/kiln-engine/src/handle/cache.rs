@@ -41,6 +41,9 @@ struct Shared<T: CompilationTarget> {
     threads_waiting: AtomicUsize,
     state: Mutex<State<T>>,
     reporter: Mutex<Option<Reporter<T>>>,
+    /// The background builds of `resolve_or` (R2) and the loader's
+    /// health, read without the build lock (R3).
+    pub(super) background: super::background::BackgroundBuilds,
 }
 
 struct State<T: CompilationTarget> {
@@ -83,10 +86,13 @@ impl<T: CompilationTarget> KernelCache<T> {
     /// `config` says: the reporter reads each batch's warnings from it.
     pub fn with_config(device: DeviceId, target: T, mut config: LoaderConfig) -> Self {
         config.record_limit = config.record_limit.max(1);
+        let loader = KernelLoader::with_config(target, config);
+        let background = super::background::BackgroundBuilds::new(loader.health_counters());
         Self {
             shared: Arc::new(Shared {
                 device,
-                loader: Mutex::new(KernelLoader::with_config(target, config)),
+                background,
+                loader: Mutex::new(loader),
                 threads_waiting: AtomicUsize::new(0),
                 state: Mutex::new(State {
                     slots: FxHashMap::default(),
@@ -391,6 +397,34 @@ impl<T: CompilationTarget> KernelCache<T> {
             failures,
             built,
         }
+    }
+
+    /// One build of everything waiting as a background batch, which no
+    /// caller waits on (R2): the failures of its kernels.
+    pub(super) fn build_unwaited(&self) -> Vec<KernelError> {
+        let batch = {
+            let mut loader = self.shared.lock_loader();
+            loader.set_in_background(true);
+            let batch = self.run_batch(&mut loader);
+            loader.set_in_background(false);
+            batch
+        };
+        self.report(&batch.built);
+        batch.failures
+    }
+
+    /// How many requests wait for a batch without having failed one.
+    pub(super) fn waiting_afresh(&self) -> usize {
+        self.shared
+            .lock_state()
+            .waiting
+            .iter()
+            .filter(|wanted| !wanted.retry)
+            .count()
+    }
+
+    pub(super) fn shared_background(&self) -> &super::background::BackgroundBuilds {
+        &self.shared.background
     }
 
     /// Gives each built artifact's record to the reporter of the moment,

@@ -29,8 +29,8 @@ use super::KernelLoader;
 use super::job::{contained, refused};
 use crate::compiler::ArtifactCompiler;
 use crate::config::LoaderConfig;
-use crate::error::{DeviceRefusal, KernelError, Stage};
-use crate::id::{ArtifactId, KernelId};
+use crate::error::{DeviceRefusal, FallbackMissing, KernelError, Stage};
+use crate::id::ArtifactId;
 use crate::statistics::{BatchRecord, HealthCounters, LoaderStatistics, Registration};
 use crate::store::ArtifactStore;
 use crate::target::{ArtifactOf, CompilationTarget, DeviceStep, KernelOf, MadeOf, VariantOf};
@@ -47,18 +47,6 @@ pub enum Loading<L> {
     /// [`KernelLoader::take_background_failures`]) and it is not compiled
     /// again in the background.
     Failed,
-}
-
-/// [`KernelLoader::load_or`]'s fallback is not loaded: a fallback is a
-/// kernel the program loads once, before it serves with it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the fallback kernel {fallback} is not loaded: load it once (with `load`) before \
-     serving with it"
-)]
-pub struct FallbackMissing {
-    /// The fallback asked for.
-    pub fallback: KernelId,
 }
 
 /// A loader's background batches, as its own thread sees them.
@@ -570,6 +558,18 @@ impl<T: CompilationTarget> KernelLoader<T> {
     pub fn is_warm(&mut self) -> bool {
         self.check_store();
         self.queue.is_empty() && self.background.is_idle() && self.profile_complete()
+    }
+
+    /// The counters behind the loader's health, for a shared handle to
+    /// read without its build lock.
+    pub(crate) fn health_counters(&self) -> Arc<HealthCounters> {
+        Arc::clone(&self.health)
+    }
+
+    /// Marks the batches that follow as background batches, which no
+    /// caller waits on, or as a caller's again.
+    pub(crate) fn set_in_background(&mut self, background: bool) {
+        self.in_background = background;
     }
 
     /// Notes a batch's health in its record: a background batch says so; a

@@ -40,7 +40,7 @@ use crate::store::{BoundStore, KeyedCompiler};
 use crate::target::{CompilationTarget, KernelOf, VariantOf};
 
 use crate::worker::WorkerProcesses;
-pub use background::{FallbackMissing, Loading};
+pub use background::Loading;
 pub use history::{STORED_BATCH_LIMIT, StoredBatch};
 pub use progress::{BatchProgress, Waiting, is_hidden, printable};
 
