@@ -18,6 +18,7 @@ mod console;
 mod exit;
 mod format;
 mod header;
+mod health;
 mod kernel;
 mod logger;
 mod manifest;

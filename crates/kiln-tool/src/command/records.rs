@@ -63,6 +63,16 @@ pub struct BatchShape {
     /// Kernel records the store left out to keep the record small (the
     /// cheapest); the counts above leave them out too.
     pub omitted: usize,
+    /// Whether it was a background batch, which no caller waited on.
+    pub background: bool,
+    /// The process's loads served by a fallback, as the batch ended.
+    pub fallback_loads: u64,
+    /// The process's compiles a caller waited on, as the batch ended.
+    pub request_path_compiles: u64,
+    /// The seconds callers waited on them.
+    pub request_path_seconds: f64,
+    /// Kernels waiting for or in a background batch as it ended.
+    pub compiling_now: u64,
     /// The costliest kernels, costliest first.
     pub slowest: Vec<KernelShape>,
 }
@@ -121,6 +131,11 @@ fn shape(stored: &StoredBatch, slowest: usize) -> BatchShape {
             .count(),
         refused: batch.count(KernelOutcome::Refused),
         omitted: stored.omitted,
+        background: batch.background,
+        fallback_loads: batch.health.fallback_loads,
+        request_path_compiles: batch.health.request_path_compiles,
+        request_path_seconds: batch.health.request_path_seconds,
+        compiling_now: batch.health.compiling_now,
         slowest: costliest
             .into_iter()
             .take(slowest)
@@ -174,12 +189,16 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                     (1, "threads") => "1 thread".to_owned(),
                     (1, "processes") => "1 process".to_owned(),
                     (workers, mode) => format!("{workers} {mode}"),
-                },
+                } + if batch.background { ", background" } else { "" },
                 format::seconds(batch.wall_seconds),
                 format::seconds(batch.work_seconds),
             ]);
         }
         outln!("{}", table.render().trim_end());
+        outln!(
+            "request path: {}",
+            crate::health::HealthReport::of(&kept).line()
+        );
         for batch in shown.iter().filter(|batch| !batch.slowest.is_empty()) {
             outln!(
                 "\nslowest of pid {} ({} {}, {}):",

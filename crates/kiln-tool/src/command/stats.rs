@@ -43,6 +43,8 @@ struct Stats {
     max_entries: u64,
     compilers: Vec<kiln_engine::KeyComponents>,
     activity: ActivityReport,
+    /// The request path's health, from the kept batch records.
+    health: crate::health::HealthReport,
     /// The remote tier, when one is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     remote: Option<RemoteReport>,
@@ -153,6 +155,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             since: activity.since,
             backends: activity.backends.into_iter().map(Into::into).collect(),
         },
+        health: crate::health::HealthReport::of(&store.kept_batches()),
         remote: remote.as_ref().map(remote_report),
     };
     output.print(&stats, || print(&stats))
@@ -377,6 +380,9 @@ fn print(stats: &Stats) {
             format::ago(stats.activity.since)
         },
     ));
+    if stats.health.processes > 0 {
+        pairs.push(("request path", stats.health.line()));
+    }
     print_pairs(&pairs);
     if let Some(remote) = &stats.remote {
         outln!();
