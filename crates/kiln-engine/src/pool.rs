@@ -113,6 +113,19 @@ impl WorkerPool {
             .is_some_and(|pool| !pool.is_unavailable())
     }
 
+    /// Starts, in the background, the worker processes a batch of
+    /// `missing` kernels to compile will finalize in (F5), unless the batch
+    /// compiles nothing, finalizes on threads, or this pool runs already:
+    /// a batch the store answers whole starts no process (F11).
+    pub(crate) fn start_early(&self, recipe: Option<WorkerRecipe>, missing: usize) {
+        if missing == 0 || self.mode != WorkerMode::Processes || self.processes.is_some() {
+            return;
+        }
+        if let Some(recipe) = recipe {
+            worker::start_early(recipe, self.parallelism.get().min(missing));
+        }
+    }
+
     /// The worker processes [`prepare_processes`](Self::prepare_processes)
     /// readied.
     pub(crate) fn process_pool(&self) -> Option<&ProcessPool> {
@@ -240,6 +253,31 @@ impl WorkerPool {
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = tail;
     }
 
+    /// Runs `jobs` whose work is a device step alone (a round with nothing
+    /// to compile: every kernel came from the store), where it is fastest:
+    /// the first on the caller's thread, timed, then the rest there too
+    /// when all of them at that pace fit in [`SERIAL_DEVICE_STEPS`], else
+    /// on as many of the pool's threads as the work fills (F9 where it
+    /// pays: a driver's pipeline compile of milliseconds; a module load
+    /// of tens of microseconds or a description stays on one thread, with
+    /// no thread started or woken). Returns the workers it used.
+    pub(crate) fn run_device_steps<'j, J: Send>(
+        &self,
+        mut jobs: Vec<&'j mut J>,
+        work: impl Fn(&mut J) + Sync,
+        mut done: impl FnMut(&'j mut J) -> Vec<&'j mut J>,
+    ) -> usize {
+        if jobs.is_empty() {
+            return 0;
+        }
+        let rest = jobs.split_off(1);
+        let started = Instant::now();
+        self.run_with(jobs, 1, false, &work, &mut done);
+        let workers = device_workers(started.elapsed(), rest.len(), self.parallelism.get());
+        self.run_with(rest, workers, workers > 1, &work, &mut done);
+        workers
+    }
+
     /// The tail of the last run on several workers (F2): when its last
     /// worker finished its last job, less when the worker before it did.
     /// Jobs are handed out one at a time, longest first, so a worker that
@@ -325,6 +363,37 @@ impl std::fmt::Debug for WorkerPool {
             .field("processes", &self.processes)
             .finish()
     }
+}
+
+/// `done` as [`WorkerPool::run`] takes it: a closure bound once and handed
+/// to either of two runs takes its signature from here.
+pub(crate) fn as_done<'j, J: 'j, F>(done: F) -> F
+where
+    F: FnMut(&'j mut J) -> Vec<&'j mut J>,
+{
+    done
+}
+
+/// How long a round's device steps may take on the caller's thread: about
+/// what handing them to the pool costs (its threads started or woken, each
+/// step's object sent back), so that less work than this is never spread.
+pub(crate) const SERIAL_DEVICE_STEPS: Duration = Duration::from_micros(1500);
+
+/// The workers for `left` device steps of which one took `first`: one
+/// while they all fit in [`SERIAL_DEVICE_STEPS`], else one more for each
+/// such share of work, at most `parallelism`.
+pub(crate) fn device_workers(first: Duration, left: usize, parallelism: usize) -> usize {
+    let expected = first.saturating_mul(u32::try_from(left).unwrap_or(u32::MAX));
+    if expected <= SERIAL_DEVICE_STEPS {
+        return 1;
+    }
+    let shares = expected.as_nanos() / SERIAL_DEVICE_STEPS.as_nanos().max(1);
+    usize::try_from(shares)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1)
+        .min(parallelism)
+        .min(left)
+        .max(1)
 }
 
 /// The process's pool of `parallelism` threads, started on first use, or
@@ -416,6 +485,51 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
+
+    // F11, F9: device steps of microseconds stay on the caller's thread;
+    // steps of milliseconds spread over as many workers as they fill.
+    #[test]
+    fn f11_cheap_device_steps_stay_on_one_thread_and_costly_ones_spread() {
+        let micros = Duration::from_micros;
+        assert_eq!(
+            device_workers(micros(20), 63, 16),
+            1,
+            "a load of 64 modules"
+        );
+        assert_eq!(device_workers(micros(1), 255, 16), 1, "256 descriptions");
+        assert_eq!(device_workers(Duration::from_millis(3), 46, 16), 16);
+        assert_eq!(device_workers(Duration::from_millis(3), 46, 2), 2);
+        assert_eq!(device_workers(Duration::from_millis(3), 2, 16), 2);
+        assert_eq!(device_workers(micros(100), 63, 16), 5);
+        assert_eq!(device_workers(micros(100), 0, 16), 1);
+    }
+
+    // F11: a round of store hits whose device steps are cheap runs on the
+    // caller's thread alone, every job through `done` once.
+    #[test]
+    fn f11_a_round_of_cheap_device_steps_starts_no_thread() {
+        let pool = WorkerPool::new(
+            NonZeroUsize::new(4).expect("4"),
+            WorkerMode::Threads,
+            Duration::from_secs(1),
+        );
+        let caller = std::thread::current().id();
+        let mut jobs: Vec<(u32, Option<std::thread::ThreadId>)> =
+            (0..64).map(|number| (number, None)).collect();
+        let mut done = 0;
+        let workers = pool.run_device_steps(
+            jobs.iter_mut().collect(),
+            |job| job.1 = Some(std::thread::current().id()),
+            |_| {
+                done += 1;
+                Vec::new()
+            },
+        );
+        assert_eq!(workers, 1);
+        assert_eq!(done, 64);
+        assert!(jobs.iter().all(|job| job.1 == Some(caller)));
+        assert!(pool.threads.get().is_none(), "no pool started");
+    }
 
     // F9: a job `done` gives back runs on a worker again, and the run
     // waits for it, on several workers as on one.

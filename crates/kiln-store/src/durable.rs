@@ -19,6 +19,46 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::layout;
 use crate::tree::{Folder, relative_names};
 
+/// The fsync-class calls (`fsync`, `fdatasync`, `syncfs`) the store's code
+/// made in this process: its durability budget, counted without tracing
+/// the process.
+static SYNCS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The same calls, made on this thread.
+    static THREAD_SYNCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one fsync-class call.
+pub(crate) fn count_sync() {
+    SYNCS.fetch_add(1, Ordering::Relaxed);
+    THREAD_SYNCS.with(|count| count.set(count.get() + 1));
+}
+
+/// `file`'s data made durable (`fdatasync`), counted.
+pub(crate) fn sync_data(file: &File) -> io::Result<()> {
+    count_sync();
+    file.sync_data()
+}
+
+/// `file`'s data and metadata made durable (`fsync`), counted.
+pub(crate) fn sync_all(file: &File) -> io::Result<()> {
+    count_sync();
+    file.sync_all()
+}
+
+/// The fsync-class calls every store of this process made so far.
+pub fn syncs() -> u64 {
+    SYNCS.load(Ordering::Relaxed)
+}
+
+/// The fsync-class calls the stores made on the calling thread so far: a
+/// loader's batch puts on its own thread, so the difference around a batch
+/// step is what that step cost.
+pub fn syncs_on_this_thread() -> u64 {
+    THREAD_SYNCS.with(std::cell::Cell::get)
+}
+
 /// Staging files written by this process so far: with the process id, a
 /// name no other live writer uses.
 static STAGED: AtomicU64 = AtomicU64::new(0);
@@ -67,7 +107,7 @@ pub(crate) fn publish_from<E: From<io::Error>>(
     let (staged, mut file) = create_staged(&staging)?;
     let placed = fill(&mut file).and_then(|()| {
         if durable {
-            file.sync_all()?;
+            sync_all(&file)?;
         }
         let relative = relative_names(root_path, target)?;
         let (name, folders) = relative.split_last().ok_or_else(|| outside(target))?;

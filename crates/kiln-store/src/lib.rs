@@ -111,6 +111,7 @@ pub use bundle::{
 };
 pub use config::{DEFAULT_PACK_BELOW, StoreConfig, parse_size};
 pub use disk::{DiskStore, Footprint, Limits};
+pub use durable::{syncs, syncs_on_this_thread};
 pub use error::{Error, Result, WriteCause, WriteFailure};
 pub use maintenance::{CollectReport, Entry, EntryInfo, Progress, VerifyReport};
 pub use record::{BlobRecord, KernelHistory, Record, Seen};

@@ -480,6 +480,7 @@ impl Folder {
 
     /// Makes this folder's entries durable.
     pub(crate) fn sync(&self) -> io::Result<()> {
+        crate::durable::count_sync();
         // SAFETY: `self.descriptor` is an open folder.
         check(unsafe { libc::fsync(self.descriptor.as_raw_fd()) }).map(drop)
     }

@@ -113,6 +113,12 @@ impl<T: CompilationTarget> KernelLoader<T> {
             }
         }
 
+        // F5, F11: the worker processes start as soon as the batch knows it
+        // has kernels to compile, in the background while its workers lower
+        // them; a batch the store answers whole starts none.
+        let missing = jobs.iter().filter(|job| job.is_missing()).count();
+        self.pool
+            .start_early(self.target.compiler().worker_recipe(), missing);
         let used_processes = AtomicBool::new(false);
         let mut workers = 0;
         let mut settling = Settling {
@@ -283,54 +289,57 @@ impl<T: CompilationTarget> KernelLoader<T> {
         // The round's kernels found by their text, stored under their ids
         // together once the round is over (L11).
         let mut rekeys = Vec::new();
-        // Where the workers make device objects, they make them however
-        // few there are: a batch of one kernel too (F9).
-        self.pool.run_with(
-            queue,
-            workers,
-            on_workers,
-            |job| {
-                job.compile(&round);
-                if let Some(device) = round.device {
-                    job.make_device(device);
-                }
-            },
-            |job| {
-                job.account(target, statistics);
-                // Members that took their leader's artifact here: their
-                // device objects are made on the workers too.
-                let mut again = Vec::new();
-                let mut loading = vec![job];
-                while let Some(job) = loading.pop() {
-                    if let Step::Waiting { leader, .. } = job.step {
-                        match led.get(&leader) {
-                            Some(result) => job.take_from_leader(result),
-                            None => {
-                                parked.entry(leader).or_default().push(job);
-                                continue;
-                            }
+        let work = |job: &mut Job<'_, T>| {
+            job.compile(&round);
+            if let Some(device) = round.device {
+                job.make_device(device);
+            }
+        };
+        let done = crate::pool::as_done(|job: &mut Job<'_, T>| {
+            job.account(target, statistics);
+            // Members that took their leader's artifact here: their
+            // device objects are made on the workers too.
+            let mut again = Vec::new();
+            let mut loading = vec![job];
+            while let Some(job) = loading.pop() {
+                if let Step::Waiting { leader, .. } = job.step {
+                    match led.get(&leader) {
+                        Some(result) => job.take_from_leader(result),
+                        None => {
+                            parked.entry(leader).or_default().push(job);
+                            continue;
                         }
                     }
-                    if !job.is_settled() {
-                        // Held elsewhere: asked again after the round.
-                        continue;
-                    }
-                    if job.leads {
-                        led.insert(job.index, job.led());
-                        loading.extend(parked.remove(&job.index).unwrap_or_default());
-                    }
-                    if on_workers && job.needs_device() {
-                        again.push(job);
-                        continue;
-                    }
-                    let (outcome, record) = job.publish(target, store, statistics, &mut rekeys);
-                    outcomes[job.index] = Some(outcome);
-                    records[job.index] = Some(record);
-                    progress.settled_one();
                 }
-                again
-            },
-        );
+                if !job.is_settled() {
+                    // Held elsewhere: asked again after the round.
+                    continue;
+                }
+                if job.leads {
+                    led.insert(job.index, job.led());
+                    loading.extend(parked.remove(&job.index).unwrap_or_default());
+                }
+                if on_workers && job.needs_device() {
+                    again.push(job);
+                    continue;
+                }
+                let (outcome, record) = job.publish(target, store, statistics, &mut rekeys);
+                outcomes[job.index] = Some(outcome);
+                records[job.index] = Some(record);
+                progress.settled_one();
+            }
+            again
+        });
+        // Nothing to compile (F11): the device steps go where they are
+        // fastest, on this thread unless they are costly enough to spread.
+        // Otherwise, where the workers make device objects, they make them
+        // however few there are: a batch of one kernel too (F9).
+        let workers = if missing == 0 && on_workers {
+            self.pool.run_device_steps(queue, work, done)
+        } else {
+            self.pool.run_with(queue, workers, on_workers, work, done);
+            workers
+        };
         debug_assert!(parked.is_empty(), "every leader of the round settled");
         drop(parked);
         // Before the batch waits for keys others hold: nothing waits while

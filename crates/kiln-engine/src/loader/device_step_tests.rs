@@ -74,14 +74,37 @@ fn f9_store_hits_make_their_device_objects_on_the_workers() {
     second.compile_queued();
     assert_eq!(second.records()[0].count(KernelOutcome::FromStore), 6);
     let (threads, by_caller) = device_threads(&second, 0..6);
-    assert!(!by_caller, "a hit is made on a worker too");
-    assert_eq!(threads.len(), 2);
+    // F11: the first is timed on the loader's thread; steps this costly
+    // spread over the workers.
+    assert!(by_caller, "the first hit is timed where it is asked");
+    assert_eq!(threads.len(), 3, "the loader's thread and both workers");
     assert_eq!(second.target().fake_device_step().most_at_once(), 2);
     assert_eq!(
         second.records()[0].workers,
         2,
-        "a warm batch uses the workers"
+        "a warm batch of costly device steps uses the workers"
     );
+}
+
+// F11, F9
+#[test]
+fn f11_store_hits_whose_device_steps_are_cheap_are_made_on_the_loader_s_thread() {
+    let mut first = loader(FakeTarget::persisting(), 2);
+    for number in 0..6 {
+        first.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    first.compile_queued();
+    let target = first.into_target().with_device_time(Duration::ZERO);
+    let mut second = loader(target, 2);
+    for number in 0..6 {
+        second.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    second.compile_queued();
+    assert_eq!(second.records()[0].count(KernelOutcome::FromStore), 6);
+    let (threads, by_caller) = device_threads(&second, 0..6);
+    assert!(by_caller, "made where they are asked: {threads:?}");
+    assert_eq!(threads.len(), 1, "no worker woken for them");
+    assert_eq!(second.records()[0].workers, 1);
 }
 
 // F9, L5c
@@ -214,7 +237,7 @@ fn f9_a_profiled_background_load_on_a_one_thread_driver_stays_on_the_loader_s_th
 
 // F9
 #[test]
-fn f9_a_batch_of_one_kernel_makes_its_device_object_on_a_pool_thread() {
+fn f9_a_compiled_kernel_alone_is_made_on_a_pool_thread_and_a_hit_alone_on_the_loader_s() {
     let caller = std::thread::current().id();
     let mut cold = loader(FakeTarget::persisting(), 2);
     load(&mut cold, &FakeKernel::new(1)).expect("loads");
@@ -231,12 +254,16 @@ fn f9_a_batch_of_one_kernel_makes_its_device_object_on_a_pool_thread() {
         .fake_device_step()
         .made_on(&FakeKernel::new(1).id())
         .expect("made");
-    assert_ne!(made, caller, "a store hit alone is made on the pool");
+    assert_eq!(
+        made, caller,
+        "a store hit alone is made on the loader's thread: nothing to compile, no thread \
+         woken (F11)"
+    );
 }
 
 // F9, T1, T2
 #[test]
-fn f9_a_tune_s_candidates_and_its_stored_winner_are_made_on_the_pool_threads() {
+fn f9_a_tune_s_candidates_are_made_on_the_pool_threads_and_its_stored_winner_where_asked() {
     use crate::tune::{Candidate, Measure, Origin, TuneKey};
     let target = FakeTarget::persisting().with_device_time(Duration::from_millis(10));
     let device = target.device().clone();
@@ -265,8 +292,8 @@ fn f9_a_tune_s_candidates_and_its_stored_winner_are_made_on_the_pool_threads() {
     let (threads, by_caller) = device_threads(&first, 1..=6);
     assert!(!by_caller, "no candidate is made on the loader's thread");
     assert_eq!(threads.len(), 2, "both pool threads made candidates");
-    // The next process finds the answer: the winner alone, still made on
-    // the pool.
+    // The next process finds the answer: the winner alone, a store hit
+    // made on the loader's thread (F11).
     let target = first.into_target().with_device_time(Duration::ZERO);
     let device = target.device().clone();
     let mut launch = |_: &Arc| {
@@ -289,5 +316,5 @@ fn f9_a_tune_s_candidates_and_its_stored_winner_are_made_on_the_pool_threads() {
     let step = next.target().fake_device_step();
     assert_eq!(step.made(), 1, "the winner alone");
     let made = step.made_on(&FakeKernel::new(3).id()).expect("made");
-    assert_ne!(made, std::thread::current().id(), "on a pool thread");
+    assert_eq!(made, std::thread::current().id(), "on the loader's thread");
 }

@@ -29,7 +29,6 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::compiler::ArtifactCompiler;
 use crate::config::{LoaderConfig, WorkerMode};
 use crate::error::KernelError;
 use crate::id::ArtifactId;
@@ -124,13 +123,6 @@ impl<T: CompilationTarget> KernelLoader<T> {
 
     /// A loader holding nothing yet, with `config`.
     pub fn with_config(target: T, config: LoaderConfig) -> Self {
-        if config.worker_mode == WorkerMode::Processes
-            && let Some(recipe) = target.compiler().worker_recipe()
-        {
-            // F5: the workers start beside whatever the program does before
-            // its first batch.
-            crate::worker::start_early(recipe, config.parallelism.get());
-        }
         let store = bind(&target);
         let generation = store.as_ref().map(BoundStore::generation);
         let mut loader = Self {

@@ -24,6 +24,19 @@ impl DiskStore {
     /// [`ArtifactStore::put_many`](kiln_engine::ArtifactStore::put_many):
     /// what packs, in one batch; the rest one by one.
     pub(super) fn store_copies(&self, copies: &[ArtifactCopy<'_>]) -> Vec<StoreOutcome> {
+        self.store_copies_as(copies, true)
+    }
+
+    /// [`store_copies`](Self::store_copies), the packed records and
+    /// histories synced only when `records_synced`: a rekeyed kernel's
+    /// record names an object that is durable already, and is an index
+    /// entry that a lost power may lose and the kernel's text finds again
+    /// (L11); a new object is always synced before a record names it (P3).
+    pub(super) fn store_copies_as(
+        &self,
+        copies: &[ArtifactCopy<'_>],
+        records_synced: bool,
+    ) -> Vec<StoreOutcome> {
         if self.inner.read_only {
             bump(&self.inner.counters.writes_skipped, copies.len() as u64);
             return vec![StoreOutcome::Skipped; copies.len()];
@@ -32,7 +45,7 @@ impl DiskStore {
             !copy.bytes.is_empty() && self.packs_artifact(copy.bytes.len() as u64)
         };
         let batch: Vec<ArtifactCopy<'_>> = copies.iter().copied().filter(packs).collect();
-        let mut written = match self.put_packed_batch(&batch) {
+        let mut written = match self.put_packed_batch(&batch, records_synced) {
             Ok(written) => written.into_iter().map(Ok).collect(),
             Err(error) => batch
                 .iter()
@@ -57,7 +70,11 @@ impl DiskStore {
     /// their records and their kernels' histories as another, each under
     /// its object's shared pin (P6) as a single put is. Returns what each
     /// wrote.
-    fn put_packed_batch(&self, copies: &[ArtifactCopy<'_>]) -> io::Result<Vec<u64>> {
+    fn put_packed_batch(
+        &self,
+        copies: &[ArtifactCopy<'_>],
+        records_synced: bool,
+    ) -> io::Result<Vec<u64>> {
         if copies.is_empty() {
             return Ok(Vec::new());
         }
@@ -128,7 +145,9 @@ impl DiskStore {
                 }
             })
             .collect();
-        inner.packs.append_batch(&inner.locks, &frames)?;
+        inner
+            .packs
+            .append_batch_as(&inner.locks, &frames, records_synced)?;
         drop(pins);
         // A file record of the same key, from before the store packed, is
         // no longer what the key holds.

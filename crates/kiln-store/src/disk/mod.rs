@@ -242,8 +242,10 @@ impl ArtifactStore for DiskStore {
 
     fn put_rekeyed_many(&self, puts: &[kiln_engine::RekeyedPut<'_>]) -> Vec<StoreOutcome> {
         // Each counted by its text, as `put_rekeyed` counts it; stored by
-        // its id only, all together, as copies are: a sync per pack for
-        // the batch, not a few per kernel.
+        // its id only, all together, as copies are. Their records name
+        // objects that are durable already: they are written and not
+        // waited for (L11), so a program's start after another tool filled
+        // the store makes no sync on its way.
         for put in puts {
             self.count_compile(put.key, Some(put.source_key), put.work);
         }
@@ -255,7 +257,7 @@ impl ArtifactStore for DiskStore {
                 work: put.work,
             })
             .collect();
-        self.store_copies(&copies)
+        self.store_copies_as(&copies, false)
     }
 
     fn remove(&self, key: &StoreKey) {

@@ -97,6 +97,25 @@ impl Packs {
         locks: &Arc<LockFile>,
         frames: &[Frame<'_>],
     ) -> io::Result<u64> {
+        self.append_batch_as(locks, frames, self.durable)
+    }
+
+    /// [`append_batch`](Self::append_batch), synced only when `synced`: an
+    /// index entry that names what is durable already (a rekeyed kernel's
+    /// record, L11) is written and not waited for. A process killed at any
+    /// instant still leaves whole slots naming whole frames, or unnamed
+    /// frames (the page cache outlives it); a lost power may lose the
+    /// entry, or leave a slot whose frame does not verify, which reads as
+    /// damaged (P2) and is removed.
+    pub(crate) fn append_batch_as(
+        &self,
+        locks: &Arc<LockFile>,
+        frames: &[Frame<'_>],
+        synced: bool,
+    ) -> io::Result<u64> {
+        if frames.is_empty() {
+            return Ok(0);
+        }
         if !self.writable {
             return Err(io::Error::new(
                 io::ErrorKind::ReadOnlyFilesystem,
@@ -125,10 +144,11 @@ impl Packs {
         for (shard, frames) in &by_shard {
             staged.push(self.stage(&folder, *shard, frames, &[], Start::WithTheBatch)?);
         }
-        if self.durable {
-            // A shard started here has a new pack and index, and their
-            // names, to make durable too: the file system's sync does all.
-            let started = staged.iter().any(|staged| staged.started);
+        // A shard started here has a new pack and index, and their names,
+        // to make durable too: the file system's sync does all, even for an
+        // append that is otherwise not synced.
+        let started = staged.iter().any(|staged| staged.started);
+        if self.durable && (synced || started) {
             sync_together(staged.iter().map(|staged| &staged.pack), started)?;
         }
         let indexes: Vec<File> = staged
@@ -139,7 +159,7 @@ impl Packs {
         for staged in staged {
             bytes += staged.publish(false)?;
         }
-        if self.durable {
+        if self.durable && synced {
             sync_together(indexes.iter(), false)?;
         }
         Ok(bytes)
@@ -154,8 +174,9 @@ fn sync_together<'a>(files: impl Iterator<Item = &'a File>, with_names: bool) ->
     let files: Vec<&File> = files.collect();
     match files.as_slice() {
         [] => Ok(()),
-        [one] if !with_names => one.sync_data(),
+        [one] if !with_names => crate::durable::sync_data(one),
         [first, ..] => {
+            crate::durable::count_sync();
             // SAFETY: the descriptor is open for as long as `first` lives,
             // which outlives the call.
             if unsafe { libc::syncfs(first.as_raw_fd()) } == 0 {
@@ -186,7 +207,7 @@ impl Staged {
     pub(super) fn publish(self, durable: bool) -> io::Result<u64> {
         self.index.write_all_at(&self.slots, self.index_end)?;
         if durable {
-            self.index.sync_data()?;
+            crate::durable::sync_data(&self.index)?;
         }
         Ok(self.bytes)
     }
