@@ -38,6 +38,16 @@ pub enum Error {
         /// The layout this version reads.
         expected: &'static str,
     },
+    /// Another process is verifying or collecting the store: passes that
+    /// move or remove entries never run beside each other.
+    #[error(
+        "another kiln verify or gc is running on the store at {}: try again once it ends",
+        root.display()
+    )]
+    Busy {
+        /// The store's root.
+        root: PathBuf,
+    },
     /// The file is not a bundle this version reads.
     #[error("{} is not a kiln bundle: {reason}", path.display())]
     NotABundle {
@@ -64,6 +74,18 @@ pub enum Error {
     DamagedBundle {
         /// What did not verify.
         detail: String,
+    },
+    /// The bundle says it holds more than this store may hold: refused
+    /// before a byte of it was decompressed.
+    #[error(
+        "the bundle holds {claimed} bytes, over this store's limit of {limit} bytes \
+         (KILN_CACHE_MAX_SIZE): nothing was imported"
+    )]
+    OversizedBundle {
+        /// The plain form's length its manifest gives.
+        claimed: u64,
+        /// The store's size limit.
+        limit: u64,
     },
     /// The bundle's checksums hold, but its entries do not agree with each
     /// other: a record names an object that neither the bundle nor the store

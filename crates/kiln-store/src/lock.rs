@@ -33,7 +33,10 @@ use crate::config::MAX_LOCK_TIMEOUT;
 pub(crate) const USAGE_SLOT: u64 = 1;
 /// Slot of the targets list.
 pub(crate) const TARGETS_SLOT: u64 = 2;
-/// Slot held by whoever is collecting (evicting), so two never run at once.
+/// The maintenance lock: held by whoever runs a pass that moves or removes
+/// entries (collect, which packs and evicts; verify, which removes what is
+/// bad), so two never run at once and neither sees the other's half-done
+/// moves.
 pub(crate) const COLLECT_SLOT: u64 = 3;
 
 /// What a lock lets its holder do.

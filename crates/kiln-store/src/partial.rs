@@ -45,7 +45,10 @@ impl PartialFile {
             let mut partial_name = name.to_os_string();
             partial_name.push(format!(".{}-{sequence}.partial", std::process::id()));
             let path = folder.join(partial_name);
+            // Read too: a bundle's stream is written to one and copied
+            // out of it.
             let opened = OpenOptions::new()
+                .read(true)
                 .write(true)
                 .create_new(true)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)

@@ -2,6 +2,8 @@
 //! compressed and optionally signed.
 
 use super::*;
+use crate::record::AnyRecord;
+use kiln_engine::store::FAILURE_BLOB_KIND;
 
 /// A writer that digests what goes through it.
 pub(super) struct Digesting<W> {
@@ -23,32 +25,41 @@ impl<W: Write> Write for Digesting<W> {
     }
 }
 
-/// Where a bundle's plain form goes: the file, or a zstd stream into it
-/// after the compressed form's magic and version.
+/// Where a bundle's plain form goes: the file, or a zstd stream into it,
+/// which the compressed form's head is written before, once its length and
+/// digest are known.
 pub(super) enum Sink<'a> {
     Plain(BufWriter<&'a File>),
-    Compressed(zstd::stream::write::Encoder<'static, BufWriter<&'a File>>),
+    Compressed(zstd::stream::write::Encoder<'static, Digesting<BufWriter<&'a File>>>),
 }
 
 impl<'a> Sink<'a> {
-    fn new(mut file: BufWriter<&'a File>, compressed: bool) -> io::Result<Self> {
+    fn new(file: BufWriter<&'a File>, compressed: bool) -> io::Result<Self> {
         if !compressed {
             return Ok(Self::Plain(file));
         }
-        file.write_all(MAGIC)?;
-        file.write_all(&BUNDLE_VERSION.to_le_bytes())?;
-        let mut encoder = zstd::stream::write::Encoder::new(file, COMPRESSION_LEVEL)?;
+        let stream = Digesting {
+            inner: file,
+            hasher: blake3::Hasher::new(),
+            written: 0,
+        };
+        let mut encoder = zstd::stream::write::Encoder::new(stream, COMPRESSION_LEVEL)?;
         // Damage to the stream is then named as such, before the plain
         // form's own digests would catch it.
         encoder.include_checksum(true)?;
         Ok(Self::Compressed(encoder))
     }
 
-    /// Ends the zstd stream, if any: the buffered file, still to flush.
-    fn finish(self) -> io::Result<BufWriter<&'a File>> {
+    /// Ends the zstd stream, if any: the buffered file, still to flush, and
+    /// for a stream its length and digest.
+    fn finish(self) -> io::Result<(BufWriter<&'a File>, Option<(u64, [u8; 32])>)> {
         match self {
-            Self::Plain(file) => Ok(file),
-            Self::Compressed(encoder) => encoder.finish(),
+            Self::Plain(file) => Ok((file, None)),
+            Self::Compressed(encoder) => {
+                let stream = encoder.finish()?;
+                let digest = *stream.hasher.finalize().as_bytes();
+                Ok((stream.inner, Some((stream.written, digest))))
+            }
         }
     }
 }
@@ -67,6 +78,16 @@ impl Write for Sink<'_> {
             Self::Compressed(encoder) => encoder.flush(),
         }
     }
+}
+
+/// What [`DiskStore::write_bundle`] wrote.
+pub(super) struct WrittenBundle {
+    pub(super) report: ExportReport,
+    pub(super) header: BundleHeader,
+    /// Bytes of the plain form.
+    pub(super) plain_length: u64,
+    /// The length and digest of the zstd stream, when compressed.
+    pub(super) stream: Option<(u64, [u8; 32])>,
 }
 
 impl DiskStore {
@@ -126,18 +147,48 @@ impl DiskStore {
                 }
             }
         };
-        let partial = PartialFile::beside(path).map_err(Error::io("create a file beside", path))?;
-        // Dropping `partial` on any way out below removes it.
-        let report = self.write_bundle(partial.file(), &components, progress, sign, true)?;
-        if report.records == 0 {
+        // The stream is written first, beside the bundle, so that the head
+        // before it can say how long it is and what its digest is. Dropping
+        // either partial file on any way out below removes it.
+        let stream = PartialFile::beside(path).map_err(Error::io("create a file beside", path))?;
+        let written = self.write_bundle(stream.file(), &components, progress, None, true)?;
+        let report = written.report;
+        if report.records + report.blobs == 0 {
             return Err(Error::NothingToExport);
         }
+        let (stream_length, stream_digest) = written.stream.ok_or_else(|| {
+            Error::io("write", path)(io::Error::other("the stream was not compressed"))
+        })?;
+        let manifest = manifest::Manifest {
+            header: written.header,
+            plain_length: written.plain_length,
+            stream_length,
+            stream_digest,
+        };
+        let sealed = envelope::seal(MANIFEST_TAG, &record::encode(&manifest));
+        let signature = sign.map(|sign| sign(&sealed));
+        let partial = PartialFile::beside(path).map_err(Error::io("create a file beside", path))?;
+        let mut out = BufWriter::with_capacity(1 << 20, partial.file());
+        manifest::write_head(&mut out, &sealed, signature.as_deref())
+            .map_err(Error::io("write", path))?;
+        let mut input = stream.file();
+        input.rewind().map_err(Error::io("read", path))?;
+        io::copy(&mut input, &mut out).map_err(Error::io("write", path))?;
+        let file = out
+            .into_inner()
+            .map_err(|error| Error::io("write", path)(error.into_error()))?;
+        file.sync_all().map_err(Error::io("write", path))?;
+        let bytes = file.metadata().map_err(Error::io("write", path))?.len();
+        drop(stream);
         partial
             .rename_over(path)
             .map_err(Error::io("write", path))?;
-        Ok(report)
+        Ok(ExportReport { bytes, ..report })
     }
 
+    /// Writes the plain form of a bundle of `components` into `file`, or a
+    /// zstd stream of it when `compressed`; a plain form ends with the
+    /// signature `sign` makes of its end section.
     pub(super) fn write_bundle(
         &self,
         file: &File,
@@ -145,7 +196,7 @@ impl DiskStore {
         progress: &mut dyn FnMut(&Progress),
         sign: Option<SignBundle<'_>>,
         compressed: bool,
-    ) -> Result<ExportReport> {
+    ) -> Result<WrittenBundle> {
         let inner = &self.inner;
         let failed = |error| Error::Io {
             action: "write the bundle",
@@ -255,6 +306,22 @@ impl DiskStore {
             let Ok(sealed) = fs::read(&path) else {
                 return;
             };
+            // Named blobs travel with the records (P15), all but the
+            // failures this machine remembers.
+            if let Ok(AnyRecord::Blob(blob)) = AnyRecord::open(&sealed) {
+                if blob.key.kind == FAILURE_BLOB_KIND {
+                    return;
+                }
+                let result = out
+                    .write_all(b"B")
+                    .and_then(|()| out.write_all(&(sealed.len() as u32).to_le_bytes()))
+                    .and_then(|()| out.write_all(&sealed));
+                match result {
+                    Ok(()) => report.blobs += 1,
+                    Err(error) => write_error = Some(error),
+                }
+                return;
+            }
             let Ok((record, inline)) = Record::open_any(&sealed) else {
                 return;
             };
@@ -288,7 +355,7 @@ impl DiskStore {
         let total = *out.hasher.finalize().as_bytes();
         let mut end = Vec::with_capacity(END_LENGTH);
         end.extend_from_slice(&report.objects.to_le_bytes());
-        end.extend_from_slice(&report.records.to_le_bytes());
+        end.extend_from_slice(&(report.records + report.blobs).to_le_bytes());
         end.extend_from_slice(&total);
         out.write_all(&end).map_err(failed)?;
         if let Some(sign) = sign {
@@ -310,14 +377,18 @@ impl DiskStore {
                 .and_then(|()| out.write_all(&signature))
                 .map_err(failed)?;
         }
-        let file = out
-            .inner
-            .finish()
-            .map_err(failed)?
+        let plain_length = out.written;
+        let (file, stream) = out.inner.finish().map_err(failed)?;
+        let file = file
             .into_inner()
             .map_err(|error| failed(error.into_error()))?;
         file.sync_all().map_err(failed)?;
         report.bytes = file.metadata().map_err(failed)?.len();
-        Ok(report)
+        Ok(WrittenBundle {
+            report,
+            header,
+            plain_length,
+            stream,
+        })
     }
 }

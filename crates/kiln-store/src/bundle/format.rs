@@ -10,8 +10,13 @@ use super::*;
 ///
 /// It is not a bundle this version reads.
 pub fn read_header(path: &Path, reader: &mut impl Read) -> Result<BundleHeader> {
-    if read_head(path, reader)? == PLAIN_VERSION {
-        return read_header_after_head(path, reader).map(|(header, _)| header);
+    match read_head(path, reader)? {
+        PLAIN_VERSION => return read_header_after_head(path, reader).map(|(header, _)| header),
+        BUNDLE_VERSION => {
+            return super::manifest::read_manifest(path, reader, None)
+                .map(|opened| opened.manifest.header);
+        }
+        _ => {}
     }
     let mut plain =
         zstd::stream::read::Decoder::new(reader).map_err(|error| Error::NotABundle {
@@ -36,9 +41,9 @@ pub(super) fn read_head(path: &Path, reader: &mut impl Read) -> Result<u32> {
         return Err(not_a_bundle("it does not start with kiln's magic".into()));
     }
     let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
-    if version != PLAIN_VERSION && version != BUNDLE_VERSION {
+    if !(PLAIN_VERSION..=BUNDLE_VERSION).contains(&version) {
         return Err(not_a_bundle(format!(
-            "bundle version {version}; this kiln reads {PLAIN_VERSION} and {BUNDLE_VERSION}"
+            "bundle version {version}; this kiln reads {PLAIN_VERSION} to {BUNDLE_VERSION}"
         )));
     }
     Ok(version)

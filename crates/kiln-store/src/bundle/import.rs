@@ -58,10 +58,17 @@ impl DiskStore {
         progress: &mut dyn FnMut(&Progress),
         judge: &dyn Fn(&BundleSeal<'_>) -> std::result::Result<(), String>,
     ) -> Result<ImportReport> {
-        let file = self.open_plain(path)?;
+        let (file, judged) = self.open_plain(path, expected, judge)?;
         let file_length = file.metadata().map_err(Error::io("read", path))?.len();
         let mut input = BufReader::with_capacity(64 << 10, file);
         let (header, sealed_header) = read_header_sealed(path, &mut input)?;
+        if let Some(manifest) = &judged
+            && *manifest != header
+        {
+            return Err(damaged(
+                "its stream's header is not the one its manifest gives".into(),
+            ));
+        }
         if let Some(expected) = expected
             && let Some(refusal) = header.mismatch(expected)
         {
@@ -96,6 +103,16 @@ impl DiskStore {
                     approved.insert(crate::disk::digest(&sealed));
                     claims.push(ObjectClaim::of(&record));
                 }
+                Next::Blob { sealed, record } => {
+                    read_bytes += sealed.len() as u64;
+                    approved.insert(crate::disk::digest(&sealed));
+                    claims.push(ObjectClaim {
+                        subject: format!("the blob {}", record.key),
+                        object: record.object,
+                        size: record.size,
+                        entry_point: None,
+                    });
+                }
                 Next::End => {
                     signed = reader.end_section.clone();
                     break;
@@ -111,11 +128,15 @@ impl DiskStore {
         let counted = reader.counted;
         let signature = reader.signature()?;
         drop(reader);
-        judge(&BundleSeal {
-            signed: &signed,
-            signature: signature.as_deref(),
-        })
-        .map_err(|reason| Error::UntrustedBundle { reason })?;
+        // A version 3 bundle's signature, over its manifest, was judged
+        // before its stream was decompressed.
+        if judged.is_none() {
+            judge(&BundleSeal {
+                signed: &signed,
+                signature: signature.as_deref(),
+            })
+            .map_err(|reason| Error::UntrustedBundle { reason })?;
+        }
         self.check_claims(path, &mut input, &carried, &claims)?;
 
         // Second pass: publish, re-verifying each entry as it goes.
@@ -147,6 +168,7 @@ impl DiskStore {
             })?;
         let inner = &self.inner;
         debug_assert_eq!(counted.records, report.records);
+        debug_assert_eq!(counted.blobs, report.blobs);
         self.register(&header.components);
         // Imported entries are files: each rounded up to its blocks.
         if let Err(error) = inner.usage.adjust(
@@ -167,32 +189,106 @@ impl DiskStore {
 
     /// The bundle at `path` in its plain form, at its start: the file
     /// itself when it is plain, or else what its zstd stream holds, in a
-    /// file without a name.
-    fn open_plain(&self, path: &Path) -> Result<File> {
+    /// file without a name, never more than the stream may hold. For a
+    /// version 3 bundle, also the header its manifest gives, once the
+    /// manifest was checked against `expected`, its plain length against
+    /// the store's limit, the stream against its digest and the signature
+    /// by `judge`: all before a byte is decompressed.
+    fn open_plain(
+        &self,
+        path: &Path,
+        expected: Option<&KeyComponents>,
+        judge: &dyn Fn(&BundleSeal<'_>) -> std::result::Result<(), String>,
+    ) -> Result<(File, Option<BundleHeader>)> {
         let mut file = File::open(path).map_err(Error::io("open", path))?;
-        if read_head(path, &mut file)? == PLAIN_VERSION {
-            file.rewind().map_err(Error::io("read", path))?;
-            return Ok(file);
+        let file_length = file.metadata().map_err(Error::io("read", path))?.len();
+        let limit = self.inner.config.max_bytes;
+        match read_head(path, &mut file)? {
+            PLAIN_VERSION => {
+                file.rewind().map_err(Error::io("read", path))?;
+                Ok((file, None))
+            }
+            STREAM_VERSION => {
+                let bound = limit.min(file_length.saturating_mul(STREAM_RATIO));
+                let plain = self.inflate(
+                    path,
+                    BufReader::new(file),
+                    bound,
+                    None,
+                    "the most a version 2 bundle of its length may hold here",
+                )?;
+                Ok((plain, None))
+            }
+            _ => {
+                let mut input = BufReader::with_capacity(CHUNK, file);
+                let opened = manifest::read_manifest(path, &mut input, Some(file_length))?;
+                let manifest = &opened.manifest;
+                if let Some(expected) = expected
+                    && let Some(refusal) = manifest.header.mismatch(expected)
+                {
+                    return Err(refusal);
+                }
+                if manifest.plain_length > limit {
+                    return Err(Error::OversizedBundle {
+                        claimed: manifest.plain_length,
+                        limit,
+                    });
+                }
+                let digest = manifest::stream_digest(&mut input, manifest.stream_length).map_err(
+                    |error| match error.kind() {
+                        io::ErrorKind::UnexpectedEof => damaged("it ends early: truncated".into()),
+                        _ => Error::io("read", path)(error),
+                    },
+                )?;
+                if digest != manifest.stream_digest {
+                    return Err(damaged(
+                        "its compressed stream does not match its manifest's digest".into(),
+                    ));
+                }
+                judge(&BundleSeal {
+                    signed: &opened.sealed,
+                    signature: opened.signature.as_deref(),
+                })
+                .map_err(|reason| Error::UntrustedBundle { reason })?;
+                input
+                    .seek(io::SeekFrom::Start(opened.stream_start))
+                    .map_err(Error::io("read", path))?;
+                let plain = self.inflate(
+                    path,
+                    input.take(manifest.stream_length),
+                    manifest.plain_length,
+                    Some(manifest.plain_length),
+                    "the length its manifest gives",
+                )?;
+                Ok((plain, Some(opened.manifest.header)))
+            }
         }
+    }
+
+    /// Decompresses `input` into a file without a name in the staging
+    /// folder, at most `limit` bytes (and exactly `exact`, when given).
+    fn inflate(
+        &self,
+        path: &Path,
+        input: impl Read,
+        limit: u64,
+        exact: Option<u64>,
+        why: &str,
+    ) -> Result<File> {
         let staging = self.inner.layout.staging();
         let plain = durable::unnamed(&staging).map_err(Error::io("create a file in", &staging))?;
-        let mut decoder =
-            zstd::stream::read::Decoder::new(file).map_err(Error::io("read", path))?;
         let mut output = BufWriter::with_capacity(1 << 20, &plain);
-        io::copy(&mut decoder, &mut output).map_err(|error| {
-            let kind = error.kind();
-            if matches!(
-                kind,
-                io::ErrorKind::Other | io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof
-            ) {
-                damaged(format!("its compressed stream is damaged: {error}"))
-            } else {
-                Error::io("decompress", path)(error)
-            }
-        })?;
+        let written = manifest::inflate_bounded(path, input, &mut output, limit, why)?;
         output
             .into_inner()
             .map_err(|error| Error::io("decompress", path)(error.into_error()))?;
+        if let Some(exact) = exact
+            && written != exact
+        {
+            return Err(damaged(format!(
+                "its compressed stream holds {written} bytes, and its manifest says {exact}"
+            )));
+        }
         let mut plain = plain;
         plain.rewind().map_err(Error::io("decompress", path))?;
         Ok(plain)
@@ -289,6 +385,26 @@ impl DiskStore {
                             true
                         });
                     }
+                }
+                Next::Blob { sealed, record } => {
+                    if !approved.contains(&crate::disk::digest(&sealed)) {
+                        return Err(changed());
+                    }
+                    report.blobs += 1;
+                    let target = inner.layout.record(&record.key.digest());
+                    let old = fs::read(&target).ok();
+                    if old.as_ref() == Some(&sealed) {
+                        continue;
+                    }
+                    durable::publish_open(
+                        &inner.layout.staging(),
+                        &target,
+                        &sealed,
+                        inner.config.durable,
+                    )
+                    .map_err(published)?;
+                    added_bytes += sealed.len() as u64;
+                    added_allocation += file_allocation(sealed.len() as u64);
                 }
                 Next::End => break,
             }

@@ -1,21 +1,38 @@
 //! Bundles (P8): a whole store in one file, to warm another machine ahead of
 //! time.
 //!
-//! A bundle file is `"kilnbndl"`, a `u32` version 2, and a zstd stream
-//! whose content is the plain form below, version 1, whole: the checksums
-//! and the signature are those of the plain form, so one reader checks
-//! both, and a version 1 file (written before bundles were compressed)
-//! still imports. Import decompresses into a file without a name in the
-//! store's staging folder, which it reads twice and which is gone once
-//! the import ends, however it ends.
+//! A bundle file (version 3) is a head that says what follows, then a zstd
+//! stream of the plain form below, version 1, whole:
+//!
+//! ```text
+//! "kilnbndl"  u32 3
+//! manifest    u32 length, sealed: the plain form's header, its length, the
+//!             stream's length and BLAKE3 digest
+//! signature   "kilnsig1" length:u32 bytes  (length 0: unsigned)
+//! stream      zstd of the plain form (its length is the manifest's)
+//! ```
+//!
+//! Import reads the manifest and the signature first, refuses a bundle of
+//! another compiler, one whose plain form is over the store's size limit,
+//! a stream whose digest is not the manifest's and a signature the caller
+//! does not trust, all before it decompresses a byte; then it decompresses
+//! into a file without a name in the store's staging folder, at most the
+//! length the manifest gives: a stream that inflates past it is refused
+//! there (a decompression bomb stages no more than its manifest says). The
+//! staged file is read twice and is gone once the import ends, however it
+//! ends. A version 2 file (written before the manifest: the magic, the
+//! version and a bare stream) still imports, decompressed to at most the
+//! store's size limit and 1024 times its own length; a version 1 file (the
+//! plain form, uncompressed) imports as it is.
 //!
 //! ```text
 //! "kilnbndl"  u32 1
 //! header      sealed: store format, backend, compiler, architecture, options
 //! objects     'O' digest[32] length:u64 bytes          (repeated)
 //! records     'R' length:u32 sealed record             (repeated)
+//! blobs       'B' length:u32 sealed blob record        (repeated, P15)
 //! end         'E' objects:u64 records:u64 digest[32]   (BLAKE3 of all up to 'E')
-//! signature   "kilnsig1" length:u32 bytes              (optional)
+//! signature   "kilnsig1" length:u32 bytes              (optional; not in a version 3 stream)
 //! ```
 //!
 //! Objects come before the records that point at them, so an import that
@@ -24,7 +41,9 @@
 //!
 //! # Trust
 //!
-//! A bundle is checksummed, and signed when its exporter holds a key: the
+//! A bundle is checksummed, and signed when its exporter holds a key: a
+//! version 3 bundle's signature covers its sealed manifest, which holds the
+//! digest of the stream, so it covers every byte; an older bundle's
 //! optional signature after the end section authenticates the end section
 //! (`'E'`, the counts and the closing digest, which covers every byte
 //! before it). This crate neither makes nor checks signatures: the caller
@@ -74,9 +93,12 @@ use crate::maintenance::Progress;
 use crate::partial::PartialFile;
 use crate::record::{self, Record};
 
+#[cfg(test)]
+mod bombs;
 mod export;
 mod format;
 mod import;
+mod manifest;
 mod reader;
 #[cfg(test)]
 mod tests;
@@ -86,10 +108,16 @@ use format::{read_head, read_header_sealed};
 use reader::{Next, SectionReader, scan};
 
 pub(super) const MAGIC: &[u8; 8] = b"kilnbndl";
-/// The bundle format this version writes: version 1, the plain form, in a
-/// zstd stream.
-/// It reads both.
-pub const BUNDLE_VERSION: u32 = 2;
+/// The bundle format this version writes: a signed manifest, then the
+/// plain form (version 1) in a zstd stream. It reads versions 1 to 3.
+pub const BUNDLE_VERSION: u32 = 3;
+/// A bare zstd stream of the plain form after the magic and the version,
+/// without a manifest: read, bounded, never written.
+pub(super) const STREAM_VERSION: u32 = 2;
+/// How many times its own length a version 2 bundle may inflate to: real
+/// bundles compress about twentyfold.
+pub(super) const STREAM_RATIO: u64 = 1024;
+pub(super) const MANIFEST_TAG: &[u8; 8] = b"kilnmft1";
 /// The uncompressed form, which a compressed bundle holds and which
 /// bundles were before version 2.
 pub(super) const PLAIN_VERSION: u32 = 1;
@@ -183,6 +211,10 @@ pub struct ExportReport {
     pub objects: u64,
     /// Records written.
     pub records: u64,
+    /// Named blobs written (P15): tuning answers, warm-start profiles,
+    /// pipeline caches.
+    #[serde(default)]
+    pub blobs: u64,
     /// Bytes of the bundle.
     pub bytes: u64,
     /// Objects skipped because they did not verify.
@@ -201,6 +233,9 @@ pub struct ImportReport {
     /// Of those, records that replaced a record pointing elsewhere: the
     /// store's generation moved (L10).
     pub replaced: u64,
+    /// Named blobs in the bundle (P15).
+    #[serde(default)]
+    pub blobs: u64,
 }
 
 /// The first bytes of a digest, in hex: enough to tell objects apart in a

@@ -14,6 +14,11 @@ pub(super) enum Next {
         sealed: Vec<u8>,
         record: Box<Record>,
     },
+    /// A named blob's record (P15), opened.
+    Blob {
+        sealed: Vec<u8>,
+        record: Box<crate::record::BlobRecord>,
+    },
     /// The closing section, whose counts and digest matched.
     End,
 }
@@ -139,6 +144,24 @@ impl<'a> SectionReader<'a> {
                     record: Box::new(record),
                 })
             }
+            b"B" => {
+                let mut length = [0u8; 4];
+                self.read_exact(&mut length)?;
+                let length = u64::from(u32::from_le_bytes(length));
+                self.check_length("a blob record", length, LARGEST_SEALED)?;
+                let mut sealed = vec![0u8; length as usize];
+                self.read_exact(&mut sealed)?;
+                let record = crate::record::BlobRecord::open(&sealed)
+                    .map_err(|defect| damaged(format!("a blob record is {defect}")))?;
+                if record.size == 0 {
+                    return Err(damaged("a blob record claims 0 bytes".into()));
+                }
+                self.counted.blobs += 1;
+                Ok(Next::Blob {
+                    sealed,
+                    record: Box::new(record),
+                })
+            }
             b"E" => {
                 let expected_digest = *self.hasher.finalize().as_bytes();
                 let mut end = [0u8; END_LENGTH];
@@ -148,10 +171,11 @@ impl<'a> SectionReader<'a> {
                 let objects = u64::from_le_bytes(end[..8].try_into().expect("8 bytes"));
                 let records = u64::from_le_bytes(end[8..16].try_into().expect("8 bytes"));
                 let counted = self.counted;
-                if objects != counted.objects || records != counted.records {
+                let held = counted.records + counted.blobs;
+                if objects != counted.objects || records != held {
                     return Err(damaged(format!(
-                        "it closes with {objects} objects and {records} records, and holds {} and {}",
-                        counted.objects, counted.records
+                        "it closes with {objects} objects and {records} records, and holds {} and {held}",
+                        counted.objects
                     )));
                 }
                 if end[16..] != expected_digest {

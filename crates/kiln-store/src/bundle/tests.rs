@@ -69,8 +69,9 @@ fn p8_a_record_that_carries_its_bytes_travels_without_them_and_carries_them_agai
 
 #[test]
 fn p8_a_bundle_is_compressed_and_one_written_before_compression_still_imports() {
-    // P8: version 2 is a zstd stream of version 1; a version 1 file,
-    // written by the plain writer as every bundle was before, imports.
+    // P8: version 3 is a manifest, then a zstd stream of version 1; a
+    // version 1 file, written by the plain writer as every bundle was
+    // before, imports.
     let base = std::env::temp_dir().join(format!("kiln-bundle-versions-{}", std::process::id()));
     let _ = fs::remove_dir_all(&base);
     let open = |name: &str| {
@@ -104,13 +105,14 @@ fn p8_a_bundle_is_compressed_and_one_written_before_compression_still_imports() 
     let components = FakeCompiler::default_key_components();
     let written = source
         .write_bundle(partial.file(), &components, &mut |_| {}, None, false)
-        .expect("writes the plain form");
+        .expect("writes the plain form")
+        .report;
     partial.rename_over(&plain).expect("renames");
 
     let head = |path: &Path| fs::read(path).expect("a bundle")[..12].to_vec();
     assert_eq!(
         head(&compressed),
-        [MAGIC.as_slice(), &2u32.to_le_bytes()].concat()
+        [MAGIC.as_slice(), &BUNDLE_VERSION.to_le_bytes()].concat()
     );
     assert_eq!(
         head(&plain),

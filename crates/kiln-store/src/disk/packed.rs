@@ -343,7 +343,7 @@ impl DiskStore {
     }
 
     /// Whether the object `object` is held, packed or as a file.
-    pub(super) fn holds_object(&self, object: &[u8; 32]) -> bool {
+    pub(crate) fn holds_object(&self, object: &[u8; 32]) -> bool {
         self.inner
             .packs
             .contains(Kind::Object, &short_key(object))

@@ -204,8 +204,10 @@ impl DiskStore {
         let objects = root.objects();
         root.walk_sealed("records", &mut unchecked, &mut |folder, name, sealed| {
             done += 1;
+            // Its object may be a file or packed: the packing above moved
+            // small objects out of their files.
             if let Ok(record) = AnyRecord::open(&sealed)
-                && has_object(objects.as_ref(), &record)?
+                && (has_object(objects.as_ref(), &record)? || self.holds_object(&record.object().0))
             {
                 usage.bytes += sealed.len() as u64;
                 usage.allocated_bytes += file_allocation(sealed.len() as u64);
@@ -245,6 +247,24 @@ impl DiskStore {
             log::warn!("cannot write the recounted usage: {error}");
         }
         Ok(report)
+    }
+
+    /// The maintenance lock, waited for up to the lock timeout: another
+    /// verify or collect running on the store past it is an error that
+    /// says so.
+    pub(super) fn maintenance_lock(&self) -> Result<crate::lock::SlotGuard> {
+        let deadline = crate::lock::deadline_after(self.inner.config.lock_timeout);
+        match self
+            .inner
+            .locks
+            .acquire(COLLECT_SLOT, Mode::Exclusive, Some(deadline))
+        {
+            Ok(Some(guard)) => Ok(guard),
+            Ok(None) => Err(crate::error::Error::Busy {
+                root: self.root().to_path_buf(),
+            }),
+            Err(error) => Err(crate::error::Error::io("lock", self.root())(error)),
+        }
     }
 
     /// Removes staging files of dead processes, and any older than the lock

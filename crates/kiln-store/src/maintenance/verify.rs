@@ -22,6 +22,14 @@ impl DiskStore {
     pub fn verify(&self, progress: &mut dyn FnMut(&Progress)) -> Result<VerifyReport> {
         let inner = &self.inner;
         let root = self.open_root()?;
+        // Never beside a collect, which moves entries into the packs: what
+        // it moved half-way would look gone. A store opened to read only
+        // removes nothing, and needs no lock.
+        let _maintenance = if self.is_read_only() {
+            None
+        } else {
+            Some(self.maintenance_lock()?)
+        };
         // A store opened to read only reports what is bad, and keeps it.
         let writable = !self.is_read_only();
         let mut unchecked = Vec::new();
@@ -92,8 +100,12 @@ impl DiskStore {
                 // An inline record lives as long as its object, as any
                 // other record (a blob's too) does: eviction and verify go
                 // by objects.
+                // Its object may be a file or packed (a collect moves
+                // objects into the packs): either is there.
                 Ok(record) => {
-                    if has_object(objects.as_ref(), &record)? {
+                    if has_object(objects.as_ref(), &record)?
+                        || self.holds_object(&record.object().0)
+                    {
                         Ok(())
                     } else {
                         Err(None)
