@@ -124,7 +124,7 @@ impl CudaKernelBuilder {
     /// changes nothing. An include that cannot be resolved makes a kernel
     /// that fails to lower, saying which include and where it looked.
     pub fn source(mut self, source: impl Into<String>) -> CudaKernel {
-        self.parts.search_mut().toolkit = crate::toolkit::include_folders();
+        crate::toolkit::prepare(self.parts.search_mut());
         let (id, source, include_failure) =
             self.parts
                 .fix(self.id, source.into(), self.program_name.as_deref());

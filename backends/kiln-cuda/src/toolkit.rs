@@ -31,6 +31,13 @@ pub fn include_folders() -> Vec<PathBuf> {
     folders
 }
 
+/// Sets `search` up for NVRTC: the toolkit's include folders, and
+/// stand-ins for the standard headers from its libcu++ (B8).
+pub fn prepare(search: &mut kiln_cxx::IncludeSearch) {
+    search.compiler = Some(kiln_cxx::Compiler::Nvrtc);
+    search.toolkit = include_folders();
+}
+
 /// The CUDA version of the toolkit's headers in `folder`, `(major,
 /// minor)`, from `CUDART_VERSION` in its `cuda_runtime_api.h`; `None` when
 /// it does not say. Headers of another major version than NVRTC's do not

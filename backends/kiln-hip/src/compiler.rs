@@ -577,13 +577,14 @@ impl ArtifactCompiler for HipCompiler {
         // and hint are the generator's own words.
         let source = kernel.generate(id.variant.architecture.clone())?;
         let entries: Vec<&str> = kernel.entries().map(|entry| entry.expression()).collect();
-        HipLowered::with_entries(
-            &id.variant,
-            &entries,
-            &source,
-            kernel.options(),
-            kernel.headers(),
-        )
+        // Every include gets an answer kiln keys, so hipRTC searches no
+        // folder of its own (P13).
+        let label = kernel.program_name().unwrap_or("the source");
+        let mut headers = kernel.headers().to_vec();
+        headers.extend(
+            crate::includes::close(&source, &headers, label).map_err(CompileFailure::message)?,
+        );
+        HipLowered::with_entries(&id.variant, &entries, &source, kernel.options(), &headers)
         .map(|lowered| lowered.named(kernel.program_name().map(str::to_owned)))
         .map_err(configuration_failure)
     }

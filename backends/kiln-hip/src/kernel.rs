@@ -123,7 +123,7 @@ impl HipKernelBuilder {
     /// hipRTC's own. An include that cannot be resolved makes a kernel
     /// that fails to lower, saying which include and where it looked.
     pub fn source(mut self, source: impl Into<String>) -> HipKernel {
-        self.parts.search_mut().compiler_folders = vec!["hip".to_owned()];
+        crate::includes::prepare(self.parts.search_mut());
         // 0 and 1 tell a fixed source from a generated one in the id.
         let (id, source, include_failure) = self.parts.fix(
             self.id.parameter(&0u8),

@@ -148,6 +148,7 @@ mod compiler;
 mod device;
 mod diagnostics;
 pub mod error;
+pub mod includes;
 mod kernel;
 mod key;
 pub mod metadata;

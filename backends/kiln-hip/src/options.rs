@@ -195,7 +195,9 @@ mod tests {
             let old = OptionsBeforeKilnCxx {
                 standard: before,
                 fast_math: true,
-                defines: vec![("TILE".into(), Some("16".into())), ("FAST".into(), None)],
+                // Defines are kept in canonical order: the same ids as before
+                // for defines given in that order.
+                defines: vec![("FAST".into(), None), ("TILE".into(), Some("16".into()))],
                 flags: vec!["-Wall".into()],
             };
             let mut new = HipOptions::new()
@@ -232,8 +234,8 @@ mod tests {
                 "--gpu-architecture=gfx90a",
                 "-std=c++17",
                 "-ffast-math",
-                "-DTILE=16",
                 "-DFAST",
+                "-DTILE=16",
                 "-Wall"
             ]
         );

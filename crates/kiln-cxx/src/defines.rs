@@ -40,13 +40,26 @@ pub fn check(
     Ok(())
 }
 
-/// The compiler's arguments for `defines`, in order: one argument per
-/// define, whatever its value holds. Unchecked; [`check`] checks.
+/// The compiler's arguments for `defines`, in canonical order (by name;
+/// defines of one name keep their order, so the last still wins): one
+/// argument per define, whatever its value holds. A program that gives
+/// the same defines in another order compiles the same arguments, and
+/// shares the artifact. Unchecked; [`check`] checks.
 pub fn arguments(defines: &[(String, Option<String>)]) -> impl Iterator<Item = String> + '_ {
-    defines.iter().map(|(name, value)| match value {
+    let mut sorted: Vec<&(String, Option<String>)> = defines.iter().collect();
+    sorted.sort_by(|left, right| left.0.cmp(&right.0));
+    sorted.into_iter().map(|(name, value)| match value {
         Some(value) => format!("-D{name}={value}"),
         None => format!("-D{name}"),
     })
+}
+
+/// Adds `define` to `defines` in canonical order: after every define whose
+/// name sorts before it or equals it. Options kept this way hash alike
+/// whatever order a program gave them in, so kernel ids agree too.
+pub fn insert(defines: &mut Vec<(String, Option<String>)>, define: (String, Option<String>)) {
+    let at = defines.partition_point(|(name, _)| *name <= define.0);
+    defines.insert(at, define);
 }
 
 #[cfg(test)]
@@ -61,12 +74,32 @@ mod tests {
     }
 
     #[test]
-    fn each_define_is_one_argument_in_order() {
-        let defines = defines(&[("TILE", Some("16")), ("FAST", None), ("P", Some("1 -x"))]);
+    fn each_define_is_one_argument_in_canonical_order() {
+        let defines = defines(&[
+            ("TILE", Some("16")),
+            ("FAST", None),
+            ("P", Some("1 -x")),
+            ("FAST", Some("2")),
+        ]);
         assert_eq!(
             arguments(&defines).collect::<Vec<_>>(),
-            ["-DTILE=16", "-DFAST", "-DP=1 -x"]
+            ["-DFAST", "-DFAST=2", "-DP=1 -x", "-DTILE=16"]
         );
+    }
+
+    #[test]
+    fn defines_inserted_in_any_order_are_kept_alike() {
+        let mut one = Vec::new();
+        let mut other = Vec::new();
+        for define in [("B", "1"), ("A", "2"), ("C", "3")] {
+            insert(&mut one, (define.0.to_owned(), Some(define.1.to_owned())));
+        }
+        for define in [("C", "3"), ("B", "1"), ("A", "2")] {
+            insert(&mut other, (define.0.to_owned(), Some(define.1.to_owned())));
+        }
+        assert_eq!(one, other);
+        insert(&mut one, ("A".to_owned(), None));
+        assert_eq!(one[1], ("A".to_owned(), None), "the later A stays later");
     }
 
     #[test]

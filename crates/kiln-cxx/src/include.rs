@@ -2,7 +2,8 @@
 //!
 //! A run-time compiler left to itself reads `#include "common.h"` from the
 //! working directory and `<cuda_fp16.h>` from wherever its search path
-//! points, and nothing it reads that way is in any key: an edited header
+//! points (hipRTC: `CPATH`, `CPLUS_INCLUDE_PATH` and the system's include
+//! folder), and nothing it reads that way is in any key: an edited header
 //! serves the old artifact, and one file compiles in one folder and fails
 //! in another. So kiln reads the headers itself, hands each to the compiler
 //! in memory (under the name the directive writes, which is how NVRTC and
@@ -14,12 +15,24 @@
 //! toolkit's; an angle include in the include folders, then the toolkit's.
 //! Every directive of the text counts, whatever `#if` it sits under: a
 //! header the text can reach is in the key even when this compile skips
-//! it, a safe over-approximation. A directive under a conditional that
-//! resolves nowhere is left to the compiler (`#ifndef __CUDACC_RTC__ /
-//! #include <cstdio>` is common and never compiled at run time), and so is
-//! any include inside a toolkit header, whose conditionals name headers of
-//! every host compiler; an unconditional one in the kernel's own files is
-//! an error naming the folders searched. A computed include
+//! it, a safe over-approximation.
+//!
+//! No include is ever left to the compiler's own search. One that no
+//! folder holds is answered in memory too: a standard header by kiln's
+//! stand-in ([`crate::stdlib`], B8), one of the compiler's own folders
+//! (`hip/`) by the compiler's stand-in, and anything else by a header that
+//! stops the compile with an `#error` naming it. Under a conditional (or in
+//! a header reached only through one) that stand-in is harmless when the
+//! branch is skipped (`#ifndef __CUDACC_RTC__ / #include <cstdio>` is
+//! common); an unconditional one is an error at once, naming the folders
+//! searched. Includes inside a toolkit header, whose conditionals name
+//! headers of every host compiler, are the compiler's business: NVRTC
+//! reads nothing from disk.
+//!
+//! A file found outside the kernel's tree (its source folder, or the
+//! folder `kiln warm` was given), its include folders and the toolkit's is
+//! refused before it is read, even under `#if 0`: `..` cannot leave the
+//! tree, nor can a link, unless the search allows it. A computed include
 //! (`#include HEADER`) cannot be followed without preprocessing, and is
 //! refused.
 
@@ -29,6 +42,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::Header;
+use crate::stdlib::{self, Compiler, Known};
 
 /// The most headers one kernel may reach: a search that finds more is
 /// following something other than a kernel's includes.
@@ -49,10 +63,23 @@ pub struct IncludeSearch {
     /// The toolkit's include folders (CUDA's `cuda_fp16.h`,
     /// `cooperative_groups.h`, and CCCL's `cuda/std/...`), searched last.
     pub toolkit: Vec<PathBuf>,
-    /// Folders of angle includes the compiler holds itself (`hip/` for
-    /// hipRTC's `<hip/hip_runtime.h>`): left to it when no folder holds
-    /// them, keyed by the compiler's identity.
+    /// Folders of includes the compiler holds itself (`hip/` for hipRTC's
+    /// `<hip/hip_runtime.h>`, quoted or angle): when no folder holds one,
+    /// it is answered by [`compiler_headers`](Self::compiler_headers), or
+    /// stops the compile naming it.
     pub compiler_folders: Vec<String>,
+    /// Stand-ins for the compiler's own headers, by name.
+    pub compiler_headers: Vec<Header>,
+    /// The compiler, for the standard headers' stand-ins and the messages;
+    /// `None`: no stand-in for a standard header.
+    pub compiler: Option<Compiler>,
+    /// Whether kiln's stand-ins for the standard headers are off (B8).
+    pub stdlib_off: bool,
+    /// The kernel's tree: a file found outside it, the include folders and
+    /// the toolkit's is refused unread. `None`: the source folder.
+    pub tree: Option<PathBuf>,
+    /// Whether a file outside the tree may be read after all.
+    pub outside_allowed: bool,
 }
 
 /// Why a kernel's includes could not be resolved.
@@ -73,6 +100,25 @@ pub enum IncludeError {
         name: String,
         /// Every folder looked in, in order.
         searched: Vec<PathBuf>,
+        /// Whether to name the CUDA toolkit's variable in the hint.
+        cuda: bool,
+    },
+    /// An include whose file is outside the kernel's tree and its include
+    /// folders: refused, never read.
+    Outside {
+        /// The file holding it, and its line.
+        place: String,
+        /// The name included.
+        name: String,
+        /// Where it resolved.
+        path: PathBuf,
+    },
+    /// A header only host code can use.
+    HostOnly {
+        /// The file holding it, and its line.
+        place: String,
+        /// What it is and how to leave it out.
+        message: String,
     },
     /// An include by absolute path, which no search covers.
     Absolute {
@@ -114,6 +160,7 @@ impl fmt::Display for IncludeError {
                 place,
                 name,
                 searched,
+                cuda,
             } => {
                 write!(f, "{place}: `{name}` is in no include folder: looked in ")?;
                 if searched.is_empty() {
@@ -128,9 +175,22 @@ impl fmt::Display for IncludeError {
                 f.write_str(
                     "; add the folder that holds it as an include folder (kiln warm: \
                      --include DIR or a `// kiln include: DIR` line; a program: the kernel \
-                     builder's include_folder; the CUDA toolkit's: KILN_CUDA_INCLUDE)",
-                )
+                     builder's include_folder",
+                )?;
+                f.write_str(if *cuda {
+                    "; the CUDA toolkit's: KILN_CUDA_INCLUDE)"
+                } else {
+                    ")"
+                })
             }
+            Self::Outside { place, name, path } => write!(
+                f,
+                "{place}: `{name}` resolves to {}, outside the kernel's folder and its include \
+                 folders: kiln does not read it; add its folder as an include folder if it is \
+                 meant (kiln warm: --include DIR, or --allow-outside-includes)",
+                path.display()
+            ),
+            Self::HostOnly { place, message } => write!(f, "{place}: {message}"),
             Self::Absolute { place, name } => write!(
                 f,
                 "{place}: `{name}` is an absolute path; include it by a name relative to an \
@@ -189,6 +249,17 @@ struct Pending {
     /// Whether it is the toolkit's: its unresolved includes are the
     /// compiler's business.
     in_toolkit: bool,
+    /// Whether it is reached only through a conditional directive: its
+    /// own includes need not resolve.
+    conditional: bool,
+}
+
+/// What an include no folder holds is answered with.
+enum Answer {
+    /// A stand-in header of this text, whose own includes are followed.
+    StandIn(String),
+    /// An error.
+    Refused(IncludeError),
 }
 
 impl IncludeSearch {
@@ -214,6 +285,7 @@ impl IncludeSearch {
             .iter()
             .map(|header| (header.name.as_str(), header))
             .collect();
+        let allowed = self.allowed_roots();
         // Name -> (the file it resolved to, when on disk): a name is handed
         // to the compiler once.
         let mut seen: HashMap<String, Option<PathBuf>> = HashMap::new();
@@ -223,6 +295,7 @@ impl IncludeSearch {
             folder: self.source_folder.clone(),
             label: label.to_owned(),
             in_toolkit: false,
+            conditional: false,
         }];
         for header in supplied {
             seen.insert(header.name.clone(), None);
@@ -231,11 +304,13 @@ impl IncludeSearch {
                 folder: None,
                 label: header.name.clone(),
                 in_toolkit: false,
+                conditional: false,
             });
         }
         while let Some(file) = pending.pop() {
             for directive in directives(&file.text) {
                 let place = format!("{} line {}", file.label, directive.line);
+                let conditional = directive.conditional || file.conditional;
                 let (name, quoted) = match directive.target {
                     Target::Quoted(name) => (name, true),
                     Target::Angle(name) => (name, false),
@@ -251,9 +326,11 @@ impl IncludeSearch {
                     continue;
                 }
                 if Path::new(&name).is_absolute() {
-                    if file.in_toolkit || directive.conditional {
+                    if file.in_toolkit {
                         continue;
                     }
+                    // A compiler opens an absolute name itself: no stand-in
+                    // can answer it, so it is refused under any `#if`.
                     return Err(IncludeError::Absolute { place, name });
                 }
                 let searched = self.folders_for(file.folder.as_deref(), quoted);
@@ -262,21 +339,32 @@ impl IncludeSearch {
                     .map(|(folder, in_toolkit)| (folder.join(&name), *in_toolkit))
                     .find(|(path, _)| path.is_file());
                 let Some((path, in_toolkit)) = found else {
-                    let compilers = !quoted
-                        && self
-                            .compiler_folders
-                            .iter()
-                            .any(|folder| name.starts_with(&format!("{folder}/")));
-                    if file.in_toolkit || directive.conditional || compilers {
+                    if file.in_toolkit || seen.contains_key(&name) {
                         continue;
                     }
-                    return Err(IncludeError::NotFound {
-                        place,
-                        name,
-                        searched: searched.into_iter().map(|(folder, _)| folder).collect(),
+                    let stand_in = match self.answer(&name, quoted, conditional, &place, &searched)
+                    {
+                        Answer::StandIn(text) => text,
+                        Answer::Refused(error) => return Err(error),
+                    };
+                    if headers.len() >= MAX_HEADERS {
+                        return Err(IncludeError::TooMany);
+                    }
+                    seen.insert(name.clone(), None);
+                    headers.push(Header::new(name.clone(), stand_in.clone()));
+                    pending.push(Pending {
+                        text: stand_in,
+                        folder: None,
+                        label: name,
+                        in_toolkit: false,
+                        conditional,
                     });
+                    continue;
                 };
                 let path = fs::canonicalize(&path).unwrap_or(path);
+                if !self.outside_allowed && !allowed.iter().any(|root| path.starts_with(root)) {
+                    return Err(IncludeError::Outside { place, name, path });
+                }
                 if let Some(earlier) = seen.get(&name) {
                     match earlier {
                         Some(earlier) if *earlier != path => {
@@ -308,6 +396,7 @@ impl IncludeSearch {
                     folder: path.parent().map(Path::to_path_buf),
                     label: path.display().to_string(),
                     in_toolkit,
+                    conditional,
                 });
             }
         }
@@ -315,6 +404,82 @@ impl IncludeSearch {
         // same key.
         headers.sort_by(|left, right| left.name.cmp(&right.name));
         Ok(headers)
+    }
+
+    /// The folders a file may be read from, canonical: the tree, the
+    /// include folders and the toolkit's.
+    fn allowed_roots(&self) -> Vec<PathBuf> {
+        self.tree
+            .iter()
+            .chain(self.source_folder.iter().filter(|_| self.tree.is_none()))
+            .chain(&self.folders)
+            .chain(&self.toolkit)
+            .map(|folder| fs::canonicalize(folder).unwrap_or_else(|_| folder.clone()))
+            .collect()
+    }
+
+    /// What answers `name`, which no folder holds: a stand-in or an error
+    /// (see the module's documentation).
+    fn answer(
+        &self,
+        name: &str,
+        quoted: bool,
+        conditional: bool,
+        place: &str,
+        searched: &[(PathBuf, bool)],
+    ) -> Answer {
+        let compiler_name = self.compiler.map_or("the compiler", Compiler::name);
+        let own = self
+            .compiler_folders
+            .iter()
+            .any(|folder| name.starts_with(&format!("{folder}/")));
+        if own {
+            if let Some(header) = self.compiler_headers.iter().find(|header| header.name == name)
+            {
+                return Answer::StandIn(header.text.clone());
+            }
+            return Answer::StandIn(stopping(&format!(
+                "kiln: {name} is not among the headers {compiler_name} holds itself: add the \
+                 folder that holds it as an include folder, so that kiln reads and keys it"
+            )));
+        }
+        match (stdlib::classify(name), self.compiler) {
+            (Some(Known::Standard(canonical)), Some(compiler)) if !self.stdlib_off => {
+                if let Some(text) = stdlib::stand_in(canonical, compiler, &self.toolkit) {
+                    return Answer::StandIn(text);
+                }
+            }
+            (Some(Known::HostOnly(what)), Some(compiler)) => {
+                let message = stdlib::host_only_message(name, what, compiler);
+                return if conditional {
+                    Answer::StandIn(stopping(&message))
+                } else {
+                    Answer::Refused(IncludeError::HostOnly {
+                        place: place.to_owned(),
+                        message,
+                    })
+                };
+            }
+            _ => {}
+        }
+        if conditional {
+            let written = if quoted {
+                format!("\"{name}\"")
+            } else {
+                format!("<{name}>")
+            };
+            return Answer::StandIn(stopping(&format!(
+                "kiln: {written} is in no include folder kiln searched, and kiln leaves no \
+                 include to {compiler_name}: add the folder that holds it as an include folder, \
+                 or keep this include out of the compile"
+            )));
+        }
+        Answer::Refused(IncludeError::NotFound {
+            place: place.to_owned(),
+            name: name.to_owned(),
+            searched: searched.iter().map(|(folder, _)| folder.clone()).collect(),
+            cuda: self.compiler != Some(Compiler::Hiprtc),
+        })
     }
 
     /// The folders an include is looked for in, in order, each with
@@ -328,6 +493,12 @@ impl IncludeSearch {
         folders.extend(self.toolkit.iter().map(|folder| (folder.clone(), true)));
         folders
     }
+}
+
+/// A stand-in header that stops the compile that reads it with `message`.
+fn stopping(message: &str) -> String {
+    let message = message.replace(['"', '\\'], "'");
+    format!("#error \"{message}\"\n")
 }
 
 /// Why an option that [names a file](names_a_file) is refused, for

@@ -364,6 +364,31 @@ macro_rules! kernel_builder_methods {
             self.parts.add_include_folder(folder.into());
             self
         }
+
+        /// The kernel's tree: a fixed source's quoted includes may reach
+        /// files under it (`"../include/tiles.h"`) as well as under its
+        /// include folders. Without one, the tree is the
+        /// [`source_folder`](Self::source_folder): a file found outside
+        /// it is refused, unread.
+        pub fn include_tree(mut self, folder: impl Into<::std::path::PathBuf>) -> Self {
+            self.parts.search_mut().tree = Some(folder.into());
+            self
+        }
+
+        /// Lets a fixed source's includes reach files outside its tree
+        /// and include folders (off by default).
+        pub fn includes_outside_tree(mut self, allowed: bool) -> Self {
+            self.parts.search_mut().outside_allowed = allowed;
+            self
+        }
+
+        /// Turns kiln's built-in stand-ins for the C and C++ standard
+        /// headers (`<cstdint>`, `<cmath>`, ...) on (the default) or off
+        /// (B8): off, such an include must be found in an include folder.
+        pub fn standard_headers(mut self, on: bool) -> Self {
+            self.parts.search_mut().stdlib_off = !on;
+            self
+        }
     };
 }
 

@@ -37,6 +37,7 @@ pub mod launch;
 pub mod options;
 mod scalar;
 mod standard;
+pub mod stdlib;
 pub mod target;
 
 pub use entry::{EntryPoint, EntrySymbols};
@@ -47,4 +48,5 @@ pub use kernel::{IdLayout, KernelParts, KernelPartsBuilder};
 pub use launch::{DeviceAddress, KernelArgument, LaunchConfig};
 pub use scalar::DeviceScalar;
 pub use standard::CxxStandard;
+pub use stdlib::Compiler;
 pub use target::{CxxDevice, CxxDeviceStep};

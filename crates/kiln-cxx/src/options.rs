@@ -25,15 +25,17 @@ macro_rules! option_setters {
             self
         }
 
-        /// Defines `name` as `value` (`-DNAME=VALUE`).
+        /// Defines `name` as `value` (`-DNAME=VALUE`). Defines are kept in
+        /// canonical order (by name), so the order a program gives them in
+        /// changes no id and no key.
         pub fn define(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-            self.defines.push((name.into(), Some(value.into())));
+            $crate::defines::insert(&mut self.defines, (name.into(), Some(value.into())));
             self
         }
 
-        /// Defines `name` with no value (`-DNAME`).
+        /// Defines `name` with no value (`-DNAME`), in canonical order.
         pub fn define_name(mut self, name: impl Into<String>) -> Self {
-            self.defines.push((name.into(), None));
+            $crate::defines::insert(&mut self.defines, (name.into(), None));
             self
         }
     };

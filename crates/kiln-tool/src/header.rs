@@ -19,7 +19,7 @@ use kiln_engine::define;
 use crate::kernel::{Language, Specialization};
 
 /// What a file's header says.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Header {
     /// The entries named, in order, each once; empty when none is named.
     pub entries: Vec<String>,
@@ -31,10 +31,30 @@ pub struct Header {
     pub options: Vec<String>,
     /// The `backends` named, for a `.cu` file; `None` without the line.
     pub backends: Option<Vec<String>>,
+    /// The `define` lines' `NAME=VALUE` pairs (a bare `NAME` defines it
+    /// as 1), applied to every specialization, in order.
+    pub defines: Vec<(String, String)>,
+    /// Whether kiln's stand-ins for the standard headers are on (B8):
+    /// `// kiln stdlib: off` turns them off.
+    pub stdlib: bool,
+}
+
+impl Default for Header {
+    fn default() -> Self {
+        Self {
+            entries: Vec::new(),
+            specializations: Vec::new(),
+            includes: Vec::new(),
+            options: Vec::new(),
+            backends: None,
+            defines: Vec::new(),
+            stdlib: true,
+        }
+    }
 }
 
 /// The keys a header knows.
-const KEYS: &str = "`entry`, `specialize`, `include`, `options` and `backends`";
+const KEYS: &str = "`entry`, `specialize`, `define`, `include`, `options`, `stdlib` and `backends`";
 
 /// Parses the header of `text`, a file of `language`.
 ///
@@ -92,6 +112,12 @@ pub fn parse(text: &str, language: Language) -> Result<Header> {
         }
     }
     Ok(header)
+}
+
+/// Whether `text` has a kiln header line anywhere: a `.cuh` file without
+/// one is a header, not a kernel file.
+pub fn has_kiln_lines(text: &str) -> bool {
+    text.lines().any(|line| is_kiln_line(line.trim()))
 }
 
 /// Whether `line` looks like a kiln header line: `// kiln <key>:`.
@@ -160,16 +186,18 @@ fn apply(
             }
             header.specializations.push(Specialization(pairs));
         }
-        "include" | "options" | "backends" if language.has_override_ids() => bail!(
-            "line {number}: `{line}`: `{}` is for CUDA and HIP files; a {} file has no \
-             includes or compiler options",
-            key.trim(),
-            if language == Language::Wgsl {
-                "WGSL"
-            } else {
-                "SPIR-V"
-            }
-        ),
+        "include" | "options" | "backends" | "define" | "stdlib" if language.has_override_ids() => {
+            bail!(
+                "line {number}: `{line}`: `{}` is for CUDA and HIP files; a {} file has no \
+             includes, defines or compiler options",
+                key.trim(),
+                if language == Language::Wgsl {
+                    "WGSL"
+                } else {
+                    "SPIR-V"
+                }
+            )
+        }
         "include" => {
             if value.is_empty() {
                 bail!("line {number}: `{line}` names no folder");
@@ -181,6 +209,31 @@ fn apply(
         "options" => header
             .options
             .extend(value.split_whitespace().map(str::to_owned)),
+        "define" => {
+            if value.is_empty() {
+                bail!("line {number}: `{line}` defines nothing; write NAME=VALUE");
+            }
+            for pair in value.split_whitespace() {
+                let (name, constant) = pair.split_once('=').unwrap_or((pair, "1"));
+                if !define::is_identifier(name) || constant.is_empty() {
+                    bail!(
+                        "line {number}: `{line}`: `{pair}` is not NAME=VALUE (NAME a letter or \
+                         `_`, then letters, digits or `_`)"
+                    );
+                }
+                header.defines.push((name.to_owned(), constant.to_owned()));
+            }
+        }
+        "stdlib" => {
+            header.stdlib = match value {
+                "on" | "builtin" => true,
+                "off" | "none" => false,
+                _ => bail!(
+                    "line {number}: `{line}`: write `on` (kiln's stand-ins for the standard \
+                     headers, the default) or `off`"
+                ),
+            };
+        }
         "backends" => {
             if language != Language::Cuda {
                 bail!(
@@ -269,6 +322,29 @@ mod tests {
             parse("// kiln entry: a b\n// kiln entry: a\n", Language::Cuda).expect_err("a twice");
         assert!(error.to_string().contains("line 2"), "{error}");
         assert!(error.to_string().contains("named twice"), "{error}");
+    }
+
+    #[test]
+    fn defines_apply_to_every_specialization_and_stdlib_turns_off() {
+        let text = "// kiln entry: k\n// kiln define: TILE=16 FAST\n// kiln stdlib: off\n";
+        let header = parse(text, Language::Cuda).expect("a header");
+        assert_eq!(
+            header.defines,
+            [
+                ("TILE".to_owned(), "16".to_owned()),
+                ("FAST".to_owned(), "1".to_owned())
+            ]
+        );
+        assert!(!header.stdlib);
+        assert!(
+            parse("// kiln entry: k\n", Language::Cuda)
+                .expect("a header")
+                .stdlib
+        );
+        let error = parse("// kiln define: 1A=2\n", Language::Hip).expect_err("no identifier");
+        assert!(error.to_string().contains("line 1"), "{error}");
+        let error = parse("// kiln stdlib: maybe\n", Language::Hip).expect_err("no switch");
+        assert!(error.to_string().contains("`off`"), "{error}");
     }
 
     #[test]

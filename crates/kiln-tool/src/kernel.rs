@@ -13,7 +13,8 @@ pub enum Language {
     /// `*.spv`: a SPIR-V module, for the wgpu backend; its header is in a
     /// sidecar `*.spv.kiln`.
     Spirv,
-    /// `*.cu`: the CUDA backend, and HIP's (hipRTC takes CUDA's dialect).
+    /// `*.cu` (and a `*.cuh` with a kiln header): the CUDA backend, and
+    /// HIP's (hipRTC takes CUDA's dialect).
     Cuda,
     /// `*.hip`: the HIP backend.
     Hip,
@@ -32,7 +33,7 @@ impl Language {
         match path.extension()?.to_str()? {
             "wgsl" => Some(Self::Wgsl),
             "spv" => Some(Self::Spirv),
-            "cu" => Some(Self::Cuda),
+            "cu" | "cuh" => Some(Self::Cuda),
             "hip" => Some(Self::Hip),
             _ => None,
         }

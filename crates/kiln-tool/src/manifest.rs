@@ -3,7 +3,9 @@
 //!
 //! # The header
 //!
-//! A kernel file (`*.wgsl`, `*.spv`, `*.cu`, `*.hip`) says how it is built in the
+//! A kernel file (`*.wgsl`, `*.spv`, `*.cu`, `*.hip`, and a `*.cuh` with a
+//! kiln header: one without is a header, read only when included) says
+//! how it is built in the
 //! `// kiln <key>: <value>` lines of its first comment block (under a
 //! license block too; see [`crate::header`]):
 //!
@@ -25,12 +27,19 @@
 //!   constants in WGSL (by name, or by the number of an `@id(n)`) and
 //!   preprocessor definitions (`-DNAME=VALUE`) in CUDA and HIP. A file
 //!   without one is one kernel per entry with the defaults.
-//! - `include` adds include folders, relative to the file's folder (P13).
+//! - `define` (CUDA and HIP) sets `NAME=VALUE` pairs for every
+//!   specialization; a program's defines are keyed in canonical order, so
+//!   the order they are written in does not matter.
+//! - `include` adds include folders, relative to the file's folder (P13);
+//!   one that does not exist is an error naming it.
+//! - `stdlib: off` turns off kiln's stand-ins for the C and C++ standard
+//!   headers (`<cstdint>`, `<cmath>`, ...; B8).
 //! - `options` are compiler options from each backend's allow-list
 //!   ([`crate::options`]).
 //! - `backends` sends a `.cu` file to HIP as well as (or instead of) CUDA;
 //!   without it a `.cu` file is CUDA's, and HIP's only under `--backend
-//!   hip`. A `.hip` file is always HIP's.
+//!   hip`; with it, the line wins over `--backend` unless `--force` is
+//!   given. A `.hip` file is always HIP's.
 //!
 //! A SPIR-V module (`NAME.spv`) is a binary, with no comments: its header
 //! lines are the whole of a sidecar text file `NAME.spv.kiln` beside it,
@@ -109,6 +118,10 @@ pub struct KernelFile {
     pub options: Vec<String>,
     /// The backends a `.cu` file's header names; `None` without the line.
     pub backends: Option<Vec<String>>,
+    /// The header's `define` pairs, for every specialization.
+    pub defines: Vec<(String, String)>,
+    /// Whether kiln's stand-ins for the standard headers are on (B8).
+    pub stdlib: bool,
 }
 
 impl KernelFile {
@@ -194,9 +207,13 @@ pub fn find(folder: &Path) -> Result<Found> {
             Ok(Contents::Bytes(bytes)) if language == Language::Spirv => {
                 spirv_file(name.clone(), &path, bytes)
             }
-            Ok(Contents::Bytes(bytes)) => text_of(bytes)
-                .map_err(anyhow::Error::msg)
-                .and_then(|text| kernel_file(name.clone(), &path, language, text)),
+            Ok(Contents::Bytes(bytes)) => match text_of(bytes) {
+                // A `.cuh` file is a kernel file only with a kiln header;
+                // else it is a header, read when a kernel includes it.
+                Ok(text) if is_header_file(&path) && !header::has_kiln_lines(&text) => continue,
+                Ok(text) => kernel_file(name.clone(), &path, language, text),
+                Err(reason) => Err(anyhow::Error::msg(reason)),
+            },
             Ok(Contents::NotRegular(kind)) => {
                 found.skipped.push(Unusable {
                     name,
@@ -242,13 +259,23 @@ fn kernel_file(name: String, path: &Path, language: Language, text: String) -> R
     if specializations.is_empty() {
         specializations.push(Specialization::default());
     }
+    let mut includes = Vec::with_capacity(header.includes.len());
+    for include in &header.includes {
+        let path = folder.join(include);
+        if !path.is_dir() {
+            bail!(
+                "`// kiln include: {include}`: there is no folder {}; name a folder that \
+                 exists, relative to the file's folder",
+                path.display()
+            );
+        }
+        includes.push(path);
+    }
     Ok(KernelFile {
         name,
-        includes: header
-            .includes
-            .iter()
-            .map(|include| folder.join(include))
-            .collect(),
+        includes,
+        defines: header.defines,
+        stdlib: header.stdlib,
         folder,
         language,
         source: text.into(),
@@ -301,6 +328,8 @@ fn spirv_file(name: String, path: &Path, bytes: Vec<u8>) -> Result<KernelFile> {
         includes: Vec::new(),
         options: Vec::new(),
         backends: None,
+        defines: Vec::new(),
+        stdlib: true,
     })
 }
 
@@ -381,6 +410,12 @@ pub fn wgsl_compute_entries(text: &str) -> Vec<String> {
         }
     }
     entries
+}
+
+/// Whether `path` is a `.cuh` header: walked, but a kernel file only when
+/// it has a kiln header.
+fn is_header_file(path: &Path) -> bool {
+    path.extension().is_some_and(|extension| extension == "cuh")
 }
 
 fn relative_name(folder: &Path, path: &Path) -> String {

@@ -30,9 +30,10 @@ impl Backend for Cuda {
         &[Language::Cuda]
     }
 
-    // A `.cu` file is CUDA's unless its header says otherwise.
-    fn takes(&self, file: &KernelFile, _asked: bool) -> bool {
-        file.language == Language::Cuda && super::declares(file, "cuda").unwrap_or(true)
+    // A `.cu` file is CUDA's unless its header says otherwise (which
+    // `asked` overrides only under `--force`).
+    fn takes(&self, file: &KernelFile, asked: bool) -> bool {
+        file.language == Language::Cuda && (asked || super::declares(file, "cuda").unwrap_or(true))
     }
 
     fn architecture_option(&self) -> Option<&'static str> {
@@ -132,6 +133,10 @@ impl Cxx for Cuda {
 
     fn toolkit() -> Vec<PathBuf> {
         kiln_cuda::toolkit::include_folders()
+    }
+
+    fn prepare(search: &mut kiln_cxx::IncludeSearch) {
+        kiln_cuda::toolkit::prepare(search);
     }
 
     fn options(lines: &[String]) -> Result<CudaOptions, String> {

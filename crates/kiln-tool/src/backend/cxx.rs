@@ -24,8 +24,6 @@ pub trait Cxx {
     /// The architecture compiled for when none is asked and there is no
     /// device.
     const DEFAULT_ARCHITECTURE: &'static str;
-    /// Include folders the compiler itself answers (`hip/...` is hipRTC's).
-    const COMPILER_FOLDERS: &'static [&'static str] = &[];
 
     type Architecture: Clone + PartialEq + Display;
     type Target: CompilationTarget<Loaded: Reported>;
@@ -49,6 +47,9 @@ pub trait Cxx {
     fn toolkit() -> Vec<PathBuf> {
         Vec::new()
     }
+    /// Sets an include search up for the backend's compiler: its toolkit,
+    /// its own headers and its stand-ins.
+    fn prepare(search: &mut kiln_cxx::IncludeSearch);
     /// The options a file's `// kiln options:` lines give.
     fn options(lines: &[String]) -> Result<Self::Options, String>;
     /// `options` with the macro `name` defined as `value`.
@@ -128,7 +129,9 @@ where
         .files
         .iter()
         .map(|file| {
-            let headers = search_of(file, job.include, toolkit.clone(), B::COMPILER_FOLDERS)
+            let mut search = search_of(file, job);
+            B::prepare(&mut search);
+            let headers = search
                 .resolve(&file.source, &file.name, &[])
                 .map_err(|error| error.to_string())?;
             Ok((headers, B::options(&file.options)?))
@@ -154,9 +157,10 @@ where
             };
             // Only ever a definition: the header's names are identifiers,
             // and a value is the macro's text.
-            let options = specialization
-                .0
+            let options = file
+                .defines
                 .iter()
+                .chain(&specialization.0)
                 .fold(options.clone(), |options, (name, value)| {
                     B::define(options, name, value)
                 });
@@ -183,20 +187,14 @@ where
 }
 
 /// The include search of `file`: its folder, its header's folders, then
-/// `--include`'s, then `toolkit`.
-fn search_of(
-    file: &KernelFile,
-    include: &[PathBuf],
-    toolkit: Vec<PathBuf>,
-    compiler_folders: &[&str],
-) -> kiln_cxx::IncludeSearch {
+/// `--include`'s; its tree the folder warmed.
+fn search_of(file: &KernelFile, job: &Job<'_>) -> kiln_cxx::IncludeSearch {
     kiln_cxx::IncludeSearch {
         source_folder: Some(file.folder.clone()),
-        folders: file.includes.iter().chain(include).cloned().collect(),
-        toolkit,
-        compiler_folders: compiler_folders
-            .iter()
-            .map(|folder| (*folder).to_owned())
-            .collect(),
+        folders: file.includes.iter().chain(job.include).cloned().collect(),
+        stdlib_off: !file.stdlib,
+        tree: Some(job.tree.to_path_buf()),
+        outside_allowed: job.outside_includes,
+        ..kiln_cxx::IncludeSearch::default()
     }
 }

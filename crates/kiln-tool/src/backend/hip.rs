@@ -94,8 +94,6 @@ impl Backend for Hip {
 impl Cxx for Hip {
     const NAME: &'static str = "hip";
     const DEFAULT_ARCHITECTURE: &'static str = "gfx90a";
-    // `<hip/hip_runtime.h>` and its kin are hipRTC's own.
-    const COMPILER_FOLDERS: &'static [&'static str] = &["hip"];
     type Architecture = Architecture;
     type Target = HipTarget;
     type Options = HipOptions;
@@ -134,6 +132,11 @@ impl Cxx for Hip {
 
     fn variant(target: &HipTarget) -> HipVariant {
         target.variant()
+    }
+
+    // `<hip/hip_runtime.h>` and its kin are hipRTC's own.
+    fn prepare(search: &mut kiln_cxx::IncludeSearch) {
+        kiln_hip::includes::prepare(search);
     }
 
     fn options(lines: &[String]) -> Result<HipOptions, String> {

@@ -89,6 +89,11 @@ pub struct Job<'a> {
     pub architecture: Option<&'a str>,
     /// `--include` folders, for the backends that include.
     pub include: &'a [PathBuf],
+    /// The folder warmed: a kernel's quoted includes may reach files
+    /// under it, besides its include folders (P13).
+    pub tree: &'a std::path::Path,
+    /// `--allow-outside-includes`: includes may reach files anywhere.
+    pub outside_includes: bool,
     /// `--retry-failed`: compile remembered failures again.
     pub retry_failed: bool,
     /// How the batch's progress is shown (`--progress`).

@@ -93,6 +93,14 @@ pub struct Arguments {
     /// every header itself and keys its text.
     #[arg(long = "include", value_name = "DIR")]
     pub include: Vec<PathBuf>,
+    /// Let the CUDA and HIP kernels' includes reach files outside the
+    /// folder warmed and the include folders (refused by default, unread).
+    #[arg(long)]
+    pub allow_outside_includes: bool,
+    /// Let --backend override a file's `// kiln backends:` line, which
+    /// otherwise wins.
+    #[arg(long)]
+    pub force: bool,
     /// How each batch's progress shows on standard error: `auto`, a bar
     /// with the kernels done, their rate and the time left, on a terminal
     /// only; `plain`, a line each time the count of kernels done changes
@@ -240,9 +248,12 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
     for backend in backend::ALL {
         let name = backend.name();
         let asked = arguments.backend.iter().any(|wanted| wanted == name);
+        // A file's `backends` line wins over --backend, but for --force.
         let taken: Vec<&KernelFile> = files
             .iter()
-            .filter(|file| backend.takes(file, asked))
+            .filter(|file| {
+                backend.takes(file, asked && (arguments.force || file.backends.is_none()))
+            })
             .collect();
         if taken.is_empty() || !arguments.wants(name) {
             continue;
@@ -264,6 +275,8 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
                 store: shared.clone(),
                 architecture,
                 include: &arguments.include,
+                tree: folder,
+                outside_includes: arguments.allow_outside_includes,
                 retry_failed: arguments.retry_failed,
                 progress: arguments.progress,
             }));
