@@ -6,6 +6,7 @@
 use std::fmt;
 
 use kiln_engine::store::{KeyComponents, KeyedCompiler};
+use kiln_engine::worker::{ProcessCompiler, WorkerRecipe};
 use kiln_engine::{
     ArtifactCompiler, ArtifactId, ArtifactReport, CompileFailure, Finalized, Reported,
     ResourceUsage,
@@ -15,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::kernel::{BindingLayout, BufferKind, Constants, Generated, Language, WgslKernel};
 use crate::key::WgpuKey;
 use crate::options::WgpuVariant;
-use crate::{constants, diagnostics, features, spirv};
+use crate::{bounded, constants, diagnostics, features, spirv};
 
 /// A lowered wgpu kernel: the source its generator returned (WGSL text, or
 /// a SPIR-V module's bytes in hexadecimal) and everything its pipeline is
@@ -135,8 +136,81 @@ impl Reported for WgpuArtifact {
 
 /// Lowers wgpu kernels by running their generators and finalizes them with
 /// naga. Shared by every worker of a batch; holds no state between calls.
+///
+/// naga reads every shader in a bounded place: a panic of naga's is the
+/// kernel's failure, and a shader over
+/// [`MAX_SHADER_BYTES`](crate::MAX_SHADER_BYTES) is refused unread. The
+/// default compiler finalizes on the loader's threads (naga takes
+/// microseconds); [`in_workers`](Self::in_workers) makes one that finalizes
+/// in compile worker processes, for shaders from a source that is not
+/// trusted.
 #[derive(Debug, Clone, Default)]
-pub struct WgpuCompiler;
+pub struct WgpuCompiler {
+    /// The address space of each compile worker, in bytes; `None`:
+    /// finalized on the loader's threads.
+    worker_memory: Option<u64>,
+}
+
+impl WgpuCompiler {
+    /// A compiler that finalizes in compile worker processes (`kiln-wgpu`
+    /// in the worker hook's list: [`worker_entry`](crate::worker_entry)),
+    /// each limited to `memory` bytes of address space and stopped at the
+    /// loader's compile timeout: a shader that makes naga grow without end
+    /// or never finish fails alone. Where the loader has no worker program
+    /// it finalizes on its threads, a panic still the kernel's failure.
+    pub fn in_workers(memory: u64) -> Self {
+        Self {
+            worker_memory: Some(memory),
+        }
+    }
+
+    /// The address space of each compile worker, when this compiler
+    /// finalizes in them.
+    pub fn worker_memory(&self) -> Option<u64> {
+        self.worker_memory
+    }
+}
+
+/// What a compile worker rebuilds a [`WgpuCompiler`] from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WgpuRecipe {
+    /// naga's version in the loader's process: a worker of another refuses.
+    pub naga_version: String,
+    /// The worker's address space, in bytes.
+    pub memory: u64,
+}
+
+/// A wgpu compiler made [`in_workers`](WgpuCompiler::in_workers)
+/// finalizes in worker processes, which limit their own address space.
+impl ProcessCompiler for WgpuCompiler {
+    const NAME: &'static str = "kiln-wgpu";
+    type Recipe = WgpuRecipe;
+
+    fn recipe(&self) -> WgpuRecipe {
+        WgpuRecipe {
+            naga_version: crate::NAGA_VERSION.to_owned(),
+            memory: self
+                .worker_memory
+                .unwrap_or(crate::bounded::DEFAULT_WORKER_MEMORY),
+        }
+    }
+
+    fn from_recipe(recipe: WgpuRecipe) -> Result<Self, String> {
+        if recipe.naga_version != crate::NAGA_VERSION {
+            return Err(format!(
+                "the worker has naga {} and the loader naga {}",
+                crate::NAGA_VERSION,
+                recipe.naga_version
+            ));
+        }
+        crate::bounded::limit_memory(recipe.memory)?;
+        // A panic of naga's reaches the loader as the kernel's failure,
+        // with its message: the default hook's lines on standard error
+        // would only repeat it.
+        std::panic::set_hook(Box::new(|_| {}));
+        Ok(Self::in_workers(recipe.memory))
+    }
+}
 
 impl ArtifactCompiler for WgpuCompiler {
     type Kernel = WgslKernel;
@@ -177,98 +251,114 @@ impl ArtifactCompiler for WgpuCompiler {
         _id: &ArtifactId<WgpuVariant>,
         lowered: WgpuLowered,
     ) -> Result<Finalized<WgpuArtifact>, CompileFailure> {
-        let source = lowered.source();
-        let (module, code) = match lowered.language {
-            Language::Wgsl => (
-                naga::front::wgsl::parse_str(source)
-                    .map_err(|error| diagnostics::parse_failure(&error, source, &lowered.label))?,
-                ShaderCode::Wgsl(source.to_owned()),
-            ),
-            Language::Spirv => {
-                let bytes = spirv::from_hex(source).ok_or_else(|| {
-                    CompileFailure::message(format!(
-                        "{}: the lowered SPIR-V is not the hexadecimal kiln writes",
-                        lowered.label
-                    ))
-                })?;
-                (
-                    spirv::parse(&bytes, &lowered.label, Some(&lowered.entry))?,
-                    ShaderCode::Spirv(bytes),
-                )
-            }
+        let bytes = match lowered.language {
+            Language::Wgsl => lowered.source().len(),
+            // Two hexadecimal digits a byte.
+            Language::Spirv => lowered.source().len() / 2,
         };
-        // Every shader feature allowed: what the device lacks (f64,
-        // subgroups) is the device's refusal at load, where the device is
-        // known, naming the feature; here the source is checked for
-        // everything that holds on any device.
-        let (needed, info) =
-            features::validate_needing(&module).map_err(|error| match lowered.language {
-                Language::Wgsl => diagnostics::validation_failure(&error, source, &lowered.label),
-                Language::Spirv => {
-                    diagnostics::spirv_validation_failure(&error, &lowered.label, &lowered.entry)
-                }
-            })?;
-
-        let Some(entry_index) = module.entry_points.iter().position(|entry| {
-            entry.name == lowered.entry && entry.stage == naga::ShaderStage::Compute
-        }) else {
-            return Err(missing_entry(&module, &lowered.entry));
-        };
-
-        let resolved = constants::resolve(&module, &lowered.constants)?;
-        let pipeline_constants: naga::back::PipelineConstants = resolved
-            .iter()
-            .map(|(name, value)| (name.to_owned(), value))
-            .collect();
-        let (processed, processed_info) = naga::back::pipeline_constants::process_overrides(
-            &module,
-            &info,
-            Some((naga::ShaderStage::Compute, &lowered.entry)),
-            &pipeline_constants,
-        )
-        .map_err(|error| diagnostics::constant_failure(&error, &module, source))?;
-        let workgroup_size = processed
-            .entry_points
-            .iter()
-            .find(|entry| entry.name == lowered.entry)
-            .map_or(module.entry_points[entry_index].workgroup_size, |entry| {
-                entry.workgroup_size
-            });
-
-        let bindings = used_bindings(&module, info.get_entry_point(entry_index));
-        if let BindingLayout::Explicit(groups) = &lowered.layout {
-            check_layout(groups, &bindings, &lowered.entry)?;
-        }
-        // Sized after the constants are applied: an override may size a
-        // workgroup array.
-        let resources = processed
-            .entry_points
-            .iter()
-            .position(|entry| entry.name == lowered.entry)
-            .map(|index| {
-                resources(
-                    &processed,
-                    processed_info.get_entry_point(index),
-                    workgroup_size,
-                )
-            })
-            .unwrap_or_else(|| {
-                resources(&module, info.get_entry_point(entry_index), workgroup_size)
-            });
-
-        Ok(Finalized::quiet(WgpuArtifact {
-            code,
-            label: lowered.label,
-            entry: lowered.entry,
-            constants: resolved,
-            required_features: features::feature_names(needed),
-            layout: lowered.layout,
-            zero_initialize_workgroup_memory: lowered.zero_initialize_workgroup_memory,
-            workgroup_size,
-            bindings,
-            report: ArtifactReport::new(Vec::new(), resources),
-        }))
+        bounded::check_size(&lowered.label, bytes)?;
+        let label = lowered.label.clone();
+        bounded::contain(&label, || finalize(lowered))
     }
+
+    fn worker_recipe(&self) -> Option<WorkerRecipe> {
+        self.worker_memory.map(|_| WorkerRecipe::of(self))
+    }
+}
+
+/// [`WgpuCompiler::finalize`], inside its bound.
+fn finalize(lowered: WgpuLowered) -> Result<Finalized<WgpuArtifact>, CompileFailure> {
+    let source = lowered.source();
+    let (module, code) = match lowered.language {
+        Language::Wgsl => (
+            naga::front::wgsl::parse_str(source)
+                .map_err(|error| diagnostics::parse_failure(&error, source, &lowered.label))?,
+            ShaderCode::Wgsl(source.to_owned()),
+        ),
+        Language::Spirv => {
+            let bytes = spirv::from_hex(source).ok_or_else(|| {
+                CompileFailure::message(format!(
+                    "{}: the lowered SPIR-V is not the hexadecimal kiln writes",
+                    lowered.label
+                ))
+            })?;
+            (
+                spirv::parse(&bytes, &lowered.label, Some(&lowered.entry))?,
+                ShaderCode::Spirv(bytes),
+            )
+        }
+    };
+    // Every shader feature allowed: what the device lacks (f64,
+    // subgroups) is the device's refusal at load, where the device is
+    // known, naming the feature; here the source is checked for
+    // everything that holds on any device.
+    let (needed, info) =
+        features::validate_needing(&module).map_err(|error| match lowered.language {
+            Language::Wgsl => diagnostics::validation_failure(&error, source, &lowered.label),
+            Language::Spirv => {
+                diagnostics::spirv_validation_failure(&error, &lowered.label, &lowered.entry)
+            }
+        })?;
+
+    let Some(entry_index) = module
+        .entry_points
+        .iter()
+        .position(|entry| entry.name == lowered.entry && entry.stage == naga::ShaderStage::Compute)
+    else {
+        return Err(missing_entry(&module, &lowered.entry));
+    };
+
+    let resolved = constants::resolve(&module, &lowered.constants)?;
+    let pipeline_constants: naga::back::PipelineConstants = resolved
+        .iter()
+        .map(|(name, value)| (name.to_owned(), value))
+        .collect();
+    let (processed, processed_info) = naga::back::pipeline_constants::process_overrides(
+        &module,
+        &info,
+        Some((naga::ShaderStage::Compute, &lowered.entry)),
+        &pipeline_constants,
+    )
+    .map_err(|error| diagnostics::constant_failure(&error, &module, source))?;
+    let workgroup_size = processed
+        .entry_points
+        .iter()
+        .find(|entry| entry.name == lowered.entry)
+        .map_or(module.entry_points[entry_index].workgroup_size, |entry| {
+            entry.workgroup_size
+        });
+
+    let bindings = used_bindings(&module, info.get_entry_point(entry_index));
+    if let BindingLayout::Explicit(groups) = &lowered.layout {
+        check_layout(groups, &bindings, &lowered.entry)?;
+    }
+    // Sized after the constants are applied: an override may size a
+    // workgroup array.
+    let resources = processed
+        .entry_points
+        .iter()
+        .position(|entry| entry.name == lowered.entry)
+        .map(|index| {
+            resources(
+                &processed,
+                processed_info.get_entry_point(index),
+                workgroup_size,
+            )
+        })
+        .unwrap_or_else(|| resources(&module, info.get_entry_point(entry_index), workgroup_size));
+
+    Ok(Finalized::quiet(WgpuArtifact {
+        code,
+        label: lowered.label,
+        entry: lowered.entry,
+        constants: resolved,
+        required_features: features::feature_names(needed),
+        layout: lowered.layout,
+        zero_initialize_workgroup_memory: lowered.zero_initialize_workgroup_memory,
+        workgroup_size,
+        bindings,
+        report: ArtifactReport::new(Vec::new(), resources),
+    }))
 }
 
 /// What the entry point whose analysis is `function` uses (D4): its

@@ -60,9 +60,11 @@
 //! [`pipeline_cache`]; and its own `constants` (constants matched by name
 //! or number), `features` (the device features a kernel needs), `spirv`
 //! (SPIR-V modules) and `entry_points` (a module's compute entries). It has no native layer (wgpu and naga are Rust), no
-//! architecture (the adapter and driver key the pipeline cache instead) and
-//! no worker processes (naga validates in microseconds and cannot crash the
-//! process).
+//! architecture (the adapter and driver key the pipeline cache instead), and
+//! `bounded`: naga runs where it cannot take the process down (a panic is
+//! the kernel's failure; [`WgpuCompiler::in_workers`] finalizes in compile
+//! worker processes under the compile timeout and a memory limit, for
+//! shaders from a source that is not trusted).
 //!
 //! # Without a device
 //!
@@ -72,6 +74,7 @@
 
 #![warn(missing_docs)]
 
+mod bounded;
 mod compiler;
 mod constants;
 mod device;
@@ -90,7 +93,10 @@ mod spirv;
 mod target;
 mod timing;
 
-pub use compiler::{ShaderBinding, ShaderCode, WgpuArtifact, WgpuCompiler, WgpuLowered};
+pub use bounded::{DEFAULT_WORKER_MEMORY, MAX_SHADER_BYTES};
+pub use compiler::{
+    ShaderBinding, ShaderCode, WgpuArtifact, WgpuCompiler, WgpuLowered, WgpuRecipe,
+};
 pub use device::{DriverIdentity, WgpuDevice};
 pub use entry_points::compute_entries;
 pub use error::Error;
@@ -107,6 +113,14 @@ pub use pipeline_cache::PipelineCacheState;
 pub use spirv::spirv_compute_entries;
 pub use target::{WgpuDeviceStep, WgpuMade, WgpuTarget};
 pub use timing::WgpuTimer;
+
+/// The wgpu compiler's entry for the compile worker hook
+/// (`kiln_engine::worker::run_if_worker`): a program whose loaders use
+/// [`WgpuCompiler::in_workers`] (as `kiln warm` does) lists it, so its
+/// workers can finalize wgpu kernels.
+pub fn worker_entry() -> kiln_engine::worker::WorkerEntry {
+    kiln_engine::worker::entry::<WgpuCompiler>()
+}
 
 /// wgpu, as kiln-wgpu uses it: build devices and buffers with this one.
 pub use wgpu;

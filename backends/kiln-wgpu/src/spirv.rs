@@ -63,10 +63,35 @@ pub(crate) fn parse(
     label: &str,
     entry: Option<&str>,
 ) -> Result<naga::Module, CompileFailure> {
+    check_header(bytes, label, entry)?;
+    let of_entry = entry.map_or_else(String::new, |entry| format!(" of entry `{entry}`"));
+    let options = naga::front::spv::Options {
+        adjust_coordinate_space: false,
+        strict_capabilities: true,
+        block_ctx_dump_prefix: None,
+    };
+    naga::front::spv::parse_u8_slice(bytes, &options).map_err(|error| {
+        CompileFailure::message(format!(
+            "{label}: naga's SPIR-V front end refused the module{of_entry}: {error}"
+        ))
+        .with_hint(
+            "naga reads the SPIR-V that wgpu can run; spirv-val says whether the module is \
+             valid SPIR-V at all",
+        )
+    })
+}
+
+/// Refuses bytes that are not a little-endian SPIR-V module: shorter than
+/// its header, not whole words, or without the magic number.
+pub(crate) fn check_header(
+    bytes: &[u8],
+    label: &str,
+    entry: Option<&str>,
+) -> Result<(), CompileFailure> {
     let of_entry = entry.map_or_else(String::new, |entry| format!(" of entry `{entry}`"));
     let refused = |why: String| {
         CompileFailure::message(format!(
-            "{label}: naga's SPIR-V front end refused the module{of_entry}: {why}"
+            "{label}: the module{of_entry} is not SPIR-V: {why}"
         ))
     };
     if bytes.len() < 20 || !bytes.len().is_multiple_of(4) {
@@ -84,17 +109,7 @@ pub(crate) fn parse(
             ),
         );
     }
-    let options = naga::front::spv::Options {
-        adjust_coordinate_space: false,
-        strict_capabilities: true,
-        block_ctx_dump_prefix: None,
-    };
-    naga::front::spv::parse_u8_slice(bytes, &options).map_err(|error| {
-        refused(error.to_string()).with_hint(
-            "naga reads the SPIR-V that wgpu can run; spirv-val says whether the module is \
-             valid SPIR-V at all",
-        )
-    })
+    Ok(())
 }
 
 /// The names of a SPIR-V module's `GLCompute` entry points, in the
@@ -102,21 +117,62 @@ pub(crate) fn parse(
 /// [`WgslKernelBuilder::spirv`](crate::WgslKernelBuilder::spirv) from the
 /// same bytes.
 ///
+/// Read from the module's `OpEntryPoint` instructions alone, without
+/// naga: a module naga's front end cannot read still lists its entries
+/// (and fails, or passes, when it compiles), and no module, however
+/// malformed, does more here than end the listing with an error.
+///
 /// ```
 /// # let spirv: Vec<u8> = Vec::new();
 /// // `spirv`: a .spv file's bytes.
 /// match kiln_wgpu::spirv_compute_entries(&spirv) {
 ///     Ok(entries) => println!("kernels: {}", entries.join(", ")),
-///     Err(failure) => println!("not a module naga reads: {failure}"),
+///     Err(failure) => println!("not a SPIR-V module: {failure}"),
 /// }
 /// ```
 ///
 /// # Errors
 ///
-/// The bytes are not a SPIR-V module naga reads.
+/// The bytes are not a SPIR-V module: too short, no magic number, or an
+/// instruction that runs past the end.
 pub fn spirv_compute_entries(bytes: &[u8]) -> Result<Vec<String>, CompileFailure> {
-    let module = parse(bytes, "SPIR-V", None)?;
-    Ok(crate::entry_points::compute_names(&module))
+    check_header(bytes, "SPIR-V", None)?;
+    let words = words(bytes);
+    let mut entries = Vec::new();
+    let mut at = 5;
+    while at < words.len() {
+        let count = (words[at] >> 16) as usize;
+        let opcode = words[at] & 0xffff;
+        let Some(instruction) = words.get(at..at + count).filter(|_| count > 0) else {
+            return Err(CompileFailure::message(format!(
+                "SPIR-V: the instruction at word {at} (opcode {opcode}) has {count} words, \
+                 which {} words cannot hold",
+                words.len() - at
+            ))
+            .with_hint("spirv-val says what is wrong with the module"));
+        };
+        if opcode == OP_ENTRY_POINT && instruction.get(1) == Some(&GL_COMPUTE) {
+            entries.push(literal_string(instruction.get(3..).unwrap_or_default()));
+        }
+        at += count;
+    }
+    Ok(entries)
+}
+
+/// `OpEntryPoint`'s opcode.
+const OP_ENTRY_POINT: u32 = 15;
+
+/// The `GLCompute` execution model.
+const GL_COMPUTE: u32 = 5;
+
+/// A SPIR-V literal string: UTF-8 bytes in words, up to the first zero.
+fn literal_string(words: &[u32]) -> String {
+    let bytes: Vec<u8> = words
+        .iter()
+        .flat_map(|word| word.to_le_bytes())
+        .take_while(|byte| *byte != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 #[cfg(test)]

@@ -204,6 +204,18 @@ impl WgpuTarget {
         target
     }
 
+    /// The same target finalizing in compile worker processes, each
+    /// limited to `memory` bytes of address space and stopped at the
+    /// loader's compile timeout ([`WgpuCompiler::in_workers`]): for shaders
+    /// from a source that is not trusted, so that one that makes naga run
+    /// away fails alone. The program lists [`worker_entry`](crate::worker_entry)
+    /// in its worker hook, or has `kiln-worker` beside it.
+    #[must_use = "the target is returned, not changed in place"]
+    pub fn with_compiles_in_workers(mut self, memory: u64) -> Self {
+        self.compiler = Arc::new(WgpuCompiler::in_workers(memory));
+        self
+    }
+
     /// The features a compile-only target stands for (see
     /// [`compile_only_for`](Self::compile_only_for)).
     pub fn compile_only_features(&self) -> wgpu::Features {
@@ -223,7 +235,7 @@ impl WgpuTarget {
 
     fn new(device: Option<WgpuDevice>) -> Self {
         Self {
-            compiler: Arc::new(WgpuCompiler),
+            compiler: Arc::new(WgpuCompiler::default()),
             store: None,
             pipeline_cache: None,
             pipeline_cache_state: PipelineCacheState::Unavailable {

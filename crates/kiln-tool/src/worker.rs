@@ -1,7 +1,7 @@
 //! `kiln-worker`: kiln's own compile worker program. A kiln program whose
 //! `main` does not call `kiln::worker::run_if_worker` starts this one as
 //! its worker processes, when it is beside the program or on `PATH` and of
-//! the same kiln; it serves the CUDA and HIP compilers (NVRTC, hipRTC).
+//! the same kiln; it serves the CUDA, HIP and wgpu compilers (NVRTC, hipRTC, naga).
 
 use std::process::ExitCode;
 
@@ -12,7 +12,11 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // In a worker (started by a loader) this serves and exits.
-    kiln_engine::worker::run_if_worker(&[kiln_cuda::worker_entry(), kiln_hip::worker_entry()]);
+    kiln_engine::worker::run_if_worker(&[
+        kiln_cuda::worker_entry(),
+        kiln_hip::worker_entry(),
+        kiln_wgpu::worker_entry(),
+    ]);
     eprintln!(
         "kiln-worker: kiln programs start this as their compile workers; it is not run by hand \
          (`kiln-worker --version` says which kiln it belongs to)"

@@ -33,7 +33,7 @@ fn run_server(root: &Path, values: &[u32]) -> Vec<StoreKey> {
         Arc::new(DiskStore::open(StoreConfig::at(root)).expect("the store opens"));
     let mut loader = KernelLoader::new(WgpuTarget::compile_only().with_store(store))
         .with_profile(Program::named("server"));
-    let compiler = WgpuCompiler;
+    let compiler = WgpuCompiler::default();
     let mut keys = Vec::new();
     for value in values {
         let kernel = kernel(*value);
@@ -131,7 +131,7 @@ fn warm_from_a_profile_rebuilds_another_compiler_s_artifacts_from_their_recipes(
     let root = scratch.path().join("store");
     let keys = run_server(&root, &[4]);
     let store = DiskStore::open(StoreConfig::at(&root)).expect("the store opens");
-    let here = WgpuCompiler.key_components();
+    let here = WgpuCompiler::default().key_components();
     let older = KeyComponents {
         compiler: format!("{} (older)", here.compiler),
         ..here.clone()
@@ -154,7 +154,7 @@ fn warm_from_a_profile_rebuilds_another_compiler_s_artifacts_from_their_recipes(
     };
     let kernel = kernel(4);
     let id = ArtifactId::new(kernel.id(), WgpuVariant);
-    let theirs = StoreKey::for_artifact(&older, &id, WgpuCompiler.entry_point(&id));
+    let theirs = StoreKey::for_artifact(&older, &id, WgpuCompiler::default().entry_point(&id));
     assert!(matches!(
         store.put(&theirs, None, &value, std::time::Duration::ZERO),
         kiln_engine::StoreOutcome::Stored { .. }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use kiln_engine::resources::decode_report;
+use kiln_engine::worker::WorkerEntry;
 use kiln_engine::{ArtifactReport, CompileFailure, StoreKey};
 use kiln_wgpu::{WgpuArtifact, WgpuCompiler, WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
 
@@ -80,6 +81,10 @@ impl Backend for Wgpu {
                 )
             }
         };
+        // The folder's shaders are not trusted: naga reads them in compile
+        // workers, each under the compile timeout and a memory limit, so
+        // a shader that makes naga run away fails alone.
+        let target = target.with_compiles_in_workers(kiln_wgpu::DEFAULT_WORKER_MEMORY);
         let target = match &job.store {
             Some(store) => target.with_store(Arc::clone(store)),
             None => target.without_store(),
@@ -95,6 +100,10 @@ impl Backend for Wgpu {
             report.pipeline_cache = Some(target.pipeline_cache_state().to_string());
         }
         report
+    }
+
+    fn worker_entry(&self) -> Option<WorkerEntry> {
+        Some(kiln_wgpu::worker_entry())
     }
 
     fn variant_label(&self, key: &StoreKey) -> Option<String> {
@@ -118,7 +127,7 @@ impl Backend for Wgpu {
     fn recompiler(&self) -> Result<Box<dyn Recompiler>, String> {
         // naga is in the binary: there is always one, of every key's
         // architecture.
-        Ok(super::keyed(WgpuCompiler, |_, _| None))
+        Ok(super::keyed(WgpuCompiler::default(), |_, _| None))
     }
 }
 
