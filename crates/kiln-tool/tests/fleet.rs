@@ -194,11 +194,22 @@ fn import(scratch: &Scratch, bundle: &Path, extra: &[&str], keys: &[(&str, &str)
     kiln_with(&destination, &arguments, keys)
 }
 
+/// Where the stream of a version 3 bundle starts, and where its
+/// signature's bytes are: the magic and the version, the manifest's length
+/// and the manifest, the signature's tag, length and bytes.
+fn bundle_parts(bytes: &[u8]) -> (std::ops::Range<usize>, usize) {
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4")) as usize;
+    let signature_at = 16 + u32_at(12) + 12;
+    let stream_at = signature_at + u32_at(signature_at - 4);
+    (signature_at..stream_at, stream_at)
+}
+
 /// The bundle at `path` with its plain form, what its zstd stream after
-/// the magic and the version holds, changed by `change`.
+/// the head holds, changed by `change`, and the head kept as it was.
 fn changed_plain(path: &Path, change: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     let bytes = std::fs::read(path).expect("the bundle");
-    let (head, stream) = bytes.split_at(12);
+    let (_, stream_at) = bundle_parts(&bytes);
+    let (head, stream) = bytes.split_at(stream_at);
     let mut plain = zstd::decode_all(stream).expect("a zstd stream");
     change(&mut plain);
     [
@@ -246,14 +257,22 @@ fn a_bundle_is_imported_only_when_its_signature_verifies_or_it_is_trusted_explic
     refused_because(&wrong, "does not trust");
 
     // A changed signature, or changed content, is refused. The signature
-    // ends the plain form that the bundle's zstd stream holds.
+    // follows the manifest, ahead of the stream; the manifest holds the
+    // stream's digest.
+    let mut bytes = std::fs::read(&signed).expect("the bundle");
+    let (signature, _) = bundle_parts(&bytes);
+    bytes[signature.end - 1] ^= 1;
+    let forged = scratch.join("forged.kiln");
+    std::fs::write(&forged, &bytes).expect("a forged bundle");
+    refused_because(&import(&scratch, &forged, &[], &node), "does not match");
     let bytes = changed_plain(&signed, |plain| {
         let last = plain.len() - 1;
         plain[last] ^= 1;
     });
-    let forged = scratch.join("forged.kiln");
     std::fs::write(&forged, &bytes).expect("a forged bundle");
-    refused_because(&import(&scratch, &forged, &[], &node), "does not match");
+    let refused = import(&scratch, &forged, &["--trust-unsigned"], &node);
+    assert_eq!(refused.status.code(), Some(1), "changed content is damage");
+    assert!(refused.stderr.contains("damaged"), "{}", refused.stderr);
     let mut bytes = std::fs::read(&signed).expect("the bundle");
     bytes[40] ^= 1;
     let damaged = scratch.join("damaged.kiln");
