@@ -15,6 +15,7 @@
 
 mod run;
 mod sample;
+mod serving;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -621,6 +622,7 @@ pub(super) fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
 
     tuning_rows(&of, &mut rows);
     device_step_row(&of, &mut rows);
+    serving::row(folder, &mut rows);
 
     // Peak memory of a batch of heavy kernels.
     for sample in samples

@@ -101,6 +101,7 @@ pub(super) fn run_here() -> Result<()> {
             .env("KILN_BENCH_KILN", &kiln)
             .run(&format!("the {bench} benchmark"))?;
     }
+    super::serving::measure(&folder)?;
     print_table(&folder, &criterion)?;
     if !has_nvidia_gpu() {
         let packed = pack()?;
