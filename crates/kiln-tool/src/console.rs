@@ -10,10 +10,10 @@
 //! is kept and reported once, at the end, by [`finish`]. Standard error is
 //! best effort: a message that cannot be shown is dropped.
 //!
-//! Progress bars redraw one line of standard error in place. A message
-//! written while a bar is on screen ([`write_note`]) first clears the bar's
-//! line, so the message stands on a line of its own and the bar is drawn
-//! again below it at its next redraw, rather than the two sharing a line.
+//! Progress bars are indicatif's, drawn by indicatif on standard error. A
+//! message written while a bar is on screen ([`write_note`]) is written
+//! inside the bar's `suspend`: indicatif clears the bar, the message stands
+//! on a line of its own, and the bar is drawn again below it.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -26,9 +26,8 @@ static CLOSED: AtomicBool = AtomicBool::new(false);
 /// The first failure to write standard output other than its reader going.
 static FAILURE: Mutex<Option<io::Error>> = Mutex::new(None);
 
-/// Whether a progress bar's line is on standard error now, not yet
-/// cleared.
-static BAR_SHOWN: AtomicBool = AtomicBool::new(false);
+/// The progress bar on standard error now, if any.
+static BAR: Mutex<Option<indicatif::ProgressBar>> = Mutex::new(None);
 
 /// Prints a line of results, as `println!` does.
 macro_rules! outln {
@@ -62,26 +61,36 @@ pub fn write_out(text: fmt::Arguments<'_>) {
     }
 }
 
-/// Draws a progress bar's `line` in place of the one on screen; an empty
-/// line clears it.
-pub fn draw_bar(line: fmt::Arguments<'_>) {
-    let mut stderr = io::stderr().lock();
-    let text = line.to_string();
-    BAR_SHOWN.store(!text.is_empty(), Ordering::Relaxed);
-    let _ = write!(stderr, "\r\x1b[2K{text}").and_then(|()| stderr.flush());
+/// Makes `bar` the one on screen: notes suspend it while they are written.
+pub fn show_bar(bar: &indicatif::ProgressBar) {
+    *lock(&BAR) = Some(bar.clone());
 }
 
-/// Writes a message line to standard error, clearing a progress bar's line
-/// first when one is shown, so the two never share a line.
+/// The bar is no longer on screen (the command has one at a time).
+pub fn hide_bar() {
+    *lock(&BAR) = None;
+}
+
+/// Writes a message line to standard error; a progress bar on screen is
+/// cleared while it is written and drawn again below it, so the two never
+/// share a line.
 pub fn write_note(text: fmt::Arguments<'_>) {
-    let mut stderr = io::stderr().lock();
-    // Read under the lock: a bar draws under it too.
-    let clear = if BAR_SHOWN.swap(false, Ordering::Relaxed) {
-        "\r\x1b[2K"
-    } else {
-        ""
+    let write = || {
+        let mut stderr = io::stderr().lock();
+        let _ = writeln!(stderr, "{text}").and_then(|()| stderr.flush());
     };
-    let _ = writeln!(stderr, "{clear}{text}").and_then(|()| stderr.flush());
+    // Cloned out of the lock: the bar's own lock is taken in `suspend`.
+    let bar = lock(&BAR).clone();
+    match bar {
+        Some(bar) => bar.suspend(write),
+        None => write(),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Whether standard output's reader has gone, so a long listing can stop

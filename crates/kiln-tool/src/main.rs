@@ -137,7 +137,7 @@ fn main() {
         Err(error) => usage_error(&error),
     };
     logger::install(cli.verbose, cli.quiet);
-    table::set_width((!cli.wide).then(table::terminal_width));
+    table::set_width((!cli.wide).then(table::terminal_width).flatten());
     let output = output::Output {
         json: cli.json,
         wide: cli.wide,

@@ -4,8 +4,9 @@
 //!
 //! It appears only on a terminal and only once a pass has run for a
 //! moment, so quick commands and pipes print nothing extra, and clears
-//! itself when done. It draws through [`console`], so a message written
-//! while it is on screen stands on a line of its own. A batch's bar counts
+//! itself when done. indicatif draws it on standard error; a message
+//! written meanwhile goes through [`console`], which suspends the bar while
+//! the message is written, so the message stands on a line of its own. A batch's bar counts
 //! the kernels that are settled (loaded or failed), never the ones merely
 //! started; `kiln warm --progress plain` prints the same count as lines,
 //! for a log or a CI job.
@@ -17,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
-use indicatif::{ProgressDrawTarget, ProgressStyle, TermLike};
+use indicatif::{ProgressDrawTarget, ProgressStyle};
 use kiln_engine::BatchProgress;
 use kiln_store::Progress;
 
@@ -80,7 +81,7 @@ impl ProgressBar {
         let template = match progress.total.filter(|total| *total > 0) {
             Some(total) => {
                 self.bar.set_length(total);
-                "{prefix}: [{bar:30}] {pos}/{len}  {msg}  ETA {eta}"
+                "{prefix}: [{bar:20}] {pos}/{len}  {msg}  ETA {eta}"
             }
             None => "{prefix}: {pos} files  {msg}",
         };
@@ -90,14 +91,14 @@ impl ProgressBar {
         self.bar.set_position(progress.done);
         if !self.shown && self.started.elapsed() >= QUIET_FOR {
             self.shown = true;
-            self.bar.set_draw_target(on_console());
+            show(&self.bar);
         }
     }
 }
 
 impl Drop for ProgressBar {
     fn drop(&mut self) {
-        self.bar.finish_and_clear();
+        finish(&self.bar, self.shown);
     }
 }
 
@@ -143,7 +144,7 @@ fn follow(label: &str, total: usize, progress: &BatchProgress, shown: Shown, sto
     let bar =
         indicatif::ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::hidden())
             .with_style(style(
-                "warm {prefix}: [{bar:30}] {pos}/{len} kernels, {per_sec}, ETA {eta} {msg}",
+                "warm {prefix}: [{bar:20}] {pos}/{len} kernels, {per_sec}, ETA {eta} {msg}",
             ))
             .with_prefix(label.to_owned());
     let started = Instant::now();
@@ -185,7 +186,7 @@ fn follow(label: &str, total: usize, progress: &BatchProgress, shown: Shown, sto
             }
             Shown::Auto if !on_screen && started.elapsed() >= QUIET_FOR => {
                 on_screen = true;
-                bar.set_draw_target(on_console());
+                show(&bar);
             }
             Shown::Auto | Shown::Never => {}
         }
@@ -194,7 +195,7 @@ fn follow(label: &str, total: usize, progress: &BatchProgress, shown: Shown, sto
         }
         std::thread::sleep(POLL);
     }
-    bar.finish_and_clear();
+    finish(&bar, on_screen);
 }
 
 /// The style of a bar from `template`; a template of this module's own
@@ -205,69 +206,17 @@ fn style(template: &str) -> ProgressStyle {
         .progress_chars("#>-")
 }
 
-/// A draw target writing through [`console`], at most [`REDRAWS`] times a
-/// second.
-fn on_console() -> ProgressDrawTarget {
-    ProgressDrawTarget::term_like_with_hz(Box::new(ConsoleLine), REDRAWS)
+/// Draws `bar` on standard error from now on, at most [`REDRAWS`] times a
+/// second, and tells [`console`] it is on screen.
+fn show(bar: &indicatif::ProgressBar) {
+    bar.set_draw_target(ProgressDrawTarget::stderr_with_hz(REDRAWS));
+    console::show_bar(bar);
 }
 
-/// Standard error's one bar line, drawn and cleared through [`console`],
-/// so that a note written meanwhile clears it first.
-#[derive(Debug)]
-struct ConsoleLine;
-
-impl TermLike for ConsoleLine {
-    fn width(&self) -> u16 {
-        terminal_width().unwrap_or(80)
+/// Clears `bar` from the screen, when `shown` there.
+fn finish(bar: &indicatif::ProgressBar, shown: bool) {
+    bar.finish_and_clear();
+    if shown {
+        console::hide_bar();
     }
-
-    fn move_cursor_up(&self, _: usize) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn move_cursor_down(&self, _: usize) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn move_cursor_right(&self, _: usize) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn move_cursor_left(&self, _: usize) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn write_line(&self, line: &str) -> io::Result<()> {
-        console::draw_bar(format_args!("{line}"));
-        Ok(())
-    }
-
-    fn write_str(&self, text: &str) -> io::Result<()> {
-        console::draw_bar(format_args!("{text}"));
-        Ok(())
-    }
-
-    fn clear_line(&self) -> io::Result<()> {
-        console::draw_bar(format_args!(""));
-        Ok(())
-    }
-
-    fn flush(&self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Standard error's width in columns, when it is a terminal.
-fn terminal_width() -> Option<u16> {
-    let mut size = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes one `winsize` through the pointer, which
-    // points to one that lives across the call; on a descriptor that is
-    // no terminal it fails and writes nothing.
-    let answered = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) };
-    (answered == 0 && size.ws_col > 0).then_some(size.ws_col)
 }

@@ -1,11 +1,17 @@
 //! Tables for people, laid out by comfy-table: fitted to the terminal's
-//! width (a long cell wraps inside its column rather than the line running
-//! past the edge), numbers on the right, no borders.
+//! width (a long text cell wraps inside its column between words rather
+//! than the line running past the edge), numbers on the right, no borders.
+//! A number, a size or a time is never split from its unit: its column is
+//! as wide as its widest cell, and a number column's header wraps between
+//! words instead. When even that does not fit, the rightmost columns are
+//! left out, one at a time, and a last line names them (`--wide` shows
+//! every column).
 //!
 //! The width is the process's, chosen once by [`set_width`]: the
 //! terminal's columns when standard output is one, [`DEFAULT_WIDTH`] when
-//! it is not (a pipe, a file) or its size is unknown, and no limit with
-//! `--wide`.
+//! its size is unknown, and no limit with `--wide` or when standard output
+//! is no terminal (a pipe, a file): there every record is one line, so
+//! `grep` and `head` see whole names.
 
 use std::sync::atomic::{AtomicU16, Ordering};
 
@@ -13,9 +19,8 @@ use comfy_table::{CellAlignment, ColumnConstraint, ContentArrangement, presets};
 
 use crate::console::outln;
 
-/// The width tables keep to when standard output is no terminal or its
-/// size is unknown.
-pub const DEFAULT_WIDTH: u16 = 100;
+/// The width tables keep to on a terminal whose size is unknown.
+pub const DEFAULT_WIDTH: u16 = 80;
 
 /// The width tables keep to; 0 for no limit (`--wide`).
 static WIDTH: AtomicU16 = AtomicU16::new(DEFAULT_WIDTH);
@@ -31,32 +36,34 @@ pub fn is_wide() -> bool {
     WIDTH.load(Ordering::Relaxed) == 0
 }
 
-/// The width of the terminal standard output is, or [`DEFAULT_WIDTH`]
-/// when it is none or does not say.
-pub fn terminal_width() -> u16 {
+/// The width of the terminal standard output is ([`DEFAULT_WIDTH`] when
+/// it does not say), or `None` when it is no terminal: a pipe or a file
+/// gets every record on one line.
+pub fn terminal_width() -> Option<u16> {
     // SAFETY: `isatty` and `ioctl(TIOCGWINSZ)` only read the descriptor's
     // state into `size`, a plain struct owned here.
-    let columns = unsafe {
+    let (terminal, columns) = unsafe {
         let mut size: libc::winsize = std::mem::zeroed();
-        if libc::isatty(libc::STDOUT_FILENO) == 1
-            && libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) == 0
-        {
-            size.ws_col
+        if libc::isatty(libc::STDOUT_FILENO) == 1 {
+            let answered = libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) == 0;
+            (true, if answered { size.ws_col } else { 0 })
         } else {
-            0
+            (false, 0)
         }
     };
-    if columns == 0 { DEFAULT_WIDTH } else { columns }
+    terminal.then_some(if columns == 0 { DEFAULT_WIDTH } else { columns })
 }
 
 /// The longest word of a text column kept whole when the width is short.
 const LONGEST_UNCUT: usize = 12;
 
 /// A table being filled.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Table {
     headers: Vec<&'static str>,
     right_aligned: Vec<bool>,
+    /// Columns left out first when the table does not fit.
+    optional: Vec<bool>,
     rows: Vec<Vec<String>>,
     /// What each row sorts by, where it is not its cells.
     sort_keys: Vec<Option<Vec<String>>>,
@@ -65,14 +72,19 @@ pub struct Table {
 impl Table {
     /// A table with these column headers; a header ending in `>` is a
     /// column of numbers, sizes or ages: right-aligned, its cells never
-    /// wrapped (the `>` is not printed).
+    /// wrapped; a header starting with `?` is a column left out first
+    /// when the table does not fit (neither mark is printed).
     pub fn new(headers: &[&'static str]) -> Self {
         Self {
             headers: headers
                 .iter()
-                .map(|header| header.trim_end_matches('>'))
+                .map(|header| header.trim_end_matches('>').trim_start_matches('?'))
                 .collect(),
             right_aligned: headers.iter().map(|header| header.ends_with('>')).collect(),
+            optional: headers
+                .iter()
+                .map(|header| header.starts_with('?'))
+                .collect(),
             rows: Vec::new(),
             sort_keys: Vec::new(),
         }
@@ -123,8 +135,78 @@ impl Table {
         self.render_at((width > 0).then_some(width))
     }
 
-    /// The table as text within `width` columns (`None`: no limit).
+    /// The table as text within `width` columns (`None`: no limit). Where
+    /// its columns do not fit with their numbers whole and each text column
+    /// at its longest word, columns are left out until they do (those
+    /// marked optional first, then the rightmost, never the first), and a
+    /// last line names them.
     pub fn render_at(&self, width: Option<u16>) -> String {
+        let Some(limit) = width else {
+            return self.render_columns(None);
+        };
+        let mut kept = self.clone();
+        let mut left_out = Vec::new();
+        while kept.headers.len() > 1 && !kept.fits(limit) {
+            let index = (1..kept.headers.len())
+                .rev()
+                .find(|&index| kept.optional[index])
+                .unwrap_or(kept.headers.len() - 1);
+            left_out.push((index, kept.headers[index]));
+            kept.remove_column(index);
+        }
+        let mut text = kept.render_columns(Some(limit));
+        if !left_out.is_empty() {
+            // Named in the order they stood.
+            let mut order: Vec<usize> = (0..self.headers.len()).collect();
+            let left_out: Vec<&str> = left_out
+                .into_iter()
+                .map(|(index, header)| {
+                    let original = order.remove(index);
+                    (original, header)
+                })
+                .collect::<std::collections::BTreeMap<_, _>>()
+                .into_values()
+                .collect();
+            text.push_str(&format!(
+                "(left out to fit {limit} columns: {}; --wide shows them)\n",
+                left_out.join(", ")
+            ));
+        }
+        text
+    }
+
+    /// Whether every column fits within `width` with its numbers whole and
+    /// each text column at its longest word (or [`LONGEST_UNCUT`]).
+    fn fits(&self, width: u16) -> bool {
+        let last = self.headers.len().saturating_sub(1);
+        let least: u32 = (0..self.headers.len())
+            .map(|index| {
+                let padding = if index == last { 0 } else { 2 };
+                let least = if self.right_aligned[index] {
+                    self.cells_whole(index)
+                } else {
+                    self.narrowest(index)
+                };
+                u32::from(least) + padding
+            })
+            .sum();
+        least <= u32::from(width)
+    }
+
+    /// Leaves column `index` out.
+    fn remove_column(&mut self, index: usize) {
+        self.headers.remove(index);
+        self.right_aligned.remove(index);
+        self.optional.remove(index);
+        for row in &mut self.rows {
+            if index < row.len() {
+                row.remove(index);
+            }
+        }
+    }
+
+    /// The table's columns as text within `width` (`None`: no limit).
+    fn render_columns(&self, width: Option<u16>) -> String {
         let mut table = comfy_table::Table::new();
         table.load_style(presets::NOTHING);
         match width {
@@ -212,11 +294,10 @@ impl Table {
             (start(&typical, &widest), widest.clone(), false)
         } else if fits(&start(&least, &widest)) {
             (start(&least, &widest), start(&typical, &widest), false)
-        } else if fits(&start(&least, &cells_whole)) {
-            (start(&least, &cells_whole), start(&typical, &widest), true)
         } else {
-            // Nothing fits: every column at its least, numbers too.
-            return least.into_iter().map(|width| width as u16).collect();
+            // Numbers' headers wrap between words; their cells stay whole
+            // (`render_at` left out what does not fit even so).
+            (start(&least, &cells_whole), start(&typical, &widest), true)
         };
         let wraps = |index: usize| text(index) || numbers_wrap;
         let mut room = width.saturating_sub(widths.iter().sum());
@@ -438,6 +519,67 @@ mod tests {
         );
         let wide = table.render_at(None);
         assert_eq!(wide.lines().count(), 2, "one line each at full width");
+    }
+
+    #[test]
+    fn at_80_columns_a_number_stays_beside_its_unit_and_optional_columns_go_first() {
+        let mut table = Table::new(&[
+            "BACKEND",
+            "TARGET",
+            "KERNELS>",
+            "HITS>",
+            "REKEYED>",
+            "COMPILED>",
+            "FAILED>",
+            "?UNSTORED>",
+            "WALL>",
+            "WORK>",
+            "?WORKERS>",
+        ]);
+        table.row(
+            [
+                "cuda",
+                "compile-only: sm_90, nvrtc 13.0",
+                "56",
+                "0",
+                "0",
+                "56",
+                "0",
+                "0",
+                "12.47 s",
+                "25.03 s",
+                "2",
+            ]
+            .map(String::from)
+            .to_vec(),
+        );
+        let text = table.render_at(Some(80));
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "{line:?} in\n{text}");
+        }
+        assert!(text.contains("12.47 s") && text.contains("cuda"), "{text}");
+        assert!(!text.contains("UNSTORED  "), "{text}");
+        assert!(
+            text.ends_with(
+                "(left out to fit 80 columns: UNSTORED, WORK, WORKERS; --wide shows them)\n"
+            ),
+            "optional columns first, then from the right, named in their order: {text}"
+        );
+        assert!(
+            text.lines()
+                .next()
+                .is_some_and(|header| header.contains("WALL"))
+        );
+        let narrow = table.render_at(Some(30));
+        for line in narrow.lines().filter(|line| !line.starts_with('(')) {
+            assert!(line.chars().count() <= 30, "{line:?} in\n{narrow}");
+        }
+        assert!(narrow.contains("columns: HITS, REKEYED,"), "{narrow}");
+        assert_eq!(
+            table.render_at(None).lines().count(),
+            2,
+            "no limit: one line a row"
+        );
     }
 
     #[test]

@@ -275,7 +275,8 @@ where
         backend,
         target: description,
         architecture: None,
-        on_device,
+        // KILN_MODE=compile-only makes no device object, even on a device.
+        on_device: on_device && !kiln_engine::mode::is_compile_only(),
         unavailable: None,
         kernels: count,
         from_store: statistics.hits,
