@@ -128,7 +128,7 @@ impl DiskStore {
                 at,
                 Kind::Record,
                 short_key(&copy.key.digest()),
-                record.seal(),
+                super::packed::packed_record(&record, copy.bytes),
             ));
             if let Some((key, history)) = self.history_after_put(copy.key) {
                 sealed.push((at, Kind::History, key, history));

@@ -56,7 +56,15 @@ impl DiskStore {
         let pointer = match judge(&sealed, encoded_key, key) {
             Judged::Pointer(pointer) => pointer,
             Judged::Inline(pointer) => {
-                // A record that carries its bytes is whole on its own.
+                // A record that carries its bytes is whole on its own: one
+                // read of one shard (F11). Its object is renewed with it,
+                // at most once a minute, so that eviction, which goes by
+                // objects, keeps what is read (P6).
+                if inner.packs.touch(Kind::Record, &record_key, at) {
+                    inner
+                        .packs
+                        .touch_live(Kind::Object, &short_key(&pointer.object));
+                }
                 let mut artifact = sealed;
                 artifact.truncate(usize::try_from(pointer.size).unwrap_or(usize::MAX));
                 return Some(self.packed_hit(artifact, &pointer));
@@ -278,7 +286,7 @@ impl DiskStore {
             .chain(source_key)
             .map(|key| {
                 let record = Record::new(key.clone(), object, size, work);
-                (key.clone(), record.seal())
+                (key.clone(), packed_record(&record, bytes))
             })
             .collect();
         let (written, new_entries) = self.publish_packed(bytes, &object, &records)?;
@@ -374,6 +382,14 @@ impl DiskStore {
             }
         }
     }
+}
+
+/// The frame a packed `record` of `bytes` is: a kernel's own record of a
+/// small artifact carries the bytes (as its file would), so a warm start
+/// reads one frame of one shard per kernel (F11); any other names its
+/// object.
+pub(super) fn packed_record(record: &Record, bytes: &[u8]) -> Vec<u8> {
+    super::write::record_file(record, bytes).0
 }
 
 fn corrupt(detail: String) -> ObjectMiss {

@@ -224,14 +224,15 @@ impl Packs {
     }
 
     /// Records a read of the entry at `at` (P6), at most once a minute.
-    pub(crate) fn touch(&self, kind: Kind, key: &[u8; 16], at: Position) {
+    /// Whether it wrote one.
+    pub(crate) fn touch(&self, kind: Kind, key: &[u8; 16], at: Position) -> bool {
         if !self.writable {
-            return;
+            return false;
         }
         let shard = shard_of(key);
         let mut guard = self.view(shard);
         let Some(view) = guard.as_mut() else {
-            return;
+            return false;
         };
         let now = now_seconds();
         match view.slots.get_mut(&(kind, *key)) {
@@ -249,9 +250,33 @@ impl Packs {
                     log::trace!("cannot record an access: {error}");
                 }
                 slot.accessed = now;
+                true
             }
-            _ => {}
+            _ => false,
         }
+    }
+
+    /// Records a read of the live entry `kind`/`key`, wherever its slot
+    /// is now (at most once a minute, as [`touch`](Self::touch)).
+    pub(crate) fn touch_live(&self, kind: Kind, key: &[u8; 16]) {
+        let shard = shard_of(key);
+        let at = {
+            let mut guard = self.view(shard);
+            if self.refresh(shard, &mut guard).is_err() {
+                return;
+            }
+            let Some(view) = guard.as_ref() else {
+                return;
+            };
+            let Some(&(_, position)) = view.slots.get(&(kind, *key)) else {
+                return;
+            };
+            Position {
+                generation: view.generation,
+                slot: position,
+            }
+        };
+        self.touch(kind, key, at);
     }
 
     /// Brings this process's view of `shard` up to date: the slots
