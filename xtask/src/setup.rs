@@ -8,6 +8,7 @@
 
 mod apt;
 pub mod nvrtc;
+pub mod s3;
 
 use std::path::PathBuf;
 
@@ -159,6 +160,13 @@ pub fn parts() -> Vec<SystemPart> {
             is_present: || apt::are_installed(REDIS_PACKAGES),
             install: || apt::install(REDIS_PACKAGES),
             environment: redis_environment,
+        },
+        SystemPart {
+            name: "Garage 2.5.0, an S3 server (cargo install garage, into the target directory)",
+            needed_by: "object-store tier's store, sharing and fault tests (crates/kiln-bucket)",
+            is_present: s3::is_present,
+            install: s3::install,
+            environment: s3::environment,
         },
     ]
 }
