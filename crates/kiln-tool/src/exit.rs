@@ -7,6 +7,7 @@
 //! | 2 | the command line is wrong: an unknown option, a missing or malformed value |
 //! | 3 | `warm`: a kernel or a kernel file failed (every other kernel was compiled and stored); `verify --recompile`: a kernel compiled again to other bytes than stored |
 //! | 4 | `warm`: a backend named by `--require` is unavailable |
+//! | 5 | `coverage`: less of what the program needs is present than `--require` asks |
 //!
 //! Where several apply, the larger code is given.
 
@@ -22,6 +23,8 @@ pub const USAGE: i32 = 2;
 pub const KERNELS_FAILED: i32 = 3;
 /// A backend named by `--require` is unavailable.
 pub const REQUIRED_UNAVAILABLE: i32 = 4;
+/// Less of what a program needs is present than `coverage --require` asks.
+pub const COVERAGE_SHORT: i32 = 5;
 
 /// The table above, for `kiln --help`.
 pub const TABLE: &str = "\
@@ -34,6 +37,7 @@ Exit codes:
      and stored); verify --recompile: a kernel compiled again to other bytes
      than stored
   4  warm: a backend named by --require is unavailable
+  5  coverage: less of what the program needs is present than --require asks
 Where several apply, the larger code is given.";
 
 /// An error that ends the command with `code` rather than [`ERROR`].

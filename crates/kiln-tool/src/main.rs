@@ -123,6 +123,8 @@ enum Command {
     Tunes(command::tunes::Arguments),
     /// The warm-start profiles of programs the store keeps, and forgetting them.
     Profiles(command::profiles::Arguments),
+    /// How much of what a program needs the store or a bundle holds.
+    Coverage(command::coverage::Arguments),
 }
 
 fn main() {
@@ -192,6 +194,9 @@ fn main() {
         }
         Command::Profiles(arguments) => with_store(dir, |store| {
             command::profiles::run(store, &arguments, &output)
+        }),
+        Command::Coverage(arguments) => with_store(dir, |store| {
+            command::coverage::run(store, &arguments, &output)
         }),
     };
     let printed = console::finish();

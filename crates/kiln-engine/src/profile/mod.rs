@@ -90,6 +90,16 @@ pub struct ProfiledKernel {
     pub age: u32,
 }
 
+impl ProfiledKernel {
+    /// Its kernel id and its variant's bytes as a store key holds them
+    /// ([`StoreKey::variant`](crate::store::StoreKey::variant)), when its
+    /// id decodes: what `kiln coverage` looks a profiled kernel up by.
+    pub fn key_parts(&self) -> Option<(crate::id::KernelId, &[u8])> {
+        let (kernel, read) = crate::encoding::decode::<crate::id::KernelId>(&self.id).ok()?;
+        Some((kernel, &self.id[read..]))
+    }
+}
+
 /// A profile as the store keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredProfile {

@@ -1,6 +1,7 @@
 //! The subcommands, one module each, and what they share: the store they
 //! work on and its named blobs; how they print is [`crate::output`].
 
+pub mod coverage;
 pub mod explain;
 pub mod export;
 pub mod forget;
@@ -12,6 +13,7 @@ pub mod profiles;
 pub mod pull;
 pub mod push;
 pub mod records;
+pub mod show;
 pub mod stats;
 pub mod tunes;
 pub mod verify;
