@@ -211,12 +211,23 @@ impl CudaCompiler {
     }
 
     fn failure(&self, lowered: &CudaLowered, log: &str, invalid_option: bool) -> CompileFailure {
-        let entry_hint = format!(
-            "the entry point `{}` must name a __global__ function of the source: a plain \
-             name (declared extern \"C\" to keep it unmangled) or a template instantiation \
-             such as scale<float, 128>",
-            lowered.entry
-        );
+        // The entry an error names: the misspelt one, not the first.
+        let entries: Vec<&str> = std::iter::once(lowered.entry.as_str())
+            .chain(lowered.more_entries.iter().map(String::as_str))
+            .collect();
+        let named = |message: &str| -> String {
+            entries
+                .iter()
+                .find(|entry| {
+                    let name = entry.split('<').next().unwrap_or(entry).trim();
+                    let base = name.rsplit("::").next().unwrap_or(name);
+                    !base.is_empty() && message.contains(base)
+                })
+                .copied()
+                .unwrap_or(lowered.entry.as_str())
+                .to_owned()
+        };
+        let mut blamed = lowered.entry.clone();
         let mut names_entry = false;
         // NVRTC knows the program as PROGRAM_NAME; its author, by its own.
         let log = log.replace(
@@ -244,17 +255,27 @@ impl CudaCompiler {
                     .and_then(|location| location.file.as_deref())
                     == Some(NAME_EXPRESSION_FILE);
                 if in_name_map {
+                    if !names_entry {
+                        blamed = named(&diagnostic.message);
+                    }
                     names_entry = true;
                     diagnostic.location = None;
-                    diagnostic.message =
-                        format!("entry point `{}`: {}", lowered.entry, diagnostic.message);
+                    diagnostic.message = format!(
+                        "entry point `{}`: {}",
+                        named(&diagnostic.message),
+                        diagnostic.message
+                    );
                 }
                 diagnostic
             })
             .collect();
         let mut failure = CompileFailure::new(diagnostics).with_log(log);
         if names_entry {
-            failure = failure.with_hint(entry_hint);
+            failure = failure.with_hint(format!(
+                "the entry point `{blamed}` must name a __global__ function of the source: a \
+                 plain name (declared extern \"C\" to keep it unmangled) or a template \
+                 instantiation such as scale<float, 128>"
+            ));
         } else if opens_a_file {
             failure = failure.with_hint(
                 "NVRTC reads no header from disk: kiln hands it each one in memory. A fixed \

@@ -369,35 +369,44 @@ impl HipCompiler {
             Program::new(&self.toolchain.hiprtc, &source, &name, &headers).map_err(as_failure)?;
         program.add_name_expression(&entry).map_err(as_failure)?;
         // hipRTC finds a name expression's symbol by comparing the
-        // demangled name as text, which spells an unsigned template
-        // argument `64u`: the same entry with unsigned literals is asked
-        // too, so `k<64>` names `template <unsigned N>` as it does in C++.
-        let unsigned = unsigned_spelling(lowered.entry())
-            .map(|spelling| c_string(&spelling, || "the entry point".to_owned()))
-            .transpose()
-            .map_err(as_failure)?;
-        if let Some(unsigned) = &unsigned {
-            program.add_name_expression(unsigned).map_err(as_failure)?;
+        // demangled name as text, which spells a template argument as its
+        // parameter's type has it (`64u`, `5ul`, `(short)3`): each entry is
+        // asked by those spellings too, from the template's declared
+        // parameter types, so `convolution<5>` names `template <size_t N>`
+        // as it does in C++.
+        let texts: Vec<&str> = std::iter::once(lowered.source())
+            .chain(lowered.headers().iter().map(|header| header.text.as_str()))
+            .collect();
+        let spelled = |expression: &str, what: &'static str| {
+            crate::names::spellings(expression, &texts)
+                .iter()
+                .map(|spelling| c_string(spelling, || what.to_owned()))
+                .collect::<Result<Vec<_>>>()
+                .map_err(as_failure)
+        };
+        let alternatives = spelled(lowered.entry(), "the entry point")?;
+        for alternative in &alternatives {
+            program.add_name_expression(alternative).map_err(as_failure)?;
         }
         let mut more = Vec::with_capacity(lowered.more_entries.len());
         for expression in &lowered.more_entries {
             let written =
                 c_string(expression, || "an entry point".to_owned()).map_err(as_failure)?;
             program.add_name_expression(&written).map_err(as_failure)?;
-            let unsigned = unsigned_spelling(expression)
-                .map(|spelling| c_string(&spelling, || "an entry point".to_owned()))
-                .transpose()
-                .map_err(as_failure)?;
-            if let Some(unsigned) = &unsigned {
-                program.add_name_expression(unsigned).map_err(as_failure)?;
+            let alternatives = spelled(expression, "an entry point")?;
+            for alternative in &alternatives {
+                program.add_name_expression(alternative).map_err(as_failure)?;
             }
-            more.push((expression.clone(), written, unsigned));
+            more.push((expression.clone(), written, alternatives));
         }
         let compiled = program.compile(&flags).map_err(as_failure)?;
         let log = program.log().map_err(as_failure)?;
         let source_lines = lowered.source().lines().count().max(1);
+        let entry_names: Vec<&str> = std::iter::once(lowered.entry())
+            .chain(lowered.more_entries.iter().map(String::as_str))
+            .collect();
         if !compiled {
-            let mut failure = diagnostics::failure(&log, source_lines, lowered.entry());
+            let mut failure = diagnostics::failure(&log, source_lines, &entry_names);
             // hipRTC names every program alike; the author knows its file.
             if let Some(program_name) = &lowered.program_name {
                 for diagnostic in &mut failure.diagnostics {
@@ -413,9 +422,11 @@ impl HipCompiler {
         let code_object = program.code().map_err(as_failure)?;
         let symbol = program
             .lowered_name(&entry)
-            .or_else(|error| match &unsigned {
-                Some(unsigned) => program.lowered_name(unsigned).map_err(|_| error),
-                None => Err(error),
+            .or_else(|error| {
+                alternatives
+                    .iter()
+                    .find_map(|alternative| program.lowered_name(alternative).ok())
+                    .ok_or(error)
             })
             .map_err(|error| match error {
                 Error::Hiprtc { code, .. }
@@ -433,12 +444,14 @@ impl HipCompiler {
                 other => as_failure(other),
             })?;
         let mut more_entries = Vec::with_capacity(more.len());
-        for (expression, written, unsigned) in &more {
+        for (expression, written, alternatives) in &more {
             let symbol = program
                 .lowered_name(written)
-                .or_else(|error| match unsigned {
-                    Some(unsigned) => program.lowered_name(unsigned).map_err(|_| error),
-                    None => Err(error),
+                .or_else(|error| {
+                    alternatives
+                        .iter()
+                        .find_map(|alternative| program.lowered_name(alternative).ok())
+                        .ok_or(error)
                 })
                 .map_err(|_| {
                     CompileFailure::message(format!(
@@ -454,7 +467,7 @@ impl HipCompiler {
         drop(program);
 
         let mut diagnostics: Vec<Diagnostic> =
-            diagnostics::parse(&log, source_lines, lowered.entry())
+            diagnostics::parse(&log, source_lines, &entry_names)
                 .into_iter()
                 .filter(|diagnostic| diagnostic.severity < Severity::Error)
                 .collect();
@@ -478,41 +491,6 @@ impl HipCompiler {
             diagnostics,
         })
     }
-}
-
-/// `expression` with every decimal integer literal of its template
-/// arguments spelled unsigned (`k<64, float>` as `k<64u, float>`), when it
-/// has one.
-fn unsigned_spelling(expression: &str) -> Option<String> {
-    let start = expression.find('<')?;
-    let (name, arguments) = expression.split_at(start);
-    let mut spelled = String::from(name);
-    let mut changed = false;
-    let characters: Vec<char> = arguments.chars().collect();
-    let mut index = 0;
-    while index < characters.len() {
-        let character = characters[index];
-        let starts_literal = character.is_ascii_digit()
-            && index > 0
-            && matches!(characters[index - 1], '<' | ',' | ' ' | '-');
-        if !starts_literal {
-            spelled.push(character);
-            index += 1;
-            continue;
-        }
-        let mut end = index;
-        while end < characters.len() && characters[end].is_ascii_digit() {
-            end += 1;
-        }
-        spelled.extend(&characters[index..end]);
-        let next = characters.get(end).copied().unwrap_or('>');
-        if matches!(next, '>' | ',' | ' ') && characters[index - 1] != '-' {
-            spelled.push('u');
-            changed = true;
-        }
-        index = end;
-    }
-    changed.then_some(spelled)
 }
 
 impl fmt::Debug for HipCompiler {
@@ -673,19 +651,6 @@ impl KeyedCompiler for HipCompiler {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn integer_template_arguments_are_also_spelled_unsigned() {
-        assert_eq!(unsigned_spelling("k<64>").as_deref(), Some("k<64u>"));
-        assert_eq!(
-            unsigned_spelling("scan<float, 256, 8>").as_deref(),
-            Some("scan<float, 256u, 8u>")
-        );
-        assert_eq!(unsigned_spelling("k<-1>"), None);
-        assert_eq!(unsigned_spelling("k<64u>"), None);
-        assert_eq!(unsigned_spelling("plain"), None);
-        assert_eq!(unsigned_spelling("k<float>"), None);
-    }
 
     #[test]
     fn the_sharing_text_names_everything_that_shapes_the_artifact() {

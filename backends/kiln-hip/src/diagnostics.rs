@@ -19,14 +19,23 @@ const SEVERITIES: [&str; 5] = ["fatal error", "error", "warning", "note", "remar
 const PROGRAM_FILES: [&str; 2] = ["CompileSource", crate::program::PROGRAM_NAME];
 
 /// The diagnostics of `log`, for a program of `source_lines` lines whose
-/// entry point is `entry`.
-pub fn parse(log: &str, source_lines: usize, entry: &str) -> Vec<Diagnostic> {
+/// entry points are `entries`.
+pub fn parse(log: &str, source_lines: usize, entries: &[&str]) -> Vec<Diagnostic> {
     log.lines()
-        .filter_map(|line| parse_line(line, source_lines, entry))
+        .filter_map(|line| parse_line(line, source_lines, entries))
         .collect()
 }
 
-fn parse_line(line: &str, source_lines: usize, entry: &str) -> Option<Diagnostic> {
+/// The entry of `entries` that `message` names (`'scann'`), if any.
+fn named_entry<'a>(message: &str, entries: &[&'a str]) -> Option<&'a str> {
+    entries.iter().copied().find(|entry| {
+        let name = entry.split('<').next().unwrap_or(entry).trim();
+        let base = name.rsplit("::").next().unwrap_or(name);
+        !base.is_empty() && (message.contains(&format!("'{base}'")) || message.contains(name))
+    })
+}
+
+fn parse_line(line: &str, source_lines: usize, entries: &[&str]) -> Option<Diagnostic> {
     let (location, rest) = split_location(line)?;
     let (severity, message) = SEVERITIES.iter().find_map(|word| {
         let message = rest.strip_prefix(word)?.strip_prefix(": ")?;
@@ -41,10 +50,15 @@ fn parse_line(line: &str, source_lines: usize, entry: &str) -> Option<Diagnostic
         && location.file.is_none()
         && location.line as usize > source_lines
     {
-        // The line is one hipRTC appended for the entry point: pointing at
-        // it would name a line the user never wrote.
+        // The line is one hipRTC appended for an entry point: pointing at
+        // it would name a line the user never wrote. Which entry, the
+        // message says; one that names none is the source's (a header's
+        // unclosed brace reaches the appended lines too).
         diagnostic.location = None;
-        diagnostic.message = format!("in the entry point `{entry}`: {}", diagnostic.message);
+        diagnostic.message = match named_entry(&diagnostic.message, entries) {
+            Some(entry) => format!("in the entry point `{entry}`: {}", diagnostic.message),
+            None => format!("past the source's last line: {}", diagnostic.message),
+        };
     }
     Some(diagnostic)
 }
@@ -107,13 +121,18 @@ fn file_name(path: &str) -> Option<String> {
 
 /// The failure of a compile whose log is `log`, with a hint when the cause
 /// is configuration rather than source.
-pub fn failure(log: &str, source_lines: usize, entry: &str) -> CompileFailure {
-    let diagnostics = parse(log, source_lines, entry);
+pub fn failure(log: &str, source_lines: usize, entries: &[&str]) -> CompileFailure {
+    let diagnostics = parse(log, source_lines, entries);
     let first_error = diagnostics
         .iter()
         .find(|diagnostic| diagnostic.severity == Severity::Error);
     let hint = first_error.and_then(|first| {
-        if first.message.starts_with("in the entry point") {
+        if let Some(entry) = first
+            .message
+            .strip_prefix("in the entry point `")
+            .and_then(|rest| rest.split_once("`: "))
+            .map(|(entry, _)| entry)
+        {
             Some(format!(
                 "the entry point `{entry}` must name a __global__ function, or an instantiation \
                  of a __global__ template, that the source declares"
@@ -162,7 +181,7 @@ extern \"C\" __global__ void k(float* x){ x[0] = 1.0f int y = z; }
     // D1, D2
     #[test]
     fn a_hiprtc_log_becomes_located_diagnostics() {
-        let diagnostics = parse(SYNTAX_LOG, 3, "k");
+        let diagnostics = parse(SYNTAX_LOG, 3, &["k"]);
         assert_eq!(diagnostics.len(), 3, "{diagnostics:?}");
         assert_eq!(
             diagnostics[0].to_string(),
@@ -170,7 +189,7 @@ extern \"C\" __global__ void k(float* x){ x[0] = 1.0f int y = z; }
         );
         assert_eq!(diagnostics[1].severity, Severity::Error);
         assert_eq!(diagnostics[2].severity, Severity::Warning);
-        let failure = failure(SYNTAX_LOG, 3, "k");
+        let failure = failure(SYNTAX_LOG, 3, &["k"]);
         assert_eq!(
             failure.to_string(),
             "1:52: error: expected ';' after expression (1 more error suppressed)"
@@ -183,7 +202,7 @@ extern \"C\" __global__ void k(float* x){ x[0] = 1.0f int y = z; }
     fn an_error_in_a_header_names_the_header() {
         let log = "In file included from /tmp/comgr-5e999a/input/CompileSource:1:\n\
                    /tmp/comgr-5e999a/include/my/ops.h:1:45: error: expected ';' after return statement\n";
-        let diagnostics = parse(log, 2, "k");
+        let diagnostics = parse(log, 2, &["k"]);
         assert_eq!(
             diagnostics[0].to_string(),
             "my/ops.h:1:45: error: expected ';' after return statement"
@@ -195,7 +214,7 @@ extern \"C\" __global__ void k(float* x){ x[0] = 1.0f int y = z; }
     fn an_unknown_entry_point_is_reported_as_one_with_a_hint() {
         let log = "/tmp/comgr-9d61b9/input/CompileSource:2:40: error: use of undeclared identifier 'missing'\n\
                    extern \"C\" constexpr auto __hiprtc_1 = missing;\n";
-        let failure = failure(log, 1, "missing");
+        let failure = failure(log, 1, &["missing"]);
         let message = failure.to_string();
         assert!(
             message
@@ -208,13 +227,30 @@ extern \"C\" __global__ void k(float* x){ x[0] = 1.0f int y = z; }
         );
     }
 
+    // D2: the misspelt entry is named, not the first; and an error past
+    // the source's end that names no entry gets no entry point hint.
+    #[test]
+    fn an_error_past_the_source_names_the_entry_it_is_about_or_none() {
+        let log = "/tmp/comgr-9d61b9/input/CompileSource:3:40: error: use of undeclared identifier 'scann'\n";
+        let message = failure(log, 1, &["reduce<64>", "scann"]).to_string();
+        assert!(
+            message.starts_with("error: in the entry point `scann`:"),
+            "{message}"
+        );
+        assert!(message.contains("hint: the entry point `scann`"), "{message}");
+        let log = "/tmp/comgr-9d61b9/input/CompileSource:4:1: error: expected '}'\n";
+        let message = failure(log, 2, &["k"]).to_string();
+        assert!(message.contains("past the source's last line"), "{message}");
+        assert!(!message.contains("entry point"), "{message}");
+    }
+
     // D2: comgr's inline-assembly error is no option's.
     #[test]
     fn an_inline_assembly_error_says_so_rather_than_blaming_an_option() {
         let log = "error: cannot compile inline asm
                    <inline asm>:1:2: error: invalid instruction
 ";
-        let message = failure(log, 1, "k").to_string();
+        let message = failure(log, 1, &["k"]).to_string();
         assert!(message.contains("inline assembly"), "{message}");
         assert!(!message.contains("refused an option"), "{message}");
     }
@@ -224,7 +260,7 @@ extern \"C\" __global__ void k(float* x){ x[0] = 1.0f int y = z; }
     fn an_option_error_has_no_place_and_a_hint() {
         let log = "error: invalid value 'c++99x' in '-std=c++99x'\n\
                    note: use 'c++17' for 'ISO C++ 2017 with amendments' standard\n";
-        let failure = failure(log, 1, "k");
+        let failure = failure(log, 1, &["k"]);
         assert_eq!(failure.diagnostics.len(), 2);
         assert_eq!(failure.diagnostics[1].severity, Severity::Note);
         assert!(
@@ -240,7 +276,7 @@ extern \"C\" __global__ void k(float* x){ x[0] = 1.0f int y = z; }
         let diagnostics = parse(
             "/x/input/CompileSource:1:10: fatal error: 'missing.h' file not found\n",
             1,
-            "k",
+            &["k"],
         );
         assert_eq!(diagnostics[0].severity, Severity::Error);
         assert_eq!(diagnostics[0].message, "'missing.h' file not found");
@@ -248,7 +284,7 @@ extern \"C\" __global__ void k(float* x){ x[0] = 1.0f int y = z; }
 
     #[test]
     fn source_lines_that_mention_errors_are_not_diagnostics() {
-        let diagnostics = parse("    printf(\"error: %d\", x);\n  ^\n", 1, "k");
+        let diagnostics = parse("    printf(\"error: %d\", x);\n  ^\n", 1, &["k"]);
         assert!(diagnostics.is_empty(), "{diagnostics:?}");
     }
 }

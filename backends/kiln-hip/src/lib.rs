@@ -153,6 +153,7 @@ mod kernel;
 mod key;
 pub mod metadata;
 mod module;
+mod names;
 mod options;
 mod program;
 mod result;

@@ -772,6 +772,105 @@ mod tests {
         let _ = fs::remove_dir_all(root);
     }
 
+    // P13: `..` cannot leave the tree, not even under `#if 0`, and the file
+    // outside is never read.
+    #[test]
+    fn an_include_outside_the_tree_is_refused_unread_unless_allowed() {
+        let root = folder();
+        fs::create_dir_all(root.join("tree/kernels")).expect("folders");
+        fs::create_dir_all(root.join("tree/include")).expect("folders");
+        fs::write(root.join("tree/include/tiles.h"), "#define T 1\n").expect("a header");
+        fs::write(root.join("secret.h"), "secret\n").expect("a file outside");
+        let mut search = IncludeSearch {
+            source_folder: Some(root.join("tree/kernels")),
+            tree: Some(root.join("tree")),
+            ..IncludeSearch::default()
+        };
+        let headers = search
+            .resolve("#include \"../include/tiles.h\"\n", "k.cu", &[])
+            .expect("inside the tree");
+        assert_eq!(headers[0].name, "../include/tiles.h");
+        for text in [
+            "#include \"../../secret.h\"\n",
+            "#if 0\n#include \"../../secret.h\"\n#endif\n",
+        ] {
+            let error = search.resolve(text, "k.cu", &[]).expect_err("outside");
+            assert!(matches!(error, IncludeError::Outside { .. }), "{error}");
+            assert!(error.to_string().contains("kiln does not read it"), "{error}");
+        }
+        // Without a tree, the tree is the source folder.
+        search.tree = None;
+        search
+            .resolve("#include \"../include/tiles.h\"\n", "k.cu", &[])
+            .expect_err("outside the source folder");
+        search.outside_allowed = true;
+        let headers = search
+            .resolve("#include \"../../secret.h\"\n", "k.cu", &[])
+            .expect("allowed");
+        assert_eq!(headers[0].text, "secret\n");
+        let _ = fs::remove_dir_all(root);
+    }
+
+    // P13: no include is left to the compiler; a skipped branch need not
+    // resolve, nor need a header reached only through one.
+    #[test]
+    fn an_include_found_nowhere_under_a_conditional_gets_a_stopping_stand_in() {
+        let root = folder();
+        fs::write(
+            root.join("optional.h"),
+            "#include \"deeper_missing.h\"\n#include <cstdint>\n",
+        )
+        .expect("a header");
+        let search = IncludeSearch {
+            source_folder: Some(root.clone()),
+            compiler: Some(Compiler::Hiprtc),
+            ..IncludeSearch::default()
+        };
+        let text = "#ifdef EXTRA\n#include \"missing.h\"\n#include \"optional.h\"\n#endif\n";
+        let headers = search.resolve(text, "k.hip", &[]).expect("resolves");
+        let names: Vec<&str> = headers.iter().map(|header| header.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "climits",
+                "cstdint",
+                "deeper_missing.h",
+                "missing.h",
+                "optional.h"
+            ]
+        );
+        for stopping in [&headers[2], &headers[3]] {
+            assert!(stopping.text.starts_with("#error"), "{}", stopping.text);
+            assert!(stopping.text.contains(&stopping.name), "{}", stopping.text);
+        }
+        assert!(headers[1].text.contains("int8_t"), "{}", headers[1].text);
+        let _ = fs::remove_dir_all(root);
+    }
+
+    // B8
+    #[test]
+    fn a_host_only_header_says_what_it_is_and_stand_ins_can_be_turned_off() {
+        let mut search = IncludeSearch {
+            compiler: Some(Compiler::Nvrtc),
+            ..IncludeSearch::default()
+        };
+        let error = search
+            .resolve("#include <cublas_v2.h>\n", "k.cu", &[])
+            .expect_err("host only");
+        let message = error.to_string();
+        assert!(message.contains("host-only header (cuBLAS"), "{message}");
+        assert!(message.contains("#ifndef __CUDACC_RTC__"), "{message}");
+        assert!(!message.contains("--include"), "{message}");
+        search
+            .resolve("#include <climits>\n", "k.cu", &[])
+            .expect("a stand-in");
+        search.stdlib_off = true;
+        let error = search
+            .resolve("#include <climits>\n", "k.cu", &[])
+            .expect_err("off");
+        assert!(matches!(error, IncludeError::NotFound { .. }), "{error}");
+    }
+
     // P13
     #[test]
     fn a_computed_include_is_refused_and_a_supplied_header_wins() {
