@@ -103,6 +103,7 @@ mod exit;
 mod processes;
 mod program;
 mod protocol;
+mod reply;
 mod serve;
 mod temporary;
 

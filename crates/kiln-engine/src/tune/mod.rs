@@ -281,6 +281,17 @@ impl<T: TimedTarget> KernelLoader<T> {
         origin: Origin,
     ) -> Option<Tuned<T::Loaded>> {
         let winner = answer.winner?;
+        // A forged or damaged answer may name a candidate that is not
+        // there: refused, and the candidates are tuned again.
+        if winner >= candidates.len() || winner >= ids.len() {
+            log::warn!(
+                "the stored tuning answer of {} names candidate {winner} of {}: not one of \
+                 them, so it is refused and the candidates are tuned again",
+                answer.key,
+                candidates.len()
+            );
+            return None;
+        }
         match self.load(&candidates[winner].kernel, &ids[winner]) {
             Ok(loaded) => Some(Tuned {
                 winner,

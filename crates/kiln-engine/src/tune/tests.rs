@@ -446,3 +446,30 @@ fn a_clock_the_caller_gives_times_the_candidates() {
         .expect("tuned on the given clock");
     assert_eq!(tuned.winner, 9);
 }
+
+#[test]
+fn t2_a_stored_answer_whose_winner_is_out_of_range_is_refused_and_tuned_again() {
+    // T2: a forged or damaged answer naming a candidate that is not there
+    // panics nothing: it is refused and the candidates are measured again.
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    let candidates = candidates();
+    let launches = AtomicUsize::new(0);
+    let (loader, tuned) = tune_on(
+        FakeTarget::on_store(Arc::clone(&store)),
+        &candidates,
+        &launches,
+    );
+    let tuned = tuned.expect("tuned");
+    let ids: Vec<_> = candidates.iter().map(Candidate::id).collect();
+    let name = answer::answer_blob_key(&key(), &tuned.answer.device, &loader.artifact_keys(&ids));
+    let mut forged = tuned.answer.clone();
+    forged.winner = Some(candidates.len() + 40);
+    assert!(matches!(
+        store.put_blob(&name, &forged.to_bytes()),
+        crate::StoreOutcome::Stored { .. }
+    ));
+
+    let (_, tuned) = tune_on(FakeTarget::on_store(store), &candidates, &launches);
+    let tuned = tuned.expect("tuned again");
+    assert_eq!((tuned.winner, tuned.origin), (9, Origin::Measured));
+}

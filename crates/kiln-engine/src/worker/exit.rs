@@ -110,6 +110,15 @@ pub(crate) fn crashed(status: Option<&ExitStatus>, headroom: &Headroom) -> Blame
     if status.is_none() {
         return Blame::Environment("how it ended could not be seen".to_owned());
     }
+    // A compiler that crashes does not exit cleanly: a worker that exited
+    // with status 0 while it held a kernel was ended by its program.
+    if status.is_some_and(ExitStatus::success) {
+        return Blame::Environment(
+            "it exited with status 0 while it held the kernel: its program ended it, not the \
+             compiler"
+                .to_owned(),
+        );
+    }
     if let Some(bytes) = headroom.file_size_limit {
         return Blame::Environment(format!(
             "a file size limit of {} KiB is set (ulimit -f), which a compiler's temporary \

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::WorkerRecipe;
 use super::exit::{self, Blame, Headroom};
 use super::protocol::{self, Outcome, PROTOCOL, Reply, Request};
+use super::reply::Within;
 use super::temporary::TemporaryFolder;
 
 /// How long a starting worker has to answer its first request: the program
@@ -384,8 +385,8 @@ impl WorkerProcess {
     /// Waits for the answer to the start request [`spawn`](Self::spawn)
     /// sent: the worker, once it has built its compiler.
     fn started(mut self) -> Result<Self, String> {
-        let answer = wait_readable(self.replies.get_ref(), START_TIMEOUT)
-            .and_then(|()| protocol::read_frame::<Reply>(&mut self.replies));
+        let answer =
+            protocol::read_frame::<Reply>(&mut Within::new(&mut self.replies, START_TIMEOUT));
         match answer {
             Ok(Some(Reply::Started)) => Ok(self),
             Ok(Some(Reply::Refused { reason })) => {
@@ -415,14 +416,12 @@ impl WorkerProcess {
     }
 
     /// Sends `request` and reads its reply, waiting at most `timeout` for
-    /// the reply to begin (an error of kind `TimedOut` past it).
+    /// the whole reply, every byte of it (an error of kind `TimedOut` past
+    /// it): a worker that sends part of a frame and stops costs one
+    /// timeout.
     fn round_trip(&mut self, request: &Request, timeout: Duration) -> io::Result<Reply> {
         protocol::write_frame(&mut self.requests, request)?;
-        // One request, one reply: nothing of it is buffered yet.
-        if self.replies.buffer().is_empty() {
-            wait_readable(self.replies.get_ref(), timeout)?;
-        }
-        protocol::read_frame(&mut self.replies)?.ok_or_else(|| {
+        protocol::read_frame(&mut Within::new(&mut self.replies, timeout))?.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "the worker closed its pipe mid-request",
@@ -676,42 +675,6 @@ fn wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     }
 }
 
-/// Waits until `pipe` has something to read (or is closed), up to `limit`.
-#[cfg(unix)]
-fn wait_readable(pipe: &ChildStdout, limit: Duration) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let mut poll = libc::pollfd {
-        fd: pipe.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let milliseconds = libc::c_int::try_from(limit.as_millis()).unwrap_or(libc::c_int::MAX);
-    loop {
-        // SAFETY: `poll` is one live pollfd and the count says one.
-        let ready = unsafe { libc::poll(&mut poll, 1, milliseconds) };
-        match ready {
-            0 => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no answer within {} s", limit.as_secs_f64()),
-                ));
-            }
-            ready if ready > 0 => return Ok(()),
-            _ => {
-                let error = io::Error::last_os_error();
-                if error.kind() != io::ErrorKind::Interrupted {
-                    return Err(error);
-                }
-            }
-        }
-    }
-}
-
-#[cfg(not(unix))]
-fn wait_readable(_pipe: &ChildStdout, _limit: Duration) -> io::Result<()> {
-    Ok(())
-}
-
 /// The error of a kernel whose worker died while compiling it.
 fn crash_message(
     pid: u32,
@@ -723,9 +686,14 @@ fn crash_message(
         Some(status) => describe_status(Some(status)),
         None => format!("its pipe failed ({error})"),
     };
+    let what = if status.is_some_and(ExitStatus::success) {
+        "the worker ended mid-request"
+    } else {
+        "the compiler crashed"
+    };
     format!(
-        "the compiler crashed: worker process {pid} {how} after {:.1} s on this kernel; the \
-         rest of the batch went on and the worker was replaced",
+        "{what}: worker process {pid} {how} after {:.1} s on this kernel; the rest of the \
+         batch went on and the worker was replaced",
         after.as_secs_f64()
     )
 }

@@ -114,8 +114,15 @@ pub(crate) fn read_frame<T: DeserializeOwned>(input: &mut impl Read) -> io::Resu
             format!("a frame of {length} bytes is not one kiln sends"),
         ));
     }
-    let mut payload = vec![0u8; length];
-    input.read_exact(&mut payload)?;
+    // Allocated as it arrives, not at the length the frame claims.
+    let mut payload = Vec::new();
+    let read = input.take(length as u64).read_to_end(&mut payload)?;
+    if read != length {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("the pipe closed {read} bytes into a frame of {length}"),
+        ));
+    }
     decode(&payload).map(Some)
 }
 
