@@ -28,7 +28,7 @@ const ED25519: u8 = 2;
 
 /// What an entry holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// An artifact, under a kernel's or a source's key.
     Artifact = 1,
     /// A named blob.
@@ -55,15 +55,18 @@ impl Kind {
 
 /// An entry that verified.
 #[derive(Debug)]
-pub(crate) struct Verified {
+pub struct Verified {
+    /// The bytes it carries.
     pub payload: Vec<u8>,
+    /// When it was written, in seconds since the Unix epoch.
     pub stored_at: u64,
+    /// The work its artifact saved.
     pub work: Duration,
 }
 
 /// Why an entry was refused: never loaded, a miss (P10).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Rejection {
+pub enum Rejection {
     /// Not a kiln entry, cut short, or of another kind.
     Malformed(&'static str),
     /// The authenticator does not verify with this node's keys.
@@ -73,7 +76,8 @@ pub(crate) enum Rejection {
 }
 
 impl Rejection {
-    pub(crate) fn detail(&self) -> String {
+    /// The refusal, in words for a log line.
+    pub fn detail(&self) -> String {
         match self {
             Self::Malformed(what) => format!("malformed remote entry: {what}"),
             Self::Unverified(what) => format!("remote entry does not verify: {what}"),
@@ -84,7 +88,7 @@ impl Rejection {
 
 /// The value of an entry of `kind` for `subject`, signed with `keys`, or
 /// `None` when `keys` cannot sign (a read-only node).
-pub(crate) fn seal(
+pub fn seal(
     keys: &Keys,
     kind: Kind,
     subject: &[u8; 32],
@@ -128,7 +132,11 @@ pub(crate) fn seal(
 /// The payload of `value` if it is a whole entry of `kind`, authenticated
 /// by a key of `keys`, written for `subject`. Reads nothing out of bounds
 /// and allocates no more than `value` holds, whatever `value` is.
-pub(crate) fn open(
+///
+/// # Errors
+///
+/// Why the entry is refused: malformed, unverified, or for another key.
+pub fn open(
     keys: &Keys,
     kind: Kind,
     subject: &[u8; 32],
@@ -205,7 +213,7 @@ pub(crate) fn open(
 
 /// The `stored_at` an entry's header says, unverified: what a writer
 /// that cannot verify an entry goes by to tell whether its time ran out.
-pub(crate) fn stored_at_unverified(value: &[u8]) -> Option<u64> {
+pub fn stored_at_unverified(value: &[u8]) -> Option<u64> {
     if value.len() < HEADER || &value[..8] != MAGIC {
         return None;
     }

@@ -41,7 +41,9 @@
 mod announce;
 mod breaker;
 pub mod config;
-mod entry;
+// Public for the other shared tiers (the object-store tier), whose
+// entries are these same signed values.
+pub mod entry;
 pub mod error;
 mod fleet;
 mod keys;

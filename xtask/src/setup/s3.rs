@@ -39,7 +39,14 @@ pub fn install() -> Result<()> {
     let status = Command::new("nice")
         .args(["-n", "19"])
         .arg(&cargo)
-        .args(["install", "garage", "--version", VERSION, "--locked", "--root"])
+        .args([
+            "install",
+            "garage",
+            "--version",
+            VERSION,
+            "--locked",
+            "--root",
+        ])
         .arg(root())
         .status()
         .context("cannot run `nice cargo install garage`")?;

@@ -1,0 +1,126 @@
+//! The bucket's circuit breaker, as the Redis tier's (P10): after a failed
+//! call the bucket is left alone for a while, then one call probes it; a
+//! success closes the breaker, a failure opens it again for twice as long,
+//! up to a minute. One warning per outage, when the breaker first opens.
+//!
+//! The Redis tier's breaker is private to its crate and tied to its
+//! connection; this one is the same few states over a mutex.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// The longest the breaker stays open between probes.
+const LONGEST: Duration = Duration::from_secs(60);
+
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    first: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// When the breaker may let a probe through; `None` while closed.
+    open_until: Option<Instant>,
+    /// How long it opens for next.
+    backoff: Duration,
+    /// Whether a probe is in flight: only one call probes at a time.
+    probing: bool,
+}
+
+/// Whether a call may go to the bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Permit {
+    /// Closed: go ahead.
+    Closed,
+    /// Half open: this call is the probe.
+    Probe,
+    /// Open: do not call.
+    Open,
+}
+
+impl Breaker {
+    pub(crate) fn new(retry_after: Duration) -> Self {
+        Self {
+            first: retry_after,
+            state: Mutex::new(State {
+                backoff: retry_after,
+                ..State::default()
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn permit(&self) -> Permit {
+        let mut state = self.state();
+        match state.open_until {
+            None => Permit::Closed,
+            Some(until) if Instant::now() >= until && !state.probing => {
+                state.probing = true;
+                Permit::Probe
+            }
+            Some(_) => Permit::Open,
+        }
+    }
+
+    pub(crate) fn succeeded(&self, permit: Permit) {
+        let mut state = self.state();
+        if permit == Permit::Probe || state.open_until.is_none() {
+            if state.open_until.take().is_some() {
+                log::info!("kiln: the bucket answers again; using it");
+            }
+            state.backoff = self.first;
+        }
+        if permit == Permit::Probe {
+            state.probing = false;
+        }
+    }
+
+    /// Opens the breaker after a failed call; `true` when this opened it
+    /// (the start of an outage, the one time to warn).
+    pub(crate) fn failed(&self, permit: Permit) -> bool {
+        let mut state = self.state();
+        let was_closed = state.open_until.is_none();
+        if permit == Permit::Probe || was_closed {
+            state.open_until = Some(Instant::now() + state.backoff);
+            if !was_closed {
+                state.backoff = (state.backoff * 2).min(LONGEST);
+            }
+        }
+        if permit == Permit::Probe {
+            state.probing = false;
+        }
+        was_closed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_breaker_lets_one_probe_through_after_its_wait_and_closes_on_success() {
+        // P10, P16: one error never turns the bucket off for good.
+        let breaker = Breaker::new(Duration::from_millis(20));
+        assert_eq!(breaker.permit(), Permit::Closed);
+        assert!(breaker.failed(Permit::Closed), "the first failure opens it");
+        assert!(
+            !breaker.failed(Permit::Closed),
+            "and is the only one to say so"
+        );
+        assert_eq!(breaker.permit(), Permit::Open);
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(breaker.permit(), Permit::Probe);
+        assert_eq!(breaker.permit(), Permit::Open, "one probe at a time");
+        assert!(!breaker.failed(Permit::Probe), "a failed probe stays quiet");
+        assert_eq!(breaker.permit(), Permit::Open, "and waits longer");
+        std::thread::sleep(Duration::from_millis(50));
+        let probe = breaker.permit();
+        assert_eq!(probe, Permit::Probe);
+        breaker.succeeded(probe);
+        assert_eq!(breaker.permit(), Permit::Closed);
+    }
+}
