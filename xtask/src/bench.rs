@@ -13,9 +13,11 @@
 //! per batch, process or loop: see `kiln_benches::BenchRecord`) and from
 //! criterion's own estimates for F1 and F4.
 
+mod compare;
 mod run;
 mod sample;
 mod serving;
+mod warm_run;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,13 +36,29 @@ const PER_ITERATION: f64 = 16.0;
 /// `--from` only prints the table of a finished run.
 pub fn report(arguments: &[&str]) -> Result<()> {
     match arguments {
+        ["--compare", old] => {
+            let folder = crate::setup::target_directory().join("kiln-bench");
+            let (rows, _) = table_rows(&folder, &folder.join("criterion"))?;
+            compare::compare(&rows, Path::new(old)).map(drop)
+        }
+        ["--from", folder, "--criterion", criterion, "--compare", old] => {
+            let (rows, _) = table_rows(Path::new(folder), Path::new(criterion))?;
+            compare::compare(&rows, Path::new(old)).map(drop)
+        }
+        ["--from", folder, "--compare", old] => {
+            let (rows, _) = table_rows(Path::new(folder), &criterion_home_in(folder))?;
+            compare::compare(&rows, Path::new(old)).map(drop)
+        }
         ["--from", folder] => print_table(Path::new(folder), &criterion_home_in(folder)),
         ["--from", folder, "--criterion", criterion] => {
             print_table(Path::new(folder), Path::new(criterion))
         }
         ["--pack"] => pack().map(|folder| println!("packed into {}", folder.display())),
         [] => run_here(),
-        _ => bail!("usage: cargo xtask bench-report [--pack | --from DIR [--criterion DIR]]"),
+        _ => bail!(
+            "usage: cargo xtask bench-report [--pack | --from DIR [--criterion DIR] | [--from DIR] \
+             --compare OLD]"
+        ),
     }
 }
 
@@ -51,6 +69,22 @@ fn criterion_home_in(folder: &str) -> PathBuf {
 /// Prints the table from the records in `folder` and criterion's estimates
 /// under `criterion`.
 pub(super) fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
+    let (rows, cores) = table_rows(folder, criterion)?;
+    println!("\n| measure | measured (medians) | ratios | goal |");
+    println!("|---|---|---|---|");
+    for [measure, measured, ratio, goal] in rows {
+        println!("| {measure} | {measured} | {ratio} | {goal} |");
+    }
+    println!(
+        "\n{cores} cores; ideal = max(slowest kernel, summed work / cores) from each batch's own \
+         records (S3); sequential = N × the median of one plain cudarc NVRTC compile."
+    );
+    Ok(())
+}
+
+/// The table's rows from the records in `folder` and criterion's
+/// estimates under `criterion`, and the cores they ran on.
+pub(super) fn table_rows(folder: &Path, criterion: &Path) -> Result<(Vec<[String; 4]>, usize)> {
     let path = folder.join("records.jsonl");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("could not read {}", path.display()))?;
@@ -217,61 +251,10 @@ pub(super) fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
         ]);
     }
 
-    // L11: the start after a compile-only run prebuilt the store, next to
-    // the program's own second run.
-    let after = of("prebuilt_start", "after_prebuild", "", None);
-    let second = of("prebuilt_start", "second_run", "", None);
-    if let (Some(first), Some(after_wall), Some(second_wall)) = (
-        after.first(),
-        median(after.iter().map(|sample| sample.wall).collect()),
-        median(second.iter().map(|sample| sample.wall).collect()),
-    ) {
-        let compiled = |samples: &[Sample]| samples.iter().filter_map(|s| s.compiled).max();
-        rows.push([
-            "L11 prebuilt_start gemm".to_owned(),
-            format!(
-                "after a compile-only run {} ({} compiled); own second run {} ({} compiled); \
-                 {} kernels, {}",
-                time(after_wall),
-                compiled(&after).unwrap_or(0),
-                time(second_wall),
-                compiled(&second).unwrap_or(0),
-                first.kernels,
-                first.note
-            ),
-            format!("after / second **{:.2}**", after_wall / second_wall),
-            "0 compiled; ≈ 1×".to_owned(),
-        ]);
-    }
-
-    // L11, P14: the start after `kiln warm` filled the store from the
-    // program's own files, next to the program's own second run.
-    let warm = of("prebuilt_start", "kiln_warm", "", None);
-    let after = of("prebuilt_start", "after_warm", "", None);
-    if let (Some(first), Some(warm_wall), Some(after_wall), Some(second_wall)) = (
-        after.first(),
-        median(warm.iter().map(|sample| sample.wall).collect()),
-        median(after.iter().map(|sample| sample.wall).collect()),
-        median(second.iter().map(|sample| sample.wall).collect()),
-    ) {
-        let compiled = |samples: &[Sample]| samples.iter().filter_map(|s| s.compiled).max();
-        rows.push([
-            "L11 prebuilt_start after kiln warm".to_owned(),
-            format!(
-                "kiln warm {}; then the program {} ({} compiled); own second run {} ({} \
-                 compiled); {} kernels, {}",
-                time(warm_wall),
-                time(after_wall),
-                compiled(&after).unwrap_or(0),
-                time(second_wall),
-                compiled(&second).unwrap_or(0),
-                first.kernels,
-                first.note
-            ),
-            format!("after / second **{:.2}**", after_wall / second_wall),
-            "0 compiled; ≈ 1×".to_owned(),
-        ]);
-    }
+    // F11 and L11: whole starts, against their floor and against the
+    // program's own second run.
+    warm_run::f11_rows(&of, &mut rows);
+    warm_run::l11_rows(&of, &mut rows);
 
     // F1: a launch of a loaded kernel.
     let hot: Vec<(String, f64)> = ["10", "1000", "100000"]
@@ -655,16 +638,7 @@ pub(super) fn print_table(folder: &Path, criterion: &Path) -> Result<()> {
         ]);
     }
 
-    println!("\n| measure | measured (medians) | ratios | goal |");
-    println!("|---|---|---|---|");
-    for [measure, measured, ratio, goal] in rows {
-        println!("| {measure} | {measured} | {ratio} | {goal} |");
-    }
-    println!(
-        "\n{cores} cores; ideal = max(slowest kernel, summed work / cores) from each batch's own \
-         records (S3); sequential = N × the median of one plain cudarc NVRTC compile."
-    );
-    Ok(())
+    Ok((rows, cores))
 }
 
 /// The records of a benchmark's case (of a size and count, when given).

@@ -14,6 +14,7 @@ use crate::{command, setup};
 const BENCHES: &[&str] = &[
     "batch_compile",
     "warm_start",
+    "warm_run",
     "prebuilt_start",
     "loader_hot_path",
     "store_scale",
@@ -56,6 +57,7 @@ pub(super) fn run_here() -> Result<()> {
             &[],
         ),
         ("warm_start", &[("KILN_BENCH_WARM", "32")], &[]),
+        ("warm_run", &[("KILN_BENCH_WARM_RUN", "64")], &[]),
         ("prebuilt_start", &[("KILN_BENCH_PREBUILT", "32")], &[]),
         (
             "loader_hot_path",
@@ -255,6 +257,7 @@ run "${KILN_BENCH_LIMIT_BATCH:-280}" batch_compile \
   KILN_BENCH_MEMORY="${KILN_BENCH_MEMORY:-heavy:256}" \
   KILN_BENCH_MEMORY_MODES="${KILN_BENCH_MEMORY_MODES:-processes}"
 run 60 warm_start KILN_BENCH_WARM="${KILN_BENCH_WARM:-256}"
+run 120 warm_run KILN_BENCH_WARM_RUN="${KILN_BENCH_WARM_RUN:-64,256}" KILN_BENCH_KILN="$here/kiln"
 run 120 prebuilt_start KILN_BENCH_PREBUILT="${KILN_BENCH_PREBUILT:-256}"
 run 45 loader_hot_path -- --warm-up-time 1 --measurement-time 2
 run 100 store_scale -- --warm-up-time 1 --measurement-time 2
@@ -266,4 +269,10 @@ run 300 tuning KILN_BENCH_TUNE="${KILN_BENCH_TUNE:-32}" -- --warm-up-time 1 --me
 run 200 device_step -- --warm-up-time 1 --measurement-time 3
 
 "$here/xtask" bench-report --from "$out" --criterion "$CRITERION_HOME" | tee "$out/table.md"
+# Every row against the previous run's (a records folder) or the committed
+# figures: BENCH_COMPARE=<records folder or BENCHMARKS.md copy>.
+if [ -n "${BENCH_COMPARE:-}" ]; then
+  "$here/xtask" bench-report --from "$out" --criterion "$CRITERION_HOME" \
+    --compare "$BENCH_COMPARE" | tee "$out/compare.md"
+fi
 "#;
