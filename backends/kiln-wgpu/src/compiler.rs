@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::kernel::{BindingLayout, BufferKind, Constants, Generated, Language, WgslKernel};
 use crate::key::WgpuKey;
+use crate::modules::{self, WgslModule};
 use crate::options::WgpuVariant;
 use crate::{bounded, constants, diagnostics, features, spirv};
 
@@ -39,6 +40,8 @@ pub struct WgpuLowered {
     constants: Constants,
     layout: BindingLayout,
     zero_initialize_workgroup_memory: bool,
+    /// The modules the kernel may `#import`, also in `text`.
+    modules: Vec<WgslModule>,
 }
 
 impl WgpuLowered {
@@ -225,6 +228,7 @@ impl ArtifactCompiler for WgpuCompiler {
     ) -> Result<WgpuLowered, CompileFailure> {
         let generated = kernel.generate_code()?;
         let mut text = WgpuKey::cover(kernel).preamble();
+        modules::cover_into(kernel.modules(), &mut text);
         let source_start = text.len();
         match generated {
             Generated::Wgsl(source) => text.push_str(&source),
@@ -239,6 +243,7 @@ impl ArtifactCompiler for WgpuCompiler {
             constants: kernel.constants().clone(),
             layout: kernel.layout().clone(),
             zero_initialize_workgroup_memory: kernel.zero_initializes_workgroup_memory(),
+            modules: kernel.modules().to_vec(),
         })
     }
 
@@ -268,7 +273,16 @@ impl ArtifactCompiler for WgpuCompiler {
 
 /// [`WgpuCompiler::finalize`], inside its bound.
 fn finalize(lowered: WgpuLowered) -> Result<Finalized<WgpuArtifact>, CompileFailure> {
-    let source = lowered.source();
+    // A kernel that imports modules is validated, and run, as the one
+    // WGSL text naga_oil composes it into.
+    let composed = match lowered.language {
+        Language::Wgsl => modules::compose(lowered.source(), &lowered.label, &lowered.modules)?,
+        Language::Spirv => String::new(),
+    };
+    let source = match lowered.language {
+        Language::Wgsl => composed.as_str(),
+        Language::Spirv => lowered.source(),
+    };
     let (module, code) = match lowered.language {
         Language::Wgsl => (
             naga::front::wgsl::parse_str(source)

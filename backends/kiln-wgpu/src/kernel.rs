@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::modules::WgslModule;
 use kiln_engine::{CompileFailure, Kernel, KernelId, KernelIdBuilder};
 use serde::{Deserialize, Serialize};
 
@@ -329,6 +330,7 @@ pub struct WgslKernel {
     constants: Constants,
     layout: BindingLayout,
     zero_initialize_workgroup_memory: bool,
+    modules: Vec<WgslModule>,
     code: Code,
 }
 
@@ -344,7 +346,13 @@ impl WgslKernel {
             constants: Constants::new(),
             layout: BindingLayout::Automatic,
             zero_initialize_workgroup_memory: true,
+            modules: Vec::new(),
         }
+    }
+
+    /// The WGSL modules the kernel may `#import` (B9).
+    pub fn modules(&self) -> &[WgslModule] {
+        &self.modules
     }
 
     /// The name diagnostics and wgpu labels give the kernel (`main.wgsl`).
@@ -449,9 +457,35 @@ pub struct WgslKernelBuilder {
     constants: Constants,
     layout: BindingLayout,
     zero_initialize_workgroup_memory: bool,
+    modules: Vec<WgslModule>,
 }
 
 impl WgslKernelBuilder {
+    /// Gives the kernel the WGSL module `name` (`shared::math`, from the
+    /// file `file`, for messages) to `#import` (B9): naga_oil composes the
+    /// kernel with the modules it imports. A module's text names itself
+    /// with `#define_import_path` or is known by `name`. Its bytes join the
+    /// kernel's id and key (P13).
+    pub fn module(
+        mut self,
+        name: impl Into<String>,
+        file: impl Into<String>,
+        source: impl Into<String>,
+    ) -> Self {
+        let module = WgslModule {
+            name: name.into(),
+            file: file.into(),
+            source: source.into(),
+        };
+        self.id = self
+            .id
+            .parameter(module.name.as_str())
+            .parameter(module.file.as_str())
+            .bytes(module.source.as_bytes());
+        self.modules.push(module);
+        self
+    }
+
     /// Names the kernel in diagnostics and wgpu labels; the default is the
     /// entry point's name with `.wgsl` (`.spv` for SPIR-V).
     pub fn label(mut self, label: impl Into<String>) -> Self {
@@ -555,6 +589,7 @@ impl WgslKernelBuilder {
             constants: self.constants,
             layout: self.layout,
             zero_initialize_workgroup_memory: self.zero_initialize_workgroup_memory,
+            modules: self.modules,
             code,
         }
     }

@@ -39,7 +39,7 @@ pub const WGPU_VERSION: &str = "30.0.2";
 /// part of the key, so a change of the artifact type makes old entries
 /// misses, not misreads. 2 added the compile's report (D4); 3 SPIR-V code,
 /// the features a kernel needs and constants keyed as wgpu takes them.
-const ARTIFACT_FORMAT: u32 = 3;
+const ARTIFACT_FORMAT: u32 = 4;
 
 /// What kiln-wgpu adds to kiln-engine's key vocabulary: its backend name,
 /// naga's identity, and the source cover of a lowered text. It holds
@@ -50,7 +50,7 @@ const ARTIFACT_FORMAT: u32 = 3;
 ///
 /// assert_eq!(
 ///     WgpuKey::for_store().to_string(),
-///     format!("wgpu / naga {NAGA_VERSION} / wgpu {WGPU_VERSION} / artifact 3 / wgsl"),
+///     format!("wgpu / naga {NAGA_VERSION} / wgpu {WGPU_VERSION} / artifact 4 / wgsl"),
 /// );
 /// ```
 #[derive(Debug, Clone, Copy)]

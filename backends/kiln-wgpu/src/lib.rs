@@ -87,6 +87,7 @@ mod key;
 mod launch;
 mod mode;
 mod module;
+mod modules;
 mod options;
 pub mod pipeline_cache;
 mod spirv;
@@ -108,6 +109,7 @@ pub use kernel::{
 pub use key::{NAGA_VERSION, WGPU_VERSION, WgpuKey};
 pub use mode::AdapterProfile;
 pub use module::WgpuPipeline;
+pub use modules::{WgslModule, wgsl_imports};
 pub use options::WgpuVariant;
 pub use pipeline_cache::PipelineCacheState;
 pub use spirv::spirv_compute_entries;

@@ -8,7 +8,8 @@ use std::path::Path;
 /// The language of a kernel file, from its extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Language {
-    /// `*.wgsl`: the wgpu backend.
+    /// `*.wgsl` and `*.wesl`: the wgpu backend; a file without a compute
+    /// entry is a module kernels `#import`.
     Wgsl,
     /// `*.spv`: a SPIR-V module, for the wgpu backend; its header is in a
     /// sidecar `*.spv.kiln`.
@@ -31,7 +32,7 @@ impl Language {
     /// a file that is no kernel.
     pub fn of(path: &Path) -> Option<Self> {
         match path.extension()?.to_str()? {
-            "wgsl" => Some(Self::Wgsl),
+            "wgsl" | "wesl" => Some(Self::Wgsl),
             "spv" => Some(Self::Spirv),
             "cu" | "cuh" => Some(Self::Cuda),
             "hip" => Some(Self::Hip),

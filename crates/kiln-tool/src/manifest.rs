@@ -49,6 +49,14 @@
 //! sidecar is never compiled: it reaches a kernel's key only through the
 //! entries and constants it sets (P14).
 //!
+//! A `.wgsl` (or `.wesl`) file without a `@compute` function is a module,
+//! not a kernel: it is listed as one, never as a failure, and each kernel
+//! whose `#import`s reach it (directly or through another module) is
+//! built with it, its bytes in that kernel's id and key, so an edit of a
+//! module recompiles exactly the kernels that import it (P13). A module is
+//! known by its `#define_import_path`, or by its path under the folder
+//! searched (`shared/math.wgsl` is `shared::math`, or `math`).
+//!
 //! A header comment, rather than a manifest beside the kernels, keeps a
 //! kernel and how it is built in one file that can be copied alone, and
 //! needs no TOML parser in the build.
@@ -122,6 +130,10 @@ pub struct KernelFile {
     pub defines: Vec<(String, String)>,
     /// Whether kiln's stand-ins for the standard headers are on (B8).
     pub stdlib: bool,
+    /// The WGSL modules of the folder its `#import`s reach, directly or
+    /// through another module, each under the name it is imported by
+    /// (B9); their bytes are in its kernels' ids (P13).
+    pub modules: Vec<kiln_wgpu::WgslModule>,
 }
 
 impl KernelFile {
@@ -201,6 +213,7 @@ pub fn find(folder: &Path) -> Result<Found> {
         &mut found,
     );
     paths.sort_by(|(left, _), (right, _)| left.cmp(right));
+    let mut modules = Vec::new();
     for (path, language) in paths {
         let name = relative_name(folder, &path);
         let made = match read_bounded(&path) {
@@ -224,11 +237,27 @@ pub fn find(folder: &Path) -> Result<Found> {
             Err(reason) => Err(anyhow::Error::msg(reason)),
         };
         match made {
+            // A WGSL file without a compute entry is a module (B9): a
+            // kernel's `#import` reaches it; it is no kernel, and no failure.
+            Ok(file) if file.language == Language::Wgsl && file.entries.is_empty() => {
+                found.skipped.push(Unusable {
+                    name,
+                    reason: "a WGSL module (no `@compute` function): built into the kernels \
+                             that `#import` it"
+                        .to_owned(),
+                });
+                modules.push(file);
+            }
             Ok(file) => found.files.push(file),
             Err(reason) => found.failed.push(Unusable {
                 name,
                 reason: format!("{reason:#}"),
             }),
+        }
+    }
+    for file in &mut found.files {
+        if file.language == Language::Wgsl {
+            file.modules = imported_modules(&file.source, &modules);
         }
     }
     found
@@ -247,11 +276,8 @@ fn kernel_file(name: String, path: &Path, language: Language, text: String) -> R
     let entries = match (header.entries, language) {
         (entries, _) if !entries.is_empty() => entries,
         (_, Language::Wgsl) => {
-            let entries = wgsl_compute_entries(&text);
-            if entries.is_empty() {
-                bail!("no `@compute` function: nothing to build");
-            }
-            entries
+            // None: a module, which `find` lists as one.
+            wgsl_compute_entries(&text)
         }
         _ => bail!("no `// kiln entry: <function>` line: CUDA and HIP files must name it"),
     };
@@ -284,7 +310,72 @@ fn kernel_file(name: String, path: &Path, language: Language, text: String) -> R
         specializations,
         options: header.options,
         backends: header.backends,
+        modules: Vec::new(),
     })
+}
+
+/// The modules of `modules` (the folder's WGSL files without a compute
+/// entry) that the WGSL text `source` imports, directly or through one of
+/// them, each once, named as it is imported. A module is found by the name
+/// its `#define_import_path` gives it, else by its path under the folder
+/// searched with `::` for `/` and no extension, or by the end of that path
+/// (`wgsl/shared/math.wgsl` answers `shared::math` and `math`), the
+/// longest name first; an import names a module or an item of one
+/// (`shared::math::twice`). An import no module answers is left to the
+/// compiler, which names it.
+fn imported_modules(source: &str, modules: &[KernelFile]) -> Vec<kiln_wgpu::WgslModule> {
+    let mut found: Vec<kiln_wgpu::WgslModule> = Vec::new();
+    let mut wanted = kiln_wgpu::wgsl_imports(source).1;
+    while let Some(import) = wanted.pop() {
+        let Some((module, as_name)) = module_for(&import, modules) else {
+            continue;
+        };
+        if found.iter().any(|known| known.file == module.name) {
+            continue;
+        }
+        wanted.extend(kiln_wgpu::wgsl_imports(&module.source).1);
+        found.push(kiln_wgpu::WgslModule {
+            name: as_name,
+            file: module.name.clone(),
+            source: module.source.to_string(),
+        });
+    }
+    found.sort_by(|left, right| left.file.cmp(&right.file));
+    found
+}
+
+/// The module `import` names, and the name it is known by.
+fn module_for<'a>(import: &str, modules: &'a [KernelFile]) -> Option<(&'a KernelFile, String)> {
+    let names_it = |name: &str| {
+        import == name
+            || import
+                .strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with("::"))
+    };
+    if let Some(named) = modules.iter().find_map(|module| {
+        let name = kiln_wgpu::wgsl_imports(&module.source).0?;
+        names_it(&name).then_some((module, name))
+    }) {
+        return Some(named);
+    }
+    let mut best: Option<(&KernelFile, String)> = None;
+    for module in modules {
+        let path = Path::new(&module.name).with_extension("");
+        let parts: Vec<String> = path
+            .components()
+            .map(|part| part.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        for start in 0..parts.len() {
+            let name = parts[start..].join("::");
+            let longer = best
+                .as_ref()
+                .is_none_or(|(_, known)| name.len() > known.len());
+            if names_it(&name) && longer {
+                best = Some((module, name));
+            }
+        }
+    }
+    best
 }
 
 /// The `.spv` file `name` at `path`, holding `bytes`, as its sidecar says.
@@ -330,6 +421,7 @@ fn spirv_file(name: String, path: &Path, bytes: Vec<u8>) -> Result<KernelFile> {
         backends: None,
         defines: Vec::new(),
         stdlib: true,
+        modules: Vec::new(),
     })
 }
 

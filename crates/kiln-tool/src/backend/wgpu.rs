@@ -32,6 +32,14 @@ impl Backend for Wgpu {
                 let mut builder =
                     WgslKernel::builder(batch::base_id(file, entry, specialization), entry)
                         .label(file.name.clone());
+                // The modules its `#import`s reach (B9), in its id and key.
+                for module in &file.modules {
+                    builder = builder.module(
+                        module.name.clone(),
+                        module.file.clone(),
+                        module.source.clone(),
+                    );
+                }
                 let mut refused = None;
                 for (name, value) in &specialization.0 {
                     match constant_value(value) {
