@@ -88,6 +88,7 @@
 // `KernelCache`, its locks and batches) → `pending` (`PendingKernel`, and
 // `KernelCache::request`) → `keyed` (`KeyedCache`, and `KernelCache::keyed`).
 mod background;
+mod builds;
 mod cache;
 mod keyed;
 mod pending;

@@ -3,50 +3,15 @@
 //! built in a background batch (R2), one at a time per cache, on a thread
 //! of the cache's, while request threads go on launching.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
-
-use rustc_hash::FxHashSet;
 
 use super::cache::KernelCache;
 use super::pending::PendingKernel;
-use crate::error::{CacheError, FallbackMissing, KernelError};
-use crate::id::{DeviceId, KernelId};
-use crate::statistics::{Health, HealthCounters};
+use crate::error::{CacheError, FallbackMissing};
+use crate::id::DeviceId;
+use crate::statistics::Health;
 use crate::target::CompilationTarget;
-
-/// A cache's background builds: whether one runs, the health counters of
-/// its loader, and the failures reported so far.
-pub(crate) struct BackgroundBuilds {
-    running: AtomicBool,
-    health: Arc<HealthCounters>,
-    reported: Mutex<FxHashSet<KernelId>>,
-}
-
-impl BackgroundBuilds {
-    pub(super) fn new(health: Arc<HealthCounters>) -> Self {
-        Self {
-            running: AtomicBool::new(false),
-            health,
-            reported: Mutex::new(FxHashSet::default()),
-        }
-    }
-
-    /// A background build ended with `failures`: each kernel's first is
-    /// reported (logged) once, and its fallback stays.
-    fn ended(&self, failures: &[KernelError]) {
-        let mut reported = self.reported.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut new = 0;
-        for failure in failures {
-            if reported.insert(failure.kernel.clone()) {
-                new += 1;
-                log::warn!("{failure}; its fallback stays");
-            }
-        }
-        self.health.background_batch(new);
-    }
-}
 
 impl<T> PendingKernel<T>
 where

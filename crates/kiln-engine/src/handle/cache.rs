@@ -43,7 +43,7 @@ struct Shared<T: CompilationTarget> {
     reporter: Mutex<Option<Reporter<T>>>,
     /// The background builds of `resolve_or` (R2) and the loader's
     /// health, read without the build lock (R3).
-    pub(super) background: super::background::BackgroundBuilds,
+    pub(super) background: super::builds::BackgroundBuilds,
 }
 
 struct State<T: CompilationTarget> {
@@ -87,7 +87,7 @@ impl<T: CompilationTarget> KernelCache<T> {
     pub fn with_config(device: DeviceId, target: T, mut config: LoaderConfig) -> Self {
         config.record_limit = config.record_limit.max(1);
         let loader = KernelLoader::with_config(target, config);
-        let background = super::background::BackgroundBuilds::new(loader.health_counters());
+        let background = super::builds::BackgroundBuilds::new(loader.health_counters());
         Self {
             shared: Arc::new(Shared {
                 device,
@@ -423,7 +423,7 @@ impl<T: CompilationTarget> KernelCache<T> {
             .count()
     }
 
-    pub(super) fn shared_background(&self) -> &super::background::BackgroundBuilds {
+    pub(super) fn shared_background(&self) -> &super::builds::BackgroundBuilds {
         &self.shared.background
     }
 
