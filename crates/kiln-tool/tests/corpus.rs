@@ -160,3 +160,111 @@ fn the_corpus_warms_with_each_kernels_outcome_on_nvrtc_hiprtc_and_lavapipe() {
         "{wgpu:#}"
     );
 }
+
+/// `tests/corpus/wgsl`'s kernel that imports modules, and its modules, in
+/// a folder of their own under `scratch`.
+fn wgsl_modules_folder(scratch: &Scratch) -> PathBuf {
+    let folder = scratch.join("kernels");
+    std::fs::create_dir_all(folder.join("shared")).expect("a kernel folder");
+    for file in ["tonemap.wgsl", "shared/color.wgsl", "shared/tonemap.wesl"] {
+        std::fs::copy(corpus().join("wgsl").join(file), folder.join(file)).expect("a copy");
+    }
+    folder
+}
+
+// B9, P13: WGSL modules (one a .wesl file) are listed as modules, not
+// failures, and the run exits 0; the kernel that imports them compiles;
+// an edit of a module it imports through another recompiles it, and a run
+// without an edit compiles nothing.
+#[test]
+fn b9_wgsl_modules_are_no_failures_and_an_edit_of_one_recompiles_its_importers() {
+    let scratch = Scratch::new("corpus-wgsl-modules");
+    let folder = wgsl_modules_folder(&scratch);
+    let store = scratch.join("store");
+    let warmed = |expected_compiled: u64| {
+        let run = finish(&mut support::warm(&store, &["--backend", "wgpu"], &folder));
+        let report = run.json();
+        assert_eq!(run.status.code(), Some(0), "{report:#}");
+        let wgpu = backend(&report, "wgpu");
+        assert_eq!(wgpu["kernels"], 1, "{wgpu:#}");
+        assert_eq!(wgpu["compiled"], expected_compiled, "{wgpu:#}");
+        assert!(failures(wgpu).is_empty(), "{wgpu:#}");
+        for module in ["shared/color.wgsl", "shared/tonemap.wesl"] {
+            let reason = support::skip_of(&report, module);
+            assert!(reason.contains("module"), "{module}: {reason}");
+        }
+    };
+    warmed(1);
+    warmed(0);
+    // color.wgsl reaches the kernel directly and through tonemap.wesl.
+    let color = folder.join("shared/color.wgsl");
+    let mut text = std::fs::read_to_string(&color).expect("the module");
+    text = text.replace("0.0722", "0.0723");
+    std::fs::write(&color, text).expect("the edited module");
+    warmed(1);
+}
+
+// B9, D1: an import no module answers fails its kernel alone, at the
+// file, line and column of the use, in words rather than Rust's Debug.
+#[test]
+fn b9_a_missing_import_fails_alone_at_its_file_line_and_column() {
+    let scratch = Scratch::new("corpus-wgsl-missing-import");
+    let folder = wgsl_modules_folder(&scratch);
+    std::fs::write(
+        folder.join("lost.wgsl"),
+        "#import shared::nowhere\n\n@compute @workgroup_size(1)\nfn main() {\n    let x = nowhere::f();\n}\n",
+    )
+    .expect("a kernel");
+    let store = scratch.join("store");
+    let run = finish(&mut support::warm(&store, &["--backend", "wgpu"], &folder));
+    let report = run.json();
+    assert_eq!(run.status.code(), Some(3), "{report:#}");
+    let wgpu = backend(&report, "wgpu");
+    assert_eq!(wgpu["compiled"], 1, "tonemap.wgsl still compiles: {wgpu:#}");
+    let failed = failures(wgpu);
+    let reason = &failed["lost.wgsl"];
+    assert!(
+        reason.contains("lost.wgsl:5:") && reason.contains("shared::nowhere"),
+        "{reason}"
+    );
+    assert!(!reason.contains("Error {"), "{reason}");
+}
+
+// B7 (untrusted SPIR-V): modules that panic naga's SPIR-V front end fail
+// alone, with naga's message, in kiln warm's compile workers, within the
+// timeout; a good kernel beside them compiles and the run reports.
+#[test]
+fn b7_spirv_that_panics_naga_fails_alone_beside_good_kernels() {
+    let scratch = Scratch::new("corpus-spirv-hostile");
+    let folder = wgsl_modules_folder(&scratch);
+    let fixtures =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../backends/kiln-wgpu/tests/fixtures");
+    for fixture in std::fs::read_dir(&fixtures).expect("the fixtures") {
+        let path = fixture.expect("a fixture").path();
+        let name = path.file_name().expect("a name").to_owned();
+        std::fs::copy(&path, folder.join(name)).expect("a copy");
+    }
+    let store = scratch.join("store");
+    let child = support::warm(&store, &["--backend", "wgpu"], &folder)
+        .env("KILN_COMPILE_TIMEOUT", "60")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kiln starts");
+    let run = support::wait(child, std::time::Duration::from_secs(120));
+    let report = run.json();
+    assert_eq!(run.status.code(), Some(3), "{report:#}");
+    let wgpu = backend(&report, "wgpu");
+    assert_eq!(wgpu["compiled"], 1, "tonemap.wgsl compiles: {wgpu:#}");
+    let failed = failures(wgpu);
+    let reason = &failed["naga_panics_too_large.spv"];
+    assert!(reason.contains("naga panicked"), "{reason}");
+    // The others fail in the kernel or in the walk, each alone.
+    for file in ["naga_panics_out_of_bounds.spv", "naga_panics_selector.spv"] {
+        let listed = failed.contains_key(file)
+            || report["failed_files"]
+                .as_array()
+                .is_some_and(|files| files.iter().any(|entry| entry["file"] == file));
+        assert!(listed, "{file} fails alone: {report:#}");
+    }
+}
