@@ -386,7 +386,9 @@ impl HipCompiler {
         };
         let alternatives = spelled(lowered.entry(), "the entry point")?;
         for alternative in &alternatives {
-            program.add_name_expression(alternative).map_err(as_failure)?;
+            program
+                .add_name_expression(alternative)
+                .map_err(as_failure)?;
         }
         let mut more = Vec::with_capacity(lowered.more_entries.len());
         for expression in &lowered.more_entries {
@@ -395,7 +397,9 @@ impl HipCompiler {
             program.add_name_expression(&written).map_err(as_failure)?;
             let alternatives = spelled(expression, "an entry point")?;
             for alternative in &alternatives {
-                program.add_name_expression(alternative).map_err(as_failure)?;
+                program
+                    .add_name_expression(alternative)
+                    .map_err(as_failure)?;
             }
             more.push((expression.clone(), written, alternatives));
         }
@@ -466,11 +470,10 @@ impl HipCompiler {
         }
         drop(program);
 
-        let mut diagnostics: Vec<Diagnostic> =
-            diagnostics::parse(&log, source_lines, &entry_names)
-                .into_iter()
-                .filter(|diagnostic| diagnostic.severity < Severity::Error)
-                .collect();
+        let mut diagnostics: Vec<Diagnostic> = diagnostics::parse(&log, source_lines, &entry_names)
+            .into_iter()
+            .filter(|diagnostic| diagnostic.severity < Severity::Error)
+            .collect();
         // The figures are a report, not the artifact: a code object whose
         // metadata kiln cannot read still loads, with no figures.
         let resources = metadata::kernel_resources(&code_object, &symbol).unwrap_or_else(|error| {
@@ -563,8 +566,8 @@ impl ArtifactCompiler for HipCompiler {
             crate::includes::close(&source, &headers, label).map_err(CompileFailure::message)?,
         );
         HipLowered::with_entries(&id.variant, &entries, &source, kernel.options(), &headers)
-        .map(|lowered| lowered.named(kernel.program_name().map(str::to_owned)))
-        .map_err(configuration_failure)
+            .map(|lowered| lowered.named(kernel.program_name().map(str::to_owned)))
+            .map_err(configuration_failure)
     }
 
     fn source(lowered: &HipLowered) -> Option<&str> {

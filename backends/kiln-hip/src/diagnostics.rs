@@ -237,7 +237,10 @@ extern \"C\" __global__ void k(float* x){ x[0] = 1.0f int y = z; }
             message.starts_with("error: in the entry point `scann`:"),
             "{message}"
         );
-        assert!(message.contains("hint: the entry point `scann`"), "{message}");
+        assert!(
+            message.contains("hint: the entry point `scann`"),
+            "{message}"
+        );
         let log = "/tmp/comgr-9d61b9/input/CompileSource:4:1: error: expected '}'\n";
         let message = failure(log, 2, &["k"]).to_string();
         assert!(message.contains("past the source's last line"), "{message}");

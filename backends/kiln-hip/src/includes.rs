@@ -75,7 +75,10 @@ mod tests {
     fn every_include_gets_an_answer_and_hipruntime_its_stand_in() {
         let text = "#include \"hip/hip_runtime.h\"\n#include <hip/hip_fp16.h>\n\
                     #if defined(NEVER)\n#include \"decoy.h\"\n#endif\n#include \"given.h\"\n";
-        let given = [Header::new("given.h", "#ifdef X\n#include <other.h>\n#endif\n")];
+        let given = [Header::new(
+            "given.h",
+            "#ifdef X\n#include <other.h>\n#endif\n",
+        )];
         let added = close(text, &given, "k.hip").expect("answers");
         let names: Vec<&str> = added.iter().map(|header| header.name.as_str()).collect();
         assert_eq!(
@@ -84,7 +87,10 @@ mod tests {
         );
         assert!(added[0].text.starts_with("#error"), "{}", added[0].text);
         let error = close("#include \"lost.h\"\n", &[], "k.hip").expect_err("unconditional");
-        assert!(error.contains("`lost.h` is in no include folder"), "{error}");
+        assert!(
+            error.contains("`lost.h` is in no include folder"),
+            "{error}"
+        );
         assert!(!error.contains("KILN_CUDA_INCLUDE"), "{error}");
     }
 }

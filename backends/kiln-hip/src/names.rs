@@ -46,10 +46,66 @@ fn declared_spelling(expression: &str, texts: &[&str]) -> Option<String> {
         .zip(&parameters)
         .map(|(argument, parameter)| match parameter {
             Some(declared) if is_integer(argument) => spell(argument, declared),
+            // An enumerator (`Mode::Fast`) is spelled by its value.
+            Some(declared) => enumerator_value(argument, declared, texts)
+                .map_or_else(|| argument.to_string(), |value| spell(&value, declared)),
             _ => argument.to_string(),
         })
         .collect();
     Some(format!("{name}<{}>", spelled.join(", ")))
+}
+
+/// The value of `argument` (`Mode::Fast`, `Fast`) as an enumerator of the
+/// enumeration `declared`, when a text declares it with integer values.
+fn enumerator_value(argument: &str, declared: &str, texts: &[&str]) -> Option<String> {
+    let enumeration = declared.rsplit("::").next()?.trim();
+    let (scope, enumerator) = match argument.rsplit_once("::") {
+        Some((scope, enumerator)) => (Some(scope.trim()), enumerator.trim()),
+        None => (None, argument.trim()),
+    };
+    if scope.is_some_and(|scope| scope.rsplit("::").next() != Some(enumeration)) {
+        return None;
+    }
+    texts.iter().find_map(|text| {
+        let mut rest = *text;
+        while let Some(at) = rest.find("enum") {
+            let after = &rest[at + "enum".len()..];
+            rest = after;
+            let open = after.find('{')?;
+            let head = &after[..open];
+            if head.contains(';') {
+                continue;
+            }
+            let named = head
+                .split(|character: char| !(character.is_alphanumeric() || character == '_'))
+                .filter(|word| !word.is_empty() && *word != "class" && *word != "struct")
+                .next()
+                == Some(enumeration);
+            if !named {
+                continue;
+            }
+            let close = after[open..].find('}')? + open;
+            let mut next = 0i128;
+            for item in after[open + 1..close].split(',') {
+                let (name, value) = match item.split_once('=') {
+                    Some((name, value)) => (name.trim(), Some(value.trim())),
+                    None => (item.trim(), None),
+                };
+                if name.is_empty() {
+                    continue;
+                }
+                if let Some(value) = value {
+                    next = value.parse().ok()?;
+                }
+                if name == enumerator {
+                    return Some(next.to_string());
+                }
+                next += 1;
+            }
+            return None;
+        }
+        None
+    })
 }
 
 /// The parameters of the `__global__` template `base` declared in `text`:
@@ -60,7 +116,10 @@ fn template_parameters(text: &str, base: &str) -> Option<Vec<Option<String>>> {
     while let Some(at) = rest.find("template") {
         let after = &rest[at + "template".len()..];
         rest = after;
-        let Some(open) = after.find('<').filter(|open| after[..*open].trim().is_empty()) else {
+        let Some(open) = after
+            .find('<')
+            .filter(|open| after[..*open].trim().is_empty())
+        else {
             continue;
         };
         let Some(close) = matching(after, open) else {
@@ -146,7 +205,10 @@ fn parameter_type(parameter: &str) -> Option<String> {
         Some((last, before))
             if !before.is_empty()
                 && is_name(last)
-                && !matches!(*last, "int" | "long" | "short" | "char" | "unsigned" | "signed") =>
+                && !matches!(
+                    *last,
+                    "int" | "long" | "short" | "char" | "unsigned" | "signed"
+                ) =>
         {
             before
         }
@@ -249,9 +311,17 @@ mod tests {
                 "conv<float, 5u, -2, 3u, 65u, 1u, 7u, 1u>"
             ]
         );
+        let text = "enum class Mode : int { Slow = 2, Fast };\n\
+                    template <Mode M> __global__ void blend(float* y) {}\n";
+        assert_eq!(spellings("blend<Mode::Fast>", &[text]), ["blend<(Mode)3>"]);
         let text = "template <int N> __global__ void plain(float* x) {}\n";
         assert_eq!(spellings("plain<4>", &[text]), ["plain<4u>"]);
-        assert!(spellings("ops::k<4>", &["template <std::size_t N> __global__ void k() {}"])
-            .contains(&"ops::k<4ul>".to_owned()));
+        assert!(
+            spellings(
+                "ops::k<4>",
+                &["template <std::size_t N> __global__ void k() {}"]
+            )
+            .contains(&"ops::k<4ul>".to_owned())
+        );
     }
 }

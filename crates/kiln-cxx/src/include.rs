@@ -434,7 +434,10 @@ impl IncludeSearch {
             .iter()
             .any(|folder| name.starts_with(&format!("{folder}/")));
         if own {
-            if let Some(header) = self.compiler_headers.iter().find(|header| header.name == name)
+            if let Some(header) = self
+                .compiler_headers
+                .iter()
+                .find(|header| header.name == name)
             {
                 return Answer::StandIn(header.text.clone());
             }
@@ -796,7 +799,10 @@ mod tests {
         ] {
             let error = search.resolve(text, "k.cu", &[]).expect_err("outside");
             assert!(matches!(error, IncludeError::Outside { .. }), "{error}");
-            assert!(error.to_string().contains("kiln does not read it"), "{error}");
+            assert!(
+                error.to_string().contains("kiln does not read it"),
+                "{error}"
+            );
         }
         // Without a tree, the tree is the source folder.
         search.tree = None;

@@ -8,7 +8,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use support::{Scratch, backend, finish, kiln};
@@ -84,12 +84,13 @@ fn the_corpus_warms_with_each_kernels_outcome_on_nvrtc_hiprtc_and_lavapipe() {
     let cuda = backend(&report, "cuda");
     if ran(cuda, "the corpus on NVRTC", Some("KILN_REQUIRE_NVRTC")) {
         // One module per specialization of each file's entries (B6).
-        assert_eq!(cuda["kernels"], 6, "{cuda:#}");
-        assert_eq!(cuda["compiled"], 5, "{cuda:#}");
+        // sgemm.cuh twice; host_only.cu fails (B8).
+        assert_eq!(cuda["kernels"], 9, "{cuda:#}");
+        assert_eq!(cuda["compiled"], 7, "{cuda:#}");
         let failed = failures(cuda);
         assert_eq!(
             failed.keys().collect::<Vec<_>>(),
-            ["cuda/broken_include.cu"],
+            ["cuda/broken_include.cu", "cuda/host_only.cu"],
             "{cuda:#}"
         );
         let reason = &failed["cuda/broken_include.cu"];
@@ -113,12 +114,16 @@ fn the_corpus_warms_with_each_kernels_outcome_on_nvrtc_hiprtc_and_lavapipe() {
 
     let hip = backend(&report, "hip");
     if ran(hip, "the corpus on hipRTC", None) {
-        // portable.cu (asked for by its header) twice, and scan.hip's
-        // module of three entries; reduce_cg.cu's CUDA-only code never
-        // reaches hipRTC.
-        assert_eq!(hip["kernels"], 3, "{hip:#}");
-        assert_eq!(hip["compiled"], 3, "{hip:#}");
-        assert!(failures(hip).is_empty(), "{hip:#}");
+        // portable.cu (asked for by its header) twice, scan.hip's module
+        // of three entries, conv.hip's, and decoy.hip twice (one fails on
+        // purpose); reduce_cg.cu's CUDA-only code never reaches hipRTC.
+        assert_eq!(hip["kernels"], 6, "{hip:#}");
+        assert_eq!(hip["compiled"], 5, "{hip:#}");
+        assert_eq!(
+            failures(hip).keys().collect::<Vec<_>>(),
+            ["hip/decoy.hip [WITH_EXTRA=1]"],
+            "{hip:#}"
+        );
         let name = "warm/hip/scan.hip:block_scan<64>,block_scan<256>,add_offsets";
         assert!(stored.contains_key(name), "{name}: {stored:#?}");
     }
@@ -159,6 +164,226 @@ fn the_corpus_warms_with_each_kernels_outcome_on_nvrtc_hiprtc_and_lavapipe() {
             .all(|file| file == "wgsl/wide_int.wgsl" || file == "wgsl/half.wgsl"),
         "{wgpu:#}"
     );
+}
+
+/// Copies the corpus's `folders` into `into`, as a tree of their own.
+fn copy_corpus(folders: &[&str], into: &Path) {
+    for folder in folders {
+        let target = into.join(folder);
+        std::fs::create_dir_all(&target).expect("a folder");
+        for entry in std::fs::read_dir(corpus().join(folder)).expect("the corpus") {
+            let entry = entry.expect("an entry");
+            std::fs::copy(entry.path(), target.join(entry.file_name())).expect("a copy");
+        }
+    }
+}
+
+/// `kiln warm` of `folder` into `store`, its HIP row, and the run.
+fn warm_hip(store: &Path, folder: &Path, environment: &[(&str, &Path)]) -> Value {
+    let mut command = kiln(store, &["--json", "warm"]);
+    command.arg(folder);
+    for variable in ["CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH"] {
+        command.env_remove(variable);
+    }
+    for (variable, value) in environment {
+        command.env(variable, value);
+    }
+    let report = finish(&mut command).json();
+    backend(&report, "hip").clone()
+}
+
+// P13, B6: hipRTC searches CPATH, CPLUS_INCLUDE_PATH and the system's
+// folder for any include it is not handed. Every folder those variables
+// name here holds a decoy of each name the kernels include (hipRTC's own
+// headers, a sibling, a standard header, the include under `#if`), each
+// stopping the compile that reads it: a kernel that compiles read none of
+// them, and its code object is the one an environment without them makes
+// (the same key: found in the store). The include no folder holds fails
+// its specialization naming it, and `convolution<5>` names a template of
+// `size_t` as C++ writes it.
+#[test]
+fn p13_hip_reads_no_byte_outside_its_key_whatever_cpath_names() {
+    let scratch = Scratch::new("corpus-hip-decoy");
+    let tree = scratch.folder("tree");
+    copy_corpus(&["hip", "include"], &tree);
+    let decoys = scratch.folder("decoys");
+    for name in [
+        "hip/hip_runtime.h",
+        "hip/hip_fp16.h",
+        "extra.h",
+        "conv_common.h",
+        "tiles.h",
+        "cstdint",
+    ] {
+        let path = decoys.join(name);
+        std::fs::create_dir_all(path.parent().expect("a folder")).expect("a folder");
+        std::fs::write(&path, "#error \"decoy: read from the environment\"\n").expect("a decoy");
+    }
+    let store = scratch.join("store");
+    let hip = warm_hip(
+        &store,
+        &tree,
+        &[
+            ("CPATH", &decoys),
+            ("CPLUS_INCLUDE_PATH", &decoys),
+            ("C_INCLUDE_PATH", &decoys),
+        ],
+    );
+    if !ran(&hip, "HIP's includes under CPATH", None) {
+        return;
+    }
+    // scan.hip, conv.hip, decoy.hip twice.
+    assert_eq!(hip["kernels"], 4, "{hip:#}");
+    assert_eq!(hip["compiled"], 3, "{hip:#}");
+    let failed = failures(&hip);
+    assert_eq!(
+        failed.keys().collect::<Vec<_>>(),
+        ["hip/decoy.hip [WITH_EXTRA=1]"],
+        "{hip:#}"
+    );
+    let reason = &failed["hip/decoy.hip [WITH_EXTRA=1]"];
+    assert!(
+        reason.contains("'extra.h' is in no include folder kiln searched"),
+        "{reason}"
+    );
+    assert!(!reason.contains("decoy:"), "{reason}");
+    // The same keys without the variables: nothing compiles again.
+    let again = warm_hip(&store, &tree, &[]);
+    assert_eq!(again["from_store"], 3, "{again:#}");
+    assert_eq!(again["compiled"], 0, "{again:#}");
+    let stored = stored_names(&store);
+    let conv = "warm/hip/conv.hip:convolution<5>,convolution<9>,window<3, 2, 1>,blend<Mode::Fast>";
+    assert!(stored.contains_key(conv), "{conv}: {stored:#?}");
+}
+
+// P13 (SPEC #38 item 5): a quoted include that resolves outside the folder
+// warmed and its include folders is refused before it is read, even under
+// `#if 0`, so none of its bytes reaches the store; an explicit option
+// allows it.
+#[test]
+fn p13_an_include_outside_the_folder_warmed_is_refused_unread() {
+    let scratch = Scratch::new("corpus-outside");
+    let kernels = scratch.folder("kernels");
+    std::fs::write(
+        scratch.join("secret.h"),
+        "#define SECRET_MARKER_4f1d 1.0f\n",
+    )
+    .expect("a file outside");
+    std::fs::write(
+        kernels.join("k.cu"),
+        "// kiln entry: k\n\n#if 0\n#include \"../secret.h\"\n#endif\n\
+         extern \"C\" __global__ void k(float* y) { y[0] = 1.0f; }\n",
+    )
+    .expect("a kernel");
+    let store = scratch.join("store");
+    let run = finish(kiln(&store, &["--json", "warm", "--backend", "cuda"]).arg(&kernels));
+    let report = run.json();
+    let cuda = backend(&report, "cuda");
+    if !ran(
+        cuda,
+        "an include outside the tree",
+        Some("KILN_REQUIRE_NVRTC"),
+    ) {
+        return;
+    }
+    let reason = &failures(cuda)["k.cu"];
+    assert!(
+        reason.contains("`../secret.h` resolves to") && reason.contains("kiln does not read it"),
+        "{reason}"
+    );
+    let mut held = Vec::new();
+    let mut folders = vec![store.clone()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                held.push(bytes);
+            }
+        }
+    }
+    assert!(
+        !held.iter().any(|bytes| bytes
+            .windows(18)
+            .any(|window| window == b"SECRET_MARKER_4f1d")),
+        "a byte of the file outside reached the store"
+    );
+    let allowed = finish(
+        kiln(
+            &store,
+            &[
+                "--json",
+                "warm",
+                "--backend",
+                "cuda",
+                "--allow-outside-includes",
+            ],
+        )
+        .arg(&kernels),
+    )
+    .json();
+    assert_eq!(backend(&allowed, "cuda")["compiled"], 1, "{allowed:#}");
+}
+
+// B8, B9, B6: header lines. A `kiln define` holds for every
+// specialization; a `backends` line wins over --backend unless --force; a
+// `kiln include` folder that does not exist fails its file naming it; a
+// `.cuh` without a kiln header is a header, not a kernel file.
+#[test]
+fn b8_header_lines_define_backends_force_and_missing_include_folders() {
+    let scratch = Scratch::new("corpus-header-lines");
+    let kernels = scratch.folder("kernels");
+    std::fs::write(
+        kernels.join("cuda_only.cu"),
+        "// kiln entry: k\n// kiln backends: cuda\n// kiln define: SCALE=2.0f\n\
+         // kiln specialize: BIAS=1.0f\n// kiln specialize: BIAS=2.0f\n\n#include <cstdint>\n\
+         extern \"C\" __global__ void k(float* y) { y[0] = SCALE + BIAS; }\n",
+    )
+    .expect("a kernel");
+    std::fs::write(
+        kernels.join("lost.cu"),
+        "// kiln entry: k\n// kiln include: nowhere\n",
+    )
+    .expect("a kernel");
+    std::fs::write(kernels.join("plain.cuh"), "#pragma once\n#define PLAIN 1\n").expect("a header");
+    let store = scratch.join("store");
+    let report = finish(kiln(&store, &["--json", "warm", "--backend", "hip"]).arg(&kernels)).json();
+    assert!(
+        report["backends"]
+            .as_array()
+            .is_some_and(|backends| backends.is_empty()),
+        "the backends line wins over --backend: {report:#}"
+    );
+    let failed = report["failed_files"].as_array().expect("a list");
+    assert_eq!(failed.len(), 1, "{report:#}");
+    assert_eq!(failed[0]["file"], "lost.cu", "{report:#}");
+    let reason = failed[0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("`// kiln include: nowhere`: there is no folder"),
+        "{reason}"
+    );
+    assert_eq!(
+        report["files"], 2,
+        "plain.cuh is no kernel file: {report:#}"
+    );
+    let forced = finish(
+        kiln(
+            &store,
+            &["--json", "warm", "--backend", "cuda,hip", "--force"],
+        )
+        .arg(&kernels),
+    )
+    .json();
+    let cuda = backend(&forced, "cuda");
+    if ran(cuda, "kiln define on NVRTC", Some("KILN_REQUIRE_NVRTC")) {
+        assert_eq!(cuda["compiled"], 2, "{cuda:#}");
+    }
+    let hip = backend(&forced, "hip");
+    if ran(hip, "--force on hipRTC", None) {
+        assert_eq!(hip["kernels"], 2, "--force sends it to HIP: {hip:#}");
+        assert_eq!(hip["compiled"], 2, "{hip:#}");
+    }
 }
 
 /// `tests/corpus/wgsl`'s kernel that imports modules, and its modules, in
