@@ -74,7 +74,16 @@ impl Client {
                     credentials.secret.clone(),
                 ),
             });
+        // rustls on aws-lc-rs, named here: ureq picks ring by itself only
+        // with its `rustls` feature, which brings a second getrandom.
+        let tls = ureq::tls::TlsConfig::builder()
+            .provider(ureq::tls::TlsProvider::Rustls)
+            .unversioned_rustls_crypto_provider(std::sync::Arc::new(
+                rustls::crypto::aws_lc_rs::default_provider(),
+            ))
+            .build();
         let agent: Agent = Agent::config_builder()
+            .tls_config(tls)
             .http_status_as_error(false)
             .max_idle_connections_per_host(config.concurrency.max(1))
             .max_idle_connections(config.concurrency.max(1) * 2)
