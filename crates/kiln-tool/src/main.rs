@@ -107,6 +107,8 @@ enum Command {
     Import(command::import::Arguments),
     /// Say why a kernel misses: what changed since the store last held it.
     Explain(command::explain::Arguments),
+    /// Print a stored kernel's recipe and artifact (PTX, SASS, ISA, WGSL, SPIR-V); --raw: its bytes.
+    Show(command::show::Arguments),
     /// Forget the failures the store remembers of a kernel, so it compiles again.
     Forget(command::forget::Arguments),
     /// The last batches of every process that used the store, and their slowest kernels.
@@ -173,6 +175,9 @@ fn main() {
         Command::Explain(arguments) => with_store(dir, |store| {
             command::explain::run(store, &arguments, &output)
         }),
+        Command::Show(arguments) => {
+            with_store(dir, |store| command::show::run(store, &arguments, &output))
+        }
         Command::Forget(arguments) => with_store(dir, |store| {
             command::forget::run(store, &arguments, &output)
         }),

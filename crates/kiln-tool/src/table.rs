@@ -470,16 +470,65 @@ fn natural_order(text: &str, other: &str) -> std::cmp::Ordering {
     }
 }
 
-/// Prints `label: value` pairs with the values aligned.
+/// Prints `label: value` pairs with the values aligned, each value
+/// wrapped within the run's width under its first line.
 pub fn print_pairs(pairs: &[(&str, String)]) {
-    let width = pairs
+    let width = WIDTH.load(Ordering::Relaxed);
+    crate::console::write_out(format_args!(
+        "{}",
+        pairs_at(pairs, (width > 0).then_some(width))
+    ));
+}
+
+/// `label: value` pairs as text within `width` columns (`None`: no limit).
+fn pairs_at(pairs: &[(&str, String)], width: Option<u16>) -> String {
+    let labels = pairs
         .iter()
         .map(|(label, _)| label.len())
         .max()
         .unwrap_or(0);
+    let room = width.map(|width| usize::from(width).saturating_sub(labels + 2).max(20));
+    let mut text = String::new();
     for (label, value) in pairs {
-        outln!("{label:<width$}  {value}");
+        let lines = match room {
+            Some(room) => wrapped(value, room),
+            None => vec![value.clone()],
+        };
+        for (index, line) in lines.iter().enumerate() {
+            let label = if index == 0 { *label } else { "" };
+            text.push_str(format!("{label:<labels$}  {line}").trim_end());
+            text.push('\n');
+        }
     }
+    text
+}
+
+/// `text` in lines of at most `room` columns, broken at spaces, but never
+/// at the space after a number (`5.47 s`, `12 kernels`): a number stays
+/// beside its unit. A piece longer than `room` stands alone.
+fn wrapped(text: &str, room: usize) -> Vec<String> {
+    // The pieces between break opportunities.
+    let mut pieces: Vec<String> = Vec::new();
+    for word in text.split(' ') {
+        match pieces.last_mut() {
+            Some(last) if last.ends_with(|c: char| c.is_ascii_digit()) => {
+                last.push(' ');
+                last.push_str(word);
+            }
+            _ => pieces.push(word.to_owned()),
+        }
+    }
+    let mut lines: Vec<String> = Vec::new();
+    for piece in pieces {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + piece.chars().count() <= room => {
+                line.push(' ');
+                line.push_str(&piece);
+            }
+            _ => lines.push(piece),
+        }
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -579,6 +628,40 @@ mod tests {
             table.render_at(None).lines().count(),
             2,
             "no limit: one line a row"
+        );
+    }
+
+    #[test]
+    fn a_pair_s_value_wraps_under_itself_and_keeps_numbers_beside_their_units() {
+        let pairs = [
+            ("root", "/a/store".to_owned()),
+            (
+                "request path",
+                "0 request-path compiles (0 ms), 0 fallback loads, 0 background batches \
+                 (12 failed kernels), 3 compiling at the last record, 5.47 s saved"
+                    .to_owned(),
+            ),
+        ];
+        let text = pairs_at(&pairs, Some(60));
+        for line in text.lines() {
+            assert!(line.chars().count() <= 60, "{line:?} in\n{text}");
+        }
+        assert!(
+            text.starts_with("root          /a/store\nrequest path  0 request-path"),
+            "{text}"
+        );
+        assert!(text.contains("5.47 s"), "{text}");
+        assert!(text.contains("(12 failed"), "{text}");
+        assert!(
+            text.lines()
+                .skip(2)
+                .all(|line| line.starts_with("              ")),
+            "{text}"
+        );
+        assert_eq!(
+            pairs_at(&pairs, None).lines().count(),
+            2,
+            "no limit: one line a pair"
         );
     }
 

@@ -12,6 +12,7 @@ mod cuda;
 mod cxx;
 mod hip;
 mod prebuilt;
+pub mod show;
 mod wgpu;
 
 use std::path::PathBuf;

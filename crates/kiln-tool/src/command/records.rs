@@ -170,9 +170,10 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             "BACKEND",
             "KERNELS>",
             "COMPILED>",
+            "?REKEYED>",
             "STORE>",
             "FAILED>",
-            "WORKERS",
+            "?WORKERS",
             "WALL>",
             "WORK>",
         ]);
@@ -182,7 +183,9 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                 batch.process.to_string(),
                 format!("{} {}", batch.backend, batch.architecture),
                 batch.kernels.to_string(),
-                (batch.compiled + batch.rekeyed).to_string(),
+                // A kernel found by its text compiled nothing (L5c).
+                batch.compiled.to_string(),
+                batch.rekeyed.to_string(),
                 batch.from_store.to_string(),
                 batch.failed.to_string(),
                 match (batch.workers, batch.mode) {
