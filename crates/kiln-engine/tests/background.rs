@@ -43,6 +43,10 @@ fn main() {
             r1_r2_the_shared_handle_serves_fallbacks_from_many_threads_while_it_builds,
         ),
         (
+            "r2_the_shared_handle_keeps_the_fallback_of_a_kernel_failing_in_the_background",
+            r2_the_shared_handle_keeps_the_fallback_of_a_kernel_failing_in_the_background,
+        ),
+        (
             "r3_is_warm_says_nothing_is_pending",
             r3_is_warm_says_nothing_is_pending,
         ),
@@ -442,4 +446,28 @@ fn r1_r2_the_shared_handle_serves_fallbacks_from_many_threads_while_it_builds() 
     assert!(counts.values().all(|&count| count == 1), "{counts:?}");
     assert!(!pids.contains(&std::process::id()), "in worker processes");
     println!("{fell_back} of 400 requests served by the fallback in {serving:?}");
+}
+
+/// R2 with the shared handle: a kernel that fails in a background build
+/// keeps its fallback, is counted once, and a missing fallback is an error
+/// at once.
+fn r2_the_shared_handle_keeps_the_fallback_of_a_kernel_failing_in_the_background() {
+    let device = DeviceId::new("fake", 0);
+    let cache = KernelCache::new(device, FakeTarget::storeless());
+    let fallback = cache.request(FakeKernel::new(0), ());
+    let failing = cache.request(FakeKernel::new(9).failing(), ());
+    assert!(matches!(
+        failing.resolve_or(device, &fallback),
+        Err(kiln_engine::CacheError::FallbackMissing(_))
+    ));
+    assert!(cache.wait_for_background(Duration::from_secs(30)));
+    for _ in 0..3 {
+        let served = failing.resolve_or(device, &fallback).expect("the fallback");
+        assert_eq!(served.kernel, fallback.id().kernel);
+    }
+    assert!(cache.wait_for_background(Duration::from_secs(30)));
+    let health = cache.health();
+    assert_eq!(health.background_failures, 1, "{health:?}");
+    assert_eq!(health.request_path_compiles, 0, "{health:?}");
+    assert!(health.fallback_loads >= 3, "{health:?}");
 }
