@@ -78,8 +78,7 @@ fn enumerator_value(argument: &str, declared: &str, texts: &[&str]) -> Option<St
             }
             let named = head
                 .split(|character: char| !(character.is_alphanumeric() || character == '_'))
-                .filter(|word| !word.is_empty() && *word != "class" && *word != "struct")
-                .next()
+                .find(|word| !word.is_empty() && *word != "class" && *word != "struct")
                 == Some(enumeration);
             if !named {
                 continue;
