@@ -87,7 +87,6 @@ struct MoreCounters {
     skipped_while_open: AtomicU64,
     unverified: AtomicU64,
     nondeterministic: AtomicU64,
-    kept_unverifiable: AtomicU64,
     oversize: AtomicU64,
 }
 
@@ -113,9 +112,6 @@ pub struct BucketStatistics {
     /// Puts that found another node's verified entry of other bytes and
     /// left it (a nondeterministic compiler).
     pub nondeterministic: u64,
-    /// Puts that found an object this node cannot verify, written less
-    /// than a day ago, and left it (another fleet's key).
-    pub kept_unverifiable: u64,
     /// Entries over the entry limit, not written or not read.
     pub oversize: u64,
 }
@@ -140,9 +136,6 @@ struct Request {
     value: Vec<u8>,
     payload_digest: [u8; 32],
 }
-
-/// How long an object this node cannot verify is left alone by its puts.
-const FOREIGN_SLACK: u64 = 24 * 60 * 60;
 
 impl BucketStore {
     /// A store on the bucket `config` names. Sends nothing yet.
@@ -204,7 +197,6 @@ impl BucketStore {
             skipped_while_open: read(&more.skipped_while_open),
             unverified: read(&more.unverified),
             nondeterministic: read(&more.nondeterministic),
-            kept_unverifiable: read(&more.kept_unverifiable),
             oversize: read(&more.oversize),
         }
     }
@@ -506,7 +498,10 @@ impl BucketStore {
     /// Settles a create-once put the bucket refused because the object
     /// exists: `None` when this store's bytes are there after all (the
     /// same bytes, or written over an entry that does not verify or is
-    /// this store's own earlier put), else the outcome.
+    /// this store's own earlier put), else the outcome. Only what verifies
+    /// is kept, as in the Redis tier: an object damaged, cut short or
+    /// signed by a key this node does not trust is replaced, so one write
+    /// without the key never ends sharing.
     fn settle(&self, request: &Request) -> Option<StoreOutcome> {
         let inner = &self.inner;
         let client = &inner.client;
@@ -537,17 +532,6 @@ impl BucketStore {
                                      publish stays, and this machine keeps its own copy locally"
                                 );
                             }
-                            return Some(StoreOutcome::Skipped);
-                        }
-                        true
-                    }
-                    Err(Rejection::Unverified(_)) => {
-                        let stale = entry::stored_at_unverified(&value).is_none_or(|stored_at| {
-                            stored_at.saturating_add(FOREIGN_SLACK) < now()
-                                || stored_at > now().saturating_add(FOREIGN_SLACK)
-                        });
-                        if !stale {
-                            StoreCounters::add(&inner.more.kept_unverifiable, 1);
                             return Some(StoreOutcome::Skipped);
                         }
                         true
