@@ -74,8 +74,9 @@ fn trusting(_: &BundleSeal<'_>) -> std::result::Result<(), String> {
 /// What the file system of `path` has free, in bytes.
 fn free_bytes(path: &Path) -> u64 {
     let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
-    // SAFETY: `c_path` is NUL-terminated and `stats` a live statvfs.
+    // SAFETY: a statvfs is plain data, valid all zeros.
     let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_path` is NUL-terminated and `stats` a live statvfs.
     let status = unsafe { libc::statvfs(c_path.as_ptr(), &mut stats) };
     assert_eq!(status, 0, "statvfs of {path:?}");
     stats.f_bavail * stats.f_frsize

@@ -30,8 +30,12 @@ impl<W: Write> Write for Digesting<W> {
 /// digest are known.
 pub(super) enum Sink<'a> {
     Plain(BufWriter<&'a File>),
-    Compressed(zstd::stream::write::Encoder<'static, Digesting<BufWriter<&'a File>>>),
+    Compressed(Box<zstd::stream::write::Encoder<'static, Digesting<BufWriter<&'a File>>>>),
 }
+
+/// A finished sink: the buffered file, and for a stream its length and
+/// digest.
+type Finished<'a> = (BufWriter<&'a File>, Option<(u64, [u8; 32])>);
 
 impl<'a> Sink<'a> {
     fn new(file: BufWriter<&'a File>, compressed: bool) -> io::Result<Self> {
@@ -47,12 +51,12 @@ impl<'a> Sink<'a> {
         // Damage to the stream is then named as such, before the plain
         // form's own digests would catch it.
         encoder.include_checksum(true)?;
-        Ok(Self::Compressed(encoder))
+        Ok(Self::Compressed(Box::new(encoder)))
     }
 
     /// Ends the zstd stream, if any: the buffered file, still to flush, and
     /// for a stream its length and digest.
-    fn finish(self) -> io::Result<(BufWriter<&'a File>, Option<(u64, [u8; 32])>)> {
+    fn finish(self) -> io::Result<Finished<'a>> {
         match self {
             Self::Plain(file) => Ok((file, None)),
             Self::Compressed(encoder) => {

@@ -66,6 +66,7 @@ pub(crate) use access::{not_yet_refreshed, touch};
 pub use eviction::Limits;
 pub(crate) use eviction::{AGE_BUCKETS, age_bucket};
 pub use footprint::Footprint;
+pub(crate) use pack_passes::PackedVerify;
 pub(crate) use write::{digest, is_inlined};
 
 /// A verified artifact store in a folder, shared by every process that opens

@@ -146,9 +146,10 @@ impl DiskStore {
         found
     }
 
-    /// Removes packs that no index names (left by a killed rewrite) and
-    /// reports what in `packs/` is not the store's.
-    fn sweep_packs(&self, found: &mut PackedVerify) {
+    /// Removes packs that no index names (left by a killed rewrite, or by
+    /// an append that a full disk stopped) and reports what in `packs/` is
+    /// not the store's: verify and collect both sweep.
+    pub(crate) fn sweep_packs(&self, found: &mut PackedVerify) {
         let Ok(Some(folder)) = self.inner.packs.open_folder() else {
             return;
         };

@@ -42,6 +42,18 @@ impl DiskStore {
             staging_removed: self.remove_stale_staging(&root.folder, &mut unchecked),
             ..CollectReport::default()
         };
+        // Packs no index names: left by a killed rewrite or a full disk.
+        if !self.is_read_only() {
+            let mut swept = crate::disk::PackedVerify::default();
+            self.sweep_packs(&mut swept);
+            report.staging_removed += swept.orphans;
+            unchecked.extend(
+                swept
+                    .unchecked
+                    .into_iter()
+                    .map(|(name, why)| (root.path.join(name), why)),
+            );
+        }
         let now = SystemTime::now();
         let regular = |folder: &Folder, name: &str| -> Result<Status, Skip> {
             match folder.status(OsStr::new(name)) {

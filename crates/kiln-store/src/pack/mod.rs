@@ -33,6 +33,7 @@
 
 mod append;
 mod format;
+mod repair;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -609,9 +610,14 @@ impl Packs {
         let Ok(_alone) = lock_shard(locks, shard) else {
             return 0;
         };
-        let current = fs::read(self.folder_path().join(Self::index_name(shard)))
+        // Read from the folder, never through a link nor waiting on a pipe.
+        let mut header = [0u8; UNIT as usize];
+        let current = folder
+            .open_file(OsStr::new(&Self::index_name(shard)))
             .ok()
-            .and_then(|bytes| index_generation(&bytes));
+            .filter(|index| index.metadata().is_ok_and(|found| found.is_file()))
+            .and_then(|index| index.read_exact_at(&mut header, 0).ok())
+            .and_then(|()| index_generation(&header));
         let prefix = format!("{shard:03x}-");
         let mut removed = 0;
         for name in names {
@@ -622,7 +628,15 @@ impl Packs {
             else {
                 continue;
             };
-            if Some(generation) != current && folder.remove_file(OsStr::new(name)).is_ok() {
+            // Only the store's own files go: anything else by a pack's
+            // name is moved aside by the next append, never removed.
+            let is_file = folder
+                .status(OsStr::new(name))
+                .is_ok_and(|found| found.kind == crate::tree::Kind::File);
+            if Some(generation) != current
+                && is_file
+                && folder.remove_file(OsStr::new(name)).is_ok()
+            {
                 removed += 1;
             }
         }
@@ -649,32 +663,13 @@ impl Packs {
 
     /// The index and pack of `shard` in the packs' `folder`, opened to
     /// append: made when missing, and made again (a new generation) when
-    /// the index's header or its pack is damaged or gone. A torn last slot
-    /// is cut off.
+    /// the index's header or its pack is damaged or gone, or either is not
+    /// a regular file (moved aside, `repair`). A torn last slot is cut off.
     fn open_for_writing(&self, folder: &Folder, shard: usize, start: Start) -> io::Result<Writing> {
         let index_name = Self::index_name(shard);
-        let opened = match folder.open_read_write(OsStr::new(&index_name)) {
-            Ok(index) => {
-                let found = index.metadata()?;
-                if found.is_file() {
-                    let mut header = [0u8; UNIT as usize];
-                    let generation = index
-                        .read_exact_at(&mut header, 0)
-                        .ok()
-                        .and_then(|()| index_generation(&header));
-                    let pack = generation.and_then(|generation| {
-                        folder
-                            .open_read_write(OsStr::new(&Self::pack_name(shard, generation)))
-                            .ok()
-                    });
-                    pack.map(|pack| (index, pack, found.len()))
-                } else {
-                    None
-                }
-            }
-            Err(error) if is_absent(&error) => None,
-            Err(error) => return Err(error),
-        };
+        let opened = repair::open_shard(folder, shard, &index_name, &|generation| {
+            Self::pack_name(shard, generation)
+        })?;
         let (index, pack, length, started) = match opened {
             Some((index, pack, length)) => (index, pack, length, false),
             None => {
