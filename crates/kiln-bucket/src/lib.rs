@@ -6,6 +6,11 @@
 //!   over a bucket: the Redis tier's signed, self-describing entries, one
 //!   object per key, a batch's lookups sent together and bounded, every
 //!   call under one deadline and a circuit breaker.
+//! - [`BucketTier`] puts a store in front of it (the disk store, or the
+//!   disk store with Redis behind it): reads go to the front, then the
+//!   bucket, and a bucket hit is copied to the front; writes go to the
+//!   front and, through a bounded queue, to the bucket; claims are the
+//!   front's.
 //! - [`BucketConfig`] reads `KILN_REMOTE_URL=s3://BUCKET/PREFIX`, the
 //!   remote tier's keys, and the usual AWS variables.
 //!
@@ -34,7 +39,9 @@ mod client;
 pub mod config;
 pub mod error;
 mod store;
+mod tier;
 
 pub use config::{BucketConfig, Credentials};
 pub use error::{Error, Result};
 pub use store::{BucketStatistics, BucketStore};
+pub use tier::BucketTier;

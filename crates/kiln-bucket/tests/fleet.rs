@@ -272,3 +272,53 @@ fn p16_objects_cut_short_flipped_moved_or_of_another_fleet_are_never_loaded() {
         Lookup::Miss(miss) => panic!("the repaired entry misses: {miss}"),
     }
 }
+
+#[test]
+fn p16_a_node_with_an_empty_disk_loads_a_batch_from_the_bucket_and_keeps_it() {
+    use kiln_bucket::BucketTier;
+    use kiln_store::{DiskStore, StoreConfig};
+    use std::sync::Arc;
+    let Some(garage) = support::shared("a fresh node reading the bucket") else {
+        return;
+    };
+    let keys = support::fleet_keys();
+    let prefix = support::fresh_prefix();
+    let scratch = kiln_test_support::Scratch::new("bucket-fresh-node");
+    let open = |name: &str| {
+        let disk = DiskStore::open(StoreConfig::at(scratch.join(name))).expect("a disk store");
+        BucketTier::new(Arc::new(disk), garage.store(keys.clone(), &prefix))
+    };
+    let builder = open("builder");
+    let stored: Vec<StoreKey> = (0..16).map(key).collect();
+    for (number, key) in stored.iter().enumerate() {
+        builder.put(key, None, &artifact(number as u32, 3000), Duration::ZERO);
+    }
+    assert!(
+        builder.flush(Duration::from_secs(10)),
+        "the bucket took every write"
+    );
+    let fresh = open("fresh");
+    let found = fresh.lookup_many(&stored);
+    assert!(
+        found
+            .iter()
+            .all(|lookup| matches!(lookup, Lookup::Hit { .. }))
+    );
+    assert_eq!(
+        fresh.bucket().bucket_statistics().calls,
+        1,
+        "one call for the batch"
+    );
+    // Copied to its disk: the next batch asks the bucket nothing.
+    let again = fresh.lookup_many(&stored);
+    assert!(
+        again
+            .iter()
+            .all(|lookup| matches!(lookup, Lookup::Hit { .. }))
+    );
+    assert_eq!(
+        fresh.bucket().bucket_statistics().calls,
+        1,
+        "a warm batch is local"
+    );
+}

@@ -1,0 +1,379 @@
+//! [`BucketTier`]: a store (the disk store, or the disk store with Redis
+//! behind it) in front of a [`BucketStore`] (P16).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use kiln_engine::store::{
+    ArtifactCopy, BlobKey, Claim, ClaimWait, Explanation, RekeyedPut, StoreCounters,
+};
+use kiln_engine::{ArtifactStore, Generation, Lookup, StoreKey, StoreOutcome, StoreStatistics};
+
+use crate::store::{BucketStore, Put};
+
+/// How many writes wait for the bucket at most; past it a write is
+/// dropped and counted, never waited for.
+const QUEUE_LIMIT: usize = 1024;
+
+/// A two-level store: `front` (the disk store, or the disk store with
+/// Redis behind it) before a [`BucketStore`].
+///
+/// - **Reads** go to the front, then, for what it misses, to the bucket
+///   in one call (the batch's GETs together); a verified bucket hit is
+///   copied to the front (and so, when Redis is there, to Redis: a
+///   kernel read from the bucket is hot for the fleet again).
+/// - **Writes** go to the front on the caller's thread and to the bucket
+///   through a bounded background queue: the launch never waits for the
+///   bucket. [`flush`](Self::flush) and dropping the last handle write
+///   what is queued.
+/// - **Claims** are the front's: the disk store's across a machine's
+///   processes, Redis's across machines. With a bucket alone there is no
+///   lease across machines: single flight holds within each machine, and
+///   machines that start the same kernel at the same time each compile
+///   it, the first put kept where the server honours conditional puts.
+#[derive(Clone, Debug)]
+pub struct BucketTier {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    front: Arc<dyn ArtifactStore>,
+    bucket: BucketStore,
+    answers: StoreCounters,
+    queue: Arc<Queue>,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    state: Mutex<QueueState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    waiting: VecDeque<Write>,
+    in_flight: usize,
+    dropped: u64,
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct Write {
+    key: StoreKey,
+    source_key: Option<StoreKey>,
+    bytes: Vec<u8>,
+    work: Duration,
+    with_history: bool,
+}
+
+impl BucketTier {
+    /// `front` before `bucket`, with a writer thread for the bucket.
+    pub fn new(front: Arc<dyn ArtifactStore>, bucket: BucketStore) -> Self {
+        let queue = Arc::new(Queue::default());
+        let (writer_queue, writer_bucket) = (Arc::clone(&queue), bucket.clone());
+        // A writer that cannot start leaves writes queued, then dropped
+        // and counted: the front still holds everything.
+        let _ = std::thread::Builder::new()
+            .name("kiln-bucket-writer".to_owned())
+            .spawn(move || write_queued(&writer_queue, &writer_bucket));
+        Self {
+            inner: Arc::new(Inner {
+                front,
+                bucket,
+                answers: StoreCounters::default(),
+                queue,
+            }),
+        }
+    }
+
+    /// The bucket.
+    pub fn bucket(&self) -> &BucketStore {
+        &self.inner.bucket
+    }
+
+    /// Waits until every queued bucket write is done, at most `timeout`;
+    /// `true` when nothing is left.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let queue = &self.inner.queue;
+        let mut state = queue.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if state.waiting.is_empty() && state.in_flight == 0 {
+                return true;
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return false;
+            };
+            state = queue
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Bucket writes dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.inner
+            .queue
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .dropped
+    }
+
+    fn enqueue(&self, write: Write) {
+        if !self.inner.bucket.config().writes() {
+            return;
+        }
+        let queue = &self.inner.queue;
+        let mut state = queue.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.waiting.len() >= QUEUE_LIMIT {
+            state.dropped += 1;
+            return;
+        }
+        state.waiting.push_back(write);
+        queue.changed.notify_all();
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last handle writes what is queued, within a few timeouts.
+        let deadline = Instant::now() + self.bucket.config().timeout * 4;
+        let mut state = self
+            .queue
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        while !(state.waiting.is_empty() && state.in_flight == 0) {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            state = self
+                .queue
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        state.closed = true;
+        self.queue.changed.notify_all();
+    }
+}
+
+/// The writer: takes every queued write at once and sends them in one
+/// call, until the queue is closed.
+fn write_queued(queue: &Queue, bucket: &BucketStore) {
+    loop {
+        let writes: Vec<Write> = {
+            let mut state = queue.state.lock().unwrap_or_else(PoisonError::into_inner);
+            while state.waiting.is_empty() && !state.closed {
+                state = queue
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            if state.closed {
+                return;
+            }
+            let taken: Vec<Write> = state.waiting.drain(..).collect();
+            state.in_flight = taken.len();
+            taken
+        };
+        let puts: Vec<Put<'_>> = writes
+            .iter()
+            .map(|write| Put {
+                key: &write.key,
+                source_key: write.source_key.as_ref(),
+                bytes: &write.bytes,
+                work: write.work,
+                with_history: write.with_history,
+            })
+            .collect();
+        bucket.put_all(&puts);
+        let mut state = queue.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.in_flight = 0;
+        queue.changed.notify_all();
+    }
+}
+
+impl ArtifactStore for BucketTier {
+    fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
+        self.lookup_many(std::slice::from_ref(key))
+            .pop()
+            .expect("one answer per key")
+    }
+
+    fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
+        let inner = &self.inner;
+        let mut answers = inner.front.lookup_many(keys);
+        let missed: Vec<usize> = answers
+            .iter()
+            .enumerate()
+            .filter(|(_, answer)| !matches!(answer, Lookup::Hit { .. }))
+            .map(|(index, _)| index)
+            .collect();
+        if !missed.is_empty() {
+            let asked: Vec<StoreKey> = missed.iter().map(|index| keys[*index].clone()).collect();
+            let found = inner.bucket.lookup_many(&asked);
+            let mut copies = Vec::new();
+            for ((index, key), lookup) in missed.iter().zip(&asked).zip(found) {
+                if let Lookup::Hit { .. } = &lookup {
+                    inner.front.found_elsewhere(key);
+                    copies.push(*index);
+                }
+                // Where the bucket has nothing to say, the front's own
+                // miss (corrupt, removed) is the answer.
+                if matches!(lookup, Lookup::Hit { .. }) {
+                    answers[*index] = lookup;
+                }
+            }
+            let copied: Vec<ArtifactCopy<'_>> = copies
+                .iter()
+                .filter_map(|index| match &answers[*index] {
+                    Lookup::Hit { artifact, work, .. } => Some(ArtifactCopy {
+                        key: &keys[*index],
+                        bytes: artifact,
+                        work: *work,
+                    }),
+                    Lookup::Miss(_) => None,
+                })
+                .collect();
+            if !copied.is_empty() {
+                inner.front.put_many(&copied);
+            }
+        }
+        for answer in &answers {
+            inner.answers.count_lookup(answer);
+        }
+        answers
+    }
+
+    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        self.inner.front.claim(key, wait)
+    }
+
+    fn claim_timeout(&self) -> Duration {
+        self.inner.front.claim_timeout()
+    }
+
+    fn holder(&self, key: &StoreKey) -> Option<String> {
+        self.inner.front.holder(key)
+    }
+
+    fn put(
+        &self,
+        key: &StoreKey,
+        source_key: Option<&StoreKey>,
+        bytes: &[u8],
+        work: Duration,
+    ) -> StoreOutcome {
+        let outcome = self.inner.front.put(key, source_key, bytes, work);
+        self.enqueue(Write {
+            key: key.clone(),
+            source_key: source_key.cloned(),
+            bytes: bytes.to_vec(),
+            work,
+            with_history: true,
+        });
+        outcome
+    }
+
+    fn put_rekeyed_many(&self, puts: &[RekeyedPut<'_>]) -> Vec<StoreOutcome> {
+        let outcomes = self.inner.front.put_rekeyed_many(puts);
+        for put in puts {
+            self.enqueue(Write {
+                key: put.key.clone(),
+                source_key: None,
+                bytes: put.bytes.to_vec(),
+                work: put.work,
+                with_history: true,
+            });
+        }
+        outcomes
+    }
+
+    fn put_copy(&self, key: &StoreKey, bytes: &[u8], work: Duration) -> StoreOutcome {
+        self.put_many(&[ArtifactCopy { key, bytes, work }])
+            .pop()
+            .expect("one outcome per copy")
+    }
+
+    fn put_many(&self, copies: &[ArtifactCopy<'_>]) -> Vec<StoreOutcome> {
+        let outcomes = self.inner.front.put_many(copies);
+        for copy in copies {
+            self.enqueue(Write {
+                key: copy.key.clone(),
+                source_key: None,
+                bytes: copy.bytes.to_vec(),
+                work: copy.work,
+                with_history: false,
+            });
+        }
+        outcomes
+    }
+
+    fn remove(&self, key: &StoreKey) {
+        self.inner.front.remove(key);
+        self.inner.bucket.remove(key);
+    }
+
+    fn found_elsewhere(&self, key: &StoreKey) {
+        self.inner.front.found_elsewhere(key);
+    }
+
+    fn generation(&self) -> Generation {
+        self.inner.front.generation()
+    }
+
+    /// The front's counts, with lookups as this store answered them (a
+    /// front miss the bucket answered is a hit).
+    fn statistics(&self) -> StoreStatistics {
+        let answered = self.inner.answers.snapshot();
+        StoreStatistics {
+            hits: answered.hits,
+            absent: answered.absent,
+            corrupt: answered.corrupt,
+            foreign: answered.foreign,
+            unreadable: answered.unreadable,
+            bytes_read: answered.bytes_read,
+            ..self.inner.front.statistics()
+        }
+    }
+
+    fn batch_finished(&self) {
+        self.inner.front.batch_finished();
+    }
+
+    fn kept_batches(&self) -> Vec<Vec<u8>> {
+        self.inner.front.kept_batches()
+    }
+
+    fn keep_batch(&self, record: &[u8]) {
+        self.inner.front.keep_batch(record);
+    }
+
+    fn explain(&self, key: &StoreKey) -> Explanation {
+        match self.inner.front.explain(key) {
+            Explanation::NeverSeen => self.inner.bucket.explain(key),
+            known => known,
+        }
+    }
+
+    fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
+        match self.inner.front.lookup_blob(key) {
+            Lookup::Miss(_) => self.inner.bucket.lookup_blob(key),
+            hit => hit,
+        }
+    }
+
+    fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
+        let outcome = self.inner.front.put_blob(key, bytes);
+        // Blobs are few and small: written through, on the caller's thread.
+        self.inner.bucket.put_blob(key, bytes);
+        outcome
+    }
+}
