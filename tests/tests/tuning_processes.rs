@@ -95,3 +95,51 @@ fn t4_two_processes_tuning_one_key_at_once_measure_it_once() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn p15_a_bundle_carries_tuning_answers_and_pipeline_caches_to_an_empty_store() -> Result<()> {
+    // P15: export on one store, import on an empty one; a new process
+    // tunes with no compile and no measurement, and finds the pipeline
+    // cache.
+    use kiln_engine::store::BlobKey;
+    use kiln_engine::{ArtifactStore, Lookup};
+
+    let scratch = Scratch::new("tune-bundle");
+    let (source, log) = (scratch.join("source"), scratch.join("launches.log"));
+    let first = report(spawn(&source, &log)?)?;
+    assert_eq!(first["origin"], "Measured");
+    let measured = launches(&log);
+    let cache = BlobKey::new("wgpu pipeline cache")
+        .component("adapter", "test adapter")
+        .component("driver", "test driver 1");
+    let cache_bytes = vec![0x5a_u8; 3000];
+    let store = kiln_tests::open_store(&source);
+    assert!(matches!(
+        store.put_blob(&cache, &cache_bytes),
+        kiln_engine::StoreOutcome::Stored { .. }
+    ));
+    let bundle = scratch.join("warm.kiln");
+    let exported = store.export(&bundle, None, &mut |_| {})?;
+    assert!(
+        exported.blobs >= 2,
+        "the answer and the cache: {exported:?}"
+    );
+    drop(store);
+
+    let destination = scratch.join("destination");
+    let imported =
+        kiln_tests::open_store(&destination)
+            .import_checked(&bundle, None, &mut |_| {}, &|_| Ok(()))?;
+    assert_eq!(imported.blobs, exported.blobs, "{imported:?}");
+
+    let later = report(spawn(&destination, &log)?)?;
+    assert_eq!(later["winner"], first["winner"]);
+    assert_eq!(later["origin"], "Stored", "{later}");
+    assert_eq!(later["finalized"], 0, "no compile");
+    assert_eq!(launches(&log), measured, "no tuning launch");
+    match kiln_tests::open_store(&destination).lookup_blob(&cache) {
+        Lookup::Hit { artifact, .. } => assert_eq!(artifact, cache_bytes),
+        Lookup::Miss(miss) => panic!("the pipeline cache is not found: {miss:?}"),
+    }
+    Ok(())
+}

@@ -154,3 +154,46 @@ fn explain_names_a_changed_compiler_or_says_never_seen() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn import_into_an_empty_store_refuses_a_bundle_of_another_target_unless_told() {
+    // P15: a bundle whose compiler is not this machine's is refused by an
+    // empty store, naming the component, unless --any-target.
+    use kiln_engine::{ArtifactStore, KeyComponents, StoreKey};
+
+    let scratch = Scratch::new("bundle-target");
+    let source = scratch.join("source");
+    let store = kiln_store::DiskStore::open(kiln_store::StoreConfig::at(&source)).expect("opens");
+    let elsewhere = KeyComponents::new("wgpu", "naga 0.0.1-of-another-machine", "baseline", "");
+    let key = StoreKey::for_artifact(&elsewhere, &FakeKernel::new(1).artifact_id(), None);
+    store.put(
+        &key,
+        None,
+        b"an artifact of elsewhere",
+        std::time::Duration::ZERO,
+    );
+    let bundle = scratch.join("elsewhere.kiln");
+    let bundle_text = bundle.display().to_string();
+    run(&source, &["export", &bundle_text, "--json"]).succeeded_json();
+
+    let destination = scratch.join("destination");
+    let refused = run(&destination, &["import", &bundle_text, "--trust-unsigned"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("compiler") && refused.stderr.contains("--any-target"),
+        "names the component and the way out: {}",
+        refused.stderr
+    );
+    let imported = run(
+        &destination,
+        &[
+            "import",
+            &bundle_text,
+            "--trust-unsigned",
+            "--any-target",
+            "--json",
+        ],
+    )
+    .succeeded_json();
+    assert_eq!(imported["records"], 1);
+}

@@ -171,6 +171,12 @@ pub trait Recompiler {
     /// Prebuilds in `store`, for this compiler, every kernel of `profile`
     /// (a profile of this backend): what came of each.
     fn prebuild(&self, store: &dyn ArtifactStore, profile: &StoredProfile) -> Vec<Prebuilt>;
+
+    /// The key components this machine's compiler makes for
+    /// `architecture` (its default architecture's, when it does not know
+    /// that one): what `kiln import` checks a bundle for an empty store
+    /// against.
+    fn components_here(&self, architecture: &str) -> kiln_engine::KeyComponents;
 }
 
 /// A [`Recompiler`] of compiler `C`, keyed for the architecture a key
@@ -216,6 +222,11 @@ impl<C: ArtifactCompiler + KeyedCompiler> Recompiler for Keyed<C> {
     fn prebuild(&self, store: &dyn ArtifactStore, profile: &StoredProfile) -> Vec<Prebuilt> {
         let keyed = (self.keyed_for)(&self.compiler, &profile.components.architecture);
         prebuilt::prebuild(keyed.as_ref().unwrap_or(&self.compiler), store, profile)
+    }
+
+    fn components_here(&self, architecture: &str) -> kiln_engine::KeyComponents {
+        let keyed = (self.keyed_for)(&self.compiler, architecture);
+        keyed.as_ref().unwrap_or(&self.compiler).key_components()
     }
 }
 

@@ -34,6 +34,11 @@ pub struct Arguments {
     /// verified.
     #[arg(long)]
     pub trust_unsigned: bool,
+    /// Import into an empty store a bundle built for another target
+    /// (backend, compiler or architecture) than this machine's compiler
+    /// makes: one whose kernels this machine cannot build itself.
+    #[arg(long)]
+    pub any_target: bool,
 }
 
 /// Imports, refusing a foreign bundle and naming the component that differs.
@@ -49,6 +54,9 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
     let header = read_header(path, &mut file)?;
     drop(file);
     let expected = expectation(store, &header, &arguments.expected);
+    if expected.is_none() && !arguments.any_target && store.targets().is_empty() {
+        check_target_here(&header)?;
+    }
     let keys = configured_keys()?;
     let verdict = std::cell::RefCell::new(None);
     let judge = |seal: &BundleSeal<'_>| {
@@ -148,4 +156,30 @@ fn expectation(
             + u8::from(target.compiler == bundle.compiler)
     };
     targets.into_iter().max_by_key(closeness)
+}
+
+/// Refuses, for an empty store, a bundle built for another target than
+/// this machine's compiler of its backend makes (P15). A backend this kiln
+/// does not build (the test target) has nothing here to differ from.
+fn check_target_here(header: &BundleHeader) -> Result<()> {
+    let bundle = &header.components;
+    let Some(backend) = crate::backend::named(&bundle.backend) else {
+        return Ok(());
+    };
+    let here = match backend.recompiler() {
+        Ok(recompiler) => recompiler.components_here(&bundle.architecture),
+        Err(why) => bail!(
+            "the bundle is of {}, and this machine has no {} compiler to check it against \
+             ({why}): nothing was imported; --any-target imports it anyway",
+            bundle,
+            bundle.backend
+        ),
+    };
+    if let Some(refusal) = header.mismatch(&here) {
+        bail!(
+            "{refusal}: the bundle was built for another target than this machine's, and the \
+             store is empty; nothing was imported; --any-target imports it anyway"
+        );
+    }
+    Ok(())
 }
