@@ -20,6 +20,7 @@ const MODULES: &[(&str, &[(&str, &str)])] = &[
     ("reduce_sum", &[("reduce_sum.comp", "main")]),
     ("square_f64", &[("square_f64.comp", "main")]),
     ("huge_workgroup", &[("huge_workgroup.comp", "main")]),
+    ("spec_shared_u8", &[("spec_shared_u8.comp", "main")]),
     (
         "passes",
         &[("double.comp", "forward"), ("halve.comp", "backward")],

@@ -127,6 +127,10 @@ pub struct WgpuArtifact {
     /// The kernel's resources as naga found them: workgroup size, bindings
     /// and workgroup memory (D4). naga gives no warnings.
     pub report: ArtifactReport,
+    /// A SPIR-V module naga cannot read, specialized and handed to the
+    /// driver as it is (B7): its workgroup size and bindings were read from
+    /// the module itself, and the device needs `PASSTHROUGH_SHADERS`.
+    pub passthrough: bool,
 }
 
 /// The record of the compile, kept in the artifact's bytes: a store hit
@@ -296,10 +300,12 @@ fn finalize(lowered: WgpuLowered) -> Result<Finalized<WgpuArtifact>, CompileFail
                     lowered.label
                 ))
             })?;
-            (
-                spirv::parse(&bytes, &lowered.label, Some(&lowered.entry))?,
-                ShaderCode::Spirv(bytes),
-            )
+            spirv::check_header(&bytes, &lowered.label, Some(&lowered.entry))?;
+            match spirv::parse(&bytes, &lowered.label, Some(&lowered.entry)) {
+                Ok(module) => (module, ShaderCode::Spirv(bytes)),
+                // What naga cannot read goes to the driver as it is (B7).
+                Err(refusal) => return passthrough_artifact(lowered, &bytes, &refusal),
+            }
         }
     };
     // Every shader feature allowed: what the device lacks (f64,
@@ -372,7 +378,59 @@ fn finalize(lowered: WgpuLowered) -> Result<Finalized<WgpuArtifact>, CompileFail
         workgroup_size,
         bindings,
         report: ArtifactReport::new(Vec::new(), resources),
+        passthrough: false,
     }))
+}
+
+/// The artifact of a SPIR-V module naga refused (`refusal`): specialized,
+/// validated with spirv-val where it is installed, its workgroup size and
+/// bindings read from the module, for the driver's pass-through (B7).
+fn passthrough_artifact(
+    lowered: WgpuLowered,
+    bytes: &[u8],
+    refusal: &CompileFailure,
+) -> Result<Finalized<WgpuArtifact>, CompileFailure> {
+    let label = lowered.label.as_str();
+    let (specialized, constants) = crate::passthrough::specialize(bytes, &lowered.constants)
+        .map_err(|failure| failure.with_hint(format!("naga refused the module too: {refusal}")))?;
+    let reflected = crate::passthrough::reflect(&specialized, &lowered.entry)?;
+    if let BindingLayout::Explicit(groups) = &lowered.layout {
+        check_layout(groups, &reflected.bindings, &lowered.entry)?;
+    }
+    let naga_said = refusal
+        .first_error()
+        .map_or_else(|| refusal.to_string(), |first| first.message.clone());
+    let mut diagnostics = vec![kiln_engine::Diagnostic {
+        severity: kiln_engine::Severity::Note,
+        message: format!(
+            "{label}: handed to the driver as it is (naga cannot read it: {naga_said})"
+        ),
+        location: None,
+    }];
+    if let Some(unvalidated) = crate::passthrough::validate(&specialized, label)? {
+        diagnostics.push(unvalidated);
+    }
+    let resources = ResourceUsage {
+        workgroup_size: Some(reflected.workgroup_size),
+        bindings: u32::try_from(reflected.bindings.len()).ok(),
+        ..ResourceUsage::default()
+    };
+    Ok(Finalized {
+        artifact: WgpuArtifact {
+            code: ShaderCode::Spirv(specialized),
+            label: lowered.label,
+            entry: lowered.entry,
+            constants,
+            required_features: vec!["PASSTHROUGH_SHADERS".to_owned()],
+            layout: lowered.layout,
+            zero_initialize_workgroup_memory: lowered.zero_initialize_workgroup_memory,
+            workgroup_size: reflected.workgroup_size,
+            bindings: reflected.bindings,
+            report: ArtifactReport::new(diagnostics.clone(), resources),
+            passthrough: true,
+        },
+        diagnostics,
+    })
 }
 
 /// What the entry point whose analysis is `function` uses (D4): its

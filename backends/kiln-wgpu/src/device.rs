@@ -84,8 +84,10 @@ impl WgpuDevice {
             ),
         })?;
         let adapter_features = adapter.features();
-        let required_features =
-            adapter_features & (crate::SHADER_FEATURES | wgpu::Features::PIPELINE_CACHE);
+        let required_features = adapter_features
+            & (crate::SHADER_FEATURES
+                | wgpu::Features::PIPELINE_CACHE
+                | wgpu::Features::PASSTHROUGH_SHADERS);
         let info = adapter.get_info();
         let (device, queue) = block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("kiln"),

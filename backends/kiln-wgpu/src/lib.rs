@@ -35,6 +35,17 @@
 //! (B6): [`compute_entries`] and [`spirv_compute_entries`] list them, and
 //! each is a kernel of its own built from the same text or bytes.
 //!
+//! # SPIR-V the driver reads
+//!
+//! A SPIR-V module naga's front end cannot read (arrays sized by
+//! specialization constants, 8-bit storage, ...) is still a kernel (B7):
+//! its constants are written into its bytes, `spirv-val` validates it where
+//! it is installed (the compile says where it could only be checked), its
+//! workgroup size and buffers are read from its own instructions, and the
+//! device builds it from the bytes as they are, through wgpu's
+//! [`wgpu::Features::PASSTHROUGH_SHADERS`]; a device without that feature
+//! refuses the kernel naming it.
+//!
 //! # Pipeline caches
 //!
 //! Where the device has [`wgpu::Features::PIPELINE_CACHE`] (Vulkan),
@@ -89,6 +100,7 @@ mod mode;
 mod module;
 mod modules;
 mod options;
+mod passthrough;
 pub mod pipeline_cache;
 mod spirv;
 mod target;

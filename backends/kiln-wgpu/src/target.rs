@@ -93,9 +93,17 @@ impl DeviceStep<WgpuCompiler> for WgpuDeviceStep {
         let started = Instant::now();
         let on_device = match &self.device {
             None => {
+                // A pass-through module is checked, not built, without a
+                // device: its compile said so.
+                let needed: Vec<String> = artifact
+                    .required_features
+                    .iter()
+                    .filter(|name| *name != "PASSTHROUGH_SHADERS")
+                    .cloned()
+                    .collect();
                 features::check(
                     &artifact.entry,
-                    &artifact.required_features,
+                    &needed,
                     self.compile_only_features,
                     &LoadedOn::CompileOnly,
                 )?;
@@ -369,15 +377,50 @@ impl WgpuTarget {
         let wgpu_device = device.device();
         let label = Some(artifact.label.as_str());
         let (built, error) = device.capture(|| {
-            let source = match &artifact.code {
-                ShaderCode::Wgsl(text) => wgpu::ShaderSource::Wgsl(text.as_str().into()),
+            let module = match &artifact.code {
+                // A module naga cannot read goes to the driver as it is (B7).
+                ShaderCode::Spirv(bytes) if artifact.passthrough => {
+                    let [x, y, z] = artifact.workgroup_size;
+                    let entry_points = [wgpu::PassthroughShaderEntryPoint {
+                        name: artifact.entry.as_str().into(),
+                        workgroup_size: (x, y, z),
+                    }];
+                    // SAFETY: the module is valid SPIR-V (spirv-val passed it
+                    // where it is installed, the compile says where not), and
+                    // the pipeline's layout is the bindings read from it.
+                    unsafe {
+                        wgpu_device.create_shader_module_passthrough(
+                            wgpu::ShaderModuleDescriptorPassthrough {
+                                label,
+                                entry_points: entry_points.as_slice().into(),
+                                spirv: Some(crate::spirv::words(bytes).into()),
+                                ..Default::default()
+                            },
+                        )
+                    }
+                }
+                ShaderCode::Wgsl(text) => {
+                    wgpu_device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label,
+                        source: wgpu::ShaderSource::Wgsl(text.as_str().into()),
+                    })
+                }
                 ShaderCode::Spirv(bytes) => {
-                    wgpu::ShaderSource::SpirV(crate::spirv::words(bytes).into())
+                    wgpu_device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label,
+                        source: wgpu::ShaderSource::SpirV(crate::spirv::words(bytes).into()),
+                    })
                 }
             };
-            let module =
-                wgpu_device.create_shader_module(wgpu::ShaderModuleDescriptor { label, source });
-            let explicit: Option<Vec<wgpu::BindGroupLayout>> = match &artifact.layout {
+            // A pass-through module has no layout wgpu can derive: its own
+            // bindings make one.
+            let reflected = (artifact.passthrough
+                && matches!(artifact.layout, BindingLayout::Automatic))
+            .then(|| reflected_layout(&artifact.bindings));
+            let explicit: Option<Vec<wgpu::BindGroupLayout>> = match reflected
+                .as_ref()
+                .unwrap_or(&artifact.layout)
+            {
                 BindingLayout::Automatic => None,
                 BindingLayout::Explicit(groups) => Some(
                     groups
@@ -423,7 +466,12 @@ impl WgpuTarget {
                     immediate_size: 0,
                 })
             });
-            let constants: Vec<(&str, f64)> = artifact.constants.iter().collect();
+            // A pass-through module's constants are in its bytes already.
+            let constants: Vec<(&str, f64)> = if artifact.passthrough {
+                Vec::new()
+            } else {
+                artifact.constants.iter().collect()
+            };
             let pipeline = wgpu_device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label,
                 layout: layout.as_ref(),
@@ -463,6 +511,24 @@ impl WgpuTarget {
             ))),
         }
     }
+}
+
+/// The explicit layout of `bindings`: one group per group number up to
+/// the highest, each with the buffers bound in it.
+fn reflected_layout(bindings: &[crate::compiler::ShaderBinding]) -> BindingLayout {
+    let groups = bindings
+        .iter()
+        .map(|binding| binding.group as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut layout = vec![Vec::new(); groups];
+    for binding in bindings {
+        layout[binding.group as usize].push(crate::kernel::BufferBinding {
+            binding: binding.binding,
+            kind: binding.kind,
+        });
+    }
+    BindingLayout::Explicit(layout)
 }
 
 /// wgpu's multi-line error text as one paragraph.

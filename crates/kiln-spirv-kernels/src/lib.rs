@@ -11,6 +11,7 @@
 //! | `square_f64` | `main` | `data[i] *= data[i]` in `double`: needs 64-bit floats |
 //! | `huge_workgroup` | `main` | a 1024 x 1024 workgroup no device allows |
 //! | `passes` | `forward`, `backward` | doubles and halves `data`, two entries of one module |
+//! | `spec_shared_u8` | `main` | sums `BLOCK` bytes (8-bit storage) times `SCALE` per workgroup, in a shared array sized by `BLOCK` (constant ids 0 and 1): a module naga cannot read |
 
 include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 
@@ -23,6 +24,10 @@ pub const SOURCES: &[(&str, &str)] = &[
     (
         "huge_workgroup.comp",
         include_str!("../glsl/huge_workgroup.comp"),
+    ),
+    (
+        "spec_shared_u8.comp",
+        include_str!("../glsl/spec_shared_u8.comp"),
     ),
     ("double.comp", include_str!("../glsl/double.comp")),
     ("halve.comp", include_str!("../glsl/halve.comp")),
