@@ -53,6 +53,11 @@ pub enum StoreError {
     #[cfg(feature = "remote")]
     #[error("the remote tier cannot start: {0}")]
     Remote(#[from] kiln_remote::Error),
+    /// The bucket `KILN_REMOTE_URL` names: an address, a setting or a
+    /// key that cannot be read.
+    #[cfg(feature = "bucket")]
+    #[error("the bucket tier cannot start: {0}")]
+    Bucket(#[from] kiln_bucket::Error),
 }
 
 impl Store {
@@ -106,6 +111,10 @@ impl Store {
         #[cfg(feature = "remote")]
         if let Some(fleet) = tiers.fleet() {
             fleet::flush_at_exit(fleet);
+        }
+        #[cfg(feature = "bucket")]
+        if let Some(bucket) = tiers.bucket() {
+            fleet::flush_bucket_at_exit(bucket);
         }
         Ok(tiers.shared())
     }
@@ -190,6 +199,19 @@ mod fleet {
     use kiln_remote::TieredStore;
 
     static OPEN: Mutex<Vec<TieredStore>> = Mutex::new(Vec::new());
+    #[cfg(feature = "bucket")]
+    static BUCKETS: Mutex<Vec<kiln_bucket::BucketTier>> = Mutex::new(Vec::new());
+
+    /// Writes what `store` still has queued for its bucket when the
+    /// process exits, waiting at most four of the bucket's timeouts.
+    #[cfg(feature = "bucket")]
+    pub(super) fn flush_bucket_at_exit(store: &kiln_bucket::BucketTier) {
+        BUCKETS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(store.clone());
+        register();
+    }
     #[cfg(unix)]
     static REGISTER: Once = Once::new();
 
@@ -200,6 +222,10 @@ mod fleet {
         OPEN.lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .push(store.clone());
+        register();
+    }
+
+    fn register() {
         #[cfg(unix)]
         REGISTER.call_once(|| {
             // SAFETY: `flush_all` is an `extern "C"` function of no
@@ -217,6 +243,14 @@ mod fleet {
                 std::mem::take(&mut *OPEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
             for store in stores {
                 store.flush(store.remote().config().timeout * 4);
+            }
+            #[cfg(feature = "bucket")]
+            for store in std::mem::take(
+                &mut *BUCKETS
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            ) {
+                store.flush(store.bucket().config().timeout * 4);
             }
         });
     }

@@ -19,6 +19,8 @@ pub struct Tiers {
     disk: DiskStore,
     #[cfg(feature = "remote")]
     fleet: Option<kiln_remote::TieredStore>,
+    #[cfg(feature = "bucket")]
+    bucket: Option<kiln_bucket::BucketTier>,
 }
 
 impl Tiers {
@@ -33,9 +35,21 @@ impl Tiers {
         self.fleet.as_ref()
     }
 
-    /// The store a target takes: the fleet tier over the disk store when
-    /// there is one, else the disk store.
+    /// The bucket behind the disk store (and the fleet tier), when
+    /// `KILN_REMOTE_URL` names one.
+    #[cfg(feature = "bucket")]
+    pub fn bucket(&self) -> Option<&kiln_bucket::BucketTier> {
+        self.bucket.as_ref()
+    }
+
+    /// The store a target takes: the bucket behind the others when there
+    /// is one, else the fleet tier over the disk store when there is one,
+    /// else the disk store.
     pub fn shared(&self) -> Arc<dyn ArtifactStore> {
+        #[cfg(feature = "bucket")]
+        if let Some(bucket) = &self.bucket {
+            return Arc::new(bucket.clone());
+        }
         #[cfg(feature = "remote")]
         if let Some(fleet) = &self.fleet {
             return Arc::new(fleet.clone());
@@ -93,16 +107,62 @@ impl Store {
     ///
     /// A fleet tier is named and its settings or keys cannot be read.
     pub fn tiers(disk: DiskStore, remote_url: Option<&str>) -> Result<Tiers, StoreError> {
+        #[cfg(feature = "bucket")]
+        if let Some(tiers) = Self::bucket_tiers(&disk, remote_url)? {
+            return Ok(tiers);
+        }
         #[cfg(feature = "remote")]
         {
             let fleet = Self::fleet_from_env(remote_url)?
                 .map(|remote| kiln_remote::TieredStore::new(disk.clone(), remote));
-            Ok(Tiers { disk, fleet })
+            Ok(Tiers {
+                disk,
+                fleet,
+                #[cfg(feature = "bucket")]
+                bucket: None,
+            })
         }
         #[cfg(not(feature = "remote"))]
         {
             let _ = remote_url;
             Ok(Tiers { disk })
         }
+    }
+
+    /// The tiers when the remote URL (`remote_url`, else
+    /// `KILN_REMOTE_URL`) names a bucket: `s3://BUCKET/PREFIX` alone, or
+    /// after a Redis URL and a space (Redis in front, the bucket behind
+    /// it); `None` when it names none.
+    #[cfg(feature = "bucket")]
+    fn bucket_tiers(
+        disk: &DiskStore,
+        remote_url: Option<&str>,
+    ) -> Result<Option<Tiers>, StoreError> {
+        use kiln_bucket::config::is_bucket_url;
+        let url = remote_url
+            .map(str::to_owned)
+            .or_else(|| std::env::var("KILN_REMOTE_URL").ok())
+            .unwrap_or_default();
+        let Some(bucket_url) = url.split_whitespace().find(|part| is_bucket_url(part)) else {
+            return Ok(None);
+        };
+        let fleet = match url.split_whitespace().find(|part| !is_bucket_url(part)) {
+            Some(redis_url) => Self::fleet_from_env(Some(redis_url))?
+                .map(|remote| kiln_remote::TieredStore::new(disk.clone(), remote)),
+            None => None,
+        };
+        let Some(config) = kiln_bucket::BucketConfig::from_env_with_url(Some(bucket_url))? else {
+            return Ok(None);
+        };
+        let front: Arc<dyn ArtifactStore> = match &fleet {
+            Some(fleet) => Arc::new(fleet.clone()),
+            None => Arc::new(disk.clone()),
+        };
+        let bucket = kiln_bucket::BucketTier::new(front, kiln_bucket::BucketStore::open(config)?);
+        Ok(Some(Tiers {
+            disk: disk.clone(),
+            fleet,
+            bucket: Some(bucket),
+        }))
     }
 }
