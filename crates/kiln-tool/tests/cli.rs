@@ -197,3 +197,40 @@ fn import_into_an_empty_store_refuses_a_bundle_of_another_target_unless_told() {
     .succeeded_json();
     assert_eq!(imported["records"], 1);
 }
+
+#[test]
+fn warm_with_dir_touches_no_other_store_and_warns_of_none() {
+    // P1: `--dir DIR` names the one store a command works on; the default
+    // store's place is left alone, writable or not.
+    let scratch = Scratch::new("warm-dir-only");
+    let folder = scratch.join("kernels");
+    std::fs::create_dir_all(&folder).expect("a folder");
+    support::kernels::wgsl_kernels(&folder, 2);
+    let store = scratch.join("store");
+    for (case, home) in [
+        ("a writable home", scratch.join("home")),
+        ("a home that cannot be written", scratch.join("home-file")),
+    ] {
+        if case.starts_with("a home that") {
+            std::fs::write(&home, b"a file, not a folder").expect("a file");
+        } else {
+            std::fs::create_dir_all(&home).expect("a home");
+        }
+        let finished = support::finish(
+            support::warm(&store, &[], &folder)
+                .env_remove("KILN_CACHE_DIR")
+                .env_remove("XDG_CACHE_HOME")
+                .env("HOME", &home),
+        );
+        assert!(finished.status.success(), "{case}: {}", finished.stderr);
+        assert!(
+            !home.join(".cache").exists(),
+            "{case}: no store was made in the default place"
+        );
+        assert!(
+            !finished.stderr.contains("memory only"),
+            "{case}: no warning about a store not asked for: {}",
+            finished.stderr
+        );
+    }
+}

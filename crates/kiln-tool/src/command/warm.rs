@@ -204,6 +204,14 @@ struct WarmReport {
 /// configured one).
 pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result<()> {
     arguments.check()?;
+    // A target made before its store is given one opens the process's
+    // default store first: with `--dir`, that is the store named, so no
+    // other store is touched (made, or warned about when it cannot be).
+    if let Some(dir) = dir {
+        // SAFETY: the command has started no thread yet: nothing reads
+        // the environment while it changes.
+        unsafe { std::env::set_var("KILN_CACHE_DIR", dir) };
+    }
     let folder = match (&arguments.folder, &arguments.profile) {
         (_, Some(program)) => {
             return profile::run(dir, program, arguments.remote.url.as_deref(), output);
