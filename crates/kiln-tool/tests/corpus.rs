@@ -132,8 +132,9 @@ fn the_corpus_warms_with_each_kernels_outcome_on_nvrtc_hiprtc_and_lavapipe() {
     // Every @compute entry of passes.wgsl, for each specialization; the
     // override set by its number; the wide types compile or fail naming
     // what the device lacks; tonemap.wgsl with the modules it imports
-    // (the modules themselves are no kernels, B9).
-    assert_eq!(wgpu["kernels"], 8, "{wgpu:#}");
+    // (the modules themselves are no kernels, B9); spec_shared_u8.spv for
+    // the driver, once per specialization (B7).
+    assert_eq!(wgpu["kernels"], 10, "{wgpu:#}");
     assert_eq!(
         stored.get("warm/wgsl/passes.wgsl:scale_pass").copied(),
         Some(2),
@@ -492,4 +493,31 @@ fn b7_spirv_that_panics_naga_fails_alone_beside_good_kernels() {
                 .is_some_and(|files| files.iter().any(|entry| entry["file"] == file));
         assert!(listed, "{file} fails alone: {report:#}");
     }
+}
+
+// B7: the corpus's SPIR-V module that naga cannot read (8-bit storage, a
+// shared array sized by a specialization constant) compiles for the
+// driver once per specialization of its sidecar, and the run exits 0.
+#[test]
+fn b7_spirv_naga_cannot_read_compiles_for_the_driver_per_specialization() {
+    let scratch = Scratch::new("corpus-spirv-passthrough");
+    let folder = scratch.join("kernels");
+    std::fs::create_dir_all(&folder).expect("a kernel folder");
+    for file in ["spec_shared_u8.spv", "spec_shared_u8.spv.kiln"] {
+        std::fs::copy(corpus().join("spirv").join(file), folder.join(file)).expect("a copy");
+    }
+    let store = scratch.join("store");
+    let run = finish(&mut support::warm(&store, &["--backend", "wgpu"], &folder));
+    let report = run.json();
+    assert_eq!(run.status.code(), Some(0), "{report:#}");
+    let wgpu = backend(&report, "wgpu");
+    assert_eq!(wgpu["kernels"], 2, "{wgpu:#}");
+    assert_eq!(wgpu["compiled"], 2, "{wgpu:#}");
+    assert!(failures(wgpu).is_empty(), "{wgpu:#}");
+    let stored = stored_names(&store);
+    assert_eq!(
+        stored.get("warm/spec_shared_u8.spv").copied(),
+        Some(2),
+        "{stored:#?}"
+    );
 }
