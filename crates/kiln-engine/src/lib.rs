@@ -116,7 +116,10 @@ pub use error::{
 pub use handle::{KernelCache, KeyedCache, PendingKernel};
 pub use id::{ArtifactId, DeviceId, KernelId, KernelIdBuilder};
 pub use kernel::Kernel;
-pub use loader::{BatchProgress, KernelLoader, Loading, STORED_BATCH_LIMIT, StoredBatch, Waiting};
+pub use loader::{
+    BatchProgress, JobManifest, KernelLoader, ListedError, Loading, ManifestKernel,
+    STORED_BATCH_LIMIT, StoredBatch, Waiting,
+};
 pub use resources::{ArtifactReport, Reported, ResourceUsage};
 pub use statistics::{
     BatchRecord, CollectorScope, Health, KernelCounts, KernelOutcome, KernelRecord,

@@ -127,6 +127,8 @@ enum Command {
     Profiles(command::profiles::Arguments),
     /// How much of what a program needs the store or a bundle holds.
     Coverage(command::coverage::Arguments),
+    /// Write a job's manifest: the profiled kernels the store holds, for every rank.
+    Manifest(command::job_manifest::Arguments),
 }
 
 fn main() {
@@ -202,6 +204,9 @@ fn main() {
         }),
         Command::Coverage(arguments) => with_store(dir, |store| {
             command::coverage::run(store, &arguments, &output)
+        }),
+        Command::Manifest(arguments) => with_store(dir, |store| {
+            command::job_manifest::run(store, &arguments, &output)
         }),
     };
     let printed = console::finish();

@@ -15,6 +15,7 @@ mod device_step_tests;
 mod finalize;
 mod history;
 mod job;
+mod manifest;
 mod profiled;
 mod progress;
 mod publish;
@@ -41,6 +42,7 @@ use crate::target::{CompilationTarget, KernelOf, VariantOf};
 use crate::worker::WorkerProcesses;
 pub use background::Loading;
 pub use history::{STORED_BATCH_LIMIT, StoredBatch};
+pub use manifest::{JobManifest, ListedError, ManifestKernel};
 pub use progress::{BatchProgress, Waiting, is_hidden, printable};
 
 pub(crate) use queue::BorrowedKernel;
@@ -112,6 +114,8 @@ pub struct KernelLoader<T: CompilationTarget> {
     in_background: bool,
     /// Whether the batch running now has a caller waiting on it (R3).
     caller_waits: bool,
+    /// The job's manifest, when the loader decides with one (R5).
+    manifest: Option<manifest::Listed>,
 }
 
 impl<T: CompilationTarget> KernelLoader<T> {
@@ -151,6 +155,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             health: Arc::default(),
             in_background: false,
             caller_waits: false,
+            manifest: None,
         };
         if config.profile {
             // L12: a loader with a store keeps its program's profile unless

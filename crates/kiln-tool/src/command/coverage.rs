@@ -268,7 +268,7 @@ fn profiled(compared: &DiskStore, store: &DiskStore, program: &str) -> Result<Ve
     Ok(needed)
 }
 
-fn profiles_of(store: &DiskStore, program: &str) -> Result<Vec<StoredProfile>> {
+pub(super) fn profiles_of(store: &DiskStore, program: &str) -> Result<Vec<StoredProfile>> {
     Ok(
         super::blobs_of_kind(store, PROFILE_BLOB_KIND, StoredProfile::from_bytes)?
             .into_iter()

@@ -7,6 +7,7 @@ pub mod export;
 pub mod forget;
 pub mod gc;
 pub mod import;
+pub mod job_manifest;
 pub mod keygen;
 pub mod ls;
 pub mod profiles;
@@ -210,12 +211,40 @@ pub fn report_no_store(root: &Path, output: &Output) -> Result<()> {
     )
 }
 
-/// That there is no store at `root` yet, in words.
+/// That there is no store at `root` yet, in words; or, where something
+/// that is not a folder is there, what it is.
 fn no_store_words(root: &Path) -> String {
+    if let Some(what) = not_a_folder(root) {
+        return format!(
+            "{} is {what}, not a store's folder: nothing is cached there (give --dir a folder)",
+            root.display()
+        );
+    }
     format!(
         "no store at {} yet: nothing is cached there (`kiln warm` or a program using kiln makes one)",
         root.display()
     )
+}
+
+/// What is at `root` when it is there and is not a folder (a link is
+/// followed, as the store's root is).
+fn not_a_folder(root: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let found = std::fs::metadata(root).ok()?;
+    let kind = found.file_type();
+    Some(if kind.is_dir() {
+        return None;
+    } else if kind.is_file() {
+        "a regular file"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else if kind.is_fifo() {
+        "a pipe"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a folder"
+    })
 }
 
 /// The store at `dir`, else the configured one, to fill as any program
