@@ -322,3 +322,88 @@ fn p16_a_node_with_an_empty_disk_loads_a_batch_from_the_bucket_and_keeps_it() {
         "a warm batch is local"
     );
 }
+
+#[test]
+fn p16_a_refusing_bucket_is_a_miss_and_one_warning() {
+    let Some(garage) = support::shared("a bucket that refuses this node's credentials") else {
+        return;
+    };
+    let mut config = garage.config_at(garage.port, support::fleet_keys(), &support::fresh_prefix());
+    if let Some(credentials) = &mut config.credentials {
+        credentials.secret = "0".repeat(64);
+    }
+    config.retry_after = Duration::from_secs(30);
+    let store = BucketStore::open(config).expect("a store opens");
+    let keys: Vec<StoreKey> = (0..4).map(key).collect();
+    let found = store.lookup_many(&keys);
+    assert!(found.iter().all(is_unreadable), "{found:?}");
+    let outcome = store.put(&key(9), None, b"x", Duration::ZERO);
+    assert!(!matches!(outcome, kiln_engine::StoreOutcome::Stored { .. }));
+    let statistics = store.bucket_statistics();
+    assert_eq!(statistics.breaker_opened, 1, "one outage, one warning");
+    assert_eq!(statistics.skipped_while_open, 1, "the put asked nothing");
+}
+
+/// A loopback server answering every request with `status`: a bucket
+/// that throttles or fails (what Garage cannot be made to do).
+fn answering(status: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let port = listener.local_addr().expect("an address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut buffer = [0u8; 8192];
+                while let Ok(read) = stream.read(&mut buffer) {
+                    if read == 0 {
+                        break;
+                    }
+                    let body = "<Error><Code>SlowDown</Code></Error>";
+                    let reply = format!(
+                        "HTTP/1.1 {status}\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if stream.write_all(reply.as_bytes()).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn p16_throttling_and_server_errors_are_misses_within_one_timeout() {
+    for status in [
+        "503 Slow Down",
+        "429 Too Many Requests",
+        "500 Internal Server Error",
+    ] {
+        let port = answering(status);
+        let endpoint = url::Url::parse(&format!("http://127.0.0.1:{port}")).expect("a URL");
+        let mut config =
+            kiln_bucket::BucketConfig::new(endpoint, support::BUCKET, support::fleet_keys());
+        config.timeout = Duration::from_millis(500);
+        config.retry_after = Duration::from_secs(30);
+        let store = BucketStore::open(config).expect("a store opens");
+        let keys: Vec<StoreKey> = (0..8).map(key).collect();
+        let started = Instant::now();
+        let found = store.lookup_many(&keys);
+        let elapsed = started.elapsed();
+        assert!(found.iter().all(is_unreadable), "{status}: {found:?}");
+        assert!(
+            elapsed < Duration::from_millis(1500),
+            "{status}: {elapsed:?}"
+        );
+        let again = store.lookup_many(&keys);
+        assert!(again.iter().all(is_unreadable));
+        let statistics = store.bucket_statistics();
+        assert_eq!(statistics.breaker_opened, 1, "{status}: one warning");
+        assert_eq!(
+            statistics.skipped_while_open, 1,
+            "{status}: then nothing asked"
+        );
+    }
+}
