@@ -234,3 +234,26 @@ fn warm_with_dir_touches_no_other_store_and_warns_of_none() {
         );
     }
 }
+
+#[test]
+fn stats_and_ls_on_a_regular_file_or_a_device_say_what_it_is() {
+    let scratch = Scratch::new("stats-not-a-folder");
+    let file = scratch.join("a-file");
+    std::fs::write(&file, b"not a store").expect("a file");
+    for (root, what) in [
+        (file.as_path(), "a regular file"),
+        (std::path::Path::new("/dev/null"), "a device"),
+    ] {
+        for command in ["stats", "ls"] {
+            let finished = run(root, &[command]);
+            assert!(
+                finished.stdout.contains(what) && !finished.stdout.contains("yet"),
+                "{command} on {}: {}{}",
+                root.display(),
+                finished.stdout,
+                finished.stderr
+            );
+        }
+    }
+    assert_eq!(std::fs::read(&file).expect("reads"), b"not a store");
+}
