@@ -35,6 +35,13 @@
 //! (B6): [`compute_entries`] and [`spirv_compute_entries`] list them, and
 //! each is a kernel of its own built from the same text or bytes.
 //!
+//! # WGSL modules
+//!
+//! A kernel may `#import` shared WGSL modules (B9), in the syntax Bevy and
+//! vello use: [`WgslKernelBuilder::module`] gives it one, naga_oil composes
+//! the kernel with the modules it imports, and every module's bytes are in
+//! the kernel's id and key. [`wgsl_imports`] reads what a text imports.
+//!
 //! # SPIR-V the driver reads
 //!
 //! A SPIR-V module naga's front end cannot read (arrays sized by
