@@ -7,6 +7,7 @@ pub mod export;
 pub mod forget;
 pub mod gc;
 pub mod import;
+pub mod job_manifest;
 pub mod keygen;
 pub mod ls;
 pub mod profiles;
