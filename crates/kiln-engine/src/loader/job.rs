@@ -2,6 +2,7 @@
 //! settles to, and the containment of a panic in any step.
 
 pub(super) mod ahead;
+mod wait;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;

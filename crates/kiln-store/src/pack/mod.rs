@@ -34,6 +34,7 @@
 mod append;
 mod format;
 mod repair;
+mod view;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -49,6 +50,7 @@ use format::{
     pack_header,
 };
 pub(crate) use format::{Kind, Slot, UNIT};
+use view::{read_at_most, read_frame};
 
 use crate::durable;
 use crate::layout::Layout;
@@ -731,89 +733,6 @@ pub(super) enum Start {
     /// files and their names durable with the frames (`append_batch`):
     /// a batch that starts many shards does not sync three files each.
     WithTheBatch,
-}
-
-impl View {
-    /// Reads the slots appended since the last read: whole slots only, a
-    /// damaged one skipped.
-    fn read_tail(&mut self) -> io::Result<()> {
-        let length = self.index.metadata()?.len();
-        loop {
-            let whole = (length.saturating_sub(self.read_to) / UNIT).min(SLOTS_PER_READ) * UNIT;
-            if whole == 0 {
-                return Ok(());
-            }
-            let mut bytes = vec![0u8; usize::try_from(whole).unwrap_or(0)];
-            self.index.read_exact_at(&mut bytes, self.read_to)?;
-            self.take_slots(&bytes);
-        }
-    }
-
-    /// Takes `bytes`, the whole slots read from where the view had read to.
-    fn take_slots(&mut self, bytes: &[u8]) {
-        for (number, unit) in bytes.chunks_exact(UNIT as usize).enumerate() {
-            let position = self.read_to + number as u64 * UNIT;
-            let Some(slot) = Slot::decode(unit) else {
-                continue;
-            };
-            if slot.removed {
-                self.slots.remove(&(slot.kind, slot.key));
-            } else {
-                self.slots.insert((slot.kind, slot.key), (slot, position));
-            }
-        }
-        self.read_to += (bytes.len() as u64) / UNIT * UNIT;
-    }
-
-    /// The live slots in the order they were written.
-    fn ordered(&self) -> Vec<(Slot, u64)> {
-        let mut live: Vec<(Slot, u64)> = self.slots.values().copied().collect();
-        live.sort_by_key(|(_, position)| *position);
-        live
-    }
-}
-
-/// Reads from the start of `file` into `buffer` until it is full or the
-/// file ends; returns how much was read.
-fn read_at_most(file: &File, buffer: &mut [u8]) -> io::Result<usize> {
-    let mut read = 0;
-    while read < buffer.len() {
-        match file.read_at(&mut buffer[read..], read as u64) {
-            Ok(0) => break,
-            Ok(more) => read += more,
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(read)
-}
-
-/// The payload of the frame `slot` names, or why it is not there: `Err`
-/// only when the pack cannot be read.
-fn read_frame(pack: &File, slot: &Slot) -> io::Result<Result<Vec<u8>, String>> {
-    // A slot damaged past its check must not make a reader allocate what
-    // it says: nothing packed is larger than the largest artifact packed.
-    if u64::from(slot.length) > LARGEST_FRAME {
-        return Ok(Err(format!(
-            "its index says {} bytes, more than any packed entry",
-            slot.length
-        )));
-    }
-    let mut bytes = vec![0u8; usize::try_from(UNIT + u64::from(slot.length)).unwrap_or(0)];
-    match pack.read_exact_at(&mut bytes, u64::from(slot.offset)) {
-        Ok(()) => {}
-        Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => {
-            return Ok(Err("the pack ends before the entry".into()));
-        }
-        Err(error) => return Err(error),
-    }
-    if !frames(&bytes, slot) {
-        return Ok(Err(
-            "the pack holds another entry where its index points".into()
-        ));
-    }
-    bytes.drain(..UNIT as usize);
-    Ok(Ok(bytes))
 }
 
 /// Removes `name` from `folder` if it is still the file `file` has open.
