@@ -707,4 +707,61 @@ mod tests {
                     @builtin(global_invocation_id) id: vec3<u32>) {}\n@vertex fn v() {}\n";
         assert_eq!(wgsl_compute_entries(text), ["first", "second"]);
     }
+
+    /// A WGSL module file `name` holding `source`.
+    fn module_file(name: &str, source: &str) -> KernelFile {
+        KernelFile {
+            name: name.to_owned(),
+            folder: PathBuf::new(),
+            language: Language::Wgsl,
+            source: source.into(),
+            module: None,
+            entries: Vec::new(),
+            specializations: Vec::new(),
+            includes: Vec::new(),
+            options: Vec::new(),
+            backends: None,
+            defines: Vec::new(),
+            stdlib: true,
+            modules: Vec::new(),
+        }
+    }
+
+    // B9: a module is found by its `#define_import_path`, by its path under
+    // the folder searched or the end of it, and through another module;
+    // an import no module answers brings none (naga_oil reports the imports
+    // a text uses).
+    #[test]
+    fn b9_an_import_finds_its_modules_by_name_path_and_through_others() {
+        let modules = [
+            module_file(
+                "wgsl/shared/color.wgsl",
+                "#define_import_path art::color\nfn c() {}\n",
+            ),
+            module_file(
+                "wgsl/shared/tone.wesl",
+                "#import art::color\nfn t() { color::c(); }\n",
+            ),
+            module_file("wgsl/other.wgsl", "fn o() {}\n"),
+        ];
+        let found = imported_modules("#import shared::tone::t\nfn k() { t(); }\n", &modules);
+        let named: Vec<(&str, &str)> = found
+            .iter()
+            .map(|module| (module.file.as_str(), module.name.as_str()))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("wgsl/shared/color.wgsl", "art::color"),
+                ("wgsl/shared/tone.wesl", "shared::tone")
+            ]
+        );
+        let by_stem = imported_modules("#import other\nfn k() { other::o(); }\n", &modules);
+        assert_eq!(by_stem.len(), 1);
+        assert_eq!(by_stem[0].name, "other");
+        assert!(
+            imported_modules("#import nowhere::at_all\nfn k() { at_all(); }\n", &modules)
+                .is_empty()
+        );
+    }
 }
