@@ -108,7 +108,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
     let temporary = arguments
         .bundle
         .as_deref()
-        .map(|bundle| Unpacked::new(bundle))
+        .map(Unpacked::new)
         .transpose()?;
     let compared = temporary.as_ref().map_or(store, |unpacked| &unpacked.store);
     let needed = match (&arguments.profile, &arguments.ids) {
