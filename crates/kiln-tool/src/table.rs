@@ -17,8 +17,6 @@ use std::sync::atomic::{AtomicU16, Ordering};
 
 use comfy_table::{CellAlignment, ColumnConstraint, ContentArrangement, presets};
 
-use crate::console::outln;
-
 /// The width tables keep to on a terminal whose size is unknown.
 pub const DEFAULT_WIDTH: u16 = 80;
 
@@ -146,7 +144,19 @@ impl Table {
         };
         let mut kept = self.clone();
         let mut left_out = Vec::new();
-        while kept.headers.len() > 1 && !kept.fits(limit) {
+        // Optional columns go first while a text column would have to cut
+        // a word; any column, while even their least does not fit.
+        while kept.optional.iter().skip(1).any(|&optional| optional)
+            && !kept.fits(limit, Self::longest_word)
+        {
+            let index = (1..kept.headers.len())
+                .rev()
+                .find(|&index| kept.optional[index])
+                .unwrap_or(kept.headers.len() - 1);
+            left_out.push((index, kept.headers[index]));
+            kept.remove_column(index);
+        }
+        while kept.headers.len() > 1 && !kept.fits(limit, Self::narrowest) {
             let index = (1..kept.headers.len())
                 .rev()
                 .find(|&index| kept.optional[index])
@@ -176,8 +186,9 @@ impl Table {
     }
 
     /// Whether every column fits within `width` with its numbers whole and
-    /// each text column at its longest word (or [`LONGEST_UNCUT`]).
-    fn fits(&self, width: u16) -> bool {
+    /// each text column as wide as `text_width` says (its longest word,
+    /// or what most of its cells need).
+    fn fits(&self, width: u16, text_width: fn(&Self, usize) -> u16) -> bool {
         let last = self.headers.len().saturating_sub(1);
         let least: u32 = (0..self.headers.len())
             .map(|index| {
@@ -185,7 +196,7 @@ impl Table {
                 let least = if self.right_aligned[index] {
                     self.cells_whole(index)
                 } else {
-                    self.narrowest(index)
+                    text_width(self, index)
                 };
                 u32::from(least) + padding
             })
@@ -267,9 +278,18 @@ impl Table {
         else {
             return widest.into_iter().map(|width| width as u16).collect();
         };
-        let least: Vec<u32> = (0..columns)
-            .map(|index| u32::from(self.narrowest(index) + padding(index)))
-            .collect();
+        // A text column's least is its longest word where every word fits
+        // whole, else that word cut at [`LONGEST_UNCUT`].
+        let least_of = |width_of: fn(&Self, usize) -> u16| -> Vec<u32> {
+            (0..columns)
+                .map(|index| u32::from(width_of(self, index) + padding(index)))
+                .collect()
+        };
+        let least = if self.fits(u16::try_from(width).unwrap_or(u16::MAX), Self::longest_word) {
+            least_of(Self::longest_word)
+        } else {
+            least_of(Self::narrowest)
+        };
         let typical: Vec<u32> = (0..columns)
             .map(|index| (u32::from(self.typical(index) + padding(index))).max(least[index]))
             .collect();
@@ -409,6 +429,16 @@ impl Table {
     /// column of text words longer than [`LONGEST_UNCUT`] may cut them
     /// rather than crowd the others out.
     fn narrowest(&self, index: usize) -> u16 {
+        let longest = self.longest_word(index);
+        if self.right_aligned[index] {
+            longest
+        } else {
+            longest.min(u16::try_from(LONGEST_UNCUT).unwrap_or(u16::MAX))
+        }
+    }
+
+    /// The longest word of column `index`, header included.
+    fn longest_word(&self, index: usize) -> u16 {
         let longest = std::iter::once(self.headers[index])
             .chain(
                 self.rows
@@ -419,11 +449,6 @@ impl Table {
             .map(|word| word.chars().count())
             .max()
             .unwrap_or(1);
-        let longest = if self.right_aligned[index] {
-            longest
-        } else {
-            longest.min(LONGEST_UNCUT)
-        };
         u16::try_from(longest).unwrap_or(u16::MAX)
     }
 

@@ -79,7 +79,8 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
     }
     let wide = output.wide;
     let mut table = Table::new(&[
-        "ENTRY", "TARGET", "COMPILER", "SIZE>", "REGS>", "SPILLS>", "SHARED>", "STORED>", "USED>",
+        "ENTRY", "TARGET", "COMPILER", "SIZE>", "?REGS>", "?SPILLS>", "?SHARED>", "?STORED>",
+        "USED>",
     ]);
     let mut any = false;
     store.entries(&mut |entry| {

@@ -400,7 +400,7 @@ fn print(stats: &Stats) {
         "HIT RATE>",
         "COMPILES>",
         "FAILED>",
-        "FROM MEMORY>",
+        "?FROM MEMORY>",
         "COMPILING>",
         "SAVED>",
     ]);
