@@ -206,6 +206,15 @@ impl Announcements {
         }
     }
 
+    /// Whether the lease `token` was heard let go (and is remembered so).
+    pub(crate) fn was_freed(&self, token: &str) -> bool {
+        let state = self.shared.state();
+        state
+            .freed
+            .get(token)
+            .is_some_and(|kept| Instant::now() < *kept)
+    }
+
     /// Says that this node is about to announce `tokens`: they are kept
     /// when heard, for [`hear`](Self::hear).
     pub(crate) fn expect<'a>(&self, tokens: impl IntoIterator<Item = &'a str>) {

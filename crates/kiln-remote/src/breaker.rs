@@ -17,6 +17,8 @@ const LONGEST: Duration = Duration::from_secs(60);
 pub(crate) struct Breaker {
     first: Duration,
     state: Mutex<State>,
+    /// How many times it opened: a call in flight ends when this changes.
+    opened: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -48,6 +50,7 @@ impl Breaker {
                 backoff: retry_after,
                 ..State::default()
             }),
+            opened: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -65,6 +68,12 @@ impl Breaker {
             }
             Some(_) => Permit::Open,
         }
+    }
+
+    /// How many times the breaker opened (a failed probe opening it again
+    /// counts too).
+    pub(crate) fn times_opened(&self) -> u64 {
+        self.opened.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether the breaker is open now.
@@ -87,6 +96,8 @@ impl Breaker {
         let mut state = self.state();
         let was_closed = state.open_until.is_none();
         if permit == Permit::Probe || was_closed {
+            self.opened
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             state.open_until = Some(Instant::now() + state.backoff);
             if !was_closed {
                 state.backoff = (state.backoff * 2).min(LONGEST);

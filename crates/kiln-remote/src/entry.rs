@@ -211,15 +211,6 @@ pub fn open(
     })
 }
 
-/// The `stored_at` an entry's header says, unverified: what a writer
-/// that cannot verify an entry goes by to tell whether its time ran out.
-pub fn stored_at_unverified(value: &[u8]) -> Option<u64> {
-    if value.len() < HEADER || &value[..8] != MAGIC {
-        return None;
-    }
-    Some(u64::from_le_bytes(value[42..50].try_into().ok()?))
-}
-
 fn signed_digest(signed: &[u8]) -> [u8; 32] {
     let mut hasher = blake3::Hasher::new_derive_key(SIGNATURE_CONTEXT);
     hasher.update(signed);

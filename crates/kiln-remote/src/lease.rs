@@ -179,14 +179,22 @@ fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
 /// honoured until their word runs out even if the key is deleted.
 #[derive(Debug, Default)]
 pub(crate) struct Seen {
-    leases: Mutex<HashMap<[u8; 32], (String, Instant)>>,
+    leases: Mutex<HashMap<[u8; 32], SeenLease>>,
+}
+
+/// A verified lease of another holder: its token and until when it is
+/// honoured.
+#[derive(Debug)]
+struct SeenLease {
+    token: String,
+    until: Instant,
 }
 
 /// How many leases of others a store remembers.
 const REMEMBERED_LEASES: usize = 1 << 16;
 
 impl Seen {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (String, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], SeenLease>> {
         self.leases.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -194,7 +202,7 @@ impl Seen {
     pub(crate) fn honoured(&self, subject: &[u8; 32]) -> Option<String> {
         let mut leases = self.lock();
         match leases.get(subject) {
-            Some((token, until)) if Instant::now() < *until => Some(token.clone()),
+            Some(seen) if Instant::now() < seen.until => Some(seen.token.clone()),
             Some(_) => {
                 leases.remove(subject);
                 None
@@ -207,16 +215,16 @@ impl Seen {
         let mut leases = self.lock();
         if leases.len() >= REMEMBERED_LEASES {
             // Forgetting costs at most a duplicate compile.
-            leases.retain(|_, (_, until)| Instant::now() < *until);
+            leases.retain(|_, seen| Instant::now() < seen.until);
         }
         if leases.len() < REMEMBERED_LEASES {
-            leases.insert(subject, (token, until));
+            leases.insert(subject, SeenLease { token, until });
         }
     }
 
     pub(crate) fn forget(&self, subject: &[u8; 32], token: &str) {
         let mut leases = self.lock();
-        if leases.get(subject).is_some_and(|(held, _)| held == token) {
+        if leases.get(subject).is_some_and(|seen| seen.token == token) {
             leases.remove(subject);
         }
     }

@@ -17,9 +17,10 @@
 //! breaker opens, and the thread, with its connection, ends on its own
 //! (the connection is never put back).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::cluster::{ClusterClient, ClusterConnection, ClusterPipeline};
 use redis::{
@@ -39,18 +40,29 @@ enum Server {
     Cluster(ClusterClient),
 }
 
-/// One open connection.
-pub(crate) enum Link {
+/// One open connection, and the count of commands sent on the remote's
+/// connections.
+pub(crate) struct Link {
+    connection: Connected,
+    sent: Arc<AtomicU64>,
+}
+
+enum Connected {
     Single(Connection),
     Cluster(Box<ClusterConnection>),
 }
 
 impl Link {
+    fn count(&self, commands: usize) {
+        self.sent.fetch_add(commands as u64, Ordering::Relaxed);
+    }
+
     /// Runs one command.
     pub(crate) fn query<T: FromRedisValue>(&mut self, command: &Cmd) -> RedisResult<T> {
-        match self {
-            Self::Single(connection) => command.query(connection),
-            Self::Cluster(connection) => command.query(connection.as_mut()),
+        self.count(1);
+        match &mut self.connection {
+            Connected::Single(connection) => command.query(connection),
+            Connected::Cluster(connection) => command.query(connection.as_mut()),
         }
     }
 
@@ -58,8 +70,9 @@ impl Link {
     /// `KEYS` on every primary of a cluster (the `redis` crate sends it to
     /// each and joins the answers). Each reply is bounded by the timeout.
     pub(crate) fn keys_matching(&mut self, pattern: &str) -> RedisResult<Vec<Vec<u8>>> {
-        match self {
-            Self::Single(connection) => {
+        let sent = Arc::clone(&self.sent);
+        match &mut self.connection {
+            Connected::Single(connection) => {
                 let mut found = Vec::new();
                 let mut cursor = 0u64;
                 loop {
@@ -70,6 +83,7 @@ impl Link {
                         .arg(pattern)
                         .arg("COUNT")
                         .arg(1000);
+                    sent.fetch_add(1, Ordering::Relaxed);
                     let (next, names): (u64, Vec<Vec<u8>>) = command.query(connection)?;
                     found.extend(names);
                     if next == 0 {
@@ -78,7 +92,8 @@ impl Link {
                     cursor = next;
                 }
             }
-            Self::Cluster(connection) => {
+            Connected::Cluster(connection) => {
+                sent.fetch_add(1, Ordering::Relaxed);
                 let mut command = redis::cmd("KEYS");
                 command.arg(pattern);
                 command.query(connection.as_mut())
@@ -89,15 +104,16 @@ impl Link {
     /// Runs `commands` in one round trip (one per shard of a cluster) and
     /// returns their replies in order.
     pub(crate) fn pipeline<T: FromRedisValue>(&mut self, commands: Vec<Cmd>) -> RedisResult<T> {
-        match self {
-            Self::Single(connection) => {
+        self.count(commands.len());
+        match &mut self.connection {
+            Connected::Single(connection) => {
                 let mut pipeline = Pipeline::with_capacity(commands.len());
                 for command in commands {
                     pipeline.add_command(command);
                 }
                 pipeline.query(connection)
             }
-            Self::Cluster(connection) => {
+            Connected::Cluster(connection) => {
                 let mut pipeline = ClusterPipeline::with_capacity(commands.len());
                 for command in commands {
                     pipeline.add_command(command);
@@ -121,6 +137,8 @@ pub(crate) struct Remote {
     pub(crate) breaker: Breaker,
     /// Whether an error reply was already logged.
     warned_reply: std::sync::atomic::AtomicBool,
+    /// Commands sent, every connection together.
+    sent: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Remote {
@@ -192,6 +210,7 @@ impl Remote {
             idle: Mutex::new(Vec::new()),
             breaker: Breaker::new(retry_after),
             warned_reply: std::sync::atomic::AtomicBool::new(false),
+            sent: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -214,7 +233,8 @@ impl Remote {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
-        let result = self.within_deadline(idle, call);
+        let opened_before = self.breaker.times_opened();
+        let result = self.within_deadline(idle, call, opened_before);
         match result {
             Ok((value, link)) => {
                 self.breaker.succeeded();
@@ -224,16 +244,37 @@ impl Remote {
                 }
                 Some(value)
             }
-            Err(error) => {
+            Err(Failed::Ended) => {
+                // Another call's failure opened the breaker while this
+                // one was in flight: it ends with it (one timeout for
+                // the calls of a batch, not one each), counted apart.
+                bump(&counters.ended_by_breaker);
+                if permit == Permit::Probe {
+                    self.breaker.failed(permit);
+                }
+                None
+            }
+            Err(Failed::Error(error)) => {
                 self.failed(counters, permit, &error);
                 None
             }
         }
     }
 
+    /// Commands sent so far, every connection together.
+    pub(crate) fn commands(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
     /// `call` on `idle` (or a new connection) on a thread of its own, its
-    /// answer waited for at most the timeout.
-    fn within_deadline<T, F>(&self, idle: Option<Link>, call: F) -> RedisResult<(T, Link)>
+    /// answer waited for at most the timeout, and no longer once the
+    /// breaker opened after `opened_before` openings (another call failed).
+    fn within_deadline<T, F>(
+        &self,
+        idle: Option<Link>,
+        call: F,
+        opened_before: u64,
+    ) -> std::result::Result<(T, Link), Failed>
     where
         T: Send + 'static,
         F: FnOnce(&mut Link) -> RedisResult<T> + Send + 'static,
@@ -241,10 +282,11 @@ impl Remote {
         let (answer, answered) = mpsc::sync_channel(1);
         let server = Arc::clone(&self.server);
         let timeout = self.timeout;
+        let sent = Arc::clone(&self.sent);
         let run = move || {
             let connected = match idle {
                 Some(link) => Ok(link),
-                None => connect(&server, timeout),
+                None => connect(&server, timeout, sent),
             };
             let result = connected.and_then(|mut link| call(&mut link).map(|value| (value, link)));
             // The caller may have given up: the answer, and the
@@ -255,19 +297,32 @@ impl Remote {
             .name("kiln-remote-call".into())
             .spawn(run)
         {
-            return Err(RedisError::from(std::io::Error::other(format!(
-                "no thread for a remote call: {error}"
+            return Err(Failed::Error(RedisError::from(std::io::Error::other(
+                format!("no thread for a remote call: {error}"),
             ))));
         }
-        match answered.recv_timeout(timeout) {
-            Ok(result) => result,
-            Err(mpsc::RecvTimeoutError::Timeout) => Err(RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer within {timeout:?}"),
-            ))),
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(RedisError::from(
-                std::io::Error::other("the remote call ended without an answer"),
-            )),
+        let deadline = Instant::now() + timeout;
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Failed::Error(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {timeout:?}"),
+                ))));
+            }
+            match answered.recv_timeout((deadline - now).min(BREAKER_LOOK)) {
+                Ok(result) => return result.map_err(Failed::Error),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if self.breaker.times_opened() != opened_before {
+                        return Err(Failed::Ended);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Failed::Error(RedisError::from(std::io::Error::other(
+                        "the remote call ended without an answer",
+                    ))));
+                }
+            }
         }
     }
 
@@ -327,21 +382,34 @@ impl Remote {
     }
 }
 
-fn connect(server: &Server, timeout: Duration) -> RedisResult<Link> {
-    match server {
+fn connect(server: &Server, timeout: Duration, sent: Arc<AtomicU64>) -> RedisResult<Link> {
+    let connection = match server {
         Server::Single(client) => {
             let connection = client.get_connection_with_timeout(timeout)?;
             connection.set_read_timeout(Some(timeout))?;
             connection.set_write_timeout(Some(timeout))?;
-            Ok(Link::Single(connection))
+            Connected::Single(connection)
         }
         Server::Cluster(client) => {
             let connection = client.get_connection()?;
             connection.set_read_timeout(Some(timeout))?;
             connection.set_write_timeout(Some(timeout))?;
-            Ok(Link::Cluster(Box::new(connection)))
+            Connected::Cluster(Box::new(connection))
         }
-    }
+    };
+    Ok(Link { connection, sent })
+}
+
+/// How often a call waiting for its answer looks whether the breaker
+/// opened meanwhile.
+const BREAKER_LOOK: Duration = Duration::from_millis(10);
+
+/// Why a call gave no answer.
+enum Failed {
+    /// The remote failed it, or it ran past the timeout.
+    Error(RedisError),
+    /// The breaker opened while it was in flight.
+    Ended,
 }
 
 /// The connection `url` names, without the `CLIENT SETINFO` the `redis`

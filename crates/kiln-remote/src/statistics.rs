@@ -44,9 +44,9 @@ pub struct RemoteStatistics {
     /// Values left in the remote unread by a lookup: over the entry
     /// limit, or over what one batch reads.
     pub oversize_reads: u64,
-    /// Publishes that left in place an entry signed with a key this node
-    /// cannot verify (another fleet's, or a forgery), its time not run
-    /// out: a node with the wrong key never wipes the fleet's entries.
+    /// Publishes that left in place an entry this node cannot verify.
+    /// None since entries heal: one that does not verify is replaced
+    /// (`replaced_unverified`); kept for readers of older counts.
     pub kept_unverifiable: u64,
     /// Artifacts another publisher had already stored under the same key
     /// with other bytes (a nondeterministic compile): the remote kept the
@@ -56,6 +56,31 @@ pub struct RemoteStatistics {
     /// batch's keys is one, whatever its size.
     #[serde(default)]
     pub claim_round_trips: u64,
+    /// Claims lost to a value that does not verify, written between this
+    /// node's read and its write (a writer without the key rotating
+    /// forged leases): compiled here at once, without a lease (P12).
+    #[serde(default)]
+    pub claims_contested: u64,
+    /// Commands sent to the remote (each command of a pipeline counts):
+    /// what a node costs its Redis, FLEET.md's bound per kernel.
+    #[serde(default)]
+    pub commands: u64,
+    /// Calls still in flight when another call's failure opened the
+    /// breaker: ended then, not each at its own timeout.
+    #[serde(default)]
+    pub ended_by_breaker: u64,
+    /// Lookups whose answer came after more than half the timeout: a
+    /// remote that far away should be given a longer timeout
+    /// (`KILN_REMOTE_TIMEOUT`, FLEET.md).
+    #[serde(default)]
+    pub slow_lookups: u64,
+    /// The slowest lookup's round trip, in milliseconds.
+    #[serde(default)]
+    pub slowest_lookup_ms: u64,
+    /// Publishes that found an entry that does not verify (damaged,
+    /// extended, cut short, another key's) and replaced it (P10).
+    #[serde(default)]
+    pub replaced_unverified: u64,
 }
 
 /// The counters behind [`RemoteStatistics`]: every store's
@@ -77,6 +102,11 @@ pub(crate) struct Counters {
     pub claims_busy: AtomicU64,
     pub nondeterministic: AtomicU64,
     pub claim_round_trips: AtomicU64,
+    pub claims_contested: AtomicU64,
+    pub ended_by_breaker: AtomicU64,
+    pub slow_lookups: AtomicU64,
+    pub slowest_lookup_ms: AtomicU64,
+    pub replaced_unverified: AtomicU64,
 }
 
 impl std::ops::Deref for Counters {
@@ -98,7 +128,7 @@ pub(crate) fn add(counter: &AtomicU64, amount: u64) {
 }
 
 impl Counters {
-    pub(crate) fn snapshot(&self, breaker_open: bool) -> RemoteStatistics {
+    pub(crate) fn snapshot(&self, breaker_open: bool, commands: u64) -> RemoteStatistics {
         let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         RemoteStatistics {
             store: self.store.snapshot(),
@@ -117,6 +147,12 @@ impl Counters {
             claims_busy: read(&self.claims_busy),
             claim_round_trips: read(&self.claim_round_trips),
             nondeterministic: read(&self.nondeterministic),
+            claims_contested: read(&self.claims_contested),
+            commands,
+            ended_by_breaker: read(&self.ended_by_breaker),
+            slow_lookups: read(&self.slow_lookups),
+            slowest_lookup_ms: read(&self.slowest_lookup_ms),
+            replaced_unverified: read(&self.replaced_unverified),
         }
     }
 }

@@ -69,6 +69,37 @@ fn lead(round_trip: Duration, pace: Duration) -> usize {
     }
 }
 
+/// A key the batch waits for, and who holds it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Waited {
+    /// Another process of this machine (its local claim): it lands on the
+    /// disk, read there.
+    Local,
+    /// Another machine's lease, last read at `checked`.
+    Remote { checked: Instant },
+}
+
+/// What a worker finds ready for its key.
+pub(crate) enum Ready {
+    /// A remote lease taken with another key's group, or when its holder
+    /// was found gone.
+    Lease(RemoteLease, Renewal),
+    /// No lease to take: compiled without one, or published (the
+    /// worker's re-check reads the entry).
+    Without,
+}
+
+/// Who holds each key waited for, by digest.
+pub(crate) type Names = HashMap<[u8; 32], Option<String>>;
+
+/// What reading a waited key again found ([`Step::rechecked`]).
+pub(crate) enum Rechecked {
+    Held(RemoteLease, Lookup<Vec<u8>>),
+    Without(Lookup<Vec<u8>>),
+    Still,
+    Settled,
+}
+
 /// The batch step's answers, each taken once.
 #[derive(Default)]
 pub(crate) struct Step {
@@ -85,6 +116,15 @@ struct State {
     unclaimed: Vec<StoreKey>,
     /// Remote leases taken with another key's group, for their worker.
     held: HashMap<[u8; 32], (RemoteLease, Renewal)>,
+    /// Keys whose worker goes on without a lease: a claim lost to a value
+    /// that does not verify (compiled at once), or an entry found
+    /// published with the claim (the worker's re-check reads it).
+    without: HashSet<[u8; 32]>,
+    /// Keys another holds, which the batch waits for: asked again only
+    /// when something is heard of them or their time is up (P12).
+    waited: HashMap<[u8; 32], (StoreKey, Waited)>,
+    /// The holders of the keys waited for, read together, and when.
+    names: Option<(Instant, Names)>,
     /// Entries read right after their claims were taken.
     entries: HashMap<[u8; 32], Lookup<Vec<u8>>>,
     /// Failure memories read with the batch's lookup.
@@ -144,7 +184,7 @@ impl State {
         !self.ahead
             && self.asking.is_empty()
             && !self.unclaimed.is_empty()
-            && self.held.len() < lead(round_trip, pace)
+            && self.held.len() + self.without.len() < lead(round_trip, pace)
     }
 }
 
@@ -193,19 +233,35 @@ impl Step {
     }
 
     /// The entry of `key` read right after its claim was taken, once.
+    ///
+    /// A miss read for a key whose lease waits for its worker stays until
+    /// the lease is taken: a waiter asks for the key (its lookup), then
+    /// claims it, then checks it once more, and none of it is a round
+    /// trip.
     pub(crate) fn take_entry(&self, key: &StoreKey) -> Option<Lookup<Vec<u8>>> {
-        self.state().entries.remove(&key.digest())
+        let mut state = self.state();
+        let digest = key.digest();
+        if (state.held.contains_key(&digest) || state.without.contains(&digest))
+            && let Some(Lookup::Miss(miss)) = state.entries.get(&digest)
+        {
+            return Some(Lookup::Miss(miss.clone()));
+        }
+        state.entries.remove(&digest)
+    }
+
+    /// Whether a lease (or a go-ahead without one) waits for `key`'s
+    /// worker: nothing to ask the remote.
+    pub(crate) fn is_ready(&self, key: &StoreKey) -> bool {
+        let state = self.state();
+        let digest = key.digest();
+        state.held.contains_key(&digest) || state.without.contains(&digest)
     }
 
     /// A remote lease of `key` taken with another key's group, if any,
     /// once the group asking for it (if one is in flight) has its answer,
     /// waited for at most `patience` (the group's round trips are bounded
     /// by the remote's timeout each).
-    pub(crate) fn take_held(
-        &self,
-        key: &StoreKey,
-        patience: Duration,
-    ) -> Option<(RemoteLease, Renewal)> {
+    pub(crate) fn take_held(&self, key: &StoreKey, patience: Duration) -> Option<Ready> {
         self.take_held_and_ahead(key, patience).0
     }
 
@@ -217,7 +273,7 @@ impl Step {
         &self,
         key: &StoreKey,
         patience: Duration,
-    ) -> (Option<(RemoteLease, Renewal)>, bool) {
+    ) -> (Option<Ready>, bool) {
         let mut state = self.state();
         state.asked();
         let digest = key.digest();
@@ -235,17 +291,124 @@ impl Step {
         }
         state.unclaimed.retain(|other| other.digest() != digest);
         let held = state.held.remove(&digest);
-        let ahead = held.is_some() && state.wants_ahead();
+        let without = held.is_none() && state.without.remove(&digest);
+        let ahead = (held.is_some() || without) && state.wants_ahead();
         if ahead {
             state.ahead = true;
         }
-        (held, ahead)
+        let ready = match held {
+            Some((lease, renewal)) => Some(Ready::Lease(lease, renewal)),
+            None if without => Some(Ready::Without),
+            None => None,
+        };
+        (ready, ahead)
+    }
+
+    /// The batch waits for `key`, which another holds.
+    pub(crate) fn wait_on(&self, key: &StoreKey, waited: Waited) {
+        self.state()
+            .waited
+            .insert(key.digest(), (key.clone(), waited));
+    }
+
+    /// Who holds `key` as far as the batch knows, if it waits for it.
+    pub(crate) fn waited(&self, key: &StoreKey) -> Option<Waited> {
+        self.state()
+            .waited
+            .get(&key.digest())
+            .map(|(_, waited)| *waited)
+    }
+
+    /// Every key the batch waits for on another machine.
+    pub(crate) fn waited_remotely(&self) -> Vec<(StoreKey, Instant)> {
+        self.state()
+            .waited
+            .values()
+            .filter_map(|(key, waited)| match waited {
+                Waited::Remote { checked } => Some((key.clone(), *checked)),
+                Waited::Local => None,
+            })
+            .collect()
+    }
+
+    /// The holder of `key` as read with every key the batch waits for on
+    /// another machine, within `fresh`: `None` when not read so lately,
+    /// `Some(None)` when nobody verified holds it.
+    pub(crate) fn named(&self, key: &StoreKey, fresh: Duration) -> Option<Option<String>> {
+        let state = self.state();
+        let (read, names) = state.names.as_ref()?;
+        if read.elapsed() > fresh {
+            return None;
+        }
+        names.get(&key.digest()).cloned()
+    }
+
+    /// Keeps the holders of the keys the batch waits for, read now.
+    pub(crate) fn keep_names(&self, names: Names) {
+        self.state().names = Some((Instant::now(), names));
+    }
+
+    /// Keeps `entry`, read for `key` without being asked for, for the
+    /// key's next lookup.
+    pub(crate) fn keep_entry(&self, key: &StoreKey, entry: Lookup<Vec<u8>>) {
+        self.state().entries.insert(key.digest(), entry);
+    }
+
+    /// What one read of keys the batch waits for found: a lease taken
+    /// (kept for the key's worker, with its entry's miss), a key to
+    /// compile without one, a key still held (read again later), or a key
+    /// settled (its entry was there).
+    pub(crate) fn rechecked(&self, key: &StoreKey, outcome: Rechecked) {
+        let digest = key.digest();
+        let late = {
+            let mut state = self.state();
+            match outcome {
+                Rechecked::Held(lease, entry) => {
+                    state.waited.remove(&digest);
+                    state.entries.insert(digest, entry);
+                    if let std::collections::hash_map::Entry::Vacant(vacant) =
+                        state.held.entry(digest)
+                    {
+                        let renewal = lease.renewal();
+                        vacant.insert((lease, renewal));
+                        None
+                    } else {
+                        Some(lease)
+                    }
+                }
+                Rechecked::Without(entry) => {
+                    state.waited.remove(&digest);
+                    state.entries.insert(digest, entry);
+                    state.without.insert(digest);
+                    None
+                }
+                Rechecked::Still => {
+                    state.waited.insert(
+                        digest,
+                        (
+                            key.clone(),
+                            Waited::Remote {
+                                checked: Instant::now(),
+                            },
+                        ),
+                    );
+                    None
+                }
+                Rechecked::Settled => {
+                    state.waited.remove(&digest);
+                    None
+                }
+            }
+        };
+        if let Some(lease) = late {
+            release_all(vec![lease]);
+        }
     }
 
     /// Lets go of a lease of `key` taken with another key's group (its
     /// machine's claim is another process's).
     pub(crate) fn let_go(&self, key: &StoreKey, patience: Duration) {
-        if let Some((lease, renewal)) = self.take_held(key, patience) {
+        if let Some(Ready::Lease(lease, renewal)) = self.take_held(key, patience) {
             drop(renewal);
             drop(lease);
         }
@@ -307,7 +470,13 @@ impl Step {
             .map(|key| RemoteStore::read_command(&remote.entry_key(key), limit))
             .collect();
         let asked = Instant::now();
-        let (attempts, read) = attempt_many(remote, &group, &reads);
+        let subjects: Vec<[u8; 32]> = group.iter().map(StoreKey::digest).collect();
+        let verifies = |index: usize, value: &redis::Value| {
+            subjects
+                .get(index)
+                .is_some_and(|subject| remote.read_verifies(subject, value))
+        };
+        let (attempts, read) = attempt_many(remote, &group, &reads, Some(&verifies));
         let took = asked.elapsed();
         crate::statistics::bump(&remote.inner.counters.claim_round_trips);
         let mut state = self.state();
@@ -318,10 +487,14 @@ impl Step {
         if let Some(read) = read
             && !finished
         {
-            // Only a claim taken makes a fresh read worth keeping: a key
-            // another holds is polled until it is published.
+            // Only a key compiled or read here makes a fresh read worth
+            // keeping (its worker's re-check): a key another holds is
+            // read again once something is heard of it.
             for ((key, reply), attempt) in group.iter().zip(read).zip(&attempts) {
-                if matches!(attempt, Attempt::Held(_)) {
+                if matches!(
+                    attempt,
+                    Attempt::Held(_) | Attempt::Published | Attempt::Contested
+                ) {
                     let digest = key.digest();
                     state
                         .entries
@@ -344,9 +517,26 @@ impl Step {
                     let renewal = lease.renewal();
                     state.held.insert(key.digest(), (lease, renewal));
                 }
-                // Asked again, alone, when its worker comes to it: a key
-                // another holds is not asked for with every group.
-                Attempt::Busy | Attempt::Unreachable => {}
+                // No lease to wait for: its worker compiles it (or reads
+                // its entry) without asking again.
+                Attempt::Contested | Attempt::Published if !finished => {
+                    state.without.insert(key.digest());
+                }
+                // Another's: its worker finds it waited for, asked again
+                // only once something is heard of it.
+                Attempt::Busy if !finished => {
+                    state.waited.insert(
+                        key.digest(),
+                        (
+                            key.clone(),
+                            Waited::Remote {
+                                checked: Instant::now(),
+                            },
+                        ),
+                    );
+                }
+                // Asked again, alone, when its worker comes to it.
+                _ => {}
             }
         }
         for other in &group[waited_for..] {
@@ -371,6 +561,9 @@ impl Step {
             state.tried.clear();
             state.entries.clear();
             state.blobs.clear();
+            state.without.clear();
+            state.waited.clear();
+            state.names = None;
             state.held.drain().map(|(_, held)| held).collect()
         };
         let leases = held

@@ -16,10 +16,15 @@ use crate::queue::{ArtifactWrite, Write, WriteQueue};
 use crate::remote::RemoteStore;
 use crate::remote::claim::{Attempt, attempt_waiting};
 use crate::statistics::RemoteStatistics;
-use crate::step::Step;
+use crate::step::{Ready, Rechecked, Step, Waited};
 
 mod fetch;
 mod held;
+mod wait;
+
+/// How long the holders read for a waiting batch are named without
+/// reading them again.
+const NAMES_FRESH: Duration = Duration::from_secs(1);
 use held::{HeldHere, QueuedRelease};
 
 /// A two-level store: a local store (the disk store) in front of a
@@ -312,42 +317,8 @@ impl TieredStore {
 
 impl ArtifactStore for TieredStore {
     fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
-        // One key asked again (a waiter polling for another's publish, a
-        // claimant checking what landed): local, then remote, no claim.
-        let local = self.inner.local.lookup(key);
-        let answer = if let Lookup::Miss(_) = local {
-            match self.inner.step.take_entry(key) {
-                // Read right after this process took its claim: a
-                // claimant checking that nobody published it meanwhile.
-                Some(remote) => {
-                    // Its miss was counted with the batch's lookup: a
-                    // second reading of the same key asks nothing new,
-                    // unless another published it meanwhile.
-                    if let Lookup::Hit { .. } = remote {
-                        self.asked_remote(&remote);
-                    }
-                    self.settle(local, remote, |bytes, work| {
-                        self.queue_local_copy(key, bytes, work, None);
-                    })
-                }
-                None => {
-                    let mut answers = vec![local];
-                    self.fetch(
-                        std::slice::from_ref(key),
-                        &mut answers,
-                        vec![(0, None)],
-                        false,
-                    );
-                    answers.pop().expect("one answer")
-                }
-            }
-        } else {
-            local
-        };
-        self.count(&answer);
-        answer
+        self.lookup_one(key)
     }
-
     fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
         let mut answers = self.inner.local.lookup_many(keys);
         let missed: Vec<usize> = answers
@@ -362,8 +333,25 @@ impl ArtifactStore for TieredStore {
         let coordinates = !self.inner.remote.inner.remote.breaker.is_open();
         let mut fetches = Vec::new();
         let mut waiting = Vec::new();
+        let mut rechecks = Vec::new();
         for index in missed {
             let key = &keys[index];
+            // P12: keys the batch waits for are read again together, and
+            // only those something was heard of or whose time has come.
+            if self.inner.step.is_ready(key) {
+                // Its worker has what it needs: nothing to ask.
+                continue;
+            }
+            match self.inner.step.waited(key) {
+                Some(Waited::Local) => continue,
+                Some(Waited::Remote { .. }) => {
+                    if self.recheck_due(key) {
+                        rechecks.push(index);
+                    }
+                    continue;
+                }
+                None => {}
+            }
             if !coordinates || self.is_held_here(key) {
                 fetches.push((index, None));
                 continue;
@@ -377,6 +365,7 @@ impl ArtifactStore for TieredStore {
         if !waiting.is_empty() {
             self.wait_for_copies(keys, &mut answers, waiting);
         }
+        self.recheck(keys, &mut answers, &rechecks);
         for answer in &answers {
             self.count(answer);
         }
@@ -384,69 +373,37 @@ impl ArtifactStore for TieredStore {
     }
 
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
-        match self.inner.local.claim(key, wait) {
-            Claim::Busy => {
-                // Another process of this machine compiles it: a lease
-                // taken with another key's group is its to take.
-                self.inner.step.let_go(key, self.group_patience());
-                Claim::Busy
-            }
-            Claim::Held(local) => {
-                let held = HeldHere::new(&self.inner.held_here, key);
-                let (held_before, ahead) = self
-                    .inner
-                    .step
-                    .take_held_and_ahead(key, self.group_patience());
-                if ahead {
-                    self.claim_ahead();
-                }
-                let attempt = match (held_before, wait) {
-                    (Some((lease, renewal)), _) => Ok((lease, renewal)),
-                    // P12: a worker's claim takes the next keys' too, in
-                    // one round trip.
-                    (None, ClaimWait::Once) => Err(self.inner.step.claim(&self.inner.remote, key)),
-                    (None, ClaimWait::Patiently) => {
-                        Err(attempt_waiting(&self.inner.remote, key, wait))
-                    }
-                };
-                let attempt = match attempt {
-                    Ok(held_before) => Ok(held_before),
-                    Err(Attempt::Held(lease)) => {
-                        let renewal = lease.renewal();
-                        Ok((lease, renewal))
-                    }
-                    Err(other) => Err(other),
-                };
-                match attempt {
-                    Ok((lease, renewal)) => {
-                        // The tuple drops the local claim first; the
-                        // remote lease is released behind the remote
-                        // writes queued before it, so its artifact is in
-                        // the remote first.
-                        let lease = QueuedRelease {
-                            lease: Some(lease),
-                            key: key.clone(),
-                            store: Arc::downgrade(&self.inner),
-                        };
-                        Claim::Held(ClaimGuard::leased((local, lease, held), renewal))
-                    }
-                    Err(Attempt::Busy) => Claim::Busy,
-                    Err(Attempt::Unreachable | Attempt::Held(_)) => {
-                        Claim::Held(ClaimGuard::new((local, held)))
-                    }
-                }
-            }
-            Claim::Uncoordinated => self.inner.remote.claim(key, wait),
-        }
+        self.claim_here(key, wait)
     }
 
     fn holder(&self, key: &StoreKey) -> Option<String> {
         // A process of this machine first: it is what this one waits on
         // before the remote's lease is even asked for.
-        self.inner
-            .local
-            .holder(key)
-            .or_else(|| self.inner.remote.holder(key))
+        self.inner.local.holder(key).or_else(|| {
+            if !matches!(self.inner.step.waited(key), Some(Waited::Remote { .. })) {
+                return self.inner.remote.holder(key);
+            }
+            // A waiting batch names the holders of several keys: those of
+            // every key it waits for are read together, once.
+            if let Some(named) = self.inner.step.named(key, NAMES_FRESH) {
+                return named;
+            }
+            let waited: Vec<StoreKey> = self
+                .inner
+                .step
+                .waited_remotely()
+                .into_iter()
+                .map(|(key, _)| key)
+                .collect();
+            let names: HashMap<[u8; 32], Option<String>> = waited
+                .iter()
+                .map(StoreKey::digest)
+                .zip(self.inner.remote.lease_holders(&waited))
+                .collect();
+            let named = names.get(&key.digest()).cloned().flatten();
+            self.inner.step.keep_names(names);
+            named
+        })
     }
 
     fn kept_batches(&self) -> Vec<Vec<u8>> {
@@ -561,5 +518,129 @@ impl ArtifactStore for TieredStore {
             });
         }
         outcome
+    }
+}
+
+impl TieredStore {
+    fn lookup_one(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
+        // One key asked again (a waiter polling for another's publish, a
+        // claimant checking what landed): local, then remote, no claim.
+        let local = self.inner.local.lookup(key);
+        let answer = if let Lookup::Miss(_) = local {
+            match self.inner.step.take_entry(key) {
+                // Read right after this process took its claim: a
+                // claimant checking that nobody published it meanwhile.
+                Some(remote) => {
+                    // Its miss was counted with the batch's lookup: a
+                    // second reading of the same key asks nothing new,
+                    // unless another published it meanwhile.
+                    if let Lookup::Hit { .. } = remote {
+                        self.asked_remote(&remote);
+                    }
+                    self.settle(local, remote, |bytes, work| {
+                        self.queue_local_copy(key, bytes, work, None);
+                    })
+                }
+                // Another's, nothing heard of it since it was last read
+                // (P12), or another process of this machine's (it lands
+                // on the disk): the local answer stands.
+                None if !self.recheck_due(key) => local,
+                None if matches!(self.inner.step.waited(key), Some(Waited::Local)) => local,
+                None if self.inner.step.waited(key).is_some() => {
+                    let mut answers = vec![local];
+                    self.recheck(std::slice::from_ref(key), &mut answers, &[0]);
+                    answers.pop().expect("one answer")
+                }
+                None => {
+                    let mut answers = vec![local];
+                    self.fetch(
+                        std::slice::from_ref(key),
+                        &mut answers,
+                        vec![(0, None)],
+                        false,
+                    );
+                    answers.pop().expect("one answer")
+                }
+            }
+        } else {
+            local
+        };
+        self.count(&answer);
+        answer
+    }
+    fn claim_here(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        match self.inner.local.claim(key, wait) {
+            Claim::Busy => {
+                // Another process of this machine compiles it: a lease
+                // taken with another key's group is its to take.
+                self.inner.step.let_go(key, self.group_patience());
+                if wait == ClaimWait::Once {
+                    self.inner.step.wait_on(key, Waited::Local);
+                }
+                Claim::Busy
+            }
+            Claim::Held(local) => {
+                let held = HeldHere::new(&self.inner.held_here, key);
+                let (ready, ahead) = self
+                    .inner
+                    .step
+                    .take_held_and_ahead(key, self.group_patience());
+                if ahead {
+                    self.claim_ahead();
+                }
+                let mut asked = false;
+                let attempt = match (ready, wait) {
+                    (Some(Ready::Lease(lease, renewal)), _) => Ok((lease, renewal)),
+                    (Some(Ready::Without), _) => Err(Attempt::Contested),
+                    // P12: a key another machine holds, nothing heard of
+                    // it since it was last read: still its, no round trip.
+                    (None, ClaimWait::Once) if !self.recheck_due(key) => Err(Attempt::Busy),
+                    // P12: a worker's claim takes the next keys' too, in
+                    // one round trip.
+                    (None, ClaimWait::Once) => {
+                        asked = true;
+                        Err(self.inner.step.claim(&self.inner.remote, key))
+                    }
+                    (None, ClaimWait::Patiently) => {
+                        Err(attempt_waiting(&self.inner.remote, key, wait))
+                    }
+                };
+                let attempt = match attempt {
+                    Ok(held_before) => Ok(held_before),
+                    Err(Attempt::Held(lease)) => {
+                        let renewal = lease.renewal();
+                        Ok((lease, renewal))
+                    }
+                    Err(other) => Err(other),
+                };
+                match attempt {
+                    Ok((lease, renewal)) => {
+                        // The tuple drops the local claim first; the
+                        // remote lease is released behind the remote
+                        // writes queued before it, so its artifact is in
+                        // the remote first.
+                        let lease = QueuedRelease {
+                            lease: Some(lease),
+                            key: key.clone(),
+                            store: Arc::downgrade(&self.inner),
+                        };
+                        Claim::Held(ClaimGuard::leased((local, lease, held), renewal))
+                    }
+                    Err(Attempt::Busy) => {
+                        if asked {
+                            self.inner.step.rechecked(key, Rechecked::Still);
+                        }
+                        Claim::Busy
+                    }
+                    Err(
+                        Attempt::Unreachable
+                        | Attempt::Contested
+                        | Attempt::Published
+                        | Attempt::Held(_),
+                    ) => Claim::Held(ClaimGuard::new((local, held))),
+                }
+            }
+            Claim::Uncoordinated => self.inner.remote.claim(key, wait),
+        }
     }
 }

@@ -35,6 +35,10 @@ use crate::lease::{self, Word};
 use crate::remote::{Inner, RemoteStore};
 use crate::statistics::bump;
 
+/// The scripts read at most the first 4 KiB of a claim's value (a lease
+/// is a line): a value a writer without the key made large costs Redis
+/// and this node nothing, and is void.
+///
 /// The scripts announce with `pcall`: a Redis user not allowed to publish
 /// (an ACL without channels) still claims, from the keys alone.
 ///
@@ -48,7 +52,7 @@ use crate::statistics::bump;
 const CLAIM: &str = "local kind = redis.call('type', KEYS[1]).ok \
     if kind ~= 'string' and kind ~= 'none' then redis.call('del', KEYS[1]) kind = 'none' end \
     local old = false \
-    if kind == 'string' then old = redis.call('get', KEYS[1]) end \
+    if kind == 'string' then old = redis.call('getrange', KEYS[1], 0, 4095) end \
     if (not old and ARGV[4] == '1') or (old and old == ARGV[3]) then \
       redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) \
       if ARGV[5] then redis.pcall('publish', ARGV[5], ARGV[6] .. ' ' .. ARGV[1]) end \
@@ -63,7 +67,7 @@ const CLAIM: &str = "local kind = redis.call('type', KEYS[1]).ok \
 pub(crate) const RENEW: &str = "redis.pcall('publish', ARGV[4], ARGV[5] .. ' ' .. ARGV[2]) \
     local kind = redis.call('type', KEYS[1]).ok \
     if kind == 'string' then \
-      local old = redis.call('get', KEYS[1]) \
+      local old = redis.call('getrange', KEYS[1], 0, 4095) \
       if string.sub(old, 1, #ARGV[1]) ~= ARGV[1] then return old end \
     elseif kind ~= 'none' then redis.call('del', KEYS[1]) end \
     redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3]) \
@@ -76,7 +80,7 @@ pub(crate) const RENEW: &str = "redis.pcall('publish', ARGV[4], ARGV[5] .. ' ' .
 /// when its key was deleted.
 const RELEASE: &str = "redis.pcall('publish', ARGV[4], ARGV[5] .. ' ' .. ARGV[2]) \
     if redis.call('type', KEYS[1]).ok ~= 'string' then return 0 end \
-    local old = redis.call('get', KEYS[1]) \
+    local old = redis.call('getrange', KEYS[1], 0, 4095) \
     if string.sub(old, 1, #ARGV[1]) ~= ARGV[1] then return 0 end \
     redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3]) \
     return 1";
@@ -98,6 +102,14 @@ pub(crate) enum Attempt {
     Busy,
     /// The remote did not answer, or this node does not write.
     Unreachable,
+    /// Lost to a value that does not verify, written between this node's
+    /// read and its write (a writer without the key rotating its
+    /// forgeries): nobody the fleet trusts holds the key, so it compiles
+    /// here now, without a lease, instead of waiting (P12).
+    Contested,
+    /// Not taken: the entry read with the claim verifies, so there is
+    /// nothing to compile.
+    Published,
 }
 
 /// A held remote claim: let go, by writing its release, when dropped.
@@ -237,12 +249,19 @@ pub(crate) fn judge(inner: &Inner, subject: &[u8; 32], value: &[u8], pttl: Optio
 }
 
 /// How long this node honours a verified lease whose word holds until
-/// `until` (the holder's clock): never longer than a lease from now.
-fn honoured_for(inner: &Inner, until: u64) -> Duration {
+/// `until` (the holder's clock): never longer than a lease from now, nor
+/// past the time Redis keeps its key (`pttl`, Redis's own clock, when
+/// known): once the key is gone anyone may take it, and a waiter that
+/// honoured it longer would only wait for nobody.
+fn honoured_for(inner: &Inner, until: u64, pttl: Option<i64>) -> Duration {
     let left = until
         .saturating_add(millis(CLOCK_SKEW))
         .saturating_sub(wall_millis());
-    Duration::from_millis(left).min(inner.config.lease + CLOCK_SKEW)
+    let honoured = Duration::from_millis(left).min(inner.config.lease + CLOCK_SKEW);
+    match pttl {
+        Some(pttl) if pttl > 0 => honoured.min(Duration::from_millis(pttl.unsigned_abs())),
+        _ => honoured,
+    }
 }
 
 pub(crate) fn claim_command(
@@ -295,11 +314,14 @@ fn found(reply: &Value) -> Found {
 
 /// One try at `key`'s remote claim.
 pub(crate) fn attempt(store: &RemoteStore, key: &StoreKey) -> Attempt {
-    attempt_many(store, std::slice::from_ref(key), &[])
+    attempt_many(store, std::slice::from_ref(key), &[], None)
         .0
         .pop()
         .expect("one attempt per key")
 }
+
+/// Whether the entry read for the key at a place verifies.
+pub(crate) type Verifies<'a> = &'a dyn Fn(usize, &Value) -> bool;
 
 /// One claim being tried.
 struct Try {
@@ -313,11 +335,14 @@ struct Try {
 /// per shard of a cluster), and a second for those whose claim held a
 /// void lease or a release; `also` (commands sent in the first round
 /// trip, after the claims) gives its replies too, `None` when the remote
-/// did not answer.
+/// did not answer. With `published` (`also` then holds one read of each
+/// key's entry, in order), a key whose claim was let go or void and whose
+/// entry read verifies is not tried a second time: [`Attempt::Published`].
 pub(crate) fn attempt_many(
     store: &RemoteStore,
     keys: &[StoreKey],
     also: &[Cmd],
+    published: Option<Verifies<'_>>,
 ) -> (Vec<Attempt>, Option<Vec<Value>>) {
     let unreachable = || keys.iter().map(|_| Attempt::Unreachable).collect();
     if !store.writes() || keys.is_empty() {
@@ -375,6 +400,10 @@ pub(crate) fn attempt_many(
         return (unreachable(), None);
     };
     let read = replies.split_off(tries.len());
+    let is_published = |index: usize| {
+        published
+            .is_some_and(|published| read.get(index).is_some_and(|value| published(index, value)))
+    };
     let lease_of = |one: &Try| RemoteLease {
         inner: Arc::clone(inner),
         subject: one.subject,
@@ -418,9 +447,12 @@ pub(crate) fn attempt_many(
                 until,
                 ..
             } => {
-                let honoured_until = Instant::now() + honoured_for(inner, until);
+                let honoured_until = Instant::now() + honoured_for(inner, until, Some(pttl));
                 inner.seen.remember(one.subject, theirs, honoured_until);
                 attempts.push(Some(busy()));
+            }
+            Word::Free { .. } | Word::Void if is_published(index) => {
+                attempts.push(Some(Attempt::Published));
             }
             Word::Free { token: theirs } => {
                 inner.seen.forget(&one.subject, &theirs);
@@ -472,8 +504,35 @@ pub(crate) fn attempt_many(
                 Some(reply) => match found(reply) {
                     Found::Taken => taken.push(*index),
                     Found::Unreachable => attempts[*index] = Some(Attempt::Unreachable),
-                    // Someone else came first.
-                    Found::Absent | Found::Value(..) => attempts[*index] = Some(busy()),
+                    Found::Value(value, pttl) => {
+                        let one = &tries[*index];
+                        attempts[*index] =
+                            Some(match judge(inner, &one.subject, &value, Some(pttl)) {
+                                // Someone the fleet trusts came first.
+                                Word::Held {
+                                    token: theirs,
+                                    until,
+                                    ..
+                                } => {
+                                    let honoured_until =
+                                        Instant::now() + honoured_for(inner, until, Some(pttl));
+                                    inner.seen.remember(one.subject, theirs, honoured_until);
+                                    busy()
+                                }
+                                // A value nobody trusts changed under this
+                                // node's compare-and-set: no lease to wait
+                                // for, whatever the round trip (P12).
+                                Word::Void | Word::Free { .. } => {
+                                    bump(&inner.counters.claims_contested);
+                                    Attempt::Contested
+                                }
+                            });
+                    }
+                    // Deleted in between: nobody holds it.
+                    Found::Absent => {
+                        bump(&inner.counters.claims_contested);
+                        attempts[*index] = Some(Attempt::Contested);
+                    }
                 },
             }
         }
@@ -552,8 +611,40 @@ impl RemoteStore {
                 Claim::Held(ClaimGuard::leased(lease, renewal))
             }
             Attempt::Busy => Claim::Busy,
-            Attempt::Unreachable => Claim::Uncoordinated,
+            Attempt::Unreachable | Attempt::Contested | Attempt::Published => Claim::Uncoordinated,
         }
+    }
+
+    /// Who holds each of `keys`' claims on the remote, as
+    /// [`lease_holder`](Self::lease_holder) says, in one round trip.
+    pub(crate) fn lease_holders(&self, keys: &[StoreKey]) -> Vec<Option<String>> {
+        let subjects: Vec<[u8; 32]> = keys.iter().map(StoreKey::digest).collect();
+        let commands: Vec<Cmd> = subjects
+            .iter()
+            .map(|subject| {
+                let mut command = cmd("GETRANGE");
+                command.arg(self.redis_key("c", subject)).arg(0).arg(4095);
+                command
+            })
+            .collect();
+        let inner = &self.inner;
+        let Some(values) = inner.remote.call(&inner.counters, move |link| {
+            link.pipeline::<Vec<Option<Vec<u8>>>>(commands)
+        }) else {
+            return keys.iter().map(|_| None).collect();
+        };
+        subjects
+            .iter()
+            .zip(values.into_iter().chain(std::iter::repeat(None)))
+            .map(
+                |(subject, value)| match judge(inner, subject, &value?, None) {
+                    Word::Held { pid, host, .. } => {
+                        Some(format!("process {pid} on {}", lease::printable_host(&host)))
+                    }
+                    _ => None,
+                },
+            )
+            .collect()
     }
 
     /// Who holds `key`'s claim on the remote (`process 4242 on build-3`),

@@ -28,6 +28,10 @@ use publish::Put;
 /// The context a kernel's history key is derived under.
 const HISTORY_CONTEXT: &str = "kiln remote kernel history";
 
+/// How often a key another holds is read again while the fleet's channel
+/// is not heard.
+const UNHEARD_POLL: Duration = Duration::from_millis(250);
+
 /// The most a history payload (one encoded key) may take to decode.
 const HISTORY_LIMIT: usize = 1 << 20;
 
@@ -81,6 +85,7 @@ pub(crate) struct Inner {
     generation: Generation,
     warned_unverified: AtomicBool,
     warned_oversize: AtomicBool,
+    pub(crate) warned_slow: AtomicBool,
     pub(crate) warned_nondeterministic: AtomicBool,
     /// The payload digest of the last artifact this store published under
     /// each key digest.
@@ -129,6 +134,7 @@ impl RemoteStore {
             generation: Generation::fresh(),
             warned_unverified: AtomicBool::new(false),
             warned_oversize: AtomicBool::new(false),
+            warned_slow: AtomicBool::new(false),
             warned_nondeterministic: AtomicBool::new(false),
             published: Mutex::new(HashMap::new()),
             seen: crate::lease::Seen::default(),
@@ -189,9 +195,10 @@ impl RemoteStore {
     /// Everything counted since the store was opened, the breaker's state
     /// included.
     pub fn remote_statistics(&self) -> RemoteStatistics {
-        self.inner
-            .counters
-            .snapshot(self.inner.remote.breaker.is_open())
+        self.inner.counters.snapshot(
+            self.inner.remote.breaker.is_open(),
+            self.inner.remote.commands(),
+        )
     }
 
     /// Whether the remote answers a `PING` now (within the timeout, and
@@ -203,6 +210,33 @@ impl RemoteStore {
                 link.query::<String>(&cmd("PING"))
             })
             .is_some()
+    }
+
+    /// Whether a verified holder other than this node still holds the
+    /// claim of `subject`, by what this node heard (the fleet's channel:
+    /// renewals keep it, a release ends it) or judged (a lease read, until
+    /// its word or its key runs out, unless heard let go): no round trip.
+    pub(crate) fn still_held(&self, subject: &[u8; 32]) -> bool {
+        let announcements = &self.inner.announcements;
+        if announcements.holder(subject).is_some() {
+            return true;
+        }
+        self.inner
+            .seen
+            .honoured(subject)
+            .is_some_and(|token| !announcements.was_freed(&token))
+    }
+
+    /// How long a key another holds may go without being read again while
+    /// nothing is heard of it: half a lease while the fleet's channel is
+    /// heard (a release or a lease run out is heard or known sooner), a
+    /// short poll while it is not.
+    pub(crate) fn recheck_period(&self) -> Duration {
+        if self.inner.announcements.listening() {
+            self.inner.config.lease / 2
+        } else {
+            UNHEARD_POLL
+        }
     }
 
     /// The Redis key an artifact stored under `key` lives at:

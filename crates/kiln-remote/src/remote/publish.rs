@@ -10,28 +10,35 @@ use kiln_engine::{StoreKey, StoreOutcome};
 use redis::{Cmd, Value, cmd};
 
 use super::read::Read;
-use crate::entry::{self, Kind, Rejection};
+use crate::entry::{self, Kind};
 use crate::remote::{RemoteStore, now};
 use crate::statistics::{add, bump};
 
 /// Writes an artifact entry (`ARGV[1]`, for `ARGV[2]` milliseconds) where
 /// the key holds nothing, or something that is not a string (a key of the
-/// wrong type, repaired): 0. Where it holds an entry whose payload
-/// (`ARGV[3]` bytes after the 66-byte header) is the same, that entry stays
-/// as it is, its time renewed: 1, whoever signed it. Where it holds other
-/// bytes, nothing is written: 2, settled by the caller, which can verify
-/// what is there. The first publish of a key wins (P10): two hosts whose
-/// compiles differ never overwrite each other in silence, and a node with
-/// another key never replaces the fleet's entries.
+/// wrong type, repaired): 0. Where it holds exactly these bytes, no longer
+/// than `ARGV[3]` (compared whole only then: a script never reads a value
+/// that may be large), that entry stays, its time renewed: 1. Anything
+/// else is left to the caller, which reads it within its limit and
+/// verifies it: 2. Only what verifies is kept (P10): an entry damaged,
+/// extended, cut short or signed by a key this node does not trust is
+/// replaced, so one write without the key never ends sharing.
 const PUBLISH: &str = "local kind = redis.call('type', KEYS[1]).ok \
     if kind ~= 'string' and kind ~= 'none' then redis.call('del', KEYS[1]) kind = 'none' end \
     if kind == 'none' then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 0 end \
-    local old = redis.call('get', KEYS[1]) \
-    local last = 66 + tonumber(ARGV[3]) \
-    if #old > last and string.sub(old, 1, 9) == string.sub(ARGV[1], 1, 9) \
-      and string.sub(old, 59, last) == string.sub(ARGV[1], 59, last) then \
+    local length = redis.call('strlen', KEYS[1]) \
+    if length == #ARGV[1] and length <= tonumber(ARGV[3]) \
+      and redis.call('get', KEYS[1]) == ARGV[1] then \
       redis.call('pexpire', KEYS[1], ARGV[2]) return 1 end \
     return 2";
+
+/// The longest existing value the publish script compares whole: far
+/// below what keeps Redis busy for a millisecond.
+const COMPARED_IN_SCRIPT: u64 = 64 << 10;
+
+/// How far below the first byte where two values differ their recipes
+/// may start (a recipe names its kernel early).
+const RECIPE_SEARCH: usize = 64 << 10;
 
 /// How many of its own publishes a store remembers (two digests each).
 const REMEMBERED_PUBLISHES: usize = 1 << 14;
@@ -45,15 +52,10 @@ struct Publish {
     value: Vec<u8>,
 }
 
-/// How long after its time ran out an entry that this node cannot verify
-/// may be written over, and how far in the future its time may be before
-/// it is taken for garbage.
-const FOREIGN_SLACK: u64 = 24 * 60 * 60;
-
 impl RemoteStore {
     /// The command that writes an artifact entry unless the key holds
     /// another publisher's different bytes (`PUBLISH`).
-    fn publish(&self, redis_key: &str, value: &[u8], payload_length: usize) -> Cmd {
+    fn publish(&self, redis_key: &str, value: &[u8]) -> Cmd {
         let mut command = cmd("EVAL");
         let ttl = u64::try_from(self.inner.config.ttl.as_millis()).unwrap_or(u64::MAX);
         command
@@ -62,7 +64,7 @@ impl RemoteStore {
             .arg(redis_key)
             .arg(value)
             .arg(ttl.max(1))
-            .arg(payload_length);
+            .arg(COMPARED_IN_SCRIPT);
         command
     }
 
@@ -71,61 +73,51 @@ impl RemoteStore {
     /// entry there does not verify, or is this store's own earlier put),
     /// `false` when another publisher's verified entry stays, counted and
     /// warned about once as a nondeterministic compile.
-    fn settle_difference(&self, publish: &Publish, payload_digest: &[u8; 32]) -> bool {
+    fn settle_difference(&self, publish: &Publish, payload: &[u8]) -> bool {
         let inner = &self.inner;
+        let payload_digest = *blake3::hash(payload).as_bytes();
         let limit = self.inner.config.max_entry_bytes;
         let Some(found) = self.read_values(&[("e", publish.subject)], limit) else {
             return false;
         };
-        let found = match found.into_iter().next() {
-            Some(Read::Value(value)) => Some(value),
-            // Gone since: a plain write.
-            Some(Read::Absent) => None,
-            // Over the limit: nothing kiln would write or read.
-            Some(Read::Longer(_)) | None => None,
-        };
-        let opened = found.as_deref().map(|value| {
-            (
-                value,
-                entry::open(&inner.config.keys, Kind::Artifact, &publish.subject, value),
-            )
-        });
-        let theirs = match opened {
-            Some((_, Ok(verified))) => Some(*blake3::hash(&verified.payload).as_bytes()),
-            Some((value, Err(Rejection::Unverified(_)))) => {
-                // Another key's entry, or a forgery this node cannot tell
-                // from one: kept until its time has run out, so that a node
-                // with the wrong key never wipes the fleet's cache.
-                let stale = entry::stored_at_unverified(value).is_none_or(|stored_at| {
-                    let ttl = self.inner.config.ttl.as_secs();
-                    stored_at.saturating_add(ttl).saturating_add(FOREIGN_SLACK) < now()
-                        || stored_at > now().saturating_add(FOREIGN_SLACK)
-                });
-                if !stale {
-                    bump(&inner.counters.kept_unverifiable);
-                    return false;
-                }
-                None
+        let theirs = match found.into_iter().next() {
+            Some(Read::Value(value)) => {
+                entry::open(&inner.config.keys, Kind::Artifact, &publish.subject, &value).ok()
             }
-            // Not an entry, or written for another key: replaced.
-            Some((_, Err(_))) | None => None,
+            // Gone since, or over the limit (nothing kiln would write or
+            // read): replaced.
+            Some(Read::Absent | Read::Longer(_)) | None => None,
         };
-        let is_ours = theirs.is_some_and(|theirs| {
+        let Some(theirs) = theirs else {
+            // Nothing there that verifies (damaged, extended, cut short,
+            // another key's, no kiln entry): replaced, so the fleet's
+            // next readers hit again (P10).
+            bump(&inner.counters.replaced_unverified);
+            return self.overwrite(publish);
+        };
+        let theirs_digest = *blake3::hash(&theirs.payload).as_bytes();
+        let is_ours = inner
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&publish.subject)
+            == Some(&theirs_digest);
+        if is_ours && theirs_digest != payload_digest {
+            // This store's own earlier put: replaced, as any other store
+            // replaces what it wrote.
+            return self.overwrite(publish);
+        }
+        if theirs_digest == payload_digest || same_artifact(&theirs.payload, payload) {
+            // The same artifact (its recipe, which names the kernel that
+            // asked for it, may differ): the entry there stays, its time
+            // renewed; no compile differed.
+            let mut command = cmd("PEXPIRE");
+            let ttl = u64::try_from(inner.config.ttl.as_millis()).unwrap_or(u64::MAX);
+            command.arg(&publish.redis_key).arg(ttl.max(1));
             inner
-                .published
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&publish.subject)
-                == Some(&theirs)
-        });
-        if theirs.is_none() || is_ours || theirs == Some(*payload_digest) {
-            // Nothing there that verifies, or what is there is this store's
-            // own: a plain write, as for any other put.
-            let command = self.set(publish.redis_key.clone(), publish.value.clone());
-            return inner
                 .remote
-                .call(&inner.counters, move |link| link.query::<()>(&command))
-                .is_some();
+                .call(&inner.counters, move |link| link.query::<i64>(&command));
+            return true;
         }
         bump(&inner.counters.nondeterministic);
         if !inner.warned_nondeterministic.swap(true, Ordering::Relaxed) {
@@ -137,6 +129,17 @@ impl RemoteStore {
             );
         }
         false
+    }
+
+    /// Writes `publish`'s value over whatever is there: `true` when the
+    /// remote took it.
+    fn overwrite(&self, publish: &Publish) -> bool {
+        let inner = &self.inner;
+        let command = self.set(publish.redis_key.clone(), publish.value.clone());
+        inner
+            .remote
+            .call(&inner.counters, move |link| link.query::<()>(&command))
+            .is_some()
     }
 
     /// Remembers that this store published `payload_digest` under
@@ -261,9 +264,7 @@ impl RemoteStore {
             sealed.written += value.len() as u64;
             let redis_key = self.redis_key(space, &subject);
             if kind == Kind::Artifact {
-                sealed
-                    .commands
-                    .push(self.publish(&redis_key, &value, payload.len()));
+                sealed.commands.push(self.publish(&redis_key, &value));
                 sealed.publishes.push(Publish {
                     index: sealed.commands.len() - 1,
                     subject,
@@ -288,7 +289,7 @@ impl RemoteStore {
                 Some(0) => self.remember(publish.subject, payload_digest),
                 // Other bytes were there.
                 Some(2) => {
-                    if self.settle_difference(&publish, &payload_digest) {
+                    if self.settle_difference(&publish, put.bytes) {
                         self.remember(publish.subject, payload_digest);
                     } else {
                         kept_another = true;
@@ -316,4 +317,29 @@ fn publishes_reply(replies: &[Value], index: usize) -> Option<i64> {
         Some(Value::Int(reply)) => Some(*reply),
         _ => None,
     }
+}
+
+/// Whether two stored values hold the same artifact with different
+/// recipes after it: a value is the encoded artifact, then, when kept,
+/// the encoded recipe (`kiln_engine::store::decode_value`). The recipe
+/// names the kernel that asked for the artifact, so two kernels of one
+/// text (two files, one source) store the same artifact under one source
+/// key with different recipes: no compile differed (P10).
+fn same_artifact(theirs: &[u8], ours: &[u8]) -> bool {
+    let common = theirs
+        .iter()
+        .zip(ours)
+        .take_while(|(one, other)| one == other)
+        .count();
+    let whole_recipe = |bytes: &[u8]| {
+        bincode::serde::decode_from_slice::<kiln_engine::store::Recipe, _>(
+            bytes,
+            bincode::config::standard().with_limit::<{ 64 << 20 }>(),
+        )
+        .is_ok_and(|(_, used)| used == bytes.len())
+    };
+    (common.saturating_sub(RECIPE_SEARCH)..=common)
+        .rev()
+        .filter(|start| *start > 0)
+        .any(|start| whole_recipe(&theirs[start..]) && whole_recipe(&ours[start..]))
 }

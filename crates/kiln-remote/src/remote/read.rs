@@ -21,6 +21,11 @@ const READ: &str = "if redis.call('type', KEYS[1]).ok ~= 'string' then return fa
 /// The most bytes one batch's lookup reads from the remote.
 const BATCH_BYTES: u64 = 256 << 20;
 
+/// What a lookup may read per second of the timeout: a batch's budget
+/// agrees with its timeout (a gigabit link moves about 119 MiB a second),
+/// so that a value over it is skipped, never read past the deadline.
+const BYTES_PER_SECOND: f64 = 100.0 * 1024.0 * 1024.0;
+
 /// The least each key of a batch may bring in the lookup's first round,
 /// whatever the batch's size.
 const FIRST_ROUND_FLOOR: u64 = 1 << 20;
@@ -65,6 +70,18 @@ impl RemoteStore {
         }
     }
 
+    /// Whether `reply`, a [`read_command`](Self::read_command) of the
+    /// artifact entry of `subject`, holds an entry that verifies (nothing
+    /// counted).
+    pub(crate) fn read_verifies(&self, subject: &[u8; 32], reply: &Value) -> bool {
+        match reply {
+            Value::BulkString(value) => {
+                crate::entry::open(&self.inner.config.keys, Kind::Artifact, subject, value).is_ok()
+            }
+            _ => false,
+        }
+    }
+
     /// Reads the values of `subjects` (each in its space) with [`READ`],
     /// each at most `limit` bytes, in one round trip; `None` when the
     /// remote did not answer.
@@ -103,17 +120,20 @@ impl RemoteStore {
         counted: usize,
     ) -> Vec<Lookup<Vec<u8>>> {
         let limit = self.inner.config.max_entry_bytes;
-        let share = (BATCH_BYTES / subjects.len().max(1) as u64)
+        let batch_bytes = self.batch_bytes();
+        let share = (batch_bytes / subjects.len().max(1) as u64)
             .max(FIRST_ROUND_FLOOR)
             .min(limit);
         let spaced: Vec<(&str, [u8; 32])> = subjects
             .iter()
             .map(|(kind, subject)| (kind.space(), *subject))
             .collect();
+        let asked = std::time::Instant::now();
         let Some(mut read) = self.read_values(&spaced, share) else {
             return self.unreachable_misses(subjects.len());
         };
-        let mut budget = BATCH_BYTES.saturating_sub(
+        self.lookup_took(asked.elapsed());
+        let mut budget = batch_bytes.saturating_sub(
             read.iter()
                 .map(|read| match read {
                     Read::Value(value) => value.len() as u64,
@@ -139,7 +159,13 @@ impl RemoteStore {
                         read[index] = value;
                     }
                 }
-                None => return self.unreachable_misses(subjects.len()),
+                // The first round's answers stand: only the long values
+                // are misses.
+                None => {
+                    for index in again {
+                        read[index] = Read::Longer(u64::MAX);
+                    }
+                }
             }
         }
         subjects
@@ -154,6 +180,38 @@ impl RemoteStore {
                 Read::Longer(length) => self.too_long(length, limit),
             })
             .collect()
+    }
+
+    /// The most bytes one batch's lookup reads: [`BATCH_BYTES`], and no
+    /// more than half the timeout moves at [`BYTES_PER_SECOND`].
+    fn batch_bytes(&self) -> u64 {
+        let moved = self.inner.config.timeout.as_secs_f64() / 2.0 * BYTES_PER_SECOND;
+        (moved as u64).clamp(FIRST_ROUND_FLOOR, BATCH_BYTES)
+    }
+
+    /// Counts a lookup's round trip that took `took`: one past half the
+    /// timeout is slow, a remote too far for the timeout it was given
+    /// (`kiln stats` shows it; FLEET.md says when to raise the timeout).
+    fn lookup_took(&self, took: std::time::Duration) {
+        let counters = &self.inner.counters;
+        let millis = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        counters
+            .slowest_lookup_ms
+            .fetch_max(millis, std::sync::atomic::Ordering::Relaxed);
+        if took * 2 > self.inner.config.timeout {
+            bump(&counters.slow_lookups);
+            if !self
+                .inner
+                .warned_slow
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                log::warn!(
+                    "kiln: a lookup of the remote store took {took:?}, more than half its timeout \
+                     of {:?}; a remote this far away needs a longer KILN_REMOTE_TIMEOUT",
+                    self.inner.config.timeout
+                );
+            }
+        }
     }
 
     /// The lookups of `keys` and of the named blobs `blobs` in one round
@@ -178,7 +236,7 @@ impl RemoteStore {
     /// entry limit, or over what the batch may still read.
     pub(crate) fn too_long(&self, length: u64, limit: u64) -> Lookup<Vec<u8>> {
         bump(&self.inner.counters.oversize_reads);
-        if length > limit {
+        if length > limit && length != u64::MAX {
             bump(&self.inner.counters.corrupt);
             Lookup::Miss(Miss::Corrupt {
                 detail: format!(
@@ -190,8 +248,14 @@ impl RemoteStore {
             bump(&self.inner.counters.unreadable);
             Lookup::Miss(Miss::Unreadable {
                 detail: format!(
-                    "a remote entry of {length} bytes did not fit in what one batch reads \
-                     ({BATCH_BYTES} bytes); a later batch reads it"
+                    "a remote entry of {} bytes did not fit in what one batch reads within \
+                     its timeout ({} bytes); a longer KILN_REMOTE_TIMEOUT reads it",
+                    if length == u64::MAX {
+                        "many".to_owned()
+                    } else {
+                        length.to_string()
+                    },
+                    self.batch_bytes()
                 ),
             })
         }
