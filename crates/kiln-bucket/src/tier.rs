@@ -23,8 +23,8 @@ const QUEUE_LIMIT: usize = 1024;
 ///   in one call (the batch's GETs together); a verified bucket hit is
 ///   copied to the front (and so, when Redis is there, to Redis: a
 ///   kernel read from the bucket is hot for the fleet again).
-/// - **Writes** go to the front on the caller's thread and to the bucket
-///   through a bounded background queue: the launch never waits for the
+/// - **Writes** go to the front on the caller's thread and, unless it
+///   refused them, to the bucket through a bounded background queue: the launch never waits for the
 ///   bucket. [`flush`](Self::flush) and dropping the last handle write
 ///   what is queued.
 /// - **Claims** are the front's: the disk store's across a machine's
@@ -200,6 +200,12 @@ fn write_queued(queue: &Queue, bucket: &BucketStore) {
     }
 }
 
+/// Whether the front refused a write: then the bucket is not asked
+/// either, so a refused put leaves nothing anywhere (P5).
+fn refused(outcome: &StoreOutcome) -> bool {
+    matches!(outcome, StoreOutcome::Failed { .. })
+}
+
 impl ArtifactStore for BucketTier {
     fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
         self.lookup_many(std::slice::from_ref(key))
@@ -272,6 +278,9 @@ impl ArtifactStore for BucketTier {
         work: Duration,
     ) -> StoreOutcome {
         let outcome = self.inner.front.put(key, source_key, bytes, work);
+        if refused(&outcome) {
+            return outcome;
+        }
         self.enqueue(Write {
             key: key.clone(),
             source_key: source_key.cloned(),
@@ -284,7 +293,11 @@ impl ArtifactStore for BucketTier {
 
     fn put_rekeyed_many(&self, puts: &[RekeyedPut<'_>]) -> Vec<StoreOutcome> {
         let outcomes = self.inner.front.put_rekeyed_many(puts);
-        for put in puts {
+        for (put, _) in puts
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| !refused(outcome))
+        {
             self.enqueue(Write {
                 key: put.key.clone(),
                 source_key: None,
@@ -304,7 +317,11 @@ impl ArtifactStore for BucketTier {
 
     fn put_many(&self, copies: &[ArtifactCopy<'_>]) -> Vec<StoreOutcome> {
         let outcomes = self.inner.front.put_many(copies);
-        for copy in copies {
+        for (copy, _) in copies
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| !refused(outcome))
+        {
             self.enqueue(Write {
                 key: copy.key.clone(),
                 source_key: None,
