@@ -381,7 +381,7 @@ fn warm_run(criterion: &mut Criterion, target: CudaTarget, count: usize) {
                 bencher.iter_custom(|iterations| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iterations {
-                        let took = device_steps(&*step, &artifacts, threads);
+                        let took = device_steps(&step, &artifacts, threads);
                         append_record(&record(
                             "device_threads",
                             count,
