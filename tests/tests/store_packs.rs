@@ -57,7 +57,8 @@ fn weigh(root: &Path) -> (u64, u64, u64) {
 }
 
 /// The pack file that holds `bytes`, and where.
-fn find_in_packs(root: &Path, bytes: &[u8]) -> (PathBuf, usize) {
+fn find_in_packs(root: &Path, bytes: &[u8]) -> Vec<(PathBuf, usize)> {
+    let mut found = Vec::new();
     for entry in fs::read_dir(root.join("packs")).expect("a packs folder") {
         let path = entry.expect("an entry").path();
         if path
@@ -65,12 +66,37 @@ fn find_in_packs(root: &Path, bytes: &[u8]) -> (PathBuf, usize) {
             .is_some_and(|extension| extension == "pack")
         {
             let held = fs::read(&path).expect("a pack");
-            if let Some(at) = held.windows(bytes.len()).position(|window| window == bytes) {
-                return (path, at);
-            }
+            found.extend(
+                held.windows(bytes.len())
+                    .enumerate()
+                    .filter(|(_, window)| *window == bytes)
+                    .map(|(at, _)| (path.clone(), at)),
+            );
         }
     }
-    panic!("no pack holds the bytes");
+    assert!(!found.is_empty(), "no pack holds the bytes");
+    found
+}
+
+/// Applies `damage` to every copy of `bytes` in the packs of `root` (a
+/// small artifact is held twice: in its object's frame and in its kernel
+/// record's, which a hit reads), each pack read and written once.
+fn damage_every_copy(root: &Path, bytes: &[u8], damage: impl Fn(&mut Vec<u8>, usize)) {
+    let mut packs: Vec<(PathBuf, Vec<usize>)> = Vec::new();
+    for (pack, at) in find_in_packs(root, bytes) {
+        match packs.iter_mut().find(|(path, _)| *path == pack) {
+            Some((_, places)) => places.push(at),
+            None => packs.push((pack, vec![at])),
+        }
+    }
+    for (pack, places) in packs {
+        let mut held = fs::read(&pack).expect("a pack");
+        // From the end, so that a cut leaves the earlier places to cut.
+        for at in places.into_iter().rev() {
+            damage(&mut held, at);
+        }
+        fs::write(&pack, held).expect("damaged");
+    }
 }
 
 #[test]
@@ -193,10 +219,9 @@ fn artifact_of(root: &Path, number: u32) -> Vec<u8> {
 fn p2_f10_a_flipped_byte_in_a_packed_object_is_a_miss_and_recompiles() {
     damaged_packed_entry_is_a_removed_miss("packs-flip", |root| {
         let artifact = artifact_of(root, 1);
-        let (pack, at) = find_in_packs(root, &artifact);
-        let mut held = fs::read(&pack).expect("a pack");
-        held[at + artifact.len() / 2] ^= 0x40;
-        fs::write(&pack, held).expect("damaged");
+        damage_every_copy(root, &artifact, |held, at| {
+            held[at + artifact.len() / 2] ^= 0x40;
+        });
     });
 }
 
@@ -204,13 +229,9 @@ fn p2_f10_a_flipped_byte_in_a_packed_object_is_a_miss_and_recompiles() {
 fn p2_f10_a_truncated_pack_is_a_miss_and_recompiles() {
     damaged_packed_entry_is_a_removed_miss("packs-truncate", |root| {
         let artifact = artifact_of(root, 1);
-        let (pack, at) = find_in_packs(root, &artifact);
-        let file = fs::OpenOptions::new()
-            .write(true)
-            .open(&pack)
-            .expect("opens");
-        file.set_len((at + artifact.len() / 2) as u64)
-            .expect("truncated");
+        damage_every_copy(root, &artifact, |held, at| {
+            held.truncate(at + artifact.len() / 2);
+        });
     });
 }
 
@@ -364,19 +385,15 @@ fn p2_f10_two_swapped_packed_objects_are_misses_and_never_each_other() {
     let (first, second) = (pattern(1, 0, 3000), pattern(2, 0, 3000));
     put(&store, 1, &first);
     put(&store, 2, &second);
-    let (pack_one, at_one) = find_in_packs(&root, &first);
-    let mut held = fs::read(&pack_one).expect("a pack");
-    let (pack_two, at_two) = find_in_packs(&root, &second);
-    if pack_one == pack_two {
-        held[at_one..at_one + 3000].copy_from_slice(&second);
-        held[at_two..at_two + 3000].copy_from_slice(&first);
-        fs::write(&pack_one, held).expect("swapped");
-    } else {
-        let mut other = fs::read(&pack_two).expect("a pack");
-        held[at_one..at_one + 3000].copy_from_slice(&second);
-        other[at_two..at_two + 3000].copy_from_slice(&first);
-        fs::write(&pack_one, held).expect("swapped");
-        fs::write(&pack_two, other).expect("swapped");
+    // Every copy of each (object and record frames) takes the other's bytes.
+    let seconds = find_in_packs(&root, &second);
+    damage_every_copy(&root, &first, |held, at| {
+        held[at..at + 3000].copy_from_slice(&second);
+    });
+    for (pack, at) in seconds {
+        let mut held = fs::read(&pack).expect("a pack");
+        held[at..at + 3000].copy_from_slice(&first);
+        fs::write(&pack, held).expect("swapped");
     }
     for number in [1, 2] {
         assert!(matches!(
