@@ -391,15 +391,30 @@ fn passthrough_artifact(
     refusal: &CompileFailure,
 ) -> Result<Finalized<WgpuArtifact>, CompileFailure> {
     let label = lowered.label.as_str();
-    let (specialized, constants) = crate::passthrough::specialize(bytes, &lowered.constants)
-        .map_err(|failure| failure.with_hint(format!("naga refused the module too: {refusal}")))?;
-    let reflected = crate::passthrough::reflect(&specialized, &lowered.entry)?;
-    if let BindingLayout::Explicit(groups) = &lowered.layout {
-        check_layout(groups, &reflected.bindings, &lowered.entry)?;
-    }
+    // A module that cannot go to the driver either fails with naga's reason
+    // (naming the entry) and why not.
     let naga_said = refusal
         .first_error()
         .map_or_else(|| refusal.to_string(), |first| first.message.clone());
+    let neither = |failure: CompileFailure| {
+        let mut failed = CompileFailure::message(format!(
+            "{naga_said}; and it cannot go to the driver as it is: {}",
+            failure
+                .first_error()
+                .map_or_else(|| failure.to_string(), |first| first.message.clone())
+        ))
+        .with_log(failure.log.clone());
+        if let Some(hint) = failure.hint.clone().or_else(|| refusal.hint.clone()) {
+            failed = failed.with_hint(hint);
+        }
+        failed
+    };
+    let (specialized, constants) =
+        crate::passthrough::specialize(bytes, &lowered.constants).map_err(neither)?;
+    let reflected = crate::passthrough::reflect(&specialized, &lowered.entry).map_err(neither)?;
+    if let BindingLayout::Explicit(groups) = &lowered.layout {
+        check_layout(groups, &reflected.bindings, &lowered.entry)?;
+    }
     let mut diagnostics = vec![kiln_engine::Diagnostic {
         severity: kiln_engine::Severity::Note,
         message: format!(
@@ -407,7 +422,7 @@ fn passthrough_artifact(
         ),
         location: None,
     }];
-    if let Some(unvalidated) = crate::passthrough::validate(&specialized, label)? {
+    if let Some(unvalidated) = crate::passthrough::validate(&specialized, label).map_err(neither)? {
         diagnostics.push(unvalidated);
     }
     let resources = ResourceUsage {
