@@ -191,7 +191,8 @@ impl RemoteStore {
 
     /// Counts a lookup's round trip that took `took`: one past half the
     /// timeout is slow, a remote too far for the timeout it was given
-    /// (`kiln stats` shows it; FLEET.md says when to raise the timeout).
+    /// (`kiln stats` shows it, logged once at info; FLEET.md says when to
+    /// raise the timeout).
     fn lookup_took(&self, took: std::time::Duration) {
         let counters = &self.inner.counters;
         let millis = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
@@ -205,7 +206,9 @@ impl RemoteStore {
                 .warned_slow
                 .swap(true, std::sync::atomic::Ordering::Relaxed)
             {
-                log::warn!(
+                // Said once, at info: a remote that stops answering has
+                // its one warning, and `kiln stats` shows these counts.
+                log::info!(
                     "kiln: a lookup of the remote store took {took:?}, more than half its timeout \
                      of {:?}; a remote this far away needs a longer KILN_REMOTE_TIMEOUT",
                     self.inner.config.timeout
