@@ -139,6 +139,16 @@ const ALLOWED_DUPLICATES: &[(&str, &str)] = &[
          hashbrown 0.16's 0.2",
     ),
     (
+        "codespan-reporting",
+        "naga_oil 0.23 (the latest, WGSL #import on naga 30) asks for 0.12, naga 30 itself for \
+         0.13",
+    ),
+    (
+        "syn",
+        "tracing-attributes (tracing's default macros, which naga_oil 0.23 turns on) is on \
+         syn 2, every other proc macro of the tree on syn 3",
+    ),
+    (
         "libloading",
         "wgpu-hal's Vulkan bindings (ash 0.38, the latest) ask for 0.8 and cudarc 0.19 for \
          0.9",
