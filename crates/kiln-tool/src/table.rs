@@ -505,6 +505,21 @@ pub fn print_pairs(pairs: &[(&str, String)]) {
     ));
 }
 
+/// Prints `label` and `text` after it on one line, wrapped within the
+/// run's width under the text's first line, numbers beside their units.
+pub fn print_labelled(label: &str, text: &str) {
+    let width = WIDTH.load(Ordering::Relaxed);
+    let indent = label.chars().count() + 1;
+    let lines = match width {
+        0 => vec![text.to_owned()],
+        width => wrapped(text, usize::from(width).saturating_sub(indent).max(20)),
+    };
+    for (index, line) in lines.iter().enumerate() {
+        let label = if index == 0 { label } else { "" };
+        crate::console::write_out(format_args!("{label:<indent$}{line}\n"));
+    }
+}
+
 /// `label: value` pairs as text within `width` columns (`None`: no limit).
 fn pairs_at(pairs: &[(&str, String)], width: Option<u16>) -> String {
     let labels = pairs

@@ -198,9 +198,9 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             ]);
         }
         outln!("{}", table.render().trim_end());
-        outln!(
-            "request path: {}",
-            crate::health::HealthReport::of(&kept).line()
+        crate::table::print_labelled(
+            "request path:",
+            &crate::health::HealthReport::of(&kept).line(),
         );
         for batch in shown.iter().filter(|batch| !batch.slowest.is_empty()) {
             outln!(
