@@ -11,7 +11,9 @@
 //! | `KILN_REMOTE_MAX_ENTRY` | [`RemoteConfig::max_entry_bytes`] | 64 MiB; `512M`, `1G` |
 //! | `KILN_REMOTE_READ_ONLY=1` | [`RemoteConfig::read_only`] | writes when a key can sign |
 //! | `KILN_REMOTE_PREFIX` | [`RemoteConfig::prefix`] | `kiln:` |
+//! | `KILN_REMOTE_CA` | [`RemoteConfig::ca_file`] | the system's CA certificates |
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use kiln_engine::store::{DEFAULT_CLAIM_TIMEOUT, DEFAULT_LEASE};
@@ -25,9 +27,12 @@ const MOST: Duration = Duration::from_secs(86_400);
 /// Everything a [`RemoteStore`](crate::RemoteStore) needs.
 #[derive(Debug, Clone)]
 pub struct RemoteConfig {
-    /// `redis://HOST:PORT[/DB]` or `redis+cluster://HOST:PORT,HOST:PORT,...`.
-    /// TLS (`rediss://`) is refused: the client is built without it.
+    /// `redis://HOST:PORT[/DB]` or `redis+cluster://HOST:PORT,HOST:PORT,...`;
+    /// `rediss://` and `rediss+cluster://` for TLS.
     pub url: String,
+    /// A PEM file of the CA certificates that sign the server's
+    /// certificate, for `rediss://`; `None` trusts the system's.
+    pub ca_file: Option<PathBuf>,
     /// What signs and verifies entries (P10).
     pub keys: Keys,
     /// The longest one remote call (connect, or a round trip) may take.
@@ -62,6 +67,7 @@ impl RemoteConfig {
     pub fn new(url: impl Into<String>, keys: Keys) -> Self {
         Self {
             url: url.into(),
+            ca_file: None,
             keys,
             timeout: Duration::from_millis(500),
             retry_after: Duration::from_secs(5),
@@ -188,6 +194,9 @@ impl RemoteConfig {
         if let Some(prefix) = set("KILN_REMOTE_PREFIX") {
             config.prefix = prefix.trim().to_owned();
         }
+        if let Some(ca) = set("KILN_REMOTE_CA") {
+            config.ca_file = Some(PathBuf::from(ca.trim()));
+        }
         Ok(Some(config))
     }
 
@@ -230,6 +239,22 @@ mod tests {
             .unwrap_err();
             assert!(error.to_string().contains(variable), "{error}");
         }
+    }
+
+    #[test]
+    fn the_ca_file_is_read_with_the_url() {
+        // P10: KILN_REMOTE_CA names the CA certificates of a rediss:// server.
+        let secret = keygen::fleet_key().unwrap().secret_text();
+        let config = RemoteConfig::with_overrides(|name| match name {
+            "KILN_REMOTE_URL" => Some("rediss://127.0.0.1:6380".into()),
+            "KILN_REMOTE_KEY" => Some(secret.clone()),
+            "KILN_REMOTE_CA" => Some(" ca.pem ".into()),
+            _ => None,
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(config.ca_file, Some(PathBuf::from("ca.pem")));
+        assert_eq!(RemoteConfig::new("rediss://h:1", config.keys).ca_file, None);
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub enum Error {
     /// The remote's address cannot be understood.
     #[error(
         "the remote address {url:?} is not valid ({problem}): use redis://HOST:PORT or \
-         redis+cluster://HOST:PORT,HOST:PORT,..."
+         redis+cluster://HOST:PORT,HOST:PORT,... (rediss:// for TLS)"
     )]
     Url {
         /// The address, without its password.
@@ -56,6 +56,16 @@ pub enum Error {
     CannotWrite {
         /// What else keeps it from writing, if anything: read-only.
         read_only: &'static str,
+    },
+    /// `KILN_REMOTE_CA` (the CA certificates of a `rediss://` server)
+    /// cannot be used.
+    #[error(
+        "KILN_REMOTE_CA cannot be used ({problem}): set it to a PEM file of the CA certificates \
+         that sign the Redis server's certificate, for a rediss:// address"
+    )]
+    Ca {
+        /// What is wrong with it.
+        problem: String,
     },
     /// The remote did not answer within the timeout (or its breaker is
     /// open after failures).

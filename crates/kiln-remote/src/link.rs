@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use redis::cluster::{ClusterClient, ClusterConnection, ClusterPipeline};
 use redis::{
     Cmd, Connection, ErrorKind, FromRedisValue, IntoConnectionInfo, Pipeline, RedisError,
-    RedisResult,
+    RedisResult, TlsCertificates,
 };
 
 use crate::breaker::{Breaker, Permit};
@@ -151,14 +151,44 @@ impl std::fmt::Debug for Remote {
 }
 
 impl Remote {
-    /// A remote at `url`, not yet connected.
-    pub(crate) fn new(url: &str, timeout: Duration, retry_after: Duration) -> Result<Self> {
+    /// A remote at `url`, not yet connected; `ca` is the PEM text of the
+    /// CA certificates a `rediss://` server's certificate must chain to
+    /// (`None`: the system's).
+    pub(crate) fn new(
+        url: &str,
+        ca: Option<&[u8]>,
+        timeout: Duration,
+        retry_after: Duration,
+    ) -> Result<Self> {
         let shown = without_password(url);
         let bad = |problem: String| Error::Url {
             url: shown.clone(),
             problem,
         };
-        let (server, listen_at) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+        let tls = url.starts_with("rediss://") || url.starts_with("rediss+cluster://");
+        if tls {
+            // The `redis` crate asks rustls for the process's provider,
+            // which panics unless exactly one is built in or installed:
+            // install aws-lc-rs unless the program installed one already.
+            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        }
+        let certificates = match ca {
+            Some(_) if !tls => {
+                return Err(Error::Ca {
+                    problem: "it is set for an address without TLS; use rediss://".into(),
+                });
+            }
+            Some(pem) => Some(certificates(pem)?),
+            None => None,
+        };
+        let cluster = url
+            .strip_prefix("redis+cluster://")
+            .map(|rest| ("redis", rest))
+            .or_else(|| {
+                url.strip_prefix("rediss+cluster://")
+                    .map(|rest| ("rediss", rest))
+            });
+        let (server, listen_at) = if let Some((scheme, rest)) = cluster {
             let (credentials, hosts) = match rest.rsplit_once('@') {
                 Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
                 None => (String::new(), rest),
@@ -168,33 +198,28 @@ impl Remote {
                 .split(',')
                 .map(str::trim)
                 .filter(|host| !host.is_empty())
-                .map(|host| quiet(&format!("redis://{credentials}{host}")))
+                .map(|host| quiet(&format!("{scheme}://{credentials}{host}"), &certificates))
                 .collect::<RedisResult<_>>()
                 .map_err(|error| bad(error.to_string()))?;
             if nodes.is_empty() {
-                return Err(bad("no HOST:PORT after redis+cluster://".into()));
+                return Err(bad(format!("no HOST:PORT after {scheme}+cluster://")));
             }
             let listen_at = nodes[0].clone();
-            let client = ClusterClient::builder(nodes)
+            let mut builder = ClusterClient::builder(nodes)
                 .connection_timeout(timeout)
                 .response_timeout(timeout)
                 // A redirect (a slot that moved) is followed once; more
                 // retries would multiply the time a dead shard costs.
                 .retries(1)
                 .min_retry_wait(1)
-                .max_retry_wait(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
-                .build()
-                .map_err(|error| bad(error.to_string()))?;
+                .max_retry_wait(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+            if let Some(certificates) = certificates {
+                builder = builder.certs(certificates);
+            }
+            let client = builder.build().map_err(|error| bad(error.to_string()))?;
             (Server::Cluster(client), listen_at)
-        } else if url.starts_with("rediss://") || url.starts_with("rediss+cluster://") {
-            return Err(bad(
-                "TLS (rediss://) is not built into kiln's Redis client; reach \
-                 Redis over a network you trust, or through a TLS tunnel ending on this machine \
-                 (stunnel, for one) with redis://127.0.0.1:PORT"
-                    .into(),
-            ));
-        } else if url.starts_with("redis://") {
-            let client = quiet(url)
+        } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+            let client = quiet(url, &certificates)
                 .and_then(redis::Client::open)
                 .map_err(|error| bad(error.to_string()))?;
             let listen_at = client.get_connection_info().clone();
@@ -415,11 +440,49 @@ enum Failed {
 /// The connection `url` names, without the `CLIENT SETINFO` the `redis`
 /// crate sends on every new connection by default: a round trip more per
 /// connection, which a Redis before 7.2 answers with an error anyway.
-fn quiet(url: &str) -> RedisResult<redis::ConnectionInfo> {
+///
+/// A `rediss://` address with `certificates` trusts them in place of the
+/// system's CA certificates.
+fn quiet(url: &str, certificates: &Option<TlsCertificates>) -> RedisResult<redis::ConnectionInfo> {
     let info = url.into_connection_info()?;
     let settings = info.redis_settings().clone().set_skip_set_lib_name();
-    Ok(info.set_redis_settings(settings))
+    let info = info.set_redis_settings(settings);
+    match certificates {
+        Some(certificates) if url.starts_with("rediss://") => {
+            redis::Client::build_with_tls(info, certificates.clone())
+                .map(|client| client.get_connection_info().clone())
+        }
+        _ => Ok(info),
+    }
 }
+
+/// The CA certificates of `pem`, checked now: a file that holds none, or
+/// one that cannot be read, is refused when the store opens, never taken
+/// for "trust nothing" (a tier failing at every call) or for the system's.
+fn certificates(pem: &[u8]) -> Result<TlsCertificates> {
+    let certificates = TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem.to_vec()),
+    };
+    let holds_one = pem
+        .windows(CERTIFICATE.len())
+        .any(|window| window == CERTIFICATE);
+    if !holds_one {
+        return Err(Error::Ca {
+            problem: "it holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
+        });
+    }
+    // The `redis` crate parses them when a client is built: build one.
+    redis::Client::build_with_tls("rediss://127.0.0.1:1", certificates.clone()).map_err(
+        |error| Error::Ca {
+            problem: error.to_string(),
+        },
+    )?;
+    Ok(certificates)
+}
+
+/// What starts a certificate in a PEM file.
+const CERTIFICATE: &[u8] = b"-----BEGIN CERTIFICATE-----";
 
 /// `url` with any password replaced by `***`.
 pub(crate) fn without_password(url: &str) -> String {
@@ -447,6 +510,7 @@ mod tests {
         );
         let error = Remote::new(
             "ftp://:hunter2@host",
+            None,
             Duration::from_secs(1),
             Duration::from_secs(1),
         )
@@ -455,20 +519,31 @@ mod tests {
     }
 
     #[test]
-    fn a_tls_address_is_refused_with_what_to_do_instead() {
-        // P10: the client has no TLS; an address asking for it is never
-        // taken for a plain one.
+    fn a_tls_address_opens_and_a_ca_file_is_checked_when_the_store_opens() {
+        // P10: rediss:// is TLS; a CA bundle that holds no certificate, or
+        // one given for a plain address, is refused when the store opens,
+        // never taken for the system's certificates or for none.
+        let second = Duration::from_secs(1);
         for url in [
             "rediss://:secret@host:6380",
             "rediss+cluster://host:1,host:2",
         ] {
-            let error = Remote::new(url, Duration::from_secs(1), Duration::from_secs(1))
+            assert!(Remote::new(url, None, second, second).is_ok(), "{url}");
+            let error = Remote::new(url, Some(b"not a certificate"), second, second)
                 .unwrap_err()
                 .to_string();
-            assert!(error.contains("TLS"), "{error}");
-            assert!(error.contains("redis://127.0.0.1:PORT"), "{error}");
+            assert!(error.contains("KILN_REMOTE_CA"), "{error}");
             assert!(!error.contains("secret"), "{error}");
         }
+        let pem = b"-----BEGIN CERTIFICATE-----\nnot base64 !\n-----END CERTIFICATE-----\n";
+        let error = Remote::new("rediss://host:6380", Some(pem), second, second)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("KILN_REMOTE_CA"), "{error}");
+        let error = Remote::new("redis://host:6379", Some(pem), second, second)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("rediss://"), "{error}");
     }
 
     #[test]
@@ -476,6 +551,7 @@ mod tests {
         assert!(
             Remote::new(
                 "redis+cluster://127.0.0.1:1,127.0.0.1:2",
+                None,
                 Duration::from_secs(1),
                 Duration::from_secs(1)
             )
@@ -484,6 +560,7 @@ mod tests {
         assert!(
             Remote::new(
                 "redis+cluster://",
+                None,
                 Duration::from_secs(1),
                 Duration::from_secs(1)
             )

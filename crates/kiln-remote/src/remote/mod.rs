@@ -108,10 +108,25 @@ impl RemoteStore {
     /// # Errors
     ///
     /// No key to sign or verify with ([`Error::NoKey`](crate::Error::NoKey)),
-    /// or an address that cannot be understood.
+    /// an address that cannot be understood, or a `KILN_REMOTE_CA` that
+    /// cannot be read ([`Error::Ca`](crate::Error::Ca)).
     pub fn open(config: RemoteConfig) -> Result<Self> {
         config.keys.check()?;
-        let remote = Remote::new(&config.url, config.timeout, config.retry_after)?;
+        let ca = config
+            .ca_file
+            .as_ref()
+            .map(|path| {
+                std::fs::read(path).map_err(|error| crate::Error::Ca {
+                    problem: format!("{}: {error}", path.display()),
+                })
+            })
+            .transpose()?;
+        let remote = Remote::new(
+            &config.url,
+            ca.as_deref(),
+            config.timeout,
+            config.retry_after,
+        )?;
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .ok()
             .or_else(|| std::env::var("HOSTNAME").ok())
