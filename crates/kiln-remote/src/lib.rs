@@ -26,7 +26,8 @@
 //!   bytes leave this crate; anything else is a counted miss (P2, P10).
 //! - **Blocking and small.** The `redis` crate's blocking connections,
 //!   each call on a thread of its own under one deadline: no async
-//!   runtime, no TLS (a `rediss://` address is refused).
+//!   runtime; `rediss://` over rustls, checked against the system's CA
+//!   certificates or `KILN_REMOTE_CA`'s.
 //! - **Claims that deletion cannot undo.** Leases are announced on the
 //!   fleet's channel as they are taken, renewed and let go; who came first
 //!   for a key is the channel's order, which no one can take back.
