@@ -438,7 +438,7 @@ fn build_example_programs(name: &str) -> Result<Vec<(String, PathBuf)>> {
             "build",
             "--release",
             "--package",
-            "kiln",
+            "kiln-gpu",
             "--features",
             example.features,
             "--example",

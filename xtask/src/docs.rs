@@ -25,11 +25,11 @@ const LISTED: &[&str] = &[
 /// Builds the facade's documentation as docs.rs would (without the nightly
 /// `docsrs` cfg) with rustdoc's warnings denied, and checks its crate page.
 pub fn check_facade() -> Result<()> {
-    let features = docs_rs_features("kiln")?;
+    let features = docs_rs_features("kiln-gpu")?;
     command::cargo(&[
         "doc",
         "--package",
-        "kiln",
+        "kiln-gpu",
         "--no-deps",
         "--features",
         &features.join(","),

@@ -54,7 +54,7 @@ pub fn run_all(environment: &[(String, String)]) -> Result<()> {
         let ran = command::cargo(&[
             "run",
             "--package",
-            "kiln",
+            "kiln-gpu",
             "--features",
             example.features,
             "--example",

@@ -120,7 +120,7 @@ fn test_arguments<'a>(extra: &[&'a str]) -> Vec<&'a str> {
         "--workspace",
         "--no-fail-fast",
         "--features",
-        "kiln/testing",
+        "kiln-gpu/testing",
     ];
     arguments.extend_from_slice(extra);
     arguments
@@ -206,7 +206,7 @@ fn lint() -> Result<()> {
     command::cargo(&[
         "clippy",
         "--package",
-        "kiln",
+        "kiln-gpu",
         "--features",
         "cuda,hip,wgpu,testing",
         "--all-targets",

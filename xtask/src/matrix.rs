@@ -215,7 +215,7 @@ fn facade_with_backends(environment: &[(String, String)]) -> Result<()> {
     command::cargo(&[
         "test",
         "--package",
-        "kiln",
+        "kiln-gpu",
         "--no-fail-fast",
         "--features",
         BACKEND_FEATURES,
@@ -230,7 +230,7 @@ fn feature_check() -> Result<()> {
     command::cargo(&[
         "check",
         "--package",
-        "kiln",
+        "kiln-gpu",
         "--no-default-features",
         "--features",
         CHECKED_FEATURES,

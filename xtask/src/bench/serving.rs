@@ -19,7 +19,7 @@ pub(super) fn measure(folder: &Path) -> Result<()> {
         "--release",
         "--quiet",
         "--package",
-        "kiln",
+        "kiln-gpu",
         "--features",
         "testing",
         "--example",
