@@ -369,3 +369,20 @@ fn p10_a_certificate_the_ca_does_not_sign_fails_the_tier_once_and_the_disk_goes_
         started.elapsed()
     );
 }
+
+// P10
+#[test]
+fn p10_a_ca_file_that_cannot_be_read_stops_the_store_opening_with_its_name() {
+    // A setting that cannot be used is the program's to log, as a bad
+    // timeout is; it is never taken for the system's certificates.
+    let scratch = Scratch::new("redis-tls-ca");
+    let missing = scratch.join("no-such-ca.pem");
+    let mut settings = config("rediss://127.0.0.1:1", fleet_keys(), &fresh_prefix());
+    settings.ca_file = Some(missing.clone());
+    let error = RemoteStore::open(settings)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("KILN_REMOTE_CA"), "{error}");
+    assert!(error.contains("no-such-ca.pem"), "{error}");
+}
