@@ -108,7 +108,9 @@ impl CudaLowered {
 /// instead of being read as damaged.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct CudaArtifact {
-    /// The cubin (an ELF image) for [`architecture`](Self::architecture).
+    /// The cubin (an ELF image) for [`architecture`](Self::architecture),
+    /// read as bytes, not byte by byte (the same encoding).
+    #[serde(with = "kiln_engine::store::bytes")]
     pub cubin: Vec<u8>,
     /// The PTX, as text.
     pub ptx: String,

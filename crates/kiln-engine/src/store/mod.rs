@@ -39,6 +39,7 @@
 
 mod binding;
 mod blob;
+pub mod bytes;
 mod claim;
 mod counters;
 mod default;

@@ -25,8 +25,10 @@ use crate::id::ArtifactId;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Recipe {
     /// The encoded [`ArtifactId`].
+    #[serde(with = "super::bytes")]
     pub id: Vec<u8>,
     /// The encoded lowered form ([`ArtifactCompiler::Lowered`](crate::ArtifactCompiler::Lowered)).
+    #[serde(with = "super::bytes")]
     pub lowered: Vec<u8>,
 }
 
