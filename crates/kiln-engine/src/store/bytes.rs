@@ -75,7 +75,7 @@ mod tests {
     /// Entries stored with a plain `Vec<u8>` read the same, and are
     /// written the same, byte for byte.
     #[test]
-    fn bytes_encode_as_a_plain_vec_does() {
+    fn f11_bytes_encode_as_a_plain_vec_does() {
         for length in [0usize, 1, 250, 251, 70_000] {
             let bytes: Vec<u8> = (0..length).map(|index| (index % 251) as u8).collect();
             let plain = Plain {
