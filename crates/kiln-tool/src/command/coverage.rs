@@ -105,11 +105,7 @@ struct Held {
 
 /// Compares what the program needs with the store, or with `--bundle`.
 pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<()> {
-    let temporary = arguments
-        .bundle
-        .as_deref()
-        .map(Unpacked::new)
-        .transpose()?;
+    let temporary = arguments.bundle.as_deref().map(Unpacked::new).transpose()?;
     let compared = temporary.as_ref().map_or(store, |unpacked| &unpacked.store);
     let needed = match (&arguments.profile, &arguments.ids) {
         (Some(program), _) => profiled(compared, store, program)?,
