@@ -270,6 +270,11 @@ pub struct BatchRecord {
     /// The loader's health as the batch ended, its own compiles counted.
     #[serde(default)]
     pub health: Health,
+    /// Kernels the warm-start profile loaded (L12): store hits of a
+    /// profile's load, counted among its [`FromStore`](KernelOutcome::FromStore)
+    /// records; 0 for every other batch.
+    #[serde(default)]
+    pub profile_hits: usize,
 }
 
 impl BatchRecord {
@@ -291,8 +296,13 @@ impl BatchRecord {
 /// Cumulative totals of one loader, as plain data.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct LoaderStatistics {
-    /// Kernels found in the store under their own id.
+    /// Kernels found in the store under their own id, the warm-start
+    /// profile's among them.
     pub hits: u64,
+    /// Of [`hits`](Self::hits), the kernels the warm-start profile loaded
+    /// before the program asked for them (L12).
+    #[serde(default)]
+    pub profile_hits: u64,
     /// Kernels not found in the store under their own id.
     pub misses: u64,
     /// Kernels lowered and finalized.
@@ -330,6 +340,7 @@ impl LoaderStatistics {
     /// own batches and its background batches' together.
     pub(crate) fn add(&mut self, other: &Self) {
         self.hits += other.hits;
+        self.profile_hits += other.profile_hits;
         self.misses += other.misses;
         self.compiled += other.compiled;
         self.rekeyed += other.rekeyed;

@@ -230,3 +230,102 @@ fn l12_a_profile_given_in_place_of_the_default_one_is_the_only_one_written() {
         "the executable's profile was given up unwritten"
     );
 }
+
+/// A memory store that keeps the batch records it is given, as a disk
+/// store does, and counts the batches ended on it.
+#[derive(Debug, Default)]
+struct KeepingStore {
+    inner: MemoryStore,
+    kept: std::sync::Mutex<Vec<Vec<u8>>>,
+    ended: std::sync::atomic::AtomicUsize,
+}
+
+impl ArtifactStore for KeepingStore {
+    fn lookup(&self, key: &kiln_engine::StoreKey) -> Lookup<Vec<u8>> {
+        self.inner.lookup(key)
+    }
+    fn claim(
+        &self,
+        key: &kiln_engine::StoreKey,
+        wait: kiln_engine::ClaimWait,
+    ) -> kiln_engine::Claim {
+        self.inner.claim(key, wait)
+    }
+    fn claim_timeout(&self) -> std::time::Duration {
+        self.inner.claim_timeout()
+    }
+    fn put(
+        &self,
+        key: &kiln_engine::StoreKey,
+        source_key: Option<&kiln_engine::StoreKey>,
+        bytes: &[u8],
+        work: std::time::Duration,
+    ) -> kiln_engine::StoreOutcome {
+        self.inner.put(key, source_key, bytes, work)
+    }
+    fn remove(&self, key: &kiln_engine::StoreKey) {
+        self.inner.remove(key);
+    }
+    fn generation(&self) -> kiln_engine::Generation {
+        self.inner.generation()
+    }
+    fn statistics(&self) -> kiln_engine::StoreStatistics {
+        self.inner.statistics()
+    }
+    fn lookup_blob(&self, key: &kiln_engine::store::BlobKey) -> Lookup<Vec<u8>> {
+        self.inner.lookup_blob(key)
+    }
+    fn put_blob(
+        &self,
+        key: &kiln_engine::store::BlobKey,
+        bytes: &[u8],
+    ) -> kiln_engine::StoreOutcome {
+        self.inner.put_blob(key, bytes)
+    }
+    fn batch_finished(&self) {
+        self.ended
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn kept_batches(&self) -> Vec<Vec<u8>> {
+        self.kept.lock().expect("not poisoned").clone()
+    }
+    fn keep_batch(&self, record: &[u8]) {
+        self.kept
+            .lock()
+            .expect("not poisoned")
+            .push(record.to_vec());
+    }
+}
+
+// L12, S4: a profiled start counts the kernels its profile loaded as
+// profile hits, in the loader's statistics and in the record of the load it
+// keeps in the store, and ends that load for the store as a batch.
+#[test]
+fn l12_a_profiled_start_counts_its_profile_hits() {
+    let keeping = Arc::new(KeepingStore::default());
+    let store: Arc<dyn ArtifactStore> = Arc::clone(&keeping) as Arc<dyn ArtifactStore>;
+    run(&store, "counted", 0..5);
+    let kept_before = keeping.kept_batches().len();
+    let ended_before = keeping.ended.load(std::sync::atomic::Ordering::Relaxed);
+
+    let mut next = loader(&store, "counted");
+    let kernel = FakeKernel::new(0);
+    next.load(&kernel, &kernel.artifact_id()).expect("loads");
+    let statistics = next.statistics();
+    assert_eq!(statistics.profile_hits, 5, "{statistics:?}");
+    assert_eq!(
+        statistics.hits, 5,
+        "the profile's hits are hits: {statistics:?}"
+    );
+    assert!(next.records().is_empty(), "no batch ran");
+    assert!(
+        keeping.ended.load(std::sync::atomic::Ordering::Relaxed) > ended_before,
+        "the load was ended for the store"
+    );
+    let kept = keeping.kept_batches();
+    assert_eq!(kept.len(), kept_before + 1, "the load kept one record");
+    let record = kiln_engine::StoredBatch::decode(kept.last().expect("one")).expect("decodes");
+    assert_eq!(record.batch.profile_hits, 5);
+    assert_eq!(record.batch.count(kiln_engine::KernelOutcome::FromStore), 5);
+    assert_eq!(record.batch.kernels, 5);
+}

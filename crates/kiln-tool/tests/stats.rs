@@ -150,3 +150,54 @@ fn stats_counts_the_runs_of_every_process_and_zero_starts_again() {
         "kept: {stats:#}"
     );
 }
+
+// L12, S4: the kernels a warm-start profile loads are store hits that
+// `kiln stats` counts in its hit rate and `kiln records` shows, in the
+// record the profile's load keeps.
+#[test]
+fn l12_a_profiles_hits_are_counted_in_stats_and_shown_in_records() {
+    let scratch = Scratch::new("stats-profile");
+    let store = scratch.join("store");
+    let kernels: Vec<FakeKernel> = (0..4).map(FakeKernel::new).collect();
+    // The second process keeps its loader to the end (it is never
+    // dropped): its profile's hits count all the same.
+    let profiled = |asked: &[FakeKernel], keep: bool| {
+        let opened = DiskStore::open(StoreConfig::at(&store)).expect("opens");
+        let mut loader = KernelLoader::with_config(
+            FakeTarget::on_store(Arc::new(opened)),
+            LoaderConfig::default(),
+        )
+        .with_profile(kiln_engine::profile::Program::named("profiled-program"));
+        for kernel in asked {
+            loader.load(kernel, &kernel.artifact_id()).expect("loads");
+        }
+        let statistics = loader.statistics();
+        if keep {
+            std::mem::forget(loader);
+        }
+        statistics
+    };
+    let first = profiled(&kernels, false);
+    assert_eq!((first.compiled, first.profile_hits), (4, 0));
+    let next = profiled(&kernels[..1], true);
+    assert_eq!(next.profile_hits, 4, "{next:?}");
+
+    let stats = run(&store, &["--json", "stats"]).succeeded_json();
+    let fake = backend(&stats["activity"], "fake");
+    assert_eq!(fake["profile_hits"], 4, "{stats:#}");
+    assert_eq!(fake["hits"], 4, "{stats:#}");
+    assert_eq!(fake["hit_rate"], 0.5, "4 found of 8 asked: {stats:#}");
+    let table = run(&store, &["stats"]).stdout;
+    assert!(table.contains("PROFILE"), "{table}");
+
+    let records = run(&store, &["--json", "records"]).succeeded_json();
+    let batches = records.as_array().expect("an array");
+    assert!(
+        batches
+            .iter()
+            .any(|batch| batch["profile_hits"] == 4 && batch["from_store"] == 4),
+        "{records:#}"
+    );
+    let table = run(&store, &["records"]).stdout;
+    assert!(table.contains("PROFILE"), "{table}");
+}

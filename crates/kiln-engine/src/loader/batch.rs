@@ -179,6 +179,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             records,
             background: false,
             health: crate::statistics::Health::default(),
+            profile_hits: 0,
         };
         self.note_health(&mut batch);
         log::debug!(

@@ -68,10 +68,12 @@ impl StoredBatch {
     }
 
     /// Whether a batch is worth a place among the few a store keeps: it
-    /// compiled, failed or was refused something, or it took a while. A
-    /// batch that found its one kernel in the store at once is not.
+    /// compiled, failed or was refused something, or it took a while, or it
+    /// was a warm-start profile's load. A batch that found its one kernel
+    /// in the store at once is not.
     pub fn worth_keeping(batch: &BatchRecord) -> bool {
-        batch.wall >= std::time::Duration::from_millis(1)
+        batch.profile_hits > 0
+            || batch.wall >= std::time::Duration::from_millis(1)
             || batch
                 .records
                 .iter()
@@ -117,12 +119,23 @@ impl StoredBatch {
         best
     }
 
-    /// The record `bytes` encode, or `None` when they are not one.
+    /// The record `bytes` encode, or `None` when they are not one. A
+    /// record kept before batches counted their profile hits (its last
+    /// field) reads with none.
     pub fn decode(bytes: &[u8]) -> Option<Self> {
-        crate::encoding::decode::<Self>(bytes)
-            .ok()
-            .filter(|(_, read)| *read == bytes.len())
-            .map(|(record, _)| record)
+        let whole = |bytes: &[u8]| {
+            crate::encoding::decode::<Self>(bytes)
+                .ok()
+                .filter(|(_, read)| *read == bytes.len())
+                .map(|(record, _)| record)
+        };
+        whole(bytes).or_else(|| {
+            // The encoding is positional: the older record is this one
+            // without its last byte, a count of 0.
+            let mut with_count = bytes.to_vec();
+            with_count.push(0);
+            whole(&with_count)
+        })
     }
 }
 
@@ -166,6 +179,7 @@ mod tests {
             stored: true,
             background: false,
             health: crate::statistics::Health::default(),
+            profile_hits: 0,
             records: (0..kernels)
                 .map(|number| KernelRecord {
                     kernel: KernelId::named(format!("kernel-{number}"))
@@ -242,7 +256,27 @@ mod tests {
         let bytes = StoredBatch::of(&batch(2, 0), &components())
             .encode()
             .expect("encodes");
-        assert!(StoredBatch::decode(&bytes[..bytes.len() - 1]).is_none());
+        assert!(StoredBatch::decode(&bytes[..bytes.len() - 2]).is_none());
+    }
+
+    #[test]
+    fn a_record_kept_before_profile_hits_were_counted_reads_with_none() {
+        let mut batch = batch(2, 0);
+        batch.profile_hits = 7;
+        let bytes = StoredBatch::of(&batch, &components())
+            .encode()
+            .expect("encodes");
+        let decoded = StoredBatch::decode(&bytes).expect("decodes");
+        assert_eq!(decoded.batch.profile_hits, 7);
+        // The older form: the same fields without the count at the end.
+        batch.profile_hits = 0;
+        let bytes = StoredBatch::of(&batch, &components())
+            .encode()
+            .expect("encodes");
+        let older = &bytes[..bytes.len() - 1];
+        let decoded = StoredBatch::decode(older).expect("an older record decodes");
+        assert_eq!(decoded.batch.profile_hits, 0);
+        assert_eq!(decoded.batch.records.len(), 2);
     }
 
     #[test]

@@ -11,14 +11,18 @@
 //! branch taken once per profiled kernel, no lock, no allocation).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustc_hash::FxHashSet;
 
 use super::KernelLoader;
+use super::history::StoredBatch;
 use super::job::{contained, refused};
+use crate::config::WorkerMode;
 use crate::error::{KernelError, Stage};
 use crate::id::ArtifactId;
 use crate::profile::{Profiler, Program};
+use crate::statistics::{BatchRecord, KernelOutcome, KernelRecord};
 use crate::target::{ArtifactOf, CompilationTarget, DeviceStep, MadeOf, VariantOf};
 
 /// A loader's warm-start profile: the run's profiler.
@@ -143,6 +147,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             return;
         }
         self.loaded.reset_if_switched(&self.store);
+        let started = std::time::Instant::now();
         self.target.batch_started();
         let mut seen = FxHashSet::default();
         let mut kernels: Vec<Profiled<T>> = Vec::with_capacity(found.len());
@@ -168,6 +173,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
         } else {
             1
         };
+        let mut records: Vec<KernelRecord> = Vec::with_capacity(kernels.len());
         let (target, loaded, statistics) =
             (&mut self.target, &mut self.loaded, &mut self.statistics);
         self.pool.run_with(
@@ -193,19 +199,73 @@ impl<T: CompilationTarget> KernelLoader<T> {
                                 .map_err(|refusal| refused(id, refusal))
                         })
                     });
-                match published {
+                let (outcome, error) = match published {
                     Ok(published) => {
                         statistics.hits += 1;
+                        statistics.profile_hits += 1;
                         statistics.bytes_read += kernel.bytes;
                         let index = profile.profiler.watch(id.clone());
                         loaded.insert_profiled(id.clone(), published, index);
+                        (KernelOutcome::FromStore, None)
                     }
-                    Err(error) => log::debug!("a profiled kernel was refused: {error}"),
-                }
+                    Err(error) => {
+                        log::debug!("a profiled kernel was refused: {error}");
+                        (KernelOutcome::Refused, Some(error.to_string()))
+                    }
+                };
+                records.push(KernelRecord {
+                    kernel: id.kernel.clone(),
+                    outcome,
+                    work: Duration::ZERO,
+                    stored: false,
+                    diagnostics: Vec::new(),
+                    error,
+                    remembered: false,
+                });
                 Vec::new()
             },
         );
         self.target.batch_finished();
+        self.record_profile_load(records, workers, started.elapsed());
+    }
+
+    /// Says how many kernels the warm-start profile loaded (`KILN_LOG=info`)
+    /// and keeps the load's record in the store beside the batches' (`kiln
+    /// records`, `kiln stats`), its hits counted as the profile's, and ends
+    /// it for the store as a batch is ended. The loader's own records are
+    /// of batches, which this is not.
+    fn record_profile_load(&mut self, records: Vec<KernelRecord>, workers: usize, wall: Duration) {
+        let batch = BatchRecord {
+            kernels: records.len(),
+            workers,
+            mode: WorkerMode::Threads,
+            wall,
+            stored: false,
+            profile_hits: records
+                .iter()
+                .filter(|record| record.outcome == KernelOutcome::FromStore)
+                .count(),
+            records,
+            background: false,
+            health: self.health.snapshot(),
+        };
+        log::info!(
+            "warm-start profile: {} of {} kernels loaded from the store in {:?}",
+            batch.profile_hits,
+            batch.kernels,
+            batch.wall
+        );
+        if let Some(store) = &self.store {
+            if StoredBatch::worth_keeping(&batch)
+                && let Some(encoded) = StoredBatch::of(&batch, store.components()).encode()
+            {
+                store.keep_batch(&encoded);
+            }
+            // The store's counts of the profile's lookups are merged now, as
+            // a batch's are, not only when the store is dropped (which a
+            // program that keeps its loader to the end never does).
+            store.batch_finished();
+        }
     }
 
     /// `id` was loaded without the program asking for it (a tune's loser):

@@ -50,6 +50,9 @@ pub struct BatchShape {
     pub work_seconds: f64,
     /// Kernels found in the store by their id.
     pub from_store: usize,
+    /// Of those, the kernels a warm-start profile loaded before the
+    /// program asked for them: the record of a profile's load.
+    pub profile_hits: usize,
     /// Kernels that took another's artifact by identical text.
     pub rekeyed: usize,
     /// Kernels compiled.
@@ -121,6 +124,7 @@ fn shape(stored: &StoredBatch, slowest: usize) -> BatchShape {
         wall_seconds: batch.wall.as_secs_f64(),
         work_seconds: batch.summed_work().as_secs_f64(),
         from_store: batch.count(KernelOutcome::FromStore),
+        profile_hits: batch.profile_hits,
         rekeyed: batch.count(KernelOutcome::Rekeyed),
         compiled: batch.count(KernelOutcome::Compiled),
         failed: batch.count(KernelOutcome::Failed),
@@ -172,6 +176,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
             "COMPILED>",
             "?REKEYED>",
             "STORE>",
+            "?PROFILE>",
             "FAILED>",
             "?WORKERS",
             "WALL>",
@@ -187,12 +192,18 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
                 batch.compiled.to_string(),
                 batch.rekeyed.to_string(),
                 batch.from_store.to_string(),
+                batch.profile_hits.to_string(),
                 batch.failed.to_string(),
                 match (batch.workers, batch.mode) {
                     (1, "threads") => "1 thread".to_owned(),
                     (1, "processes") => "1 process".to_owned(),
                     (workers, mode) => format!("{workers} {mode}"),
-                } + if batch.background { ", background" } else { "" },
+                } + if batch.background { ", background" } else { "" }
+                    + if batch.profile_hits > 0 {
+                        ", profile"
+                    } else {
+                        ""
+                    },
                 format::seconds(batch.wall_seconds),
                 format::seconds(batch.work_seconds),
             ]);

@@ -83,7 +83,13 @@ struct ActivityReport {
 #[derive(Debug, Serialize)]
 struct BackendReport {
     backend: String,
+    /// Kernels found in the store by their id, those a warm-start profile
+    /// loaded among them.
     hits: u64,
+    /// Of the hits, the kernels warm-start profiles loaded before their
+    /// program asked for them, as the store's kept batch records count
+    /// them (the last few of every process).
+    profile_hits: u64,
     rekeyed: u64,
     misses: u64,
     /// (hits + rekeyed) / (hits + rekeyed + misses); `None` before any
@@ -104,6 +110,7 @@ impl From<BackendActivity> for BackendReport {
             hit_rate: (asked > 0).then(|| found as f64 / asked as f64),
             backend: counts.backend,
             hits: counts.hits,
+            profile_hits: 0,
             rekeyed: counts.rekeyed,
             misses: counts.misses,
             compiles: counts.compiles,
@@ -142,6 +149,7 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
     let footprint = store.footprint();
     let config = store.config();
     let activity = store.activity();
+    let kept = store.kept_batches();
     let stats = Stats {
         root,
         bytes: usage.bytes,
@@ -153,9 +161,21 @@ pub fn run(store: &DiskStore, arguments: &Arguments, output: &Output) -> Result<
         compilers: store.targets(),
         activity: ActivityReport {
             since: activity.since,
-            backends: activity.backends.into_iter().map(Into::into).collect(),
+            backends: activity
+                .backends
+                .into_iter()
+                .map(|counts| {
+                    let mut report = BackendReport::from(counts);
+                    report.profile_hits = kept
+                        .iter()
+                        .filter(|stored| stored.backend == report.backend)
+                        .map(|stored| stored.batch.profile_hits as u64)
+                        .sum();
+                    report
+                })
+                .collect(),
         },
-        health: crate::health::HealthReport::of(&store.kept_batches()),
+        health: crate::health::HealthReport::of(&kept),
         remote: remote.as_ref().map(remote_report),
     };
     output.print(&stats, || print(&stats))
@@ -395,6 +415,7 @@ fn print(stats: &Stats) {
     let mut table = Table::new(&[
         "BACKEND",
         "HITS>",
+        "?PROFILE>",
         "REKEYED>",
         "MISSES>",
         "HIT RATE>",
@@ -408,6 +429,7 @@ fn print(stats: &Stats) {
         table.row(vec![
             backend.backend.clone(),
             backend.hits.to_string(),
+            backend.profile_hits.to_string(),
             backend.rekeyed.to_string(),
             backend.misses.to_string(),
             backend
