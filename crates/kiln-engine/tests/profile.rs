@@ -329,3 +329,45 @@ fn l12_a_profiled_start_counts_its_profile_hits() {
     assert_eq!(record.batch.count(kiln_engine::KernelOutcome::FromStore), 5);
     assert_eq!(record.batch.kernels, 5);
 }
+
+/// The `info` lines logged in this test binary.
+static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+struct Capture;
+
+impl log::Log for Capture {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Info
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            LOGGED
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(record.args().to_string());
+        }
+    }
+    fn flush(&self) {}
+}
+
+// L12: `KILN_LOG=info` says how many kernels each profile's load loaded.
+#[test]
+fn l12_a_profiles_load_is_logged_at_info() {
+    static CAPTURE: Capture = Capture;
+    if log::set_logger(&CAPTURE).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
+    let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+    run(&store, "logged", 0..23);
+    assert_eq!(loaded_at_start(&store, "logged"), 23);
+    let logged = LOGGED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    assert!(
+        logged
+            .iter()
+            .any(|line| line.starts_with("warm-start profile: 23 of 23 kernels loaded")),
+        "{logged:#?}"
+    );
+}
