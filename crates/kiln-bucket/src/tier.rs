@@ -334,6 +334,14 @@ impl ArtifactStore for BucketTier {
     }
 
     fn remove(&self, key: &StoreKey) {
+        // A queued write of the key would land after the removal and bring
+        // it back: drop it, and let a write already sent finish first.
+        {
+            let queue = &self.inner.queue;
+            let mut state = queue.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.waiting.retain(|write| write.key != *key);
+        }
+        self.flush(self.inner.bucket.config().timeout);
         self.inner.front.remove(key);
         self.inner.bucket.remove(key);
     }
