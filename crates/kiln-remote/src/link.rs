@@ -137,6 +137,10 @@ pub(crate) struct Remote {
     pub(crate) breaker: Breaker,
     /// Whether an error reply was already logged.
     warned_reply: std::sync::atomic::AtomicBool,
+    /// The reason of the last outage warned of: an outage that opens again
+    /// for the same reason (a certificate that still does not verify, a
+    /// server still refusing connections) is not said twice.
+    warned_outage: Mutex<Option<String>>,
     /// Commands sent, every connection together.
     sent: Arc<AtomicU64>,
 }
@@ -235,6 +239,7 @@ impl Remote {
             idle: Mutex::new(Vec::new()),
             breaker: Breaker::new(retry_after),
             warned_reply: std::sync::atomic::AtomicBool::new(false),
+            warned_outage: Mutex::new(None),
             sent: Arc::new(AtomicU64::new(0)),
         })
     }
@@ -398,11 +403,24 @@ impl Remote {
             .clear();
         if self.breaker.failed(permit) {
             bump(&counters.breaker_opened);
-            log::warn!(
-                "kiln: the remote store at {} is not answering ({error}); using the local store \
-                 alone and asking it again in a while",
-                self.shown
-            );
+            let reason = error.to_string();
+            let mut warned = self
+                .warned_outage
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if warned.as_deref() == Some(reason.as_str()) {
+                log::debug!(
+                    "kiln: the remote store at {} is not answering again ({reason})",
+                    self.shown
+                );
+            } else {
+                log::warn!(
+                    "kiln: the remote store at {} is not answering ({reason}); using the local \
+                     store alone and asking it again in a while",
+                    self.shown
+                );
+                *warned = Some(reason);
+            }
         }
     }
 }
