@@ -260,6 +260,9 @@ fn no_help_names_the_repository_or_a_rule() {
         .skip_while(|line| !line.starts_with("Commands:"))
         .skip(1)
         .take_while(|line| line.starts_with("  "))
+        // A command's name starts its line two spaces in; a description
+        // wrapped onto the next line is indented further.
+        .filter(|line| !line.starts_with("   "))
         .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
         .filter(|command| command != "help")
         .collect();
