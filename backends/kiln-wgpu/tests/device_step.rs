@@ -1,7 +1,7 @@
 //! The wgpu device step on the batch's workers (F9), on a real Vulkan
-//! device (lavapipe here): the pipelines of a cold batch's compiled kernels,
-//! and of a warm batch's store hits, are made on the loader's pool threads,
-//! never on the thread that asked, and launch. Every test skips with a
+//! device (lavapipe here): the pipelines of a cold batch's compiled kernels
+//! are made on the loader's pool threads, never on the thread that asked;
+//! a warm batch's store hits where their cost says (F11); and they launch. Every test skips with a
 //! printed reason where there is no Vulkan adapter, and fails instead under
 //! `KILN_REQUIRE_DEVICE=1`.
 
@@ -73,7 +73,7 @@ fn f9_a_cold_batch_makes_its_compiled_kernels_pipelines_on_the_pool_threads() {
 
 // F9
 #[test]
-fn f9_a_warm_batch_makes_its_store_hits_pipelines_on_the_pool_threads() {
+fn f9_f11_a_warm_batch_makes_its_store_hits_pipelines_where_their_cost_says() {
     let Some(device) = support::device("F9 warm batch") else {
         return;
     };
@@ -95,9 +95,29 @@ fn f9_a_warm_batch_makes_its_store_hits_pipelines_on_the_pool_threads() {
     second.compile_queued();
     let batch = second.records().back().expect("one batch").clone();
     assert_eq!(batch.count(KernelOutcome::FromStore), count);
-    second
-        .target()
-        .assert_made_on_the_pool(count, "pipelines", "F9 warm batch");
+    // F11: a batch with nothing to compile times its first pipeline on the
+    // loader's thread; the rest stay there when they all fit in a moment
+    // at that pace (a warm driver cache), else spread over the pool.
+    let made = second.target().made_on();
+    assert_eq!(made.len(), count, "every pipeline was made");
+    let caller = std::thread::current().id();
+    let on_caller = made
+        .values()
+        .filter(|(thread, _)| *thread == caller)
+        .count();
+    if batch.workers == 1 {
+        assert_eq!(on_caller, count, "one worker: all made where asked");
+    } else {
+        assert_eq!(on_caller, 1, "the first timed where asked, the rest spread");
+        assert!(
+            made.values()
+                .filter(|(thread, _)| *thread != caller)
+                .all(|(_, name)| name
+                    .as_deref()
+                    .is_some_and(|name| name.starts_with("kiln-compile-"))),
+            "the rest on the loader's pool"
+        );
+    }
     let pipeline = second
         .load(&kernels[5], &support::id_of(&kernels[5]))
         .expect("loaded");

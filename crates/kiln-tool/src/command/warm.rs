@@ -236,6 +236,11 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
     // A store found read-only says so itself, through the logger.
     if let Err(reason) = &store {
         errln!("kiln: warning: {reason}; compiling without a store");
+        // Said once: the process's default store (which a target made
+        // before it is given none, or a worker process, would open) is off.
+        // SAFETY: a store that could not open started no thread, and this
+        // command has started none of its own yet.
+        unsafe { std::env::set_var("KILN_CACHE_DISABLE", "1") };
     }
     // The tiers as a program opens them: one reading of the remote
     // tier's URL and keys, with the disk store this command found.
