@@ -40,6 +40,15 @@ const FLEET_KEY: &str = "KILN_REMOTE_FAR_KEY";
 const KERNELS: &str = "KILN_REMOTE_FAR_KERNELS";
 const LEASE_MS: &str = "KILN_REMOTE_FAR_LEASE_MS";
 
+/// The tests of this binary one at a time: each times a node against its
+/// own baseline, and eight nodes at once beside it would time the machine.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TESTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn redis_or_skip(what: &str) -> Option<Redis> {
     match Redis::single() {
         Ok(redis) => Some(redis),
@@ -136,6 +145,7 @@ fn claim_key(prefix: &str, number: u32) -> String {
 
 #[test]
 fn p12_a_rotating_forged_lease_never_stalls_a_node_50_ms_away() {
+    let _turn = one_at_a_time();
     let Some(redis) = redis_or_skip("rotating forged leases") else {
         return;
     };
@@ -334,6 +344,7 @@ fn p12_a_killed_holder_costs_one_lease_whatever_the_round_trip() {
         Ok(other) => panic!("no part {other:?} in this test"),
         Err(_) => {}
     }
+    let _turn = one_at_a_time();
     let Some(redis) = redis_or_skip("a killed holder far away") else {
         return;
     };
@@ -362,6 +373,7 @@ fn p12_a_killed_holder_costs_one_lease_whatever_the_round_trip() {
 
 #[test]
 fn p12_eight_cold_nodes_send_at_most_the_stated_commands_per_kernel() {
+    let _turn = one_at_a_time();
     let Some(redis) = redis_or_skip("commands per kernel") else {
         return;
     };
