@@ -344,6 +344,10 @@ pub(crate) fn validate(bytes: &[u8], label: &str) -> Result<Option<Diagnostic>, 
         .stderr(Stdio::piped())
         .spawn();
     let Ok(mut child) = child else {
+        // Without the validator, at least the module's shape: whole
+        // instructions, every function ended (a module cut short at an
+        // instruction's edge ends inside one), never handed to a driver.
+        whole_functions(bytes, label)?;
         return Ok(Some(Diagnostic {
             severity: Severity::Warning,
             message: format!(
@@ -368,4 +372,35 @@ pub(crate) fn validate(bytes: &[u8], label: &str) -> Result<Option<Diagnostic>, 
         said.lines().next().unwrap_or("no reason given")
     ))
     .with_log(said))
+}
+
+/// `OpFunction` and `OpFunctionEnd`.
+const OP_FUNCTION: u32 = 54;
+const OP_FUNCTION_END: u32 = 56;
+
+/// Whether `bytes` is whole instructions whose functions all end, the
+/// last of them last: what a module cut short or run on fails.
+fn whole_functions(bytes: &[u8], label: &str) -> Result<(), CompileFailure> {
+    let words = crate::spirv::words(bytes);
+    let listed = instructions(&words)?;
+    let mut open = 0usize;
+    for instruction in &listed {
+        match instruction.opcode {
+            OP_FUNCTION if open == 0 => open = 1,
+            OP_FUNCTION_END if open == 1 => open = 0,
+            OP_FUNCTION | OP_FUNCTION_END => open = usize::MAX,
+            _ => {}
+        }
+    }
+    let ends_a_function = listed
+        .last()
+        .is_some_and(|last| last.opcode == OP_FUNCTION_END);
+    if open == 0 && ends_a_function {
+        Ok(())
+    } else {
+        Err(CompileFailure::message(format!(
+            "{label}: the module does not end its functions (cut short?), and without spirv-val \
+             (SPIR-V Tools) nothing else checks it: it is not handed to the driver"
+        )))
+    }
 }
