@@ -7,62 +7,15 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey};
 use kiln_remote::{RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
+use support::warned::{one_at_a_time, warnings};
 use support::{Redis, config, fleet_keys, fresh_prefix};
 
 const TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Every warning logged while a test held [`one_at_a_time`].
-static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-static TESTS: Mutex<()> = Mutex::new(());
-
-struct Counting;
-
-impl log::Log for Counting {
-    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Warn
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        if record.level() <= log::Level::Warn {
-            WARNINGS
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(record.args().to_string());
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-/// Installs the counting logger once, waits for the other tests of this
-/// binary, and forgets what they logged.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static INSTALLED: AtomicBool = AtomicBool::new(false);
-    if !INSTALLED.swap(true, Ordering::SeqCst) {
-        log::set_logger(&Counting).expect("no other logger in this binary");
-        log::set_max_level(log::LevelFilter::Warn);
-    }
-    let turn = TESTS.lock().unwrap_or_else(PoisonError::into_inner);
-    WARNINGS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clear();
-    turn
-}
-
-fn warnings() -> Vec<String> {
-    WARNINGS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone()
-}
 
 fn key(number: u32) -> StoreKey {
     let components = KeyComponents::new("cuda", "nvrtc 13.0", "sm_90", "-O3");

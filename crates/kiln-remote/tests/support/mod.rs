@@ -11,6 +11,8 @@
     reason = "each test binary uses its own part of the support"
 )]
 
+pub mod warned;
+
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
