@@ -151,7 +151,9 @@ impl CudaTarget {
                     .get(),
             );
         }
+        log::debug!("NVRTC is open and the compile workers are starting");
         let device = CudaDevice::open(ordinal)?;
+        log::debug!("the CUDA context is made");
         Ok(Self::with_compiler_on(device, compiler?))
     }
 

@@ -273,7 +273,12 @@ impl WorkerPool {
         let rest = jobs.split_off(1);
         let started = Instant::now();
         self.run_with(jobs, 1, false, &work, &mut done);
-        let workers = device_workers(started.elapsed(), rest.len(), self.parallelism.get());
+        let first = started.elapsed();
+        let workers = device_workers(first, rest.len(), self.parallelism.get());
+        log::debug!(
+            "the first device step took {first:?}: {} more on {workers} worker(s)",
+            rest.len()
+        );
         self.run_with(rest, workers, workers > 1, &work, &mut done);
         workers
     }

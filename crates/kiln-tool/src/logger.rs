@@ -20,7 +20,8 @@
 
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
@@ -146,7 +147,18 @@ fn line(record: &Record<'_>) -> String {
     let message = record.args().to_string();
     let message = without_prefix(&message);
     // Another crate's line names it, so it is not read as kiln's own.
-    if record.level() >= Level::Debug || !record.target().starts_with("kiln") {
+    if record.level() >= Level::Debug {
+        // A debugging line says when, from the logger's start, so that a
+        // slow start can be read off the lines around it.
+        match STARTED.get() {
+            Some(started) => format!(
+                "kiln: {level}: {}: [{:.3} ms] {message}",
+                record.target(),
+                started.elapsed().as_secs_f64() * 1e3
+            ),
+            None => format!("kiln: {level}: {}: {message}", record.target()),
+        }
+    } else if !record.target().starts_with("kiln") {
         format!("kiln: {level}: {}: {message}", record.target())
     } else {
         format!("kiln: {level}: {message}")
@@ -194,10 +206,14 @@ fn filter(text: Option<&str>, verbose: u8, quiet: bool) -> (env_logger::Logger, 
     (builder.build(), refused)
 }
 
+/// When the logger was installed: the origin of the debugging lines' times.
+static STARTED: OnceLock<Instant> = OnceLock::new();
+
 /// Installs the logger for the run: `KILN_LOG`'s filter, its level replaced
 /// by the flags' when given. A directive of `KILN_LOG` that does not parse
 /// is reported as a warning and left out.
 pub fn install(verbose: u8, quiet: bool) {
+    STARTED.get_or_init(Instant::now);
     let text = std::env::var("KILN_LOG").ok();
     let (filter, problems) = filter(text.as_deref(), verbose, quiet);
     let most_detailed = filter.filter();

@@ -111,6 +111,10 @@ impl<T: CompilationTarget> KernelLoader<T> {
         // has kernels to compile, in the background while its workers lower
         // them; a batch the store answers whole starts none.
         let missing = jobs.iter().filter(|job| job.is_missing()).count();
+        log::debug!(
+            "batch of {n_kernels}: {missing} missing after the store's answer, {:?} in",
+            started.elapsed()
+        );
         self.pool
             .start_early(self.target.compiler().worker_recipe(), missing);
         let used_processes = AtomicBool::new(false);
@@ -142,6 +146,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
                 .and_then(|store| Instant::now().checked_add(store.claim_timeout()));
             self.wait_for_others(&mut jobs, deadline);
         }
+        let settled = started.elapsed();
         let mode = if used_processes.load(Ordering::Relaxed) {
             WorkerMode::Processes
         } else {
@@ -183,7 +188,8 @@ impl<T: CompilationTarget> KernelLoader<T> {
         };
         self.note_health(&mut batch);
         log::debug!(
-            "batch of {} kernels: {:?} wall, {:?} work on {} workers ({:?})",
+            "batch of {} kernels: {:?} wall ({settled:?} to the last kernel settled), {:?} work \
+             on {} workers ({:?})",
             batch.kernels,
             batch.wall,
             batch.summed_work(),
@@ -197,6 +203,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
             && let Some(encoded) = StoredBatch::of(&batch, store.components()).encode()
         {
             store.keep_batch(&encoded);
+            log::debug!("batch record kept, {:?} in", started.elapsed());
         }
         if self.record_limit > 0 {
             if self.records.len() == self.record_limit {

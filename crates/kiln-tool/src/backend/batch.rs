@@ -214,11 +214,13 @@ where
     // Two identical `specialize` lines make one kernel: the queue holds
     // each once.
     let count = loader.queued_len();
+    log::debug!("{backend}: {count} kernels queued");
     let bar = BatchBar::start(backend, count, loader.progress(), progress);
     let started = Instant::now();
     loader.compile_queued();
     let wall = started.elapsed();
     drop(bar);
+    log::debug!("{backend}: the batch answered in {wall:?}");
     let statistics = loader.statistics();
     let remembered: HashSet<KernelId> = loader
         .records()
@@ -271,6 +273,7 @@ where
             }
         }
     }
+    log::debug!("{backend}: every kernel's outcome read");
     let report = BackendReport {
         backend,
         target: description,

@@ -124,6 +124,7 @@ where
             Err(error) => return unavailable(error),
         },
     };
+    log::debug!("{}: the target is ready", B::NAME);
     let toolkit = B::toolkit();
     let prepared: Vec<Prepared<B::Options>> = job
         .files
