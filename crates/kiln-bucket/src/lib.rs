@@ -34,7 +34,6 @@
 
 #![warn(missing_docs)]
 
-mod breaker;
 mod client;
 pub mod config;
 pub mod error;

@@ -10,10 +10,10 @@ use kiln_engine::store::{BlobKey, Explanation, KeySubject, StoreCounters, hex};
 use kiln_engine::{
     ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics,
 };
+use kiln_remote::breaker::{Breaker, Permit};
 use kiln_remote::entry::{self, Kind, Rejection};
 use serde::{Deserialize, Serialize};
 
-use crate::breaker::{Breaker, Permit};
 use crate::client::{Answer, Client, concurrently};
 use crate::config::BucketConfig;
 use crate::error::{Error, Result};
@@ -154,7 +154,7 @@ impl BucketStore {
         })?;
         Ok(Self {
             inner: Arc::new(Inner {
-                breaker: Breaker::new(config.retry_after),
+                breaker: Breaker::named("the bucket", config.retry_after),
                 client,
                 config,
                 counters: StoreCounters::default(),
@@ -252,7 +252,7 @@ impl BucketStore {
                     );
                 }
             }
-            None => inner.breaker.succeeded(permit),
+            None => inner.breaker.succeeded_after(permit),
         }
         Some(answers)
     }

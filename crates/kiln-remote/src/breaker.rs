@@ -6,6 +6,9 @@
 //!
 //! One warning per outage: when the breaker first opens. A failed probe
 //! stays quiet, and the remote coming back is logged at `info`.
+//!
+//! Public for the other shared tiers (the object-store tier), whose calls
+//! it guards alike.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -13,8 +16,11 @@ use std::time::{Duration, Instant};
 /// The longest the breaker stays open between probes.
 const LONGEST: Duration = Duration::from_secs(60);
 
+/// A circuit breaker over the calls to one remote tier.
 #[derive(Debug)]
-pub(crate) struct Breaker {
+pub struct Breaker {
+    /// What the tier is called in the line logged when it answers again.
+    name: &'static str,
     first: Duration,
     state: Mutex<State>,
     /// How many times it opened: a call in flight ends when this changes.
@@ -33,7 +39,7 @@ struct State {
 
 /// Whether a call may go to the remote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Permit {
+pub enum Permit {
     /// Closed: go ahead.
     Closed,
     /// Half open: this call is the probe.
@@ -43,8 +49,17 @@ pub(crate) enum Permit {
 }
 
 impl Breaker {
-    pub(crate) fn new(retry_after: Duration) -> Self {
+    /// A closed breaker of the Redis tier that, once opened, first waits
+    /// `retry_after` before a probe.
+    pub fn new(retry_after: Duration) -> Self {
+        Self::named("the remote store", retry_after)
+    }
+
+    /// [`new`](Self::new), for the tier `name` (as a sentence says it:
+    /// "the bucket").
+    pub fn named(name: &'static str, retry_after: Duration) -> Self {
         Self {
+            name,
             first: retry_after,
             state: Mutex::new(State {
                 backoff: retry_after,
@@ -58,7 +73,9 @@ impl Breaker {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn permit(&self) -> Permit {
+    /// Whether a call may go now; a [`Permit::Probe`] must be ended by
+    /// [`succeeded_after`](Self::succeeded_after) or [`failed`](Self::failed).
+    pub fn permit(&self) -> Permit {
         let mut state = self.state();
         match state.open_until {
             None => Permit::Closed,
@@ -72,19 +89,35 @@ impl Breaker {
 
     /// How many times the breaker opened (a failed probe opening it again
     /// counts too).
-    pub(crate) fn times_opened(&self) -> u64 {
+    pub fn times_opened(&self) -> u64 {
         self.opened.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether the breaker is open now.
-    pub(crate) fn is_open(&self) -> bool {
+    pub fn is_open(&self) -> bool {
         self.state().open_until.is_some()
     }
 
-    pub(crate) fn succeeded(&self) {
+    /// A call succeeded: the breaker closes, whatever let the call go.
+    pub fn succeeded(&self) {
         let mut state = self.state();
         if state.open_until.take().is_some() {
-            log::info!("kiln: the remote store answers again; using it");
+            log::info!("kiln: {} answers again; using it", self.name);
+        }
+        state.probing = false;
+        state.backoff = self.first;
+    }
+
+    /// A call that went with `permit` succeeded: a probe closes the
+    /// breaker; a call let through while it was closed closes nothing that
+    /// another call's failure opened meanwhile (calls that overlap).
+    pub fn succeeded_after(&self, permit: Permit) {
+        let mut state = self.state();
+        if permit != Permit::Probe && state.open_until.is_some() {
+            return;
+        }
+        if state.open_until.take().is_some() {
+            log::info!("kiln: {} answers again; using it", self.name);
         }
         state.probing = false;
         state.backoff = self.first;
@@ -92,7 +125,7 @@ impl Breaker {
 
     /// Opens the breaker after a failed call; `true` when this opened it
     /// (the start of an outage, the one time to warn).
-    pub(crate) fn failed(&self, permit: Permit) -> bool {
+    pub fn failed(&self, permit: Permit) -> bool {
         let mut state = self.state();
         let was_closed = state.open_until.is_none();
         if permit == Permit::Probe || was_closed {
@@ -134,6 +167,21 @@ mod tests {
         assert_eq!(breaker.permit(), Permit::Probe);
         breaker.succeeded();
         assert_eq!(breaker.permit(), Permit::Closed);
+        assert!(!breaker.is_open());
+    }
+
+    #[test]
+    fn a_call_let_through_while_closed_does_not_close_what_another_opened() {
+        // P10: calls that overlap: the later failure's outage stands.
+        let breaker = Breaker::named("the bucket", Duration::from_millis(20));
+        let early = breaker.permit();
+        assert!(breaker.failed(breaker.permit()));
+        breaker.succeeded_after(early);
+        assert!(breaker.is_open(), "an earlier call's success is stale");
+        std::thread::sleep(Duration::from_millis(30));
+        let probe = breaker.permit();
+        assert_eq!(probe, Permit::Probe);
+        breaker.succeeded_after(probe);
         assert!(!breaker.is_open());
     }
 }

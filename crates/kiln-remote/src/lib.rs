@@ -40,7 +40,7 @@
 #![warn(missing_docs)]
 
 mod announce;
-mod breaker;
+pub mod breaker;
 pub mod config;
 // Public for the other shared tiers (the object-store tier), whose
 // entries are these same signed values.
