@@ -100,12 +100,15 @@
 )]
 
 mod exit;
-mod processes;
+mod pool;
+mod prestart;
+mod process;
 mod program;
 mod protocol;
 mod reply;
 mod serve;
 mod temporary;
+mod wording;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -113,8 +116,8 @@ pub use crate::compiler::{ProcessCompiler, WorkerRecipe};
 
 pub(crate) use exit::Blame;
 pub use exit::{LOW_MEMORY_PART, OVERLOAD, TIMEOUT_FLOOR};
-pub use processes::WorkerProcesses;
-pub(crate) use processes::{ProcessPool, WorkerLost};
+pub use pool::WorkerProcesses;
+pub(crate) use pool::{ProcessPool, WorkerLost};
 pub(crate) use program::worker_program;
 pub use program::{WORKER_PROGRAM_NAME, version_line};
 pub(crate) use protocol::{Outcome, decode};
@@ -170,14 +173,14 @@ pub fn start_early(recipe: WorkerRecipe, count: usize) {
         return;
     }
     if let Ok(program) = worker_program() {
-        processes::prestart(program, recipe, count);
+        prestart::prestart(program, recipe, count);
     }
 }
 
 /// Closes the workers [`start_early`] started for `recipe` that no pool
 /// took.
 pub(crate) fn release_early(recipe: &WorkerRecipe) {
-    processes::release_prestarted(recipe);
+    prestart::release_prestarted(recipe);
 }
 
 /// Whether this process is a worker (its loaders never start workers).

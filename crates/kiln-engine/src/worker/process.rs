@@ -1,0 +1,203 @@
+//! One worker process: started with its compiler's recipe, a request and
+//! its reply over its two pipes within a timeout, closed, stopped or
+//! reaped with its temporary folder.
+
+use std::io::{self, BufReader, BufWriter};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use super::WorkerRecipe;
+use super::protocol::{self, PROTOCOL, Reply, Request};
+use super::reply::Within;
+use super::temporary::TemporaryFolder;
+use super::wording::describe_status;
+
+/// How long a starting worker has to answer its first request: the program
+/// starts, reaches its hook and opens the compiler's library.
+pub(super) const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a worker has to exit once its request pipe closed, before it is
+/// killed.
+pub(super) const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// One worker process, its two pipes and its temporary folder.
+pub(super) struct WorkerProcess {
+    pub(super) pid: u32,
+    child: Child,
+    requests: BufWriter<ChildStdin>,
+    replies: BufReader<ChildStdout>,
+    temporary: Option<TemporaryFolder>,
+}
+
+/// A worker whose request pipe is closed: the process, to be waited for,
+/// and its temporary folder, removed when this is dropped, after the
+/// process was waited for (every path that closes a worker waits for it,
+/// or kills it and waits).
+pub(super) struct Closed {
+    child: Child,
+    _temporary: Option<TemporaryFolder>,
+}
+
+impl std::ops::Deref for Closed {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for Closed {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+}
+
+impl WorkerProcess {
+    /// Starts `program` as a worker and has it build the compiler of
+    /// `recipe`.
+    pub(super) fn start(program: &Path, recipe: &WorkerRecipe) -> Result<Self, String> {
+        Self::spawn(program, recipe)?.started()
+    }
+
+    /// Starts `program` and sends it the start request, without waiting
+    /// for its answer: [`started`](Self::started) waits.
+    pub(super) fn spawn(program: &Path, recipe: &WorkerRecipe) -> Result<Self, String> {
+        let temporary = TemporaryFolder::make()
+            .inspect_err(|error| {
+                log::debug!("a compile worker shares this process's temporary folder: {error}");
+            })
+            .ok();
+        let mut command = Command::new(program);
+        command
+            .env(super::WORKER_CHANNEL_VARIABLE, PROTOCOL)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(temporary) = &temporary {
+            for variable in ["TMPDIR", "TMP", "TEMP", super::temporary::VARIABLE] {
+                command.env(variable, temporary.path());
+            }
+        }
+        let mut child = command.spawn().map_err(|error| error.to_string())?;
+        let pid = child.id();
+        let requests = BufWriter::new(child.stdin.take().expect("stdin was piped"));
+        let replies = BufReader::new(child.stdout.take().expect("stdout was piped"));
+        let mut worker = Self {
+            pid,
+            child,
+            requests,
+            replies,
+            temporary,
+        };
+        let start = Request::Start {
+            protocol: PROTOCOL.to_owned(),
+            compiler: recipe.compiler.to_owned(),
+            recipe: recipe.recipe.clone(),
+        };
+        if let Err(error) = protocol::write_frame(&mut worker.requests, &start) {
+            let status = worker.stop();
+            return Err(format!(
+                "{error} ({}); does its main call kiln_engine::worker::run_if_worker first?",
+                describe_status(status.as_ref().ok())
+            ));
+        }
+        Ok(worker)
+    }
+
+    /// Waits for the answer to the start request [`spawn`](Self::spawn)
+    /// sent: the worker, once it has built its compiler.
+    pub(super) fn started(mut self) -> Result<Self, String> {
+        let answer =
+            protocol::read_frame::<Reply>(&mut Within::new(&mut self.replies, START_TIMEOUT));
+        match answer {
+            Ok(Some(Reply::Started)) => Ok(self),
+            Ok(Some(Reply::Refused { reason })) => {
+                drop(self.stop());
+                Err(format!("the worker refused: {reason}"))
+            }
+            Ok(Some(other)) => {
+                drop(self.stop());
+                Err(format!("the worker answered its start with {other:?}"))
+            }
+            Ok(None) => {
+                let status = self.stop();
+                Err(format!(
+                    "it closed its pipe ({}); does its main call \
+                     kiln_engine::worker::run_if_worker first?",
+                    describe_status(status.as_ref().ok())
+                ))
+            }
+            Err(error) => {
+                let status = self.stop();
+                Err(format!(
+                    "{error} ({}); does its main call kiln_engine::worker::run_if_worker first?",
+                    describe_status(status.as_ref().ok())
+                ))
+            }
+        }
+    }
+
+    /// Sends `request` and reads its reply, waiting at most `timeout` for
+    /// the whole reply, every byte of it (an error of kind `TimedOut` past
+    /// it): a worker that sends part of a frame and stops costs one
+    /// timeout.
+    pub(super) fn round_trip(&mut self, request: &Request, timeout: Duration) -> io::Result<Reply> {
+        protocol::write_frame(&mut self.requests, request)?;
+        protocol::read_frame(&mut Within::new(&mut self.replies, timeout))?.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the worker closed its pipe mid-request",
+            )
+        })
+    }
+
+    /// Closes the request pipe, leaving the process to exit on its own.
+    pub(super) fn close(self) -> Closed {
+        let Self {
+            child, temporary, ..
+        } = self;
+        Closed {
+            child,
+            _temporary: temporary,
+        }
+    }
+
+    /// Stops the worker: closes its pipe, kills it when it does not exit.
+    pub(super) fn stop(self) -> io::Result<ExitStatus> {
+        let mut child = self.close();
+        if let Some(status) = wait_within(&mut child, Duration::from_millis(200)) {
+            return Ok(status);
+        }
+        drop(child.kill());
+        child.wait()
+    }
+
+    /// The exit status of a worker whose pipe broke: it is dead or dying.
+    pub(super) fn reap(self) -> Option<ExitStatus> {
+        let mut child = self.close();
+        match wait_within(&mut child, EXIT_GRACE) {
+            Some(status) => Some(status),
+            None => {
+                drop(child.kill());
+                child.wait().ok()
+            }
+        }
+    }
+}
+
+/// Waits up to `limit` for `child` to exit.
+pub(super) fn wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            _ => return None,
+        }
+    }
+}
