@@ -33,13 +33,17 @@ mod table;
 #[derive(Debug, Parser)]
 #[command(name = "kiln", version, about, long_about = LONG_ABOUT, after_long_help = exit::TABLE)]
 struct Cli {
-    /// The store's folder; default: the platform's cache folder.
+    /// The store's folder; default: the platform's cache folder
+    ///
+    /// [env: KILN_CACHE_DIR]
+    // The variable is read where the store's settings are (kiln-store's
+    // `StoreConfig::from_env`), once: without `--dir`, a command works on
+    // the configured store, which KILN_CACHE_DISABLE turns off; the line
+    // above says so as clap's `env` would, without a second reader.
     #[arg(
         long,
         global = true,
         value_name = "DIR",
-        env = "KILN_CACHE_DIR",
-        hide_env_values = true,
         hide_short_help = true,
         help_heading = GLOBAL
     )]
@@ -138,7 +142,7 @@ fn main() {
     // limit), fails only the kernel it held, never the run.
     kiln_engine::worker::run_if_worker(&backend::worker_entries());
     ignore_file_size_signal();
-    let (cli, dir_from_environment) = match parse() {
+    let cli = match parse() {
         Ok(parsed) => parsed,
         Err(error) => usage_error(&error),
     };
@@ -148,9 +152,10 @@ fn main() {
         json: cli.json,
         wide: cli.wide,
     };
-    // KILN_CACHE_DIR is the configured store, which KILN_CACHE_DISABLE
-    // turns off; only `--dir` names a store to work on regardless.
-    let dir = cli.dir.as_deref().filter(|_| !dir_from_environment);
+    // Only `--dir` names a store to work on regardless; without it, the
+    // store is the configured one (KILN_CACHE_DIR), which
+    // KILN_CACHE_DISABLE turns off.
+    let dir = cli.dir.as_deref();
     let result = match cli.command {
         Command::Stats(arguments) => with_existing_store(
             dir,
@@ -234,9 +239,8 @@ fn main() {
     end(status)
 }
 
-/// The command line, and whether the store's folder came from
-/// KILN_CACHE_DIR rather than `--dir`.
-fn parse() -> Result<(Cli, bool), clap::Error> {
+/// The command line.
+fn parse() -> Result<Cli, clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
     let mut command = Cli::command().after_help(GLOBAL_SHORT);
     let names: Vec<String> = command
@@ -249,18 +253,7 @@ fn parse() -> Result<(Cli, bool), clap::Error> {
         });
     }
     let mut matches = command.try_get_matches()?;
-    let from_environment = matches!(
-        command_matches(&matches).value_source("dir"),
-        Some(clap::parser::ValueSource::EnvVariable)
-    );
-    Ok((Cli::from_arg_matches_mut(&mut matches)?, from_environment))
-}
-
-/// The matches of the subcommand given, where global options land.
-fn command_matches(matches: &clap::ArgMatches) -> &clap::ArgMatches {
-    matches
-        .subcommand()
-        .map_or(matches, |(_, subcommand)| subcommand)
+    Cli::from_arg_matches_mut(&mut matches)
 }
 
 /// `error` and its causes, each after a colon, as `{:#}` writes them, but
