@@ -10,7 +10,8 @@
 //! | `KILN_REMOTE_RETRY_AFTER` | [`BucketConfig::retry_after`] | 5 seconds |
 //! | `KILN_REMOTE_MAX_ENTRY` | [`BucketConfig::max_entry_bytes`] | 64 MiB |
 //! | `KILN_REMOTE_READ_ONLY=1` | [`BucketConfig::read_only`] | writes when a key can sign |
-//! | `KILN_BUCKET_CONCURRENCY` | [`BucketConfig::concurrency`] | 16 requests at once |
+//! | `KILN_BUCKET_CONCURRENCY` | [`BucketConfig::concurrency`] | 64 requests at once |
+//! | `KILN_BUCKET_SPLIT` | [`BucketConfig::split_bytes`] | 256 KiB; `0`, `1M`, `4MiB` |
 //! | `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL` | [`BucketConfig::endpoint`] | AWS S3 in the region |
 //! | `AWS_REGION`, else `AWS_DEFAULT_REGION` | [`BucketConfig::region`] | `us-east-1` |
 //! | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` | [`BucketConfig::credentials`] | none: unsigned requests (a public bucket, read only) |
@@ -28,8 +29,13 @@ use crate::error::{Error, Result};
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How many requests a call sends at once unless `KILN_BUCKET_CONCURRENCY`
-/// says otherwise.
-pub const DEFAULT_CONCURRENCY: usize = 16;
+/// says otherwise: a batch of 64 kernels' lookups in one round trip.
+pub const DEFAULT_CONCURRENCY: usize = 64;
+
+/// The size split unless `KILN_BUCKET_SPLIT` says otherwise: with Redis in
+/// front, artifacts of at most this many bytes go to Redis, larger ones to
+/// the bucket.
+pub const DEFAULT_SPLIT: u64 = 256 << 10;
 
 /// An access key for signed requests (AWS signature version 4). Its
 /// `Debug` shows only the key's id.
@@ -81,6 +87,13 @@ pub struct BucketConfig {
     pub read_only: bool,
     /// How many requests one call sends at once.
     pub concurrency: usize,
+    /// The size split, when Redis is in front of the bucket (both in
+    /// `KILN_REMOTE_URL`): artifacts of at most this many bytes go to
+    /// Redis alone, larger ones to the bucket alone; `0` sends every
+    /// artifact to the bucket (Redis keeps the claims). Lookups that Redis
+    /// misses ask the bucket, since an entry's size is not known before it
+    /// is read. Without Redis the bucket takes every artifact.
+    pub split_bytes: u64,
 }
 
 /// Whether `url` names a bucket (`s3://...`).
@@ -181,6 +194,14 @@ impl BucketConfig {
                     expected: "a whole number of requests from 1 to 256",
                 })?,
         };
+        let split_bytes = match set("KILN_BUCKET_SPLIT") {
+            None => DEFAULT_SPLIT,
+            Some(value) => kiln_store::parse_size(&value).ok_or(Error::Setting {
+                variable: "KILN_BUCKET_SPLIT",
+                value,
+                expected: "a size in bytes, as 256K, 1M or 0",
+            })?,
+        };
         Ok(Some(Self {
             bucket,
             prefix,
@@ -194,6 +215,7 @@ impl BucketConfig {
             max_entry_bytes: remote.max_entry_bytes,
             read_only: remote.read_only,
             concurrency,
+            split_bytes,
         }))
     }
 
@@ -214,6 +236,7 @@ impl BucketConfig {
             max_entry_bytes: 64 << 20,
             read_only: false,
             concurrency: DEFAULT_CONCURRENCY,
+            split_bytes: DEFAULT_SPLIT,
         }
     }
 
@@ -320,6 +343,20 @@ mod tests {
             !format!("{credentials:?}").contains("s3cr3t"),
             "the secret is never shown"
         );
+    }
+
+    #[test]
+    fn the_size_split_reads_the_disk_stores_size_syntax() {
+        let split = |value: Option<&str>| {
+            let mut settings = vec![("KILN_REMOTE_URL", "s3://fleet-cache")];
+            settings.extend(value.map(|value| ("KILN_BUCKET_SPLIT", value)));
+            with(&settings).map(|config| config.unwrap().split_bytes)
+        };
+        assert_eq!(split(None).unwrap(), DEFAULT_SPLIT);
+        assert_eq!(split(Some("1M")).unwrap(), 1 << 20);
+        assert_eq!(split(Some("0")).unwrap(), 0);
+        let error = split(Some("half")).unwrap_err();
+        assert!(error.to_string().contains("KILN_BUCKET_SPLIT"), "{error}");
     }
 
     #[test]

@@ -27,6 +27,13 @@ const QUEUE_LIMIT: usize = 1024;
 ///   refused them, to the bucket through a bounded background queue: the launch never waits for the
 ///   bucket. [`flush`](Self::flush) and dropping the last handle write
 ///   what is queued.
+/// - **A size split** ([`with_split`](Self::with_split)), with Redis in
+///   the front: artifacts of at most the split go to the front alone (the
+///   disk and Redis), larger ones to the disk and the bucket; what Redis
+///   misses is asked of the bucket, since a lookup cannot know an entry's
+///   size before it reads it. The front must have been made with the same
+///   split ([`TieredStore::with_split`](kiln_remote::TieredStore::with_split)),
+///   so that it keeps large artifacts out of Redis.
 /// - **Claims** are the front's: the disk store's across a machine's
 ///   processes, Redis's across machines. With a bucket alone there is no
 ///   lease across machines: single flight holds within each machine, and
@@ -43,6 +50,9 @@ struct Inner {
     bucket: BucketStore,
     answers: StoreCounters,
     queue: Arc<Queue>,
+    /// The largest artifact left to the front alone; `None` when the
+    /// bucket takes every artifact.
+    split: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +81,18 @@ struct Write {
 impl BucketTier {
     /// `front` before `bucket`, with a writer thread for the bucket.
     pub fn new(front: Arc<dyn ArtifactStore>, bucket: BucketStore) -> Self {
+        Self::split(front, bucket, None)
+    }
+
+    /// [`new`](Self::new), with Redis in `front`: artifacts of at most
+    /// `largest` bytes are left to it, and only larger ones written to the
+    /// bucket (the size split; `largest` as
+    /// [`BucketConfig::split_bytes`](crate::BucketConfig::split_bytes)).
+    pub fn with_split(front: Arc<dyn ArtifactStore>, bucket: BucketStore, largest: u64) -> Self {
+        Self::split(front, bucket, Some(largest))
+    }
+
+    fn split(front: Arc<dyn ArtifactStore>, bucket: BucketStore, split: Option<u64>) -> Self {
         let queue = Arc::new(Queue::default());
         let (writer_queue, writer_bucket) = (Arc::clone(&queue), bucket.clone());
         // A writer that cannot start leaves writes queued, then dropped
@@ -84,6 +106,7 @@ impl BucketTier {
                 bucket,
                 answers: StoreCounters::default(),
                 queue,
+                split,
             }),
         }
     }
@@ -126,6 +149,14 @@ impl BucketTier {
 
     fn enqueue(&self, write: Write) {
         if !self.inner.bucket.config().writes() {
+            return;
+        }
+        // The size split: a small artifact is the front's (Redis's) alone.
+        if self
+            .inner
+            .split
+            .is_some_and(|largest| write.bytes.len() as u64 <= largest)
+        {
             return;
         }
         let queue = &self.inner.queue;

@@ -58,6 +58,10 @@ use held::{HeldHere, QueuedRelease};
 ///   alone in charge.
 /// - **Faults** of the remote are misses and counted failed writes; the
 ///   local store answers as it would alone.
+/// - **A size split** ([`with_split`](Self::with_split)), when a bucket is
+///   behind this store: artifacts larger than the split are not offered
+///   to Redis (the bucket behind takes them); lookups still ask Redis,
+///   which cannot know an entry's size before it is read.
 ///
 /// ```no_run
 /// use kiln_engine::ArtifactStore;
@@ -92,6 +96,9 @@ struct Inner {
     held_here: Arc<Mutex<HashMap<[u8; 32], usize>>>,
     /// What the batch running asked the remote for once per step.
     step: Step,
+    /// The largest artifact offered to the remote: `None` offers every
+    /// one (no bucket behind).
+    split: Option<u64>,
 }
 
 /// What the two-level store answered, counted once per lookup (its
@@ -103,6 +110,7 @@ struct Answers {
     remote_misses: AtomicU64,
     written_back: AtomicU64,
     copies_read: AtomicU64,
+    split_off: AtomicU64,
 }
 
 /// A two-level store's counts (`kiln stats`).
@@ -137,6 +145,10 @@ pub struct TieredStatistics {
     pub remote_write_failures: u64,
     /// Remote writes dropped because the queue was full.
     pub queue_dropped: u64,
+    /// Artifacts larger than the size split, not offered to the remote
+    /// (the bucket behind takes them).
+    #[serde(default)]
+    pub split_off: u64,
 }
 
 impl TieredStore {
@@ -144,6 +156,22 @@ impl TieredStore {
     /// the background ([`RemoteStore::connect_in_background`]), so the
     /// first batch's lookups find a connection ready.
     pub fn new(local: impl ArtifactStore + 'static, remote: RemoteStore) -> Self {
+        Self::split(local, remote, None)
+    }
+
+    /// [`new`](Self::new), offering the remote only artifacts of at most
+    /// `largest` bytes: the size split of a fleet with Redis and a bucket
+    /// behind it, the small entries in Redis's memory and the large ones
+    /// in the bucket. Blobs, failure memories and claims stay with Redis.
+    pub fn with_split(
+        local: impl ArtifactStore + 'static,
+        remote: RemoteStore,
+        largest: u64,
+    ) -> Self {
+        Self::split(local, remote, Some(largest))
+    }
+
+    fn split(local: impl ArtifactStore + 'static, remote: RemoteStore, split: Option<u64>) -> Self {
         let local: Arc<dyn ArtifactStore> = Arc::new(local);
         remote.connect_in_background();
         Self {
@@ -155,6 +183,7 @@ impl TieredStore {
                 reported: Mutex::new(FleetCounts::default()),
                 held_here: Arc::default(),
                 step: Step::default(),
+                split,
             }),
         }
     }
@@ -234,6 +263,7 @@ impl TieredStore {
             remote_writes: read(&state.written),
             remote_write_failures: read(&state.failed),
             queue_dropped: read(&state.dropped),
+            split_off: read(&self.inner.answers.split_off),
         }
     }
 
@@ -284,7 +314,8 @@ impl TieredStore {
 
     /// Queues for the fleet what the local store kept. What it refused (an
     /// empty artifact, say) is not offered to the fleet either: the tiers
-    /// keep the same entries.
+    /// keep the same entries. An artifact over the size split is the
+    /// bucket's, counted.
     fn offer(
         &self,
         outcome: &StoreOutcome,
@@ -294,6 +325,14 @@ impl TieredStore {
         work: Duration,
     ) {
         if self.inner.remote.writes() && !matches!(outcome, StoreOutcome::Failed { .. }) {
+            if self
+                .inner
+                .split
+                .is_some_and(|largest| bytes.len() as u64 > largest)
+            {
+                self.inner.answers.split_off.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             self.inner
                 .queue
                 .push(Write::Artifact(Box::new(ArtifactWrite {

@@ -132,7 +132,7 @@ impl Store {
     /// The tiers when the remote URL (`remote_url`, else
     /// `KILN_REMOTE_URL`) names a bucket: `s3://BUCKET/PREFIX` alone, or
     /// after a Redis URL and a space (Redis in front, the bucket behind
-    /// it); `None` when it names none.
+    /// it, split by size: `KILN_BUCKET_SPLIT`); `None` when it names none.
     #[cfg(feature = "bucket")]
     fn bucket_tiers(
         disk: &DiskStore,
@@ -146,19 +146,24 @@ impl Store {
         let Some(bucket_url) = url.split_whitespace().find(|part| is_bucket_url(part)) else {
             return Ok(None);
         };
-        let fleet = match url.split_whitespace().find(|part| !is_bucket_url(part)) {
-            Some(redis_url) => Self::fleet_from_env(Some(redis_url))?
-                .map(|remote| kiln_remote::TieredStore::new(disk.clone(), remote)),
-            None => None,
-        };
         let Some(config) = kiln_bucket::BucketConfig::from_env_with_url(Some(bucket_url))? else {
             return Ok(None);
         };
-        let front: Arc<dyn ArtifactStore> = match &fleet {
-            Some(fleet) => Arc::new(fleet.clone()),
-            None => Arc::new(disk.clone()),
+        // The size split (`KILN_BUCKET_SPLIT`): small artifacts in Redis,
+        // large ones in the bucket.
+        let split = config.split_bytes;
+        let fleet = match url.split_whitespace().find(|part| !is_bucket_url(part)) {
+            Some(redis_url) => Self::fleet_from_env(Some(redis_url))?
+                .map(|remote| kiln_remote::TieredStore::with_split(disk.clone(), remote, split)),
+            None => None,
         };
-        let bucket = kiln_bucket::BucketTier::new(front, kiln_bucket::BucketStore::open(config)?);
+        let bucket = kiln_bucket::BucketStore::open(config)?;
+        let bucket = match &fleet {
+            Some(fleet) => {
+                kiln_bucket::BucketTier::with_split(Arc::new(fleet.clone()), bucket, split)
+            }
+            None => kiln_bucket::BucketTier::new(Arc::new(disk.clone()), bucket),
+        };
         Ok(Some(Tiers {
             disk: disk.clone(),
             fleet,
