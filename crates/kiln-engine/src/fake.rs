@@ -36,7 +36,7 @@ use crate::store::{
 
 mod device;
 mod device_step;
-pub use device::{FakeDevice, FakeTimer};
+pub use device::{FAKE_BACKEND, FakeDevice, FakeTimer};
 pub use device_step::FakeDeviceStep;
 
 /// What a [`FakeKernel`] does on its way to the device.
@@ -216,6 +216,9 @@ pub struct FakeModule {
     /// Described by a compile-only target rather than loaded: its launches
     /// do nothing (L11).
     pub described: bool,
+    /// The number of the device it was loaded on ([`FakeDevice::number`]):
+    /// a module of one device is never another's.
+    pub device: u32,
 }
 
 impl FakeModule {
@@ -662,8 +665,11 @@ impl FakeTarget {
     }
 
     /// The same target on `device`: another identity or driver, as far as
-    /// tuning answers can tell (T2), or a clock shared with the test.
+    /// tuning answers can tell (T2), a clock shared with the test, or
+    /// another device of the machine ([`FakeDevice::with_number`]), whose
+    /// modules say so. The device step's records start afresh.
     pub fn with_device(mut self, device: FakeDevice) -> Self {
+        self.device_step = self.device_step.on_device(device.number());
         self.device = device;
         self
     }

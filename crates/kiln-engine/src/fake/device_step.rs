@@ -21,6 +21,10 @@ use crate::target::{CompilationTarget, DeviceStep};
 pub struct FakeDeviceStep {
     /// Described rather than loaded: a compile-only target's (L11).
     compile_only: bool,
+    /// The number of the device it loads on ([`FakeDevice::number`]).
+    ///
+    /// [`FakeDevice::number`]: super::FakeDevice::number
+    device: u32,
     /// How long each device object takes to make.
     time: Duration,
     /// The driver needs one thread: the loader's makes every object.
@@ -31,6 +35,17 @@ pub struct FakeDeviceStep {
 }
 
 impl FakeDeviceStep {
+    /// The same device step on device `number`: records afresh.
+    pub(super) fn on_device(&self, number: u32) -> Arc<FakeDeviceStep> {
+        Arc::new(FakeDeviceStep {
+            compile_only: self.compile_only,
+            device: number,
+            time: self.time,
+            one_thread: self.one_thread,
+            ..FakeDeviceStep::default()
+        })
+    }
+
     /// The thread that made the device object of `kernel`, last time it
     /// was made.
     pub fn made_on(&self, kernel: &KernelId) -> Option<ThreadId> {
@@ -90,6 +105,7 @@ impl DeviceStep<FakeCompiler> for FakeDeviceStep {
             kernel: id.kernel.clone(),
             text: artifact.text.clone(),
             described: self.compile_only,
+            device: self.device,
         })
     }
 }
@@ -107,6 +123,7 @@ impl FakeTarget {
     pub fn with_device_time(mut self, time: Duration) -> Self {
         self.device_step = Arc::new(FakeDeviceStep {
             compile_only: self.compile_only,
+            device: self.device_step.device,
             time,
             one_thread: self.device_step.one_thread,
             ..FakeDeviceStep::default()
@@ -121,6 +138,7 @@ impl FakeTarget {
     pub fn with_device_on_one_thread(mut self) -> Self {
         self.device_step = Arc::new(FakeDeviceStep {
             compile_only: self.compile_only,
+            device: self.device_step.device,
             time: self.device_step.time,
             one_thread: true,
             ..FakeDeviceStep::default()

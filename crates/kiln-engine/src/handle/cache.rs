@@ -84,9 +84,21 @@ impl<T: CompilationTarget> KernelCache<T> {
     /// A cache of the kernels `target` compiles and loads on `device`, with
     /// `config`. It keeps the record of at least the latest batch, whatever
     /// `config` says: the reporter reads each batch's warnings from it.
+    ///
+    /// Its warm-start profile (L12) is the device's: a cache of device 0
+    /// keeps the program's own, one of device N its own (see
+    /// [`Program::on_device`](crate::profile::Program::on_device)), so the
+    /// caches of several devices of one process each warm their own.
     pub fn with_config(device: DeviceId, target: T, mut config: LoaderConfig) -> Self {
         config.record_limit = config.record_limit.max(1);
-        let loader = KernelLoader::with_config(target, config);
+        // Device N's profile is started here, in place of the program's
+        // (which would be read for nothing).
+        let profiled = config.profile && device.number() != 0;
+        config.profile &= !profiled;
+        let mut loader = KernelLoader::with_config(target, config);
+        if profiled {
+            loader = loader.with_profile(crate::profile::Program::executable().on_device(device));
+        }
         let background = super::builds::BackgroundBuilds::new(loader.health_counters());
         Self {
             shared: Arc::new(Shared {
@@ -326,12 +338,21 @@ impl<T: CompilationTarget> KernelCache<T> {
                 built: Vec::new(),
             };
         }
+        // A request the loader holds already (a kernel of the warm-start
+        // profile, loaded ahead, L12) is answered from it: no second load
+        // of it on the device.
+        let held: Vec<Option<T::Loaded>> = in_flight
+            .entries
+            .iter()
+            .map(|wanted| loader.get(&wanted.slot.id))
+            .collect();
         // The requests stay in the slot map while they build, so a request
         // made now finds them and is not added twice (K2).
-        let asked = in_flight
+        let asked: Vec<_> = in_flight
             .entries
             .iter_mut()
-            .map(|wanted| {
+            .zip(&held)
+            .filter_map(|(wanted, held)| {
                 let registration = wanted.registration.take().or_else(|| {
                     // A retry counts with the collector open on the thread
                     // that retries it, as a retried load does.
@@ -341,13 +362,37 @@ impl<T: CompilationTarget> KernelCache<T> {
                         None
                     }
                 });
-                (&*wanted.kernel, wanted.slot.id.clone(), registration)
+                if held.is_some() {
+                    // Its artifact came from the store, with the profile.
+                    drop(
+                        registration
+                            .map(|registration| registration.settle(KernelOutcome::FromStore)),
+                    );
+                    return None;
+                }
+                Some((&*wanted.kernel, wanted.slot.id.clone(), registration))
             })
             .collect();
-        let outcomes = loader.compile_borrowed(asked);
+        let batch_ran = !asked.is_empty();
+        let mut compiled = if batch_ran {
+            loader.compile_borrowed(asked)
+        } else {
+            Vec::new()
+        }
+        .into_iter();
+        let outcomes: Vec<Result<T::Loaded, KernelError>> = held
+            .into_iter()
+            .map(|held| match held {
+                Some(loaded) => Ok(loaded),
+                None => compiled
+                    .next()
+                    .expect("the batch answers every kernel asked of it"),
+            })
+            .collect();
         let built: Vec<KernelRecord> = loader
             .records()
             .back()
+            .filter(|_| batch_ran)
             .map(|batch| {
                 batch
                     .records

@@ -73,6 +73,28 @@ impl Program {
         Self(name)
     }
 
+    /// The same program's profile on `device`, one of several devices of
+    /// one model in a process: each device keeps its own (L12). Device 0
+    /// keeps the program's own profile, so a one-device program's is the
+    /// same with or without it; device N's is named `NAME on BACKEND:N`.
+    ///
+    /// ```
+    /// use kiln_engine::DeviceId;
+    /// use kiln_engine::profile::Program;
+    ///
+    /// let server = Program::named("server");
+    /// assert_eq!(server.clone().on_device(DeviceId::new("cuda", 0)).name(), "server");
+    /// assert_eq!(server.on_device(DeviceId::new("cuda", 1)).name(), "server on cuda:1");
+    /// ```
+    #[must_use]
+    pub fn on_device(self, device: crate::id::DeviceId) -> Self {
+        if device.number() == 0 {
+            self
+        } else {
+            Self(format!("{} on {device}", self.0))
+        }
+    }
+
     /// Its name.
     pub fn name(&self) -> &str {
         &self.0
@@ -153,6 +175,37 @@ impl StoredProfile {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |since| since.as_secs()),
         }
+    }
+
+    /// This profile, which this run's loader wrote, joined with `other`:
+    /// one written by another loader of the same program and compiler since
+    /// this one read its last profile (another device of the same model, or
+    /// another process). Each kernel of either is kept at the younger of
+    /// its two ages, so a kernel either run asked for stays young and no
+    /// writer loses the other's; at most [`PROFILE_LIMIT`] kernels.
+    pub(crate) fn joined(mut self, other: &Self) -> Self {
+        let mut index: std::collections::HashMap<Vec<u8>, usize> = self
+            .kernels
+            .iter()
+            .enumerate()
+            .map(|(position, kernel)| (kernel.id.clone(), position))
+            .collect();
+        for kernel in &other.kernels {
+            match index.get(&kernel.id) {
+                Some(&position) => {
+                    let mine = &mut self.kernels[position];
+                    mine.age = mine.age.min(kernel.age);
+                }
+                None => {
+                    index.insert(kernel.id.clone(), self.kernels.len());
+                    self.kernels.push(kernel.clone());
+                }
+            }
+        }
+        self.kernels.sort_by_key(|kernel| kernel.age);
+        self.kernels.truncate(PROFILE_LIMIT);
+        self.runs = self.runs.max(other.runs);
+        self
     }
 
     /// A profile of nothing for `program`: what forgetting writes.
@@ -255,6 +308,39 @@ mod tests {
             (profile.kernels[0].id.clone(), profile.kernels[0].age),
             (vec![7], 0)
         );
+    }
+
+    #[test]
+    fn l12_two_writers_of_one_profile_keep_both_their_kernels() {
+        let previous = StoredProfile::next("p", &components(), None, used(&[1, 2]));
+        let first = StoredProfile::next("p", &components(), Some(&previous), used(&[3]));
+        let second = StoredProfile::next("p", &components(), Some(&previous), used(&[1, 4]));
+        let joined = second.joined(&first);
+        let ages: Vec<(Vec<u8>, u32)> = joined
+            .kernels
+            .iter()
+            .map(|kernel| (kernel.id.clone(), kernel.age))
+            .collect();
+        assert_eq!(
+            ages,
+            vec![(vec![1], 0), (vec![4], 0), (vec![3], 0), (vec![2], 1)],
+            "each writer's kernels young, the one neither asked for a run older"
+        );
+        assert_eq!(joined.runs, 2);
+    }
+
+    #[test]
+    fn l12_device_zero_keeps_the_programs_profile_and_others_their_own() {
+        use crate::id::DeviceId;
+        let on = |number| {
+            Program::named("p")
+                .on_device(DeviceId::new("fake", number))
+                .name()
+                .to_owned()
+        };
+        assert_eq!(on(0), "p");
+        assert_ne!(on(1), on(0));
+        assert_ne!(on(1), on(2));
     }
 
     #[test]

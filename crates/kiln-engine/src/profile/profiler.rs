@@ -186,12 +186,21 @@ impl<C: ArtifactCompiler> Profiler<C> {
                 }
             }
         }
-        let next = StoredProfile::next(
+        let mut next = StoredProfile::next(
             &self.program,
             &self.components,
             self.previous.as_ref(),
             used,
         );
+        // Another loader of the program and compiler (another device of
+        // the same model, another process) may have written the profile
+        // since this one read it: joined, so neither loses the other's
+        // kernels. Two writes at the same instant may still lose one.
+        if let Some(latest) = self.latest()
+            && Some(&latest) != self.previous.as_ref()
+        {
+            next = next.joined(&latest);
+        }
         if next.kernels.is_empty() && self.previous.is_none() {
             return;
         }
@@ -202,6 +211,16 @@ impl<C: ArtifactCompiler> Profiler<C> {
                 "could not keep the warm-start profile of {}: {detail}",
                 self.program
             );
+        }
+    }
+}
+
+impl<C: ArtifactCompiler> Profiler<C> {
+    /// The profile the store holds now.
+    fn latest(&self) -> Option<StoredProfile> {
+        match self.store.lookup_blob(&self.name) {
+            Lookup::Hit { artifact, .. } => StoredProfile::from_bytes(&artifact),
+            Lookup::Miss(_) => None,
         }
     }
 }
