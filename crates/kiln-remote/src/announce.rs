@@ -28,6 +28,7 @@ use kiln_engine::store::hex;
 
 use crate::keys::Keys;
 use crate::lease::{self, Word};
+use crate::subscription::{Heard, Subscription};
 
 /// How often the listener looks up from the channel to see whether its
 /// store is still there.
@@ -46,6 +47,9 @@ pub(crate) struct Announcements {
     /// Where to listen: the server, or a cluster's first node (a cluster
     /// carries what is published on any node to every node).
     server: redis::ConnectionInfo,
+    /// The PEM text of the CA certificates a TLS server's certificate
+    /// must chain to (`None`: the system's).
+    ca: Option<Arc<[u8]>>,
     keys: Keys,
     /// How long a lease lasts, and how long a release is remembered.
     lease: Duration,
@@ -73,6 +77,10 @@ struct Shared {
     /// What announces this store's leases again, when a node says hello.
     on_hello: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
+
+/// Set once a message too long to be a claim's was dropped: said once a
+/// process, whatever its stores.
+static WARNED_LARGE: AtomicBool = AtomicBool::new(false);
 
 #[derive(Default)]
 struct State {
@@ -104,6 +112,7 @@ impl Announcements {
     pub(crate) fn new(
         channel: String,
         server: redis::ConnectionInfo,
+        ca: Option<&[u8]>,
         keys: Keys,
         lease: Duration,
         timeout: Duration,
@@ -119,6 +128,7 @@ impl Announcements {
             }),
             started_at: OnceLock::new(),
             server,
+            ca: ca.map(Arc::from),
             keys,
             lease,
             timeout,
@@ -148,11 +158,12 @@ impl Announcements {
         }
         let shared = Arc::clone(&self.shared);
         let server = self.server.clone();
+        let ca = self.ca.clone();
         let keys = self.keys.clone();
         let (lease, timeout) = (self.lease, self.timeout);
         let spawned = std::thread::Builder::new()
             .name("kiln-remote-listen".into())
-            .spawn(move || listen(&shared, &server, &keys, lease, timeout));
+            .spawn(move || listen(&shared, &server, ca.as_deref(), &keys, lease, timeout));
         if spawned.is_err() {
             // Without a listener, claims go as they would without it.
             self.shared.gave_up.store(true, Ordering::Release);
@@ -275,12 +286,13 @@ impl Drop for Announcements {
 fn listen(
     shared: &Shared,
     server: &redis::ConnectionInfo,
+    ca: Option<&[u8]>,
     keys: &Keys,
     lease: Duration,
     timeout: Duration,
 ) {
     while !shared.closed.load(Ordering::Acquire) {
-        let heard = subscribe_and_hear(shared, server, keys, lease, timeout);
+        let heard = subscribe_and_hear(shared, server, ca, keys, lease, timeout);
         {
             let mut state = shared.state();
             state.listening = false;
@@ -301,16 +313,15 @@ fn listen(
 fn subscribe_and_hear(
     shared: &Shared,
     server: &redis::ConnectionInfo,
+    ca: Option<&[u8]>,
     keys: &Keys,
     lease: Duration,
     timeout: Duration,
-) -> redis::RedisResult<()> {
+) -> Result<(), Box<dyn std::error::Error>> {
+    // Read on a connection of its own that bounds every message: whoever
+    // can write Redis can publish, and some can lift Redis's own limit.
+    let mut subscription = Subscription::open(server, ca, &shared.channel, timeout)?;
     let client = redis::Client::open(server.clone())?;
-    let mut connection = client.get_connection_with_timeout(timeout)?;
-    connection.set_write_timeout(Some(timeout))?;
-    connection.set_read_timeout(Some(timeout))?;
-    let mut subscription = connection.as_pubsub();
-    subscription.subscribe(&shared.channel)?;
     // A node that starts listening has missed the leases taken before:
     // it says hello, and every holder that hears it announces its leases
     // again at once instead of at its next renewal. Said on a connection
@@ -326,7 +337,7 @@ fn subscribe_and_hear(
             .arg(&hello)
             .query::<i64>(&mut speaker)?;
     }
-    subscription.set_read_timeout(Some(SETTLING))?;
+    subscription.set_read_timeout(SETTLING)?;
     // Once its own hello is back, the holders' answers take about as long
     // again: listening counts from then (at most a timeout from now).
     let mut settled_at: Option<Instant> = None;
@@ -341,14 +352,25 @@ fn subscribe_and_hear(
             listening = true;
             shared.state().listening = true;
             shared.heard.notify_all();
-            subscription.set_read_timeout(Some(LOOK_UP))?;
+            subscription.set_read_timeout(LOOK_UP)?;
         }
-        let message = match subscription.get_message() {
-            Ok(message) => message,
-            Err(error) if error.is_timeout() => continue,
-            Err(error) => return Err(error),
+        let payload = match subscription.next()? {
+            Heard::Message(payload) => payload,
+            Heard::TooLarge(length) => {
+                if !WARNED_LARGE.swap(true, Ordering::Relaxed) {
+                    log::warn!(
+                        "kiln: a message of {length} bytes on the fleet's claims channel {} was \
+                         dropped unread (no claim's message is over {} bytes); whoever can write \
+                         this Redis can publish there: only kiln's nodes should",
+                        shared.channel,
+                        crate::subscription::MESSAGE_LIMIT
+                    );
+                }
+                continue;
+            }
+            Heard::Other | Heard::Nothing => continue,
         };
-        let payload = message.get_payload_bytes();
+        let payload = payload.as_slice();
         if payload == hello.as_bytes() {
             let back = asked.elapsed().max(SETTLING);
             settled_at = Some(Instant::now() + back * 2 + SETTLING * 4);
@@ -509,6 +531,7 @@ mod tests {
             "redis://127.0.0.1:1"
                 .parse::<redis::ConnectionInfo>()
                 .unwrap(),
+            None,
             keys.clone(),
             lease,
             Duration::from_millis(50),

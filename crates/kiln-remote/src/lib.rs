@@ -55,6 +55,7 @@ mod remote;
 mod signature;
 mod statistics;
 mod step;
+mod subscription;
 mod tiered;
 mod transfer;
 

@@ -5,7 +5,8 @@
 //!
 //! A node over TLS shares a batch with another; a server whose certificate
 //! the CA does not sign fails the tier once, with one warning, and the
-//! batch is put in and read from the disk. Warnings are counted by a logger
+//! batch is put in and read from the disk. A node over TLS hears the
+//! fleet's claims. Warnings are counted by a logger
 //! of this binary's own; the tests run one at a time.
 
 mod support;
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use kiln_engine::store::{Claim, ClaimWait, hex};
 use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey};
 use kiln_remote::{RemoteConfig, RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
@@ -260,6 +262,46 @@ fn p10_a_node_over_tls_shares_a_batch_with_another() {
     // The entries are in the server the plain port also serves.
     let size = redis.server.command(&["DBSIZE"]).unwrap_or_default();
     assert!(!size.starts_with(":0"), "DBSIZE: {size}");
+}
+
+// P12
+#[test]
+fn p12_a_node_over_tls_hears_the_fleets_claims() {
+    // The claims channel is heard on a connection of the listener's own,
+    // over TLS too, checked against KILN_REMOTE_CA: a lease whose key is
+    // deleted still holds for a node that heard it announced.
+    let _turn = one_at_a_time();
+    let Some(redis) = tls_redis_or_skip("claims heard over TLS") else {
+        return;
+    };
+    let (keys, prefix) = (fleet_keys(), fresh_prefix());
+    let store = || {
+        let mut settings: RemoteConfig = config(&redis.url(), keys.clone(), &prefix);
+        settings.ca_file = Some(redis.ca.clone());
+        RemoteStore::open(settings).expect("the store opens")
+    };
+    let (holder, listener) = (store(), store());
+    // Listening: it has claimed once.
+    assert!(matches!(
+        listener.claim(&key(100), ClaimWait::Once),
+        Claim::Held(_)
+    ));
+    let taken = key(8);
+    let Claim::Held(guard) = holder.claim(&taken, ClaimWait::Once) else {
+        panic!("the first claim is held");
+    };
+    let claim = format!("{prefix}c:{}", hex(&taken.digest()));
+    assert!(redis.server.command(&["DEL", &claim]).is_some());
+    assert!(
+        matches!(listener.claim(&taken, ClaimWait::Once), Claim::Busy),
+        "the lease was heard over TLS"
+    );
+    drop(guard);
+    assert!(matches!(
+        listener.claim(&taken, ClaimWait::Patiently),
+        Claim::Held(_)
+    ));
+    assert!(warnings().is_empty(), "{:?}", warnings());
 }
 
 /// Looks the batch up (all misses), puts it (the compile), and looks it up

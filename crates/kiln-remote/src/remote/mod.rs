@@ -136,6 +136,7 @@ impl RemoteStore {
         let announcements = crate::announce::Announcements::new(
             format!("{}claims", config.prefix),
             remote.listen_at.clone(),
+            ca.as_deref(),
             config.keys.clone(),
             config.lease,
             config.timeout,
