@@ -10,10 +10,12 @@
 //! should be is replaced by a real folder, so no write lands outside the
 //! store.
 
+use std::cell::RefCell;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Write};
-use std::path::Path;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::layout;
@@ -45,6 +47,80 @@ pub(crate) fn sync_data(file: &File) -> io::Result<()> {
 pub(crate) fn sync_all(file: &File) -> io::Result<()> {
     count_sync();
     file.sync_all()
+}
+
+/// A group commit (P3, F11): while one is open on a thread, the store's
+/// writes that thread makes are published as they are made (whole to any
+/// reader, and to every later reader however the writer ends: the system
+/// keeps what was written) and made durable together when the group
+/// commits, with one sync of each store's file system, instead of a sync
+/// of every file and folder as it is written. The stores' roots that a
+/// deferred sync was due in.
+struct Group {
+    roots: Vec<PathBuf>,
+}
+
+thread_local! {
+    /// The calling thread's open group, if any.
+    static GROUP: RefCell<Option<Group>> = const { RefCell::new(None) };
+}
+
+/// Opens a group commit on the calling thread, or keeps the one open.
+pub(crate) fn begin_group() {
+    GROUP.with(|group| {
+        group
+            .borrow_mut()
+            .get_or_insert_with(|| Group { roots: Vec::new() });
+    });
+}
+
+/// Whether the calling thread has a group open: a sync due now in the
+/// store at `root` is then left to the group's commit, which is told of
+/// it. Without a group, the caller syncs now.
+pub(crate) fn deferred(root: &Path) -> bool {
+    GROUP.with(|group| match group.borrow_mut().as_mut() {
+        Some(group) => {
+            if !group.roots.iter().any(|known| known == root) {
+                group.roots.push(root.to_path_buf());
+            }
+            true
+        }
+        None => false,
+    })
+}
+
+/// Ends the calling thread's group, making durable what it deferred: one
+/// `syncfs` of each store's file system that a sync was due in, and
+/// nothing when none was (a warm batch writes nothing it must wait for).
+/// One file's sync would cost as much as the whole step's, and a sync of
+/// every file a batch touched would cost one per shard.
+pub(crate) fn commit_group() -> io::Result<()> {
+    let Some(group) = GROUP.with(|group| group.borrow_mut().take()) else {
+        return Ok(());
+    };
+    let mut first_error = None;
+    for root in group.roots {
+        if let Err(error) = sync_file_system(&root) {
+            first_error.get_or_insert(error);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// One `syncfs` of the file system that holds `root`, counted.
+pub(crate) fn sync_file_system(root: &Path) -> io::Result<()> {
+    let folder = File::open(if root.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        root
+    })?;
+    count_sync();
+    // SAFETY: the descriptor is open for as long as `folder` lives.
+    if unsafe { libc::syncfs(folder.as_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// The fsync-class calls every store of this process made so far.
@@ -87,6 +163,17 @@ pub(crate) fn publish_open(
     publish_from(staging, target, durable, |file| file.write_all(bytes))
 }
 
+/// As [`publish_open`], with the syncs left to the calling thread's group
+/// commit when one is open ([`begin_group`]): a put of a batch.
+pub(crate) fn publish_open_grouped(
+    staging: &Path,
+    target: &Path,
+    bytes: &[u8],
+    durable: bool,
+) -> io::Result<File> {
+    place(staging, target, durable, true, |file| file.write_all(bytes))
+}
+
 /// As [`publish_open`], for bytes that `fill` writes to the staging file:
 /// an object streamed from a bundle need not fit in memory. What `fill`
 /// fails with is returned as it is, and nothing is published then.
@@ -96,7 +183,22 @@ pub(crate) fn publish_from<E: From<io::Error>>(
     durable: bool,
     fill: impl FnOnce(&mut File) -> Result<(), E>,
 ) -> Result<File, E> {
+    place(staging, target, durable, false, fill)
+}
+
+/// [`publish_from`]; when `grouped` and the thread has a group open, the
+/// file, its folder and any folder made on the way are synced by the
+/// group's commit instead of here. The order readers rely on holds
+/// either way: the file is whole before its name appears.
+fn place<E: From<io::Error>>(
+    staging: &Path,
+    target: &Path,
+    durable: bool,
+    grouped: bool,
+    fill: impl FnOnce(&mut File) -> Result<(), E>,
+) -> Result<File, E> {
     let root_path = staging.parent().ok_or_else(|| outside(staging))?;
+    let durable = durable && !(grouped && deferred(root_path));
     // A relative root of one name has an empty parent: the current folder.
     let root = Folder::open(if root_path.as_os_str().is_empty() {
         Path::new(".")

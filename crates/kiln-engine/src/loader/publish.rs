@@ -28,6 +28,11 @@ impl<T: CompilationTarget> Job<'_, T> {
             let device = Arc::clone(target.device_step());
             self.make_device(&*device);
         }
+        // What the batch writes is made durable together, when it waits
+        // for others or ends (P3): a few syncs a step, not a few a kernel.
+        if let Some(store) = store {
+            store.begin_group();
+        }
         let mut stored = false;
         let made = self.made.take();
         let (result, outcome) = match std::mem::replace(&mut self.step, Step::Done) {

@@ -175,6 +175,9 @@ impl<C: KeyedCompiler> BoundStore<C> {
         compiler: &C,
         id: &ArtifactId<C::Variant>,
     ) -> Claimed<C::Artifact> {
+        // A batch that waits for others has made its own writes durable
+        // first ([`ArtifactStore::commit_group`]): a step ends here.
+        self.store.commit_group();
         match self.lookup(compiler, id) {
             hit @ Lookup::Hit { .. } => Claimed::Published(hit),
             Lookup::Miss(_) => self.claim(compiler, id),
@@ -373,11 +376,20 @@ impl<C: KeyedCompiler> BoundStore<C> {
         self.store.explain(&self.artifact_key(compiler, id))
     }
 
+    /// Opens a group commit on the calling thread
+    /// ([`ArtifactStore::begin_group`]): the batch's writes are made
+    /// durable together when it waits for others or ends.
+    pub fn begin_group(&self) {
+        self.store.begin_group();
+    }
+
     /// Ends a batch: tells the store, which may evict to hold its limits
-    /// ([`ArtifactStore::batch_finished`], P6). Every claim of the batch
-    /// went with its kernel.
+    /// ([`ArtifactStore::batch_finished`], P6), and makes the batch's
+    /// writes durable together ([`ArtifactStore::commit_group`]). Every
+    /// claim of the batch went with its kernel.
     pub fn batch_finished(&self) {
         self.store.batch_finished();
+        self.store.commit_group();
     }
 
     /// Who holds the claim of `id` ([`ArtifactStore::holder`]).

@@ -387,8 +387,27 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
 
     /// A batch of a loader bound to the store ended: where a store with a
     /// size limit brings itself within it, so a run that fills the store
-    /// ends within its limits (P6). The default does nothing.
+    /// ends within its limits (P6), and where it commits the calling
+    /// thread's group ([`begin_group`](Self::begin_group)). The default
+    /// does nothing.
     fn batch_finished(&self) {}
+
+    /// Opens a group commit on the calling thread (or keeps the one open):
+    /// until [`commit_group`](Self::commit_group) or
+    /// [`batch_finished`](Self::batch_finished), the puts and blobs this
+    /// thread writes are published as they are written, each whole or
+    /// absent to every reader however the writer ends (P3), and made
+    /// durable together when the group commits: a few syncs for a batch
+    /// step rather than several for each entry. A loader opens one for
+    /// its batch. The default does nothing: each write is durable when it
+    /// returns.
+    fn begin_group(&self) {}
+
+    /// Makes durable what the calling thread wrote since
+    /// [`begin_group`](Self::begin_group), and ends its group; nothing
+    /// when it wrote nothing that must be waited for. A failed sync is
+    /// counted as a failed write (P5). The default does nothing.
+    fn commit_group(&self) {}
 
     /// Who holds the claim of `key` (P12), as a person reads it: `process
     /// 4242 on build-3`; `None` when nobody does or the store cannot say.

@@ -275,8 +275,19 @@ impl ArtifactStore for DiskStore {
 
     fn batch_finished(&self) {
         self.write_misses();
+        self.commit_writes();
         self.hold_limits();
         self.merge_activity();
+    }
+
+    fn begin_group(&self) {
+        if !self.inner.read_only {
+            crate::durable::begin_group();
+        }
+    }
+
+    fn commit_group(&self) {
+        self.commit_writes();
     }
 
     fn holder(&self, key: &StoreKey) -> Option<String> {

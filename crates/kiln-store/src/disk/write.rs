@@ -359,11 +359,22 @@ impl DiskStore {
         }
     }
 
+    /// Commits the calling thread's group: what it wrote made durable
+    /// together (P3); a sync that fails is counted as a failed write under
+    /// its cause (P5).
+    pub(super) fn commit_writes(&self) {
+        if let Err(error) = durable::commit_group() {
+            bump(&self.inner.counters.put_failures, 1);
+            self.count_write_failure(&error);
+        }
+    }
+
     /// Publishes `bytes` at `path` (P3), refusing a file the process's
-    /// file size limit would not let it write whole.
+    /// file size limit would not let it write whole; made durable now, or
+    /// by the thread's group commit when one is open (a batch's put).
     pub(super) fn publish(&self, path: &Path, bytes: &[u8]) -> io::Result<File> {
         within_file_size_limit(bytes.len() as u64)?;
-        durable::publish_open(
+        durable::publish_open_grouped(
             &self.inner.layout.staging(),
             path,
             bytes,

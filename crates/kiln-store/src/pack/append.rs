@@ -148,7 +148,10 @@ impl Packs {
         // to make durable too: the file system's sync does all, even for an
         // append that is otherwise not synced.
         let started = staged.iter().any(|staged| staged.started);
-        if self.durable && (synced || started) {
+        // In a group commit, the group's one sync does it all.
+        let due = self.durable && (synced || started);
+        let sync_now = due && !self.grouped();
+        if sync_now {
             sync_together(staged.iter().map(|staged| &staged.pack), started)?;
         }
         let indexes: Vec<File> = staged
@@ -159,7 +162,7 @@ impl Packs {
         for staged in staged {
             bytes += staged.publish(false)?;
         }
-        if self.durable && synced {
+        if sync_now && synced {
             sync_together(indexes.iter(), false)?;
         }
         Ok(bytes)

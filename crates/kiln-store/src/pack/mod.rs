@@ -421,11 +421,27 @@ impl Packs {
         removals: &[(Kind, [u8; 16])],
     ) -> io::Result<u64> {
         let folder = self.folder_to_write()?;
-        let staged = self.stage(&folder, shard, new_frames, removals, Start::Durably)?;
-        if self.durable && staged.has_frames {
+        // In a group commit (a batch's puts), the frames, their slots and
+        // a shard started here are made durable by the group's one sync:
+        // the slots are still written after their frames, so a process
+        // killed at any instant leaves whole entries or none.
+        let sync_now = self.durable && !self.grouped();
+        let start = if sync_now {
+            Start::Durably
+        } else {
+            Start::WithTheBatch
+        };
+        let staged = self.stage(&folder, shard, new_frames, removals, start)?;
+        if sync_now && staged.has_frames {
             durable::sync_data(&staged.pack)?;
         }
-        staged.publish(self.durable)
+        staged.publish(sync_now)
+    }
+
+    /// Whether the calling thread has a group commit open, which then
+    /// makes this store's writes durable ([`durable::begin_group`]).
+    pub(super) fn grouped(&self) -> bool {
+        durable::deferred(self.layout.root())
     }
 
     /// Appends a tombstone for `kind`/`key` if its live slot is still the
