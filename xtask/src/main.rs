@@ -23,6 +23,7 @@
 
 mod backend;
 mod bench;
+mod boundary;
 mod command;
 mod docs;
 mod examples;
@@ -191,6 +192,7 @@ fn duplicates() -> Result<()> {
 
 fn lint() -> Result<()> {
     rules::check(&setup::workspace_root())?;
+    boundary::check(&setup::workspace_root())?;
     command::cargo(&["fmt", "--all", "--check"]).run("cargo fmt --check")?;
     command::cargo(&[
         "clippy",

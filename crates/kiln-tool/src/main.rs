@@ -22,7 +22,6 @@ mod health;
 mod kernel;
 mod logger;
 mod manifest;
-mod options;
 mod output;
 mod progress;
 mod remote;

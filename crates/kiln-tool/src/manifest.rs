@@ -88,6 +88,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::backend::wgsl::{self, WgslModule};
 use crate::header;
 use crate::kernel::{Language, Specialization};
 use anyhow::{Context, Result, bail};
@@ -133,7 +134,7 @@ pub struct KernelFile {
     /// The WGSL modules of the folder its `#import`s reach, directly or
     /// through another module, each under the name it is imported by
     /// (B9); their bytes are in its kernels' ids (P13).
-    pub modules: Vec<kiln_wgpu::WgslModule>,
+    pub modules: Vec<WgslModule>,
 }
 
 impl KernelFile {
@@ -257,7 +258,7 @@ pub fn find(folder: &Path) -> Result<Found> {
     }
     for file in &mut found.files {
         if file.language == Language::Wgsl {
-            file.modules = imported_modules(&file.source, &modules);
+            file.modules = wgsl::imported_modules(&file.source, &modules);
         }
     }
     found
@@ -314,70 +315,6 @@ fn kernel_file(name: String, path: &Path, language: Language, text: String) -> R
     })
 }
 
-/// The modules of `modules` (the folder's WGSL files without a compute
-/// entry) that the WGSL text `source` imports, directly or through one of
-/// them, each once, named as it is imported. A module is found by the name
-/// its `#define_import_path` gives it, else by its path under the folder
-/// searched with `::` for `/` and no extension, or by the end of that path
-/// (`wgsl/shared/math.wgsl` answers `shared::math` and `math`), the
-/// longest name first; an import names a module or an item of one
-/// (`shared::math::twice`). An import no module answers is left to the
-/// compiler, which names it.
-fn imported_modules(source: &str, modules: &[KernelFile]) -> Vec<kiln_wgpu::WgslModule> {
-    let mut found: Vec<kiln_wgpu::WgslModule> = Vec::new();
-    let mut wanted = kiln_wgpu::wgsl_imports(source).1;
-    while let Some(import) = wanted.pop() {
-        let Some((module, as_name)) = module_for(&import, modules) else {
-            continue;
-        };
-        if found.iter().any(|known| known.file == module.name) {
-            continue;
-        }
-        wanted.extend(kiln_wgpu::wgsl_imports(&module.source).1);
-        found.push(kiln_wgpu::WgslModule {
-            name: as_name,
-            file: module.name.clone(),
-            source: module.source.to_string(),
-        });
-    }
-    found.sort_by(|left, right| left.file.cmp(&right.file));
-    found
-}
-
-/// The module `import` names, and the name it is known by.
-fn module_for<'a>(import: &str, modules: &'a [KernelFile]) -> Option<(&'a KernelFile, String)> {
-    let names_it = |name: &str| {
-        import == name
-            || import
-                .strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with("::"))
-    };
-    if let Some(named) = modules.iter().find_map(|module| {
-        let name = kiln_wgpu::wgsl_imports(&module.source).0?;
-        names_it(&name).then_some((module, name))
-    }) {
-        return Some(named);
-    }
-    let mut best: Option<(&KernelFile, String)> = None;
-    for module in modules {
-        let path = Path::new(&module.name).with_extension("");
-        let parts: Vec<String> = path
-            .components()
-            .map(|part| part.as_os_str().to_string_lossy().into_owned())
-            .collect();
-        for start in 0..parts.len() {
-            let name = parts[start..].join("::");
-            let longer = best
-                .as_ref()
-                .is_none_or(|(_, known)| name.len() > known.len());
-            if names_it(&name) && longer {
-                best = Some((module, name));
-            }
-        }
-    }
-    best
-}
-
 /// The `.spv` file `name` at `path`, holding `bytes`, as its sidecar says.
 fn spirv_file(name: String, path: &Path, bytes: Vec<u8>) -> Result<KernelFile> {
     let mut sidecar_path = path.as_os_str().to_owned();
@@ -395,8 +332,8 @@ fn spirv_file(name: String, path: &Path, bytes: Vec<u8>) -> Result<KernelFile> {
     };
     let entries = if header.entries.is_empty() {
         // naga's reason already names the module and what it refused.
-        let entries = kiln_wgpu::spirv_compute_entries(&bytes)
-            .map_err(|failure| anyhow::anyhow!("{failure}"))?;
+        let entries =
+            wgsl::spirv_compute_entries(&bytes).map_err(|failure| anyhow::anyhow!("{failure}"))?;
         if entries.is_empty() {
             bail!("no `GLCompute` entry point: nothing to build");
         }
@@ -706,62 +643,5 @@ mod tests {
                     /* @compute fn nor_this() {} */\n@compute\n@workgroup_size(1)\nfn second(\
                     @builtin(global_invocation_id) id: vec3<u32>) {}\n@vertex fn v() {}\n";
         assert_eq!(wgsl_compute_entries(text), ["first", "second"]);
-    }
-
-    /// A WGSL module file `name` holding `source`.
-    fn module_file(name: &str, source: &str) -> KernelFile {
-        KernelFile {
-            name: name.to_owned(),
-            folder: PathBuf::new(),
-            language: Language::Wgsl,
-            source: source.into(),
-            module: None,
-            entries: Vec::new(),
-            specializations: Vec::new(),
-            includes: Vec::new(),
-            options: Vec::new(),
-            backends: None,
-            defines: Vec::new(),
-            stdlib: true,
-            modules: Vec::new(),
-        }
-    }
-
-    // B9: a module is found by its `#define_import_path`, by its path under
-    // the folder searched or the end of it, and through another module;
-    // an import no module answers brings none (naga_oil reports the imports
-    // a text uses).
-    #[test]
-    fn b9_an_import_finds_its_modules_by_name_path_and_through_others() {
-        let modules = [
-            module_file(
-                "wgsl/shared/color.wgsl",
-                "#define_import_path art::color\nfn c() {}\n",
-            ),
-            module_file(
-                "wgsl/shared/tone.wesl",
-                "#import art::color\nfn t() { color::c(); }\n",
-            ),
-            module_file("wgsl/other.wgsl", "fn o() {}\n"),
-        ];
-        let found = imported_modules("#import shared::tone::t\nfn k() { t(); }\n", &modules);
-        let named: Vec<(&str, &str)> = found
-            .iter()
-            .map(|module| (module.file.as_str(), module.name.as_str()))
-            .collect();
-        assert_eq!(
-            named,
-            [
-                ("wgsl/shared/color.wgsl", "art::color"),
-                ("wgsl/shared/tone.wesl", "shared::tone")
-            ]
-        );
-        let by_stem = imported_modules("#import other\nfn k() { other::o(); }\n", &modules);
-        assert_eq!(by_stem.len(), 1);
-        assert_eq!(by_stem[0].name, "other");
-        assert!(
-            imported_modules("#import nowhere::at_all\nfn k() { at_all(); }\n", &modules)
-                .is_empty()
-        );
     }
 }

@@ -5,6 +5,9 @@
 
 use std::process::ExitCode;
 
+#[path = "backend/workers.rs"]
+mod workers;
+
 fn main() -> ExitCode {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
     if arguments.iter().any(|argument| argument == "--version") {
@@ -12,11 +15,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // In a worker (started by a loader) this serves and exits.
-    kiln_engine::worker::run_if_worker(&[
-        kiln_cuda::worker_entry(),
-        kiln_hip::worker_entry(),
-        kiln_wgpu::worker_entry(),
-    ]);
+    kiln_engine::worker::run_if_worker(&workers::entries());
     eprintln!(
         "kiln-worker: kiln programs start this as their compile workers; it is not run by hand \
          (`kiln-worker --version` says which kiln it belongs to)"

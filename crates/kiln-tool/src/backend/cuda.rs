@@ -140,7 +140,7 @@ impl Cxx for Cuda {
     }
 
     fn options(lines: &[String]) -> Result<CudaOptions, String> {
-        crate::options::cuda(CudaOptions::default(), lines)
+        super::options::cuda(CudaOptions::default(), lines)
     }
 
     fn define(options: CudaOptions, name: &str, value: &str) -> CudaOptions {

@@ -140,7 +140,7 @@ impl Cxx for Hip {
     }
 
     fn options(lines: &[String]) -> Result<HipOptions, String> {
-        crate::options::hip(HipOptions::default(), lines)
+        super::options::hip(HipOptions::default(), lines)
     }
 
     fn define(options: HipOptions, name: &str, value: &str) -> HipOptions {

@@ -11,9 +11,11 @@ mod batch;
 mod cuda;
 mod cxx;
 mod hip;
+mod options;
 mod prebuilt;
 pub mod show;
 mod wgpu;
+pub mod wgsl;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -302,11 +304,12 @@ mod tests {
         assert!(named("metal").is_none());
     }
 
-    /// `kiln-worker` is a binary of its own, without this table: it must
-    /// serve every compiler the table runs in workers.
+    /// `kiln-worker` is a binary of its own, without this table: its list
+    /// (`workers.rs`, which it includes) must serve every compiler the
+    /// table runs in workers.
     #[test]
     fn the_worker_program_serves_every_backend_with_workers() {
-        let program = include_str!("../worker.rs");
+        let program = include_str!("workers.rs");
         for backend in ALL
             .iter()
             .filter(|backend| backend.worker_entry().is_some())
