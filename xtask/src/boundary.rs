@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+use crate::source::code_only;
+
 /// The backend crates, as code names them.
 const BACKEND_CRATES: [&str; 3] = ["kiln_cuda", "kiln_hip", "kiln_wgpu"];
 
@@ -66,7 +68,7 @@ fn rust_files(folder: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
 /// The lines (from 1) where `text`'s code names a backend crate, and the
 /// name.
 fn backend_names(text: &str) -> Vec<(usize, &'static str)> {
-    let code = code_only(text);
+    let code: String = code_only(text).into_iter().collect();
     let mut found = Vec::new();
     for (number, line) in code.lines().enumerate() {
         for word in line.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
@@ -76,108 +78,6 @@ fn backend_names(text: &str) -> Vec<(usize, &'static str)> {
         }
     }
     found
-}
-
-/// `text` with its comments and the contents of its string and character
-/// literals blanked, lines kept where they were.
-fn code_only(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let mut code = String::with_capacity(text.len());
-    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
-    let mut index = 0;
-    while index < chars.len() {
-        let c = chars[index];
-        let next = chars.get(index + 1).copied();
-        let after_word =
-            index > 0 && (chars[index - 1].is_alphanumeric() || chars[index - 1] == '_');
-        if c == '/' && next == Some('/') {
-            while index < chars.len() && chars[index] != '\n' {
-                index += 1;
-            }
-        } else if c == '/' && next == Some('*') {
-            let mut depth = 0usize;
-            while index < chars.len() {
-                if chars[index] == '/' && chars.get(index + 1) == Some(&'*') {
-                    depth += 1;
-                    code.push_str("  ");
-                    index += 2;
-                } else if chars[index] == '*' && chars.get(index + 1) == Some(&'/') {
-                    depth -= 1;
-                    code.push_str("  ");
-                    index += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    code.push(blank(chars[index]));
-                    index += 1;
-                }
-            }
-        } else if !after_word && (c == 'r' || (c == 'b' && next == Some('r'))) && {
-            let start = if c == 'b' { index + 2 } else { index + 1 };
-            let hashes = chars[start.min(chars.len())..]
-                .iter()
-                .take_while(|c| **c == '#')
-                .count();
-            chars.get(start + hashes) == Some(&'"')
-        } {
-            // A raw string: to its quote and as many hashes.
-            let start = if c == 'b' { index + 2 } else { index + 1 };
-            let hashes = chars[start..].iter().take_while(|c| **c == '#').count();
-            index = start + hashes + 1;
-            code.push('"');
-            while let Some(&inner) = chars.get(index) {
-                if inner == '"'
-                    && chars[index + 1..]
-                        .iter()
-                        .take(hashes)
-                        .filter(|c| **c == '#')
-                        .count()
-                        == hashes
-                {
-                    index += 1 + hashes;
-                    break;
-                }
-                code.push(blank(inner));
-                index += 1;
-            }
-            code.push('"');
-        } else if c == '"' {
-            code.push('"');
-            index += 1;
-            while let Some(&inner) = chars.get(index) {
-                index += 1;
-                if inner == '\\' {
-                    if let Some(&escaped) = chars.get(index) {
-                        code.push(' ');
-                        code.push(blank(escaped));
-                        index += 1;
-                    }
-                    continue;
-                }
-                if inner == '"' {
-                    break;
-                }
-                code.push(blank(inner));
-            }
-            code.push('"');
-        } else if c == '\'' && next == Some('\\') {
-            // An escaped character literal: to its closing quote.
-            index += 2;
-            while index < chars.len() && chars[index] != '\'' {
-                index += 1;
-            }
-            index += 1;
-            code.push_str("' '");
-        } else if c == '\'' && chars.get(index + 2) == Some(&'\'') {
-            index += 3;
-            code.push_str("' '");
-        } else {
-            code.push(c);
-            index += 1;
-        }
-    }
-    code
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ mod matrix;
 mod publish;
 mod rules;
 mod setup;
+mod source;
 mod summary;
 
 use anyhow::{Result, bail};
