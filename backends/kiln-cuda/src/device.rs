@@ -66,35 +66,6 @@ impl CudaDevice {
         Self::from_context(context)
     }
 
-    /// The architecture of GPU `ordinal`, asked of the driver without
-    /// making a context (which is what costs): `None` when the driver or
-    /// the GPU is missing, or it cannot say.
-    pub(crate) fn architecture_of(ordinal: usize) -> Option<Architecture> {
-        library::driver().ok()?;
-        driver::init().ok()?;
-        let device = driver::device::get(i32::try_from(ordinal).ok()?).ok()?;
-        // SAFETY: `device` is a handle the initialised driver just gave,
-        // and both attributes are plain integers of it.
-        let (major, minor) = unsafe {
-            (
-                driver::device::get_attribute(
-                    device,
-                    CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                )
-                .ok()?,
-                driver::device::get_attribute(
-                    device,
-                    CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                )
-                .ok()?,
-            )
-        };
-        Some(Architecture::new(
-            u32::try_from(major).ok()?,
-            u32::try_from(minor).ok()?,
-        ))
-    }
-
     /// The GPU of a cudarc context the program already has: kiln loads its
     /// modules on that context, so cudarc launches them on the program's
     /// own streams (rule B5).

@@ -134,24 +134,14 @@ impl CudaTarget {
         if let Some(plan) = kiln_engine::mode::compile_only() {
             return Self::for_compile_only_mode(&plan);
         }
-        // NVRTC opens once, before the context: F5, the compile workers
-        // start while the driver makes it, so the first batch finds them
-        // started. A missing device is still said before a missing NVRTC.
+        // NVRTC opens before the context, so that a missing device is
+        // still said before a missing NVRTC. No compile worker starts
+        // here: a batch starts them once its lookup finds kernels to
+        // compile, and a warm start, which compiles nothing, starts none
+        // (F11). A program that knows it will compile can start them
+        // beside the context with `kiln_engine::worker::start_early`.
         let compiler = CudaCompiler::new();
-        if let (Ok(compiler), Some(architecture)) =
-            (&compiler, CudaDevice::architecture_of(ordinal))
-            && let Some(recipe) = kiln_engine::ArtifactCompiler::worker_recipe(
-                &compiler.clone().keyed_for(architecture),
-            )
-        {
-            kiln_engine::worker::start_early(
-                recipe,
-                kiln_engine::LoaderConfig::from_env_or_default()
-                    .parallelism
-                    .get(),
-            );
-        }
-        log::debug!("NVRTC is open and the compile workers are starting");
+        log::debug!("NVRTC is open");
         let device = CudaDevice::open(ordinal)?;
         log::debug!("the CUDA context is made");
         Ok(Self::with_compiler_on(device, compiler?))
