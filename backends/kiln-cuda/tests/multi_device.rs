@@ -357,7 +357,7 @@ fn caches(store: &Arc<dyn ArtifactStore>) -> Vec<KernelCache<CudaTarget>> {
         .collect()
 }
 
-// L12, K6
+// L12
 #[test]
 fn l12_each_gpus_cache_keeps_its_own_warm_start_profile() {
     let Some(_) = two_gpus("a warm-start profile per GPU") else {
