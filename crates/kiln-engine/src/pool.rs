@@ -118,7 +118,11 @@ impl WorkerPool {
     /// compiles nothing, finalizes on threads, or this pool runs already:
     /// a batch the store answers whole starts no process (F11).
     pub(crate) fn start_early(&self, recipe: Option<WorkerRecipe>, missing: usize) {
-        if missing == 0 || self.mode != WorkerMode::Processes || self.processes.is_some() {
+        let running = self
+            .processes
+            .as_ref()
+            .is_some_and(|pool| !pool.snapshot().running.is_empty());
+        if missing == 0 || self.mode != WorkerMode::Processes || running {
             return;
         }
         if let Some(recipe) = recipe {

@@ -40,6 +40,10 @@ fn main() {
             f11_a_batch_the_store_answers_whole_starts_no_worker_process,
         ),
         (
+            "l11_a_batch_the_store_answers_by_text_starts_no_worker_process",
+            l11_a_batch_the_store_answers_by_text_starts_no_worker_process,
+        ),
+        (
             "l8_a_panic_in_a_worker_process_fails_its_kernel_with_the_panic_s_message",
             l8_a_panic_in_a_worker_process_fails_its_kernel_with_the_panic_s_message,
         ),
@@ -421,6 +425,44 @@ fn f11_a_batch_the_store_answers_whole_starts_no_worker_process() {
     let started: BTreeSet<u32> = children().difference(&before).copied().collect();
     assert!(started.is_empty(), "no worker started: {started:?}");
     assert_eq!(second.worker_processes().started, 0);
+    drop(std::fs::remove_file(&log));
+}
+
+/// L11, F11: a program started on a store another tool filled under its
+/// own names (`kiln warm`) finds every kernel by its text: its batch
+/// compiles nothing, so it starts no worker process either.
+fn l11_a_batch_the_store_answers_by_text_starts_no_worker_process() {
+    let log = compile_log("l11-no-workers");
+    let target = FakeTarget::persisting().with_compiler(
+        FakeCompiler::default()
+            .in_worker_processes()
+            .logging_compiles_to(&log),
+    );
+    let mut warm = loader(target, 2);
+    for number in 0..4 {
+        let kernel = FakeKernel::new(number).sharing_source(format!("text {number}"));
+        warm.enqueue(Box::new(kernel), ());
+    }
+    warm.compile_queued();
+    assert_eq!(warm.records()[0].count(KernelOutcome::Compiled), 4);
+    let target = warm.into_target();
+    let before = children_until(|now| now.is_empty());
+    // The program's kernels: other ids, the same texts.
+    let mut program = loader(target, 2);
+    for number in 0..4 {
+        let kernel = FakeKernel::new(100 + number).sharing_source(format!("text {number}"));
+        program.enqueue(Box::new(kernel), ());
+    }
+    program.compile_queued();
+    assert_eq!(
+        program.records()[0].count(KernelOutcome::Rekeyed),
+        4,
+        "each found by its text"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let started: BTreeSet<u32> = children().difference(&before).copied().collect();
+    assert!(started.is_empty(), "no worker started: {started:?}");
+    assert_eq!(program.worker_processes().started, 0);
     drop(std::fs::remove_file(&log));
 }
 

@@ -107,16 +107,11 @@ impl<T: CompilationTarget> KernelLoader<T> {
             }
         }
 
-        // F5, F11: the worker processes start as soon as the batch knows it
-        // has kernels to compile, in the background while its workers lower
-        // them; a batch the store answers whole starts none.
-        let missing = jobs.iter().filter(|job| job.is_missing()).count();
         log::debug!(
-            "batch of {n_kernels}: {missing} missing after the store's answer, {:?} in",
+            "batch of {n_kernels}: {} missing after the store's answer, {:?} in",
+            jobs.iter().filter(|job| job.is_missing()).count(),
             started.elapsed()
         );
-        self.pool
-            .start_early(self.target.compiler().worker_recipe(), missing);
         let used_processes = AtomicBool::new(false);
         let mut workers = 0;
         let mut settling = Settling {
@@ -277,6 +272,17 @@ impl<T: CompilationTarget> KernelLoader<T> {
         if let Some(store) = &self.store {
             super::job::ahead::look_up_sources(&self.pool, &mut queue, workers, &round, store);
         }
+        // F5, F11: the worker processes start as soon as the batch knows it
+        // has kernels to compile (missing by id and by text), in the
+        // background while the workers take what is ready; a batch the
+        // store answers whole, by ids or by texts (a program after `kiln
+        // warm`, L11), starts none.
+        let to_compile = queue
+            .iter()
+            .filter(|job| job.is_missing() && !job.found_by_text())
+            .count();
+        self.pool
+            .start_early(self.target.compiler().worker_recipe(), to_compile);
         let target = &mut self.target;
         let statistics = &mut self.statistics;
         let store = self.store.as_ref();

@@ -285,6 +285,14 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
     /// store for its source (L5c), and finalizes it. A kernel another
     /// holder compiles is left [`Step::Elsewhere`]; one with the source of
     /// another kernel of the batch waits for that kernel's artifact.
+    /// Whether the store answered its lowered text ahead of its compile
+    /// with an artifact (P7): it compiles nothing.
+    pub(super) fn found_by_text(&self) -> bool {
+        self.ahead
+            .as_ref()
+            .is_some_and(|ahead| matches!(ahead.found, Some(Lookup::Hit { .. })))
+    }
+
     pub(super) fn compile(&mut self, round: &Round<'_, T>) {
         if !self.is_missing() {
             return;
@@ -292,10 +300,7 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
         let compiler = round.finalizer.compiler;
         // Found by its text ahead (P7): nothing compiles, so there is no
         // compile for other processes to wait for, and no claim to take.
-        let found_by_text = self
-            .ahead
-            .as_ref()
-            .is_some_and(|ahead| matches!(ahead.found, Some(Lookup::Hit { .. })));
+        let found_by_text = self.found_by_text();
         if let (Some(_), false, true) = (round.store, self.claimed, found_by_text) {
             self.claimed = true;
             self.missed = true;
