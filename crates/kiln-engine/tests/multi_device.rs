@@ -21,7 +21,8 @@ use kiln_engine::fake::{FakeDevice, FakeKernel, FakeModule, FakeTarget};
 use kiln_engine::profile::Program;
 use kiln_engine::tune::{Candidate, Measure, Origin, TuneKey, Tuned};
 use kiln_engine::{
-    ArtifactStore, KernelCache, KernelLoader, KernelOutcome, LoaderConfig, MemoryStore, WorkerMode,
+    ArtifactStore, CacheError, KernelCache, KernelLoader, KernelOutcome, LoaderConfig, MemoryStore,
+    WorkerMode,
 };
 
 /// The longest any wait of these tests lasts: far past what the work
@@ -477,4 +478,61 @@ fn l12_devices_writing_one_profile_keep_each_others_kernels() {
     next.load(&first, &first.artifact_id()).expect("loads");
     assert_eq!(next.target().loaded(), 6, "both devices' kernels");
     assert_eq!(next.target().fake_compiler().finalized(), 0);
+}
+
+#[test]
+fn r1_the_shared_handles_of_two_devices_serve_their_own_fallbacks_then_their_kernels() {
+    let store = memory_store();
+    let caches: Vec<_> = (0..2)
+        .map(|number| {
+            let device = device(number);
+            KernelCache::with_config(device.id(), target(&store, device), config(false))
+        })
+        .collect();
+    for (number, cache) in (0u32..).zip(&caches) {
+        let device = cache.device();
+        let generic = cache.request(FakeKernel::new(0), ());
+        generic
+            .resolve(device)
+            .expect("the fallback, built before serving");
+        let special = cache.request(FakeKernel::new(1).sleeping(Duration::from_millis(20)), ());
+        let served = special.resolve_or(device, &generic).expect("at once");
+        assert_eq!(served.device, number, "its own device's fallback or kernel");
+        assert!(cache.wait_for_background(PATIENCE), "device {number}");
+        let served = special.resolve_or(device, &generic).expect("built");
+        assert_eq!(
+            (served.kernel.clone(), served.device),
+            (special.id().kernel.clone(), number)
+        );
+    }
+    let compiled: usize = caches
+        .iter()
+        .map(|cache| cache.with_target(|target| target.fake_compiler().finalized()))
+        .sum();
+    assert_eq!(
+        compiled, 2,
+        "the fallback and the kernel, once for both devices"
+    );
+}
+
+#[test]
+fn k6_a_fallback_of_another_devices_cache_is_refused() {
+    let store = memory_store();
+    let [zero, one] = [0, 1].map(|number| {
+        let device = device(number);
+        KernelCache::with_config(device.id(), target(&store, device), config(false))
+    });
+    let generic = zero.request(FakeKernel::new(0), ());
+    generic.resolve(zero.device()).expect("built on device 0");
+    let special = one.request(FakeKernel::new(1), ());
+    match special.resolve_or(one.device(), &generic) {
+        Err(CacheError::WrongDevice { owner, used }) => {
+            assert_eq!((owner, used), (zero.device(), one.device()));
+        }
+        Err(other) => panic!("expected a refusal of device 0's fallback, got {other}"),
+        Ok(served) => panic!(
+            "device 1 was served device {}'s {}",
+            served.device, served.kernel
+        ),
+    }
 }

@@ -46,7 +46,8 @@ where
     ///
     /// # Errors
     ///
-    /// [`CacheError::WrongDevice`] when `device` is not the cache's;
+    /// [`CacheError::WrongDevice`] when `device` is not the cache's, or not
+    /// the cache of `fallback`, when the fallback would answer;
     /// [`CacheError::FallbackMissing`] at once when neither the kernel nor
     /// the fallback is built.
     #[inline]
@@ -59,15 +60,19 @@ where
         if let Some(loaded) = self.slot().loaded.get() {
             return Ok(loaded);
         }
-        self.fall_back(fallback)
+        self.fall_back(device, fallback)
     }
 
     #[cold]
     #[inline(never)]
     fn fall_back<'a>(
         &'a self,
+        device: DeviceId,
         fallback: &'a PendingKernel<T>,
     ) -> Result<&'a T::Loaded, CacheError> {
+        // A fallback of another device's cache is that device's kernel
+        // (K6): refused before anything is built.
+        fallback.cache().check_device(device)?;
         if !self.slot().has_failed() {
             self.cache().build_in_background();
         }
