@@ -33,6 +33,7 @@ mod rules;
 mod setup;
 mod source;
 mod summary;
+mod surface;
 
 use anyhow::{Result, bail};
 
@@ -44,8 +45,11 @@ tasks:
   test-matrix           only the supported matrix: NVRTC 12, tests/outside, a feature check,
                         the facade with every backend
   test-backend [NAME]   run one backend's tests on every device of it (no NAME: list them)
-  lint                  rule ids against docs/BEHAVIOUR.md, fmt --check, clippy, publish-check,
-                        doc -D warnings, doc-check
+  lint                  rule ids against docs/BEHAVIOUR.md, backends named only in kiln-tool's
+                        backend/, the facade's surface against crates/kiln/public-api.txt,
+                        fmt --check, clippy, publish-check, doc -D warnings, doc-check
+  facade-api [--write]  print the facade's public surface (--write: keep it in
+                        crates/kiln/public-api.txt, which lint compares)
   publish-check         what a registry would refuse, offline: manifests, licences and
                         READMEs in each package, no test feature named, every .crate made
                         (--registry: cargo publish --dry-run too, which builds each one)
@@ -75,6 +79,7 @@ fn main() -> Result<()> {
         ["publish-check"] => publish::check(false),
         ["publish-check", "--registry"] => publish::check(true),
         ["bench-report", extra @ ..] => bench::report(extra),
+        ["facade-api", extra @ ..] => surface::run(&setup::workspace_root(), extra),
         ["setup"] => setup::ensure_all().map(drop),
         ["env"] => {
             let mut environment = setup::ensure_all()?;
@@ -194,6 +199,7 @@ fn duplicates() -> Result<()> {
 fn lint() -> Result<()> {
     rules::check(&setup::workspace_root())?;
     boundary::check(&setup::workspace_root())?;
+    surface::check(&setup::workspace_root())?;
     command::cargo(&["fmt", "--all", "--check"]).run("cargo fmt --check")?;
     command::cargo(&[
         "clippy",

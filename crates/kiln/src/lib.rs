@@ -94,7 +94,56 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub use kiln_engine::*;
+// What a program uses, named one by one: kiln-engine's other modules (the
+// store's keys and claims, the loader's and the worker pool's parts, the
+// backend traits' helpers) are for the crates that build on it, and a
+// change to this list is a change of `public-api.txt` (`cargo xtask lint`).
+
+// Kernels and their ids.
+pub use kiln_engine::{ArtifactId, DeviceId, Kernel, KernelId, KernelIdBuilder};
+
+// The loader, its settings and the handles over it.
+pub use kiln_engine::{
+    BatchProgress, JobManifest, KernelCache, KernelLoader, KeyedCache, ListedError, LoaderConfig,
+    Loading, ManifestKernel, PendingKernel, Waiting, WorkerMode,
+};
+
+// What a failed kernel says.
+pub use kiln_engine::{
+    BuildFailure, CacheError, CompileFailure, ConfigError, DefineProblem, DeviceRefusal,
+    Diagnostic, Failure, FallbackMissing, KernelError, Location, Severity, Stage,
+};
+
+// What each compile reports, and the loader's statistics and records.
+pub use kiln_engine::{
+    ArtifactReport, BatchRecord, CollectorScope, Health, KernelCounts, KernelOutcome, KernelRecord,
+    LoaderStatistics, Reported, ResourceUsage, StatisticsCollector,
+};
+
+// A store as a program holds one: the trait a target's store setter takes,
+// the store in memory, what a store counts.
+pub use kiln_engine::{ArtifactStore, MemoryStore, StoreCounters, StoreStatistics};
+
+// The targets' traits, for code generic over a backend, and timing for
+// tuning.
+pub use kiln_engine::{
+    ArtifactCompiler, ArtifactOf, CompilationTarget, DeviceStep, DeviceTimer, Finalized,
+    KernelOf, KeyedCompiler, LoweredOf, MadeOf, TargetStore, TimedTarget, TimingError, VariantOf,
+};
+
+// The process's mode (compile-only), tuning and compile workers, whole.
+pub use kiln_engine::{mode, tune, worker};
+
+/// Warm-start profiles: a loader with a store keeps one of its program and
+/// loads its kernels ahead at the next start
+/// ([`KernelLoader::with_profile`]).
+pub mod profile {
+    pub use kiln_engine::profile::Program;
+}
+
+// The fake target and the conformance suites, for a program's tests.
+#[cfg(feature = "testing")]
+pub use kiln_engine::{conformance, conformance_suite, fake, store_conformance_suite};
 
 #[cfg(feature = "store")]
 mod default_store;
