@@ -42,6 +42,9 @@ use kiln_engine::{
 /// Set on the fresh process: the store's root, then the count.
 const CHILD: &str = "KILN_BENCH_WARM_RUN_CHILD";
 const CHILD_COUNT: &str = "KILN_BENCH_WARM_RUN_COUNT";
+/// Set on the fresh process: its loader keeps and uses a warm-start
+/// profile (F8) instead of none.
+const CHILD_PROFILED: &str = "KILN_BENCH_WARM_RUN_PROFILED";
 
 /// The tiled GEMM of the examples, each specialization a tile and an
 /// unroll factor.
@@ -147,7 +150,13 @@ fn program_child(root: &Path, count: usize) {
     // starts: a program pays it with or without kiln.
     let target = cuda_target("warm_run", true).expect("NVRTC is here");
     let started = Instant::now();
-    let mut loader = KernelLoader::new(target.with_store(open_store(root))).without_profile();
+    let profiled = std::env::var_os(CHILD_PROFILED).is_some();
+    let loader = KernelLoader::new(target.with_store(open_store(root)));
+    let mut loader = if profiled {
+        loader
+    } else {
+        loader.without_profile()
+    };
     let variant = loader.target().variant();
     for kernel in &kernels {
         loader.enqueue(Box::new(kernel.clone()), variant);
@@ -158,10 +167,10 @@ fn program_child(root: &Path, count: usize) {
     let from_store = batch.count(KernelOutcome::FromStore);
     let record = BenchRecord {
         bench: "warm_run".into(),
-        case: if from_store == count {
-            "program"
-        } else {
-            "program_cold"
+        case: match (from_store == count, profiled) {
+            (true, false) => "program",
+            (true, true) => "program_profiled",
+            (false, _) => "program_cold",
         }
         .into(),
         size: Some("gemm".into()),
@@ -187,12 +196,13 @@ fn place(target: &CudaTarget) -> &'static str {
 }
 
 /// Runs the program's fresh process on the store at `root`; its record.
-fn run_program(root: &Path, count: usize) -> BenchRecord {
-    let output = std::process::Command::new(std::env::current_exe().expect("this benchmark"))
-        .env(CHILD, root)
-        .env(CHILD_COUNT, count.to_string())
-        .output()
-        .expect("the fresh process starts");
+fn run_program(root: &Path, count: usize, profiled: bool) -> BenchRecord {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("this benchmark"));
+    command.env(CHILD, root).env(CHILD_COUNT, count.to_string());
+    if profiled {
+        command.env(CHILD_PROFILED, "1");
+    }
+    let output = command.output().expect("the fresh process starts");
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .find_map(|line| serde_json::from_str::<BenchRecord>(line).ok())
@@ -262,7 +272,7 @@ fn warm_run(criterion: &mut Criterion, target: CudaTarget, count: usize) {
     let note = place(&target);
     // Fill the program's store: the cold run a warm start saves.
     let program_store = root.join("program-store");
-    let cold = run_program(&program_store, count);
+    let cold = run_program(&program_store, count, false);
     assert_eq!(cold.compiled, Some(count), "the first run compiles");
     append_record(&cold);
 
@@ -329,8 +339,29 @@ fn warm_run(criterion: &mut Criterion, target: CudaTarget, count: usize) {
         bencher.iter_custom(|iterations| {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
-                let record = run_program(&program_store, count);
+                let record = run_program(&program_store, count, false);
                 assert_eq!(record.case, "program", "every kernel from the store");
+                total += Duration::from_secs_f64(record.wall);
+                append_record(&record);
+            }
+            total
+        });
+    });
+
+    // The same program keeping a warm-start profile (on by default with a
+    // store): a store of its own, its profile written by a first run.
+    let profiled_store = root.join("profiled-store");
+    run_program(&profiled_store, count, true);
+    run_program(&profiled_store, count, true);
+    group.bench_function(BenchmarkId::new("program_profiled", count), |bencher| {
+        bencher.iter_custom(|iterations| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iterations {
+                let record = run_program(&profiled_store, count, true);
+                assert_eq!(
+                    record.case, "program_profiled",
+                    "every kernel from the store"
+                );
                 total += Duration::from_secs_f64(record.wall);
                 append_record(&record);
             }

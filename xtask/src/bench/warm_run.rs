@@ -53,6 +53,17 @@ pub(super) fn f11_rows(of: &RecordsOf<'_>, rows: &mut Vec<[String; 4]>) {
                 ratios.push(format!("program / floor {ratio:.2}"));
             }
         }
+        let profiled = of("warm_run", "program_profiled", "", Some(count));
+        if let Some(profiled_wall) = wall(&profiled) {
+            measured.push(format!(
+                "with its warm-start profile {}",
+                time(profiled_wall)
+            ));
+            ratios.push(format!(
+                "profiled / floor {:.2}",
+                profiled_wall / floor_wall
+            ));
+        }
         measured.push(format!(
             "read + verify + load {} ({note})",
             time(floor_wall)
