@@ -3,14 +3,25 @@
 //! artifact in a verified store so that no process compiles the same kernel
 //! twice, and serves a kernel it already holds in one lookup.
 //!
-//! This is the crate to depend on: it re-exports the core and, behind the
+//! This is the crate to depend on: it re-exports what a program uses of the
+//! core (kernels and their ids, the loader and its handles, errors,
+//! reports and statistics, the target traits, [`mode`], [`tune`],
+//! [`worker`], [`profile`]) and, behind the
 //! `cuda`, `hip` and `wgpu` features, the backends (`kiln::cuda` with
 //! the `cuda` feature). The `store` feature (on by default) adds the disk
 //! store: [`Store::from_env`] opens the one the `KILN_CACHE_*` variables
-//! name, shared with every other kiln program and the `kiln` command (with
-//! the fleet tier behind it under the default `remote` feature), and every
-//! target made without a store is on it ([`Store`] says how to turn it
-//! off); [`disk`] is kiln-store itself. [`mode`] is compile-only process
+//! name, shared with every other kiln program and the `kiln` command, and
+//! every target made without a store is on it ([`Store`] says how to turn
+//! it off); [`disk`] is kiln-store itself.
+//!
+//! The `remote` feature puts the fleet tier (Redis, `KILN_REMOTE_URL`)
+//! behind the disk store. It is off by default: it takes a program from 34
+//! external crates to 91 (a Redis client, TLS and its cryptography, built
+//! from C) for a tier only a fleet of machines uses, and a program turns it
+//! on in one line where it runs in one. A program built without it that
+//! finds `KILN_REMOTE_URL` set says so once and uses the disk store alone,
+//! so a fleet's setting is never ignored unseen; the `kiln` command has it
+//! on. [`mode`] is compile-only process
 //! mode (L11): a program run under `KILN_MODE=compile-only` fills the store
 //! for a GPU its machine lacks. The `testing` feature adds kiln-engine's
 //! fake target (`kiln::fake`), on which the examples here run without a

@@ -124,7 +124,19 @@ impl Store {
         }
         #[cfg(not(feature = "remote"))]
         {
-            let _ = remote_url;
+            // Built without the fleet tier: a remote named anyway is said
+            // once, so that a fleet's setting is never ignored unseen.
+            let variable = std::env::var(REMOTE_URL_VARIABLE).ok();
+            if let Some(warning) = ignored_remote(remote_url, variable.as_deref()) {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    if log::max_level() == log::LevelFilter::Off {
+                        eprintln!("kiln: warning: {warning}");
+                    } else {
+                        log::warn!("{warning}");
+                    }
+                });
+            }
             Ok(Tiers { disk })
         }
     }
@@ -169,5 +181,43 @@ impl Store {
             fleet,
             bucket: Some(bucket),
         }))
+    }
+}
+
+/// The variable that names the fleet tier (kiln-remote reads it when the
+/// `remote` feature is on).
+#[cfg(any(test, not(feature = "remote")))]
+const REMOTE_URL_VARIABLE: &str = "KILN_REMOTE_URL";
+
+/// What a program built without the `remote` feature says when a remote
+/// tier is named (`url`, else the variable's `variable`): nothing when
+/// none is.
+#[cfg(any(test, not(feature = "remote")))]
+fn ignored_remote(url: Option<&str>, variable: Option<&str>) -> Option<String> {
+    let source = match (url.map(str::trim), variable.map(str::trim)) {
+        (Some(url), _) if !url.is_empty() => "the remote URL given",
+        (None, Some(variable)) if !variable.is_empty() => REMOTE_URL_VARIABLE,
+        _ => return None,
+    };
+    Some(format!(
+        "{source} names a remote tier, but this program was built without kiln's `remote` \
+         feature: it uses the disk store alone (turn the feature on in its kiln dependency to \
+         share a fleet's store)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remote_named_without_the_feature_is_said_and_none_is_silent() {
+        let said = ignored_remote(None, Some("redis://fleet:6379")).expect("a warning");
+        assert!(said.starts_with("KILN_REMOTE_URL names a remote tier"), "{said}");
+        assert!(said.contains("`remote` feature"), "{said}");
+        assert!(!said.contains("fleet:6379"), "no URL, which may hold a password: {said}");
+        assert!(ignored_remote(Some("redis://other:6379"), None).is_some());
+        assert_eq!(ignored_remote(None, None), None);
+        assert_eq!(ignored_remote(None, Some("  ")), None);
     }
 }
