@@ -213,9 +213,15 @@ mod tests {
     #[test]
     fn a_remote_named_without_the_feature_is_said_and_none_is_silent() {
         let said = ignored_remote(None, Some("redis://fleet:6379")).expect("a warning");
-        assert!(said.starts_with("KILN_REMOTE_URL names a remote tier"), "{said}");
+        assert!(
+            said.starts_with("KILN_REMOTE_URL names a remote tier"),
+            "{said}"
+        );
         assert!(said.contains("`remote` feature"), "{said}");
-        assert!(!said.contains("fleet:6379"), "no URL, which may hold a password: {said}");
+        assert!(
+            !said.contains("fleet:6379"),
+            "no URL, which may hold a password: {said}"
+        );
         assert!(ignored_remote(Some("redis://other:6379"), None).is_some());
         assert_eq!(ignored_remote(None, None), None);
         assert_eq!(ignored_remote(None, Some("  ")), None);
