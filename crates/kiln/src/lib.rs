@@ -138,8 +138,8 @@ pub use kiln_engine::{ArtifactStore, MemoryStore, StoreCounters, StoreStatistics
 // The targets' traits, for code generic over a backend, and timing for
 // tuning.
 pub use kiln_engine::{
-    ArtifactCompiler, ArtifactOf, CompilationTarget, DeviceStep, DeviceTimer, Finalized,
-    KernelOf, KeyedCompiler, LoweredOf, MadeOf, TargetStore, TimedTarget, TimingError, VariantOf,
+    ArtifactCompiler, ArtifactOf, CompilationTarget, DeviceStep, DeviceTimer, Finalized, KernelOf,
+    KeyedCompiler, LoweredOf, MadeOf, TargetStore, TimedTarget, TimingError, VariantOf,
 };
 
 // The process's mode (compile-only), tuning and compile workers, whole.
