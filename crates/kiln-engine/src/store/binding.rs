@@ -141,6 +141,9 @@ impl<C: KeyedCompiler> BoundStore<C> {
             .iter()
             .map(|id| self.artifact_key(compiler, id))
             .collect();
+        // A batch that asks again waits for others: what it wrote is made
+        // durable first ([`ArtifactStore::commit_group`]), a step's end.
+        self.store.commit_group();
         let found = self.store.lookup_many(&keys);
         debug_assert_eq!(found.len(), keys.len(), "one answer per key");
         keys.iter()
@@ -175,8 +178,6 @@ impl<C: KeyedCompiler> BoundStore<C> {
         compiler: &C,
         id: &ArtifactId<C::Variant>,
     ) -> Claimed<C::Artifact> {
-        // A batch that waits for others has made its own writes durable
-        // first ([`ArtifactStore::commit_group`]): a step ends here.
         self.store.commit_group();
         match self.lookup(compiler, id) {
             hit @ Lookup::Hit { .. } => Claimed::Published(hit),
