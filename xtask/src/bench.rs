@@ -118,7 +118,7 @@ pub(super) fn table_rows(folder: &Path, criterion: &Path) -> Result<(Vec<[String
     tuning::f7_row(&of, &mut rows);
     tuning::f8_row(&of, &mut rows);
     tuning::f9_row(&of, &mut rows);
-    serving::row(folder, &mut rows);
+    serving::row(folder, &of, &mut rows);
     batch::memory_rows(&samples, &mut rows);
     Ok((rows, cores))
 }

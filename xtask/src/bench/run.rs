@@ -24,6 +24,7 @@ const BENCHES: &[&str] = &[
     "fleet",
     "tuning",
     "device_step",
+    "serving",
 ];
 
 /// A benchmark, the variables it runs with, and criterion's options.
@@ -88,6 +89,8 @@ pub(super) fn run_here() -> Result<()> {
             &[],
             &["--warm-up-time", "1", "--measurement-time", "3"],
         ),
+        // R1 on lavapipe and compile-only NVRTC: the whole plan.
+        ("serving", &[], &[]),
     ];
     // prebuilt_start runs `kiln warm`: the binary of this tree, built in the
     // benchmarks' profile, beside them.
@@ -267,6 +270,7 @@ run 150 cold_start KILN_BENCH_COLD="${KILN_BENCH_COLD:-64}"
 run 150 fleet KILN_BENCH_FLEET="${KILN_BENCH_FLEET:-256}"
 run 300 tuning KILN_BENCH_TUNE="${KILN_BENCH_TUNE:-32}" -- --warm-up-time 1 --measurement-time 3
 run 200 device_step -- --warm-up-time 1 --measurement-time 3
+run 200 serving KILN_BENCH_SERVING="${KILN_BENCH_SERVING:-1000:5:20}"
 
 "$here/xtask" bench-report --from "$out" --criterion "$CRITERION_HOME" | tee "$out/table.md"
 # Every row against the previous run's (a records folder) or the committed

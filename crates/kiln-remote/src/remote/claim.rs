@@ -399,7 +399,14 @@ pub(crate) fn attempt_many(
         announcements.forget(tokens.iter().copied());
         return (unreachable(), None);
     };
-    let read = replies.split_off(tries.len());
+    let mut read = replies.split_off(tries.len());
+    if published.is_some() {
+        // The entries' reads: the long values read in pieces, outside any
+        // script (one more round trip, only when some entry is there).
+        let entries: Vec<String> = keys.iter().map(|key| store.entry_key(key)).collect();
+        let limit = inner.config.max_entry_bytes;
+        store.complete_reads(&entries, &mut read, limit, u64::MAX);
+    }
     let is_published = |index: usize| {
         published
             .is_some_and(|published| read.get(index).is_some_and(|value| published(index, value)))
@@ -648,13 +655,14 @@ impl RemoteStore {
     }
 
     /// Who holds `key`'s claim on the remote (`process 4242 on build-3`),
-    /// when a verified lease says so: one `GET`, under the store's timeout
+    /// when a verified lease says so: one `GETRANGE`, under the store's timeout
     /// and breaker. The host is another machine's word: its control
     /// characters are removed before anyone shows it.
     pub(crate) fn lease_holder(&self, key: &StoreKey) -> Option<String> {
         let subject = key.digest();
-        let mut command = cmd("GET");
-        command.arg(self.redis_key("c", &subject));
+        // A lease is short: a long value there is nobody's, never read.
+        let mut command = cmd("GETRANGE");
+        command.arg(self.redis_key("c", &subject)).arg(0).arg(4095);
         let inner = &self.inner;
         let value = inner
             .remote

@@ -515,21 +515,17 @@ impl ArtifactStore for RemoteStore {
         let Some(history) = Self::history_id(key) else {
             return Explanation::NeverSeen;
         };
-        let commands = [("e", digest), ("h", history)]
-            .into_iter()
-            .map(|(space, subject)| {
-                let mut command = cmd("GET");
-                command.arg(self.redis_key(space, &subject));
-                command
-            })
-            .collect();
         let keys = &self.inner.config.keys;
-        let Some(values) = self.inner.remote.call(&self.inner.counters, move |link| {
-            link.pipeline::<Vec<Option<Vec<u8>>>>(commands)
-        }) else {
+        // Read as a lookup reads: a long value in pieces, none over the
+        // entry limit.
+        let limit = self.inner.config.max_entry_bytes;
+        let Some(values) = self.read_values(&[("e", digest), ("h", history)], limit) else {
             return Explanation::NeverSeen;
         };
-        let mut values = values.into_iter();
+        let mut values = values.into_iter().map(|read| match read {
+            read::Read::Value(value) => Some(value),
+            read::Read::Absent | read::Read::Longer(_) => None,
+        });
         let (entry_value, history_value) = (values.next().flatten(), values.next().flatten());
         if let Some(verified) =
             entry_value.and_then(|value| entry::open(keys, Kind::Artifact, &digest, &value).ok())
