@@ -247,6 +247,14 @@ impl Reader<'_> {
                     self.add(&format!("{path}::{name}"), features);
                     self.module(&file, is_root, &format!("{path}::{name}"), features)?;
                 }
+                // A crate's exported macro, named at its root.
+                (Some(name), false)
+                    if segments.len() == 2
+                        && LOCAL_CRATES.iter().any(|(krate, _)| krate == first)
+                        && exported_macros(&file)?.contains(&segments[1]) =>
+                {
+                    self.add(&format!("{path}::{name}!"), features)
+                }
                 (Some(name), false) => self.add(&format!("{path}::{name}"), features),
                 (None, false) => {
                     self.add(&format!("{path}::* = {}::*", segments.join("::")), features)
@@ -265,6 +273,35 @@ impl Reader<'_> {
         };
         self.lines.insert(line);
     }
+}
+
+/// The names of the macros exported anywhere in the crate whose root file
+/// is `root`.
+fn exported_macros(root: &Path) -> Result<BTreeSet<String>> {
+    let mut names = BTreeSet::new();
+    let mut folders = vec![root.parent().map(Path::to_path_buf).unwrap_or_default()];
+    while let Some(folder) = folders.pop() {
+        let entries = std::fs::read_dir(&folder)
+            .with_context(|| format!("could not read {}", folder.display()))?;
+        for entry in entries {
+            let path = entry
+                .with_context(|| format!("could not read {}", folder.display()))?
+                .path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|extension| extension == "rs") {
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("could not read {}", path.display()))?;
+                names.extend(
+                    items(&text)
+                        .into_iter()
+                        .filter(|item| item.kind == "macro")
+                        .map(|item| leading_name(&item.rest)),
+                );
+            }
+        }
+    }
+    Ok(names)
 }
 
 /// The file of module `name` whose parent's children are in `children`,
