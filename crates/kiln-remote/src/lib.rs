@@ -15,6 +15,8 @@
 //!   verify bundles ([`Keys::sign_bundle`], [`Keys::verify_bundle`]).
 //! - [`push`] and [`pull`] copy entries between a disk store and the
 //!   remote, verified where read and signed where written.
+//!   [`push_blobs`] and [`pull_blobs`] copy the named blobs (profiles,
+//!   tuning answers, pipeline caches) with an entry naming each.
 //!
 //! # Design
 //!
@@ -40,6 +42,7 @@
 #![warn(missing_docs)]
 
 mod announce;
+mod blob_transfer;
 pub mod breaker;
 pub mod config;
 // Public for the other shared tiers (the object-store tier), whose
@@ -59,6 +62,7 @@ mod subscription;
 mod tiered;
 mod transfer;
 
+pub use blob_transfer::{BlobListing, BlobTransferReport, pull_blobs, push_blobs};
 pub use config::RemoteConfig;
 pub use error::{Error, Result};
 pub use fleet::{FleetCounts, Listing};

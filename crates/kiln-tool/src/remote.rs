@@ -5,7 +5,8 @@
 use anyhow::{Result, anyhow};
 use clap::Args;
 use kiln_engine::KeyComponents;
-use kiln_remote::{Keys, RemoteStore, TransferReport};
+use kiln_engine::store::BlobKey;
+use kiln_remote::{BlobTransferReport, Keys, RemoteStore, TransferReport};
 use kiln_store::{DiskStore, Progress};
 
 use crate::output::Output;
@@ -76,6 +77,26 @@ impl CompilerChoice {
             && agrees(&self.compiler, &components.compiler)
             && agrees(&self.architecture, &components.architecture)
     }
+
+    /// Whether the named blob `key` is chosen: every blob when no component
+    /// was given, else only a blob whose key names each given component
+    /// with the value given (a warm-start profile of that compiler).
+    pub fn matches_blob(&self, key: &BlobKey) -> bool {
+        let named = |name: &str| {
+            key.components
+                .iter()
+                .find(|(component, _)| component == name)
+                .map(|(_, value)| value.as_str())
+        };
+        let agrees = |given: &Option<String>, name: &str| {
+            given
+                .as_deref()
+                .is_none_or(|given| named(name) == Some(given))
+        };
+        agrees(&self.backend, "backend")
+            && agrees(&self.compiler, "compiler")
+            && agrees(&self.architecture, "architecture")
+    }
 }
 
 /// `--remote URL`, else `KILN_REMOTE_URL`: the remote tier of `kiln warm`,
@@ -137,9 +158,40 @@ pub fn transfer(
     Ok((report, remote))
 }
 
-/// Prints what a copy did.
+/// A copy of named blobs between a disk store and the remote tier.
+pub type BlobCopy = fn(
+    &DiskStore,
+    &RemoteStore,
+    &dyn Fn(&BlobKey) -> bool,
+    &mut dyn FnMut(&Progress),
+) -> kiln_remote::Result<BlobTransferReport>;
+
+/// Runs `copy` of the named blobs (profiles, tuning answers, pipeline
+/// caches) `arguments` choose between `store` and `remote`, with a progress
+/// bar labelled `label`: after the kernels, so a node that pulls starts
+/// warm (P15).
+pub fn transfer_blobs(
+    store: &DiskStore,
+    remote: &RemoteStore,
+    arguments: &TransferArguments,
+    label: &'static str,
+    copy: BlobCopy,
+) -> Result<BlobTransferReport> {
+    let mut bar = ProgressBar::new(label);
+    let report = copy(
+        store,
+        remote,
+        &|key| arguments.compiler.matches_blob(key),
+        &mut |progress| bar.update(progress),
+    )?;
+    drop(bar);
+    Ok(report)
+}
+
+/// Prints what a copy did: its kernels' entries and its named blobs.
 pub fn print_transfer(
     report: &TransferReport,
+    blobs: &BlobTransferReport,
     direction: &str,
     remote: &RemoteStore,
     output: &Output,
@@ -149,10 +201,12 @@ pub fn print_transfer(
         remote: String,
         #[serde(flatten)]
         report: &'a TransferReport,
+        blobs: &'a BlobTransferReport,
     }
     let shown = Shown {
         remote: remote.config().url_for_display(),
         report,
+        blobs,
     };
     output.print(&shown, || {
         print_pairs(&[
@@ -167,6 +221,18 @@ pub fn print_transfer(
             (
                 "nondeterministic, kept theirs",
                 report.conflicts.to_string(),
+            ),
+            (
+                "named blobs",
+                format!(
+                    "{} of {} {direction} ({}), {} already held, {} refused, {} failed",
+                    blobs.copied,
+                    blobs.entries,
+                    crate::format::bytes(blobs.bytes),
+                    blobs.already_held,
+                    blobs.refused,
+                    blobs.failed + blobs.gone
+                ),
             ),
         ]);
     })
