@@ -84,6 +84,7 @@ fn listing(root: &Path) -> Result<String> {
         root: root.to_path_buf(),
         lines: &mut lines,
         depth: 0,
+        macros: std::collections::BTreeMap::new(),
     };
     reader.module(
         &root.join(LOCAL_CRATES[0].1),
@@ -100,6 +101,8 @@ struct Reader<'a> {
     lines: &'a mut BTreeSet<String>,
     /// How deep the walk is: a cycle of re-exports stops it.
     depth: usize,
+    /// The exported macros of each local crate read so far, by root file.
+    macros: std::collections::BTreeMap<PathBuf, BTreeSet<String>>,
 }
 
 /// One public item of a module's text: its kind, the text after its kind
@@ -251,7 +254,7 @@ impl Reader<'_> {
                 (Some(name), false)
                     if segments.len() == 2
                         && LOCAL_CRATES.iter().any(|(krate, _)| krate == first)
-                        && exported_macros(&file)?.contains(&segments[1]) =>
+                        && self.is_macro(&file, &segments[1])? =>
                 {
                     self.add(&format!("{path}::{name}!"), features)
                 }
@@ -262,6 +265,18 @@ impl Reader<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Whether the crate whose root file is `root` exports a macro `name`.
+    fn is_macro(&mut self, root: &Path, name: &str) -> Result<bool> {
+        if !self.macros.contains_key(root) {
+            let macros = exported_macros(root)?;
+            self.macros.insert(root.to_path_buf(), macros);
+        }
+        Ok(self
+            .macros
+            .get(root)
+            .is_some_and(|macros| macros.contains(name)))
     }
 
     fn add(&mut self, path: &str, features: &BTreeSet<String>) {
