@@ -252,7 +252,12 @@ impl PersistedPipelineCache {
         if data.is_empty() {
             return StoreOutcome::Skipped;
         }
+        // Its entry's files made durable together: one sync of the store's
+        // file system rather than one per file and folder (P3), just after
+        // the batch's own, which left little to flush.
+        self.store.begin_group();
         let outcome = self.store.put_blob(&self.key, &data);
+        self.store.commit_group();
         match &outcome {
             StoreOutcome::Stored { bytes } => {
                 log::debug!(
