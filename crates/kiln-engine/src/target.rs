@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::compiler::ArtifactCompiler;
 use crate::error::DeviceRefusal;
-use crate::id::ArtifactId;
+use crate::id::{ArtifactId, DeviceId};
 use crate::store::{ArtifactStore, KeyedCompiler};
 
 /// A device, and the store its artifacts are kept in: where a loader's
@@ -67,6 +67,17 @@ pub trait CompilationTarget {
     /// The store this target's artifacts outlive the process in, if any:
     /// without one, a loader keeps its artifacts as long as itself.
     fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
+        None
+    }
+
+    /// Which device of the machine the target loads on: `None` (the
+    /// default) for a target that cannot tell, or has no device (a
+    /// compile-only one). A loader keeps the warm-start profile of the
+    /// device it is on (L12): device 0, and a target that cannot tell,
+    /// the program's own; device N its own
+    /// ([`Program::on_device`](crate::profile::Program::on_device)). The
+    /// loader asks once, when it is made.
+    fn device_id(&self) -> Option<DeviceId> {
         None
     }
 

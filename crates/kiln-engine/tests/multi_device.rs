@@ -18,11 +18,12 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use kiln_engine::fake::{FakeDevice, FakeKernel, FakeModule, FakeTarget};
-use kiln_engine::profile::Program;
+use kiln_engine::profile::{Program, StoredProfile, profile_blob_key};
+use kiln_engine::store::Lookup;
 use kiln_engine::tune::{Candidate, Measure, Origin, TuneKey, Tuned};
 use kiln_engine::{
-    ArtifactStore, CacheError, KernelCache, KernelLoader, KernelOutcome, LoaderConfig, MemoryStore,
-    WorkerMode,
+    ArtifactStore, CacheError, CompilationTarget, KernelCache, KernelLoader, KernelOutcome,
+    KeyedCompiler, LoaderConfig, MemoryStore, WorkerMode,
 };
 
 /// The longest any wait of these tests lasts: far past what the work
@@ -449,6 +450,81 @@ fn l12_loaders_named_for_their_device_keep_one_profile_each() {
         assert_eq!(module.device, number);
         assert_eq!(next.target().loaded(), 3, "device {number}: its own three");
         assert!(next.records().is_empty(), "no batch ran");
+    }
+}
+
+/// The kernels (by number) of the profile `program` holds in `store` for
+/// the fake compiler, or `None` when it holds none.
+fn profiled_kernels(store: &Arc<dyn ArtifactStore>, program: &Program) -> Option<Vec<String>> {
+    let components = FakeTarget::storeless().compiler().key_components();
+    let Lookup::Hit { artifact, .. } =
+        store.lookup_blob(&profile_blob_key(program.name(), &components))
+    else {
+        return None;
+    };
+    let profile = StoredProfile::from_bytes(&artifact).expect("a whole profile");
+    let mut kernels: Vec<String> = profile
+        .kernels
+        .into_iter()
+        .map(|kernel| kernel.kernel)
+        .collect();
+    kernels.sort();
+    Some(kernels)
+}
+
+#[test]
+fn l12_plain_loaders_on_two_devices_keep_one_profile_each() {
+    // Loaders the program names no profile for: each takes its device's
+    // from its target (device 0 the program's own, device 1 its own).
+    let store = memory_store();
+    let plain = |number: u32| {
+        KernelLoader::with_config(target(&store, device(number)), config(true))
+            .with_worker_mode(WorkerMode::Threads)
+    };
+    {
+        let mut loaders: Vec<_> = (0..2).map(plain).collect();
+        for (number, loader) in (0u32..).zip(&mut loaders) {
+            assert!(loader.keeps_profile(), "device {number}");
+            for kernel in number * 10..number * 10 + 3 {
+                let kernel = FakeKernel::new(kernel);
+                loader.load(&kernel, &kernel.artifact_id()).expect("loads");
+            }
+        }
+    }
+    let names = |numbers: std::ops::Range<u32>| -> Vec<String> {
+        let mut names: Vec<String> = numbers
+            .map(|number| format!("{:?}", FakeKernel::new(number).artifact_id()))
+            .collect();
+        names.sort();
+        names
+    };
+    let program = Program::executable();
+    assert_eq!(
+        profiled_kernels(&store, &program),
+        Some(names(0..3)),
+        "device 0 keeps the program's own profile, with its kernels alone"
+    );
+    assert_eq!(
+        profiled_kernels(&store, &program.clone().on_device(device(1).id())),
+        Some(names(10..13)),
+        "device 1 keeps its own"
+    );
+
+    // A restart of each: its first ask finds its own three kernels loaded
+    // ahead on its own device, and no other device's.
+    for number in 0..2u32 {
+        let mut next = plain(number);
+        let first = FakeKernel::new(number * 10);
+        let module = next.load(&first, &first.artifact_id()).expect("loads");
+        assert_eq!(module.device, number);
+        assert_eq!(next.target().loaded(), 3, "device {number}: its own three");
+        assert_eq!(next.target().fake_compiler().finalized(), 0);
+        assert!(next.records().is_empty(), "device {number}: no batch ran");
+        for kernel in number * 10..number * 10 + 3 {
+            let kernel = FakeKernel::new(kernel);
+            let module = next.get(&kernel.artifact_id()).expect("loaded ahead");
+            assert_eq!(module.device, number, "on device {number}");
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::{FakeArtifact, FakeCompiler, FakeModule, FakeTarget};
 use crate::error::DeviceRefusal;
-use crate::id::{ArtifactId, KernelId};
+use crate::id::{ArtifactId, DeviceId, KernelId};
 use crate::store::ArtifactStore;
 use crate::target::{CompilationTarget, DeviceStep};
 
@@ -170,6 +170,11 @@ impl CompilationTarget for FakeTarget {
 
     fn store(&self) -> Option<&Arc<dyn ArtifactStore>> {
         self.store.as_ref()
+    }
+
+    /// Its device's id (`fake:N`), unless it is compile-only.
+    fn device_id(&self) -> Option<DeviceId> {
+        (!self.compile_only).then(|| self.device.id())
     }
 
     fn publish(

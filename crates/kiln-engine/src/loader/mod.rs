@@ -159,8 +159,14 @@ impl<T: CompilationTarget> KernelLoader<T> {
         };
         if config.profile {
             // L12: a loader with a store keeps its program's profile unless
-            // told not to.
-            loader.profile = loader.start_profile(&crate::profile::Program::executable());
+            // told not to; on device N of the machine (N > 0), the device's
+            // own, so that the loaders of several devices each warm theirs.
+            let program = crate::profile::Program::executable();
+            let program = match loader.target.device_id() {
+                Some(device) => program.on_device(device),
+                None => program,
+            };
+            loader.profile = loader.start_profile(&program);
         }
         loader
     }
