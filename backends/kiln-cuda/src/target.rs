@@ -235,7 +235,13 @@ impl CudaTarget {
     }
 }
 
-kiln_cxx::cxx_target!(CudaTarget, CudaCompiler, LoadedKernel, CudaDevice);
+kiln_cxx::cxx_target!(
+    CudaTarget,
+    CudaCompiler,
+    LoadedKernel,
+    CudaDevice,
+    crate::CudaKey::BACKEND
+);
 
 /// The CUDA target's device step (F9): each module is loaded on the
 /// batch's worker that has its artifact, several at once. cudarc's module

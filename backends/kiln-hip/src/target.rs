@@ -183,7 +183,13 @@ impl HipTarget {
     }
 }
 
-kiln_cxx::cxx_target!(HipTarget, HipCompiler, LoadedKernel, HipDevice);
+kiln_cxx::cxx_target!(
+    HipTarget,
+    HipCompiler,
+    LoadedKernel,
+    HipDevice,
+    crate::HipKey::BACKEND
+);
 
 /// The HIP target's device step (F9): each code object is loaded on the
 /// batch's worker that has its artifact, several at once. The load makes

@@ -6,7 +6,7 @@
 //! and fails under `KILN_REQUIRE_DEVICE=1`.
 
 use kiln_engine::conformance::skip;
-use kiln_engine::{ArtifactId, Kernel, KernelId, KernelLoader};
+use kiln_engine::{ArtifactId, CompilationTarget, DeviceId, Kernel, KernelId, KernelLoader};
 use kiln_hip::{Error, HipDevice, HipKernel, HipTarget, KernelArgument, LaunchConfig};
 
 /// Set in the child of the test below, which sees no GPU.
@@ -73,6 +73,11 @@ fn b4_a_kernel_launched_on_an_amd_gpu_computes_its_numbers() {
     };
     let target = HipTarget::on(device.clone()).expect("hipRTC is installed with the runtime");
     assert!(!target.is_compile_only());
+    assert_eq!(
+        target.device_id(),
+        Some(DeviceId::new("hip", 0)),
+        "the device's ordinal: its loader keeps the program's own profile"
+    );
     let variant = target.variant();
     let mut loader = KernelLoader::new(target);
     let kernel = HipKernel::builder(KernelId::named("tests.axpy"), "axpy").source(

@@ -92,6 +92,11 @@ fn p1_the_store_key_names_hip_the_whole_compiler_identity_and_the_architecture()
     );
     assert_eq!(target.architecture(), &gfx90a());
     assert!(target.is_compile_only());
+    assert_eq!(
+        target.device_id(),
+        None,
+        "a compile-only target is on no device"
+    );
 
     // Two targets, as two processes would make them: the same key.
     let kernel = scale();

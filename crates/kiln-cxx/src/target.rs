@@ -124,19 +124,22 @@ impl<D: CxxDevice> DeviceStep<D::Compiler> for CxxDeviceStep<D> {
 }
 
 /// Writes, inside a backend's crate, what its target shares with the other
-/// C++ backend's: `cxx_target!(Target, Compiler, Loaded, Device)` writes
-/// the store's setters, [`device`](CxxDeviceStep::device) and
+/// C++ backend's: `cxx_target!(Target, Compiler, Loaded, Device, BACKEND)`
+/// writes the store's setters, [`device`](CxxDeviceStep::device) and
 /// `is_compile_only` as inherent methods of `Target`, and its
 /// [`CompilationTarget`](kiln_engine::CompilationTarget) impl, whose
-/// kernels are `Compiler`'s, loaded as `Loaded` on a `Device`.
+/// kernels are `Compiler`'s, loaded as `Loaded` on a `Device`, device
+/// `BACKEND:ORDINAL` of the machine
+/// ([`device_id`](kiln_engine::CompilationTarget::device_id)).
 ///
 /// `Target` has the fields `compiler: Arc<Compiler>`,
 /// `step: Arc<CxxDeviceStep<Device>>` and `store: TargetStore`, and its
 /// compiler's variant a field `architecture`, of the device's
-/// [`Architecture`](CxxDevice::Architecture).
+/// [`Architecture`](CxxDevice::Architecture); `Device` has a method
+/// `ordinal(&self) -> usize`, and `BACKEND` is a `&'static str`.
 #[macro_export]
 macro_rules! cxx_target {
-    ($target:ty, $compiler:ty, $loaded:ty, $device:ty $(,)?) => {
+    ($target:ty, $compiler:ty, $loaded:ty, $device:ty, $backend:expr $(,)?) => {
         impl $target {
             /// The same target on `store`: its loader reads kernels the
             /// store holds instead of compiling them, and stores what it
@@ -219,6 +222,14 @@ macro_rules! cxx_target {
 
             fn device_step(&self) -> &::std::sync::Arc<$crate::CxxDeviceStep<$device>> {
                 &self.step
+            }
+
+            /// The GPU's ordinal, unless the target is compile-only.
+            fn device_id(&self) -> Option<::kiln_engine::DeviceId> {
+                self.step.device().map(|device| {
+                    let ordinal = u64::try_from(device.ordinal()).unwrap_or(u64::MAX);
+                    ::kiln_engine::DeviceId::new($backend, ordinal)
+                })
             }
 
             fn publish(
