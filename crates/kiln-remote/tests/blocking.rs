@@ -6,15 +6,23 @@
 //! and with other bytes: no command of kiln's keeps Redis busy for a
 //! millisecond.
 //!
+//! A writer without the key that puts 256 MiB values under a batch's keys
+//! costs kiln's calls nothing (a script reads their lengths, never their
+//! bytes): the only commands over a millisecond are the two `SET`s that
+//! replace them, which free them (Redis frees a string inside the command
+//! that replaces it).
+//!
 //! Run alone (`cargo test -p kiln-remote --test blocking -- --nocapture`),
-//! it prints the slowest command of each kind.
+//! the tests print the slowest command of each kind.
 
 mod support;
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
-use kiln_engine::store::{Claim, ClaimWait};
+use kiln_engine::store::{Claim, ClaimWait, hex};
 use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey};
 use redis::Value;
 use support::{Redis, config, fleet_keys, fresh_prefix};
@@ -240,5 +248,123 @@ fn p10_no_call_of_a_fleet_batch_near_the_entry_limit_keeps_redis_a_millisecond()
     panic!(
         "in each of three batches a command kept Redis busy for a millisecond or more: \
          {batches:#?}"
+    );
+}
+
+/// Writes `length` bytes under `key` as a writer without the key would,
+/// sent in pieces: this process never holds the value.
+fn set_large(port: u16, key: &str, length: usize) {
+    let mut socket = TcpStream::connect(("127.0.0.1", port)).expect("a connection to Redis");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("a timeout");
+    write!(
+        socket,
+        "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${length}\r\n",
+        key.len()
+    )
+    .expect("the command is sent");
+    let piece = vec![b'x'; 1 << 16];
+    let mut left = length;
+    while left > 0 {
+        let now = left.min(piece.len());
+        socket.write_all(&piece[..now]).expect("the value is sent");
+        left -= now;
+    }
+    socket.write_all(b"\r\n").expect("the command ends");
+    let mut reply = String::new();
+    BufReader::new(socket)
+        .read_line(&mut reply)
+        .expect("SET answers");
+    assert!(reply.starts_with("+OK"), "{reply:?}");
+}
+
+#[test]
+fn p10_256_mib_values_a_stranger_wrote_cost_kiln_s_calls_nothing_but_their_replacement() {
+    let redis = match Redis::single() {
+        Ok(redis) => redis,
+        Err(reason) => {
+            support::skip("256 MiB values under a batch's keys", &reason);
+            return;
+        }
+    };
+    let mut connection = redis::Client::open(redis.url())
+        .and_then(|client| client.get_connection())
+        .expect("a raw connection");
+    let (keys, prefix) = (fleet_keys(), fresh_prefix());
+    let node = || {
+        kiln_remote::RemoteStore::open(config(&redis.url(), keys.clone(), &prefix))
+            .expect("the store opens")
+    };
+    let (first, second) = (node(), node());
+    let batch: Vec<StoreKey> = (0..8).map(key).collect();
+    // Kernel 0's artifact is published by the script (4 KiB), kernel 1's
+    // by SET NX (200 KiB, as `artifact` makes them): both find 256 MiB.
+    for number in [0usize, 1] {
+        let entry = format!("{prefix}e:{}", hex(&batch[number].digest()));
+        set_large(redis.servers[0].port, &entry, 256 << 20);
+    }
+    for (setting, value) in [
+        ("slowlog-log-slower-than", "100"),
+        ("slowlog-max-len", "100000"),
+    ] {
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(setting)
+            .arg(value)
+            .query(&mut connection)
+            .expect("CONFIG SET answers");
+    }
+    let () = redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query(&mut connection)
+        .expect("SLOWLOG RESET answers");
+    assert!(
+        first
+            .lookup_many(&batch)
+            .iter()
+            .all(|found| matches!(found, Lookup::Miss(_)))
+    );
+    for (number, key) in (0..).zip(&batch) {
+        first.put(
+            key,
+            None,
+            &artifact(number + 1, 1),
+            Duration::from_millis(40),
+        );
+    }
+    assert!(first.remote_statistics().replaced_unverified >= 2);
+    let hits = second
+        .lookup_many(&batch)
+        .iter()
+        .filter(|found| matches!(found, Lookup::Hit { .. }))
+        .count();
+    assert_eq!(
+        hits,
+        batch.len(),
+        "healed: {:?}",
+        second.remote_statistics()
+    );
+
+    let mut log: Vec<(String, u64)> = slow_log(&mut connection)
+        .into_iter()
+        .filter(|(command, _)| command != "SLOWLOG")
+        .collect();
+    log.sort_by_key(|(_, micros)| std::cmp::Reverse(*micros));
+    println!("commands of 0.1 ms or more (microseconds): {log:?}");
+    // The two replacements free 256 MiB each: the two slowest SETs.
+    // Everything else stays under a millisecond, but for the scheduler
+    // (at most two, none over 20 ms): a script that read a 256 MiB value
+    // took over a second.
+    let mut replacements = 0;
+    log.retain(|(command, _)| {
+        let replacement = command == "SET" && replacements < 2;
+        replacements += usize::from(replacement);
+        !replacement
+    });
+    let over: Vec<&(String, u64)> = log.iter().filter(|(_, micros)| *micros >= 1000).collect();
+    assert!(
+        over.len() <= 2 && over.iter().all(|(_, micros)| *micros < 20_000),
+        "commands of a millisecond or more besides the two replacements: {over:?}"
     );
 }
