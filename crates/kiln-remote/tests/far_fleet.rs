@@ -7,7 +7,7 @@
 //! - a verified holder killed with SIGKILL costs the next node one lease
 //!   and a few round trips, whatever the round trip and the number of
 //!   kernels: the keys it held are read again together, once its leases
-//!   run out, not one by one;
+//!   run out, not one by one; so does a holder whose releases timed out;
 //! - eight cold nodes sharing a batch send at most the bound of commands
 //!   per kernel that docs/FLEET.md states;
 //! - a lookup that takes more than half its timeout (a remote 0.3 s away,
@@ -372,6 +372,77 @@ fn p12_a_killed_holder_costs_one_lease_whatever_the_round_trip() {
             wall.saturating_sub(baseline)
         );
     }
+}
+
+#[test]
+fn p12_a_holder_whose_releases_timed_out_costs_one_lease() {
+    // A holder whose releases time out (its Redis frozen while it lets go
+    // of every key of a batch) leaves leases no one renews: the next node,
+    // 0.1 s away, loses at most one lease and a few round trips, as after
+    // a killed holder (before: remote warms of 19.8 and 29.4 s).
+    let _turn = one_at_a_time();
+    let Some(redis) = redis_or_skip("releases that timed out") else {
+        return;
+    };
+    const KERNELS: u32 = 64;
+    let lease = Duration::from_secs(3);
+    let round_trip = Duration::from_millis(100);
+    let fleet = kiln_remote::keygen::fleet_key().expect("random bytes");
+    let compile = Duration::from_millis(10);
+    let proxy = LatencyProxy::start(redis.servers[0].port, round_trip);
+    let calm = node(
+        &proxy.url(),
+        &fleet,
+        &fresh_prefix(),
+        &redis.scratch.join("released-calm"),
+        lease,
+    );
+    let baseline = run(
+        &mut loader(&calm, &redis.scratch.join("released-calm.log"), 5),
+        &batch(KERNELS, compile),
+    );
+    let prefix = fresh_prefix();
+    let mut settings = config(&redis.url(), keys_of(&fleet), &prefix);
+    settings.lease = lease;
+    settings.timeout = Duration::from_millis(300);
+    let holder = RemoteStore::open(settings).expect("the holder opens");
+    let held: Vec<_> = (0..KERNELS)
+        .map(
+            |number| match holder.claim(&kernel_key(number), ClaimWait::Once) {
+                kiln_engine::store::Claim::Held(guard) => guard,
+                _ => panic!("the holder takes kernel {number}"),
+            },
+        )
+        .collect();
+    redis.servers[0].pause();
+    drop(held);
+    redis.servers[0].resume();
+    let statistics = holder.remote_statistics();
+    assert!(
+        statistics.timeouts + statistics.skipped_while_open >= 1,
+        "the releases did not reach Redis: {statistics:?}"
+    );
+    let store = node(
+        &proxy.url(),
+        &fleet,
+        &prefix,
+        &redis.scratch.join("released-after"),
+        lease,
+    );
+    let log = redis.scratch.join("released-after.log");
+    let wall = run(&mut loader(&store, &log, 5), &batch(KERNELS, compile));
+    eprintln!("after releases that timed out: {wall:?}, with nobody holding {baseline:?}");
+    assert_eq!(
+        compiles_in(&log),
+        KERNELS as usize,
+        "every key compiled here"
+    );
+    let bound = baseline + lease + round_trip * 6 + Duration::from_secs(1);
+    assert!(
+        wall <= bound,
+        "lost {:?} to releases that timed out (bound {bound:?})",
+        wall.saturating_sub(baseline)
+    );
 }
 
 #[test]
