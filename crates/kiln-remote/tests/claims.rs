@@ -2,6 +2,8 @@
 //! value names its holder for a node that waits on it, a value without a
 //! valid authenticator (an earlier version's, anyone's) is written over,
 //! and a lease is let go only by its own holder (compared on the token).
+//! A user with a password hears the fleet's claims; one that may use no
+//! channel claims from the keys alone.
 
 mod support;
 
@@ -213,4 +215,60 @@ fn p12_a_redis_user_that_may_not_publish_still_claims_from_the_keys() {
     drop(guard);
     let _mine = held(waiter.claim(&key(9), ClaimWait::Once));
     assert_eq!(holder.remote_statistics().errors, 0);
+}
+
+#[test]
+fn p12_a_redis_user_with_a_password_hears_the_fleets_claims() {
+    // P12: the listener authenticates as the address says (user and
+    // password) on its connection of its own: a lease whose key is deleted
+    // still holds for a node that heard it announced.
+    let Some(redis) = redis_or_skip("a user with a password, listening") else {
+        return;
+    };
+    let mut connection = raw(&redis);
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("listener")
+        .arg("on")
+        .arg(">secret")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .query(&mut connection)
+        .expect("ACL SETUSER answers");
+    let url = redis
+        .url()
+        .replacen("redis://", "redis://listener:secret@", 1);
+    let (keys, prefix) = (fleet_keys(), fresh_prefix());
+    let holder = open(&url, keys.clone(), &prefix);
+    let listener = open(&url, keys, &prefix);
+    // Listening: it has claimed once.
+    let _first = held(listener.claim(&key(100), ClaimWait::Once));
+    let guard = held(holder.claim(&key(10), ClaimWait::Once));
+    let () = redis::cmd("DEL")
+        .arg(claim_key(&prefix, &key(10)))
+        .query(&mut connection)
+        .expect("DEL answers");
+    assert!(
+        matches!(listener.claim(&key(10), ClaimWait::Once), Claim::Busy),
+        "the lease was heard on the channel"
+    );
+    // The subscriptions are the user's: none goes as the default user.
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut connection)
+        .expect("CLIENT LIST answers");
+    let subscribed: Vec<&str> = clients
+        .lines()
+        .filter(|client| client.contains(" sub=1 "))
+        .collect();
+    assert!(
+        !subscribed.is_empty()
+            && subscribed
+                .iter()
+                .all(|client| client.contains(" user=listener ")),
+        "{clients}"
+    );
+    drop(guard);
+    let _mine = held(listener.claim(&key(10), ClaimWait::Patiently));
 }
