@@ -29,7 +29,11 @@
 //! - **Blocking and small.** The `redis` crate's blocking connections,
 //!   each call on a thread of its own under one deadline: no async
 //!   runtime; `rediss://` over rustls, checked against the system's CA
-//!   certificates or `KILN_REMOTE_CA`'s.
+//!   certificates or `KILN_REMOTE_CA`'s. The fleet's channel is heard on
+//!   a connection of this crate's own that bounds every message.
+//! - **Nothing large inside Redis's one thread.** No script is handed or
+//!   returns a large value: long values are written by `SET NX` and read
+//!   in pieces, so no call keeps Redis busy for a millisecond.
 //! - **Claims that deletion cannot undo.** Leases are announced on the
 //!   fleet's channel as they are taken, renewed and let go; who came first
 //!   for a key is the channel's order, which no one can take back.
