@@ -14,9 +14,10 @@
 //!
 //! A blob the disk store already holds is not replaced by a pull: the
 //! node's own (a pipeline cache its driver grew, a profile its program
-//! kept) is at least as much its own as the fleet's.
+//! kept) is at least as much its own as the fleet's. Remembered failures
+//! are this machine's and never travel this way, as in a bundle.
 
-use kiln_engine::store::BlobKey;
+use kiln_engine::store::{BlobKey, FAILURE_BLOB_KIND};
 use kiln_engine::{ArtifactStore, Lookup, Miss, StoreOutcome};
 use kiln_store::{DiskStore, Entry, Progress};
 use redis::cmd;
@@ -193,6 +194,7 @@ pub fn push_blobs(
     local
         .entries(&mut |info| {
             if let Entry::Blob(record) = info.entry
+                && travels(&record.key)
                 && choose(&record.key)
             {
                 keys.push(record.key);
@@ -254,7 +256,11 @@ pub fn pull_blobs(
         .ok_or_else(|| Error::Unreachable {
             url: remote.config().url_for_display(),
         })?;
-    let keys: Vec<BlobKey> = listing.keys.into_iter().filter(|key| choose(key)).collect();
+    let keys: Vec<BlobKey> = listing
+        .keys
+        .into_iter()
+        .filter(|key| travels(key) && choose(key))
+        .collect();
     let mut report = BlobTransferReport {
         entries: keys.len() as u64,
         refused: listing.refused,
@@ -298,6 +304,12 @@ pub fn pull_blobs(
     }
     local.batch_finished();
     Ok(report)
+}
+
+/// Whether a blob of `key` travels between stores: not a remembered
+/// failure.
+fn travels(key: &BlobKey) -> bool {
+    key.kind != FAILURE_BLOB_KIND
 }
 
 fn reachable(remote: &RemoteStore) -> Result<()> {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use kiln_engine::fake::{FakeKernel, FakeModule, FakeTarget};
 use kiln_engine::profile::Program;
-use kiln_engine::store::BlobKey;
+use kiln_engine::store::{BlobKey, RememberedFailure};
 use kiln_engine::tune::{Candidate, Measure, Origin, TuneKey};
 use kiln_engine::{ArtifactStore, KernelLoader, LoaderConfig, Lookup, StoreOutcome};
 use serde_json::Value;
@@ -83,7 +83,8 @@ fn tune(root: &Path) -> (Origin, usize, u64) {
 }
 
 /// A source store with a profile (two runs of `server`), a tuning answer
-/// and a pipeline cache.
+/// and a pipeline cache; and a remembered failure, which is the machine's
+/// own and never travels.
 fn warm_source(root: &Path) {
     assert_eq!(serve(root).0, 1, "the first run has no profile");
     assert_eq!(serve(root).0, 6, "the second loads its profile's six ahead");
@@ -92,6 +93,11 @@ fn warm_source(root: &Path) {
     let (key, bytes) = pipeline_cache();
     assert!(matches!(
         open(root).put_blob(&key, &bytes),
+        StoreOutcome::Stored { .. }
+    ));
+    let failure = RememberedFailure::blob_key(&support::fake_key(99));
+    assert!(matches!(
+        open(root).put_blob(&failure, &RememberedFailure::forgotten().to_bytes()),
         StoreOutcome::Stored { .. }
     ));
 }
@@ -114,7 +120,10 @@ fn p15_a_pulled_node_has_the_profile_the_tuning_answer_and_the_pipeline_cache() 
     let pushed =
         kiln_with(&source, &["--json", "push", "--remote", &url], &builder).succeeded_json();
     let blobs = &pushed["blobs"];
-    assert_eq!(blobs["entries"], 3, "profile, answer, cache: {pushed:#}");
+    assert_eq!(
+        blobs["entries"], 3,
+        "profile, answer, cache; no failure: {pushed:#}"
+    );
     assert_eq!(blobs["copied"], 3, "{pushed:#}");
     assert_eq!(blobs["failed"], 0, "{pushed:#}");
 
