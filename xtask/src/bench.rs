@@ -14,6 +14,7 @@
 //! criterion's own estimates for F1 and F4.
 
 mod batch;
+mod bucket;
 mod compare;
 mod fleet;
 mod lookups;
@@ -113,6 +114,7 @@ pub(super) fn table_rows(folder: &Path, criterion: &Path) -> Result<(Vec<[String
     fleet::f6_shared_row(&of, &mut rows);
     fleet::f6_remote_warm_row(&of, &mut rows);
     fleet::f6_distant_row(&of, &mut rows);
+    bucket::f6_bucket_rows(&of, &mut rows);
     start::f5_row(&of, &mut rows);
     fleet::p12_rows(&of, &mut rows);
     tuning::f7_row(&of, &mut rows);

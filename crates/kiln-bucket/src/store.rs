@@ -18,6 +18,9 @@ use crate::client::{Answer, Client, concurrently};
 use crate::config::BucketConfig;
 use crate::error::{Error, Result};
 
+/// What a lookup answers.
+type Found = Lookup<Vec<u8>>;
+
 /// The context a kernel's history object name is derived under: the same
 /// as the Redis tier's, so both name a kernel's history alike.
 const HISTORY_CONTEXT: &str = "kiln remote kernel history";
@@ -257,8 +260,36 @@ impl BucketStore {
         Some(answers)
     }
 
+    /// The lookups of `keys` and of the named blobs `blobs` in one call:
+    /// a batch's artifacts and the failure memories of those it may
+    /// compile. Only the artifacts' answers are counted as lookups.
+    pub(crate) fn lookup_with_blobs(
+        &self,
+        keys: &[StoreKey],
+        blobs: &[BlobKey],
+    ) -> (Vec<Found>, Vec<Found>) {
+        let subjects: Vec<(Kind, [u8; 32])> = keys
+            .iter()
+            .map(|key| (Kind::Artifact, key.digest()))
+            .chain(blobs.iter().map(|blob| (Kind::Blob, blob.digest())))
+            .collect();
+        let mut found = self.lookup_counting(&subjects, keys.len());
+        let blobs = found.split_off(keys.len());
+        (found, blobs)
+    }
+
     /// Looks up each subject in its kind's space, counting each answer.
     fn lookup_subjects(&self, subjects: &[(Kind, [u8; 32])]) -> Vec<Lookup<Vec<u8>>> {
+        self.lookup_counting(subjects, subjects.len())
+    }
+
+    /// Looks up each subject in its kind's space, counting the answers of
+    /// the first `counted`.
+    fn lookup_counting(
+        &self,
+        subjects: &[(Kind, [u8; 32])],
+        counted: usize,
+    ) -> Vec<Lookup<Vec<u8>>> {
         let objects: Vec<String> = subjects
             .iter()
             .map(|(kind, subject)| self.object(*kind, subject))
@@ -276,7 +307,7 @@ impl BucketStore {
                 .map(|((kind, subject), answer)| self.answer(*kind, subject, answer))
                 .collect(),
         };
-        for lookup in &lookups {
+        for lookup in lookups.iter().take(counted) {
             self.inner.counters.count_lookup(lookup);
         }
         lookups

@@ -1,20 +1,30 @@
 //! [`BucketTier`]: a store (the disk store, or the disk store with Redis
 //! behind it) in front of a [`BucketStore`] (P16).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use kiln_engine::store::{
-    ArtifactCopy, BlobKey, Claim, ClaimWait, Explanation, RekeyedPut, StoreCounters,
+    ArtifactCopy, BlobKey, Claim, ClaimWait, Explanation, KeySubject, RekeyedPut,
+    RememberedFailure, StoreCounters,
 };
-use kiln_engine::{ArtifactStore, Generation, Lookup, StoreKey, StoreOutcome, StoreStatistics};
+use kiln_engine::{
+    ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics,
+};
 
 use crate::store::{BucketStore, Put};
 
 /// How many writes wait for the bucket at most; past it a write is
 /// dropped and counted, never waited for.
 const QUEUE_LIMIT: usize = 1024;
+
+/// How long a key the bucket said it lacks is not asked of it again
+/// within a batch: a claimant's check and a waiter's poll read the front.
+const ABSENT_FRESH: Duration = Duration::from_secs(60);
+
+/// The most absences remembered at once; past it they are forgotten.
+const ABSENT_LIMIT: usize = 1 << 16;
 
 /// A two-level store: `front` (the disk store, or the disk store with
 /// Redis behind it) before a [`BucketStore`].
@@ -34,6 +44,15 @@ const QUEUE_LIMIT: usize = 1024;
 ///   size before it reads it. The front must have been made with the same
 ///   split ([`TieredStore::with_split`](kiln_remote::TieredStore::with_split)),
 ///   so that it keeps large artifacts out of Redis.
+/// - **One question per key and batch**: a key the bucket answered absent
+///   is not asked of it again until the batch ends
+///   ([`batch_finished`](ArtifactStore::batch_finished)), at most a minute:
+///   the loader's check after its claim, and its polls while another
+///   process compiles, read the front (where a process of this machine
+///   writes, and Redis, where another machine publishes), not one GET
+///   per kernel in sequence. The failure memories of the kernels the
+///   bucket lacks (which this node may compile) are asked right after, in
+///   one call, and read from it when the loader asks.
 /// - **Claims** are the front's: the disk store's across a machine's
 ///   processes, Redis's across machines. With a bucket alone there is no
 ///   lease across machines: single flight holds within each machine, and
@@ -53,6 +72,12 @@ struct Inner {
     /// The largest artifact left to the front alone; `None` when the
     /// bucket takes every artifact.
     split: Option<u64>,
+    /// The keys (by digest) the bucket answered absent in this batch, and
+    /// when.
+    absent: Mutex<HashMap<[u8; 32], Instant>>,
+    /// The failure memories (by blob digest) read with this batch's
+    /// lookup, each taken once by the loader's question.
+    blobs: Mutex<HashMap<[u8; 32], Lookup<Vec<u8>>>>,
 }
 
 #[derive(Debug, Default)]
@@ -107,6 +132,8 @@ impl BucketTier {
                 answers: StoreCounters::default(),
                 queue,
                 split,
+                absent: Mutex::default(),
+                blobs: Mutex::default(),
             }),
         }
     }
@@ -231,6 +258,45 @@ fn write_queued(queue: &Queue, bucket: &BucketStore) {
     }
 }
 
+impl BucketTier {
+    /// Keeps the failure memories read with a batch's lookup until the
+    /// loader asks for them (or the batch ends).
+    fn keep_blobs(&self, keys: &[BlobKey], found: Vec<Lookup<Vec<u8>>>) {
+        let mut blobs = self
+            .inner
+            .blobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if blobs.len() >= ABSENT_LIMIT {
+            blobs.clear();
+        }
+        for (key, lookup) in keys.iter().zip(found) {
+            // What the bucket could not answer is asked again when wanted.
+            if matches!(lookup, Lookup::Hit { .. } | Lookup::Miss(Miss::Absent)) {
+                blobs.insert(key.digest(), lookup);
+            }
+        }
+    }
+
+    /// Remembers the keys of `asked` the bucket answered absent in `found`.
+    fn remember_absent(&self, asked: &[StoreKey], found: &[Lookup<Vec<u8>>]) {
+        let mut absent = self
+            .inner
+            .absent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if absent.len() >= ABSENT_LIMIT {
+            absent.clear();
+        }
+        let now = Instant::now();
+        for (key, lookup) in asked.iter().zip(found) {
+            if matches!(lookup, Lookup::Miss(Miss::Absent)) {
+                absent.insert(key.digest(), now);
+            }
+        }
+    }
+}
+
 /// Whether the front refused a write: then the bucket is not asked
 /// either, so a refused put leaves nothing anywhere (P5).
 fn refused(outcome: &StoreOutcome) -> bool {
@@ -247,15 +313,40 @@ impl ArtifactStore for BucketTier {
     fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
         let inner = &self.inner;
         let mut answers = inner.front.lookup_many(keys);
-        let missed: Vec<usize> = answers
-            .iter()
-            .enumerate()
-            .filter(|(_, answer)| !matches!(answer, Lookup::Hit { .. }))
-            .map(|(index, _)| index)
-            .collect();
+        let missed: Vec<usize> = {
+            let absent = inner.absent.lock().unwrap_or_else(PoisonError::into_inner);
+            answers
+                .iter()
+                .enumerate()
+                .filter(|(_, answer)| !matches!(answer, Lookup::Hit { .. }))
+                .map(|(index, _)| index)
+                .filter(|index| {
+                    absent
+                        .get(&keys[*index].digest())
+                        .is_none_or(|since| since.elapsed() > ABSENT_FRESH)
+                })
+                .collect()
+        };
         if !missed.is_empty() {
             let asked: Vec<StoreKey> = missed.iter().map(|index| keys[*index].clone()).collect();
             let found = inner.bucket.lookup_many(&asked);
+            self.remember_absent(&asked, &found);
+            // The failure memories of the kernels the bucket lacks, which
+            // this node may compile, in one more call: the loader asks for
+            // each before its compile.
+            let memories: Vec<BlobKey> = asked
+                .iter()
+                .zip(&found)
+                .filter(|(key, lookup)| {
+                    matches!(key.subject, KeySubject::Kernel { .. })
+                        && matches!(lookup, Lookup::Miss(Miss::Absent))
+                })
+                .map(|(key, _)| RememberedFailure::blob_key(key))
+                .collect();
+            if !memories.is_empty() {
+                let (_, memories_found) = inner.bucket.lookup_with_blobs(&[], &memories);
+                self.keep_blobs(&memories, memories_found);
+            }
             let mut copies = Vec::new();
             for ((index, key), lookup) in missed.iter().zip(&asked).zip(found) {
                 if let Lookup::Hit { .. } = &lookup {
@@ -401,7 +492,25 @@ impl ArtifactStore for BucketTier {
     }
 
     fn batch_finished(&self) {
+        self.inner
+            .absent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        self.inner
+            .blobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         self.inner.front.batch_finished();
+    }
+
+    fn begin_group(&self) {
+        self.inner.front.begin_group();
+    }
+
+    fn commit_group(&self) {
+        self.inner.front.commit_group();
     }
 
     fn kept_batches(&self) -> Vec<Vec<u8>> {
@@ -421,12 +530,25 @@ impl ArtifactStore for BucketTier {
 
     fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
         match self.inner.front.lookup_blob(key) {
-            Lookup::Miss(_) => self.inner.bucket.lookup_blob(key),
+            Lookup::Miss(_) => {
+                let read = self
+                    .inner
+                    .blobs
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&key.digest());
+                read.unwrap_or_else(|| self.inner.bucket.lookup_blob(key))
+            }
             hit => hit,
         }
     }
 
     fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
+        self.inner
+            .blobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&key.digest());
         let outcome = self.inner.front.put_blob(key, bytes);
         // Blobs are few and small: written through, on the caller's thread.
         self.inner.bucket.put_blob(key, bytes);

@@ -445,6 +445,14 @@ impl ArtifactStore for TieredStore {
         })
     }
 
+    fn begin_group(&self) {
+        self.inner.local.begin_group();
+    }
+
+    fn commit_group(&self) {
+        self.inner.local.commit_group();
+    }
+
     fn kept_batches(&self) -> Vec<Vec<u8>> {
         self.inner.local.kept_batches()
     }
