@@ -22,6 +22,7 @@ const BENCHES: &[&str] = &[
     "shared_store",
     "cold_start",
     "fleet",
+    "bucket",
     "tuning",
     "device_step",
     "serving",
@@ -79,6 +80,8 @@ pub(super) fn run_here() -> Result<()> {
         ("shared_store", &[], &["shared_store_fake"]),
         ("cold_start", &[("KILN_BENCH_COLD", "8")], &[]),
         ("fleet", &[("KILN_BENCH_FLEET", "64")], &[]),
+        // F6's bucket rows: Garage, built by the setup, behind the proxy.
+        ("bucket", &[], &[]),
         (
             "tuning",
             &[("KILN_BENCH_TUNE", "32"), ("KILN_BENCH_PROFILED", "256")],
@@ -268,6 +271,7 @@ run 600 store_packs KILN_BENCH_PACKS="${KILN_BENCH_PACKS:-10,10000,100000,100000
 run 150 shared_store KILN_BENCH_SHARED="${KILN_BENCH_SHARED:-64}"
 run 150 cold_start KILN_BENCH_COLD="${KILN_BENCH_COLD:-64}"
 run 150 fleet KILN_BENCH_FLEET="${KILN_BENCH_FLEET:-256}"
+run 150 bucket
 run 300 tuning KILN_BENCH_TUNE="${KILN_BENCH_TUNE:-32}" -- --warm-up-time 1 --measurement-time 3
 run 200 device_step -- --warm-up-time 1 --measurement-time 3
 run 200 serving KILN_BENCH_SERVING="${KILN_BENCH_SERVING:-1000:5:20}"
