@@ -12,13 +12,19 @@
 //!   for sm_90 on a machine without one (the latency is then the compile's
 //!   and the artifact's description, no module load).
 //!
-//! Each run leaves a record (`serving`, case `TARGET/load` or
-//! `TARGET/load_or`) whose note is a JSON object: the latency percentiles
+//! A third run serves with `load` kernels all loaded before the first
+//! request: the loop's floor on the machine (its sleeps' overshoot, other
+//! processes), which no compile can explain.
+//!
+//! Each run leaves a record (`serving`, case `TARGET/load`,
+//! `TARGET/load_or` or `TARGET/loaded`) whose note is a JSON object: the latency percentiles
 //! (from a request's arrival to its answer), the loader's health counts,
 //! and how many specializations were served after their background batch.
 //! `KILN_BENCH_SERVING` is `requests:seconds:shapes` (default
 //! `1000:5:20`); `KILN_BENCH_SERVING_TARGETS` picks `wgpu`, `cuda` or both
-//! (default both).
+//! (default both); `KILN_BENCH_SERVING_SLOWEST=1` prints each run's five
+//! slowest calls with their request numbers (a new shape every
+//! `requests / shapes`).
 //!
 //! ```text
 //! cargo bench -p kiln-benches --bench serving
@@ -76,6 +82,10 @@ impl Plan {
 /// What one run measured.
 struct Run {
     latencies: Vec<Duration>,
+    /// Each request's time in the `load` or `load_or` call alone: what
+    /// kiln held it for, without the wait behind earlier requests or for
+    /// the processor.
+    calls: Vec<Duration>,
     fallback_loads: u64,
     request_path_compiles: u64,
     request_path_seconds: f64,
@@ -88,22 +98,28 @@ struct Run {
 
 impl Run {
     fn percentile(&self, fraction: f64) -> Duration {
-        let mut sorted = self.latencies.clone();
-        sorted.sort_unstable();
-        let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
-        sorted.get(index).copied().unwrap_or_default()
+        percentile(&self.latencies, fraction)
     }
 }
 
+fn percentile(durations: &[Duration], fraction: f64) -> Duration {
+    let mut sorted = durations.to_vec();
+    sorted.sort_unstable();
+    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
+    sorted.get(index).copied().unwrap_or_default()
+}
+
 /// Serves `plan`'s requests on a fresh loader of `target`, with `load_or`
-/// when `with_fallback`, else with `load`.
+/// (mode `load_or`), with `load` (`load`), or with `load` of kernels all
+/// loaded before the first request (`loaded`: the loop's floor on this
+/// machine, no compile anywhere).
 fn serve<T: CompilationTarget + 'static>(
     target: T,
     generic: &KernelOf<T>,
     shapes: &[KernelOf<T>],
     variant: &VariantOf<T>,
     plan: Plan,
-    with_fallback: bool,
+    mode: &str,
 ) -> Result<Run, String>
 where
     KernelOf<T>: Clone + Sized,
@@ -113,15 +129,22 @@ where
     loader
         .load(generic, &generic_id)
         .map_err(|error| format!("the generic kernel: {error}"))?;
-    let before = loader.statistics().health;
     let ids: Vec<ArtifactId<VariantOf<T>>> = shapes
         .iter()
         .map(|shape| ArtifactId::new(shape.id(), variant.clone()))
         .collect();
+    if mode == "loaded" {
+        for shape in shapes {
+            loader.enqueue(Box::new(shape.clone()), variant.clone());
+        }
+        loader.compile_queued();
+    }
+    let before = loader.statistics().health;
     let count = u32::try_from(shapes.len()).unwrap_or(u32::MAX).max(1);
     let gap = plan.over / plan.requests;
     let per_shape = (plan.requests / count).max(1);
     let mut latencies = Vec::with_capacity(plan.requests as usize);
+    let mut calls = Vec::with_capacity(plan.requests as usize);
     let started = Instant::now();
     for request in 0..plan.requests {
         let due = started + gap * request;
@@ -136,7 +159,8 @@ where
         } else {
             (request as usize / 2) % (newest + 1)
         };
-        if with_fallback {
+        let called = Instant::now();
+        if mode == "load_or" {
             let served = loader
                 .load_or(&shapes[shape], &ids[shape], &generic_id)
                 .map_err(|error| error.to_string())?;
@@ -147,7 +171,16 @@ where
                 .map_err(|error| format!("shape {shape}: {error}"))?;
             std::hint::black_box(served);
         }
+        calls.push(called.elapsed());
         latencies.push(due.elapsed());
+    }
+    if std::env::var_os("KILN_BENCH_SERVING_SLOWEST").is_some() {
+        let mut slowest: Vec<(Duration, usize)> = calls.iter().copied().zip(0..).collect();
+        slowest.sort_unstable_by(|a, b| b.cmp(a));
+        eprintln!(
+            "serving: {mode}: slowest calls (time, request): {:?}",
+            &slowest[..5.min(slowest.len())]
+        );
     }
     let health = loader.statistics().health;
     if !loader.wait_for_background(SETTLE) {
@@ -175,6 +208,7 @@ where
     }
     Ok(Run {
         latencies,
+        calls,
         fallback_loads: health.fallback_loads - before.fallback_loads,
         request_path_compiles: health.request_path_compiles - before.request_path_compiles,
         request_path_seconds: health.request_path_seconds - before.request_path_seconds,
@@ -200,6 +234,8 @@ fn report(target: &str, device: &str, mode: &str, plan: Plan, run: &Run) {
         "p50_ms": ms(run.percentile(0.5)),
         "p99_ms": ms(run.percentile(0.99)),
         "max_ms": ms(run.percentile(1.0)),
+        "call_p99_us": percentile(&run.calls, 0.99).as_secs_f64() * 1e6,
+        "call_max_us": percentile(&run.calls, 1.0).as_secs_f64() * 1e6,
         "fallback_loads": run.fallback_loads,
         "request_path_compiles": run.request_path_compiles,
         "request_path_seconds": run.request_path_seconds,
@@ -208,11 +244,13 @@ fn report(target: &str, device: &str, mode: &str, plan: Plan, run: &Run) {
     });
     println!(
         "serving {target:<5} {mode:<8} p50 {:>8.2} ms  p99 {:>8.1} ms  max {:>8.1} ms  \
-         fallback loads {:>4}  request-path compiles {:>3} ({:.2} s)  specialized {}/{}  \
-         a compile {:.0} ms",
+         call p99 {:>9.1} µs max {:>9.1} µs  fallback loads {:>4}  request-path compiles \
+         {:>3} ({:.2} s)  specialized {}/{}  a compile {:.0} ms",
         ms(run.percentile(0.5)),
         ms(run.percentile(0.99)),
         ms(run.percentile(1.0)),
+        percentile(&run.calls, 0.99).as_secs_f64() * 1e6,
+        percentile(&run.calls, 1.0).as_secs_f64() * 1e6,
         run.fallback_loads,
         run.request_path_compiles,
         run.request_path_seconds,
@@ -253,10 +291,10 @@ fn compare<T: CompilationTarget + 'static>(
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs() % 1_000_000)
         * 10;
-    for (offset, mode) in [(1, "load"), (2, "load_or")] {
+    for (offset, mode) in [(1, "load"), (2, "load_or"), (3, "loaded")] {
         let Some(target) = make() else { return };
         let (generic, shapes) = kernels(base + offset);
-        match serve(target, &generic, &shapes, variant, plan, mode == "load_or") {
+        match serve(target, &generic, &shapes, variant, plan, mode) {
             Ok(run) => report(name, device, mode, plan, &run),
             Err(error) => {
                 eprintln!("serving: {name} {mode} did not finish: {error}");

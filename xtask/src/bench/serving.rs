@@ -10,6 +10,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::RecordsOf;
+use super::sample::median;
 use crate::command;
 
 /// Where a run keeps the example's JSON line.
@@ -73,20 +74,33 @@ fn fake_row(folder: &Path, rows: &mut Vec<[String; 4]>) {
     ]);
 }
 
-/// The row of `target` from the `serving` benchmark's records (the latest
-/// run of each mode): the figures are in each record's note.
+/// The row of `target` from the `serving` benchmark's records: each figure
+/// the median over the runs of each mode (the figures are in each record's
+/// note), the counts that must hold in every run their worst.
 fn bench_row(of: &RecordsOf<'_>, target: &str, rows: &mut Vec<[String; 4]>) {
-    let figures = |mode: &str| {
-        of("serving", &format!("{target}/{mode}"), "", None)
-            .last()
-            .and_then(|sample| serde_json::from_str::<serde_json::Value>(&sample.note).ok())
+    type Runs = Vec<serde_json::Value>;
+    let figures = |mode: &str| -> Option<Runs> {
+        let runs: Runs = of("serving", &format!("{target}/{mode}"), "", None)
+            .iter()
+            .filter_map(|sample| serde_json::from_str(&sample.note).ok())
+            .collect();
+        (!runs.is_empty()).then_some(runs)
     };
     let (Some(load), Some(load_or)) = (figures("load"), figures("load_or")) else {
         return;
     };
-    let number =
-        |figures: &serde_json::Value, field: &str| figures[field].as_f64().unwrap_or(f64::NAN);
-    let device = load["device"].as_str().unwrap_or("?");
+    let values = |runs: &Runs, field: &str| -> Vec<f64> {
+        runs.iter().filter_map(|run| run[field].as_f64()).collect()
+    };
+    let number = |runs: &Runs, field: &str| median(values(runs, field)).unwrap_or(f64::NAN);
+    let most = |runs: &Runs, field: &str| values(runs, field).into_iter().fold(0.0, f64::max);
+    let least = |runs: &Runs, field: &str| {
+        values(runs, field)
+            .into_iter()
+            .fold(f64::INFINITY, f64::min)
+    };
+    let first = &load[0];
+    let device = first["device"].as_str().unwrap_or("?");
     let label = match target {
         "wgpu" => format!("wgpu, naga + pipeline on {device}"),
         _ => format!("CUDA, NVRTC GEMMs, {device}"),
@@ -95,29 +109,43 @@ fn bench_row(of: &RecordsOf<'_>, target: &str, rows: &mut Vec<[String; 4]>) {
     // device object made of it.
     let waited = 1e3 * number(&load, "request_path_seconds")
         / number(&load, "request_path_compiles").max(1.0);
+    let mut ratios = format!(
+        "load / load_or p99 **×{:.0}**",
+        number(&load, "p99_ms") / number(&load_or, "p99_ms")
+    );
+    if let Some(floor) = figures("loaded") {
+        ratios.push_str(&format!(
+            "; floor (all loaded) p99 {:.2} ms, load_or ×{:.1} of it",
+            number(&floor, "p99_ms"),
+            number(&load_or, "p99_ms") / number(&floor, "p99_ms")
+        ));
+    }
     rows.push([
         format!(
-            "R1 serving ({label}) {} requests / {} s, {} shapes of {waited:.0} ms",
-            load["requests"], load["seconds"], load["shapes"]
+            "R1 serving ({label}) {} requests / {} s, {} shapes of {waited:.0} ms, {} runs",
+            first["requests"],
+            first["seconds"],
+            first["shapes"],
+            load.len().min(load_or.len())
         ),
         format!(
             "p50 load_or {:.2} ms, load {:.2} ms; p99 load_or {:.2} ms, load {:.1} ms; \
-             request-path compiles {} vs {}; fallback loads {}; specialized after their \
-             batches {}/{}",
+             the call alone, max: load_or {:.0} µs, load {:.1} ms; request-path compiles \
+             (most) {} vs {}; fallback loads {:.0}; specialized after their batches (least) \
+             {}/{}",
             number(&load_or, "p50_ms"),
             number(&load, "p50_ms"),
             number(&load_or, "p99_ms"),
             number(&load, "p99_ms"),
-            load_or["request_path_compiles"],
-            load["request_path_compiles"],
-            load_or["fallback_loads"],
-            load_or["specialized"],
-            load_or["shapes"]
+            number(&load_or, "call_max_us"),
+            number(&load, "call_max_us") / 1e3,
+            most(&load_or, "request_path_compiles"),
+            most(&load, "request_path_compiles"),
+            number(&load_or, "fallback_loads"),
+            least(&load_or, "specialized"),
+            first["shapes"]
         ),
-        format!(
-            "load / load_or p99 **×{:.0}**",
-            number(&load, "p99_ms") / number(&load_or, "p99_ms")
-        ),
+        ratios,
         "load_or: 0 request-path compiles; p99 a lookup, not a compile".to_owned(),
     ]);
 }
