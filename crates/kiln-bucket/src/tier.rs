@@ -30,12 +30,14 @@ const ABSENT_LIMIT: usize = 1 << 16;
 /// Redis behind it) before a [`BucketStore`].
 ///
 /// - **Reads** go to the front, then, for what it misses, to the bucket
-///   in one call (the batch's GETs together); a verified bucket hit is
-///   copied to the front (and so, when Redis is there, to Redis: a
-///   kernel read from the bucket is hot for the fleet again).
+///   in one call (the batch's GETs together); the verified bucket hits
+///   are copied to the front by a background thread, a batch's in one
+///   durable write (the next lookup waits for it, within the timeout),
+///   and so, when Redis is there and the split leaves them to it, to
+///   Redis: a kernel read from the bucket is hot for the fleet again.
 /// - **Writes** go to the front on the caller's thread and, unless it
-///   refused them, to the bucket through a bounded background queue: the launch never waits for the
-///   bucket. [`flush`](Self::flush) and dropping the last handle write
+///   refused them, to the bucket through a bounded background queue: the
+///   launch never waits for the bucket. [`flush`](Self::flush) and dropping the last handle write
 ///   what is queued.
 /// - **A size split** ([`with_split`](Self::with_split)), with Redis in
 ///   the front: artifacts of at most the split go to the front alone (the
@@ -69,6 +71,9 @@ struct Inner {
     bucket: BucketStore,
     answers: StoreCounters,
     queue: Arc<Queue>,
+    /// The bucket's hits waiting to be copied to the front, off the
+    /// caller's thread.
+    copies: Arc<Queue>,
     /// The largest artifact left to the front alone; `None` when the
     /// bucket takes every artifact.
     split: Option<u64>,
@@ -125,12 +130,20 @@ impl BucketTier {
         let _ = std::thread::Builder::new()
             .name("kiln-bucket-writer".to_owned())
             .spawn(move || write_queued(&writer_queue, &writer_bucket));
+        let copies = Arc::new(Queue::default());
+        let (copier_queue, copier_front) = (Arc::clone(&copies), Arc::clone(&front));
+        // A copier that cannot start leaves hits uncopied: the next batch
+        // reads them from the bucket again.
+        let _ = std::thread::Builder::new()
+            .name("kiln-bucket-copier".to_owned())
+            .spawn(move || copy_queued(&copier_queue, copier_front.as_ref()));
         Self {
             inner: Arc::new(Inner {
                 front,
                 bucket,
                 answers: StoreCounters::default(),
                 queue,
+                copies,
                 split,
                 absent: Mutex::default(),
                 blobs: Mutex::default(),
@@ -143,25 +156,13 @@ impl BucketTier {
         &self.inner.bucket
     }
 
-    /// Waits until every queued bucket write is done, at most `timeout`;
-    /// `true` when nothing is left.
+    /// Waits until every queued bucket write, and every copy of a bucket
+    /// hit to the front, is done, at most `timeout`; `true` when nothing
+    /// is left.
     pub fn flush(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let queue = &self.inner.queue;
-        let mut state = queue.state.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            if state.waiting.is_empty() && state.in_flight == 0 {
-                return true;
-            }
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                return false;
-            };
-            state = queue
-                .changed
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+        let copied = self.inner.copies.wait_empty(deadline);
+        self.inner.queue.wait_empty(deadline) && copied
     }
 
     /// Bucket writes dropped because the queue was full.
@@ -186,14 +187,7 @@ impl BucketTier {
         {
             return;
         }
-        let queue = &self.inner.queue;
-        let mut state = queue.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.waiting.len() >= QUEUE_LIMIT {
-            state.dropped += 1;
-            return;
-        }
-        state.waiting.push_back(write);
-        queue.changed.notify_all();
+        self.inner.queue.push(write);
     }
 }
 
@@ -201,46 +195,97 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // The last handle writes what is queued, within a few timeouts.
         let deadline = Instant::now() + self.bucket.config().timeout * 4;
-        let mut state = self
-            .queue
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        while !(state.waiting.is_empty() && state.in_flight == 0) {
+        self.copies.wait_empty(deadline);
+        self.queue.wait_empty(deadline);
+        self.copies.close();
+        self.queue.close();
+    }
+}
+
+impl Queue {
+    /// Waits until nothing is queued or in flight, at most until
+    /// `deadline`; `true` when nothing is.
+    fn wait_empty(&self, deadline: Instant) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if state.waiting.is_empty() && state.in_flight == 0 {
+                return true;
+            }
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                break;
+                return false;
             };
             state = self
-                .queue
                 .changed
                 .wait_timeout(state, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+
+    /// Everything queued, once there is something; `None` once closed.
+    fn take(&self) -> Option<Vec<Write>> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        while state.waiting.is_empty() && !state.closed {
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        if state.closed {
+            return None;
+        }
+        let taken: Vec<Write> = state.waiting.drain(..).collect();
+        state.in_flight = taken.len();
+        Some(taken)
+    }
+
+    /// What [`take`](Self::take) gave is done.
+    fn done(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.in_flight = 0;
+        self.changed.notify_all();
+    }
+
+    fn close(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.closed = true;
-        self.queue.changed.notify_all();
+        self.changed.notify_all();
+    }
+
+    /// Queues `write`; `false` when the queue is full (it is dropped).
+    fn push(&self, write: Write) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.waiting.len() >= QUEUE_LIMIT {
+            state.dropped += 1;
+            return false;
+        }
+        state.waiting.push_back(write);
+        self.changed.notify_all();
+        true
+    }
+}
+
+/// The copier: copies the bucket's hits to the front, a batch's at once
+/// (one durable write for them), until the queue is closed.
+fn copy_queued(queue: &Queue, front: &dyn ArtifactStore) {
+    while let Some(copies) = queue.take() {
+        let copied: Vec<ArtifactCopy<'_>> = copies
+            .iter()
+            .map(|copy| ArtifactCopy {
+                key: &copy.key,
+                bytes: &copy.bytes,
+                work: copy.work,
+            })
+            .collect();
+        front.put_many(&copied);
+        queue.done();
     }
 }
 
 /// The writer: takes every queued write at once and sends them in one
 /// call, until the queue is closed.
 fn write_queued(queue: &Queue, bucket: &BucketStore) {
-    loop {
-        let writes: Vec<Write> = {
-            let mut state = queue.state.lock().unwrap_or_else(PoisonError::into_inner);
-            while state.waiting.is_empty() && !state.closed {
-                state = queue
-                    .changed
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner);
-            }
-            if state.closed {
-                return;
-            }
-            let taken: Vec<Write> = state.waiting.drain(..).collect();
-            state.in_flight = taken.len();
-            taken
-        };
+    while let Some(writes) = queue.take() {
         let puts: Vec<Put<'_>> = writes
             .iter()
             .map(|write| Put {
@@ -252,9 +297,7 @@ fn write_queued(queue: &Queue, bucket: &BucketStore) {
             })
             .collect();
         bucket.put_all(&puts);
-        let mut state = queue.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.in_flight = 0;
-        queue.changed.notify_all();
+        queue.done();
     }
 }
 
@@ -312,6 +355,10 @@ impl ArtifactStore for BucketTier {
 
     fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
         let inner = &self.inner;
+        // The last batch's hits are on the front before it is asked again.
+        inner
+            .copies
+            .wait_empty(Instant::now() + inner.bucket.config().timeout);
         let mut answers = inner.front.lookup_many(keys);
         let missed: Vec<usize> = {
             let absent = inner.absent.lock().unwrap_or_else(PoisonError::into_inner);
@@ -359,19 +406,18 @@ impl ArtifactStore for BucketTier {
                     answers[*index] = lookup;
                 }
             }
-            let copied: Vec<ArtifactCopy<'_>> = copies
-                .iter()
-                .filter_map(|index| match &answers[*index] {
-                    Lookup::Hit { artifact, work, .. } => Some(ArtifactCopy {
-                        key: &keys[*index],
-                        bytes: artifact,
+            // Copied to the front by the copier: a durable write of the
+            // batch's hits would cost a warm start more than the round trip.
+            for index in copies {
+                if let Lookup::Hit { artifact, work, .. } = &answers[index] {
+                    inner.copies.push(Write {
+                        key: keys[index].clone(),
+                        source_key: None,
+                        bytes: artifact.clone(),
                         work: *work,
-                    }),
-                    Lookup::Miss(_) => None,
-                })
-                .collect();
-            if !copied.is_empty() {
-                inner.front.put_many(&copied);
+                        with_history: false,
+                    });
+                }
             }
         }
         for answer in &answers {
