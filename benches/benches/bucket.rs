@@ -52,10 +52,11 @@ const NODE_CASE: &str = "KILN_BENCH_BUCKET_CASE";
 
 /// The calls a cold node must make to the bucket before its last kernel
 /// loads, each a round trip (its requests go out together): the batch's
-/// lookup of its entries, of the failure memories of the kernels the
-/// bucket lacks, and of the lowered sources. The puts go from the
-/// writer's queue, off the launch path.
-const COLD_STEPS: u32 = 3;
+/// lookup of its entries, and of the lowered sources (the failure
+/// memories of the kernels the bucket lacks are read beside the latter,
+/// in the background). The puts go from the writer's queue, off the
+/// launch path.
+const COLD_STEPS: u32 = 2;
 
 fn setting(name: &str, default: u64) -> u64 {
     std::env::var(name)

@@ -6,14 +6,17 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use kiln_engine::store::{
-    ArtifactCopy, BlobKey, Claim, ClaimWait, Explanation, KeySubject, RekeyedPut,
-    RememberedFailure, StoreCounters,
+    ArtifactCopy, BlobKey, Claim, ClaimWait, Explanation, RekeyedPut, StoreCounters,
 };
 use kiln_engine::{
     ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics,
 };
 
 use crate::store::{BucketStore, Put};
+
+mod memories;
+
+use memories::Memories;
 
 /// How many writes wait for the bucket at most; past it a write is
 /// dropped and counted, never waited for.
@@ -53,8 +56,9 @@ const ABSENT_LIMIT: usize = 1 << 16;
 ///   process compiles, read the front (where a process of this machine
 ///   writes, and Redis, where another machine publishes), not one GET
 ///   per kernel in sequence. The failure memories of the kernels the
-///   bucket lacks (which this node may compile) are asked right after, in
-///   one call, and read from it when the loader asks.
+///   bucket lacks (which this node may compile) are read in one call in
+///   the background while the batch goes on, and taken from it when the
+///   loader asks (waiting for it, within the timeout).
 /// - **Claims** are the front's: the disk store's across a machine's
 ///   processes, Redis's across machines. With a bucket alone there is no
 ///   lease across machines: single flight holds within each machine, and
@@ -80,9 +84,9 @@ struct Inner {
     /// The keys (by digest) the bucket answered absent in this batch, and
     /// when.
     absent: Mutex<HashMap<[u8; 32], Instant>>,
-    /// The failure memories (by blob digest) read with this batch's
-    /// lookup, each taken once by the loader's question.
-    blobs: Mutex<HashMap<[u8; 32], Lookup<Vec<u8>>>>,
+    /// The failure memories of the batch's kernels the bucket lacks, read
+    /// in the background, each taken once by the loader's question.
+    memories: Arc<Memories>,
 }
 
 #[derive(Debug, Default)]
@@ -146,7 +150,7 @@ impl BucketTier {
                 copies,
                 split,
                 absent: Mutex::default(),
-                blobs: Mutex::default(),
+                memories: Arc::default(),
             }),
         }
     }
@@ -302,25 +306,6 @@ fn write_queued(queue: &Queue, bucket: &BucketStore) {
 }
 
 impl BucketTier {
-    /// Keeps the failure memories read with a batch's lookup until the
-    /// loader asks for them (or the batch ends).
-    fn keep_blobs(&self, keys: &[BlobKey], found: Vec<Lookup<Vec<u8>>>) {
-        let mut blobs = self
-            .inner
-            .blobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if blobs.len() >= ABSENT_LIMIT {
-            blobs.clear();
-        }
-        for (key, lookup) in keys.iter().zip(found) {
-            // What the bucket could not answer is asked again when wanted.
-            if matches!(lookup, Lookup::Hit { .. } | Lookup::Miss(Miss::Absent)) {
-                blobs.insert(key.digest(), lookup);
-            }
-        }
-    }
-
     /// Remembers the keys of `asked` the bucket answered absent in `found`.
     fn remember_absent(&self, asked: &[StoreKey], found: &[Lookup<Vec<u8>>]) {
         let mut absent = self
@@ -379,20 +364,11 @@ impl ArtifactStore for BucketTier {
             let found = inner.bucket.lookup_many(&asked);
             self.remember_absent(&asked, &found);
             // The failure memories of the kernels the bucket lacks, which
-            // this node may compile, in one more call: the loader asks for
-            // each before its compile.
-            let memories: Vec<BlobKey> = asked
-                .iter()
-                .zip(&found)
-                .filter(|(key, lookup)| {
-                    matches!(key.subject, KeySubject::Kernel { .. })
-                        && matches!(lookup, Lookup::Miss(Miss::Absent))
-                })
-                .map(|(key, _)| RememberedFailure::blob_key(key))
-                .collect();
+            // this node may compile, read in the background while the batch
+            // goes on: the loader asks for each before its compile.
+            let memories = memories::of_absent(&asked, &found);
             if !memories.is_empty() {
-                let (_, memories_found) = inner.bucket.lookup_with_blobs(&[], &memories);
-                self.keep_blobs(&memories, memories_found);
+                inner.memories.read(&inner.bucket, memories);
             }
             let mut copies = Vec::new();
             for ((index, key), lookup) in missed.iter().zip(&asked).zip(found) {
@@ -543,11 +519,7 @@ impl ArtifactStore for BucketTier {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
-        self.inner
-            .blobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.inner.memories.batch_finished();
         self.inner.front.batch_finished();
     }
 
@@ -577,24 +549,18 @@ impl ArtifactStore for BucketTier {
     fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
         match self.inner.front.lookup_blob(key) {
             Lookup::Miss(_) => {
-                let read = self
-                    .inner
-                    .blobs
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&key.digest());
-                read.unwrap_or_else(|| self.inner.bucket.lookup_blob(key))
+                let deadline = Instant::now() + self.inner.bucket.config().timeout;
+                self.inner
+                    .memories
+                    .take(key, deadline)
+                    .unwrap_or_else(|| self.inner.bucket.lookup_blob(key))
             }
             hit => hit,
         }
     }
 
     fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
-        self.inner
-            .blobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&key.digest());
+        self.inner.memories.forget(key);
         let outcome = self.inner.front.put_blob(key, bytes);
         // Blobs are few and small: written through, on the caller's thread.
         self.inner.bucket.put_blob(key, bytes);
