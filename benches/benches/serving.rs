@@ -24,7 +24,8 @@
 //! `1000:5:20`); `KILN_BENCH_SERVING_TARGETS` picks `wgpu`, `cuda` or both
 //! (default both); `KILN_BENCH_SERVING_SLOWEST=1` prints each run's five
 //! slowest calls with their request numbers (a new shape every
-//! `requests / shapes`).
+//! `requests / shapes`) and how long each was on a processor and waiting
+//! for one.
 //!
 //! ```text
 //! cargo bench -p kiln-benches --bench serving
@@ -102,6 +103,18 @@ impl Run {
     }
 }
 
+/// This thread's nanoseconds on a processor and waiting for one, so far
+/// (zero where the kernel does not say).
+fn schedule() -> (u64, u64) {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|text| {
+            let mut parts = text.split_whitespace().map(|part| part.parse().ok());
+            Some((parts.next()??, parts.next()??))
+        })
+        .unwrap_or_default()
+}
+
 fn percentile(durations: &[Duration], fraction: f64) -> Duration {
     let mut sorted = durations.to_vec();
     sorted.sort_unstable();
@@ -145,6 +158,10 @@ where
     let per_shape = (plan.requests / count).max(1);
     let mut latencies = Vec::with_capacity(plan.requests as usize);
     let mut calls = Vec::with_capacity(plan.requests as usize);
+    // With the slowest calls asked for: each call's time on a processor
+    // and waiting for one, from the thread's scheduler statistics.
+    let scheduled = std::env::var_os("KILN_BENCH_SERVING_SLOWEST").is_some();
+    let mut schedules = Vec::new();
     let started = Instant::now();
     for request in 0..plan.requests {
         let due = started + gap * request;
@@ -159,6 +176,7 @@ where
         } else {
             (request as usize / 2) % (newest + 1)
         };
+        let before = if scheduled { schedule() } else { (0, 0) };
         let called = Instant::now();
         if mode == "load_or" {
             let served = loader
@@ -172,15 +190,27 @@ where
             std::hint::black_box(served);
         }
         calls.push(called.elapsed());
+        if scheduled {
+            let after = schedule();
+            schedules.push((
+                after.0.saturating_sub(before.0),
+                after.1.saturating_sub(before.1),
+            ));
+        }
         latencies.push(due.elapsed());
     }
-    if std::env::var_os("KILN_BENCH_SERVING_SLOWEST").is_some() {
+    if scheduled {
         let mut slowest: Vec<(Duration, usize)> = calls.iter().copied().zip(0..).collect();
         slowest.sort_unstable_by(|a, b| b.cmp(a));
-        eprintln!(
-            "serving: {mode}: slowest calls (time, request): {:?}",
-            &slowest[..5.min(slowest.len())]
-        );
+        for &(took, request) in &slowest[..5.min(slowest.len())] {
+            let (running, waiting) = schedules.get(request).copied().unwrap_or_default();
+            eprintln!(
+                "serving: {mode}: request {request} took {took:?}: on a processor {} µs, \
+                 waiting for one {} µs",
+                running / 1000,
+                waiting / 1000
+            );
+        }
     }
     let health = loader.statistics().health;
     if !loader.wait_for_background(SETTLE) {
