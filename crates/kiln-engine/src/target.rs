@@ -161,6 +161,14 @@ pub trait DeviceStep<C: ArtifactCompiler>: Send + Sync {
         true
     }
 
+    /// Whether several device objects made at once are done sooner than
+    /// one after another. `true` unless the driver serializes them: then a
+    /// round with nothing to compile (a warm start) makes every one on the
+    /// loader's thread, whatever they cost (F11).
+    fn spreads(&self) -> bool {
+        true
+    }
+
     /// Makes `artifact` a device object.
     ///
     /// # Errors

@@ -29,6 +29,9 @@ pub struct FakeDeviceStep {
     time: Duration,
     /// The driver needs one thread: the loader's makes every object.
     one_thread: bool,
+    /// The driver serializes its device objects: made several at once,
+    /// they are done no sooner.
+    serialized: bool,
     running: AtomicUsize,
     most_running: AtomicUsize,
     made_on: Mutex<HashMap<KernelId, ThreadId>>,
@@ -42,6 +45,7 @@ impl FakeDeviceStep {
             device: number,
             time: self.time,
             one_thread: self.one_thread,
+            serialized: self.serialized,
             ..FakeDeviceStep::default()
         })
     }
@@ -80,6 +84,10 @@ impl DeviceStep<FakeCompiler> for FakeDeviceStep {
 
     fn on_workers(&self) -> bool {
         !self.one_thread
+    }
+
+    fn spreads(&self) -> bool {
+        !self.serialized
     }
 
     fn make(
@@ -126,6 +134,7 @@ impl FakeTarget {
             device: self.device_step.device,
             time,
             one_thread: self.device_step.one_thread,
+            serialized: self.device_step.serialized,
             ..FakeDeviceStep::default()
         });
         self
@@ -141,6 +150,23 @@ impl FakeTarget {
             device: self.device_step.device,
             time: self.device_step.time,
             one_thread: true,
+            serialized: self.device_step.serialized,
+            ..FakeDeviceStep::default()
+        });
+        self
+    }
+
+    /// The same target, whose driver serializes its device objects (as
+    /// CUDA's and HIP's module loads are): a round with nothing to compile
+    /// makes every one on the loader's thread. Its records start afresh.
+    #[must_use]
+    pub fn with_serialized_device(mut self) -> Self {
+        self.device_step = Arc::new(FakeDeviceStep {
+            compile_only: self.compile_only,
+            device: self.device_step.device,
+            time: self.device_step.time,
+            one_thread: self.device_step.one_thread,
+            serialized: true,
             ..FakeDeviceStep::default()
         });
         self

@@ -339,10 +339,14 @@ impl<T: CompilationTarget> KernelLoader<T> {
             again
         });
         // Nothing to compile (F11): the device steps go where they are
-        // fastest, on this thread unless they are costly enough to spread.
+        // fastest, on this thread when the driver serializes them or they
+        // are too cheap to spread.
         // Otherwise, where the workers make device objects, they make them
         // however few there are: a batch of one kernel too (F9).
-        let workers = if missing == 0 && on_workers {
+        let workers = if missing == 0 && on_workers && !device.spreads() {
+            self.pool.run_with(queue, 1, false, work, done);
+            1
+        } else if missing == 0 && on_workers {
             self.pool.run_device_steps(queue, work, done)
         } else {
             self.pool.run_with(queue, workers, on_workers, work, done);

@@ -107,6 +107,33 @@ fn f11_store_hits_whose_device_steps_are_cheap_are_made_on_the_loader_s_thread()
     assert_eq!(second.records()[0].workers, 1);
 }
 
+// F11, F9: a driver that serializes its device objects (CUDA's and HIP's
+// module loads) has a warm batch make every one on the loader's thread,
+// however costly each is.
+#[test]
+fn f11_store_hits_on_a_serializing_driver_are_made_on_the_loader_s_thread() {
+    let mut first = loader(FakeTarget::persisting(), 2);
+    for number in 0..6 {
+        first.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    first.compile_queued();
+    let target = first
+        .into_target()
+        .with_device_time(Duration::from_millis(30))
+        .with_serialized_device();
+    let mut second = loader(target, 2);
+    for number in 0..6 {
+        second.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    second.compile_queued();
+    assert_eq!(second.records()[0].count(KernelOutcome::FromStore), 6);
+    let (threads, by_caller) = device_threads(&second, 0..6);
+    assert!(by_caller, "made where they are asked: {threads:?}");
+    assert_eq!(threads.len(), 1, "no worker woken for them");
+    assert_eq!(second.target().fake_device_step().most_at_once(), 1);
+    assert_eq!(second.records()[0].workers, 1);
+}
+
 // F9, L5c
 #[test]
 fn f9_kernels_taking_their_leader_s_artifact_make_their_own_device_objects_on_the_workers() {

@@ -39,6 +39,7 @@ mod read;
 mod removal;
 #[cfg(any(test, feature = "bench"))]
 mod scratch;
+mod spread;
 mod targets;
 mod write;
 
@@ -194,6 +195,10 @@ impl ArtifactStore for DiskStore {
         let found = self.find_artifact(key);
         self.count_lookup(key, &found);
         found
+    }
+
+    fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
+        spread::lookup_many(self, keys)
     }
 
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
