@@ -40,8 +40,8 @@ const ABSENT_LIMIT: usize = 1 << 16;
 ///   Redis: a kernel read from the bucket is hot for the fleet again.
 /// - **Writes** go to the front on the caller's thread and, unless it
 ///   refused them, to the bucket through a bounded background queue: the
-///   launch never waits for the bucket. [`flush`](Self::flush) and dropping the last handle write
-///   what is queued.
+///   launch never waits for the bucket. [`flush`](Self::flush) and
+///   dropping the last handle write what is queued.
 /// - **A size split** ([`with_split`](Self::with_split)), with Redis in
 ///   the front: artifacts of at most the split go to the front alone (the
 ///   disk and Redis), larger ones to the disk and the bucket; what Redis
@@ -78,6 +78,8 @@ struct Inner {
     /// The bucket's hits waiting to be copied to the front, off the
     /// caller's thread.
     copies: Arc<Queue>,
+    /// Whether the copier thread started.
+    copier: bool,
     /// The largest artifact left to the front alone; `None` when the
     /// bucket takes every artifact.
     split: Option<u64>,
@@ -136,11 +138,11 @@ impl BucketTier {
             .spawn(move || write_queued(&writer_queue, &writer_bucket));
         let copies = Arc::new(Queue::default());
         let (copier_queue, copier_front) = (Arc::clone(&copies), Arc::clone(&front));
-        // A copier that cannot start leaves hits uncopied: the next batch
-        // reads them from the bucket again.
-        let _ = std::thread::Builder::new()
+        // Without a copier, hits are copied on the caller's thread.
+        let copier = std::thread::Builder::new()
             .name("kiln-bucket-copier".to_owned())
-            .spawn(move || copy_queued(&copier_queue, copier_front.as_ref()));
+            .spawn(move || copy_queued(&copier_queue, copier_front.as_ref()))
+            .is_ok();
         Self {
             inner: Arc::new(Inner {
                 front,
@@ -148,6 +150,7 @@ impl BucketTier {
                 answers: StoreCounters::default(),
                 queue,
                 copies,
+                copier,
                 split,
                 absent: Mutex::default(),
                 memories: Arc::default(),
@@ -191,7 +194,7 @@ impl BucketTier {
         {
             return;
         }
-        self.inner.queue.push(write);
+        self.inner.queue.push(write, QUEUE_LIMIT);
     }
 }
 
@@ -256,10 +259,11 @@ impl Queue {
         self.changed.notify_all();
     }
 
-    /// Queues `write`; `false` when the queue is full (it is dropped).
-    fn push(&self, write: Write) -> bool {
+    /// Queues `write`; `false` when `limit` writes wait already (it is
+    /// dropped).
+    fn push(&self, write: Write, limit: usize) -> bool {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.waiting.len() >= QUEUE_LIMIT {
+        if state.waiting.len() >= limit {
             state.dropped += 1;
             return false;
         }
@@ -384,16 +388,33 @@ impl ArtifactStore for BucketTier {
             }
             // Copied to the front by the copier: a durable write of the
             // batch's hits would cost a warm start more than the round trip.
-            for index in copies {
-                if let Lookup::Hit { artifact, work, .. } = &answers[index] {
-                    inner.copies.push(Write {
-                        key: keys[index].clone(),
-                        source_key: None,
-                        bytes: artifact.clone(),
+            let copied: Vec<ArtifactCopy<'_>> = copies
+                .iter()
+                .filter_map(|index| match &answers[*index] {
+                    Lookup::Hit { artifact, work, .. } => Some(ArtifactCopy {
+                        key: &keys[*index],
+                        bytes: artifact,
                         work: *work,
-                        with_history: false,
-                    });
+                    }),
+                    Lookup::Miss(_) => None,
+                })
+                .collect();
+            if inner.copier {
+                for copy in &copied {
+                    // Unbounded: a batch's hits are in memory already.
+                    inner.copies.push(
+                        Write {
+                            key: copy.key.clone(),
+                            source_key: None,
+                            bytes: copy.bytes.to_vec(),
+                            work: copy.work,
+                            with_history: false,
+                        },
+                        usize::MAX,
+                    );
                 }
+            } else {
+                inner.front.put_many(&copied);
             }
         }
         for answer in &answers {
