@@ -343,10 +343,12 @@ impl<T: CompilationTarget> KernelLoader<T> {
         // are too cheap to spread.
         // Otherwise, where the workers make device objects, they make them
         // however few there are: a batch of one kernel too (F9).
-        let workers = if missing == 0 && on_workers && !device.spreads() {
+        // A round the store answered whole, by ids or by texts (L11), is
+        // such a round: it compiles nothing.
+        let workers = if to_compile == 0 && on_workers && !device.spreads() {
             self.pool.run_with(queue, 1, false, work, done);
             1
-        } else if missing == 0 && on_workers {
+        } else if to_compile == 0 && on_workers {
             self.pool.run_device_steps(queue, work, done)
         } else {
             self.pool.run_with(queue, workers, on_workers, work, done);

@@ -334,8 +334,9 @@ impl<'k, T: CompilationTarget> Job<'k, T> {
             }
         }
         // P11: a kernel whose failure the store remembers fails again at
-        // once, unless the batch retries failures.
-        if let (Some(store), true) = (round.store, self.kept) {
+        // once, unless the batch retries failures. One found by its text
+        // has an artifact: there is no failure to look for.
+        if let (Some(store), true, false) = (round.store, self.kept, found_by_text) {
             self.memory = store.remembered_failure(compiler, &self.id);
             if !round.retry_failed
                 && let Some(error) = self

@@ -219,3 +219,30 @@ fn l11_rekeyed_kernels_a_full_store_cannot_keep_still_load_and_are_counted() {
         assert!(program.is_loaded(&program_kernel(number).artifact_id()));
     }
 }
+
+// L11, F11: a program whose every kernel is found by its text compiles
+// nothing, so its round is a warm start's: on a driver that serializes its
+// device objects, each is made on the loader's thread, and no failure
+// memory is asked for a kernel that has an artifact.
+#[test]
+fn l11_a_round_found_by_texts_makes_its_device_objects_where_a_warm_start_does() {
+    let store = prebuilt(6);
+    let shared = Arc::clone(&store) as Arc<dyn ArtifactStore>;
+    let target = FakeTarget::on_store(shared)
+        .with_device_time(Duration::from_millis(20))
+        .with_serialized_device();
+    let mut program = loader(target, 2);
+    for number in 0..6 {
+        program.enqueue(Box::new(program_kernel(number)), ());
+    }
+    program.compile_queued();
+    assert_eq!(program.records()[0].count(KernelOutcome::Rekeyed), 6);
+    let step = program.target().fake_device_step();
+    assert_eq!(step.made(), 6);
+    assert_eq!(
+        step.threads(),
+        std::iter::once(std::thread::current().id()).collect(),
+        "every one made on the loader's thread"
+    );
+    assert_eq!(step.most_at_once(), 1);
+}
