@@ -23,7 +23,7 @@ use memories::Memories;
 const QUEUE_LIMIT: usize = 1024;
 
 /// How long a key the bucket said it lacks is not asked of it again
-/// within a batch: a claimant's check and a waiter's poll read the front.
+/// within a batch, unless another holds its claim.
 const ABSENT_FRESH: Duration = Duration::from_secs(60);
 
 /// The most absences remembered at once; past it they are forgotten.
@@ -51,11 +51,12 @@ const ABSENT_LIMIT: usize = 1 << 16;
 ///   so that it keeps large artifacts out of Redis.
 /// - **One question per key and batch**: a key the bucket answered absent
 ///   is not asked of it again until the batch ends
-///   ([`batch_finished`](ArtifactStore::batch_finished)), at most a minute:
-///   the loader's check after its claim, and its polls while another
-///   process compiles, read the front (where a process of this machine
-///   writes, and Redis, where another machine publishes), not one GET
-///   per kernel in sequence. The failure memories of the kernels the
+///   ([`batch_finished`](ArtifactStore::batch_finished)), at most a minute,
+///   unless another holds its claim: the loader's check after taking a
+///   claim reads the front only, not one GET per kernel in sequence; a
+///   waiter's polls for a key another compiles ask the bucket too (with
+///   Redis in front and the size split, a large artifact is published
+///   there alone). The failure memories of the kernels the
 ///   bucket lacks (which this node may compile) are read in one call in
 ///   the background while the batch goes on, and taken from it when the
 ///   loader asks (waiting for it, within the timeout).
@@ -424,7 +425,17 @@ impl ArtifactStore for BucketTier {
     }
 
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
-        self.inner.front.claim(key, wait)
+        let claim = self.inner.front.claim(key, wait);
+        if matches!(claim, Claim::Busy) {
+            // Another holds it: its publish may land in the bucket (a large
+            // artifact, with Redis in front), so the waiter's polls ask.
+            self.inner
+                .absent
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&key.digest());
+        }
+        claim
     }
 
     fn claim_timeout(&self) -> Duration {

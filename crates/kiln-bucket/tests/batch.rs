@@ -59,3 +59,40 @@ fn p16_a_cold_batch_asks_the_bucket_twice_not_once_per_kernel() {
     tier.lookup_blob(&RememberedFailure::blob_key(&keys[0]));
     assert_eq!(calls(), 4);
 }
+
+#[test]
+fn p12_a_key_another_holds_is_asked_of_the_bucket_again() {
+    // With Redis in front and the size split, a large artifact another
+    // machine compiles lands in the bucket alone: its waiters must look.
+    use kiln_engine::store::{Claim, ClaimWait};
+    let Some(garage) = support::shared("a waiter's polls of the bucket") else {
+        return;
+    };
+    let scratch = kiln_test_support::Scratch::new("bucket-batch-waiter");
+    let open = || DiskStore::open(StoreConfig::at(scratch.join("disk"))).expect("a disk store");
+    let (holder, disk) = (open(), open());
+    let tier = BucketTier::new(
+        Arc::new(disk),
+        garage.store(support::fleet_keys(), &support::fresh_prefix()),
+    );
+    let keys: Vec<StoreKey> = (100..104).map(key).collect();
+    tier.lookup_many(&keys);
+    let Claim::Held(_held) = holder.claim(&keys[0], ClaimWait::Once) else {
+        panic!("the first claim of a fresh key is held");
+    };
+    let calls = || tier.bucket().bucket_statistics().calls;
+    tier.lookup_blob(&RememberedFailure::blob_key(&keys[0]));
+    let before = calls();
+    assert!(matches!(tier.claim(&keys[0], ClaimWait::Once), Claim::Busy));
+    tier.lookup(&keys[0]);
+    assert!(calls() > before, "the waiter's poll asks the bucket");
+    // (Its failure memory, read again beside it, landed.)
+    tier.lookup_blob(&RememberedFailure::blob_key(&keys[0]));
+    // A key this node holds is not asked again.
+    let Claim::Held(_mine) = tier.claim(&keys[1], ClaimWait::Once) else {
+        panic!("a fresh key's claim is held");
+    };
+    let before = calls();
+    tier.lookup(&keys[1]);
+    assert_eq!(calls(), before, "the claimant's check reads the front");
+}
