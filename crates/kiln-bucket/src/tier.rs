@@ -1,12 +1,12 @@
 //! [`BucketTier`]: a store (the disk store, or the disk store with Redis
 //! behind it) in front of a [`BucketStore`] (P16).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use kiln_engine::store::{
-    ArtifactCopy, BlobKey, Claim, ClaimWait, Explanation, RekeyedPut, StoreCounters,
+    ArtifactCopy, BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, RekeyedPut, StoreCounters,
 };
 use kiln_engine::{
     ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics,
@@ -15,8 +15,10 @@ use kiln_engine::{
 use crate::store::{BucketStore, Put};
 
 mod memories;
+mod queue;
 
 use memories::Memories;
+use queue::{Queue, ReleasedBehindWrites, Write};
 
 /// How many writes wait for the bucket at most; past it a write is
 /// dropped and counted, never waited for.
@@ -60,7 +62,9 @@ const ABSENT_LIMIT: usize = 1 << 16;
 ///   bucket lacks (which this node may compile) are read in one call in
 ///   the background while the batch goes on, and taken from it when the
 ///   loader asks (waiting for it, within the timeout).
-/// - **Claims** are the front's: the disk store's across a machine's
+/// - **Claims** are the front's (with the size split, each let go once
+///   the bucket writes queued before it are done, so a machine waiting
+///   for a large artifact finds it in the bucket): the disk store's across a machine's
 ///   processes, Redis's across machines. With a bucket alone there is no
 ///   lease across machines: single flight holds within each machine, and
 ///   machines that start the same kernel at the same time each compile
@@ -90,29 +94,6 @@ struct Inner {
     /// The failure memories of the batch's kernels the bucket lacks, read
     /// in the background, each taken once by the loader's question.
     memories: Arc<Memories>,
-}
-
-#[derive(Debug, Default)]
-struct Queue {
-    state: Mutex<QueueState>,
-    changed: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct QueueState {
-    waiting: VecDeque<Write>,
-    in_flight: usize,
-    dropped: u64,
-    closed: bool,
-}
-
-#[derive(Debug)]
-struct Write {
-    key: StoreKey,
-    source_key: Option<StoreKey>,
-    bytes: Vec<u8>,
-    work: Duration,
-    with_history: bool,
 }
 
 impl BucketTier {
@@ -175,12 +156,7 @@ impl BucketTier {
 
     /// Bucket writes dropped because the queue was full.
     pub fn dropped(&self) -> u64 {
-        self.inner
-            .queue
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .dropped
+        self.inner.queue.dropped()
     }
 
     fn enqueue(&self, write: Write) {
@@ -210,74 +186,10 @@ impl Drop for Inner {
     }
 }
 
-impl Queue {
-    /// Waits until nothing is queued or in flight, at most until
-    /// `deadline`; `true` when nothing is.
-    fn wait_empty(&self, deadline: Instant) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            if state.waiting.is_empty() && state.in_flight == 0 {
-                return true;
-            }
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                return false;
-            };
-            state = self
-                .changed
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-
-    /// Everything queued, once there is something; `None` once closed.
-    fn take(&self) -> Option<Vec<Write>> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        while state.waiting.is_empty() && !state.closed {
-            state = self
-                .changed
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        if state.closed {
-            return None;
-        }
-        let taken: Vec<Write> = state.waiting.drain(..).collect();
-        state.in_flight = taken.len();
-        Some(taken)
-    }
-
-    /// What [`take`](Self::take) gave is done.
-    fn done(&self) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.in_flight = 0;
-        self.changed.notify_all();
-    }
-
-    fn close(&self) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.closed = true;
-        self.changed.notify_all();
-    }
-
-    /// Queues `write`; `false` when `limit` writes wait already (it is
-    /// dropped).
-    fn push(&self, write: Write, limit: usize) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.waiting.len() >= limit {
-            state.dropped += 1;
-            return false;
-        }
-        state.waiting.push_back(write);
-        self.changed.notify_all();
-        true
-    }
-}
-
 /// The copier: copies the bucket's hits to the front, a batch's at once
 /// (one durable write for them), until the queue is closed.
 fn copy_queued(queue: &Queue, front: &dyn ArtifactStore) {
-    while let Some(copies) = queue.take() {
+    while let Some((copies, _)) = queue.take() {
         let copied: Vec<ArtifactCopy<'_>> = copies
             .iter()
             .map(|copy| ArtifactCopy {
@@ -294,7 +206,7 @@ fn copy_queued(queue: &Queue, front: &dyn ArtifactStore) {
 /// The writer: takes every queued write at once and sends them in one
 /// call, until the queue is closed.
 fn write_queued(queue: &Queue, bucket: &BucketStore) {
-    while let Some(writes) = queue.take() {
+    while let Some((writes, releases)) = queue.take() {
         let puts: Vec<Put<'_>> = writes
             .iter()
             .map(|write| Put {
@@ -305,7 +217,11 @@ fn write_queued(queue: &Queue, bucket: &BucketStore) {
                 with_history: write.with_history,
             })
             .collect();
-        bucket.put_all(&puts);
+        if !puts.is_empty() {
+            bucket.put_all(&puts);
+        }
+        // Claims let go behind these writes: a waiter reads them.
+        drop(releases);
         queue.done();
     }
 }
@@ -425,7 +341,16 @@ impl ArtifactStore for BucketTier {
     }
 
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
-        let claim = self.inner.front.claim(key, wait);
+        let claim = match self.inner.front.claim(key, wait) {
+            // With the size split, a large artifact is the bucket's alone:
+            // its claim (Redis's lease) is let go once the bucket writes
+            // queued before it are done, so a waiter that takes it finds
+            // the artifact there.
+            Claim::Held(guard) if self.inner.split.is_some() => Claim::Held(ClaimGuard::new(
+                ReleasedBehindWrites::new(guard, Arc::clone(&self.inner.queue)),
+            )),
+            claim => claim,
+        };
         if matches!(claim, Claim::Busy) {
             // Another holds it: its publish may land in the bucket (a large
             // artifact, with Redis in front), so the waiter's polls ask.
@@ -512,11 +437,7 @@ impl ArtifactStore for BucketTier {
     fn remove(&self, key: &StoreKey) {
         // A queued write of the key would land after the removal and bring
         // it back: drop it, and let a write already sent finish first.
-        {
-            let queue = &self.inner.queue;
-            let mut state = queue.state.lock().unwrap_or_else(PoisonError::into_inner);
-            state.waiting.retain(|write| write.key != *key);
-        }
+        self.inner.queue.forget(key);
         self.flush(self.inner.bucket.config().timeout);
         self.inner.front.remove(key);
         self.inner.bucket.remove(key);

@@ -80,6 +80,16 @@ impl Fleet {
         self.garage.store(self.keys.clone(), &self.bucket_prefix)
     }
 
+    /// A node split at [`SPLIT`] whose bucket is reached through `port`.
+    fn node_at(&self, name: &str, port: u16) -> BucketTier {
+        let disk = DiskStore::open(StoreConfig::at(self.scratch.join(name))).expect("a disk store");
+        let front = TieredStore::with_split(disk, self.redis(), SPLIT);
+        let bucket = self
+            .garage
+            .store_at(port, self.keys.clone(), &self.bucket_prefix);
+        BucketTier::with_split(Arc::new(front), bucket, SPLIT)
+    }
+
     /// A node: its disk (`name`), Redis, then the bucket; split at
     /// [`SPLIT`] when `split`.
     fn node(&self, name: &str, split: bool) -> (TieredStore, BucketTier) {
@@ -167,4 +177,44 @@ fn p16_without_the_split_both_tiers_take_every_artifact() {
     assert!(fleet.redis().lookup_many(&keys).iter().all(is_hit));
     assert!(fleet.bucket().lookup_many(&keys).iter().all(is_hit));
     assert_eq!(front.tiered_statistics().split_off, 0);
+}
+
+#[test]
+fn p12_with_the_split_a_large_artifacts_claim_is_let_go_once_the_bucket_holds_it() {
+    // The claim is Redis's lease; the large artifact is the bucket's alone.
+    // The holder's bucket is 800 ms away, so its write lands well after a
+    // release through Redis alone would (the waiter found nothing then):
+    // the waiter that takes the claim must find the artifact.
+    use kiln_engine::store::{Claim, ClaimWait};
+    use kiln_test_support::redis::LatencyProxy;
+    use std::time::Instant;
+    let Some(fleet) = Fleet::start("a large artifact's claim under the size split") else {
+        return;
+    };
+    let proxy = LatencyProxy::start(fleet.garage.port, Duration::from_millis(800));
+    let holder = fleet.node_at("holder", proxy.port);
+    let (_, waiter) = fleet.node("waiter", true);
+    let large = key(7);
+    let Claim::Held(guard) = holder.claim(&large, ClaimWait::Once) else {
+        panic!("the first claim of a fresh key is held");
+    };
+    holder.put(&large, None, &artifact(7, 20_000), Duration::ZERO);
+    drop(guard);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match waiter.claim(&large, ClaimWait::Once) {
+            Claim::Held(_mine) => {
+                let found = waiter.lookup(&large);
+                assert!(
+                    is_hit(&found),
+                    "the claim was let go before the bucket held the artifact: {found:?}"
+                );
+                break;
+            }
+            _ => {
+                assert!(Instant::now() < deadline, "the claim is let go in time");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
 }
