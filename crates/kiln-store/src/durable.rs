@@ -366,6 +366,48 @@ mod tests {
         assert!(!is_dead(std::process::id() as libc::pid_t));
     }
 
+    // P3: in a group, a publication is in place at once and synced by the
+    // group's one commit; outside one, it syncs as it is made.
+    #[test]
+    fn p3_a_grouped_publication_is_in_place_at_once_and_synced_once_by_its_commit() {
+        let root = std::env::temp_dir().join(format!("kiln-durable-group-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).expect("a store folder");
+        let staging = root.join("staging");
+        let target = |number: u8| root.join("records/ab/c").join(format!("{number:02x}"));
+
+        let before = syncs_on_this_thread();
+        publish_open_grouped(&staging, &target(0), b"alone", true).expect("published");
+        assert!(
+            syncs_on_this_thread() - before >= 2,
+            "outside a group: the file and its folder"
+        );
+
+        begin_group();
+        let before = syncs_on_this_thread();
+        for number in 1..=8 {
+            publish_open_grouped(&staging, &target(number), b"grouped", true).expect("published");
+            assert_eq!(
+                std::fs::read(target(number)).expect("in place at once"),
+                b"grouped"
+            );
+        }
+        assert_eq!(
+            syncs_on_this_thread(),
+            before,
+            "nothing synced before the commit"
+        );
+        commit_group().expect("committed");
+        assert_eq!(syncs_on_this_thread() - before, 1, "one sync for the group");
+        commit_group().expect("nothing left");
+        assert_eq!(
+            syncs_on_this_thread() - before,
+            1,
+            "a second commit syncs nothing"
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
     #[test]
     fn a_streamed_publication_that_fails_publishes_nothing_and_leaves_no_staging_file() {
         let root = std::env::temp_dir().join(format!("kiln-durable-stream-{}", std::process::id()));
