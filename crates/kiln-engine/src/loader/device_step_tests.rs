@@ -74,9 +74,9 @@ fn f9_store_hits_make_their_device_objects_on_the_workers() {
     second.compile_queued();
     assert_eq!(second.records()[0].count(KernelOutcome::FromStore), 6);
     let (threads, by_caller) = device_threads(&second, 0..6);
-    // F11: the first is timed on the loader's thread; steps this costly
+    // F11: the first two are timed on the loader's thread; steps this costly
     // spread over the workers.
-    assert!(by_caller, "the first hit is timed where it is asked");
+    assert!(by_caller, "the first hits are timed where they are asked");
     assert_eq!(threads.len(), 3, "the loader's thread and both workers");
     assert_eq!(second.target().fake_device_step().most_at_once(), 2);
     assert_eq!(
