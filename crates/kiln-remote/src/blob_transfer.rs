@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::entry::{self, Kind};
 use crate::error::{Error, Result};
 use crate::remote::RemoteStore;
+use crate::transfer::{reachable, writable};
 
 /// The Redis key space of name entries.
 const NAME_SPACE: &str = "n";
@@ -180,16 +181,7 @@ pub fn push_blobs(
     choose: &dyn Fn(&BlobKey) -> bool,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<BlobTransferReport> {
-    if !remote.writes() {
-        return Err(Error::CannotWrite {
-            read_only: if remote.config().read_only {
-                " or KILN_REMOTE_READ_ONLY is set"
-            } else {
-                ""
-            },
-        });
-    }
-    reachable(remote)?;
+    writable(remote)?;
     let mut keys = Vec::new();
     local
         .entries(&mut |info| {
@@ -310,16 +302,6 @@ pub fn pull_blobs(
 /// failure.
 fn travels(key: &BlobKey) -> bool {
     key.kind != FAILURE_BLOB_KIND
-}
-
-fn reachable(remote: &RemoteStore) -> Result<()> {
-    if remote.is_reachable() {
-        Ok(())
-    } else {
-        Err(Error::Unreachable {
-            url: remote.config().url_for_display(),
-        })
-    }
 }
 
 /// `text` with the characters a `MATCH` pattern treats specially escaped.

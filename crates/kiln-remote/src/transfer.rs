@@ -61,16 +61,7 @@ pub fn push(
     choose: &dyn Fn(&StoreKey) -> bool,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<TransferReport> {
-    if !remote.writes() {
-        return Err(Error::CannotWrite {
-            read_only: if remote.config().read_only {
-                " or KILN_REMOTE_READ_ONLY is set"
-            } else {
-                ""
-            },
-        });
-    }
-    reachable(remote)?;
+    writable(remote)?;
     let mut keys = Vec::new();
     local
         .entries(&mut |info| {
@@ -188,7 +179,23 @@ pub fn pull(
     Ok(report)
 }
 
-fn reachable(remote: &RemoteStore) -> Result<()> {
+/// Whether this node may write to `remote` and it answers: what a push
+/// checks before it reads anything.
+pub(crate) fn writable(remote: &RemoteStore) -> Result<()> {
+    if !remote.writes() {
+        return Err(Error::CannotWrite {
+            read_only: if remote.config().read_only {
+                " or KILN_REMOTE_READ_ONLY is set"
+            } else {
+                ""
+            },
+        });
+    }
+    reachable(remote)
+}
+
+/// Whether `remote` answers.
+pub(crate) fn reachable(remote: &RemoteStore) -> Result<()> {
     if remote.is_reachable() {
         Ok(())
     } else {
