@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::entry::{self, Kind};
 use crate::error::{Error, Result};
 use crate::remote::RemoteStore;
-use crate::transfer::{reachable, writable};
+use crate::transfer::{pullable, writable};
 
 /// The Redis key space of name entries.
 const NAME_SPACE: &str = "n";
@@ -235,14 +235,7 @@ pub fn pull_blobs(
     choose: &dyn Fn(&BlobKey) -> bool,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<BlobTransferReport> {
-    if local.is_read_only() {
-        return Err(Error::Local(format!(
-            "the store at {} is read-only: pull into a writable store, or unset \
-             KILN_CACHE_READ_ONLY",
-            local.root().display()
-        )));
-    }
-    reachable(remote)?;
+    pullable(local, remote)?;
     let listing = remote
         .stored_blob_keys()
         .ok_or_else(|| Error::Unreachable {

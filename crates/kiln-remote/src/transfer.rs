@@ -122,14 +122,7 @@ pub fn pull(
     choose: &dyn Fn(&StoreKey) -> bool,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<TransferReport> {
-    if local.is_read_only() {
-        return Err(Error::Local(format!(
-            "the store at {} is read-only: pull into a writable store, or unset \
-             KILN_CACHE_READ_ONLY",
-            local.root().display()
-        )));
-    }
-    reachable(remote)?;
+    pullable(local, remote)?;
     let url = remote.config().url_for_display();
     let listing = remote
         .stored_keys()
@@ -194,8 +187,21 @@ pub(crate) fn writable(remote: &RemoteStore) -> Result<()> {
     reachable(remote)
 }
 
+/// Whether `local` may be written to and `remote` answers: what a pull
+/// checks before it reads anything.
+pub(crate) fn pullable(local: &DiskStore, remote: &RemoteStore) -> Result<()> {
+    if local.is_read_only() {
+        return Err(Error::Local(format!(
+            "the store at {} is read-only: pull into a writable store, or unset \
+             KILN_CACHE_READ_ONLY",
+            local.root().display()
+        )));
+    }
+    reachable(remote)
+}
+
 /// Whether `remote` answers.
-pub(crate) fn reachable(remote: &RemoteStore) -> Result<()> {
+fn reachable(remote: &RemoteStore) -> Result<()> {
     if remote.is_reachable() {
         Ok(())
     } else {
