@@ -1,18 +1,37 @@
 #!/usr/bin/env bash
-# The main job side by side: `kiln --json warm --backend cuda FOLDER` for
-# each binary given, each on a fresh store of its own: one cold run, then
-# ROUNDS warm runs alternating the binaries. Each run starts on a quiet
-# machine (no process of an earlier `kiln` still running, such as compile
-# workers closing). Prints one line a run: binary (its folder's name), cold
-# or warm, kiln's WALL, kernels from the store, compiled, the process's time.
+# The main job side by side: `kiln --json warm --backend cuda` on one file of
+# COUNT specializations of the tiled GEMM (`matmul_tiled.cu` beside this
+# script, the `warm_run` benchmark's kernel and specializations), for each
+# binary given, each on a fresh store of its own: one cold run, then ROUNDS
+# warm runs alternating the binaries. Each run starts on a quiet machine (no
+# process of an earlier `kiln` still running, such as compile workers
+# closing). Prints one line a run: binary (its folder's name), cold or
+# warm, kiln's WALL, kernels from the store, compiled, the process's time.
 #
-#   bash benches/main_job/run.sh benches/main_job/gemm64 7 OLD/kiln NEW/kiln
+#   bash benches/main_job/run.sh 64 7 OLD/kiln NEW/kiln
 #
 # SETTLE=SECONDS waits that long more before each run.
 set -u
-folder="$(cd "$1" && pwd)"; rounds="$2"; shift 2
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+count="$1"; rounds="$2"; shift 2
+folder="$(mktemp -d)"
 declare -A store
 for bin in "$@"; do store[$bin]=$(mktemp -d); done
+cleanup() {
+  rm -rf "$folder"
+  for bin in "${!store[@]}"; do rm -rf "${store[$bin]}" "${store[$bin]}.json"; done
+}
+trap cleanup EXIT
+{
+  echo "// kiln entry: matmul_tiled"
+  per_tile=$(( (count + 2) / 3 ))
+  tiles=(8 16 32)
+  for (( index = 0; index < count; index++ )); do
+    echo "// kiln specialize: TILE=${tiles[index / per_tile]} UNROLL=$(( index % per_tile + 1 ))"
+  done
+  echo "//"
+  cat "$here/matmul_tiled.cu"
+} > "$folder/gemm.cu"
 quiet() {
   for _ in $(seq 100); do
     local busy=0 p

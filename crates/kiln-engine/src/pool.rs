@@ -118,11 +118,14 @@ impl WorkerPool {
     /// compiles nothing, finalizes on threads, or this pool runs already:
     /// a batch the store answers whole starts no process (F11).
     pub(crate) fn start_early(&self, recipe: Option<WorkerRecipe>, missing: usize) {
-        let running = self
+        if missing == 0 || self.mode != WorkerMode::Processes {
+            return;
+        }
+        if self
             .processes
             .as_ref()
-            .is_some_and(|pool| !pool.snapshot().running.is_empty());
-        if missing == 0 || self.mode != WorkerMode::Processes || running {
+            .is_some_and(|pool| !pool.snapshot().running.is_empty())
+        {
             return;
         }
         if let Some(recipe) = recipe {

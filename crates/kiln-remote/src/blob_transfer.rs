@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::entry::{self, Kind};
 use crate::error::{Error, Result};
+use crate::fleet::{digest_from_hex, glob_escaped};
 use crate::remote::RemoteStore;
 use crate::transfer::{pullable, writable};
 
@@ -295,31 +296,6 @@ pub fn pull_blobs(
 /// failure.
 fn travels(key: &BlobKey) -> bool {
     key.kind != FAILURE_BLOB_KIND
-}
-
-/// `text` with the characters a `MATCH` pattern treats specially escaped.
-fn glob_escaped(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for character in text.chars() {
-        if matches!(character, '*' | '?' | '[' | ']' | '\\') {
-            escaped.push('\\');
-        }
-        escaped.push(character);
-    }
-    escaped
-}
-
-/// The 32 bytes 64 lower-case hex digits spell.
-fn digest_from_hex(text: &[u8]) -> Option<[u8; 32]> {
-    if text.len() != 64 {
-        return None;
-    }
-    let digit = |byte: u8| (byte as char).to_digit(16).map(|value| value as u8);
-    let mut digest = [0u8; 32];
-    for (index, pair) in text.chunks_exact(2).enumerate() {
-        digest[index] = digit(pair[0])? * 16 + digit(pair[1])?;
-    }
-    Some(digest)
 }
 
 #[cfg(test)]

@@ -221,7 +221,7 @@ impl RemoteStore {
 }
 
 /// `text` with the characters a `MATCH` pattern treats specially escaped.
-fn glob_escaped(text: &str) -> String {
+pub(crate) fn glob_escaped(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
     for character in text.chars() {
         if matches!(character, '*' | '?' | '[' | ']' | '\\') {
@@ -233,7 +233,7 @@ fn glob_escaped(text: &str) -> String {
 }
 
 /// The 32 bytes 64 lower-case hex digits spell.
-fn digest_from_hex(text: &[u8]) -> Option<[u8; 32]> {
+pub(crate) fn digest_from_hex(text: &[u8]) -> Option<[u8; 32]> {
     if text.len() != 64 {
         return None;
     }

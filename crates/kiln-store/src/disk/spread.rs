@@ -6,6 +6,7 @@
 //! the larger half of a warm start.
 
 use std::num::NonZeroUsize;
+use std::sync::OnceLock;
 
 use kiln_engine::store::{ArtifactStore, Lookup, StoreKey};
 
@@ -25,8 +26,15 @@ fn threads_for(keys: usize, cores: usize) -> usize {
 
 /// Looks `keys` up in `store`, in order, on as many threads as they fill.
 pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
-    let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-    let threads = threads_for(keys.len(), cores);
+    // Asked of the system once: it reads files (the process's CPU quota).
+    static CORES: OnceLock<usize> = OnceLock::new();
+    let threads = if keys.len() < 2 * KEYS_PER_THREAD {
+        1
+    } else {
+        let cores = *CORES
+            .get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get));
+        threads_for(keys.len(), cores)
+    };
     if threads == 1 {
         return keys.iter().map(|key| store.lookup(key)).collect();
     }
