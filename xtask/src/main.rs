@@ -102,6 +102,14 @@ fn main() -> Result<()> {
 fn test(extra: &[&str]) -> Result<()> {
     let mut environment = setup::ensure_all()?;
     environment.extend(setup::root_environment());
+    environment.extend(one_shot_build(
+        std::env::var_os("CARGO_INCREMENTAL").is_some(),
+        std::env::var_os("CI").is_some(),
+        setup::target_directory()
+            .join("debug")
+            .join("incremental")
+            .is_dir(),
+    ));
     let arguments = test_arguments(extra);
     let tests = summary::run_tests(
         command::cargo(&arguments)
@@ -114,6 +122,20 @@ fn test(extra: &[&str]) -> Result<()> {
     let matrix = matrix::run_all(&environment, &arguments);
     let examples = examples::run_all(&environment);
     tests.and(matrix).and(examples)
+}
+
+/// Turns off incremental compilation for a run that builds every test
+/// binary once: on a CI machine, or in a target directory that holds no
+/// incremental state yet (a clean clone). Its caches would about double
+/// the disk the suite's build takes and save nothing; a target directory
+/// a developer built by hand keeps its setting, and so does a caller who
+/// chose one.
+fn one_shot_build(caller_chose: bool, on_ci: bool, has_incremental: bool) -> Vec<(String, String)> {
+    if !caller_chose && (on_ci || !has_incremental) {
+        vec![("CARGO_INCREMENTAL".to_owned(), "0".to_owned())]
+    } else {
+        Vec::new()
+    }
 }
 
 /// The workspace run's `cargo test` arguments, `extra` last. Every test
@@ -232,4 +254,18 @@ fn lint() -> Result<()> {
     docs::check_facade()?;
     println!("lint: rule ids, fmt, clippy, the publish check and doc are clean");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_shot_build;
+
+    #[test]
+    fn a_clean_or_ci_build_runs_without_incremental_state() {
+        let off = vec![("CARGO_INCREMENTAL".to_owned(), "0".to_owned())];
+        assert_eq!(one_shot_build(false, true, true), off);
+        assert_eq!(one_shot_build(false, false, false), off);
+        assert!(one_shot_build(false, false, true).is_empty());
+        assert!(one_shot_build(true, true, false).is_empty());
+    }
 }
