@@ -92,6 +92,8 @@ mod disk;
 mod durable;
 mod envelope;
 pub mod error;
+#[cfg(test)]
+mod fixtures;
 mod layout;
 mod lock;
 mod maintenance;

@@ -94,7 +94,7 @@ mod tests {
 
     use kiln_engine::ArtifactStore;
 
-    use super::super::fixtures::{accessed, hit, kernel_key, scratch};
+    use crate::fixtures::{accessed, hit, kernel_key, scratch};
 
     #[test]
     fn p6_a_hit_through_a_record_that_carries_the_bytes_moves_its_object_up_once_a_minute() {

@@ -71,7 +71,7 @@ mod tests {
 
     use kiln_engine::{ArtifactStore, Lookup, Miss, StoreOutcome};
 
-    use super::super::fixtures::{blob_key, scratch};
+    use crate::fixtures::{blob_key, scratch};
     use crate::record::BlobRecord;
 
     #[test]

@@ -287,7 +287,7 @@ mod tests {
 
     use kiln_engine::{ArtifactStore, Claim, ClaimWait};
 
-    use super::super::fixtures::{kernel_key, scratch};
+    use crate::fixtures::{kernel_key, scratch};
     use crate::config::StoreConfig;
     use crate::disk::DiskStore;
 

@@ -177,7 +177,7 @@ mod tests {
 
     use kiln_engine::{ArtifactCopy, ArtifactStore, Lookup, StoreOutcome};
 
-    use super::super::fixtures::{hit, kernel_key};
+    use crate::fixtures::{hit, kernel_key};
     use crate::{DiskStore, StoreConfig};
 
     fn packing(test: &str, read_only: bool) -> DiskStore {

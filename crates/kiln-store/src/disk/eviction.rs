@@ -137,7 +137,7 @@ mod tests {
 
     use kiln_engine::{ArtifactStore, StoreOutcome};
 
-    use super::super::fixtures::{kernel_key, scratch};
+    use crate::fixtures::{kernel_key, scratch};
     use super::Limits;
     use crate::{DiskStore, StoreConfig};
 

@@ -46,8 +46,6 @@ mod spread;
 mod targets;
 mod write;
 
-#[cfg(test)]
-pub(crate) mod fixtures;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -184,7 +184,7 @@ mod tests {
 
     use kiln_engine::ArtifactStore;
 
-    use super::super::fixtures::{hit, kernel_key, scratch};
+    use crate::fixtures::{hit, kernel_key, scratch};
     use crate::disk::DiskStore;
 
     #[test]

@@ -77,7 +77,7 @@ mod tests {
     use kiln_engine::store::{ArtifactStore, Lookup};
 
     use super::threads_for;
-    use crate::disk::fixtures::{kernel_key, scratch};
+    use crate::fixtures::{kernel_key, scratch};
 
     // F11, P10: a lookup of many keys on several threads answers each key,
     // in the order asked, hits and misses alike.

@@ -428,7 +428,7 @@ mod tests {
 
     use kiln_engine::ArtifactStore;
 
-    use super::super::fixtures::{hit, kernel_key, scratch, source_key};
+    use crate::fixtures::{hit, kernel_key, scratch, source_key};
     use super::INLINE_MAX;
     use crate::error::WriteCause;
     use crate::record::Record;

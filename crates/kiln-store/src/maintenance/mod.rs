@@ -215,7 +215,7 @@ mod tests {
         // evicted with the rest.
         use kiln_engine::{ArtifactStore, Lookup, Miss};
 
-        use crate::disk::fixtures::{blob_key, kernel_key, scratch};
+        use crate::fixtures::{blob_key, kernel_key, scratch};
 
         let store = scratch("blob-entry");
         store.put(&kernel_key(1), None, b"an artifact", Duration::ZERO);

@@ -1,4 +1,4 @@
-//! What the tests of the store's parts share: scratch stores and keys.
+//! What the unit tests of the store's parts share: scratch stores and keys.
 
 use std::fs;
 use std::path::Path;
@@ -8,7 +8,7 @@ use kiln_engine::fake::{FakeCompiler, FakeKernel};
 use kiln_engine::store::BlobKey;
 use kiln_engine::{ArtifactStore, Lookup, StoreKey};
 
-use super::DiskStore;
+use crate::DiskStore;
 use crate::config::StoreConfig;
 
 /// A store of files only: the tests of the parts look at the files an entry
