@@ -29,6 +29,9 @@ use std::time::{Duration, Instant};
 
 use crate::config::MAX_LOCK_TIMEOUT;
 
+/// How long a publisher waits for an object that is being removed.
+pub(crate) const PIN_WAIT: Duration = Duration::from_secs(2);
+
 /// Slot of the usage counters.
 pub(crate) const USAGE_SLOT: u64 = 1;
 /// Slot of the targets list.

@@ -100,12 +100,12 @@ impl DiskStore {
                 }
                 Next::Record { sealed, record } => {
                     read_bytes += sealed.len() as u64;
-                    approved.insert(crate::disk::digest(&sealed));
+                    approved.insert(crate::record::digest(&sealed));
                     claims.push(ObjectClaim::of(&record));
                 }
                 Next::Blob { sealed, record } => {
                     read_bytes += sealed.len() as u64;
-                    approved.insert(crate::disk::digest(&sealed));
+                    approved.insert(crate::record::digest(&sealed));
                     claims.push(ObjectClaim {
                         subject: format!("the blob {}", record.key),
                         object: record.object,
@@ -340,7 +340,7 @@ impl DiskStore {
                     }
                 }
                 Next::Record { sealed, record } => {
-                    if !approved.contains(&crate::disk::digest(&sealed)) {
+                    if !approved.contains(&crate::record::digest(&sealed)) {
                         return Err(changed());
                     }
                     report.records += 1;
@@ -387,7 +387,7 @@ impl DiskStore {
                     }
                 }
                 Next::Blob { sealed, record } => {
-                    if !approved.contains(&crate::disk::digest(&sealed)) {
+                    if !approved.contains(&crate::record::digest(&sealed)) {
                         return Err(changed());
                     }
                     report.blobs += 1;

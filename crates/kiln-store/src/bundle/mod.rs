@@ -83,7 +83,7 @@ use kiln_engine::store::hex;
 use kiln_engine::{KeyComponent, KeyComponents, STORE_FORMAT};
 use serde::{Deserialize, Serialize};
 
-use crate::disk::{DiskStore, digest, is_inlined, not_yet_refreshed, touch};
+use crate::disk::{DiskStore, not_yet_refreshed, touch};
 use crate::durable;
 use crate::envelope;
 use crate::error::{Error, Result};
@@ -92,6 +92,7 @@ use crate::lock::{Mode, object_slot};
 use crate::maintenance::Progress;
 use crate::partial::PartialFile;
 use crate::record::{self, Record};
+use crate::record::{digest, is_inlined};
 
 #[cfg(test)]
 mod bombs;

@@ -10,9 +10,9 @@ use kiln_engine::store::BlobKey;
 use kiln_engine::{Lookup, StoreOutcome};
 
 use super::read::{Judged, Sought};
-use super::write::{RecordFile, digest};
+use super::write::RecordFile;
 use super::{DiskStore, bump};
-use crate::record::BlobRecord;
+use crate::record::{BlobRecord, digest};
 
 impl DiskStore {
     /// The verified bytes of the blob `key`:

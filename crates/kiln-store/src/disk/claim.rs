@@ -287,9 +287,9 @@ mod tests {
 
     use kiln_engine::{ArtifactStore, Claim, ClaimWait};
 
-    use crate::fixtures::{kernel_key, scratch};
     use crate::config::StoreConfig;
     use crate::disk::DiskStore;
+    use crate::fixtures::{kernel_key, scratch};
 
     #[test]
     fn p4_a_claim_waits_under_any_lock_timeout_without_overflowing() {

@@ -1,11 +1,13 @@
-//! [`ArtifactStore`] for [`DiskStore`]: each call handed to its part.
+//! [`ArtifactStore`] for [`DiskStore`], with every part of it ([`Claims`],
+//! [`Blobs`], [`Records`], [`Groups`]): each call handed to the part of
+//! the store that does it.
 
 use std::time::Duration;
 
-use kiln_engine::store::BlobKey;
+use kiln_engine::store::{BlobKey, Blobs, Claims, Groups, Records, StoreParts};
 use kiln_engine::{
-    ArtifactStore, Claim, ClaimWait, Explanation, Generation, Lookup, StoreKey, StoreOutcome,
-    StoreStatistics,
+    ArtifactStore, Claim, ClaimWait, Explanation, Generation, Lookup, Origin, Put, StoreKey,
+    StoreOutcome, StoreStatistics,
 };
 
 use super::{DiskStore, spread};
@@ -21,69 +23,55 @@ impl ArtifactStore for DiskStore {
         spread::lookup_many(self, keys)
     }
 
-    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
-        self.claim_key(key, wait)
-    }
-
-    fn claim_timeout(&self) -> Duration {
-        DiskStore::claim_timeout(self)
-    }
-
-    fn put(
-        &self,
-        key: &StoreKey,
-        source_key: Option<&StoreKey>,
-        bytes: &[u8],
-        work: Duration,
-    ) -> StoreOutcome {
-        // A compile, whether or not the store could keep it.
-        self.count_compile(key, source_key, work);
-        self.store_artifact(key, source_key, bytes, work)
-    }
-
-    fn put_rekeyed(
-        &self,
-        key: &StoreKey,
-        source_key: &StoreKey,
-        bytes: &[u8],
-        work: Duration,
-    ) -> StoreOutcome {
-        // Counted by its text, as a kernel rekeyed; stored by its id only.
-        self.count_compile(key, Some(source_key), work);
-        self.store_artifact(key, None, bytes, work)
-    }
-
-    fn found_elsewhere(&self, key: &StoreKey) {
-        self.take_miss(key);
-    }
-
-    fn put_copy(&self, key: &StoreKey, bytes: &[u8], work: Duration) -> StoreOutcome {
-        // A copy of another store's artifact: no compile to count.
-        self.store_artifact(key, None, bytes, work)
-    }
-
-    fn put_many(&self, copies: &[kiln_engine::ArtifactCopy<'_>]) -> Vec<StoreOutcome> {
-        self.store_copies(copies)
-    }
-
-    fn put_rekeyed_many(&self, puts: &[kiln_engine::RekeyedPut<'_>]) -> Vec<StoreOutcome> {
-        // Each counted by its text, as `put_rekeyed` counts it; stored by
-        // its id only, all together, as copies are. Their records name
-        // objects that are durable already: they are written and not
-        // waited for (L11), so a program's start after another tool filled
-        // the store makes no sync on its way.
-        for put in puts {
-            self.count_compile(put.key, Some(put.source_key), put.work);
+    fn put_many(&self, puts: &[Put<'_>]) -> Vec<StoreOutcome> {
+        let mut outcomes: Vec<Option<StoreOutcome>> = vec![None; puts.len()];
+        let (mut copied, mut rekeyed) = (Vec::new(), Vec::new());
+        for (at, put) in puts.iter().enumerate() {
+            match put.origin {
+                Origin::Compiled { source_key } => {
+                    // A compile, whether or not the store could keep it.
+                    self.count_compile(put.key, source_key, put.work);
+                    outcomes[at] =
+                        Some(self.store_artifact(put.key, source_key, put.bytes, put.work));
+                }
+                Origin::Rekeyed { source_key } => {
+                    // Counted by its text, as a kernel rekeyed; stored by
+                    // its id only.
+                    self.count_compile(put.key, Some(source_key), put.work);
+                    rekeyed.push(at);
+                }
+                // A copy of another store's artifact: no compile to count.
+                Origin::Copied => copied.push(at),
+            }
         }
-        let copies: Vec<kiln_engine::ArtifactCopy<'_>> = puts
-            .iter()
-            .map(|put| kiln_engine::ArtifactCopy {
-                key: put.key,
-                bytes: put.bytes,
-                work: put.work,
+        if let [at] = copied[..] {
+            let put = &puts[at];
+            outcomes[at] = Some(self.store_artifact(put.key, None, put.bytes, put.work));
+        } else if !copied.is_empty() {
+            // Made durable together, as a remote tier's hits written back.
+            let batch: Vec<Put<'_>> = copied.iter().map(|&at| puts[at]).collect();
+            for (at, outcome) in copied.iter().zip(self.store_copies(&batch)) {
+                outcomes[*at] = Some(outcome);
+            }
+        }
+        if !rekeyed.is_empty() {
+            // Stored together, as copies are. Their records name objects
+            // that are durable already: they are written and not waited for
+            // (L11), so a program's start after another tool filled the
+            // store makes no sync on its way.
+            let batch: Vec<Put<'_>> = rekeyed.iter().map(|&at| puts[at]).collect();
+            for (at, outcome) in rekeyed.iter().zip(self.store_copies_as(&batch, false)) {
+                outcomes[*at] = Some(outcome);
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| StoreOutcome::Failed {
+                    detail: "the store gave no answer for this put".to_owned(),
+                })
             })
-            .collect();
-        self.store_copies_as(&copies, false)
+            .collect()
     }
 
     fn remove(&self, key: &StoreKey) {
@@ -98,13 +86,57 @@ impl ArtifactStore for DiskStore {
         self.inner.counters.snapshot()
     }
 
-    fn batch_finished(&self) {
-        self.write_misses();
-        self.commit_writes();
-        self.hold_limits();
-        self.merge_activity();
+    fn parts(&self) -> StoreParts<'_> {
+        StoreParts::all(self)
+    }
+}
+
+impl Claims for DiskStore {
+    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        self.claim_key(key, wait)
     }
 
+    fn claim_timeout(&self) -> Duration {
+        DiskStore::claim_timeout(self)
+    }
+
+    fn holder(&self, key: &StoreKey) -> Option<String> {
+        self.claim_holder(key)
+    }
+}
+
+impl Blobs for DiskStore {
+    fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
+        let found = self.find_blob(key);
+        self.count_blob_lookup(key, &found);
+        found
+    }
+
+    fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
+        self.count_blob_put(key, bytes);
+        self.store_blob(key, bytes)
+    }
+}
+
+impl Records for DiskStore {
+    fn keep_batch(&self, record: &[u8]) {
+        self.keep_batch_record(record);
+    }
+
+    fn kept_batches(&self) -> Vec<Vec<u8>> {
+        crate::batches::BatchesFile::read_at(&self.inner.layout.batches_file())
+    }
+
+    fn explain(&self, key: &StoreKey) -> Explanation {
+        self.explain_key(key)
+    }
+
+    fn found_elsewhere(&self, key: &StoreKey) {
+        self.take_miss(key);
+    }
+}
+
+impl Groups for DiskStore {
     fn begin_group(&self) {
         if !self.inner.read_only {
             crate::durable::begin_group();
@@ -115,30 +147,10 @@ impl ArtifactStore for DiskStore {
         self.commit_writes();
     }
 
-    fn holder(&self, key: &StoreKey) -> Option<String> {
-        self.claim_holder(key)
-    }
-
-    fn kept_batches(&self) -> Vec<Vec<u8>> {
-        crate::batches::BatchesFile::read_at(&self.inner.layout.batches_file())
-    }
-
-    fn keep_batch(&self, record: &[u8]) {
-        self.keep_batch_record(record);
-    }
-
-    fn explain(&self, key: &StoreKey) -> Explanation {
-        self.explain_key(key)
-    }
-
-    fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
-        let found = self.find_blob(key);
-        self.count_blob_lookup(key, &found);
-        found
-    }
-
-    fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
-        self.count_blob_put(key, bytes);
-        self.store_blob(key, bytes)
+    fn batch_finished(&self) {
+        self.write_misses();
+        self.commit_writes();
+        self.hold_limits();
+        self.merge_activity();
     }
 }

@@ -12,18 +12,17 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use kiln_engine::{ArtifactCopy, KeyComponents, StoreOutcome};
+use kiln_engine::{KeyComponents, Put, StoreOutcome};
 
-use super::write::{PIN_WAIT, digest};
 use super::{DiskStore, bump};
-use crate::lock::{Mode, object_slot};
+use crate::lock::{Mode, PIN_WAIT, object_slot};
 use crate::pack::{Frame, Kind, Read, UNIT, short_key};
-use crate::record::Record;
+use crate::record::{Record, digest};
 
 impl DiskStore {
     /// [`ArtifactStore::put_many`](kiln_engine::ArtifactStore::put_many):
     /// what packs, in one batch; the rest one by one.
-    pub(super) fn store_copies(&self, copies: &[ArtifactCopy<'_>]) -> Vec<StoreOutcome> {
+    pub(super) fn store_copies(&self, copies: &[Put<'_>]) -> Vec<StoreOutcome> {
         self.store_copies_as(copies, true)
     }
 
@@ -34,17 +33,16 @@ impl DiskStore {
     /// (L11); a new object is always synced before a record names it (P3).
     pub(super) fn store_copies_as(
         &self,
-        copies: &[ArtifactCopy<'_>],
+        copies: &[Put<'_>],
         records_synced: bool,
     ) -> Vec<StoreOutcome> {
         if self.inner.read_only {
             bump(&self.inner.counters.writes_skipped, copies.len() as u64);
             return vec![StoreOutcome::Skipped; copies.len()];
         }
-        let packs = |copy: &ArtifactCopy<'_>| {
-            !copy.bytes.is_empty() && self.packs_artifact(copy.bytes.len() as u64)
-        };
-        let batch: Vec<ArtifactCopy<'_>> = copies.iter().copied().filter(packs).collect();
+        let packs =
+            |copy: &Put<'_>| !copy.bytes.is_empty() && self.packs_artifact(copy.bytes.len() as u64);
+        let batch: Vec<Put<'_>> = copies.iter().copied().filter(packs).collect();
         let mut written = match self.put_packed_batch(&batch, records_synced) {
             Ok(written) => written.into_iter().map(Ok).collect(),
             Err(error) => batch
@@ -70,11 +68,7 @@ impl DiskStore {
     /// their records and their kernels' histories as another, each under
     /// its object's shared pin (P6) as a single put is. Returns what each
     /// wrote.
-    fn put_packed_batch(
-        &self,
-        copies: &[ArtifactCopy<'_>],
-        records_synced: bool,
-    ) -> io::Result<Vec<u64>> {
+    fn put_packed_batch(&self, copies: &[Put<'_>], records_synced: bool) -> io::Result<Vec<u64>> {
         if copies.is_empty() {
             return Ok(Vec::new());
         }
@@ -175,7 +169,7 @@ impl DiskStore {
 mod tests {
     use std::time::Duration;
 
-    use kiln_engine::{ArtifactCopy, ArtifactStore, Lookup, StoreOutcome};
+    use kiln_engine::{ArtifactStore, Lookup, Origin, Put, StoreOutcome};
 
     use crate::fixtures::{hit, kernel_key};
     use crate::{DiskStore, StoreConfig};
@@ -202,13 +196,14 @@ mod tests {
         let keys: Vec<_> = (0..6).map(kernel_key).collect();
         let mut bytes: Vec<Vec<u8>> = (0..5u8).map(|number| vec![number + 1; 700]).collect();
         bytes.push(vec![9; 100 << 10]);
-        let copies: Vec<ArtifactCopy<'_>> = keys
+        let copies: Vec<Put<'_>> = keys
             .iter()
             .zip(&bytes)
-            .map(|(key, bytes)| ArtifactCopy {
+            .map(|(key, bytes)| Put {
                 key,
                 bytes,
                 work: Duration::from_millis(5),
+                origin: Origin::Copied,
             })
             .collect();
         let outcomes = store.put_many(&copies);

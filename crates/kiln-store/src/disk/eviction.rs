@@ -137,8 +137,8 @@ mod tests {
 
     use kiln_engine::{ArtifactStore, StoreOutcome};
 
-    use crate::fixtures::{kernel_key, scratch};
     use super::Limits;
+    use crate::fixtures::{kernel_key, scratch};
     use crate::{DiskStore, StoreConfig};
 
     // P6: a store opened to evict only when asked stays over its entry

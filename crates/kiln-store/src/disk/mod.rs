@@ -46,7 +46,6 @@ mod spread;
 mod targets;
 mod write;
 
-
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,7 +64,6 @@ pub use eviction::Limits;
 pub(crate) use eviction::{AGE_BUCKETS, age_bucket};
 pub use footprint::Footprint;
 pub(crate) use pack_passes::PackedVerify;
-pub(crate) use write::{digest, is_inlined};
 
 /// A verified artifact store in a folder, shared by every process that opens
 /// the same root.

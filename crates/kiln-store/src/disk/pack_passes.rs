@@ -10,10 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::DiskStore;
 use super::eviction::{AGE_BUCKETS, age_bucket};
-use super::write::digest;
 use crate::lock::{Mode, object_slot};
 use crate::pack::{Kind, Live, SHARDS, Slot, short_key};
-use crate::record::{AnyRecord, KernelHistory};
+use crate::record::{AnyRecord, KernelHistory, digest};
 
 /// What verify found in the packs.
 #[derive(Debug, Default)]

@@ -13,11 +13,10 @@ use std::time::{Duration, Instant};
 use kiln_engine::{Lookup, Miss, StoreKey};
 
 use super::read::{Judged, ObjectMiss, judge};
-use super::write::{PIN_WAIT, digest};
 use super::{DiskStore, bump};
-use crate::lock::{Mode, object_slot};
+use crate::lock::{Mode, PIN_WAIT, object_slot};
 use crate::pack::{Frame, Kind, Read, shard_of, short_key};
-use crate::record::{Pointer, Record};
+use crate::record::{Pointer, Record, digest};
 
 impl DiskStore {
     /// Whether a put of an artifact of `size` bytes appends it to a pack.
@@ -389,7 +388,7 @@ impl DiskStore {
 /// reads one frame of one shard per kernel (F11); any other names its
 /// object.
 pub(super) fn packed_record(record: &Record, bytes: &[u8]) -> Vec<u8> {
-    super::write::record_file(record, bytes).0
+    crate::record::record_file(record, bytes).0
 }
 
 fn corrupt(detail: String) -> ObjectMiss {

@@ -13,10 +13,9 @@ use kiln_engine::store::hex;
 use kiln_engine::{Lookup, Miss, StoreKey};
 
 use super::access::{touch, touch_inline};
-use super::write::{INLINE_MAX, digest};
 use super::{DiskStore, bump};
 use crate::lock::{Mode, object_slot};
-use crate::record::{self, Checked, Pointer, Record};
+use crate::record::{self, Checked, INLINE_MAX, Pointer, Record, digest};
 use crate::tree::Removal;
 use crate::usage::Delta;
 

@@ -11,8 +11,7 @@ use kiln_engine::{KeyComponents, StoreKey};
 
 use super::DiskStore;
 use super::access::not_yet_refreshed;
-use super::write::{digest, record_file};
-use crate::record::Record;
+use crate::record::{Record, digest, record_file};
 use crate::usage::{Delta, file_allocation};
 
 impl DiskStore {
@@ -184,8 +183,8 @@ mod tests {
 
     use kiln_engine::ArtifactStore;
 
-    use crate::fixtures::{hit, kernel_key, scratch};
     use crate::disk::DiskStore;
+    use crate::fixtures::{hit, kernel_key, scratch};
 
     #[test]
     fn a_scratch_fill_writes_what_puts_write() {

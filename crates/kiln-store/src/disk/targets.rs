@@ -9,8 +9,7 @@ use std::time::Instant;
 use kiln_engine::KeyComponents;
 
 use super::DiskStore;
-use super::write::PIN_WAIT;
-use crate::lock::{Mode, TARGETS_SLOT};
+use crate::lock::{Mode, PIN_WAIT, TARGETS_SLOT};
 use crate::record;
 
 impl DiskStore {

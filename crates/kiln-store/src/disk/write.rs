@@ -17,8 +17,8 @@ use super::access::{not_yet_refreshed, touch};
 use super::{DiskStore, bump};
 use crate::durable::{self, within_file_size_limit};
 use crate::error::{WriteCause, WriteFailure};
-use crate::lock::{Mode, object_slot};
-use crate::record::{Record, Seen, now_seconds};
+use crate::lock::{Mode, PIN_WAIT, object_slot};
+use crate::record::{Record, Seen, digest, now_seconds, record_file};
 use crate::tree::Folder;
 use crate::usage::{Delta, file_allocation};
 
@@ -36,19 +36,6 @@ pub(super) fn files_allocation(written: u64, records: &[RecordFile]) -> u64 {
             .map(|record| file_allocation(record.sealed.len() as u64))
             .sum::<u64>()
 }
-
-/// How long a publisher waits for an object that is being removed.
-pub(super) const PIN_WAIT: Duration = Duration::from_secs(2);
-
-/// Artifacts at least this large are digested on several threads.
-const PARALLEL_DIGEST: usize = 4 << 20;
-
-/// Artifacts at most this large are also kept inline in their kernel's
-/// record, so that a hit opens one file instead of two. Beyond it, the
-/// second open is a small part of reading and digesting the bytes, and the
-/// copy would cost more disk than it saves time (see
-/// `docs/design/store.md`).
-pub(crate) const INLINE_MAX: usize = 16 << 10;
 
 /// One record file a put publishes.
 pub(super) struct RecordFile {
@@ -383,36 +370,6 @@ impl DiskStore {
     }
 }
 
-/// The BLAKE3 digest of `bytes`, on several threads when they are large.
-pub(crate) fn digest(bytes: &[u8]) -> [u8; 32] {
-    if bytes.len() >= PARALLEL_DIGEST {
-        *blake3::Hasher::new()
-            .update_rayon(bytes)
-            .finalize()
-            .as_bytes()
-    } else {
-        *blake3::hash(bytes).as_bytes()
-    }
-}
-
-/// Whether the record of `key` carries a copy of its artifact of `size`
-/// bytes (inline). Only a kernel's own record does: the warm path looks
-/// kernels up by id, and a source record is read only after a miss by id,
-/// in a batch that lowers the kernel anyway.
-pub(crate) fn is_inlined(key: &StoreKey, size: u64) -> bool {
-    key.kernel().is_some() && size <= INLINE_MAX as u64
-}
-
-/// The file `record` of `bytes` is published as, and whether it carries
-/// them.
-pub(super) fn record_file(record: &Record, bytes: &[u8]) -> (Vec<u8>, bool) {
-    if is_inlined(&record.key, record.size) {
-        (record.seal_inline(bytes), true)
-    } else {
-        (record.seal(), false)
-    }
-}
-
 /// The BLAKE3 digest of what `file` holds, read in chunks.
 fn file_digest(file: &File) -> io::Result<[u8; 32]> {
     let mut hasher = blake3::Hasher::new();
@@ -428,9 +385,9 @@ mod tests {
 
     use kiln_engine::ArtifactStore;
 
-    use crate::fixtures::{hit, kernel_key, scratch, source_key};
-    use super::INLINE_MAX;
     use crate::error::WriteCause;
+    use crate::fixtures::{hit, kernel_key, scratch, source_key};
+    use crate::record::INLINE_MAX;
     use crate::record::Record;
 
     #[test]
