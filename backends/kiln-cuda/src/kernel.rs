@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use kiln_cxx::{EntryPoint, Header, IncludeSearch, SourceGenerator};
-use kiln_cxx::{IdLayout, KernelParts, KernelPartsBuilder};
+use kiln_cxx::{IdLayout, IdStart, KernelParts, KernelPartsBuilder};
 use kiln_engine::{KernelId, KernelIdBuilder};
 
 use crate::architecture::Architecture;
@@ -56,8 +56,46 @@ impl CudaKernel {
     /// the source depends on) and which launches `entry`.
     pub fn builder(id: KernelIdBuilder, entry: impl Into<EntryPoint>) -> CudaKernelBuilder {
         CudaKernelBuilder {
-            id,
+            id: IdStart::Given(id),
             program_name: None,
+            options: CudaOptions::default(),
+            parts: KernelPartsBuilder::new(entry.into()),
+        }
+    }
+
+    /// Starts the module of the kernel file `file` (its path under the
+    /// folder `kiln warm` is given: `gemm.cu`, `ops/attention.cu`) that
+    /// launches `entry`, named and identified as `kiln warm` names and
+    /// identifies that file's modules, so that a program finds what
+    /// `kiln warm` stored by id, with no compile and no store write (L11).
+    ///
+    /// The ids are the same when the program gives what the file's header
+    /// gives: every `entry` in the header's order (the first here, the
+    /// others with [`entry`](CudaKernelBuilder::entry)); the options of its
+    /// `options` line and its `define` and `specialize` pairs as
+    /// [`CudaOptions`] (defines in any order); and the file's whole text,
+    /// header included, to [`source`](CudaKernelBuilder::source), with
+    /// [`source_folder`](CudaKernelBuilder::source_folder) and the
+    /// `include` folders, so that its includes reach the same headers.
+    /// The program name is `file`: leave it so.
+    ///
+    /// ```
+    /// use kiln_cuda::{CudaKernel, CudaOptions};
+    ///
+    /// // `kernels/gemm.cu`, warmed with `kiln warm kernels`, whose header
+    /// // says `// kiln entry: gemm` and `// kiln specialize: TILE=16`.
+    /// let text = "// kiln entry: gemm\n// kiln specialize: TILE=16\n\
+    ///             extern \"C\" __global__ void gemm(float* c) { c[0] = TILE; }\n";
+    /// let gemm = CudaKernel::of_file("gemm.cu", "gemm")
+    ///     .options(CudaOptions::default().define("TILE", "16"))
+    ///     .source(text);
+    /// assert_eq!(kiln_engine::Kernel::id(&gemm).name(), "warm/gemm.cu");
+    /// ```
+    pub fn of_file(file: impl Into<String>, entry: impl Into<EntryPoint>) -> CudaKernelBuilder {
+        let file = file.into();
+        CudaKernelBuilder {
+            program_name: Some(file.clone()),
+            id: IdStart::File(file),
             options: CudaOptions::default(),
             parts: KernelPartsBuilder::new(entry.into()),
         }
@@ -74,7 +112,7 @@ impl CudaKernel {
     }
 }
 
-kiln_cxx::kernel_methods!(CudaKernel, Architecture);
+kiln_cxx::kernel_methods!(CudaKernel, CudaKernelBuilder, CudaOptions, Architecture);
 
 impl fmt::Debug for CudaKernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -90,7 +128,7 @@ impl fmt::Debug for CudaKernel {
 /// Builds a [`CudaKernel`]; see [`CudaKernel::builder`].
 #[must_use = "a builder makes no kernel until `source` or `generator` is called"]
 pub struct CudaKernelBuilder {
-    id: KernelIdBuilder,
+    id: IdStart,
     program_name: Option<String>,
     options: CudaOptions,
     parts: KernelPartsBuilder,
@@ -123,21 +161,48 @@ impl CudaKernelBuilder {
     /// text, so an edited header compiles again and the working directory
     /// changes nothing. An include that cannot be resolved makes a kernel
     /// that fails to lower, saying which include and where it looked.
-    pub fn source(mut self, source: impl Into<String>) -> CudaKernel {
-        crate::toolkit::prepare(self.parts.search_mut());
+    pub fn source(self, source: impl Into<String>) -> CudaKernel {
+        let Self {
+            id,
+            program_name,
+            options,
+            mut parts,
+        } = self;
+        crate::toolkit::prepare(parts.search_mut());
         let (id, source, include_failure) =
-            self.parts
-                .fix(self.id, source.into(), self.program_name.as_deref());
-        Self { id, ..self }.finish(Arc::new(source), include_failure)
+            parts.fix(id.begin(&parts), source.into(), program_name.as_deref());
+        Started {
+            id,
+            program_name,
+            options,
+            parts,
+        }
+        .finish(Arc::new(source), include_failure)
     }
 
     /// Finishes the kernel with a generator, which kiln runs when it
     /// compiles the kernel. The id must cover every parameter the generator
     /// reads (see [`SourceGenerator`]'s contract).
     pub fn generator(self, generator: impl SourceGenerator<Architecture> + 'static) -> CudaKernel {
-        self.finish(Arc::new(generator), None)
+        Started {
+            id: self.id.begin(&self.parts),
+            program_name: self.program_name,
+            options: self.options,
+            parts: self.parts,
+        }
+        .finish(Arc::new(generator), None)
     }
+}
 
+/// A builder whose every entry is known, and so its id's beginning.
+struct Started {
+    id: KernelIdBuilder,
+    program_name: Option<String>,
+    options: CudaOptions,
+    parts: KernelPartsBuilder,
+}
+
+impl Started {
     fn finish(
         self,
         generator: Arc<dyn SourceGenerator<Architecture>>,

@@ -133,7 +133,7 @@ pub use kiln_cxx::{KernelArgument, LaunchConfig};
 pub use module::{LoadedImage, LoadedKernel};
 pub use nvrtc::{Nvrtc, NvrtcVersion};
 pub use options::{CudaOptions, CxxStandard, DEFAULT_STANDARD};
-pub use target::{CudaDeviceStep, CudaTarget};
+pub use target::{Cuda, CudaDeviceStep, CudaTarget};
 pub use timing::CudaTimer;
 
 /// The cudarc kiln-cuda was built with: its `CudaContext` goes into

@@ -250,3 +250,73 @@ kiln_cxx::cxx_target!(
 /// into the context, and a module is unloaded on the context that loaded
 /// it, whichever thread drops it.
 pub type CudaDeviceStep = CxxDeviceStep<CudaDevice>;
+
+/// The CUDA backend as a whole, for code that builds the kernels and
+/// targets of either C++ backend without naming it (`kiln warm`).
+#[derive(Debug, Clone, Copy)]
+pub struct Cuda;
+
+impl kiln_cxx::CxxBackend for Cuda {
+    const NAME: &'static str = crate::CudaKey::BACKEND;
+    const DEFAULT_ARCHITECTURE: &'static str = "sm_90";
+    type Architecture = Architecture;
+    type Options = crate::CudaOptions;
+    type Kernel = crate::CudaKernel;
+    type Builder = crate::CudaKernelBuilder;
+    type Target = CudaTarget;
+    type Error = Error;
+
+    fn architecture(text: &str) -> Result<Architecture, String> {
+        text.parse()
+            .map_err(|error: crate::ArchitectureParseError| error.to_string())
+    }
+
+    fn on_device(ordinal: usize) -> Result<CudaTarget, Error> {
+        CudaTarget::on_device(ordinal)
+    }
+
+    fn compile_only(architecture: Architecture) -> Result<CudaTarget, Error> {
+        CudaTarget::compile_only(architecture)
+    }
+
+    fn architecture_of(target: &CudaTarget) -> Architecture {
+        target.architecture()
+    }
+
+    fn describe(target: &CudaTarget) -> String {
+        match target.device() {
+            Some(device) => format!("{} {}", device.name(), target.architecture()),
+            None => format!(
+                "compile-only: {}, nvrtc {}",
+                target.architecture(),
+                kiln_engine::CompilationTarget::compiler(target).version()
+            ),
+        }
+    }
+
+    fn with_store(
+        target: CudaTarget,
+        store: Option<Arc<dyn kiln_engine::ArtifactStore>>,
+    ) -> CudaTarget {
+        match store {
+            Some(store) => target.with_optional_store(Some(store)),
+            None => target.without_store(),
+        }
+    }
+
+    fn variant(target: &CudaTarget) -> CudaVariant {
+        target.variant()
+    }
+
+    fn toolkit_folders() -> Vec<std::path::PathBuf> {
+        crate::toolkit::include_folders()
+    }
+
+    fn of_file(file: &str, entry: &str) -> crate::CudaKernelBuilder {
+        crate::CudaKernel::of_file(file, entry)
+    }
+
+    fn define(options: crate::CudaOptions, name: &str, value: &str) -> crate::CudaOptions {
+        options.define(name, value)
+    }
+}

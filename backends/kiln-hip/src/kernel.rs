@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use kiln_cxx::{EntryPoint, Header, SourceGenerator};
-use kiln_cxx::{IdLayout, KernelParts, KernelPartsBuilder};
+use kiln_cxx::{IdLayout, IdStart, KernelParts, KernelPartsBuilder};
 use kiln_engine::{KernelId, KernelIdBuilder};
 
 use crate::architecture::Architecture;
@@ -60,9 +60,42 @@ impl HipKernel {
     /// the source depends on) and which launches `entry`.
     pub fn builder(id: KernelIdBuilder, entry: impl Into<EntryPoint>) -> HipKernelBuilder {
         HipKernelBuilder {
-            id,
+            id: IdStart::Given(id),
             options: HipOptions::default(),
             program_name: None,
+            parts: KernelPartsBuilder::new(entry.into()),
+        }
+    }
+
+    /// Starts the module of the kernel file `file` (its path under the
+    /// folder `kiln warm` is given: `scan.hip`, `ops/conv.hip`) that
+    /// launches `entry`, named and identified as `kiln warm` names and
+    /// identifies that file's modules, so that a program finds what
+    /// `kiln warm` stored by id, with no compile and no store write (L11).
+    ///
+    /// The ids are the same when the program gives what the file's header
+    /// gives: every `entry` in the header's order (the first here, the
+    /// others with [`entry`](HipKernelBuilder::entry)); the options of its
+    /// `options` line and its `define` and `specialize` pairs as
+    /// [`HipOptions`] (defines in any order); and the file's whole text,
+    /// header included, to [`source`](HipKernelBuilder::source), with
+    /// [`source_folder`](HipKernelBuilder::source_folder) and the
+    /// `include` folders, so that its includes reach the same headers.
+    ///
+    /// ```
+    /// use kiln_hip::{HipKernel, HipOptions};
+    ///
+    /// let text = "// kiln entry: scan\n\
+    ///             extern \"C\" __global__ void scan(float* x) { x[0] = 1; }\n";
+    /// let scan = HipKernel::of_file("scan.hip", "scan").source(text);
+    /// assert_eq!(kiln_engine::Kernel::id(&scan).name(), "warm/scan.hip");
+    /// ```
+    pub fn of_file(file: impl Into<String>, entry: impl Into<EntryPoint>) -> HipKernelBuilder {
+        let file = file.into();
+        HipKernelBuilder {
+            program_name: Some(file.clone()),
+            id: IdStart::File(file),
+            options: HipOptions::default(),
             parts: KernelPartsBuilder::new(entry.into()),
         }
     }
@@ -78,7 +111,7 @@ impl HipKernel {
     }
 }
 
-kiln_cxx::kernel_methods!(HipKernel, Architecture);
+kiln_cxx::kernel_methods!(HipKernel, HipKernelBuilder, HipOptions, Architecture);
 
 impl fmt::Debug for HipKernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -93,7 +126,7 @@ impl fmt::Debug for HipKernel {
 /// Builds a [`HipKernel`]; see [`HipKernel::builder`].
 #[must_use = "a builder makes no kernel until `source` or `generator` is called"]
 pub struct HipKernelBuilder {
-    id: KernelIdBuilder,
+    id: IdStart,
     options: HipOptions,
     program_name: Option<String>,
     parts: KernelPartsBuilder,
@@ -122,38 +155,42 @@ impl HipKernelBuilder {
     /// id by its text; `<hip/...>` headers that no folder holds are
     /// hipRTC's own. An include that cannot be resolved makes a kernel
     /// that fails to lower, saying which include and where it looked.
-    pub fn source(mut self, source: impl Into<String>) -> HipKernel {
-        crate::includes::prepare(self.parts.search_mut());
+    pub fn source(self, source: impl Into<String>) -> HipKernel {
+        let Self {
+            id,
+            options,
+            program_name,
+            mut parts,
+        } = self;
+        crate::includes::prepare(parts.search_mut());
         // 0 and 1 tell a fixed source from a generated one in the id.
-        let (id, source, include_failure) = self.parts.fix(
-            self.id.parameter(&0u8),
+        let (id, source, include_failure) = parts.fix(
+            id.begin(&parts).parameter(&0u8),
             source.into(),
-            self.program_name.as_deref(),
+            program_name.as_deref(),
         );
-        Self { id, ..self }.finish(Arc::new(source), include_failure)
+        let id = parts.identify(id, "kiln-hip", &options, IdLayout::HeaderCount);
+        HipKernel {
+            id: id.build(),
+            options,
+            program_name,
+            parts: parts.finish(Arc::new(source), include_failure),
+        }
     }
 
     /// Finishes the kernel with a generator, which kiln runs when it
     /// compiles the kernel. The id must cover every parameter the generator
     /// reads (see [`SourceGenerator`]'s contract).
     pub fn generator(self, generator: impl SourceGenerator<Architecture> + 'static) -> HipKernel {
-        let id = self.id.parameter(&1u8);
-        Self { id, ..self }.finish(Arc::new(generator), None)
-    }
-
-    fn finish(
-        self,
-        generator: Arc<dyn SourceGenerator<Architecture>>,
-        include_failure: Option<String>,
-    ) -> HipKernel {
+        let id = self.id.begin(&self.parts).parameter(&1u8);
         let id = self
             .parts
-            .identify(self.id, "kiln-hip", &self.options, IdLayout::HeaderCount);
+            .identify(id, "kiln-hip", &self.options, IdLayout::HeaderCount);
         HipKernel {
             id: id.build(),
             options: self.options,
             program_name: self.program_name,
-            parts: self.parts.finish(generator, include_failure),
+            parts: self.parts.finish(Arc::new(generator), None),
         }
     }
 }

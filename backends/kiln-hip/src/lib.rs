@@ -174,7 +174,7 @@ pub use kiln_cxx::{KernelArgument, LaunchConfig};
 pub use module::LoadedKernel;
 pub use options::{CxxStandard, HipOptions, HipVariant};
 pub use stream::HipStream;
-pub use target::{HipDeviceStep, HipTarget};
+pub use target::{Hip, HipDeviceStep, HipTarget};
 
 /// The entry of the HIP compiler for the worker hook at the top of `main`,
 /// so that hipRTC compiles in worker processes: in parallel, and where a

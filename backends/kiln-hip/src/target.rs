@@ -196,3 +196,69 @@ kiln_cxx::cxx_target!(
 /// the device current on the calling thread (`hipSetDevice`) before
 /// `hipModuleLoadData`, so any thread may load onto the device.
 pub type HipDeviceStep = CxxDeviceStep<HipDevice>;
+
+/// The HIP backend as a whole, for code that builds the kernels and
+/// targets of either C++ backend without naming it (`kiln warm`).
+#[derive(Debug, Clone, Copy)]
+pub struct Hip;
+
+impl kiln_cxx::CxxBackend for Hip {
+    const NAME: &'static str = crate::HipKey::BACKEND;
+    const DEFAULT_ARCHITECTURE: &'static str = "gfx90a";
+    type Architecture = Architecture;
+    type Options = crate::HipOptions;
+    type Kernel = crate::HipKernel;
+    type Builder = crate::HipKernelBuilder;
+    type Target = HipTarget;
+    type Error = Error;
+
+    fn architecture(text: &str) -> std::result::Result<Architecture, String> {
+        Architecture::new(text).map_err(|error| error.to_string())
+    }
+
+    fn on_device(ordinal: usize) -> Result<HipTarget> {
+        HipTarget::on_device(ordinal)
+    }
+
+    fn compile_only(architecture: Architecture) -> Result<HipTarget> {
+        HipTarget::compile_only(architecture)
+    }
+
+    fn architecture_of(target: &HipTarget) -> Architecture {
+        target.architecture().clone()
+    }
+
+    fn describe(target: &HipTarget) -> String {
+        if target.is_compile_only() {
+            format!(
+                "compile-only: {}, hiprtc {}",
+                target.architecture(),
+                target.compiler.identity().hiprtc_version
+            )
+        } else {
+            format!("AMD GPU {}", target.architecture())
+        }
+    }
+
+    fn with_store(
+        target: HipTarget,
+        store: Option<Arc<dyn kiln_engine::ArtifactStore>>,
+    ) -> HipTarget {
+        match store {
+            Some(store) => target.with_optional_store(Some(store)),
+            None => target.without_store(),
+        }
+    }
+
+    fn variant(target: &HipTarget) -> HipVariant {
+        target.variant()
+    }
+
+    fn of_file(file: &str, entry: &str) -> crate::HipKernelBuilder {
+        crate::HipKernel::of_file(file, entry)
+    }
+
+    fn define(options: crate::HipOptions, name: &str, value: &str) -> crate::HipOptions {
+        options.define(name, value)
+    }
+}

@@ -16,7 +16,7 @@ use std::hash::Hash;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kiln_engine::{CompileFailure, KernelIdBuilder};
+use kiln_engine::{CompileFailure, KernelId, KernelIdBuilder};
 
 use crate::{EntryPoint, FixedSource, Header, IncludeSearch, SourceGenerator};
 
@@ -118,6 +118,55 @@ pub enum IdLayout<'a> {
     /// kiln-hip's: the number of headers, then the other entries, then each
     /// header's name and text as bytes.
     HeaderCount,
+}
+
+/// The family name of the module of a kernel file: `warm/NAME`, with
+/// `:ENTRY,ENTRY` after it when the module has several entries, `NAME`
+/// being the file's path under the folder `kiln warm` is given (`gemm.cu`,
+/// `ops/scan.hip`). `kiln ls` and `kiln forget` show and take it.
+pub fn file_kernel_name<'a>(file: &str, entries: impl IntoIterator<Item = &'a str>) -> String {
+    let entries: Vec<&str> = entries.into_iter().collect();
+    if entries.len() > 1 {
+        format!("warm/{file}:{}", entries.join(","))
+    } else {
+        format!("warm/{file}")
+    }
+}
+
+/// How a kernel's id starts, before its source, options and parts join
+/// it: an id the program began, or the kernel file the kernel is a module
+/// of, named once every entry is known ([`file_kernel_name`]).
+#[allow(
+    clippy::large_enum_variant,
+    reason = "a builder held its id's hasher inline before files were named; boxing it would \
+              allocate for every program's kernel"
+)]
+pub enum IdStart {
+    /// The program's own: a family name and the parameters it chose.
+    Given(KernelIdBuilder),
+    /// The module of the kernel file at this path under the folder warmed.
+    File(String),
+}
+
+impl IdStart {
+    /// The id's beginning, for a kernel of `parts`' entry points.
+    pub fn begin(self, parts: &KernelPartsBuilder) -> KernelIdBuilder {
+        match self {
+            Self::Given(id) => id,
+            Self::File(file) => {
+                let entries = std::iter::once(&parts.entry)
+                    .chain(&parts.more_entries)
+                    .map(EntryPoint::expression);
+                KernelId::named(file_kernel_name(&file, entries))
+            }
+        }
+    }
+}
+
+impl From<KernelIdBuilder> for IdStart {
+    fn from(id: KernelIdBuilder) -> Self {
+        Self::Given(id)
+    }
 }
 
 /// A kernel's entry points, headers and include search while it is built.
@@ -269,12 +318,58 @@ impl KernelPartsBuilder {
 
 /// Writes, inside a backend's crate, the methods its kernel type `$kernel`
 /// forwards to the [`KernelParts`] in its `parts` field (entry points,
-/// headers, the include failure, the generator), and its
-/// [`Kernel`](kiln_engine::Kernel) impl from its `id` field. `$architecture`
-/// is the backend's architecture, which the generator takes.
+/// headers, the include failure, the generator), its
+/// [`Kernel`](kiln_engine::Kernel) impl from its `id` field, and the
+/// [`CxxKernelBuilder`](crate::CxxKernelBuilder) impl of its builder
+/// `$builder`, each method a call of the builder's inherent method (options
+/// `$options`). `$architecture` is the backend's architecture, which the
+/// generator takes.
 #[macro_export]
 macro_rules! kernel_methods {
-    ($kernel:ty, $architecture:ty) => {
+    ($kernel:ty, $builder:ty, $options:ty, $architecture:ty) => {
+        impl $crate::CxxKernelBuilder for $builder {
+            type Kernel = $kernel;
+            type Options = $options;
+
+            fn entry(self, entry: &str) -> Self {
+                <$builder>::entry(self, entry)
+            }
+
+            fn options(self, options: $options) -> Self {
+                <$builder>::options(self, options)
+            }
+
+            fn source_folder(self, folder: ::std::path::PathBuf) -> Self {
+                <$builder>::source_folder(self, folder)
+            }
+
+            fn include_folder(self, folder: ::std::path::PathBuf) -> Self {
+                <$builder>::include_folder(self, folder)
+            }
+
+            fn include_tree(self, folder: ::std::path::PathBuf) -> Self {
+                <$builder>::include_tree(self, folder)
+            }
+
+            fn includes_outside_tree(self, allowed: bool) -> Self {
+                <$builder>::includes_outside_tree(self, allowed)
+            }
+
+            fn standard_headers(self, on: bool) -> Self {
+                <$builder>::standard_headers(self, on)
+            }
+
+            fn source(self, source: String) -> $kernel {
+                <$builder>::source(self, source)
+            }
+
+            fn failing(self, reason: String) -> $kernel {
+                <$builder>::generator(self, move |_: $architecture| {
+                    Err(::kiln_engine::CompileFailure::message(reason.clone()).not_the_kernels())
+                })
+            }
+        }
+
         impl $kernel {
             /// The entry point: the first of [`entries`](Self::entries).
             pub fn entry(&self) -> &$crate::EntryPoint {

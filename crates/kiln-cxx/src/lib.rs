@@ -14,6 +14,9 @@
 //! - the launch: a [`LaunchConfig`] (grid, block, shared memory) and
 //!   [`KernelArgument`]s held as the bytes the driver copies, made from
 //!   [`DeviceScalar`]s and [`DeviceAddress`]es.
+//! - the backend as a whole ([`CxxBackend`], with its kernel builder as
+//!   [`CxxKernelBuilder`]), for code that builds either backend's kernels
+//!   and targets without naming it, as `kiln warm` does;
 //! - the target: where its kernels go and the device step that loads them
 //!   on the batch's workers ([`CxxDeviceStep`], through the backend's
 //!   [`CxxDevice`]), and the store's setters and target impl both
@@ -27,6 +30,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod defines;
 mod entry;
 mod generator;
@@ -40,11 +44,12 @@ mod standard;
 pub mod stdlib;
 pub mod target;
 
+pub use backend::{CxxBackend, CxxKernelBuilder};
 pub use entry::{EntryPoint, EntrySymbols};
 pub use generator::{FixedSource, SourceGenerator, source_cost};
 pub use header::Header;
 pub use include::{IncludeError, IncludeSearch, names_a_file, why_no_file_option};
-pub use kernel::{IdLayout, KernelParts, KernelPartsBuilder};
+pub use kernel::{IdLayout, IdStart, KernelParts, KernelPartsBuilder, file_kernel_name};
 pub use launch::{DeviceAddress, KernelArgument, LaunchConfig};
 pub use scalar::DeviceScalar;
 pub use standard::CxxStandard;
