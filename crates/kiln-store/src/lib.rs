@@ -80,7 +80,7 @@
 //!   neither the totals nor a launch.
 //! - **Explanations.** A history per kernel id remembers the key it was
 //!   last stored under and the key it last missed under, so
-//!   [`kiln_engine::ArtifactStore::explain`] names what changed (P9).
+//!   [`kiln_engine::Records::explain`] names what changed (P9).
 
 #![warn(missing_docs)]
 
@@ -92,6 +92,7 @@ mod disk;
 mod durable;
 mod envelope;
 pub mod error;
+mod files;
 #[cfg(test)]
 mod fixtures;
 mod layout;

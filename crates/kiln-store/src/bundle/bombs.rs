@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use kiln_engine::ArtifactStore;
+use kiln_engine::ArtifactStoreExt;
 use kiln_engine::fake::{FakeCompiler, FakeKernel};
 use kiln_engine::store::{Lookup, StoreKey};
 use kiln_test_support::{Scratch, Tmpfs};

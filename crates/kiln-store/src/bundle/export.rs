@@ -204,7 +204,7 @@ impl DiskStore {
         let inner = &self.inner;
         let failed = |error| Error::Io {
             action: "write the bundle",
-            path: inner.layout.root().to_path_buf(),
+            path: inner.files.layout.root().to_path_buf(),
             source: error,
         };
         let mut out = Digesting {
@@ -227,8 +227,8 @@ impl DiskStore {
 
         let mut report = ExportReport::default();
         let mut write_error = None;
-        let root = inner.layout.root();
-        let estimate = inner.usage.read().entries;
+        let root = inner.files.layout.root();
+        let estimate = inner.files.usage.read().entries;
         crate::walk::walk_files(root, "objects", &mut |path, name| {
             if write_error.is_some() {
                 return;
@@ -236,9 +236,11 @@ impl DiskStore {
             let Some(expected) = digest_from_name(name) else {
                 return;
             };
-            let Ok(Some(_pin)) = inner
-                .locks
-                .acquire(object_slot(&expected), Mode::Shared, None)
+            let Ok(Some(_pin)) =
+                inner
+                    .files
+                    .locks
+                    .acquire(object_slot(&expected), Mode::Shared, None)
             else {
                 return;
             };

@@ -171,8 +171,8 @@ impl DiskStore {
         debug_assert_eq!(counted.blobs, report.blobs);
         self.register(&header.components);
         // Imported entries are files: each rounded up to its blocks.
-        if let Err(error) = inner.usage.adjust(
-            &inner.locks,
+        if let Err(error) = inner.files.usage.adjust(
+            &inner.files.locks,
             Delta::of(
                 added_bytes,
                 added_allocation,
@@ -202,7 +202,7 @@ impl DiskStore {
     ) -> Result<(File, Option<BundleHeader>)> {
         let mut file = File::open(path).map_err(Error::io("open", path))?;
         let file_length = file.metadata().map_err(Error::io("read", path))?.len();
-        let limit = self.inner.config.max_bytes;
+        let limit = self.inner.files.config.max_bytes;
         match read_head(path, &mut file)? {
             PLAIN_VERSION => {
                 file.rewind().map_err(Error::io("read", path))?;
@@ -275,7 +275,7 @@ impl DiskStore {
         exact: Option<u64>,
         why: &str,
     ) -> Result<File> {
-        let staging = self.inner.layout.staging();
+        let staging = self.inner.files.layout.staging();
         let plain = durable::unnamed(&staging).map_err(Error::io("create a file in", &staging))?;
         let mut output = BufWriter::with_capacity(1 << 20, &plain);
         let written = manifest::inflate_bounded(path, input, &mut output, limit, why)?;
@@ -319,8 +319,9 @@ impl DiskStore {
                         return Err(changed());
                     }
                     report.objects += 1;
-                    let target = inner.layout.object(&digest);
+                    let target = inner.files.layout.object(&digest);
                     let _pin = inner
+                        .files
                         .locks
                         .acquire(object_slot(&digest), Mode::Shared, None)
                         .map_err(published)?;
@@ -344,7 +345,7 @@ impl DiskStore {
                         return Err(changed());
                     }
                     report.records += 1;
-                    let target = inner.layout.record(&record.key.digest());
+                    let target = inner.files.layout.record(&record.key.digest());
                     let inline = self.inline_form(&record);
                     let sealed = inline.as_ref().unwrap_or(&sealed);
                     // A packed record of the key is replaced by the file.
@@ -359,10 +360,10 @@ impl DiskStore {
                         })
                         .is_some_and(|old| old.object != record.object);
                     let file = durable::publish_open(
-                        &inner.layout.staging(),
+                        &inner.files.layout.staging(),
                         &target,
                         sealed,
-                        inner.config.durable,
+                        inner.files.config.durable,
                     )
                     .map_err(published)?;
                     if inline.is_some() {
@@ -391,16 +392,16 @@ impl DiskStore {
                         return Err(changed());
                     }
                     report.blobs += 1;
-                    let target = inner.layout.record(&record.key.digest());
+                    let target = inner.files.layout.record(&record.key.digest());
                     let old = fs::read(&target).ok();
                     if old.as_ref() == Some(&sealed) {
                         continue;
                     }
                     durable::publish_open(
-                        &inner.layout.staging(),
+                        &inner.files.layout.staging(),
                         &target,
                         &sealed,
-                        inner.config.durable,
+                        inner.files.config.durable,
                     )
                     .map_err(published)?;
                     added_bytes += sealed.len() as u64;
@@ -424,13 +425,13 @@ impl DiskStore {
         let inner = &self.inner;
         let published = |error: io::Error| Error::Io {
             action: "import into",
-            path: inner.layout.root().to_path_buf(),
+            path: inner.files.layout.root().to_path_buf(),
             source: error,
         };
         durable::publish_from(
-            &inner.layout.staging(),
+            &inner.files.layout.staging(),
             target,
-            inner.config.durable,
+            inner.files.config.durable,
             |file| {
                 reader
                     .object_bytes(digest, size, &mut |chunk| {
@@ -497,7 +498,7 @@ impl DiskStore {
                     scan(input, bundled.size, &names).map_err(Error::io("read", path))?
                 }
                 None => {
-                    let stored = self.inner.layout.object(&object);
+                    let stored = self.inner.files.layout.object(&object);
                     let file = File::open(&stored).map_err(Error::io("read", &stored))?;
                     scan(
                         &mut BufReader::with_capacity(CHUNK, file),
@@ -532,7 +533,7 @@ impl DiskStore {
 
     /// The length of the store's object `object`, if it holds one.
     fn stored_size(&self, object: &[u8; 32]) -> Option<u64> {
-        fs::metadata(self.inner.layout.object(object))
+        fs::metadata(self.inner.files.layout.object(object))
             .ok()
             .filter(fs::Metadata::is_file)
             .map(|found| found.len())
@@ -545,7 +546,7 @@ impl DiskStore {
         if !is_inlined(&record.key, record.size) {
             return None;
         }
-        let bytes = fs::read(self.inner.layout.object(&record.object)).ok()?;
+        let bytes = fs::read(self.inner.files.layout.object(&record.object)).ok()?;
         (bytes.len() as u64 == record.size && digest(&bytes) == record.object)
             .then(|| record.seal_inline(&bytes))
     }

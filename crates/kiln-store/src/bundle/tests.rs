@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use kiln_engine::ArtifactStore;
+use kiln_engine::ArtifactStoreExt;
 use kiln_engine::fake::{FakeCompiler, FakeKernel};
 use kiln_engine::store::StoreKey;
 

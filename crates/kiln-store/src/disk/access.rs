@@ -92,7 +92,7 @@ mod tests {
     use std::path::Path;
     use std::time::{Duration, SystemTime};
 
-    use kiln_engine::ArtifactStore;
+    use kiln_engine::ArtifactStoreExt;
 
     use crate::fixtures::{accessed, hit, kernel_key, scratch};
 

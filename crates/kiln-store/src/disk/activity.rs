@@ -200,7 +200,7 @@ impl DiskStore {
     /// this one's counts merged first.
     pub fn activity(&self) -> Activity {
         self.merge_activity();
-        ActivityFile::read_at(&self.inner.layout.activity_file())
+        ActivityFile::read_at(&self.inner.files.layout.activity_file())
     }
 
     /// Sets the store's activity totals to zero (`kiln stats --zero`),
@@ -211,8 +211,8 @@ impl DiskStore {
     ///
     /// The store is read-only, or its `activity` file cannot be written.
     pub fn zero_activity(&self) -> Result<()> {
-        let path = self.inner.layout.activity_file();
-        if self.inner.read_only {
+        let path = self.inner.files.layout.activity_file();
+        if self.inner.files.read_only {
             return Err(Error::io("zero the activity totals of", &path)(
                 std::io::Error::new(
                     std::io::ErrorKind::ReadOnlyFilesystem,
@@ -233,16 +233,16 @@ impl DiskStore {
 pub(super) fn merge(inner: &Inner) {
     let mut state = inner.tally.state();
     state.settle();
-    if inner.read_only || state.counts.is_zero() {
+    if inner.files.read_only || state.counts.is_zero() {
         return;
     }
     if state.file.is_none() {
-        match ActivityFile::open(&inner.layout.activity_file()) {
+        match ActivityFile::open(&inner.files.layout.activity_file()) {
             Ok(file) => state.file = Some(file),
             Err(error) => {
                 // Counts stay in memory; what keeps them out is said once.
                 crate::sealed::report_once(
-                    &inner.layout.activity_file(),
+                    &inner.files.layout.activity_file(),
                     "add to the activity totals in",
                     &error,
                 );
@@ -260,7 +260,7 @@ pub(super) fn merge(inner: &Inner) {
             "kiln store: cannot add to the activity totals ({error}); kept for the next batch"
         ),
         Err(error) => crate::sealed::report_once(
-            &inner.layout.activity_file(),
+            &inner.files.layout.activity_file(),
             "add to the activity totals in",
             &error,
         ),

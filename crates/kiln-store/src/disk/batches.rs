@@ -8,15 +8,15 @@ use crate::batches::BatchesFile;
 
 impl DiskStore {
     /// Keeps an encoded batch record among the store's last
-    /// ([`kiln_engine::ArtifactStore::keep_batch`]). A read-only store keeps
+    /// ([`kiln_engine::Records::keep_batch`]). A read-only store keeps
     /// nothing; a record that cannot be written is dropped, never an error:
     /// it is history, not an artifact. A file the store cannot open or may
     /// not write is said once, with what to do.
     pub(super) fn keep_batch_record(&self, record: &[u8]) {
-        if self.inner.read_only {
+        if self.inner.files.read_only {
             return;
         }
-        let path = self.inner.layout.batches_file();
+        let path = self.inner.files.layout.batches_file();
         let file = match BatchesFile::open(&path) {
             Ok(file) => file,
             Err(error) => {
@@ -37,7 +37,7 @@ impl DiskStore {
     /// The records of the last batches of every process that used the
     /// store, oldest first; records this build cannot read are left out.
     pub fn kept_batches(&self) -> Vec<StoredBatch> {
-        BatchesFile::read_at(&self.inner.layout.batches_file())
+        BatchesFile::read_at(&self.inner.files.layout.batches_file())
             .iter()
             .filter_map(|bytes| StoredBatch::decode(bytes))
             .collect()

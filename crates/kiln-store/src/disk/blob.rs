@@ -9,19 +9,20 @@ use std::io;
 use kiln_engine::store::BlobKey;
 use kiln_engine::{Lookup, StoreOutcome};
 
+use super::DiskStore;
 use super::read::{Judged, Sought};
 use super::write::RecordFile;
-use super::{DiskStore, bump};
+use crate::files::bump;
 use crate::record::{BlobRecord, digest};
 
 impl DiskStore {
     /// The verified bytes of the blob `key`:
-    /// [`ArtifactStore::lookup_blob`](kiln_engine::ArtifactStore::lookup_blob).
+    /// [`Blobs::lookup_blob`](kiln_engine::Blobs::lookup_blob).
     pub(super) fn find_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
         self.refresh_generation();
         self.find(
             &Sought {
-                record_path: &self.inner.layout.record(&key.digest()),
+                record_path: &self.inner.files.layout.record(&key.digest()),
                 subject: &|| key.kind.clone(),
                 without_it: "it is made",
             },
@@ -37,10 +38,10 @@ impl DiskStore {
     }
 
     /// Publishes `bytes` as the blob `key`:
-    /// [`ArtifactStore::put_blob`](kiln_engine::ArtifactStore::put_blob).
+    /// [`Blobs::put_blob`](kiln_engine::Blobs::put_blob).
     pub(super) fn store_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
-        if self.inner.read_only {
-            bump(&self.inner.counters.writes_skipped, 1);
+        if self.inner.files.read_only {
+            bump(&self.inner.files.counters.writes_skipped, 1);
             return StoreOutcome::Skipped;
         }
         let result = self.try_put_blob(key, bytes);
@@ -54,7 +55,7 @@ impl DiskStore {
         let object = digest(bytes);
         let record = BlobRecord::new(key.clone(), object, bytes.len() as u64);
         let records = [RecordFile {
-            path: self.inner.layout.record(&key.digest()),
+            path: self.inner.files.layout.record(&key.digest()),
             sealed: record.seal(),
             inline: false,
         }];
@@ -69,7 +70,8 @@ impl DiskStore {
 mod tests {
     use std::fs;
 
-    use kiln_engine::{ArtifactStore, Lookup, Miss, StoreOutcome};
+    use kiln_engine::Blobs;
+    use kiln_engine::{Lookup, Miss, StoreOutcome};
 
     use crate::fixtures::{blob_key, scratch};
     use crate::record::BlobRecord;
@@ -84,7 +86,7 @@ mod tests {
             store.put_blob(&blob_key("1"), &bytes),
             StoreOutcome::Stored { .. }
         ));
-        let path = store.inner.layout.record(&blob_key("1").digest());
+        let path = store.inner.files.layout.record(&blob_key("1").digest());
         let record = BlobRecord::open(&fs::read(&path).expect("a blob record")).expect("whole");
         assert_eq!(record.key, blob_key("1"));
         assert_eq!(record.size, bytes.len() as u64);

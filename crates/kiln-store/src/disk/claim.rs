@@ -19,7 +19,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use kiln_engine::store::Renewal;
 use kiln_engine::{Claim, ClaimGuard, ClaimWait, StoreKey};
 
-use super::{DiskStore, bump};
+use super::DiskStore;
+use crate::files::bump;
 use crate::lock::{
     LeaseRecord, LockFile, Mode, SlotGuard, deadline_after, key_slot, lease_slot, lease_tag,
 };
@@ -30,18 +31,18 @@ const LEASE_SLOT_WAIT: Duration = Duration::from_millis(500);
 
 impl DiskStore {
     /// Asks for the right to compile `key`:
-    /// [`ArtifactStore::claim`](kiln_engine::ArtifactStore::claim).
+    /// [`Claims::claim`](kiln_engine::Claims::claim).
     pub(super) fn claim_key(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
         let inner = &self.inner;
-        if inner.read_only {
+        if inner.files.read_only {
             // Nothing it compiles is stored, so nobody could wait for it,
             // and it waits for nobody: what others store is read as it
             // lands.
             return Claim::Uncoordinated;
         }
         let digest = key.digest();
-        let lease = inner.config.lease;
-        let try_claim = || match try_claim(&inner.locks, &digest, lease) {
+        let lease = inner.files.config.lease;
+        let try_claim = || match try_claim(&inner.files.locks, &digest, lease) {
             Ok(claim) => claim,
             Err(error) => {
                 self.say_lock_failure(key, &error);
@@ -53,17 +54,17 @@ impl DiskStore {
             None if wait == ClaimWait::Once => return Claim::Busy,
             None => {}
         }
-        bump(&inner.counters.claims_waited, 1);
-        let deadline = deadline_after(inner.config.lock_timeout);
+        bump(&inner.files.counters.claims_waited, 1);
+        let deadline = deadline_after(inner.files.config.lock_timeout);
         let mut pause = Duration::from_millis(5);
         loop {
             let now = Instant::now();
             if now >= deadline {
-                bump(&inner.counters.claims_timed_out, 1);
+                bump(&inner.files.counters.claims_timed_out, 1);
                 log::warn!(
                     "kiln store: another process held {} for over {:?}; compiling it here too",
                     key.subject_text(),
-                    inner.config.lock_timeout
+                    inner.files.config.lock_timeout
                 );
                 return Claim::Busy;
             }
@@ -76,7 +77,7 @@ impl DiskStore {
     }
 
     pub(super) fn claim_timeout(&self) -> Duration {
-        self.inner.config.lock_timeout
+        self.inner.files.config.lock_timeout
     }
 }
 
@@ -220,13 +221,13 @@ fn next_holder() -> u64 {
 
 impl DiskStore {
     /// Who holds the claim of `key` under a live lease: the process its
-    /// lease names, on this host ([`ArtifactStore::holder`]); `None` when
+    /// lease names, on this host ([`Claims::holder`]); `None` when
     /// nobody does or the lease cannot be read.
     ///
-    /// [`ArtifactStore::holder`]: kiln_engine::ArtifactStore::holder
+    /// [`Claims::holder`]: kiln_engine::Claims::holder
     pub(super) fn claim_holder(&self, key: &StoreKey) -> Option<String> {
         let digest = key.digest();
-        let record = self.inner.locks.read_lease(&digest).ok()?;
+        let record = self.inner.files.locks.read_lease(&digest).ok()?;
         if record.tag != lease_tag(&digest) || record.expires_ms <= now_ms() {
             return None;
         }
@@ -285,7 +286,8 @@ mod tests {
     use std::fs;
     use std::time::Duration;
 
-    use kiln_engine::{ArtifactStore, Claim, ClaimWait};
+    use kiln_engine::Claims;
+    use kiln_engine::{Claim, ClaimWait};
 
     use crate::config::StoreConfig;
     use crate::disk::DiskStore;

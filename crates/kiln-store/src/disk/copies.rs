@@ -14,7 +14,8 @@ use std::time::Instant;
 
 use kiln_engine::{KeyComponents, Put, StoreOutcome};
 
-use super::{DiskStore, bump};
+use super::DiskStore;
+use crate::files::bump;
 use crate::lock::{Mode, PIN_WAIT, object_slot};
 use crate::pack::{Frame, Kind, Read, UNIT, short_key};
 use crate::record::{Record, digest};
@@ -36,8 +37,11 @@ impl DiskStore {
         copies: &[Put<'_>],
         records_synced: bool,
     ) -> Vec<StoreOutcome> {
-        if self.inner.read_only {
-            bump(&self.inner.counters.writes_skipped, copies.len() as u64);
+        if self.inner.files.read_only {
+            bump(
+                &self.inner.files.counters.writes_skipped,
+                copies.len() as u64,
+            );
             return vec![StoreOutcome::Skipped; copies.len()];
         }
         let packs =
@@ -79,6 +83,7 @@ impl DiskStore {
         for object in &objects {
             if pinned.insert(*object) {
                 let pin = inner
+                    .files
                     .locks
                     .acquire(
                         object_slot(object),
@@ -97,7 +102,7 @@ impl DiskStore {
         for (at, (copy, object)) in copies.iter().zip(&objects).enumerate() {
             let key = short_key(object);
             let here = matches!(
-                inner.packs.read(Kind::Object, &key),
+                inner.files.packs.read(Kind::Object, &key),
                 Read::Found { payload, .. } if payload == copy.bytes
             );
             if !here && seen.insert(key) {
@@ -109,7 +114,10 @@ impl DiskStore {
                 });
             }
         }
-        inner.packs.append_batch(&inner.locks, &new_objects)?;
+        inner
+            .files
+            .packs
+            .append_batch(&inner.files.locks, &new_objects)?;
         let mut sealed = Vec::new();
         for (at, (copy, object)) in copies.iter().zip(&objects).enumerate() {
             let record = Record::new(
@@ -140,8 +148,9 @@ impl DiskStore {
             })
             .collect();
         inner
+            .files
             .packs
-            .append_batch_as(&inner.locks, &frames, records_synced)?;
+            .append_batch_as(&inner.files.locks, &frames, records_synced)?;
         drop(pins);
         // A file record of the same key, from before the store packed, is
         // no longer what the key holds.

@@ -58,7 +58,7 @@ impl DiskStore {
     /// Starts evicting on a thread of its own when `usage` is over a limit,
     /// unless this process already is.
     pub(super) fn collect_if_over(&self, usage: Usage) {
-        let config = &self.inner.config;
+        let config = &self.inner.files.config;
         if !config.collects_automatically
             || (usage.allocated_bytes <= config.max_bytes && usage.entries <= config.max_entries)
             || self.inner.collecting.swap(true, Ordering::AcqRel)
@@ -94,8 +94,8 @@ impl DiskStore {
     /// the store is then recounted (evicting down to the limits only).
     pub(super) fn hold_limits(&self) {
         let inner = &self.inner;
-        let config = &inner.config;
-        if inner.read_only
+        let config = &inner.files.config;
+        if inner.files.read_only
             || !config.collects_automatically
             || !inner.wrote_since_batch.swap(false, Ordering::AcqRel)
         {
@@ -108,6 +108,7 @@ impl DiskStore {
         // Another process collecting holds the slot until it is done.
         drop(
             inner
+                .files
                 .locks
                 .acquire(COLLECT_SLOT, Mode::Exclusive, Some(deadline)),
         );
@@ -135,7 +136,8 @@ impl DiskStore {
 mod tests {
     use std::time::Duration;
 
-    use kiln_engine::{ArtifactStore, StoreOutcome};
+    use kiln_engine::StoreOutcome;
+    use kiln_engine::{ArtifactStoreExt, Groups};
 
     use super::Limits;
     use crate::fixtures::{kernel_key, scratch};

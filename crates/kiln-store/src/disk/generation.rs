@@ -24,7 +24,7 @@ impl DiskStore {
         inner
             .next_token_check
             .store(now + TOKEN_CHECK.as_nanos() as u64, Ordering::Relaxed);
-        let token = read_token(&inner.layout.generation_file());
+        let token = read_token(&inner.files.layout.generation_file());
         if inner.root_token.swap(token, Ordering::Relaxed) != token {
             log::debug!(
                 "another process replaced content in {}",
@@ -38,13 +38,13 @@ impl DiskStore {
     pub(crate) fn content_replaced(&self) {
         let inner = &self.inner;
         inner.generation.advance();
-        if inner.read_only {
+        if inner.files.read_only {
             return;
         }
         let token =
             inner.generation.current() ^ u64::from(std::process::id()) << 32 ^ now_seconds();
-        let path = inner.layout.generation_file();
-        match self.publish(&path, &token.to_le_bytes()) {
+        let path = inner.files.layout.generation_file();
+        match self.inner.files.publish(&path, &token.to_le_bytes()) {
             Ok(_) => inner.root_token.store(token, Ordering::Relaxed),
             Err(error) => log::warn!("cannot tell other processes the store changed: {error}"),
         }

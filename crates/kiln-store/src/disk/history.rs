@@ -41,9 +41,9 @@ impl DiskStore {
         read_history(&self.inner, kernel_digest).map(|(history, _)| history)
     }
 
-    /// Why `key` is or is not held (P9): [`ArtifactStore::explain`].
+    /// Why `key` is or is not held (P9): [`Records::explain`].
     ///
-    /// [`ArtifactStore::explain`]: kiln_engine::ArtifactStore::explain
+    /// [`Records::explain`]: kiln_engine::Records::explain
     pub(super) fn explain_key(&self, key: &StoreKey) -> Explanation {
         let Some((_, kernel)) = key.kernel() else {
             return Explanation::NeverSeen;
@@ -76,7 +76,7 @@ impl DiskStore {
     /// end of the batch ([`write_misses`](Self::write_misses)) for a key
     /// that was not put.
     pub(super) fn note_miss(&self, key: &StoreKey) {
-        if self.inner.read_only || key.kernel().is_none() {
+        if self.inner.files.read_only || key.kernel().is_none() {
             return;
         }
         let mut pending = self.pending_misses();
@@ -151,13 +151,14 @@ impl DiskStore {
 /// The history of the kernel with id digest `kernel`, packed or in its
 /// file, and whether it is packed.
 fn read_history(inner: &Inner, kernel: u128) -> Option<(KernelHistory, bool)> {
-    if let Read::Found { payload, .. } = inner.packs.read(Kind::History, &kernel.to_be_bytes())
+    if let Read::Found { payload, .. } =
+        inner.files.packs.read(Kind::History, &kernel.to_be_bytes())
         && let Ok(history) = KernelHistory::open(&payload)
         && history.digest == kernel
     {
         return Some((history, true));
     }
-    let sealed = fs::read(inner.layout.kernel(kernel)).ok()?;
+    let sealed = fs::read(inner.files.layout.kernel(kernel)).ok()?;
     KernelHistory::open(&sealed)
         .ok()
         .map(|history| (history, false))
@@ -175,7 +176,7 @@ fn pending_misses(inner: &Inner) -> MutexGuard<'_, PendingMisses> {
 
 /// [`DiskStore::write_misses`], for a store being dropped.
 pub(super) fn write_misses(inner: &Inner) {
-    if inner.read_only {
+    if inner.files.read_only {
         return;
     }
     let pending = std::mem::take(&mut *pending_misses(inner));
@@ -198,7 +199,7 @@ fn update_history(
     kernel: u128,
     change: impl FnOnce(&mut KernelHistory) -> bool,
 ) {
-    let path = inner.layout.kernel(kernel);
+    let path = inner.files.layout.kernel(kernel);
     let (held, packed) = match read_history(inner, kernel) {
         Some((history, packed)) => (Some(history), packed),
         None => (None, false),
@@ -216,7 +217,7 @@ fn update_history(
     let sealed = history.seal();
     // Beside the kernel's entries: packed when the store packs, or when
     // the history already is.
-    let written = if packed || inner.config.pack_below > 0 {
+    let written = if packed || inner.files.config.pack_below > 0 {
         let key = kernel.to_be_bytes();
         let frame = crate::pack::Frame {
             kind: Kind::History,
@@ -226,17 +227,24 @@ fn update_history(
         // Packed, a history takes the store's space as its entries do, and
         // a rewrite's recount includes it: counted here too.
         inner
+            .files
             .packs
-            .append(&inner.locks, crate::pack::shard_of(&key), &[frame], &[])
+            .append(
+                &inner.files.locks,
+                crate::pack::shard_of(&key),
+                &[frame],
+                &[],
+            )
             .and_then(|written| {
                 inner
+                    .files
                     .usage
-                    .adjust(&inner.locks, Delta::of(written, written, 0))
+                    .adjust(&inner.files.locks, Delta::of(written, written, 0))
                     .map(drop)
             })
     } else {
         within_file_size_limit(sealed.len() as u64)
-            .and_then(|()| durable::publish(&inner.layout.staging(), &path, &sealed, false))
+            .and_then(|()| durable::publish(&inner.files.layout.staging(), &path, &sealed, false))
     };
     if let Err(error) = written {
         log::debug!("cannot update the history of {name}: {error}");

@@ -47,7 +47,7 @@ mod targets;
 mod write;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -55,9 +55,8 @@ use kiln_engine::{Generation, KeyComponents, StoreKey};
 
 use crate::config::StoreConfig;
 use crate::error::WriteFailure;
-use crate::layout::Layout;
-use crate::lock::LockFile;
-use crate::usage::{Usage, UsageFile};
+use crate::files::Files;
+use crate::usage::Usage;
 
 pub(crate) use access::{not_yet_refreshed, touch};
 pub use eviction::Limits;
@@ -96,11 +95,8 @@ pub struct DiskStore {
 
 #[derive(Debug)]
 pub(crate) struct Inner {
-    pub(crate) config: StoreConfig,
-    pub(crate) layout: Layout,
-    pub(crate) locks: Arc<LockFile>,
-    pub(crate) usage: UsageFile,
-    pub(crate) counters: Counters,
+    /// The objects and records, over files and packs.
+    pub(crate) files: Files,
     generation: Generation,
     /// The root's generation token when this store last looked.
     root_token: AtomicU64,
@@ -110,9 +106,6 @@ pub(crate) struct Inner {
     /// Key components this process has written to the targets file.
     registered: Mutex<Vec<KeyComponents>>,
     collecting: AtomicBool,
-    /// Whether the store is only read (P5): asked for, or its folder cannot
-    /// be written.
-    read_only: bool,
     /// The failed writes so far, one entry per cause.
     write_failures: Mutex<Vec<WriteFailure>>,
     /// The causes of failed claims said so far, each said once.
@@ -129,8 +122,6 @@ pub(crate) struct Inner {
     /// when: written into their histories by their put or at the batch's
     /// end, never on the lookup's path.
     pub(crate) pending_misses: Mutex<history::PendingMisses>,
-    /// The packs and this process's view of them.
-    pub(crate) packs: crate::pack::Packs,
 }
 
 impl Drop for Inner {
@@ -142,45 +133,38 @@ impl Drop for Inner {
     }
 }
 
-/// The store's counts: the one type every store counts with.
-pub(crate) type Counters = kiln_engine::StoreCounters;
-
-fn bump(counter: &AtomicU64, by: u64) {
-    counter.fetch_add(by, Ordering::Relaxed);
-}
-
 impl DiskStore {
     /// Whether the store only reads (P5): it serves hits, and skips every
     /// write ([`StoreStatistics::writes_skipped`]) and claim. Asked for
     /// with [`StoreConfig::read_only`], or found when its folder cannot be
     /// written.
     pub fn is_read_only(&self) -> bool {
-        self.inner.read_only
+        self.inner.files.read_only
     }
 
     /// Its settings.
     pub fn config(&self) -> &StoreConfig {
-        &self.inner.config
+        &self.inner.files.config
     }
 
     /// Its root folder.
     pub fn root(&self) -> &Path {
-        self.inner.layout.root()
+        self.inner.files.root()
     }
 
     /// What it holds, as last counted: entries, bytes held and bytes
     /// allocated (what the size limit compares).
     pub fn usage(&self) -> Usage {
-        self.inner.usage.read()
+        self.inner.files.usage.read()
     }
 
     /// Where the record of `key` lives.
     pub fn record_path(&self, key: &StoreKey) -> PathBuf {
-        self.inner.layout.record(&key.digest())
+        self.inner.files.layout.record(&key.digest())
     }
 
     /// Where the object with digest `digest` lives.
     pub fn object_path(&self, digest: &[u8; 32]) -> PathBuf {
-        self.inner.layout.object(digest)
+        self.inner.files.layout.object(digest)
     }
 }

@@ -14,9 +14,10 @@ use std::time::Instant;
 use kiln_engine::Generation;
 
 use super::generation::read_token;
-use super::{Counters, DiskStore, Inner};
+use super::{DiskStore, Inner};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
+use crate::files::Files;
 use crate::layout::Layout;
 use crate::lock::LockFile;
 use crate::usage::UsageFile;
@@ -110,28 +111,21 @@ impl DiskStore {
         read_only: bool,
     ) -> Self {
         let root_token = read_token(&layout.generation_file());
-        let packs = crate::pack::Packs::new(layout.clone(), !read_only, config.durable);
         Self {
             inner: Arc::new(Inner {
-                config,
-                layout,
-                locks,
-                usage,
-                counters: Counters::default(),
+                files: Files::new(config, layout, locks, usage, read_only),
                 generation: Generation::fresh(),
                 root_token: AtomicU64::new(root_token),
                 next_token_check: AtomicU64::new(0),
                 opened: Instant::now(),
                 registered: Mutex::new(Vec::new()),
                 collecting: AtomicBool::new(false),
-                read_only,
                 write_failures: Mutex::new(Vec::new()),
                 lock_failures_said: Mutex::new(Vec::new()),
                 wrote_since_batch: AtomicBool::new(false),
                 collected_since_batch: AtomicBool::new(false),
                 tally: Default::default(),
                 pending_misses: Mutex::default(),
-                packs,
             }),
         }
     }

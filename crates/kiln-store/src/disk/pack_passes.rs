@@ -129,10 +129,11 @@ impl DiskStore {
                     // A store opened to read only reports, and keeps.
                     good || !writable
                 };
-                if let Err(error) = self
-                    .inner
-                    .packs
-                    .rewrite(&self.inner.locks, shard, &mut keep)
+                if let Err(error) =
+                    self.inner
+                        .files
+                        .packs
+                        .rewrite(&self.inner.files.locks, shard, &mut keep)
                 {
                     found.unchecked.push((
                         format!("pack {shard:03x}"),
@@ -149,7 +150,7 @@ impl DiskStore {
     /// an append that a full disk stopped) and reports what in `packs/` is
     /// not the store's: verify and collect both sweep.
     pub(crate) fn sweep_packs(&self, found: &mut PackedVerify) {
-        let Ok(Some(folder)) = self.inner.packs.open_folder() else {
+        let Ok(Some(folder)) = self.inner.files.packs.open_folder() else {
             return;
         };
         let names: Vec<String> = match folder.names() {
@@ -175,10 +176,11 @@ impl DiskStore {
         for shard in 0..SHARDS {
             let prefix = format!("{shard:03x}-");
             if names.iter().any(|name| name.starts_with(&prefix)) {
-                found.orphans += self
-                    .inner
-                    .packs
-                    .sweep(&self.inner.locks, &folder, &names, shard);
+                found.orphans +=
+                    self.inner
+                        .files
+                        .packs
+                        .sweep(&self.inner.files.locks, &folder, &names, shard);
             }
         }
     }
@@ -186,7 +188,7 @@ impl DiskStore {
     /// The bytes the packs' files take.
     pub(crate) fn packed_file_bytes(&self) -> u64 {
         (0..SHARDS)
-            .filter_map(|shard| self.inner.packs.live(shard).ok())
+            .filter_map(|shard| self.inner.files.packs.live(shard).ok())
             .map(|(_, bytes)| bytes)
             .sum()
     }
@@ -194,7 +196,7 @@ impl DiskStore {
     /// The bytes the file system allocated to the packs' files (their
     /// blocks); a file that cannot be looked at counts nothing.
     pub(crate) fn packed_allocated_bytes(&self) -> u64 {
-        let Ok(listing) = std::fs::read_dir(self.inner.packs.folder_path()) else {
+        let Ok(listing) = std::fs::read_dir(self.inner.files.packs.folder_path()) else {
             return 0;
         };
         listing
@@ -214,7 +216,7 @@ impl DiskStore {
             other_bytes: 0,
         };
         for shard in 0..SHARDS {
-            let Ok((slots, file_bytes)) = self.inner.packs.live(shard) else {
+            let Ok((slots, file_bytes)) = self.inner.files.packs.live(shard) else {
                 continue;
             };
             let mut object_bytes = 0;
@@ -249,7 +251,7 @@ impl DiskStore {
             if *excess_bytes == 0 && *excess_entries == 0 {
                 break;
             }
-            let Ok((slots, _)) = inner.packs.live(shard) else {
+            let Ok((slots, _)) = inner.files.packs.live(shard) else {
                 continue;
             };
             let mut held = Vec::new();
@@ -262,7 +264,7 @@ impl DiskStore {
                 if age_bucket(accessed(slot), now) < cutoff {
                     continue;
                 }
-                let Ok(Some(alone)) = inner.locks.acquire(
+                let Ok(Some(alone)) = inner.files.locks.acquire(
                     object_slot(&lock_digest(&slot.key)),
                     Mode::Exclusive,
                     None,
@@ -282,7 +284,11 @@ impl DiskStore {
             let mut keep = |live: Live<'_>| {
                 live.slot.kind != Kind::Object || !chosen.contains_key(&live.slot.key)
             };
-            match inner.packs.rewrite(&inner.locks, shard, &mut keep) {
+            match inner
+                .files
+                .packs
+                .rewrite(&inner.files.locks, shard, &mut keep)
+            {
                 Ok(_) => {
                     evicted += chosen.len() as u64;
                     evicted_bytes += chosen.values().sum::<u64>();
@@ -307,7 +313,7 @@ impl DiskStore {
         use crate::record::Record;
         use crate::tree::Removal;
 
-        if self.is_read_only() || self.inner.config.pack_below == 0 {
+        if self.is_read_only() || self.inner.files.config.pack_below == 0 {
             return 0;
         }
         let root = self.root().to_path_buf();
@@ -335,10 +341,11 @@ impl DiskStore {
             moved += 1;
             let object_path = self.object_path(&record.object);
             if let Ok(found) = std::fs::symlink_metadata(&object_path)
-                && let Ok(Some(_alone)) =
-                    self.inner
-                        .locks
-                        .acquire(object_slot(&record.object), Mode::Exclusive, None)
+                && let Ok(Some(_alone)) = self.inner.files.locks.acquire(
+                    object_slot(&record.object),
+                    Mode::Exclusive,
+                    None,
+                )
             {
                 // Any record left pointing at it reads the packed copy.
                 self.remove_at(&object_path, |folder, name| {
@@ -364,14 +371,16 @@ impl DiskStore {
             };
             let packed = self
                 .inner
+                .files
                 .packs
                 .contains(Kind::History, &key)
                 .unwrap_or(false)
                 || self
                     .inner
+                    .files
                     .packs
                     .append(
-                        &self.inner.locks,
+                        &self.inner.files.locks,
                         crate::pack::shard_of(&key),
                         &[frame],
                         &[],
@@ -410,8 +419,9 @@ impl DiskStore {
             };
             match self
                 .inner
+                .files
                 .packs
-                .rewrite(&self.inner.locks, shard, &mut keep)
+                .rewrite(&self.inner.files.locks, shard, &mut keep)
             {
                 Ok(_) => removed += dropped,
                 Err(error) => log::warn!("kiln store: cannot compact pack {shard:03x}: {error}"),

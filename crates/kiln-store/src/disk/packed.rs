@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use kiln_engine::{Lookup, Miss, StoreKey};
 
+use super::DiskStore;
 use super::read::{Judged, ObjectMiss, judge};
-use super::{DiskStore, bump};
+use crate::files::bump;
 use crate::lock::{Mode, PIN_WAIT, object_slot};
 use crate::pack::{Frame, Kind, Read, shard_of, short_key};
 use crate::record::{Pointer, Record, digest};
@@ -21,7 +22,7 @@ use crate::record::{Pointer, Record, digest};
 impl DiskStore {
     /// Whether a put of an artifact of `size` bytes appends it to a pack.
     pub(super) fn packs_artifact(&self, size: u64) -> bool {
-        size < self.inner.config.pack_below
+        size < self.inner.files.config.pack_below
     }
 
     /// The lookup of `key` among packed records, or `None` when no pack
@@ -32,9 +33,9 @@ impl DiskStore {
         encoded_key: &[u8],
     ) -> Option<Lookup<Vec<u8>>> {
         let inner = &self.inner;
-        let counters = &inner.counters;
+        let counters = &inner.files.counters;
         let record_key = short_key(&key.digest());
-        let (sealed, at) = match inner.packs.read(Kind::Record, &record_key) {
+        let (sealed, at) = match inner.files.packs.read(Kind::Record, &record_key) {
             Read::Absent => return None,
             Read::Unreadable(detail) => {
                 bump(&counters.unreadable, 1);
@@ -59,8 +60,9 @@ impl DiskStore {
                 // read of one shard (F11). Its object is renewed with it,
                 // at most once a minute, so that eviction, which goes by
                 // objects, keeps what is read (P6).
-                if inner.packs.touch(Kind::Record, &record_key, at) {
+                if inner.files.packs.touch(Kind::Record, &record_key, at) {
                     inner
+                        .files
                         .packs
                         .touch_live(Kind::Object, &short_key(&pointer.object));
                 }
@@ -113,7 +115,7 @@ impl DiskStore {
     fn packed_miss(&self, key: &StoreKey, miss: Miss) -> Lookup<Vec<u8>> {
         self.note_miss(key);
         if !matches!(miss, Miss::Absent) {
-            let done = if self.inner.read_only {
+            let done = if self.inner.files.read_only {
                 "the store is read-only"
             } else {
                 "removed"
@@ -124,7 +126,7 @@ impl DiskStore {
     }
 
     fn packed_hit(&self, artifact: Vec<u8>, pointer: &Pointer) -> Lookup<Vec<u8>> {
-        let counters = &self.inner.counters;
+        let counters = &self.inner.files.counters;
         bump(&counters.hits, 1);
         bump(&counters.bytes_read, artifact.len() as u64);
         Lookup::Hit {
@@ -137,7 +139,7 @@ impl DiskStore {
     /// The verified bytes of `pointer`'s object: packed, else its file. A
     /// packed object that does not verify is removed.
     pub(super) fn read_packed_object(&self, pointer: &Pointer) -> Result<Vec<u8>, ObjectMiss> {
-        let packs = &self.inner.packs;
+        let packs = &self.inner.files.packs;
         let object_key = short_key(&pointer.object);
         match packs.read(Kind::Object, &object_key) {
             Read::Found { payload, at } => {
@@ -167,13 +169,14 @@ impl DiskStore {
 
     /// Removes the packed entry read at `at`, unless it changed since.
     fn remove_packed(&self, kind: Kind, key: &[u8; 16], at: crate::pack::Position) {
-        if self.inner.read_only {
+        if self.inner.files.read_only {
             return;
         }
-        if let Err(error) = self
-            .inner
-            .packs
-            .remove_if_at(&self.inner.locks, kind, key, at)
+        if let Err(error) =
+            self.inner
+                .files
+                .packs
+                .remove_if_at(&self.inner.files.locks, kind, key, at)
         {
             log::warn!("kiln store: cannot remove a damaged packed entry: {error}");
         }
@@ -183,12 +186,14 @@ impl DiskStore {
     /// is publishing it.
     fn remove_packed_object(&self, object: &[u8; 32], at: crate::pack::Position) {
         let inner = &self.inner;
-        if inner.read_only {
+        if inner.files.read_only {
             return;
         }
-        let Ok(Some(_alone)) = inner
-            .locks
-            .acquire(object_slot(object), Mode::Exclusive, None)
+        let Ok(Some(_alone)) =
+            inner
+                .files
+                .locks
+                .acquire(object_slot(object), Mode::Exclusive, None)
         else {
             return;
         };
@@ -206,8 +211,8 @@ impl DiskStore {
         records: &[(StoreKey, Vec<u8>)],
     ) -> io::Result<(u64, i64)> {
         let inner = &self.inner;
-        let packs = &inner.packs;
-        let locks = &inner.locks;
+        let packs = &inner.files.packs;
+        let locks = &inner.files.locks;
         let object_key = short_key(object);
         // Held while the object and its records are appended, so eviction
         // cannot take the object between the two (P6).
@@ -297,14 +302,15 @@ impl DiskStore {
     /// Removes a packed record of `key`, if any: a file put of the key
     /// replaces it, as a later packed put would.
     pub(super) fn remove_packed_record(&self, key: &StoreKey) {
-        if self.inner.read_only {
+        if self.inner.files.read_only {
             return;
         }
         let record_key = short_key(&key.digest());
-        if let Err(error) = self
-            .inner
-            .packs
-            .remove(&self.inner.locks, Kind::Record, &record_key)
+        if let Err(error) =
+            self.inner
+                .files
+                .packs
+                .remove(&self.inner.files.locks, Kind::Record, &record_key)
         {
             log::debug!("kiln store: cannot remove a packed record: {error}");
         }
@@ -314,6 +320,7 @@ impl DiskStore {
     pub(super) fn packed_record(&self, key: &StoreKey) -> Option<Record> {
         match self
             .inner
+            .files
             .packs
             .read(Kind::Record, &short_key(&key.digest()))
         {
@@ -329,6 +336,7 @@ impl DiskStore {
     pub(super) fn packed_object_bytes(&self, record: &Record) -> Option<Vec<u8>> {
         match self
             .inner
+            .files
             .packs
             .read(Kind::Object, &short_key(&record.object))
         {
@@ -352,6 +360,7 @@ impl DiskStore {
     /// Whether the object `object` is held, packed or as a file.
     pub(crate) fn holds_object(&self, object: &[u8; 32]) -> bool {
         self.inner
+            .files
             .packs
             .contains(Kind::Object, &short_key(object))
             .unwrap_or(false)
@@ -366,7 +375,7 @@ impl DiskStore {
     /// its key. Shards that cannot be read are logged and skipped.
     pub(crate) fn each_packed(&self, kind: Kind, visit: &mut dyn FnMut(&[u8])) {
         for shard in 0..crate::pack::SHARDS {
-            let walked = self.inner.packs.each(shard, &mut |live| {
+            let walked = self.inner.files.packs.each(shard, &mut |live| {
                 if live.slot.kind != kind {
                     return;
                 }

@@ -12,8 +12,9 @@ use std::time::Duration;
 use kiln_engine::store::hex;
 use kiln_engine::{Lookup, Miss, StoreKey};
 
+use super::DiskStore;
 use super::access::{touch, touch_inline};
-use super::{DiskStore, bump};
+use crate::files::bump;
 use crate::lock::{Mode, object_slot};
 use crate::record::{self, Checked, INLINE_MAX, Pointer, Record, digest};
 use crate::tree::Removal;
@@ -57,7 +58,7 @@ impl DiskStore {
         }
         self.find(
             &Sought {
-                record_path: &self.inner.layout.record(&key.digest()),
+                record_path: &self.inner.files.layout.record(&key.digest()),
                 subject: &|| key.subject_text(),
                 without_it: "the kernel compiles",
             },
@@ -77,7 +78,7 @@ impl DiskStore {
         judge: impl Fn(&[u8]) -> Judged,
         note_miss: impl Fn(),
     ) -> Lookup<Vec<u8>> {
-        let counters = &self.inner.counters;
+        let counters = &self.inner.files.counters;
         let record_path = sought.record_path;
         // When the object a record names has vanished, the record is read
         // once more: a writer may have replaced it meanwhile (its new object
@@ -106,9 +107,9 @@ impl DiskStore {
             }
             let pointer = match judge(&sealed) {
                 Judged::Inline(pointer) => {
-                    if !self.inner.read_only {
+                    if !self.inner.files.read_only {
                         touch_inline(&record_file, &record_found, || {
-                            self.inner.layout.object(&pointer.object)
+                            self.inner.files.layout.object(&pointer.object)
                         });
                     }
                     // The artifact is the start of the record: cut, not copied.
@@ -165,7 +166,7 @@ impl DiskStore {
         };
         // The record is bad, of another key, or points at nothing: remove it,
         // unless a writer replaced it meanwhile.
-        if self.inner.read_only {
+        if self.inner.files.read_only {
             if !matches!(miss, Miss::Absent) {
                 log::warn!(
                     "kiln store: {miss}; the store is read-only, {}",
@@ -206,7 +207,7 @@ impl DiskStore {
         let file = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(self.inner.layout.object(&record.object))
+            .open(self.inner.files.layout.object(&record.object))
             .ok()?;
         let metadata = file.metadata().ok()?;
         if !metadata.is_file() || metadata.len() != record.size {
@@ -234,7 +235,7 @@ impl DiskStore {
     /// take it before it is opened, which the lookup sees as an absent
     /// object.
     pub(super) fn read_object(&self, pointer: &Pointer) -> Result<Vec<u8>, ObjectMiss> {
-        let path = self.inner.layout.object(&pointer.object);
+        let path = self.inner.files.layout.object(&pointer.object);
         let file = match open_no_link(&path) {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
@@ -289,14 +290,14 @@ impl DiskStore {
         if digest(&bytes) != pointer.object {
             return corrupt("the object's digest does not match its name".into(), found);
         }
-        if !self.inner.read_only {
+        if !self.inner.files.read_only {
             touch(&file, &found);
         }
         Ok(bytes)
     }
 
     fn hit(&self, artifact: Vec<u8>, pointer: &Pointer) -> Lookup<Vec<u8>> {
-        let counters = &self.inner.counters;
+        let counters = &self.inner.files.counters;
         bump(&counters.hits, 1);
         bump(&counters.bytes_read, artifact.len() as u64);
         Lookup::Hit {
@@ -310,23 +311,25 @@ impl DiskStore {
     /// describes and nobody is publishing it.
     fn remove_object(&self, digest: &[u8; 32], found: &Metadata) {
         let inner = &self.inner;
-        if inner.read_only {
+        if inner.files.read_only {
             return;
         }
-        let Ok(Some(_alone)) = inner
-            .locks
-            .acquire(object_slot(digest), Mode::Exclusive, None)
+        let Ok(Some(_alone)) =
+            inner
+                .files
+                .locks
+                .acquire(object_slot(digest), Mode::Exclusive, None)
         else {
             return;
         };
-        let path = inner.layout.object(digest);
+        let path = inner.files.layout.object(digest);
         let removal = self.remove_at(&path, |folder, name| {
             folder.remove_if_same(name, found.dev(), found.ino())
         });
         if matches!(removal, Removal::Removed) {
             // Best effort: the counters are estimates between recounts.
             let taken = Delta::of(found.len(), found.blocks() * 512, 1).removed();
-            let _ = inner.usage.adjust(&inner.locks, taken);
+            let _ = inner.files.usage.adjust(&inner.files.locks, taken);
         }
     }
 }

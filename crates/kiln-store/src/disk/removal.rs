@@ -17,7 +17,7 @@ impl DiskStore {
     /// Removes whatever is stored under `key`:
     /// [`ArtifactStore::remove`](kiln_engine::ArtifactStore::remove).
     pub(super) fn remove_record(&self, key: &StoreKey) {
-        if self.inner.read_only {
+        if self.inner.files.read_only {
             return;
         }
         self.remove_packed_record(key);
@@ -26,7 +26,7 @@ impl DiskStore {
 
     /// Removes the file record of `key`, if any.
     pub(super) fn remove_record_file(&self, key: &StoreKey) {
-        if self.inner.read_only {
+        if self.inner.files.read_only {
             return;
         }
         let path = self.record_path(key);
@@ -57,7 +57,7 @@ impl DiskStore {
             }
             let (name, folders) = names.split_last().expect("a file of the store has a name");
             let root =
-                crate::skeleton::open_marked(&self.inner.layout).map_err(io::Error::other)?;
+                crate::skeleton::open_marked(&self.inner.files.layout).map_err(io::Error::other)?;
             Ok((root.descend(folders)?, OsStr::new(*name)))
         };
         match holder() {

@@ -15,7 +15,7 @@ use crate::record::{Record, digest, record_file};
 use crate::usage::{Delta, file_allocation};
 
 impl DiskStore {
-    /// Fills a scratch store with `entries`, as [`put`](ArtifactStore::put)
+    /// Fills a scratch store with `entries`, as [`put`](kiln_engine::ArtifactStoreExt::put)
     /// would with no source keys, only faster: for benchmarks that need a
     /// store of many entries. Returns how many it wrote.
     ///
@@ -53,10 +53,10 @@ impl DiskStore {
                 continue;
             }
             let object = digest(&bytes);
-            write(&inner.layout.object(&object), &bytes)?;
+            write(&inner.files.layout.object(&object), &bytes)?;
             let record = Record::new(key.clone(), object, bytes.len() as u64, Duration::ZERO);
             let (sealed, inline) = record_file(&record, &bytes);
-            let file = write(&inner.layout.record(&key.digest()), &sealed)?;
+            let file = write(&inner.files.layout.record(&key.digest()), &sealed)?;
             if inline {
                 not_yet_refreshed(&file);
             }
@@ -70,8 +70,8 @@ impl DiskStore {
         for components in &components {
             self.register_target(components);
         }
-        inner.usage.adjust(
-            &inner.locks,
+        inner.files.usage.adjust(
+            &inner.files.locks,
             Delta::of(
                 written,
                 allocated,
@@ -118,7 +118,10 @@ impl DiskStore {
                     payload,
                 })
                 .collect();
-            let appended = inner.packs.append(&inner.locks, shard, &framed, &[]);
+            let appended = inner
+                .files
+                .packs
+                .append(&inner.files.locks, shard, &framed, &[]);
             frames.clear();
             appended.map(|bytes| written += bytes)
         };
@@ -168,8 +171,8 @@ impl DiskStore {
         for components in &components {
             self.register_target(components);
         }
-        inner.usage.adjust(
-            &inner.locks,
+        inner.files.usage.adjust(
+            &inner.files.locks,
             Delta::of(written, written, i64::try_from(filled).unwrap_or(i64::MAX)),
         )?;
         Ok(filled)
@@ -181,7 +184,7 @@ mod tests {
     use std::fs;
     use std::time::Duration;
 
-    use kiln_engine::ArtifactStore;
+    use kiln_engine::ArtifactStoreExt;
 
     use crate::disk::DiskStore;
     use crate::fixtures::{hit, kernel_key, scratch};

@@ -74,6 +74,7 @@ pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Ve
 mod tests {
     use std::time::Duration;
 
+    use kiln_engine::ArtifactStoreExt;
     use kiln_engine::store::{ArtifactStore, Lookup};
 
     use super::threads_for;

@@ -15,7 +15,7 @@ use crate::record;
 impl DiskStore {
     /// The key components of every compiler that stored here.
     pub fn targets(&self) -> Vec<KeyComponents> {
-        read_targets(&self.inner.layout.targets_file())
+        read_targets(&self.inner.files.layout.targets_file())
     }
 
     pub(super) fn register_target(&self, components: &KeyComponents) {
@@ -24,11 +24,12 @@ impl DiskStore {
             .registered
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if registered.contains(components) || inner.read_only {
+        if registered.contains(components) || inner.files.read_only {
             return;
         }
         let result = (|| -> io::Result<()> {
             let _guard = inner
+                .files
                 .locks
                 .acquire(
                     TARGETS_SLOT,
@@ -36,11 +37,13 @@ impl DiskStore {
                     Some(Instant::now() + PIN_WAIT),
                 )?
                 .ok_or_else(|| io::Error::other("the targets list stayed locked"))?;
-            let path = inner.layout.targets_file();
+            let path = inner.files.layout.targets_file();
             let mut targets = read_targets(&path);
             if !targets.contains(components) {
                 targets.push(components.clone());
-                self.publish(&path, &record::seal_targets(&targets))?;
+                self.inner
+                    .files
+                    .publish(&path, &record::seal_targets(&targets))?;
             }
             Ok(())
         })();

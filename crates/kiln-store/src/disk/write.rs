@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 use kiln_engine::store::hex;
 use kiln_engine::{StoreKey, StoreOutcome};
 
+use super::DiskStore;
 use super::access::{not_yet_refreshed, touch};
-use super::{DiskStore, bump};
 use crate::durable::{self, within_file_size_limit};
 use crate::error::{WriteCause, WriteFailure};
+use crate::files::bump;
 use crate::lock::{Mode, PIN_WAIT, object_slot};
 use crate::record::{Record, Seen, digest, now_seconds, record_file};
 use crate::tree::Folder;
@@ -60,7 +61,7 @@ enum Here {
 
 impl DiskStore {
     /// Publishes `bytes` under `key` and `source_key`:
-    /// [`ArtifactStore::put`](kiln_engine::ArtifactStore::put).
+    /// [`ArtifactStoreExt::put`](kiln_engine::ArtifactStoreExt::put).
     pub(super) fn store_artifact(
         &self,
         key: &StoreKey,
@@ -68,8 +69,8 @@ impl DiskStore {
         bytes: &[u8],
         work: Duration,
     ) -> StoreOutcome {
-        let counters = &self.inner.counters;
-        if self.inner.read_only {
+        let counters = &self.inner.files.counters;
+        if self.inner.files.read_only {
             bump(&counters.writes_skipped, 1);
             return StoreOutcome::Skipped;
         }
@@ -85,7 +86,7 @@ impl DiskStore {
         result: io::Result<u64>,
         subject: impl FnOnce() -> String,
     ) -> StoreOutcome {
-        let counters = &self.inner.counters;
+        let counters = &self.inner.files.counters;
         match result {
             Ok(written) => {
                 bump(&counters.puts, 1);
@@ -166,7 +167,7 @@ impl DiskStore {
                 let record = Record::new(key.clone(), object, size, work);
                 let (sealed, inline) = record_file(&record, bytes);
                 RecordFile {
-                    path: inner.layout.record(&key.digest()),
+                    path: inner.files.layout.record(&key.digest()),
                     sealed,
                     inline,
                 }
@@ -227,6 +228,7 @@ impl DiskStore {
         // Held while the object and its records are published, so eviction
         // cannot take the object between the two (P6).
         let pin = inner
+            .files
             .locks
             .acquire(
                 object_slot(&object),
@@ -234,7 +236,7 @@ impl DiskStore {
                 Some(Instant::now() + PIN_WAIT),
             )?
             .ok_or_else(|| io::Error::other("the object stayed locked"))?;
-        let object_path = inner.layout.object(&object);
+        let object_path = inner.files.layout.object(&object);
         let mut written = 0;
         let mut new_entries = 0;
         // What this put published, to take back if it cannot finish: a
@@ -251,7 +253,7 @@ impl DiskStore {
                     if matches!(other, Here::Absent) {
                         new_entries = 1;
                     }
-                    let file = self.publish(&object_path, bytes)?;
+                    let file = self.inner.files.publish(&object_path, bytes)?;
                     written += size;
                     if new_entries == 1 {
                         published_object = file.metadata().ok();
@@ -260,7 +262,7 @@ impl DiskStore {
             }
             for record in records {
                 self.clear_non_file(&record.path)?;
-                let file = self.publish(&record.path, &record.sealed)?;
+                let file = self.inner.files.publish(&record.path, &record.sealed)?;
                 if let Ok(found) = file.metadata() {
                     published_records.push((&record.path, found));
                 }
@@ -286,6 +288,7 @@ impl DiskStore {
             if let Some(found) = &published_object
                 && let Ok(Some(_alone)) =
                     inner
+                        .files
                         .locks
                         .acquire(object_slot(&object), Mode::Exclusive, None)
             {
@@ -302,10 +305,10 @@ impl DiskStore {
     /// store over a limit (P6).
     pub(super) fn count_usage(&self, written: u64, allocated: u64, new_entries: i64) {
         let inner = &self.inner;
-        match inner
-            .usage
-            .adjust(&inner.locks, Delta::of(written, allocated, new_entries))
-        {
+        match inner.files.usage.adjust(
+            &inner.files.locks,
+            Delta::of(written, allocated, new_entries),
+        ) {
             Ok(usage) => self.collect_if_over(usage),
             Err(error) => log::debug!("cannot count a put: {error}"),
         }
@@ -351,22 +354,9 @@ impl DiskStore {
     /// its cause (P5).
     pub(super) fn commit_writes(&self) {
         if let Err(error) = durable::commit_group() {
-            bump(&self.inner.counters.put_failures, 1);
+            bump(&self.inner.files.counters.put_failures, 1);
             self.count_write_failure(&error);
         }
-    }
-
-    /// Publishes `bytes` at `path` (P3), refusing a file the process's
-    /// file size limit would not let it write whole; made durable now, or
-    /// by the thread's group commit when one is open (a batch's put).
-    pub(super) fn publish(&self, path: &Path, bytes: &[u8]) -> io::Result<File> {
-        within_file_size_limit(bytes.len() as u64)?;
-        durable::publish_open_grouped(
-            &self.inner.layout.staging(),
-            path,
-            bytes,
-            self.inner.config.durable,
-        )
     }
 }
 
@@ -383,7 +373,7 @@ mod tests {
     use std::io;
     use std::time::Duration;
 
-    use kiln_engine::ArtifactStore;
+    use kiln_engine::ArtifactStoreExt;
 
     use crate::error::WriteCause;
     use crate::fixtures::{hit, kernel_key, scratch, source_key};

@@ -21,7 +21,11 @@ impl DiskStore {
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<CollectReport> {
         let inner = &self.inner;
-        let Ok(Some(_collecting)) = inner.locks.acquire(COLLECT_SLOT, Mode::Exclusive, None) else {
+        let Ok(Some(_collecting)) = inner
+            .files
+            .locks
+            .acquire(COLLECT_SLOT, Mode::Exclusive, None)
+        else {
             return Ok(CollectReport {
                 skipped: true,
                 ..CollectReport::default()
@@ -158,6 +162,7 @@ impl DiskStore {
                 // Alone on the object: nobody reads it or publishes it (P6).
                 let Ok(Some(_alone)) =
                     inner
+                        .files
                         .locks
                         .acquire(object_slot(&digest), Mode::Exclusive, None)
                 else {
@@ -201,6 +206,7 @@ impl DiskStore {
             (0, 0, 0)
         };
         inner
+            .files
             .counters
             .evicted
             .fetch_add(report.evicted + packed_evicted, Ordering::Relaxed);
@@ -227,7 +233,10 @@ impl DiskStore {
             }
             let key = digest_from_name(name).unwrap_or_default();
             // A process holding the key is publishing it now: leave it.
-            let Ok(Some(_alone)) = inner.locks.acquire(key_slot(&key), Mode::Exclusive, None)
+            let Ok(Some(_alone)) = inner
+                .files
+                .locks
+                .acquire(key_slot(&key), Mode::Exclusive, None)
             else {
                 return Ok(());
             };
@@ -255,7 +264,7 @@ impl DiskStore {
         report.busy += packed_busy;
         report.after = usage;
         report.unchecked = unchecked;
-        if let Err(error) = inner.usage.set(&inner.locks, usage) {
+        if let Err(error) = inner.files.usage.set(&inner.files.locks, usage) {
             log::warn!("cannot write the recounted usage: {error}");
         }
         Ok(report)
@@ -265,9 +274,10 @@ impl DiskStore {
     /// verify or collect running on the store past it is an error that
     /// says so.
     pub(super) fn maintenance_lock(&self) -> Result<crate::lock::SlotGuard> {
-        let deadline = crate::lock::deadline_after(self.inner.config.lock_timeout);
+        let deadline = crate::lock::deadline_after(self.inner.files.config.lock_timeout);
         match self
             .inner
+            .files
             .locks
             .acquire(COLLECT_SLOT, Mode::Exclusive, Some(deadline))
         {
@@ -291,10 +301,15 @@ impl DiskStore {
         if self.is_read_only() {
             return 0;
         }
-        let timeout = self.inner.config.lock_timeout.max(Duration::from_secs(60));
+        let timeout = self
+            .inner
+            .files
+            .config
+            .lock_timeout
+            .max(Duration::from_secs(60));
         crate::staging::sweep_staging(
             root,
-            &self.inner.layout.staging(),
+            &self.inner.files.layout.staging(),
             unchecked,
             &|pid, age| durable::is_dead(pid) || age > timeout,
         )

@@ -38,6 +38,7 @@ impl DiskStore {
             let object = record.object().0;
             let accessed_at = self
                 .inner
+                .files
                 .packs
                 .slot(crate::pack::Kind::Object, &crate::pack::short_key(&object))
                 .map(|slot| u64::from(slot.accessed))

@@ -141,8 +141,8 @@ impl DiskStore {
     /// store's marker: a pass removes only from a store.
     fn open_root(&self) -> Result<StoreRoot<'_>> {
         Ok(StoreRoot {
-            folder: crate::skeleton::open_marked(&self.inner.layout)?,
-            path: self.inner.layout.root(),
+            folder: crate::skeleton::open_marked(&self.inner.files.layout)?,
+            path: self.inner.files.layout.root(),
         })
     }
 }
@@ -156,6 +156,7 @@ mod tests {
 
     #[test]
     fn p6_an_object_being_published_is_not_evicted() {
+        use kiln_engine::ArtifactStoreExt;
         use kiln_engine::fake::{FakeCompiler, FakeKernel};
         use kiln_engine::{ArtifactStore, Lookup, StoreKey};
 
@@ -176,6 +177,7 @@ mod tests {
         // What a publisher holds while it writes the object and its records.
         let pin = store
             .inner
+            .files
             .locks
             .acquire(object_slot(&read), Mode::Shared, None)
             .expect("lock")
@@ -213,7 +215,8 @@ mod tests {
     fn a_blob_is_listed_verified_and_evicted_as_an_entry() {
         // P6: a blob is an entry: listed as a blob, kept by verify, and
         // evicted with the rest.
-        use kiln_engine::{ArtifactStore, Lookup, Miss};
+        use kiln_engine::{ArtifactStoreExt, Blobs};
+        use kiln_engine::{Lookup, Miss};
 
         use crate::fixtures::{blob_key, kernel_key, scratch};
 

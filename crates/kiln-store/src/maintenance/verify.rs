@@ -37,7 +37,7 @@ impl DiskStore {
             staging_removed: self.remove_stale_staging(&root.folder, &mut unchecked),
             ..VerifyReport::default()
         };
-        let estimate = inner.usage.read().entries;
+        let estimate = inner.files.usage.read().entries;
         let mut usage = Usage::default();
         let mut buffer = vec![0u8; 64 << 10];
         let mut done = 0;
@@ -56,6 +56,7 @@ impl DiskStore {
                 }
                 Ok(_) => {
                     match inner
+                        .files
                         .locks
                         .acquire(object_slot(&expected), Mode::Exclusive, None)
                     {
@@ -120,7 +121,10 @@ impl DiskStore {
                 Err(defect) => {
                     let key = digest_from_name(name).unwrap_or_default();
                     let Ok(Some(_alone)) =
-                        inner.locks.acquire(key_slot(&key), Mode::Exclusive, None)
+                        inner
+                            .files
+                            .locks
+                            .acquire(key_slot(&key), Mode::Exclusive, None)
                     else {
                         report.busy += 1;
                         return Ok(());
@@ -192,7 +196,7 @@ impl DiskStore {
                 .map(|(name, why)| (root.path.join(name), why)),
         );
         report.unchecked = unchecked;
-        if writable && let Err(error) = inner.usage.set(&inner.locks, usage) {
+        if writable && let Err(error) = inner.files.usage.set(&inner.files.locks, usage) {
             log::warn!("cannot write the recounted usage: {error}");
         }
         Ok(report)
