@@ -30,8 +30,9 @@ use crate::diagnostic::{CompileFailure, Diagnostic};
 use crate::id::{ArtifactId, KernelId};
 use crate::kernel::Kernel;
 use crate::store::{
-    ArtifactStore, Claim, ClaimWait, Explanation, Generation, KeyComponents, KeyedCompiler, Lookup,
-    MemoryStore, StoreKey, StoreOutcome, StoreStatistics,
+    ArtifactStore, Claim, ClaimWait, Claims, Explanation, Generation, Groups, KeyComponents,
+    KeyedCompiler, Lookup, MemoryStore, Put, Records, StoreKey, StoreOutcome, StoreParts,
+    StoreStatistics,
 };
 
 mod device;
@@ -587,24 +588,16 @@ impl ArtifactStore for FailingWrites {
         self.0.lookup(key)
     }
 
-    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
-        self.0.claim(key, wait)
+    fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
+        keys.iter().map(|key| self.0.lookup(key)).collect()
     }
 
-    fn claim_timeout(&self) -> Duration {
-        self.0.claim_timeout()
-    }
-
-    fn put(
-        &self,
-        _key: &StoreKey,
-        _source_key: Option<&StoreKey>,
-        _bytes: &[u8],
-        _work: Duration,
-    ) -> StoreOutcome {
-        StoreOutcome::Failed {
-            detail: "fake store: no space left on device".into(),
-        }
+    fn put_many(&self, puts: &[Put<'_>]) -> Vec<StoreOutcome> {
+        puts.iter()
+            .map(|_| StoreOutcome::Failed {
+                detail: "fake store: no space left on device".into(),
+            })
+            .collect()
     }
 
     fn remove(&self, key: &StoreKey) {
@@ -619,12 +612,36 @@ impl ArtifactStore for FailingWrites {
         self.0.statistics()
     }
 
-    fn batch_finished(&self) {
-        self.0.batch_finished();
+    fn parts(&self) -> StoreParts<'_> {
+        // Its own store's claims, explanations and batch ends; no blobs.
+        StoreParts {
+            claims: Some(self),
+            blobs: None,
+            records: Some(self),
+            groups: Some(self),
+        }
+    }
+}
+
+impl Claims for FailingWrites {
+    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        self.0.parts().claim(key, wait)
     }
 
+    fn claim_timeout(&self) -> Duration {
+        self.0.parts().claim_timeout()
+    }
+}
+
+impl Records for FailingWrites {
     fn explain(&self, key: &StoreKey) -> Explanation {
-        self.0.explain(key)
+        self.0.parts().explain(key)
+    }
+}
+
+impl Groups for FailingWrites {
+    fn batch_finished(&self) {
+        self.0.parts().batch_finished();
     }
 }
 

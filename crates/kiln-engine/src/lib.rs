@@ -126,10 +126,10 @@ pub use statistics::{
     LoaderStatistics, StatisticsCollector,
 };
 pub use store::{
-    ArtifactCopy, ArtifactStore, BoundStore, Claim, ClaimGuard, ClaimWait, Difference, Explanation,
-    Generation, KeyComponent, KeyComponents, KeySubject, KeyedCompiler, Lookup, MemoryStore, Miss,
-    RekeyedPut, RememberedFailure, STORE_FORMAT, StoreCounters, StoreKey, StoreOutcome,
-    StoreStatistics,
+    ArtifactStore, ArtifactStoreExt, Blobs, BoundStore, Claim, ClaimGuard, ClaimWait, Claims,
+    Difference, Explanation, Generation, Groups, KeyComponent, KeyComponents, KeySubject,
+    KeyedCompiler, Lookup, MemoryStore, Miss, Origin, Put, Records, RememberedFailure,
+    STORE_FORMAT, StoreCounters, StoreKey, StoreOutcome, StoreParts, StoreStatistics,
 };
 pub use target::{
     ArtifactOf, CompilationTarget, DeviceStep, KernelOf, LoweredOf, MadeOf, TargetStore, VariantOf,

@@ -457,8 +457,9 @@ fn l12_loaders_named_for_their_device_keep_one_profile_each() {
 /// the fake compiler, or `None` when it holds none.
 fn profiled_kernels(store: &Arc<dyn ArtifactStore>, program: &Program) -> Option<Vec<String>> {
     let components = FakeTarget::storeless().compiler().key_components();
-    let Lookup::Hit { artifact, .. } =
-        store.lookup_blob(&profile_blob_key(program.name(), &components))
+    let Lookup::Hit { artifact, .. } = store
+        .parts()
+        .lookup_blob(&profile_blob_key(program.name(), &components))
     else {
         return None;
     };

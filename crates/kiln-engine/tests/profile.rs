@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use kiln_engine::fake::{FakeKernel, FakeTarget};
 use kiln_engine::profile::{PROFILE_MAX_AGE, Program, profile_blob_key};
-use kiln_engine::store::{KeyedCompiler, Lookup};
+use kiln_engine::store::{Groups, KeyedCompiler, Lookup, Records};
 use kiln_engine::{ArtifactStore, CompilationTarget, KernelLoader, LoaderConfig, MemoryStore};
 
 fn loader(store: &Arc<dyn ArtifactStore>, program: &str) -> KernelLoader<FakeTarget> {
@@ -165,7 +165,7 @@ fn default_loader(store: &Arc<dyn ArtifactStore>, profile: bool) -> KernelLoader
 fn holds_default_profile(store: &Arc<dyn ArtifactStore>) -> bool {
     let components = FakeTarget::storeless().compiler().key_components();
     let name = profile_blob_key(Program::executable().name(), &components);
-    matches!(store.lookup_blob(&name), Lookup::Hit { .. })
+    matches!(store.parts().lookup_blob(&name), Lookup::Hit { .. })
 }
 
 #[test]
@@ -244,24 +244,11 @@ impl ArtifactStore for KeepingStore {
     fn lookup(&self, key: &kiln_engine::StoreKey) -> Lookup<Vec<u8>> {
         self.inner.lookup(key)
     }
-    fn claim(
-        &self,
-        key: &kiln_engine::StoreKey,
-        wait: kiln_engine::ClaimWait,
-    ) -> kiln_engine::Claim {
-        self.inner.claim(key, wait)
+    fn lookup_many(&self, keys: &[kiln_engine::StoreKey]) -> Vec<Lookup<Vec<u8>>> {
+        self.inner.lookup_many(keys)
     }
-    fn claim_timeout(&self) -> std::time::Duration {
-        self.inner.claim_timeout()
-    }
-    fn put(
-        &self,
-        key: &kiln_engine::StoreKey,
-        source_key: Option<&kiln_engine::StoreKey>,
-        bytes: &[u8],
-        work: std::time::Duration,
-    ) -> kiln_engine::StoreOutcome {
-        self.inner.put(key, source_key, bytes, work)
+    fn put_many(&self, puts: &[kiln_engine::Put<'_>]) -> Vec<kiln_engine::StoreOutcome> {
+        self.inner.put_many(puts)
     }
     fn remove(&self, key: &kiln_engine::StoreKey) {
         self.inner.remove(key);
@@ -272,20 +259,17 @@ impl ArtifactStore for KeepingStore {
     fn statistics(&self) -> kiln_engine::StoreStatistics {
         self.inner.statistics()
     }
-    fn lookup_blob(&self, key: &kiln_engine::store::BlobKey) -> Lookup<Vec<u8>> {
-        self.inner.lookup_blob(key)
+    fn parts(&self) -> kiln_engine::StoreParts<'_> {
+        kiln_engine::StoreParts {
+            claims: Some(&self.inner),
+            blobs: Some(&self.inner),
+            records: Some(self),
+            groups: Some(self),
+        }
     }
-    fn put_blob(
-        &self,
-        key: &kiln_engine::store::BlobKey,
-        bytes: &[u8],
-    ) -> kiln_engine::StoreOutcome {
-        self.inner.put_blob(key, bytes)
-    }
-    fn batch_finished(&self) {
-        self.ended
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
+}
+
+impl Records for KeepingStore {
     fn kept_batches(&self) -> Vec<Vec<u8>> {
         self.kept.lock().expect("not poisoned").clone()
     }
@@ -294,6 +278,13 @@ impl ArtifactStore for KeepingStore {
             .lock()
             .expect("not poisoned")
             .push(record.to_vec());
+    }
+}
+
+impl Groups for KeepingStore {
+    fn batch_finished(&self) {
+        self.ended
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -19,6 +19,7 @@
 
 use kiln_engine::store::{BlobKey, FAILURE_BLOB_KIND};
 use kiln_engine::{ArtifactStore, Lookup, Miss, StoreOutcome};
+use kiln_engine::{Blobs, Groups};
 use kiln_store::{DiskStore, Entry, Progress};
 use redis::cmd;
 use serde::{Deserialize, Serialize};
@@ -200,7 +201,7 @@ pub fn push_blobs(
     };
     for chunk in keys.chunks(BATCH) {
         for key in chunk {
-            match local.lookup_blob(key) {
+            match local.parts().lookup_blob(key) {
                 Lookup::Hit { artifact, .. } => match remote.put_named_blob(key, &artifact) {
                     StoreOutcome::Stored { bytes } => {
                         report.copied += 1;
@@ -255,7 +256,7 @@ pub fn pull_blobs(
     for chunk in keys.chunks(BATCH) {
         let missing: Vec<&BlobKey> = chunk
             .iter()
-            .filter(|key| matches!(local.lookup_blob(key), Lookup::Miss(_)))
+            .filter(|key| matches!(local.parts().lookup_blob(key), Lookup::Miss(_)))
             .collect();
         report.already_held += (chunk.len() - missing.len()) as u64;
         if missing.is_empty() {
@@ -267,7 +268,7 @@ pub fn pull_blobs(
             .collect();
         for (key, found) in missing.iter().zip(remote.lookup_subjects(&subjects)) {
             match found {
-                Lookup::Hit { artifact, .. } => match local.put_blob(key, &artifact) {
+                Lookup::Hit { artifact, .. } => match local.parts().put_blob(key, &artifact) {
                     StoreOutcome::Stored { bytes } => {
                         report.copied += 1;
                         report.bytes += bytes;
@@ -288,7 +289,7 @@ pub fn pull_blobs(
             bytes: report.bytes,
         });
     }
-    local.batch_finished();
+    local.parts().batch_finished();
     Ok(report)
 }
 

@@ -10,10 +10,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kiln_engine::store::{BlobKey, ClaimGuard};
-use kiln_engine::{ArtifactCopy, ArtifactStore, StoreKey, StoreOutcome};
+use kiln_engine::{ArtifactStore, Origin, Put, StoreKey, StoreOutcome};
+use kiln_engine::Blobs;
 
 use crate::remote::RemoteStore;
-use crate::remote::publish::Put;
+use crate::remote::publish::Outgoing;
 
 /// The most writes queued at once.
 pub(crate) const QUEUED_WRITES: usize = 1024;
@@ -262,7 +263,7 @@ fn write_group(
         match write {
             Write::LocalCopy(write, claim) => copies.push((write, claim, length)),
             Write::Blob { key, bytes } => {
-                count(&remote.put_blob(&key, &bytes));
+                count(&remote.parts().put_blob(&key, &bytes));
                 state.bytes.fetch_sub(length, Ordering::Relaxed);
                 state.finish_one();
             }
@@ -277,18 +278,18 @@ fn write_group(
         .filter_map(|mut lease| lease.release_command())
         .collect();
     if artifacts.is_empty() {
-        remote.put_many(&[], releases);
+        remote.publish_all(&[], releases);
     } else {
-        let puts: Vec<Put<'_>> = artifacts
+        let puts: Vec<Outgoing<'_>> = artifacts
             .iter()
-            .map(|write| Put {
+            .map(|write| Outgoing {
                 key: &write.key,
                 source_key: write.source_key.as_ref(),
                 bytes: &write.bytes,
                 work: write.work,
             })
             .collect();
-        let outcomes = remote.put_many(&puts, releases);
+        let outcomes = remote.publish_all(&puts, releases);
         for (write, outcome) in artifacts.iter().zip(outcomes) {
             state.track(&write.key, false);
             count(&outcome);
@@ -317,12 +318,13 @@ fn write_back(
     if copies.is_empty() {
         return;
     }
-    let batch: Vec<ArtifactCopy<'_>> = copies
+    let batch: Vec<Put<'_>> = copies
         .iter()
-        .map(|(write, _, _)| ArtifactCopy {
+        .map(|(write, _, _)| Put {
             key: &write.key,
             bytes: &write.bytes,
             work: write.work,
+            origin: Origin::Copied,
         })
         .collect();
     let outcomes = local.put_many(&batch);

@@ -5,9 +5,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use kiln_engine::store::{BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, RekeyedPut};
+use kiln_engine::store::{
+    BlobKey, Blobs, Claim, ClaimGuard, ClaimWait, Claims, Explanation, Groups, Records, StoreParts,
+};
 use kiln_engine::{
-    ArtifactStore, Generation, Lookup, Miss, StoreCounters, StoreKey, StoreOutcome, StoreStatistics,
+    ArtifactStore, Generation, Lookup, Miss, Origin, Put, StoreCounters, StoreKey, StoreOutcome,
+    StoreStatistics,
 };
 use serde::{Deserialize, Serialize};
 
@@ -411,90 +414,17 @@ impl ArtifactStore for TieredStore {
         answers
     }
 
-    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
-        self.claim_here(key, wait)
-    }
-
-    fn holder(&self, key: &StoreKey) -> Option<String> {
-        // A process of this machine first: it is what this one waits on
-        // before the remote's lease is even asked for.
-        self.inner.local.holder(key).or_else(|| {
-            if !matches!(self.inner.step.waited(key), Some(Waited::Remote { .. })) {
-                return self.inner.remote.holder(key);
-            }
-            // A waiting batch names the holders of several keys: those of
-            // every key it waits for are read together, once.
-            if let Some(named) = self.inner.step.named(key, NAMES_FRESH) {
-                return named;
-            }
-            let waited: Vec<StoreKey> = self
-                .inner
-                .step
-                .waited_remotely()
-                .into_iter()
-                .map(|(key, _)| key)
-                .collect();
-            let names: HashMap<[u8; 32], Option<String>> = waited
-                .iter()
-                .map(StoreKey::digest)
-                .zip(self.inner.remote.lease_holders(&waited))
-                .collect();
-            let named = names.get(&key.digest()).cloned().flatten();
-            self.inner.step.keep_names(names);
-            named
-        })
-    }
-
-    fn begin_group(&self) {
-        self.inner.local.begin_group();
-    }
-
-    fn commit_group(&self) {
-        self.inner.local.commit_group();
-    }
-
-    fn kept_batches(&self) -> Vec<Vec<u8>> {
-        self.inner.local.kept_batches()
-    }
-
-    fn keep_batch(&self, record: &[u8]) {
-        self.inner.local.keep_batch(record);
-    }
-
-    fn claim_timeout(&self) -> Duration {
-        self.inner.local.claim_timeout()
-    }
-
-    fn put(
-        &self,
-        key: &StoreKey,
-        source_key: Option<&StoreKey>,
-        bytes: &[u8],
-        work: Duration,
-    ) -> StoreOutcome {
-        let outcome = self.inner.local.put(key, source_key, bytes, work);
-        self.offer(&outcome, key, source_key, bytes, work);
-        outcome
-    }
-
-    fn put_rekeyed(
-        &self,
-        key: &StoreKey,
-        source_key: &StoreKey,
-        bytes: &[u8],
-        work: Duration,
-    ) -> StoreOutcome {
-        let outcome = self.inner.local.put_rekeyed(key, source_key, bytes, work);
-        self.offer(&outcome, key, None, bytes, work);
-        outcome
-    }
-
-    fn put_rekeyed_many(&self, puts: &[RekeyedPut<'_>]) -> Vec<StoreOutcome> {
+    fn put_many(&self, puts: &[Put<'_>]) -> Vec<StoreOutcome> {
         // Durable together on the local store, as it alone would write
-        // them; each is offered to the remote as a rekeyed put is.
-        let outcomes = self.inner.local.put_rekeyed_many(puts);
+        // them; each it kept is offered to the remote, a compile with its
+        // text's key, a rekeyed kernel or a copy under its own.
+        let outcomes = self.inner.local.put_many(puts);
         for (put, outcome) in puts.iter().zip(&outcomes) {
-            self.offer(outcome, put.key, None, put.bytes, put.work);
+            let source_key = match put.origin {
+                Origin::Compiled { source_key } => source_key,
+                Origin::Rekeyed { .. } | Origin::Copied => None,
+            };
+            self.offer(outcome, put.key, source_key, put.bytes, put.work);
         }
         outcomes
     }
@@ -526,27 +456,66 @@ impl ArtifactStore for TieredStore {
         }
     }
 
-    fn batch_finished(&self) {
-        self.inner.step.finish();
-        self.inner.local.batch_finished();
+    fn parts(&self) -> StoreParts<'_> {
+        // Each part composed of the local store's and the remote's.
+        StoreParts::all(self)
+    }
+}
+
+/// Claims: this machine's (the local store's) and the fleet's (the
+/// remote's leases), taken in that order (P4, P12).
+impl Claims for TieredStore {
+    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        self.claim_here(key, wait)
     }
 
-    fn explain(&self, key: &StoreKey) -> Explanation {
-        match self.inner.local.explain(key) {
-            Explanation::NeverSeen => self.inner.remote.explain(key),
-            known => known,
-        }
+    fn holder(&self, key: &StoreKey) -> Option<String> {
+        // A process of this machine first: it is what this one waits on
+        // before the remote's lease is even asked for.
+        self.inner.local.parts().holder(key).or_else(|| {
+            if !matches!(self.inner.step.waited(key), Some(Waited::Remote { .. })) {
+                return self.inner.remote.holder(key);
+            }
+            // A waiting batch names the holders of several keys: those of
+            // every key it waits for are read together, once.
+            if let Some(named) = self.inner.step.named(key, NAMES_FRESH) {
+                return named;
+            }
+            let waited: Vec<StoreKey> = self
+                .inner
+                .step
+                .waited_remotely()
+                .into_iter()
+                .map(|(key, _)| key)
+                .collect();
+            let names: HashMap<[u8; 32], Option<String>> = waited
+                .iter()
+                .map(StoreKey::digest)
+                .zip(self.inner.remote.lease_holders(&waited))
+                .collect();
+            let named = names.get(&key.digest()).cloned().flatten();
+            self.inner.step.keep_names(names);
+            named
+        })
     }
 
+    fn claim_timeout(&self) -> Duration {
+        self.inner.local.parts().claim_timeout()
+    }
+}
+
+/// Blobs: the local store's first, the remote's for what it misses,
+/// written back; a put written to both, the remote's behind.
+impl Blobs for TieredStore {
     fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
-        let local = self.inner.local.lookup_blob(key);
+        let local = self.inner.local.parts().lookup_blob(key);
         let answer = if let Lookup::Miss(_) = local {
             let remote = match self.inner.step.take_blob(key) {
                 Some(read) => read,
                 None => self.inner.remote.lookup_blob(key),
             };
             self.settle(local, remote, |bytes, _| {
-                let outcome = self.inner.local.put_blob(key, bytes);
+                let outcome = self.inner.local.parts().put_blob(key, bytes);
                 self.written_back(&outcome);
             })
         } else {
@@ -557,7 +526,7 @@ impl ArtifactStore for TieredStore {
     }
 
     fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
-        let outcome = self.inner.local.put_blob(key, bytes);
+        let outcome = self.inner.local.parts().put_blob(key, bytes);
         if self.inner.remote.writes() && !matches!(outcome, StoreOutcome::Failed { .. }) {
             self.inner.queue.push(Write::Blob {
                 key: key.clone(),
@@ -565,6 +534,41 @@ impl ArtifactStore for TieredStore {
             });
         }
         outcome
+    }
+}
+
+/// Records: batches kept locally; a kernel explained by the local store,
+/// else by the remote.
+impl Records for TieredStore {
+    fn keep_batch(&self, record: &[u8]) {
+        self.inner.local.parts().keep_batch(record);
+    }
+
+    fn kept_batches(&self) -> Vec<Vec<u8>> {
+        self.inner.local.parts().kept_batches()
+    }
+
+    fn explain(&self, key: &StoreKey) -> Explanation {
+        match self.inner.local.parts().explain(key) {
+            Explanation::NeverSeen => self.inner.remote.explain(key),
+            known => known,
+        }
+    }
+}
+
+/// Groups: the local store's, and the end of the batch's step.
+impl Groups for TieredStore {
+    fn begin_group(&self) {
+        self.inner.local.parts().begin_group();
+    }
+
+    fn commit_group(&self) {
+        self.inner.local.parts().commit_group();
+    }
+
+    fn batch_finished(&self) {
+        self.inner.step.finish();
+        self.inner.local.parts().batch_finished();
     }
 }
 
@@ -616,7 +620,7 @@ impl TieredStore {
         answer
     }
     fn claim_here(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
-        match self.inner.local.claim(key, wait) {
+        match self.inner.local.parts().claim(key, wait) {
             Claim::Busy => {
                 // Another process of this machine compiles it: a lease
                 // taken with another key's group is its to take.

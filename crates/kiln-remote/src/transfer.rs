@@ -13,6 +13,7 @@
 //!   and reported.
 
 use kiln_engine::{ArtifactStore, Lookup, Miss, StoreKey, StoreOutcome};
+use kiln_engine::{ArtifactStoreExt, Groups};
 use kiln_store::{DiskStore, Entry, Progress};
 use serde::{Deserialize, Serialize};
 
@@ -168,7 +169,7 @@ pub fn pull(
             bytes: report.bytes,
         });
     }
-    local.batch_finished();
+    local.parts().batch_finished();
     Ok(report)
 }
 

@@ -26,6 +26,7 @@ use kiln_engine::store::{Claim, ClaimWait};
 use kiln_engine::{
     ArtifactId, ArtifactStore, KernelId, KernelLoader, KeyComponents, LoaderConfig, StoreKey,
 };
+use kiln_engine::Claims;
 use kiln_remote::{FleetKey, Keys, RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 use support::{Redis, config, fresh_prefix};

@@ -24,6 +24,7 @@ use kiln_engine::{
     ArtifactId, ArtifactStore, KernelId, KernelLoader, KeyComponents, LoaderConfig, Lookup,
     StoreKey,
 };
+use kiln_engine::ArtifactStoreExt;
 use kiln_remote::{FleetKey, Keys, RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 use support::{Redis, config, fresh_prefix};

@@ -11,6 +11,7 @@ use std::time::Duration;
 use kiln_engine::{
     ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey, StoreOutcome,
 };
+use kiln_engine::ArtifactStoreExt;
 use kiln_remote::{RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 use support::{Redis, fleet_keys, fresh_prefix, open};

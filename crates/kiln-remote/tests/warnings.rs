@@ -10,6 +10,7 @@ mod support;
 use std::time::Duration;
 
 use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey};
+use kiln_engine::ArtifactStoreExt;
 use kiln_remote::{RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 use support::warned::{one_at_a_time, warnings};

@@ -7,8 +7,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use kiln_engine::ArtifactStoreExt;
 use kiln_engine::conformance::StoreSubject;
-use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, StoreKey, StoreOutcome};
+use kiln_engine::{ArtifactId, KernelId, KeyComponents, StoreKey, StoreOutcome};
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_test_support::Scratch;
 

@@ -81,6 +81,7 @@ pub use store::{
     p2_a_put_then_a_lookup_hits_with_the_same_bytes_and_work,
     p2_a_removed_key_misses_and_removing_it_again_is_harmless,
     p3_another_process_reads_what_one_put, p3_copies_put_together_are_each_found_whole,
+    p3_puts_of_every_origin_together_are_each_answered_in_order,
     p3_threads_putting_under_one_key_are_read_whole,
     p4_a_claim_held_in_one_process_is_busy_in_another,
     p4_a_held_claim_is_busy_for_a_second_once_claimant_and_free_after_its_guard_drops,

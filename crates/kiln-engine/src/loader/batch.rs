@@ -32,8 +32,10 @@ fn order_by_past_work<T: CompilationTarget>(
     jobs: &mut [&mut Job<'_, T>],
     store: &BoundStore<T::Compiler>,
 ) {
-    let past =
-        super::history::past_work(&store.store().kept_batches(), &store.components().backend);
+    let past = super::history::past_work(
+        &store.store().parts().kept_batches(),
+        &store.components().backend,
+    );
     if past.is_empty() {
         return;
     }

@@ -10,17 +10,18 @@ use super::tests::{load, loader};
 use crate::fake::{FakeKernel, FakeTarget};
 use crate::statistics::KernelOutcome;
 use crate::store::{
-    ArtifactStore, Claim, ClaimWait, Generation, Lookup, MemoryStore, RekeyedPut, StoreKey,
-    StoreOutcome, StoreStatistics,
+    ArtifactStore, Claim, ClaimWait, Claims, Generation, Lookup, MemoryStore, Origin, Put,
+    StoreKey, StoreOutcome, StoreParts, StoreStatistics,
 };
 
 /// A store in memory that counts how its rekeyed kernels were put.
 #[derive(Debug, Default)]
 struct CountingPuts {
     inner: MemoryStore,
-    /// Calls of `put_rekeyed_many`, with how many puts each carried.
+    /// Puts of several rekeyed kernels together, with how many each
+    /// carried.
     many: Mutex<Vec<usize>>,
-    /// Calls of `put_rekeyed`, one kernel each.
+    /// Puts of one rekeyed kernel alone.
     one_by_one: AtomicUsize,
     /// Claims asked for.
     claims: AtomicUsize,
@@ -31,38 +32,27 @@ impl ArtifactStore for CountingPuts {
         self.inner.lookup(key)
     }
 
-    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
-        self.claims.fetch_add(1, Ordering::SeqCst);
-        self.inner.claim(key, wait)
+    fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
+        self.inner.lookup_many(keys)
     }
 
-    fn put(
-        &self,
-        key: &StoreKey,
-        source_key: Option<&StoreKey>,
-        bytes: &[u8],
-        work: Duration,
-    ) -> StoreOutcome {
-        self.inner.put(key, source_key, bytes, work)
-    }
-
-    fn put_rekeyed(
-        &self,
-        key: &StoreKey,
-        source_key: &StoreKey,
-        bytes: &[u8],
-        work: Duration,
-    ) -> StoreOutcome {
-        self.one_by_one.fetch_add(1, Ordering::SeqCst);
-        self.inner.put_rekeyed(key, source_key, bytes, work)
-    }
-
-    fn put_rekeyed_many(&self, puts: &[RekeyedPut<'_>]) -> Vec<StoreOutcome> {
-        self.many
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(puts.len());
-        self.inner.put_rekeyed_many(puts)
+    fn put_many(&self, puts: &[Put<'_>]) -> Vec<StoreOutcome> {
+        let rekeyed = puts
+            .iter()
+            .filter(|put| matches!(put.origin, Origin::Rekeyed { .. }))
+            .count();
+        match rekeyed {
+            0 => {}
+            1 if puts.len() == 1 => {
+                self.one_by_one.fetch_add(1, Ordering::SeqCst);
+            }
+            _ => self
+                .many
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(rekeyed),
+        }
+        self.inner.put_many(puts)
     }
 
     fn remove(&self, key: &StoreKey) {
@@ -75,6 +65,20 @@ impl ArtifactStore for CountingPuts {
 
     fn statistics(&self) -> StoreStatistics {
         self.inner.statistics()
+    }
+
+    fn parts(&self) -> StoreParts<'_> {
+        StoreParts {
+            claims: Some(self),
+            ..StoreParts::default()
+        }
+    }
+}
+
+impl Claims for CountingPuts {
+    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim(key, wait)
     }
 }
 

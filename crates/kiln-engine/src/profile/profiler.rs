@@ -205,7 +205,7 @@ impl<C: ArtifactCompiler> Profiler<C> {
             return;
         }
         if let crate::store::StoreOutcome::Failed { detail } =
-            self.store.put_blob(&self.name, &next.to_bytes())
+            self.store.parts().put_blob(&self.name, &next.to_bytes())
         {
             log::warn!(
                 "could not keep the warm-start profile of {}: {detail}",
@@ -218,7 +218,7 @@ impl<C: ArtifactCompiler> Profiler<C> {
 impl<C: ArtifactCompiler> Profiler<C> {
     /// The profile the store holds now.
     fn latest(&self) -> Option<StoredProfile> {
-        match self.store.lookup_blob(&self.name) {
+        match self.store.parts().lookup_blob(&self.name) {
             Lookup::Hit { artifact, .. } => StoredProfile::from_bytes(&artifact),
             Lookup::Miss(_) => None,
         }
@@ -245,7 +245,7 @@ fn prefetch<C: KeyedCompiler>(
     if given_up.load(Ordering::Relaxed) {
         return nothing();
     }
-    let previous = match store.lookup_blob(name) {
+    let previous = match store.parts().lookup_blob(name) {
         Lookup::Hit { artifact, .. } => StoredProfile::from_bytes(&artifact),
         Lookup::Miss(_) => None,
     };

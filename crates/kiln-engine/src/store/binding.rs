@@ -12,7 +12,9 @@ use super::failure::RememberedFailure;
 use super::generation::Generation;
 use super::key::{KeyComponents, KeyedCompiler, StoreKey};
 use super::recipe::{Recipe, decode_value, encode_value};
-use super::{ArtifactStore, Explanation, Lookup, Miss, RekeyedPut, StoreOutcome};
+use super::{
+    ArtifactStore, ArtifactStoreExt, Explanation, Lookup, Miss, Origin, Put, StoreOutcome,
+};
 use crate::encoding;
 use crate::id::ArtifactId;
 
@@ -54,8 +56,8 @@ pub enum Claimed<A> {
 /// # The end of a batch (P6)
 ///
 /// [`batch_finished`](Self::batch_finished) also tells the store the batch
-/// is over ([`ArtifactStore::batch_finished`]), where a store with a size
-/// limit brings itself within it.
+/// is over ([`Groups::batch_finished`](super::Groups::batch_finished)),
+/// where a store with a size limit brings itself within it.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -142,8 +144,8 @@ impl<C: KeyedCompiler> BoundStore<C> {
             .map(|id| self.artifact_key(compiler, id))
             .collect();
         // A batch that asks again waits for others: what it wrote is made
-        // durable first ([`ArtifactStore::commit_group`]), a step's end.
-        self.store.commit_group();
+        // durable first (the store's group commit), a step's end.
+        self.store.parts().commit_group();
         let found = self.store.lookup_many(&keys);
         debug_assert_eq!(found.len(), keys.len(), "one answer per key");
         keys.iter()
@@ -158,7 +160,7 @@ impl<C: KeyedCompiler> BoundStore<C> {
     /// ([`take_published`](Self::take_published)).
     pub fn claim(&self, compiler: &C, id: &ArtifactId<C::Variant>) -> Claimed<C::Artifact> {
         let key = self.artifact_key(compiler, id);
-        match self.store.claim(&key, ClaimWait::Once) {
+        match self.store.parts().claim(&key, ClaimWait::Once) {
             Claim::Held(guard) => match self.decoded(&key) {
                 // The holder before published it meanwhile.
                 hit @ Lookup::Hit { .. } => Claimed::Published(hit),
@@ -178,7 +180,7 @@ impl<C: KeyedCompiler> BoundStore<C> {
         compiler: &C,
         id: &ArtifactId<C::Variant>,
     ) -> Claimed<C::Artifact> {
-        self.store.commit_group();
+        self.store.parts().commit_group();
         match self.lookup(compiler, id) {
             hit @ Lookup::Hit { .. } => Claimed::Published(hit),
             Lookup::Miss(_) => self.claim(compiler, id),
@@ -186,9 +188,9 @@ impl<C: KeyedCompiler> BoundStore<C> {
     }
 
     /// How long a batch waits for keys others hold before compiling them
-    /// too ([`ArtifactStore::claim_timeout`]).
+    /// too ([`Claims::claim_timeout`](super::Claims::claim_timeout)).
     pub fn claim_timeout(&self) -> Duration {
-        self.store.claim_timeout()
+        self.store.parts().claim_timeout()
     }
 
     /// The artifact stored for lowered `source` of `id`'s variant.
@@ -288,26 +290,28 @@ impl<C: KeyedCompiler> BoundStore<C> {
     }
 
     /// Stores each of `pending` under its kernel's own key, all in one
-    /// put ([`ArtifactStore::put_rekeyed_many`]: a few syncs for the
-    /// round, not a few per kernel), then releases their claims (P4): a
+    /// put ([`ArtifactStore::put_many`], each [`Origin::Rekeyed`]: a few
+    /// syncs for the round, not a few per kernel), then releases their claims (P4): a
     /// waiter reads the artifact. Answers each in their order.
     pub fn put_rekeyed_many(&self, pending: Vec<PendingRekey>) -> Vec<StoreOutcome> {
-        let puts: Vec<RekeyedPut<'_>> = pending
+        let puts: Vec<Put<'_>> = pending
             .iter()
             .filter_map(|pending| {
                 let bytes = pending.bytes.as_ref().ok()?;
-                Some(RekeyedPut {
+                Some(Put {
                     key: &pending.key,
-                    source_key: &pending.source_key,
                     bytes,
                     work: pending.work,
+                    origin: Origin::Rekeyed {
+                        source_key: &pending.source_key,
+                    },
                 })
             })
             .collect();
         let mut stored = if puts.is_empty() {
             Vec::new()
         } else {
-            self.store.put_rekeyed_many(&puts)
+            self.store.put_many(&puts)
         }
         .into_iter();
         debug_assert_eq!(stored.len(), puts.len(), "one answer per put");
@@ -338,7 +342,7 @@ impl<C: KeyedCompiler> BoundStore<C> {
         id: &ArtifactId<C::Variant>,
     ) -> Option<RememberedFailure> {
         let key = RememberedFailure::blob_key(&self.artifact_key(compiler, id));
-        match self.store.lookup_blob(&key) {
+        match self.store.parts().lookup_blob(&key) {
             Lookup::Hit { artifact, .. } => {
                 match encoding::decode::<RememberedFailure>(&artifact) {
                     Ok((memory, read)) if read == artifact.len() && !memory.is_empty() => {
@@ -365,7 +369,7 @@ impl<C: KeyedCompiler> BoundStore<C> {
     ) -> StoreOutcome {
         let key = RememberedFailure::blob_key(&self.artifact_key(compiler, id));
         match encoding::encode(memory) {
-            Ok(bytes) => self.store.put_blob(&key, &bytes),
+            Ok(bytes) => self.store.parts().put_blob(&key, &bytes),
             Err(error) => StoreOutcome::Failed {
                 detail: format!("the failure does not serialize: {error}"),
             },
@@ -374,34 +378,36 @@ impl<C: KeyedCompiler> BoundStore<C> {
 
     /// Why `id` is or is not in the store (P9).
     pub fn explain(&self, compiler: &C, id: &ArtifactId<C::Variant>) -> Explanation {
-        self.store.explain(&self.artifact_key(compiler, id))
+        self.store.parts().explain(&self.artifact_key(compiler, id))
     }
 
     /// Opens a group commit on the calling thread
-    /// ([`ArtifactStore::begin_group`]): the batch's writes are made
-    /// durable together when it waits for others or ends.
+    /// ([`Groups::begin_group`](super::Groups::begin_group)): the batch's
+    /// writes are made durable together when it waits for others or ends.
     pub fn begin_group(&self) {
-        self.store.begin_group();
+        self.store.parts().begin_group();
     }
 
     /// Ends a batch: tells the store, which may evict to hold its limits
-    /// ([`ArtifactStore::batch_finished`], P6), and makes the batch's
-    /// writes durable together ([`ArtifactStore::commit_group`]). Every
-    /// claim of the batch went with its kernel.
+    /// ([`Groups::batch_finished`](super::Groups::batch_finished), P6), and
+    /// makes the batch's writes durable together
+    /// ([`Groups::commit_group`](super::Groups::commit_group)). Every claim
+    /// of the batch went with its kernel.
     pub fn batch_finished(&self) {
-        self.store.batch_finished();
-        self.store.commit_group();
+        let parts = self.store.parts();
+        parts.batch_finished();
+        parts.commit_group();
     }
 
-    /// Who holds the claim of `id` ([`ArtifactStore::holder`]).
+    /// Who holds the claim of `id` ([`Claims::holder`](super::Claims::holder)).
     pub fn holder(&self, compiler: &C, id: &ArtifactId<C::Variant>) -> Option<String> {
-        self.store.holder(&self.artifact_key(compiler, id))
+        self.store.parts().holder(&self.artifact_key(compiler, id))
     }
 
     /// Hands the store the encoded record of the batch that ended
-    /// ([`ArtifactStore::keep_batch`]).
+    /// ([`Records::keep_batch`](super::Records::keep_batch)).
     pub fn keep_batch(&self, record: &[u8]) {
-        self.store.keep_batch(record);
+        self.store.parts().keep_batch(record);
     }
 
     fn decoded(&self, key: &StoreKey) -> Lookup<C::Artifact> {

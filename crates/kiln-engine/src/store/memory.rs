@@ -8,9 +8,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::lease::{DEFAULT_LEASE, Renewal};
+use super::parts::{Blobs, Claims, Records, StoreParts};
 use super::{
     ArtifactStore, BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, Generation, Lookup, Miss,
-    StoreKey, StoreOutcome, StoreStatistics,
+    Origin, Put, StoreKey, StoreOutcome, StoreStatistics,
 };
 
 /// How long a [`ClaimWait::Patiently`] claim waits by default for another
@@ -40,11 +41,13 @@ pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 ///   the lease runs out. Nothing is shared with other processes.
 /// - An empty artifact is refused as the disk store refuses it:
 ///   [`StoreOutcome::Failed`], counted as a failed put (P5).
-/// - It has no limits: [`batch_finished`](ArtifactStore::batch_finished)
-///   does nothing, and [`clear`](Self::clear) empties it.
-/// - [`explain`](ArtifactStore::explain) remembers the last key stored for
-///   each kernel, so it names what changed since (P9).
-/// - Named blobs ([`put_blob`](ArtifactStore::put_blob)) are kept beside
+/// - It has no limits and no group commits (no [`Groups`](super::Groups)
+///   part): each put is whole when it returns, and [`clear`](Self::clear)
+///   empties it.
+/// - [`explain`](Records::explain) remembers the last key stored for
+///   each kernel, so it names what changed since (P9); it keeps no batch
+///   records.
+/// - Named blobs ([`put_blob`](Blobs::put_blob)) are kept beside
 ///   the artifacts, under their [`BlobKey`], as artifacts are.
 ///
 /// # Examples
@@ -53,8 +56,8 @@ pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 /// use std::time::Duration;
 ///
 /// use kiln_engine::{
-///     ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, MemoryStore, StoreKey,
-///     StoreOutcome,
+///     ArtifactId, ArtifactStore, ArtifactStoreExt, KernelId, KeyComponents, Lookup, MemoryStore,
+///     StoreKey, StoreOutcome,
 /// };
 ///
 /// let store = MemoryStore::new();
@@ -106,7 +109,7 @@ struct State {
     /// The named blobs.
     blobs: HashMap<BlobKey, Arc<[u8]>>,
     /// The last key stored for each kernel, by its digest, for
-    /// [`ArtifactStore::explain`]; kept when the entry goes.
+    /// [`Records::explain`]; kept when the entry goes.
     last_stored: HashMap<u128, (StoreKey, u64)>,
     /// Keys whose claim is held, with their lease.
     claimed: HashMap<StoreKey, Lease>,
@@ -280,6 +283,68 @@ impl ArtifactStore for MemoryStore {
         state.count_lookup(found)
     }
 
+    fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
+        keys.iter().map(|key| self.lookup(key)).collect()
+    }
+
+    fn put_many(&self, puts: &[Put<'_>]) -> Vec<StoreOutcome> {
+        puts.iter().map(|put| self.put_one(put)).collect()
+    }
+
+    fn remove(&self, key: &StoreKey) {
+        self.state().entries.remove(key);
+    }
+
+    fn generation(&self) -> Generation {
+        self.shared.generation.clone()
+    }
+
+    fn statistics(&self) -> StoreStatistics {
+        self.state().statistics
+    }
+
+    fn parts(&self) -> StoreParts<'_> {
+        StoreParts {
+            claims: Some(self),
+            blobs: Some(self),
+            records: Some(self),
+            groups: None,
+        }
+    }
+}
+
+impl MemoryStore {
+    /// One put: under its key and, for a compile with its text, under the
+    /// text's key too, in one lock (P3).
+    fn put_one(&self, put: &Put<'_>) -> StoreOutcome {
+        let source_key = match put.origin {
+            Origin::Compiled { source_key } => source_key,
+            Origin::Rekeyed { .. } | Origin::Copied => None,
+        };
+        let (key, bytes, work) = (put.key, put.bytes, put.work);
+        let mut state = self.state();
+        if let Some(refused) = state.refuse_empty(bytes) {
+            return refused;
+        }
+        let stored_at = now_seconds();
+        let shared_bytes: Arc<[u8]> = Arc::from(bytes);
+        for key in std::iter::once(key).chain(source_key) {
+            let entry = StoredEntry {
+                bytes: Arc::clone(&shared_bytes),
+                work,
+                stored_at,
+            };
+            // A put of other bytes under a held key replaces them.
+            state.entries.insert(key.clone(), entry);
+            if let Some((_, kernel)) = key.kernel() {
+                state.last_stored.insert(kernel, (key.clone(), stored_at));
+            }
+        }
+        state.count_put(bytes)
+    }
+}
+
+impl Claims for MemoryStore {
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
         let shared = &self.shared;
         let mut state = self.state();
@@ -357,47 +422,9 @@ impl ArtifactStore for MemoryStore {
     fn claim_timeout(&self) -> Duration {
         self.shared.claim_timeout
     }
+}
 
-    fn put(
-        &self,
-        key: &StoreKey,
-        source_key: Option<&StoreKey>,
-        bytes: &[u8],
-        work: Duration,
-    ) -> StoreOutcome {
-        let mut state = self.state();
-        if let Some(refused) = state.refuse_empty(bytes) {
-            return refused;
-        }
-        let stored_at = now_seconds();
-        let shared_bytes: Arc<[u8]> = Arc::from(bytes);
-        for key in std::iter::once(key).chain(source_key) {
-            let entry = StoredEntry {
-                bytes: Arc::clone(&shared_bytes),
-                work,
-                stored_at,
-            };
-            // A put of other bytes under a held key replaces them.
-            state.entries.insert(key.clone(), entry);
-            if let Some((_, kernel)) = key.kernel() {
-                state.last_stored.insert(kernel, (key.clone(), stored_at));
-            }
-        }
-        state.count_put(bytes)
-    }
-
-    fn remove(&self, key: &StoreKey) {
-        self.state().entries.remove(key);
-    }
-
-    fn generation(&self) -> Generation {
-        self.shared.generation.clone()
-    }
-
-    fn statistics(&self) -> StoreStatistics {
-        self.state().statistics
-    }
-
+impl Blobs for MemoryStore {
     fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
         let mut state = self.state();
         let found = state
@@ -415,7 +442,9 @@ impl ArtifactStore for MemoryStore {
         state.blobs.insert(key.clone(), Arc::from(bytes));
         state.count_put(bytes)
     }
+}
 
+impl Records for MemoryStore {
     fn explain(&self, key: &StoreKey) -> Explanation {
         let state = self.state();
         if let Some(entry) = state.entries.get(key) {
@@ -457,7 +486,7 @@ mod tests {
 
     use super::*;
     use crate::id::{ArtifactId, KernelId};
-    use crate::store::{KeyComponent, KeyComponents};
+    use crate::store::{ArtifactStoreExt, KeyComponent, KeyComponents};
 
     fn components() -> KeyComponents {
         KeyComponents::new("cuda", "nvrtc 12.4", "sm_90", "-O3")

@@ -1,7 +1,8 @@
 //! The persistent store seen from the core: what an artifact's key is made
-//! of (`key`), the object-safe [`ArtifactStore`] trait a store implements
-//! and what its lookups and writes answer ([`Lookup`], [`Miss`],
-//! [`StoreOutcome`]), the named blobs a store keeps beside artifacts
+//! of (`key`), the object-safe [`ArtifactStore`] contract every store
+//! answers and what its lookups and writes answer ([`Lookup`], [`Miss`],
+//! [`StoreOutcome`], [`Put`]), the parts a store may have beside it
+//! ([`Claims`], [`Blobs`], [`Records`], [`Groups`]: `parts`), the named blobs a store keeps beside artifacts
 //! ([`BlobKey`], `blob`), the store's [`Generation`], single flight among
 //! processes (`claim`), and [`BoundStore`] (`binding`), the store bound to
 //! a compiler's keys, through which the loader does every lookup, claim
@@ -49,6 +50,7 @@ mod identity;
 mod key;
 mod lease;
 mod memory;
+mod parts;
 mod rebuild;
 mod recipe;
 
@@ -73,6 +75,7 @@ pub use key::{
 };
 pub use lease::{DEFAULT_LEASE, Renewal};
 pub use memory::{DEFAULT_CLAIM_TIMEOUT, MemoryStore};
+pub use parts::{Blobs, Claims, Groups, Records, StoreParts};
 pub use rebuild::{Rebuilt, decode_id, rebuild};
 pub use recipe::{Recipe, Recompiled, StoredValue, decode_value, recompile};
 
@@ -212,172 +215,105 @@ pub struct StoreStatistics {
     pub evicted: u64,
 }
 
-/// One artifact of [`ArtifactStore::put_many`]: a copy of what another
-/// store holds under `key`.
+/// One entry of [`ArtifactStore::put_many`]: bytes to publish under `key`,
+/// and where they came from.
 #[derive(Debug, Clone, Copy)]
-pub struct ArtifactCopy<'a> {
+pub struct Put<'a> {
     /// The key it is stored under.
     pub key: &'a StoreKey,
     /// Its bytes.
     pub bytes: &'a [u8],
     /// What compiling it took, returned by later hits.
     pub work: Duration,
+    /// Where the bytes came from: what else the store does with them.
+    pub origin: Origin<'a>,
 }
 
-/// One kernel of [`ArtifactStore::put_rekeyed_many`]: an artifact found by
-/// its text, stored again under the kernel's own key.
-#[derive(Debug, Clone, Copy)]
-pub struct RekeyedPut<'a> {
-    /// The kernel's own key, which the artifact is stored under.
-    pub key: &'a StoreKey,
-    /// The key of its text, which holds the artifact already (P7).
-    pub source_key: &'a StoreKey,
-    /// Its bytes.
-    pub bytes: &'a [u8],
-    /// What compiling it took, returned by later hits.
-    pub work: Duration,
+/// Where the bytes of a [`Put`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin<'a> {
+    /// A compile: published under the put's key and, when given, under
+    /// `source_key`, the key of the lowered text it was compiled from (P7).
+    /// A store that counts compiles counts it.
+    Compiled {
+        /// The key of its lowered text, when it has one.
+        source_key: Option<&'a StoreKey>,
+    },
+    /// The artifact of another kernel with the same text, stored under
+    /// `source_key` already (P7): published under the put's key only, and
+    /// the text's entry is left as its compile wrote it, with that
+    /// compile's recipe. A store that counts compiles counts a kernel
+    /// rekeyed.
+    Rekeyed {
+        /// The key of the text, which holds the artifact already.
+        source_key: &'a StoreKey,
+    },
+    /// A copy of what another store holds (a remote hit written back, a
+    /// pull): published under the put's key, and no compile, so a store
+    /// that counts compiles does not count it.
+    Copied,
 }
 
-/// Where artifacts outlive the process: the object-safe interface every
-/// store (disk, remote, a composition of both) implements.
+/// Where artifacts outlive the process: the object-safe contract every
+/// store (disk, memory, remote, a composition of them) answers.
 ///
 /// The store deals in bytes: [`BoundStore`] serializes a compiler's artifacts
-/// and makes its keys.
+/// and makes its keys. What only some stores have is a part of its own,
+/// handed out by [`parts`](Self::parts):
+///
+/// ```text
+///                     ArtifactStore: lookup_many, put_many, remove,
+///                     generation, statistics, parts
+///                               │ parts()
+///        ┌───────────────┬──────┴────────┬────────────────┐
+///     Claims           Blobs          Records          Groups
+///  claim, holder,   lookup_blob,   keep_batch,       begin_group,
+///  claim_timeout    put_blob       kept_batches,     commit_group,
+///   (P4, P12)      (P2, P3, P6)    explain, found_   batch_finished
+///                                  elsewhere (P9)    (P3, P6)
+/// ```
 ///
 /// # Contract
 ///
-/// - [`lookup`](Self::lookup) takes a key of either subject: a kernel (an
-///   artifact key) or lowered source (a source key). It returns
+/// - [`lookup_many`](Self::lookup_many) takes keys of either subject: a
+///   kernel (an artifact key) or lowered source (a source key). It returns
 ///   [`Lookup::Hit`] only with bytes whose digest and record it verified
 ///   (P2). Anything that did not verify is a [`Miss`] — `Corrupt` or
 ///   `ForeignKey` — and is removed; anything it could not read is
 ///   [`Miss::Unreadable`] (P5). A lookup never fails a launch.
-/// - [`put`](Self::put) publishes atomically (P3): a reader sees the whole
-///   entry or none of it, even if the writer dies. A failed write is
-///   [`StoreOutcome::Failed`], counted, never a panic (P5).
-/// - [`claim`](Self::claim) gives one caller among processes the right to
-///   compile a key (P4, P12): while the guard lives, every other claimant
-///   of the key is [`Claim::Busy`]; once it drops (the key was published,
-///   or its compile failed) the key is claimable again. A claim of a dead
-///   process is released at once; a claim is a lease its holder renews
-///   while it lives ([`ClaimGuard::leased`], [`Renewal`]), and a holder
-///   that stops renewing (hung, stopped) loses it when the lease runs out:
-///   the next claimant takes the key over. A patient claimant gives up
-///   after [`claim_timeout`](Self::claim_timeout). Correctness never
-///   depends on a lease: a lost one costs at most a duplicate compile.
+/// - [`put_many`](Self::put_many) publishes each put atomically (P3): a
+///   reader sees the whole entry or none of it, even if the writer dies. A
+///   failed write is [`StoreOutcome::Failed`], counted, never a panic (P5).
 /// - [`generation`](Self::generation) returns a handle to the store's one
 ///   generation: it moves when the store starts holding other content.
-/// - [`batch_finished`](Self::batch_finished) is called after the last put
-///   of every batch of a loader bound to the store; a store with limits
-///   is within them when it returns (P6).
-/// - A **named blob** ([`lookup_blob`](Self::lookup_blob),
-///   [`put_blob`](Self::put_blob)) is data a backend keeps beside its
-///   artifacts that is no kernel's (the driver's pipeline cache), under a
-///   [`BlobKey`] of its own. It is kept as an artifact is: verified on
-///   every read (P2), published atomically (P3), a failed write a counted
-///   [`StoreOutcome::Failed`] (P5), evicted as any entry (P6), and counted
-///   in [`statistics`](Self::statistics) as lookups and puts. A blob and
-///   an artifact never see each other, and a put replaces the blob's
-///   bytes. A blob has no claim, source key or explanation, and its hits
-///   report no work. A store that keeps no blobs answers every lookup
-///   [`Miss::Absent`] and every put [`StoreOutcome::Skipped`] (the
-///   defaults).
 /// - Every method may be called from any thread.
+///
+/// Every part's own rules are on its trait: [`Claims`], [`Blobs`],
+/// [`Records`], [`Groups`]. One-entry puts are [`ArtifactStoreExt`]'s.
 pub trait ArtifactStore: Send + Sync + fmt::Debug {
-    /// The verified bytes stored under `key`, or why there are none.
-    fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>>;
+    /// What the store holds under each of `keys`, in their order: the
+    /// verified bytes, or why there are none. A batch asks for all its
+    /// kernels at once, so that a remote store answers in one round trip
+    /// (P10).
+    fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>>;
 
-    /// What [`lookup`](Self::lookup) answers for each of `keys`, in their
-    /// order: a batch asks for all its kernels at once, so that a remote
-    /// store answers in one round trip (P10). The default asks one key at
-    /// a time.
-    fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
-        keys.iter().map(|key| self.lookup(key)).collect()
+    /// What [`lookup_many`](Self::lookup_many) answers for one key.
+    fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
+        self.lookup_many(std::slice::from_ref(key))
+            .pop()
+            .unwrap_or(Lookup::Miss(Miss::Absent))
     }
 
-    /// Asks for the right to compile `key`, waiting as `wait` allows for
-    /// another process compiling it now.
-    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
-        let _ = (key, wait);
-        Claim::Uncoordinated
-    }
-
-    /// The longest a caller waits for another holder of a key before
-    /// compiling it too (`KILN_CACHE_LOCK_TIMEOUT` for the disk store). The
-    /// default is [`DEFAULT_CLAIM_TIMEOUT`].
-    fn claim_timeout(&self) -> Duration {
-        DEFAULT_CLAIM_TIMEOUT
-    }
-
-    /// Publishes `bytes` under `key` and, when given, under `source_key`;
-    /// `work` is what compiling them took, returned by later hits.
-    fn put(
-        &self,
-        key: &StoreKey,
-        source_key: Option<&StoreKey>,
-        bytes: &[u8],
-        work: Duration,
-    ) -> StoreOutcome;
-
-    /// Publishes `bytes` under `key` only, for a kernel that took the
-    /// artifact of another kernel with the same text, stored under
-    /// `source_key` already (P7): the text's entry is left as its compile
-    /// wrote it, with that compile's recipe. A store that counts compiles
-    /// counts a kernel rekeyed. The default puts without the text.
-    fn put_rekeyed(
-        &self,
-        key: &StoreKey,
-        source_key: &StoreKey,
-        bytes: &[u8],
-        work: Duration,
-    ) -> StoreOutcome {
-        let _ = source_key;
-        self.put(key, None, bytes, work)
-    }
-
-    /// Publishes each of `puts` as [`put_rekeyed`](Self::put_rekeyed)
-    /// would, and answers each in their order: a batch that found many
-    /// kernels by their text (a store another tool filled under other
-    /// names) stores them under their own keys together, and a store that
-    /// can make them durable together (one sync for the batch rather than
-    /// one per entry) does. Each is still published atomically (P3). The
-    /// default puts one at a time.
-    fn put_rekeyed_many(&self, puts: &[RekeyedPut<'_>]) -> Vec<StoreOutcome> {
-        puts.iter()
-            .map(|put| self.put_rekeyed(put.key, put.source_key, put.bytes, put.work))
-            .collect()
-    }
+    /// Publishes each of `puts` as its [`Origin`] says, and answers each in
+    /// their order. Each is published atomically (P3); a store that can
+    /// make a slice of them durable together (one sync rather than one per
+    /// entry) does, as a remote tier's hits written back or a round's
+    /// rekeyed kernels are.
+    fn put_many(&self, puts: &[Put<'_>]) -> Vec<StoreOutcome>;
 
     /// Removes whatever is stored under `key`: for bytes that verified but
     /// that the caller cannot use.
     fn remove(&self, key: &StoreKey);
-
-    /// Says that `key`, which this store missed, was found in another
-    /// store (a remote tier) and is being copied here: its miss is none to
-    /// remember (no history of it is written). The default does nothing.
-    fn found_elsewhere(&self, key: &StoreKey) {
-        let _ = key;
-    }
-
-    /// Stores a copy of an artifact another store holds (a remote hit
-    /// written back, a pull): as [`put`](Self::put), but it is no compile,
-    /// so a store that counts compiles does not count it. The default
-    /// puts.
-    fn put_copy(&self, key: &StoreKey, bytes: &[u8], work: Duration) -> StoreOutcome {
-        self.put(key, None, bytes, work)
-    }
-
-    /// Stores many copies at once, each as [`put_copy`](Self::put_copy)
-    /// would, and answers each in their order: a store that can make them
-    /// durable together (one sync for the batch rather than one per entry)
-    /// does, as a remote tier's hits are written back. Each copy is still
-    /// published atomically (P3). The default copies one at a time.
-    fn put_many(&self, copies: &[ArtifactCopy<'_>]) -> Vec<StoreOutcome> {
-        copies
-            .iter()
-            .map(|copy| self.put_copy(copy.key, copy.bytes, copy.work))
-            .collect()
-    }
 
     /// A handle to the store's generation.
     fn generation(&self) -> Generation;
@@ -385,72 +321,69 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
     /// Counts since the store was opened.
     fn statistics(&self) -> StoreStatistics;
 
-    /// A batch of a loader bound to the store ended: where a store with a
-    /// size limit brings itself within it, so a run that fills the store
-    /// ends within its limits (P6), and where it commits the calling
-    /// thread's group ([`begin_group`](Self::begin_group)). The default
-    /// does nothing.
-    fn batch_finished(&self) {}
+    /// The parts this store has beside its contract. The default has none:
+    /// no claims ([`Claim::Uncoordinated`]), no blobs, no records, each
+    /// write durable when it returns.
+    fn parts(&self) -> StoreParts<'_> {
+        StoreParts::default()
+    }
+}
 
-    /// Opens a group commit on the calling thread (or keeps the one open):
-    /// until [`commit_group`](Self::commit_group) or
-    /// [`batch_finished`](Self::batch_finished), the puts and blobs this
-    /// thread writes are published as they are written, each whole or
-    /// absent to every reader however the writer ends (P3), and made
-    /// durable together when the group commits: a few syncs for a batch
-    /// step rather than several for each entry. A loader opens one for
-    /// its batch. The default does nothing: each write is durable when it
-    /// returns.
-    fn begin_group(&self) {}
-
-    /// Makes durable what the calling thread wrote since
-    /// [`begin_group`](Self::begin_group), and ends its group; nothing
-    /// when it wrote nothing that must be waited for. A failed sync is
-    /// counted as a failed write (P5). The default does nothing.
-    fn commit_group(&self) {}
-
-    /// Who holds the claim of `key` (P12), as a person reads it: `process
-    /// 4242 on build-3`; `None` when nobody does or the store cannot say.
-    /// A batch that waits for others names them in its progress and log.
-    /// The default cannot say.
-    fn holder(&self, key: &StoreKey) -> Option<String> {
-        let _ = key;
-        None
+/// One-entry puts over [`ArtifactStore::put_many`], for every store: a
+/// store implements `put_many`, never these.
+pub trait ArtifactStoreExt: ArtifactStore {
+    /// Publishes `bytes` under `key` and, when given, under `source_key`
+    /// ([`Origin::Compiled`]); `work` is what compiling them took, returned
+    /// by later hits.
+    fn put(
+        &self,
+        key: &StoreKey,
+        source_key: Option<&StoreKey>,
+        bytes: &[u8],
+        work: Duration,
+    ) -> StoreOutcome {
+        one(self.put_many(&[Put {
+            key,
+            bytes,
+            work,
+            origin: Origin::Compiled { source_key },
+        }]))
     }
 
-    /// The encoded records of the last batches the store keeps
-    /// ([`keep_batch`](Self::keep_batch)), oldest first: a batch hands out
-    /// first the kernels they say took longest. The default keeps none.
-    fn kept_batches(&self) -> Vec<Vec<u8>> {
-        Vec::new()
+    /// Publishes `bytes` under `key` only, for a kernel that took the
+    /// artifact of another kernel with the same text ([`Origin::Rekeyed`]).
+    fn put_rekeyed(
+        &self,
+        key: &StoreKey,
+        source_key: &StoreKey,
+        bytes: &[u8],
+        work: Duration,
+    ) -> StoreOutcome {
+        one(self.put_many(&[Put {
+            key,
+            bytes,
+            work,
+            origin: Origin::Rekeyed { source_key },
+        }]))
     }
 
-    /// Keeps the record of a batch that just ended, encoded by the loader
-    /// (a `StoredBatch`), among the last few of every process that used the
-    /// store, so what a slow start spent its time on can be read after the
-    /// fact (`kiln records`). Bounded by the store; an encoded record it
-    /// cannot keep is dropped, never an error. The default keeps nothing.
-    fn keep_batch(&self, record: &[u8]) {
-        let _ = record;
+    /// Stores a copy of an artifact another store holds
+    /// ([`Origin::Copied`]): no compile.
+    fn put_copy(&self, key: &StoreKey, bytes: &[u8], work: Duration) -> StoreOutcome {
+        one(self.put_many(&[Put {
+            key,
+            bytes,
+            work,
+            origin: Origin::Copied,
+        }]))
     }
+}
 
-    /// Why `key` (a kernel's key) is or is not held (P9).
-    fn explain(&self, key: &StoreKey) -> Explanation {
-        let _ = key;
-        Explanation::NeverSeen
-    }
+impl<T: ArtifactStore + ?Sized> ArtifactStoreExt for T {}
 
-    /// The verified bytes of the blob named `key`, or why there are none.
-    /// The default keeps no blobs: [`Miss::Absent`].
-    fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
-        let _ = key;
-        Lookup::Miss(Miss::Absent)
-    }
-
-    /// Publishes `bytes` as the blob named `key`, in place of what it held.
-    /// The default keeps no blobs: [`StoreOutcome::Skipped`].
-    fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
-        let _ = (key, bytes);
-        StoreOutcome::Skipped
-    }
+/// The one answer of a put of one.
+fn one(mut outcomes: Vec<StoreOutcome>) -> StoreOutcome {
+    outcomes.pop().unwrap_or_else(|| StoreOutcome::Failed {
+        detail: "the store gave no answer for this put".to_owned(),
+    })
 }

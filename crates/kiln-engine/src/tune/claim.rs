@@ -37,11 +37,11 @@ pub(super) fn claim_or_wait(
     answer: impl Fn() -> Option<TuningAnswer>,
 ) -> Claimed {
     let key = claim_key(name, device);
-    let deadline = Instant::now() + store.claim_timeout();
+    let deadline = Instant::now() + store.parts().claim_timeout();
     let mut pause = Duration::from_millis(2);
     let mut waited = false;
     loop {
-        match store.claim(&key, ClaimWait::Once) {
+        match store.parts().claim(&key, ClaimWait::Once) {
             Claim::Held(guard) => {
                 // An answer kept between the first look and the claim is
                 // taken rather than measured again.
@@ -65,7 +65,7 @@ pub(super) fn claim_or_wait(
         if Instant::now() >= deadline {
             log::warn!(
                 "waited {:?} for another process's tuning answer: measuring here",
-                store.claim_timeout()
+                store.parts().claim_timeout()
             );
             return Claimed::Mine(None);
         }

@@ -350,7 +350,7 @@ fn stored_answer(
     name: &BlobKey,
     artifact_keys: &[StoreKey],
 ) -> Option<TuningAnswer> {
-    let Lookup::Hit { artifact, .. } = store.lookup_blob(name) else {
+    let Lookup::Hit { artifact, .. } = store.parts().lookup_blob(name) else {
         return None;
     };
     let answer = TuningAnswer::from_bytes(&artifact)?;
@@ -367,7 +367,7 @@ fn stored_answer(
 /// Keeps `answer` under `name`; a store that cannot write it says so and
 /// the tuning still answers (P5).
 fn keep(store: &dyn ArtifactStore, name: &BlobKey, answer: &TuningAnswer) {
-    if let StoreOutcome::Failed { detail } = store.put_blob(name, &answer.to_bytes()) {
+    if let StoreOutcome::Failed { detail } = store.parts().put_blob(name, &answer.to_bytes()) {
         log::warn!(
             "could not keep the tuning answer of {}: {detail}; the next process measures again",
             answer.key

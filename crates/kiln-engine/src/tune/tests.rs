@@ -286,7 +286,7 @@ fn nothing_that_works_is_an_error_and_nothing_is_kept() {
     let ids: Vec<_> = broken.iter().map(Candidate::id).collect();
     let name = answer::answer_blob_key(&key(), &answer.device, &loader.artifact_keys(&ids));
     assert!(
-        matches!(store.lookup_blob(&name), Lookup::Miss(_)),
+        matches!(store.parts().lookup_blob(&name), Lookup::Miss(_)),
         "no answer kept"
     );
     let (_, tuned) = tune_on(FakeTarget::on_store(store), &[], &launches);
@@ -465,7 +465,7 @@ fn t2_a_stored_answer_whose_winner_is_out_of_range_is_refused_and_tuned_again() 
     let mut forged = tuned.answer.clone();
     forged.winner = Some(candidates.len() + 40);
     assert!(matches!(
-        store.put_blob(&name, &forged.to_bytes()),
+        store.parts().put_blob(&name, &forged.to_bytes()),
         crate::StoreOutcome::Stored { .. }
     ));
 

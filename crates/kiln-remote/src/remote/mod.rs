@@ -12,9 +12,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kiln_engine::store::{BlobKey, Claim, ClaimWait, Explanation, KeySubject, hex};
+use kiln_engine::store::{
+    BlobKey, Blobs, Claim, ClaimWait, Claims, Explanation, KeySubject, Records, StoreParts, hex,
+};
 use kiln_engine::{
-    ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics,
+    ArtifactStore, Generation, Lookup, Miss, Origin, Put, StoreKey, StoreOutcome, StoreStatistics,
 };
 use redis::{Cmd, Value, cmd};
 
@@ -23,7 +25,7 @@ use crate::entry::{self, Kind, Rejection};
 use crate::error::Result;
 use crate::link::Remote;
 use crate::statistics::{Counters, RemoteStatistics, add, bump};
-use publish::Put;
+use publish::Outgoing;
 
 /// The context a kernel's history key is derived under.
 const HISTORY_CONTEXT: &str = "kiln remote kernel history";
@@ -459,36 +461,25 @@ impl ArtifactStore for RemoteStore {
         self.lookup_subjects(&subjects)
     }
 
-    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
-        self.claim_lease(key, wait)
-    }
-
-    fn claim_timeout(&self) -> Duration {
-        self.inner.config.claim_timeout
-    }
-
-    fn holder(&self, key: &StoreKey) -> Option<String> {
-        self.lease_holder(key)
-    }
-
-    fn put(
-        &self,
-        key: &StoreKey,
-        source_key: Option<&StoreKey>,
-        bytes: &[u8],
-        work: Duration,
-    ) -> StoreOutcome {
-        self.put_many(
-            &[Put {
-                key,
-                source_key,
-                bytes,
-                work,
-            }],
-            Vec::new(),
-        )
-        .pop()
-        .expect("one outcome per put")
+    fn put_many(&self, puts: &[Put<'_>]) -> Vec<StoreOutcome> {
+        // One round trip for them all; a copy and a rekeyed kernel under
+        // their own keys only, a compile under its text's too.
+        let outgoing: Vec<Outgoing<'_>> = puts
+            .iter()
+            .map(|put| Outgoing {
+                key: put.key,
+                source_key: match put.origin {
+                    Origin::Compiled { source_key } => source_key,
+                    Origin::Rekeyed { .. } | Origin::Copied => None,
+                },
+                bytes: put.bytes,
+                work: put.work,
+            })
+            .collect();
+        if outgoing.is_empty() {
+            return Vec::new();
+        }
+        self.publish_all(&outgoing, Vec::new())
     }
 
     fn remove(&self, key: &StoreKey) {
@@ -510,6 +501,31 @@ impl ArtifactStore for RemoteStore {
         self.remote_statistics().store
     }
 
+    fn parts(&self) -> StoreParts<'_> {
+        StoreParts {
+            claims: Some(self),
+            blobs: Some(self),
+            records: Some(self),
+            groups: None,
+        }
+    }
+}
+
+impl Claims for RemoteStore {
+    fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        self.claim_lease(key, wait)
+    }
+
+    fn claim_timeout(&self) -> Duration {
+        self.inner.config.claim_timeout
+    }
+
+    fn holder(&self, key: &StoreKey) -> Option<String> {
+        self.lease_holder(key)
+    }
+}
+
+impl Records for RemoteStore {
     fn explain(&self, key: &StoreKey) -> Explanation {
         let digest = key.digest();
         let Some(history) = Self::history_id(key) else {
@@ -555,7 +571,9 @@ impl ArtifactStore for RemoteStore {
             },
         }
     }
+}
 
+impl Blobs for RemoteStore {
     fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
         self.lookup_subjects(&[(Kind::Blob, key.digest())])
             .pop()

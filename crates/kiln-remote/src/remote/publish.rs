@@ -178,8 +178,8 @@ impl RemoteStore {
     }
 }
 
-/// One artifact to publish ([`RemoteStore::put_many`]).
-pub(crate) struct Put<'a> {
+/// One artifact to publish ([`RemoteStore::publish_all`]).
+pub(crate) struct Outgoing<'a> {
     pub key: &'a StoreKey,
     pub source_key: Option<&'a StoreKey>,
     pub bytes: &'a [u8],
@@ -199,7 +199,7 @@ impl RemoteStore {
     /// every entry of every artifact, then `after` (the releases of their
     /// leases), then what settling a difference needs for the few keys
     /// that held other bytes. An outcome per put.
-    pub(crate) fn put_many(&self, puts: &[Put<'_>], after: Vec<Cmd>) -> Vec<StoreOutcome> {
+    pub(crate) fn publish_all(&self, puts: &[Outgoing<'_>], after: Vec<Cmd>) -> Vec<StoreOutcome> {
         let stored_at = now();
         let mut outcomes: Vec<Option<StoreOutcome>> = puts.iter().map(|_| None).collect();
         let mut commands = Vec::new();
@@ -254,7 +254,7 @@ impl RemoteStore {
     /// listed keys and the kernel's history.
     fn seal_artifact(
         &self,
-        put: &Put<'_>,
+        put: &Outgoing<'_>,
         stored_at: u64,
     ) -> std::result::Result<Sealed, StoreOutcome> {
         let encode = |key: &StoreKey| {
@@ -298,7 +298,12 @@ impl RemoteStore {
     }
 
     /// The outcome of one artifact's publishes, given the replies.
-    fn settle(&self, put: &Put<'_>, publishes: Vec<Publish>, replies: &[Value]) -> StoreOutcome {
+    fn settle(
+        &self,
+        put: &Outgoing<'_>,
+        publishes: Vec<Publish>,
+        replies: &[Value],
+    ) -> StoreOutcome {
         let payload_digest = *blake3::hash(put.bytes).as_bytes();
         let mut kept_another = false;
         for publish in publishes {

@@ -149,7 +149,7 @@ impl TieredStore {
         work: Duration,
         claim: Option<ClaimGuard>,
     ) {
-        self.inner.local.found_elsewhere(key);
+        self.inner.local.parts().found_elsewhere(key);
         let write = ArtifactWrite {
             key: key.clone(),
             source_key: None,
@@ -236,7 +236,7 @@ impl TieredStore {
     /// claim (or `None` inside when the local store does not coordinate)
     /// when this process fetches it, `None` when another holds it.
     pub(super) fn claim_to_fetch(&self, key: &StoreKey) -> Option<Option<ClaimGuard>> {
-        match self.inner.local.claim(key, ClaimWait::Once) {
+        match self.inner.local.parts().claim(key, ClaimWait::Once) {
             Claim::Held(claim) => {
                 let held = HeldHere::new(&self.inner.held_here, key);
                 Some(Some(ClaimGuard::new((claim, held))))

@@ -1,5 +1,5 @@
-//! What a store says about itself: its generation (L10), its counts (S4)
-//! and why a key missed (P9).
+//! What a store says about itself: its generation (L10) and its counts
+//! (S4).
 
 use std::time::Duration;
 
@@ -89,60 +89,5 @@ pub fn s4_statistics_count_hits_misses_and_puts<S: StoreSubject>(subject: &S) {
             before.put_failures
         ),
         "nothing went wrong"
-    );
-}
-
-/// P9: the store says it never saw a kernel, that it holds it, which
-/// component of the key changed since it held it, or that the entry is
-/// gone.
-pub fn p9_explain_names_the_changed_component_or_says_never_seen<S: StoreSubject>(subject: &S) {
-    let store = subject.store();
-    let key = kernel_key(0);
-    assert_eq!(
-        store.explain(&key),
-        Explanation::NeverSeen,
-        "an empty store"
-    );
-    store.lookup(&key);
-    assert_eq!(
-        store.explain(&key),
-        Explanation::NeverSeen,
-        "a miss is no entry"
-    );
-    expect_stored(
-        store.put(&key, None, &artifact(0, 64), Duration::ZERO),
-        "a put",
-    );
-    assert!(
-        matches!(store.explain(&key), Explanation::Held { .. }),
-        "a key put is held"
-    );
-    let other_variant = StoreKey::for_artifact(&components(), &id(0, 1), None);
-    store.lookup(&other_variant);
-    match store.explain(&other_variant) {
-        Explanation::Changed { difference, .. } => {
-            assert_eq!(difference.component, KeyComponent::Variant);
-            assert_eq!(difference.stored, "0");
-            assert_eq!(difference.asked, "1");
-        }
-        other => panic!("another variant of a stored kernel is a change, not {other:?}"),
-    }
-    let mut other_options = components();
-    other_options.options = "-O0".into();
-    match store.explain(&StoreKey::for_artifact(&other_options, &id(0, 0), None)) {
-        Explanation::Changed { difference, .. } => {
-            assert_eq!(difference.component, KeyComponent::Options);
-        }
-        other => panic!("other options for a stored kernel are a change, not {other:?}"),
-    }
-    assert_eq!(
-        store.explain(&kernel_key(1)),
-        Explanation::NeverSeen,
-        "another kernel was never seen"
-    );
-    store.remove(&key);
-    assert!(
-        matches!(store.explain(&key), Explanation::Gone { .. }),
-        "a removed key is gone"
     );
 }

@@ -15,8 +15,11 @@ pub fn p4_a_held_claim_is_busy_for_a_second_once_claimant_and_free_after_its_gua
     subject: &S,
 ) {
     let store = subject.store();
+    if !has_part("P4", "claims", store.parts().claims.is_some()) {
+        return;
+    }
     let key = kernel_key(0);
-    let guard = match store.claim(&key, ClaimWait::Once) {
+    let guard = match store.parts().claim(&key, ClaimWait::Once) {
         Claim::Held(guard) => guard,
         Claim::Uncoordinated => {
             not_applicable("P4", "this store does not coordinate compiles");
@@ -25,16 +28,22 @@ pub fn p4_a_held_claim_is_busy_for_a_second_once_claimant_and_free_after_its_gua
         Claim::Busy => panic!("nobody holds a key of a fresh store"),
     };
     assert!(
-        matches!(store.clone().claim(&key, ClaimWait::Once), Claim::Busy),
+        matches!(
+            store.clone().parts().claim(&key, ClaimWait::Once),
+            Claim::Busy
+        ),
         "a second claimant is busy"
     );
     assert!(
-        matches!(store.claim(&kernel_key(1), ClaimWait::Once), Claim::Held(_)),
+        matches!(
+            store.parts().claim(&kernel_key(1), ClaimWait::Once),
+            Claim::Held(_)
+        ),
         "another key is free"
     );
     drop(guard);
     assert!(
-        matches!(store.claim(&key, ClaimWait::Once), Claim::Held(_)),
+        matches!(store.parts().claim(&key, ClaimWait::Once), Claim::Held(_)),
         "the key is free once the guard drops"
     );
 }
@@ -43,8 +52,11 @@ pub fn p4_a_held_claim_is_busy_for_a_second_once_claimant_and_free_after_its_gua
 /// holder's guard drops, and is counted as having waited.
 pub fn p4_a_patient_claimant_holds_the_key_once_the_guard_drops<S: StoreSubject>(subject: &S) {
     let store = subject.store();
+    if !has_part("P4", "claims", store.parts().claims.is_some()) {
+        return;
+    }
     let key = kernel_key(0);
-    let Claim::Held(guard) = store.claim(&key, ClaimWait::Once) else {
+    let Claim::Held(guard) = store.parts().claim(&key, ClaimWait::Once) else {
         not_applicable("P4", "this store does not coordinate compiles");
         return;
     };
@@ -53,7 +65,10 @@ pub fn p4_a_patient_claimant_holds_the_key_once_the_guard_drops<S: StoreSubject>
     thread::scope(|scope| {
         let (waiting, key) = (store.clone(), key.clone());
         scope.spawn(move || {
-            let held = matches!(waiting.claim(&key, ClaimWait::Patiently), Claim::Held(_));
+            let held = matches!(
+                waiting.parts().claim(&key, ClaimWait::Patiently),
+                Claim::Held(_)
+            );
             answer.send(held).expect("the test listens");
         });
         // Counted before it waits: from then on it is waiting.
@@ -79,6 +94,9 @@ pub fn p4_a_patient_claimant_holds_the_key_once_the_guard_drops<S: StoreSubject>
 /// until its guard drops.
 pub fn p4_a_claim_held_in_one_process_is_busy_in_another<S: StoreSubject>(subject: &S) {
     let store = subject.store();
+    if !has_part("P4", "claims", store.parts().claims.is_some()) {
+        return;
+    }
     let Some(other) = subject.in_another_process(&store) else {
         not_applicable(
             "P4 across processes",
@@ -87,7 +105,7 @@ pub fn p4_a_claim_held_in_one_process_is_busy_in_another<S: StoreSubject>(subjec
         return;
     };
     let key = kernel_key(0);
-    let Claim::Held(guard) = store.claim(&key, ClaimWait::Once) else {
+    let Claim::Held(guard) = store.parts().claim(&key, ClaimWait::Once) else {
         not_applicable(
             "P4 across processes",
             "this store does not coordinate compiles",
@@ -95,12 +113,12 @@ pub fn p4_a_claim_held_in_one_process_is_busy_in_another<S: StoreSubject>(subjec
         return;
     };
     assert!(
-        matches!(other.claim(&key, ClaimWait::Once), Claim::Busy),
+        matches!(other.parts().claim(&key, ClaimWait::Once), Claim::Busy),
         "another process's claimant is busy"
     );
     drop(guard);
     assert!(
-        matches!(other.claim(&key, ClaimWait::Once), Claim::Held(_)),
+        matches!(other.parts().claim(&key, ClaimWait::Once), Claim::Held(_)),
         "and holds the key once the guard drops"
     );
 }
@@ -120,24 +138,27 @@ pub fn p12_a_released_unpublished_key_is_claimable_by_the_next_claimant<S: Store
     subject: &S,
 ) {
     let store = subject.store();
+    if !has_part("P12", "claims", store.parts().claims.is_some()) {
+        return;
+    }
     let other = other_claimant(subject, &store);
     let key = kernel_key(0);
-    let Claim::Held(guard) = store.claim(&key, ClaimWait::Once) else {
+    let Claim::Held(guard) = store.parts().claim(&key, ClaimWait::Once) else {
         not_applicable("P12", "this store does not coordinate compiles");
         return;
     };
     for _ in 0..3 {
         assert!(
-            matches!(other.claim(&key, ClaimWait::Once), Claim::Busy),
+            matches!(other.parts().claim(&key, ClaimWait::Once), Claim::Busy),
             "a second claimant is busy, however often it asks"
         );
     }
     drop(guard);
-    let Claim::Held(second) = other.claim(&key, ClaimWait::Once) else {
+    let Claim::Held(second) = other.parts().claim(&key, ClaimWait::Once) else {
         panic!("a key released unpublished is the next claimant's");
     };
     assert!(
-        matches!(store.claim(&key, ClaimWait::Once), Claim::Busy),
+        matches!(store.parts().claim(&key, ClaimWait::Once), Claim::Busy),
         "and the first is busy now"
     );
     expect_stored(store.put(&key, None, b"published", Duration::ZERO), "a put");
@@ -154,23 +175,26 @@ pub fn p12_an_expired_lease_is_claimable_by_one_other_claimant<S: StoreSubject>(
         not_applicable("P12 leases", "this store's claims take no lease");
         return;
     };
+    if !has_part("P12", "claims", store.parts().claims.is_some()) {
+        return;
+    }
     let other = other_claimant(subject, &store);
     let third = other_claimant(subject, &store);
     let key = kernel_key(0);
-    let Claim::Held(hung) = store.claim(&key, ClaimWait::Once) else {
+    let Claim::Held(hung) = store.parts().claim(&key, ClaimWait::Once) else {
         not_applicable("P12 leases", "this store does not coordinate compiles");
         return;
     };
     // A renewing holder keeps its key past the lease.
     thread::sleep(lease * 2);
     assert!(
-        matches!(other.claim(&key, ClaimWait::Once), Claim::Busy),
+        matches!(other.parts().claim(&key, ClaimWait::Once), Claim::Busy),
         "a renewed lease is still held"
     );
     hung.stop_renewing();
     let started = std::time::Instant::now();
     let taken_over = loop {
-        match other.claim(&key, ClaimWait::Once) {
+        match other.parts().claim(&key, ClaimWait::Once) {
             Claim::Held(guard) => break guard,
             Claim::Busy => {
                 assert!(
@@ -189,13 +213,13 @@ pub fn p12_an_expired_lease_is_claimable_by_one_other_claimant<S: StoreSubject>(
     );
     thread::sleep(lease * 2);
     assert!(
-        matches!(third.claim(&key, ClaimWait::Once), Claim::Busy),
+        matches!(third.parts().claim(&key, ClaimWait::Once), Claim::Busy),
         "the new holder renews its lease: a third claimant is busy"
     );
     drop(taken_over);
     drop(hung);
     assert!(
-        matches!(third.claim(&key, ClaimWait::Once), Claim::Held(_)),
+        matches!(third.parts().claim(&key, ClaimWait::Once), Claim::Held(_)),
         "released by both, the key is free"
     );
 }

@@ -1,6 +1,14 @@
 //! The store's rules (P), each proved against an [`ArtifactStore`] made by a
 //! [`StoreSubject`], through the trait alone: what its `# Contract` promises
-//! every store, whatever holds the bytes.
+//! every store, whatever holds the bytes, and what each of its parts
+//! ([`Claims`](crate::store::Claims), [`Blobs`](crate::store::Blobs),
+//! [`Records`](crate::store::Records), [`Groups`](crate::store::Groups))
+//! promises every store that has it, reached through
+//! [`ArtifactStore::parts`] as a loader reaches it. The contract's rules
+//! (`puts`, `bookkeeping`) run for every store; a part's rules (`claims`,
+//! `blobs`, `records`, `groups`) for every store that has the part, and say
+//! they do not apply to one that has not. A composition (a tier in front of
+//! another) runs them all, each part as it composes it.
 //!
 //! A store instantiates the suite with
 //! [`store_conformance_suite!`](crate::store_conformance_suite):
@@ -34,19 +42,23 @@ use std::time::Duration;
 use super::not_applicable;
 use crate::id::{ArtifactId, KernelId};
 use crate::store::{
-    ArtifactCopy, ArtifactStore, BlobKey, Claim, ClaimWait, Explanation, KeyComponent,
-    KeyComponents, Lookup, Miss, RekeyedPut, StoreKey, StoreOutcome,
+    ArtifactStore, ArtifactStoreExt, BlobKey, Claim, ClaimWait, Explanation, KeyComponent,
+    KeyComponents, Lookup, Miss, Origin, Put, StoreKey, StoreOutcome,
 };
 
 mod blobs;
 mod bookkeeping;
 mod claims;
+mod groups;
 mod puts;
+mod records;
 
 pub use blobs::*;
 pub use bookkeeping::*;
 pub use claims::*;
+pub use groups::*;
 pub use puts::*;
+pub use records::*;
 
 /// How the suite makes stores of one kind.
 pub trait StoreSubject {
@@ -124,6 +136,15 @@ pub(super) fn is_absent(lookup: &Lookup<Vec<u8>>) -> bool {
     matches!(lookup, Lookup::Miss(Miss::Absent))
 }
 
+/// Whether the store has `part`, which `rule` is of; says why the rule does
+/// not apply when it has not.
+pub(super) fn has_part(rule: &str, part: &str, present: bool) -> bool {
+    if !present {
+        not_applicable(rule, &format!("this store has no {part}"));
+    }
+    present
+}
+
 pub(super) fn expect_stored(outcome: StoreOutcome, what: &str) {
     assert!(
         matches!(outcome, StoreOutcome::Stored { .. }),
@@ -137,6 +158,7 @@ pub(super) fn expect_stored(outcome: StoreOutcome, what: &str) {
 #[macro_export]
 macro_rules! store_conformance_suite {
     ($subject:expr) => {
+        // The contract, for every store.
         $crate::store_conformance_suite!(@tests $subject;
             p1_keys_differing_in_one_component_do_not_see_each_other,
             p2_a_put_then_a_lookup_hits_with_the_same_bytes_and_work,
@@ -146,20 +168,27 @@ macro_rules! store_conformance_suite {
             p3_threads_putting_under_one_key_are_read_whole,
             p3_another_process_reads_what_one_put,
             p3_copies_put_together_are_each_found_whole,
+            p3_puts_of_every_origin_together_are_each_answered_in_order,
+            p5_an_empty_artifact_round_trips_or_is_refused_and_counted,
+            p7_a_source_key_finds_what_was_put_with_it,
+            p7_kernels_put_rekeyed_together_are_each_found_by_their_key,
+            p10_a_lookup_of_many_keys_answers_each_in_order,
+            l10_the_generation_is_shared_by_clones_and_moves_only_when_content_is_replaced,
+            s4_statistics_count_hits_misses_and_puts,
+        );
+        // Claims, for a store that has them.
+        $crate::store_conformance_suite!(@tests $subject;
             p4_a_held_claim_is_busy_for_a_second_once_claimant_and_free_after_its_guard_drops,
             p4_a_patient_claimant_holds_the_key_once_the_guard_drops,
             p4_a_claim_held_in_one_process_is_busy_in_another,
             p12_a_released_unpublished_key_is_claimable_by_the_next_claimant,
             p12_an_expired_lease_is_claimable_by_one_other_claimant,
-            p5_an_empty_artifact_round_trips_or_is_refused_and_counted,
-            p6_a_batch_end_within_the_limits_keeps_every_entry,
-            p7_a_source_key_finds_what_was_put_with_it,
-            p7_kernels_put_rekeyed_together_are_each_found_by_their_key,
+        );
+        // Blobs, records and groups, for a store that has each.
+        $crate::store_conformance_suite!(@tests $subject;
             p2_a_named_blob_is_found_by_its_own_key_only,
-            p10_a_lookup_of_many_keys_answers_each_in_order,
             p9_explain_names_the_changed_component_or_says_never_seen,
-            l10_the_generation_is_shared_by_clones_and_moves_only_when_content_is_replaced,
-            s4_statistics_count_hits_misses_and_puts,
+            p6_a_batch_end_within_the_limits_keeps_every_entry,
         );
     };
     (@tests $subject:expr; $($rule:ident),* $(,)?) => {

@@ -290,28 +290,8 @@ pub fn p3_another_process_reads_what_one_put<S: StoreSubject>(subject: &S) {
     }
 }
 
-/// P6: the end of a batch that left the store within its limits keeps
-/// every entry.
-pub fn p6_a_batch_end_within_the_limits_keeps_every_entry<S: StoreSubject>(subject: &S) {
-    let store = subject.store();
-    for number in 0..4 {
-        store.put(
-            &kernel_key(number),
-            None,
-            &artifact(number as u8, 256),
-            Duration::ZERO,
-        );
-    }
-    store.batch_finished();
-    for number in 0..4 {
-        let (found, _, _) = expect_hit(store.lookup(&kernel_key(number)), "an entry kept");
-        assert!(found == artifact(number as u8, 256));
-    }
-    assert_eq!(store.statistics().evicted, 0, "nothing was evicted");
-}
-
 /// P3, P10: copies put together are each stored and found whole, with
-/// their work, as one `put_copy` each would be: small and large alike,
+/// their work, as one copy each would be: small and large alike,
 /// two keys of the same bytes, one key replacing what it held, and another
 /// process reads them; each is counted as a put.
 pub fn p3_copies_put_together_are_each_found_whole<S: StoreSubject>(subject: &S) {
@@ -339,12 +319,13 @@ pub fn p3_copies_put_together_are_each_found_whole<S: StoreSubject>(subject: &S)
         )
     })
     .collect();
-    let copies: Vec<ArtifactCopy<'_>> = entries
+    let copies: Vec<Put<'_>> = entries
         .iter()
-        .map(|(key, bytes, work)| ArtifactCopy {
+        .map(|(key, bytes, work)| Put {
             key,
             bytes,
             work: *work,
+            origin: Origin::Copied,
         })
         .collect();
     let outcomes = store.put_many(&copies);
@@ -372,10 +353,6 @@ pub fn p3_copies_put_together_are_each_found_whole<S: StoreSubject>(subject: &S)
 /// another process too; the text's entry is left as its compile put it.
 pub fn p7_kernels_put_rekeyed_together_are_each_found_by_their_key<S: StoreSubject>(subject: &S) {
     let store = subject.store();
-    assert!(
-        store.put_rekeyed_many(&[]).is_empty(),
-        "no puts, no answers"
-    );
     let text = source_key("rekeyed together");
     let compiled = artifact(60, 900);
     expect_stored(
@@ -388,16 +365,16 @@ pub fn p7_kernels_put_rekeyed_together_are_each_found_by_their_key<S: StoreSubje
         "the compile of the text",
     );
     let keys: Vec<StoreKey> = (61..66).map(kernel_key).collect();
-    let puts: Vec<RekeyedPut<'_>> = keys
+    let puts: Vec<Put<'_>> = keys
         .iter()
-        .map(|key| RekeyedPut {
+        .map(|key| Put {
             key,
-            source_key: &text,
             bytes: &compiled,
             work: Duration::from_millis(7),
+            origin: Origin::Rekeyed { source_key: &text },
         })
         .collect();
-    let outcomes = store.put_rekeyed_many(&puts);
+    let outcomes = store.put_many(&puts);
     assert_eq!(outcomes.len(), puts.len(), "one answer per put");
     for outcome in outcomes {
         expect_stored(outcome, "a rekeyed put with others");
@@ -408,6 +385,58 @@ pub fn p7_kernels_put_rekeyed_together_are_each_found_by_their_key<S: StoreSubje
             let (found, _, work) = expect_hit(reader.lookup(key), "a key put with its text");
             assert!(found == compiled, "the text's artifact comes back");
             assert_eq!(work, Duration::from_millis(7));
+        }
+    }
+}
+
+/// P3, P7: one put of every origin together (a compile with its text, a
+/// kernel rekeyed to that text, a copy) answers each in its order, and
+/// each is found as its origin says: the compile by its key and its
+/// text's, the rekeyed kernel and the copy by their own keys.
+pub fn p3_puts_of_every_origin_together_are_each_answered_in_order<S: StoreSubject>(subject: &S) {
+    let store = subject.store();
+    let text = source_key("every origin");
+    let (compiled, copied) = (artifact(70, 700), artifact(71, 300));
+    let (first, rekeyed, copy) = (kernel_key(70), kernel_key(71), kernel_key(72));
+    let work = Duration::from_millis(11);
+    let puts = [
+        Put {
+            key: &first,
+            bytes: &compiled,
+            work,
+            origin: Origin::Compiled {
+                source_key: Some(&text),
+            },
+        },
+        Put {
+            key: &rekeyed,
+            bytes: &compiled,
+            work,
+            origin: Origin::Rekeyed { source_key: &text },
+        },
+        Put {
+            key: &copy,
+            bytes: &copied,
+            work,
+            origin: Origin::Copied,
+        },
+    ];
+    let outcomes = store.put_many(&puts);
+    assert_eq!(outcomes.len(), puts.len(), "one answer per put");
+    for outcome in outcomes {
+        expect_stored(outcome, "a put among puts of every origin");
+    }
+    let readers = std::iter::once(store.clone()).chain(subject.in_another_process(&store));
+    for reader in readers {
+        for (key, bytes) in [
+            (&first, &compiled),
+            (&text, &compiled),
+            (&rekeyed, &compiled),
+            (&copy, &copied),
+        ] {
+            let (found, _, found_work) = expect_hit(reader.lookup(key), "a put of its origin");
+            assert!(found == *bytes, "its bytes come back");
+            assert_eq!(found_work, work, "with its work");
         }
     }
 }
