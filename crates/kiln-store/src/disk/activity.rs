@@ -24,9 +24,9 @@ use std::time::Duration;
 use kiln_engine::store::{BlobKey, FAILURE_BLOB_KIND, RememberedFailure};
 use kiln_engine::{KeySubject, Lookup, StoreKey};
 
-use super::{DiskStore, Inner};
 use crate::activity::{Activity, ActivityFile, BackendActivity};
 use crate::error::{Error, Result};
+use crate::files::Files;
 use crate::layout::digest_from_name;
 use crate::record::now_seconds;
 
@@ -34,7 +34,11 @@ use crate::record::now_seconds;
 /// (a program that uses the store without batches never ends one).
 const PENDING_LIMIT: usize = 1 << 16;
 
-/// What this process counted and has not merged yet.
+/// The activity room: what this process counted and has not merged yet.
+///
+/// **Invariant:** every count reaches the `activity` file once: merged at
+/// a batch's end or when the store is dropped, kept in memory while the
+/// file cannot be written.
 #[derive(Debug, Default)]
 pub(crate) struct Tally {
     state: Mutex<State>,
@@ -85,12 +89,12 @@ impl Tally {
     }
 }
 
-impl DiskStore {
+impl Tally {
     /// Counts a lookup of `key` that found `found`.
-    pub(super) fn count_lookup(&self, key: &StoreKey, found: &Lookup<Vec<u8>>) {
+    pub(crate) fn count_lookup(&self, key: &StoreKey, found: &Lookup<Vec<u8>>) {
         let digest = key.digest();
         let backend = &key.components.backend;
-        let mut state = self.inner.tally.state();
+        let mut state = self.state();
         match (&key.subject, found) {
             (KeySubject::Kernel { .. }, Lookup::Hit { work, .. }) => {
                 state.missed.remove(&digest);
@@ -122,7 +126,7 @@ impl DiskStore {
 
     /// Counts a put of `key` (and `source_key`) after `work` of compiling:
     /// a compile, or a kernel rekeyed.
-    pub(super) fn count_compile(
+    pub(crate) fn count_compile(
         &self,
         key: &StoreKey,
         source_key: Option<&StoreKey>,
@@ -130,7 +134,7 @@ impl DiskStore {
     ) {
         let digest = key.digest();
         let backend = &key.components.backend;
-        let mut state = self.inner.tally.state();
+        let mut state = self.state();
         state.remembered.remove(&digest);
         let source = source_key.map(StoreKey::digest);
         match source {
@@ -158,12 +162,12 @@ impl DiskStore {
 
     /// Counts a lookup of the blob `key` that found `found`: a failure
     /// memory read.
-    pub(super) fn count_blob_lookup(&self, key: &BlobKey, found: &Lookup<Vec<u8>>) {
+    pub(crate) fn count_blob_lookup(&self, key: &BlobKey, found: &Lookup<Vec<u8>>) {
         let (Some(digest), Lookup::Hit { artifact, .. }) = (failure_key(key), found) else {
             return;
         };
         if decode_memory(artifact).is_some_and(|memory| memory.failure.is_some()) {
-            let mut state = self.inner.tally.state();
+            let mut state = self.state();
             if state.remembered.len() < PENDING_LIMIT {
                 state.remembered.insert(digest);
             }
@@ -172,11 +176,11 @@ impl DiskStore {
 
     /// Counts a put of the blob `key` holding `bytes`: a failure memory
     /// written.
-    pub(super) fn count_blob_put(&self, key: &BlobKey, bytes: &[u8]) {
+    pub(crate) fn count_blob_put(&self, key: &BlobKey, bytes: &[u8]) {
         let Some(digest) = failure_key(key) else {
             return;
         };
-        let mut state = self.inner.tally.state();
+        let mut state = self.state();
         // Compiled again, failed or forgotten: not reported from memory.
         state.remembered.remove(&digest);
         if decode_memory(bytes).is_some_and(|memory| !memory.is_empty()) {
@@ -192,15 +196,48 @@ impl DiskStore {
     /// Ends a batch: counts what it left pending and merges this
     /// process's counts into the store's `activity` file. A merge that
     /// cannot be written keeps the counts for the next (P5).
-    pub(super) fn merge_activity(&self) {
-        merge(&self.inner);
+    pub(crate) fn merge(&self, files: &Files) {
+        let mut state = self.state();
+        state.settle();
+        if files.read_only || state.counts.is_zero() {
+            return;
+        }
+        if state.file.is_none() {
+            match ActivityFile::open(&files.layout.activity_file()) {
+                Ok(file) => state.file = Some(file),
+                Err(error) => {
+                    // Counts stay in memory; what keeps them out is said once.
+                    crate::sealed::report_once(
+                        &files.layout.activity_file(),
+                        "add to the activity totals in",
+                        &error,
+                    );
+                    return;
+                }
+            }
+        }
+        let Some(file) = state.file.as_ref() else {
+            return;
+        };
+        match file.merge(&state.counts, now_seconds()) {
+            Ok(()) => state.counts = Activity::default(),
+            // A full disk or a limit is said with the other writes it fails.
+            Err(error) if error.kind() != std::io::ErrorKind::PermissionDenied => log::debug!(
+                "kiln store: cannot add to the activity totals ({error}); kept for the next batch"
+            ),
+            Err(error) => crate::sealed::report_once(
+                &files.layout.activity_file(),
+                "add to the activity totals in",
+                &error,
+            ),
+        }
     }
 
     /// What every process that used the store did with it (`kiln stats`),
     /// this one's counts merged first.
-    pub fn activity(&self) -> Activity {
-        self.merge_activity();
-        ActivityFile::read_at(&self.inner.files.layout.activity_file())
+    pub(crate) fn totals(&self, files: &Files) -> Activity {
+        self.merge(files);
+        ActivityFile::read_at(&files.layout.activity_file())
     }
 
     /// Sets the store's activity totals to zero (`kiln stats --zero`),
@@ -210,9 +247,9 @@ impl DiskStore {
     /// # Errors
     ///
     /// The store is read-only, or its `activity` file cannot be written.
-    pub fn zero_activity(&self) -> Result<()> {
-        let path = self.inner.files.layout.activity_file();
-        if self.inner.files.read_only {
+    pub(crate) fn zero(&self, files: &Files) -> Result<()> {
+        let path = files.layout.activity_file();
+        if files.read_only {
             return Err(Error::io("zero the activity totals of", &path)(
                 std::io::Error::new(
                     std::io::ErrorKind::ReadOnlyFilesystem,
@@ -220,50 +257,11 @@ impl DiskStore {
                 ),
             ));
         }
-        let mut state = self.inner.tally.state();
+        let mut state = self.state();
         state.counts = Activity::default();
         let file = ActivityFile::open(&path).map_err(Error::io("open", &path))?;
         file.zero(now_seconds())
             .map_err(Error::io("zero the activity totals of", &path))
-    }
-}
-
-/// Counts what `inner`'s batch left pending and merges the counts into the
-/// `activity` file, keeping them when that cannot be written.
-pub(super) fn merge(inner: &Inner) {
-    let mut state = inner.tally.state();
-    state.settle();
-    if inner.files.read_only || state.counts.is_zero() {
-        return;
-    }
-    if state.file.is_none() {
-        match ActivityFile::open(&inner.files.layout.activity_file()) {
-            Ok(file) => state.file = Some(file),
-            Err(error) => {
-                // Counts stay in memory; what keeps them out is said once.
-                crate::sealed::report_once(
-                    &inner.files.layout.activity_file(),
-                    "add to the activity totals in",
-                    &error,
-                );
-                return;
-            }
-        }
-    }
-    let Some(file) = state.file.as_ref() else {
-        return;
-    };
-    match file.merge(&state.counts, now_seconds()) {
-        Ok(()) => state.counts = Activity::default(),
-        // A full disk or a limit is said with the other writes it fails.
-        Err(error) if error.kind() != std::io::ErrorKind::PermissionDenied => log::debug!(
-            "kiln store: cannot add to the activity totals ({error}); kept for the next batch"
-        ),
-        Err(error) => crate::sealed::report_once(
-            &inner.files.layout.activity_file(),
-            "add to the activity totals in",
-            &error,
-        ),
     }
 }
 

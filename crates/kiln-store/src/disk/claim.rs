@@ -12,15 +12,14 @@
 //! key over, and a fresh holder's lease is always written before anyone
 //! reads it.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_engine::store::Renewal;
 use kiln_engine::{Claim, ClaimGuard, ClaimWait, StoreKey};
 
-use super::DiskStore;
-use crate::files::bump;
+use crate::files::{Files, bump};
 use crate::lock::{
     LeaseRecord, LockFile, Mode, SlotGuard, deadline_after, key_slot, lease_slot, lease_tag,
 };
@@ -29,20 +28,31 @@ use crate::lock::{
 /// and a write; past it the key counts as busy.
 const LEASE_SLOT_WAIT: Duration = Duration::from_millis(500);
 
-impl DiskStore {
+/// The claims room: single flight across processes over the `locks` file
+/// of the files it is handed. Its own state is what it said of failed
+/// claims.
+///
+/// **Invariant:** a key is held by one live claimant at a time, and a
+/// holder that stops renewing loses it once its lease runs out (P4, P12).
+#[derive(Debug, Default)]
+pub(crate) struct KeyClaims {
+    /// The causes of failed claims said so far, each said once.
+    lock_failures_said: Mutex<Vec<crate::WriteCause>>,
+}
+
+impl KeyClaims {
     /// Asks for the right to compile `key`:
     /// [`Claims::claim`](kiln_engine::Claims::claim).
-    pub(super) fn claim_key(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
-        let inner = &self.inner;
-        if inner.files.read_only {
+    pub(crate) fn claim(&self, files: &Files, key: &StoreKey, wait: ClaimWait) -> Claim {
+        if files.read_only {
             // Nothing it compiles is stored, so nobody could wait for it,
             // and it waits for nobody: what others store is read as it
             // lands.
             return Claim::Uncoordinated;
         }
         let digest = key.digest();
-        let lease = inner.files.config.lease;
-        let try_claim = || match try_claim(&inner.files.locks, &digest, lease) {
+        let lease = files.config.lease;
+        let try_claim = || match try_claim(&files.locks, &digest, lease) {
             Ok(claim) => claim,
             Err(error) => {
                 self.say_lock_failure(key, &error);
@@ -54,17 +64,17 @@ impl DiskStore {
             None if wait == ClaimWait::Once => return Claim::Busy,
             None => {}
         }
-        bump(&inner.files.counters.claims_waited, 1);
-        let deadline = deadline_after(inner.files.config.lock_timeout);
+        bump(&files.counters.claims_waited, 1);
+        let deadline = deadline_after(files.config.lock_timeout);
         let mut pause = Duration::from_millis(5);
         loop {
             let now = Instant::now();
             if now >= deadline {
-                bump(&inner.files.counters.claims_timed_out, 1);
+                bump(&files.counters.claims_timed_out, 1);
                 log::warn!(
                     "kiln store: another process held {} for over {:?}; compiling it here too",
                     key.subject_text(),
-                    inner.files.config.lock_timeout
+                    files.config.lock_timeout
                 );
                 return Claim::Busy;
             }
@@ -76,8 +86,9 @@ impl DiskStore {
         }
     }
 
-    pub(super) fn claim_timeout(&self) -> Duration {
-        self.inner.files.config.lock_timeout
+    /// How long a caller may wait for another holder of a claim.
+    pub(crate) fn timeout(files: &Files) -> Duration {
+        files.config.lock_timeout
     }
 }
 
@@ -219,15 +230,15 @@ fn next_holder() -> u64 {
     (u64::from(std::process::id()) << 32) | (NEXT.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff)
 }
 
-impl DiskStore {
+impl KeyClaims {
     /// Who holds the claim of `key` under a live lease: the process its
     /// lease names, on this host ([`Claims::holder`]); `None` when
     /// nobody does or the lease cannot be read.
     ///
     /// [`Claims::holder`]: kiln_engine::Claims::holder
-    pub(super) fn claim_holder(&self, key: &StoreKey) -> Option<String> {
+    pub(crate) fn holder(files: &Files, key: &StoreKey) -> Option<String> {
         let digest = key.digest();
-        let record = self.inner.files.locks.read_lease(&digest).ok()?;
+        let record = files.locks.read_lease(&digest).ok()?;
         if record.tag != lease_tag(&digest) || record.expires_ms <= now_ms() {
             return None;
         }
@@ -246,7 +257,6 @@ impl DiskStore {
         let cause = crate::WriteCause::of(error);
         let first = {
             let mut said = self
-                .inner
                 .lock_failures_said
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());

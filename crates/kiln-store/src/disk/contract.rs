@@ -79,11 +79,11 @@ impl ArtifactStore for DiskStore {
     }
 
     fn generation(&self) -> Generation {
-        self.inner.generation.clone()
+        self.inner.generation.handle()
     }
 
     fn statistics(&self) -> StoreStatistics {
-        self.inner.counters.snapshot()
+        self.inner.files.counters.snapshot()
     }
 
     fn parts(&self) -> StoreParts<'_> {
@@ -124,7 +124,7 @@ impl Records for DiskStore {
     }
 
     fn kept_batches(&self) -> Vec<Vec<u8>> {
-        crate::batches::BatchesFile::read_at(&self.inner.layout.batches_file())
+        crate::batches::BatchesFile::read_at(&self.inner.files.layout.batches_file())
     }
 
     fn explain(&self, key: &StoreKey) -> Explanation {
@@ -138,7 +138,7 @@ impl Records for DiskStore {
 
 impl Groups for DiskStore {
     fn begin_group(&self) {
-        if !self.inner.read_only {
+        if !self.inner.files.read_only {
             crate::durable::begin_group();
         }
     }

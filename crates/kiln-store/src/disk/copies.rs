@@ -9,7 +9,6 @@
 
 use std::collections::HashSet;
 use std::io;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use kiln_engine::{KeyComponents, Put, StoreOutcome};
@@ -166,7 +165,7 @@ impl DiskStore {
         for components in components {
             self.register_target(components);
         }
-        inner.wrote_since_batch.store(true, Ordering::Release);
+        inner.eviction.wrote();
         let total = written.iter().sum();
         // A pack grows by its frames and slots: allocated as written.
         self.count_usage(total, total, new_objects.len() as i64);

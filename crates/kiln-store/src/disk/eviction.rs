@@ -2,14 +2,17 @@
 //! store over a limit, and within the limits before a batch returns (P6).
 //! The walk that evicts is `maintenance.rs`'s `collect`.
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::DiskStore;
 use crate::config::StoreConfig;
+use crate::error::Result;
+use crate::files::Files;
 use crate::lock::{COLLECT_SLOT, Mode, deadline_after};
+use crate::maintenance::CollectReport;
 use crate::usage::Usage;
 
 /// The limits a collection brings the store under.
@@ -54,66 +57,91 @@ pub(crate) fn age_bucket(accessed: SystemTime, now: SystemTime) -> usize {
         .min((AGE_BUCKETS - 1) as f64) as usize
 }
 
-impl DiskStore {
-    /// Starts evicting on a thread of its own when `usage` is over a limit,
-    /// unless this process already is.
-    pub(super) fn collect_if_over(&self, usage: Usage) {
-        let config = &self.inner.files.config;
+/// The eviction room: whether this process is evicting, and what its
+/// batch wrote and collected since it last ended.
+///
+/// **Invariant:** one collection at a time per process, and a batch that
+/// stored something ends within the limits (P6).
+#[derive(Debug, Default)]
+pub(crate) struct Eviction {
+    /// Whether a collection runs on this process's own thread.
+    collecting: Arc<AtomicBool>,
+    /// Whether a collection started on this process's own thread since the
+    /// end of the last batch: its recount may have missed the puts made
+    /// while it walked.
+    collected_since_batch: AtomicBool,
+    /// Whether a put stored something since the end of the last batch.
+    wrote_since_batch: AtomicBool,
+}
+
+impl Eviction {
+    /// Notes that a put stored something in this batch.
+    pub(crate) fn wrote(&self) {
+        self.wrote_since_batch.store(true, Ordering::Release);
+    }
+
+    /// Starts `collect` (evicting down to [`Limits::low_water`]) on a
+    /// thread of its own when `usage` is over a limit of `config`, unless
+    /// this process already is evicting.
+    pub(crate) fn collect_if_over(
+        &self,
+        config: &StoreConfig,
+        usage: Usage,
+        collect: impl FnOnce() + Send + 'static,
+    ) {
         if !config.collects_automatically
             || (usage.allocated_bytes <= config.max_bytes && usage.entries <= config.max_entries)
-            || self.inner.collecting.swap(true, Ordering::AcqRel)
+            || self.collecting.swap(true, Ordering::AcqRel)
         {
             return;
         }
-        self.inner
-            .collected_since_batch
-            .store(true, Ordering::Release);
-        let store = self.clone();
+        self.collected_since_batch.store(true, Ordering::Release);
+        let collecting = Arc::clone(&self.collecting);
         let spawned = std::thread::Builder::new()
             .name("kiln-store-collect".into())
             .spawn(move || {
-                let limits = Limits::low_water(store.config());
-                if let Err(error) = store.collect(limits, &mut |_| {}) {
-                    log::warn!("evicting from {}: {error}", store.root().display());
-                }
-                store.inner.collecting.store(false, Ordering::Release);
+                collect();
+                collecting.store(false, Ordering::Release);
             });
         if let Err(error) = spawned {
             log::warn!("cannot start evicting: {error}");
-            self.inner.collecting.store(false, Ordering::Release);
+            self.collecting.store(false, Ordering::Release);
         }
     }
 
-    /// Brings the store within its limits before a batch returns, when
-    /// this process's puts took it over (P6): a run that fills the store
-    /// ends within its limits, where eviction on its own thread alone
-    /// could end the process long before it caught up. Waits for a
-    /// collection that is running, then evicts down to 90 % of the limits
-    /// when still over. A collection that ran on this process's thread
-    /// during the batch may have counted before the batch's last puts, so
-    /// the store is then recounted (evicting down to the limits only).
-    pub(super) fn hold_limits(&self) {
-        let inner = &self.inner;
-        let config = &inner.files.config;
-        if inner.files.read_only
+    /// Brings the store of `files` within its limits before a batch
+    /// returns, when this process's puts took it over (P6): a run that
+    /// fills the store ends within its limits, where eviction on its own
+    /// thread alone could end the process long before it caught up. Waits
+    /// for a collection that is running, then evicts (`collect`) down to
+    /// 90 % of the limits when still over. A collection that ran on this
+    /// process's thread during the batch may have counted before the
+    /// batch's last puts, so the store is then recounted (evicting down to
+    /// the limits only).
+    pub(crate) fn hold_limits(
+        &self,
+        files: &Files,
+        collect: impl FnOnce(Limits) -> Result<CollectReport>,
+    ) {
+        let config = &files.config;
+        if files.read_only
             || !config.collects_automatically
-            || !inner.wrote_since_batch.swap(false, Ordering::AcqRel)
+            || !self.wrote_since_batch.swap(false, Ordering::AcqRel)
         {
             return;
         }
         let deadline = deadline_after(config.lock_timeout);
-        while inner.collecting.load(Ordering::Acquire) && Instant::now() < deadline {
+        while self.collecting.load(Ordering::Acquire) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(2));
         }
         // Another process collecting holds the slot until it is done.
         drop(
-            inner
-                .files
+            files
                 .locks
                 .acquire(COLLECT_SLOT, Mode::Exclusive, Some(deadline)),
         );
-        let recount = inner.collected_since_batch.swap(false, Ordering::AcqRel);
-        let usage = self.usage();
+        let recount = self.collected_since_batch.swap(false, Ordering::AcqRel);
+        let usage = files.usage.read();
         let limits =
             if usage.allocated_bytes > config.max_bytes || usage.entries > config.max_entries {
                 Limits::low_water(config)
@@ -122,12 +150,15 @@ impl DiskStore {
             } else {
                 return;
             };
-        match self.collect(limits, &mut |_| {}) {
+        match collect(limits) {
             Ok(report) if report.skipped => {
-                log::debug!("another process is evicting from {}", self.root().display());
+                log::debug!(
+                    "another process is evicting from {}",
+                    files.root().display()
+                );
             }
             Ok(_) => {}
-            Err(error) => log::warn!("evicting from {}: {error}", self.root().display()),
+            Err(error) => log::warn!("evicting from {}: {error}", files.root().display()),
         }
     }
 }

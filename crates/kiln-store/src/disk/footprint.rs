@@ -4,9 +4,9 @@
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 
-use serde::{Deserialize, Serialize};
+use std::path::Path;
 
-use super::DiskStore;
+use serde::{Deserialize, Serialize};
 
 /// What a store's folder takes on disk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,13 +17,13 @@ pub struct Footprint {
     pub allocated_bytes: u64,
 }
 
-impl DiskStore {
-    /// Walks the store's folder, following no link, and says how many
+impl Footprint {
+    /// Walks the folder `root`, following no link, and says how many
     /// files and folders it holds and what they take on disk. A file or
     /// folder that cannot be looked at is left out.
-    pub fn footprint(&self) -> Footprint {
+    pub(crate) fn of(root: &Path) -> Footprint {
         let mut footprint = Footprint::default();
-        let mut folders = vec![self.root().to_path_buf()];
+        let mut folders = vec![root.to_path_buf()];
         while let Some(folder) = folders.pop() {
             let Ok(listing) = fs::read_dir(&folder) else {
                 continue;

@@ -1,15 +1,21 @@
 //! What the store remembers of each kernel id: the key it was last stored
 //! under and the key it last missed under, so a miss can be explained
 //! (P9). Histories explain and decide nothing.
+//!
+//! **Invariant:** nothing is written on a lookup's path: a miss waits in
+//! memory for the put that follows it (one write) or the batch's end.
 
 use std::collections::HashMap;
 use std::fs;
-use std::sync::MutexGuard;
+use std::sync::{Mutex, MutexGuard};
 
 use kiln_engine::{Explanation, StoreKey};
 
-use super::{DiskStore, Inner};
+use crate::durable;
+use crate::durable::within_file_size_limit;
+use crate::files::Files;
 use crate::pack::{Kind, Read};
+use crate::record::{KernelHistory, Seen, now_seconds};
 use crate::usage::Delta;
 
 /// The most misses a process keeps for the end of its batch; past it, a
@@ -17,9 +23,20 @@ use crate::usage::Delta;
 /// ends one).
 const PENDING_MISSES: usize = 1 << 16;
 
+/// Kernel keys that missed and were not put yet, with when, by key digest.
+type PendingMisses = HashMap<[u8; 32], (StoreKey, u64)>;
+
+/// The history room: kernel keys that missed in this batch and were not
+/// put yet, with when; the histories themselves are in the files it is
+/// handed.
+#[derive(Debug, Default)]
+pub(crate) struct History {
+    pending_misses: Mutex<PendingMisses>,
+}
+
 /// Records in `history` that it missed under `key` at `at`, with what was
 /// held then: whether it changes the history.
-pub(super) fn note_asked(history: &mut KernelHistory, key: &StoreKey, at: u64) -> bool {
+pub(crate) fn note_asked(history: &mut KernelHistory, key: &StoreKey, at: u64) -> bool {
     if history.asked.as_ref().is_some_and(|seen| seen.key == *key) {
         return false;
     }
@@ -30,33 +47,29 @@ pub(super) fn note_asked(history: &mut KernelHistory, key: &StoreKey, at: u64) -
     history.held_at_miss = history.stored.clone();
     true
 }
-use crate::durable;
-use crate::durable::within_file_size_limit;
-use crate::record::{KernelHistory, Seen, now_seconds};
 
-impl DiskStore {
-    /// What the store knows of the kernel whose id has digest
-    /// `kernel_digest`.
-    pub fn history(&self, kernel_digest: u128) -> Option<KernelHistory> {
-        read_history(&self.inner, kernel_digest).map(|(history, _)| history)
+impl History {
+    /// What `files` know of the kernel whose id has digest `kernel_digest`.
+    pub(crate) fn of(files: &Files, kernel_digest: u128) -> Option<KernelHistory> {
+        read_history(files, kernel_digest).map(|(history, _)| history)
     }
 
-    /// Why `key` is or is not held (P9): [`Records::explain`].
+    /// Why `key` is or is not held (P9): [`ArtifactStore::explain`].
+    /// `held_at` says when `key`'s entry was stored, if it is held whole.
     ///
-    /// [`Records::explain`]: kiln_engine::Records::explain
-    pub(super) fn explain_key(&self, key: &StoreKey) -> Explanation {
+    /// [`ArtifactStore::explain`]: kiln_engine::ArtifactStore::explain
+    pub(crate) fn explain(
+        files: &Files,
+        key: &StoreKey,
+        held_at: impl FnOnce() -> Option<u64>,
+    ) -> Explanation {
         let Some((_, kernel)) = key.kernel() else {
             return Explanation::NeverSeen;
         };
-        if let Some(record) = self.record(key)
-            && record.key == *key
-            && self.holds_object(&record.object)
-        {
-            return Explanation::Held {
-                stored_at: record.stored_at,
-            };
+        if let Some(stored_at) = held_at() {
+            return Explanation::Held { stored_at };
         }
-        let Some(stored) = self.history(kernel).and_then(|history| history.stored) else {
+        let Some(stored) = Self::of(files, kernel).and_then(|history| history.stored) else {
             return Explanation::NeverSeen;
         };
         match stored.key.first_difference(key) {
@@ -75,8 +88,8 @@ impl DiskStore {
     /// into the history with the put that follows it (one write), or at the
     /// end of the batch ([`write_misses`](Self::write_misses)) for a key
     /// that was not put.
-    pub(super) fn note_miss(&self, key: &StoreKey) {
-        if self.inner.files.read_only || key.kernel().is_none() {
+    pub(crate) fn note_miss(&self, files: &Files, key: &StoreKey) {
+        if files.read_only || key.kernel().is_none() {
             return;
         }
         let mut pending = self.pending_misses();
@@ -85,24 +98,43 @@ impl DiskStore {
             return;
         }
         drop(pending);
-        self.write_miss(key, now_seconds());
+        write_miss(files, key, now_seconds());
     }
 
     /// The miss of `key` noted in this batch, if any, taken: what its put
     /// writes into the history with what it stores.
-    pub(super) fn take_miss(&self, key: &StoreKey) -> Option<u64> {
+    pub(crate) fn take_miss(&self, key: &StoreKey) -> Option<u64> {
         self.pending_misses()
             .remove(&key.digest())
             .map(|(_, at)| at)
     }
 
+    /// Writes into `files` that `key` was stored now, with the miss it
+    /// follows: one write.
+    pub(crate) fn stored(&self, files: &Files, key: &StoreKey) {
+        let Some((name, kernel)) = key.kernel() else {
+            return;
+        };
+        let missed = self.take_miss(key);
+        update(files, name, kernel, |history| {
+            if let Some(at) = missed {
+                note_asked(history, key, at);
+            }
+            history.stored = Some(Seen {
+                key: key.clone(),
+                at: now_seconds(),
+            });
+            true
+        });
+    }
+
     /// The sealed history of `key`'s kernel once `key` is stored now (with
     /// the miss it follows), and its pack key, for a batched put that
     /// appends it beside its entry; `None` for a key of lowered source.
-    pub(super) fn history_after_put(&self, key: &StoreKey) -> Option<([u8; 16], Vec<u8>)> {
+    pub(crate) fn after_put(&self, files: &Files, key: &StoreKey) -> Option<([u8; 16], Vec<u8>)> {
         let (name, kernel) = key.kernel()?;
         let missed = self.take_miss(key);
-        let mut history = read_history(&self.inner, kernel)
+        let mut history = read_history(files, kernel)
             .map(|(history, _)| history)
             .unwrap_or_else(|| KernelHistory {
                 name: name.to_owned(),
@@ -123,84 +155,56 @@ impl DiskStore {
 
     /// Writes the misses noted since the last batch ended and not put
     /// since: at the end of a batch, and when the store is dropped.
-    pub(super) fn write_misses(&self) {
-        write_misses(&self.inner);
-    }
-
-    fn write_miss(&self, key: &StoreKey, at: u64) {
-        write_miss(&self.inner, key, at);
+    pub(crate) fn write_misses(&self, files: &Files) {
+        if files.read_only {
+            return;
+        }
+        let pending = std::mem::take(&mut *self.pending_misses());
+        for (key, at) in pending.into_values() {
+            write_miss(files, &key, at);
+        }
     }
 
     fn pending_misses(&self) -> MutexGuard<'_, PendingMisses> {
-        pending_misses(&self.inner)
-    }
-
-    /// Reads, changes and rewrites a kernel's history. Histories explain
-    /// misses and decide nothing, so they are written without syncing and
-    /// a lost update between two processes costs only a vaguer explanation.
-    pub(crate) fn update_history(
-        &self,
-        name: &str,
-        kernel: u128,
-        change: impl FnOnce(&mut KernelHistory) -> bool,
-    ) {
-        update_history(&self.inner, name, kernel, change);
+        self.pending_misses
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 /// The history of the kernel with id digest `kernel`, packed or in its
 /// file, and whether it is packed.
-fn read_history(inner: &Inner, kernel: u128) -> Option<(KernelHistory, bool)> {
-    if let Read::Found { payload, .. } =
-        inner.files.packs.read(Kind::History, &kernel.to_be_bytes())
+fn read_history(files: &Files, kernel: u128) -> Option<(KernelHistory, bool)> {
+    if let Read::Found { payload, .. } = files.packs.read(Kind::History, &kernel.to_be_bytes())
         && let Ok(history) = KernelHistory::open(&payload)
         && history.digest == kernel
     {
         return Some((history, true));
     }
-    let sealed = fs::read(inner.files.layout.kernel(kernel)).ok()?;
+    let sealed = fs::read(files.layout.kernel(kernel)).ok()?;
     KernelHistory::open(&sealed)
         .ok()
         .map(|history| (history, false))
 }
 
-/// Kernel keys that missed and were not put yet, with when, by key digest.
-pub(crate) type PendingMisses = HashMap<[u8; 32], (StoreKey, u64)>;
-
-fn pending_misses(inner: &Inner) -> MutexGuard<'_, PendingMisses> {
-    inner
-        .pending_misses
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// [`DiskStore::write_misses`], for a store being dropped.
-pub(super) fn write_misses(inner: &Inner) {
-    if inner.files.read_only {
-        return;
-    }
-    let pending = std::mem::take(&mut *pending_misses(inner));
-    for (key, at) in pending.into_values() {
-        write_miss(inner, &key, at);
-    }
-}
-
-fn write_miss(inner: &Inner, key: &StoreKey, at: u64) {
+fn write_miss(files: &Files, key: &StoreKey, at: u64) {
     let Some((name, kernel)) = key.kernel() else {
         return;
     };
-    update_history(inner, name, kernel, |history| note_asked(history, key, at));
+    update(files, name, kernel, |history| note_asked(history, key, at));
 }
 
-/// [`DiskStore::update_history`] on the store's shared state.
-fn update_history(
-    inner: &Inner,
+/// Reads, changes and rewrites a kernel's history. Histories explain
+/// misses and decide nothing, so they are written without syncing and
+/// a lost update between two processes costs only a vaguer explanation.
+pub(crate) fn update(
+    files: &Files,
     name: &str,
     kernel: u128,
     change: impl FnOnce(&mut KernelHistory) -> bool,
 ) {
-    let path = inner.files.layout.kernel(kernel);
-    let (held, packed) = match read_history(inner, kernel) {
+    let path = files.layout.kernel(kernel);
+    let (held, packed) = match read_history(files, kernel) {
         Some((history, packed)) => (Some(history), packed),
         None => (None, false),
     };
@@ -217,7 +221,7 @@ fn update_history(
     let sealed = history.seal();
     // Beside the kernel's entries: packed when the store packs, or when
     // the history already is.
-    let written = if packed || inner.files.config.pack_below > 0 {
+    let written = if packed || files.config.pack_below > 0 {
         let key = kernel.to_be_bytes();
         let frame = crate::pack::Frame {
             kind: Kind::History,
@@ -226,25 +230,18 @@ fn update_history(
         };
         // Packed, a history takes the store's space as its entries do, and
         // a rewrite's recount includes it: counted here too.
-        inner
-            .files
+        files
             .packs
-            .append(
-                &inner.files.locks,
-                crate::pack::shard_of(&key),
-                &[frame],
-                &[],
-            )
+            .append(&files.locks, crate::pack::shard_of(&key), &[frame], &[])
             .and_then(|written| {
-                inner
-                    .files
+                files
                     .usage
-                    .adjust(&inner.files.locks, Delta::of(written, written, 0))
+                    .adjust(&files.locks, Delta::of(written, written, 0))
                     .map(drop)
             })
     } else {
         within_file_size_limit(sealed.len() as u64)
-            .and_then(|()| durable::publish(&inner.files.layout.staging(), &path, &sealed, false))
+            .and_then(|()| durable::publish(&files.layout.staging(), &path, &sealed, false))
     };
     if let Err(error) = written {
         log::debug!("cannot update the history of {name}: {error}");

@@ -47,16 +47,27 @@ mod targets;
 mod write;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::Duration;
 
-use kiln_engine::{Generation, KeyComponents, StoreKey};
+use kiln_engine::store::BlobKey;
+use kiln_engine::{
+    Claim, ClaimWait, Explanation, KeyComponents, Lookup, StoreKey, StoreOutcome, StoredBatch,
+};
 
+use crate::activity::Activity;
 use crate::config::StoreConfig;
-use crate::error::WriteFailure;
+use crate::error::{Result, WriteFailure};
 use crate::files::Files;
+use crate::record::KernelHistory;
 use crate::usage::Usage;
+use activity::Tally;
+use claim::KeyClaims;
+use eviction::Eviction;
+use generation::GenerationWatch;
+use history::History;
+use targets::Targets;
+use write::WriteFailures;
 
 pub(crate) use access::{not_yet_refreshed, touch};
 pub use eviction::Limits;
@@ -97,45 +108,80 @@ pub struct DiskStore {
 pub(crate) struct Inner {
     /// The objects and records, over files and packs.
     pub(crate) files: Files,
-    generation: Generation,
-    /// The root's generation token when this store last looked.
-    root_token: AtomicU64,
-    /// When to look at the token next, in nanoseconds after `opened`.
-    next_token_check: AtomicU64,
-    opened: Instant,
-    /// Key components this process has written to the targets file.
-    registered: Mutex<Vec<KeyComponents>>,
-    collecting: AtomicBool,
-    /// The failed writes so far, one entry per cause.
-    write_failures: Mutex<Vec<WriteFailure>>,
-    /// The causes of failed claims said so far, each said once.
-    lock_failures_said: Mutex<Vec<crate::WriteCause>>,
-    /// Whether a put stored something since the end of the last batch.
-    wrote_since_batch: AtomicBool,
-    /// Whether a collection started on this process's own thread since the
-    /// end of the last batch: its recount may have missed the puts made
-    /// while it walked.
-    collected_since_batch: AtomicBool,
+    /// The generation of its content, shared with other processes.
+    pub(crate) generation: GenerationWatch,
+    /// Claims of keys across processes, and what was said of failed ones.
+    claims: KeyClaims,
+    /// Misses not yet written into their kernels' histories.
+    history: History,
     /// This process's counts not yet merged into the `activity` file.
-    pub(crate) tally: activity::Tally,
-    /// Kernel keys that missed in this batch and were not put yet, with
-    /// when: written into their histories by their put or at the batch's
-    /// end, never on the lookup's path.
-    pub(crate) pending_misses: Mutex<history::PendingMisses>,
+    activity: Tally,
+    /// Compilers this process has written to the targets file.
+    targets: Targets,
+    /// Whether this process evicts, and what its batch wrote.
+    pub(crate) eviction: Eviction,
+    /// The causes of failed writes, one entry per cause.
+    write_failures: WriteFailures,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // The last handle of the process: what it counted since its last
         // batch is not lost, nor the misses it noted.
-        history::write_misses(self);
-        activity::merge(self);
+        self.history.write_misses(&self.files);
+        self.activity.merge(&self.files);
     }
 }
 
 impl DiskStore {
+    /// The store over `files`, every other room empty.
+    fn compose(files: Files) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                generation: GenerationWatch::new(&files),
+                files,
+                claims: KeyClaims::default(),
+                history: History::default(),
+                activity: Tally::default(),
+                targets: Targets::default(),
+                eviction: Eviction::default(),
+                write_failures: WriteFailures::default(),
+            }),
+        }
+    }
+
+    /// Opens (creating when missing) the store at `config.root`. Opening
+    /// another root than before gives a new [`Generation`](kiln_engine::Generation) (L10).
+    ///
+    /// A store that cannot be written — [`StoreConfig::read_only`], or a
+    /// root on a read-only file system or not writable by this user — is
+    /// opened read-only (P5): it serves hits and stores nothing (see
+    /// [`is_read_only`](Self::is_read_only)). Found so rather than asked
+    /// for, it says so in one warning.
+    ///
+    /// # Errors
+    ///
+    /// The root cannot be created or is not a folder, or it holds a store
+    /// of another layout; [`Error::NotAStore`](crate::Error::NotAStore) when it holds files and no
+    /// store; [`Error::Damaged`](crate::Error::Damaged) when the store's own files or folders are
+    /// damaged beyond what it repairs; [`Error::ReadOnlyEmpty`](crate::Error::ReadOnlyEmpty) when it
+    /// holds no store and cannot be written.
+    pub fn open(config: StoreConfig) -> Result<Self> {
+        Files::open(config).map(Self::compose)
+    }
+
+    /// Opens the store the `KILN_CACHE_*` variables describe, or `None` when
+    /// `KILN_CACHE_DISABLE=1`.
+    ///
+    /// # Errors
+    ///
+    /// A variable cannot be read, or the store cannot be opened.
+    pub fn open_from_env() -> Result<Option<Self>> {
+        StoreConfig::from_env()?.map(Self::open).transpose()
+    }
+
     /// Whether the store only reads (P5): it serves hits, and skips every
-    /// write ([`StoreStatistics::writes_skipped`]) and claim. Asked for
+    /// write ([`StoreStatistics::writes_skipped`](kiln_engine::StoreStatistics::writes_skipped)) and claim. Asked for
     /// with [`StoreConfig::read_only`], or found when its folder cannot be
     /// written.
     pub fn is_read_only(&self) -> bool {
@@ -166,5 +212,191 @@ impl DiskStore {
     /// Where the object with digest `digest` lives.
     pub fn object_path(&self, digest: &[u8; 32]) -> PathBuf {
         self.inner.files.layout.object(digest)
+    }
+
+    /// Walks the store's folder, following no link, and says how many
+    /// files and folders it holds and what they take on disk. A file or
+    /// folder that cannot be looked at is left out.
+    pub fn footprint(&self) -> Footprint {
+        Footprint::of(self.root())
+    }
+
+    /// The key components of every compiler that stored here.
+    pub fn targets(&self) -> Vec<KeyComponents> {
+        Targets::list(&self.inner.files)
+    }
+
+    /// The records of the last batches of every process that used the
+    /// store, oldest first; records this build cannot read are left out.
+    pub fn kept_batches(&self) -> Vec<StoredBatch> {
+        batches::kept(&self.inner.files)
+    }
+
+    /// What the store knows of the kernel whose id has digest
+    /// `kernel_digest`.
+    pub fn history(&self, kernel_digest: u128) -> Option<KernelHistory> {
+        History::of(&self.inner.files, kernel_digest)
+    }
+
+    /// What every process that used the store did with it (`kiln stats`),
+    /// this one's counts merged first.
+    pub fn activity(&self) -> Activity {
+        self.inner.activity.totals(&self.inner.files)
+    }
+
+    /// Sets the store's activity totals to zero (`kiln stats --zero`),
+    /// counting again from now; this process's counts not merged yet are
+    /// dropped too.
+    ///
+    /// # Errors
+    ///
+    /// The store is read-only, or its `activity` file cannot be written.
+    pub fn zero_activity(&self) -> Result<()> {
+        self.inner.activity.zero(&self.inner.files)
+    }
+
+    /// The writes that failed through this handle and its clones, one
+    /// entry per cause, in the order the causes were first seen (P5).
+    pub fn write_failures(&self) -> Vec<WriteFailure> {
+        self.inner.write_failures.list()
+    }
+}
+
+/// The rooms' doors the store's own calls go through: each hands the call
+/// to its room with the files (and the other rooms) it needs.
+impl DiskStore {
+    pub(super) fn refresh_generation(&self) {
+        self.inner.generation.refresh(&self.inner.files);
+    }
+
+    /// Moves the generation here and tells other processes to move theirs.
+    pub(crate) fn content_replaced(&self) {
+        self.inner.generation.content_replaced(&self.inner.files);
+    }
+
+    pub(super) fn register_target(&self, components: &KeyComponents) {
+        self.inner.targets.register(&self.inner.files, components);
+    }
+
+    pub(crate) fn register(&self, components: &KeyComponents) {
+        self.register_target(components);
+    }
+
+    pub(super) fn claim_key(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
+        self.inner.claims.claim(&self.inner.files, key, wait)
+    }
+
+    pub(super) fn claim_timeout(&self) -> Duration {
+        KeyClaims::timeout(&self.inner.files)
+    }
+
+    pub(super) fn claim_holder(&self, key: &StoreKey) -> Option<String> {
+        KeyClaims::holder(&self.inner.files, key)
+    }
+
+    pub(super) fn keep_batch_record(&self, record: &[u8]) {
+        batches::keep(&self.inner.files, record);
+    }
+
+    pub(super) fn count_lookup(&self, key: &StoreKey, found: &Lookup<Vec<u8>>) {
+        self.inner.activity.count_lookup(key, found);
+    }
+
+    pub(super) fn count_compile(
+        &self,
+        key: &StoreKey,
+        source_key: Option<&StoreKey>,
+        work: Duration,
+    ) {
+        self.inner.activity.count_compile(key, source_key, work);
+    }
+
+    pub(super) fn count_blob_lookup(&self, key: &BlobKey, found: &Lookup<Vec<u8>>) {
+        self.inner.activity.count_blob_lookup(key, found);
+    }
+
+    pub(super) fn count_blob_put(&self, key: &BlobKey, bytes: &[u8]) {
+        self.inner.activity.count_blob_put(key, bytes);
+    }
+
+    pub(super) fn merge_activity(&self) {
+        self.inner.activity.merge(&self.inner.files);
+    }
+
+    pub(super) fn explain_key(&self, key: &StoreKey) -> Explanation {
+        History::explain(&self.inner.files, key, || {
+            let record = self.record(key)?;
+            (record.key == *key && self.holds_object(&record.object)).then_some(record.stored_at)
+        })
+    }
+
+    pub(super) fn note_miss(&self, key: &StoreKey) {
+        self.inner.history.note_miss(&self.inner.files, key);
+    }
+
+    pub(super) fn take_miss(&self, key: &StoreKey) -> Option<u64> {
+        self.inner.history.take_miss(key)
+    }
+
+    pub(super) fn write_misses(&self) {
+        self.inner.history.write_misses(&self.inner.files);
+    }
+
+    pub(super) fn history_after_put(&self, key: &StoreKey) -> Option<([u8; 16], Vec<u8>)> {
+        self.inner.history.after_put(&self.inner.files, key)
+    }
+
+    pub(crate) fn update_history(
+        &self,
+        name: &str,
+        kernel: u128,
+        change: impl FnOnce(&mut KernelHistory) -> bool,
+    ) {
+        history::update(&self.inner.files, name, kernel, change);
+    }
+
+    pub(super) fn note_stored(&self, key: &StoreKey) {
+        self.inner.history.stored(&self.inner.files, key);
+    }
+
+    /// Starts evicting on a thread of its own when `usage` is over a limit,
+    /// unless this process already is.
+    pub(super) fn collect_if_over(&self, usage: Usage) {
+        let store = self.clone();
+        self.inner
+            .eviction
+            .collect_if_over(self.config(), usage, move || {
+                let limits = Limits::low_water(store.config());
+                if let Err(error) = store.collect(limits, &mut |_| {}) {
+                    log::warn!("evicting from {}: {error}", store.root().display());
+                }
+            });
+    }
+
+    pub(super) fn hold_limits(&self) {
+        self.inner
+            .eviction
+            .hold_limits(&self.inner.files, |limits| {
+                self.collect(limits, &mut |_| {})
+            });
+    }
+
+    pub(super) fn count_put(
+        &self,
+        result: std::io::Result<u64>,
+        subject: impl FnOnce() -> String,
+    ) -> StoreOutcome {
+        self.inner
+            .write_failures
+            .count_put(&self.inner.files, result, subject)
+    }
+
+    #[cfg(test)]
+    pub(super) fn count_write_failure(&self, error: &std::io::Error) -> crate::WriteCause {
+        self.inner.write_failures.count(error, self.root())
+    }
+
+    pub(super) fn commit_writes(&self) {
+        self.inner.write_failures.commit(&self.inner.files);
     }
 }

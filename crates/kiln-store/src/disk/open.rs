@@ -1,4 +1,4 @@
-//! Opening a [`DiskStore`] at a root: adopting or making the store,
+//! Opening a [`DiskStore`](crate::DiskStore)'s files at a root: adopting or making the store,
 //! deciding whether it may be written, and its settings from the
 //! environment.
 
@@ -7,14 +7,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
-use kiln_engine::Generation;
-
-use super::generation::read_token;
-use super::{DiskStore, Inner};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
 use crate::files::Files;
@@ -30,24 +23,10 @@ enum ReadOnly {
     Unwritable(io::Error),
 }
 
-impl DiskStore {
-    /// Opens (creating when missing) the store at `config.root`. Opening
-    /// another root than before gives a new [`Generation`] (L10).
-    ///
-    /// A store that cannot be written — [`StoreConfig::read_only`], or a
-    /// root on a read-only file system or not writable by this user — is
-    /// opened read-only (P5): it serves hits and stores nothing (see
-    /// [`is_read_only`](Self::is_read_only)). Found so rather than asked
-    /// for, it says so in one warning.
-    ///
-    /// # Errors
-    ///
-    /// The root cannot be created or is not a folder, or it holds a store
-    /// of another layout; [`Error::NotAStore`] when it holds files and no
-    /// store; [`Error::Damaged`] when the store's own files or folders are
-    /// damaged beyond what it repairs; [`Error::ReadOnlyEmpty`] when it
-    /// holds no store and cannot be written.
-    pub fn open(config: StoreConfig) -> Result<Self> {
+impl Files {
+    /// Opens (creating when missing) the files of the store at
+    /// `config.root`: see [`DiskStore::open`](crate::DiskStore::open).
+    pub(crate) fn open(config: StoreConfig) -> Result<Self> {
         let layout = Layout::new(config.root.clone());
         // Decided before anything is created: a store that cannot be
         // written is read as it is.
@@ -70,7 +49,7 @@ impl DiskStore {
         };
         let usage_path = layout.usage_file();
         let usage = UsageFile::open(&usage_path).map_err(Error::io("open", &usage_path))?;
-        Ok(Self::with_parts(config, layout, locks, usage, false))
+        Ok(Self::new(config, layout, locks, usage, false))
     }
 
     /// Opens the store at `layout` to read it only, for `reason`.
@@ -94,50 +73,13 @@ impl DiskStore {
                 root.display()
             ),
         }
-        Ok(Self::with_parts(
+        Ok(Self::new(
             config,
             layout,
             LockFile::in_process(),
             usage,
             true,
         ))
-    }
-
-    fn with_parts(
-        config: StoreConfig,
-        layout: Layout,
-        locks: Arc<LockFile>,
-        usage: UsageFile,
-        read_only: bool,
-    ) -> Self {
-        let root_token = read_token(&layout.generation_file());
-        Self {
-            inner: Arc::new(Inner {
-                files: Files::new(config, layout, locks, usage, read_only),
-                generation: Generation::fresh(),
-                root_token: AtomicU64::new(root_token),
-                next_token_check: AtomicU64::new(0),
-                opened: Instant::now(),
-                registered: Mutex::new(Vec::new()),
-                collecting: AtomicBool::new(false),
-                write_failures: Mutex::new(Vec::new()),
-                lock_failures_said: Mutex::new(Vec::new()),
-                wrote_since_batch: AtomicBool::new(false),
-                collected_since_batch: AtomicBool::new(false),
-                tally: Default::default(),
-                pending_misses: Mutex::default(),
-            }),
-        }
-    }
-
-    /// Opens the store the `KILN_CACHE_*` variables describe, or `None` when
-    /// `KILN_CACHE_DISABLE=1`.
-    ///
-    /// # Errors
-    ///
-    /// A variable cannot be read, or the store cannot be opened.
-    pub fn open_from_env() -> Result<Option<Self>> {
-        StoreConfig::from_env()?.map(Self::open).transpose()
     }
 }
 

@@ -7,7 +7,6 @@
 //! was judged, so an entry put again meanwhile stays.
 
 use std::io;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kiln_engine::{Lookup, Miss, StoreKey};
@@ -272,7 +271,7 @@ impl DiskStore {
                 self.remove_record_file(key);
             }
         }
-        inner.wrote_since_batch.store(true, Ordering::Release);
+        inner.eviction.wrote();
         Ok((written, new_entries))
     }
 

@@ -7,7 +7,7 @@ use std::fs::{self, File, Metadata};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kiln_engine::store::hex;
@@ -17,9 +17,9 @@ use super::DiskStore;
 use super::access::{not_yet_refreshed, touch};
 use crate::durable::{self, within_file_size_limit};
 use crate::error::{WriteCause, WriteFailure};
-use crate::files::bump;
+use crate::files::{Files, bump};
 use crate::lock::{Mode, PIN_WAIT, object_slot};
-use crate::record::{Record, Seen, digest, now_seconds, record_file};
+use crate::record::{Record, digest, record_file};
 use crate::tree::Folder;
 use crate::usage::{Delta, file_allocation};
 
@@ -59,6 +59,94 @@ enum Here {
     Other,
 }
 
+/// The write failures room: the causes of the writes that failed through
+/// a handle and its clones.
+///
+/// **Invariant:** one entry, and one warning, per cause (P5).
+#[derive(Debug, Default)]
+pub(crate) struct WriteFailures {
+    failures: Mutex<Vec<WriteFailure>>,
+}
+
+impl WriteFailures {
+    /// The writes that failed, one entry per cause, in the order the
+    /// causes were first seen (P5).
+    pub(crate) fn list(&self) -> Vec<WriteFailure> {
+        self.failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Counts a failed write to the store at `root` under its cause, and
+    /// logs the first of each cause: a full disk fails every put of a run,
+    /// and one line says it.
+    pub(crate) fn count(&self, error: &io::Error, root: &Path) -> WriteCause {
+        let cause = WriteCause::of(error);
+        let mut failures = self
+            .failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match failures.iter_mut().find(|failure| failure.cause == cause) {
+            Some(failure) => failure.count += 1,
+            None => {
+                failures.push(WriteFailure {
+                    cause,
+                    detail: error.to_string(),
+                    count: 1,
+                });
+                log::warn!(
+                    "kiln store: cannot write to {}: {cause}: {error}; kernels still load, and \
+                     further writes that fail so are only counted",
+                    root.display()
+                );
+            }
+        }
+        cause
+    }
+
+    /// Counts a put's `result` in `files` as a put or a failed write of
+    /// its cause (P5), and says what it did; `subject` names what was put,
+    /// for the log.
+    pub(crate) fn count_put(
+        &self,
+        files: &Files,
+        result: io::Result<u64>,
+        subject: impl FnOnce() -> String,
+    ) -> StoreOutcome {
+        let counters = &files.counters;
+        match result {
+            Ok(written) => {
+                bump(&counters.puts, 1);
+                bump(&counters.bytes_written, written);
+                StoreOutcome::Stored { bytes: written }
+            }
+            Err(error) => {
+                bump(&counters.put_failures, 1);
+                let cause = self.count(&error, files.root());
+                log::debug!(
+                    "kiln store: cannot store {} in {}: {error}",
+                    subject(),
+                    files.root().display()
+                );
+                StoreOutcome::Failed {
+                    detail: format!("{cause}: {error}"),
+                }
+            }
+        }
+    }
+
+    /// Commits the calling thread's group: what it wrote in `files` made
+    /// durable together (P3); a sync that fails is counted as a failed
+    /// write under its cause (P5).
+    pub(crate) fn commit(&self, files: &Files) {
+        if let Err(error) = durable::commit_group() {
+            bump(&files.counters.put_failures, 1);
+            self.count(&error, files.root());
+        }
+    }
+}
+
 impl DiskStore {
     /// Publishes `bytes` under `key` and `source_key`:
     /// [`ArtifactStoreExt::put`](kiln_engine::ArtifactStoreExt::put).
@@ -75,74 +163,9 @@ impl DiskStore {
             return StoreOutcome::Skipped;
         }
         let result = self.try_put(key, source_key, bytes, work);
-        self.count_put(result, || key.subject_text())
-    }
-
-    /// Counts a put's `result` as a put or a failed write of its cause
-    /// (P5), and says what it did; `subject` names what was put, for the
-    /// log.
-    pub(super) fn count_put(
-        &self,
-        result: io::Result<u64>,
-        subject: impl FnOnce() -> String,
-    ) -> StoreOutcome {
-        let counters = &self.inner.files.counters;
-        match result {
-            Ok(written) => {
-                bump(&counters.puts, 1);
-                bump(&counters.bytes_written, written);
-                StoreOutcome::Stored { bytes: written }
-            }
-            Err(error) => {
-                bump(&counters.put_failures, 1);
-                let cause = self.count_write_failure(&error);
-                log::debug!(
-                    "kiln store: cannot store {} in {}: {error}",
-                    subject(),
-                    self.root().display()
-                );
-                StoreOutcome::Failed {
-                    detail: format!("{cause}: {error}"),
-                }
-            }
-        }
-    }
-
-    /// The writes that failed through this handle and its clones, one
-    /// entry per cause, in the order the causes were first seen (P5).
-    pub fn write_failures(&self) -> Vec<WriteFailure> {
         self.inner
             .write_failures
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
-    }
-
-    /// Counts a failed write under its cause, and logs the first of each
-    /// cause: a full disk fails every put of a run, and one line says it.
-    pub(super) fn count_write_failure(&self, error: &io::Error) -> WriteCause {
-        let cause = WriteCause::of(error);
-        let mut failures = self
-            .inner
-            .write_failures
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        match failures.iter_mut().find(|failure| failure.cause == cause) {
-            Some(failure) => failure.count += 1,
-            None => {
-                failures.push(WriteFailure {
-                    cause,
-                    detail: error.to_string(),
-                    count: 1,
-                });
-                log::warn!(
-                    "kiln store: cannot write to {}: {cause}: {error}; kernels still load, and \
-                     further writes that fail so are only counted",
-                    self.root().display()
-                );
-            }
-        }
-        cause
+            .count_put(&self.inner.files, result, || key.subject_text())
     }
 
     fn try_put(
@@ -186,20 +209,8 @@ impl DiskStore {
     /// What follows a put's publication: the kernel's history, the
     /// targets list and the usage counters.
     pub(super) fn after_put(&self, key: &StoreKey, written: u64, allocated: u64, new_entries: i64) {
-        if let Some((name, kernel)) = key.kernel() {
-            // The miss this put follows, written with it: one write.
-            let missed = self.take_miss(key);
-            self.update_history(name, kernel, |history| {
-                if let Some(at) = missed {
-                    super::history::note_asked(history, key, at);
-                }
-                history.stored = Some(Seen {
-                    key: key.clone(),
-                    at: now_seconds(),
-                });
-                true
-            });
-        }
+        // The miss this put follows, written with it: one write.
+        self.note_stored(key);
         self.register_target(&key.components);
         self.count_usage(written, allocated, new_entries);
     }
@@ -296,7 +307,7 @@ impl DiskStore {
             }
             return Err(error);
         }
-        inner.wrote_since_batch.store(true, Ordering::Release);
+        inner.eviction.wrote();
         Ok((written, new_entries))
     }
 
@@ -346,16 +357,6 @@ impl DiskStore {
                 Ok(Here::Other)
             }
             Err(_) => Ok(Here::Other),
-        }
-    }
-
-    /// Commits the calling thread's group: what it wrote made durable
-    /// together (P3); a sync that fails is counted as a failed write under
-    /// its cause (P5).
-    pub(super) fn commit_writes(&self) {
-        if let Err(error) = durable::commit_group() {
-            bump(&self.inner.files.counters.put_failures, 1);
-            self.count_write_failure(&error);
         }
     }
 }
