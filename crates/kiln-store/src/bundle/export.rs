@@ -268,30 +268,34 @@ impl DiskStore {
             });
         })?;
         // Packed objects travel as the files do.
-        self.each_packed(crate::pack::Kind::Object, &mut |bytes| {
-            if write_error.is_some() {
-                return;
-            }
-            let expected = digest(bytes);
-            let result = out
-                .write_all(b"O")
-                .and_then(|()| out.write_all(&expected))
-                .and_then(|()| out.write_all(&(bytes.len() as u64).to_le_bytes()))
-                .and_then(|()| out.write_all(bytes));
-            match result {
-                Ok(()) => report.objects += 1,
-                Err(error) => write_error = Some(error),
-            }
-        });
+        self.inner
+            .files
+            .each_packed(crate::pack::Kind::Object, &mut |bytes| {
+                if write_error.is_some() {
+                    return;
+                }
+                let expected = digest(bytes);
+                let result = out
+                    .write_all(b"O")
+                    .and_then(|()| out.write_all(&expected))
+                    .and_then(|()| out.write_all(&(bytes.len() as u64).to_le_bytes()))
+                    .and_then(|()| out.write_all(bytes));
+                match result {
+                    Ok(()) => report.objects += 1,
+                    Err(error) => write_error = Some(error),
+                }
+            });
         let mut packed_records = Vec::new();
-        self.each_packed(crate::pack::Kind::Record, &mut |sealed| {
-            if let Ok((record, _)) = Record::open_any(sealed)
-                && record.key.format == STORE_FORMAT
-                && record.key.components == *components
-            {
-                packed_records.push(record.seal());
-            }
-        });
+        self.inner
+            .files
+            .each_packed(crate::pack::Kind::Record, &mut |sealed| {
+                if let Ok((record, _)) = Record::open_any(sealed)
+                    && record.key.format == STORE_FORMAT
+                    && record.key.components == *components
+                {
+                    packed_records.push(record.seal());
+                }
+            });
         for sealed in packed_records {
             if write_error.is_some() {
                 break;

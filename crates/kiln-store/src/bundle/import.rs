@@ -349,7 +349,7 @@ impl DiskStore {
                     let inline = self.inline_form(&record);
                     let sealed = inline.as_ref().unwrap_or(&sealed);
                     // A packed record of the key is replaced by the file.
-                    let packed = self.take_packed_record(&record.key);
+                    let packed = self.inner.files.take_packed_record(&record.key);
                     let old = fs::read(&target).ok();
                     if packed.is_none() && old.as_ref() == Some(sealed) {
                         continue;

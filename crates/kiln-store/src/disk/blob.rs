@@ -6,23 +6,21 @@
 
 use std::io;
 
+use kiln_engine::Lookup;
 use kiln_engine::store::BlobKey;
-use kiln_engine::{Lookup, StoreOutcome};
 
-use super::DiskStore;
 use super::read::{Judged, Sought};
-use super::write::RecordFile;
-use crate::files::bump;
+use super::write::{Published, RecordFile, files_allocation};
+use crate::files::Files;
 use crate::record::{BlobRecord, digest};
 
-impl DiskStore {
+impl Files {
     /// The verified bytes of the blob `key`:
     /// [`Blobs::lookup_blob`](kiln_engine::Blobs::lookup_blob).
-    pub(super) fn find_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
-        self.refresh_generation();
+    pub(crate) fn find_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
         self.find(
             &Sought {
-                record_path: &self.inner.files.layout.record(&key.digest()),
+                record_path: &self.layout.record(&key.digest()),
                 subject: &|| key.kind.clone(),
                 without_it: "it is made",
             },
@@ -33,36 +31,30 @@ impl DiskStore {
                     None => Judged::Pointer(record.pointer()),
                 },
             },
-            || {},
+            &|| {},
         )
     }
 
     /// Publishes `bytes` as the blob `key`:
-    /// [`Blobs::put_blob`](kiln_engine::Blobs::put_blob).
-    pub(super) fn store_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
-        if self.inner.files.read_only {
-            bump(&self.inner.files.counters.writes_skipped, 1);
-            return StoreOutcome::Skipped;
-        }
-        let result = self.try_put_blob(key, bytes);
-        self.count_put(result, || key.to_string())
-    }
-
-    fn try_put_blob(&self, key: &BlobKey, bytes: &[u8]) -> io::Result<u64> {
+    /// [`Blobs::put_blob`](kiln_engine::Blobs::put_blob), without what
+    /// follows a put in the other rooms.
+    pub(crate) fn try_put_blob(&self, key: &BlobKey, bytes: &[u8]) -> io::Result<Published> {
         if bytes.is_empty() {
             return Err(io::Error::other("an empty blob is never stored"));
         }
         let object = digest(bytes);
         let record = BlobRecord::new(key.clone(), object, bytes.len() as u64);
         let records = [RecordFile {
-            path: self.inner.files.layout.record(&key.digest()),
+            path: self.layout.record(&key.digest()),
             sealed: record.seal(),
             inline: false,
         }];
         let (written, new_entries) = self.publish_entry(bytes, &object, &records)?;
-        let allocated = super::write::files_allocation(written, &records);
-        self.count_usage(written, allocated, new_entries);
-        Ok(written)
+        Ok(Published {
+            written,
+            allocated: files_allocation(written, &records),
+            new_entries,
+        })
     }
 }
 

@@ -14,6 +14,7 @@ use std::time::Instant;
 use kiln_engine::{KeyComponents, Put, StoreOutcome};
 
 use super::DiskStore;
+use super::write::Published;
 use crate::files::bump;
 use crate::lock::{Mode, PIN_WAIT, object_slot};
 use crate::pack::{Frame, Kind, Read, UNIT, short_key};
@@ -43,8 +44,9 @@ impl DiskStore {
             );
             return vec![StoreOutcome::Skipped; copies.len()];
         }
-        let packs =
-            |copy: &Put<'_>| !copy.bytes.is_empty() && self.packs_artifact(copy.bytes.len() as u64);
+        let packs = |copy: &Put<'_>| {
+            !copy.bytes.is_empty() && self.inner.files.packs_artifact(copy.bytes.len() as u64)
+        };
         let batch: Vec<Put<'_>> = copies.iter().copied().filter(packs).collect();
         let mut written = match self.put_packed_batch(&batch, records_synced) {
             Ok(written) => written.into_iter().map(Ok).collect(),
@@ -156,7 +158,7 @@ impl DiskStore {
         let mut components: Vec<&KeyComponents> = Vec::new();
         for copy in copies {
             if std::fs::symlink_metadata(self.record_path(copy.key)).is_ok() {
-                self.remove_record_file(copy.key);
+                self.inner.files.remove_record_file(copy.key);
             }
             if !components.contains(&&copy.key.components) {
                 components.push(&copy.key.components);
@@ -168,7 +170,11 @@ impl DiskStore {
         inner.eviction.wrote();
         let total = written.iter().sum();
         // A pack grows by its frames and slots: allocated as written.
-        self.count_usage(total, total, new_objects.len() as i64);
+        self.count_usage(Published {
+            written: total,
+            allocated: total,
+            new_entries: new_objects.len() as i64,
+        });
         Ok(written)
     }
 }

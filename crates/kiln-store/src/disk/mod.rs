@@ -58,8 +58,8 @@ use kiln_engine::{
 use crate::activity::Activity;
 use crate::config::StoreConfig;
 use crate::error::{Result, WriteFailure};
-use crate::files::Files;
-use crate::record::KernelHistory;
+use crate::files::{Files, bump};
+use crate::record::{KernelHistory, Record};
 use crate::usage::Usage;
 use activity::Tally;
 use claim::KeyClaims;
@@ -67,7 +67,7 @@ use eviction::Eviction;
 use generation::GenerationWatch;
 use history::History;
 use targets::Targets;
-use write::WriteFailures;
+use write::{Published, WriteFailures};
 
 pub(crate) use access::{not_yet_refreshed, touch};
 pub use eviction::Limits;
@@ -255,6 +255,22 @@ impl DiskStore {
         self.inner.activity.zero(&self.inner.files)
     }
 
+    /// The bytes of `record`'s object, read without the store's lookup:
+    /// nothing is counted, no access time renewed, nothing removed, so
+    /// listing or checking a store (`kiln ls`, `kiln verify --recompile`)
+    /// changes nothing in it. `None` when the object is missing, is not a
+    /// plain file (a link is not followed, a FIFO not waited on), or is not
+    /// of the record's length and digest.
+    pub fn object_bytes(&self, record: &Record) -> Option<Vec<u8>> {
+        self.inner.files.object_bytes(record)
+    }
+
+    /// The record stored under `key`, if one is there and whole; its object
+    /// is not read.
+    pub fn record(&self, key: &StoreKey) -> Option<Record> {
+        self.inner.files.record(key)
+    }
+
     /// The writes that failed through this handle and its clones, one
     /// entry per cause, in the order the causes were first seen (P5).
     pub fn write_failures(&self) -> Vec<WriteFailure> {
@@ -265,6 +281,84 @@ impl DiskStore {
 /// The rooms' doors the store's own calls go through: each hands the call
 /// to its room with the files (and the other rooms) it needs.
 impl DiskStore {
+    /// The verified bytes stored under `key`, or why there are none:
+    /// [`ArtifactStore::lookup`](kiln_engine::ArtifactStore::lookup).
+    pub(super) fn find_artifact(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
+        self.refresh_generation();
+        self.inner.files.find_artifact(key, &|| self.note_miss(key))
+    }
+
+    /// Publishes `bytes` under `key` and `source_key`, then tells the
+    /// rooms that follow a put:
+    /// [`ArtifactStoreExt::put`](kiln_engine::ArtifactStoreExt::put).
+    pub(super) fn store_artifact(
+        &self,
+        key: &StoreKey,
+        source_key: Option<&StoreKey>,
+        bytes: &[u8],
+        work: Duration,
+    ) -> StoreOutcome {
+        let files = &self.inner.files;
+        if files.read_only {
+            bump(&files.counters.writes_skipped, 1);
+            return StoreOutcome::Skipped;
+        }
+        let result = files
+            .try_put(key, source_key, bytes, work)
+            .map(|published| {
+                self.after_put(key, published);
+                published.written
+            });
+        self.count_put(result, || key.subject_text())
+    }
+
+    /// What follows a put's publication: this batch wrote, the kernel's
+    /// history, the targets list and the usage counters.
+    fn after_put(&self, key: &StoreKey, published: Published) {
+        self.inner.eviction.wrote();
+        // The miss this put follows, written with it: one write.
+        self.inner.history.stored(&self.inner.files, key);
+        self.register_target(&key.components);
+        self.count_usage(published);
+    }
+
+    /// Adds what a put `published` to the usage counters, and starts
+    /// evicting when that takes the store over a limit (P6).
+    pub(super) fn count_usage(&self, published: Published) {
+        if let Some(usage) = self.inner.files.count_usage(published) {
+            self.collect_if_over(usage);
+        }
+    }
+
+    /// Removes whatever is stored under `key`:
+    /// [`ArtifactStore::remove`](kiln_engine::ArtifactStore::remove).
+    pub(super) fn remove_record(&self, key: &StoreKey) {
+        self.inner.files.remove_record(key);
+    }
+
+    /// The verified bytes of the blob `key`:
+    /// [`Blobs::lookup_blob`](kiln_engine::Blobs::lookup_blob).
+    pub(super) fn find_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
+        self.refresh_generation();
+        self.inner.files.find_blob(key)
+    }
+
+    /// Publishes `bytes` as the blob `key`:
+    /// [`Blobs::put_blob`](kiln_engine::Blobs::put_blob).
+    pub(super) fn store_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
+        let files = &self.inner.files;
+        if files.read_only {
+            bump(&files.counters.writes_skipped, 1);
+            return StoreOutcome::Skipped;
+        }
+        let result = files.try_put_blob(key, bytes).map(|published| {
+            self.inner.eviction.wrote();
+            self.count_usage(published);
+            published.written
+        });
+        self.count_put(result, || key.to_string())
+    }
+
     pub(super) fn refresh_generation(&self) {
         self.inner.generation.refresh(&self.inner.files);
     }
@@ -324,9 +418,10 @@ impl DiskStore {
     }
 
     pub(super) fn explain_key(&self, key: &StoreKey) -> Explanation {
-        History::explain(&self.inner.files, key, || {
-            let record = self.record(key)?;
-            (record.key == *key && self.holds_object(&record.object)).then_some(record.stored_at)
+        let files = &self.inner.files;
+        History::explain(files, key, || {
+            let record = files.record(key)?;
+            (record.key == *key && files.holds_object(&record.object)).then_some(record.stored_at)
         })
     }
 
@@ -353,10 +448,6 @@ impl DiskStore {
         change: impl FnOnce(&mut KernelHistory) -> bool,
     ) {
         history::update(&self.inner.files, name, kernel, change);
-    }
-
-    pub(super) fn note_stored(&self, key: &StoreKey) {
-        self.inner.history.stored(&self.inner.files, key);
     }
 
     /// Starts evicting on a thread of its own when `usage` is over a limit,

@@ -8,8 +8,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::DiskStore;
 use super::eviction::{AGE_BUCKETS, age_bucket};
+use crate::files::Files;
 use crate::lock::{Mode, object_slot};
 use crate::pack::{Kind, Live, SHARDS, Slot, short_key};
 use crate::record::{AnyRecord, KernelHistory, digest};
@@ -56,14 +56,14 @@ fn accessed(slot: &Slot) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(u64::from(slot.accessed))
 }
 
-impl DiskStore {
+impl Files {
     /// Checks every packed entry (P2): an object against its digest, a
     /// record's seal, key and object, a history's seal and id; rewrites
     /// each shard without what is bad. Objects go first, so records of a
     /// bad object are dangling in the same pass.
     pub(crate) fn verify_packs(&self) -> PackedVerify {
         let mut found = PackedVerify::default();
-        let writable = !self.is_read_only();
+        let writable = !self.read_only;
         self.sweep_packs(&mut found);
         for phase in [Kind::Object, Kind::Record] {
             for shard in 0..SHARDS {
@@ -129,12 +129,7 @@ impl DiskStore {
                     // A store opened to read only reports, and keeps.
                     good || !writable
                 };
-                if let Err(error) =
-                    self.inner
-                        .files
-                        .packs
-                        .rewrite(&self.inner.files.locks, shard, &mut keep)
-                {
+                if let Err(error) = self.packs.rewrite(&self.locks, shard, &mut keep) {
                     found.unchecked.push((
                         format!("pack {shard:03x}"),
                         format!("cannot be rewritten: {error}"),
@@ -150,7 +145,7 @@ impl DiskStore {
     /// an append that a full disk stopped) and reports what in `packs/` is
     /// not the store's: verify and collect both sweep.
     pub(crate) fn sweep_packs(&self, found: &mut PackedVerify) {
-        let Ok(Some(folder)) = self.inner.files.packs.open_folder() else {
+        let Ok(Some(folder)) = self.packs.open_folder() else {
             return;
         };
         let names: Vec<String> = match folder.names() {
@@ -176,11 +171,7 @@ impl DiskStore {
         for shard in 0..SHARDS {
             let prefix = format!("{shard:03x}-");
             if names.iter().any(|name| name.starts_with(&prefix)) {
-                found.orphans +=
-                    self.inner
-                        .files
-                        .packs
-                        .sweep(&self.inner.files.locks, &folder, &names, shard);
+                found.orphans += self.packs.sweep(&self.locks, &folder, &names, shard);
             }
         }
     }
@@ -188,7 +179,7 @@ impl DiskStore {
     /// The bytes the packs' files take.
     pub(crate) fn packed_file_bytes(&self) -> u64 {
         (0..SHARDS)
-            .filter_map(|shard| self.inner.files.packs.live(shard).ok())
+            .filter_map(|shard| self.packs.live(shard).ok())
             .map(|(_, bytes)| bytes)
             .sum()
     }
@@ -196,7 +187,7 @@ impl DiskStore {
     /// The bytes the file system allocated to the packs' files (their
     /// blocks); a file that cannot be looked at counts nothing.
     pub(crate) fn packed_allocated_bytes(&self) -> u64 {
-        let Ok(listing) = std::fs::read_dir(self.inner.files.packs.folder_path()) else {
+        let Ok(listing) = std::fs::read_dir(self.packs.folder_path()) else {
             return 0;
         };
         listing
@@ -216,7 +207,7 @@ impl DiskStore {
             other_bytes: 0,
         };
         for shard in 0..SHARDS {
-            let Ok((slots, file_bytes)) = self.inner.files.packs.live(shard) else {
+            let Ok((slots, file_bytes)) = self.packs.live(shard) else {
                 continue;
             };
             let mut object_bytes = 0;
@@ -245,13 +236,12 @@ impl DiskStore {
         excess_entries: &mut u64,
         overhead: u64,
     ) -> (u64, u64, u64) {
-        let inner = &self.inner;
         let (mut evicted, mut evicted_bytes, mut busy) = (0, 0, 0);
         for shard in 0..SHARDS {
             if *excess_bytes == 0 && *excess_entries == 0 {
                 break;
             }
-            let Ok((slots, _)) = inner.files.packs.live(shard) else {
+            let Ok((slots, _)) = self.packs.live(shard) else {
                 continue;
             };
             let mut held = Vec::new();
@@ -264,11 +254,10 @@ impl DiskStore {
                 if age_bucket(accessed(slot), now) < cutoff {
                     continue;
                 }
-                let Ok(Some(alone)) = inner.files.locks.acquire(
-                    object_slot(&lock_digest(&slot.key)),
-                    Mode::Exclusive,
-                    None,
-                ) else {
+                let Ok(Some(alone)) =
+                    self.locks
+                        .acquire(object_slot(&lock_digest(&slot.key)), Mode::Exclusive, None)
+                else {
                     busy += 1;
                     continue;
                 };
@@ -284,11 +273,7 @@ impl DiskStore {
             let mut keep = |live: Live<'_>| {
                 live.slot.kind != Kind::Object || !chosen.contains_key(&live.slot.key)
             };
-            match inner
-                .files
-                .packs
-                .rewrite(&inner.files.locks, shard, &mut keep)
-            {
+            match self.packs.rewrite(&self.locks, shard, &mut keep) {
                 Ok(_) => {
                     evicted += chosen.len() as u64;
                     evicted_bytes += chosen.values().sum::<u64>();
@@ -313,7 +298,7 @@ impl DiskStore {
         use crate::record::Record;
         use crate::tree::Removal;
 
-        if self.is_read_only() || self.inner.files.config.pack_below == 0 {
+        if self.read_only || self.config.pack_below == 0 {
             return 0;
         }
         let root = self.root().to_path_buf();
@@ -339,13 +324,11 @@ impl DiskStore {
                 return;
             }
             moved += 1;
-            let object_path = self.object_path(&record.object);
+            let object_path = self.layout.object(&record.object);
             if let Ok(found) = std::fs::symlink_metadata(&object_path)
-                && let Ok(Some(_alone)) = self.inner.files.locks.acquire(
-                    object_slot(&record.object),
-                    Mode::Exclusive,
-                    None,
-                )
+                && let Ok(Some(_alone)) =
+                    self.locks
+                        .acquire(object_slot(&record.object), Mode::Exclusive, None)
             {
                 // Any record left pointing at it reads the packed copy.
                 self.remove_at(&object_path, |folder, name| {
@@ -369,22 +352,10 @@ impl DiskStore {
                 key,
                 payload: &sealed,
             };
-            let packed = self
-                .inner
-                .files
-                .packs
-                .contains(Kind::History, &key)
-                .unwrap_or(false)
+            let packed = self.packs.contains(Kind::History, &key).unwrap_or(false)
                 || self
-                    .inner
-                    .files
                     .packs
-                    .append(
-                        &self.inner.files.locks,
-                        crate::pack::shard_of(&key),
-                        &[frame],
-                        &[],
-                    )
+                    .append(&self.locks, crate::pack::shard_of(&key), &[frame], &[])
                     .is_ok();
             if packed {
                 let removal: Removal = self.remove_at(&path, |folder, name: &OsStr| {
@@ -417,12 +388,7 @@ impl DiskStore {
                 dropped += u64::from(!keeps);
                 keeps
             };
-            match self
-                .inner
-                .files
-                .packs
-                .rewrite(&self.inner.files.locks, shard, &mut keep)
-            {
+            match self.packs.rewrite(&self.locks, shard, &mut keep) {
                 Ok(_) => removed += dropped,
                 Err(error) => log::warn!("kiln store: cannot compact pack {shard:03x}: {error}"),
             }

@@ -11,17 +11,18 @@ use std::time::{Duration, Instant};
 
 use kiln_engine::{Lookup, Miss, StoreKey};
 
-use super::DiskStore;
 use super::read::{Judged, ObjectMiss, judge};
+use super::write::Published;
+use crate::files::Files;
 use crate::files::bump;
 use crate::lock::{Mode, PIN_WAIT, object_slot};
 use crate::pack::{Frame, Kind, Read, shard_of, short_key};
 use crate::record::{Pointer, Record, digest};
 
-impl DiskStore {
+impl Files {
     /// Whether a put of an artifact of `size` bytes appends it to a pack.
     pub(super) fn packs_artifact(&self, size: u64) -> bool {
-        size < self.inner.files.config.pack_below
+        size < self.config.pack_below
     }
 
     /// The lookup of `key` among packed records, or `None` when no pack
@@ -30,11 +31,11 @@ impl DiskStore {
         &self,
         key: &StoreKey,
         encoded_key: &[u8],
+        note_miss: &dyn Fn(),
     ) -> Option<Lookup<Vec<u8>>> {
-        let inner = &self.inner;
-        let counters = &inner.files.counters;
+        let counters = &self.counters;
         let record_key = short_key(&key.digest());
-        let (sealed, at) = match inner.files.packs.read(Kind::Record, &record_key) {
+        let (sealed, at) = match self.packs.read(Kind::Record, &record_key) {
             Read::Absent => return None,
             Read::Unreadable(detail) => {
                 bump(&counters.unreadable, 1);
@@ -44,7 +45,7 @@ impl DiskStore {
                 bump(&counters.corrupt, 1);
                 self.remove_packed(Kind::Record, &record_key, at);
                 return Some(self.packed_miss(
-                    key,
+                    note_miss,
                     Miss::Corrupt {
                         detail: format!("record {}: {detail}", key.subject_text()),
                     },
@@ -59,10 +60,8 @@ impl DiskStore {
                 // read of one shard (F11). Its object is renewed with it,
                 // at most once a minute, so that eviction, which goes by
                 // objects, keeps what is read (P6).
-                if inner.files.packs.touch(Kind::Record, &record_key, at) {
-                    inner
-                        .files
-                        .packs
+                if self.packs.touch(Kind::Record, &record_key, at) {
+                    self.packs
                         .touch_live(Kind::Object, &short_key(&pointer.object));
                 }
                 let mut artifact = sealed;
@@ -73,7 +72,7 @@ impl DiskStore {
                 bump(&counters.corrupt, 1);
                 self.remove_packed(Kind::Record, &record_key, at);
                 return Some(self.packed_miss(
-                    key,
+                    note_miss,
                     Miss::Corrupt {
                         detail: format!("record {}: {detail}", key.subject_text()),
                     },
@@ -82,7 +81,7 @@ impl DiskStore {
             Judged::Foreign(detail) => {
                 bump(&counters.foreign, 1);
                 self.remove_packed(Kind::Record, &record_key, at);
-                return Some(self.packed_miss(key, Miss::ForeignKey { detail }));
+                return Some(self.packed_miss(note_miss, Miss::ForeignKey { detail }));
             }
         };
         let miss = match self.read_packed_object(&pointer) {
@@ -107,14 +106,14 @@ impl DiskStore {
         };
         // The record points at nothing whole: it goes.
         self.remove_packed(Kind::Record, &record_key, at);
-        Some(self.packed_miss(key, miss))
+        Some(self.packed_miss(note_miss, miss))
     }
 
     /// A miss the store is sure of, logged as a file's would be.
-    fn packed_miss(&self, key: &StoreKey, miss: Miss) -> Lookup<Vec<u8>> {
-        self.note_miss(key);
+    fn packed_miss(&self, note_miss: &dyn Fn(), miss: Miss) -> Lookup<Vec<u8>> {
+        note_miss();
         if !matches!(miss, Miss::Absent) {
-            let done = if self.inner.files.read_only {
+            let done = if self.read_only {
                 "the store is read-only"
             } else {
                 "removed"
@@ -125,7 +124,7 @@ impl DiskStore {
     }
 
     fn packed_hit(&self, artifact: Vec<u8>, pointer: &Pointer) -> Lookup<Vec<u8>> {
-        let counters = &self.inner.files.counters;
+        let counters = &self.counters;
         bump(&counters.hits, 1);
         bump(&counters.bytes_read, artifact.len() as u64);
         Lookup::Hit {
@@ -138,7 +137,7 @@ impl DiskStore {
     /// The verified bytes of `pointer`'s object: packed, else its file. A
     /// packed object that does not verify is removed.
     pub(super) fn read_packed_object(&self, pointer: &Pointer) -> Result<Vec<u8>, ObjectMiss> {
-        let packs = &self.inner.files.packs;
+        let packs = &self.packs;
         let object_key = short_key(&pointer.object);
         match packs.read(Kind::Object, &object_key) {
             Read::Found { payload, at } => {
@@ -168,15 +167,10 @@ impl DiskStore {
 
     /// Removes the packed entry read at `at`, unless it changed since.
     fn remove_packed(&self, kind: Kind, key: &[u8; 16], at: crate::pack::Position) {
-        if self.inner.files.read_only {
+        if self.read_only {
             return;
         }
-        if let Err(error) =
-            self.inner
-                .files
-                .packs
-                .remove_if_at(&self.inner.files.locks, kind, key, at)
-        {
+        if let Err(error) = self.packs.remove_if_at(&self.locks, kind, key, at) {
             log::warn!("kiln store: cannot remove a damaged packed entry: {error}");
         }
     }
@@ -184,15 +178,12 @@ impl DiskStore {
     /// Removes the packed object `object` read at `at`, unless someone
     /// is publishing it.
     fn remove_packed_object(&self, object: &[u8; 32], at: crate::pack::Position) {
-        let inner = &self.inner;
-        if inner.files.read_only {
+        if self.read_only {
             return;
         }
-        let Ok(Some(_alone)) =
-            inner
-                .files
-                .locks
-                .acquire(object_slot(object), Mode::Exclusive, None)
+        let Ok(Some(_alone)) = self
+            .locks
+            .acquire(object_slot(object), Mode::Exclusive, None)
         else {
             return;
         };
@@ -209,9 +200,8 @@ impl DiskStore {
         object: &[u8; 32],
         records: &[(StoreKey, Vec<u8>)],
     ) -> io::Result<(u64, i64)> {
-        let inner = &self.inner;
-        let packs = &inner.files.packs;
-        let locks = &inner.files.locks;
+        let packs = &self.packs;
+        let locks = &self.locks;
         let object_key = short_key(object);
         // Held while the object and its records are appended, so eviction
         // cannot take the object between the two (P6).
@@ -267,11 +257,10 @@ impl DiskStore {
         // A file record of the same key, from before the store packed, is
         // no longer what the key holds.
         for (key, _) in records {
-            if std::fs::symlink_metadata(self.record_path(key)).is_ok() {
+            if std::fs::symlink_metadata(self.layout.record(&key.digest())).is_ok() {
                 self.remove_record_file(key);
             }
         }
-        inner.eviction.wrote();
         Ok((written, new_entries))
     }
 
@@ -282,7 +271,7 @@ impl DiskStore {
         source_key: Option<&StoreKey>,
         bytes: &[u8],
         work: Duration,
-    ) -> io::Result<u64> {
+    ) -> io::Result<Published> {
         let object = digest(bytes);
         let size = bytes.len() as u64;
         let records: Vec<(StoreKey, Vec<u8>)> = std::iter::once(key)
@@ -294,35 +283,28 @@ impl DiskStore {
             .collect();
         let (written, new_entries) = self.publish_packed(bytes, &object, &records)?;
         // A pack grows by its frames and slots: allocated as written.
-        self.after_put(key, written, written, new_entries);
-        Ok(written)
+        Ok(Published {
+            written,
+            allocated: written,
+            new_entries,
+        })
     }
 
     /// Removes a packed record of `key`, if any: a file put of the key
     /// replaces it, as a later packed put would.
     pub(super) fn remove_packed_record(&self, key: &StoreKey) {
-        if self.inner.files.read_only {
+        if self.read_only {
             return;
         }
         let record_key = short_key(&key.digest());
-        if let Err(error) =
-            self.inner
-                .files
-                .packs
-                .remove(&self.inner.files.locks, Kind::Record, &record_key)
-        {
+        if let Err(error) = self.packs.remove(&self.locks, Kind::Record, &record_key) {
             log::debug!("kiln store: cannot remove a packed record: {error}");
         }
     }
 
     /// The packed record of `key`, if one is there and whole.
     pub(super) fn packed_record(&self, key: &StoreKey) -> Option<Record> {
-        match self
-            .inner
-            .files
-            .packs
-            .read(Kind::Record, &short_key(&key.digest()))
-        {
+        match self.packs.read(Kind::Record, &short_key(&key.digest())) {
             Read::Found { payload, .. } => {
                 Record::open_any(&payload).ok().map(|(record, _)| record)
             }
@@ -333,12 +315,7 @@ impl DiskStore {
     /// The verified bytes of `record`'s packed object, read without the
     /// store's lookup: nothing counted, renewed or removed.
     pub(super) fn packed_object_bytes(&self, record: &Record) -> Option<Vec<u8>> {
-        match self
-            .inner
-            .files
-            .packs
-            .read(Kind::Object, &short_key(&record.object))
-        {
+        match self.packs.read(Kind::Object, &short_key(&record.object)) {
             Read::Found { payload, .. }
                 if payload.len() as u64 == record.size && digest(&payload) == record.object =>
             {
@@ -358,23 +335,21 @@ impl DiskStore {
 
     /// Whether the object `object` is held, packed or as a file.
     pub(crate) fn holds_object(&self, object: &[u8; 32]) -> bool {
-        self.inner
-            .files
-            .packs
+        self.packs
             .contains(Kind::Object, &short_key(object))
             .unwrap_or(false)
-            || std::fs::symlink_metadata(self.object_path(object))
+            || std::fs::symlink_metadata(self.layout.object(object))
                 .is_ok_and(|found| found.is_file())
     }
 }
 
-impl DiskStore {
+impl Files {
     /// Calls `visit` with the payload of every live packed entry of
     /// `kind` whose frame is whole; an object's only when its digest is
     /// its key. Shards that cannot be read are logged and skipped.
     pub(crate) fn each_packed(&self, kind: Kind, visit: &mut dyn FnMut(&[u8])) {
         for shard in 0..crate::pack::SHARDS {
-            let walked = self.inner.files.packs.each(shard, &mut |live| {
+            let walked = self.packs.each(shard, &mut |live| {
                 if live.slot.kind != kind {
                     return;
                 }

@@ -12,8 +12,8 @@ use std::time::Duration;
 use kiln_engine::store::hex;
 use kiln_engine::{Lookup, Miss, StoreKey};
 
-use super::DiskStore;
 use super::access::{touch, touch_inline};
+use crate::files::Files;
 use crate::files::bump;
 use crate::lock::{Mode, object_slot};
 use crate::record::{self, Checked, INLINE_MAX, Pointer, Record, digest};
@@ -45,25 +45,25 @@ pub(super) struct Sought<'a> {
     pub(super) without_it: &'a str,
 }
 
-impl DiskStore {
+impl Files {
     /// The verified bytes stored under `key`, or why there are none:
     /// [`ArtifactStore::lookup`](kiln_engine::ArtifactStore::lookup).
-    pub(super) fn find_artifact(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
-        self.refresh_generation();
+    /// `note_miss` is called on a miss the store is sure of.
+    pub(crate) fn find_artifact(&self, key: &StoreKey, note_miss: &dyn Fn()) -> Lookup<Vec<u8>> {
         let mut key_buffer = [0u8; 512];
         let encoded_key = record::encode_into(key, &mut key_buffer);
         let encoded_key = encoded_key.as_ref();
-        if let Some(found) = self.find_packed(key, encoded_key) {
+        if let Some(found) = self.find_packed(key, encoded_key, note_miss) {
             return found;
         }
         self.find(
             &Sought {
-                record_path: &self.inner.files.layout.record(&key.digest()),
+                record_path: &self.layout.record(&key.digest()),
                 subject: &|| key.subject_text(),
                 without_it: "the kernel compiles",
             },
             |sealed| judge(sealed, encoded_key, key),
-            || self.note_miss(key),
+            note_miss,
         )
     }
 
@@ -76,9 +76,9 @@ impl DiskStore {
         &self,
         sought: &Sought<'_>,
         judge: impl Fn(&[u8]) -> Judged,
-        note_miss: impl Fn(),
+        note_miss: &dyn Fn(),
     ) -> Lookup<Vec<u8>> {
-        let counters = &self.inner.files.counters;
+        let counters = &self.counters;
         let record_path = sought.record_path;
         // When the object a record names has vanished, the record is read
         // once more: a writer may have replaced it meanwhile (its new object
@@ -107,9 +107,9 @@ impl DiskStore {
             }
             let pointer = match judge(&sealed) {
                 Judged::Inline(pointer) => {
-                    if !self.inner.files.read_only {
+                    if !self.read_only {
                         touch_inline(&record_file, &record_found, || {
-                            self.inner.files.layout.object(&pointer.object)
+                            self.layout.object(&pointer.object)
                         });
                     }
                     // The artifact is the start of the record: cut, not copied.
@@ -166,7 +166,7 @@ impl DiskStore {
         };
         // The record is bad, of another key, or points at nothing: remove it,
         // unless a writer replaced it meanwhile.
-        if self.inner.files.read_only {
+        if self.read_only {
             if !matches!(miss, Miss::Absent) {
                 log::warn!(
                     "kiln store: {miss}; the store is read-only, {}",
@@ -200,14 +200,14 @@ impl DiskStore {
     /// changes nothing in it. `None` when the object is missing, is not a
     /// plain file (a link is not followed, a FIFO not waited on), or is not
     /// of the record's length and digest.
-    pub fn object_bytes(&self, record: &Record) -> Option<Vec<u8>> {
+    pub(crate) fn object_bytes(&self, record: &Record) -> Option<Vec<u8>> {
         if let Some(bytes) = self.packed_object_bytes(record) {
             return Some(bytes);
         }
         let file = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(self.inner.files.layout.object(&record.object))
+            .open(self.layout.object(&record.object))
             .ok()?;
         let metadata = file.metadata().ok()?;
         if !metadata.is_file() || metadata.len() != record.size {
@@ -219,11 +219,11 @@ impl DiskStore {
 
     /// The record stored under `key`, if one is there and whole; its object
     /// is not read.
-    pub fn record(&self, key: &StoreKey) -> Option<Record> {
+    pub(crate) fn record(&self, key: &StoreKey) -> Option<Record> {
         if let Some(record) = self.packed_record(key) {
             return Some(record);
         }
-        let sealed = fs::read(self.record_path(key)).ok()?;
+        let sealed = fs::read(self.layout.record(&key.digest())).ok()?;
         Record::open_any(&sealed).ok().map(|(record, _)| record)
     }
 
@@ -235,7 +235,7 @@ impl DiskStore {
     /// take it before it is opened, which the lookup sees as an absent
     /// object.
     pub(super) fn read_object(&self, pointer: &Pointer) -> Result<Vec<u8>, ObjectMiss> {
-        let path = self.inner.files.layout.object(&pointer.object);
+        let path = self.layout.object(&pointer.object);
         let file = match open_no_link(&path) {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
@@ -290,14 +290,14 @@ impl DiskStore {
         if digest(&bytes) != pointer.object {
             return corrupt("the object's digest does not match its name".into(), found);
         }
-        if !self.inner.files.read_only {
+        if !self.read_only {
             touch(&file, &found);
         }
         Ok(bytes)
     }
 
     fn hit(&self, artifact: Vec<u8>, pointer: &Pointer) -> Lookup<Vec<u8>> {
-        let counters = &self.inner.files.counters;
+        let counters = &self.counters;
         bump(&counters.hits, 1);
         bump(&counters.bytes_read, artifact.len() as u64);
         Lookup::Hit {
@@ -310,26 +310,23 @@ impl DiskStore {
     /// Removes the object at `digest` if it is still the file `found`
     /// describes and nobody is publishing it.
     fn remove_object(&self, digest: &[u8; 32], found: &Metadata) {
-        let inner = &self.inner;
-        if inner.files.read_only {
+        if self.read_only {
             return;
         }
-        let Ok(Some(_alone)) =
-            inner
-                .files
-                .locks
-                .acquire(object_slot(digest), Mode::Exclusive, None)
+        let Ok(Some(_alone)) = self
+            .locks
+            .acquire(object_slot(digest), Mode::Exclusive, None)
         else {
             return;
         };
-        let path = inner.files.layout.object(digest);
+        let path = self.layout.object(digest);
         let removal = self.remove_at(&path, |folder, name| {
             folder.remove_if_same(name, found.dev(), found.ino())
         });
         if matches!(removal, Removal::Removed) {
             // Best effort: the counters are estimates between recounts.
             let taken = Delta::of(found.len(), found.blocks() * 512, 1).removed();
-            let _ = inner.files.usage.adjust(&inner.files.locks, taken);
+            let _ = self.usage.adjust(&self.locks, taken);
         }
     }
 }

@@ -9,15 +9,15 @@ use std::path::Path;
 
 use kiln_engine::StoreKey;
 
-use super::DiskStore;
+use crate::files::Files;
 use crate::layout;
 use crate::tree::{Folder, Removal, relative_names};
 
-impl DiskStore {
+impl Files {
     /// Removes whatever is stored under `key`:
     /// [`ArtifactStore::remove`](kiln_engine::ArtifactStore::remove).
-    pub(super) fn remove_record(&self, key: &StoreKey) {
-        if self.inner.files.read_only {
+    pub(crate) fn remove_record(&self, key: &StoreKey) {
+        if self.read_only {
             return;
         }
         self.remove_packed_record(key);
@@ -26,10 +26,10 @@ impl DiskStore {
 
     /// Removes the file record of `key`, if any.
     pub(super) fn remove_record_file(&self, key: &StoreKey) {
-        if self.inner.files.read_only {
+        if self.read_only {
             return;
         }
-        let path = self.record_path(key);
+        let path = self.layout.record(&key.digest());
         // A file or a link at the record's name goes, never a folder.
         let removal = self.remove_at(&path, |folder, name| Removal::of(folder.remove_file(name)));
         if let Removal::Failed(error) = removal {
@@ -56,8 +56,7 @@ impl DiskStore {
                 )));
             }
             let (name, folders) = names.split_last().expect("a file of the store has a name");
-            let root =
-                crate::skeleton::open_marked(&self.inner.files.layout).map_err(io::Error::other)?;
+            let root = crate::skeleton::open_marked(&self.layout).map_err(io::Error::other)?;
             Ok((root.descend(folders)?, OsStr::new(*name)))
         };
         match holder() {

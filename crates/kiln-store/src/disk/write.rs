@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use kiln_engine::store::hex;
 use kiln_engine::{StoreKey, StoreOutcome};
 
-use super::DiskStore;
 use super::access::{not_yet_refreshed, touch};
 use crate::durable::{self, within_file_size_limit};
 use crate::error::{WriteCause, WriteFailure};
@@ -21,7 +20,7 @@ use crate::files::{Files, bump};
 use crate::lock::{Mode, PIN_WAIT, object_slot};
 use crate::record::{Record, digest, record_file};
 use crate::tree::Folder;
-use crate::usage::{Delta, file_allocation};
+use crate::usage::{Delta, Usage, file_allocation};
 
 /// What a file put that wrote `written` bytes, `records` among them,
 /// takes on disk: each file rounded up to whole blocks.
@@ -36,6 +35,16 @@ pub(super) fn files_allocation(written: u64, records: &[RecordFile]) -> u64 {
             .iter()
             .map(|record| file_allocation(record.sealed.len() as u64))
             .sum::<u64>()
+}
+
+/// What a put published: bytes written, what they take on disk, and the
+/// entries added (1 when the object is new). The rooms that follow a put
+/// (history, targets, usage and eviction) are told it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Published {
+    pub(crate) written: u64,
+    pub(crate) allocated: u64,
+    pub(crate) new_entries: i64,
 }
 
 /// One record file a put publishes.
@@ -147,41 +156,23 @@ impl WriteFailures {
     }
 }
 
-impl DiskStore {
-    /// Publishes `bytes` under `key` and `source_key`:
-    /// [`ArtifactStoreExt::put`](kiln_engine::ArtifactStoreExt::put).
-    pub(super) fn store_artifact(
+impl Files {
+    /// Publishes `bytes` under `key` and `source_key`, packed when they
+    /// are small: [`ArtifactStoreExt::put`](kiln_engine::ArtifactStoreExt::put)
+    /// without what follows a put in the other rooms.
+    pub(crate) fn try_put(
         &self,
         key: &StoreKey,
         source_key: Option<&StoreKey>,
         bytes: &[u8],
         work: Duration,
-    ) -> StoreOutcome {
-        let counters = &self.inner.files.counters;
-        if self.inner.files.read_only {
-            bump(&counters.writes_skipped, 1);
-            return StoreOutcome::Skipped;
-        }
-        let result = self.try_put(key, source_key, bytes, work);
-        self.inner
-            .write_failures
-            .count_put(&self.inner.files, result, || key.subject_text())
-    }
-
-    fn try_put(
-        &self,
-        key: &StoreKey,
-        source_key: Option<&StoreKey>,
-        bytes: &[u8],
-        work: Duration,
-    ) -> io::Result<u64> {
+    ) -> io::Result<Published> {
         if bytes.is_empty() {
             return Err(io::Error::other("an empty artifact is never stored"));
         }
         if self.packs_artifact(bytes.len() as u64) {
             return self.try_put_packed(key, source_key, bytes, work);
         }
-        let inner = &self.inner;
         let object = digest(bytes);
         let size = bytes.len() as u64;
         let records: Vec<RecordFile> = std::iter::once(key)
@@ -190,7 +181,7 @@ impl DiskStore {
                 let record = Record::new(key.clone(), object, size, work);
                 let (sealed, inline) = record_file(&record, bytes);
                 RecordFile {
-                    path: inner.files.layout.record(&key.digest()),
+                    path: self.layout.record(&key.digest()),
                     sealed,
                     inline,
                 }
@@ -202,17 +193,11 @@ impl DiskStore {
         for key in std::iter::once(key).chain(source_key) {
             self.remove_packed_record(key);
         }
-        self.after_put(key, written, allocated, new_entries);
-        Ok(written)
-    }
-
-    /// What follows a put's publication: the kernel's history, the
-    /// targets list and the usage counters.
-    pub(super) fn after_put(&self, key: &StoreKey, written: u64, allocated: u64, new_entries: i64) {
-        // The miss this put follows, written with it: one write.
-        self.note_stored(key);
-        self.register_target(&key.components);
-        self.count_usage(written, allocated, new_entries);
+        Ok(Published {
+            written,
+            allocated,
+            new_entries,
+        })
     }
 
     /// Publishes the object of `bytes`, whose digest is `object`, then
@@ -226,7 +211,6 @@ impl DiskStore {
         object: &[u8; 32],
         records: &[RecordFile],
     ) -> io::Result<(u64, i64)> {
-        let inner = &self.inner;
         let object = *object;
         let size = bytes.len() as u64;
         // Refused before a byte is written: past the limit, the system
@@ -238,8 +222,7 @@ impl DiskStore {
         within_file_size_limit(largest)?;
         // Held while the object and its records are published, so eviction
         // cannot take the object between the two (P6).
-        let pin = inner
-            .files
+        let pin = self
             .locks
             .acquire(
                 object_slot(&object),
@@ -247,7 +230,7 @@ impl DiskStore {
                 Some(Instant::now() + PIN_WAIT),
             )?
             .ok_or_else(|| io::Error::other("the object stayed locked"))?;
-        let object_path = inner.files.layout.object(&object);
+        let object_path = self.layout.object(&object);
         let mut written = 0;
         let mut new_entries = 0;
         // What this put published, to take back if it cannot finish: a
@@ -264,7 +247,7 @@ impl DiskStore {
                     if matches!(other, Here::Absent) {
                         new_entries = 1;
                     }
-                    let file = self.inner.files.publish(&object_path, bytes)?;
+                    let file = self.publish(&object_path, bytes)?;
                     written += size;
                     if new_entries == 1 {
                         published_object = file.metadata().ok();
@@ -273,7 +256,7 @@ impl DiskStore {
             }
             for record in records {
                 self.clear_non_file(&record.path)?;
-                let file = self.inner.files.publish(&record.path, &record.sealed)?;
+                let file = self.publish(&record.path, &record.sealed)?;
                 if let Ok(found) = file.metadata() {
                     published_records.push((&record.path, found));
                 }
@@ -298,31 +281,28 @@ impl DiskStore {
             // Unless another publisher of the same bytes holds it now.
             if let Some(found) = &published_object
                 && let Ok(Some(_alone)) =
-                    inner
-                        .files
-                        .locks
+                    self.locks
                         .acquire(object_slot(&object), Mode::Exclusive, None)
             {
                 self.remove_at(&object_path, same(found));
             }
             return Err(error);
         }
-        inner.eviction.wrote();
         Ok((written, new_entries))
     }
 
-    /// Adds what a put wrote (`written` bytes taking `allocated` on disk)
-    /// to the usage counters, and starts evicting when that takes the
-    /// store over a limit (P6).
-    pub(super) fn count_usage(&self, written: u64, allocated: u64, new_entries: i64) {
-        let inner = &self.inner;
-        match inner.files.usage.adjust(
-            &inner.files.locks,
-            Delta::of(written, allocated, new_entries),
-        ) {
-            Ok(usage) => self.collect_if_over(usage),
-            Err(error) => log::debug!("cannot count a put: {error}"),
-        }
+    /// Adds what a put `published` to the usage counters, and says what
+    /// the store holds then (for eviction, P6).
+    pub(crate) fn count_usage(&self, published: Published) -> Option<Usage> {
+        let Published {
+            written,
+            allocated,
+            new_entries,
+        } = published;
+        self.usage
+            .adjust(&self.locks, Delta::of(written, allocated, new_entries))
+            .inspect_err(|error| log::debug!("cannot count a put: {error}"))
+            .ok()
     }
 
     /// What is at `path`, where the object with digest `object` and `size`

@@ -33,7 +33,7 @@ impl DiskStore {
         };
         // A store that packs moves its small file entries into the packs
         // first (an upgraded store's), so what is counted next is packed.
-        let packed_files = self.pack_small_files();
+        let packed_files = self.inner.files.pack_small_files();
         if packed_files > 0 {
             log::info!(
                 "kiln store: moved {packed_files} small entries of {} into packs",
@@ -49,7 +49,7 @@ impl DiskStore {
         // Packs no index names: left by a killed rewrite or a full disk.
         if !self.is_read_only() {
             let mut swept = crate::disk::PackedVerify::default();
-            self.sweep_packs(&mut swept);
+            self.inner.files.sweep_packs(&mut swept);
             report.staging_removed += swept.orphans;
             unchecked.extend(
                 swept
@@ -94,14 +94,14 @@ impl DiskStore {
         });
         // Packed objects age with the files; the rest of the packs' bytes
         // is the records' share, as the record files are.
-        let packed = self.packed_ages(now);
+        let packed = self.inner.files.packed_ages(now);
         for (bucket, (bytes, count)) in buckets.iter_mut().zip(packed.buckets) {
             bucket.0 += bytes;
             bucket.1 += count;
         }
         // A pack's files grow frame by frame: what they allocate beyond
         // the packed objects is the records' and histories' share.
-        let packed_allocated = self.packed_allocated_bytes();
+        let packed_allocated = self.inner.files.packed_allocated_bytes();
         let packed_other = packed_allocated.saturating_sub(packed.object_bytes);
         report.before = Usage {
             bytes: object_bytes + record_bytes + packed.object_bytes + packed.other_bytes,
@@ -195,7 +195,7 @@ impl DiskStore {
             unchecked.extend(failed);
         }
         let (packed_evicted, packed_evicted_bytes, packed_busy) = if cutoff < AGE_BUCKETS {
-            self.evict_packed(
+            self.inner.files.evict_packed(
                 cutoff,
                 now,
                 &mut excess_bytes,
@@ -225,7 +225,8 @@ impl DiskStore {
             // Its object may be a file or packed: the packing above moved
             // small objects out of their files.
             if let Ok(record) = AnyRecord::open(&sealed)
-                && (has_object(objects.as_ref(), &record)? || self.holds_object(&record.object().0))
+                && (has_object(objects.as_ref(), &record)?
+                    || self.inner.files.holds_object(&record.object().0))
             {
                 usage.bytes += sealed.len() as u64;
                 usage.allocated_bytes += file_allocation(sealed.len() as u64);
@@ -255,9 +256,9 @@ impl DiskStore {
         });
         // Packed records whose object went go too, and every shard with
         // dead space is compacted.
-        report.records_removed += self.drop_dangling_packed();
-        usage.bytes += self.packed_file_bytes();
-        usage.allocated_bytes += self.packed_allocated_bytes();
+        report.records_removed += self.inner.files.drop_dangling_packed();
+        usage.bytes += self.inner.files.packed_file_bytes();
+        usage.allocated_bytes += self.inner.files.packed_allocated_bytes();
         usage.entries += packed.objects - packed_evicted;
         report.evicted += packed_evicted;
         report.evicted_bytes += packed_evicted_bytes;

@@ -31,32 +31,34 @@ impl DiskStore {
             visit(EntryInfo { entry, accessed_at });
             Ok(())
         });
-        self.each_packed(crate::pack::Kind::Record, &mut |sealed| {
-            let Ok(record) = AnyRecord::open(sealed) else {
-                return;
-            };
-            let object = record.object().0;
-            let accessed_at = self
-                .inner
-                .files
-                .packs
-                .slot(crate::pack::Kind::Object, &crate::pack::short_key(&object))
-                .map(|slot| u64::from(slot.accessed))
-                .or_else(|| {
-                    object_status(objects.as_ref(), &object)
-                        .ok()
-                        .filter(|found| found.kind == Kind::File)
-                        .and_then(|found| {
-                            found.accessed.duration_since(SystemTime::UNIX_EPOCH).ok()
-                        })
-                        .map(|since| since.as_secs())
-                });
-            let entry = match record {
-                AnyRecord::Artifact(record, _) => Entry::Record(record),
-                AnyRecord::Blob(record) => Entry::Blob(record),
-            };
-            visit(EntryInfo { entry, accessed_at });
-        });
+        self.inner
+            .files
+            .each_packed(crate::pack::Kind::Record, &mut |sealed| {
+                let Ok(record) = AnyRecord::open(sealed) else {
+                    return;
+                };
+                let object = record.object().0;
+                let accessed_at = self
+                    .inner
+                    .files
+                    .packs
+                    .slot(crate::pack::Kind::Object, &crate::pack::short_key(&object))
+                    .map(|slot| u64::from(slot.accessed))
+                    .or_else(|| {
+                        object_status(objects.as_ref(), &object)
+                            .ok()
+                            .filter(|found| found.kind == Kind::File)
+                            .and_then(|found| {
+                                found.accessed.duration_since(SystemTime::UNIX_EPOCH).ok()
+                            })
+                            .map(|since| since.as_secs())
+                    });
+                let entry = match record {
+                    AnyRecord::Artifact(record, _) => Entry::Record(record),
+                    AnyRecord::Blob(record) => Entry::Blob(record),
+                };
+                visit(EntryInfo { entry, accessed_at });
+            });
         for (path, why) in unchecked {
             log::warn!("{}: {why}", path.display());
         }
@@ -90,15 +92,17 @@ impl DiskStore {
             }
             Ok(())
         });
-        self.each_packed(crate::pack::Kind::History, &mut |sealed| {
-            let Ok(history) = KernelHistory::open(sealed) else {
-                return;
-            };
-            let text = format!("{}#{:032x}", history.name, history.digest);
-            if text.contains(query) && !found.iter().any(|held| held.digest == history.digest) {
-                found.push(history);
-            }
-        });
+        self.inner
+            .files
+            .each_packed(crate::pack::Kind::History, &mut |sealed| {
+                let Ok(history) = KernelHistory::open(sealed) else {
+                    return;
+                };
+                let text = format!("{}#{:032x}", history.name, history.digest);
+                if text.contains(query) && !found.iter().any(|held| held.digest == history.digest) {
+                    found.push(history);
+                }
+            });
         for (path, why) in unchecked {
             log::warn!("{}: {why}", path.display());
         }

@@ -105,7 +105,7 @@ impl DiskStore {
                 // objects into the packs): either is there.
                 Ok(record) => {
                     if has_object(objects.as_ref(), &record)?
-                        || self.holds_object(&record.object().0)
+                        || self.inner.files.holds_object(&record.object().0)
                     {
                         Ok(())
                     } else {
@@ -176,7 +176,7 @@ impl DiskStore {
             Ok(())
         });
 
-        let packed = self.verify_packs();
+        let packed = self.inner.files.verify_packs();
         report.objects += packed.objects;
         report.records += packed.records;
         report.histories += packed.histories;
@@ -187,7 +187,7 @@ impl DiskStore {
         report.bad_histories += packed.bad_histories;
         report.staging_removed += packed.orphans;
         usage.bytes += packed.file_bytes;
-        usage.allocated_bytes += self.packed_allocated_bytes();
+        usage.allocated_bytes += self.inner.files.packed_allocated_bytes();
         usage.entries += packed.objects - packed.bad_objects;
         unchecked.extend(
             packed
