@@ -356,6 +356,46 @@ pub(crate) fn now_seconds() -> u64 {
         .map_or(0, |since| since.as_secs())
 }
 
+/// Artifacts at least this large are digested on several threads.
+const PARALLEL_DIGEST: usize = 4 << 20;
+
+/// Artifacts at most this large are also kept inline in their kernel's
+/// record, so that a hit opens one file instead of two. Beyond it, the
+/// second open is a small part of reading and digesting the bytes, and the
+/// copy would cost more disk than it saves time (see
+/// `docs/design/store.md`).
+pub(crate) const INLINE_MAX: usize = 16 << 10;
+
+/// The BLAKE3 digest of `bytes`, on several threads when they are large.
+pub(crate) fn digest(bytes: &[u8]) -> [u8; 32] {
+    if bytes.len() >= PARALLEL_DIGEST {
+        *blake3::Hasher::new()
+            .update_rayon(bytes)
+            .finalize()
+            .as_bytes()
+    } else {
+        *blake3::hash(bytes).as_bytes()
+    }
+}
+
+/// Whether the record of `key` carries a copy of its artifact of `size`
+/// bytes (inline). Only a kernel's own record does: the warm path looks
+/// kernels up by id, and a source record is read only after a miss by id,
+/// in a batch that lowers the kernel anyway.
+pub(crate) fn is_inlined(key: &StoreKey, size: u64) -> bool {
+    key.kernel().is_some() && size <= INLINE_MAX as u64
+}
+
+/// The file `record` of `bytes` is published as, and whether it carries
+/// them.
+pub(crate) fn record_file(record: &Record, bytes: &[u8]) -> (Vec<u8>, bool) {
+    if is_inlined(&record.key, record.size) {
+        (record.seal_inline(bytes), true)
+    } else {
+        (record.seal(), false)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use kiln_engine::fake::{FakeCompiler, FakeKernel};
@@ -425,45 +465,5 @@ mod tests {
         assert_eq!(check(&lying, &encode(&longer.key)), Checked::Other);
         assert!(Record::open_any(&lying).unwrap_err().contains("carries"));
         assert!(Record::open_any(&[]).is_err());
-    }
-}
-
-/// Artifacts at least this large are digested on several threads.
-const PARALLEL_DIGEST: usize = 4 << 20;
-
-/// Artifacts at most this large are also kept inline in their kernel's
-/// record, so that a hit opens one file instead of two. Beyond it, the
-/// second open is a small part of reading and digesting the bytes, and the
-/// copy would cost more disk than it saves time (see
-/// `docs/design/store.md`).
-pub(crate) const INLINE_MAX: usize = 16 << 10;
-
-/// The BLAKE3 digest of `bytes`, on several threads when they are large.
-pub(crate) fn digest(bytes: &[u8]) -> [u8; 32] {
-    if bytes.len() >= PARALLEL_DIGEST {
-        *blake3::Hasher::new()
-            .update_rayon(bytes)
-            .finalize()
-            .as_bytes()
-    } else {
-        *blake3::hash(bytes).as_bytes()
-    }
-}
-
-/// Whether the record of `key` carries a copy of its artifact of `size`
-/// bytes (inline). Only a kernel's own record does: the warm path looks
-/// kernels up by id, and a source record is read only after a miss by id,
-/// in a batch that lowers the kernel anyway.
-pub(crate) fn is_inlined(key: &StoreKey, size: u64) -> bool {
-    key.kernel().is_some() && size <= INLINE_MAX as u64
-}
-
-/// The file `record` of `bytes` is published as, and whether it carries
-/// them.
-pub(crate) fn record_file(record: &Record, bytes: &[u8]) -> (Vec<u8>, bool) {
-    if is_inlined(&record.key, record.size) {
-        (record.seal_inline(bytes), true)
-    } else {
-        (record.seal(), false)
     }
 }

@@ -8,7 +8,7 @@ use crate::batches::BatchesFile;
 use crate::files::Files;
 
 /// Keeps an encoded batch record among the store's last
-/// ([`kiln_engine::ArtifactStore::keep_batch`]). A read-only store keeps
+/// ([`Records::keep_batch`](kiln_engine::Records::keep_batch)). A read-only store keeps
 /// nothing; a record that cannot be written is dropped, never an error:
 /// it is history, not an artifact. A file the store cannot open or may
 /// not write is said once, with what to do.

@@ -299,8 +299,8 @@ mod tests {
     use kiln_engine::Claims;
     use kiln_engine::{Claim, ClaimWait};
 
+    use crate::DiskStore;
     use crate::config::StoreConfig;
-    use crate::disk::DiskStore;
     use crate::fixtures::{kernel_key, scratch};
 
     #[test]

@@ -1,7 +1,7 @@
 //! The generation watch: the token of the store's content that this
 //! process shares with others. An import that replaces content changes
-//! it, and every store of the root moves its
-//! [`Generation`](kiln_engine::Generation) when it sees the change (L10).
+//! it, and every store of the root moves its [`Generation`] when it sees
+//! the change (L10).
 //!
 //! **Invariant:** the handle's generation moves whenever this process
 //! replaced content, and at most [`TOKEN_CHECK`] after another process did.

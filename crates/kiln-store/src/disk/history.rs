@@ -54,10 +54,9 @@ impl History {
         read_history(files, kernel_digest).map(|(history, _)| history)
     }
 
-    /// Why `key` is or is not held (P9): [`ArtifactStore::explain`].
-    /// `held_at` says when `key`'s entry was stored, if it is held whole.
-    ///
-    /// [`ArtifactStore::explain`]: kiln_engine::ArtifactStore::explain
+    /// Why `key` is or is not held (P9):
+    /// [`Records::explain`](kiln_engine::Records::explain). `held_at` says
+    /// when `key`'s entry was stored, if it is held whole.
     pub(crate) fn explain(
         files: &Files,
         key: &StoreKey,

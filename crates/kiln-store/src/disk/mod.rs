@@ -1,28 +1,42 @@
-//! [`DiskStore`]: the store against one root, one part of it per file.
+//! [`DiskStore`]: the store against one root, a composition of rooms. Each
+//! room is a type that owns its state and is handed the files (and what it
+//! needs of other rooms) as parameters, so each file reads alone; this file
+//! composes them (`Inner`) and is the one that knows them all. Every call
+//! of the store comes through its methods (`contract` implements the store
+//! traits with them).
 //!
-//! - `open`: opening a root, writable or read-only, and its settings;
-//! - `generation`: the generation token shared with other processes (L10);
-//! - `read`: lookups, verified hits and misses (P2);
-//! - `history`: what the store remembers of each kernel's keys, for
-//!   explanations (P9);
-//! - `access`: explicit access times, the eviction clock (P6);
-//! - `activity`: this process's hits, misses, compiles and failures,
-//!   merged into the store's totals at each batch's end;
-//! - `batches`: the records of the last batches of every process;
-//! - `blob`: named blobs, kept beside artifacts as artifacts are;
-//! - `write`: puts, publication and rollback, and the causes of failed
-//!   writes (P3, P5);
-//! - `removal`: removing the store's own files, and only those;
-//! - `targets`: the key components of every compiler that stored here;
-//! - `claim`: single flight across processes (P4);
-//! - `eviction`: evicting on its own thread, and within the limits at the
-//!   end of a batch (P6);
-//! - `scratch` (the `bench` feature): filling a scratch store for benches.
+//! The rooms, the state each owns, and each one's invariant:
 //!
-//! This file holds the store's shared state; `contract` holds the
-//! [`ArtifactStore`] implementation, which hands each call to its part.
+//! - **`Files`** (`crate::files`; its methods, one concern a file, in
+//!   `read`, `write`, `packed`, `blob`, `removal`, `pack_passes`, and
+//!   `open`): the objects and records over files and packs: settings,
+//!   layout, the `locks` file, usage, counters, packs, read-only. An entry
+//!   is published object first, then its records, each atomically (P3),
+//!   and every read verifies what it reads (P2).
+//! - **`GenerationWatch`** (`generation`): the generation, the root's token
+//!   and when to look at it next. It moves when this process replaced
+//!   content, and within a second when another did (L10).
+//! - **`KeyClaims`** (`claim`): the causes of failed claims said. One live
+//!   holder per key; a holder that stops renewing loses the key when its
+//!   lease runs out (P4, P12).
+//! - **`History`** (`history`): the misses of this batch not yet written.
+//!   Nothing is written on a lookup's path; a miss goes with its put or at
+//!   the batch's end (P9).
+//! - **`Tally`** (`activity`): this process's counts not merged yet. Each
+//!   count reaches the `activity` file once.
+//! - **`Targets`** (`targets`): the compilers this process registered. A
+//!   compiler that stored is in the `targets` file.
+//! - **`Eviction`** (`eviction`): whether this process collects, and what
+//!   its batch wrote and collected. One collection at a time per process;
+//!   a batch that stored ends within the limits (P6).
+//! - **`WriteFailures`** (`write`): failed writes by cause. One entry, and
+//!   one warning, per cause (P5).
 //!
-//! [`ArtifactStore`]: kiln_engine::ArtifactStore
+//! Without state of their own: `batches` (the batch records' file),
+//! `footprint`, `access` (access times, the eviction clock, P6), `spread`
+//! (a lookup of many keys on up to four threads), `copies` (many puts
+//! appended together, which tells history, targets and eviction as this
+//! file does) and `scratch` (the `bench` feature: filling a scratch store).
 
 mod access;
 mod activity;
