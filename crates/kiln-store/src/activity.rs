@@ -194,7 +194,7 @@ impl ActivityFile {
             None => (0, 1, Activity::default()),
         };
         let sealed = seal(sequence, &change(totals))?;
-        crate::durable::within_file_size_limit((SLOT * 2) as u64)?;
+        crate::file_size::within_file_size_limit((SLOT * 2) as u64)?;
         self.file.write_all_at(&sealed, (slot * SLOT) as u64)
     }
 }

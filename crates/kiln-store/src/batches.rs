@@ -62,7 +62,7 @@ impl BatchesFile {
             .min_by_key(|(_, sequence)| **sequence)
             .map_or(0, |(slot, _)| slot);
         let sealed = sealed::seal(TAG, newest + 1, record);
-        crate::durable::within_file_size_limit(((oldest + 1) * SLOT) as u64)?;
+        crate::file_size::within_file_size_limit(((oldest + 1) * SLOT) as u64)?;
         self.file.write_all_at(&sealed, (oldest * SLOT) as u64)
     }
 

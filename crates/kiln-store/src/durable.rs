@@ -297,74 +297,9 @@ fn create_staged(staging: &Folder) -> io::Result<(OsString, File)> {
     }
 }
 
-/// The process id in `name` when it is a staging file's name as the store
-/// gives them, `<pid>-<sequence>.part`; `None` for any other name.
-pub(crate) fn staging_pid(name: &str) -> Option<libc::pid_t> {
-    let (pid, rest) = name.split_once('-')?;
-    let sequence = rest.strip_suffix(".part")?;
-    let digits = |text: &str| !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit());
-    if !digits(pid) || !digits(sequence) {
-        return None;
-    }
-    pid.parse().ok()
-}
-
-/// Whether the process `pid`, which wrote a staging file, is gone.
-pub(crate) fn is_dead(pid: libc::pid_t) -> bool {
-    if pid <= 0 {
-        return true;
-    }
-    if pid == std::process::id() as libc::pid_t {
-        return false;
-    }
-    // SAFETY: signal 0 checks that the process exists and sends nothing.
-    let status = unsafe { libc::kill(pid, 0) };
-    status != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-}
-
-/// Refuses a file of `length` bytes that the process's file size limit
-/// (`RLIMIT_FSIZE`) would not let it write whole. Past the limit the system
-/// sends SIGXFSZ, which stops a process that does not ignore it: the store
-/// must not depend on how its host set that signal up (P5).
-pub(crate) fn within_file_size_limit(length: u64) -> io::Result<()> {
-    let mut limit = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: `limit` is a valid `rlimit` that the call fills.
-    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } != 0
-        || limit.rlim_cur == libc::RLIM_INFINITY
-        || length <= limit.rlim_cur
-    {
-        return Ok(());
-    }
-    Err(io::Error::new(
-        io::ErrorKind::FileTooLarge,
-        format!(
-            "a file of {length} bytes would pass the process's file size limit of {} bytes",
-            limit.rlim_cur
-        ),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_names_the_store_gives_are_staging_files() {
-        assert_eq!(staging_pid("123-4.part"), Some(123));
-        for name in [
-            "notes.txt",
-            "123-4.part.bak",
-            "-4.part",
-            "12a-4.part",
-            "123-.part",
-        ] {
-            assert_eq!(staging_pid(name), None, "{name}");
-        }
-        assert!(!is_dead(std::process::id() as libc::pid_t));
-    }
 
     // P3: in a group, a publication is in place at once and synced by the
     // group's one commit; outside one, it syncs as it is made.

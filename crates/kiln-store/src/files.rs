@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::StoreConfig;
-use crate::durable::{self, within_file_size_limit};
+use crate::durable;
+use crate::file_size::within_file_size_limit;
 use crate::layout::Layout;
 use crate::lock::LockFile;
 use crate::pack::Packs;

@@ -92,6 +92,7 @@ mod disk;
 mod durable;
 mod envelope;
 pub mod error;
+mod file_size;
 mod files;
 #[cfg(test)]
 mod fixtures;

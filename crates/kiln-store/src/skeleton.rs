@@ -314,7 +314,11 @@ fn is_empty_or_unfinished(root: &Folder) -> io::Result<bool> {
             Err(error) => return Err(error),
         };
         for staged in staging.names()? {
-            if staged.to_str().and_then(durable::staging_pid).is_none() {
+            if staged
+                .to_str()
+                .and_then(crate::staging::staging_pid)
+                .is_none()
+            {
                 return Ok(false);
             }
             match staging.status(&staged) {
@@ -457,7 +461,7 @@ fn sweep(root: &Folder, layout: &Layout) {
     let mut unchecked = Vec::new();
     let removed =
         crate::staging::sweep_staging(root, &layout.staging(), &mut unchecked, &|pid, age| {
-            age > STAGING_GRACE && durable::is_dead(pid)
+            age > STAGING_GRACE && crate::staging::is_dead(pid)
         });
     if removed > 0 {
         log::debug!("removed {removed} staging files of dead processes");

@@ -1,12 +1,12 @@
 //! The staging folder's sweep: staging files whose writer died or that
 //! outlived every lock timeout are removed, and only files named as the
-//! store names them.
+//! store names them: `<pid>-<sequence>.part`, as `durable` makes them.
 
 use std::ffi::OsStr;
+use std::io;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use crate::durable;
 use crate::tree::{Folder, Kind, is_absent, not_a_file, why_not_entered};
 use crate::walk::Unchecked;
 
@@ -42,7 +42,7 @@ pub(crate) fn sweep_staging(
     let mut removed = 0;
     for name in names {
         let path = staging_path.join(&name);
-        let Some(pid) = name.to_str().and_then(durable::staging_pid) else {
+        let Some(pid) = name.to_str().and_then(staging_pid) else {
             unchecked.push((path, "not a name the store gives: left alone".to_owned()));
             continue;
         };
@@ -66,4 +66,49 @@ pub(crate) fn sweep_staging(
         }
     }
     removed
+}
+
+/// The process id in `name` when it is a staging file's name as the store
+/// gives them, `<pid>-<sequence>.part`; `None` for any other name.
+pub(crate) fn staging_pid(name: &str) -> Option<libc::pid_t> {
+    let (pid, rest) = name.split_once('-')?;
+    let sequence = rest.strip_suffix(".part")?;
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit());
+    if !digits(pid) || !digits(sequence) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Whether the process `pid`, which wrote a staging file, is gone.
+pub(crate) fn is_dead(pid: libc::pid_t) -> bool {
+    if pid <= 0 {
+        return true;
+    }
+    if pid == std::process::id() as libc::pid_t {
+        return false;
+    }
+    // SAFETY: signal 0 checks that the process exists and sends nothing.
+    let status = unsafe { libc::kill(pid, 0) };
+    status != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_the_store_gives_are_staging_files() {
+        assert_eq!(staging_pid("123-4.part"), Some(123));
+        for name in [
+            "notes.txt",
+            "123-4.part.bak",
+            "-4.part",
+            "12a-4.part",
+            "123-.part",
+        ] {
+            assert_eq!(staging_pid(name), None, "{name}");
+        }
+        assert!(!is_dead(std::process::id() as libc::pid_t));
+    }
 }

@@ -187,7 +187,7 @@ impl UsageFile {
                 ));
             }
         };
-        crate::durable::within_file_size_limit(LENGTH as u64)?;
+        crate::file_size::within_file_size_limit(LENGTH as u64)?;
         let mut bytes = [0u8; LENGTH];
         bytes[..8].copy_from_slice(TAG);
         bytes[8..16].copy_from_slice(&usage.bytes.to_le_bytes());

@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use kiln_engine::{Explanation, StoreKey};
 
 use crate::durable;
-use crate::durable::within_file_size_limit;
+use crate::file_size::within_file_size_limit;
 use crate::files::Files;
 use crate::pack::{Kind, Read};
 use crate::record::{KernelHistory, Seen, now_seconds};

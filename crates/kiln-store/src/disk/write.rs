@@ -14,8 +14,9 @@ use kiln_engine::store::hex;
 use kiln_engine::{StoreKey, StoreOutcome};
 
 use super::access::{not_yet_refreshed, touch};
-use crate::durable::{self, within_file_size_limit};
+use crate::durable;
 use crate::error::{WriteCause, WriteFailure};
+use crate::file_size::within_file_size_limit;
 use crate::files::{Files, bump};
 use crate::lock::{Mode, PIN_WAIT, object_slot};
 use crate::record::{Record, digest, record_file};

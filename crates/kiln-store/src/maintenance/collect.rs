@@ -312,7 +312,7 @@ impl DiskStore {
             root,
             &self.inner.files.layout.staging(),
             unchecked,
-            &|pid, age| durable::is_dead(pid) || age > timeout,
+            &|pid, age| crate::staging::is_dead(pid) || age > timeout,
         )
     }
 }

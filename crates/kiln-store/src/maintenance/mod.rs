@@ -11,7 +11,6 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::disk::{AGE_BUCKETS, DiskStore, Limits, age_bucket};
-use crate::durable;
 use crate::error::Result;
 use crate::layout::digest_from_name;
 use crate::lock::{COLLECT_SLOT, Mode, key_slot, object_slot};

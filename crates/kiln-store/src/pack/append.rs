@@ -38,7 +38,7 @@ impl Packs {
                 format!("pack {shard:03x} is full; `kiln gc` compacts it"),
             ));
         }
-        crate::durable::within_file_size_limit(
+        crate::file_size::within_file_size_limit(
             (pack_end + frame_bytes).max(open.index_end + slot_bytes),
         )?;
         let now = now_seconds();
