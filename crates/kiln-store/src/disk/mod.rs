@@ -123,7 +123,7 @@ pub(crate) struct Inner {
     /// The objects and records, over files and packs.
     pub(crate) files: Files,
     /// The generation of its content, shared with other processes.
-    pub(crate) generation: GenerationWatch,
+    generation: GenerationWatch,
     /// Claims of keys across processes, and what was said of failed ones.
     claims: KeyClaims,
     /// Misses not yet written into their kernels' histories.
@@ -133,7 +133,7 @@ pub(crate) struct Inner {
     /// Compilers this process has written to the targets file.
     targets: Targets,
     /// Whether this process evicts, and what its batch wrote.
-    pub(crate) eviction: Eviction,
+    eviction: Eviction,
     /// The causes of failed writes, one entry per cause.
     write_failures: WriteFailures,
 }
