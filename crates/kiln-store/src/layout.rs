@@ -202,23 +202,13 @@ fn sharded(root: &Path, tree: &str, digest: &[u8]) -> PathBuf {
     PathBuf::from(OsString::from_vec(path))
 }
 
-/// Parses a file name of 64 hex digits into a digest.
-pub(crate) fn digest_from_name(name: &str) -> Option<[u8; 32]> {
-    if name.len() != 64 {
-        return None;
-    }
-    let mut digest = [0u8; 32];
-    for (index, byte) in digest.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(name.get(index * 2..index * 2 + 2)?, 16).ok()?;
-    }
-    Some(digest)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use kiln_engine::store::hex;
+
+    use crate::walk::digest_from_name;
 
     #[test]
     fn an_object_lives_two_shards_deep_under_its_digest() {

@@ -139,6 +139,19 @@ pub(crate) fn enter(
     }
 }
 
+/// The digest a file's name of 64 hex digits spells: what the walk's files
+/// of records and objects are named by.
+pub(crate) fn digest_from_name(name: &str) -> Option<[u8; 32]> {
+    if name.len() != 64 {
+        return None;
+    }
+    let mut digest = [0u8; 32];
+    for (index, byte) in digest.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(name.get(index * 2..index * 2 + 2)?, 16).ok()?;
+    }
+    Some(digest)
+}
+
 /// Calls `visit` with the path and name of every file of `tree` in the
 /// store at `root_path`, one folder at a time, as [`StoreRoot::walk`]
 /// finds them: for passes that only read. What cannot be walked is logged.

@@ -87,12 +87,12 @@ use crate::disk::{DiskStore, not_yet_refreshed, touch};
 use crate::durable;
 use crate::envelope;
 use crate::error::{Error, Result};
-use crate::layout::digest_from_name;
 use crate::lock::{Mode, object_slot};
 use crate::maintenance::Progress;
 use crate::partial::PartialFile;
 use crate::record::{self, Record};
 use crate::record::{digest, is_inlined};
+use crate::walk::digest_from_name;
 
 #[cfg(test)]
 mod bombs;

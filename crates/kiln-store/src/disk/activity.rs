@@ -27,8 +27,8 @@ use kiln_engine::{KeySubject, Lookup, StoreKey};
 use crate::activity::{Activity, ActivityFile, BackendActivity};
 use crate::error::{Error, Result};
 use crate::files::Files;
-use crate::layout::digest_from_name;
 use crate::record::now_seconds;
+use crate::walk::digest_from_name;
 
 /// The most keys a batch keeps pending: past it, a miss is counted at once
 /// (a program that uses the store without batches never ends one).

@@ -12,12 +12,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::disk::{AGE_BUCKETS, DiskStore, Limits, age_bucket};
 use crate::error::Result;
-use crate::layout::digest_from_name;
 use crate::lock::{COLLECT_SLOT, Mode, key_slot, object_slot};
 use crate::record::{AnyRecord, BlobRecord, KernelHistory, Record, digest};
 use crate::tree::{Folder, Kind, Removal, Status, is_absent};
 use crate::usage::Usage;
 use crate::usage::file_allocation;
+use crate::walk::digest_from_name;
 
 mod collect;
 mod list;
