@@ -319,6 +319,7 @@ fn rows(server: &garage::Garage, key: &str) {
 /// as `bucket_round_trip` sized by the proxy's round trip.
 fn round_trip(server: &garage::Garage, port: u16, rtt: u64) -> Option<f64> {
     use kiln_engine::store::BlobKey;
+    use kiln_engine::Blobs;
     let store = server.store_at(port, garage::fleet_keys(), &garage::fresh_prefix());
     let blob = BlobKey::new("round-trip");
     store.put_blob(&blob, &[7u8; 2048]);

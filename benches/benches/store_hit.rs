@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kiln_engine::fake::{FakeCompiler, FakeKernel};
-use kiln_engine::{ArtifactStore, Lookup, StoreKey};
+use kiln_engine::{ArtifactStore, ArtifactStoreExt, Lookup, StoreKey};
 use kiln_store::{DiskStore, StoreConfig};
 
 fn store_hit(criterion: &mut Criterion) {

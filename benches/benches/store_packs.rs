@@ -25,7 +25,7 @@ use std::time::Instant;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use kiln_benches::{BenchRecord, append_record, cores};
 use kiln_engine::fake::{FakeCompiler, FakeKernel};
-use kiln_engine::{ArtifactCopy, ArtifactStore, Lookup, StoreKey, StoreOutcome};
+use kiln_engine::{ArtifactStore, ArtifactStoreExt, Lookup, Origin, Put, StoreKey, StoreOutcome};
 use kiln_store::{DiskStore, StoreConfig};
 
 /// Keys looked up in turn by one iteration, spread over the whole store.
@@ -193,12 +193,13 @@ fn write_back(criterion: &mut Criterion) {
                     let entries = batch();
                     let started = Instant::now();
                     let outcomes: Vec<StoreOutcome> = if case == "batched" {
-                        let copies: Vec<ArtifactCopy<'_>> = entries
+                        let copies: Vec<Put<'_>> = entries
                             .iter()
-                            .map(|(key, bytes)| ArtifactCopy {
+                            .map(|(key, bytes)| Put {
                                 key,
                                 bytes,
                                 work: std::time::Duration::ZERO,
+                                origin: Origin::Copied,
                             })
                             .collect();
                         store.put_many(&copies)

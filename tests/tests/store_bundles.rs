@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use kiln_engine::fake::{FakeCompiler, FakeKernel};
-use kiln_engine::{ArtifactStore, Lookup, StoreKey};
+use kiln_engine::{ArtifactStore, ArtifactStoreExt, Lookup, StoreKey};
 use kiln_store::{DiskStore, Error};
 use kiln_test_support::{Limit, Scratch, child};
 use kiln_tests::open_store;

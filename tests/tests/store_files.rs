@@ -10,8 +10,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use kiln_engine::fake::{FakeArtifact, FakeCompiler, FakeKernel, FakeTarget};
 use kiln_engine::{
-    ArtifactStore, BoundStore, Claim, ClaimWait, CompilationTarget, Explanation, KernelLoader,
-    KernelOutcome, KeyComponent, KeyComponents, LoaderConfig, Lookup, Miss,
+    ArtifactStore, ArtifactStoreExt, BoundStore, Claim, ClaimWait, Claims, CompilationTarget,
+    Explanation, KernelLoader, KernelOutcome, KeyComponent, KeyComponents, LoaderConfig, Lookup,
+    Miss,
 };
 use kiln_store::{DiskStore, Error, Limits};
 use kiln_test_support::Scratch;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use kiln_engine::{ArtifactStore, Lookup, StoreOutcome};
+use kiln_engine::{ArtifactStore, ArtifactStoreExt, Lookup, StoreOutcome};
 use kiln_store::{DiskStore, Limits, StoreConfig};
 use kiln_test_support::child::rerun;
 use kiln_test_support::{Random, Scratch, say};

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use kiln_engine::fake::{FakeKernel, FakeTarget};
-use kiln_engine::{ArtifactStore, KernelLoader, LoaderConfig, Lookup};
+use kiln_engine::{ArtifactStore, ArtifactStoreExt, KernelLoader, LoaderConfig, Lookup};
 use kiln_store::{DiskStore, Error, Limits, StoreConfig, VerifyReport};
 use kiln_test_support::files::{chown_all, plant, snapshot};
 use kiln_test_support::{NOBODY, Scratch, child, require};

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kiln_engine::{ArtifactStore, Lookup, Miss, StoreKey, StoreOutcome};
+use kiln_engine::{ArtifactStore, ArtifactStoreExt, Lookup, Miss, StoreKey, StoreOutcome};
 use kiln_store::{DiskStore, Limits, StoreConfig};
 use kiln_test_support::{Scratch, Tmpfs};
 use kiln_tests::{fake_key, fake_text, load, loader_on, open_store_packing, pattern};

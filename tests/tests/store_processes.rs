@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use kiln_engine::fake::FakeCompiler;
-use kiln_engine::{ArtifactStore, Lookup};
+use kiln_engine::{ArtifactStore, ArtifactStoreExt, Lookup};
 use kiln_store::Limits;
 use kiln_test_support::Scratch;
 use kiln_tests::{WorkerReport, fake_key, is_whole_pattern, open_store_packing, pattern};

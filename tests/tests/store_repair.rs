@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kiln_engine::{ArtifactStore, Lookup, StoreOutcome};
+use kiln_engine::{ArtifactStore, ArtifactStoreExt, Lookup, StoreOutcome};
 use kiln_store::{DiskStore, Limits};
 use kiln_test_support::Scratch;
 use kiln_tests::{fake_key, open_store_packing};

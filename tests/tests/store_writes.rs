@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use kiln_engine::fake::FakeKernel;
 use kiln_engine::{
-    ArtifactStore, Claim, ClaimWait, KernelOutcome, Lookup, Miss, StoreKey, StoreOutcome,
+    ArtifactStore, ArtifactStoreExt, Claim, ClaimWait, Claims, KernelOutcome, Lookup, Miss,
+    Records, StoreKey, StoreOutcome,
 };
 use kiln_store::error::{WriteCause, WriteFailure};
 use kiln_store::{DiskStore, Error, StoreConfig};

@@ -102,7 +102,7 @@ fn p15_a_bundle_carries_tuning_answers_and_pipeline_caches_to_an_empty_store() -
     // tunes with no compile and no measurement, and finds the pipeline
     // cache.
     use kiln_engine::store::BlobKey;
-    use kiln_engine::{ArtifactStore, Lookup};
+    use kiln_engine::{Blobs, Lookup};
 
     let scratch = Scratch::new("tune-bundle");
     let (source, log) = (scratch.join("source"), scratch.join("launches.log"));

@@ -10,14 +10,15 @@
 //! # The key
 //!
 //! The blob is no kernel's artifact: it is kept as a named blob of the store
-//! ([`ArtifactStore::put_blob`]), of kind [`PIPELINE_CACHE_KIND`], under a
-//! [`BlobKey`] made of everything that decides whether the driver can use
-//! it: the wgpu version (wgpu wraps the driver's data in a header of its
-//! own), the adapter's vendor and device ids and name, the driver's name
-//! and version text, and the driver's numeric version and
-//! `pipelineCacheUUID` (read with ash, as wgpu keeps them to itself). A
-//! driver update is another key, so an old blob is never offered to a new
-//! driver; it ages out of the store. `kiln ls` lists it as what it is.
+//! ([`Blobs::put_blob`](kiln_engine::store::Blobs::put_blob)), of kind
+//! [`PIPELINE_CACHE_KIND`], under a [`BlobKey`] made of everything that
+//! decides whether the driver can use it: the wgpu version (wgpu wraps the
+//! driver's data in a header of its own), the adapter's vendor and device
+//! ids and name, the driver's name and version text, and the driver's
+//! numeric version and `pipelineCacheUUID` (read with ash, as wgpu keeps
+//! them to itself). A driver update is another key, so an old blob is never
+//! offered to a new driver; it ages out of the store. `kiln ls` lists it
+//! as what it is.
 //!
 //! # Bad data
 //!
@@ -167,7 +168,7 @@ impl PersistedPipelineCache {
                 ),
             });
         };
-        let (data, mut state) = match store.lookup_blob(&key) {
+        let (data, mut state) = match store.parts().lookup_blob(&key) {
             Lookup::Hit { artifact, .. } => {
                 let bytes = artifact.len() as u64;
                 (Some(artifact), PipelineCacheState::Loaded { bytes })
@@ -255,9 +256,10 @@ impl PersistedPipelineCache {
         // Its entry's files made durable together: one sync of the store's
         // file system rather than one per file and folder (P3), just after
         // the batch's own, which left little to flush.
-        self.store.begin_group();
-        let outcome = self.store.put_blob(&self.key, &data);
-        self.store.commit_group();
+        let parts = self.store.parts();
+        parts.begin_group();
+        let outcome = parts.put_blob(&self.key, &data);
+        parts.commit_group();
         match &outcome {
             StoreOutcome::Stored { bytes } => {
                 log::debug!(

@@ -338,7 +338,7 @@ fn the_pipeline_cache_round_trips_through_the_store() {
 
     let store = support::store_at(&folder);
     let key = pipeline_cache_key(&device).expect("a cache key");
-    let stored = match store.lookup_blob(&key) {
+    let stored = match store.parts().lookup_blob(&key) {
         kiln_engine::Lookup::Hit { artifact, .. } => artifact,
         kiln_engine::Lookup::Miss(miss) => panic!("the batch stored its pipeline cache: {miss}"),
     };
@@ -375,7 +375,7 @@ fn invalid_pipeline_cache_data_falls_back_to_an_empty_cache() {
     let store = support::fresh_store("pipeline-cache-garbage");
     let garbage = b"not a pipeline cache, but verified bytes in the store".to_vec();
     assert!(matches!(
-        store.put_blob(&key, &garbage),
+        store.parts().put_blob(&key, &garbage),
         StoreOutcome::Stored { .. }
     ));
     let target = WgpuTarget::on_device(device.clone()).with_store(store.clone());
@@ -393,7 +393,7 @@ fn invalid_pipeline_cache_data_falls_back_to_an_empty_cache() {
         .load(&kernel, &support::id_of(&kernel))
         .expect("pipelines are made through the empty cache");
     drop(loader);
-    match store.lookup_blob(&key) {
+    match store.parts().lookup_blob(&key) {
         kiln_engine::Lookup::Hit { artifact, .. } => {
             assert_ne!(artifact, garbage, "the next save replaced the bad blob");
         }

@@ -625,53 +625,24 @@ impl ArtifactStore for BucketStore {
         self.lookup_subjects(&subjects)
     }
 
-    fn put(
-        &self,
-        key: &StoreKey,
-        source_key: Option<&StoreKey>,
-        bytes: &[u8],
-        work: Duration,
-    ) -> StoreOutcome {
-        self.put_all(&[Put {
-            key,
-            source_key,
-            bytes,
-            work,
-            with_history: true,
-        }])
-        .pop()
-        .expect("one outcome per put")
-    }
-
-    fn put_rekeyed_many(&self, puts: &[kiln_engine::store::RekeyedPut<'_>]) -> Vec<StoreOutcome> {
+    fn put_many(&self, puts: &[kiln_engine::Put<'_>]) -> Vec<StoreOutcome> {
+        // A compile under its key and its text's, a rekeyed kernel under
+        // its own with its history, a copy under its own alone.
         let puts: Vec<Put<'_>> = puts
             .iter()
-            .map(|put| Put {
-                key: put.key,
-                source_key: None,
-                bytes: put.bytes,
-                work: put.work,
-                with_history: true,
-            })
-            .collect();
-        self.put_all(&puts)
-    }
-
-    fn put_copy(&self, key: &StoreKey, bytes: &[u8], work: Duration) -> StoreOutcome {
-        self.put_many(&[kiln_engine::store::ArtifactCopy { key, bytes, work }])
-            .pop()
-            .expect("one outcome per copy")
-    }
-
-    fn put_many(&self, copies: &[kiln_engine::store::ArtifactCopy<'_>]) -> Vec<StoreOutcome> {
-        let puts: Vec<Put<'_>> = copies
-            .iter()
-            .map(|copy| Put {
-                key: copy.key,
-                source_key: None,
-                bytes: copy.bytes,
-                work: copy.work,
-                with_history: false,
+            .map(|put| {
+                let (source_key, with_history) = match put.origin {
+                    kiln_engine::Origin::Compiled { source_key } => (source_key, true),
+                    kiln_engine::Origin::Rekeyed { .. } => (None, true),
+                    kiln_engine::Origin::Copied => (None, false),
+                };
+                Put {
+                    key: put.key,
+                    source_key,
+                    bytes: put.bytes,
+                    work: put.work,
+                    with_history,
+                }
             })
             .collect();
         self.put_all(&puts)
@@ -694,6 +665,17 @@ impl ArtifactStore for BucketStore {
         self.inner.counters.snapshot()
     }
 
+    fn parts(&self) -> kiln_engine::StoreParts<'_> {
+        // A bucket has no lease: claims are the front's (BucketTier).
+        kiln_engine::StoreParts {
+            blobs: Some(self),
+            records: Some(self),
+            ..kiln_engine::StoreParts::default()
+        }
+    }
+}
+
+impl kiln_engine::Records for BucketStore {
     fn explain(&self, key: &StoreKey) -> Explanation {
         let digest = key.digest();
         let Some(history) = Self::history_id(key) else {
@@ -740,7 +722,9 @@ impl ArtifactStore for BucketStore {
             },
         }
     }
+}
 
+impl kiln_engine::Blobs for BucketStore {
     fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
         self.lookup_subjects(&[(Kind::Blob, key.digest())])
             .pop()

@@ -5,9 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use kiln_engine::store::{
-    ArtifactCopy, BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, RekeyedPut, StoreCounters,
-};
+use kiln_engine::store::{BlobKey, Claim, ClaimGuard, ClaimWait, Explanation, StoreCounters};
 use kiln_engine::{
     ArtifactStore, Generation, Lookup, Miss, StoreKey, StoreOutcome, StoreStatistics,
 };
@@ -53,7 +51,7 @@ const ABSENT_LIMIT: usize = 1 << 16;
 ///   so that it keeps large artifacts out of Redis.
 /// - **One question per key and batch**: a key the bucket answered absent
 ///   is not asked of it again until the batch ends
-///   ([`batch_finished`](ArtifactStore::batch_finished)), at most a minute,
+///   ([`batch_finished`](kiln_engine::Groups::batch_finished)), at most a minute,
 ///   unless another holds its claim: the loader's check after taking a
 ///   claim reads the front only, not one GET per kernel in sequence; a
 ///   waiter's polls for a key another compiles ask the bucket too (with
@@ -190,12 +188,13 @@ impl Drop for Inner {
 /// (one durable write for them), until the queue is closed.
 fn copy_queued(queue: &Queue, front: &dyn ArtifactStore) {
     while let Some((copies, _)) = queue.take() {
-        let copied: Vec<ArtifactCopy<'_>> = copies
+        let copied: Vec<kiln_engine::Put<'_>> = copies
             .iter()
-            .map(|copy| ArtifactCopy {
+            .map(|copy| kiln_engine::Put {
                 key: &copy.key,
                 bytes: &copy.bytes,
                 work: copy.work,
+                origin: kiln_engine::Origin::Copied,
             })
             .collect();
         front.put_many(&copied);
@@ -294,7 +293,7 @@ impl ArtifactStore for BucketTier {
             let mut copies = Vec::new();
             for ((index, key), lookup) in missed.iter().zip(&asked).zip(found) {
                 if let Lookup::Hit { .. } = &lookup {
-                    inner.front.found_elsewhere(key);
+                    inner.front.parts().found_elsewhere(key);
                     copies.push(*index);
                 }
                 // Where the bucket has nothing to say, the front's own
@@ -305,13 +304,14 @@ impl ArtifactStore for BucketTier {
             }
             // Copied to the front by the copier: a durable write of the
             // batch's hits would cost a warm start more than the round trip.
-            let copied: Vec<ArtifactCopy<'_>> = copies
+            let copied: Vec<kiln_engine::Put<'_>> = copies
                 .iter()
                 .filter_map(|index| match &answers[*index] {
-                    Lookup::Hit { artifact, work, .. } => Some(ArtifactCopy {
+                    Lookup::Hit { artifact, work, .. } => Some(kiln_engine::Put {
                         key: &keys[*index],
                         bytes: artifact,
                         work: *work,
+                        origin: kiln_engine::Origin::Copied,
                     }),
                     Lookup::Miss(_) => None,
                 })
@@ -340,8 +340,69 @@ impl ArtifactStore for BucketTier {
         answers
     }
 
+    fn put_many(&self, puts: &[kiln_engine::Put<'_>]) -> Vec<StoreOutcome> {
+        let outcomes = self.inner.front.put_many(puts);
+        for (put, _) in puts
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| !refused(outcome))
+        {
+            // A compile with its text's key, a rekeyed kernel with its
+            // history, a copy alone.
+            let (source_key, with_history) = match put.origin {
+                kiln_engine::Origin::Compiled { source_key } => (source_key.cloned(), true),
+                kiln_engine::Origin::Rekeyed { .. } => (None, true),
+                kiln_engine::Origin::Copied => (None, false),
+            };
+            self.enqueue(Write {
+                key: put.key.clone(),
+                source_key,
+                bytes: put.bytes.to_vec(),
+                work: put.work,
+                with_history,
+            });
+        }
+        outcomes
+    }
+
+    fn remove(&self, key: &StoreKey) {
+        // A queued write of the key would land after the removal and bring
+        // it back: drop it, and let a write already sent finish first.
+        self.inner.queue.forget(key);
+        self.flush(self.inner.bucket.config().timeout);
+        self.inner.front.remove(key);
+        self.inner.bucket.remove(key);
+    }
+
+    fn generation(&self) -> Generation {
+        self.inner.front.generation()
+    }
+
+    /// The front's counts, with lookups as this store answered them (a
+    /// front miss the bucket answered is a hit).
+    fn statistics(&self) -> StoreStatistics {
+        let answered = self.inner.answers.snapshot();
+        StoreStatistics {
+            hits: answered.hits,
+            absent: answered.absent,
+            corrupt: answered.corrupt,
+            foreign: answered.foreign,
+            unreadable: answered.unreadable,
+            bytes_read: answered.bytes_read,
+            ..self.inner.front.statistics()
+        }
+    }
+
+    fn parts(&self) -> kiln_engine::StoreParts<'_> {
+        // Claims are the front's (a bucket has no lease); blobs, records
+        // and the batch's end over both.
+        kiln_engine::StoreParts::all(self)
+    }
+}
+
+impl kiln_engine::Claims for BucketTier {
     fn claim(&self, key: &StoreKey, wait: ClaimWait) -> Claim {
-        let claim = match self.inner.front.claim(key, wait) {
+        let claim = match self.inner.front.parts().claim(key, wait) {
             // With the size split, a large artifact is the bucket's alone:
             // its claim (Redis's lease) is let go once the bucket writes
             // queued before it are done, so a waiter that takes it finds
@@ -364,106 +425,65 @@ impl ArtifactStore for BucketTier {
     }
 
     fn claim_timeout(&self) -> Duration {
-        self.inner.front.claim_timeout()
+        self.inner.front.parts().claim_timeout()
     }
 
     fn holder(&self, key: &StoreKey) -> Option<String> {
-        self.inner.front.holder(key)
+        self.inner.front.parts().holder(key)
+    }
+}
+
+impl kiln_engine::Blobs for BucketTier {
+    fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
+        match self.inner.front.parts().lookup_blob(key) {
+            Lookup::Miss(_) => {
+                let deadline = Instant::now() + self.inner.bucket.config().timeout;
+                self.inner
+                    .memories
+                    .take(key, deadline)
+                    .unwrap_or_else(|| kiln_engine::Blobs::lookup_blob(&self.inner.bucket, key))
+            }
+            hit => hit,
+        }
     }
 
-    fn put(
-        &self,
-        key: &StoreKey,
-        source_key: Option<&StoreKey>,
-        bytes: &[u8],
-        work: Duration,
-    ) -> StoreOutcome {
-        let outcome = self.inner.front.put(key, source_key, bytes, work);
-        if refused(&outcome) {
-            return outcome;
-        }
-        self.enqueue(Write {
-            key: key.clone(),
-            source_key: source_key.cloned(),
-            bytes: bytes.to_vec(),
-            work,
-            with_history: true,
-        });
+    fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
+        self.inner.memories.forget(key);
+        let outcome = self.inner.front.parts().put_blob(key, bytes);
+        // Blobs are few and small: written through, on the caller's thread.
+        kiln_engine::Blobs::put_blob(&self.inner.bucket, key, bytes);
         outcome
     }
+}
 
-    fn put_rekeyed_many(&self, puts: &[RekeyedPut<'_>]) -> Vec<StoreOutcome> {
-        let outcomes = self.inner.front.put_rekeyed_many(puts);
-        for (put, _) in puts
-            .iter()
-            .zip(&outcomes)
-            .filter(|(_, outcome)| !refused(outcome))
-        {
-            self.enqueue(Write {
-                key: put.key.clone(),
-                source_key: None,
-                bytes: put.bytes.to_vec(),
-                work: put.work,
-                with_history: true,
-            });
+impl kiln_engine::Records for BucketTier {
+    fn keep_batch(&self, record: &[u8]) {
+        self.inner.front.parts().keep_batch(record);
+    }
+
+    fn kept_batches(&self) -> Vec<Vec<u8>> {
+        self.inner.front.parts().kept_batches()
+    }
+
+    fn explain(&self, key: &StoreKey) -> Explanation {
+        match self.inner.front.parts().explain(key) {
+            Explanation::NeverSeen => kiln_engine::Records::explain(&self.inner.bucket, key),
+            known => known,
         }
-        outcomes
-    }
-
-    fn put_copy(&self, key: &StoreKey, bytes: &[u8], work: Duration) -> StoreOutcome {
-        self.put_many(&[ArtifactCopy { key, bytes, work }])
-            .pop()
-            .expect("one outcome per copy")
-    }
-
-    fn put_many(&self, copies: &[ArtifactCopy<'_>]) -> Vec<StoreOutcome> {
-        let outcomes = self.inner.front.put_many(copies);
-        for (copy, _) in copies
-            .iter()
-            .zip(&outcomes)
-            .filter(|(_, outcome)| !refused(outcome))
-        {
-            self.enqueue(Write {
-                key: copy.key.clone(),
-                source_key: None,
-                bytes: copy.bytes.to_vec(),
-                work: copy.work,
-                with_history: false,
-            });
-        }
-        outcomes
-    }
-
-    fn remove(&self, key: &StoreKey) {
-        // A queued write of the key would land after the removal and bring
-        // it back: drop it, and let a write already sent finish first.
-        self.inner.queue.forget(key);
-        self.flush(self.inner.bucket.config().timeout);
-        self.inner.front.remove(key);
-        self.inner.bucket.remove(key);
     }
 
     fn found_elsewhere(&self, key: &StoreKey) {
-        self.inner.front.found_elsewhere(key);
+        self.inner.front.parts().found_elsewhere(key);
+    }
+}
+
+impl kiln_engine::Groups for BucketTier {
+    fn begin_group(&self) {
+        self.inner.front.parts().begin_group();
     }
 
-    fn generation(&self) -> Generation {
-        self.inner.front.generation()
-    }
-
-    /// The front's counts, with lookups as this store answered them (a
-    /// front miss the bucket answered is a hit).
-    fn statistics(&self) -> StoreStatistics {
-        let answered = self.inner.answers.snapshot();
-        StoreStatistics {
-            hits: answered.hits,
-            absent: answered.absent,
-            corrupt: answered.corrupt,
-            foreign: answered.foreign,
-            unreadable: answered.unreadable,
-            bytes_read: answered.bytes_read,
-            ..self.inner.front.statistics()
-        }
+    fn commit_group(&self) {
+        self.inner.front.parts().commit_group();
     }
 
     fn batch_finished(&self) {
@@ -473,50 +493,6 @@ impl ArtifactStore for BucketTier {
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
         self.inner.memories.batch_finished();
-        self.inner.front.batch_finished();
-    }
-
-    fn begin_group(&self) {
-        self.inner.front.begin_group();
-    }
-
-    fn commit_group(&self) {
-        self.inner.front.commit_group();
-    }
-
-    fn kept_batches(&self) -> Vec<Vec<u8>> {
-        self.inner.front.kept_batches()
-    }
-
-    fn keep_batch(&self, record: &[u8]) {
-        self.inner.front.keep_batch(record);
-    }
-
-    fn explain(&self, key: &StoreKey) -> Explanation {
-        match self.inner.front.explain(key) {
-            Explanation::NeverSeen => self.inner.bucket.explain(key),
-            known => known,
-        }
-    }
-
-    fn lookup_blob(&self, key: &BlobKey) -> Lookup<Vec<u8>> {
-        match self.inner.front.lookup_blob(key) {
-            Lookup::Miss(_) => {
-                let deadline = Instant::now() + self.inner.bucket.config().timeout;
-                self.inner
-                    .memories
-                    .take(key, deadline)
-                    .unwrap_or_else(|| self.inner.bucket.lookup_blob(key))
-            }
-            hit => hit,
-        }
-    }
-
-    fn put_blob(&self, key: &BlobKey, bytes: &[u8]) -> StoreOutcome {
-        self.inner.memories.forget(key);
-        let outcome = self.inner.front.put_blob(key, bytes);
-        // Blobs are few and small: written through, on the caller's thread.
-        self.inner.bucket.put_blob(key, bytes);
-        outcome
+        self.inner.front.parts().batch_finished();
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use kiln_bucket::BucketTier;
 use kiln_engine::store::{KeyComponents, RememberedFailure};
-use kiln_engine::{ArtifactId, ArtifactStore, KernelId, Lookup, Miss, StoreKey};
+use kiln_engine::{ArtifactId, ArtifactStore, Blobs, Groups, KernelId, Lookup, Miss, StoreKey};
 use kiln_store::{DiskStore, StoreConfig};
 
 fn key(number: u32) -> StoreKey {
@@ -65,6 +65,7 @@ fn p12_a_key_another_holds_is_asked_of_the_bucket_again() {
     // With Redis in front and the size split, a large artifact another
     // machine compiles lands in the bucket alone: its waiters must look.
     use kiln_engine::store::{Claim, ClaimWait};
+    use kiln_engine::{Blobs, Claims};
     let Some(garage) = support::shared("a waiter's polls of the bucket") else {
         return;
     };

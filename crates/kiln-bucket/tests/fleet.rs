@@ -9,8 +9,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use kiln_bucket::BucketStore;
-use kiln_engine::store::{ArtifactCopy, KeyComponents, hex};
-use kiln_engine::{ArtifactId, ArtifactStore, KernelId, Lookup, Miss, StoreKey};
+use kiln_engine::store::{KeyComponents, Origin, Put, hex};
+use kiln_engine::{ArtifactId, ArtifactStore, ArtifactStoreExt, KernelId, Lookup, Miss, StoreKey};
 use kiln_test_support::redis::LatencyProxy;
 use rusty_s3::{Bucket, S3Action, UrlStyle};
 
@@ -33,13 +33,14 @@ fn artifact(number: u32, len: usize) -> Vec<u8> {
 fn fill(store: &BucketStore, count: u32) -> Vec<StoreKey> {
     let keys: Vec<StoreKey> = (0..count).map(key).collect();
     let bytes: Vec<Vec<u8>> = (0..count).map(|number| artifact(number, 2000)).collect();
-    let copies: Vec<ArtifactCopy<'_>> = keys
+    let copies: Vec<Put<'_>> = keys
         .iter()
         .zip(&bytes)
-        .map(|(key, bytes)| ArtifactCopy {
+        .map(|(key, bytes)| Put {
             key,
             bytes,
             work: Duration::from_millis(5),
+            origin: Origin::Copied,
         })
         .collect();
     for outcome in store.put_many(&copies) {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use kiln_bucket::{BucketStore, BucketTier};
 use kiln_engine::store::KeyComponents;
-use kiln_engine::{ArtifactId, ArtifactStore, KernelId, Lookup, StoreKey};
+use kiln_engine::{ArtifactId, ArtifactStore, ArtifactStoreExt, KernelId, Lookup, StoreKey};
 use kiln_remote::{RemoteConfig, RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_test_support::redis::RedisServer;
@@ -186,6 +186,7 @@ fn p12_with_the_split_a_large_artifacts_claim_is_let_go_once_the_bucket_holds_it
     // release through Redis alone would (the waiter found nothing then):
     // the waiter that takes the claim must find the artifact.
     use kiln_engine::store::{Claim, ClaimWait};
+    use kiln_engine::{ArtifactStoreExt, Claims};
     use kiln_test_support::redis::LatencyProxy;
     use std::time::Instant;
     let Some(fleet) = Fleet::start("a large artifact's claim under the size split") else {

@@ -19,7 +19,6 @@
 
 use kiln_engine::store::{BlobKey, FAILURE_BLOB_KIND};
 use kiln_engine::{ArtifactStore, Lookup, Miss, StoreOutcome};
-use kiln_engine::{Blobs, Groups};
 use kiln_store::{DiskStore, Entry, Progress};
 use redis::cmd;
 use serde::{Deserialize, Serialize};

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use kiln_engine::store::{BlobKey, ClaimGuard};
 use kiln_engine::{ArtifactStore, Origin, Put, StoreKey, StoreOutcome};
-use kiln_engine::Blobs;
 
 use crate::remote::RemoteStore;
 use crate::remote::publish::Outgoing;

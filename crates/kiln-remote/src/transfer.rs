@@ -12,8 +12,7 @@
 //!   store. An entry that does not verify is never written: it is counted
 //!   and reported.
 
-use kiln_engine::{ArtifactStore, Lookup, Miss, StoreKey, StoreOutcome};
-use kiln_engine::{ArtifactStoreExt, Groups};
+use kiln_engine::{ArtifactStore, ArtifactStoreExt, Lookup, Miss, StoreKey, StoreOutcome};
 use kiln_store::{DiskStore, Entry, Progress};
 use serde::{Deserialize, Serialize};
 

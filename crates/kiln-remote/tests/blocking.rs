@@ -23,7 +23,9 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use kiln_engine::store::{Claim, ClaimWait, hex};
-use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey};
+use kiln_engine::{
+    ArtifactId, ArtifactStore, ArtifactStoreExt, Claims, KernelId, KeyComponents, Lookup, StoreKey,
+};
 use redis::Value;
 use support::{Redis, config, fleet_keys, fresh_prefix};
 

@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use kiln_engine::store::{Claim, ClaimWait, hex};
-use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, StoreKey};
+use kiln_engine::{ArtifactId, Claims, KernelId, KeyComponents, StoreKey};
 use support::warned::{one_at_a_time, warnings};
 use support::{Redis, fleet_keys, fresh_prefix, open};
 

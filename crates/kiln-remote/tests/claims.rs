@@ -8,8 +8,7 @@
 mod support;
 
 use kiln_engine::store::{Claim, ClaimWait, hex};
-use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, StoreKey};
-use kiln_engine::Claims;
+use kiln_engine::{ArtifactId, Claims, KernelId, KeyComponents, StoreKey};
 use std::time::Duration;
 
 use kiln_remote::{Keys, RemoteStore, TieredStore};

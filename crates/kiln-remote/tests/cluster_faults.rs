@@ -10,7 +10,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use kiln_engine::{
-    ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey, StoreOutcome,
+    ArtifactId, ArtifactStore, ArtifactStoreExt, KernelId, KeyComponents, Lookup, StoreKey,
+    StoreOutcome,
 };
 use kiln_remote::{RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};

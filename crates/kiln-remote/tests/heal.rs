@@ -14,7 +14,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use kiln_engine::store::{Recipe, hex};
-use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey};
+use kiln_engine::{
+    ArtifactId, ArtifactStore, ArtifactStoreExt, KernelId, KeyComponents, Lookup, StoreKey,
+};
 use support::{Redis, config, fleet_keys, fresh_prefix, open};
 
 fn key(number: u32) -> StoreKey {

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use kiln_engine::store::{Claim, ClaimWait};
 use kiln_engine::{
-    ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, Miss, StoreKey, StoreOutcome,
+    ArtifactId, ArtifactStore, ArtifactStoreExt, Blobs, Claims, KernelId, KeyComponents, Lookup,
+    Miss, StoreKey, StoreOutcome,
 };
 use kiln_remote::{Keys, RemoteStore, TieredStore, keygen};
 use kiln_store::{DiskStore, StoreConfig};

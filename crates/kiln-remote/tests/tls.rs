@@ -17,7 +17,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kiln_engine::store::{Claim, ClaimWait, hex};
-use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey};
+use kiln_engine::{
+    ArtifactId, ArtifactStore, ArtifactStoreExt, Claims, KernelId, KeyComponents, Lookup, StoreKey,
+};
 use kiln_remote::{RemoteConfig, RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_test_support::Scratch;

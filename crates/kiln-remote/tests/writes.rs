@@ -9,7 +9,9 @@ mod support;
 use std::time::Duration;
 
 use kiln_engine::store::hex;
-use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, Miss, StoreKey};
+use kiln_engine::{
+    ArtifactId, ArtifactStore, ArtifactStoreExt, KernelId, KeyComponents, Lookup, Miss, StoreKey,
+};
 use kiln_remote::RemoteStore;
 use support::{Redis, config, fleet_keys, fresh_prefix, open};
 

@@ -11,7 +11,7 @@ mod support;
 use std::path::Path;
 
 use kiln_engine::store::BlobKey;
-use kiln_engine::{ArtifactStore, Lookup};
+use kiln_engine::{Blobs, Lookup};
 use kiln_store::Entry;
 use serde_json::Value;
 use support::remote::{keygen, kiln_with};

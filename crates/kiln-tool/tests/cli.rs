@@ -159,7 +159,7 @@ fn explain_names_a_changed_compiler_or_says_never_seen() -> Result<()> {
 fn import_into_an_empty_store_refuses_a_bundle_of_another_target_unless_told() {
     // P15: a bundle whose compiler is not this machine's is refused by an
     // empty store, naming the component, unless --any-target.
-    use kiln_engine::{ArtifactStore, KeyComponents, StoreKey};
+    use kiln_engine::{ArtifactStoreExt, KeyComponents, StoreKey};
 
     let scratch = Scratch::new("bundle-target");
     let source = scratch.join("source");

@@ -6,7 +6,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use kiln_engine::{ArtifactStore, Lookup};
+use kiln_engine::{ArtifactStore, ArtifactStoreExt, Lookup};
 use kiln_store::Entry;
 use serde_json::Value;
 use support::remote::{keygen, kiln_with, open, redis, remote};

@@ -14,7 +14,7 @@ use kiln_engine::fake::{FakeKernel, FakeModule, FakeTarget};
 use kiln_engine::profile::Program;
 use kiln_engine::store::{BlobKey, RememberedFailure};
 use kiln_engine::tune::{Candidate, Measure, Origin, TuneKey};
-use kiln_engine::{ArtifactStore, KernelLoader, LoaderConfig, Lookup, StoreOutcome};
+use kiln_engine::{ArtifactStore, Blobs, KernelLoader, LoaderConfig, Lookup, StoreOutcome};
 use serde_json::Value;
 use support::Scratch;
 use support::remote::{keygen, kiln_with, open, redis};

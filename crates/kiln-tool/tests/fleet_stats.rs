@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use kiln_engine::store::BlobKey;
-use kiln_engine::{ArtifactStore, Lookup, StoreKey};
+use kiln_engine::{ArtifactStore, ArtifactStoreExt, Blobs, Lookup, StoreKey};
 use kiln_remote::TieredStore;
 use serde_json::Value;
 use support::remote::{keygen, kiln_with, open, redis, remote};

@@ -9,7 +9,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kiln_engine::ArtifactStore;
+use kiln_engine::ArtifactStoreExt;
 use kiln_engine::store::decode_value;
 use kiln_store::{DiskStore, Entry, Record, StoreConfig};
 use kiln_wgpu::WgpuArtifact;

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use kiln_engine::profile::{Program, StoredProfile, profile_blob_key};
 use kiln_engine::store::BlobKey;
 use kiln_engine::{
-    ArtifactId, ArtifactStore, Kernel, KernelId, KernelLoader, KeyComponents, KeyedCompiler,
-    Lookup, StoreKey,
+    ArtifactId, ArtifactStore, ArtifactStoreExt, Blobs, Kernel, KernelId, KernelLoader,
+    KeyComponents, KeyedCompiler, Lookup, StoreKey,
 };
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_wgpu::{WgpuCompiler, WgpuTarget, WgpuVariant, WgslKernel};

@@ -131,9 +131,11 @@ pub use kiln_engine::{
     LoaderStatistics, Reported, ResourceUsage, StatisticsCollector,
 };
 
-// A store as a program holds one: the trait a target's store setter takes,
-// the store in memory, what a store counts.
-pub use kiln_engine::{ArtifactStore, MemoryStore, StoreCounters, StoreStatistics};
+// A store as a program holds one: the trait a target's store setter takes
+// (and its one-entry puts), the store in memory, what a store counts.
+pub use kiln_engine::{
+    ArtifactStore, ArtifactStoreExt, MemoryStore, StoreCounters, StoreStatistics,
+};
 
 // The targets' traits, for code generic over a backend, and timing for
 // tuning.

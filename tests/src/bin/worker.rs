@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
-use kiln_engine::{ArtifactCopy, ArtifactStore, KernelLoader, LoaderConfig, Lookup, Miss};
+use kiln_engine::{
+    ArtifactStore, ArtifactStoreExt, KernelLoader, LoaderConfig, Lookup, Miss, Origin, Put,
+};
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_tests::{
     WorkerReport, fake_key, fake_text, is_whole_pattern, open_store, pattern, shared_store,
@@ -178,12 +180,13 @@ fn copy_loop(root: PathBuf, seed: u64) -> Result<WorkerReport> {
                 (fake_key(number), pattern(number, round, length))
             })
             .collect();
-        let copies: Vec<ArtifactCopy<'_>> = entries
+        let copies: Vec<Put<'_>> = entries
             .iter()
-            .map(|(key, bytes)| ArtifactCopy {
+            .map(|(key, bytes)| Put {
                 key,
                 bytes,
                 work: Duration::from_millis(1),
+                origin: Origin::Copied,
             })
             .collect();
         store.put_many(&copies);

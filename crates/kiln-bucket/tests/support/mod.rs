@@ -191,7 +191,7 @@ impl Garage {
         let deadline = Instant::now() + Duration::from_secs(60);
         let store = self.store_at(self.port, fleet_keys(), &fresh_prefix());
         while Instant::now() < deadline {
-            use kiln_engine::ArtifactStore;
+            use kiln_engine::Blobs;
             if matches!(
                 store.lookup_blob(&kiln_engine::store::BlobKey::new("probe")),
                 kiln_engine::Lookup::Miss(kiln_engine::Miss::Absent)

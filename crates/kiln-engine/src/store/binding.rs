@@ -12,9 +12,7 @@ use super::failure::RememberedFailure;
 use super::generation::Generation;
 use super::key::{KeyComponents, KeyedCompiler, StoreKey};
 use super::recipe::{Recipe, decode_value, encode_value};
-use super::{
-    ArtifactStore, ArtifactStoreExt, Explanation, Lookup, Miss, Origin, Put, StoreOutcome,
-};
+use super::{ArtifactStore, Explanation, Lookup, Miss, Origin, Put, StoreOutcome};
 use crate::encoding;
 use crate::id::ArtifactId;
 
@@ -245,12 +243,18 @@ impl<C: KeyedCompiler> BoundStore<C> {
             Ok(bytes) => {
                 let key = self.artifact_key(compiler, id);
                 let source_key = source.map(|source| self.source_key(compiler, id, source));
-                match (source_key, rekeyed) {
-                    (Some(source_key), true) => {
-                        self.store.put_rekeyed(&key, &source_key, &bytes, work)
-                    }
-                    (source_key, _) => self.store.put(&key, source_key.as_ref(), &bytes, work),
-                }
+                let origin = match (&source_key, rekeyed) {
+                    (Some(source_key), true) => Origin::Rekeyed { source_key },
+                    (source_key, _) => Origin::Compiled {
+                        source_key: source_key.as_ref(),
+                    },
+                };
+                super::one(self.store.put_many(&[Put {
+                    key: &key,
+                    bytes: &bytes,
+                    work,
+                    origin,
+                }]))
             }
             Err(error) => StoreOutcome::Failed {
                 detail: format!("the artifact does not serialize: {error}"),

@@ -4,11 +4,11 @@ use std::fmt;
 
 use super::lease::Renewal;
 
-/// How long [`ArtifactStore::claim`](super::ArtifactStore::claim) may wait
+/// How long [`Claims::claim`](super::Claims::claim) may wait
 /// for another compiler of the same key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClaimWait {
-    /// Up to the store's [`claim_timeout`](super::ArtifactStore::claim_timeout).
+    /// Up to the store's [`claim_timeout`](super::Claims::claim_timeout).
     Patiently,
     /// Not at all: one try. For a caller that already holds other claims,
     /// which must never wait while holding (two processes each holding what

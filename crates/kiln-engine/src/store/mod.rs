@@ -330,7 +330,8 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
 }
 
 /// One-entry puts over [`ArtifactStore::put_many`], for every store: a
-/// store implements `put_many`, never these.
+/// store implements `put_many`, never these. A kernel rekeyed, one of a
+/// round's, is a [`Put`] of [`Origin::Rekeyed`] given to `put_many`.
 pub trait ArtifactStoreExt: ArtifactStore {
     /// Publishes `bytes` under `key` and, when given, under `source_key`
     /// ([`Origin::Compiled`]); `work` is what compiling them took, returned
@@ -347,23 +348,6 @@ pub trait ArtifactStoreExt: ArtifactStore {
             bytes,
             work,
             origin: Origin::Compiled { source_key },
-        }]))
-    }
-
-    /// Publishes `bytes` under `key` only, for a kernel that took the
-    /// artifact of another kernel with the same text ([`Origin::Rekeyed`]).
-    fn put_rekeyed(
-        &self,
-        key: &StoreKey,
-        source_key: &StoreKey,
-        bytes: &[u8],
-        work: Duration,
-    ) -> StoreOutcome {
-        one(self.put_many(&[Put {
-            key,
-            bytes,
-            work,
-            origin: Origin::Rekeyed { source_key },
         }]))
     }
 

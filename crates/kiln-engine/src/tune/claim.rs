@@ -2,7 +2,7 @@
 //! way a compiler claims a key (P4, P12), and a tuner that finds it claimed
 //! waits for the holder's answer instead of measuring too.
 //!
-//! The claim is the store's own ([`ArtifactStore::claim`]), on a key made
+//! The claim is the store's own ([`Claims::claim`](crate::store::Claims::claim)), on a key made
 //! for the answer's name, so the disk store coordinates the processes of a
 //! machine and a remote tier its machines, with the same leases: a holder
 //! that dies or hangs loses the key, and the waiter measures. A waiter

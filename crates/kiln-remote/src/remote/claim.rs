@@ -579,7 +579,7 @@ pub(crate) fn attempt_many(
 }
 
 /// A patient or single try at `key`'s remote claim, as
-/// [`ArtifactStore::claim`](kiln_engine::ArtifactStore::claim) describes.
+/// [`Claims::claim`](kiln_engine::Claims::claim) describes.
 pub(crate) fn attempt_waiting(store: &RemoteStore, key: &StoreKey, wait: ClaimWait) -> Attempt {
     let first = attempt(store, key);
     if !matches!(first, Attempt::Busy) || wait == ClaimWait::Once {

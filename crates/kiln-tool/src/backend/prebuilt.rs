@@ -7,7 +7,7 @@
 //! what would build it.
 
 use kiln_engine::profile::StoredProfile;
-use kiln_engine::store::{ArtifactStore, decode_id, rebuild};
+use kiln_engine::store::{ArtifactStore, ArtifactStoreExt, decode_id, rebuild};
 use kiln_engine::{KeyedCompiler, Lookup, StoreKey, StoreOutcome};
 use serde::Serialize;
 

@@ -14,7 +14,7 @@ use clap::Args;
 use kiln_engine::profile::{PROFILE_BLOB_KIND, StoredProfile};
 use kiln_engine::store::{KeyComponents, KeySubject};
 use kiln_engine::tune::{ANSWER_BLOB_KIND, TuningAnswer};
-use kiln_engine::{ArtifactStore, KernelOutcome, Lookup};
+use kiln_engine::{Blobs, KernelOutcome, Lookup};
 use kiln_store::{DiskStore, Entry, StoreConfig};
 use serde::Serialize;
 

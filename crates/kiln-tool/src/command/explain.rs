@@ -3,7 +3,7 @@
 use anyhow::Result;
 use clap::Args;
 use kiln_engine::store::RememberedFailure;
-use kiln_engine::{ArtifactStore, Explanation, Lookup, StoreKey};
+use kiln_engine::{Blobs, Explanation, Lookup, StoreKey};
 use kiln_store::{DiskStore, KernelHistory};
 use serde::Serialize;
 

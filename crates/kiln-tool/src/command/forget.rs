@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::Args;
 use kiln_engine::store::{FAILURE_BLOB_KIND, RememberedFailure};
-use kiln_engine::{ArtifactStore, Lookup};
+use kiln_engine::{Blobs, Lookup};
 use kiln_store::{DiskStore, Entry};
 use serde::Serialize;
 

@@ -8,7 +8,7 @@
 use anyhow::Result;
 use clap::Args;
 use kiln_engine::store::{BlobKey, FAILURE_BLOB_KIND, RememberedFailure, hex};
-use kiln_engine::{ArtifactReport, ArtifactStore, KeySubject, Lookup, ResourceUsage};
+use kiln_engine::{ArtifactReport, Blobs, KeySubject, Lookup, ResourceUsage};
 use kiln_store::{DiskStore, Entry, EntryInfo, Record};
 
 use crate::console::{self, outln};

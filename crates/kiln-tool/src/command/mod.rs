@@ -26,7 +26,7 @@ use crate::console::outln;
 use crate::output::Output;
 use anyhow::{Context, Result, bail};
 use kiln_engine::store::BlobKey;
-use kiln_engine::{ArtifactStore, StoreOutcome};
+use kiln_engine::{Blobs, StoreOutcome};
 use kiln_store::{DiskStore, StoreConfig};
 use serde::Serialize;
 

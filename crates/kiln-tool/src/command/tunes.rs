@@ -5,7 +5,7 @@
 use anyhow::Result;
 use clap::Args;
 use kiln_engine::tune::{ANSWER_BLOB_KIND, TuneKey, TuningAnswer};
-use kiln_engine::{ArtifactStore, Lookup};
+use kiln_engine::{Blobs, Lookup};
 use kiln_store::{DiskStore, Entry};
 use serde::Serialize;
 
