@@ -27,6 +27,7 @@ mod boundary;
 mod command;
 mod docs;
 mod examples;
+mod fan_in;
 mod matrix;
 mod publish;
 mod rules;
@@ -46,7 +47,8 @@ tasks:
                         the facade with every backend
   test-backend [NAME]   run one backend's tests on every device of it (no NAME: list them)
   lint                  rule ids against docs/BEHAVIOUR.md, backends named only in kiln-tool's
-                        backend/, the facade's surface against crates/kiln/public-api.txt,
+                        backend/, no kiln-store module named by over a third of its siblings,
+                        the facade's surface against crates/kiln/public-api.txt,
                         fmt --check, clippy, publish-check, doc -D warnings, doc-check
   facade-api [--write]  print the facade's public surface (--write: keep it in
                         crates/kiln/public-api.txt, which lint compares)
@@ -221,6 +223,7 @@ fn duplicates() -> Result<()> {
 fn lint() -> Result<()> {
     rules::check(&setup::workspace_root())?;
     boundary::check(&setup::workspace_root())?;
+    fan_in::check(&setup::workspace_root())?;
     surface::check(&setup::workspace_root())?;
     command::cargo(&["fmt", "--all", "--check"]).run("cargo fmt --check")?;
     command::cargo(&[
