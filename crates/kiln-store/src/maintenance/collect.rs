@@ -1,7 +1,48 @@
 //! The collect pass (eviction): least recently used entries go until the
 //! store is within its limits, in allocated bytes and in entries (P6).
 
-use super::*;
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::disk::{AGE_BUCKETS, DiskStore, Limits, age_bucket};
+use crate::error::Result;
+use crate::lock::{COLLECT_SLOT, Mode, key_slot, object_slot};
+use crate::record::AnyRecord;
+use crate::tree::{Folder, Kind, Status, is_absent, not_a_file};
+use crate::usage::{Usage, file_allocation};
+use crate::walk::{Skip, Unchecked, count, digest_from_name, has_object};
+
+use super::verify::Progress;
+
+/// What a collection did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectReport {
+    /// What the store held before.
+    pub before: Usage,
+    /// What it holds after.
+    pub after: Usage,
+    /// Entries (objects) evicted.
+    pub evicted: u64,
+    /// Bytes of objects evicted.
+    pub evicted_bytes: u64,
+    /// Records removed because their object was evicted or gone.
+    pub records_removed: u64,
+    /// Entries that should have gone but were being read or written: kept.
+    pub busy: u64,
+    /// Staging files of dead processes removed.
+    pub staging_removed: u64,
+    /// Whether another process was already collecting, so this one did
+    /// nothing.
+    pub skipped: bool,
+    /// What the collection could not check, and why (as
+    /// [`VerifyReport::unchecked`]): left as it was.
+    #[serde(default)]
+    pub unchecked: Vec<(PathBuf, String)>,
+}
 
 impl DiskStore {
     /// Evicts least recently used entries until the store is within

@@ -1,7 +1,41 @@
 //! Listing the entries (`kiln ls`, forget, `verify --recompile`) and
 //! searching the kernels' histories.
 
-use super::*;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::disk::DiskStore;
+use crate::error::Result;
+use crate::record::{AnyRecord, BlobRecord, KernelHistory, Record};
+use crate::tree::Kind;
+use crate::walk::object_status;
+
+/// One entry as `kiln ls` shows it: its record and what its object looks
+/// like.
+///
+/// As JSON, the record is under the name of what it is (`"record"` for an
+/// artifact's, `"blob"` for a named blob's), beside `"accessed_at"`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryInfo {
+    /// The record, of an artifact or a named blob.
+    #[serde(flatten)]
+    pub entry: Entry,
+    /// When the object was last read, in seconds since the Unix epoch;
+    /// `None` when the object is missing.
+    pub accessed_at: Option<u64>,
+}
+
+/// What an entry is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Entry {
+    /// An artifact's record: of a kernel or of lowered source.
+    Record(Record),
+    /// A named blob's record ([`kiln_engine::store::BlobKey`]): data a
+    /// backend keeps beside its artifacts, such as a pipeline cache.
+    Blob(BlobRecord),
+}
 
 impl DiskStore {
     /// Calls `visit` with every entry, kernel and source records and named

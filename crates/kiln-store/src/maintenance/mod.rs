@@ -2,138 +2,17 @@
 //! the shard folders one at a time and keeps only counters, so memory stays
 //! flat whatever the store holds.
 
-use std::ffi::OsStr;
-use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
-
-use serde::{Deserialize, Serialize};
-
-use crate::disk::{AGE_BUCKETS, DiskStore, Limits, age_bucket};
+use crate::disk::DiskStore;
 use crate::error::Result;
-use crate::lock::{COLLECT_SLOT, Mode, key_slot, object_slot};
-use crate::record::{AnyRecord, BlobRecord, KernelHistory, Record, digest};
-use crate::tree::{Folder, Kind, Removal, Status, is_absent};
-use crate::usage::Usage;
-use crate::usage::file_allocation;
-use crate::walk::digest_from_name;
+use crate::walk::StoreRoot;
 
 mod collect;
 mod list;
 mod verify;
 
-/// How far a pass has got, for a progress bar.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Progress {
-    /// What it is doing: `objects`, `records`, `histories`, `evicting`.
-    pub phase: &'static str,
-    /// Files done in this phase.
-    pub done: u64,
-    /// Files in this phase, when known (from the usage counters: an
-    /// estimate).
-    pub total: Option<u64>,
-    /// Bytes read so far.
-    pub bytes: u64,
-}
-
-/// What a verify found and did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VerifyReport {
-    /// Objects re-digested.
-    pub objects: u64,
-    /// Records checked.
-    pub records: u64,
-    /// Kernel histories checked.
-    pub histories: u64,
-    /// Bytes re-digested.
-    pub bytes: u64,
-    /// Objects whose bytes did not match their name: removed.
-    pub bad_objects: u64,
-    /// Records that were damaged, or filed under another key: removed.
-    pub bad_records: u64,
-    /// Records whose object was gone or of another size: removed.
-    pub dangling_records: u64,
-    /// Damaged kernel histories: removed.
-    pub bad_histories: u64,
-    /// Files left in `staging/` by processes that died while writing:
-    /// removed. They were never entries.
-    pub staging_removed: u64,
-    /// Bad files left alone because another process was using them.
-    pub busy: u64,
-    /// What verify could not check, and why: a folder it may not read, a
-    /// folder or link where a file should be, a name the store does not
-    /// give its files. Left as it was.
-    #[serde(default)]
-    pub unchecked: Vec<(PathBuf, String)>,
-}
-
-impl VerifyReport {
-    /// Whether everything verified: nothing was bad, and nothing was left
-    /// unchecked.
-    pub fn is_clean(&self) -> bool {
-        self.bad_objects + self.bad_records + self.dangling_records + self.bad_histories == 0
-            && self.unchecked.is_empty()
-    }
-}
-
-/// What a collection did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CollectReport {
-    /// What the store held before.
-    pub before: Usage,
-    /// What it holds after.
-    pub after: Usage,
-    /// Entries (objects) evicted.
-    pub evicted: u64,
-    /// Bytes of objects evicted.
-    pub evicted_bytes: u64,
-    /// Records removed because their object was evicted or gone.
-    pub records_removed: u64,
-    /// Entries that should have gone but were being read or written: kept.
-    pub busy: u64,
-    /// Staging files of dead processes removed.
-    pub staging_removed: u64,
-    /// Whether another process was already collecting, so this one did
-    /// nothing.
-    pub skipped: bool,
-    /// What the collection could not check, and why (as
-    /// [`VerifyReport::unchecked`]): left as it was.
-    #[serde(default)]
-    pub unchecked: Vec<(PathBuf, String)>,
-}
-
-/// One entry as `kiln ls` shows it: its record and what its object looks
-/// like.
-///
-/// As JSON, the record is under the name of what it is (`"record"` for an
-/// artifact's, `"blob"` for a named blob's), beside `"accessed_at"`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EntryInfo {
-    /// The record, of an artifact or a named blob.
-    #[serde(flatten)]
-    pub entry: Entry,
-    /// When the object was last read, in seconds since the Unix epoch;
-    /// `None` when the object is missing.
-    pub accessed_at: Option<u64>,
-}
-
-/// What an entry is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Entry {
-    /// An artifact's record: of a kernel or of lowered source.
-    Record(Record),
-    /// A named blob's record ([`kiln_engine::store::BlobKey`]): data a
-    /// backend keeps beside its artifacts, such as a pipeline cache.
-    Blob(BlobRecord),
-}
-
-use crate::tree::not_a_file;
-use crate::walk::{
-    Skip, StoreRoot, Unchecked, count, has_object, object_status, open_regular, stream_digest,
-    unless_read_only,
-};
+pub use collect::CollectReport;
+pub use list::{Entry, EntryInfo};
+pub use verify::{Progress, VerifyReport};
 
 impl DiskStore {
     /// The store's root, opened for a pass once it is seen to carry the
@@ -148,10 +27,13 @@ impl DiskStore {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+    use std::time::{Duration, SystemTime};
+
     use super::*;
     use crate::config::StoreConfig;
-
-    use std::fs;
+    use crate::disk::{AGE_BUCKETS, Limits, age_bucket};
+    use crate::lock::{Mode, object_slot};
 
     #[test]
     fn p6_an_object_being_published_is_not_evicted() {

@@ -1,7 +1,76 @@
 //! The verify pass: every object re-digested, every record and history
 //! checked, what is bad removed, the usage recounted.
 
-use super::*;
+use std::ffi::OsStr;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::disk::DiskStore;
+use crate::error::Result;
+use crate::lock::{Mode, key_slot, object_slot};
+use crate::record::{AnyRecord, KernelHistory, digest};
+use crate::tree::Removal;
+use crate::usage::{Usage, file_allocation};
+use crate::walk::{
+    count, digest_from_name, has_object, open_regular, stream_digest, unless_read_only,
+};
+
+/// How far a pass has got, for a progress bar: verify, collect, export
+/// and import report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// What it is doing: `objects`, `records`, `histories`, `evicting`.
+    pub phase: &'static str,
+    /// Files done in this phase.
+    pub done: u64,
+    /// Files in this phase, when known (from the usage counters: an
+    /// estimate).
+    pub total: Option<u64>,
+    /// Bytes read so far.
+    pub bytes: u64,
+}
+
+/// What a verify found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyReport {
+    /// Objects re-digested.
+    pub objects: u64,
+    /// Records checked.
+    pub records: u64,
+    /// Kernel histories checked.
+    pub histories: u64,
+    /// Bytes re-digested.
+    pub bytes: u64,
+    /// Objects whose bytes did not match their name: removed.
+    pub bad_objects: u64,
+    /// Records that were damaged, or filed under another key: removed.
+    pub bad_records: u64,
+    /// Records whose object was gone or of another size: removed.
+    pub dangling_records: u64,
+    /// Damaged kernel histories: removed.
+    pub bad_histories: u64,
+    /// Files left in `staging/` by processes that died while writing:
+    /// removed. They were never entries.
+    pub staging_removed: u64,
+    /// Bad files left alone because another process was using them.
+    pub busy: u64,
+    /// What verify could not check, and why: a folder it may not read, a
+    /// folder or link where a file should be, a name the store does not
+    /// give its files. Left as it was.
+    #[serde(default)]
+    pub unchecked: Vec<(PathBuf, String)>,
+}
+
+impl VerifyReport {
+    /// Whether everything verified: nothing was bad, and nothing was left
+    /// unchecked.
+    pub fn is_clean(&self) -> bool {
+        self.bad_objects + self.bad_records + self.dangling_records + self.bad_histories == 0
+            && self.unchecked.is_empty()
+    }
+}
 
 impl DiskStore {
     /// Re-digests every object, checks every record and history, removes
