@@ -30,11 +30,18 @@
 //!   index's new identity and reloads. An entry being read or written is
 //!   never dropped (P6): eviction takes each object's lock alone, as it
 //!   does for files.
+//!
+//! # Files
+//!
+//! This file is [`Packs`] and what the rest of the store uses of it;
+//! `format.rs` the bytes of packs and indexes, `sharding.rs` which shard
+//! holds an entry, and `shard/` one shard's files as a process reads them
+//! (`view.rs`), appends to them (`append.rs`) and finds them unusable
+//! (`repair.rs`).
 
-mod append;
 mod format;
-mod repair;
-mod view;
+mod shard;
+mod sharding;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -46,46 +53,22 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use format::{
-    ACCESSED_AT, frame_header, frames, fresh_generation, index_generation, index_header,
-    pack_header,
+    ACCESSED_AT, frame_header, fresh_generation, index_generation, index_header, pack_header,
 };
 pub(crate) use format::{Kind, Slot, UNIT};
-use view::{read_at_most, read_frame};
+use shard::{SLOTS_PER_READ, View, open_shard, read_at_most, read_frame};
+pub(crate) use sharding::{SHARDS, shard_of, short_key};
 
 use crate::durable;
 use crate::layout::Layout;
 use crate::lock::{LockFile, Mode, pack_slot};
 use crate::tree::{Folder, is_absent};
 
-/// How many shards packs are spread over: each shard is two files, so a
-/// store of packs alone is about a thousand files, and at a million entries
-/// (four slots each at most) an index is about 250 KiB, read once per
-/// process.
-pub(crate) const SHARDS: usize = 512;
-
-/// The largest payload a frame may have: the largest artifact a store
-/// packs, with room for its record.
-const LARGEST_FRAME: u64 = crate::config::MAX_PACKED + (1 << 20);
-
-/// Slots read from an index at a time: a long index is read in steps.
-const SLOTS_PER_READ: u64 = 1 << 15;
-
 /// How long a writer waits for a shard's lock.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// An access time this recent is not written again (as for files).
 const ACCESS_GRAIN: u32 = 60;
-
-/// The shard of an entry keyed by `key`.
-pub(crate) fn shard_of(key: &[u8; 16]) -> usize {
-    usize::from(u16::from_be_bytes([key[0], key[1]])) % SHARDS
-}
-
-/// The first half of a digest: what a pack keys an entry by. The frame's
-/// payload is verified against the whole digest wherever it is known.
-pub(crate) fn short_key(digest: &[u8; 32]) -> [u8; 16] {
-    digest[..16].try_into().expect("16 bytes")
-}
 
 /// Where a slot was read: which index and where in it, so that a removal
 /// takes an entry only while it is still the one that was judged.
@@ -139,19 +122,6 @@ pub(crate) struct Packs {
     writable: bool,
     durable: bool,
     views: Box<[Mutex<Option<View>>]>,
-}
-
-/// What this process has read of one shard.
-#[derive(Debug)]
-struct View {
-    /// The index's device and inode: another one means a rewrite.
-    identity: (u64, u64),
-    index: File,
-    pack: File,
-    generation: u64,
-    /// How far the index has been read: whole slots only.
-    read_to: u64,
-    slots: HashMap<(Kind, [u8; 16]), (Slot, u64)>,
 }
 
 impl Packs {
@@ -685,7 +655,7 @@ impl Packs {
     /// a regular file (moved aside, `repair`). A torn last slot is cut off.
     fn open_for_writing(&self, folder: &Folder, shard: usize, start: Start) -> io::Result<Writing> {
         let index_name = Self::index_name(shard);
-        let opened = repair::open_shard(folder, shard, &index_name, &|generation| {
+        let opened = open_shard(folder, shard, &index_name, &|generation| {
             Self::pack_name(shard, generation)
         })?;
         let (index, pack, length, started) = match opened {

@@ -9,7 +9,16 @@
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 
-use super::*;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use crate::lock::LockFile;
+use crate::pack::format::{Kind, Slot, UNIT, frame_header};
+use crate::pack::sharding::shard_of;
+use crate::pack::{Frame, Packs, Start, lock_shard, now_seconds};
+use crate::tree::Folder;
 
 impl Packs {
     /// Writes `new_frames` at the end of `shard`'s pack, not synced, and
@@ -17,7 +26,7 @@ impl Packs {
     /// not written yet: the frames must be durable before a slot names
     /// them (P3). The shard's lock is held; `folder` is the packs' folder
     /// ([`folder_to_write`](Self::folder_to_write)).
-    pub(super) fn stage(
+    pub(in crate::pack) fn stage(
         &self,
         folder: &Folder,
         shard: usize,
@@ -192,11 +201,11 @@ fn sync_together<'a>(files: impl Iterator<Item = &'a File>, with_names: bool) ->
 }
 
 /// An append whose frames are written and whose slots are not.
-pub(super) struct Staged {
+pub(in crate::pack) struct Staged {
     /// Whether the shard was started for this append.
-    pub(super) started: bool,
-    pub(super) has_frames: bool,
-    pub(super) pack: File,
+    pub(in crate::pack) started: bool,
+    pub(in crate::pack) has_frames: bool,
+    pub(in crate::pack) pack: File,
     index: File,
     index_end: u64,
     slots: Vec<u8>,
@@ -207,7 +216,7 @@ pub(super) struct Staged {
 impl Staged {
     /// Writes the slots, once the frames they name are durable; synced
     /// when `durable`. Returns the bytes the append added.
-    pub(super) fn publish(self, durable: bool) -> io::Result<u64> {
+    pub(in crate::pack) fn publish(self, durable: bool) -> io::Result<u64> {
         self.index.write_all_at(&self.slots, self.index_end)?;
         if durable {
             crate::durable::sync_data(&self.index)?;

@@ -12,7 +12,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::format::{UNIT, index_generation, pack_header};
+use crate::pack::format::{UNIT, index_generation, pack_header};
 use crate::tree::{Folder, Kind, is_absent};
 
 /// Names given to what was moved aside in this process so far.
@@ -21,7 +21,7 @@ static MOVED: AtomicU64 = AtomicU64::new(0);
 /// The shard's index and pack in `folder`, opened to read and write, with
 /// the index's length, when both are whole enough to append to; `None`
 /// when the shard must start afresh (what was in the way moved aside).
-pub(super) fn open_shard(
+pub(in crate::pack) fn open_shard(
     folder: &Folder,
     shard: usize,
     index_name: &str,
