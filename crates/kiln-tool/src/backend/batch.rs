@@ -138,15 +138,16 @@ pub fn module_count(files: &[&KernelFile]) -> usize {
     files.iter().map(|file| file.specializations.len()).sum()
 }
 
-/// The id every backend's kernel of `file`, `entry` (several, separated by
-/// commas, for a module of them) and `specialization` starts from: the
-/// file's name (for `kiln ls` and `kiln forget`, with the entries after a
-/// `:` when the file has several), the specialization, the entry and the
-/// file's whole text (a `.spv` file's module), which is what is compiled
-/// (P14): a `.spv.kiln` sidecar joins only through the entry and the
-/// specialization. A renamed file's kernels miss by id, and find their
+/// The id a wgpu kernel of `file`, `entry` and `specialization` starts
+/// from: the file's name (for `kiln ls` and `kiln forget`, with the entry
+/// after a `:` when the file has several), the specialization, the entry
+/// and the file's whole text (a `.spv` file's module), which is what is
+/// compiled (P14): a `.spv.kiln` sidecar joins only through the entry and
+/// the specialization. A renamed file's kernels miss by id, and find their
 /// artifacts by the text compiled, which names no file (rekeyed, not
-/// compiled); so does a program compiling the same text.
+/// compiled); so does a program compiling the same text under its own
+/// kernel names. (A C++ module's id is its backend kernel's `of_file`'s,
+/// which a program makes too.)
 pub fn base_id(
     file: &KernelFile,
     entry: &str,
@@ -179,20 +180,20 @@ pub struct Placed<T: CompilationTarget> {
 ///
 /// The counts come from the loader's cumulative statistics and each
 /// failure from its kernel's own load (L7), never from the batch records,
-/// which the loader may keep none of (`KILN_RECORD_LIMIT=0`): `make` is
-/// called twice, once for the kernels to queue and once for the kernels to
-/// ask for their outcome.
+/// which the loader may keep none of (`KILN_RECORD_LIMIT=0`): the kernels
+/// `make` makes once are queued (as clones) and then asked for their
+/// outcome.
 pub fn run<T>(
     backend: &'static str,
     placed: Placed<T>,
     retry_failed: bool,
     progress: Shown,
-    make: impl Fn() -> Vec<Labelled<KernelOf<T>>>,
+    make: impl FnOnce() -> Vec<Labelled<KernelOf<T>>>,
 ) -> (BackendReport, T)
 where
     T: CompilationTarget,
     T::Loaded: Reported,
-    KernelOf<T>: Sized,
+    KernelOf<T>: Sized + Clone,
 {
     let Placed {
         target,
@@ -208,8 +209,9 @@ where
         ..config
     };
     let mut loader = KernelLoader::with_config(target, config);
-    for (_, kernel) in make() {
-        loader.enqueue(kernel, variant.clone());
+    let kernels = make();
+    for (_, kernel) in &kernels {
+        loader.enqueue(kernel.clone(), variant.clone());
     }
     // Two identical `specialize` lines make one kernel: the queue holds
     // each once.
@@ -237,7 +239,7 @@ where
     let mut failures = Vec::new();
     let mut spilling = Vec::new();
     let mut asked = HashSet::new();
-    for (label, kernel) in make() {
+    for (label, kernel) in kernels {
         let id = ArtifactId::new(kernel.id(), variant.clone());
         // A failure is reported once: asking a second time would compile
         // the kernel again.

@@ -2,18 +2,13 @@
 //! when their header names hip, compiled by hipRTC in compile workers, for
 //! gfx90a when there is no GPU.
 
-use std::sync::Arc;
-
+use kiln_cxx::CxxBackend;
 use kiln_engine::resources::decode_report;
-use kiln_engine::store::ArtifactStore;
 use kiln_engine::worker::WorkerEntry;
-use kiln_engine::{ArtifactReport, CompilationTarget, KernelIdBuilder, StoreKey};
-use kiln_hip::{
-    Architecture, HipArtifact, HipCompiler, HipKernel, HipKernelBuilder, HipOptions, HipTarget,
-    HipVariant,
-};
+use kiln_engine::{ArtifactReport, StoreKey};
+use kiln_hip::{Architecture, HipArtifact, HipCompiler, HipOptions};
 
-use super::cxx::{self, Cxx, Source};
+use super::cxx;
 use super::{Architectures, Backend, BackendReport, Job, Recompiler};
 use crate::kernel::Language;
 use crate::manifest::KernelFile;
@@ -50,11 +45,13 @@ impl Backend for Hip {
     }
 
     fn check_architecture(&self, text: &str) -> Result<(), String> {
-        Self::architecture(text).map(drop)
+        <kiln_hip::Hip as CxxBackend>::architecture(text).map(drop)
     }
 
     fn warm(&self, job: &Job<'_>) -> BackendReport {
-        cxx::warm::<Self>(job)
+        cxx::warm::<kiln_hip::Hip>(job, |lines| {
+            super::options::hip(HipOptions::default(), lines)
+        })
     }
 
     fn worker_entry(&self) -> Option<WorkerEntry> {
@@ -88,82 +85,5 @@ impl Backend for Hip {
             let architecture = Architecture::new(architecture).ok()?;
             Some(compiler.clone().keyed_for(architecture))
         }))
-    }
-}
-
-impl Cxx for Hip {
-    const NAME: &'static str = "hip";
-    const DEFAULT_ARCHITECTURE: &'static str = "gfx90a";
-    type Architecture = Architecture;
-    type Target = HipTarget;
-    type Options = HipOptions;
-    type Builder = HipKernelBuilder;
-
-    fn architecture(text: &str) -> Result<Architecture, String> {
-        Architecture::new(text).map_err(|error| error.to_string())
-    }
-
-    fn on_device() -> Result<(HipTarget, Architecture), String> {
-        let target = HipTarget::on_device(0).map_err(|error| error.to_string())?;
-        let architecture = target.architecture().clone();
-        Ok((target, architecture))
-    }
-
-    fn describe_device(target: &HipTarget) -> String {
-        format!("AMD GPU {}", target.architecture())
-    }
-
-    fn compile_only(architecture: Architecture) -> Result<(HipTarget, String), String> {
-        let target = HipTarget::compile_only(architecture).map_err(|error| error.to_string())?;
-        let description = format!(
-            "compile-only: {}, hiprtc {}",
-            target.architecture(),
-            target.compiler().identity().hiprtc_version
-        );
-        Ok((target, description))
-    }
-
-    fn with_store(target: HipTarget, store: Option<Arc<dyn ArtifactStore>>) -> HipTarget {
-        match store {
-            Some(store) => target.with_optional_store(Some(store)),
-            None => target.without_store(),
-        }
-    }
-
-    fn variant(target: &HipTarget) -> HipVariant {
-        target.variant()
-    }
-
-    // `<hip/hip_runtime.h>` and its kin are hipRTC's own.
-    fn prepare(search: &mut kiln_cxx::IncludeSearch) {
-        kiln_hip::includes::prepare(search);
-    }
-
-    fn options(lines: &[String]) -> Result<HipOptions, String> {
-        super::options::hip(HipOptions::default(), lines)
-    }
-
-    fn define(options: HipOptions, name: &str, value: &str) -> HipOptions {
-        options.define(name, value)
-    }
-
-    fn builder(id: KernelIdBuilder, first: &str, name: &str) -> HipKernelBuilder {
-        HipKernel::builder(id, first).program_name(name)
-    }
-
-    fn entry(builder: HipKernelBuilder, entry: &str) -> HipKernelBuilder {
-        builder.entry(entry)
-    }
-
-    fn with_options(builder: HipKernelBuilder, options: HipOptions) -> HipKernelBuilder {
-        builder.options(options)
-    }
-
-    fn with_header(builder: HipKernelBuilder, header: &kiln_cxx::Header) -> HipKernelBuilder {
-        builder.header(header.name.clone(), header.text.clone())
-    }
-
-    fn finish(builder: HipKernelBuilder, source: Source) -> HipKernel {
-        builder.generator(move |_: Architecture| source.text())
     }
 }
