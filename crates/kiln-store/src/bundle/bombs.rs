@@ -2,6 +2,8 @@
 //! most what their manifest gives, on a small file system of their own
 //! when the test may mount one.
 
+use std::fs::{self, File};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kiln_engine::ArtifactStore;
@@ -10,9 +12,13 @@ use kiln_engine::fake::{FakeCompiler, FakeKernel};
 use kiln_engine::store::{Lookup, StoreKey};
 use kiln_test_support::{Scratch, Tmpfs};
 
-use super::manifest::{Manifest, write_head};
+use super::format::*;
+use super::transfer::write_head;
 use super::*;
 use crate::config::StoreConfig;
+use crate::disk::DiskStore;
+use crate::error::Error;
+use crate::{envelope, record};
 
 /// 16 GiB of zeros: 128 frames of 128 MiB, each compressed once.
 const FRAMES: usize = 128;

@@ -1,5 +1,7 @@
 //! Bundles against real stores: compression, versions, damage, names.
 
+use std::fs::{self, File};
+use std::path::Path;
 use std::time::Duration;
 
 use kiln_engine::ArtifactStore;
@@ -7,9 +9,13 @@ use kiln_engine::ArtifactStoreExt;
 use kiln_engine::fake::{FakeCompiler, FakeKernel};
 use kiln_engine::store::StoreKey;
 
-use super::reader::Search;
+use super::format::*;
+use super::transfer::{Search, scan};
 use super::*;
 use crate::config::StoreConfig;
+use crate::disk::DiskStore;
+use crate::error::Error;
+use crate::partial::PartialFile;
 
 #[test]
 fn a_name_is_found_across_the_pieces_it_arrives_in_and_a_near_miss_is_not() {

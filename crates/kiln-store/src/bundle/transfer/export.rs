@@ -1,9 +1,26 @@
 //! Writing a bundle: every entry of one compiler, streamed, checksummed,
 //! compressed and optionally signed.
 
-use super::*;
-use crate::record::AnyRecord;
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Seek, Write};
+use std::path::Path;
+
 use kiln_engine::store::FAILURE_BLOB_KIND;
+use kiln_engine::{KeyComponents, STORE_FORMAT};
+
+use crate::bundle::format::{
+    BUNDLE_VERSION, BundleHeader, COMPRESSION_LEVEL, END_LENGTH, HEADER_TAG, LARGEST_SIGNATURE,
+    MAGIC, MANIFEST_TAG, Manifest, PLAIN_VERSION, SIGNATURE_TAG,
+};
+use crate::bundle::reports::{ExportReport, SignBundle};
+use crate::disk::DiskStore;
+use crate::envelope;
+use crate::error::{Error, Result};
+use crate::lock::{Mode, object_slot};
+use crate::maintenance::Progress;
+use crate::partial::PartialFile;
+use crate::record::{self, AnyRecord, Record, digest};
+use crate::walk::digest_from_name;
 
 /// A writer that digests what goes through it.
 pub(super) struct Digesting<W> {
@@ -85,13 +102,13 @@ impl Write for Sink<'_> {
 }
 
 /// What [`DiskStore::write_bundle`] wrote.
-pub(super) struct WrittenBundle {
-    pub(super) report: ExportReport,
-    pub(super) header: BundleHeader,
+pub(in crate::bundle) struct WrittenBundle {
+    pub(in crate::bundle) report: ExportReport,
+    pub(in crate::bundle) header: BundleHeader,
     /// Bytes of the plain form.
-    pub(super) plain_length: u64,
+    pub(in crate::bundle) plain_length: u64,
     /// The length and digest of the zstd stream, when compressed.
-    pub(super) stream: Option<(u64, [u8; 32])>,
+    pub(in crate::bundle) stream: Option<(u64, [u8; 32])>,
 }
 
 impl DiskStore {
@@ -123,7 +140,7 @@ impl DiskStore {
 
     /// As [`export`](Self::export), and when `sign` is given, the bundle
     /// ends with the signature `sign` makes of its end section (see
-    /// [`BundleSeal::signed`]).
+    /// [`BundleSeal::signed`](crate::BundleSeal::signed)).
     ///
     /// # Errors
     ///
@@ -163,7 +180,7 @@ impl DiskStore {
         let (stream_length, stream_digest) = written.stream.ok_or_else(|| {
             Error::io("write", path)(io::Error::other("the stream was not compressed"))
         })?;
-        let manifest = manifest::Manifest {
+        let manifest = Manifest {
             header: written.header,
             plain_length: written.plain_length,
             stream_length,
@@ -173,8 +190,7 @@ impl DiskStore {
         let signature = sign.map(|sign| sign(&sealed));
         let partial = PartialFile::beside(path).map_err(Error::io("create a file beside", path))?;
         let mut out = BufWriter::with_capacity(1 << 20, partial.file());
-        manifest::write_head(&mut out, &sealed, signature.as_deref())
-            .map_err(Error::io("write", path))?;
+        write_head(&mut out, &sealed, signature.as_deref()).map_err(Error::io("write", path))?;
         let mut input = stream.file();
         input.rewind().map_err(Error::io("read", path))?;
         io::copy(&mut input, &mut out).map_err(Error::io("write", path))?;
@@ -193,7 +209,7 @@ impl DiskStore {
     /// Writes the plain form of a bundle of `components` into `file`, or a
     /// zstd stream of it when `compressed`; a plain form ends with the
     /// signature `sign` makes of its end section.
-    pub(super) fn write_bundle(
+    pub(in crate::bundle) fn write_bundle(
         &self,
         file: &File,
         components: &KeyComponents,
@@ -401,4 +417,30 @@ impl DiskStore {
             stream,
         })
     }
+}
+
+/// Writes a version 3 bundle's head: the magic, the version, the sealed
+/// manifest and the signature section (empty when unsigned).
+pub(in crate::bundle) fn write_head(
+    out: &mut impl Write,
+    sealed_manifest: &[u8],
+    signature: Option<&[u8]>,
+) -> io::Result<()> {
+    let signature = signature.unwrap_or_default();
+    let signature_length = u32::try_from(signature.len())
+        .ok()
+        .filter(|length| *length <= LARGEST_SIGNATURE)
+        .ok_or_else(|| {
+            io::Error::other(format!(
+                "a signature of {} bytes is over the limit of {LARGEST_SIGNATURE}",
+                signature.len()
+            ))
+        })?;
+    out.write_all(MAGIC)?;
+    out.write_all(&BUNDLE_VERSION.to_le_bytes())?;
+    out.write_all(&(sealed_manifest.len() as u32).to_le_bytes())?;
+    out.write_all(sealed_manifest)?;
+    out.write_all(SIGNATURE_TAG)?;
+    out.write_all(&signature_length.to_le_bytes())?;
+    out.write_all(signature)
 }

@@ -2,7 +2,27 @@
 //! and checks every entry and what its records claim, then a second that
 //! publishes, checking again.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File};
+use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
+use std::path::Path;
+
+use kiln_engine::KeyComponents;
+
+use crate::bundle::format::{
+    BundleHeader, CHUNK, PLAIN_VERSION, STREAM_RATIO, STREAM_VERSION, damaged, short,
+};
+use crate::bundle::reports::{BundleSeal, ImportReport};
+use crate::disk::{DiskStore, not_yet_refreshed, touch};
+use crate::durable;
+use crate::error::{Error, Result};
+use crate::lock::{Mode, object_slot};
+use crate::maintenance::Progress;
+use crate::record::{self, Record, digest, is_inlined};
+use crate::usage::{Delta, file_allocation};
+
+use super::head::{inflate_bounded, read_head, read_header_sealed, read_manifest};
+use super::reader::{Next, SectionReader, scan};
 
 /// What streaming an object into the store failed with: reading the
 /// bundle (or writing what it read), or publishing the file.
@@ -221,7 +241,7 @@ impl DiskStore {
             }
             _ => {
                 let mut input = BufReader::with_capacity(CHUNK, file);
-                let opened = manifest::read_manifest(path, &mut input, Some(file_length))?;
+                let opened = read_manifest(path, &mut input, Some(file_length))?;
                 let manifest = &opened.manifest;
                 if let Some(expected) = expected
                     && let Some(refusal) = manifest.header.mismatch(expected)
@@ -234,7 +254,7 @@ impl DiskStore {
                         limit,
                     });
                 }
-                let digest = manifest::stream_digest(&mut input, manifest.stream_length).map_err(
+                let digest = stream_digest(&mut input, manifest.stream_length).map_err(
                     |error| match error.kind() {
                         io::ErrorKind::UnexpectedEof => damaged("it ends early: truncated".into()),
                         _ => Error::io("read", path)(error),
@@ -278,7 +298,7 @@ impl DiskStore {
         let staging = self.inner.files.layout.staging();
         let plain = durable::unnamed(&staging).map_err(Error::io("create a file in", &staging))?;
         let mut output = BufWriter::with_capacity(1 << 20, &plain);
-        let written = manifest::inflate_bounded(path, input, &mut output, limit, why)?;
+        let written = inflate_bounded(path, input, &mut output, limit, why)?;
         output
             .into_inner()
             .map_err(|error| Error::io("decompress", path)(error.into_error()))?;
@@ -579,4 +599,9 @@ impl ObjectClaim {
             entry_point: record.key.entry_point.clone(),
         }
     }
+}
+
+/// Reads `length` bytes of `input` through a fixed buffer: their digest.
+fn stream_digest(input: &mut impl Read, length: u64) -> io::Result<[u8; 32]> {
+    scan(input, length, &[]).map(|(digest, _)| digest)
 }

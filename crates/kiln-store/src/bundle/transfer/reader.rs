@@ -2,7 +2,17 @@
 //! checked before anything is read or allocated, and the search for an
 //! entry point's name in an object's bytes.
 
-use super::*;
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::Path;
+
+use crate::bundle::format::{
+    BundleHeader, CHUNK, END_LENGTH, LARGEST_OBJECT, LARGEST_SEALED, LARGEST_SIGNATURE, MAGIC,
+    PLAIN_VERSION, SIGNATURE_TAG, damaged,
+};
+use crate::bundle::reports::ImportReport;
+use crate::error::{Error, Result};
+use crate::record::Record;
 
 /// What the next section of a bundle is.
 pub(super) enum Next {
@@ -254,7 +264,7 @@ impl<'a> SectionReader<'a> {
 
 /// Reads `length` bytes of `input` through a fixed buffer: their digest, and
 /// for each of `names` whether it occurs in them.
-pub(super) fn scan(
+pub(in crate::bundle) fn scan(
     input: &mut impl Read,
     length: u64,
     names: &[&[u8]],
@@ -279,7 +289,7 @@ pub(super) fn scan(
 /// A search for one name in bytes that arrive in pieces (Knuth–Morris–Pratt):
 /// linear in the bytes whatever the name, and a match across two pieces
 /// counts.
-pub(super) struct Search<'a> {
+pub(in crate::bundle) struct Search<'a> {
     name: &'a [u8],
     /// For each prefix of `name`, the length of its longest proper prefix
     /// that is also its suffix.
@@ -288,7 +298,7 @@ pub(super) struct Search<'a> {
 }
 
 impl<'a> Search<'a> {
-    pub(super) fn new(name: &'a [u8]) -> Self {
+    pub(in crate::bundle) fn new(name: &'a [u8]) -> Self {
         let mut fallback = vec![0; name.len()];
         let mut length = 0;
         for at in 1..name.len() {
@@ -307,11 +317,11 @@ impl<'a> Search<'a> {
         }
     }
 
-    pub(super) fn is_found(&self) -> bool {
+    pub(in crate::bundle) fn is_found(&self) -> bool {
         self.matched == self.name.len()
     }
 
-    pub(super) fn feed(&mut self, bytes: &[u8]) {
+    pub(in crate::bundle) fn feed(&mut self, bytes: &[u8]) {
         for &byte in bytes {
             if self.is_found() {
                 return;
