@@ -10,7 +10,10 @@
 //! a file sits below the folder, and `super::{.., NAME, ..}` alike) or
 //! `crate::PATH::NAME`; it names the folder's `mod.rs` (or `lib.rs`) when
 //! it reaches an item that file defines or re-exports the same ways. A
-//! glob (`use super::*;`) names nothing: only named paths count.
+//! glob import names the module it empties: `use super::*;` (with the
+//! file's number of `super::`) or `use crate::PATH::*;` of the folder names
+//! the folder's own file, since it brings in all that file defines and
+//! imports, and `use super::NAME::*;` names the sibling `NAME`.
 //!
 //! Production code only: a `#[cfg(test)]` module, and any other item under
 //! `#[cfg(test)]`, is left out, and so is every test-only file (one that a
@@ -191,7 +194,12 @@ fn count(code: &BTreeMap<&str, String>, folder: &str, parent: &str, parent_code:
         .map(|name| (name.clone(), BTreeSet::new()))
         .collect();
     let mut note = |by: &str, item: &str| {
-        if modules.contains_key(item) && item != by {
+        if item == GLOB && by != parent {
+            named_by
+                .entry(parent.to_owned())
+                .or_default()
+                .insert(by.to_owned());
+        } else if modules.contains_key(item) && item != by {
             named_by
                 .entry(item.to_owned())
                 .or_default()
@@ -403,8 +411,9 @@ fn test_only_files(code: &BTreeMap<&str, Production>) -> BTreeSet<String> {
 
 /// The first name of every path that starts with `prefix` in `code`
 /// (`prefix` `super::super::` finds `x` in `super::super::x::Y` and `a`
-/// and `b` in `super::super::{a::C, b}`). With `supers`, `prefix` is a run
-/// of `super::` that must be whole: `super::super::x` is not `super::x`.
+/// and `b` in `super::super::{a::C, b}`, [`GLOB`] in `super::super::*`).
+/// With `supers`, `prefix` is a run of `super::` that must be whole:
+/// `super::super::x` is not `super::x`.
 fn path_heads(code: &str, prefix: &str, supers: bool) -> Vec<String> {
     let mut heads = Vec::new();
     let bytes = code.as_bytes();
@@ -423,7 +432,7 @@ fn path_heads(code: &str, prefix: &str, supers: bool) -> Vec<String> {
         if bytes.get(from) == Some(&b'{') {
             heads.extend(group_heads(code, from));
         } else {
-            heads.push(identifier(&code[from..]).to_owned());
+            heads.push(head(&code[from..]).to_owned());
         }
     }
     heads.retain(|head| !head.is_empty());
@@ -440,7 +449,7 @@ fn group_heads(code: &str, open: usize) -> Vec<String> {
         match c {
             '{' => depth += 1,
             '}' | ',' if depth == 1 => {
-                heads.push(identifier(code[item_start..at].trim_start()).to_owned());
+                heads.push(head(code[item_start..at].trim_start()).to_owned());
                 item_start = at + 1;
                 if c == '}' {
                     break;
@@ -451,6 +460,19 @@ fn group_heads(code: &str, open: usize) -> Vec<String> {
         }
     }
     heads
+}
+
+/// What a path's head is when it is a glob: `super::*`, `crate::x::*`.
+const GLOB: &str = "*";
+
+/// The first name of the path `text` starts with: an identifier, or
+/// [`GLOB`] (empty when neither).
+fn head(text: &str) -> &str {
+    if text.starts_with(GLOB) {
+        GLOB
+    } else {
+        identifier(text)
+    }
 }
 
 /// The identifier `text` starts with (empty when none).
@@ -614,6 +636,45 @@ mod tests {
                 row("disk/mod.rs", "mod.rs", &["read", "write"]),
                 row("disk/mod.rs", "open", &["mod.rs"]),
                 row("disk/mod.rs", "read", &["write"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_glob_import_names_the_module_it_empties() {
+        let found = named(&[
+            ("lib.rs", "mod disk;\nmod pack;\nmod usage;\n"),
+            (
+                "disk/mod.rs",
+                "mod read;\nmod write;\nmod open;\nmod evict;\nuse crate::usage::Usage;\n",
+            ),
+            // The parent's own file, by as many `super::` as the file is
+            // deep or by its crate path; a sibling by its name.
+            ("disk/read.rs", "use super::*;\n"),
+            (
+                "disk/write.rs",
+                "use crate::disk::*;\nuse super::open::*;\n",
+            ),
+            ("disk/open.rs", "use super::{*, evict};\n"),
+            ("disk/evict/mod.rs", "mod order;\n"),
+            // One level further down: `super::super::*` is `disk/mod.rs`,
+            // `super::*` is `evict/mod.rs`.
+            (
+                "disk/evict/order.rs",
+                "use super::super::*;\nuse super::*;\n",
+            ),
+            ("pack.rs", "use crate::*;\n"),
+            ("usage.rs", ""),
+        ]);
+        assert_eq!(
+            found,
+            [
+                row("lib.rs", "lib.rs", &["pack"]),
+                row("lib.rs", "usage", &["disk"]),
+                row("disk/evict/mod.rs", "mod.rs", &["order"]),
+                row("disk/mod.rs", "evict", &["open"]),
+                row("disk/mod.rs", "mod.rs", &["evict", "open", "read", "write"]),
+                row("disk/mod.rs", "open", &["write"]),
             ]
         );
     }

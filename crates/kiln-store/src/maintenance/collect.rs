@@ -39,7 +39,8 @@ pub struct CollectReport {
     /// nothing.
     pub skipped: bool,
     /// What the collection could not check, and why (as
-    /// [`VerifyReport::unchecked`]): left as it was.
+    /// [`VerifyReport::unchecked`](crate::VerifyReport::unchecked)): left as
+    /// it was.
     #[serde(default)]
     pub unchecked: Vec<(PathBuf, String)>,
 }
