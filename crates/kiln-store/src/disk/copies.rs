@@ -1,7 +1,7 @@
 //! Many copies put at once ([`ArtifactStore::put_many`]): the packed ones
 //! appended as two batches, the objects and then their records and
 //! histories, each batch made durable with one sync of the file system
-//! (`pack/append.rs`), where putting them one by one syncs every shard
+//! (`pack/shard/append.rs`), where putting them one by one syncs every shard
 //! file of every entry. A remote tier's warm start writes its hits back
 //! this way.
 //!
