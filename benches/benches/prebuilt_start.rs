@@ -1,8 +1,9 @@
 //! L11: a program's warm start on a store another run prebuilt, next to its
 //! own second run. The program (this binary started again) loads the N
 //! specializations of one GEMM file, `gemm.cu` (its text read from the
-//! file as `include_str!` would, one `-DKILN_BENCH_SALT=i` each), on the
-//! GPU (or, without one, on a compile-only sm_90 target):
+//! file as `include_str!` would, one `-DKILN_BENCH_SALT=i` each, built
+//! with `CudaKernel::of_file` as a kernel file's module), on the GPU (or,
+//! without one, on a compile-only sm_90 target):
 //!
 //! - `prebuild`: the program run once in compile-only mode
 //!   (`KILN_MODE=compile-only`, the GPU's architecture named), as a build
@@ -10,7 +11,8 @@
 //!   store, as the GPU machine's first run;
 //! - `kiln_warm`: the `kiln` binary's `kiln warm DIR` on the file's folder,
 //!   whose `// kiln specialize:` lines name the same N defines (P14);
-//!   `after_warm`: the program on that store;
+//!   `after_warm`: the program on that store, asking for the ids `kiln
+//!   warm` stored under (L11);
 //! - `cold`, then `second_run`: the program twice on a store of its own.
 //!
 //! Each program's start is timed inside the program, from the target put
@@ -31,7 +33,7 @@ use std::time::Instant;
 
 use kiln_benches::{BenchRecord, KernelSize, append_record, cores, cuda_target};
 use kiln_cuda::{CudaKernel, CudaOptions};
-use kiln_engine::{Kernel, KernelId, KernelLoader, KernelOutcome};
+use kiln_engine::{Kernel, KernelLoader, KernelOutcome};
 
 /// Set on the program: the store's root.
 const PROGRAM: &str = "KILN_BENCH_PREBUILT_PROGRAM";
@@ -200,13 +202,14 @@ fn program(root: &Path, case: &str, file: &Path) {
     let count = count();
     let text = std::fs::read_to_string(file).expect("the kernel file");
     let folder = file.parent().expect("the file's folder");
+    // The documented way to build a kernel file's module (`of_file`, the
+    // file's path under the folder `kiln warm` is given): after `kiln
+    // warm`, the program asks for the ids it stored under.
+    let name = file.file_name().expect("a file").to_string_lossy();
     let kernels: Vec<CudaKernel> = (0..count)
         .map(|salt| {
-            CudaKernel::builder(
-                KernelId::named("prebuilt_start.gemm").parameter(&salt),
-                KernelSize::Gemm.entry(),
-            )
-            .source_folder(folder)
+            CudaKernel::of_file(name.as_ref(), KernelSize::Gemm.entry())
+                .source_folder(folder)
             .options(CudaOptions::default().define(SALT, salt.to_string()))
             .source(text.clone())
         })
@@ -241,9 +244,9 @@ fn program(root: &Path, case: &str, file: &Path) {
         mode: format!("{:?}", batch.mode).to_lowercase(),
         cores: cores(),
         compiled: Some(batch.count(KernelOutcome::Compiled)),
-        // A kernel `kiln warm` stored under its own name is found by its
-        // text and stored again under the program's key (rekeyed, P14):
-        // that write is part of the first start after `kiln warm`.
+        // A kernel `kiln warm` stored is found by its id; one a program
+        // names itself would be found by its text and stored again under
+        // the program's key (rekeyed, P14), on its first start.
         note: Some(format!(
             "{}, {} rekeyed",
             if compile_only {
