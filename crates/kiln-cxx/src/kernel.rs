@@ -522,6 +522,26 @@ mod tests {
         assert_eq!(entries, ["a", "b"]);
     }
 
+    // L11: a file's module is named as `kiln warm` names it, once every
+    // entry is known, whatever order the builder was given them in.
+    #[test]
+    fn a_files_module_is_named_by_its_path_and_every_entry() {
+        assert_eq!(file_kernel_name("gemm.cu", ["gemm"]), "warm/gemm.cu");
+        assert_eq!(
+            file_kernel_name("ops/scan.hip", ["scan<64>", "add"]),
+            "warm/ops/scan.hip:scan<64>,add"
+        );
+        let begun = |start: IdStart, parts: &KernelPartsBuilder| start.begin(parts).build();
+        let file = |entries: &[&str]| begun(IdStart::File("k.cu".to_owned()), &parts(entries));
+        assert_eq!(file(&["a"]).name(), "warm/k.cu");
+        assert_eq!(file(&["a", "b"]).name(), "warm/k.cu:a,b");
+        assert_ne!(file(&["a", "b"]), file(&["b", "a"]));
+        assert_eq!(
+            begun(KernelId::named("own").into(), &parts(&["a"])),
+            KernelId::named("own").build()
+        );
+    }
+
     // P13: a header's text is part of the id, in either layout.
     #[test]
     fn the_two_id_layouts_give_two_ids_and_each_covers_every_header() {
