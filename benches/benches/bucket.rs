@@ -130,11 +130,12 @@ fn node(root: &Path) {
     let from_store = batch.count(KernelOutcome::FromStore);
     let note = match (during, after) {
         (Some(during), Some(after)) => format!(
-            "{from_store} from the store; batch {} calls {} requests {} failed; flush {} calls {} \
-             requests ({}, {:.0} ms)",
+            "{from_store} from the store; batch {} calls {} requests {} failed, {} keys from a \
+             pack; flush {} calls {} requests ({}, {:.0} ms)",
             during.calls,
             during.requests,
             during.failed_calls,
+            during.pack_hits,
             after.calls - during.calls,
             after.requests - during.requests,
             if flushed == Some(true) {
@@ -318,8 +319,8 @@ fn rows(server: &garage::Garage, key: &str) {
 /// turn after a first that opens the connection: the median, recorded
 /// as `bucket_round_trip` sized by the proxy's round trip.
 fn round_trip(server: &garage::Garage, port: u16, rtt: u64) -> Option<f64> {
-    use kiln_engine::store::BlobKey;
     use kiln_engine::Blobs;
+    use kiln_engine::store::BlobKey;
     let store = server.store_at(port, garage::fleet_keys(), &garage::fresh_prefix());
     let blob = BlobKey::new("round-trip");
     store.put_blob(&blob, &[7u8; 2048]);

@@ -12,6 +12,7 @@
 //! | `KILN_REMOTE_READ_ONLY=1` | [`BucketConfig::read_only`] | writes when a key can sign |
 //! | `KILN_BUCKET_CONCURRENCY` | [`BucketConfig::concurrency`] | 64 requests at once |
 //! | `KILN_BUCKET_SPLIT` | [`BucketConfig::split_bytes`] | 256 KiB; `0`, `1M`, `4MiB` |
+//! | `KILN_BUCKET_PACKS` | [`BucketConfig::packs`] | `beside`; `first`, `off` |
 //! | `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL` | [`BucketConfig::endpoint`] | AWS S3 in the region |
 //! | `AWS_REGION`, else `AWS_DEFAULT_REGION` | [`BucketConfig::region`] | `us-east-1` |
 //! | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` | [`BucketConfig::credentials`] | none: unsigned requests (a public bucket, read only) |
@@ -36,6 +37,24 @@ pub const DEFAULT_CONCURRENCY: usize = 64;
 /// front, artifacts of at most this many bytes go to Redis, larger ones to
 /// the bucket.
 pub const DEFAULT_SPLIT: u64 = 256 << 10;
+
+/// How a batch's lookup reads the batch's pack (one object holding the
+/// entries of a batch's first lookup, written when the batch ends) and the
+/// per-key objects: `KILN_BUCKET_PACKS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PackOrder {
+    /// The pack's GET beside the per-key GETs, answering once the pack
+    /// covered every key or every GET answered: a cold batch costs no
+    /// round trip more, a warm one its per-key GETs sent but not waited
+    /// for (`beside`).
+    #[default]
+    Beside,
+    /// The pack's GET first, then per-key GETs for what it lacks: a warm
+    /// batch is one request, a cold one a round trip more (`first`).
+    First,
+    /// No packs: neither read nor written (`off`).
+    Off,
+}
 
 /// An access key for signed requests (AWS signature version 4). Its
 /// `Debug` shows only the key's id.
@@ -94,6 +113,10 @@ pub struct BucketConfig {
     /// misses ask the bucket, since an entry's size is not known before it
     /// is read. Without Redis the bucket takes every artifact.
     pub split_bytes: u64,
+    /// How a batch's pack is read beside its per-key objects, or whether
+    /// packs are used at all. Packs are written only where the bucket
+    /// takes every artifact (no size split).
+    pub packs: PackOrder,
 }
 
 /// Whether `url` names a bucket (`s3://...`).
@@ -202,6 +225,18 @@ impl BucketConfig {
                 expected: "a size in bytes, as 256K, 1M or 0",
             })?,
         };
+        let packs = match set("KILN_BUCKET_PACKS").as_deref().map(str::trim) {
+            None | Some("beside") => PackOrder::Beside,
+            Some("first") => PackOrder::First,
+            Some("off" | "0") => PackOrder::Off,
+            Some(other) => {
+                return Err(Error::Setting {
+                    variable: "KILN_BUCKET_PACKS",
+                    value: other.to_owned(),
+                    expected: "beside, first or off",
+                });
+            }
+        };
         Ok(Some(Self {
             bucket,
             prefix,
@@ -216,6 +251,7 @@ impl BucketConfig {
             read_only: remote.read_only,
             concurrency,
             split_bytes,
+            packs,
         }))
     }
 
@@ -237,6 +273,7 @@ impl BucketConfig {
             read_only: false,
             concurrency: DEFAULT_CONCURRENCY,
             split_bytes: DEFAULT_SPLIT,
+            packs: PackOrder::default(),
         }
     }
 

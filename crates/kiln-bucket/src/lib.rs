@@ -37,10 +37,11 @@
 mod client;
 pub mod config;
 pub mod error;
+mod pack;
 mod store;
 mod tier;
 
-pub use config::{BucketConfig, Credentials};
+pub use config::{BucketConfig, Credentials, PackOrder};
 pub use error::{Error, Result};
 pub use store::{BucketStatistics, BucketStore};
 pub use tier::BucketTier;

@@ -2,7 +2,7 @@
 //! self-describing object per key (P10, P16).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -12,11 +12,18 @@ use kiln_engine::{
 };
 use kiln_remote::breaker::{Breaker, Permit};
 use kiln_remote::entry::{self, Kind, Rejection};
-use serde::{Deserialize, Serialize};
 
 use crate::client::{Answer, Client, concurrently};
 use crate::config::BucketConfig;
 use crate::error::{Error, Result};
+
+mod flight;
+mod pack;
+mod statistics;
+
+pub(crate) use pack::{PackWrite, Seen};
+pub use statistics::BucketStatistics;
+use statistics::MoreCounters;
 
 /// What a lookup answers.
 type Found = Lookup<Vec<u8>>;
@@ -79,44 +86,6 @@ struct Inner {
     /// The payload digest of the last artifact this store published under
     /// each key digest: its own earlier entry, which a put may replace.
     published: Mutex<HashMap<[u8; 32], [u8; 32]>>,
-}
-
-#[derive(Debug, Default)]
-struct MoreCounters {
-    requests: AtomicU64,
-    calls: AtomicU64,
-    failed_calls: AtomicU64,
-    breaker_opened: AtomicU64,
-    skipped_while_open: AtomicU64,
-    unverified: AtomicU64,
-    nondeterministic: AtomicU64,
-    oversize: AtomicU64,
-}
-
-/// A bucket store's counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BucketStatistics {
-    /// The counts every store keeps.
-    pub store: StoreStatistics,
-    /// HTTP requests sent: what a batch costs in requests.
-    pub requests: u64,
-    /// Calls (a batch's lookups, a put with its source and history) that
-    /// went to the bucket.
-    pub calls: u64,
-    /// Calls with a request that failed: no answer in time, a broken
-    /// connection, 5xx, throttling or a refusal.
-    pub failed_calls: u64,
-    /// How many times the breaker opened (each the start of an outage).
-    pub breaker_opened: u64,
-    /// Calls not sent because the breaker was open.
-    pub skipped_while_open: u64,
-    /// Objects that did not verify: never loaded.
-    pub unverified: u64,
-    /// Puts that found another node's verified entry of other bytes and
-    /// left it (a nondeterministic compiler).
-    pub nondeterministic: u64,
-    /// Entries over the entry limit, not written or not read.
-    pub oversize: u64,
 }
 
 /// One artifact to publish: under its key, its source's key, and the
@@ -187,23 +156,6 @@ impl BucketStore {
         &self.inner.config
     }
 
-    /// Its counts.
-    pub fn bucket_statistics(&self) -> BucketStatistics {
-        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        let more = &self.inner.more;
-        BucketStatistics {
-            store: self.inner.counters.snapshot(),
-            requests: read(&more.requests),
-            calls: read(&more.calls),
-            failed_calls: read(&more.failed_calls),
-            breaker_opened: read(&more.breaker_opened),
-            skipped_while_open: read(&more.skipped_while_open),
-            unverified: read(&more.unverified),
-            nondeterministic: read(&more.nondeterministic),
-            oversize: read(&more.oversize),
-        }
-    }
-
     fn writes(&self) -> bool {
         self.inner.config.writes()
     }
@@ -227,37 +179,50 @@ impl BucketStore {
         items: &[T],
         each: impl Fn(&T, Instant) -> Answer + Sync,
     ) -> Option<Vec<Answer>> {
+        let (permit, deadline) = self.open_call(items.len())?;
+        let limit = self.inner.config.concurrency;
+        let answers = concurrently(items, limit, |item| each(item, deadline));
+        self.close_call(permit, &answers);
+        Some(answers)
+    }
+
+    /// Starts a call of `requests` requests (more may be counted as they
+    /// are sent): its permit and deadline, or `None` when the breaker
+    /// keeps it away.
+    fn open_call(&self, requests: usize) -> Option<(Permit, Instant)> {
         let inner = &self.inner;
-        let bump = |counter: &AtomicU64, amount: u64| StoreCounters::add(counter, amount);
         let permit = inner.breaker.permit();
         if permit == Permit::Open {
-            bump(&inner.more.skipped_while_open, 1);
+            StoreCounters::add(&inner.more.skipped_while_open, 1);
             return None;
         }
-        let deadline = Instant::now() + inner.config.timeout;
-        bump(&inner.more.calls, 1);
-        bump(&inner.more.requests, items.len() as u64);
-        let answers = concurrently(items, inner.config.concurrency, |item| each(item, deadline));
-        let failure = answers.iter().find_map(|answer| match answer {
+        StoreCounters::add(&inner.more.calls, 1);
+        StoreCounters::add(&inner.more.requests, requests as u64);
+        Some((permit, Instant::now() + inner.config.timeout))
+    }
+
+    /// Ends a call by the answers it waited for: the breaker, and one
+    /// warning when an outage begins.
+    fn close_call<'a>(&self, permit: Permit, answers: impl IntoIterator<Item = &'a Answer>) {
+        let inner = &self.inner;
+        let failure = answers.into_iter().find_map(|answer| match answer {
             Answer::Failed(what) | Answer::Refused(what) => Some(what.clone()),
             _ => None,
         });
-        match failure {
-            Some(what) => {
-                bump(&inner.more.failed_calls, 1);
-                if inner.breaker.failed(permit) {
-                    bump(&inner.more.breaker_opened, 1);
-                    log::warn!(
-                        "kiln: the bucket {} did not answer in time or refused ({what}); kiln \
-                         goes on with its local store and asks the bucket again in {:?}",
-                        inner.config.address(),
-                        inner.config.retry_after
-                    );
-                }
-            }
-            None => inner.breaker.succeeded_after(permit),
+        let Some(what) = failure else {
+            inner.breaker.succeeded_after(permit);
+            return;
+        };
+        StoreCounters::add(&inner.more.failed_calls, 1);
+        if inner.breaker.failed(permit) {
+            StoreCounters::add(&inner.more.breaker_opened, 1);
+            log::warn!(
+                "kiln: the bucket {} did not answer in time or refused ({what}); kiln goes on \
+                 with its local store and asks the bucket again in {:?}",
+                inner.config.address(),
+                inner.config.retry_after
+            );
         }
-        Some(answers)
     }
 
     /// The lookups of `keys` and of the named blobs `blobs` in one call:

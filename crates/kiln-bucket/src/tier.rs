@@ -13,10 +13,12 @@ use kiln_engine::{
 use crate::store::{BucketStore, Put};
 
 mod memories;
+mod packing;
 mod queue;
 
 use memories::Memories;
-use queue::{Queue, ReleasedBehindWrites, Write};
+use packing::Packing;
+use queue::{Job, Queue, ReleasedBehindWrites, Write};
 
 /// How many writes wait for the bucket at most; past it a write is
 /// dropped and counted, never waited for.
@@ -77,7 +79,7 @@ struct Inner {
     front: Arc<dyn ArtifactStore>,
     bucket: BucketStore,
     answers: StoreCounters,
-    queue: Arc<Queue>,
+    queue: Arc<Queue<Job>>,
     /// The bucket's hits waiting to be copied to the front, off the
     /// caller's thread.
     copies: Arc<Queue>,
@@ -92,6 +94,8 @@ struct Inner {
     /// The failure memories of the batch's kernels the bucket lacks, read
     /// in the background, each taken once by the loader's question.
     memories: Arc<Memories>,
+    /// The batch's pack and the packs this process knows.
+    packing: Packing,
 }
 
 impl BucketTier {
@@ -134,6 +138,7 @@ impl BucketTier {
                 split,
                 absent: Mutex::default(),
                 memories: Arc::default(),
+                packing: Packing::default(),
             }),
         }
     }
@@ -169,7 +174,10 @@ impl BucketTier {
         {
             return;
         }
-        self.inner.queue.push(write, QUEUE_LIMIT);
+        self.inner.packing.note(&write);
+        self.inner
+            .queue
+            .push(Job::Write(Box::new(write)), QUEUE_LIMIT);
     }
 }
 
@@ -203,9 +211,16 @@ fn copy_queued(queue: &Queue, front: &dyn ArtifactStore) {
 }
 
 /// The writer: takes every queued write at once and sends them in one
-/// call, until the queue is closed.
-fn write_queued(queue: &Queue, bucket: &BucketStore) {
-    while let Some((writes, releases)) = queue.take() {
+/// call, then the queued batch packs, until the queue is closed.
+fn write_queued(queue: &Queue<Job>, bucket: &BucketStore) {
+    while let Some((jobs, releases)) = queue.take() {
+        let (mut writes, mut packs) = (Vec::new(), Vec::new());
+        for job in jobs {
+            match job {
+                Job::Write(write) => writes.push(*write),
+                Job::Pack(pack) => packs.push(pack),
+            }
+        }
         let puts: Vec<Put<'_>> = writes
             .iter()
             .map(|write| Put {
@@ -218,6 +233,9 @@ fn write_queued(queue: &Queue, bucket: &BucketStore) {
             .collect();
         if !puts.is_empty() {
             bucket.put_all(&puts);
+        }
+        for pack in &packs {
+            bucket.put_pack(pack);
         }
         // Claims let go behind these writes: a waiter reads them.
         drop(releases);
@@ -281,7 +299,7 @@ impl ArtifactStore for BucketTier {
         };
         if !missed.is_empty() {
             let asked: Vec<StoreKey> = missed.iter().map(|index| keys[*index].clone()).collect();
-            let found = inner.bucket.lookup_many(&asked);
+            let found = self.ask_bucket(keys, &answers, &asked);
             self.remember_absent(&asked, &found);
             // The failure memories of the kernels the bucket lacks, which
             // this node may compile, read in the background while the batch
@@ -372,6 +390,7 @@ impl ArtifactStore for BucketTier {
         self.flush(self.inner.bucket.config().timeout);
         self.inner.front.remove(key);
         self.inner.bucket.remove(key);
+        self.forget_packs(key);
     }
 
     fn generation(&self) -> Generation {
@@ -493,6 +512,7 @@ impl kiln_engine::Groups for BucketTier {
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
         self.inner.memories.batch_finished();
+        self.pack_batch_finished();
         self.inner.front.parts().batch_finished();
     }
 }

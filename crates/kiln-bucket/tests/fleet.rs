@@ -4,6 +4,8 @@
 //! objects cut short, flipped, replaced by another key's entry or signed
 //! by another fleet are never loaded (P10, P16).
 
+#[path = "support/raw.rs"]
+mod raw;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -12,7 +14,6 @@ use kiln_bucket::BucketStore;
 use kiln_engine::store::{KeyComponents, Origin, Put, hex};
 use kiln_engine::{ArtifactId, ArtifactStore, ArtifactStoreExt, KernelId, Lookup, Miss, StoreKey};
 use kiln_test_support::redis::LatencyProxy;
-use rusty_s3::{Bucket, S3Action, UrlStyle};
 
 fn key(number: u32) -> StoreKey {
     let components = KeyComponents::new("bucket-test", "kiln bucket test 1", "arch-1", "-O3");
@@ -184,42 +185,6 @@ fn p16_a_server_slower_than_the_timeout_is_a_miss_within_it() {
     );
 }
 
-/// Writes `bytes` as `object` of the test bucket, past the store.
-fn raw_put(garage: &support::Garage, object: &str, bytes: &[u8]) {
-    let (bucket, credentials) = raw(garage);
-    let url = bucket
-        .put_object(Some(&credentials), object)
-        .sign(Duration::from_secs(60));
-    let response = ureq::put(url.as_str())
-        .send(bytes)
-        .expect("the raw put is sent");
-    assert_eq!(response.status().as_u16(), 200, "the raw put is taken");
-}
-
-fn raw_get(garage: &support::Garage, object: &str) -> Vec<u8> {
-    let (bucket, credentials) = raw(garage);
-    let url = bucket
-        .get_object(Some(&credentials), object)
-        .sign(Duration::from_secs(60));
-    ureq::get(url.as_str())
-        .call()
-        .expect("the raw get is answered")
-        .body_mut()
-        .read_to_vec()
-        .expect("the body is read")
-}
-
-fn raw(garage: &support::Garage) -> (Bucket, rusty_s3::Credentials) {
-    let endpoint = url::Url::parse(&format!("http://127.0.0.1:{}", garage.port)).expect("a URL");
-    let bucket =
-        Bucket::new(endpoint, UrlStyle::Path, support::BUCKET, "garage").expect("a bucket");
-    let credentials = rusty_s3::Credentials::new(
-        garage.credentials.key_id.clone(),
-        garage.credentials.secret.clone(),
-    );
-    (bucket, credentials)
-}
-
 #[test]
 fn p16_objects_cut_short_flipped_moved_or_of_another_fleet_are_never_loaded() {
     let Some(garage) = support::shared("forged and damaged objects") else {
@@ -231,14 +196,14 @@ fn p16_objects_cut_short_flipped_moved_or_of_another_fleet_are_never_loaded() {
     let stored = fill(&store, 2);
     let object = |key: &StoreKey| format!("{prefix}e/{}", hex(&key.digest()));
     let (target, other) = (object(&stored[0]), object(&stored[1]));
-    let good = raw_get(garage, &target);
+    let good = raw::raw_get(garage, &target);
     let mut flipped = good.clone();
     let middle = flipped.len() / 2;
     flipped[middle] ^= 0x01;
     let stranger = support::fleet_keys();
     let foreign_store = garage.store(stranger, &support::fresh_prefix());
     let foreign_keys = fill(&foreign_store, 1);
-    let foreign = raw_get(
+    let foreign = raw::raw_get(
         garage,
         &format!(
             "{}e/{}",
@@ -249,12 +214,12 @@ fn p16_objects_cut_short_flipped_moved_or_of_another_fleet_are_never_loaded() {
     let cases: [(&str, Vec<u8>); 5] = [
         ("cut short", good[..good.len() - 10].to_vec()),
         ("a flipped bit", flipped),
-        ("another key's entry", raw_get(garage, &other)),
+        ("another key's entry", raw::raw_get(garage, &other)),
         ("another fleet's entry", foreign),
         ("empty", Vec::new()),
     ];
     for (what, bytes) in cases {
-        raw_put(garage, &target, &bytes);
+        raw::raw_put(garage, &target, &bytes);
         let reader = garage.store(keys.clone(), &prefix);
         match reader.lookup(&stored[0]) {
             Lookup::Hit { .. } => panic!("{what}: loaded"),

@@ -1,7 +1,7 @@
 //! The queues of a [`BucketTier`](super::BucketTier): its writes to the
-//! bucket and its copies of the bucket's hits to the front, each drained
-//! by a thread of its own; and claims of the front let go behind the
-//! bucket writes queued before them.
+//! bucket (artifacts and batch packs) and its copies of the bucket's hits
+//! to the front, each drained by a thread of its own; and claims of the
+//! front let go behind the bucket writes queued before them.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -10,16 +10,33 @@ use std::time::{Duration, Instant};
 use kiln_engine::StoreKey;
 use kiln_engine::store::ClaimGuard;
 
+use crate::store::PackWrite;
+
 /// Writes drained by one thread, in order.
-#[derive(Debug, Default)]
-pub(super) struct Queue {
-    state: Mutex<QueueState>,
+#[derive(Debug)]
+pub(super) struct Queue<T = Write> {
+    state: Mutex<QueueState<T>>,
     changed: Condvar,
 }
 
-#[derive(Debug, Default)]
-struct QueueState {
-    waiting: VecDeque<Write>,
+impl<T> Default for Queue<T> {
+    fn default() -> Self {
+        Self {
+            state: Mutex::new(QueueState {
+                waiting: VecDeque::new(),
+                releases: Vec::new(),
+                in_flight: 0,
+                dropped: 0,
+                closed: false,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct QueueState<T> {
+    waiting: VecDeque<T>,
     /// Claims to let go once the writes queued before them are done.
     releases: Vec<ClaimGuard>,
     in_flight: usize,
@@ -37,7 +54,16 @@ pub(super) struct Write {
     pub(super) with_history: bool,
 }
 
-impl Queue {
+/// What the bucket's writer sends.
+#[derive(Debug)]
+pub(super) enum Job {
+    /// An artifact.
+    Write(Box<Write>),
+    /// A batch's pack.
+    Pack(PackWrite),
+}
+
+impl<T> Queue<T> {
     /// Waits until nothing is queued or in flight, at most until
     /// `deadline`; `true` when nothing is.
     pub(super) fn wait_empty(&self, deadline: Instant) -> bool {
@@ -59,7 +85,7 @@ impl Queue {
 
     /// Everything queued, once there is something, and the claims to let
     /// go after it; `None` once closed.
-    pub(super) fn take(&self) -> Option<(Vec<Write>, Vec<ClaimGuard>)> {
+    pub(super) fn take(&self) -> Option<(Vec<T>, Vec<ClaimGuard>)> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         while state.waiting.is_empty() && state.releases.is_empty() && !state.closed {
             state = self
@@ -70,7 +96,7 @@ impl Queue {
         if state.closed {
             return None;
         }
-        let taken: Vec<Write> = state.waiting.drain(..).collect();
+        let taken: Vec<T> = state.waiting.drain(..).collect();
         let releases = std::mem::take(&mut state.releases);
         state.in_flight = taken.len() + releases.len();
         Some((taken, releases))
@@ -89,15 +115,6 @@ impl Queue {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .dropped
-    }
-
-    /// Drops the queued writes of `key` (a removal must not be undone).
-    pub(super) fn forget(&self, key: &StoreKey) {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .waiting
-            .retain(|write| write.key != *key);
     }
 
     /// Lets `guard` go once the writes queued now are done; at once when
@@ -121,7 +138,7 @@ impl Queue {
 
     /// Queues `write`; `false` when `limit` writes wait already (it is
     /// dropped).
-    pub(super) fn push(&self, write: Write, limit: usize) -> bool {
+    pub(super) fn push(&self, write: T, limit: usize) -> bool {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.waiting.len() >= limit {
             state.dropped += 1;
@@ -133,15 +150,31 @@ impl Queue {
     }
 }
 
+impl Queue<Job> {
+    /// Drops the queued writes of `key`, and its entry from the queued
+    /// packs (a removal must not be undone).
+    pub(super) fn forget(&self, key: &StoreKey) {
+        let digest = key.digest();
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.waiting.retain_mut(|job| match job {
+            Job::Write(write) => write.key != *key,
+            Job::Pack(pack) => {
+                pack.entries.retain(|(entry, _, _)| *entry != digest);
+                true
+            }
+        });
+    }
+}
+
 /// A claim of the front that, when dropped, is let go behind the bucket
 /// writes queued before it.
 pub(super) struct ReleasedBehindWrites {
     guard: Option<ClaimGuard>,
-    queue: Arc<Queue>,
+    queue: Arc<Queue<Job>>,
 }
 
 impl ReleasedBehindWrites {
-    pub(super) fn new(guard: ClaimGuard, queue: Arc<Queue>) -> Self {
+    pub(super) fn new(guard: ClaimGuard, queue: Arc<Queue<Job>>) -> Self {
         Self {
             guard: Some(guard),
             queue,

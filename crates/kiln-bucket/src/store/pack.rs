@@ -1,0 +1,311 @@
+//! A [`BucketStore`]'s batch packs (`crate::pack`): a lookup read through
+//! the pack of its batch beside or before the per-key objects, and a
+//! pack written, created once, when a batch ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiln_engine::store::{StoreCounters, hex};
+use kiln_engine::{Lookup, StoreKey};
+use kiln_remote::entry::{self, Kind, Rejection};
+
+use super::flight::Flight;
+use super::{BucketStore, Found, now, unreadable};
+use crate::client::Answer;
+use crate::config::PackOrder;
+use crate::pack;
+
+/// How long the pack's GET goes alone before the per-key GETs follow it
+/// (`beside`): long enough for a bucket nearby to answer it first, so a
+/// warm batch costs one request, and for its request to reach a bucket
+/// far away before theirs; a cold batch's lookup waits this long more at
+/// most.
+pub(crate) const HEAD_START: Duration = Duration::from_millis(20);
+
+/// What a lookup learned of its batch's pack: whether one should be
+/// written when the batch ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// No pack of the set: one is written.
+    Absent,
+    /// A pack was read. It is replaced when it was damaged (it did not
+    /// open: a stranger's, cut, altered, another set's) or when the batch
+    /// ends with more of the set's artifacts than it held.
+    Found {
+        /// Artifacts of the set it held.
+        held: usize,
+        /// Whether it was refused.
+        damaged: bool,
+    },
+    /// The bucket did not answer for it: nothing is written.
+    Unknown,
+}
+
+/// A pack to write: the set it answers and its keys' artifacts.
+#[derive(Debug)]
+pub(crate) struct PackWrite {
+    pub(crate) set: [u8; 32],
+    /// The set's key digests, sorted.
+    pub(crate) sorted: Vec<[u8; 32]>,
+    /// Each key digest with its artifact and the work it saved.
+    pub(crate) entries: Vec<([u8; 32], Vec<u8>, Duration)>,
+    /// Whether it replaces a pack read damaged or lacking (else it is
+    /// created only where none is).
+    pub(crate) replace: bool,
+}
+
+impl BucketStore {
+    /// The object name of the pack of the key set `set`.
+    fn pack_object(&self, set: &[u8; 32]) -> String {
+        format!("{}p/{}", self.inner.config.prefix, hex(set))
+    }
+
+    /// The lookups of `asked` (the keys a batch's first lookup of the set
+    /// `set`, whose digests sorted are `sorted`, did not find in front),
+    /// read through the set's pack as the settings order it; the pack
+    /// verified as any object is, and every answer counted.
+    pub(crate) fn lookup_packed(
+        &self,
+        set: &[u8; 32],
+        sorted: &[[u8; 32]],
+        asked: &[StoreKey],
+    ) -> (Vec<Found>, Seen) {
+        let digests: Vec<[u8; 32]> = asked.iter().map(StoreKey::digest).collect();
+        let objects: Vec<String> = digests
+            .iter()
+            .map(|digest| self.object(Kind::Artifact, digest))
+            .collect();
+        let pack_object = self.pack_object(set);
+        let (found, seen) = match self.inner.config.packs {
+            PackOrder::Beside => self.pack_beside(set, sorted, &digests, objects, pack_object),
+            PackOrder::First | PackOrder::Off => {
+                self.pack_first(set, sorted, &digests, &objects, &pack_object)
+            }
+        };
+        for lookup in &found {
+            self.inner.counters.count_lookup(lookup);
+        }
+        (found, seen)
+    }
+
+    /// The pack's GET, then one call of per-key GETs for what it lacks.
+    fn pack_first(
+        &self,
+        set: &[u8; 32],
+        sorted: &[[u8; 32]],
+        digests: &[[u8; 32]],
+        objects: &[String],
+        pack_object: &str,
+    ) -> (Vec<Found>, Seen) {
+        let client = &self.inner.client;
+        let get = |object: &String, deadline| client.get(object, deadline);
+        let Some(mut answer) = self.call(&[pack_object.to_owned()], get) else {
+            let found = digests
+                .iter()
+                .map(|_| unreadable("the bucket is left alone after a failure"))
+                .collect();
+            return (found, Seen::Unknown);
+        };
+        let answer = answer.pop().expect("one answer per request");
+        let (mut found, seen) = self.read_pack(&answer, set, sorted, digests);
+        let lacking: Vec<usize> = (0..digests.len())
+            .filter(|index| found[*index].is_none())
+            .collect();
+        if !lacking.is_empty() {
+            let wanted: Vec<String> = lacking
+                .iter()
+                .map(|index| objects[*index].clone())
+                .collect();
+            let answers = self.call(&wanted, get);
+            let mut answers = answers.map(Vec::into_iter);
+            for index in lacking {
+                found[index] = Some(match answers.as_mut().and_then(Iterator::next) {
+                    Some(answer) => self.answer(Kind::Artifact, &digests[index], answer),
+                    None => unreadable("the bucket is left alone after a failure"),
+                });
+            }
+        }
+        (settled(found), seen)
+    }
+
+    /// The pack's GET beside the per-key GETs, in one call: the per-key
+    /// GETs start once the pack answered without every key, or after
+    /// [`HEAD_START`] without an answer; the call is answered once the pack
+    /// covered every key (per-key GETs under way are left to end by
+    /// themselves) or every GET needed answered.
+    fn pack_beside(
+        &self,
+        set: &[u8; 32],
+        sorted: &[[u8; 32]],
+        digests: &[[u8; 32]],
+        objects: Vec<String>,
+        pack_object: String,
+    ) -> (Vec<Found>, Seen) {
+        let Some((permit, deadline)) = self.open_call(0) else {
+            let found = digests
+                .iter()
+                .map(|_| unreadable("the bucket is left alone after a failure"))
+                .collect();
+            return (found, Seen::Unknown);
+        };
+        let flight = Arc::new(Flight::new(self.clone(), objects, deadline));
+        // The pack's request goes first, on this thread; the per-key ones
+        // after a head start, on threads of their own that outlive this
+        // call if the pack answers everything.
+        let helpers = self.inner.config.concurrency.min(flight.len());
+        let hedged = Arc::clone(&flight).hedge(HEAD_START, helpers);
+        StoreCounters::add(&self.inner.more.requests, 1);
+        let answer = self.inner.client.get(&pack_object, deadline);
+        let (mut found, seen) = self.read_pack(&answer, set, sorted, digests);
+        let lacking: Vec<usize> = (0..digests.len())
+            .filter(|index| found[*index].is_none())
+            .collect();
+        if lacking.is_empty() {
+            flight.close();
+            self.close_call(permit, [&answer]);
+        } else {
+            flight.open();
+            if !hedged {
+                flight.work();
+            }
+            let answers: Vec<Answer> = flight
+                .wait(&lacking)
+                .into_iter()
+                .map(|answer| {
+                    answer.unwrap_or_else(|| {
+                        Answer::Failed("no answer within the call's time".to_owned())
+                    })
+                })
+                .collect();
+            self.close_call(permit, answers.iter().chain([&answer]));
+            for (index, answer) in lacking.into_iter().zip(answers) {
+                found[index] = Some(self.answer(Kind::Artifact, &digests[index], answer));
+            }
+        }
+        (settled(found), seen)
+    }
+
+    /// What the pack's GET `answer` gives each of `digests`: a verified
+    /// hit, or `None` for a per-key GET to answer.
+    fn read_pack(
+        &self,
+        answer: &Answer,
+        set: &[u8; 32],
+        sorted: &[[u8; 32]],
+        digests: &[[u8; 32]],
+    ) -> (Vec<Option<Found>>, Seen) {
+        let mut found: Vec<Option<Found>> = digests.iter().map(|_| None).collect();
+        let body = match answer {
+            Answer::Done(body) => body,
+            Answer::Absent => return (found, Seen::Absent),
+            Answer::TooLong => {
+                let seen = Seen::Found {
+                    held: 0,
+                    damaged: true,
+                };
+                return (found, seen);
+            }
+            Answer::Exists | Answer::Refused(_) | Answer::Failed(_) => {
+                return (found, Seen::Unknown);
+            }
+        };
+        let config = &self.inner.config;
+        let damaged = Seen::Found {
+            held: 0,
+            damaged: true,
+        };
+        let payload = match entry::open(&config.keys, Kind::Blob, set, body) {
+            Ok(verified) => verified.payload,
+            Err(rejection) => {
+                // Counted and warned about once, as any object's refusal.
+                drop(self.refused(&rejection));
+                return (found, damaged);
+            }
+        };
+        let Some(packed) = pack::decode(&payload, sorted.len(), config.max_entry_bytes) else {
+            drop(self.refused(&Rejection::Malformed("a batch pack that does not decode")));
+            return (found, damaged);
+        };
+        StoreCounters::add(&self.inner.more.packs_read, 1);
+        for (index, digest) in digests.iter().enumerate() {
+            let Ok(place) = sorted.binary_search(digest) else {
+                continue;
+            };
+            if let Some(Some(hit)) = packed.get(place) {
+                StoreCounters::add(&self.inner.more.pack_hits, 1);
+                found[index] = Some(Lookup::Hit {
+                    bytes: hit.artifact.len() as u64,
+                    artifact: hit.artifact.clone(),
+                    work: hit.work,
+                });
+            }
+        }
+        let held = packed.iter().filter(|packed| packed.is_some()).count();
+        let seen = Seen::Found {
+            held,
+            damaged: false,
+        };
+        (found, seen)
+    }
+
+    /// Writes `write` as its set's pack, in one call; `true` when the
+    /// bucket took it or holds one already.
+    pub(crate) fn put_pack(&self, write: &PackWrite) -> bool {
+        let inner = &self.inner;
+        if !self.writes() || write.entries.is_empty() {
+            return false;
+        }
+        let Some(payload) = pack::encode(&write.sorted, &write.entries) else {
+            return false;
+        };
+        let Some(body) = entry::seal(
+            &inner.config.keys,
+            Kind::Blob,
+            &write.set,
+            now(),
+            Duration::ZERO,
+            &payload,
+        ) else {
+            return false;
+        };
+        if body.len() as u64 > inner.config.max_entry_bytes {
+            return false;
+        }
+        let object = [(self.pack_object(&write.set), body)];
+        let client = &inner.client;
+        // Created once, as an artifact's object is; a pack read damaged
+        // or lacking is replaced.
+        let create_only = !write.replace;
+        let answer = self
+            .call(&object, |(object, body), deadline| {
+                client.put(object, body, create_only, deadline)
+            })
+            .and_then(|mut answers| answers.pop());
+        match answer {
+            Some(Answer::Done(_)) => {
+                StoreCounters::add(&inner.more.packs_written, 1);
+                true
+            }
+            Some(Answer::Exists) => true,
+            _ => false,
+        }
+    }
+
+    /// Deletes the pack of the set `set` (one of its keys was removed).
+    pub(crate) fn remove_pack(&self, set: &[u8; 32]) {
+        if !self.writes() {
+            return;
+        }
+        let object = [self.pack_object(set)];
+        let client = &self.inner.client;
+        self.call(&object, |object, deadline| client.delete(object, deadline));
+    }
+}
+
+/// Every answer, none left open.
+fn settled(found: Vec<Option<Found>>) -> Vec<Found> {
+    found
+        .into_iter()
+        .map(|found| found.unwrap_or_else(|| unreadable("the bucket gave no answer")))
+        .collect()
+}

@@ -1,0 +1,269 @@
+//! Batch packs against a real S3 server (Garage on loopback): a node that
+//! compiled a batch leaves its pack, and a node with an empty disk reads
+//! the batch in one request; a pack forged, cut short, flipped or moved
+//! from another key set loads nothing and the keys are read one by one; a
+//! lookup of another key set does not use it; a removed key leaves the
+//! packs this process knows (P10, P16).
+
+#[path = "support/raw.rs"]
+mod raw;
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiln_bucket::{BucketStore, BucketTier, PackOrder};
+use kiln_engine::store::{KeyComponents, hex};
+use kiln_engine::{
+    ArtifactId, ArtifactStore, ArtifactStoreExt, Groups, KernelId, Lookup, Miss, StoreKey,
+};
+use kiln_remote::Keys;
+use kiln_store::{DiskStore, StoreConfig};
+use kiln_test_support::Scratch;
+
+fn key(number: u32) -> StoreKey {
+    let components = KeyComponents::new("bucket-test", "kiln pack test 1", "arch-1", "-O3");
+    let id = ArtifactId::new(
+        KernelId::named("pack.kernel").parameter(&number).build(),
+        0u8,
+    );
+    StoreKey::for_artifact(&components, &id, None)
+}
+
+fn artifact(number: u32) -> Vec<u8> {
+    (0..300)
+        .map(|index| (number as usize * 31 + index * 7) as u8)
+        .collect()
+}
+
+/// Nodes of one fleet on one Garage prefix, each with a disk of its own.
+struct Fleet {
+    garage: &'static support::Garage,
+    keys: Keys,
+    prefix: String,
+    scratch: Scratch,
+    order: PackOrder,
+}
+
+impl Fleet {
+    fn new(garage: &'static support::Garage, order: PackOrder) -> Self {
+        Self {
+            garage,
+            keys: support::fleet_keys(),
+            prefix: support::fresh_prefix(),
+            scratch: Scratch::new("bucket-pack"),
+            order,
+        }
+    }
+
+    fn bucket(&self, keys: Keys) -> BucketStore {
+        let mut config = self.garage.config_at(self.garage.port, keys, &self.prefix);
+        config.packs = self.order;
+        BucketStore::open(config).expect("a store with a key opens")
+    }
+
+    /// A node with an empty disk.
+    fn node(&self, name: &str) -> BucketTier {
+        let disk = DiskStore::open(StoreConfig::at(self.scratch.join(name))).expect("a disk");
+        BucketTier::new(Arc::new(disk), self.bucket(self.keys.clone()))
+    }
+
+    /// The object name of the pack of `keys`, as the store names it.
+    fn pack_object(&self, keys: &[StoreKey]) -> String {
+        let mut sorted: Vec<[u8; 32]> = keys.iter().map(StoreKey::digest).collect();
+        sorted.sort_unstable();
+        let mut hasher = blake3::Hasher::new_derive_key("kiln bucket batch pack 1");
+        hasher.update(&(sorted.len() as u64).to_le_bytes());
+        for digest in &sorted {
+            hasher.update(digest);
+        }
+        format!("{}p/{}", self.prefix, hex(hasher.finalize().as_bytes()))
+    }
+}
+
+/// A cold batch on `node`: its lookup misses, every kernel is put, the
+/// batch ends and its writes (the pack among them) land.
+fn compile_batch(node: &BucketTier, keys: &[StoreKey], numbers: &[u32]) {
+    for lookup in node.lookup_many(keys) {
+        assert!(matches!(lookup, Lookup::Miss(_)), "{lookup:?}");
+    }
+    for (key, number) in keys.iter().zip(numbers) {
+        node.put(key, None, &artifact(*number), Duration::from_millis(4));
+    }
+    node.batch_finished();
+    assert!(node.flush(Duration::from_secs(10)), "every write landed");
+}
+
+/// Checks every key of `numbers` hits with its own bytes.
+fn all_hit(found: &[Lookup<Vec<u8>>], numbers: &[u32], what: &str) {
+    assert_eq!(found.len(), numbers.len());
+    for (lookup, number) in found.iter().zip(numbers) {
+        match lookup {
+            Lookup::Hit {
+                artifact: bytes, ..
+            } => {
+                assert!(
+                    *bytes == artifact(*number),
+                    "{what}: key {number}'s own bytes"
+                );
+            }
+            Lookup::Miss(miss) => panic!("{what}: key {number} misses: {miss}"),
+        }
+    }
+}
+
+fn batch(count: u32) -> (Vec<u32>, Vec<StoreKey>) {
+    let numbers: Vec<u32> = (0..count).collect();
+    let keys = numbers.iter().copied().map(key).collect();
+    (numbers, keys)
+}
+
+#[test]
+fn p16_a_node_with_an_empty_disk_reads_a_packed_batch_in_one_request() {
+    let Some(garage) = support::shared("a packed batch read in one request") else {
+        return;
+    };
+    for order in [PackOrder::First, PackOrder::Beside] {
+        let fleet = Fleet::new(garage, order);
+        let (numbers, keys) = batch(24);
+        let builder = fleet.node("builder");
+        compile_batch(&builder, &keys, &numbers);
+        assert_eq!(builder.bucket().bucket_statistics().packs_written, 1);
+
+        let fresh = fleet.node("fresh");
+        let found = fresh.lookup_many(&keys);
+        all_hit(&found, &numbers, "a packed batch");
+        let counts = fresh.bucket().bucket_statistics();
+        assert_eq!(counts.pack_hits, 24, "{order:?}: every key from the pack");
+        if order == PackOrder::First {
+            assert_eq!(counts.requests, 1, "one request for the whole batch");
+        }
+        assert!(counts.requests >= 1 && counts.calls == 1, "{counts:?}");
+        // It read a whole pack: it writes none.
+        fresh.batch_finished();
+        assert!(fresh.flush(Duration::from_secs(10)));
+        assert_eq!(fresh.bucket().bucket_statistics().packs_written, 0);
+    }
+}
+
+#[test]
+fn p16_a_cold_batch_of_a_pack_first_bucket_costs_the_pack_and_one_call() {
+    let Some(garage) = support::shared("a cold batch's requests") else {
+        return;
+    };
+    let fleet = Fleet::new(garage, PackOrder::First);
+    let (_, keys) = batch(16);
+    let node = fleet.node("cold");
+    node.lookup_many(&keys);
+    let counts = node.bucket().bucket_statistics();
+    // The pack's GET, then the 16 keys' in one call (and the failure
+    // memories of the 16 in the background, one call more).
+    assert_eq!(counts.store.absent, 16);
+    assert!(counts.requests >= 17, "{counts:?}");
+}
+
+#[test]
+fn p10_a_forged_cut_flipped_or_moved_pack_loads_nothing_and_the_keys_are_read_alone() {
+    let Some(garage) = support::shared("damaged batch packs") else {
+        return;
+    };
+    let fleet = Fleet::new(garage, PackOrder::First);
+    let (numbers, keys) = batch(8);
+    compile_batch(&fleet.node("builder"), &keys, &numbers);
+    let object = fleet.pack_object(&keys);
+    let good = raw::raw_get(garage, &object);
+    assert!(!good.is_empty(), "the builder wrote the pack");
+
+    // A pack of another key set of this fleet, and the same batch packed
+    // by a stranger (another fleet's key).
+    let other_numbers = [100, 101, 102, 103];
+    let other_keys = other_numbers.map(key);
+    compile_batch(&fleet.node("other"), &other_keys, &other_numbers);
+    let moved = raw::raw_get(garage, &fleet.pack_object(&other_keys));
+    let forged = {
+        // The stranger's pack of the same keys, from a prefix of its own.
+        let own = Fleet {
+            garage,
+            keys: support::fleet_keys(),
+            prefix: support::fresh_prefix(),
+            scratch: Scratch::new("bucket-pack-stranger"),
+            order: PackOrder::First,
+        };
+        compile_batch(&own.node("stranger"), &keys, &numbers);
+        raw::raw_get(garage, &own.pack_object(&keys))
+    };
+    let mut flipped = good.clone();
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 0x01;
+    let cases: [(&str, Vec<u8>); 5] = [
+        ("a stranger's pack", forged),
+        ("cut short", good[..good.len() - 7].to_vec()),
+        ("a flipped bit", flipped),
+        ("another key set's pack", moved),
+        ("empty", Vec::new()),
+    ];
+    for (index, (what, bytes)) in cases.into_iter().enumerate() {
+        raw::raw_put(garage, &object, &bytes);
+        let reader = fleet.node(&format!("reader-{index}"));
+        let found = reader.lookup_many(&keys);
+        all_hit(&found, &numbers, what);
+        let counts = reader.bucket().bucket_statistics();
+        assert_eq!(counts.pack_hits, 0, "{what}: nothing from the pack");
+        assert_eq!(counts.unverified, 1, "{what}: the pack is refused, counted");
+        assert_eq!(counts.requests, 1 + 8, "{what}: the pack, then each key");
+        // The reader replaces what did not verify with its own pack.
+        reader.batch_finished();
+        assert!(reader.flush(Duration::from_secs(10)));
+        assert_eq!(
+            reader.bucket().bucket_statistics().packs_written,
+            1,
+            "{what}"
+        );
+        let next = fleet.node(&format!("next-{index}"));
+        all_hit(&next.lookup_many(&keys), &numbers, "the replaced pack");
+        assert_eq!(next.bucket().bucket_statistics().requests, 1, "{what}");
+    }
+}
+
+#[test]
+fn p16_a_lookup_of_another_key_set_does_not_use_a_pack() {
+    let Some(garage) = support::shared("a pack of another key set") else {
+        return;
+    };
+    let fleet = Fleet::new(garage, PackOrder::First);
+    let (numbers, keys) = batch(12);
+    compile_batch(&fleet.node("builder"), &keys, &numbers);
+    // One key fewer: another set, another pack name.
+    let reader = fleet.node("reader");
+    let found = reader.lookup_many(&keys[1..]);
+    all_hit(&found, &numbers[1..], "another set");
+    let counts = reader.bucket().bucket_statistics();
+    assert_eq!(counts.pack_hits, 0);
+    assert_eq!(
+        counts.requests,
+        1 + 11,
+        "its own pack (absent), then each key"
+    );
+}
+
+#[test]
+fn p2_a_removed_key_leaves_the_packs_this_process_read() {
+    let Some(garage) = support::shared("a removed key and its pack") else {
+        return;
+    };
+    let fleet = Fleet::new(garage, PackOrder::First);
+    let (numbers, keys) = batch(6);
+    compile_batch(&fleet.node("builder"), &keys, &numbers);
+    let reader = fleet.node("reader");
+    all_hit(&reader.lookup_many(&keys), &numbers, "the packed batch");
+    reader.remove(&keys[0]);
+    let fresh = fleet.node("fresh");
+    let found = fresh.lookup_many(&keys);
+    assert!(
+        matches!(found[0], Lookup::Miss(Miss::Absent)),
+        "the removed key: {:?}",
+        found[0]
+    );
+    all_hit(&found[1..], &numbers[1..], "the other keys");
+    assert_eq!(fresh.bucket().bucket_statistics().pack_hits, 0);
+}
