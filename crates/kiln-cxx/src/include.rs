@@ -285,7 +285,9 @@ impl IncludeSearch {
             .iter()
             .map(|header| (header.name.as_str(), header))
             .collect();
-        let allowed = self.allowed_roots();
+        // Made at the first file found on disk: a text that includes none
+        // (or only stand-ins) asks the file system nothing.
+        let allowed = std::cell::OnceCell::new();
         // Name -> (the file it resolved to, when on disk): a name is handed
         // to the compiler once.
         let mut seen: HashMap<String, Option<PathBuf>> = HashMap::new();
@@ -362,7 +364,12 @@ impl IncludeSearch {
                     continue;
                 };
                 let path = fs::canonicalize(&path).unwrap_or(path);
-                if !self.outside_allowed && !allowed.iter().any(|root| path.starts_with(root)) {
+                if !self.outside_allowed
+                    && !allowed
+                        .get_or_init(|| self.allowed_roots())
+                        .iter()
+                        .any(|root: &PathBuf| path.starts_with(root))
+                {
                     return Err(IncludeError::Outside { place, name, path });
                 }
                 if let Some(earlier) = seen.get(&name) {
