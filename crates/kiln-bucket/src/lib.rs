@@ -29,6 +29,11 @@
 //!   refusing answers misses and counted failed writes, with one warning
 //!   per outage; the breaker keeps a dead bucket from costing each batch a
 //!   timeout (P5, P10).
+//! - **A batch in one GET.** A batch that asked the bucket for its
+//!   kernels leaves a batch pack when it ends (one signed object of every
+//!   artifact of that lookup, named by its set of keys), and a node whose
+//!   batch asks for the same set reads it whole in one request
+//!   ([`BucketConfig::packs`]).
 //! - **Objects are never refreshed by reads.** An object store has no TTL
 //!   to renew: the bucket's lifecycle rules are its eviction.
 

@@ -62,6 +62,14 @@ const ABSENT_LIMIT: usize = 1 << 16;
 ///   bucket lacks (which this node may compile) are read in one call in
 ///   the background while the batch goes on, and taken from it when the
 ///   loader asks (waiting for it, within the timeout).
+/// - **Batch packs**, without the size split: the batch's first lookup
+///   that reaches the bucket (4 keys or more) reads the pack of its set
+///   of keys too ([`BucketConfig::packs`](crate::BucketConfig::packs));
+///   when the bucket held no whole pack of it, the set's artifacts (the
+///   front's hits, the bucket's, the batch's puts) are kept until
+///   [`batch_finished`](kiln_engine::Groups::batch_finished) queues the
+///   pack for the writer. A key removed deletes the packs this process
+///   read or wrote that hold it.
 /// - **Claims** are the front's (with the size split, each let go once
 ///   the bucket writes queued before it are done, so a machine waiting
 ///   for a large artifact finds it in the bucket): the disk store's across a machine's

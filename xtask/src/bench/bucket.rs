@@ -51,16 +51,17 @@ fn noted(samples: &[Sample], section: &str, words: &str) -> Option<f64> {
     )
 }
 
-/// What a batch asked of the bucket (its requests and calls), and what
-/// its flush sent after it.
+/// What a batch asked of the bucket (its requests and calls, and the keys
+/// its batch pack answered), and what its flush sent after it.
 fn requests(samples: &[Sample]) -> String {
     let number = |section: &str, words: &str| {
         noted(samples, section, words).map_or("?".to_owned(), |number| format!("{number:.0}"))
     };
     format!(
-        "batch {} requests in {} calls; flush {} requests",
+        "batch {} requests in {} calls, {} keys from a pack; flush {} requests",
         number("batch ", " requests"),
         number("batch ", " calls"),
+        number("batch ", " keys from a pack"),
         number("flush ", " requests"),
     )
 }

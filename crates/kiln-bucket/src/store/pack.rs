@@ -20,7 +20,7 @@ use crate::pack;
 /// warm batch costs one request, and for its request to reach a bucket
 /// far away before theirs; a cold batch's lookup waits this long more at
 /// most.
-pub(crate) const HEAD_START: Duration = Duration::from_millis(20);
+pub(crate) const HEAD_START: Duration = Duration::from_millis(30);
 
 /// What a lookup learned of its batch's pack: whether one should be
 /// written when the batch ends.
