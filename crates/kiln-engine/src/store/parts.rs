@@ -286,3 +286,60 @@ impl std::fmt::Debug for StoreParts<'_> {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::{ArtifactId, KernelId};
+    use crate::store::{KeyComponents, MemoryStore};
+
+    fn key() -> StoreKey {
+        StoreKey::for_artifact(
+            &KeyComponents::new("cuda", "nvrtc 12.4", "sm_90", "-O3"),
+            &ArtifactId::new(KernelId::named("saxpy").build(), 0u8),
+            None,
+        )
+    }
+
+    // P4, P9: a store without a part answers as a store without it did:
+    // no claim, no blob, no record, nothing to commit.
+    #[test]
+    fn p4_a_missing_part_answers_as_a_store_without_it() {
+        let none = StoreParts::default();
+        let key = key();
+        assert!(matches!(
+            none.claim(&key, ClaimWait::Once),
+            Claim::Uncoordinated
+        ));
+        assert_eq!(none.claim_timeout(), DEFAULT_CLAIM_TIMEOUT);
+        assert_eq!(none.holder(&key), None);
+        let blob = BlobKey::new("parts test");
+        assert!(matches!(
+            none.lookup_blob(&blob),
+            Lookup::Miss(Miss::Absent)
+        ));
+        assert_eq!(none.put_blob(&blob, b"bytes"), StoreOutcome::Skipped);
+        none.keep_batch(b"record");
+        assert!(none.kept_batches().is_empty());
+        assert_eq!(none.explain(&key), Explanation::NeverSeen);
+        none.found_elsewhere(&key);
+        none.begin_group();
+        none.commit_group();
+        none.batch_finished();
+    }
+
+    // P4: a part that is there is the store's own: its claim holds the key.
+    #[test]
+    fn p4_a_present_part_is_the_stores_own() {
+        let store = MemoryStore::new();
+        let parts = StoreParts {
+            claims: Some(&store),
+            ..StoreParts::default()
+        };
+        let key = key();
+        let Claim::Held(_guard) = parts.claim(&key, ClaimWait::Once) else {
+            panic!("a fresh store's key is free");
+        };
+        assert!(matches!(store.claim(&key, ClaimWait::Once), Claim::Busy));
+    }
+}
