@@ -44,6 +44,9 @@ pub trait CxxKernelBuilder: Sized {
     /// kiln's stand-ins for the standard headers on or off.
     #[must_use]
     fn standard_headers(self, on: bool) -> Self;
+    /// Shares include resolutions with the kernels built with `cache`.
+    #[must_use]
+    fn include_cache(self, cache: &crate::IncludeCache) -> Self;
     /// Finishes the kernel with a fixed source, whose text joins its id
     /// and whose includes kiln resolves (P13).
     fn source(self, source: String) -> Self::Kernel;

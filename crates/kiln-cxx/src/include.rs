@@ -44,6 +44,10 @@ use std::path::{Path, PathBuf};
 use crate::Header;
 use crate::stdlib::{self, Compiler, Known};
 
+mod cache;
+
+pub use cache::IncludeCache;
+
 /// The most headers one kernel may reach: a search that finds more is
 /// following something other than a kernel's includes.
 pub const MAX_HEADERS: usize = 4096;
@@ -53,7 +57,7 @@ pub const MAX_HEADER_BYTES: u64 = 8 << 20;
 
 /// Where a kernel's includes are looked for: its own file's folder (for
 /// quoted includes), the include folders in order, then the toolkit's.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct IncludeSearch {
     /// The folder of the file whose text is compiled: quoted includes are
     /// looked for there first. `None` for a text that has no file.
@@ -80,6 +84,9 @@ pub struct IncludeSearch {
     pub tree: Option<PathBuf>,
     /// Whether a file outside the tree may be read after all.
     pub outside_allowed: bool,
+    /// Resolutions shared with other kernels' searches: `None` resolves
+    /// every text afresh.
+    pub cache: Option<IncludeCache>,
 }
 
 /// Why a kernel's includes could not be resolved.
@@ -276,6 +283,21 @@ impl IncludeSearch {
     ///
     /// The first include that cannot be followed: see [`IncludeError`].
     pub fn resolve(
+        &self,
+        text: &str,
+        label: &str,
+        supplied: &[Header],
+    ) -> Result<Vec<Header>, IncludeError> {
+        match &self.cache {
+            Some(cache) => cache.resolved(self, text, label, supplied, || {
+                self.resolve_afresh(text, label, supplied)
+            }),
+            None => self.resolve_afresh(text, label, supplied),
+        }
+    }
+
+    /// [`resolve`](Self::resolve), reading every file.
+    fn resolve_afresh(
         &self,
         text: &str,
         label: &str,

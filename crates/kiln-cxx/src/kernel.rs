@@ -359,6 +359,10 @@ macro_rules! kernel_methods {
                 <$builder>::standard_headers(self, on)
             }
 
+            fn include_cache(self, cache: &$crate::IncludeCache) -> Self {
+                <$builder>::include_cache(self, cache)
+            }
+
             fn source(self, source: String) -> $kernel {
                 <$builder>::source(self, source)
             }
@@ -474,6 +478,16 @@ macro_rules! kernel_builder_methods {
         /// and include folders (off by default).
         pub fn includes_outside_tree(mut self, allowed: bool) -> Self {
             self.parts.search_mut().outside_allowed = allowed;
+            self
+        }
+
+        /// Shares include resolutions with the other kernels built with
+        /// `cache` (see [`IncludeCache`]($crate::IncludeCache)): a text
+        /// already resolved with the same folders is answered from memory,
+        /// its headers read once for all of them. The id is the same with
+        /// or without one.
+        pub fn include_cache(mut self, cache: &$crate::IncludeCache) -> Self {
+            self.parts.search_mut().cache = Some(cache.clone());
             self
         }
 

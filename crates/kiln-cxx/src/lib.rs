@@ -48,7 +48,7 @@ pub use backend::{CxxBackend, CxxKernelBuilder};
 pub use entry::{EntryPoint, EntrySymbols};
 pub use generator::{FixedSource, SourceGenerator, source_cost};
 pub use header::Header;
-pub use include::{IncludeError, IncludeSearch, names_a_file, why_no_file_option};
+pub use include::{IncludeCache, IncludeError, IncludeSearch, names_a_file, why_no_file_option};
 pub use kernel::{IdLayout, IdStart, KernelParts, KernelPartsBuilder, file_kernel_name};
 pub use launch::{DeviceAddress, KernelArgument, LaunchConfig};
 pub use scalar::DeviceScalar;

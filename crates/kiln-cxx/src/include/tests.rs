@@ -215,3 +215,45 @@ fn a_computed_include_is_refused_and_a_supplied_header_wins() {
         .expect("supplied");
     assert!(headers.is_empty(), "a supplied header is not read again");
 }
+
+// A cache answers a text resolved before with the same search from memory,
+// and another text or another search afresh.
+#[test]
+fn a_cache_answers_the_same_text_and_search_without_reading_again() {
+    let root = folder();
+    fs::write(root.join("a.h"), "#define A 1\n").expect("a header");
+    let cache = IncludeCache::new();
+    let search = IncludeSearch {
+        source_folder: Some(root.clone()),
+        cache: Some(cache.clone()),
+        ..IncludeSearch::default()
+    };
+    let text = "#include \"a.h\"\n";
+    let first = search.resolve(text, "k.cu", &[]).expect("resolves");
+    assert_eq!(first, [Header::new("a.h", "#define A 1\n")]);
+    fs::write(root.join("a.h"), "#define A 2\n").expect("a header");
+    assert_eq!(search.resolve(text, "k.cu", &[]), Ok(first), "from memory");
+    let afresh = IncludeSearch {
+        cache: None,
+        ..search.clone()
+    };
+    assert_eq!(
+        afresh.resolve(text, "k.cu", &[]),
+        Ok(vec![Header::new("a.h", "#define A 2\n")])
+    );
+    let elsewhere = IncludeSearch {
+        folders: vec![root.join("none")],
+        ..search.clone()
+    };
+    assert_eq!(
+        elsewhere.resolve(text, "k.cu", &[]),
+        Ok(vec![Header::new("a.h", "#define A 2\n")]),
+        "another search is resolved afresh"
+    );
+    assert_eq!(
+        search.resolve("#include \"a.h\"\n\n", "k.cu", &[]),
+        Ok(vec![Header::new("a.h", "#define A 2\n")]),
+        "another text is resolved afresh"
+    );
+    let _ = fs::remove_dir_all(root);
+}

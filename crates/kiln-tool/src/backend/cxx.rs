@@ -67,6 +67,9 @@ where
         .iter()
         .map(|file| options_of(&file.options))
         .collect();
+    // A file's specializations share its text and folders: its headers
+    // are read and scanned once for all of them (the ids are the same).
+    let includes = kiln_cxx::IncludeCache::new();
     let make = || {
         batch::modules_of(&job.files, |index, file, specialization| {
             // One compile of the file per specialization, one module of
@@ -89,7 +92,7 @@ where
                 });
             // Its includes as a compiler looks for them: beside the file,
             // in its header's folders, then `--include`'s; its tree the
-            // folder warmed (P13).
+            // folder warmed (P13); read once per file.
             file.includes
                 .iter()
                 .chain(job.include)
@@ -100,6 +103,7 @@ where
                 .include_tree(job.tree.to_path_buf())
                 .includes_outside_tree(job.outside_includes)
                 .standard_headers(file.stdlib)
+                .include_cache(&includes)
                 .source(file.source.to_string())
         })
     };
