@@ -13,8 +13,7 @@ use std::sync::Arc;
 
 use kiln_cuda::{Architecture, CudaKernel, CudaOptions, CudaTarget};
 use kiln_engine::{
-    ArtifactId, ArtifactStore, Kernel, KernelLoader, KernelOutcome, LoaderConfig,
-    LoaderStatistics,
+    ArtifactId, ArtifactStore, Kernel, KernelLoader, KernelOutcome, LoaderConfig, LoaderStatistics,
 };
 use kiln_store::{DiskStore, StoreConfig};
 use serde_json::Value;
@@ -93,7 +92,8 @@ extern "C" __global__ void lane_ids(int* out) { out[threadIdx.x] = lane_of(threa
 "#;
 
 /// The header of the include folder.
-const LANES: &str = "#pragma once\n__device__ int lane_of(unsigned thread) { return thread % 32; }\n";
+const LANES: &str =
+    "#pragma once\n__device__ int lane_of(unsigned thread) { return thread % 32; }\n";
 
 /// The folder `kiln warm` is given: `gemm.cu` with `tiles.h` beside it,
 /// `ops/reduce.cu` with `include/lanes.cuh`.
