@@ -397,6 +397,20 @@ mod tests {
     }
 
     #[test]
+    fn p16_the_pack_order_is_beside_unless_set() {
+        let order = |value: Option<&str>| {
+            let mut settings = vec![("KILN_REMOTE_URL", "s3://fleet-cache")];
+            settings.extend(value.map(|value| ("KILN_BUCKET_PACKS", value)));
+            with(&settings).map(|config| config.unwrap().packs)
+        };
+        assert_eq!(order(None).unwrap(), PackOrder::Beside);
+        assert_eq!(order(Some("first")).unwrap(), PackOrder::First);
+        assert_eq!(order(Some(" off ")).unwrap(), PackOrder::Off);
+        let error = order(Some("sometimes")).unwrap_err();
+        assert!(error.to_string().contains("KILN_BUCKET_PACKS"), "{error}");
+    }
+
+    #[test]
     fn bad_addresses_and_settings_are_named() {
         for address in [
             "s3://",

@@ -157,3 +157,52 @@ impl Flight {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BucketConfig;
+
+    /// A store on a loopback port where nothing listens: every GET fails
+    /// at once, and is counted.
+    fn nowhere() -> BucketStore {
+        let keys = kiln_remote::Keys {
+            fleet: Some(kiln_remote::keygen::fleet_key().expect("randomness")),
+            ..kiln_remote::Keys::default()
+        };
+        let endpoint = url::Url::parse("http://127.0.0.1:9").expect("a URL");
+        BucketStore::open(BucketConfig::new(endpoint, "kiln-test", keys)).expect("it opens")
+    }
+
+    fn flight(store: &BucketStore) -> Arc<Flight> {
+        let objects = (0..3).map(|index| format!("e/{index}")).collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        Arc::new(Flight::new(store.clone(), objects, deadline))
+    }
+
+    #[test]
+    fn p16_per_key_gets_closed_within_the_head_start_are_never_sent() {
+        let store = nowhere();
+        let flight = flight(&store);
+        assert!(Arc::clone(&flight).hedge(Duration::from_millis(200), 2));
+        flight.close();
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(store.bucket_statistics().requests, 0);
+    }
+
+    #[test]
+    fn p16_per_key_gets_opened_are_each_sent_and_answered() {
+        let store = nowhere();
+        let flight = flight(&store);
+        assert!(Arc::clone(&flight).hedge(Duration::from_secs(60), 2));
+        flight.open();
+        let answers = flight.wait(&[0, 1, 2]);
+        assert!(
+            answers
+                .iter()
+                .all(|answer| matches!(answer, Some(Answer::Failed(_)))),
+            "{answers:?}"
+        );
+        assert_eq!(store.bucket_statistics().requests, 3);
+    }
+}
