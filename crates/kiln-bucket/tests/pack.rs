@@ -3,7 +3,8 @@
 //! the batch in one request; a pack forged, cut short, flipped or moved
 //! from another key set loads nothing and the keys are read one by one; a
 //! lookup of another key set does not use it; a removed key leaves the
-//! packs this process knows (P10, P16).
+//! packs this process knows; a paused server costs a packed lookup one
+//! timeout and one call (P10, P16).
 
 #[path = "support/raw.rs"]
 mod raw;
@@ -37,16 +38,16 @@ fn artifact(number: u32) -> Vec<u8> {
 }
 
 /// Nodes of one fleet on one Garage prefix, each with a disk of its own.
-struct Fleet {
-    garage: &'static support::Garage,
+struct Fleet<'a> {
+    garage: &'a support::Garage,
     keys: Keys,
     prefix: String,
     scratch: Scratch,
     order: PackOrder,
 }
 
-impl Fleet {
-    fn new(garage: &'static support::Garage, order: PackOrder) -> Self {
+impl<'a> Fleet<'a> {
+    fn new(garage: &'a support::Garage, order: PackOrder) -> Self {
         Self {
             garage,
             keys: support::fleet_keys(),
@@ -266,4 +267,40 @@ fn p2_a_removed_key_leaves_the_packs_this_process_read() {
     );
     all_hit(&found[1..], &numbers[1..], "the other keys");
     assert_eq!(fresh.bucket().bucket_statistics().pack_hits, 0);
+}
+
+#[test]
+fn p16_a_paused_server_costs_a_packed_lookup_one_timeout_in_either_order() {
+    let Some(garage) = support::garage("a packed lookup of a paused server") else {
+        return;
+    };
+    for order in [PackOrder::First, PackOrder::Beside] {
+        let fleet = Fleet::new(&garage, order);
+        let (numbers, keys) = batch(8);
+        compile_batch(&fleet.node("builder"), &keys, &numbers);
+        let disk = DiskStore::open(StoreConfig::at(fleet.scratch.join("paused"))).expect("a disk");
+        let mut config = garage.config_at(garage.port, fleet.keys.clone(), &fleet.prefix);
+        config.packs = order;
+        config.timeout = Duration::from_millis(500);
+        let node = BucketTier::new(
+            Arc::new(disk),
+            BucketStore::open(config).expect("a store opens"),
+        );
+        garage.pause();
+        let started = std::time::Instant::now();
+        let found = node.lookup_many(&keys);
+        let elapsed = started.elapsed();
+        garage.resume();
+        assert!(
+            found.iter().all(|lookup| matches!(lookup, Lookup::Miss(_))),
+            "{order:?}: {found:?}"
+        );
+        assert!(
+            elapsed < Duration::from_millis(1200),
+            "{order:?}: {elapsed:?}"
+        );
+        let counts = node.bucket().bucket_statistics();
+        assert_eq!(counts.breaker_opened, 1, "{order:?}: one outage");
+        assert_eq!(counts.calls, 1, "{order:?}: one call");
+    }
 }

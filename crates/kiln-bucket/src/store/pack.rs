@@ -11,7 +11,7 @@ use kiln_remote::entry::{self, Kind, Rejection};
 
 use super::flight::Flight;
 use super::{BucketStore, Found, now, unreadable};
-use crate::client::Answer;
+use crate::client::{Answer, concurrently};
 use crate::config::PackOrder;
 use crate::pack;
 
@@ -88,7 +88,8 @@ impl BucketStore {
         (found, seen)
     }
 
-    /// The pack's GET, then one call of per-key GETs for what it lacks.
+    /// The pack's GET, then the per-key GETs for what it lacks, in one
+    /// call under one deadline.
     fn pack_first(
         &self,
         set: &[u8; 32],
@@ -98,32 +99,25 @@ impl BucketStore {
         pack_object: &str,
     ) -> (Vec<Found>, Seen) {
         let client = &self.inner.client;
-        let get = |object: &String, deadline| client.get(object, deadline);
-        let Some(mut answer) = self.call(&[pack_object.to_owned()], get) else {
+        let Some((permit, deadline)) = self.open_call(1) else {
             let found = digests
                 .iter()
                 .map(|_| unreadable("the bucket is left alone after a failure"))
                 .collect();
             return (found, Seen::Unknown);
         };
-        let answer = answer.pop().expect("one answer per request");
+        let answer = client.get(pack_object, deadline);
         let (mut found, seen) = self.read_pack(&answer, set, sorted, digests);
         let lacking: Vec<usize> = (0..digests.len())
             .filter(|index| found[*index].is_none())
             .collect();
-        if !lacking.is_empty() {
-            let wanted: Vec<String> = lacking
-                .iter()
-                .map(|index| objects[*index].clone())
-                .collect();
-            let answers = self.call(&wanted, get);
-            let mut answers = answers.map(Vec::into_iter);
-            for index in lacking {
-                found[index] = Some(match answers.as_mut().and_then(Iterator::next) {
-                    Some(answer) => self.answer(Kind::Artifact, &digests[index], answer),
-                    None => unreadable("the bucket is left alone after a failure"),
-                });
-            }
+        let wanted: Vec<&String> = lacking.iter().map(|index| &objects[*index]).collect();
+        StoreCounters::add(&self.inner.more.requests, wanted.len() as u64);
+        let limit = self.inner.config.concurrency;
+        let answers = concurrently(&wanted, limit, |object| client.get(object, deadline));
+        self.close_call(permit, answers.iter().chain(telling(&answer)));
+        for (index, answer) in lacking.into_iter().zip(answers) {
+            found[index] = Some(self.answer(Kind::Artifact, &digests[index], answer));
         }
         (settled(found), seen)
     }
@@ -177,7 +171,7 @@ impl BucketStore {
                     })
                 })
                 .collect();
-            self.close_call(permit, answers.iter().chain([&answer]));
+            self.close_call(permit, answers.iter().chain(telling(&answer)));
             for (index, answer) in lacking.into_iter().zip(answers) {
                 found[index] = Some(self.answer(Kind::Artifact, &digests[index], answer));
             }
@@ -300,6 +294,13 @@ impl BucketStore {
         let client = &self.inner.client;
         self.call(&object, |object, deadline| client.delete(object, deadline));
     }
+}
+
+/// The pack's answer, as the breaker hears it: a refusal of the pack
+/// alone (a policy on its name) is no outage; the per-key GETs say
+/// whether the bucket refuses this node.
+fn telling(answer: &Answer) -> Option<&Answer> {
+    (!matches!(answer, Answer::Refused(_))).then_some(answer)
 }
 
 /// Every answer, none left open.
