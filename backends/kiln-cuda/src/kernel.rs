@@ -162,6 +162,13 @@ impl CudaKernelBuilder {
     /// changes nothing. An include that cannot be resolved makes a kernel
     /// that fails to lower, saying which include and where it looked.
     pub fn source(self, source: impl Into<String>) -> CudaKernel {
+        self.shared_source(Arc::from(source.into()))
+    }
+
+    /// Finishes the kernel with a fixed source held in an `Arc`, shared
+    /// with other kernels rather than copied: the kernel
+    /// [`source`](Self::source) makes of the same text, id included.
+    pub fn shared_source(self, source: Arc<str>) -> CudaKernel {
         let Self {
             id,
             program_name,
@@ -170,7 +177,7 @@ impl CudaKernelBuilder {
         } = self;
         crate::toolkit::prepare(parts.search_mut());
         let (id, source, include_failure) =
-            parts.fix(id.begin(&parts), source.into(), program_name.as_deref());
+            parts.fix(id.begin(&parts), source, program_name.as_deref());
         Started {
             id,
             program_name,

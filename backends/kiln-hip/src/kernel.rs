@@ -156,6 +156,13 @@ impl HipKernelBuilder {
     /// hipRTC's own. An include that cannot be resolved makes a kernel
     /// that fails to lower, saying which include and where it looked.
     pub fn source(self, source: impl Into<String>) -> HipKernel {
+        self.shared_source(Arc::from(source.into()))
+    }
+
+    /// Finishes the kernel with a fixed source held in an `Arc`, shared
+    /// with other kernels rather than copied: the kernel
+    /// [`source`](Self::source) makes of the same text, id included.
+    pub fn shared_source(self, source: Arc<str>) -> HipKernel {
         let Self {
             id,
             options,
@@ -166,7 +173,7 @@ impl HipKernelBuilder {
         // 0 and 1 tell a fixed source from a generated one in the id.
         let (id, source, include_failure) = parts.fix(
             id.begin(&parts).parameter(&0u8),
-            source.into(),
+            source,
             program_name.as_deref(),
         );
         let id = parts.identify(id, "kiln-hip", &options, IdLayout::HeaderCount);

@@ -48,8 +48,9 @@ pub trait CxxKernelBuilder: Sized {
     #[must_use]
     fn include_cache(self, cache: &crate::IncludeCache) -> Self;
     /// Finishes the kernel with a fixed source, whose text joins its id
-    /// and whose includes kiln resolves (P13).
-    fn source(self, source: String) -> Self::Kernel;
+    /// and whose includes kiln resolves (P13): the builder's
+    /// `shared_source` (its `source` without a copy of the text).
+    fn source(self, source: Arc<str>) -> Self::Kernel;
     /// Finishes a kernel that fails to lower with `reason`, compiling
     /// nothing and never remembered as failed (P11): its setup failed, not
     /// its source.

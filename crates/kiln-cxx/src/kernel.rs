@@ -232,10 +232,9 @@ impl KernelPartsBuilder {
     pub fn fix(
         &mut self,
         id: KernelIdBuilder,
-        source: String,
+        source: Arc<str>,
         program_name: Option<&str>,
     ) -> (KernelIdBuilder, FixedSource, Option<String>) {
-        let source: Arc<str> = Arc::from(source);
         let search = std::mem::take(&mut self.search);
         let label = program_name.unwrap_or("the source");
         let include_failure = match search.resolve(&source, label, &self.headers) {
@@ -363,8 +362,8 @@ macro_rules! kernel_methods {
                 <$builder>::include_cache(self, cache)
             }
 
-            fn source(self, source: String) -> $kernel {
-                <$builder>::source(self, source)
+            fn source(self, source: ::std::sync::Arc<str>) -> $kernel {
+                <$builder>::shared_source(self, source)
             }
 
             fn failing(self, reason: String) -> $kernel {

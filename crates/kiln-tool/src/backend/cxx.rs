@@ -5,6 +5,8 @@
 //! between them is the [`CxxBackend`] each backend crate implements, and
 //! the allow-list of options each backend's file gives.
 
+use std::sync::Arc;
+
 use kiln_cxx::{CxxBackend, CxxKernelBuilder};
 use kiln_engine::{KernelOf, Reported};
 
@@ -104,7 +106,7 @@ where
                 .includes_outside_tree(job.outside_includes)
                 .standard_headers(file.stdlib)
                 .include_cache(&includes)
-                .source(file.source.to_string())
+                .source(Arc::clone(&file.source))
         })
     };
     let target = B::with_store(target, job.store.clone());
