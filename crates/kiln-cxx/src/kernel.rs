@@ -481,7 +481,7 @@ macro_rules! kernel_builder_methods {
         }
 
         /// Shares include resolutions with the other kernels built with
-        /// `cache` (see [`IncludeCache`]($crate::IncludeCache)): a text
+        /// `cache` (see [`IncludeCache`](kiln_cxx::IncludeCache)): a text
         /// already resolved with the same folders is answered from memory,
         /// its headers read once for all of them. The id is the same with
         /// or without one.
