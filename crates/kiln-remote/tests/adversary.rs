@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
 use kiln_engine::store::{Claim, ClaimWait};
 use kiln_engine::{
-    ArtifactId, ArtifactStore, KernelId, KernelLoader, KeyComponents, LoaderConfig, StoreKey,
+    ArtifactId, ArtifactStore, Claims, KernelId, KernelLoader, KeyComponents, LoaderConfig,
+    StoreKey,
 };
-use kiln_engine::Claims;
 use kiln_remote::{FleetKey, Keys, RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 use support::{Redis, config, fresh_prefix};

@@ -25,8 +25,7 @@ use std::time::{Duration, Instant};
 
 use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
 use kiln_engine::store::ClaimWait;
-use kiln_engine::{ArtifactStore, KernelLoader, LoaderConfig, StoreKey};
-use kiln_engine::{ArtifactStoreExt, Claims};
+use kiln_engine::{ArtifactStore, ArtifactStoreExt, Claims, KernelLoader, LoaderConfig, StoreKey};
 use kiln_remote::{FleetKey, Keys, RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 use kiln_test_support::redis::LatencyProxy;

@@ -21,10 +21,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_engine::fake::{FakeCompiler, FakeKernel, FakeTarget};
 use kiln_engine::{
-    ArtifactId, ArtifactStore, KernelId, KernelLoader, KeyComponents, LoaderConfig, Lookup,
-    StoreKey,
+    ArtifactId, ArtifactStore, ArtifactStoreExt, KernelId, KernelLoader, KeyComponents,
+    LoaderConfig, Lookup, StoreKey,
 };
-use kiln_engine::ArtifactStoreExt;
 use kiln_remote::{FleetKey, Keys, RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 use support::{Redis, config, fresh_prefix};

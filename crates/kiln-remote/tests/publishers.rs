@@ -9,9 +9,9 @@ mod support;
 use std::time::Duration;
 
 use kiln_engine::{
-    ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey, StoreOutcome,
+    ArtifactId, ArtifactStore, ArtifactStoreExt, KernelId, KeyComponents, Lookup, StoreKey,
+    StoreOutcome,
 };
-use kiln_engine::ArtifactStoreExt;
 use kiln_remote::{RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 use support::{Redis, fleet_keys, fresh_prefix, open};

@@ -8,8 +8,9 @@ mod support;
 use std::time::Duration;
 
 use kiln_engine::store::MemoryStore;
-use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey};
-use kiln_engine::ArtifactStoreExt;
+use kiln_engine::{
+    ArtifactId, ArtifactStore, ArtifactStoreExt, KernelId, KeyComponents, Lookup, StoreKey,
+};
 use kiln_remote::TieredStore;
 use support::{Redis, fleet_keys, fresh_prefix, open};
 

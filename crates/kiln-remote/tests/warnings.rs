@@ -9,8 +9,9 @@ mod support;
 
 use std::time::Duration;
 
-use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KeyComponents, Lookup, StoreKey};
-use kiln_engine::ArtifactStoreExt;
+use kiln_engine::{
+    ArtifactId, ArtifactStore, ArtifactStoreExt, KernelId, KeyComponents, Lookup, StoreKey,
+};
 use kiln_remote::{RemoteStore, TieredStore};
 use kiln_store::{DiskStore, StoreConfig};
 use support::warned::{one_at_a_time, warnings};
