@@ -7,7 +7,7 @@ use std::sync::Arc;
 use kiln_engine::resources::decode_report;
 use kiln_engine::worker::WorkerEntry;
 use kiln_engine::{ArtifactReport, CompileFailure, StoreKey};
-use kiln_wgpu::{WgpuArtifact, WgpuCompiler, WgpuDevice, WgpuTarget, WgpuVariant, WgslKernel};
+use kiln_wgpu::{WgpuArtifact, WgpuCompiler, WgpuTarget, WgpuVariant, WgslKernel};
 
 use super::batch::{self, Placed};
 use super::{Backend, BackendReport, Job, Recompiler};
@@ -72,7 +72,8 @@ impl Backend for Wgpu {
                 }
             })
         };
-        let (target, description, on_device) = match WgpuDevice::open() {
+        // `kiln warm` started opening it beside its other start-up work.
+        let (target, description, on_device) = match crate::command::warm::open_wgpu_device() {
             Ok(device) => {
                 let description = format!("{} (Vulkan)", device.info().name);
                 (WgpuTarget::on_device(device), description, true)
@@ -89,6 +90,7 @@ impl Backend for Wgpu {
                 )
             }
         };
+        log::debug!("wgpu: {description}");
         // The folder's shaders are not trusted: naga reads them in compile
         // workers, each under the compile timeout and a memory limit, so
         // a shader that makes naga run away fails alone.
@@ -107,6 +109,9 @@ impl Backend for Wgpu {
         if on_device {
             report.pipeline_cache = Some(target.pipeline_cache_state().to_string());
         }
+        // The device closes here: its drivers' teardown shows in the log.
+        drop(target);
+        log::debug!("wgpu: the target and its device closed");
         report
     }
 

@@ -34,8 +34,11 @@ use crate::manifest::{self, KernelFile};
 use crate::output::Output;
 use crate::progress::Shown;
 
+mod early;
 mod print;
 mod profile;
+
+pub(crate) use early::open_wgpu_device;
 
 /// `kiln warm DIR`.
 #[derive(Debug, Args)]
@@ -225,7 +228,16 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
             .into());
         }
     };
+    // The wgpu device opens beside the folder's reading, the store's
+    // opening and the other backends' start, off the batch's critical
+    // path; the guard joins its thread however the run ends.
+    let _opened = if arguments.wants("wgpu") {
+        early::start(folder)
+    } else {
+        early::Opened::none()
+    };
     let found = manifest::find(folder)?;
+    log::debug!("warm: {} kernel files read", found.files.len());
     if found.files.is_empty() && found.failed.is_empty() {
         bail!(
             "no kernels in {}: kiln warm compiles *.wgsl, *.spv, *.cu and *.hip files",
@@ -233,13 +245,16 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
         );
     }
     let store = super::open_store_to_fill(dir)?;
+    log::debug!("warm: store opened");
     // A store found read-only says so itself, through the logger.
     if let Err(reason) = &store {
         errln!("kiln: warning: {reason}; compiling without a store");
         // Said once: the process's default store (which a target made
         // before it is given none, or a worker process, would open) is off.
+        // The device opening early reads the environment: it finishes first.
+        early::settle();
         // SAFETY: a store that could not open started no thread, and this
-        // command has started none of its own yet.
+        // command's own thread has finished.
         unsafe { std::env::set_var("KILN_CACHE_DISABLE", "1") };
     }
     // The tiers as a program opens them: one reading of the remote
