@@ -21,7 +21,8 @@ type Opening = Result<WgpuDevice, kiln_wgpu::Error>;
 /// The device opened early, while it is being opened or once it is.
 enum Early {
     Running(JoinHandle<Opening>),
-    Done(Opening),
+    // Boxed: a device is much larger than a thread's handle.
+    Done(Box<Opening>),
 }
 
 static EARLY: Mutex<Option<Early>> = Mutex::new(None);
@@ -77,7 +78,7 @@ pub(super) fn start(folder: &Path) -> Opened {
 pub(super) fn settle() {
     let mut slot = slot();
     if let Some(Early::Running(handle)) = slot.take() {
-        *slot = Some(Early::Done(joined(handle)));
+        *slot = Some(Early::Done(Box::new(joined(handle))));
     }
 }
 
@@ -91,7 +92,7 @@ pub(crate) fn open_wgpu_device() -> Opening {
     let early = slot().take();
     match early {
         Some(Early::Running(handle)) => joined(handle),
-        Some(Early::Done(opening)) => opening,
+        Some(Early::Done(opening)) => *opening,
         None => WgpuDevice::open(),
     }
 }
