@@ -3,7 +3,6 @@
 //! key, and the per-key GETs still under way end by themselves, by the
 //! call's deadline.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -26,6 +25,10 @@ enum Gate {
 struct State {
     answers: Vec<Option<Answer>>,
     gate: Gate,
+    /// How many of the GETs may be sent by now.
+    allowed: usize,
+    /// The next GET to send.
+    next: usize,
 }
 
 /// The per-key GETs of one call, each answer landing in its place.
@@ -33,7 +36,6 @@ pub(super) struct Flight {
     store: BucketStore,
     objects: Vec<String>,
     deadline: Instant,
-    next: AtomicUsize,
     state: Mutex<State>,
     changed: Condvar,
 }
@@ -45,10 +47,11 @@ impl Flight {
             store,
             objects,
             deadline,
-            next: AtomicUsize::new(0),
             state: Mutex::new(State {
                 answers,
                 gate: Gate::Held,
+                allowed: 0,
+                next: 0,
             }),
             changed: Condvar::new(),
         }
@@ -62,50 +65,83 @@ impl Flight {
         self.objects.len()
     }
 
-    /// Sends the GETs on `helpers` threads once the gate opens, or
-    /// `delay` after now unless it closed by then; `false` when no thread
-    /// started (the caller sends them itself).
+    /// Sends the GETs on up to `helpers` threads once the gate opens, or
+    /// in waves from `delay` after now unless it closed by then (see
+    /// [`released`]); `false` when no thread started (the caller sends
+    /// them itself).
     pub(super) fn hedge(self: Arc<Self>, delay: Duration, helpers: usize) -> bool {
         let flight = Arc::clone(&self);
         let started = std::thread::Builder::new()
             .name("kiln-bucket-get".to_owned())
-            .spawn(move || {
-                let until = Instant::now() + delay;
-                {
-                    let mut state = flight.state();
-                    while state.gate == Gate::Held {
-                        let Some(left) = until.checked_duration_since(Instant::now()) else {
-                            break;
-                        };
-                        state = flight
-                            .changed
-                            .wait_timeout(state, left)
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .0;
-                    }
-                    if state.gate == Gate::Closed {
-                        return;
-                    }
-                    state.gate = Gate::Open;
-                }
-                for _ in 1..helpers {
-                    let flight = Arc::clone(&flight);
-                    // A thread that cannot start leaves its share to the
-                    // others.
-                    let _ = std::thread::Builder::new()
-                        .name("kiln-bucket-get".to_owned())
-                        .spawn(move || flight.work());
-                }
-                flight.work();
-            });
+            .spawn(move || flight.release(delay, helpers));
         started.is_ok()
     }
 
-    /// The per-key GETs are wanted now.
+    /// The hedge's thread: raises how many GETs may be sent as the waves
+    /// come (all at once when [`open`](Self::open)ed), with a sending
+    /// thread per GET allowed, up to `helpers`; this thread sends too.
+    fn release(self: Arc<Self>, delay: Duration, helpers: usize) {
+        let start = Instant::now();
+        let total = self.objects.len();
+        // The sending threads started besides this one.
+        let mut threads = 0;
+        let mut state = self.state();
+        loop {
+            let waited = start.elapsed();
+            if state.gate == Gate::Held && waited >= delay {
+                state.gate = Gate::Open;
+            }
+            match state.gate {
+                Gate::Closed => return,
+                Gate::Held => {}
+                Gate::Open => {
+                    state.allowed = state.allowed.max(released(total, delay, waited));
+                    self.changed.notify_all();
+                    // Once every GET is allowed, this thread sends too.
+                    let all = state.allowed >= total;
+                    let wanted = if all {
+                        helpers.saturating_sub(1)
+                    } else {
+                        state.allowed.min(helpers)
+                    };
+                    while threads < wanted {
+                        let flight = Arc::clone(&self);
+                        // A thread that cannot start leaves its share to
+                        // the others.
+                        let spawned = std::thread::Builder::new()
+                            .name("kiln-bucket-get".to_owned())
+                            .spawn(move || flight.work());
+                        threads += 1;
+                        drop(spawned);
+                    }
+                    if all {
+                        drop(state);
+                        self.work();
+                        return;
+                    }
+                }
+            }
+            let next = match state.gate {
+                Gate::Held => delay,
+                _ => next_wave(total, delay, waited),
+            };
+            let left = next
+                .saturating_sub(start.elapsed())
+                .max(Duration::from_millis(1));
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// The per-key GETs are wanted now, all of them.
     pub(super) fn open(&self) {
         let mut state = self.state();
-        if state.gate == Gate::Held {
+        if state.gate != Gate::Closed {
             state.gate = Gate::Open;
+            state.allowed = self.objects.len();
         }
         self.changed.notify_all();
     }
@@ -116,17 +152,32 @@ impl Flight {
         self.changed.notify_all();
     }
 
-    /// Sends the next request not yet sent, until none is left or the
-    /// gate closed.
+    /// Sends the next request not yet sent, as the waves allow, until
+    /// none is left, the gate closed or the call's time ran out.
     pub(super) fn work(&self) {
         loop {
-            if self.state().gate == Gate::Closed {
-                return;
-            }
-            let index = self.next.fetch_add(1, Ordering::Relaxed);
-            let Some(object) = self.objects.get(index) else {
-                return;
+            let index = {
+                let mut state = self.state();
+                loop {
+                    if state.gate == Gate::Closed || state.next >= self.objects.len() {
+                        return;
+                    }
+                    if state.gate == Gate::Open && state.next < state.allowed {
+                        break;
+                    }
+                    let Some(left) = self.deadline.checked_duration_since(Instant::now()) else {
+                        return;
+                    };
+                    state = self
+                        .changed
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+                state.next += 1;
+                state.next - 1
             };
+            let object = &self.objects[index];
             StoreCounters::add(&self.store.inner.more.requests, 1);
             let answer = self.store.inner.client.get(object, self.deadline);
             self.state().answers[index] = Some(answer);
@@ -158,6 +209,35 @@ impl Flight {
     }
 }
 
+/// How many of `total` per-key GETs may be sent `waited` after the
+/// lookup began, with the head start `delay`: none before it; then
+/// waves that double every half head start, from an eighth (at least
+/// one): a pack that answers soon after its head start spares most of
+/// them, and a lookup whose pack is slow or missing has every GET out
+/// within 2.5 head starts (or at once when the pack answered without
+/// them).
+pub(crate) fn released(total: usize, delay: Duration, waited: Duration) -> usize {
+    if waited < delay || total == 0 {
+        return 0;
+    }
+    let half = (delay / 2).max(Duration::from_millis(1));
+    let doublings = ((waited - delay).as_nanos() / half.as_nanos()).min(16) as u32;
+    total.div_ceil(8).saturating_mul(1 << doublings).min(total)
+}
+
+/// When the wave after `waited` comes.
+fn next_wave(total: usize, delay: Duration, waited: Duration) -> Duration {
+    let half = (delay / 2).max(Duration::from_millis(1));
+    let mut at = delay;
+    while at <= waited || released(total, delay, at) <= released(total, delay, waited) {
+        if released(total, delay, at) >= total {
+            return at.max(waited + half);
+        }
+        at += half;
+    }
+    at
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +258,46 @@ mod tests {
         let objects = (0..3).map(|index| format!("e/{index}")).collect();
         let deadline = Instant::now() + Duration::from_secs(5);
         Arc::new(Flight::new(store.clone(), objects, deadline))
+    }
+
+    #[test]
+    fn p16_per_key_gets_go_in_doubling_waves_after_the_head_start() {
+        let delay = Duration::from_millis(30);
+        let at = |ms| released(64, delay, Duration::from_millis(ms));
+        assert_eq!(
+            [
+                at(0),
+                at(29),
+                at(30),
+                at(44),
+                at(45),
+                at(60),
+                at(75),
+                at(500)
+            ],
+            [0, 0, 8, 8, 16, 32, 64, 64]
+        );
+        assert_eq!(released(3, delay, delay), 1);
+        assert_eq!(
+            next_wave(64, delay, Duration::from_millis(31)),
+            Duration::from_millis(45)
+        );
+    }
+
+    #[test]
+    fn p16_per_key_gets_wait_for_their_wave() {
+        // An eighth goes after the head start; the rest wait for theirs.
+        let store = nowhere();
+        let objects = (0..16).map(|index| format!("e/{index}")).collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let flight = Arc::new(Flight::new(store.clone(), objects, deadline));
+        assert!(Arc::clone(&flight).hedge(Duration::from_millis(300), 4));
+        std::thread::sleep(Duration::from_millis(380));
+        assert_eq!(store.bucket_statistics().requests, 2);
+        flight.open();
+        let answers = flight.wait(&(0..16).collect::<Vec<_>>());
+        assert!(answers.iter().all(Option::is_some));
+        assert_eq!(store.bucket_statistics().requests, 16);
     }
 
     #[test]

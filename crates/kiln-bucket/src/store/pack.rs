@@ -16,10 +16,12 @@ use crate::config::PackOrder;
 use crate::pack;
 
 /// How long the pack's GET goes alone before the per-key GETs follow it
-/// (`beside`): long enough for a bucket nearby to answer it first, so a
-/// warm batch costs one request, and for its request to reach a bucket
-/// far away before theirs; a cold batch's lookup waits this long more at
-/// most.
+/// (`beside`), in waves that double every half head start from an eighth
+/// of them: long enough for a bucket nearby to answer it first, so a warm
+/// batch costs one request, and for its request to reach a bucket far
+/// away before theirs; a pack that answers soon after spares most of
+/// them, and a cold batch's lookup has every per-key GET out within 2.5
+/// head starts, or at once when the pack answered without its keys.
 pub(crate) const HEAD_START: Duration = Duration::from_millis(30);
 
 /// What a lookup learned of its batch's pack: whether one should be
@@ -123,8 +125,8 @@ impl BucketStore {
     }
 
     /// The pack's GET beside the per-key GETs, in one call: the per-key
-    /// GETs start once the pack answered without every key, or after
-    /// [`HEAD_START`] without an answer; the call is answered once the pack
+    /// GETs go all at once when the pack answered without every key, or
+    /// in waves from [`HEAD_START`] without an answer; the call is answered once the pack
     /// covered every key (per-key GETs under way are left to end by
     /// themselves) or every GET needed answered.
     fn pack_beside(
