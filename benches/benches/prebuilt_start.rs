@@ -210,8 +210,8 @@ fn program(root: &Path, case: &str, file: &Path) {
         .map(|salt| {
             CudaKernel::of_file(name.as_ref(), KernelSize::Gemm.entry())
                 .source_folder(folder)
-            .options(CudaOptions::default().define(SALT, salt.to_string()))
-            .source(text.clone())
+                .options(CudaOptions::default().define(SALT, salt.to_string()))
+                .source(text.clone())
         })
         .collect();
     // The CUDA context (or NVRTC) is made before the clock starts: a

@@ -31,8 +31,7 @@ impl ArtifactStore for DiskStore {
                 Origin::Compiled { source_key } => {
                     // A compile, whether or not the store could keep it.
                     self.count_compile(put.key, source_key, put.work);
-                    outcomes[at] =
-                        Some(self.store_artifact(put.key, source_key, put.bytes, put.work));
+                    outcomes[at] = Some(self.store_artifact(put, source_key));
                 }
                 Origin::Rekeyed { source_key } => {
                     // Counted by its text, as a kernel rekeyed; stored by
@@ -46,7 +45,7 @@ impl ArtifactStore for DiskStore {
         }
         if let [at] = copied[..] {
             let put = &puts[at];
-            outcomes[at] = Some(self.store_artifact(put.key, None, put.bytes, put.work));
+            outcomes[at] = Some(self.store_artifact(put, None));
         } else if !copied.is_empty() {
             // Made durable together, as a remote tier's hits written back.
             let batch: Vec<Put<'_>> = copied.iter().map(|&at| puts[at]).collect();

@@ -63,7 +63,7 @@ impl DiskStore {
                     let result = written.next().expect("one result per packed copy");
                     self.count_put(result, || copy.key.subject_text())
                 } else {
-                    self.store_artifact(copy.key, None, copy.bytes, copy.work)
+                    self.store_artifact(copy, None)
                 }
             })
             .collect()

@@ -66,7 +66,7 @@ use std::time::Duration;
 
 use kiln_engine::store::BlobKey;
 use kiln_engine::{
-    Claim, ClaimWait, Explanation, KeyComponents, Lookup, StoreKey, StoreOutcome, StoredBatch,
+    Claim, ClaimWait, Explanation, KeyComponents, Lookup, Put, StoreKey, StoreOutcome, StoredBatch,
 };
 
 use crate::activity::Activity;
@@ -302,16 +302,17 @@ impl DiskStore {
         self.inner.files.find_artifact(key, &|| self.note_miss(key))
     }
 
-    /// Publishes `bytes` under `key` and `source_key`, then tells the
-    /// rooms that follow a put:
-    /// [`ArtifactStoreExt::put`](kiln_engine::ArtifactStoreExt::put).
+    /// Publishes `put`'s bytes under its key and, when given, under
+    /// `source_key` (its text's key), then tells the rooms that follow a
+    /// put.
     pub(super) fn store_artifact(
         &self,
-        key: &StoreKey,
+        put: &Put<'_>,
         source_key: Option<&StoreKey>,
-        bytes: &[u8],
-        work: Duration,
     ) -> StoreOutcome {
+        let Put {
+            key, bytes, work, ..
+        } = *put;
         let files = &self.inner.files;
         if files.read_only {
             bump(&files.counters.writes_skipped, 1);
