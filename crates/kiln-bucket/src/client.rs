@@ -11,10 +11,21 @@
 use std::io::Read;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use rusty_s3::{Bucket, S3Action, UrlStyle};
 use ureq::Agent;
+use ureq::unversioned::resolver::DefaultResolver;
+use ureq::unversioned::transport::{
+    ConnectProxyConnector, Connector, RustlsConnector, TcpConnector,
+};
 
 use crate::config::BucketConfig;
+
+mod ahead;
+
+pub(crate) use ahead::Ahead;
+use ahead::TakeAhead;
 
 /// How long a signed request stays valid: longer than any call's deadline.
 const SIGNATURE_LIFETIME: Duration = Duration::from_secs(300);
@@ -44,6 +55,8 @@ pub(crate) struct Client {
     credentials: Option<rusty_s3::Credentials>,
     agent: Agent,
     limit: u64,
+    /// The connection opened ahead of the first request.
+    pub(crate) ahead: Arc<Ahead>,
 }
 
 impl Client {
@@ -82,19 +95,42 @@ impl Client {
                 rustls::crypto::aws_lc_rs::default_provider(),
             ))
             .build();
-        let agent: Agent = Agent::config_builder()
+        let agent_config = Agent::config_builder()
             .tls_config(tls)
             .http_status_as_error(false)
             .max_idle_connections_per_host(config.concurrency.max(1))
             .max_idle_connections(config.concurrency.max(1) * 2)
-            .build()
-            .into();
+            .build();
+        // ureq's own chain (an HTTP proxy, TCP, rustls), with the
+        // connection opened ahead offered before a new one is opened.
+        let ahead = Arc::new(Ahead::default());
+        let connector =
+            ().chain(ConnectProxyConnector::default())
+                .chain(TakeAhead(Arc::clone(&ahead)))
+                .chain(TcpConnector::default())
+                .chain(RustlsConnector::default());
+        let agent = Agent::with_parts(agent_config, connector, DefaultResolver::default());
         Ok(Self {
             bucket,
             credentials,
             agent,
             limit: config.max_entry_bytes,
+            ahead,
         })
+    }
+
+    /// Opens a connection to the bucket on a thread of its own, within
+    /// `timeout`, for the next request that would open one (none through
+    /// an HTTP proxy, whose chain link opens its own).
+    pub(crate) fn connect_ahead(&self, timeout: Duration) {
+        if self.agent.config().proxy().is_some() {
+            return;
+        }
+        let url = self.bucket.base_url();
+        if let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            self.ahead.connect(host.to_owned(), port, timeout);
+        }
     }
 
     /// GET `object`, its body read up to the entry limit, all by

@@ -121,6 +121,9 @@ impl BucketTier {
     }
 
     fn split(front: Arc<dyn ArtifactStore>, bucket: BucketStore, split: Option<u64>) -> Self {
+        // The first batch's first request (its pack's GET) finds a
+        // connection open.
+        bucket.connect_ahead();
         let queue = Arc::new(Queue::default());
         let (writer_queue, writer_bucket) = (Arc::clone(&queue), bucket.clone());
         // A writer that cannot start leaves writes queued, then dropped

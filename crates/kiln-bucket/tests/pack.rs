@@ -304,3 +304,94 @@ fn p16_a_paused_server_costs_a_packed_lookup_one_timeout_in_either_order() {
         assert_eq!(counts.calls, 1, "{order:?}: one call");
     }
 }
+
+/// Waits until `node`'s connection opened ahead is open, at most 5 s.
+fn connected_ahead(node: &BucketTier) -> bool {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < until {
+        if node.bucket().bucket_statistics().connections_ahead == 1 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+#[test]
+fn p16_a_bound_tier_opens_a_connection_ahead_and_its_first_request_takes_it() {
+    let Some(garage) = support::shared("a connection opened ahead") else {
+        return;
+    };
+    for order in [PackOrder::First, PackOrder::Beside] {
+        let fleet = Fleet::new(garage, order);
+        let (numbers, keys) = batch(12);
+        compile_batch(&fleet.node("builder"), &keys, &numbers);
+        let fresh = fleet.node("fresh");
+        assert!(connected_ahead(&fresh), "{order:?}: a connection opened");
+        let found = fresh.lookup_many(&keys);
+        all_hit(
+            &found,
+            &numbers,
+            "a packed batch on the connection opened ahead",
+        );
+        let counts = fresh.bucket().bucket_statistics();
+        assert_eq!(counts.pack_hits, 12, "{order:?}: {counts:?}");
+        assert_eq!(
+            (counts.connections_ahead, counts.connections_ahead_used),
+            (1, 1),
+            "{order:?}: the pack's GET took it"
+        );
+        assert_eq!(counts.failed_calls, 0, "{counts:?}");
+    }
+}
+
+#[test]
+fn p16_a_connection_opened_ahead_and_left_unused_goes_stale_and_is_not_used() {
+    let Some(garage) = support::shared("a connection opened ahead, stale") else {
+        return;
+    };
+    let fleet = Fleet::new(garage, PackOrder::First);
+    let (numbers, keys) = batch(6);
+    compile_batch(&fleet.node("builder"), &keys, &numbers);
+    let fresh = fleet.node("fresh");
+    assert!(connected_ahead(&fresh), "a connection opened");
+    // Past the seconds a server may keep a silent connection open.
+    std::thread::sleep(Duration::from_millis(2200));
+    let found = fresh.lookup_many(&keys);
+    all_hit(&found, &numbers, "a packed batch on a new connection");
+    let counts = fresh.bucket().bucket_statistics();
+    assert_eq!(counts.connections_ahead_used, 0, "{counts:?}");
+    assert_eq!(counts.failed_calls, 0, "{counts:?}");
+}
+
+#[test]
+fn p16_a_pack_answering_after_the_head_start_spares_most_per_key_gets() {
+    let Some(garage) = support::shared("per-key GETs in waves") else {
+        return;
+    };
+    // 40 ms away: the pack answers after the head start (30 ms), when an
+    // eighth of the per-key GETs went, and before the last wave (75 ms).
+    // On a loaded machine one answer may come late: three tries.
+    let proxy =
+        kiln_test_support::redis::LatencyProxy::start(garage.port, Duration::from_millis(40));
+    let fleet = Fleet::new(garage, PackOrder::Beside);
+    let (numbers, keys) = batch(32);
+    compile_batch(&fleet.node("builder"), &keys, &numbers);
+    let mut sent = Vec::new();
+    for attempt in 0..3 {
+        let mut config = garage.config_at(proxy.port, fleet.keys.clone(), &fleet.prefix);
+        config.packs = PackOrder::Beside;
+        let root = fleet.scratch.join(&format!("fresh-{attempt}"));
+        let disk = DiskStore::open(StoreConfig::at(root)).expect("a disk");
+        let fresh = BucketTier::new(Arc::new(disk), BucketStore::open(config).expect("opens"));
+        let found = fresh.lookup_many(&keys);
+        all_hit(&found, &numbers, "a packed batch 40 ms away");
+        let counts = fresh.bucket().bucket_statistics();
+        assert_eq!(counts.pack_hits, 32, "{counts:?}");
+        sent.push(counts.requests);
+        if counts.requests < 1 + 32 {
+            return;
+        }
+    }
+    panic!("every per-key GET went beside the pack each time: {sent:?} requests");
+}

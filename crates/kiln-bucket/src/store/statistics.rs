@@ -56,9 +56,23 @@ pub struct BucketStatistics {
     /// Batch packs written.
     #[serde(default)]
     pub packs_written: u64,
+    /// Connections opened ahead of a first request (when a tier is bound).
+    #[serde(default)]
+    pub connections_ahead: u64,
+    /// Connections opened ahead that a request used.
+    #[serde(default)]
+    pub connections_ahead_used: u64,
 }
 
 impl BucketStore {
+    /// Opens a connection to the bucket on a thread of its own, for the
+    /// next request that would open one: a tier does when it is bound,
+    /// so that its first batch does not wait for the connection's
+    /// handshake. A connection not used within a few seconds is dropped.
+    pub fn connect_ahead(&self) {
+        self.inner.client.connect_ahead(self.inner.config.timeout);
+    }
+
     /// Its counts.
     pub fn bucket_statistics(&self) -> BucketStatistics {
         let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
@@ -76,6 +90,8 @@ impl BucketStore {
             packs_read: read(&more.packs_read),
             pack_hits: read(&more.pack_hits),
             packs_written: read(&more.packs_written),
+            connections_ahead: read(&self.inner.client.ahead.opened),
+            connections_ahead_used: read(&self.inner.client.ahead.used),
         }
     }
 }
