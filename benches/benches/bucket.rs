@@ -131,11 +131,12 @@ fn node(root: &Path) {
     let note = match (during, after) {
         (Some(during), Some(after)) => format!(
             "{from_store} from the store; batch {} calls {} requests {} failed, {} keys from a \
-             pack; flush {} calls {} requests ({}, {:.0} ms)",
+             pack, {} connection opened ahead used; flush {} calls {} requests ({}, {:.0} ms)",
             during.calls,
             during.requests,
             during.failed_calls,
             during.pack_hits,
+            during.connections_ahead_used,
             after.calls - during.calls,
             after.requests - during.requests,
             if flushed == Some(true) {
