@@ -178,20 +178,17 @@ impl LatencyProxy {
         use std::sync::atomic::{AtomicBool, AtomicU64};
         let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
         let port = listener.local_addr().expect("a local address").port();
+        listener
+            .set_nonblocking(true)
+            .expect("a listener that does not block");
         let round_trips = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (counted, stopped) = (Arc::clone(&round_trips), Arc::clone(&stop));
-        // A blocking accept: a connection is taken the moment it comes, as
-        // a network's would be (a poll would add up to its period to each
-        // new connection); dropping the proxy wakes it with one of its own.
         std::thread::spawn(move || {
-            loop {
-                let accepted = listener.accept();
-                if stopped.load(std::sync::atomic::Ordering::Relaxed) {
-                    break;
-                }
-                match accepted {
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                match listener.accept() {
                     Ok((client, _)) => {
+                        let _ = client.set_nonblocking(false);
                         if let Ok(server) = TcpStream::connect(("127.0.0.1", target)) {
                             forward_both(client, server, round_trip, &counted);
                         }
@@ -221,10 +218,6 @@ impl LatencyProxy {
 impl Drop for LatencyProxy {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        // Wakes the accept, which then sees the stop; bounded, so a
-        // proxy whose thread is gone never holds up its drop.
-        let address = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
-        drop(TcpStream::connect_timeout(&address, Duration::from_secs(1)));
     }
 }
 
