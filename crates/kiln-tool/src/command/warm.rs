@@ -297,6 +297,20 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
                 .map(|arch| Some(arch.as_str()))
                 .collect()
         };
+        if name == "wgpu" {
+            // On an empty store with no remote tier every kernel compiles:
+            // the workers start while the device finishes opening.
+            let kernels = taken
+                .iter()
+                .map(|file| file.entries.len() * file.specializations.len().max(1))
+                .sum();
+            let cold = tiered.is_none()
+                && !arguments.retry_failed
+                && store
+                    .as_ref()
+                    .is_ok_and(|store| !store.is_read_only() && store.usage().entries == 0);
+            early::start_workers(kernels, cold);
+        }
         for architecture in architectures {
             backends.push(backend.warm(&Job {
                 files: taken.clone(),

@@ -97,6 +97,26 @@ pub(crate) fn open_wgpu_device() -> Opening {
     }
 }
 
+/// Starts the wgpu batch's compile workers now, beside the device still
+/// opening, when every one of its `kernels` is to compile: the run's store
+/// is empty and there is no remote tier (`cold`). A batch the store may
+/// answer whole starts none (the loader starts them once it knows what it
+/// must compile); the pool of the batch takes these, as many as it would
+/// have started.
+pub(super) fn start_workers(kernels: usize, cold: bool) {
+    use kiln_engine::ArtifactCompiler;
+
+    let config = kiln_engine::LoaderConfig::from_env_or_default();
+    if !cold || kernels == 0 || config.worker_mode != kiln_engine::WorkerMode::Processes {
+        return;
+    }
+    // The compiler the wgpu backend's target finalizes with.
+    let compiler = kiln_wgpu::WgpuCompiler::in_workers(kiln_wgpu::DEFAULT_WORKER_MEMORY);
+    if let Some(recipe) = compiler.worker_recipe() {
+        kiln_engine::worker::start_early(recipe, config.parallelism.get().min(kernels));
+    }
+}
+
 /// Whether `folder` (its subfolders too, links not followed) holds a
 /// `.wgsl` or `.spv` file: a quick look, before the folder is read and
 /// parsed, stopped at the first such file or after a few thousand entries.
