@@ -44,9 +44,11 @@ pub const DEFAULT_SPLIT: u64 = 256 << 10;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PackOrder {
     /// The pack's GET beside the per-key GETs, answering once the pack
-    /// covered every key or every GET answered: a cold batch costs no
-    /// round trip more, a warm one its per-key GETs sent but not waited
-    /// for (`beside`).
+    /// covered every key or every GET answered: the per-key GETs go in
+    /// waves from a 30 ms head start until the pack answers (all at once
+    /// when it answered without them), so a cold batch costs no round
+    /// trip more, and a warm one the few per-key GETs sent before its
+    /// pack's answer, not waited for (`beside`).
     #[default]
     Beside,
     /// The pack's GET first, then per-key GETs for what it lacks: a warm
