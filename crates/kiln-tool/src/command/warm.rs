@@ -228,16 +228,13 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
             .into());
         }
     };
-    // The wgpu device opens beside the folder's reading, the store's
-    // opening and the other backends' start, off the batch's critical
-    // path; the guard joins its thread however the run ends.
-    let _opened = if arguments.wants("wgpu") {
-        early::start(folder)
-    } else {
-        early::Opened::none()
-    };
     let found = manifest::find(folder)?;
     log::debug!("warm: {} kernel files read", found.files.len());
+    // When the wgpu backend will run, its device opens beside the store's
+    // opening, the workers' start and the backends before it, off the
+    // batch's critical path; the guard joins its thread however the run
+    // ends. A run without wgpu opens none.
+    let _opened = early::start(arguments.wants("wgpu") && wgpu_takes_any(arguments, &found.files));
     if found.files.is_empty() && found.failed.is_empty() {
         bail!(
             "no kernels in {}: kiln warm compiles *.wgsl, *.spv, *.cu and *.hip files",
@@ -402,6 +399,19 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
         ),
     };
     Err(Exit::new(exit::KERNELS_FAILED, message).reported().into())
+}
+
+/// Whether the wgpu backend takes one of `files`, as the run's loop asks.
+fn wgpu_takes_any(arguments: &Arguments, files: &[KernelFile]) -> bool {
+    let asked = arguments.backend.iter().any(|wanted| wanted == "wgpu");
+    backend::ALL
+        .iter()
+        .filter(|backend| backend.name() == "wgpu")
+        .any(|backend| {
+            files.iter().any(|file| {
+                backend.takes(file, asked && (arguments.force || file.backends.is_none()))
+            })
+        })
 }
 
 /// `KILN_RETRY_FAILED`'s value (`--retry-failed` alone is `true`), read

@@ -3,14 +3,13 @@
 //! driver when it makes its instance, tens of milliseconds that otherwise
 //! come before the batch on the one thread that does everything else.
 //!
-//! The device is opened early only when the wgpu backend is asked for and
-//! the folder holds a `.wgsl` or `.spv` file; the wgpu backend takes it
-//! with [`open_wgpu_device`], which opens one itself when none was started.
+//! The device is opened early only when the wgpu backend will run (it is
+//! asked for and takes one of the folder's kernel files); the wgpu backend
+//! takes it with [`open_wgpu_device`], which opens one itself when none was
+//! started.
 //! [`Opened`] joins the thread however the command ends: no thread of it
 //! outlives the command.
 
-use std::fs;
-use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 
@@ -41,13 +40,6 @@ fn joined(handle: JoinHandle<Opening>) -> Opening {
 /// backend took is dropped then.
 pub(super) struct Opened(());
 
-impl Opened {
-    /// A guard with no thread to join: the device is not opened early.
-    pub(super) fn none() -> Self {
-        Self(())
-    }
-}
-
 impl Drop for Opened {
     fn drop(&mut self) {
         let early = slot().take();
@@ -57,10 +49,10 @@ impl Drop for Opened {
     }
 }
 
-/// Starts opening the wgpu device on a thread of its own when `folder` may
-/// hold kernels for wgpu; the returned guard joins it.
-pub(super) fn start(folder: &Path) -> Opened {
-    if may_hold_wgpu_kernels(folder) {
+/// Starts opening the wgpu device on a thread of its own when `wanted`
+/// (the wgpu backend will run); the returned guard joins it.
+pub(super) fn start(wanted: bool) -> Opened {
+    if wanted {
         match std::thread::Builder::new()
             .name("kiln-wgpu-open".into())
             .spawn(WgpuDevice::open)
@@ -117,57 +109,9 @@ pub(super) fn start_workers(kernels: usize, cold: bool) {
     }
 }
 
-/// Whether `folder` (its subfolders too, links not followed) holds a
-/// `.wgsl` or `.spv` file: a quick look, before the folder is read and
-/// parsed, stopped at the first such file or after a few thousand entries.
-fn may_hold_wgpu_kernels(folder: &Path) -> bool {
-    const ENTRIES: usize = 4096;
-    let mut seen = 0;
-    let mut folders = vec![folder.to_path_buf()];
-    while let Some(folder) = folders.pop() {
-        let Ok(entries) = fs::read_dir(&folder) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > ENTRIES {
-                return false;
-            }
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let path = entry.path();
-            if kind.is_dir() {
-                folders.push(path);
-            } else if kind.is_file()
-                && path
-                    .extension()
-                    .is_some_and(|extension| extension == "wgsl" || extension == "spv")
-            {
-                return true;
-            }
-        }
-    }
-    false
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn f9_only_a_folder_with_wgsl_or_spirv_may_hold_wgpu_kernels() {
-        let root = kiln_test_support::scratch::Scratch::new("warm-early");
-        assert!(!may_hold_wgpu_kernels(root.path()), "empty");
-        fs::write(root.path().join("saxpy.cu"), "// cuda").expect("written");
-        fs::write(root.path().join("notes.wgsl.txt"), "").expect("written");
-        assert!(!may_hold_wgpu_kernels(root.path()), "CUDA only");
-        let nested = root.path().join("a").join("b");
-        fs::create_dir_all(&nested).expect("made");
-        fs::write(nested.join("scale.spv"), [0u8; 4]).expect("written");
-        assert!(may_hold_wgpu_kernels(root.path()), "a SPIR-V module below");
-        assert!(!may_hold_wgpu_kernels(&root.path().join("missing")));
-    }
 
     #[test]
     fn f9_a_device_opened_early_is_taken_once_and_the_guard_joins_the_thread() {
@@ -175,9 +119,9 @@ mod tests {
         // join.
         drop(Opened(()));
         assert!(slot().is_none());
-        let root = kiln_test_support::scratch::Scratch::new("warm-early");
-        fs::write(root.path().join("k.wgsl"), "").expect("written");
-        let guard = start(root.path());
+        drop(start(false));
+        assert!(slot().is_none(), "nothing started when not wanted");
+        let guard = start(true);
         settle();
         assert!(matches!(*slot(), Some(Early::Done(_))), "settled");
         // Whatever this machine has (an adapter or none), the backend gets
@@ -187,7 +131,7 @@ mod tests {
         drop(first);
         drop(guard);
         // A start no backend took is joined by the guard.
-        let guard = start(root.path());
+        let guard = start(true);
         drop(guard);
         assert!(slot().is_none());
     }
