@@ -15,6 +15,7 @@ mod options;
 mod prebuilt;
 pub mod show;
 mod wgpu;
+pub(crate) mod wgpu_early;
 pub mod wgsl;
 
 use std::path::PathBuf;

@@ -73,7 +73,7 @@ impl Backend for Wgpu {
             })
         };
         // `kiln warm` started opening it beside its other start-up work.
-        let (target, description, on_device) = match crate::command::warm::open_wgpu_device() {
+        let (target, description, on_device) = match super::wgpu_early::open_wgpu_device() {
             Ok(device) => {
                 let description = format!("{} (Vulkan)", device.info().name);
                 (WgpuTarget::on_device(device), description, true)

@@ -26,7 +26,7 @@ use kiln_engine::store::ArtifactStore;
 use kiln_store::DiskStore;
 use serde::Serialize;
 
-use crate::backend::{self, BackendReport, Job};
+use crate::backend::{self, BackendReport, Job, wgpu_early};
 use crate::console::errln;
 use crate::exit::{self, Exit};
 use crate::format::count;
@@ -34,11 +34,8 @@ use crate::manifest::{self, KernelFile};
 use crate::output::Output;
 use crate::progress::Shown;
 
-mod early;
 mod print;
 mod profile;
-
-pub(crate) use early::open_wgpu_device;
 
 /// `kiln warm DIR`.
 #[derive(Debug, Args)]
@@ -234,7 +231,8 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
     // opening, the workers' start and the backends before it, off the
     // batch's critical path; the guard joins its thread however the run
     // ends. A run without wgpu opens none.
-    let _opened = early::start(arguments.wants("wgpu") && wgpu_takes_any(arguments, &found.files));
+    let _opened =
+        wgpu_early::start(arguments.wants("wgpu") && wgpu_takes_any(arguments, &found.files));
     if found.files.is_empty() && found.failed.is_empty() {
         bail!(
             "no kernels in {}: kiln warm compiles *.wgsl, *.spv, *.cu and *.hip files",
@@ -249,7 +247,7 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
         // Said once: the process's default store (which a target made
         // before it is given none, or a worker process, would open) is off.
         // The device opening early reads the environment: it finishes first.
-        early::settle();
+        wgpu_early::settle();
         // SAFETY: a store that could not open started no thread, and this
         // command's own thread has finished.
         unsafe { std::env::set_var("KILN_CACHE_DISABLE", "1") };
@@ -306,7 +304,7 @@ pub fn run(dir: Option<&Path>, arguments: &Arguments, output: &Output) -> Result
                 && store
                     .as_ref()
                     .is_ok_and(|store| !store.is_read_only() && store.usage().entries == 0);
-            early::start_workers(kernels, cold);
+            wgpu_early::start_workers(kernels, cold);
         }
         for architecture in architectures {
             backends.push(backend.warm(&Job {

@@ -38,7 +38,7 @@ fn joined(handle: JoinHandle<Opening>) -> Opening {
 
 /// Joins the early thread, if any, however the command ends; a device no
 /// backend took is dropped then.
-pub(super) struct Opened(());
+pub(crate) struct Opened(());
 
 impl Drop for Opened {
     fn drop(&mut self) {
@@ -51,7 +51,7 @@ impl Drop for Opened {
 
 /// Starts opening the wgpu device on a thread of its own when `wanted`
 /// (the wgpu backend will run); the returned guard joins it.
-pub(super) fn start(wanted: bool) -> Opened {
+pub(crate) fn start(wanted: bool) -> Opened {
     if wanted {
         match std::thread::Builder::new()
             .name("kiln-wgpu-open".into())
@@ -67,7 +67,7 @@ pub(super) fn start(wanted: bool) -> Opened {
 
 /// Waits for the early thread to finish, keeping its answer: before the
 /// command changes its environment, which the Vulkan loader reads.
-pub(super) fn settle() {
+pub(crate) fn settle() {
     let mut slot = slot();
     if let Some(Early::Running(handle)) = slot.take() {
         *slot = Some(Early::Done(Box::new(joined(handle))));
@@ -95,7 +95,7 @@ pub(crate) fn open_wgpu_device() -> Opening {
 /// answer whole starts none (the loader starts them once it knows what it
 /// must compile); the pool of the batch takes these, as many as it would
 /// have started.
-pub(super) fn start_workers(kernels: usize, cold: bool) {
+pub(crate) fn start_workers(kernels: usize, cold: bool) {
     use kiln_engine::ArtifactCompiler;
 
     let config = kiln_engine::LoaderConfig::from_env_or_default();
