@@ -23,6 +23,7 @@ use ureq::unversioned::transport::{
 use crate::config::BucketConfig;
 
 mod ahead;
+pub(crate) mod workers;
 
 pub(crate) use ahead::Ahead;
 use ahead::TakeAhead;
@@ -98,8 +99,10 @@ impl Client {
         let agent_config = Agent::config_builder()
             .tls_config(tls)
             .http_status_as_error(false)
-            .max_idle_connections_per_host(config.concurrency.max(1))
-            .max_idle_connections(config.concurrency.max(1) * 2)
+            // A batch's lookup and the failure memories read beside it
+            // each keep their connections for the next call.
+            .max_idle_connections_per_host(config.concurrency.max(1).saturating_mul(2))
+            .max_idle_connections(config.concurrency.max(1).saturating_mul(4))
             .build();
         // ureq's own chain (an HTTP proxy, TCP, rustls), with the
         // connection opened ahead offered before a new one is opened.

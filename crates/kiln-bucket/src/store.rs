@@ -13,6 +13,7 @@ use kiln_engine::{
 use kiln_remote::breaker::{Breaker, Permit};
 use kiln_remote::entry::{self, Kind, Rejection};
 
+use crate::client::workers::Workers;
 use crate::client::{Answer, Client, concurrently};
 use crate::config::BucketConfig;
 use crate::error::{Error, Result};
@@ -20,6 +21,8 @@ use crate::error::{Error, Result};
 mod flight;
 mod pack;
 mod statistics;
+
+use flight::Flight;
 
 pub(crate) use pack::{PackWrite, Seen};
 pub use statistics::BucketStatistics;
@@ -76,6 +79,8 @@ pub struct BucketStore {
 struct Inner {
     config: BucketConfig,
     client: Client,
+    /// The threads that send GETs, kept between calls.
+    workers: Arc<Workers>,
     breaker: Breaker,
     counters: StoreCounters,
     more: MoreCounters,
@@ -128,6 +133,8 @@ impl BucketStore {
             inner: Arc::new(Inner {
                 breaker: Breaker::named("the bucket", config.retry_after),
                 client,
+                // A batch's lookup and the failure memories read beside it.
+                workers: Workers::new(config.concurrency.saturating_mul(2).saturating_add(1)),
                 config,
                 counters: StoreCounters::default(),
                 more: MoreCounters::default(),
@@ -184,6 +191,33 @@ impl BucketStore {
         let answers = concurrently(items, limit, |item| each(item, deadline));
         self.close_call(permit, &answers);
         Some(answers)
+    }
+
+    /// GETs every one of `objects` in one call, as [`call`](Self::call)
+    /// does, on the store's kept sending threads.
+    fn call_gets(&self, objects: Vec<String>) -> Option<Vec<Answer>> {
+        let (permit, deadline) = self.open_call(0)?;
+        let answers = self.gets(objects, deadline);
+        self.close_call(permit, &answers);
+        Some(answers)
+    }
+
+    /// GETs every one of `objects` by `deadline`, at most
+    /// [`concurrency`](BucketConfig::concurrency) at once, on the store's
+    /// kept sending threads and this one, counting each request sent;
+    /// answered in their order.
+    pub(crate) fn gets(&self, objects: Vec<String>, deadline: Instant) -> Vec<Answer> {
+        let helpers = self.inner.config.concurrency.min(objects.len());
+        let flight = Arc::new(Flight::new(self.clone(), objects, deadline));
+        flight
+            .send_all(helpers)
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    Answer::Failed("no answer within the call's time".to_owned())
+                })
+            })
+            .collect()
     }
 
     /// Starts a call of `requests` requests (more may be counted as they
@@ -259,8 +293,7 @@ impl BucketStore {
             .iter()
             .map(|(kind, subject)| self.object(*kind, subject))
             .collect();
-        let client = &self.inner.client;
-        let answers = self.call(&objects, |object, deadline| client.get(object, deadline));
+        let answers = self.call_gets(objects);
         let lookups: Vec<Lookup<Vec<u8>>> = match answers {
             None => subjects
                 .iter()

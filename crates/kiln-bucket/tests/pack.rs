@@ -11,7 +11,7 @@ mod raw;
 mod support;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kiln_bucket::{BucketStore, BucketTier, PackOrder};
 use kiln_engine::store::{KeyComponents, hex};
@@ -394,4 +394,43 @@ fn p16_a_pack_answering_after_the_head_start_spares_most_per_key_gets() {
         }
     }
     panic!("every per-key GET went beside the pack each time: {sent:?} requests");
+}
+
+#[test]
+fn p16_a_batch_new_to_the_fleet_reads_its_failure_memories_beside_its_per_key_gets() {
+    use kiln_engine::Blobs;
+    use kiln_engine::store::RememberedFailure;
+    let Some(garage) = support::shared("failure memories read early") else {
+        return;
+    };
+    // 300 ms away: the pack's 404 comes at 300 ms, the per-key GETs
+    // (every wave out by 75 ms) answer from 375 ms.
+    let rtt = Duration::from_millis(300);
+    let proxy = kiln_test_support::redis::LatencyProxy::start(garage.port, rtt);
+    let fleet = Fleet::new(garage, PackOrder::Beside);
+    let (_, keys) = batch(16);
+    let mut config = garage.config_at(proxy.port, fleet.keys.clone(), &fleet.prefix);
+    config.packs = PackOrder::Beside;
+    let disk = DiskStore::open(StoreConfig::at(fleet.scratch.join("cold"))).expect("a disk");
+    let cold = BucketTier::new(Arc::new(disk), BucketStore::open(config).expect("opens"));
+    for lookup in cold.lookup_many(&keys) {
+        assert!(matches!(lookup, Lookup::Miss(Miss::Absent)), "{lookup:?}");
+    }
+    // The memories went at the pack's 404, before the per-key GETs
+    // answered, not after the lookup.
+    let sent = cold.bucket().bucket_statistics().requests;
+    assert!(sent >= 1 + 16 + 16, "{sent} requests when the lookup ended");
+    let asked = Instant::now();
+    let memory = cold.lookup_blob(&RememberedFailure::blob_key(&keys[0]));
+    let waited = asked.elapsed();
+    assert!(matches!(memory, Lookup::Miss(Miss::Absent)), "{memory:?}");
+    assert!(
+        waited < rtt - Duration::from_millis(10),
+        "the memory came {waited:?} after the lookup: it went after it"
+    );
+    assert_eq!(
+        cold.bucket().bucket_statistics().requests,
+        sent,
+        "the loader's question sends nothing more"
+    );
 }

@@ -65,25 +65,36 @@ impl Flight {
         self.objects.len()
     }
 
-    /// Sends the GETs on up to `helpers` threads once the gate opens, or
-    /// in waves from `delay` after now unless it closed by then (see
-    /// [`released`]); `false` when no thread started (the caller sends
-    /// them itself).
-    pub(super) fn hedge(self: Arc<Self>, delay: Duration, helpers: usize) -> bool {
-        let flight = Arc::clone(&self);
-        let started = std::thread::Builder::new()
-            .name("kiln-bucket-get".to_owned())
-            .spawn(move || flight.release(delay, helpers));
-        started.is_ok()
+    /// Sends the GETs on up to `helpers` of the store's sending threads
+    /// once the gate opens, or in waves from `delay` after now unless it
+    /// closed by then (see [`released`]).
+    pub(super) fn hedge(self: Arc<Self>, delay: Duration, helpers: usize) {
+        let workers = Arc::clone(&self.store.inner.workers);
+        workers.run(Box::new(move || self.release(delay, helpers)));
     }
 
-    /// The hedge's thread: raises how many GETs may be sent as the waves
+    /// Sends every GET now, on up to `helpers` threads, this one among
+    /// them, and answers each in its order by the call's deadline
+    /// (`None` for one not answered by then).
+    pub(super) fn send_all(self: Arc<Self>, helpers: usize) -> Vec<Option<Answer>> {
+        self.open();
+        let workers = &self.store.inner.workers;
+        for _ in 1..helpers.clamp(1, self.len().max(1)) {
+            let flight = Arc::clone(&self);
+            workers.run(Box::new(move || flight.work()));
+        }
+        self.work();
+        let every: Vec<usize> = (0..self.len()).collect();
+        self.wait(&every)
+    }
+
+    /// The hedge's job: raises how many GETs may be sent as the waves
     /// come (all at once when [`open`](Self::open)ed), with a sending
-    /// thread per GET allowed, up to `helpers`; this thread sends too.
+    /// job per GET allowed, up to `helpers`; this one sends too.
     fn release(self: Arc<Self>, delay: Duration, helpers: usize) {
         let start = Instant::now();
         let total = self.objects.len();
-        // The sending threads started besides this one.
+        // The sending jobs handed out besides this one.
         let mut threads = 0;
         let mut state = self.state();
         loop {
@@ -104,15 +115,21 @@ impl Flight {
                     } else {
                         state.allowed.min(helpers)
                     };
-                    while threads < wanted {
-                        let flight = Arc::clone(&self);
-                        // A thread that cannot start leaves its share to
-                        // the others.
-                        let spawned = std::thread::Builder::new()
-                            .name("kiln-bucket-get".to_owned())
-                            .spawn(move || flight.work());
-                        threads += 1;
-                        drop(spawned);
+                    if threads < wanted {
+                        // Handed out without the lock: a thread may have
+                        // to start for them.
+                        drop(state);
+                        while threads < wanted {
+                            let flight = Arc::clone(&self);
+                            self.store
+                                .inner
+                                .workers
+                                .run(Box::new(move || flight.work()));
+                            threads += 1;
+                        }
+                        // What changed meanwhile is read again.
+                        state = self.state();
+                        continue;
                     }
                     if all {
                         drop(state);
@@ -293,7 +310,7 @@ mod tests {
         let flight = Arc::new(Flight::new(store.clone(), objects, deadline));
         // The second wave comes 500 ms after the first: room for a
         // loaded machine's late wake-up.
-        assert!(Arc::clone(&flight).hedge(Duration::from_millis(1000), 4));
+        Arc::clone(&flight).hedge(Duration::from_millis(1000), 4);
         std::thread::sleep(Duration::from_millis(1200));
         assert_eq!(store.bucket_statistics().requests, 2);
         flight.open();
@@ -306,7 +323,7 @@ mod tests {
     fn p16_per_key_gets_closed_within_the_head_start_are_never_sent() {
         let store = nowhere();
         let flight = flight(&store);
-        assert!(Arc::clone(&flight).hedge(Duration::from_millis(200), 2));
+        Arc::clone(&flight).hedge(Duration::from_millis(200), 2);
         flight.close();
         std::thread::sleep(Duration::from_millis(400));
         assert_eq!(store.bucket_statistics().requests, 0);
@@ -316,7 +333,7 @@ mod tests {
     fn p16_per_key_gets_opened_are_each_sent_and_answered() {
         let store = nowhere();
         let flight = flight(&store);
-        assert!(Arc::clone(&flight).hedge(Duration::from_secs(60), 2));
+        Arc::clone(&flight).hedge(Duration::from_secs(60), 2);
         flight.open();
         let answers = flight.wait(&[0, 1, 2]);
         assert!(

@@ -3,7 +3,7 @@
 //! pack written, created once, when a batch ends.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kiln_engine::store::{StoreCounters, hex};
 use kiln_engine::{Lookup, StoreKey};
@@ -11,7 +11,7 @@ use kiln_remote::entry::{self, Kind, Rejection};
 
 use super::flight::Flight;
 use super::{BucketStore, Found, now, unreadable};
-use crate::client::{Answer, concurrently};
+use crate::client::Answer;
 use crate::config::PackOrder;
 use crate::pack;
 
@@ -65,12 +65,18 @@ impl BucketStore {
     /// The lookups of `asked` (the keys a batch's first lookup of the set
     /// `set`, whose digests sorted are `sorted`, did not find in front),
     /// read through the set's pack as the settings order it; the pack
-    /// verified as any object is, and every answer counted.
+    /// verified as any object is, and every answer counted. `absent` is
+    /// called once the bucket said it holds no pack of the set (a batch
+    /// new to the fleet), while the per-key GETs are still under way,
+    /// with how long to wait before sending more requests: a third of a
+    /// round trip after the last per-key GET went out, so that the
+    /// bucket answers those first.
     pub(crate) fn lookup_packed(
         &self,
         set: &[u8; 32],
         sorted: &[[u8; 32]],
         asked: &[StoreKey],
+        absent: &dyn Fn(Duration),
     ) -> (Vec<Found>, Seen) {
         let digests: Vec<[u8; 32]> = asked.iter().map(StoreKey::digest).collect();
         let objects: Vec<String> = digests
@@ -79,7 +85,9 @@ impl BucketStore {
             .collect();
         let pack_object = self.pack_object(set);
         let (found, seen) = match self.inner.config.packs {
-            PackOrder::Beside => self.pack_beside(set, sorted, &digests, objects, pack_object),
+            PackOrder::Beside => {
+                self.pack_beside(set, sorted, &digests, objects, pack_object, absent)
+            }
             PackOrder::First | PackOrder::Off => {
                 self.pack_first(set, sorted, &digests, &objects, &pack_object)
             }
@@ -113,10 +121,11 @@ impl BucketStore {
         let lacking: Vec<usize> = (0..digests.len())
             .filter(|index| found[*index].is_none())
             .collect();
-        let wanted: Vec<&String> = lacking.iter().map(|index| &objects[*index]).collect();
-        StoreCounters::add(&self.inner.more.requests, wanted.len() as u64);
-        let limit = self.inner.config.concurrency;
-        let answers = concurrently(&wanted, limit, |object| client.get(object, deadline));
+        let wanted: Vec<String> = lacking
+            .iter()
+            .map(|index| objects[*index].clone())
+            .collect();
+        let answers = self.gets(wanted, deadline);
         self.close_call(permit, answers.iter().chain(telling(&answer)));
         for (index, answer) in lacking.into_iter().zip(answers) {
             found[index] = Some(self.answer(Kind::Artifact, &digests[index], answer));
@@ -136,6 +145,7 @@ impl BucketStore {
         digests: &[[u8; 32]],
         objects: Vec<String>,
         pack_object: String,
+        absent: &dyn Fn(Duration),
     ) -> (Vec<Found>, Seen) {
         let Some((permit, deadline)) = self.open_call(0) else {
             let found = digests
@@ -146,12 +156,14 @@ impl BucketStore {
         };
         let flight = Arc::new(Flight::new(self.clone(), objects, deadline));
         // The pack's request goes first, on this thread; the per-key ones
-        // after a head start, on threads of their own that outlive this
-        // call if the pack answers everything.
+        // after a head start, on the store's sending threads, which end
+        // them after this call if the pack answers everything.
         let helpers = self.inner.config.concurrency.min(flight.len());
-        let hedged = Arc::clone(&flight).hedge(HEAD_START, helpers);
+        Arc::clone(&flight).hedge(HEAD_START, helpers);
         StoreCounters::add(&self.inner.more.requests, 1);
+        let sent = Instant::now();
         let answer = self.inner.client.get(&pack_object, deadline);
+        let round_trip = sent.elapsed();
         let (mut found, seen) = self.read_pack(&answer, set, sorted, digests);
         let lacking: Vec<usize> = (0..digests.len())
             .filter(|index| found[*index].is_none())
@@ -161,9 +173,14 @@ impl BucketStore {
             self.close_call(permit, [&answer]);
         } else {
             flight.open();
-            if !hedged {
-                flight.work();
+            if seen == Seen::Absent {
+                // Every per-key GET is out now, or was when the waves
+                // ended.
+                let all_out = round_trip.min(HEAD_START * 5 / 2);
+                absent((all_out + round_trip / 3).saturating_sub(round_trip));
             }
+            // This thread sends too.
+            flight.work();
             let answers: Vec<Answer> = flight
                 .wait(&lacking)
                 .into_iter()

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kiln_engine::Lookup;
 use kiln_engine::store::BlobKey;
@@ -40,16 +40,37 @@ impl Memories {
     }
 
     /// Starts reading `keys` from `bucket` in one call on a thread of its
-    /// own (on this one when none starts).
+    /// own (on this one when none starts), but for those read or being
+    /// read already.
     pub(super) fn read(self: &Arc<Self>, bucket: &BucketStore, keys: Vec<BlobKey>) {
+        self.read_after(bucket, keys, Duration::ZERO);
+    }
+
+    /// [`read`](Self::read), its requests sent `after` from now.
+    pub(super) fn read_after(
+        self: &Arc<Self>,
+        bucket: &BucketStore,
+        mut keys: Vec<BlobKey>,
+        after: Duration,
+    ) {
         let batch = {
             let mut state = self.state();
+            keys.retain(|key| {
+                let digest = key.digest();
+                !state.pending.contains(&digest) && !state.read.contains_key(&digest)
+            });
+            if keys.is_empty() {
+                return;
+            }
             state.pending.extend(keys.iter().map(BlobKey::digest));
             state.batch
         };
         let task = {
             let (memories, reader, keys) = (Arc::clone(self), bucket.clone(), keys.clone());
             move || {
+                if !after.is_zero() {
+                    std::thread::sleep(after);
+                }
                 let (_, found) = reader.lookup_with_blobs(&[], &keys);
                 memories.landed(batch, &keys, found);
             }
@@ -115,6 +136,16 @@ impl Memories {
         state.read.clear();
         state.batch += 1;
     }
+}
+
+/// The failure memories of the kernels of `asked`.
+pub(super) fn of_kernels(asked: &[StoreKey]) -> Vec<BlobKey> {
+    use kiln_engine::store::{KeySubject, RememberedFailure};
+    asked
+        .iter()
+        .filter(|key| matches!(key.subject, KeySubject::Kernel { .. }))
+        .map(RememberedFailure::blob_key)
+        .collect()
 }
 
 /// The failure memories of the kernels of `asked` the bucket answered

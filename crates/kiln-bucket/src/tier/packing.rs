@@ -148,7 +148,17 @@ impl BucketTier {
             return inner.bucket.lookup_many(asked);
         }
         let set = pack::set_digest_of(&sorted);
-        let (found, seen) = inner.bucket.lookup_packed(&set, &sorted, asked);
+        // A batch new to the fleet (no pack of its set): the failure
+        // memories of its kernels, which this node will likely compile,
+        // are read now, beside the per-key GETs, rather than beside the
+        // lookup of the lowered sources that follows this one.
+        let absent = |after| {
+            let memories = super::memories::of_kernels(asked);
+            if !memories.is_empty() {
+                inner.memories.read_after(&inner.bucket, memories, after);
+            }
+        };
+        let (found, seen) = inner.bucket.lookup_packed(&set, &sorted, asked, &absent);
         if matches!(seen, Seen::Found { .. }) {
             Packing::remember(&mut inner.packing.state(), set, &sorted);
         }
