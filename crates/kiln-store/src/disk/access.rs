@@ -121,4 +121,69 @@ mod tests {
         );
         let _ = fs::remove_dir_all(store.root());
     }
+
+    // P6, F11: a packed entry's read renews its access time, written off
+    // the reader's path and on disk once the store that read it is gone.
+    #[test]
+    fn p6_a_packed_hit_renews_its_access_time_by_the_stores_end() {
+        use std::os::unix::fs::FileExt;
+
+        use kiln_engine::ArtifactStore;
+
+        use crate::{DiskStore, StoreConfig};
+        let root =
+            std::env::temp_dir().join(format!("kiln-store-packed-touch-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let config = StoreConfig {
+            collects_automatically: false,
+            ..StoreConfig::at(root.clone())
+        };
+        let store = DiskStore::open(config.clone()).expect("a store");
+        store.put(
+            &kernel_key(1),
+            None,
+            b"small packed artifact",
+            Duration::ZERO,
+        );
+        drop(store);
+        // Every slot read long ago (its time outside the slot's check).
+        let mut indexes = 0;
+        for entry in fs::read_dir(root.join("packs")).expect("the packs") {
+            let path = entry.expect("an entry").path();
+            if path.extension().is_some_and(|extension| extension == "idx") {
+                indexes += 1;
+                let file = fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .expect("an index");
+                let length = file.metadata().expect("its size").len();
+                for slot in (32..length / 32 * 32).step_by(32) {
+                    file.write_all_at(&[0; 4], slot + 28).expect("an aged slot");
+                }
+            }
+        }
+        assert!(indexes > 0, "the entry was packed");
+        let oldest = |config: &StoreConfig| {
+            let mut times = Vec::new();
+            DiskStore::open(config.clone())
+                .expect("the store")
+                .entries(&mut |info| times.push(info.accessed_at))
+                .expect("its entries");
+            times.into_iter().flatten().min()
+        };
+        assert_eq!(oldest(&config), Some(0), "aged");
+        let store = DiskStore::open(config.clone()).expect("the store again");
+        assert!(matches!(
+            store.lookup(&kernel_key(1)),
+            kiln_engine::Lookup::Hit { .. }
+        ));
+        drop(store);
+        let now = crate::record::now_seconds();
+        let renewed = oldest(&config).expect("an access time");
+        assert!(
+            now.saturating_sub(renewed) < 60,
+            "renewed at {renewed}, now {now}"
+        );
+        let _ = fs::remove_dir_all(root);
+    }
 }

@@ -7,6 +7,7 @@
 
 use std::num::NonZeroUsize;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use kiln_engine::store::{ArtifactStore, Lookup, StoreKey};
 
@@ -35,25 +36,28 @@ pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Ve
             .get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get));
         threads_for(keys.len(), cores)
     };
+
+    let asked = Instant::now();
     if threads == 1 {
-        return keys.iter().map(|key| store.lookup(key)).collect();
+        return watched(asked, 0, keys, |key| store.lookup(key));
     }
     let chunk = keys.len().div_ceil(threads);
     std::thread::scope(|scope| {
         let mut chunks = keys.chunks(chunk);
         let mine = chunks.next().unwrap_or_default();
         let others: Vec<_> = chunks
-            .map(|keys| {
+            .enumerate()
+            .map(|(number, keys)| {
                 // A thread the system refuses leaves its keys to the caller.
                 std::thread::Builder::new()
                     .name("kiln-lookup".into())
                     .spawn_scoped(scope, move || {
-                        keys.iter().map(|key| store.lookup(key)).collect::<Vec<_>>()
+                        watched(asked, number + 1, keys, |key| store.lookup(key))
                     })
                     .map_err(|_| keys)
             })
             .collect();
-        let mut found: Vec<Lookup<Vec<u8>>> = mine.iter().map(|key| store.lookup(key)).collect();
+        let mut found = watched(asked, 0, mine, |key| store.lookup(key));
         found.reserve(keys.len() - found.len());
         for other in others {
             match other {
@@ -68,6 +72,87 @@ pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Ve
         }
         found
     })
+}
+
+/// Runs one thread's share of a lookup; at trace level, says when it
+/// started and what it cost the thread: its wall, its processor time, the
+/// times it waited (voluntary switches) or was put aside (involuntary
+/// ones), and its page faults. A warm start's lookup that is slow on one
+/// machine and not another is told apart this way: blocked, starved or
+/// working.
+fn watched<T>(
+    asked: Instant,
+    thread: usize,
+    keys: &[StoreKey],
+    lookup: impl Fn(&StoreKey) -> T,
+) -> Vec<T> {
+    if !log::log_enabled!(log::Level::Trace) {
+        return keys.iter().map(lookup).collect();
+    }
+    let started = Instant::now();
+    let before = ThreadUsage::now();
+    let (mut longest, mut longest_at) = (Duration::ZERO, Duration::ZERO);
+    let answer = keys
+        .iter()
+        .map(|key| {
+            let one = Instant::now();
+            let answer = lookup(key);
+            if one.elapsed() > longest {
+                (longest, longest_at) = (one.elapsed(), one.duration_since(asked));
+            }
+            answer
+        })
+        .collect();
+    let (took, after) = (started.elapsed(), ThreadUsage::now());
+    log::trace!(
+        "lookup thread {thread}: started {:?} after the call, took {took:?} (its longest key \
+         {longest:?}, {longest_at:?} after the call), on a processor {:?}, {} waits, {} \
+         preemptions, {} page faults ({} from disk)",
+        started.duration_since(asked),
+        after.processor.saturating_sub(before.processor),
+        after.waits - before.waits,
+        after.preemptions - before.preemptions,
+        after.faults - before.faults,
+        after.disk_faults - before.disk_faults,
+    );
+    answer
+}
+
+/// What the system counts of the calling thread.
+struct ThreadUsage {
+    processor: Duration,
+    waits: i64,
+    preemptions: i64,
+    faults: i64,
+    disk_faults: i64,
+}
+
+impl ThreadUsage {
+    fn now() -> Self {
+        // SAFETY: `getrusage` writes the struct it is handed, which is
+        // plain data, and fails only for an unknown `who`.
+        let usage = unsafe {
+            let mut usage = std::mem::zeroed::<libc::rusage>();
+            libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+            usage
+        };
+        // SAFETY: as above: `clock_gettime` writes the struct it is handed.
+        let processor = unsafe {
+            let mut time = std::mem::zeroed::<libc::timespec>();
+            libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time);
+            Duration::new(
+                time.tv_sec.max(0) as u64,
+                time.tv_nsec.clamp(0, 999_999_999) as u32,
+            )
+        };
+        Self {
+            processor,
+            waits: usage.ru_nvcsw,
+            preemptions: usage.ru_nivcsw,
+            faults: usage.ru_minflt + usage.ru_majflt,
+            disk_faults: usage.ru_majflt,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -102,6 +187,57 @@ mod tests {
             }
         }
         drop(std::fs::remove_dir_all(store.root()));
+    }
+
+    // F10, F11: a lookup of many packed keys, over most of the store's
+    // shards, answers every one while keeping few of the shards' files
+    // open (each open view holds two descriptors; a view closed to make
+    // room opens again when its shard is read again).
+    #[test]
+    fn f11_a_large_packed_lookup_keeps_few_files_open_and_answers_every_key() {
+        use crate::{DiskStore, StoreConfig};
+        let root = std::env::temp_dir().join(format!("kiln-store-views-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let config = StoreConfig {
+            collects_automatically: false,
+            ..StoreConfig::at(root.clone())
+        };
+        let store = DiskStore::open(config.clone()).expect("a store");
+        for number in 0..700 {
+            let bytes = format!("packed artifact {number}").into_bytes();
+            store.put(&kernel_key(number), None, &bytes, Duration::ZERO);
+        }
+        drop(store);
+        let packs = root.join("packs");
+        let open_in_packs = || {
+            std::fs::read_dir("/proc/self/fd")
+                .expect("this process's descriptors")
+                .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+                .filter(|target| target.starts_with(&packs))
+                .count()
+        };
+        let store = DiskStore::open(config).expect("the store again");
+        let keys: Vec<_> = (0..700).map(kernel_key).collect();
+        for round in 0..2 {
+            let found = store.lookup_many(&keys);
+            for (number, lookup) in found.into_iter().enumerate() {
+                match lookup {
+                    Lookup::Hit { artifact, .. } => assert_eq!(
+                        artifact,
+                        format!("packed artifact {number}").into_bytes(),
+                        "round {round}"
+                    ),
+                    Lookup::Miss(miss) => panic!("round {round}: key {number} missed: {miss:?}"),
+                }
+            }
+            let open = open_in_packs();
+            assert!(
+                open <= 2 * crate::pack::OPEN_VIEWS,
+                "round {round}: {open} of the packs' files open"
+            );
+        }
+        drop(store);
+        drop(std::fs::remove_dir_all(root));
     }
 
     // F11: a few keys stay on the caller's thread; many use at most four

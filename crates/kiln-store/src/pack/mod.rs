@@ -39,11 +39,12 @@
 //! (`view.rs`), appends to them (`append.rs`) and finds them unusable
 //! (`repair.rs`).
 
+mod accesses;
 mod format;
 mod shard;
 mod sharding;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io;
@@ -52,6 +53,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use accesses::{Access, Accesses};
 use format::{
     ACCESSED_AT, frame_header, fresh_generation, index_generation, index_header, pack_header,
 };
@@ -122,15 +124,32 @@ pub(crate) struct Packs {
     writable: bool,
     durable: bool,
     views: Box<[Mutex<Option<View>>]>,
+    /// The shards whose views are open, oldest first: at most
+    /// [`OPEN_VIEWS`] (see there).
+    opened: Mutex<VecDeque<usize>>,
+    accesses: Accesses,
 }
+
+/// The most shards whose files a process keeps open. Each open view holds
+/// two descriptors; held for every shard a large warm start reads, they
+/// took up to a thousand of the process's descriptors (a common limit is
+/// 1,024), and each time the process's table of descriptors grew, every
+/// thread that opened a file waited for the kernel (10-30 ms, seen on a GPU
+/// host where the driver's threads share the table). Past this many, the
+/// least recently opened view is closed; reading its shard again opens it
+/// again.
+pub(crate) const OPEN_VIEWS: usize = 48;
 
 impl Packs {
     pub(crate) fn new(layout: Layout, writable: bool, durable: bool) -> Self {
+        grow_descriptor_table();
         Self {
+            accesses: Accesses::new(layout.root().join("packs")),
             layout,
             writable,
             durable,
             views: (0..SHARDS).map(|_| Mutex::new(None)).collect(),
+            opened: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -196,8 +215,9 @@ impl Packs {
             .and_then(|view| view.slots.get(&(kind, *key)).map(|(slot, _)| *slot))
     }
 
-    /// Records a read of the entry at `at` (P6), at most once a minute.
-    /// Whether it wrote one.
+    /// Records a read of the entry at `at` (P6), at most once a minute:
+    /// queued, and written off the reader's path (`accesses`). Whether it
+    /// queued one.
     pub(crate) fn touch(&self, kind: Kind, key: &[u8; 16], at: Position) -> bool {
         if !self.writable {
             return false;
@@ -214,14 +234,12 @@ impl Packs {
                     && *position == at.slot
                     && now.saturating_sub(slot.accessed) >= ACCESS_GRAIN =>
             {
-                // Outside the slot's check: a torn write of it is only an
-                // older access time.
-                if let Err(error) = view
-                    .index
-                    .write_all_at(&now.to_le_bytes(), *position + ACCESSED_AT)
-                {
-                    log::trace!("cannot record an access: {error}");
-                }
+                self.accesses.queue(Access {
+                    name: Self::index_name(shard),
+                    identity: view.identity,
+                    position: *position + ACCESSED_AT,
+                    seconds: now.to_le_bytes(),
+                });
                 slot.accessed = now;
                 true
             }
@@ -252,6 +270,33 @@ impl Packs {
         self.touch(kind, key, at);
     }
 
+    /// Notes that `shard`'s view was opened (its lock held by the caller)
+    /// and closes the least recently opened ones past [`OPEN_VIEWS`]. A
+    /// view another thread holds is left open and looked at next time
+    /// (never waited for: the caller holds a lock of its own).
+    fn opened_view(&self, shard: usize) {
+        let mut opened = self
+            .opened
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        opened.retain(|&open| open != shard);
+        opened.push_back(shard);
+        let mut busy = Vec::new();
+        while opened.len() + busy.len() > OPEN_VIEWS {
+            let Some(oldest) = opened.pop_front() else {
+                break;
+            };
+            match self.views[oldest].try_lock() {
+                Ok(mut view) => *view = None,
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => *poisoned.into_inner() = None,
+                Err(std::sync::TryLockError::WouldBlock) => busy.push(oldest),
+            }
+        }
+        for shard in busy.into_iter().rev() {
+            opened.push_front(shard);
+        }
+    }
+
     /// Brings this process's view of `shard` up to date: the slots
     /// appended since it last looked, or everything when the index was
     /// replaced.
@@ -263,6 +308,7 @@ impl Packs {
             match self.open_view(shard, &index_path) {
                 Ok(opened) => {
                     *view = Some(opened);
+                    self.opened_view(shard);
                     return Ok(());
                 }
                 // Gone, or its pack swapped meanwhile: looked at below.
@@ -298,6 +344,7 @@ impl Packs {
             match self.open_view(shard, &index_path) {
                 Ok(opened) => {
                     *view = Some(opened);
+                    self.opened_view(shard);
                     return Ok(());
                 }
                 Err(error) if is_absent(&error) => continue,
@@ -315,9 +362,9 @@ impl Packs {
                 .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
                 .open(path)
         };
-        // A read-only store (or one whose index this user may not write)
-        // reads and never renews access times.
-        let index = open(index_path, self.writable).or_else(|_| open(index_path, false))?;
+        // Read only: a lookup writes nothing (F11); access times are
+        // written by a thread of their own (`accesses`).
+        let index = open(index_path, false)?;
         let found = index.metadata()?;
         if !found.is_file() {
             return Err(io::Error::other("the index is not a regular file"));
@@ -458,6 +505,8 @@ impl Packs {
     /// Calls `visit` with every live entry of `shard`, read from a view of
     /// its own, without the shard's lock.
     pub(crate) fn each(&self, shard: usize, visit: &mut dyn FnMut(Live<'_>)) -> io::Result<()> {
+        // What maintenance reads holds every access time read before.
+        self.accesses.flush();
         let index_path = self.folder_path().join(Self::index_name(shard));
         let view = match self.open_view(shard, &index_path) {
             Ok(view) => view,
@@ -477,6 +526,8 @@ impl Packs {
     /// The live slots of `shard`, read from a view of its own, and the
     /// bytes its two files take.
     pub(crate) fn live(&self, shard: usize) -> io::Result<(Vec<Slot>, u64)> {
+        // What maintenance reads holds every access time read before.
+        self.accesses.flush();
         let index_path = self.folder_path().join(Self::index_name(shard));
         let view = match self.open_view(shard, &index_path) {
             Ok(view) => view,
@@ -499,6 +550,7 @@ impl Packs {
         shard: usize,
         keep: &mut dyn FnMut(Live<'_>) -> bool,
     ) -> io::Result<Rewritten> {
+        self.accesses.flush();
         let mut report = Rewritten::default();
         if !self.writable {
             // A store opened to read only is judged entry by entry, and
@@ -746,4 +798,37 @@ fn now_seconds() -> u32 {
         .map_or(0, |since| {
             u32::try_from(since.as_secs()).unwrap_or(u32::MAX)
         })
+}
+
+/// Makes the process's table of file descriptors room for a few hundred,
+/// once, when the first store opens (usually before the program starts
+/// threads). The kernel grows the table as descriptors are opened, and in a
+/// process of several threads each growth waits for all processors to pass
+/// a quiescent point: 10-30 ms seen on a GPU host, during which every other
+/// thread that opens a file waits too. Grown here, a warm start's lookups
+/// open their shards without that wait. A descriptor is duplicated above
+/// the size wanted and closed at once: no descriptor is taken or replaced.
+fn grow_descriptor_table() {
+    static GROWN: std::sync::Once = std::sync::Once::new();
+    GROWN.call_once(|| {
+        // Past the size wanted: fd 255 makes a table of 256.
+        const WANTED: libc::c_int = 255;
+        let Ok(root) = File::open("/") else {
+            return;
+        };
+        // SAFETY: `fcntl` duplicates an open descriptor that outlives the
+        // call into the lowest free one at or above WANTED, or fails (a
+        // lower limit on descriptors); the duplicate is this function's
+        // alone and closed at once.
+        unsafe {
+            let duplicate = libc::fcntl(
+                std::os::fd::AsRawFd::as_raw_fd(&root),
+                libc::F_DUPFD_CLOEXEC,
+                WANTED,
+            );
+            if duplicate >= 0 {
+                libc::close(duplicate);
+            }
+        }
+    });
 }

@@ -20,6 +20,7 @@ pub(in crate::pack) const SLOTS_PER_READ: u64 = 1 << 15;
 pub(in crate::pack) struct View {
     /// The index's device and inode: another one means a rewrite.
     pub(in crate::pack) identity: (u64, u64),
+    /// The index, opened to read: a lookup opens nothing to write.
     pub(in crate::pack) index: File,
     pub(in crate::pack) pack: File,
     pub(in crate::pack) generation: u64,
