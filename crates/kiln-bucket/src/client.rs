@@ -122,17 +122,18 @@ impl Client {
         })
     }
 
-    /// Opens a connection to the bucket on a thread of its own, within
-    /// `timeout`, for the next request that would open one (none through
-    /// an HTTP proxy, whose chain link opens its own).
-    pub(crate) fn connect_ahead(&self, timeout: Duration) {
+    /// Opens connections to the bucket on a thread of its own, each
+    /// within `timeout`, until `count` wait for the next requests that
+    /// would open one (none through an HTTP proxy, whose chain link opens
+    /// its own).
+    pub(crate) fn connect_ahead(&self, timeout: Duration, count: usize) {
         if self.agent.config().proxy().is_some() {
             return;
         }
         let url = self.bucket.base_url();
         if let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) {
             let host = host.trim_start_matches('[').trim_end_matches(']');
-            self.ahead.connect(host.to_owned(), port, timeout);
+            self.ahead.connect(host.to_owned(), port, timeout, count);
         }
     }
 

@@ -428,9 +428,12 @@ fn p16_a_batch_new_to_the_fleet_reads_its_failure_memories_beside_its_per_key_ge
         waited < rtt - Duration::from_millis(10),
         "the memory came {waited:?} after the lookup: it went after it"
     );
+    let counts = cold.bucket().bucket_statistics();
     assert_eq!(
-        cold.bucket().bucket_statistics().requests,
-        sent,
+        counts.requests, sent,
         "the loader's question sends nothing more"
     );
+    // Connections were opened at the 404 for the requests that follow
+    // (one when the tier was bound).
+    assert!(counts.connections_ahead > 1, "{counts:?}");
 }

@@ -5,9 +5,10 @@
 //! does not pay the connection's handshake, a round trip on a network,
 //! on its launch path.
 
+use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -21,10 +22,13 @@ use ureq::{Error, Timeout};
 /// closed one would fail.
 const FRESH_FOR: Duration = Duration::from_secs(2);
 
-/// The connection opened ahead, and its counts.
+/// The connections opened ahead, and their counts.
 #[derive(Debug, Default)]
 pub(crate) struct Ahead {
-    open: Mutex<Option<(TcpStream, Instant)>>,
+    /// Connections opened and not taken yet, oldest first.
+    open: Mutex<VecDeque<(TcpStream, Instant)>>,
+    /// How many the opening thread keeps open while it runs.
+    wanted: AtomicUsize,
     opening: AtomicBool,
     /// Connections opened ahead.
     pub(crate) opened: AtomicU64,
@@ -33,14 +37,22 @@ pub(crate) struct Ahead {
 }
 
 impl Ahead {
-    fn open(&self) -> MutexGuard<'_, Option<(TcpStream, Instant)>> {
+    fn open(&self) -> MutexGuard<'_, VecDeque<(TcpStream, Instant)>> {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Opens one connection to `host`:`port` on a thread of its own,
-    /// within `timeout`, unless one is being opened; it replaces one
-    /// opened before.
-    pub(crate) fn connect(self: &Arc<Self>, host: String, port: u16, timeout: Duration) {
+    /// Opens connections to `host`:`port` on a thread of its own, each
+    /// within `timeout`, until `count` are open and not taken (those
+    /// opened before and still fresh among them); one thread opens them,
+    /// one after another, and drops those gone stale.
+    pub(crate) fn connect(
+        self: &Arc<Self>,
+        host: String,
+        port: u16,
+        timeout: Duration,
+        count: usize,
+    ) {
+        self.wanted.fetch_max(count, Ordering::AcqRel);
         if self.opening.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -48,30 +60,55 @@ impl Ahead {
         let started = std::thread::Builder::new()
             .name("kiln-bucket-connect".to_owned())
             .spawn(move || {
-                let stream = (host.as_str(), port)
-                    .to_socket_addrs()
-                    .into_iter()
-                    .flatten()
-                    .find_map(|address| TcpStream::connect_timeout(&address, timeout).ok());
-                if let Some(stream) = stream {
-                    *ahead.open() = Some((stream, Instant::now()));
-                    ahead.opened.fetch_add(1, Ordering::Relaxed);
-                }
+                ahead.fill(&host, port, timeout);
+                ahead.wanted.store(0, Ordering::Release);
                 ahead.opening.store(false, Ordering::Release);
             });
         if started.is_err() {
+            self.wanted.store(0, Ordering::Release);
             self.opening.store(false, Ordering::Release);
         }
     }
 
-    /// The connection opened ahead, when it goes to one of `addresses`,
-    /// is fresh and the server has not closed it.
-    fn take(&self, addresses: &[SocketAddr]) -> Option<TcpStream> {
-        let (stream, opened) = self.open().take()?;
-        if opened.elapsed() > FRESH_FOR || !addresses.contains(&stream.peer_addr().ok()?) {
-            return None;
+    /// Opens connections until as many as wanted are open and fresh, or
+    /// one fails to open.
+    fn fill(&self, host: &str, port: u16, timeout: Duration) {
+        loop {
+            {
+                let mut open = self.open();
+                open.retain(|(_, opened)| opened.elapsed() <= FRESH_FOR);
+                if open.len() >= self.wanted.load(Ordering::Acquire) {
+                    return;
+                }
+            }
+            let stream = (host, port)
+                .to_socket_addrs()
+                .into_iter()
+                .flatten()
+                .find_map(|address| TcpStream::connect_timeout(&address, timeout).ok());
+            let Some(stream) = stream else {
+                return;
+            };
+            self.open().push_back((stream, Instant::now()));
+            self.opened.fetch_add(1, Ordering::Relaxed);
         }
-        still_open(&stream).then_some(stream)
+    }
+
+    /// The oldest connection opened ahead that goes to one of
+    /// `addresses`, is fresh and the server has not closed; those looked
+    /// at before it are dropped.
+    fn take(&self, addresses: &[SocketAddr]) -> Option<TcpStream> {
+        loop {
+            let (stream, opened) = self.open().pop_front()?;
+            if opened.elapsed() <= FRESH_FOR
+                && stream
+                    .peer_addr()
+                    .is_ok_and(|peer| addresses.contains(&peer))
+                && still_open(&stream)
+            {
+                return Some(stream);
+            }
+        }
     }
 }
 

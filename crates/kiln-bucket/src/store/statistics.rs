@@ -70,7 +70,19 @@ impl BucketStore {
     /// so that its first batch does not wait for the connection's
     /// handshake. A connection not used within a few seconds is dropped.
     pub fn connect_ahead(&self) {
-        self.inner.client.connect_ahead(self.inner.config.timeout);
+        self.inner
+            .client
+            .connect_ahead(self.inner.config.timeout, 1);
+    }
+
+    /// Opens up to `count` connections ahead (at most twice the
+    /// concurrency) for the requests that a batch new to the fleet sends
+    /// next.
+    pub(crate) fn connect_ahead_for(&self, count: usize) {
+        let most = self.inner.config.concurrency.saturating_mul(2);
+        self.inner
+            .client
+            .connect_ahead(self.inner.config.timeout, count.min(most));
     }
 
     /// Its counts.

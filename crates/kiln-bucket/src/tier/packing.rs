@@ -152,7 +152,11 @@ impl BucketTier {
         // memories of its kernels, which this node will likely compile,
         // are read now, beside the per-key GETs, rather than beside the
         // lookup of the lowered sources that follows this one.
+        // Connections for them and for that lookup are opened meanwhile.
         let absent = |after| {
+            inner
+                .bucket
+                .connect_ahead_for(asked.len().saturating_mul(2));
             let memories = super::memories::of_kernels(asked);
             if !memories.is_empty() {
                 inner.memories.read_after(&inner.bucket, memories, after);
