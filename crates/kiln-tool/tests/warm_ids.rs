@@ -16,8 +16,7 @@ use kiln_engine::{
     ArtifactId, ArtifactStore, Kernel, KernelLoader, KernelOutcome, LoaderConfig, LoaderStatistics,
 };
 use kiln_store::{DiskStore, StoreConfig};
-use serde_json::Value;
-use support::{Scratch, backend, finish, kiln};
+use support::{Scratch, cuda_row, finish, kiln};
 
 /// The first kernel file: three entries (a template twice), two
 /// specializations, an option, a define, a sibling header and a standard
@@ -170,21 +169,6 @@ fn program_loads(
         .flat_map(|batch| batch.records.iter().map(|record| record.outcome))
         .collect();
     (loader.statistics(), outcomes)
-}
-
-/// The CUDA row of `kiln warm`'s report, or `None` after printing why
-/// NVRTC is not here (a failure when `KILN_REQUIRE_NVRTC=1`).
-fn cuda_row(report: &Value, what: &str) -> Option<Value> {
-    let row = backend(report, "cuda").clone();
-    if let Some(reason) = row["unavailable"].as_str() {
-        assert!(
-            std::env::var_os("KILN_REQUIRE_NVRTC").is_none_or(|value| value != "1"),
-            "{what} needs NVRTC, and KILN_REQUIRE_NVRTC=1: {reason}"
-        );
-        kiln_engine::conformance::skip(what, &format!("no NVRTC: {reason}"));
-        return None;
-    }
-    Some(row)
 }
 
 // L11

@@ -15,7 +15,7 @@ use kiln_engine::{ArtifactId, ArtifactStore, KernelId, KernelLoader, LoaderConfi
 use kiln_store::{DiskStore, StoreConfig};
 use serde_json::Value;
 use support::kernels::{cxx_kernel, write_kernel};
-use support::{Finished, Scratch, backend, finish, kiln};
+use support::{Finished, Scratch, backend, cuda_row, finish, kiln};
 
 /// Runs `kiln --dir STORE --json warm ARGUMENTS... FOLDER` in `cwd`.
 fn warm_in(cwd: &Path, store: &Path, folder: &Path, arguments: &[&str]) -> Finished {
@@ -26,21 +26,6 @@ fn warm_in(cwd: &Path, store: &Path, folder: &Path, arguments: &[&str]) -> Finis
             .current_dir(cwd)
             .env("MESA_SHADER_CACHE_DIR", store.with_extension("mesa")),
     )
-}
-
-/// The CUDA row of a report, or `None` after printing why NVRTC is not
-/// here (a failure when `KILN_REQUIRE_NVRTC=1`).
-fn cuda_row(report: &Value, what: &str) -> Option<Value> {
-    let row = backend(report, "cuda").clone();
-    if let Some(reason) = row["unavailable"].as_str() {
-        assert!(
-            std::env::var_os("KILN_REQUIRE_NVRTC").is_none_or(|value| value != "1"),
-            "{what} needs NVRTC, and KILN_REQUIRE_NVRTC=1: {reason}"
-        );
-        kiln_engine::conformance::skip(what, &format!("no NVRTC: {reason}"));
-        return None;
-    }
-    Some(row)
 }
 
 fn counts(row: &Value) -> (u64, u64, u64, u64) {

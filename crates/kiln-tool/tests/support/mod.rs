@@ -177,6 +177,21 @@ pub fn backend<'a>(report: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("the report has a {name} row: {report:#}"))
 }
 
+/// The CUDA row of a `kiln warm --json` report, or `None` after printing
+/// why NVRTC is not here (a failure when `KILN_REQUIRE_NVRTC=1`).
+pub fn cuda_row(report: &Value, what: &str) -> Option<Value> {
+    let row = backend(report, "cuda").clone();
+    if let Some(reason) = row["unavailable"].as_str() {
+        assert!(
+            std::env::var_os("KILN_REQUIRE_NVRTC").is_none_or(|value| value != "1"),
+            "{what} needs NVRTC, and KILN_REQUIRE_NVRTC=1: {reason}"
+        );
+        kiln_engine::conformance::skip(what, &format!("no NVRTC: {reason}"));
+        return None;
+    }
+    Some(row)
+}
+
 /// A WGSL kernel that compiles with naga alone, on any machine: writes
 /// `value` everywhere.
 pub fn wgsl_kernel(value: u32) -> String {
