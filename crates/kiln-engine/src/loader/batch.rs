@@ -102,11 +102,23 @@ impl<T: CompilationTarget> KernelLoader<T> {
             })
             .collect();
         if let (Some(store), false) = (&self.store, asked.is_empty()) {
-            let ids: Vec<_> = asked.iter().map(|&index| &jobs[index].id).collect();
-            let found = store.lookup_many(self.target.compiler(), &ids);
-            for (index, found) in asked.into_iter().zip(found) {
-                jobs[index].looked_up(&mut self.target, found, &mut self.statistics);
-            }
+            let ids: Vec<_> = asked.iter().map(|&index| jobs[index].id.clone()).collect();
+            let ids: Vec<_> = ids.iter().collect();
+            // F11: where the driver makes device objects one at a time, this
+            // thread makes each hit's as the store hands it over, while the
+            // rest are still read: a warm start waits for the reads or the
+            // loads, not both.
+            let device = Arc::clone(self.target.device_step());
+            let make_here = device.on_workers() && !device.spreads();
+            let compiler = Arc::clone(self.target.compiler());
+            let (target, statistics) = (&mut self.target, &mut self.statistics);
+            store.lookup_each(&compiler, &ids, &mut |at, found| {
+                let job = &mut jobs[asked[at]];
+                job.looked_up(target, found, statistics);
+                if make_here && job.needs_device() {
+                    job.make_device(&device);
+                }
+            });
         }
 
         log::debug!(

@@ -345,3 +345,96 @@ fn f9_a_tune_s_candidates_are_made_on_the_pool_threads_and_its_stored_winner_whe
     let made = step.made_on(&FakeKernel::new(3).id()).expect("made");
     assert_eq!(made, std::thread::current().id(), "on the loader's thread");
 }
+
+/// A store in memory that hands its answers over one at a time, as the
+/// disk store's lookup threads do, and notes how many device objects the
+/// batch had made by the time each hand-over returned.
+#[derive(Debug)]
+struct HandingOver {
+    inner: crate::store::MemoryStore,
+    device: std::sync::OnceLock<std::sync::Arc<crate::fake::FakeDeviceStep>>,
+    made_after_each: std::sync::Mutex<Vec<usize>>,
+}
+
+impl crate::store::ArtifactStore for HandingOver {
+    fn lookup_many(&self, keys: &[crate::store::StoreKey]) -> Vec<crate::store::Lookup<Vec<u8>>> {
+        self.inner.lookup_many(keys)
+    }
+
+    fn lookup_each(
+        &self,
+        keys: &[crate::store::StoreKey],
+        found: &mut dyn FnMut(usize, crate::store::Lookup<Vec<u8>>),
+    ) {
+        for (at, answer) in self.inner.lookup_many(keys).into_iter().enumerate() {
+            found(at, answer);
+            let made = self.device.get().map_or(0, |device| device.made());
+            self.made_after_each
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(made);
+        }
+    }
+
+    fn put_many(&self, puts: &[crate::store::Put<'_>]) -> Vec<crate::store::StoreOutcome> {
+        self.inner.put_many(puts)
+    }
+
+    fn remove(&self, key: &crate::store::StoreKey) {
+        self.inner.remove(key);
+    }
+
+    fn generation(&self) -> crate::store::Generation {
+        self.inner.generation()
+    }
+
+    fn statistics(&self) -> crate::store::StoreStatistics {
+        self.inner.statistics()
+    }
+}
+
+// F11: on a driver that makes device objects one at a time, a warm batch
+// makes each hit's while the store is still reading the others, not
+// after the whole lookup: each hand-over of the store returns with that
+// kernel's device object made.
+#[test]
+fn f11_a_warm_batch_makes_each_hit_s_device_object_as_the_store_hands_it_over() {
+    use crate::target::CompilationTarget;
+    let store = std::sync::Arc::new(HandingOver {
+        inner: crate::store::MemoryStore::new(),
+        device: std::sync::OnceLock::new(),
+        made_after_each: std::sync::Mutex::default(),
+    });
+    let shared: std::sync::Arc<dyn crate::store::ArtifactStore> = store.clone();
+    let mut first = loader(FakeTarget::on_store(std::sync::Arc::clone(&shared)), 2);
+    for number in 0..6 {
+        first.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    first.compile_queued();
+    drop(first);
+    store
+        .made_after_each
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clear();
+
+    let target = FakeTarget::on_store(shared).with_serialized_device();
+    store
+        .device
+        .set(std::sync::Arc::clone(target.device_step()))
+        .expect("set once");
+    let mut second = loader(target, 2);
+    for number in 0..6 {
+        second.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    second.compile_queued();
+    assert_eq!(second.records()[0].count(KernelOutcome::FromStore), 6);
+    let made = store
+        .made_after_each
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone();
+    assert_eq!(made, [1, 2, 3, 4, 5, 6], "made as handed over");
+    let (threads, by_caller) = device_threads(&second, 0..6);
+    assert!(by_caller && threads.len() == 1, "on the loader's thread");
+}

@@ -152,6 +152,25 @@ impl<C: KeyedCompiler> BoundStore<C> {
             .collect()
     }
 
+    /// What [`lookup_many`](Self::lookup_many) answers, handed to `found`
+    /// with each id's place in `ids` as soon as the store has it
+    /// ([`ArtifactStore::lookup_each`]), decoded on the caller's thread.
+    pub fn lookup_each(
+        &self,
+        compiler: &C,
+        ids: &[&ArtifactId<C::Variant>],
+        found: &mut dyn FnMut(usize, Lookup<C::Artifact>),
+    ) {
+        let keys: Vec<StoreKey> = ids
+            .iter()
+            .map(|id| self.artifact_key(compiler, id))
+            .collect();
+        self.store.parts().commit_group();
+        self.store.lookup_each(&keys, &mut |at, lookup| {
+            found(at, self.decode(&keys[at], lookup));
+        });
+    }
+
     /// Claims the right to compile `id` (P4, P12) after its lookup missed,
     /// without waiting: a worker claims the key it is about to compile, and
     /// a key another holds is left for later

@@ -297,6 +297,18 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
     /// (P10).
     fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>>;
 
+    /// What [`lookup_many`](Self::lookup_many) answers, handed to `found`
+    /// with each key's place in `keys` as soon as it is ready, on the
+    /// caller's thread, each place once, in any order (F11): a batch makes
+    /// each hit's device object while the rest are still read. By default,
+    /// every answer once [`lookup_many`](Self::lookup_many) returns, in
+    /// order.
+    fn lookup_each(&self, keys: &[StoreKey], found: &mut dyn FnMut(usize, Lookup<Vec<u8>>)) {
+        for (at, answer) in self.lookup_many(keys).into_iter().enumerate() {
+            found(at, answer);
+        }
+    }
+
     /// What [`lookup_many`](Self::lookup_many) answers for one key.
     fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
         self.lookup_many(std::slice::from_ref(key))

@@ -23,6 +23,10 @@ impl ArtifactStore for DiskStore {
         spread::lookup_many(self, keys)
     }
 
+    fn lookup_each(&self, keys: &[StoreKey], found: &mut dyn FnMut(usize, Lookup<Vec<u8>>)) {
+        spread::lookup_each(self, keys, found);
+    }
+
     fn put_many(&self, puts: &[Put<'_>]) -> Vec<StoreOutcome> {
         let mut outcomes: Vec<Option<StoreOutcome>> = vec![None; puts.len()];
         let (mut copied, mut rekeyed) = (Vec::new(), Vec::new());

@@ -25,21 +25,24 @@ fn threads_for(keys: usize, cores: usize) -> usize {
     (keys / KEYS_PER_THREAD).clamp(1, MOST_THREADS.min(cores.max(1)))
 }
 
-/// Looks `keys` up in `store`, in order, on as many threads as they fill.
-pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
+/// The threads a lookup of `keys` keys takes on this machine.
+fn threads_here(keys: usize) -> usize {
     // Asked of the system once: it reads files (the process's CPU quota).
     static CORES: OnceLock<usize> = OnceLock::new();
-    let threads = if keys.len() < 2 * KEYS_PER_THREAD {
-        1
-    } else {
-        let cores = *CORES
-            .get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get));
-        threads_for(keys.len(), cores)
-    };
+    if keys < 2 * KEYS_PER_THREAD {
+        return 1;
+    }
+    let cores =
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get));
+    threads_for(keys, cores)
+}
 
+/// Looks `keys` up in `store`, in order, on as many threads as they fill.
+pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
+    let threads = threads_here(keys.len());
     let asked = Instant::now();
     if threads == 1 {
-        return watched(asked, 0, keys, |key| store.lookup(key));
+        return watched(asked, 0, keys, |_, key| store.lookup(key));
     }
     let chunk = keys.len().div_ceil(threads);
     std::thread::scope(|scope| {
@@ -52,12 +55,12 @@ pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Ve
                 std::thread::Builder::new()
                     .name("kiln-lookup".into())
                     .spawn_scoped(scope, move || {
-                        watched(asked, number + 1, keys, |key| store.lookup(key))
+                        watched(asked, number + 1, keys, |_, key| store.lookup(key))
                     })
                     .map_err(|_| keys)
             })
             .collect();
-        let mut found = watched(asked, 0, mine, |key| store.lookup(key));
+        let mut found = watched(asked, 0, mine, |_, key| store.lookup(key));
         found.reserve(keys.len() - found.len());
         for other in others {
             match other {
@@ -74,6 +77,63 @@ pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Ve
     })
 }
 
+/// Looks `keys` up in `store` and hands each answer to `found`, with its
+/// place in `keys`, on the caller's thread as soon as it is ready, in the
+/// order the lookup threads finish them (F11): the caller makes a hit's
+/// device object while the rest are still read. A lookup of many keys runs
+/// wholly on threads of its own, so that the caller is free to take each
+/// answer; one of few keys runs on the caller's thread, answer by answer.
+pub(super) fn lookup_each(
+    store: &DiskStore,
+    keys: &[StoreKey],
+    found: &mut dyn FnMut(usize, Lookup<Vec<u8>>),
+) {
+    let threads = threads_here(keys.len());
+    let asked = Instant::now();
+    if threads == 1 {
+        watched(asked, 0, keys, |at, key| found(at, store.lookup(key)));
+        return;
+    }
+    let chunk = keys.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let (sender, answers) = std::sync::mpsc::channel();
+        let mut handles = Vec::with_capacity(threads);
+        let mut refused = Vec::new();
+        for (number, part) in keys.chunks(chunk).enumerate() {
+            let (sender, first) = (sender.clone(), number * chunk);
+            let spawned = std::thread::Builder::new()
+                .name("kiln-lookup".into())
+                .spawn_scoped(scope, move || {
+                    watched(asked, number + 1, part, |at, key| {
+                        // The caller stopped listening only by unwinding.
+                        drop(sender.send((first + at, store.lookup(key))));
+                    });
+                });
+            match spawned {
+                Ok(handle) => handles.push(handle),
+                // A thread the system refuses leaves its keys to the caller.
+                Err(_) => refused.push((first, part)),
+            }
+        }
+        drop(sender);
+        for (first, part) in refused {
+            for (at, key) in part.iter().enumerate() {
+                found(first + at, store.lookup(key));
+            }
+        }
+        for (at, answer) in answers {
+            found(at, answer);
+        }
+        for handle in handles {
+            // A panic of a lookup reaches the caller as it would on one
+            // thread.
+            if let Err(panic) = handle.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+}
+
 /// Runs one thread's share of a lookup; at trace level, says when it
 /// started and what it cost the thread: its wall, its processor time, the
 /// times it waited (voluntary switches) or was put aside (involuntary
@@ -84,19 +144,24 @@ fn watched<T>(
     asked: Instant,
     thread: usize,
     keys: &[StoreKey],
-    lookup: impl Fn(&StoreKey) -> T,
+    mut lookup: impl FnMut(usize, &StoreKey) -> T,
 ) -> Vec<T> {
     if !log::log_enabled!(log::Level::Trace) {
-        return keys.iter().map(lookup).collect();
+        return keys
+            .iter()
+            .enumerate()
+            .map(|(at, key)| lookup(at, key))
+            .collect();
     }
     let started = Instant::now();
     let before = ThreadUsage::now();
     let (mut longest, mut longest_at) = (Duration::ZERO, Duration::ZERO);
     let answer = keys
         .iter()
-        .map(|key| {
+        .enumerate()
+        .map(|(at, key)| {
             let one = Instant::now();
-            let answer = lookup(key);
+            let answer = lookup(at, key);
             if one.elapsed() > longest {
                 (longest, longest_at) = (one.elapsed(), one.duration_since(asked));
             }
@@ -184,6 +249,39 @@ mod tests {
                     assert_eq!(artifact, format!("artifact {number}").into_bytes());
                 }
                 Lookup::Miss(_) => assert_eq!(number % 3, 0, "key {number} was put"),
+            }
+        }
+        drop(std::fs::remove_dir_all(store.root()));
+    }
+
+    // F11: a lookup handed over answer by answer, on several threads,
+    // answers every key once, at its place, as the lookup in order does.
+    #[test]
+    fn f11_a_lookup_handed_over_answer_by_answer_answers_each_key_once() {
+        let store = scratch("spread-each");
+        for number in (0..96).filter(|number| number % 3 != 0) {
+            let bytes = format!("artifact {number}").into_bytes();
+            store.put(&kernel_key(number), None, &bytes, Duration::ZERO);
+        }
+        let keys: Vec<_> = (0..96).map(kernel_key).collect();
+        let mut answered: Vec<Option<Lookup<Vec<u8>>>> = (0..96).map(|_| None).collect();
+        let caller = std::thread::current().id();
+        store.lookup_each(&keys, &mut |at, answer| {
+            assert_eq!(std::thread::current().id(), caller, "handed to the caller");
+            assert!(
+                answered[at].replace(answer).is_none(),
+                "key {at} answered twice"
+            );
+        });
+        let in_order = store.lookup_many(&keys);
+        for (number, (each, ordered)) in answered.into_iter().zip(in_order).enumerate() {
+            match (each.expect("every key answered"), ordered) {
+                (Lookup::Hit { artifact, .. }, Lookup::Hit { artifact: same, .. }) => {
+                    assert_eq!(artifact, format!("artifact {number}").into_bytes());
+                    assert_eq!(artifact, same);
+                }
+                (Lookup::Miss(_), Lookup::Miss(_)) => assert_eq!(number % 3, 0),
+                _ => panic!("key {number} answered otherwise than in order"),
             }
         }
         drop(std::fs::remove_dir_all(store.root()));
