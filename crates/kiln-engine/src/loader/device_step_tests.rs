@@ -262,6 +262,25 @@ fn f9_a_profiled_background_load_on_a_one_thread_driver_stays_on_the_loader_s_th
     assert_eq!(threads.len(), 1, "{threads:?}");
 }
 
+// F11, L12: a driver that makes device objects one at a time (CUDA's and
+// HIP's module loads) has the profile's loads made on the loader's
+// thread, as a warm batch's are, with no worker woken for them.
+#[test]
+fn f11_a_profiled_load_on_a_serializing_driver_stays_on_the_loader_s_thread() {
+    let store = profiled_store("f11 profiled serialized", 6);
+    let target = FakeTarget::on_store(store)
+        .with_device_time(Duration::from_millis(5))
+        .with_serialized_device();
+    let mut next =
+        loader(target, 2).with_profile(crate::profile::Program::named("f11 profiled serialized"));
+    load(&mut next, &FakeKernel::new(0)).expect("loads");
+    assert!(next.records().is_empty());
+    assert_eq!(next.target().loaded(), 6);
+    let (threads, by_caller) = device_threads(&next, 0..6);
+    assert!(by_caller && threads.len() == 1, "{threads:?}");
+    assert_eq!(next.target().fake_device_step().most_at_once(), 1);
+}
+
 // F9
 #[test]
 fn f9_a_compiled_kernel_alone_is_made_on_a_pool_thread_and_a_hit_alone_on_the_loader_s() {

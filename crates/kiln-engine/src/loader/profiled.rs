@@ -134,7 +134,7 @@ impl<T: CompilationTarget> KernelLoader<T> {
     /// into the loaded map, each marked as not asked for yet. Their device
     /// objects are made on the pool's threads, side by side, as a batch's
     /// store hits are (F9), and published here; a driver that needs one
-    /// thread has this thread make them.
+    /// thread, or makes them one at a time, has this thread make them.
     pub(super) fn take_in_profile(&mut self) {
         let Some(profile) = &mut self.profile else {
             return;
@@ -167,7 +167,9 @@ impl<T: CompilationTarget> KernelLoader<T> {
             });
         }
         let device = Arc::clone(self.target.device_step());
-        let on_workers = device.on_workers();
+        // As a warm batch's (F11): a driver that makes device objects one
+        // at a time makes them sooner on this thread than spread.
+        let on_workers = device.on_workers() && device.spreads();
         let workers = if on_workers {
             self.pool.workers_for(kernels.len())
         } else {
