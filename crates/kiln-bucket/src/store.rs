@@ -20,11 +20,13 @@ use crate::error::{Error, Result};
 
 mod flight;
 mod pack;
+mod pack_get;
 mod statistics;
 
 use flight::Flight;
 
 pub(crate) use pack::{PackWrite, Seen};
+pub(crate) use pack_get::PackGet;
 pub use statistics::BucketStatistics;
 use statistics::MoreCounters;
 

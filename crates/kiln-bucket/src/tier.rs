@@ -274,6 +274,14 @@ impl BucketTier {
     }
 }
 
+/// Whether the bucket is to be asked for `key`, which the front missed:
+/// unless it answered it absent within [`ABSENT_FRESH`] in this batch.
+fn unanswered(absent: &HashMap<[u8; 32], Instant>, key: &StoreKey) -> bool {
+    absent
+        .get(&key.digest())
+        .is_none_or(|since| since.elapsed() > ABSENT_FRESH)
+}
+
 /// Whether the front refused a write: then the bucket is not asked
 /// either, so a refused put leaves nothing anywhere (P5).
 fn refused(outcome: &StoreOutcome) -> bool {
@@ -293,7 +301,9 @@ impl ArtifactStore for BucketTier {
         inner
             .copies
             .wait_empty(Instant::now() + inner.bucket.config().timeout);
-        let mut answers = inner.front.lookup_many(keys);
+        // The front's answers; and the batch pack's GET, sent beside the
+        // front's lookup when this lookup is sure to read it.
+        let (mut answers, early) = self.ask_front(keys);
         let missed: Vec<usize> = {
             let absent = inner.absent.lock().unwrap_or_else(PoisonError::into_inner);
             answers
@@ -301,16 +311,21 @@ impl ArtifactStore for BucketTier {
                 .enumerate()
                 .filter(|(_, answer)| !matches!(answer, Lookup::Hit { .. }))
                 .map(|(index, _)| index)
-                .filter(|index| {
-                    absent
-                        .get(&keys[*index].digest())
-                        .is_none_or(|since| since.elapsed() > ABSENT_FRESH)
-                })
+                .filter(|index| unanswered(&absent, &keys[*index]))
                 .collect()
         };
-        if !missed.is_empty() {
+        if missed.is_empty() {
+            if early.is_some() {
+                // Only when another lookup of the batch found the probed
+                // key absent meanwhile: the pack's answer is dropped
+                // unread (it closes its call), and the batch's turn to
+                // read its pack is given back.
+                drop(early);
+                inner.packing.give_back();
+            }
+        } else {
             let asked: Vec<StoreKey> = missed.iter().map(|index| keys[*index].clone()).collect();
-            let found = self.ask_bucket(keys, &answers, &asked);
+            let found = self.ask_bucket(keys, &answers, &asked, early);
             self.remember_absent(&asked, &found);
             // The failure memories of the kernels the bucket lacks, which
             // this node may compile, read in the background while the batch

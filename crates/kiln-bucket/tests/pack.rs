@@ -437,3 +437,124 @@ fn p16_a_batch_new_to_the_fleet_reads_its_failure_memories_beside_its_per_key_ge
     // (one when the tier was bound).
     assert!(counts.connections_ahead > 1, "{counts:?}");
 }
+
+/// A disk store whose lookup of more than one key is slow (a loaded or
+/// cold disk): at its end it notes whether the bucket had been sent a
+/// request by then, waiting for one at most `slow`.
+#[derive(Debug)]
+struct SlowDisk {
+    disk: DiskStore,
+    bucket: BucketStore,
+    slow: Duration,
+    /// The bucket's requests when each slow lookup ended.
+    requests_then: std::sync::Mutex<Vec<u64>>,
+}
+
+impl ArtifactStore for SlowDisk {
+    fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
+        let found = self.disk.lookup_many(keys);
+        if keys.len() > 1 {
+            let until = Instant::now() + self.slow;
+            while self.bucket.bucket_statistics().requests == 0 && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let requests = self.bucket.bucket_statistics().requests;
+            self.requests_then
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(requests);
+        }
+        found
+    }
+
+    fn put_many(&self, puts: &[kiln_engine::Put<'_>]) -> Vec<kiln_engine::StoreOutcome> {
+        self.disk.put_many(puts)
+    }
+
+    fn remove(&self, key: &StoreKey) {
+        self.disk.remove(key);
+    }
+
+    fn generation(&self) -> kiln_engine::Generation {
+        self.disk.generation()
+    }
+
+    fn statistics(&self) -> kiln_engine::StoreStatistics {
+        self.disk.statistics()
+    }
+
+    fn parts(&self) -> kiln_engine::StoreParts<'_> {
+        self.disk.parts()
+    }
+}
+
+#[test]
+fn p16_a_batch_packs_get_goes_beside_the_disks_lookup_and_a_disk_hit_still_wins() {
+    let Some(garage) = support::shared("a pack's GET beside the disk's lookup") else {
+        return;
+    };
+    for order in [PackOrder::First, PackOrder::Beside] {
+        let fleet = Fleet::new(garage, order);
+        let (numbers, keys) = batch(16);
+        compile_batch(&fleet.node("builder"), &keys, &numbers);
+        // The node's disk lacks the first key and holds the fourth with
+        // bytes of its own: the bucket's (its pack's) must not replace them.
+        let disk =
+            DiskStore::open(StoreConfig::at(fleet.scratch.join("slow-disk"))).expect("a disk");
+        let own = b"this disk's own bytes".to_vec();
+        disk.put(&keys[3], None, &own, Duration::from_millis(4));
+        let bucket = fleet.bucket(fleet.keys.clone());
+        let front = Arc::new(SlowDisk {
+            disk,
+            bucket: bucket.clone(),
+            slow: Duration::from_secs(2),
+            requests_then: std::sync::Mutex::default(),
+        });
+        let node = BucketTier::new(Arc::clone(&front) as Arc<dyn ArtifactStore>, bucket);
+        let found = node.lookup_many(&keys);
+        match &found[3] {
+            Lookup::Hit { artifact, .. } => assert!(*artifact == own, "{order:?}: the disk's hit"),
+            miss => panic!("{order:?}: the disk's hit is lost: {miss:?}"),
+        }
+        let others: Vec<Lookup<Vec<u8>>> = found
+            .into_iter()
+            .enumerate()
+            .filter(|(index, _)| *index != 3)
+            .map(|(_, lookup)| lookup)
+            .collect();
+        let numbers_but_3: Vec<u32> = numbers.iter().copied().filter(|n| *n != 3).collect();
+        all_hit(&others, &numbers_but_3, "the bucket's");
+        let then = front
+            .requests_then
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        assert_eq!(
+            then.first().copied(),
+            Some(1),
+            "{order:?}: the pack's GET was out before the disk's lookup ended ({then:?})"
+        );
+        let counts = node.bucket().bucket_statistics();
+        assert_eq!(counts.pack_hits, 15, "{order:?}: {counts:?}");
+        assert_eq!(counts.calls, 1, "{order:?}: {counts:?}");
+        if order == PackOrder::First {
+            assert_eq!(counts.requests, 1, "the pack's GET alone: {counts:?}");
+        }
+        // Once the bucket's hits are on the disk, a lookup of the batch
+        // hits its first key there and sends nothing.
+        node.batch_finished();
+        assert!(node.flush(Duration::from_secs(10)));
+        let before = node.bucket().bucket_statistics();
+        let warm = node.lookup_many(&keys);
+        assert!(
+            warm.iter()
+                .all(|lookup| matches!(lookup, Lookup::Hit { .. }))
+        );
+        let after = node.bucket().bucket_statistics();
+        assert_eq!(
+            (after.calls, after.requests),
+            (before.calls, before.requests),
+            "{order:?}: a warm disk sends nothing"
+        );
+    }
+}

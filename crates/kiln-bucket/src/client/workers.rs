@@ -85,6 +85,20 @@ impl Workers {
         }
     }
 
+    /// Starts a thread to wait for work when none runs: the first job
+    /// then finds it started.
+    pub(crate) fn ready_one(self: &Arc<Self>) {
+        let mut state = self.state();
+        if state.live > 0 {
+            return;
+        }
+        state.live += 1;
+        drop(state);
+        if !self.start() {
+            self.state().live -= 1;
+        }
+    }
+
     /// Starts one thread, counted in `live` by the caller; `false` when
     /// none starts.
     fn start(self: &Arc<Self>) -> bool {
@@ -175,5 +189,33 @@ mod tests {
         assert!((2..=4).contains(&most), "{most} jobs at once");
         let threads = threads.lock().unwrap_or_else(PoisonError::into_inner).len();
         assert!(threads <= 4, "36 jobs on {threads} threads");
+    }
+
+    #[test]
+    fn p16_a_thread_readied_ahead_takes_the_first_job() {
+        // P16: a tier bound starts one sending thread, which its first
+        // batch's pack GET finds waiting.
+        let workers = Workers::new(4);
+        workers.ready_one();
+        workers.ready_one();
+        assert_eq!(workers.live(), 1, "one thread, readied once");
+        wait_for(|| workers.state().idle == 1);
+        let ran_on = Arc::new(Mutex::new(None));
+        let on = Arc::clone(&ran_on);
+        workers.run(Box::new(move || {
+            *on.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some(std::thread::current().name().map(str::to_owned));
+        }));
+        wait_for(|| {
+            ran_on
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_some()
+        });
+        assert_eq!(workers.live(), 1, "no thread started for the job");
+        assert_eq!(
+            *ran_on.lock().unwrap_or_else(PoisonError::into_inner),
+            Some(Some("kiln-bucket-get".to_owned()))
+        );
     }
 }

@@ -66,11 +66,11 @@ impl Flight {
     }
 
     /// Sends the GETs on up to `helpers` of the store's sending threads
-    /// once the gate opens, or in waves from `delay` after now unless it
-    /// closed by then (see [`released`]).
-    pub(super) fn hedge(self: Arc<Self>, delay: Duration, helpers: usize) {
+    /// once the gate opens, or in waves from `delay` after `start` (when
+    /// the pack's GET went) unless it closed by then (see [`released`]).
+    pub(super) fn hedge(self: Arc<Self>, start: Instant, delay: Duration, helpers: usize) {
         let workers = Arc::clone(&self.store.inner.workers);
-        workers.run(Box::new(move || self.release(delay, helpers)));
+        workers.run(Box::new(move || self.release(start, delay, helpers)));
     }
 
     /// Sends every GET now, on up to `helpers` threads, this one among
@@ -91,8 +91,7 @@ impl Flight {
     /// The hedge's job: raises how many GETs may be sent as the waves
     /// come (all at once when [`open`](Self::open)ed), with a sending
     /// job per GET allowed, up to `helpers`; this one sends too.
-    fn release(self: Arc<Self>, delay: Duration, helpers: usize) {
-        let start = Instant::now();
+    fn release(self: Arc<Self>, start: Instant, delay: Duration, helpers: usize) {
         let total = self.objects.len();
         // The sending jobs handed out besides this one.
         let mut threads = 0;
@@ -310,7 +309,7 @@ mod tests {
         let flight = Arc::new(Flight::new(store.clone(), objects, deadline));
         // The second wave comes 500 ms after the first: room for a
         // loaded machine's late wake-up.
-        Arc::clone(&flight).hedge(Duration::from_millis(1000), 4);
+        Arc::clone(&flight).hedge(Instant::now(), Duration::from_millis(1000), 4);
         std::thread::sleep(Duration::from_millis(1200));
         assert_eq!(store.bucket_statistics().requests, 2);
         flight.open();
@@ -323,7 +322,7 @@ mod tests {
     fn p16_per_key_gets_closed_within_the_head_start_are_never_sent() {
         let store = nowhere();
         let flight = flight(&store);
-        Arc::clone(&flight).hedge(Duration::from_millis(200), 2);
+        Arc::clone(&flight).hedge(Instant::now(), Duration::from_millis(200), 2);
         flight.close();
         std::thread::sleep(Duration::from_millis(400));
         assert_eq!(store.bucket_statistics().requests, 0);
@@ -333,7 +332,7 @@ mod tests {
     fn p16_per_key_gets_opened_are_each_sent_and_answered() {
         let store = nowhere();
         let flight = flight(&store);
-        Arc::clone(&flight).hedge(Duration::from_secs(60), 2);
+        Arc::clone(&flight).hedge(Instant::now(), Duration::from_secs(60), 2);
         flight.open();
         let answers = flight.wait(&[0, 1, 2]);
         assert!(

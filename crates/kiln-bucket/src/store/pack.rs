@@ -3,13 +3,14 @@
 //! pack written, created once, when a batch ends.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kiln_engine::store::{StoreCounters, hex};
 use kiln_engine::{Lookup, StoreKey};
 use kiln_remote::entry::{self, Kind, Rejection};
 
 use super::flight::Flight;
+use super::pack_get::PackGet;
 use super::{BucketStore, Found, now, unreadable};
 use crate::client::Answer;
 use crate::config::PackOrder;
@@ -62,6 +63,14 @@ impl BucketStore {
         format!("{}p/{}", self.inner.config.prefix, hex(set))
     }
 
+    /// The GET of the pack of the key set `set`, for
+    /// [`lookup_packed`](Self::lookup_packed): sent now, on a sending
+    /// thread, when `ahead` (the tier knows its lookup will read it),
+    /// else by the lookup.
+    pub(crate) fn pack_get_of(&self, set: &[u8; 32], ahead: bool) -> PackGet {
+        self.pack_get(self.pack_object(set), ahead)
+    }
+
     /// The lookups of `asked` (the keys a batch's first lookup of the set
     /// `set`, whose digests sorted are `sorted`, did not find in front),
     /// read through the set's pack as the settings order it; the pack
@@ -76,6 +85,7 @@ impl BucketStore {
         set: &[u8; 32],
         sorted: &[[u8; 32]],
         asked: &[StoreKey],
+        get: PackGet,
         absent: &dyn Fn(Duration),
     ) -> (Vec<Found>, Seen) {
         let digests: Vec<[u8; 32]> = asked.iter().map(StoreKey::digest).collect();
@@ -83,13 +93,10 @@ impl BucketStore {
             .iter()
             .map(|digest| self.object(Kind::Artifact, digest))
             .collect();
-        let pack_object = self.pack_object(set);
         let (found, seen) = match self.inner.config.packs {
-            PackOrder::Beside => {
-                self.pack_beside(set, sorted, &digests, objects, pack_object, absent)
-            }
+            PackOrder::Beside => self.pack_beside(set, sorted, &digests, objects, get, absent),
             PackOrder::First | PackOrder::Off => {
-                self.pack_first(set, sorted, &digests, &objects, &pack_object)
+                self.pack_first(set, sorted, &digests, &objects, get)
             }
         };
         for lookup in &found {
@@ -106,17 +113,12 @@ impl BucketStore {
         sorted: &[[u8; 32]],
         digests: &[[u8; 32]],
         objects: &[String],
-        pack_object: &str,
+        get: PackGet,
     ) -> (Vec<Found>, Seen) {
-        let client = &self.inner.client;
-        let Some((permit, deadline)) = self.open_call(1) else {
-            let found = digests
-                .iter()
-                .map(|_| unreadable("the bucket is left alone after a failure"))
-                .collect();
-            return (found, Seen::Unknown);
+        let Some((permit, deadline)) = get.call() else {
+            return (left_alone(digests), Seen::Unknown);
         };
-        let answer = client.get(pack_object, deadline);
+        let (answer, _) = get.answer();
         let (mut found, seen) = self.read_pack(&answer, set, sorted, digests);
         let lacking: Vec<usize> = (0..digests.len())
             .filter(|index| found[*index].is_none())
@@ -144,26 +146,24 @@ impl BucketStore {
         sorted: &[[u8; 32]],
         digests: &[[u8; 32]],
         objects: Vec<String>,
-        pack_object: String,
+        get: PackGet,
         absent: &dyn Fn(Duration),
     ) -> (Vec<Found>, Seen) {
-        let Some((permit, deadline)) = self.open_call(0) else {
-            let found = digests
-                .iter()
-                .map(|_| unreadable("the bucket is left alone after a failure"))
-                .collect();
-            return (found, Seen::Unknown);
+        let Some((permit, deadline)) = get.call() else {
+            return (left_alone(digests), Seen::Unknown);
         };
         let flight = Arc::new(Flight::new(self.clone(), objects, deadline));
-        // The pack's request goes first, on this thread; the per-key ones
-        // after a head start, on the store's sending threads, which end
-        // them after this call if the pack answers everything.
+        // The pack's request goes first (on this thread, unless it went
+        // ahead beside the front's lookup); the per-key ones a head start
+        // after it, on the store's sending threads, which end them after
+        // this call if the pack answers everything.
         let helpers = self.inner.config.concurrency.min(flight.len());
-        Arc::clone(&flight).hedge(HEAD_START, helpers);
-        StoreCounters::add(&self.inner.more.requests, 1);
-        let sent = Instant::now();
-        let answer = self.inner.client.get(&pack_object, deadline);
-        let round_trip = sent.elapsed();
+        let sent = get.sent;
+        Arc::clone(&flight).hedge(sent, HEAD_START, helpers);
+        let (answer, round_trip) = get.answer();
+        // When this thread learned the pack's answer (later than its
+        // round trip when it went ahead and answered before its reader).
+        let learned = sent.elapsed();
         let (mut found, seen) = self.read_pack(&answer, set, sorted, digests);
         let lacking: Vec<usize> = (0..digests.len())
             .filter(|index| found[*index].is_none())
@@ -176,8 +176,8 @@ impl BucketStore {
             if seen == Seen::Absent {
                 // Every per-key GET is out now, or was when the waves
                 // ended.
-                let all_out = round_trip.min(HEAD_START * 5 / 2);
-                absent((all_out + round_trip / 3).saturating_sub(round_trip));
+                let all_out = learned.min(HEAD_START * 5 / 2);
+                absent((all_out + round_trip / 3).saturating_sub(learned));
             }
             // This thread sends too.
             flight.work();
@@ -318,8 +318,16 @@ impl BucketStore {
 /// The pack's answer, as the breaker hears it: a refusal of the pack
 /// alone (a policy on its name) is no outage; the per-key GETs say
 /// whether the bucket refuses this node.
-fn telling(answer: &Answer) -> Option<&Answer> {
+pub(super) fn telling(answer: &Answer) -> Option<&Answer> {
     (!matches!(answer, Answer::Refused(_))).then_some(answer)
+}
+
+/// Every key's answer when the breaker kept the call away.
+fn left_alone(digests: &[[u8; 32]]) -> Vec<Found> {
+    digests
+        .iter()
+        .map(|_| unreadable("the bucket is left alone after a failure"))
+        .collect()
 }
 
 /// Every answer, none left open.

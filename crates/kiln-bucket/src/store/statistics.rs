@@ -66,13 +66,16 @@ pub struct BucketStatistics {
 
 impl BucketStore {
     /// Opens a connection to the bucket on a thread of its own, for the
-    /// next request that would open one: a tier does when it is bound,
-    /// so that its first batch does not wait for the connection's
-    /// handshake. A connection not used within a few seconds is dropped.
+    /// next request that would open one, and starts a sending thread
+    /// that waits for it: a tier does when it is bound, so that its first
+    /// batch does not wait for the connection's handshake, nor for a
+    /// thread to start for its pack's GET. A connection not used within
+    /// a few seconds is dropped; the thread ends after 20 s idle.
     pub fn connect_ahead(&self) {
         self.inner
             .client
             .connect_ahead(self.inner.config.timeout, 1);
+        self.inner.workers.ready_one();
     }
 
     /// Opens up to `count` connections ahead (at most twice the

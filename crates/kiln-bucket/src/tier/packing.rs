@@ -15,7 +15,7 @@ use super::BucketTier;
 use super::queue::{Job, Write};
 use crate::config::PackOrder;
 use crate::pack;
-use crate::store::{PackWrite, Seen};
+use crate::store::{PackGet, PackWrite, Seen};
 
 /// How many packs this process read or wrote are remembered, so that a
 /// removed key's packs are deleted with it.
@@ -89,6 +89,20 @@ impl Packing {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether no lookup of the batch took its turn yet.
+    fn waiting(&self) -> bool {
+        matches!(self.state().stage, Stage::Waiting)
+    }
+
+    /// Gives the batch's turn back, taken by a lookup that did not reach
+    /// the bucket after all.
+    pub(super) fn give_back(&self) {
+        let mut state = self.state();
+        if matches!(state.stage, Stage::Settled) {
+            state.stage = Stage::Waiting;
+        }
+    }
+
     /// Whether this is the batch's first lookup to reach the bucket; it
     /// takes the batch's turn.
     fn first(&self) -> bool {
@@ -123,31 +137,110 @@ impl Packing {
     }
 }
 
+/// The batch's pack, read by the lookup that took the batch's turn: its
+/// key set, the set's digests sorted, and its GET (sent ahead, beside the
+/// front's lookup, or not yet).
+#[derive(Debug)]
+pub(super) struct Early {
+    set: [u8; 32],
+    sorted: Vec<[u8; 32]>,
+    get: PackGet,
+}
+
+/// The digests of `keys`, sorted, without repeats.
+fn sorted_digests(keys: &[StoreKey]) -> Vec<[u8; 32]> {
+    let mut sorted: Vec<[u8; 32]> = keys.iter().map(StoreKey::digest).collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    sorted
+}
+
 impl BucketTier {
+    /// Whether lookups read through batch packs (on, and no size split).
+    fn packs_on(&self) -> bool {
+        self.inner.bucket.config().packs != PackOrder::Off && self.inner.split.is_none()
+    }
+
+    /// The front's answers for `keys`; and, when this lookup will reach
+    /// the bucket through its batch's pack, that pack's GET, sent beside
+    /// the front's lookup rather than after it. The front is asked for
+    /// the first key alone, then for the others: when it lacks the first
+    /// (and the bucket did not answer it absent in this batch) the lookup
+    /// reaches the bucket whatever the others answer, as the batch's
+    /// first to when no lookup took its turn, so the pack's GET is one
+    /// the lookup sends anyway: it goes on a sending thread while the
+    /// front reads the others. A hit of the first sends nothing ahead.
+    pub(super) fn ask_front(&self, keys: &[StoreKey]) -> (Vec<Lookup<Vec<u8>>>, Option<Early>) {
+        let front = self.inner.front.as_ref();
+        let Some(first_key) = keys.first() else {
+            return (Vec::new(), None);
+        };
+        if !self.packs_on() || keys.len() < pack::LEAST_KEYS || !self.inner.packing.waiting() {
+            return (front.lookup_many(keys), None);
+        }
+        let first = front.lookup(first_key);
+        let early = if matches!(first, Lookup::Hit { .. }) {
+            None
+        } else {
+            self.send_pack_ahead(keys, first_key)
+        };
+        let mut answers = Vec::with_capacity(keys.len());
+        answers.push(first);
+        answers.extend(front.lookup_many(&keys[1..]));
+        (answers, early)
+    }
+
+    /// The pack of `keys`, its GET sent now, when the lookup of `keys`,
+    /// whose front lacks `first_key`, takes the batch's turn to read it.
+    fn send_pack_ahead(&self, keys: &[StoreKey], first_key: &StoreKey) -> Option<Early> {
+        let inner = &self.inner;
+        let asked = {
+            let absent = inner.absent.lock().unwrap_or_else(PoisonError::into_inner);
+            super::unanswered(&absent, first_key)
+        };
+        if !asked {
+            return None;
+        }
+        let sorted = sorted_digests(keys);
+        // A set too small for a pack is `ask_bucket`'s, as is a turn
+        // another lookup took.
+        if sorted.len() < pack::LEAST_KEYS || !inner.packing.first() {
+            return None;
+        }
+        let set = pack::set_digest_of(&sorted);
+        let get = inner.bucket.pack_get_of(&set, true);
+        Some(Early { set, sorted, get })
+    }
+
     /// The bucket's answers for `asked`, the keys of the lookup of `keys`
     /// the front did not find (it answered `answers`): through the pack
     /// of `keys` when this is the batch's first lookup to reach the
-    /// bucket and packs are on.
+    /// bucket and packs are on (`early` when its GET went ahead).
     pub(super) fn ask_bucket(
         &self,
         keys: &[StoreKey],
         answers: &[Lookup<Vec<u8>>],
         asked: &[StoreKey],
+        early: Option<Early>,
     ) -> Vec<Lookup<Vec<u8>>> {
         use kiln_engine::ArtifactStore;
         let inner = &self.inner;
         let config = inner.bucket.config();
-        let on = config.packs != PackOrder::Off && inner.split.is_none();
-        if !on || !inner.packing.first() {
-            return inner.bucket.lookup_many(asked);
-        }
-        let mut sorted: Vec<[u8; 32]> = keys.iter().map(StoreKey::digest).collect();
-        sorted.sort_unstable();
-        sorted.dedup();
-        if sorted.len() < pack::LEAST_KEYS {
-            return inner.bucket.lookup_many(asked);
-        }
-        let set = pack::set_digest_of(&sorted);
+        let Early { set, sorted, get } = match early {
+            Some(early) => early,
+            None => {
+                if !self.packs_on() || !inner.packing.first() {
+                    return inner.bucket.lookup_many(asked);
+                }
+                let sorted = sorted_digests(keys);
+                if sorted.len() < pack::LEAST_KEYS {
+                    return inner.bucket.lookup_many(asked);
+                }
+                let set = pack::set_digest_of(&sorted);
+                let get = inner.bucket.pack_get_of(&set, false);
+                Early { set, sorted, get }
+            }
+        };
         // A batch new to the fleet (no pack of its set): the failure
         // memories of its kernels, which this node will likely compile,
         // are read now, beside the per-key GETs, rather than beside the
@@ -162,7 +255,9 @@ impl BucketTier {
                 inner.memories.read_after(&inner.bucket, memories, after);
             }
         };
-        let (found, seen) = inner.bucket.lookup_packed(&set, &sorted, asked, &absent);
+        let (found, seen) = inner
+            .bucket
+            .lookup_packed(&set, &sorted, asked, get, &absent);
         if matches!(seen, Seen::Found { .. }) {
             Packing::remember(&mut inner.packing.state(), set, &sorted);
         }
