@@ -33,6 +33,13 @@ pub struct WgslModule {
 /// gives it, and the modules its `#import`s name (`shared::math`), each
 /// once, in order. Read by naga_oil's preprocessor, without parsing WGSL.
 pub fn wgsl_imports(source: &str) -> (Option<String>, Vec<String>) {
+    // A text with neither a directive nor a qualified name says nothing
+    // of modules: answered without the preprocessor, whose first use
+    // compiles its fourteen regular expressions (~2 ms, before `kiln
+    // warm` starts opening its device).
+    if !may_name_modules(source) {
+        return (None, Vec::new());
+    }
     let (name, imports, _) = naga_oil::compose::get_preprocessor_data(source);
     let mut names: Vec<String> = Vec::new();
     for import in imports {
@@ -41,6 +48,12 @@ pub fn wgsl_imports(source: &str) -> (Option<String>, Vec<String>) {
         }
     }
     (name, names)
+}
+
+/// Whether `source` may name a module: naga_oil finds imports and import
+/// paths only in `#` directives and in `::`-qualified names.
+fn may_name_modules(source: &str) -> bool {
+    source.contains('#') || source.contains("::")
 }
 
 /// The lines the modules add to a kernel's lowered text: each module's
@@ -209,6 +222,34 @@ mod tests {
         let parsed = naga::front::wgsl::parse_str(&composed).expect("WGSL again");
         assert_eq!(parsed.entry_points[0].name, "main");
         assert_eq!(wgsl_imports(KERNEL).1, ["shared::math"]);
+    }
+
+    // B9: the answer without the preprocessor is the preprocessor's: a
+    // text it skips names no module, and a qualified name without any
+    // directive still imports one.
+    #[test]
+    fn b9_a_text_without_directives_or_qualified_names_names_no_module() {
+        let plain = [
+            "@compute @workgroup_size(1) fn main() {}\n",
+            "// a comment: module math, twice\nfn twice(x: f32) -> f32 { return 2.0 * x; }\n",
+            "@group(0) @binding(0) var<storage, read_write> data: array<f32>;\n\
+             override SCALE: f32 = 2.0;\n\
+             @compute @workgroup_size(64)\n\
+             fn main(@builtin(global_invocation_id) id: vec3<u32>) {\n\
+                 data[id.x] = SCALE * data[id.x];\n\
+             }\n",
+        ];
+        for source in plain {
+            assert!(!may_name_modules(source), "{source}");
+            let (name, imports, _) = naga_oil::compose::get_preprocessor_data(source);
+            assert_eq!((name, imports.len()), (None, 0), "{source}");
+            assert_eq!(wgsl_imports(source), (None, Vec::new()));
+        }
+        let qualified = "fn k() -> f32 { return shared::math::twice(1.0); }\n";
+        assert!(may_name_modules(qualified));
+        assert_eq!(wgsl_imports(qualified).1, ["shared::math"]);
+        let named = "#define_import_path shared::math\nfn twice(x: f32) -> f32 { return x; }\n";
+        assert_eq!(wgsl_imports(named).0.as_deref(), Some("shared::math"));
     }
 
     // B9: a module that imports another is added after it, and a missing
