@@ -66,6 +66,28 @@ impl CudaDevice {
         Self::from_context(context)
     }
 
+    /// The architecture of GPU `ordinal`, asked of the driver without
+    /// making a context (`cuInit`, `cuDeviceGet`, `cuDeviceGetAttribute`):
+    /// what a caller needs to read its kernels from the store while the
+    /// context is made. `None` when the driver is missing or cannot say.
+    pub fn architecture_of(ordinal: usize) -> Option<Architecture> {
+        library::driver().ok()?;
+        driver::init().ok()?;
+        let device = driver::device::get(i32::try_from(ordinal).ok()?).ok()?;
+        let attribute = |which| {
+            // SAFETY: `device` is the handle the initialized driver just
+            // gave for `ordinal`; the attribute is a plain integer the
+            // driver writes.
+            unsafe { driver::device::get_attribute(device, which) }
+                .ok()
+                .and_then(|value| u32::try_from(value).ok())
+        };
+        Some(Architecture::new(
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ))
+    }
+
     /// The GPU of a cudarc context the program already has: kiln loads its
     /// modules on that context, so cudarc launches them on the program's
     /// own streams (rule B5).

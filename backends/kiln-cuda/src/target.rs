@@ -275,6 +275,10 @@ impl kiln_cxx::CxxBackend for Cuda {
         CudaTarget::on_device(ordinal)
     }
 
+    fn device_architecture(ordinal: usize) -> Option<Architecture> {
+        crate::CudaDevice::architecture_of(ordinal)
+    }
+
     fn compile_only(architecture: Architecture) -> Result<CudaTarget, Error> {
         CudaTarget::compile_only(architecture)
     }

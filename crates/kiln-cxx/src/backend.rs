@@ -94,6 +94,15 @@ pub trait CxxBackend: 'static {
     /// The compiler or the driver is missing, or there is no such GPU.
     fn on_device(ordinal: usize) -> Result<Self::Target, Self::Error>;
 
+    /// The architecture of GPU `ordinal`, asked of the driver without
+    /// making a context, so that a caller can read the store for it while
+    /// the context is made; `None` when the driver is missing, has no such
+    /// GPU or cannot say (then only [`on_device`](Self::on_device) tells).
+    fn device_architecture(ordinal: usize) -> Option<Self::Architecture> {
+        let _ = ordinal;
+        None
+    }
+
     /// A target without a device, compiling for `architecture`.
     ///
     /// # Errors
