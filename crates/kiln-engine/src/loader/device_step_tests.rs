@@ -373,6 +373,10 @@ struct HandingOver {
     inner: crate::store::MemoryStore,
     device: std::sync::OnceLock<std::sync::Arc<crate::fake::FakeDeviceStep>>,
     made_after_each: std::sync::Mutex<Vec<usize>>,
+    /// After its first answer, waits (up to 5 s) for a device object to be
+    /// made before it hands over the next: for a caller that takes the
+    /// answers on another thread.
+    paced: bool,
 }
 
 impl crate::store::ArtifactStore for HandingOver {
@@ -387,6 +391,14 @@ impl crate::store::ArtifactStore for HandingOver {
     ) {
         for (at, answer) in self.inner.lookup_many(keys).into_iter().enumerate() {
             found(at, answer);
+            if self.paced && at == 0 {
+                let waited = std::time::Instant::now();
+                while self.device.get().is_some_and(|device| device.made() == 0)
+                    && waited.elapsed() < Duration::from_secs(5)
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
             let made = self.device.get().map_or(0, |device| device.made());
             self.made_after_each
                 .lock()
@@ -410,6 +422,10 @@ impl crate::store::ArtifactStore for HandingOver {
     fn statistics(&self) -> crate::store::StoreStatistics {
         self.inner.statistics()
     }
+
+    fn parts(&self) -> crate::store::StoreParts<'_> {
+        self.inner.parts()
+    }
 }
 
 // F11: on a driver that makes device objects one at a time, a warm batch
@@ -423,6 +439,7 @@ fn f11_a_warm_batch_makes_each_hit_s_device_object_as_the_store_hands_it_over() 
         inner: crate::store::MemoryStore::new(),
         device: std::sync::OnceLock::new(),
         made_after_each: std::sync::Mutex::default(),
+        paced: false,
     });
     let shared: std::sync::Arc<dyn crate::store::ArtifactStore> = store.clone();
     let mut first = loader(FakeTarget::on_store(std::sync::Arc::clone(&shared)), 2);
@@ -456,4 +473,54 @@ fn f11_a_warm_batch_makes_each_hit_s_device_object_as_the_store_hands_it_over() 
     assert_eq!(made, [1, 2, 3, 4, 5, 6], "made as handed over");
     let (threads, by_caller) = device_threads(&second, 0..6);
     assert!(by_caller && threads.len() == 1, "on the loader's thread");
+}
+
+// F11, L12: on a driver that makes device objects one at a time, a
+// warm-start profile's kernels are made on the loader's thread as the
+// profile's thread reads them, not after its whole lookup: the store
+// hands over its second answer only once the first one's object is made.
+#[test]
+fn f11_a_profiled_load_makes_each_kernel_as_the_profile_s_thread_reads_it() {
+    use crate::target::CompilationTarget;
+    let store = std::sync::Arc::new(HandingOver {
+        inner: crate::store::MemoryStore::new(),
+        device: std::sync::OnceLock::new(),
+        made_after_each: std::sync::Mutex::default(),
+        paced: true,
+    });
+    let shared: std::sync::Arc<dyn crate::store::ArtifactStore> = store.clone();
+    let program = crate::profile::Program::named("f11 profiled as read");
+    let mut first = loader(FakeTarget::on_store(std::sync::Arc::clone(&shared)), 2)
+        .with_profile(program.clone());
+    for number in 0..4 {
+        first.enqueue(Box::new(FakeKernel::new(number)), ());
+    }
+    first.compile_queued();
+    drop(first);
+    store
+        .made_after_each
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clear();
+
+    let target = FakeTarget::on_store(shared).with_serialized_device();
+    store
+        .device
+        .set(std::sync::Arc::clone(target.device_step()))
+        .expect("set once");
+    let mut next = loader(target, 2).with_profile(program);
+    load(&mut next, &FakeKernel::new(0)).expect("loads");
+    assert_eq!(next.target().loaded(), 4);
+    let made = store
+        .made_after_each
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone();
+    assert_eq!(made.len(), 4, "{made:?}");
+    assert!(
+        made[0] >= 1,
+        "the first was made before the rest were read: {made:?}"
+    );
+    let (threads, by_caller) = device_threads(&next, 0..4);
+    assert!(by_caller && threads.len() == 1, "{threads:?}");
 }

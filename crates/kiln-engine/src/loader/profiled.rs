@@ -142,34 +142,46 @@ impl<T: CompilationTarget> KernelLoader<T> {
         if !profile.profiler.is_pending() {
             return;
         }
-        let found = profile.profiler.take();
-        if found.is_empty() {
-            return;
-        }
         self.loaded.reset_if_switched(&self.store);
         let started = std::time::Instant::now();
-        self.target.batch_started();
+        let device = Arc::clone(self.target.device_step());
+        // As a warm batch's (F11): a driver that makes device objects one
+        // at a time makes them sooner on this thread than spread, each as
+        // soon as the profile's thread hands its artifact over.
+        let on_workers = device.on_workers() && device.spreads();
+        let mut begun = false;
         let mut seen = FxHashSet::default();
-        let mut kernels: Vec<Profiled<T>> = Vec::with_capacity(found.len());
-        for (id, artifact, bytes) in found {
-            if self.loaded.entries.contains_key(&id)
-                || !self.target.keeps(&id.variant)
+        let mut kernels: Vec<Profiled<T>> = Vec::new();
+        let (target, loaded) = (&mut self.target, &self.loaded);
+        profile.profiler.take_each(|id, artifact, bytes| {
+            if loaded.entries.contains_key(&id)
+                || !target.keeps(&id.variant)
                 || !seen.insert(id.clone())
             {
-                continue;
+                return;
             }
-            self.target.found(&id, &artifact);
-            kernels.push(Profiled {
+            if !begun {
+                target.batch_started();
+                begun = true;
+            }
+            target.found(&id, &artifact);
+            let mut kernel = Profiled {
                 id,
                 artifact,
                 bytes,
                 made: None,
-            });
+            };
+            if !on_workers {
+                kernel.make(&*device);
+            }
+            kernels.push(kernel);
+        });
+        if kernels.is_empty() {
+            if begun {
+                self.target.batch_finished();
+            }
+            return;
         }
-        let device = Arc::clone(self.target.device_step());
-        // As a warm batch's (F11): a driver that makes device objects one
-        // at a time makes them sooner on this thread than spread.
-        let on_workers = device.on_workers() && device.spreads();
         let workers = if on_workers {
             self.pool.workers_for(kernels.len())
         } else {

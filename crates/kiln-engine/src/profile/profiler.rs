@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::time::Duration;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
 
 use super::{StoredProfile, profile_blob_key};
 use crate::compiler::ArtifactCompiler;
@@ -23,14 +23,17 @@ use crate::store::{ArtifactStore, BlobKey, BoundStore, KeyComponents, KeyedCompi
 /// on without them (a store that hangs never holds a program up).
 const LONGEST_WAIT: Duration = Duration::from_secs(30);
 
-/// What the profile's thread found: the last profile, and each of its
-/// kernels the store holds, decoded.
-pub(crate) struct Prefetched<C: ArtifactCompiler> {
+/// What the profile's thread sends, in order: the last profile, each of
+/// its kernels the store holds as soon as it is read and decoded, then the
+/// end.
+enum Prefetch<C: ArtifactCompiler> {
     /// The last profile, if there was one.
-    pub(crate) previous: Option<StoredProfile>,
-    /// The profiled kernels the store held, with their artifacts and the
-    /// bytes read.
-    pub(crate) found: Vec<(ArtifactId<C::Variant>, C::Artifact, u64)>,
+    Previous(Option<StoredProfile>),
+    /// A profiled kernel the store held, with its artifact and the bytes
+    /// read.
+    Found(ArtifactId<C::Variant>, C::Artifact, u64),
+    /// Every kernel of the profile was asked for.
+    Done,
 }
 
 /// A loader's profile of the running process.
@@ -39,7 +42,7 @@ pub(crate) struct Profiler<C: ArtifactCompiler> {
     components: KeyComponents,
     store: Arc<dyn ArtifactStore>,
     name: BlobKey,
-    prefetch: Option<Receiver<Prefetched<C>>>,
+    prefetch: Option<Receiver<Prefetch<C>>>,
     /// Set when the profile is given up: a thread that has not read the
     /// store yet reads nothing.
     given_up: Arc<AtomicBool>,
@@ -62,14 +65,16 @@ impl<C: KeyedCompiler + 'static> Profiler<C> {
     pub(crate) fn start(program: &str, store: Arc<dyn ArtifactStore>, compiler: Arc<C>) -> Self {
         let components = compiler.key_components();
         let name = profile_blob_key(program, &components);
-        let (sender, receiver) = mpsc::sync_channel(1);
+        let (sender, receiver) = mpsc::channel();
         let (read_store, read_name) = (Arc::clone(&store), name.clone());
         let given_up = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&given_up);
         let started = std::thread::Builder::new()
             .name("kiln-profile".into())
             .spawn(move || {
-                let _ = sender.send(prefetch(&read_store, &read_name, &*compiler, &stop));
+                prefetch(&read_store, &read_name, &*compiler, &stop, &sender);
+                // The loader stopped listening only when it went away.
+                drop(sender.send(Prefetch::Done));
             });
         if let Err(error) = &started {
             log::warn!("could not start reading the warm-start profile: {error}");
@@ -96,29 +101,34 @@ impl<C: ArtifactCompiler> Profiler<C> {
         self.prefetch.is_some()
     }
 
-    /// The profiled kernels the store held, once: waits for the profile's
-    /// thread, up to a bound.
-    pub(crate) fn take(&mut self) -> Vec<(ArtifactId<C::Variant>, C::Artifact, u64)> {
+    /// Hands each profiled kernel the store held to `found`, once, as the
+    /// profile's thread reads it: waits for that thread, up to a bound.
+    pub(crate) fn take_each(
+        &mut self,
+        mut found: impl FnMut(ArtifactId<C::Variant>, C::Artifact, u64),
+    ) {
         let Some(receiver) = self.prefetch.take() else {
-            return Vec::new();
+            return;
         };
-        match receiver.recv_timeout(LONGEST_WAIT) {
-            Ok(prefetched) => {
-                self.previous = prefetched.previous;
-                prefetched.found
+        let deadline = Instant::now() + LONGEST_WAIT;
+        loop {
+            match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(Prefetch::Previous(previous)) => self.previous = previous,
+                Ok(Prefetch::Found(id, artifact, bytes)) => found(id, artifact, bytes),
+                Ok(Prefetch::Done) | Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {
+                    log::warn!(
+                        "the warm-start profile's lookups took over {LONGEST_WAIT:?}: going on \
+                         without the rest"
+                    );
+                    return;
+                }
             }
-            Err(RecvTimeoutError::Timeout) => {
-                log::warn!(
-                    "the warm-start profile's lookups took over {LONGEST_WAIT:?}: going on \
-                     without them"
-                );
-                Vec::new()
-            }
-            Err(RecvTimeoutError::Disconnected) => Vec::new(),
         }
     }
 
-    /// The profile the last run left, once [`take`](Self::take) read it.
+    /// The profile the last run left, once [`take_each`](Self::take_each)
+    /// read it.
     pub(crate) fn previous(&self) -> Option<&StoredProfile> {
         self.previous.as_ref()
     }
@@ -169,7 +179,7 @@ impl<C: ArtifactCompiler> Profiler<C> {
         }
         // A loader dropped before it took its profile still ages it.
         if self.prefetch.is_some() {
-            drop(self.take());
+            self.take_each(|_, _, _| {});
         }
         let mut used = HashMap::new();
         let asked = std::mem::take(&mut self.watched)
@@ -231,19 +241,17 @@ impl<C: ArtifactCompiler> Drop for Profiler<C> {
     }
 }
 
-/// Reads the profile `name` and looks each of its kernels up, at once.
+/// Reads the profile `name`, looks each of its kernels up at once, and
+/// sends what it finds to `sender` as it is read.
 fn prefetch<C: KeyedCompiler>(
     store: &Arc<dyn ArtifactStore>,
     name: &BlobKey,
     compiler: &C,
     given_up: &AtomicBool,
-) -> Prefetched<C> {
-    let nothing = || Prefetched {
-        previous: None,
-        found: Vec::new(),
-    };
+    sender: &Sender<Prefetch<C>>,
+) {
     if given_up.load(Ordering::Relaxed) {
-        return nothing();
+        return;
     }
     let previous = match store.parts().lookup_blob(name) {
         Lookup::Hit { artifact, .. } => StoredProfile::from_bytes(&artifact),
@@ -258,25 +266,19 @@ fn prefetch<C: KeyedCompiler>(
                 .map(|(id, _)| id)
         })
         .collect();
+    // The loader stopped listening only when it went away.
+    drop(sender.send(Prefetch::Previous(previous)));
+    if ids.is_empty() || given_up.load(Ordering::Relaxed) {
+        return;
+    }
     let bound = BoundStore::new(Arc::clone(store), compiler);
     let asked: Vec<&ArtifactId<C::Variant>> = ids.iter().collect();
-    if given_up.load(Ordering::Relaxed) {
-        return nothing();
-    }
-    let found = if asked.is_empty() {
-        Vec::new()
-    } else {
-        bound.lookup_many(compiler, &asked)
-    };
-    let found = ids
-        .iter()
-        .zip(found)
-        .filter_map(|(id, lookup)| match lookup {
-            Lookup::Hit {
-                artifact, bytes, ..
-            } => Some((id.clone(), artifact, bytes)),
-            Lookup::Miss(_) => None,
-        })
-        .collect();
-    Prefetched { previous, found }
+    bound.lookup_each(compiler, &asked, &mut |at, lookup| {
+        if let Lookup::Hit {
+            artifact, bytes, ..
+        } = lookup
+        {
+            drop(sender.send(Prefetch::Found(ids[at].clone(), artifact, bytes)));
+        }
+    });
 }
