@@ -164,7 +164,17 @@ impl Garage {
             }
         };
         let node = node.trim().split('@').next().unwrap_or_default().to_owned();
-        self.cli(&["layout", "assign", "-z", "dc1", "-c", "1G", &node])?;
+        // The node's id is read from its files, which it writes before it
+        // listens for its command line: on a loaded machine the first
+        // command that talks to it may find its port closed (seen once:
+        // "Connection refused"). It is asked again within the minute.
+        loop {
+            match self.cli(&["layout", "assign", "-z", "dc1", "-c", "1G", &node]) {
+                Ok(_) => break,
+                Err(error) if started.elapsed() > Duration::from_secs(60) => return Err(error),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
         self.cli(&["layout", "apply", "--version", "1"])?;
         let created = self.cli(&["key", "create", "kiln-test"])?;
         let field = |name: &str| {
@@ -227,9 +237,38 @@ impl Garage {
     }
 
     /// SIGSTOP: the node keeps its port and answers nothing until
-    /// [`resume`](Self::resume)d.
+    /// [`resume`](Self::resume)d. Returns once every thread of the node
+    /// has stopped (at most 5 s): `kill` returns when the signal is
+    /// queued, and a process of many threads stops only once the one
+    /// thread woken for the signal runs and stops the others; on a loaded
+    /// machine that is milliseconds later, and the other threads answer
+    /// requests meanwhile (a test's lookup sent just after `kill` found
+    /// one key of eight answered).
     pub fn pause(&self) {
         self.signal(libc::SIGSTOP);
+        let until = Instant::now() + Duration::from_secs(5);
+        while !self.stopped() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Whether every thread of the node is stopped by a signal (state
+    /// `T` in the system's process table); `true` where the table cannot
+    /// be read, as nothing can be waited on then.
+    fn stopped(&self) -> bool {
+        let Ok(threads) = std::fs::read_dir(format!("/proc/{}/task", self.child.id())) else {
+            return true;
+        };
+        threads.flatten().all(|thread| {
+            std::fs::read_to_string(thread.path().join("stat"))
+                .ok()
+                .and_then(|stat| {
+                    // The state follows the command's name in parentheses.
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    Some(rest.trim_start().starts_with('T'))
+                })
+                .unwrap_or(true)
+        })
     }
 
     /// SIGCONT.
