@@ -73,6 +73,9 @@ impl WgpuDevice {
             flags: wgpu::InstanceFlags::from_build_config().with_env(),
             ..wgpu::InstanceDescriptor::new_without_display_handle()
         });
+        // Where the opening's time goes (the Vulkan loader loads every
+        // installed driver for the instance): in `kiln -vv`'s timed lines.
+        log::debug!("wgpu: Vulkan instance made");
         let adapter = block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
             ..wgpu::RequestAdapterOptions::default()
@@ -89,6 +92,7 @@ impl WgpuDevice {
                 | wgpu::Features::PIPELINE_CACHE
                 | wgpu::Features::PASSTHROUGH_SHADERS);
         let info = adapter.get_info();
+        log::debug!("wgpu: adapter {} chosen", info.name);
         let (device, queue) = block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("kiln"),
             required_features,
@@ -104,6 +108,7 @@ impl WgpuDevice {
         device.on_uncaptured_error(Arc::new(|error: wgpu::Error| {
             log::error!("wgpu error outside kiln's error scopes: {error}");
         }));
+        log::debug!("wgpu: device opened on {}", info.name);
         Ok(Self {
             adapter_features: Some(adapter_features),
             ..Self::new(device, queue)

@@ -568,6 +568,11 @@ impl CompilationTarget for WgpuTarget {
         made: WgpuMade,
     ) -> Result<WgpuPipeline, DeviceRefusal> {
         if made.on_device.is_some() {
+            log::trace!(
+                "wgpu: the pipeline of {} made in {:?}",
+                artifact.label,
+                made.took
+            );
             self.pipelines_made += 1;
             self.pipeline_time += made.took;
             if let Some(cache) = &mut self.pipeline_cache {
