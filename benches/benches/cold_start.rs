@@ -7,7 +7,11 @@
 //! - `cold_start`: the first batch, timed from the loader's creation to its
 //!   last kernel loaded: it pays for whatever the worker processes still
 //!   need to start;
-//! - `warm_pool`: the second batch, whose workers are running.
+//! - `warm_pool`: the second batch, whose workers are running;
+//! - `cold_start_early`: another fresh process's first batch, which
+//!   started its compile workers with `kiln_engine::worker::start_early`
+//!   before making its target, as a program that knows it will compile
+//!   does (F5): they start beside the device context.
 //!
 //! Each is compared with its ideal, max(slowest kernel, summed work /
 //! cores) from the batch's own records (S3). F5's goal: the cold batch
@@ -25,6 +29,8 @@ use kiln_engine::{BatchRecord, KernelLoader, KernelOutcome};
 
 /// Set on the fresh process.
 const COLD_CHILD: &str = "KILN_BENCH_COLD_CHILD";
+/// Set on the fresh process that starts its workers before its target.
+const COLD_EARLY: &str = "KILN_BENCH_COLD_EARLY";
 
 fn count() -> usize {
     std::env::var("KILN_BENCH_COLD")
@@ -75,6 +81,21 @@ fn cold_child() {
     let count = count() as u64;
     // A salt of this process's own, so no two runs share a kernel anywhere.
     let salt = u64::from(std::process::id()) * 1_000_000;
+    let early = std::env::var_os(COLD_EARLY).is_some();
+    if early {
+        // What the target will compile for, asked of the driver without a
+        // context (the benchmark's architecture on a machine without a
+        // GPU): the recipe its pool will look for.
+        let architecture = kiln_cuda::CudaDevice::architecture_of(0)
+            .filter(|_| std::env::var("KILN_BENCH_DEVICE").map_or(true, |value| value != "0"))
+            .unwrap_or(kiln_benches::BENCH_ARCHITECTURE);
+        if let Ok(compiler) = kiln_cuda::CudaCompiler::new() {
+            let compiler = compiler.keyed_for(architecture);
+            if let Some(recipe) = kiln_engine::ArtifactCompiler::worker_recipe(&compiler) {
+                kiln_engine::worker::start_early(recipe, cores());
+            }
+        }
+    }
     let target = cuda_target("cold_start", true).expect("NVRTC is here");
     let note = if target.is_compile_only() {
         "compile-only"
@@ -97,7 +118,15 @@ fn cold_child() {
     loader.compile_queued();
     let warm = started.elapsed();
     let second = loader.records().back().expect("a second batch").clone();
-    for (case, wall, batch) in [("cold_start", cold, &first), ("warm_pool", warm, &second)] {
+    let cases = if early {
+        [
+            ("cold_start_early", cold, &first),
+            ("warm_pool_early", warm, &second),
+        ]
+    } else {
+        [("cold_start", cold, &first), ("warm_pool", warm, &second)]
+    };
+    for (case, wall, batch) in cases {
         let record = record(case, wall, batch, note);
         println!("{}", serde_json::to_string(&record).expect("serializes"));
     }
@@ -114,32 +143,44 @@ fn cold_start(criterion: &mut Criterion) {
         bencher.iter_custom(|iterations| {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
-                let output = std::process::Command::new(
-                    std::env::current_exe().expect("this benchmark's path"),
-                )
-                .env(COLD_CHILD, "1")
-                .env("KILN_BENCH_COLD", count.to_string())
-                .output()
-                .expect("the fresh process starts");
-                let text = String::from_utf8_lossy(&output.stdout);
-                let records: Vec<BenchRecord> = text
-                    .lines()
-                    .filter_map(|line| serde_json::from_str::<BenchRecord>(line).ok())
-                    .collect();
-                assert_eq!(
-                    records.len(),
-                    2,
-                    "the fresh process gave its two records ({}): {}",
-                    output.status,
-                    String::from_utf8_lossy(&output.stderr)
-                );
-                for record in &records {
-                    append_record(record);
-                }
+                let records = fresh_process(count, false);
                 total += Duration::from_secs_f64(records[0].wall);
+                // The same first batch with its workers started early, its
+                // record beside it (not timed by criterion).
+                fresh_process(count, true);
             }
             total
         });
     });
     group.finish();
+}
+
+/// Runs the fresh process (starting its workers early when `early`),
+/// keeps its two records and returns them.
+fn fresh_process(count: usize, early: bool) -> Vec<BenchRecord> {
+    let mut command =
+        std::process::Command::new(std::env::current_exe().expect("this benchmark's path"));
+    command
+        .env(COLD_CHILD, "1")
+        .env("KILN_BENCH_COLD", count.to_string());
+    if early {
+        command.env(COLD_EARLY, "1");
+    }
+    let output = command.output().expect("the fresh process starts");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let records: Vec<BenchRecord> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<BenchRecord>(line).ok())
+        .collect();
+    assert_eq!(
+        records.len(),
+        2,
+        "the fresh process gave its two records ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for record in &records {
+        append_record(record);
+    }
+    records
 }
