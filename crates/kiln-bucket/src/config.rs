@@ -45,7 +45,7 @@ pub const DEFAULT_SPLIT: u64 = 256 << 10;
 pub enum PackOrder {
     /// The pack's GET beside the per-key GETs, answering once the pack
     /// covered every key or every GET answered: the per-key GETs go in
-    /// waves from a 30 ms head start until the pack answers (all at once
+    /// waves from a 60 ms head start until the pack answers (all at once
     /// when it answered without them), so a cold batch costs no round
     /// trip more, and a warm one the few per-key GETs sent before its
     /// pack's answer, not waited for (`beside`).

@@ -227,29 +227,44 @@ impl Flight {
 
 /// How many of `total` per-key GETs may be sent `waited` after the
 /// lookup began, with the head start `delay`: none before it; then
-/// waves that double every half head start, from an eighth (at least
-/// one): a pack that answers soon after its head start spares most of
-/// them, and a lookup whose pack is slow or missing has every GET out
-/// within 2.5 head starts (or at once when the pack answered without
-/// them).
+/// waves that double every eighth of a head start, from an eighth of
+/// them (at least one): a pack that answers soon after its head start
+/// spares most of them, and a lookup whose pack is slow or missing has
+/// every GET out within 1.375 head starts (see
+/// [`all_released`]; at once when the pack answered without them).
 pub(crate) fn released(total: usize, delay: Duration, waited: Duration) -> usize {
     if waited < delay || total == 0 {
         return 0;
     }
-    let half = (delay / 2).max(Duration::from_millis(1));
-    let doublings = ((waited - delay).as_nanos() / half.as_nanos()).min(16) as u32;
+    let step = wave_step(delay);
+    let doublings = ((waited - delay).as_nanos() / step.as_nanos()).min(16) as u32;
     total.div_ceil(8).saturating_mul(1 << doublings).min(total)
+}
+
+/// The time between two waves: an eighth of the head start.
+fn wave_step(delay: Duration) -> Duration {
+    (delay / 8).max(Duration::from_millis(1))
+}
+
+/// When every one of `total` per-key GETs may be sent, after the lookup
+/// began with the head start `delay`.
+pub(crate) fn all_released(total: usize, delay: Duration) -> Duration {
+    let mut at = delay;
+    while released(total, delay, at) < total {
+        at += wave_step(delay);
+    }
+    at
 }
 
 /// When the wave after `waited` comes.
 fn next_wave(total: usize, delay: Duration, waited: Duration) -> Duration {
-    let half = (delay / 2).max(Duration::from_millis(1));
+    let step = wave_step(delay);
     let mut at = delay;
     while at <= waited || released(total, delay, at) <= released(total, delay, waited) {
         if released(total, delay, at) >= total {
-            return at.max(waited + half);
+            return at.max(waited + step);
         }
-        at += half;
+        at += step;
     }
     at
 }
@@ -278,26 +293,30 @@ mod tests {
 
     #[test]
     fn p16_per_key_gets_go_in_doubling_waves_after_the_head_start() {
-        let delay = Duration::from_millis(30);
+        let delay = Duration::from_millis(60);
         let at = |ms| released(64, delay, Duration::from_millis(ms));
         assert_eq!(
             [
                 at(0),
-                at(29),
-                at(30),
-                at(44),
-                at(45),
+                at(59),
                 at(60),
+                at(67),
+                at(68),
                 at(75),
+                at(82),
+                at(83),
                 at(500)
             ],
-            [0, 0, 8, 8, 16, 32, 64, 64]
+            [0, 0, 8, 8, 16, 32, 32, 64, 64]
         );
         assert_eq!(released(3, delay, delay), 1);
         assert_eq!(
-            next_wave(64, delay, Duration::from_millis(31)),
-            Duration::from_millis(45)
+            next_wave(64, delay, Duration::from_millis(61)),
+            Duration::from_micros(67_500)
         );
+        assert_eq!(all_released(64, delay), Duration::from_micros(82_500));
+        assert_eq!(all_released(16, delay), Duration::from_micros(82_500));
+        assert_eq!(all_released(2, delay), Duration::from_micros(67_500));
     }
 
     #[test]
@@ -305,12 +324,12 @@ mod tests {
         // An eighth goes after the head start; the rest wait for theirs.
         let store = nowhere();
         let objects = (0..16).map(|index| format!("e/{index}")).collect();
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(8);
         let flight = Arc::new(Flight::new(store.clone(), objects, deadline));
-        // The second wave comes 500 ms after the first: room for a
+        // The second wave comes 250 ms after the first: room for a
         // loaded machine's late wake-up.
-        Arc::clone(&flight).hedge(Instant::now(), Duration::from_millis(1000), 4);
-        std::thread::sleep(Duration::from_millis(1200));
+        Arc::clone(&flight).hedge(Instant::now(), Duration::from_millis(2000), 4);
+        std::thread::sleep(Duration::from_millis(2120));
         assert_eq!(store.bucket_statistics().requests, 2);
         flight.open();
         let answers = flight.wait(&(0..16).collect::<Vec<_>>());

@@ -17,13 +17,15 @@ use crate::config::PackOrder;
 use crate::pack;
 
 /// How long the pack's GET goes alone before the per-key GETs follow it
-/// (`beside`), in waves that double every half head start from an eighth
-/// of them: long enough for a bucket nearby to answer it first, so a warm
-/// batch costs one request, and for its request to reach a bucket far
-/// away before theirs; a pack that answers soon after spares most of
-/// them, and a cold batch's lookup has every per-key GET out within 2.5
-/// head starts, or at once when the pack answered without its keys.
-pub(crate) const HEAD_START: Duration = Duration::from_millis(30);
+/// (`beside`), in waves that double every eighth of a head start from an
+/// eighth of them: long enough for a bucket nearby (up to some 55 ms
+/// away) to answer it first, so a warm batch costs one request and its
+/// answer does not share the machine with needless GETs, and for its
+/// request to reach a bucket far away before theirs; a pack that answers
+/// soon after spares most of them, and a cold batch's lookup has 64
+/// per-key GETs out within 82.5 ms, or at once when the pack answered
+/// without its keys.
+pub(crate) const HEAD_START: Duration = Duration::from_millis(60);
 
 /// What a lookup learned of its batch's pack: whether one should be
 /// written when the batch ends.
@@ -176,7 +178,7 @@ impl BucketStore {
             if seen == Seen::Absent {
                 // Every per-key GET is out now, or was when the waves
                 // ended.
-                let all_out = learned.min(HEAD_START * 5 / 2);
+                let all_out = learned.min(super::flight::all_released(flight.len(), HEAD_START));
                 absent((all_out + round_trip / 3).saturating_sub(learned));
             }
             // This thread sends too.
