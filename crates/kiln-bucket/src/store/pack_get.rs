@@ -45,11 +45,21 @@ impl std::fmt::Debug for PackGet {
     }
 }
 
+/// How long the lookup waits, at most, for the sending thread to take
+/// its pack's GET before it reads the disk: the disk's lookup takes this
+/// thread and others of its own, and on a loaded 2-core machine a sending
+/// thread woken beside them waited up to 12 ms for a core (measured),
+/// where the lookup waiting lets it run at once.
+const TAKEN_WITHIN: Duration = Duration::from_millis(2);
+
 /// Where a GET sent ahead lands.
 #[derive(Default)]
 struct Slot {
     state: Mutex<Landing>,
     landed: Condvar,
+    /// Whether a sending thread took the GET.
+    taken: Mutex<bool>,
+    taken_now: Condvar,
 }
 
 #[derive(Default)]
@@ -92,6 +102,8 @@ impl BucketStore {
             let landing = Arc::clone(&slot);
             StoreCounters::add(&self.inner.more.requests, 1);
             self.inner.workers.run(Box::new(move || {
+                *landing.taken.lock().unwrap_or_else(PoisonError::into_inner) = true;
+                landing.taken_now.notify_all();
                 let sent = Instant::now();
                 let answer = store.inner.client.get(&object, deadline);
                 let took = sent.elapsed();
@@ -108,6 +120,16 @@ impl BucketStore {
                     }
                 }
             }));
+            let until = Instant::now() + TAKEN_WITHIN;
+            let mut taken = slot.taken.lock().unwrap_or_else(PoisonError::into_inner);
+            while !*taken && let Some(left) = until.checked_duration_since(Instant::now()) {
+                taken = slot
+                    .taken_now
+                    .wait_timeout(taken, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+            drop(taken);
             get.ahead = Some(slot);
         }
         get
