@@ -36,7 +36,7 @@ use kiln_benches::{BenchRecord, append_record, cores, counts_from_env, cuda_targ
 use kiln_cuda::{CudaArtifact, CudaKernel, CudaOptions, CudaTarget, CudaVariant};
 use kiln_engine::{
     ArtifactId, ArtifactStore, CompilationTarget, DeviceStep, Kernel, KernelId, KernelLoader,
-    Lookup,
+    LoaderConfig, Lookup,
 };
 
 /// Set on the fresh process: the store's root, then the count.
@@ -128,12 +128,14 @@ fn program_child(root: &Path, count: usize) {
     let target = cuda_target("warm_run", true).expect("NVRTC is here");
     let started = Instant::now();
     let profiled = std::env::var_os(CHILD_PROFILED).is_some();
-    let loader = KernelLoader::new(target.with_store(open_store(root)));
-    let mut loader = if profiled {
-        loader
-    } else {
-        loader.without_profile()
+    // Without its profile, the loader is made as a program that keeps
+    // none makes it (`KILN_PROFILE=0`): no profile's thread started and
+    // given up.
+    let config = LoaderConfig {
+        profile: profiled,
+        ..LoaderConfig::from_env_or_default()
     };
+    let mut loader = KernelLoader::with_config(target.with_store(open_store(root)), config);
     let variant = loader.target().variant();
     for kernel in &kernels {
         loader.enqueue(Box::new(kernel.clone()), variant);
