@@ -64,7 +64,9 @@ const ABSENT_LIMIT: usize = 1 << 16;
 ///   loader asks (waiting for it, within the timeout).
 /// - **Batch packs**, without the size split: the batch's first lookup
 ///   that reaches the bucket (4 keys or more) reads the pack of its set
-///   of keys too ([`BucketConfig::packs`](crate::BucketConfig::packs));
+///   of keys too ([`BucketConfig::packs`](crate::BucketConfig::packs)),
+///   its GET sent beside the front's lookup when the front lacks the
+///   lookup's first key (asked of it alone, first), else after it;
 ///   when the bucket held no whole pack of it, the set's artifacts (the
 ///   front's hits, the bucket's, the batch's puts) are kept until
 ///   [`batch_finished`](kiln_engine::Groups::batch_finished) queues the
