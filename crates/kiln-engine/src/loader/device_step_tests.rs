@@ -428,49 +428,65 @@ impl crate::store::ArtifactStore for HandingOver {
     }
 }
 
+impl HandingOver {
+    /// A store holding kernels `0..count`, stored by a first loader (with
+    /// `program`'s profile when given), and the target of a next process
+    /// on it whose driver makes device objects one at a time, watched by
+    /// the store.
+    fn filled(
+        count: u32,
+        paced: bool,
+        program: Option<&crate::profile::Program>,
+    ) -> (std::sync::Arc<Self>, FakeTarget) {
+        use crate::target::CompilationTarget;
+        let store = std::sync::Arc::new(HandingOver {
+            inner: crate::store::MemoryStore::new(),
+            device: std::sync::OnceLock::new(),
+            made_after_each: std::sync::Mutex::default(),
+            paced,
+        });
+        let shared: std::sync::Arc<dyn crate::store::ArtifactStore> = store.clone();
+        let first = loader(FakeTarget::on_store(std::sync::Arc::clone(&shared)), 2);
+        let mut first = match program {
+            Some(program) => first.with_profile(program.clone()),
+            None => first,
+        };
+        for number in 0..count {
+            first.enqueue(Box::new(FakeKernel::new(number)), ());
+        }
+        first.compile_queued();
+        drop(first);
+        store.made().clear();
+        let target = FakeTarget::on_store(shared).with_serialized_device();
+        store
+            .device
+            .set(std::sync::Arc::clone(target.device_step()))
+            .expect("set once");
+        (store, target)
+    }
+
+    /// How many device objects were made by the end of each hand-over.
+    fn made(&self) -> std::sync::MutexGuard<'_, Vec<usize>> {
+        self.made_after_each
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
 // F11: on a driver that makes device objects one at a time, a warm batch
 // makes each hit's while the store is still reading the others, not
 // after the whole lookup: each hand-over of the store returns with that
 // kernel's device object made.
 #[test]
 fn f11_a_warm_batch_makes_each_hit_s_device_object_as_the_store_hands_it_over() {
-    use crate::target::CompilationTarget;
-    let store = std::sync::Arc::new(HandingOver {
-        inner: crate::store::MemoryStore::new(),
-        device: std::sync::OnceLock::new(),
-        made_after_each: std::sync::Mutex::default(),
-        paced: false,
-    });
-    let shared: std::sync::Arc<dyn crate::store::ArtifactStore> = store.clone();
-    let mut first = loader(FakeTarget::on_store(std::sync::Arc::clone(&shared)), 2);
-    for number in 0..6 {
-        first.enqueue(Box::new(FakeKernel::new(number)), ());
-    }
-    first.compile_queued();
-    drop(first);
-    store
-        .made_after_each
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .clear();
-
-    let target = FakeTarget::on_store(shared).with_serialized_device();
-    store
-        .device
-        .set(std::sync::Arc::clone(target.device_step()))
-        .expect("set once");
+    let (store, target) = HandingOver::filled(6, false, None);
     let mut second = loader(target, 2);
     for number in 0..6 {
         second.enqueue(Box::new(FakeKernel::new(number)), ());
     }
     second.compile_queued();
     assert_eq!(second.records()[0].count(KernelOutcome::FromStore), 6);
-    let made = store
-        .made_after_each
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .clone();
-    assert_eq!(made, [1, 2, 3, 4, 5, 6], "made as handed over");
+    assert_eq!(*store.made(), [1, 2, 3, 4, 5, 6], "made as handed over");
     let (threads, by_caller) = device_threads(&second, 0..6);
     assert!(by_caller && threads.len() == 1, "on the loader's thread");
 }
@@ -481,41 +497,12 @@ fn f11_a_warm_batch_makes_each_hit_s_device_object_as_the_store_hands_it_over() 
 // hands over its second answer only once the first one's object is made.
 #[test]
 fn f11_a_profiled_load_makes_each_kernel_as_the_profile_s_thread_reads_it() {
-    use crate::target::CompilationTarget;
-    let store = std::sync::Arc::new(HandingOver {
-        inner: crate::store::MemoryStore::new(),
-        device: std::sync::OnceLock::new(),
-        made_after_each: std::sync::Mutex::default(),
-        paced: true,
-    });
-    let shared: std::sync::Arc<dyn crate::store::ArtifactStore> = store.clone();
     let program = crate::profile::Program::named("f11 profiled as read");
-    let mut first = loader(FakeTarget::on_store(std::sync::Arc::clone(&shared)), 2)
-        .with_profile(program.clone());
-    for number in 0..4 {
-        first.enqueue(Box::new(FakeKernel::new(number)), ());
-    }
-    first.compile_queued();
-    drop(first);
-    store
-        .made_after_each
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .clear();
-
-    let target = FakeTarget::on_store(shared).with_serialized_device();
-    store
-        .device
-        .set(std::sync::Arc::clone(target.device_step()))
-        .expect("set once");
+    let (store, target) = HandingOver::filled(4, true, Some(&program));
     let mut next = loader(target, 2).with_profile(program);
     load(&mut next, &FakeKernel::new(0)).expect("loads");
     assert_eq!(next.target().loaded(), 4);
-    let made = store
-        .made_after_each
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .clone();
+    let made = store.made().clone();
     assert_eq!(made.len(), 4, "{made:?}");
     assert!(
         made[0] >= 1,
