@@ -8,6 +8,9 @@
 //! - `program`: a fresh process (this binary again) loading the same N
 //!   kernels through its own loader, timed from the loader's creation
 //!   (the store opened with it) to the last kernel loaded;
+//!   `program_profiled` the same with its warm-start profile, and
+//!   `program_ahead` the same having read its kernels with
+//!   `ReadAhead::start` before making its device, as `kiln warm` does;
 //! - `floor`: in this process, the same artifacts' bytes read from plain
 //!   files, digested with BLAKE3 (what verifying costs), decoded and
 //!   loaded on the device (`cuModuleLoadData`; on a machine without a
@@ -34,6 +37,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use kiln_benches::{BenchRecord, append_record, cores, counts_from_env, cuda_target};
 use kiln_cuda::{CudaArtifact, CudaKernel, CudaOptions, CudaTarget, CudaVariant};
+use kiln_engine::store::ReadAhead;
 use kiln_engine::{
     ArtifactId, ArtifactStore, CompilationTarget, DeviceStep, Kernel, KernelId, KernelLoader,
     LoaderConfig, Lookup,
@@ -45,6 +49,17 @@ const CHILD_COUNT: &str = "KILN_BENCH_WARM_RUN_COUNT";
 /// Set on the fresh process: its loader keeps and uses a warm-start
 /// profile (F8) instead of none.
 const CHILD_PROFILED: &str = "KILN_BENCH_WARM_RUN_PROFILED";
+/// Set on the fresh process: it reads its kernels ahead, before making
+/// its device (`ReadAhead`).
+const CHILD_AHEAD: &str = "KILN_BENCH_WARM_RUN_AHEAD";
+
+/// How the program's fresh process starts.
+#[derive(Clone, Copy, PartialEq)]
+enum Start {
+    Plain,
+    Profiled,
+    Ahead,
+}
 
 /// The tiled GEMM of the examples, each specialization a tile and an
 /// unroll factor (the text `benches/main_job/run.sh` warms too).
@@ -123,11 +138,32 @@ fn main() {
 /// prints its record.
 fn program_child(root: &Path, count: usize) {
     let kernels = kernels(count);
+    let profiled = std::env::var_os(CHILD_PROFILED).is_some();
+    // Read ahead: the device's architecture asked of the driver (the
+    // benchmark's on a machine without a GPU), the kernels read while the
+    // context is made.
+    let ahead = std::env::var_os(CHILD_AHEAD).is_some().then(|| {
+        let architecture = kiln_cuda::CudaDevice::architecture_of(0)
+            .filter(|_| std::env::var("KILN_BENCH_DEVICE").map_or(true, |value| value != "0"))
+            .unwrap_or(kiln_benches::BENCH_ARCHITECTURE);
+        let compiler = kiln_cuda::CudaCompiler::new()
+            .expect("NVRTC is here")
+            .keyed_for(architecture);
+        let variant = kiln_cuda::CudaVariant { architecture };
+        let ids: Vec<_> = kernels
+            .iter()
+            .map(|kernel| ArtifactId::new(kernel.id(), variant))
+            .collect();
+        ReadAhead::start(open_store(root), &compiler, &ids)
+    });
     // The CUDA context (or NVRTC, compile-only) is made before the clock
     // starts: a program pays it with or without kiln.
     let target = cuda_target("warm_run", true).expect("NVRTC is here");
     let started = Instant::now();
-    let profiled = std::env::var_os(CHILD_PROFILED).is_some();
+    let store = match &ahead {
+        Some(ahead) => Arc::clone(ahead) as Arc<dyn ArtifactStore>,
+        None => open_store(root),
+    };
     // Without its profile, the loader is made as a program that keeps
     // none makes it (`KILN_PROFILE=0`): no profile's thread started and
     // given up.
@@ -135,7 +171,7 @@ fn program_child(root: &Path, count: usize) {
         profile: profiled,
         ..LoaderConfig::from_env_or_default()
     };
-    let mut loader = KernelLoader::with_config(target.with_store(open_store(root)), config);
+    let mut loader = KernelLoader::with_config(target.with_store(store), config);
     let variant = loader.target().variant();
     for kernel in &kernels {
         loader.enqueue(Box::new(kernel.clone()), variant);
@@ -151,10 +187,11 @@ fn program_child(root: &Path, count: usize) {
     let batch = loader.records().back();
     let record = BenchRecord {
         bench: "warm_run".into(),
-        case: match (all_loaded && compiled == 0, profiled) {
-            (true, false) => "program",
-            (true, true) => "program_profiled",
-            (false, _) => "program_cold",
+        case: match (all_loaded && compiled == 0, profiled, ahead.is_some()) {
+            (true, true, _) => "program_profiled",
+            (true, false, true) => "program_ahead",
+            (true, false, false) => "program",
+            (false, _, _) => "program_cold",
         }
         .into(),
         size: Some("gemm".into()),
@@ -182,11 +219,17 @@ fn place(target: &CudaTarget) -> &'static str {
 }
 
 /// Runs the program's fresh process on the store at `root`; its record.
-fn run_program(root: &Path, count: usize, profiled: bool) -> BenchRecord {
+fn run_program(root: &Path, count: usize, start: Start) -> BenchRecord {
     let mut command = std::process::Command::new(std::env::current_exe().expect("this benchmark"));
     command.env(CHILD, root).env(CHILD_COUNT, count.to_string());
-    if profiled {
-        command.env(CHILD_PROFILED, "1");
+    match start {
+        Start::Plain => {}
+        Start::Profiled => {
+            command.env(CHILD_PROFILED, "1");
+        }
+        Start::Ahead => {
+            command.env(CHILD_AHEAD, "1");
+        }
     }
     let output = command.output().expect("the fresh process starts");
     String::from_utf8_lossy(&output.stdout)
@@ -258,7 +301,7 @@ fn warm_run(criterion: &mut Criterion, target: CudaTarget, count: usize) {
     let note = place(&target);
     // Fill the program's store: the cold run a warm start saves.
     let program_store = root.join("program-store");
-    let cold = run_program(&program_store, count, false);
+    let cold = run_program(&program_store, count, Start::Plain);
     assert_eq!(cold.compiled, Some(count), "the first run compiles");
     append_record(&cold);
 
@@ -325,10 +368,15 @@ fn warm_run(criterion: &mut Criterion, target: CudaTarget, count: usize) {
         bencher.iter_custom(|iterations| {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
-                let record = run_program(&program_store, count, false);
+                let record = run_program(&program_store, count, Start::Plain);
                 assert_eq!(record.case, "program", "every kernel from the store");
                 total += Duration::from_secs_f64(record.wall);
                 append_record(&record);
+                // The same start reading its kernels ahead, beside it (not
+                // timed by criterion).
+                let ahead = run_program(&program_store, count, Start::Ahead);
+                assert_eq!(ahead.case, "program_ahead", "every kernel read ahead");
+                append_record(&ahead);
             }
             total
         });
@@ -337,13 +385,13 @@ fn warm_run(criterion: &mut Criterion, target: CudaTarget, count: usize) {
     // The same program keeping a warm-start profile (on by default with a
     // store): a store of its own, its profile written by a first run.
     let profiled_store = root.join("profiled-store");
-    run_program(&profiled_store, count, true);
-    run_program(&profiled_store, count, true);
+    run_program(&profiled_store, count, Start::Profiled);
+    run_program(&profiled_store, count, Start::Profiled);
     group.bench_function(BenchmarkId::new("program_profiled", count), |bencher| {
         bencher.iter_custom(|iterations| {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
-                let record = run_program(&profiled_store, count, true);
+                let record = run_program(&profiled_store, count, Start::Profiled);
                 assert_eq!(
                     record.case, "program_profiled",
                     "every kernel from the store"

@@ -132,7 +132,9 @@ pub use kiln_engine::{
 };
 
 // A store as a program holds one: the trait a target's store setter takes
-// (and its one-entry puts), the store in memory, what a store counts.
+// (and its one-entry puts), the store in memory, what a store counts, and
+// a program's kernels read from it while its device is made.
+pub use kiln_engine::store::ReadAhead;
 pub use kiln_engine::{
     ArtifactStore, ArtifactStoreExt, MemoryStore, StoreCounters, StoreStatistics,
 };

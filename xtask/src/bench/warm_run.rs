@@ -53,6 +53,14 @@ pub(super) fn f11_rows(of: &RecordsOf<'_>, rows: &mut Vec<[String; 4]>) {
                 ratios.push(format!("program / floor {ratio:.2}"));
             }
         }
+        let ahead = of("warm_run", "program_ahead", "", Some(count));
+        if let Some(ahead_wall) = wall(&ahead) {
+            measured.push(format!(
+                "reading ahead beside its device {}",
+                time(ahead_wall)
+            ));
+            ratios.push(format!("read ahead / floor {:.2}", ahead_wall / floor_wall));
+        }
         let profiled = of("warm_run", "program_profiled", "", Some(count));
         if let Some(profiled_wall) = wall(&profiled) {
             measured.push(format!(

@@ -38,6 +38,7 @@
 //!
 //! [`CompilationTarget`]: crate::CompilationTarget
 
+mod ahead;
 mod binding;
 mod blob;
 pub mod bytes;
@@ -59,6 +60,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use ahead::ReadAhead;
 pub use binding::{BoundStore, Claimed, PendingRekey};
 pub use blob::BlobKey;
 pub use claim::{Claim, ClaimGuard, ClaimWait};

@@ -8,10 +8,10 @@
 use std::sync::Arc;
 
 use kiln_cxx::{CxxBackend, CxxKernelBuilder};
+use kiln_engine::store::ReadAhead;
 use kiln_engine::{ArtifactCompiler, CompilationTarget, Kernel, KernelOf, Reported};
 
 use super::Job;
-use super::ahead::Ahead;
 use super::batch::{self, BackendReport, Placed};
 
 /// The options a file's `// kiln options:` lines give, from the
@@ -140,7 +140,7 @@ where
     let (kernels, ahead) = match ahead {
         Some((kernels, ahead)) => {
             let ahead = ahead.filter(|_| early.as_ref() == Some(&B::architecture_of(&target)));
-            (Some(kernels), ahead.map(Arc::new))
+            (Some(kernels), ahead)
         }
         None => (None, None),
     };
@@ -178,13 +178,13 @@ where
 type Modules<B> = Vec<batch::Labelled<KernelOf<<B as CxxBackend>::Target>>>;
 
 /// Reads `kernels` of `architecture` from `store` before the device is
-/// ready ([`Ahead`]) and starts the compile workers for the ones missing;
+/// ready ([`ReadAhead`]) and starts the compile workers for the ones missing;
 /// hands the kernels back, with the answers when the compiler opened.
 fn read_ahead<B: CxxBackend>(
     architecture: B::Architecture,
     store: Arc<dyn kiln_engine::ArtifactStore>,
     kernels: Modules<B>,
-) -> (Modules<B>, Option<Ahead>) {
+) -> (Modules<B>, Option<Arc<ReadAhead>>) {
     let target = match B::compile_only(architecture) {
         Ok(target) => target,
         Err(error) => {
@@ -197,7 +197,8 @@ fn read_ahead<B: CxxBackend>(
         .iter()
         .map(|(_, kernel)| kiln_engine::ArtifactId::new(kernel.id(), variant.clone()))
         .collect();
-    let (ahead, missing) = Ahead::read(store, &target, &ids);
+    let ahead = ReadAhead::read_now(store, &**target.compiler(), &ids);
+    let missing = ahead.missing();
     log::debug!(
         "{}: {} of {} kernels read ahead of the device",
         B::NAME,

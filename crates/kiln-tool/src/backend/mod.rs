@@ -7,7 +7,6 @@
 //!
 //! A new backend is its crate, one file here and one line in [`ALL`].
 
-mod ahead;
 mod batch;
 mod cuda;
 mod cxx;

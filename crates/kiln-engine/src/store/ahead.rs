@@ -1,0 +1,294 @@
+//! Kernels read from a store before the device is ready (F11): making a
+//! device context takes 100–300 ms, and a program that knows its kernels
+//! and their compiler before then can read them on a thread of their own
+//! meanwhile. [`ReadAhead`] is that read, and a store before the store:
+//! a loader over it takes what was read from memory, each once, and asks
+//! the store itself for everything else.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::{
+    ArtifactStore, BoundStore, Generation, KeyedCompiler, Lookup, Put, StoreKey, StoreOutcome,
+    StoreParts, StoreStatistics,
+};
+use crate::id::ArtifactId;
+
+/// The longest a lookup waits for the read ahead to end before it asks
+/// the store itself: a store that hangs never holds a program up longer
+/// than it would have anyway.
+const LONGEST_WAIT: Duration = Duration::from_secs(30);
+
+/// What the thread reading ahead has done.
+#[derive(Debug, Default)]
+struct Reading {
+    /// Whether it ended (or could not start).
+    done: bool,
+    /// The hits it read, each answered once.
+    hits: HashMap<StoreKey, Lookup<Vec<u8>>>,
+    /// How many of its keys missed.
+    missing: usize,
+}
+
+/// A store before `store` that read a set of kernels ahead, on a thread
+/// of its own, while the program made its device: a loader over it
+/// ([`CompilationTarget`](crate::CompilationTarget)'s store) takes each
+/// kernel read from memory, once, and asks `store` for every other key
+/// and for everything else. A lookup made before the read ends waits for
+/// it (up to 30 s, then asks `store`).
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use kiln_engine::fake::{FakeKernel, FakeTarget};
+/// use kiln_engine::store::ReadAhead;
+/// use kiln_engine::{ArtifactStore, CompilationTarget, KernelLoader, MemoryStore};
+///
+/// let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+/// let kernels: Vec<FakeKernel> = (0..4).map(FakeKernel::new).collect();
+/// let ids: Vec<_> = kernels.iter().map(FakeKernel::artifact_id).collect();
+/// {
+///     let mut first = KernelLoader::new(FakeTarget::on_store(Arc::clone(&store)));
+///     for kernel in &kernels {
+///         first.load(kernel, &kernel.artifact_id()).expect("compiles");
+///     }
+/// }
+/// // The next process: its kernels read while its device is made.
+/// let compiler = FakeTarget::storeless().compiler().clone();
+/// let ahead = ReadAhead::start(Arc::clone(&store), &*compiler, &ids);
+/// let target = FakeTarget::on_store(ahead.clone()); // the device, made meanwhile
+/// assert_eq!(ahead.missing(), 0);
+/// let mut loader = KernelLoader::new(target);
+/// for kernel in &kernels {
+///     loader.load(kernel, &kernel.artifact_id()).expect("from memory");
+/// }
+/// assert_eq!(ahead.untaken(), 0, "every kernel read ahead was taken");
+/// ```
+#[derive(Debug)]
+pub struct ReadAhead {
+    inner: Arc<dyn ArtifactStore>,
+    reading: Mutex<Reading>,
+    ended: Condvar,
+}
+
+impl ReadAhead {
+    /// Starts reading `ids` of `compiler` from `store` on a thread of its
+    /// own, now. A thread the system refuses reads nothing: every lookup
+    /// goes to `store`.
+    pub fn start<C: KeyedCompiler>(
+        store: Arc<dyn ArtifactStore>,
+        compiler: &C,
+        ids: &[ArtifactId<C::Variant>],
+    ) -> Arc<Self> {
+        let (ahead, keys) = Self::over(store, compiler, ids);
+        let reader = Arc::clone(&ahead);
+        let started = std::thread::Builder::new()
+            .name("kiln-read-ahead".into())
+            .spawn(move || reader.read(&keys));
+        if let Err(error) = started {
+            log::debug!("nothing read ahead: {error}");
+            ahead.end();
+        }
+        ahead
+    }
+
+    /// Reads `ids` of `compiler` from `store` now, on this thread: for a
+    /// caller already on a thread of its own.
+    pub fn read_now<C: KeyedCompiler>(
+        store: Arc<dyn ArtifactStore>,
+        compiler: &C,
+        ids: &[ArtifactId<C::Variant>],
+    ) -> Arc<Self> {
+        let (ahead, keys) = Self::over(store, compiler, ids);
+        ahead.read(&keys);
+        ahead
+    }
+
+    /// The store before `store`, nothing read yet, and the keys of `ids`.
+    fn over<C: KeyedCompiler>(
+        store: Arc<dyn ArtifactStore>,
+        compiler: &C,
+        ids: &[ArtifactId<C::Variant>],
+    ) -> (Arc<Self>, Vec<StoreKey>) {
+        let bound = BoundStore::new(Arc::clone(&store), compiler);
+        let keys = ids
+            .iter()
+            .map(|id| bound.artifact_key(compiler, id))
+            .collect();
+        let ahead = Arc::new(Self {
+            inner: store,
+            reading: Mutex::default(),
+            ended: Condvar::new(),
+        });
+        (ahead, keys)
+    }
+
+    /// How many of the kernels read ahead the store did not hold: waits
+    /// for the read to end.
+    pub fn missing(&self) -> usize {
+        self.ended().missing
+    }
+
+    /// How many kernels read ahead no lookup has taken yet: waits for the
+    /// read to end.
+    pub fn untaken(&self) -> usize {
+        self.ended().hits.len()
+    }
+
+    fn read(&self, keys: &[StoreKey]) {
+        let mut hits = HashMap::new();
+        let mut missing = 0;
+        self.inner.lookup_each(keys, &mut |at, found| match found {
+            Lookup::Hit { .. } => {
+                hits.insert(keys[at].clone(), found);
+            }
+            Lookup::Miss(_) => missing += 1,
+        });
+        let mut reading = self.lock();
+        reading.hits = hits;
+        reading.missing = missing;
+        reading.done = true;
+        self.ended.notify_all();
+    }
+
+    fn end(&self) {
+        self.lock().done = true;
+        self.ended.notify_all();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Reading> {
+        self.reading
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The read once it ended, or past the longest wait whatever it holds
+    /// (nothing, unless it ended).
+    fn ended(&self) -> MutexGuard<'_, Reading> {
+        let reading = self.lock();
+        let (reading, waited) = self
+            .ended
+            .wait_timeout_while(reading, LONGEST_WAIT, |reading| !reading.done)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if waited.timed_out() {
+            log::warn!("the kernels read ahead took over {LONGEST_WAIT:?}: going on without them");
+        }
+        reading
+    }
+}
+
+impl ArtifactStore for ReadAhead {
+    fn lookup_many(&self, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
+        let mut answers: Vec<Option<Lookup<Vec<u8>>>> = keys.iter().map(|_| None).collect();
+        self.lookup_each(keys, &mut |at, found| answers[at] = Some(found));
+        answers
+            .into_iter()
+            .map(|answer| answer.unwrap_or(Lookup::Miss(super::Miss::Absent)))
+            .collect()
+    }
+
+    fn lookup_each(&self, keys: &[StoreKey], found: &mut dyn FnMut(usize, Lookup<Vec<u8>>)) {
+        let mut rest = Vec::new();
+        let mut places = Vec::new();
+        {
+            let mut reading = self.ended();
+            for (at, key) in keys.iter().enumerate() {
+                match reading.hits.remove(key) {
+                    Some(hit) => found(at, hit),
+                    None => {
+                        rest.push(key.clone());
+                        places.push(at);
+                    }
+                }
+            }
+        }
+        if !rest.is_empty() {
+            self.inner
+                .lookup_each(&rest, &mut |at, answer| found(places[at], answer));
+        }
+    }
+
+    fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
+        let hit = self.ended().hits.remove(key);
+        hit.unwrap_or_else(|| self.inner.lookup(key))
+    }
+
+    fn put_many(&self, puts: &[Put<'_>]) -> Vec<StoreOutcome> {
+        self.inner.put_many(puts)
+    }
+
+    fn remove(&self, key: &StoreKey) {
+        self.lock().hits.remove(key);
+        self.inner.remove(key);
+    }
+
+    fn generation(&self) -> Generation {
+        self.inner.generation()
+    }
+
+    fn statistics(&self) -> StoreStatistics {
+        self.inner.statistics()
+    }
+
+    fn parts(&self) -> StoreParts<'_> {
+        self.inner.parts()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::ReadAhead;
+    use crate::fake::{FakeKernel, FakeTarget};
+    use crate::store::{
+        ArtifactStore, ArtifactStoreExt, BoundStore, Lookup, MemoryStore, StoreKey,
+    };
+    use crate::target::CompilationTarget;
+
+    // F11: what was read ahead is answered from memory, once, at its
+    // place; every other key is the store's answer.
+    #[test]
+    fn f11_what_was_read_ahead_is_answered_once_from_memory_and_the_rest_by_the_store() {
+        let inner: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+        let target = FakeTarget::storeless();
+        let compiler = Arc::clone(target.compiler());
+        let ids: Vec<_> = (0..3)
+            .map(|number| FakeKernel::new(number).artifact_id())
+            .collect();
+        let bound = BoundStore::new(Arc::clone(&inner), &*compiler);
+        let keys: Vec<StoreKey> = ids
+            .iter()
+            .map(|id| bound.artifact_key(&*compiler, id))
+            .collect();
+        inner.put(&keys[0], None, b"zero", Duration::ZERO);
+        inner.put(&keys[1], None, b"one", Duration::ZERO);
+
+        let ahead = ReadAhead::start(Arc::clone(&inner), &*compiler, &ids);
+        assert_eq!((ahead.missing(), ahead.untaken()), (1, 2));
+        // Gone from the store since: the answer read ahead still serves.
+        inner.remove(&keys[0]);
+
+        let mut answers: Vec<Option<Lookup<Vec<u8>>>> = vec![None, None, None];
+        ahead.lookup_each(&keys, &mut |at, found| {
+            assert!(
+                answers[at].replace(found).is_none(),
+                "key {at} answered twice"
+            );
+        });
+        let bytes: Vec<Option<Vec<u8>>> = answers
+            .into_iter()
+            .map(|answer| match answer.expect("every key answered") {
+                Lookup::Hit { artifact, .. } => Some(artifact),
+                Lookup::Miss(_) => None,
+            })
+            .collect();
+        assert_eq!(bytes, [Some(b"zero".to_vec()), Some(b"one".to_vec()), None]);
+        assert_eq!(ahead.untaken(), 0);
+        // Answered once: asked again, the store answers.
+        assert!(matches!(ahead.lookup(&keys[0]), Lookup::Miss(_)));
+        assert!(matches!(ahead.lookup(&keys[1]), Lookup::Hit { .. }));
+    }
+}
