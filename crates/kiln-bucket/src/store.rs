@@ -23,6 +23,23 @@ mod pack;
 mod pack_get;
 mod statistics;
 
+/// A store on a loopback port where nothing listens: every GET fails at
+/// once, and is counted (the unit tests' store).
+#[cfg(test)]
+fn nowhere() -> BucketStore {
+    let keys = kiln_remote::Keys {
+        fleet: Some(kiln_remote::keygen::fleet_key().expect("randomness")),
+        ..kiln_remote::Keys::default()
+    };
+    let endpoint = url::Url::parse("http://127.0.0.1:9").expect("a URL");
+    BucketStore::open(crate::config::BucketConfig::new(
+        endpoint,
+        "kiln-test",
+        keys,
+    ))
+    .expect("it opens")
+}
+
 use flight::Flight;
 
 pub(crate) use pack::{PackWrite, Seen};

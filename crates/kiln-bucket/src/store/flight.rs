@@ -272,18 +272,7 @@ fn next_wave(total: usize, delay: Duration, waited: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::BucketConfig;
-
-    /// A store on a loopback port where nothing listens: every GET fails
-    /// at once, and is counted.
-    fn nowhere() -> BucketStore {
-        let keys = kiln_remote::Keys {
-            fleet: Some(kiln_remote::keygen::fleet_key().expect("randomness")),
-            ..kiln_remote::Keys::default()
-        };
-        let endpoint = url::Url::parse("http://127.0.0.1:9").expect("a URL");
-        BucketStore::open(BucketConfig::new(endpoint, "kiln-test", keys)).expect("it opens")
-    }
+    use crate::store::nowhere;
 
     fn flight(store: &BucketStore) -> Arc<Flight> {
         let objects = (0..3).map(|index| format!("e/{index}")).collect();

@@ -220,18 +220,7 @@ impl Drop for PackGet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::BucketConfig;
-
-    /// A store on a loopback port where nothing listens: every GET fails
-    /// at once.
-    fn nowhere() -> BucketStore {
-        let keys = kiln_remote::Keys {
-            fleet: Some(kiln_remote::keygen::fleet_key().expect("randomness")),
-            ..kiln_remote::Keys::default()
-        };
-        let endpoint = url::Url::parse("http://127.0.0.1:9").expect("a URL");
-        BucketStore::open(BucketConfig::new(endpoint, "kiln-test", keys)).expect("it opens")
-    }
+    use crate::store::nowhere;
 
     fn wait_for(what: impl Fn() -> bool) -> bool {
         let until = Instant::now() + Duration::from_secs(5);
