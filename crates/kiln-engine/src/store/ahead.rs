@@ -27,6 +27,10 @@ struct Reading {
     done: bool,
     /// The hits it read, each answered once.
     hits: HashMap<StoreKey, Lookup<Vec<u8>>>,
+    /// The keys it found missing, each answered once to a batch's lookup
+    /// (which then claims and compiles them, asking the store itself
+    /// again), so that a remote tier is not asked twice for a cold batch.
+    misses: HashMap<StoreKey, Lookup<Vec<u8>>>,
     /// How many of its keys missed.
     missing: usize,
 }
@@ -34,9 +38,10 @@ struct Reading {
 /// A store before `store` that read a set of kernels ahead, on a thread
 /// of its own, while the program made its device: a loader over it
 /// ([`CompilationTarget`](crate::CompilationTarget)'s store) takes each
-/// kernel read from memory, once, and asks `store` for every other key
-/// and for everything else. A lookup made before the read ends waits for
-/// it (up to 30 s, then asks `store`).
+/// kernel's answer read from memory, once (a hit, or the miss a batch
+/// then claims, which asks `store` again), and asks `store` for every
+/// other key and for everything else. A lookup made before the read ends
+/// waits for it (up to 30 s, then asks `store`).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -137,17 +142,18 @@ impl ReadAhead {
     }
 
     fn read(&self, keys: &[StoreKey]) {
-        let mut hits = HashMap::new();
-        let mut missing = 0;
-        self.inner.lookup_each(keys, &mut |at, found| match found {
-            Lookup::Hit { .. } => {
-                hits.insert(keys[at].clone(), found);
-            }
-            Lookup::Miss(_) => missing += 1,
+        let (mut hits, mut misses) = (HashMap::new(), HashMap::new());
+        self.inner.lookup_each(keys, &mut |at, found| {
+            let answers = match found {
+                Lookup::Hit { .. } => &mut hits,
+                Lookup::Miss(_) => &mut misses,
+            };
+            answers.insert(keys[at].clone(), found);
         });
         let mut reading = self.lock();
+        reading.missing = misses.len();
         reading.hits = hits;
-        reading.missing = missing;
+        reading.misses = misses;
         reading.done = true;
         self.ended.notify_all();
     }
@@ -194,8 +200,9 @@ impl ArtifactStore for ReadAhead {
         {
             let mut reading = self.ended();
             for (at, key) in keys.iter().enumerate() {
-                match reading.hits.remove(key) {
-                    Some(hit) => found(at, hit),
+                let read = reading.hits.remove(key);
+                match read.or_else(|| reading.misses.remove(key)) {
+                    Some(answer) => found(at, answer),
                     None => {
                         rest.push(key.clone());
                         places.push(at);
@@ -219,7 +226,10 @@ impl ArtifactStore for ReadAhead {
     }
 
     fn remove(&self, key: &StoreKey) {
-        self.lock().hits.remove(key);
+        let mut reading = self.lock();
+        reading.hits.remove(key);
+        reading.misses.remove(key);
+        drop(reading);
         self.inner.remove(key);
     }
 
@@ -270,6 +280,9 @@ mod tests {
         assert_eq!((ahead.missing(), ahead.untaken()), (1, 2));
         // Gone from the store since: the answer read ahead still serves.
         inner.remove(&keys[0]);
+        // Stored since: the batch's lookup takes the miss read ahead (and
+        // claims it), a single lookup (the claim's) asks the store.
+        inner.put(&keys[2], None, b"two", Duration::ZERO);
 
         let mut answers: Vec<Option<Lookup<Vec<u8>>>> = vec![None, None, None];
         ahead.lookup_each(&keys, &mut |at, found| {
@@ -290,5 +303,12 @@ mod tests {
         // Answered once: asked again, the store answers.
         assert!(matches!(ahead.lookup(&keys[0]), Lookup::Miss(_)));
         assert!(matches!(ahead.lookup(&keys[1]), Lookup::Hit { .. }));
+        assert!(matches!(ahead.lookup(&keys[2]), Lookup::Hit { .. }));
+        let mut again = Vec::new();
+        ahead.lookup_each(&keys[2..], &mut |_, found| again.push(found));
+        assert!(
+            matches!(again[..], [Lookup::Hit { .. }]),
+            "the miss was answered once"
+        );
     }
 }
