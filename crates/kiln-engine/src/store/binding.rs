@@ -131,24 +131,18 @@ impl<C: KeyedCompiler> BoundStore<C> {
     }
 
     /// What [`lookup`](Self::lookup) answers for each of `ids`, in their
-    /// order, asked of the store at once ([`ArtifactStore::lookup_many`]).
+    /// order, asked of the store at once ([`lookup_each`](Self::lookup_each)
+    /// gathered).
     pub fn lookup_many(
         &self,
         compiler: &C,
         ids: &[&ArtifactId<C::Variant>],
     ) -> Vec<Lookup<C::Artifact>> {
-        let keys: Vec<StoreKey> = ids
-            .iter()
-            .map(|id| self.artifact_key(compiler, id))
-            .collect();
-        // A batch that asks again waits for others: what it wrote is made
-        // durable first (the store's group commit), a step's end.
-        self.store.parts().commit_group();
-        let found = self.store.lookup_many(&keys);
-        debug_assert_eq!(found.len(), keys.len(), "one answer per key");
-        keys.iter()
-            .zip(found)
-            .map(|(key, lookup)| self.decode(key, lookup))
+        let mut answers: Vec<Option<Lookup<C::Artifact>>> = ids.iter().map(|_| None).collect();
+        self.lookup_each(compiler, ids, &mut |at, found| answers[at] = Some(found));
+        answers
+            .into_iter()
+            .map(|answer| answer.unwrap_or(Lookup::Miss(Miss::Absent)))
             .collect()
     }
 
@@ -165,6 +159,8 @@ impl<C: KeyedCompiler> BoundStore<C> {
             .iter()
             .map(|id| self.artifact_key(compiler, id))
             .collect();
+        // A batch that asks again waits for others: what it wrote is made
+        // durable first (the store's group commit), a step's end.
         self.store.parts().commit_group();
         self.store.lookup_each(&keys, &mut |at, lookup| {
             found(at, self.decode(&keys[at], lookup));
