@@ -10,6 +10,12 @@
 //!   each naming a frame of `packs/<shard>-<generation>.pack` by offset
 //!   (`format.rs`); the last slot of a key wins, and a tombstone slot
 //!   removes it. Nothing is changed in place but a slot's access time.
+//! - **A home shard for a small store.** A shard without files of its
+//!   own keeps its entries in shard 000's, while that index is below 64
+//!   KiB: a new store's batch makes two files, not two per shard its
+//!   entries fall in. Past that, a shard put to gets its own files and its
+//!   entries move there (`home.rs`); readers look in a shard's own index
+//!   when it has one, else in the home shard's.
 //! - **Appends under the shard's lock.** A writer takes the shard's slot of
 //!   the `locks` file alone, cuts a torn last slot off the index, writes its
 //!   frames at the pack's end, syncs, then writes their slots at the
@@ -37,10 +43,13 @@
 //! `format.rs` the bytes of packs and indexes, `sharding.rs` which shard
 //! holds an entry, and `shard/` one shard's files as a process reads them
 //! (`view.rs`), appends to them (`append.rs`) and finds them unusable
-//! (`repair.rs`).
+//! (`repair.rs`); `home.rs` where a shard's entries are kept and
+//! `rewrite.rs` compaction.
 
 mod accesses;
 mod format;
+mod home;
+mod rewrite;
 mod shard;
 mod sharding;
 
@@ -54,9 +63,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use accesses::{Access, Accesses};
-use format::{
-    ACCESSED_AT, frame_header, fresh_generation, index_generation, index_header, pack_header,
-};
+use format::{ACCESSED_AT, fresh_generation, index_generation, index_header, pack_header};
 pub(crate) use format::{Kind, Slot, UNIT};
 use shard::{SLOTS_PER_READ, View, open_shard, read_at_most, read_frame};
 pub(crate) use sharding::{SHARDS, shard_of, short_key};
@@ -76,6 +83,9 @@ const ACCESS_GRAIN: u32 = 60;
 /// takes an entry only while it is still the one that was judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Position {
+    /// The shard whose files hold the slot: the entry's own, or the home
+    /// shard (`home.rs`).
+    shard: usize,
     generation: u64,
     slot: u64,
 }
@@ -173,11 +183,13 @@ impl Packs {
 
     /// The payload of the live entry `kind`/`key`.
     pub(crate) fn read(&self, kind: Kind, key: &[u8; 16]) -> Read {
-        let shard = shard_of(key);
-        let mut guard = self.view(shard);
-        if let Err(error) = self.refresh(shard, &mut guard) {
-            return Read::Unreadable(format!("reading the index of pack {shard:03x}: {error}"));
-        }
+        let (shard, guard) = match self.holding(key) {
+            Ok(held) => held,
+            Err(error) => {
+                let shard = shard_of(key);
+                return Read::Unreadable(format!("reading the index of pack {shard:03x}: {error}"));
+            }
+        };
         let Some(view) = guard.as_ref() else {
             return Read::Absent;
         };
@@ -185,6 +197,7 @@ impl Packs {
             return Read::Absent;
         };
         let at = Position {
+            shard,
             generation: view.generation,
             slot: position,
         };
@@ -197,9 +210,7 @@ impl Packs {
 
     /// Whether a live entry `kind`/`key` is indexed; its frame is not read.
     pub(crate) fn contains(&self, kind: Kind, key: &[u8; 16]) -> io::Result<bool> {
-        let shard = shard_of(key);
-        let mut guard = self.view(shard);
-        self.refresh(shard, &mut guard)?;
+        let (_, guard) = self.holding(key)?;
         Ok(guard
             .as_ref()
             .is_some_and(|view| view.slots.contains_key(&(kind, *key))))
@@ -207,9 +218,7 @@ impl Packs {
 
     /// The slot of the live entry `kind`/`key`, if any.
     pub(crate) fn slot(&self, kind: Kind, key: &[u8; 16]) -> Option<Slot> {
-        let shard = shard_of(key);
-        let mut guard = self.view(shard);
-        self.refresh(shard, &mut guard).ok()?;
+        let (_, guard) = self.holding(key).ok()?;
         guard
             .as_ref()
             .and_then(|view| view.slots.get(&(kind, *key)).map(|(slot, _)| *slot))
@@ -222,7 +231,7 @@ impl Packs {
         if !self.writable {
             return false;
         }
-        let shard = shard_of(key);
+        let shard = at.shard;
         let mut guard = self.view(shard);
         let Some(view) = guard.as_mut() else {
             return false;
@@ -250,12 +259,10 @@ impl Packs {
     /// Records a read of the live entry `kind`/`key`, wherever its slot
     /// is now (at most once a minute, as [`touch`](Self::touch)).
     pub(crate) fn touch_live(&self, kind: Kind, key: &[u8; 16]) {
-        let shard = shard_of(key);
         let at = {
-            let mut guard = self.view(shard);
-            if self.refresh(shard, &mut guard).is_err() {
+            let Ok((shard, guard)) = self.holding(key) else {
                 return;
-            }
+            };
             let Some(view) = guard.as_ref() else {
                 return;
             };
@@ -263,6 +270,7 @@ impl Packs {
                 return;
             };
             Position {
+                shard,
                 generation: view.generation,
                 slot: position,
             }
@@ -410,27 +418,8 @@ impl Packs {
         Ok(view)
     }
 
-    /// Appends `frames` and `removals` (tombstones) to `shard`, under its
-    /// lock, and returns the bytes written. Frames are durable before the
-    /// slots that name them are written (P3).
-    pub(crate) fn append(
-        &self,
-        locks: &Arc<LockFile>,
-        shard: usize,
-        new_frames: &[Frame<'_>],
-        removals: &[(Kind, [u8; 16])],
-    ) -> io::Result<u64> {
-        if !self.writable {
-            return Err(io::Error::new(
-                io::ErrorKind::ReadOnlyFilesystem,
-                "the store is read-only",
-            ));
-        }
-        let _alone = lock_shard(locks, shard)?;
-        self.append_locked(shard, new_frames, removals)
-    }
-
-    /// [`append`](Self::append), the shard's lock held.
+    /// Appends `frames` and `removals` to the files of `shard` itself,
+    /// its lock held: [`append`](Self::append) without choosing where.
     fn append_locked(
         &self,
         shard: usize,
@@ -438,6 +427,17 @@ impl Packs {
         removals: &[(Kind, [u8; 16])],
     ) -> io::Result<u64> {
         let folder = self.folder_to_write()?;
+        self.append_in(&folder, shard, new_frames, removals)
+    }
+
+    /// [`append_locked`](Self::append_locked) in the packs' `folder`.
+    fn append_in(
+        &self,
+        folder: &Folder,
+        shard: usize,
+        new_frames: &[Frame<'_>],
+        removals: &[(Kind, [u8; 16])],
+    ) -> io::Result<u64> {
         // In a group commit (a batch's puts), the frames, their slots and
         // a shard started here are made durable by the group's one sync:
         // the slots are still written after their frames, so a process
@@ -448,7 +448,7 @@ impl Packs {
         } else {
             Start::WithTheBatch
         };
-        let staged = self.stage(&folder, shard, new_frames, removals, start)?;
+        let staged = self.stage(folder, shard, new_frames, removals, start)?;
         if sync_now && staged.has_frames {
             durable::sync_data(&staged.pack)?;
         }
@@ -473,7 +473,8 @@ impl Packs {
         if !self.writable {
             return Ok(false);
         }
-        let shard = shard_of(key);
+        // The shard whose files the slot was read from.
+        let shard = at.shard;
         let _alone = lock_shard(locks, shard)?;
         let still = {
             let mut guard = self.view(shard);
@@ -489,15 +490,24 @@ impl Packs {
         Ok(still)
     }
 
-    /// Appends a tombstone for `kind`/`key` when a live slot names it.
+    /// Appends a tombstone for `kind`/`key` when a live slot names it,
+    /// in the files that hold the slot.
     pub(crate) fn remove(
         &self,
         locks: &Arc<LockFile>,
         kind: Kind,
         key: &[u8; 16],
     ) -> io::Result<()> {
-        if self.contains(kind, key)? {
-            self.append(locks, shard_of(key), &[], &[(kind, *key)])?;
+        let (holder, live) = {
+            let (holder, guard) = self.holding(key)?;
+            let live = guard
+                .as_ref()
+                .is_some_and(|view| view.slots.contains_key(&(kind, *key)));
+            (holder, live)
+        };
+        if live {
+            let _alone = lock_shard(locks, holder)?;
+            self.append_locked(holder, &[], &[(kind, *key)])?;
         }
         Ok(())
     }
@@ -539,148 +549,6 @@ impl Packs {
             view.ordered().into_iter().map(|(slot, _)| slot).collect(),
             bytes,
         ))
-    }
-
-    /// Rewrites `shard` with the live entries `keep` says to keep, under
-    /// the shard's lock; nothing is written when it keeps them all and the
-    /// pack holds little dead space. An empty shard's files go.
-    pub(crate) fn rewrite(
-        &self,
-        locks: &Arc<LockFile>,
-        shard: usize,
-        keep: &mut dyn FnMut(Live<'_>) -> bool,
-    ) -> io::Result<Rewritten> {
-        self.accesses.flush();
-        let mut report = Rewritten::default();
-        if !self.writable {
-            // A store opened to read only is judged entry by entry, and
-            // nothing is written.
-            self.each(shard, &mut |live| {
-                keep(live);
-            })?;
-            return Ok(report);
-        }
-        let _alone = lock_shard(locks, shard)?;
-        let index_path = self.folder_path().join(Self::index_name(shard));
-        let view = match self.open_view(shard, &index_path) {
-            Ok(view) => view,
-            Err(error) if is_absent(&error) => return Ok(report),
-            Err(error) => return Err(error),
-        };
-        let pack_len = view.pack.metadata()?.len();
-        report.before = pack_len + view.read_to;
-        let mut kept: Vec<(Slot, Vec<u8>)> = Vec::new();
-        let mut live_bytes = UNIT;
-        for (slot, _) in view.ordered() {
-            let read = read_frame(&view.pack, &slot)?;
-            let keeps = keep(Live {
-                slot,
-                payload: read.as_deref().map_err(Clone::clone),
-            });
-            match read {
-                Ok(payload) if keeps => {
-                    live_bytes += UNIT + payload.len() as u64;
-                    kept.push((slot, payload));
-                }
-                _ => report.dropped += 1,
-            }
-        }
-        report.kept = kept.len() as u64;
-        let dead = pack_len.saturating_sub(live_bytes);
-        if report.dropped == 0 && dead * 4 <= pack_len {
-            report.after = report.before;
-            return Ok(report);
-        }
-        let root = crate::skeleton::open_marked(&self.layout).map_err(io::Error::other)?;
-        let (folder, _) = root.folder_made(OsStr::new("packs"), true)?;
-        let old_pack = Self::pack_name(shard, view.generation);
-        if kept.is_empty() {
-            remove_named(&folder, &Self::index_name(shard), &view.index)?;
-            remove_named(&folder, &old_pack, &view.pack)?;
-            return Ok(report);
-        }
-        let generation = fresh_generation();
-        let pack_name = Self::pack_name(shard, generation);
-        let pack = folder.create_file(OsStr::new(&pack_name))?;
-        let mut packed = pack_header(generation).to_vec();
-        let mut slots = index_header(generation).to_vec();
-        for (slot, payload) in &kept {
-            let moved = Slot {
-                offset: u32::try_from(packed.len())
-                    .map_err(|_| io::Error::other("a pack past 4 GiB"))?,
-                ..*slot
-            };
-            packed.extend_from_slice(&frame_header(&slot.key, slot.kind, slot.length));
-            packed.extend_from_slice(payload);
-            slots.extend_from_slice(&moved.encode());
-        }
-        let written = pack
-            .write_all_at(&packed, 0)
-            .and_then(|()| {
-                if self.durable {
-                    durable::sync_all(&pack)
-                } else {
-                    Ok(())
-                }
-            })
-            .and_then(|()| {
-                durable::publish(&self.layout.staging(), &index_path, &slots, self.durable)
-            });
-        if let Err(error) = written {
-            let _ = folder.remove_file(OsStr::new(&pack_name));
-            return Err(error);
-        }
-        remove_named(&folder, &old_pack, &view.pack)?;
-        report.after = (packed.len() + slots.len()) as u64;
-        Ok(report)
-    }
-
-    /// Removes the packs of `shard` that its index does not name: left by a
-    /// process killed while it rewrote the shard. Returns how many.
-    pub(crate) fn sweep(
-        &self,
-        locks: &Arc<LockFile>,
-        folder: &Folder,
-        names: &[String],
-        shard: usize,
-    ) -> u64 {
-        if !self.writable {
-            return 0;
-        }
-        let Ok(_alone) = lock_shard(locks, shard) else {
-            return 0;
-        };
-        // Read from the folder, never through a link nor waiting on a pipe.
-        let mut header = [0u8; UNIT as usize];
-        let current = folder
-            .open_file(OsStr::new(&Self::index_name(shard)))
-            .ok()
-            .filter(|index| index.metadata().is_ok_and(|found| found.is_file()))
-            .and_then(|index| index.read_exact_at(&mut header, 0).ok())
-            .and_then(|()| index_generation(&header));
-        let prefix = format!("{shard:03x}-");
-        let mut removed = 0;
-        for name in names {
-            let Some(generation) = name
-                .strip_prefix(&prefix)
-                .and_then(|rest| rest.strip_suffix(".pack"))
-                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
-            else {
-                continue;
-            };
-            // Only the store's own files go: anything else by a pack's
-            // name is moved aside by the next append, never removed.
-            let is_file = folder
-                .status(OsStr::new(name))
-                .is_ok_and(|found| found.kind == crate::tree::Kind::File);
-            if Some(generation) != current
-                && is_file
-                && folder.remove_file(OsStr::new(name)).is_ok()
-            {
-                removed += 1;
-            }
-        }
-        removed
     }
 
     /// Opens the `packs` folder from the store's marked root.

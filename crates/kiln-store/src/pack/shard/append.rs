@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use crate::lock::LockFile;
 use crate::pack::format::{Kind, Slot, UNIT, frame_header};
+use crate::pack::home::{HOME, Moving};
 use crate::pack::sharding::shard_of;
 use crate::pack::{Frame, Packs, Start, lock_shard, now_seconds};
 use crate::tree::Folder;
@@ -142,16 +143,27 @@ impl Packs {
                     payload: frame.payload,
                 });
         }
-        let _alone = by_shard
-            .keys()
-            .map(|shard| lock_shard(locks, *shard))
+        // The home shard's lock first (it is the lowest), then each
+        // shard's in order: where an entry goes is chosen under them.
+        let _alone = std::iter::once(HOME)
+            .chain(by_shard.keys().copied().filter(|shard| *shard != HOME))
+            .map(|shard| lock_shard(locks, shard))
             .collect::<io::Result<Vec<_>>>()?;
         // One open of the root, its marker and the packs' folder for the
         // batch, not one per shard it appends to.
         let folder = self.folder_to_write()?;
-        let mut staged = Vec::with_capacity(by_shard.len());
-        for (shard, frames) in &by_shard {
+        let (chosen, moving) = self.choose(&folder, &by_shard)?;
+        let routed = Self::route(by_shard, &chosen, &moving);
+        // The home shard's copies of what moved go once the shards they
+        // moved to name them: its slots are written last.
+        let gone: Vec<(Kind, [u8; 16])> = moving.iter().map(Moving::entry).collect();
+        let mut staged = Vec::with_capacity(routed.len() + 1);
+        for (shard, frames) in routed.iter().filter(|(shard, _)| **shard != HOME) {
             staged.push(self.stage(&folder, *shard, frames, &[], Start::WithTheBatch)?);
+        }
+        let home_frames = routed.get(&HOME).map_or(&[][..], Vec::as_slice);
+        if !home_frames.is_empty() || !gone.is_empty() {
+            staged.push(self.stage(&folder, HOME, home_frames, &gone, Start::WithTheBatch)?);
         }
         // A shard started here has a new pack and index, and their names,
         // to make durable too: the file system's sync does all, even for an

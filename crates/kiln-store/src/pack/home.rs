@@ -1,0 +1,288 @@
+//! The home shard: where a small store keeps the entries of every shard
+//! that has no files of its own.
+//!
+//! A shard's entries are in its own pack and index once it has them;
+//! until then they are appended to the home shard's (shard 000's), beside
+//! its own entries, while the home shard's index is smaller than
+//! [`HOME_ROOM`]. A new store's first batch then makes two files, not two
+//! for each of the hundreds of shards its entries fall in (four entries a
+//! kernel, each in its own shard): making a file is the dearest thing an
+//! append does on a file system that looks for a free inode past those
+//! freed in the last minutes, one by one (ext4 without a journal), and
+//! those files were most of a cold batch's work on the loader's thread.
+//!
+//! A shard gets its files of its own when one of its entries is put while
+//! the home shard is full: its entries held in the home shard move with
+//! it (copied into its new pack first, then removed from the home shard
+//! by tombstones), so that a shard with an index holds all of its
+//! entries. Readers look in a shard's own index when it has one, else in
+//! the home shard's. Writers choose where an entry goes holding the home
+//! shard's lock and the shard's own (the home shard's first: it is the
+//! lowest, the order every writer takes shards in), so a shard is never
+//! started while another writer puts one of its entries in the home
+//! shard. A process killed while a shard moves leaves its entries in the
+//! home shard, or in both places (the shard's own index is the one read,
+//! and a rewrite of the home shard drops its copies), never in neither.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io;
+use std::sync::{Arc, MutexGuard};
+
+use crate::lock::LockFile;
+use crate::pack::format::{Kind, UNIT};
+use crate::pack::shard::{View, read_frame};
+use crate::pack::{Frame, Packs, lock_shard, shard_of};
+use crate::tree::{Folder, is_absent};
+
+/// The shard whose files hold the entries of shards without files.
+pub(crate) const HOME: usize = 0;
+
+/// The size of the home shard's index past which a shard without files
+/// gets its own: 2,047 slots, about 500 small kernels (four entries each).
+/// A process reads the whole index once; the home shard's share of a
+/// large store stays at this.
+pub(crate) const HOME_ROOM: u64 = 64 << 10;
+
+/// An entry of the home shard that moves into its shard's own files.
+pub(in crate::pack) struct Moving {
+    kind: Kind,
+    key: [u8; 16],
+    payload: Vec<u8>,
+}
+
+impl Moving {
+    /// Its kind and key: what a tombstone names.
+    pub(in crate::pack) fn entry(&self) -> (Kind, [u8; 16]) {
+        (self.kind, self.key)
+    }
+
+    fn frame(&self) -> Frame<'_> {
+        Frame {
+            kind: self.kind,
+            key: self.key,
+            payload: &self.payload,
+        }
+    }
+}
+
+/// Where a shard's new entries go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::pack) enum Destination {
+    /// Its own files, which it has (or it is the home shard).
+    Own,
+    /// The home shard's files: it has none, and the home shard has room.
+    Home,
+    /// Files of its own, started now, its entries of the home shard moved.
+    Started,
+}
+
+impl Packs {
+    /// The shard whose files hold the entries keyed `key`, with this
+    /// process's view of them brought up to date: the key's own shard
+    /// when it has an index, else the home shard.
+    pub(in crate::pack) fn holding(
+        &self,
+        key: &[u8; 16],
+    ) -> io::Result<(usize, MutexGuard<'_, Option<View>>)> {
+        let shard = shard_of(key);
+        let mut own = self.view(shard);
+        self.refresh(shard, &mut own)?;
+        if own.is_some() || shard == HOME {
+            return Ok((shard, own));
+        }
+        drop(own);
+        let mut home = self.view(HOME);
+        self.refresh(HOME, &mut home)?;
+        Ok((HOME, home))
+    }
+
+    /// Whether `shard` has an index of its own in the packs' `folder`,
+    /// whatever it holds (one that cannot be used is started afresh where
+    /// it is, `repair.rs`).
+    pub(in crate::pack) fn has_index(folder: &Folder, shard: usize) -> io::Result<bool> {
+        match folder.status(OsStr::new(&Self::index_name(shard))) {
+            Ok(_) => Ok(true),
+            Err(error) if is_absent(&error) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The bytes the home shard's index may still grow by before shards
+    /// without files get their own.
+    pub(in crate::pack) fn home_room(folder: &Folder) -> io::Result<u64> {
+        match folder.status(OsStr::new(&Self::index_name(HOME))) {
+            Ok(found) => Ok(HOME_ROOM.saturating_sub(found.len)),
+            Err(error) if is_absent(&error) => Ok(HOME_ROOM),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Where `shard`'s entries go, the home shard's lock and its own held:
+    /// `room` is what the home shard has left, less what this choice adds
+    /// there. Entries that are only tombstones never start a shard.
+    pub(in crate::pack) fn destination(
+        folder: &Folder,
+        shard: usize,
+        frames: usize,
+        room: &mut u64,
+    ) -> io::Result<Destination> {
+        if shard == HOME || Self::has_index(folder, shard)? {
+            return Ok(Destination::Own);
+        }
+        if *room > 0 || frames == 0 {
+            *room = room.saturating_sub(UNIT * frames as u64);
+            return Ok(Destination::Home);
+        }
+        Ok(Destination::Started)
+    }
+
+    /// The live entries of `shard` that the home shard holds, read whole
+    /// (its lock held); a damaged one stays behind, unread by anyone once
+    /// the shard has its own index, and goes with the home shard's next
+    /// rewrite.
+    pub(in crate::pack) fn home_entries_of(&self, shard: usize) -> io::Result<Vec<Moving>> {
+        let mut guard = self.view(HOME);
+        self.refresh(HOME, &mut guard)?;
+        let Some(view) = guard.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let mut moving = Vec::new();
+        for (slot, _) in view.ordered() {
+            if shard_of(&slot.key) != shard {
+                continue;
+            }
+            if let Ok(payload) = read_frame(&view.pack, &slot)? {
+                moving.push(Moving {
+                    kind: slot.kind,
+                    key: slot.key,
+                    payload,
+                });
+            }
+        }
+        Ok(moving)
+    }
+
+    /// Appends `frames` and `removals` (tombstones) of `shard` to the files
+    /// that keep its entries (its own, or the home shard's: see above),
+    /// under their locks, and returns the bytes written. Frames are
+    /// durable before the slots that name them are written (P3).
+    pub(crate) fn append(
+        &self,
+        locks: &Arc<LockFile>,
+        shard: usize,
+        new_frames: &[Frame<'_>],
+        removals: &[(Kind, [u8; 16])],
+    ) -> io::Result<u64> {
+        if !self.writable {
+            return Err(io::Error::new(
+                io::ErrorKind::ReadOnlyFilesystem,
+                "the store is read-only",
+            ));
+        }
+        let folder = self.folder_to_write()?;
+        // A shard with files of its own needs its lock alone.
+        if shard != HOME && Self::has_index(&folder, shard)? {
+            let alone = lock_shard(locks, shard)?;
+            if Self::has_index(&folder, shard)? {
+                return self.append_in(&folder, shard, new_frames, removals);
+            }
+            // Its files went (a rewrite left it empty) meanwhile.
+            drop(alone);
+        }
+        let _home = lock_shard(locks, HOME)?;
+        let _alone = if shard == HOME {
+            None
+        } else {
+            Some(lock_shard(locks, shard)?)
+        };
+        let mut room = Self::home_room(&folder)?;
+        match Self::destination(&folder, shard, new_frames.len(), &mut room)? {
+            Destination::Own => self.append_in(&folder, shard, new_frames, removals),
+            Destination::Home => self.append_in(&folder, HOME, new_frames, removals),
+            Destination::Started => {
+                let moving = self.home_entries_of(shard)?;
+                let frames: Vec<Frame<'_>> = moving
+                    .iter()
+                    .filter(|entry| !removals.contains(&(entry.kind, entry.key)))
+                    .map(Moving::frame)
+                    .chain(new_frames.iter().map(Frame::again))
+                    .collect();
+                // The shard's own files first, whole and (outside a group
+                // commit) durable; then the home shard's copies go.
+                let mut written = self.append_in(&folder, shard, &frames, &[])?;
+                if !moving.is_empty() {
+                    let gone: Vec<(Kind, [u8; 16])> =
+                        moving.iter().map(|entry| (entry.kind, entry.key)).collect();
+                    written += self.append_in(&folder, HOME, &[], &gone)?;
+                }
+                Ok(written)
+            }
+        }
+    }
+
+    /// Where the frames of a batch go, by shard (the home shard's lock and
+    /// every shard's held), and the home shard's entries that move into
+    /// shards started here: [`append`](Self::append) for many shards at
+    /// once, with [`route`](Self::route).
+    pub(in crate::pack) fn choose(
+        &self,
+        folder: &Folder,
+        by_shard: &BTreeMap<usize, Vec<Frame<'_>>>,
+    ) -> io::Result<(BTreeMap<usize, Destination>, Vec<Moving>)> {
+        let mut room = Self::home_room(folder)?;
+        let mut chosen = BTreeMap::new();
+        let mut moving = Vec::new();
+        for (shard, frames) in by_shard {
+            let destination = Self::destination(folder, *shard, frames.len(), &mut room)?;
+            if destination == Destination::Started {
+                moving.extend(self.home_entries_of(*shard)?);
+            }
+            chosen.insert(*shard, destination);
+        }
+        Ok((chosen, moving))
+    }
+
+    /// The frames of a batch by the shard whose files each goes to, as
+    /// [`choose`](Self::choose) chose; a started shard's moved entries
+    /// first, so that a new entry of the same key comes later and wins.
+    pub(in crate::pack) fn route<'a>(
+        by_shard: BTreeMap<usize, Vec<Frame<'a>>>,
+        chosen: &BTreeMap<usize, Destination>,
+        moving: &'a [Moving],
+    ) -> BTreeMap<usize, Vec<Frame<'a>>> {
+        let mut routed: BTreeMap<usize, Vec<Frame<'a>>> = BTreeMap::new();
+        for (shard, frames) in by_shard {
+            let destination = chosen.get(&shard).copied().unwrap_or(Destination::Own);
+            let to = match destination {
+                Destination::Home => HOME,
+                Destination::Own | Destination::Started => shard,
+            };
+            let into = routed.entry(to).or_default();
+            if destination == Destination::Started {
+                into.extend(
+                    moving
+                        .iter()
+                        .filter(|entry| shard_of(&entry.key) == shard)
+                        .map(Moving::frame),
+                );
+            }
+            into.extend(frames);
+        }
+        routed
+    }
+}
+
+impl<'a> Frame<'a> {
+    /// The same frame, borrowed again.
+    pub(in crate::pack) fn again(&self) -> Frame<'a> {
+        Frame {
+            kind: self.kind,
+            key: self.key,
+            payload: self.payload,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
