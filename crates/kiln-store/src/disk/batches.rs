@@ -1,26 +1,138 @@
 //! The records of the last batches of every process that used the store,
-//! kept in its `batches` file (`kiln records`). No state of its own: the
-//! file is the room.
+//! kept in its `batches` file (`kiln records`).
+//!
+//! A batch's record is written off the loader's path (F11): keeping one
+//! takes the file's lock and reads every slot's header to find the oldest,
+//! which a warm start waited for after its last kernel was loaded. Here
+//! the loader queues the record and a thread of the store's own writes the
+//! queue; a read of the records in this process, and the store's drop,
+//! wait for what is queued first, within a bound.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use kiln_engine::StoredBatch;
 
 use crate::batches::BatchesFile;
 use crate::files::Files;
 
-/// Keeps an encoded batch record among the store's last
-/// ([`Records::keep_batch`](kiln_engine::Records::keep_batch)). A read-only store keeps
-/// nothing; a record that cannot be written is dropped, never an error:
-/// it is history, not an artifact. A file the store cannot open or may
-/// not write is said once, with what to do.
-pub(crate) fn keep(files: &Files, record: &[u8]) {
-    if files.read_only {
-        return;
+/// How long the store's drop, or a read of the records, waits for records
+/// still queued: a file system that hangs hangs neither.
+const FLUSH_BOUND: Duration = Duration::from_secs(3);
+
+/// The batch records queued to be kept, and the thread that keeps them.
+#[derive(Debug, Default)]
+pub(crate) struct Keeper {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<Queue>,
+    /// Told when the writer has emptied the queue and stopped.
+    idle: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    records: Vec<Vec<u8>>,
+    /// Whether a writer thread is running (it rereads the queue before it
+    /// ends, so a record never waits unwritten).
+    writing: bool,
+}
+
+impl Keeper {
+    /// Queues an encoded batch record to be kept among the store's last
+    /// ([`Records::keep_batch`](kiln_engine::Records::keep_batch)), starting
+    /// the writer if none runs. A read-only store keeps nothing; a record
+    /// that cannot be written is dropped, never an error: it is history,
+    /// not an artifact. A file the store cannot open or may not write is
+    /// said once, with what to do.
+    pub(crate) fn keep(&self, files: &Files, record: &[u8]) {
+        if files.read_only {
+            return;
+        }
+        let path = files.layout.batches_file();
+        let mut queue = lock(&self.shared.state);
+        queue.records.push(record.to_vec());
+        if queue.writing {
+            return;
+        }
+        queue.writing = true;
+        drop(queue);
+        let shared = Arc::clone(&self.shared);
+        let writer_path = path.clone();
+        let started = std::thread::Builder::new()
+            .name("kiln-records".into())
+            .spawn(move || shared.write_all(&writer_path));
+        if started.is_err() {
+            // No thread to be had: written here, as before.
+            self.shared.write_all(&path);
+        }
     }
-    let path = files.layout.batches_file();
-    let file = match BatchesFile::open(&path) {
+
+    /// The records of the last batches of every process that used the
+    /// store, oldest first, this process's queued ones written first;
+    /// records this build cannot read are left out.
+    pub(crate) fn kept(&self, files: &Files) -> Vec<StoredBatch> {
+        self.kept_bytes(files)
+            .iter()
+            .filter_map(|bytes| StoredBatch::decode(bytes))
+            .collect()
+    }
+
+    /// The encoded records, as [`kept`](Self::kept) reads them.
+    pub(crate) fn kept_bytes(&self, files: &Files) -> Vec<Vec<u8>> {
+        self.flush();
+        BatchesFile::read_at(&files.layout.batches_file())
+    }
+
+    /// Waits until every queued record is written, at most
+    /// [`FLUSH_BOUND`]; what is still queued then stays to the writer.
+    pub(crate) fn flush(&self) {
+        let deadline = Instant::now() + FLUSH_BOUND;
+        let mut queue = lock(&self.shared.state);
+        while queue.writing {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                log::debug!("kiln store: batch records still being written, not waited for");
+                return;
+            }
+            queue = match self.shared.idle.wait_timeout(queue, left) {
+                Ok((queue, _)) => queue,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+}
+
+impl Shared {
+    /// Writes the queue until it stays empty, then says so.
+    fn write_all(&self, path: &PathBuf) {
+        loop {
+            let records = {
+                let mut queue = lock(&self.state);
+                if queue.records.is_empty() {
+                    queue.writing = false;
+                    self.idle.notify_all();
+                    return;
+                }
+                std::mem::take(&mut queue.records)
+            };
+            for record in &records {
+                keep_now(path, record);
+            }
+        }
+    }
+}
+
+/// Keeps `record` in the `batches` file at `path`, in place of the oldest.
+fn keep_now(path: &PathBuf, record: &[u8]) {
+    let file = match BatchesFile::open(path) {
         Ok(file) => file,
         Err(error) => {
-            crate::sealed::report_once(&path, "keep the batch records in", &error);
+            crate::sealed::report_once(path, "keep the batch records in", &error);
             return;
         }
     };
@@ -30,15 +142,77 @@ pub(crate) fn keep(files: &Files, record: &[u8]) {
         Err(error) if error.kind() != std::io::ErrorKind::PermissionDenied => {
             log::debug!("kiln store: cannot keep a batch record ({error})");
         }
-        Err(error) => crate::sealed::report_once(&path, "keep the batch records in", &error),
+        Err(error) => crate::sealed::report_once(path, "keep the batch records in", &error),
     }
 }
 
-/// The records of the last batches of every process that used the
-/// store, oldest first; records this build cannot read are left out.
-pub(crate) fn kept(files: &Files) -> Vec<StoredBatch> {
-    BatchesFile::read_at(&files.layout.batches_file())
-        .iter()
-        .filter_map(|bytes| StoredBatch::decode(bytes))
-        .collect()
+fn lock(state: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use kiln_engine::Records;
+
+    use crate::fixtures::scratch;
+
+    // F11: keeping a batch record does not wait for the `batches` file:
+    // while another holds its lock, the call returns at once, and the
+    // record is there once the lock is free, read in this process (which
+    // waits for what it queued) and by the next store opened on the root.
+    #[test]
+    fn f11_a_batch_record_is_kept_off_the_callers_path_and_never_lost() {
+        let store = scratch("records-later");
+        let path = store.root().join("batches");
+        // The file as the store makes it, locked by another holder.
+        Records::keep_batch(&store, b"first record");
+        assert_eq!(
+            Records::kept_batches(&store),
+            vec![b"first record".to_vec()]
+        );
+        let holder = std::fs::File::open(&path).expect("the batches file");
+        // SAFETY: a lock on a descriptor this test owns.
+        assert_eq!(
+            unsafe {
+                libc::flock(
+                    std::os::fd::AsRawFd::as_raw_fd(&holder),
+                    libc::LOCK_EX | libc::LOCK_NB,
+                )
+            },
+            0
+        );
+        let asked = Instant::now();
+        Records::keep_batch(&store, b"second record");
+        let took = asked.elapsed();
+        assert!(
+            took < Duration::from_millis(500),
+            "the keep waited {took:?} for the lock another holds"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        drop(holder);
+        assert_eq!(
+            Records::kept_batches(&store),
+            vec![b"first record".to_vec(), b"second record".to_vec()],
+            "the queued record written once the lock was free"
+        );
+        Records::keep_batch(&store, b"third record");
+        let root = store.root().to_path_buf();
+        drop(store);
+        let again = crate::DiskStore::open(crate::StoreConfig::at(root.clone())).expect("again");
+        assert_eq!(
+            Records::kept_batches(&again),
+            vec![
+                b"first record".to_vec(),
+                b"second record".to_vec(),
+                b"third record".to_vec()
+            ],
+            "the store's drop wrote what it had queued"
+        );
+        drop(again);
+        drop(std::fs::remove_dir_all(root));
+    }
 }

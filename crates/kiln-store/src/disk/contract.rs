@@ -127,7 +127,7 @@ impl Records for DiskStore {
     }
 
     fn kept_batches(&self) -> Vec<Vec<u8>> {
-        crate::batches::BatchesFile::read_at(&self.inner.files.layout.batches_file())
+        self.inner.records.kept_bytes(&self.inner.files)
     }
 
     fn explain(&self, key: &StoreKey) -> Explanation {

@@ -136,12 +136,16 @@ pub(crate) struct Inner {
     eviction: Eviction,
     /// The causes of failed writes, one entry per cause.
     write_failures: WriteFailures,
+    /// Batch records queued to be kept, and their writer.
+    records: batches::Keeper,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // The last handle of the process: what it counted since its last
-        // batch is not lost, nor the misses it noted.
+        // batch is not lost, nor the misses it noted, nor the records it
+        // queued.
+        self.records.flush();
         self.history.write_misses(&self.files);
         self.activity.merge(&self.files);
     }
@@ -160,6 +164,7 @@ impl DiskStore {
                 targets: Targets::default(),
                 eviction: Eviction::default(),
                 write_failures: WriteFailures::default(),
+                records: batches::Keeper::default(),
             }),
         }
     }
@@ -243,7 +248,7 @@ impl DiskStore {
     /// The records of the last batches of every process that used the
     /// store, oldest first; records this build cannot read are left out.
     pub fn kept_batches(&self) -> Vec<StoredBatch> {
-        batches::kept(&self.inner.files)
+        self.inner.records.kept(&self.inner.files)
     }
 
     /// What the store knows of the kernel whose id has digest
@@ -404,7 +409,7 @@ impl DiskStore {
     }
 
     pub(super) fn keep_batch_record(&self, record: &[u8]) {
-        batches::keep(&self.inner.files, record);
+        self.inner.records.keep(&self.inner.files, record);
     }
 
     pub(super) fn count_lookup(&self, key: &StoreKey, found: &Lookup<Vec<u8>>) {
