@@ -216,6 +216,40 @@ impl ArtifactStore for ReadAhead {
         }
     }
 
+    fn lookup_each_shaped(
+        &self,
+        keys: &[StoreKey],
+        shape: &(dyn Fn(usize, Lookup<Vec<u8>>) -> super::Shaped + Sync),
+        found: &mut dyn FnMut(usize, super::Shaped),
+    ) {
+        let mut rest = Vec::new();
+        let mut places = Vec::new();
+        let mut read = Vec::new();
+        {
+            let mut reading = self.ended();
+            for (at, key) in keys.iter().enumerate() {
+                let hit = reading.hits.remove(key);
+                match hit.or_else(|| reading.misses.remove(key)) {
+                    Some(answer) => read.push((at, answer)),
+                    None => {
+                        rest.push(key.clone());
+                        places.push(at);
+                    }
+                }
+            }
+        }
+        for (at, answer) in read {
+            found(at, shape(at, answer));
+        }
+        if !rest.is_empty() {
+            self.inner.lookup_each_shaped(
+                &rest,
+                &|at, answer| shape(places[at], answer),
+                &mut |at, shaped| found(places[at], shaped),
+            );
+        }
+    }
+
     fn lookup(&self, key: &StoreKey) -> Lookup<Vec<u8>> {
         let hit = self.ended().hits.remove(key);
         hit.unwrap_or_else(|| self.inner.lookup(key))

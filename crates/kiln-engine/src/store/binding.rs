@@ -162,9 +162,24 @@ impl<C: KeyedCompiler> BoundStore<C> {
         // A batch that asks again waits for others: what it wrote is made
         // durable first (the store's group commit), a step's end.
         self.store.parts().commit_group();
-        self.store.lookup_each(&keys, &mut |at, lookup| {
-            found(at, self.decode(&keys[at], lookup));
-        });
+        // Each artifact decoded on the thread that read it (F11): the
+        // caller's thread, which loads, only takes it.
+        let shape = |at: usize, lookup: Lookup<Vec<u8>>| -> super::Shaped {
+            Box::new(self.decode(&keys[at], lookup))
+        };
+        self.store
+            .lookup_each_shaped(&keys, &shape, &mut |at, shaped| {
+                match shaped.downcast::<Lookup<C::Artifact>>() {
+                    Ok(decoded) => found(at, *decoded),
+                    // Only this function's `shape` makes what it is handed.
+                    Err(_) => found(
+                        at,
+                        Lookup::Miss(Miss::Unreadable {
+                            detail: "the store answered in another shape than asked".into(),
+                        }),
+                    ),
+                }
+            });
     }
 
     /// Claims the right to compile `id` (P4, P12) after its lookup missed,

@@ -256,6 +256,10 @@ pub enum Origin<'a> {
     Copied,
 }
 
+/// What [`ArtifactStore::lookup_each_shaped`]'s `shape` makes of an
+/// answer: the caller's own type, handed back to it.
+pub type Shaped = Box<dyn std::any::Any + Send>;
+
 /// Where artifacts outlive the process: the object-safe contract every
 /// store (disk, memory, remote, a composition of them) answers.
 ///
@@ -309,6 +313,21 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
         for (at, answer) in self.lookup_many(keys).into_iter().enumerate() {
             found(at, answer);
         }
+    }
+
+    /// What [`lookup_each`](Self::lookup_each) answers, each answer first
+    /// given to `shape` on the thread that read it, and what `shape` made
+    /// of it handed to `found` on the caller's thread, each place once
+    /// (F11): a loader decodes each artifact where it was read, and its own
+    /// thread only loads. By default, `shape` runs on the caller's thread
+    /// as each answer of [`lookup_each`](Self::lookup_each) comes.
+    fn lookup_each_shaped(
+        &self,
+        keys: &[StoreKey],
+        shape: &(dyn Fn(usize, Lookup<Vec<u8>>) -> Shaped + Sync),
+        found: &mut dyn FnMut(usize, Shaped),
+    ) {
+        self.lookup_each(keys, &mut |at, answer| found(at, shape(at, answer)));
     }
 
     /// What [`lookup_many`](Self::lookup_many) answers for one key.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use kiln_engine::store::{BlobKey, Blobs, Claims, Groups, Records, StoreParts};
+use kiln_engine::store::{BlobKey, Blobs, Claims, Groups, Records, Shaped, StoreParts};
 use kiln_engine::{
     ArtifactStore, Claim, ClaimWait, Explanation, Generation, Lookup, Origin, Put, StoreKey,
     StoreOutcome, StoreStatistics,
@@ -24,7 +24,16 @@ impl ArtifactStore for DiskStore {
     }
 
     fn lookup_each(&self, keys: &[StoreKey], found: &mut dyn FnMut(usize, Lookup<Vec<u8>>)) {
-        spread::lookup_each(self, keys, found);
+        spread::lookup_each(self, keys, &|_, answer| answer, found);
+    }
+
+    fn lookup_each_shaped(
+        &self,
+        keys: &[StoreKey],
+        shape: &(dyn Fn(usize, Lookup<Vec<u8>>) -> Shaped + Sync),
+        found: &mut dyn FnMut(usize, Shaped),
+    ) {
+        spread::lookup_each(self, keys, shape, found);
     }
 
     fn put_many(&self, puts: &[Put<'_>]) -> Vec<StoreOutcome> {

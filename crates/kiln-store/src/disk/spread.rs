@@ -83,15 +83,20 @@ pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Ve
 /// device object while the rest are still read. A lookup of many keys runs
 /// wholly on threads of its own, so that the caller is free to take each
 /// answer; one of few keys runs on the caller's thread, answer by answer.
-pub(super) fn lookup_each(
+/// Each answer is first given to `shape` on the thread that read it (the
+/// loader decodes its artifact there).
+pub(super) fn lookup_each<A: Send>(
     store: &DiskStore,
     keys: &[StoreKey],
-    found: &mut dyn FnMut(usize, Lookup<Vec<u8>>),
+    shape: &(dyn Fn(usize, Lookup<Vec<u8>>) -> A + Sync),
+    found: &mut dyn FnMut(usize, A),
 ) {
     let threads = threads_here(keys.len());
     let asked = Instant::now();
     if threads == 1 {
-        watched(asked, 0, keys, |at, key| found(at, store.lookup(key)));
+        watched(asked, 0, keys, |at, key| {
+            found(at, shape(at, store.lookup(key)))
+        });
         return;
     }
     let chunk = keys.len().div_ceil(threads);
@@ -105,8 +110,9 @@ pub(super) fn lookup_each(
                 .name("kiln-lookup".into())
                 .spawn_scoped(scope, move || {
                     watched(asked, number + 1, part, |at, key| {
+                        let answer = shape(first + at, store.lookup(key));
                         // The caller stopped listening only by unwinding.
-                        drop(sender.send((first + at, store.lookup(key))));
+                        drop(sender.send((first + at, answer)));
                     });
                 });
             match spawned {
@@ -118,7 +124,7 @@ pub(super) fn lookup_each(
         drop(sender);
         for (first, part) in refused {
             for (at, key) in part.iter().enumerate() {
-                found(first + at, store.lookup(key));
+                found(first + at, shape(first + at, store.lookup(key)));
             }
         }
         for (at, answer) in answers {
@@ -284,6 +290,42 @@ mod tests {
                 _ => panic!("key {number} answered otherwise than in order"),
             }
         }
+        drop(std::fs::remove_dir_all(store.root()));
+    }
+
+    // F11: a lookup of many keys shapes each answer (the loader decodes
+    // it) on the thread that read it, not the caller's, and hands the
+    // caller each shaped answer once, at its place.
+    #[test]
+    fn f11_a_spread_lookup_shapes_each_answer_where_it_was_read() {
+        let store = scratch("spread-shaped");
+        for number in 0..96 {
+            let bytes = format!("artifact {number}").into_bytes();
+            store.put(&kernel_key(number), None, &bytes, Duration::ZERO);
+        }
+        let keys: Vec<_> = (0..96).map(kernel_key).collect();
+        let caller = std::thread::current().id();
+        let shape = |at: usize, answer: Lookup<Vec<u8>>| -> kiln_engine::store::Shaped {
+            let shaped_here = std::thread::current().id() == caller;
+            let length = match answer {
+                Lookup::Hit { artifact, .. } => artifact.len(),
+                Lookup::Miss(_) => 0,
+            };
+            Box::new((at, length, shaped_here))
+        };
+        let mut answered = vec![false; 96];
+        let mut on_caller = 0;
+        store.lookup_each_shaped(&keys, &shape, &mut |at, shaped| {
+            let (shaped_at, length, here) = *shaped
+                .downcast::<(usize, usize, bool)>()
+                .expect("the shape asked for");
+            assert_eq!(shaped_at, at, "shaped at its own place");
+            assert_eq!(length, format!("artifact {at}").len());
+            assert!(!std::mem::replace(&mut answered[at], true), "{at} twice");
+            on_caller += usize::from(here);
+        });
+        assert!(answered.iter().all(|answered| *answered));
+        assert_eq!(on_caller, 0, "answers shaped on the caller's thread");
         drop(std::fs::remove_dir_all(store.root()));
     }
 
