@@ -6,7 +6,7 @@
 //! the store itself for everything else.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::{
@@ -238,9 +238,7 @@ impl ArtifactStore for ReadAhead {
                 }
             }
         }
-        for (at, answer) in read {
-            found(at, shape(at, answer));
-        }
+        shape_beside(read, shape, found);
         if !rest.is_empty() {
             self.inner.lookup_each_shaped(
                 &rest,
@@ -278,6 +276,57 @@ impl ArtifactStore for ReadAhead {
     fn parts(&self) -> StoreParts<'_> {
         self.inner.parts()
     }
+}
+
+/// Hands each of `read` to `found` shaped: on a thread beside the
+/// caller's when there are enough of them (F11), so that the caller loads
+/// one artifact while the next is decoded; on the caller's thread when a
+/// thread would cost more than it saves, or none is to be had.
+fn shape_beside(
+    read: Vec<(usize, Lookup<Vec<u8>>)>,
+    shape: &(dyn Fn(usize, Lookup<Vec<u8>>) -> super::Shaped + Sync),
+    found: &mut dyn FnMut(usize, super::Shaped),
+) {
+    /// Fewer answers than this are shaped on the caller's thread.
+    const WORTH_A_THREAD: usize = 8;
+    if read.len() < WORTH_A_THREAD {
+        for (at, answer) in read {
+            found(at, shape(at, answer));
+        }
+        return;
+    }
+    std::thread::scope(|scope| {
+        let (sender, shaped) = std::sync::mpsc::channel();
+        let queue = Arc::new(Mutex::new(read.into_iter()));
+        let shaper = Arc::clone(&queue);
+        let spawned = std::thread::Builder::new()
+            .name("kiln-decode".into())
+            .spawn_scoped(scope, move || {
+                loop {
+                    let next = shaper.lock().unwrap_or_else(PoisonError::into_inner).next();
+                    let Some((at, answer)) = next else { break };
+                    // The caller stopped listening only by unwinding.
+                    if sender.send((at, shape(at, answer))).is_err() {
+                        break;
+                    }
+                }
+            });
+        if spawned.is_err() {
+            // No thread to be had: shaped here, in order.
+            let rest: Vec<_> = queue
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .by_ref()
+                .collect();
+            for (at, answer) in rest {
+                found(at, shape(at, answer));
+            }
+            return;
+        }
+        for (at, answer) in shaped {
+            found(at, answer);
+        }
+    });
 }
 
 #[cfg(test)]
@@ -344,5 +393,63 @@ mod tests {
             matches!(again[..], [Lookup::Hit { .. }]),
             "the miss was answered once"
         );
+    }
+
+    // F11: the artifacts read ahead are shaped (decoded) on a thread beside
+    // the caller's, each handed over once at its place, so that the
+    // caller's thread loads one while the next is decoded; a key not read
+    // ahead is the store's answer, shaped as well.
+    #[test]
+    fn f11_what_was_read_ahead_is_decoded_beside_the_callers_thread() {
+        let inner: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+        let target = FakeTarget::storeless();
+        let compiler = Arc::clone(target.compiler());
+        let ids: Vec<_> = (0..24)
+            .map(|number| FakeKernel::new(number).artifact_id())
+            .collect();
+        let bound = BoundStore::new(Arc::clone(&inner), &*compiler);
+        let keys: Vec<StoreKey> = ids
+            .iter()
+            .map(|id| bound.artifact_key(&*compiler, id))
+            .collect();
+        for (number, key) in keys.iter().enumerate() {
+            inner.put(
+                key,
+                None,
+                format!("artifact {number}").as_bytes(),
+                Duration::ZERO,
+            );
+        }
+        let ahead = ReadAhead::start(Arc::clone(&inner), &*compiler, &ids[..20]);
+        let caller = std::thread::current().id();
+        let shape = |at: usize, answer: Lookup<Vec<u8>>| -> crate::store::Shaped {
+            let artifact = match answer {
+                Lookup::Hit { artifact, .. } => artifact,
+                Lookup::Miss(_) => Vec::new(),
+            };
+            Box::new((at, artifact, std::thread::current().id() == caller))
+        };
+        let mut answered = vec![None; keys.len()];
+        ahead.lookup_each_shaped(&keys, &shape, &mut |at, shaped| {
+            let (shaped_at, artifact, here) = *shaped
+                .downcast::<(usize, Vec<u8>, bool)>()
+                .expect("the shape asked for");
+            assert_eq!(shaped_at, at);
+            assert!(
+                answered[at].replace((artifact, here)).is_none(),
+                "{at} twice"
+            );
+        });
+        for (at, answer) in answered.into_iter().enumerate() {
+            let (artifact, here) = answer.expect("every key answered");
+            assert_eq!(artifact, format!("artifact {at}").into_bytes());
+            if at < 20 {
+                assert!(
+                    !here,
+                    "key {at}, read ahead, decoded on the caller's thread"
+                );
+            }
+        }
+        assert_eq!(ahead.untaken(), 0);
     }
 }
