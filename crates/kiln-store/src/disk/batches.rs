@@ -8,7 +8,7 @@
 //! queue; a read of the records in this process, and the store's drop,
 //! wait for what is queued first, within a bound.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -109,7 +109,7 @@ impl Keeper {
 
 impl Shared {
     /// Writes the queue until it stays empty, then says so.
-    fn write_all(&self, path: &PathBuf) {
+    fn write_all(&self, path: &Path) {
         loop {
             let records = {
                 let mut queue = lock(&self.state);
@@ -128,7 +128,7 @@ impl Shared {
 }
 
 /// Keeps `record` in the `batches` file at `path`, in place of the oldest.
-fn keep_now(path: &PathBuf, record: &[u8]) {
+fn keep_now(path: &Path, record: &[u8]) {
     let file = match BatchesFile::open(path) {
         Ok(file) => file,
         Err(error) => {
@@ -175,16 +175,10 @@ mod tests {
             vec![b"first record".to_vec()]
         );
         let holder = std::fs::File::open(&path).expect("the batches file");
-        // SAFETY: a lock on a descriptor this test owns.
-        assert_eq!(
-            unsafe {
-                libc::flock(
-                    std::os::fd::AsRawFd::as_raw_fd(&holder),
-                    libc::LOCK_EX | libc::LOCK_NB,
-                )
-            },
-            0
-        );
+        let descriptor = std::os::fd::AsRawFd::as_raw_fd(&holder);
+        // SAFETY: a lock on a descriptor this test owns, open while locked.
+        let locked = unsafe { libc::flock(descriptor, libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(locked, 0, "the test holds the file's lock");
         let asked = Instant::now();
         Records::keep_batch(&store, b"second record");
         let took = asked.elapsed();

@@ -313,7 +313,7 @@ mod tests {
             };
             Box::new((at, length, shaped_here))
         };
-        let mut answered = vec![false; 96];
+        let mut answered = [false; 96];
         let mut on_caller = 0;
         store.lookup_each_shaped(&keys, &shape, &mut |at, shaped| {
             let (shaped_at, length, here) = *shaped
