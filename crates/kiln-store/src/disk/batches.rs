@@ -63,10 +63,15 @@ impl Keeper {
         drop(queue);
         let shared = Arc::clone(&self.shared);
         let writer_path = path.clone();
+        writers::started();
         let started = std::thread::Builder::new()
             .name("kiln-records".into())
-            .spawn(move || shared.write_all(&writer_path));
+            .spawn(move || {
+                shared.write_all(&writer_path);
+                writers::ended();
+            });
         if started.is_err() {
+            writers::ended();
             // No thread to be had: written here, as before.
             self.shared.write_all(&path);
         }
@@ -123,6 +128,56 @@ impl Shared {
             for record in &records {
                 keep_now(path, record);
             }
+        }
+    }
+}
+
+/// The writer threads running in this process, which its exit waits for
+/// (within a bound): a store that is never dropped (the default store,
+/// held for the life of the process) loses no record of its last batch
+/// to a program that exits as soon as that batch answers.
+mod writers {
+    use std::sync::{Condvar, Mutex, Once, PoisonError};
+    use std::time::{Duration, Instant};
+
+    /// How long the process's exit waits for the writers.
+    const EXIT_BOUND: Duration = Duration::from_secs(1);
+
+    static RUNNING: Mutex<usize> = Mutex::new(0);
+    static ENDED: Condvar = Condvar::new();
+    static AT_EXIT: Once = Once::new();
+
+    /// A writer is about to start.
+    pub(super) fn started() {
+        AT_EXIT.call_once(|| {
+            // SAFETY: `wait_at_exit` is a plain function that neither
+            // unwinds (it catches nothing that can panic: a poisoned lock
+            // is taken as it is) nor calls `exit`; registering it only
+            // adds it to the C library's list.
+            unsafe { libc::atexit(wait_at_exit) };
+        });
+        *RUNNING.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+    }
+
+    /// A writer ended (or never started).
+    pub(super) fn ended() {
+        let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+        *running = running.saturating_sub(1);
+        ENDED.notify_all();
+    }
+
+    extern "C" fn wait_at_exit() {
+        let deadline = Instant::now() + EXIT_BOUND;
+        let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+        while *running > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            running = match ENDED.wait_timeout(running, left) {
+                Ok((running, _)) => running,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
         }
     }
 }
@@ -205,6 +260,54 @@ mod tests {
                 b"third record".to_vec()
             ],
             "the store's drop wrote what it had queued"
+        );
+        drop(again);
+        drop(std::fs::remove_dir_all(root));
+    }
+
+    // F11: a record kept just before the process exits is written, though
+    // its store is never dropped (as the default store is held for the
+    // life of the process): the exit waits for the store's writer. The
+    // file's lock is held here while the other process exits, so that its
+    // writer cannot have finished before the exit.
+    #[test]
+    fn f11_a_record_kept_as_the_process_exits_is_written() {
+        const CHILD: &str = "KILN_TEST_RECORD_AT_EXIT";
+        if let Some(root) = std::env::var_os(CHILD) {
+            let config = crate::StoreConfig::at(std::path::PathBuf::from(root));
+            let store = crate::DiskStore::open(config).expect("the store");
+            Records::keep_batch(&store, b"last words");
+            std::mem::forget(store);
+            std::process::exit(0);
+        }
+        let store = scratch("records-at-exit");
+        Records::keep_batch(&store, b"first words");
+        let root = store.root().to_path_buf();
+        drop(store);
+        let holder = std::fs::File::open(root.join("batches")).expect("the batches file");
+        let descriptor = std::os::fd::AsRawFd::as_raw_fd(&holder);
+        // SAFETY: a lock on a descriptor this test owns, open while locked.
+        let locked = unsafe { libc::flock(descriptor, libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(locked, 0, "the test holds the file's lock");
+        let mut child = std::process::Command::new(std::env::current_exe().expect("this test"))
+            .args([
+                "--exact",
+                "disk::batches::tests::f11_a_record_kept_as_the_process_exits_is_written",
+                "--test-threads=1",
+            ])
+            .env(CHILD, &root)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("the other process starts");
+        std::thread::sleep(Duration::from_millis(300));
+        drop(holder);
+        let status = child.wait().expect("the other process ends");
+        assert!(status.success(), "{status}");
+        let again = crate::DiskStore::open(crate::StoreConfig::at(root.clone())).expect("again");
+        assert_eq!(
+            Records::kept_batches(&again),
+            vec![b"first words".to_vec(), b"last words".to_vec()],
+            "the record kept as the process exited"
         );
         drop(again);
         drop(std::fs::remove_dir_all(root));
