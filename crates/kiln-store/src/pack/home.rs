@@ -26,13 +26,19 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
+use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, MutexGuard};
 
+use crate::durable;
 use crate::lock::LockFile;
-use crate::pack::format::{Kind, UNIT};
+use crate::pack::format::{
+    Kind, Slot, UNIT, frame_header, fresh_generation, index_header, pack_header,
+};
 use crate::pack::shard::{View, read_frame};
-use crate::pack::{Frame, Packs, lock_shard, shard_of};
+use crate::pack::{Frame, Packs, lock_shard, now_seconds, shard_of};
 use crate::tree::{Folder, is_absent};
 
 /// The shard whose files hold the entries of shards without files.
@@ -210,7 +216,10 @@ impl Packs {
                     .collect();
                 // The shard's own files first, whole and (outside a group
                 // commit) durable; then the home shard's copies go.
-                let mut written = self.append_in(&folder, shard, &frames, &[])?;
+                let durably = self.durable && !self.grouped();
+                let mut written = self
+                    .start_with(&folder, shard, &frames)?
+                    .publish(&self.layout.staging(), durably)?;
                 if !moving.is_empty() {
                     let gone: Vec<(Kind, [u8; 16])> =
                         moving.iter().map(|entry| (entry.kind, entry.key)).collect();
@@ -270,6 +279,77 @@ impl Packs {
             into.extend(frames);
         }
         routed
+    }
+}
+
+/// A shard started with its entries: its pack written whole, and the index
+/// naming every one of them, to be published once the pack is durable.
+pub(in crate::pack) struct Starting {
+    pub(in crate::pack) pack: File,
+    index_path: PathBuf,
+    index: Vec<u8>,
+    bytes: u64,
+}
+
+impl Packs {
+    /// Writes a new pack of `shard` holding `frames`, and makes the index
+    /// that names them all: a shard that gets files of its own shows its
+    /// index only whole, since readers stop looking in the home shard for
+    /// its entries once it has one (an index made empty first, then
+    /// appended to, hid them from a process killed between the two).
+    pub(in crate::pack) fn start_with(
+        &self,
+        folder: &Folder,
+        shard: usize,
+        frames: &[Frame<'_>],
+    ) -> io::Result<Starting> {
+        let generation = fresh_generation();
+        let mut packed = pack_header(generation).to_vec();
+        let mut index = index_header(generation).to_vec();
+        let now = now_seconds();
+        for frame in frames {
+            let length = u32::try_from(frame.payload.len())
+                .map_err(|_| io::Error::other("an entry too large for a pack"))?;
+            let offset =
+                u32::try_from(packed.len()).map_err(|_| io::Error::other("a pack past 4 GiB"))?;
+            packed.extend_from_slice(&frame_header(&frame.key, frame.kind, length));
+            packed.extend_from_slice(frame.payload);
+            let slot = Slot {
+                key: frame.key,
+                kind: frame.kind,
+                removed: false,
+                offset,
+                length,
+                accessed: now,
+            };
+            index.extend_from_slice(&slot.encode());
+        }
+        crate::file_size::within_file_size_limit(packed.len().max(index.len()) as u64)?;
+        let pack_name = Self::pack_name(shard, generation);
+        let pack = folder.create_file(OsStr::new(&pack_name))?;
+        if let Err(error) = pack.write_all_at(&packed, 0) {
+            let _ = folder.remove_file(OsStr::new(&pack_name));
+            return Err(error);
+        }
+        Ok(Starting {
+            pack,
+            index_path: self.folder_path().join(Self::index_name(shard)),
+            bytes: (packed.len() + index.len()) as u64,
+            index,
+        })
+    }
+}
+
+impl Starting {
+    /// Publishes the index, whole (staged, then renamed into place), the
+    /// pack synced first when `durably` (P3); the bytes the shard holds.
+    /// Not durably, a later sync does both (a group's or a batch's).
+    pub(in crate::pack) fn publish(self, staging: &Path, durably: bool) -> io::Result<u64> {
+        if durably {
+            durable::sync_all(&self.pack)?;
+        }
+        durable::publish(staging, &self.index_path, &self.index, durably)?;
+        Ok(self.bytes)
     }
 }
 

@@ -313,7 +313,14 @@ impl Packs {
         // A shard not read yet in this process is opened at once: its
         // index's identity is the open file's.
         if view.is_none() {
-            match self.open_view(shard, &index_path) {
+            let index = match open_to_read(&index_path) {
+                Ok(index) => index,
+                // No index: one failed open says so (F11; with the home
+                // shard, most shards of a small store have none).
+                Err(error) if is_absent(&error) => return Ok(()),
+                Err(error) => return Err(error),
+            };
+            match self.view_of(shard, index) {
                 Ok(opened) => {
                     *view = Some(opened);
                     self.opened_view(shard);
@@ -363,16 +370,11 @@ impl Packs {
     }
 
     fn open_view(&self, shard: usize, index_path: &std::path::Path) -> io::Result<View> {
-        let open = |path: &std::path::Path, write: bool| {
-            fs::OpenOptions::new()
-                .read(true)
-                .write(write)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                .open(path)
-        };
-        // Read only: a lookup writes nothing (F11); access times are
-        // written by a thread of their own (`accesses`).
-        let index = open(index_path, false)?;
+        self.view_of(shard, open_to_read(index_path)?)
+    }
+
+    /// The view of `shard` whose `index` was just opened.
+    fn view_of(&self, shard: usize, index: File) -> io::Result<View> {
         let found = index.metadata()?;
         if !found.is_file() {
             return Err(io::Error::other("the index is not a regular file"));
@@ -391,10 +393,7 @@ impl Packs {
         start.truncate(read / UNIT as usize * UNIT as usize);
         let generation = index_generation(&start[..UNIT as usize])
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a damaged index header"))?;
-        let pack = open(
-            &self.folder_path().join(Self::pack_name(shard, generation)),
-            false,
-        )?;
+        let pack = open_to_read(&self.folder_path().join(Self::pack_name(shard, generation)))?;
         let mut pack_start = [0u8; UNIT as usize];
         pack.read_exact_at(&mut pack_start, 0)?;
         if pack_start != pack_header(generation) {
@@ -648,6 +647,16 @@ fn remove_named(folder: &Folder, name: &str, file: &File) -> io::Result<()> {
         crate::tree::Removal::Failed(error) => Err(error),
         _ => Ok(()),
     }
+}
+
+/// A shard's file opened to read: read only, as a lookup writes nothing
+/// (F11; access times are written by a thread of their own, `accesses`),
+/// never through a link nor waiting on a pipe.
+fn open_to_read(path: &std::path::Path) -> io::Result<File> {
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
 }
 
 fn lock_shard(locks: &Arc<LockFile>, shard: usize) -> io::Result<crate::lock::SlotGuard> {

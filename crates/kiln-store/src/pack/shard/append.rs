@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::lock::LockFile;
 use crate::pack::format::{Kind, Slot, UNIT, frame_header};
-use crate::pack::home::{HOME, Moving};
+use crate::pack::home::{Destination, HOME, Moving};
 use crate::pack::sharding::shard_of;
 use crate::pack::{Frame, Packs, Start, lock_shard, now_seconds};
 use crate::tree::Folder;
@@ -158,8 +158,13 @@ impl Packs {
         // moved to name them: its slots are written last.
         let gone: Vec<(Kind, [u8; 16])> = moving.iter().map(Moving::entry).collect();
         let mut staged = Vec::with_capacity(routed.len() + 1);
+        let mut starting = Vec::new();
         for (shard, frames) in routed.iter().filter(|(shard, _)| **shard != HOME) {
-            staged.push(self.stage(&folder, *shard, frames, &[], Start::WithTheBatch)?);
+            if chosen.get(shard) == Some(&Destination::Started) {
+                starting.push(self.start_with(&folder, *shard, frames)?);
+            } else {
+                staged.push(self.stage(&folder, *shard, frames, &[], Start::WithTheBatch)?);
+            }
         }
         let home_frames = routed.get(&HOME).map_or(&[][..], Vec::as_slice);
         if !home_frames.is_empty() || !gone.is_empty() {
@@ -168,18 +173,37 @@ impl Packs {
         // A shard started here has a new pack and index, and their names,
         // to make durable too: the file system's sync does all, even for an
         // append that is otherwise not synced.
-        let started = staged.iter().any(|staged| staged.started);
+        let started = !starting.is_empty() || staged.iter().any(|staged| staged.started);
         // In a group commit, the group's one sync does it all.
         let due = self.durable && (synced || started);
         let sync_now = due && !self.grouped();
         if sync_now {
-            sync_together(staged.iter().map(|staged| &staged.pack), started)?;
+            sync_together(
+                staged
+                    .iter()
+                    .map(|staged| &staged.pack)
+                    .chain(starting.iter().map(|start| &start.pack)),
+                started,
+            )?;
         }
         let indexes: Vec<File> = staged
             .iter()
             .map(|staged| staged.index.try_clone())
             .collect::<io::Result<_>>()?;
         let mut bytes = 0;
+        // The shards started here show their indexes, whole, and those are
+        // durable before the home shard's copies of their entries go.
+        let one_started = starting
+            .first()
+            .map(|start| start.pack.try_clone())
+            .transpose()?;
+        for start in starting {
+            bytes += start.publish(&self.layout.staging(), false)?;
+        }
+        if sync_now && let Some(pack) = &one_started {
+            // Their names too: the file system's sync.
+            sync_together(std::iter::once(pack), true)?;
+        }
         for staged in staged {
             bytes += staged.publish(false)?;
         }
