@@ -7,6 +7,7 @@
 
 use std::num::NonZeroUsize;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use kiln_engine::store::{ArtifactStore, Lookup, StoreKey};
@@ -78,13 +79,19 @@ pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Ve
 }
 
 /// Looks `keys` up in `store` and hands each answer to `found`, with its
-/// place in `keys`, on the caller's thread as soon as it is ready, in the
-/// order the lookup threads finish them (F11): the caller makes a hit's
-/// device object while the rest are still read. A lookup of many keys runs
-/// wholly on threads of its own, so that the caller is free to take each
-/// answer; one of few keys runs on the caller's thread, answer by answer.
-/// Each answer is first given to `shape` on the thread that read it (the
-/// loader decodes its artifact there).
+/// place in `keys`, on the caller's thread as soon as it is ready (F11):
+/// the caller makes a hit's device object while the rest are still read.
+/// A lookup of many keys runs wholly on threads of its own, so that the
+/// caller is free to take each answer; one of few keys runs on the
+/// caller's thread, answer by answer. Each answer is first given to
+/// `shape` on the thread that read it (the loader decodes its artifact
+/// there).
+///
+/// The threads take the keys in their order, each the next one nobody
+/// took, so the answers come about in order. The caller starts one thread
+/// and takes its first answer as soon as it is read; that thread starts
+/// the next once it has answered its first key, and so on: the caller
+/// never waits for threads to start before its first answer.
 pub(super) fn lookup_each<A: Send>(
     store: &DiskStore,
     keys: &[StoreKey],
@@ -99,45 +106,87 @@ pub(super) fn lookup_each<A: Send>(
         });
         return;
     }
-    let chunk = keys.len().div_ceil(threads);
+    let work = Work {
+        store,
+        keys,
+        shape,
+        next: AtomicUsize::new(0),
+        threads,
+        asked,
+    };
     std::thread::scope(|scope| {
         let (sender, answers) = std::sync::mpsc::channel();
-        let mut handles = Vec::with_capacity(threads);
-        let mut refused = Vec::new();
-        for (number, part) in keys.chunks(chunk).enumerate() {
-            let (sender, first) = (sender.clone(), number * chunk);
-            let spawned = std::thread::Builder::new()
-                .name("kiln-lookup".into())
-                .spawn_scoped(scope, move || {
-                    watched(asked, number + 1, part, |at, key| {
-                        let answer = shape(first + at, store.lookup(key));
-                        // The caller stopped listening only by unwinding.
-                        drop(sender.send((first + at, answer)));
-                    });
-                });
-            match spawned {
-                Ok(handle) => handles.push(handle),
-                // A thread the system refuses leaves its keys to the caller.
-                Err(_) => refused.push((first, part)),
+        if !work.start(scope, 1, sender) {
+            // No thread to be had: every key answered here.
+            while let Some((at, answer)) = work.answer_next() {
+                found(at, answer);
             }
-        }
-        drop(sender);
-        for (first, part) in refused {
-            for (at, key) in part.iter().enumerate() {
-                found(first + at, shape(first + at, store.lookup(key)));
-            }
+            return;
         }
         for (at, answer) in answers {
             found(at, answer);
         }
-        for handle in handles {
-            // A panic of a lookup reaches the caller as it would on one
-            // thread.
-            if let Err(panic) = handle.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
+        // A panic of a lookup reaches the caller when the scope ends, as
+        // it would on one thread.
     });
+}
+
+/// A lookup spread over threads that take its keys in turn.
+struct Work<'a, A> {
+    store: &'a DiskStore,
+    keys: &'a [StoreKey],
+    shape: &'a (dyn Fn(usize, Lookup<Vec<u8>>) -> A + Sync),
+    /// The place of the next key nobody took.
+    next: AtomicUsize,
+    threads: usize,
+    asked: Instant,
+}
+
+impl<'a, A: Send> Work<'a, A> {
+    /// The next key nobody took, answered and shaped; `None` once every
+    /// key is taken.
+    fn answer_next(&self) -> Option<(usize, A)> {
+        let at = self.next.fetch_add(1, Ordering::Relaxed);
+        let key = self.keys.get(at)?;
+        Some((at, (self.shape)(at, self.store.lookup(key))))
+    }
+
+    /// Starts thread `number`, which sends its answers on `sender` and
+    /// starts the next thread after its first answer; `false` when the
+    /// system gives no thread.
+    fn start<'scope>(
+        &'scope self,
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        number: usize,
+        sender: std::sync::mpsc::Sender<(usize, A)>,
+    ) -> bool {
+        std::thread::Builder::new()
+            .name("kiln-lookup".into())
+            .spawn_scoped(scope, move || {
+                let started = Instant::now();
+                let mut started_next = number >= self.threads;
+                let mut answered = 0;
+                while let Some(answer) = self.answer_next() {
+                    answered += 1;
+                    // The caller stopped listening only by unwinding.
+                    if sender.send(answer).is_err() {
+                        break;
+                    }
+                    if !started_next {
+                        started_next = true;
+                        // A thread refused leaves its keys to the others.
+                        self.start(scope, number + 1, sender.clone());
+                    }
+                }
+                log::trace!(
+                    "lookup thread {number}: started {:?} after the call, answered {answered} \
+                     keys in {:?}",
+                    started.duration_since(self.asked),
+                    started.elapsed()
+                );
+            })
+            .is_ok()
+    }
 }
 
 /// Runs one thread's share of a lookup; at trace level, says when it
@@ -326,6 +375,36 @@ mod tests {
         });
         assert!(answered.iter().all(|answered| *answered));
         assert_eq!(on_caller, 0, "answers shaped on the caller's thread");
+        drop(std::fs::remove_dir_all(store.root()));
+    }
+
+    // F11: the caller starts one lookup thread, which starts the next,
+    // and so on: a lookup of many keys still spreads over several threads
+    // (here each answer takes a millisecond to shape), and answers each
+    // key once.
+    #[test]
+    fn f11_lookup_threads_start_one_another_and_share_the_keys() {
+        let store = scratch("spread-chain");
+        for number in 0..64 {
+            store.put(&kernel_key(number), None, b"artifact", Duration::ZERO);
+        }
+        let keys: Vec<_> = (0..64).map(kernel_key).collect();
+        let shape = |_: usize, _: Lookup<Vec<u8>>| -> std::thread::ThreadId {
+            std::thread::sleep(Duration::from_millis(1));
+            std::thread::current().id()
+        };
+        let mut threads = std::collections::HashSet::new();
+        let mut answered = [false; 64];
+        super::lookup_each(&store, &keys, &shape, &mut |at, thread| {
+            assert!(!std::mem::replace(&mut answered[at], true), "{at} twice");
+            threads.insert(thread);
+        });
+        assert!(answered.iter().all(|answered| *answered));
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        if cores > 1 {
+            assert!(threads.len() > 1, "one thread answered every key");
+        }
+        assert!(!threads.contains(&std::thread::current().id()));
         drop(std::fs::remove_dir_all(store.root()));
     }
 
