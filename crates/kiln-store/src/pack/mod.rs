@@ -201,7 +201,12 @@ impl Packs {
             generation: view.generation,
             slot: position,
         };
-        match read_frame(&view.pack, &slot) {
+        // The frame is read without the view's lock: readers of one shard
+        // (every entry of a small store is in the home shard's) wait for
+        // one another's lookups in memory only, not their reads.
+        let pack = Arc::clone(&view.pack);
+        drop(guard);
+        match read_frame(&pack, &slot) {
             Ok(Ok(payload)) => Read::Found { payload, at },
             Ok(Err(detail)) => Read::Damaged { detail, at },
             Err(error) => Read::Unreadable(format!("reading pack {shard:03x}: {error}")),
@@ -405,7 +410,7 @@ impl Packs {
         let mut view = View {
             identity: (found.dev(), found.ino()),
             index,
-            pack,
+            pack: Arc::new(pack),
             generation,
             read_to: UNIT,
             slots: HashMap::new(),

@@ -22,7 +22,9 @@ pub(in crate::pack) struct View {
     pub(in crate::pack) identity: (u64, u64),
     /// The index, opened to read: a lookup opens nothing to write.
     pub(in crate::pack) index: File,
-    pub(in crate::pack) pack: File,
+    /// The pack, shared with reads under way: a frame is read without
+    /// the view's lock.
+    pub(in crate::pack) pack: std::sync::Arc<File>,
     pub(in crate::pack) generation: u64,
     /// How far the index has been read: whole slots only.
     pub(in crate::pack) read_to: u64,
