@@ -88,10 +88,10 @@ pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Ve
 /// there).
 ///
 /// The threads take the keys in their order, each the next one nobody
-/// took, so the answers come about in order. The caller starts one thread
-/// and takes its first answer as soon as it is read; that thread starts
-/// the next once it has answered its first key, and so on: the caller
-/// never waits for threads to start before its first answer.
+/// took, so the answers come about in order, and a thread that starts late
+/// leaves nothing undone behind it. The caller starts them all before it
+/// takes an answer: a thread started while the caller's thread is in the
+/// driver, loading, was seen to slow both on a GPU host.
 pub(super) fn lookup_each<A: Send>(
     store: &DiskStore,
     keys: &[StoreKey],
@@ -111,12 +111,15 @@ pub(super) fn lookup_each<A: Send>(
         keys,
         shape,
         next: AtomicUsize::new(0),
-        threads,
         asked,
     };
     std::thread::scope(|scope| {
         let (sender, answers) = std::sync::mpsc::channel();
-        if !work.start(scope, 1, sender) {
+        let started = (1..=threads)
+            .take_while(|&number| work.start(scope, number, sender.clone()))
+            .count();
+        drop(sender);
+        if started == 0 {
             // No thread to be had: every key answered here.
             while let Some((at, answer)) = work.answer_next() {
                 found(at, answer);
@@ -138,7 +141,6 @@ struct Work<'a, A> {
     shape: &'a (dyn Fn(usize, Lookup<Vec<u8>>) -> A + Sync),
     /// The place of the next key nobody took.
     next: AtomicUsize,
-    threads: usize,
     asked: Instant,
 }
 
@@ -151,9 +153,8 @@ impl<'a, A: Send> Work<'a, A> {
         Some((at, (self.shape)(at, self.store.lookup(key))))
     }
 
-    /// Starts thread `number`, which sends its answers on `sender` and
-    /// starts the next thread after its first answer; `false` when the
-    /// system gives no thread.
+    /// Starts thread `number`, which sends its answers on `sender`;
+    /// `false` when the system gives no thread (the others take its keys).
     fn start<'scope>(
         &'scope self,
         scope: &'scope std::thread::Scope<'scope, '_>,
@@ -164,18 +165,12 @@ impl<'a, A: Send> Work<'a, A> {
             .name("kiln-lookup".into())
             .spawn_scoped(scope, move || {
                 let started = Instant::now();
-                let mut started_next = number >= self.threads;
                 let mut answered = 0;
                 while let Some(answer) = self.answer_next() {
                     answered += 1;
                     // The caller stopped listening only by unwinding.
                     if sender.send(answer).is_err() {
                         break;
-                    }
-                    if !started_next {
-                        started_next = true;
-                        // A thread refused leaves its keys to the others.
-                        self.start(scope, number + 1, sender.clone());
                     }
                 }
                 log::trace!(
@@ -378,12 +373,11 @@ mod tests {
         drop(std::fs::remove_dir_all(store.root()));
     }
 
-    // F11: the caller starts one lookup thread, which starts the next,
-    // and so on: a lookup of many keys still spreads over several threads
-    // (here each answer takes a millisecond to shape), and answers each
-    // key once.
+    // F11: a lookup of many keys spreads over several threads that take
+    // the keys in turn (here each answer takes a millisecond to shape),
+    // and answers each key once.
     #[test]
-    fn f11_lookup_threads_start_one_another_and_share_the_keys() {
+    fn f11_lookup_threads_share_the_keys_in_turn() {
         let store = scratch("spread-chain");
         for number in 0..64 {
             store.put(&kernel_key(number), None, b"artifact", Duration::ZERO);
