@@ -43,13 +43,14 @@
 //! `format.rs` the bytes of packs and indexes, `sharding.rs` which shard
 //! holds an entry, and `shard/` one shard's files as a process reads them
 //! (`view.rs`), appends to them (`append.rs`) and finds them unusable
-//! (`repair.rs`); `home.rs` where a shard's entries are kept and
-//! `rewrite.rs` compaction.
+//! (`repair.rs`); `home.rs` where a shard's entries are kept, and
+//! compaction; `descriptors.rs` the process's table of descriptors, grown
+//! before the lookups need it.
 
 mod accesses;
+mod descriptors;
 mod format;
 mod home;
-mod rewrite;
 mod shard;
 mod sharding;
 
@@ -152,7 +153,7 @@ pub(crate) const OPEN_VIEWS: usize = 48;
 
 impl Packs {
     pub(crate) fn new(layout: Layout, writable: bool, durable: bool) -> Self {
-        grow_descriptor_table();
+        descriptors::grow_table();
         Self {
             accesses: Accesses::new(layout.root().join("packs")),
             layout,
@@ -680,37 +681,4 @@ fn now_seconds() -> u32 {
         .map_or(0, |since| {
             u32::try_from(since.as_secs()).unwrap_or(u32::MAX)
         })
-}
-
-/// Makes the process's table of file descriptors room for a few hundred,
-/// once, when the first store opens (usually before the program starts
-/// threads). The kernel grows the table as descriptors are opened, and in a
-/// process of several threads each growth waits for all processors to pass
-/// a quiescent point: 10-30 ms seen on a GPU host, during which every other
-/// thread that opens a file waits too. Grown here, a warm start's lookups
-/// open their shards without that wait. A descriptor is duplicated above
-/// the size wanted and closed at once: no descriptor is taken or replaced.
-fn grow_descriptor_table() {
-    static GROWN: std::sync::Once = std::sync::Once::new();
-    GROWN.call_once(|| {
-        // Past the size wanted: fd 255 makes a table of 256.
-        const WANTED: libc::c_int = 255;
-        let Ok(root) = File::open("/") else {
-            return;
-        };
-        // SAFETY: `fcntl` duplicates an open descriptor that outlives the
-        // call into the lowest free one at or above WANTED, or fails (a
-        // lower limit on descriptors); the duplicate is this function's
-        // alone and closed at once.
-        unsafe {
-            let duplicate = libc::fcntl(
-                std::os::fd::AsRawFd::as_raw_fd(&root),
-                libc::F_DUPFD_CLOEXEC,
-                WANTED,
-            );
-            if duplicate >= 0 {
-                libc::close(duplicate);
-            }
-        }
-    });
 }
