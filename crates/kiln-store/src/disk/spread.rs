@@ -90,8 +90,7 @@ pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Ve
 /// The threads take the keys in their order, each the next one nobody
 /// took, so the answers come about in order, and a thread that starts late
 /// leaves nothing undone behind it. The caller starts them all before it
-/// takes an answer: a thread started while the caller's thread is in the
-/// driver, loading, was seen to slow both on a GPU host.
+/// takes an answer.
 pub(super) fn lookup_each<A: Send>(
     store: &DiskStore,
     keys: &[StoreKey],
