@@ -335,27 +335,43 @@ mod tests {
     use std::time::Duration;
 
     use super::ReadAhead;
+    use crate::fake::FakeCompiler;
     use crate::fake::{FakeKernel, FakeTarget};
+    use crate::id::ArtifactId;
     use crate::store::{
         ArtifactStore, ArtifactStoreExt, BoundStore, Lookup, MemoryStore, StoreKey,
     };
     use crate::target::CompilationTarget;
 
+    /// An empty memory store, and `count` fake kernels' ids and keys.
+    #[allow(clippy::type_complexity)]
+    fn kernels(
+        count: u32,
+    ) -> (
+        Arc<dyn ArtifactStore>,
+        Arc<FakeCompiler>,
+        Vec<ArtifactId<()>>,
+        Vec<StoreKey>,
+    ) {
+        let inner: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+        let target = FakeTarget::storeless();
+        let compiler = Arc::clone(target.compiler());
+        let ids: Vec<_> = (0..count)
+            .map(|number| FakeKernel::new(number).artifact_id())
+            .collect();
+        let bound = BoundStore::new(Arc::clone(&inner), &*compiler);
+        let keys = ids
+            .iter()
+            .map(|id| bound.artifact_key(&*compiler, id))
+            .collect();
+        (inner, compiler, ids, keys)
+    }
+
     // F11: what was read ahead is answered from memory, once, at its
     // place; every other key is the store's answer.
     #[test]
     fn f11_what_was_read_ahead_is_answered_once_from_memory_and_the_rest_by_the_store() {
-        let inner: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
-        let target = FakeTarget::storeless();
-        let compiler = Arc::clone(target.compiler());
-        let ids: Vec<_> = (0..3)
-            .map(|number| FakeKernel::new(number).artifact_id())
-            .collect();
-        let bound = BoundStore::new(Arc::clone(&inner), &*compiler);
-        let keys: Vec<StoreKey> = ids
-            .iter()
-            .map(|id| bound.artifact_key(&*compiler, id))
-            .collect();
+        let (inner, compiler, ids, keys) = kernels(3);
         inner.put(&keys[0], None, b"zero", Duration::ZERO);
         inner.put(&keys[1], None, b"one", Duration::ZERO);
 
@@ -401,17 +417,7 @@ mod tests {
     // ahead is the store's answer, shaped as well.
     #[test]
     fn f11_what_was_read_ahead_is_decoded_beside_the_callers_thread() {
-        let inner: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
-        let target = FakeTarget::storeless();
-        let compiler = Arc::clone(target.compiler());
-        let ids: Vec<_> = (0..24)
-            .map(|number| FakeKernel::new(number).artifact_id())
-            .collect();
-        let bound = BoundStore::new(Arc::clone(&inner), &*compiler);
-        let keys: Vec<StoreKey> = ids
-            .iter()
-            .map(|id| bound.artifact_key(&*compiler, id))
-            .collect();
+        let (inner, compiler, ids, keys) = kernels(24);
         for (number, key) in keys.iter().enumerate() {
             inner.put(
                 key,

@@ -147,6 +147,35 @@ pub(crate) fn frame_header(key: &[u8; 16], kind: Kind, length: u32) -> [u8; UNIT
     bytes
 }
 
+/// Appends the frame of `payload` (entry `kind`/`key`) to `packed`, which
+/// starts at `start` in its pack, and returns its live slot, read at
+/// `accessed`.
+///
+/// # Errors
+///
+/// The payload or the pack outgrows what a slot can say (4 GiB).
+pub(crate) fn append_frame(
+    packed: &mut Vec<u8>,
+    start: u64,
+    (kind, key, payload): (Kind, [u8; 16], &[u8]),
+    accessed: u32,
+) -> std::io::Result<Slot> {
+    let length = u32::try_from(payload.len())
+        .map_err(|_| std::io::Error::other("an entry too large for a pack"))?;
+    let offset = u32::try_from(start + packed.len() as u64)
+        .map_err(|_| std::io::Error::other("a pack past 4 GiB"))?;
+    packed.extend_from_slice(&frame_header(&key, kind, length));
+    packed.extend_from_slice(payload);
+    Ok(Slot {
+        key,
+        kind,
+        removed: false,
+        offset,
+        length,
+        accessed,
+    })
+}
+
 /// Whether `bytes`, read where `slot` points, start with the frame the slot
 /// names.
 pub(crate) fn frames(bytes: &[u8], slot: &Slot) -> bool {

@@ -39,7 +39,8 @@ use std::sync::{Arc, MutexGuard};
 use crate::durable;
 use crate::lock::LockFile;
 use crate::pack::format::{
-    Kind, Slot, UNIT, frame_header, fresh_generation, index_generation, index_header, pack_header,
+    Kind, Slot, UNIT, append_frame, frame_header, fresh_generation, index_generation, index_header,
+    pack_header,
 };
 use crate::pack::shard::{View, read_frame};
 use crate::pack::{Frame, Live, Packs, Rewritten, lock_shard, now_seconds, remove_named, shard_of};
@@ -312,20 +313,8 @@ impl Packs {
         let mut index = index_header(generation).to_vec();
         let now = now_seconds();
         for frame in frames {
-            let length = u32::try_from(frame.payload.len())
-                .map_err(|_| io::Error::other("an entry too large for a pack"))?;
-            let offset =
-                u32::try_from(packed.len()).map_err(|_| io::Error::other("a pack past 4 GiB"))?;
-            packed.extend_from_slice(&frame_header(&frame.key, frame.kind, length));
-            packed.extend_from_slice(frame.payload);
-            let slot = Slot {
-                key: frame.key,
-                kind: frame.kind,
-                removed: false,
-                offset,
-                length,
-                accessed: now,
-            };
+            let entry = (frame.kind, frame.key, frame.payload);
+            let slot = append_frame(&mut packed, 0, entry, now)?;
             index.extend_from_slice(&slot.encode());
         }
         crate::file_size::within_file_size_limit(packed.len().max(index.len()) as u64)?;

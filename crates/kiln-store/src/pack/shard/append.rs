@@ -15,7 +15,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use crate::lock::LockFile;
-use crate::pack::format::{Kind, Slot, UNIT, frame_header};
+use crate::pack::format::{Kind, Slot, UNIT, append_frame};
 use crate::pack::home::{Destination, HOME, Moving};
 use crate::pack::sharding::shard_of;
 use crate::pack::{Frame, Packs, Start, lock_shard, now_seconds};
@@ -55,20 +55,8 @@ impl Packs {
         let mut packed = Vec::with_capacity(usize::try_from(frame_bytes).unwrap_or(0));
         let mut slots = Vec::with_capacity(usize::try_from(slot_bytes).unwrap_or(0));
         for frame in new_frames {
-            let length = u32::try_from(frame.payload.len())
-                .map_err(|_| io::Error::other("an entry too large for a pack"))?;
-            let offset = u32::try_from(pack_end + packed.len() as u64)
-                .map_err(|_| io::Error::other("a pack past 4 GiB"))?;
-            packed.extend_from_slice(&frame_header(&frame.key, frame.kind, length));
-            packed.extend_from_slice(frame.payload);
-            let slot = Slot {
-                key: frame.key,
-                kind: frame.kind,
-                removed: false,
-                offset,
-                length,
-                accessed: now,
-            };
+            let entry = (frame.kind, frame.key, frame.payload);
+            let slot = append_frame(&mut packed, pack_end, entry, now)?;
             slots.extend_from_slice(&slot.encode());
         }
         for (kind, key) in removals {
