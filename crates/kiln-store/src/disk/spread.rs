@@ -163,7 +163,8 @@ impl<'a, A: Send> Work<'a, A> {
         std::thread::Builder::new()
             .name("kiln-lookup".into())
             .spawn_scoped(scope, move || {
-                let started = Instant::now();
+                let traced = log::log_enabled!(log::Level::Trace);
+                let (started, before) = (Instant::now(), traced.then(ThreadUsage::now));
                 let mut answered = 0;
                 while let Some(answer) = self.answer_next() {
                     answered += 1;
@@ -172,12 +173,21 @@ impl<'a, A: Send> Work<'a, A> {
                         break;
                     }
                 }
-                log::trace!(
-                    "lookup thread {number}: started {:?} after the call, answered {answered} \
-                     keys in {:?}",
-                    started.duration_since(self.asked),
-                    started.elapsed()
-                );
+                if let Some(before) = before {
+                    let after = ThreadUsage::now();
+                    log::trace!(
+                        "lookup thread {number}: started {:?} after the call, answered \
+                         {answered} keys in {:?}, on a processor {:?}, {} waits, {} \
+                         preemptions, {} page faults ({} from disk)",
+                        started.duration_since(self.asked),
+                        started.elapsed(),
+                        after.processor.saturating_sub(before.processor),
+                        after.waits - before.waits,
+                        after.preemptions - before.preemptions,
+                        after.faults - before.faults,
+                        after.disk_faults - before.disk_faults,
+                    );
+                }
             })
             .is_ok()
     }
