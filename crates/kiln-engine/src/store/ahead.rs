@@ -195,20 +195,9 @@ impl ArtifactStore for ReadAhead {
     }
 
     fn lookup_each(&self, keys: &[StoreKey], found: &mut dyn FnMut(usize, Lookup<Vec<u8>>)) {
-        let mut rest = Vec::new();
-        let mut places = Vec::new();
-        {
-            let mut reading = self.ended();
-            for (at, key) in keys.iter().enumerate() {
-                let read = reading.hits.remove(key);
-                match read.or_else(|| reading.misses.remove(key)) {
-                    Some(answer) => found(at, answer),
-                    None => {
-                        rest.push(key.clone());
-                        places.push(at);
-                    }
-                }
-            }
+        let Taken { read, rest, places } = self.take(keys);
+        for (at, answer) in read {
+            found(at, answer);
         }
         if !rest.is_empty() {
             self.inner
@@ -222,22 +211,7 @@ impl ArtifactStore for ReadAhead {
         shape: &(dyn Fn(usize, Lookup<Vec<u8>>) -> super::Shaped + Sync),
         found: &mut dyn FnMut(usize, super::Shaped),
     ) {
-        let mut rest = Vec::new();
-        let mut places = Vec::new();
-        let mut read = Vec::new();
-        {
-            let mut reading = self.ended();
-            for (at, key) in keys.iter().enumerate() {
-                let hit = reading.hits.remove(key);
-                match hit.or_else(|| reading.misses.remove(key)) {
-                    Some(answer) => read.push((at, answer)),
-                    None => {
-                        rest.push(key.clone());
-                        places.push(at);
-                    }
-                }
-            }
-        }
+        let Taken { read, rest, places } = self.take(keys);
         shape_beside(read, shape, found);
         if !rest.is_empty() {
             self.inner.lookup_each_shaped(
@@ -275,6 +249,38 @@ impl ArtifactStore for ReadAhead {
 
     fn parts(&self) -> StoreParts<'_> {
         self.inner.parts()
+    }
+}
+
+/// What a lookup of some keys takes of what was read ahead: the answers
+/// read, by place, and the keys left to the store, with their places.
+struct Taken {
+    read: Vec<(usize, Lookup<Vec<u8>>)>,
+    rest: Vec<StoreKey>,
+    places: Vec<usize>,
+}
+
+impl ReadAhead {
+    /// Takes the answers read ahead for `keys` (each once), once the read
+    /// ended; the other keys are left to the store.
+    fn take(&self, keys: &[StoreKey]) -> Taken {
+        let mut taken = Taken {
+            read: Vec::new(),
+            rest: Vec::new(),
+            places: Vec::new(),
+        };
+        let mut reading = self.ended();
+        for (at, key) in keys.iter().enumerate() {
+            let hit = reading.hits.remove(key);
+            match hit.or_else(|| reading.misses.remove(key)) {
+                Some(answer) => taken.read.push((at, answer)),
+                None => {
+                    taken.rest.push(key.clone());
+                    taken.places.push(at);
+                }
+            }
+        }
+        taken
     }
 }
 

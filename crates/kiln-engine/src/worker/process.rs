@@ -270,15 +270,20 @@ mod tests {
 
     use super::wait_within;
 
+    /// A `cat` that waits on its input: it exits when the input closes.
+    fn cat() -> std::process::Child {
+        Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("cat starts")
+    }
+
     #[test]
     fn a_worker_s_exit_is_seen_as_it_happens_not_at_the_next_look() {
         // `cat` exits when its input closes, 70 ms in: looking again after
         // 1, 2, 4 ... ms saw it at 127 ms, 57 ms late.
-        let mut child = Command::new("cat")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("cat starts");
+        let mut child = cat();
         let input = child.stdin.take().expect("piped");
         let closer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(70));
@@ -298,11 +303,7 @@ mod tests {
 
     #[test]
     fn a_worker_that_does_not_exit_is_waited_for_no_longer_than_the_limit() {
-        let mut child = Command::new("cat")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("cat starts");
+        let mut child = cat();
         let started = Instant::now();
         assert!(wait_within(&mut child, Duration::from_millis(50)).is_none());
         let waited = started.elapsed();

@@ -9,8 +9,8 @@
 //! wait for what is queued first, within a bound.
 
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use kiln_engine::StoredBatch;
 
@@ -96,18 +96,15 @@ impl Keeper {
     /// Waits until every queued record is written, at most
     /// [`FLUSH_BOUND`]; what is still queued then stays to the writer.
     pub(crate) fn flush(&self) {
-        let deadline = Instant::now() + FLUSH_BOUND;
-        let mut queue = lock(&self.shared.state);
-        while queue.writing {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                log::debug!("kiln store: batch records still being written, not waited for");
-                return;
-            }
-            queue = match self.shared.idle.wait_timeout(queue, left) {
-                Ok((queue, _)) => queue,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
+        let queue = lock(&self.shared.state);
+        let (queue, waited) = self
+            .shared
+            .idle
+            .wait_timeout_while(queue, FLUSH_BOUND, |queue| queue.writing)
+            .unwrap_or_else(PoisonError::into_inner);
+        drop(queue);
+        if waited.timed_out() {
+            log::debug!("kiln store: batch records still being written, not waited for");
         }
     }
 }
@@ -138,7 +135,7 @@ impl Shared {
 /// to a program that exits as soon as that batch answers.
 mod writers {
     use std::sync::{Condvar, Mutex, Once, PoisonError};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     /// How long the process's exit waits for the writers.
     const EXIT_BOUND: Duration = Duration::from_secs(1);
@@ -167,18 +164,8 @@ mod writers {
     }
 
     extern "C" fn wait_at_exit() {
-        let deadline = Instant::now() + EXIT_BOUND;
-        let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
-        while *running > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            running = match ENDED.wait_timeout(running, left) {
-                Ok((running, _)) => running,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
-        }
+        let running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+        drop(ENDED.wait_timeout_while(running, EXIT_BOUND, |running| *running > 0));
     }
 }
 
@@ -202,9 +189,7 @@ fn keep_now(path: &Path, record: &[u8]) {
 }
 
 fn lock(state: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
-    state
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]
