@@ -186,6 +186,9 @@ impl DiskStore {
     /// damaged beyond what it repairs; [`Error::ReadOnlyEmpty`](crate::Error::ReadOnlyEmpty) when it
     /// holds no store and cannot be written.
     pub fn open(config: StoreConfig) -> Result<Self> {
+        // A batch's lookup is spread over threads of the process's own
+        // (F11), started now, beside the open, for its first batch.
+        spread::start_helpers();
         Files::open(config).map(Self::compose)
     }
 

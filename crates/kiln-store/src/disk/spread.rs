@@ -4,18 +4,26 @@
 //! own lock). One thread read 64 GEMM artifacts in 2.4 ms on an H100 host,
 //! where their module loads took 2.0 ms: spread, the lookup stops being
 //! the larger half of a warm start.
+//!
+//! The threads that help are the process's own, started once when its
+//! first store opens, and asleep between lookups. A thread started for a
+//! lookup costs that lookup its start, and on a virtual machine a new
+//! thread may take the processor from its starter for as long as it runs
+//! (measured on a 2-core machine: the caller set aside for a millisecond
+//! in one start of four).
 
 use std::num::NonZeroUsize;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use kiln_engine::store::{ArtifactStore, Lookup, StoreKey};
 
 use super::DiskStore;
 
-/// Keys below which a lookup stays on the caller's thread: starting a
-/// thread costs about what a few hits do.
+/// Keys below which a lookup stays on the caller's thread: handing keys to
+/// a thread costs about what a few hits do.
 const KEYS_PER_THREAD: usize = 16;
 
 /// The most threads one lookup uses, the caller's among them.
@@ -26,71 +34,95 @@ fn threads_for(keys: usize, cores: usize) -> usize {
     (keys / KEYS_PER_THREAD).clamp(1, MOST_THREADS.min(cores.max(1)))
 }
 
+/// This machine's cores, asked of the system once: it reads files (the
+/// process's CPU quota).
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get))
+}
+
 /// The threads a lookup of `keys` keys takes on this machine.
 fn threads_here(keys: usize) -> usize {
-    // Asked of the system once: it reads files (the process's CPU quota).
-    static CORES: OnceLock<usize> = OnceLock::new();
     if keys < 2 * KEYS_PER_THREAD {
         return 1;
     }
-    let cores =
-        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get));
-    threads_for(keys, cores)
+    threads_for(keys, cores())
+}
+
+/// The process's lookup helpers, once started: `None` when the machine has
+/// one core, or the system would start no thread.
+static HELPERS: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+
+/// Starts the process's lookup helpers on a thread of their own, unless
+/// they are started or starting: a store's open calls it, so that the
+/// helpers are asleep and waiting by the time a batch asks for its
+/// kernels, and the opener pays one thread's start, not theirs.
+pub(super) fn start_helpers() {
+    static STARTING: AtomicBool = AtomicBool::new(false);
+    if HELPERS.get().is_some() || STARTING.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let started = std::thread::Builder::new()
+        .name("kiln-lookup-go".into())
+        .spawn(|| {
+            helpers();
+        });
+    // No thread to be had: the first lookup that needs them tries again.
+    if started.is_err() {
+        STARTING.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The process's lookup helpers, started here if nobody started them.
+fn helpers() -> Option<&'static rayon::ThreadPool> {
+    HELPERS
+        .get_or_init(|| {
+            let helpers = MOST_THREADS.min(cores()) - 1;
+            if helpers == 0 {
+                return None;
+            }
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(helpers)
+                .thread_name(|_| "kiln-lookup".into())
+                .build()
+                .map_err(|error| {
+                    log::debug!(
+                        "kiln store: no lookup threads ({error}); lookups stay on the caller's"
+                    )
+                })
+                .ok()
+        })
+        .as_ref()
 }
 
 /// Looks `keys` up in `store`, in order, on as many threads as they fill.
 pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
-    let threads = threads_here(keys.len());
-    let asked = Instant::now();
-    if threads == 1 {
-        return watched(asked, 0, keys, |_, key| store.lookup(key));
+    if threads_here(keys.len()) == 1 {
+        return watched(Instant::now(), 0, keys, |_, key| store.lookup(key));
     }
-    let chunk = keys.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let mut chunks = keys.chunks(chunk);
-        let mine = chunks.next().unwrap_or_default();
-        let others: Vec<_> = chunks
-            .enumerate()
-            .map(|(number, keys)| {
-                // A thread the system refuses leaves its keys to the caller.
-                std::thread::Builder::new()
-                    .name("kiln-lookup".into())
-                    .spawn_scoped(scope, move || {
-                        watched(asked, number + 1, keys, |_, key| store.lookup(key))
-                    })
-                    .map_err(|_| keys)
-            })
-            .collect();
-        let mut found = watched(asked, 0, mine, |_, key| store.lookup(key));
-        found.reserve(keys.len() - found.len());
-        for other in others {
-            match other {
-                Ok(handle) => match handle.join() {
-                    Ok(answers) => found.extend(answers),
-                    // A panic of a lookup reaches the caller as it would
-                    // on one thread.
-                    Err(panic) => std::panic::resume_unwind(panic),
-                },
-                Err(keys) => found.extend(keys.iter().map(|key| store.lookup(key))),
-            }
-        }
-        found
-    })
+    let mut answers: Vec<Option<Lookup<Vec<u8>>>> = keys.iter().map(|_| None).collect();
+    lookup_each(store, keys, &|_, answer| answer, &mut |at, answer| {
+        answers[at] = Some(answer);
+    });
+    answers
+        .into_iter()
+        .map(|answer| answer.expect("every key is answered"))
+        .collect()
 }
 
 /// Looks `keys` up in `store` and hands each answer to `found`, with its
 /// place in `keys`, on the caller's thread as soon as it is ready (F11):
 /// the caller makes a hit's device object while the rest are still read.
-/// A lookup of many keys runs wholly on threads of its own, so that the
-/// caller is free to take each answer; one of few keys runs on the
-/// caller's thread, answer by answer. Each answer is first given to
+/// A lookup of many keys is spread over the process's lookup helpers, and
+/// the caller reads a key itself only when no helper has an answer ready
+/// for it (at the start, while the helpers wake); one of few keys runs on
+/// the caller's thread, answer by answer. Each answer is first given to
 /// `shape` on the thread that read it (the loader decodes its artifact
 /// there).
 ///
 /// The threads take the keys in their order, each the next one nobody
-/// took, so the answers come about in order, and a thread that starts late
-/// leaves nothing undone behind it. The caller starts them all before it
-/// takes an answer.
+/// took, so the answers come about in order, and a helper that comes late
+/// (or never: another lookup keeps it) leaves nothing undone behind it.
 pub(super) fn lookup_each<A: Send>(
     store: &DiskStore,
     keys: &[StoreKey],
@@ -99,12 +131,6 @@ pub(super) fn lookup_each<A: Send>(
 ) {
     let threads = threads_here(keys.len());
     let asked = Instant::now();
-    if threads == 1 {
-        watched(asked, 0, keys, |at, key| {
-            found(at, shape(at, store.lookup(key)))
-        });
-        return;
-    }
     let work = Work {
         store,
         keys,
@@ -112,24 +138,50 @@ pub(super) fn lookup_each<A: Send>(
         next: AtomicUsize::new(0),
         asked,
     };
-    std::thread::scope(|scope| {
+    let pool = if threads > 1 { helpers() } else { None };
+    let Some(pool) = pool else {
+        watched(asked, 0, keys, |at, key| {
+            found(at, shape(at, store.lookup(key)))
+        });
+        return;
+    };
+    let helping = (threads - 1).min(pool.current_num_threads());
+    pool.in_place_scope(|scope| {
         let (sender, answers) = std::sync::mpsc::channel();
-        let started = (1..=threads)
-            .take_while(|&number| work.start(scope, number, sender.clone()))
-            .count();
+        for number in 1..=helping {
+            let (work, sender) = (&work, sender.clone());
+            scope.spawn(move |_| work.help(number, &sender));
+        }
         drop(sender);
-        if started == 0 {
-            // No thread to be had: every key answered here.
-            while let Some((at, answer)) = work.answer_next() {
-                found(at, answer);
-            }
-            return;
-        }
-        for (at, answer) in answers {
+        // The caller never waits while a key is left that nobody took: it
+        // takes each answer a helper has ready, and when none is, reads the
+        // next key itself. Its first answer does not wait for a helper to
+        // wake (on a virtual machine, a thread woken on an idle processor
+        // may take half a millisecond to run).
+        let mut answered = 0;
+        loop {
+            let (at, answer) = match answers.try_recv() {
+                Ok(ready) => ready,
+                Err(_) => match work.answer_next() {
+                    Some(read_here) => read_here,
+                    None => break,
+                },
+            };
             found(at, answer);
+            answered += 1;
         }
-        // A panic of a lookup reaches the caller when the scope ends, as
-        // it would on one thread.
+        // Every key is taken: the rest come from the helpers that took
+        // them. A helper that never started holds a sender, so the count
+        // ends the wait, not the channel.
+        while answered < keys.len() {
+            let Ok((at, answer)) = answers.recv() else {
+                // Only a helper's panic drops a taken key; the scope's end
+                // hands it to the caller, as on one thread.
+                break;
+            };
+            found(at, answer);
+            answered += 1;
+        }
     });
 }
 
@@ -143,7 +195,7 @@ struct Work<'a, A> {
     asked: Instant,
 }
 
-impl<'a, A: Send> Work<'a, A> {
+impl<A: Send> Work<'_, A> {
     /// The next key nobody took, answered and shaped; `None` once every
     /// key is taken.
     fn answer_next(&self) -> Option<(usize, A)> {
@@ -152,44 +204,34 @@ impl<'a, A: Send> Work<'a, A> {
         Some((at, (self.shape)(at, self.store.lookup(key))))
     }
 
-    /// Starts thread `number`, which sends its answers on `sender`;
-    /// `false` when the system gives no thread (the others take its keys).
-    fn start<'scope>(
-        &'scope self,
-        scope: &'scope std::thread::Scope<'scope, '_>,
-        number: usize,
-        sender: std::sync::mpsc::Sender<(usize, A)>,
-    ) -> bool {
-        std::thread::Builder::new()
-            .name("kiln-lookup".into())
-            .spawn_scoped(scope, move || {
-                let traced = log::log_enabled!(log::Level::Trace);
-                let (started, before) = (Instant::now(), traced.then(ThreadUsage::now));
-                let mut answered = 0;
-                while let Some(answer) = self.answer_next() {
-                    answered += 1;
-                    // The caller stopped listening only by unwinding.
-                    if sender.send(answer).is_err() {
-                        break;
-                    }
-                }
-                if let Some(before) = before {
-                    let after = ThreadUsage::now();
-                    log::trace!(
-                        "lookup thread {number}: started {:?} after the call, answered \
-                         {answered} keys in {:?}, on a processor {:?}, {} waits, {} \
-                         preemptions, {} page faults ({} from disk)",
-                        started.duration_since(self.asked),
-                        started.elapsed(),
-                        after.processor.saturating_sub(before.processor),
-                        after.waits - before.waits,
-                        after.preemptions - before.preemptions,
-                        after.faults - before.faults,
-                        after.disk_faults - before.disk_faults,
-                    );
-                }
-            })
-            .is_ok()
+    /// Helper `number`'s part: the next key nobody took, until none is
+    /// left, each answer sent to the caller on `sender`.
+    fn help(&self, number: usize, sender: &Sender<(usize, A)>) {
+        let traced = log::log_enabled!(log::Level::Trace);
+        let (started, before) = (Instant::now(), traced.then(ThreadUsage::now));
+        let mut answered = 0;
+        while let Some(answer) = self.answer_next() {
+            answered += 1;
+            // The caller stopped listening only by unwinding.
+            if sender.send(answer).is_err() {
+                break;
+            }
+        }
+        if let Some(before) = before {
+            let after = ThreadUsage::now();
+            log::trace!(
+                "lookup helper {number}: started {:?} after the call, answered {answered} keys \
+                 in {:?}, on a processor {:?}, {} waits, {} preemptions, {} page faults ({} \
+                 from disk)",
+                started.duration_since(self.asked),
+                started.elapsed(),
+                after.processor.saturating_sub(before.processor),
+                after.waits - before.waits,
+                after.preemptions - before.preemptions,
+                after.faults - before.faults,
+                after.disk_faults - before.disk_faults,
+            );
+        }
     }
 }
 
@@ -347,8 +389,8 @@ mod tests {
     }
 
     // F11: a lookup of many keys shapes each answer (the loader decodes
-    // it) on the thread that read it, not the caller's, and hands the
-    // caller each shaped answer once, at its place.
+    // it) on the thread that read it, mostly not the caller's, and hands
+    // the caller each shaped answer once, at its place.
     #[test]
     fn f11_a_spread_lookup_shapes_each_answer_where_it_was_read() {
         let store = scratch("spread-shaped");
@@ -358,7 +400,10 @@ mod tests {
         }
         let keys: Vec<_> = (0..96).map(kernel_key).collect();
         let caller = std::thread::current().id();
+        // Each answer is shaped slowly, so that the threads have answers
+        // ready while the caller takes one.
         let shape = |at: usize, answer: Lookup<Vec<u8>>| -> kiln_engine::store::Shaped {
+            std::thread::sleep(Duration::from_micros(200));
             let shaped_here = std::thread::current().id() == caller;
             let length = match answer {
                 Lookup::Hit { artifact, .. } => artifact.len(),
@@ -376,15 +421,70 @@ mod tests {
             assert_eq!(length, format!("artifact {at}").len());
             assert!(!std::mem::replace(&mut answered[at], true), "{at} twice");
             on_caller += usize::from(here);
+            // The caller's own work on each answer (the device load).
+            std::thread::sleep(Duration::from_micros(400));
         });
         assert!(answered.iter().all(|answered| *answered));
-        assert_eq!(on_caller, 0, "answers shaped on the caller's thread");
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        if cores > 1 {
+            assert!(
+                on_caller < 48,
+                "{on_caller} of 96 answers shaped on the caller's thread"
+            );
+        }
         drop(std::fs::remove_dir_all(store.root()));
     }
 
-    // F11: a lookup of many keys spreads over several threads that take
-    // the keys in turn (here each answer takes a millisecond to shape),
-    // and answers each key once.
+    // F11: the caller's first answer does not wait for a lookup thread to
+    // start: while no thread has an answer ready, the caller reads the
+    // next key itself. Here the threads hold each answer until the caller
+    // has its first one (at most two seconds).
+    #[test]
+    fn f11_the_first_answer_does_not_wait_for_a_lookup_thread() {
+        use std::sync::{Condvar, Mutex};
+        let store = scratch("spread-first");
+        for number in 0..64 {
+            store.put(&kernel_key(number), None, b"artifact", Duration::ZERO);
+        }
+        let keys: Vec<_> = (0..64).map(kernel_key).collect();
+        let caller = std::thread::current().id();
+        let first_taken = (Mutex::new(false), Condvar::new());
+        let shape = |_: usize, _: Lookup<Vec<u8>>| -> std::thread::ThreadId {
+            if std::thread::current().id() != caller {
+                let (taken, changed) = &first_taken;
+                let taken = taken.lock().expect("the flag");
+                drop(
+                    changed
+                        .wait_timeout_while(taken, Duration::from_secs(2), |taken| !*taken)
+                        .expect("the flag"),
+                );
+            }
+            std::thread::current().id()
+        };
+        let asked = std::time::Instant::now();
+        let mut first = None;
+        let mut answered = 0;
+        super::lookup_each(&store, &keys, &shape, &mut |_, thread| {
+            if first.is_none() {
+                first = Some((asked.elapsed(), thread));
+                *first_taken.0.lock().expect("the flag") = true;
+                first_taken.1.notify_all();
+            }
+            answered += 1;
+        });
+        assert_eq!(answered, 64);
+        let (waited, thread) = first.expect("an answer");
+        assert_eq!(thread, caller, "the first answer came from a lookup thread");
+        assert!(
+            waited < Duration::from_secs(1),
+            "the first answer came {waited:?} after the call"
+        );
+        drop(std::fs::remove_dir_all(store.root()));
+    }
+
+    // F11: a lookup of many keys spreads over the caller's thread and the
+    // process's lookup helpers, which take the keys in turn (here each
+    // answer takes a millisecond to shape), and answers each key once.
     #[test]
     fn f11_lookup_threads_share_the_keys_in_turn() {
         let store = scratch("spread-chain");
@@ -403,11 +503,18 @@ mod tests {
             threads.insert(thread);
         });
         assert!(answered.iter().all(|answered| *answered));
+        threads.remove(&std::thread::current().id());
+        // Beside the caller's, a helper for each further core, up to three.
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        if cores > 1 {
-            assert!(threads.len() > 1, "one thread answered every key");
+        let helpers = cores.min(super::MOST_THREADS) - 1;
+        assert!(
+            threads.len() <= helpers,
+            "{} lookup threads beside the caller's, on {cores} cores",
+            threads.len()
+        );
+        if helpers > 0 {
+            assert!(!threads.is_empty(), "the caller answered every key");
         }
-        assert!(!threads.contains(&std::thread::current().id()));
         drop(std::fs::remove_dir_all(store.root()));
     }
 
@@ -460,6 +567,56 @@ mod tests {
         }
         drop(store);
         drop(std::fs::remove_dir_all(root));
+    }
+
+    // F11: a store's open starts the process's lookup helpers, asleep,
+    // before any lookup; a lookup of many keys starts no thread of its
+    // own. Run in a fresh process, where no store was opened before.
+    #[test]
+    fn f11_a_store_open_starts_the_lookup_helpers_every_lookup_shares() {
+        const CHILD: &str = "KILN_TEST_LOOKUP_HELPERS";
+        const NAME: &str =
+            "disk::spread::tests::f11_a_store_open_starts_the_lookup_helpers_every_lookup_shares";
+        let named = || {
+            std::fs::read_dir("/proc/self/task")
+                .expect("this process's threads")
+                .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+                .filter(|name| name.trim_end() == "kiln-lookup")
+                .count()
+        };
+        if std::env::var_os(CHILD).is_none() {
+            let output = std::process::Command::new(std::env::current_exe().expect("this test"))
+                .args(["--exact", NAME, "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .expect("a fresh process of this test");
+            let said = String::from_utf8_lossy(&output.stdout);
+            assert!(output.status.success(), "{said}");
+            assert!(said.contains("1 passed"), "the fresh process ran the check");
+            return;
+        }
+        let helpers = super::cores().min(super::MOST_THREADS) - 1;
+        assert_eq!(named(), 0, "lookup threads before any store");
+        let store = scratch("spread-helpers");
+        let waited = std::time::Instant::now();
+        while named() < helpers && waited.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(named(), helpers, "lookup helpers after the open");
+        for number in 0..64 {
+            store.put(&kernel_key(number), None, b"artifact", Duration::ZERO);
+        }
+        let keys: Vec<_> = (0..64).map(kernel_key).collect();
+        for _ in 0..3 {
+            let found = store.lookup_many(&keys);
+            assert!(
+                found
+                    .iter()
+                    .all(|found| matches!(found, Lookup::Hit { .. }))
+            );
+        }
+        assert_eq!(named(), helpers, "lookup threads after three lookups");
+        drop(std::fs::remove_dir_all(store.root()));
     }
 
     // F11: a few keys stay on the caller's thread; many use at most four
