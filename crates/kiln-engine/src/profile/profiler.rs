@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use super::{StoredProfile, profile_blob_key};
@@ -36,6 +36,10 @@ enum Prefetch<C: ArtifactCompiler> {
     Done,
 }
 
+/// Reads the last profile and looks its kernels up, handing each step to
+/// the function it is given.
+type Reading<C> = Arc<dyn Fn(&mut dyn FnMut(Prefetch<C>)) + Send + Sync>;
+
 /// A loader's profile of the running process.
 pub(crate) struct Profiler<C: ArtifactCompiler> {
     program: String,
@@ -43,6 +47,12 @@ pub(crate) struct Profiler<C: ArtifactCompiler> {
     store: Arc<dyn ArtifactStore>,
     name: BlobKey,
     prefetch: Option<Receiver<Prefetch<C>>>,
+    /// The profile's reading, done once, by whichever begins first: its
+    /// thread, or the loader's first take (a thread that starts late, as a
+    /// new thread may on a virtual machine, then holds nothing up).
+    reading: Option<Reading<C>>,
+    /// Set by whichever begins the reading.
+    claimed: Arc<AtomicBool>,
     /// Set when the profile is given up: a thread that has not read the
     /// store yet reads nothing.
     given_up: Arc<AtomicBool>,
@@ -63,28 +73,56 @@ impl<C: KeyedCompiler + 'static> Profiler<C> {
     /// Starts reading `program`'s last profile from `store` and looking its
     /// kernels up, on a thread of its own.
     pub(crate) fn start(program: &str, store: Arc<dyn ArtifactStore>, compiler: Arc<C>) -> Self {
+        Self::begin(program, store, compiler, None)
+    }
+
+    /// [`start`](Self::start), its thread held back until `hold` says go
+    /// (or is dropped).
+    fn begin(
+        program: &str,
+        store: Arc<dyn ArtifactStore>,
+        compiler: Arc<C>,
+        hold: Option<Receiver<()>>,
+    ) -> Self {
         let components = compiler.key_components();
         let name = profile_blob_key(program, &components);
         let (sender, receiver) = mpsc::channel();
-        let (read_store, read_name) = (Arc::clone(&store), name.clone());
         let given_up = Arc::new(AtomicBool::new(false));
-        let stop = Arc::clone(&given_up);
+        let claimed = Arc::new(AtomicBool::new(false));
+        let reading: Reading<C> = {
+            let (store, name, stop) = (Arc::clone(&store), name.clone(), Arc::clone(&given_up));
+            Arc::new(move |emit: &mut dyn FnMut(Prefetch<C>)| {
+                prefetch(&store, &name, &*compiler, &stop, emit);
+            })
+        };
+        let (thread_reading, thread_claimed) = (Arc::clone(&reading), Arc::clone(&claimed));
         let started = std::thread::Builder::new()
             .name("kiln-profile".into())
             .spawn(move || {
-                prefetch(&read_store, &read_name, &*compiler, &stop, &sender);
-                // The loader stopped listening only when it went away.
+                if let Some(hold) = hold {
+                    let _ = hold.recv();
+                }
+                if !thread_claimed.swap(true, Ordering::AcqRel) {
+                    // The loader stopped listening only when it went away.
+                    thread_reading(&mut |step| drop(sender.send(step)));
+                }
                 drop(sender.send(Prefetch::Done));
             });
         if let Err(error) = &started {
-            log::warn!("could not start reading the warm-start profile: {error}");
+            log::debug!(
+                "no thread to read the warm-start profile ahead ({error}): the loader's first use \
+                 reads it"
+            );
         }
         Self {
             program: program.to_owned(),
             components,
             store,
             name,
-            prefetch: started.is_ok().then_some(receiver),
+            prefetch: Some(receiver),
+            // Without a thread, the loader's first take reads the profile.
+            reading: Some(reading),
+            claimed,
             given_up,
             previous: None,
             used: Vec::new(),
@@ -110,6 +148,17 @@ impl<C: ArtifactCompiler> Profiler<C> {
         let Some(receiver) = self.prefetch.take() else {
             return;
         };
+        if let Some(reading) = self.take_reading() {
+            // The profile's thread has not begun: the profile is read here,
+            // each kernel handed over as soon as it is read.
+            let previous = &mut self.previous;
+            reading(&mut |step| match step {
+                Prefetch::Previous(read) => *previous = read,
+                Prefetch::Found(id, artifact, bytes) => found(id, artifact, bytes),
+                Prefetch::Done => {}
+            });
+            return;
+        }
         let deadline = Instant::now() + LONGEST_WAIT;
         loop {
             match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
@@ -125,6 +174,13 @@ impl<C: ArtifactCompiler> Profiler<C> {
                 }
             }
         }
+    }
+
+    /// The profile's reading, for this thread to do, when its thread has
+    /// not begun it (and now never will).
+    fn take_reading(&mut self) -> Option<Reading<C>> {
+        let reading = self.reading.take()?;
+        (!self.claimed.swap(true, Ordering::AcqRel)).then_some(reading)
     }
 
     /// The profile the last run left, once [`take_each`](Self::take_each)
@@ -170,6 +226,7 @@ impl<C: ArtifactCompiler> Profiler<C> {
         self.saved = true;
         self.given_up.store(true, Ordering::Relaxed);
         self.prefetch = None;
+        self.reading = None;
     }
 
     /// Writes the next profile, once a run; later calls do nothing.
@@ -177,9 +234,16 @@ impl<C: ArtifactCompiler> Profiler<C> {
         if std::mem::replace(&mut self.saved, true) {
             return;
         }
-        // A loader dropped before it took its profile still ages it.
+        // A loader dropped before it took its profile still ages it: the
+        // profile is read here when its thread has not begun, its kernels
+        // not looked up.
         if self.prefetch.is_some() {
-            self.take_each(|_, _, _| {});
+            if self.take_reading().is_some() {
+                self.prefetch = None;
+                self.previous = self.latest();
+            } else {
+                self.take_each(|_, _, _| {});
+            }
         }
         let mut used = HashMap::new();
         let asked = std::mem::take(&mut self.watched)
@@ -248,7 +312,7 @@ fn prefetch<C: KeyedCompiler>(
     name: &BlobKey,
     compiler: &C,
     given_up: &AtomicBool,
-    sender: &Sender<Prefetch<C>>,
+    emit: &mut dyn FnMut(Prefetch<C>),
 ) {
     if given_up.load(Ordering::Relaxed) {
         return;
@@ -266,8 +330,7 @@ fn prefetch<C: KeyedCompiler>(
                 .map(|(id, _)| id)
         })
         .collect();
-    // The loader stopped listening only when it went away.
-    drop(sender.send(Prefetch::Previous(previous)));
+    emit(Prefetch::Previous(previous));
     if ids.is_empty() || given_up.load(Ordering::Relaxed) {
         return;
     }
@@ -278,7 +341,54 @@ fn prefetch<C: KeyedCompiler>(
             artifact, bytes, ..
         } = lookup
         {
-            drop(sender.send(Prefetch::Found(ids[at].clone(), artifact, bytes)));
+            emit(Prefetch::Found(ids[at].clone(), artifact, bytes));
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::Profiler;
+    use crate::fake::{FakeKernel, FakeTarget};
+    use crate::profile::Program;
+    use crate::store::ArtifactStore;
+    use crate::target::CompilationTarget;
+    use crate::{KernelLoader, MemoryStore};
+
+    // L12, F11: the loader's first take reads the profile and looks its
+    // kernels up itself when the profile's thread has not begun (here it
+    // is held back until the take is over): a thread that starts late
+    // holds the program up no longer than the reading takes.
+    #[test]
+    fn l12_a_profile_whose_thread_has_not_begun_is_read_by_the_first_take() {
+        let store: Arc<dyn ArtifactStore> = Arc::new(MemoryStore::new());
+        let kernels: Vec<FakeKernel> = (0..4).map(FakeKernel::new).collect();
+        let compiler = {
+            let mut first = KernelLoader::new(FakeTarget::on_store(Arc::clone(&store)))
+                .with_profile(Program::named("held"));
+            for kernel in &kernels {
+                first.load(kernel, &kernel.artifact_id()).expect("loads");
+            }
+            Arc::clone(first.target().compiler())
+        };
+        let (go, hold) = std::sync::mpsc::channel();
+        let mut profiler = Profiler::begin("held", store, compiler, Some(hold));
+        let taken = Instant::now();
+        let mut found = Vec::new();
+        profiler.take_each(|id, _, _| found.push(id));
+        let took = taken.elapsed();
+        let _ = go.send(());
+        found.sort_by_key(|id| id.kernel.clone());
+        let mut asked: Vec<_> = kernels.iter().map(FakeKernel::artifact_id).collect();
+        asked.sort_by_key(|id| id.kernel.clone());
+        assert_eq!(found, asked, "every profiled kernel handed over once");
+        assert!(
+            took < Duration::from_secs(5),
+            "the take waited {took:?} for the profile's thread"
+        );
+        assert!(profiler.previous().is_some(), "the last profile was read");
+    }
 }
