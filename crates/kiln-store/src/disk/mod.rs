@@ -187,9 +187,13 @@ impl DiskStore {
     /// holds no store and cannot be written.
     pub fn open(config: StoreConfig) -> Result<Self> {
         // A batch's lookup is spread over threads of the process's own
-        // (F11), started now, beside the open, for its first batch.
+        // (F11), started now, beside the open, for its first batch; once
+        // they have started, one of them reads the home shard's index
+        // (every entry of a small store is there) for the first lookup.
         spread::start_helpers();
-        Files::open(config).map(Self::compose)
+        let store = Files::open(config).map(Self::compose)?;
+        spread::beside(Box::new(store.inner.files.packs.home_opener()));
+        Ok(store)
     }
 
     /// Opens the store the `KILN_CACHE_*` variables describe, or `None` when

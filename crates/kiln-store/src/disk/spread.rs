@@ -13,9 +13,9 @@
 //! in one start of four).
 
 use std::num::NonZeroUsize;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use kiln_engine::store::{ArtifactStore, Lookup, StoreKey};
@@ -53,24 +53,70 @@ fn threads_here(keys: usize) -> usize {
 /// one core, or the system would start no thread.
 static HELPERS: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
 
+/// Work handed to the helpers before they started, for the thread that
+/// starts them to hand over.
+type Beside = Box<dyn FnOnce() + Send>;
+static PENDING: Mutex<Vec<Beside>> = Mutex::new(Vec::new());
+
+/// Set while a thread starts the helpers.
+static STARTING: AtomicBool = AtomicBool::new(false);
+
 /// Starts the process's lookup helpers on a thread of their own, unless
 /// they are started or starting: a store's open calls it, so that the
 /// helpers are asleep and waiting by the time a batch asks for its
 /// kernels, and the opener pays one thread's start, not theirs.
 pub(super) fn start_helpers() {
-    static STARTING: AtomicBool = AtomicBool::new(false);
     if HELPERS.get().is_some() || STARTING.swap(true, Ordering::Relaxed) {
         return;
     }
     let started = std::thread::Builder::new()
         .name("kiln-lookup-go".into())
-        .spawn(|| {
-            helpers();
-        });
-    // No thread to be had: the first lookup that needs them tries again.
+        .spawn(|| hand_over(helpers()));
+    // No thread to be had: the first lookup that needs them tries again,
+    // and what was left for them is dropped.
     if started.is_err() {
         STARTING.store(false, Ordering::Relaxed);
+        hand_over(None);
     }
+}
+
+/// Runs `work` on a lookup helper, beside the caller, once the helpers
+/// have started; dropped undone where there are none (one core, or no
+/// thread to be had): for work a later lookup does anyway when it finds
+/// it undone.
+pub(super) fn beside(work: Beside) {
+    match HELPERS.get() {
+        Some(Some(pool)) => pool.spawn(work),
+        Some(None) => {}
+        // Nobody is starting them: the work is left to the lookup.
+        None if !STARTING.load(Ordering::Relaxed) => {}
+        None => {
+            pending().push(work);
+            // The helpers may have started (or failed to), and handed over
+            // what was pending, between the look above and the push.
+            if let Some(started) = HELPERS.get() {
+                hand_over(started.as_ref());
+            } else if !STARTING.load(Ordering::Relaxed) {
+                hand_over(None);
+            }
+        }
+    }
+}
+
+/// Hands the work pending to the helpers, or drops it where there are
+/// none.
+fn hand_over(helpers: Option<&rayon::ThreadPool>) {
+    for work in std::mem::take(&mut *pending()) {
+        if let Some(pool) = helpers {
+            pool.spawn(work);
+        }
+    }
+}
+
+fn pending() -> std::sync::MutexGuard<'static, Vec<Beside>> {
+    PENDING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The process's lookup helpers, started here if nobody started them.
@@ -617,6 +663,54 @@ mod tests {
         }
         assert_eq!(named(), helpers, "lookup threads after three lookups");
         drop(std::fs::remove_dir_all(store.root()));
+    }
+
+    // F11: a store's open has a lookup helper read its home shard's index
+    // (every entry of a small store is there) beside the opener, before
+    // any lookup: the index is held open with nothing asked of the store.
+    #[test]
+    fn f11_a_store_open_reads_its_home_shard_beside_the_opener() {
+        use crate::{DiskStore, StoreConfig};
+        let root = std::env::temp_dir().join(format!("kiln-store-home-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let config = StoreConfig {
+            collects_automatically: false,
+            ..StoreConfig::at(root.clone())
+        };
+        let store = DiskStore::open(config.clone()).expect("a store");
+        for number in 0..8 {
+            store.put(
+                &kernel_key(number),
+                None,
+                b"packed artifact",
+                Duration::ZERO,
+            );
+        }
+        drop(store);
+        let home_index = root.join("packs").join("000.idx");
+        assert!(home_index.is_file(), "the entries went to the home shard");
+        let held = || {
+            std::fs::read_dir("/proc/self/fd")
+                .expect("this process's descriptors")
+                .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+                .any(|target| target == home_index)
+        };
+        let store = DiskStore::open(config).expect("the store again");
+        if super::helpers().is_none() {
+            eprintln!("skipped: one core, no lookup helper to read beside the opener");
+            return;
+        }
+        let waited = std::time::Instant::now();
+        while !held() && waited.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            held(),
+            "the home shard's index was not read beside the open"
+        );
+        assert!(matches!(store.lookup(&kernel_key(3)), Lookup::Hit { .. }));
+        drop(store);
+        drop(std::fs::remove_dir_all(root));
     }
 
     // F11: a few keys stay on the caller's thread; many use at most four

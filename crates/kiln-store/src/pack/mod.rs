@@ -134,11 +134,21 @@ pub(crate) struct Packs {
     layout: Layout,
     writable: bool,
     durable: bool,
-    views: Box<[Mutex<Option<View>>]>,
+    /// Shared with what is done beside the store's open: the home shard's
+    /// view opened ahead of the first lookup.
+    views: Arc<Views>,
+    accesses: Accesses,
+}
+
+/// This process's views of one store's shards.
+#[derive(Debug)]
+struct Views {
+    /// The packs' folder.
+    folder: PathBuf,
+    slots: Box<[Mutex<Option<View>>]>,
     /// The shards whose views are open, oldest first: at most
     /// [`OPEN_VIEWS`] (see there).
     opened: Mutex<VecDeque<usize>>,
-    accesses: Accesses,
 }
 
 /// The most shards whose files a process keeps open. Each open view holds
@@ -151,16 +161,179 @@ pub(crate) struct Packs {
 /// again.
 pub(crate) const OPEN_VIEWS: usize = 48;
 
+impl Views {
+    fn view(&self, shard: usize) -> MutexGuard<'_, Option<View>> {
+        self.slots[shard]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Notes that `shard`'s view was opened (its lock held by the caller)
+    /// and closes the least recently opened ones past [`OPEN_VIEWS`]. A
+    /// view another thread holds is left open and looked at next time
+    /// (never waited for: the caller holds a lock of its own).
+    fn opened_view(&self, shard: usize) {
+        let mut opened = self
+            .opened
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        opened.retain(|&open| open != shard);
+        opened.push_back(shard);
+        let mut busy = Vec::new();
+        while opened.len() + busy.len() > OPEN_VIEWS {
+            let Some(oldest) = opened.pop_front() else {
+                break;
+            };
+            match self.slots[oldest].try_lock() {
+                Ok(mut view) => *view = None,
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => *poisoned.into_inner() = None,
+                Err(std::sync::TryLockError::WouldBlock) => busy.push(oldest),
+            }
+        }
+        for shard in busy.into_iter().rev() {
+            opened.push_front(shard);
+        }
+    }
+
+    /// Brings this process's view of `shard` up to date: the slots
+    /// appended since it last looked, or everything when the index was
+    /// replaced.
+    fn refresh(&self, shard: usize, view: &mut Option<View>) -> io::Result<()> {
+        let index_path = self.folder.join(Packs::index_name(shard));
+        // A shard not read yet in this process is opened at once: its
+        // index's identity is the open file's.
+        if view.is_none() {
+            let index = match open_to_read(&index_path) {
+                Ok(index) => index,
+                // No index: one failed open says so (F11; with the home
+                // shard, most shards of a small store have none).
+                Err(error) if is_absent(&error) => return Ok(()),
+                Err(error) => return Err(error),
+            };
+            match self.view_of(shard, index) {
+                Ok(opened) => {
+                    *view = Some(opened);
+                    self.opened_view(shard);
+                    return Ok(());
+                }
+                // Gone, or its pack swapped meanwhile: looked at below.
+                Err(error) if is_absent(&error) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        let found = match fs::symlink_metadata(&index_path) {
+            Ok(found) => found,
+            Err(error) if is_absent(&error) => {
+                *view = None;
+                return Ok(());
+            }
+            Err(error) => return Err(error),
+        };
+        if !found.is_file() {
+            *view = None;
+            return Err(io::Error::other("the index is not a regular file"));
+        }
+        if let Some(current) = view.as_mut()
+            && current.identity == (found.dev(), found.ino())
+        {
+            if found.len() > current.read_to {
+                current.read_tail()?;
+            }
+            return Ok(());
+        }
+        *view = None;
+        // A rewrite may swap the index and unlink the pack it named between
+        // the two opens: the next try reads the new pair. A shard whose
+        // files went altogether holds nothing.
+        for _ in 0..3 {
+            match self.open_view(shard, &index_path) {
+                Ok(opened) => {
+                    *view = Some(opened);
+                    self.opened_view(shard);
+                    return Ok(());
+                }
+                Err(error) if is_absent(&error) => continue,
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+
+    fn open_view(&self, shard: usize, index_path: &std::path::Path) -> io::Result<View> {
+        self.view_of(shard, open_to_read(index_path)?)
+    }
+
+    /// The view of `shard` whose `index` was just opened.
+    fn view_of(&self, shard: usize, index: File) -> io::Result<View> {
+        let found = index.metadata()?;
+        if !found.is_file() {
+            return Err(io::Error::other("the index is not a regular file"));
+        }
+        // The header and every whole slot in one read (F11): a shard's
+        // first lookup in a process costs two opens and three reads.
+        let whole = found.len().min(UNIT * (SLOTS_PER_READ + 1)) / UNIT * UNIT;
+        let mut start = vec![0u8; usize::try_from(whole.max(UNIT)).unwrap_or(0)];
+        let read = read_at_most(&index, &mut start)?;
+        if read < UNIT as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a damaged index header",
+            ));
+        }
+        start.truncate(read / UNIT as usize * UNIT as usize);
+        let generation = index_generation(&start[..UNIT as usize])
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a damaged index header"))?;
+        let pack = open_to_read(&self.folder.join(Packs::pack_name(shard, generation)))?;
+        let mut pack_start = [0u8; UNIT as usize];
+        pack.read_exact_at(&mut pack_start, 0)?;
+        if pack_start != pack_header(generation) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a pack of another generation",
+            ));
+        }
+        let mut view = View {
+            identity: (found.dev(), found.ino()),
+            index,
+            pack: Arc::new(pack),
+            generation,
+            read_to: UNIT,
+            slots: HashMap::new(),
+        };
+        view.take_slots(&start[UNIT as usize..]);
+        if found.len() > view.read_to {
+            view.read_tail()?;
+        }
+        Ok(view)
+    }
+}
+
 impl Packs {
     pub(crate) fn new(layout: Layout, writable: bool, durable: bool) -> Self {
         descriptors::grow_table();
+        let folder = layout.root().join("packs");
         Self {
-            accesses: Accesses::new(layout.root().join("packs")),
+            accesses: Accesses::new(folder.clone()),
             layout,
             writable,
             durable,
-            views: (0..SHARDS).map(|_| Mutex::new(None)).collect(),
-            opened: Mutex::new(VecDeque::new()),
+            views: Arc::new(Views {
+                folder,
+                slots: (0..SHARDS).map(|_| Mutex::new(None)).collect(),
+                opened: Mutex::new(VecDeque::new()),
+            }),
+        }
+    }
+
+    /// Opens the home shard's view (every entry of a small store is
+    /// there), for a thread beside the store's open to run: the first
+    /// lookup then finds the index read. What it cannot open, the first
+    /// lookup opens, and says why.
+    pub(crate) fn home_opener(&self) -> impl FnOnce() + Send + 'static {
+        let views = Arc::clone(&self.views);
+        move || {
+            let mut home = views.view(home::HOME);
+            let _ = views.refresh(home::HOME, &mut home);
         }
     }
 
@@ -177,9 +350,17 @@ impl Packs {
     }
 
     fn view(&self, shard: usize) -> MutexGuard<'_, Option<View>> {
-        self.views[shard]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.views.view(shard)
+    }
+
+    /// Brings this process's view of `shard` up to date (see
+    /// [`Views::refresh`]).
+    fn refresh(&self, shard: usize, view: &mut Option<View>) -> io::Result<()> {
+        self.views.refresh(shard, view)
+    }
+
+    fn open_view(&self, shard: usize, index_path: &std::path::Path) -> io::Result<View> {
+        self.views.open_view(shard, index_path)
     }
 
     /// The payload of the live entry `kind`/`key`.
@@ -282,145 +463,6 @@ impl Packs {
             }
         };
         self.touch(kind, key, at);
-    }
-
-    /// Notes that `shard`'s view was opened (its lock held by the caller)
-    /// and closes the least recently opened ones past [`OPEN_VIEWS`]. A
-    /// view another thread holds is left open and looked at next time
-    /// (never waited for: the caller holds a lock of its own).
-    fn opened_view(&self, shard: usize) {
-        let mut opened = self
-            .opened
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        opened.retain(|&open| open != shard);
-        opened.push_back(shard);
-        let mut busy = Vec::new();
-        while opened.len() + busy.len() > OPEN_VIEWS {
-            let Some(oldest) = opened.pop_front() else {
-                break;
-            };
-            match self.views[oldest].try_lock() {
-                Ok(mut view) => *view = None,
-                Err(std::sync::TryLockError::Poisoned(poisoned)) => *poisoned.into_inner() = None,
-                Err(std::sync::TryLockError::WouldBlock) => busy.push(oldest),
-            }
-        }
-        for shard in busy.into_iter().rev() {
-            opened.push_front(shard);
-        }
-    }
-
-    /// Brings this process's view of `shard` up to date: the slots
-    /// appended since it last looked, or everything when the index was
-    /// replaced.
-    fn refresh(&self, shard: usize, view: &mut Option<View>) -> io::Result<()> {
-        let index_path = self.folder_path().join(Self::index_name(shard));
-        // A shard not read yet in this process is opened at once: its
-        // index's identity is the open file's.
-        if view.is_none() {
-            let index = match open_to_read(&index_path) {
-                Ok(index) => index,
-                // No index: one failed open says so (F11; with the home
-                // shard, most shards of a small store have none).
-                Err(error) if is_absent(&error) => return Ok(()),
-                Err(error) => return Err(error),
-            };
-            match self.view_of(shard, index) {
-                Ok(opened) => {
-                    *view = Some(opened);
-                    self.opened_view(shard);
-                    return Ok(());
-                }
-                // Gone, or its pack swapped meanwhile: looked at below.
-                Err(error) if is_absent(&error) => {}
-                Err(error) => return Err(error),
-            }
-        }
-        let found = match fs::symlink_metadata(&index_path) {
-            Ok(found) => found,
-            Err(error) if is_absent(&error) => {
-                *view = None;
-                return Ok(());
-            }
-            Err(error) => return Err(error),
-        };
-        if !found.is_file() {
-            *view = None;
-            return Err(io::Error::other("the index is not a regular file"));
-        }
-        if let Some(current) = view.as_mut()
-            && current.identity == (found.dev(), found.ino())
-        {
-            if found.len() > current.read_to {
-                current.read_tail()?;
-            }
-            return Ok(());
-        }
-        *view = None;
-        // A rewrite may swap the index and unlink the pack it named between
-        // the two opens: the next try reads the new pair. A shard whose
-        // files went altogether holds nothing.
-        for _ in 0..3 {
-            match self.open_view(shard, &index_path) {
-                Ok(opened) => {
-                    *view = Some(opened);
-                    self.opened_view(shard);
-                    return Ok(());
-                }
-                Err(error) if is_absent(&error) => continue,
-                Err(error) => return Err(error),
-            }
-        }
-        Ok(())
-    }
-
-    fn open_view(&self, shard: usize, index_path: &std::path::Path) -> io::Result<View> {
-        self.view_of(shard, open_to_read(index_path)?)
-    }
-
-    /// The view of `shard` whose `index` was just opened.
-    fn view_of(&self, shard: usize, index: File) -> io::Result<View> {
-        let found = index.metadata()?;
-        if !found.is_file() {
-            return Err(io::Error::other("the index is not a regular file"));
-        }
-        // The header and every whole slot in one read (F11): a shard's
-        // first lookup in a process costs two opens and three reads.
-        let whole = found.len().min(UNIT * (SLOTS_PER_READ + 1)) / UNIT * UNIT;
-        let mut start = vec![0u8; usize::try_from(whole.max(UNIT)).unwrap_or(0)];
-        let read = read_at_most(&index, &mut start)?;
-        if read < UNIT as usize {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "a damaged index header",
-            ));
-        }
-        start.truncate(read / UNIT as usize * UNIT as usize);
-        let generation = index_generation(&start[..UNIT as usize])
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a damaged index header"))?;
-        let pack = open_to_read(&self.folder_path().join(Self::pack_name(shard, generation)))?;
-        let mut pack_start = [0u8; UNIT as usize];
-        pack.read_exact_at(&mut pack_start, 0)?;
-        if pack_start != pack_header(generation) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "a pack of another generation",
-            ));
-        }
-        let mut view = View {
-            identity: (found.dev(), found.ino()),
-            index,
-            pack: Arc::new(pack),
-            generation,
-            read_to: UNIT,
-            slots: HashMap::new(),
-        };
-        view.take_slots(&start[UNIT as usize..]);
-        if found.len() > view.read_to {
-            view.read_tail()?;
-        }
-        Ok(view)
     }
 
     /// Appends `frames` and `removals` to the files of `shard` itself,
