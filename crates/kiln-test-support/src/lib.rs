@@ -12,7 +12,8 @@
 //! of every backend's target and its store ([`target_store`]), the worker
 //! process tests' `main` and batch comparison ([`workers`]), and a real
 //! `redis-server` ([`redis`]), and the test loop of a binary with its own
-//! `main` ([`harness`]).
+//! `main` ([`harness`]), and a gate that holds every thread but one
+//! ([`gate`]).
 //!
 //! It depends on kiln-engine alone (with `testing`, for the printed skip):
 //! the backends, kiln-store and the facade take it as a dev-dependency, so
@@ -23,6 +24,7 @@ pub mod child;
 pub mod defines;
 pub mod device_step;
 pub mod files;
+pub mod gate;
 pub mod harness;
 pub mod loader;
 pub mod mount;

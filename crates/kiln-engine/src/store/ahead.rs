@@ -482,24 +482,15 @@ mod tests {
     // until the caller has its first (at most two seconds).
     #[test]
     fn f11_the_first_answer_read_ahead_does_not_wait_for_the_decoding_thread() {
-        use std::sync::{Condvar, Mutex};
         let (inner, compiler, ids, keys) = kernels(16);
         for key in &keys {
             inner.put(key, None, b"artifact", Duration::ZERO);
         }
         let ahead = ReadAhead::read_now(Arc::clone(&inner), &*compiler, &ids);
         let caller = std::thread::current().id();
-        let first_taken = (Mutex::new(false), Condvar::new());
+        let gate = kiln_test_support::gate::Gate::owned_here(Duration::from_secs(2));
         let shape = |_: usize, _: Lookup<Vec<u8>>| -> crate::store::Shaped {
-            if std::thread::current().id() != caller {
-                let (taken, changed) = &first_taken;
-                let taken = taken.lock().expect("the flag");
-                drop(
-                    changed
-                        .wait_timeout_while(taken, Duration::from_secs(2), |taken| !*taken)
-                        .expect("the flag"),
-                );
-            }
+            gate.hold();
             Box::new(std::thread::current().id())
         };
         let asked = std::time::Instant::now();
@@ -511,8 +502,7 @@ mod tests {
                 .expect("the shape asked for");
             if first.is_none() {
                 first = Some((asked.elapsed(), thread));
-                *first_taken.0.lock().expect("the flag") = true;
-                first_taken.1.notify_all();
+                gate.open();
             }
             answered += 1;
         });

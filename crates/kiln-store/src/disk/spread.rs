@@ -487,24 +487,15 @@ mod tests {
     // has its first one (at most two seconds).
     #[test]
     fn f11_the_first_answer_does_not_wait_for_a_lookup_thread() {
-        use std::sync::{Condvar, Mutex};
         let store = scratch("spread-first");
         for number in 0..64 {
             store.put(&kernel_key(number), None, b"artifact", Duration::ZERO);
         }
         let keys: Vec<_> = (0..64).map(kernel_key).collect();
         let caller = std::thread::current().id();
-        let first_taken = (Mutex::new(false), Condvar::new());
+        let gate = kiln_test_support::gate::Gate::owned_here(Duration::from_secs(2));
         let shape = |_: usize, _: Lookup<Vec<u8>>| -> std::thread::ThreadId {
-            if std::thread::current().id() != caller {
-                let (taken, changed) = &first_taken;
-                let taken = taken.lock().expect("the flag");
-                drop(
-                    changed
-                        .wait_timeout_while(taken, Duration::from_secs(2), |taken| !*taken)
-                        .expect("the flag"),
-                );
-            }
+            gate.hold();
             std::thread::current().id()
         };
         let asked = std::time::Instant::now();
@@ -513,8 +504,7 @@ mod tests {
         super::lookup_each(&store, &keys, &shape, &mut |_, thread| {
             if first.is_none() {
                 first = Some((asked.elapsed(), thread));
-                *first_taken.0.lock().expect("the flag") = true;
-                first_taken.1.notify_all();
+                gate.open();
             }
             answered += 1;
         });
