@@ -191,12 +191,17 @@ pub(super) fn lookup_each<A: Send>(
         });
         return;
     };
-    let helping = (threads - 1).min(pool.current_num_threads());
+    // Only helpers no other lookup holds: a lookup never waits for
+    // another's to end before its own helpers come to it.
+    let helping = Reserved::up_to(threads - 1, pool.current_num_threads());
     pool.in_place_scope(|scope| {
         let (sender, answers) = std::sync::mpsc::channel();
-        for number in 1..=helping {
-            let (work, sender) = (&work, sender.clone());
-            scope.spawn(move |_| work.help(number, &sender));
+        for number in 1..=helping.count {
+            let (work, sender, helping) = (&work, sender.clone(), &helping);
+            scope.spawn(move |_| {
+                work.help(number, &sender);
+                helping.release_one();
+            });
         }
         drop(sender);
         // The caller never waits while a key is left that nobody took: it
@@ -229,6 +234,54 @@ pub(super) fn lookup_each<A: Send>(
             answered += 1;
         }
     });
+}
+
+/// Lookup helpers reserved by one lookup, each given back as its part
+/// ends (or, for a part never run, when the lookup ends).
+struct Reserved {
+    count: usize,
+    released: AtomicUsize,
+}
+
+/// Helpers held by lookups in progress.
+static HELPING: AtomicUsize = AtomicUsize::new(0);
+
+impl Reserved {
+    /// Up to `wanted` of the `helpers`, as many as no other lookup holds.
+    fn up_to(wanted: usize, helpers: usize) -> Self {
+        let mut held = HELPING.load(Ordering::Relaxed);
+        loop {
+            let count = wanted.min(helpers.saturating_sub(held));
+            match HELPING.compare_exchange_weak(
+                held,
+                held + count,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Self {
+                        count,
+                        released: AtomicUsize::new(0),
+                    };
+                }
+                Err(now) => held = now,
+            }
+        }
+    }
+
+    fn release_one(&self) {
+        if self.released.fetch_add(1, Ordering::AcqRel) < self.count {
+            HELPING.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        // Parts that never ran (a panic ended the lookup) give theirs back.
+        let released = self.released.swap(self.count, Ordering::AcqRel);
+        HELPING.fetch_sub(self.count.saturating_sub(released), Ordering::AcqRel);
+    }
 }
 
 /// A lookup spread over threads that take its keys in turn.
@@ -377,10 +430,21 @@ mod tests {
     use super::threads_for;
     use crate::fixtures::{kernel_key, scratch};
 
+    /// Held by each test whose lookup needs the process's helpers: the
+    /// tests of this binary run side by side, and a lookup that finds
+    /// every helper held by another's answers its keys alone.
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     // F11, P10: a lookup of many keys on several threads answers each key,
     // in the order asked, hits and misses alike.
     #[test]
     fn f11_a_spread_lookup_answers_every_key_in_order() {
+        let _serial = serial();
         let store = scratch("spread-order");
         for number in (0..96).filter(|number| number % 3 != 0) {
             let bytes = format!("artifact {number}").into_bytes();
@@ -405,6 +469,7 @@ mod tests {
     // answers every key once, at its place, as the lookup in order does.
     #[test]
     fn f11_a_lookup_handed_over_answer_by_answer_answers_each_key_once() {
+        let _serial = serial();
         let store = scratch("spread-each");
         for number in (0..96).filter(|number| number % 3 != 0) {
             let bytes = format!("artifact {number}").into_bytes();
@@ -439,6 +504,7 @@ mod tests {
     // the caller each shaped answer once, at its place.
     #[test]
     fn f11_a_spread_lookup_shapes_each_answer_where_it_was_read() {
+        let _serial = serial();
         let store = scratch("spread-shaped");
         for number in 0..96 {
             let bytes = format!("artifact {number}").into_bytes();
@@ -487,6 +553,7 @@ mod tests {
     // has its first one (at most two seconds).
     #[test]
     fn f11_the_first_answer_does_not_wait_for_a_lookup_thread() {
+        let _serial = serial();
         let store = scratch("spread-first");
         for number in 0..64 {
             store.put(&kernel_key(number), None, b"artifact", Duration::ZERO);
@@ -523,6 +590,7 @@ mod tests {
     // answer takes a millisecond to shape), and answers each key once.
     #[test]
     fn f11_lookup_threads_share_the_keys_in_turn() {
+        let _serial = serial();
         let store = scratch("spread-chain");
         for number in 0..64 {
             store.put(&kernel_key(number), None, b"artifact", Duration::ZERO);
@@ -560,6 +628,7 @@ mod tests {
     // room opens again when its shard is read again).
     #[test]
     fn f11_a_large_packed_lookup_keeps_few_files_open_and_answers_every_key() {
+        let _serial = serial();
         use crate::{DiskStore, StoreConfig};
         let root = std::env::temp_dir().join(format!("kiln-store-views-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
@@ -701,6 +770,51 @@ mod tests {
         assert!(matches!(store.lookup(&kernel_key(3)), Lookup::Hit { .. }));
         drop(store);
         drop(std::fs::remove_dir_all(root));
+    }
+
+    // F11: two lookups at once share the process's helpers without
+    // waiting for each other: the second, started while the first holds
+    // every helper (its answers slow to shape), is answered by its own
+    // caller at once, not after the first has ended.
+    #[test]
+    fn f11_a_lookup_never_waits_for_another_lookup_s_helpers() {
+        let _serial = serial();
+        let store = scratch("spread-two");
+        for number in 0..64 {
+            store.put(&kernel_key(number), None, b"artifact", Duration::ZERO);
+        }
+        let keys: Vec<_> = (0..64).map(kernel_key).collect();
+        let (first_began, began) = std::sync::mpsc::channel();
+        let slow = |_: usize, _: Lookup<Vec<u8>>| {
+            let _ = first_began.send(());
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        std::thread::scope(|scope| {
+            let first = scope.spawn(|| {
+                let started = std::time::Instant::now();
+                super::lookup_each(&store, &keys, &slow, &mut |_, ()| {});
+                started.elapsed()
+            });
+            began
+                .recv_timeout(Duration::from_secs(5))
+                .expect("the first lookup began");
+            // The first lookup's helpers take their first keys.
+            std::thread::sleep(Duration::from_millis(5));
+            let started = std::time::Instant::now();
+            let mut answered = 0;
+            super::lookup_each(&store, &keys, &|_, answer| answer, &mut |_, answer| {
+                assert!(matches!(answer, Lookup::Hit { .. }));
+                answered += 1;
+            });
+            let second = started.elapsed();
+            let first = first.join().expect("the first lookup");
+            assert_eq!(answered, 64);
+            assert!(
+                second < first / 3,
+                "the second lookup took {second:?}, the first {first:?}"
+            );
+        });
+        drop(std::fs::remove_dir_all(store.root()));
     }
 
     // F11: a few keys stay on the caller's thread; many use at most four
