@@ -130,6 +130,12 @@ fn helpers() -> Option<&'static rayon::ThreadPool> {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(helpers)
                 .thread_name(|_| "kiln-lookup".into())
+                // Work handed over beside a store's open (`beside`) that
+                // panics is said, not the end of the program (rayon's
+                // default); a lookup's own panic reaches its caller.
+                .panic_handler(|_| {
+                    log::error!("kiln store: work beside a store's open panicked; it is dropped")
+                })
                 .build()
                 .map_err(|error| {
                     log::debug!(
@@ -815,6 +821,23 @@ mod tests {
             );
         });
         drop(std::fs::remove_dir_all(store.root()));
+    }
+
+    // Work handed to the helpers beside a store's open that panics is
+    // dropped, and the helpers go on (rayon's default ends the program).
+    #[test]
+    fn work_beside_an_open_that_panics_does_not_end_the_program() {
+        if super::helpers().is_none() {
+            eprintln!("skipped: one core, no lookup helper to hand work to");
+            return;
+        }
+        super::beside(Box::new(|| panic!("a panic beside a store's open")));
+        let (done, ran) = std::sync::mpsc::channel();
+        super::beside(Box::new(move || {
+            let _ = done.send(());
+        }));
+        ran.recv_timeout(Duration::from_secs(5))
+            .expect("the helpers run work after a panic");
     }
 
     // F11: a few keys stay on the caller's thread; many use at most four
