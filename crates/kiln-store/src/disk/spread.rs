@@ -149,9 +149,6 @@ fn helpers() -> Option<&'static rayon::ThreadPool> {
 
 /// Looks `keys` up in `store`, in order, on as many threads as they fill.
 pub(super) fn lookup_many(store: &DiskStore, keys: &[StoreKey]) -> Vec<Lookup<Vec<u8>>> {
-    if threads_here(keys.len()) == 1 {
-        return watched(Instant::now(), 0, keys, |_, key| store.lookup(key));
-    }
     let mut answers: Vec<Option<Lookup<Vec<u8>>>> = keys.iter().map(|_| None).collect();
     lookup_each(store, keys, &|_, answer| answer, &mut |at, answer| {
         answers[at] = Some(answer);
@@ -199,14 +196,16 @@ pub(super) fn lookup_each<A: Send>(
     };
     // Only helpers no other lookup holds: a lookup never waits for
     // another's to end before its own helpers come to it.
-    let helping = Reserved::up_to(threads - 1, pool.current_num_threads());
+    let helping: Vec<Held> = (0..hold_helpers(threads - 1, pool.current_num_threads()))
+        .map(|_| Held)
+        .collect();
     pool.in_place_scope(|scope| {
         let (sender, answers) = std::sync::mpsc::channel();
-        for number in 1..=helping.count {
-            let (work, sender, helping) = (&work, sender.clone(), &helping);
+        for (number, held) in (1..).zip(helping) {
+            let (work, sender) = (&work, sender.clone());
             scope.spawn(move |_| {
                 work.help(number, &sender);
-                helping.release_one();
+                drop(held);
             });
         }
         drop(sender);
@@ -242,51 +241,30 @@ pub(super) fn lookup_each<A: Send>(
     });
 }
 
-/// Lookup helpers reserved by one lookup, each given back as its part
-/// ends (or, for a part never run, when the lookup ends).
-struct Reserved {
-    count: usize,
-    released: AtomicUsize,
-}
-
 /// Helpers held by lookups in progress.
 static HELPING: AtomicUsize = AtomicUsize::new(0);
 
-impl Reserved {
-    /// Up to `wanted` of the `helpers`, as many as no other lookup holds.
-    fn up_to(wanted: usize, helpers: usize) -> Self {
-        let mut held = HELPING.load(Ordering::Relaxed);
-        loop {
-            let count = wanted.min(helpers.saturating_sub(held));
-            match HELPING.compare_exchange_weak(
-                held,
-                held + count,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    return Self {
-                        count,
-                        released: AtomicUsize::new(0),
-                    };
-                }
-                Err(now) => held = now,
-            }
-        }
-    }
-
-    fn release_one(&self) {
-        if self.released.fetch_add(1, Ordering::AcqRel) < self.count {
-            HELPING.fetch_sub(1, Ordering::AcqRel);
+/// Holds up to `wanted` of the `helpers`, as many as no other lookup
+/// holds; each is given back by the [`Held`] of the part it runs.
+fn hold_helpers(wanted: usize, helpers: usize) -> usize {
+    let mut held = HELPING.load(Ordering::Relaxed);
+    loop {
+        let count = wanted.min(helpers.saturating_sub(held));
+        match HELPING.compare_exchange_weak(held, held + count, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => return count,
+            Err(now) => held = now,
         }
     }
 }
 
-impl Drop for Reserved {
+/// One helper held by a lookup, given back when its part ends, even by a
+/// panic.
+struct Held;
+
+impl Drop for Held {
     fn drop(&mut self) {
-        // Parts that never ran (a panic ended the lookup) give theirs back.
-        let released = self.released.swap(self.count, Ordering::AcqRel);
-        HELPING.fetch_sub(self.count.saturating_sub(released), Ordering::AcqRel);
+        HELPING.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -436,6 +414,17 @@ mod tests {
     use super::threads_for;
     use crate::fixtures::{kernel_key, scratch};
 
+    /// The keys of `count` kernels, each put in `store`.
+    fn stored(store: &crate::DiskStore, count: u32) -> Vec<kiln_engine::store::StoreKey> {
+        (0..count)
+            .map(|number| {
+                let key = kernel_key(number);
+                store.put(&key, None, b"artifact", Duration::ZERO);
+                key
+            })
+            .collect()
+    }
+
     /// Held by each test whose lookup needs the process's helpers: the
     /// tests of this binary run side by side, and a lookup that finds
     /// every helper held by another's answers its keys alone.
@@ -561,10 +550,7 @@ mod tests {
     fn f11_the_first_answer_does_not_wait_for_a_lookup_thread() {
         let _serial = serial();
         let store = scratch("spread-first");
-        for number in 0..64 {
-            store.put(&kernel_key(number), None, b"artifact", Duration::ZERO);
-        }
-        let keys: Vec<_> = (0..64).map(kernel_key).collect();
+        let keys = stored(&store, 64);
         let caller = std::thread::current().id();
         let gate = kiln_test_support::gate::Gate::owned_here(Duration::from_secs(2));
         let shape = |_: usize, _: Lookup<Vec<u8>>| -> std::thread::ThreadId {
@@ -598,10 +584,7 @@ mod tests {
     fn f11_lookup_threads_share_the_keys_in_turn() {
         let _serial = serial();
         let store = scratch("spread-chain");
-        for number in 0..64 {
-            store.put(&kernel_key(number), None, b"artifact", Duration::ZERO);
-        }
-        let keys: Vec<_> = (0..64).map(kernel_key).collect();
+        let keys = stored(&store, 64);
         let shape = |_: usize, _: Lookup<Vec<u8>>| -> std::thread::ThreadId {
             std::thread::sleep(Duration::from_millis(1));
             std::thread::current().id()
@@ -714,10 +697,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(named(), helpers, "lookup helpers after the open");
-        for number in 0..64 {
-            store.put(&kernel_key(number), None, b"artifact", Duration::ZERO);
-        }
-        let keys: Vec<_> = (0..64).map(kernel_key).collect();
+        let keys = stored(&store, 64);
         for _ in 0..3 {
             let found = store.lookup_many(&keys);
             assert!(
@@ -786,10 +766,7 @@ mod tests {
     fn f11_a_lookup_never_waits_for_another_lookup_s_helpers() {
         let _serial = serial();
         let store = scratch("spread-two");
-        for number in 0..64 {
-            store.put(&kernel_key(number), None, b"artifact", Duration::ZERO);
-        }
-        let keys: Vec<_> = (0..64).map(kernel_key).collect();
+        let keys = stored(&store, 64);
         let (first_began, began) = std::sync::mpsc::channel();
         let slow = |_: usize, _: Lookup<Vec<u8>>| {
             let _ = first_began.send(());

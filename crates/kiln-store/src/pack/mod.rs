@@ -338,7 +338,7 @@ impl Packs {
     }
 
     pub(crate) fn folder_path(&self) -> PathBuf {
-        self.layout.root().join("packs")
+        self.views.folder.clone()
     }
 
     fn index_name(shard: usize) -> String {
