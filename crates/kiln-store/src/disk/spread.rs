@@ -34,11 +34,20 @@ fn threads_for(keys: usize, cores: usize) -> usize {
     (keys / KEYS_PER_THREAD).clamp(1, MOST_THREADS.min(cores.max(1)))
 }
 
-/// This machine's cores, asked of the system once: it reads files (the
-/// process's CPU quota).
+/// This machine's cores, asked of the system once it is known: it reads
+/// files (the process's CPU quota). Two threads that ask before it is
+/// known each read them rather than one wait for the other: the helpers'
+/// starter asks while the first lookup may be asking too.
 fn cores() -> usize {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get))
+    static CORES: AtomicUsize = AtomicUsize::new(0);
+    match CORES.load(Ordering::Relaxed) {
+        0 => {
+            let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+            CORES.store(cores, Ordering::Relaxed);
+            cores
+        }
+        known => known,
+    }
 }
 
 /// The threads a lookup of `keys` keys takes on this machine.
@@ -103,6 +112,28 @@ pub(super) fn beside(work: Beside) {
     }
 }
 
+/// The process's lookup helpers as a lookup finds them.
+enum Helpers {
+    Ready(&'static rayon::ThreadPool),
+    /// Being started on a thread of their own: not waited for.
+    Starting,
+    /// None to be had.
+    Absent,
+}
+
+/// The helpers now: started here if nobody is starting them, never waited
+/// for while another thread starts them (a thread's start may take a
+/// processor for half a millisecond on a virtual machine, three of them
+/// more).
+fn helpers_now() -> Helpers {
+    match HELPERS.get() {
+        Some(Some(pool)) => Helpers::Ready(pool),
+        Some(None) => Helpers::Absent,
+        None if STARTING.load(Ordering::Acquire) => Helpers::Starting,
+        None => helpers().map_or(Helpers::Absent, Helpers::Ready),
+    }
+}
+
 /// Hands the work pending to the helpers, or drops it where there are
 /// none.
 fn hand_over(helpers: Option<&rayon::ThreadPool>) {
@@ -123,6 +154,8 @@ fn pending() -> std::sync::MutexGuard<'static, Vec<Beside>> {
 fn helpers() -> Option<&'static rayon::ThreadPool> {
     HELPERS
         .get_or_init(|| {
+            #[cfg(test)]
+            tests::hold_the_start();
             let helpers = MOST_THREADS.min(cores()) - 1;
             if helpers == 0 {
                 return None;
@@ -187,10 +220,31 @@ pub(super) fn lookup_each<A: Send>(
         next: AtomicUsize::new(0),
         asked,
     };
-    let pool = if threads > 1 { helpers() } else { None };
+    // While the helpers are still starting (the store opened just
+    // before), the caller reads keys, and takes the helpers for the rest
+    // once they are there.
+    let mut answered = 0;
+    let pool = if threads > 1 {
+        loop {
+            match helpers_now() {
+                Helpers::Ready(pool) => break Some(pool),
+                Helpers::Absent => break None,
+                Helpers::Starting => match work.answer_next() {
+                    Some((at, answer)) => {
+                        found(at, answer);
+                        answered += 1;
+                    }
+                    None => return,
+                },
+            }
+        }
+    } else {
+        None
+    };
     let Some(pool) = pool else {
-        watched(asked, 0, keys, |at, key| {
-            found(at, shape(at, store.lookup(key)))
+        let rest = &keys[answered..];
+        watched(asked, 0, rest, |at, key| {
+            found(answered + at, shape(answered + at, store.lookup(key)));
         });
         return;
     };
@@ -214,7 +268,6 @@ pub(super) fn lookup_each<A: Send>(
         // next key itself. Its first answer does not wait for a helper to
         // wake (on a virtual machine, a thread woken on an idle processor
         // may take half a millisecond to run).
-        let mut answered = 0;
         loop {
             let (at, answer) = match answers.try_recv() {
                 Ok(ready) => ready,
@@ -707,6 +760,86 @@ mod tests {
             );
         }
         assert_eq!(named(), helpers, "lookup threads after three lookups");
+        drop(std::fs::remove_dir_all(store.root()));
+    }
+
+    /// Holds the helpers' start while a test's gate is set.
+    static START_GATE: std::sync::Mutex<Option<std::sync::Arc<kiln_test_support::gate::Gate>>> =
+        std::sync::Mutex::new(None);
+
+    pub(super) fn hold_the_start() {
+        let gate = START_GATE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(gate) = gate {
+            gate.hold();
+        }
+    }
+
+    // F11: the first lookup after a store's open does not wait for the
+    // lookup helpers to start (on a thread of their own, begun by the
+    // open): while they start, the caller reads the keys itself, and a
+    // later lookup has the helpers. Here their start is held until the
+    // first lookup is over (at most 10 s). Run in a fresh process, where
+    // no store was opened before.
+    #[test]
+    fn f11_the_first_lookup_does_not_wait_for_the_helpers_to_start() {
+        const CHILD: &str = "KILN_TEST_HELPERS_STARTING";
+        const NAME: &str =
+            "disk::spread::tests::f11_the_first_lookup_does_not_wait_for_the_helpers_to_start";
+        if std::env::var_os(CHILD).is_none() {
+            let output = std::process::Command::new(std::env::current_exe().expect("this test"))
+                .args(["--exact", NAME, "--test-threads=1", "--nocapture"])
+                .env(CHILD, "1")
+                .output()
+                .expect("a fresh process of this test");
+            let said = String::from_utf8_lossy(&output.stdout);
+            eprint!("{}", String::from_utf8_lossy(&output.stderr));
+            assert!(output.status.success(), "{said}");
+            assert!(said.contains("1 passed"), "the fresh process ran the check");
+            return;
+        }
+        if super::cores() < 2 {
+            eprintln!("skipped: one core, no lookup helper to wait for");
+            return;
+        }
+        let gate = std::sync::Arc::new(kiln_test_support::gate::Gate::owned_here(
+            Duration::from_secs(10),
+        ));
+        *START_GATE.lock().expect("the gate's lock") = Some(std::sync::Arc::clone(&gate));
+        let store = scratch("spread-starting");
+        let keys = stored(&store, 64);
+        let started = std::time::Instant::now();
+        let mut answered = 0;
+        super::lookup_each(&store, &keys, &|_, answer| answer, &mut |_, answer| {
+            assert!(matches!(answer, Lookup::Hit { .. }));
+            answered += 1;
+        });
+        let took = started.elapsed();
+        gate.open();
+        assert_eq!(answered, 64);
+        assert!(
+            took < Duration::from_secs(5),
+            "the first lookup waited {took:?} for the helpers to start"
+        );
+        let waited = std::time::Instant::now();
+        while super::HELPERS.get().is_none() && waited.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            matches!(super::helpers_now(), super::Helpers::Ready(_)),
+            "the helpers started once let go"
+        );
+        let mut threads = std::collections::HashSet::new();
+        let shape = |_: usize, _: Lookup<Vec<u8>>| -> std::thread::ThreadId {
+            std::thread::sleep(Duration::from_millis(1));
+            std::thread::current().id()
+        };
+        super::lookup_each(&store, &keys, &shape, &mut |_, thread| {
+            threads.insert(thread);
+        });
+        assert!(threads.len() > 1, "a later lookup had the helpers");
         drop(std::fs::remove_dir_all(store.root()));
     }
 
