@@ -18,8 +18,13 @@
 //! Each program's start is timed inside the program, from the target put
 //! on its store to the last kernel loaded; `kiln warm`'s whole run is timed
 //! from here. A start on a prebuilt store that compiled anything panics.
-//! `KILN_BENCH_PREBUILT` sets N (default 32); `KILN_BENCH_KILN` names the
-//! `kiln` binary, else the one beside this binary (`cargo xtask
+//! The stores are filled first (the cold run among them, so that no start
+//! measured is the device's first since the benchmark began), then each
+//! start runs `KILN_BENCH_PREBUILT_ROUNDS` times (default 5), alternating:
+//! each first start on a fresh copy of its prebuilt store, so that every
+//! one is a first start on that store, and the program's next start on
+//! its own. `KILN_BENCH_PREBUILT` sets N (default 32); `KILN_BENCH_KILN`
+//! names the `kiln` binary, else the one beside this binary (`cargo xtask
 //! bench-report` builds it: `cargo build --profile bench -p kiln-tool`).
 //!
 //! ```text
@@ -49,6 +54,31 @@ fn count() -> usize {
         .ok()
         .and_then(|value| value.trim().parse().ok())
         .unwrap_or(32)
+}
+
+/// How many times each start is measured.
+fn rounds() -> usize {
+    std::env::var("KILN_BENCH_PREBUILT_ROUNDS")
+        .ok()
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(5)
+        .max(1)
+}
+
+/// A copy of the store at `from`, folders and files, at `to` (replaced).
+fn copy_store(from: &Path, to: &Path) {
+    drop(std::fs::remove_dir_all(to));
+    std::fs::create_dir_all(to).expect("a folder for the store's copy");
+    for entry in std::fs::read_dir(from).expect("the store's folder") {
+        let entry = entry.expect("a store's entry");
+        let kind = entry.file_type().expect("an entry's kind");
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_store(&entry.path(), &target);
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target).expect("a store's file copied");
+        }
+    }
 }
 
 /// The kernel file: `kiln warm`'s header (the entry and one `specialize`
@@ -141,23 +171,28 @@ fn main() {
         );
     };
     run(&prebuilt, "prebuild", true);
-    let after = run(&prebuilt, "after_prebuild", false);
-    prebuilt_start(&after, "a compile-only run");
     let warm = kiln_warm(&kiln, &warmed, &kernels, &architecture);
-    let after_warm = run(&warmed, "after_warm", false);
-    prebuilt_start(&after_warm, "kiln warm");
     run(&own, "cold", false);
-    let second = run(&own, "second_run", false);
-    println!(
-        "prebuilt_start: after a compile-only run {:.1} ms, after kiln warm ({:.2} s) {:.1} ms \
-         (0 compiled each), own second run {:.1} ms ({} compiled), {} kernels",
-        after.wall * 1e3,
-        warm.wall,
-        after_warm.wall * 1e3,
-        second.wall * 1e3,
-        second.compiled.unwrap_or(0),
-        after.kernels,
-    );
+    let first_start = folder.join("first-start");
+    for _ in 0..rounds() {
+        copy_store(&prebuilt, &first_start);
+        let after = run(&first_start, "after_prebuild", false);
+        prebuilt_start(&after, "a compile-only run");
+        copy_store(&warmed, &first_start);
+        let after_warm = run(&first_start, "after_warm", false);
+        prebuilt_start(&after_warm, "kiln warm");
+        let second = run(&own, "second_run", false);
+        println!(
+            "prebuilt_start: after a compile-only run {:.1} ms, after kiln warm ({:.2} s) {:.1} \
+             ms (0 compiled each), own next run {:.1} ms ({} compiled), {} kernels",
+            after.wall * 1e3,
+            warm.wall,
+            after_warm.wall * 1e3,
+            second.wall * 1e3,
+            second.compiled.unwrap_or(0),
+            after.kernels,
+        );
+    }
     drop(std::fs::remove_dir_all(&folder));
 }
 

@@ -118,6 +118,15 @@ pub(super) fn f11_rows(of: &RecordsOf<'_>, rows: &mut Vec<[String; 4]>) {
     }
 }
 
+/// How many starts each L11 figure is the median of.
+fn runs(first: usize, second: usize) -> String {
+    if first == second {
+        format!("median of {first} runs each")
+    } else {
+        format!("medians of {first} and {second} runs")
+    }
+}
+
 /// L11: the start after a compile-only run prebuilt the store, and the
 /// start after `kiln warm` filled it from the program's own files, each
 /// next to the program's own second run.
@@ -132,13 +141,14 @@ pub(super) fn l11_rows(of: &RecordsOf<'_>, rows: &mut Vec<[String; 4]>) {
             "L11 prebuilt_start gemm".to_owned(),
             format!(
                 "after a compile-only run {} ({} compiled); own second run {} ({} compiled); \
-                 {} kernels, {}",
+                 {} kernels, {}; {}",
                 time(after_wall),
                 compiled(&after).unwrap_or(0),
                 time(second_wall),
                 compiled(&second).unwrap_or(0),
                 first.kernels,
-                first.note
+                first.note,
+                runs(after.len(), second.len()),
             ),
             format!("after / second **{:.2}**", after_wall / second_wall),
             "0 compiled; ≈ 1×".to_owned(),
@@ -154,14 +164,15 @@ pub(super) fn l11_rows(of: &RecordsOf<'_>, rows: &mut Vec<[String; 4]>) {
             "L11 prebuilt_start after kiln warm".to_owned(),
             format!(
                 "kiln warm {}; then the program {} ({} compiled); own second run {} ({} \
-                 compiled); {} kernels, {}",
+                 compiled); {} kernels, {}; {}",
                 time(warm_wall),
                 time(after_wall),
                 compiled(&after).unwrap_or(0),
                 time(second_wall),
                 compiled(&second).unwrap_or(0),
                 first.kernels,
-                first.note
+                first.note,
+                runs(after.len(), second.len()),
             ),
             format!("after / second **{:.2}**", after_wall / second_wall),
             "0 compiled; ≈ 1×".to_owned(),
