@@ -763,6 +763,21 @@ mod tests {
         drop(std::fs::remove_dir_all(store.root()));
     }
 
+    /// Looks `keys` up, each answer a hit: how many were answered, and how
+    /// long the lookup took.
+    fn hits_timed(
+        store: &crate::DiskStore,
+        keys: &[kiln_engine::store::StoreKey],
+    ) -> (usize, Duration) {
+        let started = std::time::Instant::now();
+        let mut answered = 0;
+        super::lookup_each(store, keys, &|_, answer| answer, &mut |_, answer| {
+            assert!(matches!(answer, Lookup::Hit { .. }));
+            answered += 1;
+        });
+        (answered, started.elapsed())
+    }
+
     /// Holds the helpers' start while a test's gate is set.
     static START_GATE: std::sync::Mutex<Option<std::sync::Arc<kiln_test_support::gate::Gate>>> =
         std::sync::Mutex::new(None);
@@ -810,13 +825,7 @@ mod tests {
         *START_GATE.lock().expect("the gate's lock") = Some(std::sync::Arc::clone(&gate));
         let store = scratch("spread-starting");
         let keys = stored(&store, 64);
-        let started = std::time::Instant::now();
-        let mut answered = 0;
-        super::lookup_each(&store, &keys, &|_, answer| answer, &mut |_, answer| {
-            assert!(matches!(answer, Lookup::Hit { .. }));
-            answered += 1;
-        });
-        let took = started.elapsed();
+        let (answered, took) = hits_timed(&store, &keys);
         gate.open();
         assert_eq!(answered, 64);
         assert!(
@@ -916,13 +925,7 @@ mod tests {
                 .expect("the first lookup began");
             // The first lookup's helpers take their first keys.
             std::thread::sleep(Duration::from_millis(5));
-            let started = std::time::Instant::now();
-            let mut answered = 0;
-            super::lookup_each(&store, &keys, &|_, answer| answer, &mut |_, answer| {
-                assert!(matches!(answer, Lookup::Hit { .. }));
-                answered += 1;
-            });
-            let second = started.elapsed();
+            let (answered, second) = hits_timed(&store, &keys);
             let first = first.join().expect("the first lookup");
             assert_eq!(answered, 64);
             assert!(
