@@ -671,19 +671,10 @@ mod tests {
     #[test]
     fn f11_a_large_packed_lookup_keeps_few_files_open_and_answers_every_key() {
         let _serial = serial();
-        use crate::{DiskStore, StoreConfig};
-        let root = std::env::temp_dir().join(format!("kiln-store-views-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let config = StoreConfig {
-            collects_automatically: false,
-            ..StoreConfig::at(root.clone())
-        };
-        let store = DiskStore::open(config.clone()).expect("a store");
-        for number in 0..700 {
-            let bytes = format!("packed artifact {number}").into_bytes();
-            store.put(&kernel_key(number), None, &bytes, Duration::ZERO);
-        }
-        drop(store);
+        use crate::DiskStore;
+        let (root, config) = closed_store("views", 700, |number| {
+            format!("packed artifact {number}").into_bytes()
+        });
         let packs = root.join("packs");
         let open_in_packs = || {
             std::fs::read_dir("/proc/self/fd")
@@ -761,6 +752,27 @@ mod tests {
         }
         assert_eq!(named(), helpers, "lookup threads after three lookups");
         drop(std::fs::remove_dir_all(store.root()));
+    }
+
+    /// A store in a fresh folder named for `label`, collecting nothing on
+    /// its own, holding kernels `0..count` (their bytes from `bytes`),
+    /// closed: its root, and how to open it again.
+    fn closed_store(
+        label: &str,
+        count: u32,
+        bytes: impl Fn(u32) -> Vec<u8>,
+    ) -> (std::path::PathBuf, crate::StoreConfig) {
+        let root = std::env::temp_dir().join(format!("kiln-store-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let config = crate::StoreConfig {
+            collects_automatically: false,
+            ..crate::StoreConfig::at(root.clone())
+        };
+        let store = crate::DiskStore::open(config.clone()).expect("a store");
+        for number in 0..count {
+            store.put(&kernel_key(number), None, &bytes(number), Duration::ZERO);
+        }
+        (root, config)
     }
 
     /// Looks `keys` up, each answer a hit: how many were answered, and how
@@ -857,23 +869,8 @@ mod tests {
     // any lookup: the index is held open with nothing asked of the store.
     #[test]
     fn f11_a_store_open_reads_its_home_shard_beside_the_opener() {
-        use crate::{DiskStore, StoreConfig};
-        let root = std::env::temp_dir().join(format!("kiln-store-home-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let config = StoreConfig {
-            collects_automatically: false,
-            ..StoreConfig::at(root.clone())
-        };
-        let store = DiskStore::open(config.clone()).expect("a store");
-        for number in 0..8 {
-            store.put(
-                &kernel_key(number),
-                None,
-                b"packed artifact",
-                Duration::ZERO,
-            );
-        }
-        drop(store);
+        use crate::DiskStore;
+        let (root, config) = closed_store("home", 8, |_| b"packed artifact".to_vec());
         let home_index = root.join("packs").join("000.idx");
         assert!(home_index.is_file(), "the entries went to the home shard");
         let held = || {
