@@ -5,7 +5,7 @@
 
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::thread::{self, ThreadId};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Holds every thread but its owner's at [`hold`](Self::hold) until the
 /// owner [`open`](Self::open)s it, or a bound passes: a test whose code
@@ -48,6 +48,50 @@ impl Gate {
     pub fn open(&self) {
         *self.opened.lock().unwrap_or_else(PoisonError::into_inner) = true;
         self.changed.notify_all();
+    }
+}
+
+/// The first answer of a call spread over threads held at a [`Gate`]:
+/// where it was made and how long after the call it came. Noting it opens
+/// the gate.
+pub struct FirstAnswer<'a> {
+    gate: &'a Gate,
+    asked: Instant,
+    first: Option<(Duration, ThreadId)>,
+    answered: usize,
+}
+
+impl<'a> FirstAnswer<'a> {
+    /// Starts the clock: the call is made now.
+    pub fn asked(gate: &'a Gate) -> Self {
+        Self {
+            gate,
+            asked: Instant::now(),
+            first: None,
+            answered: 0,
+        }
+    }
+
+    /// An answer made on `thread`; the first opens the gate.
+    pub fn note(&mut self, thread: ThreadId) {
+        if self.first.is_none() {
+            self.first = Some((self.asked.elapsed(), thread));
+            self.gate.open();
+        }
+        self.answered += 1;
+    }
+
+    /// Asserts that `answers` answers came, the first made on the gate's
+    /// owner's thread within a second of the call; `elsewhere` says where
+    /// the first answer came from when it was not.
+    pub fn assert_made_by_the_caller(&self, answers: usize, elsewhere: &str) {
+        assert_eq!(self.answered, answers);
+        let (waited, thread) = self.first.expect("an answer");
+        assert_eq!(thread, self.gate.owner, "{elsewhere}");
+        assert!(
+            waited < Duration::from_secs(1),
+            "the first answer came {waited:?} after the call"
+        );
     }
 }
 

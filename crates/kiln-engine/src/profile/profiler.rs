@@ -9,9 +9,9 @@
 //! kernel does.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{StoredProfile, profile_blob_key};
@@ -38,7 +38,11 @@ enum Prefetch<C: ArtifactCompiler> {
 
 /// Reads the last profile and looks its kernels up, handing each step to
 /// the function it is given.
-type Reading<C> = Arc<dyn Fn(&mut dyn FnMut(Prefetch<C>)) + Send + Sync>;
+type Reading<C> = Box<dyn FnOnce(&mut dyn FnMut(Prefetch<C>)) + Send>;
+
+/// The profile's reading until somebody takes it: shared by its thread and
+/// the loader, and done by whichever takes it first.
+type Unread<C> = Arc<Mutex<Option<Reading<C>>>>;
 
 /// A loader's profile of the running process.
 pub(crate) struct Profiler<C: ArtifactCompiler> {
@@ -47,12 +51,10 @@ pub(crate) struct Profiler<C: ArtifactCompiler> {
     store: Arc<dyn ArtifactStore>,
     name: BlobKey,
     prefetch: Option<Receiver<Prefetch<C>>>,
-    /// The profile's reading, done once, by whichever begins first: its
+    /// The profile's reading, done once, by whichever takes it first: its
     /// thread, or the loader's first take (a thread that starts late, as a
     /// new thread may on a virtual machine, then holds nothing up).
-    reading: Option<Reading<C>>,
-    /// Set by whichever begins the reading.
-    claimed: Arc<AtomicBool>,
+    unread: Unread<C>,
     /// Set when the profile is given up: a thread that has not read the
     /// store yet reads nothing.
     given_up: Arc<AtomicBool>,
@@ -88,23 +90,24 @@ impl<C: KeyedCompiler + 'static> Profiler<C> {
         let name = profile_blob_key(program, &components);
         let (sender, receiver) = mpsc::channel();
         let given_up = Arc::new(AtomicBool::new(false));
-        let claimed = Arc::new(AtomicBool::new(false));
-        let reading: Reading<C> = {
+        let unread: Unread<C> = {
             let (store, name, stop) = (Arc::clone(&store), name.clone(), Arc::clone(&given_up));
-            Arc::new(move |emit: &mut dyn FnMut(Prefetch<C>)| {
-                prefetch(&store, &name, &*compiler, &stop, emit);
-            })
+            Arc::new(Mutex::new(Some(Box::new(
+                move |emit: &mut dyn FnMut(Prefetch<C>)| {
+                    prefetch(&store, &name, &*compiler, &stop, emit);
+                },
+            ))))
         };
-        let (thread_reading, thread_claimed) = (Arc::clone(&reading), Arc::clone(&claimed));
+        let thread_unread = Arc::clone(&unread);
         let started = std::thread::Builder::new()
             .name("kiln-profile".into())
             .spawn(move || {
                 if let Some(hold) = hold {
                     let _ = hold.recv();
                 }
-                if !thread_claimed.swap(true, Ordering::AcqRel) {
+                if let Some(reading) = take(&thread_unread) {
                     // The loader stopped listening only when it went away.
-                    thread_reading(&mut |step| drop(sender.send(step)));
+                    reading(&mut |step| drop(sender.send(step)));
                 }
                 drop(sender.send(Prefetch::Done));
             });
@@ -121,8 +124,7 @@ impl<C: KeyedCompiler + 'static> Profiler<C> {
             name,
             prefetch: Some(receiver),
             // Without a thread, the loader's first take reads the profile.
-            reading: Some(reading),
-            claimed,
+            unread,
             given_up,
             previous: None,
             used: Vec::new(),
@@ -179,8 +181,7 @@ impl<C: ArtifactCompiler> Profiler<C> {
     /// The profile's reading, for this thread to do, when its thread has
     /// not begun it (and now never will).
     fn take_reading(&mut self) -> Option<Reading<C>> {
-        let reading = self.reading.take()?;
-        (!self.claimed.swap(true, Ordering::AcqRel)).then_some(reading)
+        take(&self.unread)
     }
 
     /// The profile the last run left, once [`take_each`](Self::take_each)
@@ -226,7 +227,7 @@ impl<C: ArtifactCompiler> Profiler<C> {
         self.saved = true;
         self.given_up.store(true, Ordering::Relaxed);
         self.prefetch = None;
-        self.reading = None;
+        drop(self.take_reading());
     }
 
     /// Writes the next profile, once a run; later calls do nothing.
@@ -307,6 +308,11 @@ impl<C: ArtifactCompiler> Drop for Profiler<C> {
 
 /// Reads the profile `name`, looks each of its kernels up at once, and
 /// sends what it finds to `sender` as it is read.
+/// The profile's reading, for the caller to do, unless somebody took it.
+fn take<C: ArtifactCompiler>(unread: &Unread<C>) -> Option<Reading<C>> {
+    unread.lock().unwrap_or_else(PoisonError::into_inner).take()
+}
+
 fn prefetch<C: KeyedCompiler>(
     store: &Arc<dyn ArtifactStore>,
     name: &BlobKey,

@@ -487,34 +487,19 @@ mod tests {
             inner.put(key, None, b"artifact", Duration::ZERO);
         }
         let ahead = ReadAhead::read_now(Arc::clone(&inner), &*compiler, &ids);
-        let caller = std::thread::current().id();
         let gate = kiln_test_support::gate::Gate::owned_here(Duration::from_secs(2));
         let shape = |_: usize, _: Lookup<Vec<u8>>| -> crate::store::Shaped {
             gate.hold();
             Box::new(std::thread::current().id())
         };
-        let asked = std::time::Instant::now();
-        let mut first = None;
-        let mut answered = 0;
+        let mut first = kiln_test_support::gate::FirstAnswer::asked(&gate);
         ahead.lookup_each_shaped(&keys, &shape, &mut |_, shaped| {
-            let thread = *shaped
-                .downcast::<std::thread::ThreadId>()
-                .expect("the shape asked for");
-            if first.is_none() {
-                first = Some((asked.elapsed(), thread));
-                gate.open();
-            }
-            answered += 1;
+            first.note(
+                *shaped
+                    .downcast::<std::thread::ThreadId>()
+                    .expect("the shape asked for"),
+            );
         });
-        assert_eq!(answered, 16);
-        let (waited, thread) = first.expect("an answer");
-        assert_eq!(
-            thread, caller,
-            "the first answer was decoded on the thread beside"
-        );
-        assert!(
-            waited < Duration::from_secs(1),
-            "the first answer came {waited:?} after the call"
-        );
+        first.assert_made_by_the_caller(16, "the first answer was decoded on the thread beside");
     }
 }

@@ -129,7 +129,7 @@ fn helpers_now() -> Helpers {
     match HELPERS.get() {
         Some(Some(pool)) => Helpers::Ready(pool),
         Some(None) => Helpers::Absent,
-        None if STARTING.load(Ordering::Acquire) => Helpers::Starting,
+        None if STARTING.load(Ordering::Relaxed) => Helpers::Starting,
         None => helpers().map_or(Helpers::Absent, Helpers::Ready),
     }
 }
@@ -604,29 +604,14 @@ mod tests {
         let _serial = serial();
         let store = scratch("spread-first");
         let keys = stored(&store, 64);
-        let caller = std::thread::current().id();
         let gate = kiln_test_support::gate::Gate::owned_here(Duration::from_secs(2));
         let shape = |_: usize, _: Lookup<Vec<u8>>| -> std::thread::ThreadId {
             gate.hold();
             std::thread::current().id()
         };
-        let asked = std::time::Instant::now();
-        let mut first = None;
-        let mut answered = 0;
-        super::lookup_each(&store, &keys, &shape, &mut |_, thread| {
-            if first.is_none() {
-                first = Some((asked.elapsed(), thread));
-                gate.open();
-            }
-            answered += 1;
-        });
-        assert_eq!(answered, 64);
-        let (waited, thread) = first.expect("an answer");
-        assert_eq!(thread, caller, "the first answer came from a lookup thread");
-        assert!(
-            waited < Duration::from_secs(1),
-            "the first answer came {waited:?} after the call"
-        );
+        let mut first = kiln_test_support::gate::FirstAnswer::asked(&gate);
+        super::lookup_each(&store, &keys, &shape, &mut |_, thread| first.note(thread));
+        first.assert_made_by_the_caller(64, "the first answer came from a lookup thread");
         drop(std::fs::remove_dir_all(store.root()));
     }
 
